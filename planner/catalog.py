@@ -1,0 +1,158 @@
+"""Catalogs of GPUs (vendor datasheets, dense rates) and models (their papers' shapes).
+
+Bandwidths are per GPU and one direction: NVLink's datasheet figure is the bidirectional total over
+all links, so it is halved; the NIC rate is one InfiniBand/RoCE port per GPU as in the vendor's
+reference systems (DGX/HGX), in GB/s (Gb/s ÷ 8).
+Memory is the capacity the driver reports (MiB ÷ 1024), not the marketing number.
+"""
+
+from __future__ import annotations
+
+from planner.errors import UnknownCatalogIdError
+from planner.specs import ClusterSpec, GpuSpec, ModelSpec, PeakTflops
+
+_A100_SRC = (
+    "NVIDIA A100 Tensor Core GPU datasheet (2021): FP32 19.5, TF32 156, BF16/FP16 312 TFLOPS dense; "
+    "NVLink 3 600 GB/s bidirectional; DGX A100: one 200 Gb/s HDR port per GPU"
+)
+_H100_SRC = (
+    "NVIDIA H100 Tensor Core GPU datasheet, SXM5: FP32 67, TF32 494.5, BF16/FP16 989.4, FP8 1978.9 "
+    "TFLOPS dense (half the with-sparsity figures); HBM3 3.35 TB/s; NVLink 4 900 GB/s bidirectional; "
+    "DGX H100: one 400 Gb/s NDR port per GPU"
+)
+
+GPUS: dict[str, GpuSpec] = {
+    g.id: g
+    for g in [
+        GpuSpec(
+            id="a100-sxm4-40gb",
+            memory_gib=40.0,
+            peak_tflops=PeakTflops(fp32=19.5, tf32=156.0, bf16=312.0, fp16=312.0),
+            hbm_bandwidth_GBps=1555.0,
+            nvlink_bandwidth_GBps=300.0,
+            nic_bandwidth_GBps=25.0,
+            source=_A100_SRC + "; HBM2 1,555 GB/s",
+        ),
+        GpuSpec(
+            id="a100-sxm4-80gb",
+            memory_gib=80.0,
+            peak_tflops=PeakTflops(fp32=19.5, tf32=156.0, bf16=312.0, fp16=312.0),
+            hbm_bandwidth_GBps=2039.0,
+            nvlink_bandwidth_GBps=300.0,
+            nic_bandwidth_GBps=25.0,
+            source=_A100_SRC + "; HBM2e 2,039 GB/s",
+        ),
+        GpuSpec(
+            id="h100-sxm5-80gb",
+            memory_gib=79.6,
+            peak_tflops=PeakTflops(fp32=67.0, tf32=494.5, bf16=989.4, fp16=989.4, fp8=1978.9),
+            hbm_bandwidth_GBps=3350.0,
+            nvlink_bandwidth_GBps=450.0,
+            nic_bandwidth_GBps=50.0,
+            source=_H100_SRC,
+        ),
+        GpuSpec(
+            id="h200-sxm-141gb",
+            memory_gib=140.4,
+            peak_tflops=PeakTflops(fp32=67.0, tf32=494.5, bf16=989.4, fp16=989.4, fp8=1978.9),
+            hbm_bandwidth_GBps=4800.0,
+            nvlink_bandwidth_GBps=450.0,
+            nic_bandwidth_GBps=50.0,
+            source="NVIDIA H200 datasheet, SXM: H100 compute rates; 141 GB HBM3e at 4.8 TB/s; NVLink 900 GB/s bidirectional; 400 Gb/s NIC per GPU",
+        ),
+        GpuSpec(
+            id="b200-sxm-192gb",
+            memory_gib=179.1,
+            peak_tflops=PeakTflops(fp32=75.0, tf32=1100.0, bf16=2250.0, fp16=2250.0, fp8=4500.0),
+            hbm_bandwidth_GBps=8000.0,
+            nvlink_bandwidth_GBps=900.0,
+            nic_bandwidth_GBps=50.0,
+            source="NVIDIA HGX B200 datasheet ÷ 8 GPUs, dense: FP32 75, TF32 1,100, BF16/FP16 2,250, FP8 4,500 TFLOPS; HBM3e 8 TB/s; NVLink 5 1.8 TB/s bidirectional; 400 Gb/s ConnectX-7 per GPU",
+        ),
+    ]
+}
+
+
+def _gpt3(name: str, layers: int, hidden: int, heads: int) -> ModelSpec:
+    # GPT-3 (Brown et al. 2020, Table 2.1): FFN 4·d, vocab 50257 (GPT-2 BPE), context 2048, tied
+    # input/output embeddings, learned positions, LayerNorm, GELU.
+    return ModelSpec(
+        name=name, family="gpt", num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+        num_kv_heads=heads, ffn_hidden_size=4 * hidden, vocab_size=50257, activation="gelu",
+        norm="layernorm", tie_embeddings=True, max_seq_len=2048,
+    )
+
+
+def _llama(name: str, layers: int, hidden: int, heads: int, kv: int, ffn: int, vocab: int, seq: int) -> ModelSpec:
+    return ModelSpec(
+        name=name, family="llama", num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+        num_kv_heads=kv, ffn_hidden_size=ffn, vocab_size=vocab, activation="swiglu", norm="rmsnorm",
+        tie_embeddings=False, max_seq_len=seq,
+    )
+
+
+MODELS: dict[str, ModelSpec] = {
+    m.name: m
+    for m in [
+        _gpt3("gpt3-125m", 12, 768, 12),
+        _gpt3("gpt3-350m", 24, 1024, 16),
+        _gpt3("gpt3-760m", 24, 1536, 16),
+        # The paper lists 24 heads of 128 for d=2048, which does not divide; 16 heads of 128 keeps
+        # the paper's head size (as Megatron's GPT-3 1.3B configs do).
+        _gpt3("gpt3-1.3b", 24, 2048, 16),
+        _gpt3("gpt3-2.7b", 32, 2560, 32),
+        _gpt3("gpt3-6.7b", 32, 4096, 32),
+        # The paper prints d=5140 (a typo): 40 heads × 128 = 5120.
+        _gpt3("gpt3-13b", 40, 5120, 40),
+        _gpt3("gpt3-175b", 96, 12288, 96),
+        # Llama 2 (Touvron et al. 2023) and the released configs.
+        _llama("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096),
+        _llama("llama2-13b", 40, 5120, 40, 40, 13824, 32000, 4096),
+        _llama("llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096),
+        # Llama 3 / 3.1 (Dubey et al. 2024, Table 3).
+        _llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192),
+        _llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
+        _llama("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 131072),
+        # Tiny models for tests and CPU runs: 8 layers so pipelines of up to 8 stages fit.
+        ModelSpec(
+            name="tiny-gpt", family="gpt", num_layers=8, hidden_size=64, num_attention_heads=4,
+            num_kv_heads=4, ffn_hidden_size=256, vocab_size=256, activation="gelu", norm="layernorm",
+            tie_embeddings=False, max_seq_len=128,
+        ),
+        ModelSpec(
+            name="tiny-llama", family="llama", num_layers=8, hidden_size=64, num_attention_heads=8,
+            num_kv_heads=4, ffn_hidden_size=192, vocab_size=256, activation="swiglu", norm="rmsnorm",
+            tie_embeddings=False, max_seq_len=128,
+        ),
+    ]
+}
+
+
+def _unknown(kind: str, field: str, key: str, known: dict) -> UnknownCatalogIdError:
+    return UnknownCatalogIdError(
+        field,
+        f"unknown {kind} id {key!r}",
+        f"use one of {', '.join(sorted(known))} (see `meshplan {kind}s`), or give an inline spec",
+    )
+
+
+def get_model(key: str | ModelSpec, field: str = "model") -> ModelSpec:
+    if isinstance(key, ModelSpec):
+        return key
+    try:
+        return MODELS[key]
+    except KeyError:
+        raise _unknown("model", field, key, MODELS) from None
+
+
+def get_gpu(key: str | GpuSpec, field: str = "cluster.gpu") -> GpuSpec:
+    if isinstance(key, GpuSpec):
+        return key
+    try:
+        return GPUS[key]
+    except KeyError:
+        raise _unknown("gpu", field, key, GPUS) from None
+
+
+def cluster_gpu(cluster: ClusterSpec) -> GpuSpec:
+    return get_gpu(cluster.gpu)

@@ -1,0 +1,487 @@
+"""The one schema vocabulary of meshplan (pydantic v2): CLI, Python API and REST all speak it.
+
+Inputs: ``ModelSpec``, ``GpuSpec``, ``ClusterSpec``, ``TrainingSpec``, ``ParallelConfig`` (and its
+all-optional twin ``ParallelPins``), ``Profile``, ``NetworkProfile``, ``PlanRequest``.
+Outputs: ``Estimate``, ``Plan`` (pure data: what the runtime, the exporters and the API act on),
+``PlanResponse``.
+
+Canonical JSON field names are part of the public contract: other tools are written against them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SCHEMA_VERSION = 1
+
+Family = Literal["gpt", "llama"]
+Activation = Literal["gelu", "swiglu"]
+Norm = Literal["layernorm", "rmsnorm"]
+Precision = Literal["bf16", "fp16", "fp32"]
+Optimizer = Literal["adam", "sgd"]
+Recompute = Literal["none", "selective", "full"]
+Schedule = Literal[
+    "gpipe",
+    "1f1b",
+    "interleaved-1f1b",
+    "interleaved-zero-bubble",
+    "zbv-zero-bubble",
+]
+#: Schedules that place several model chunks (virtual stages) on each pipeline rank.
+MULTI_STAGE_SCHEDULES: frozenset[str] = frozenset(
+    {"interleaved-1f1b", "interleaved-zero-bubble", "zbv-zero-bubble"}
+)
+LayerKind = Literal["embedding", "transformer_block", "lm_head"]
+
+BYTES_PER_ELEMENT: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+# Sane upper bounds: far above any real model or cluster, low enough to refuse nonsense early.
+MAX_LAYERS = 1024
+MAX_HIDDEN = 131_072
+MAX_VOCAB = 4_194_304
+MAX_SEQ_LEN = 1_048_576
+MAX_GPUS = 131_072
+MAX_GPUS_PER_NODE = 64
+
+
+class _Spec(BaseModel):
+    """Base: unknown fields are errors (a typo must not silently fall back to a default)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Model
+
+
+class ModelSpec(_Spec):
+    """A decoder-only transformer (GPT or Llama family)."""
+
+    name: str = Field(min_length=1, max_length=128, description="Model id, e.g. 'llama3-70b'.")
+    family: Family = Field(description="'gpt' (LayerNorm, GELU, learned positions) or 'llama' (RMSNorm, SwiGLU, RoPE, GQA).")
+    num_layers: int = Field(ge=1, le=MAX_LAYERS, description="Transformer blocks.")
+    hidden_size: int = Field(ge=1, le=MAX_HIDDEN)
+    num_attention_heads: int = Field(ge=1, le=4096)
+    num_kv_heads: int = Field(ge=1, le=4096, description="Key/value heads (GQA); equal to num_attention_heads for MHA.")
+    ffn_hidden_size: int = Field(ge=1, le=8 * MAX_HIDDEN)
+    vocab_size: int = Field(ge=1, le=MAX_VOCAB)
+    activation: Activation
+    norm: Norm
+    tie_embeddings: bool = False
+    max_seq_len: int = Field(ge=1, le=MAX_SEQ_LEN)
+
+    @model_validator(mode="after")
+    def _check_shapes(self) -> "ModelSpec":
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"num_attention_heads={self.num_attention_heads} must divide hidden_size={self.hidden_size}; "
+                "choose a head count that divides the hidden size"
+            )
+        if self.num_attention_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_kv_heads={self.num_kv_heads} must divide num_attention_heads={self.num_attention_heads}; "
+                "use a divisor of the head count (equal to it for multi-head attention)"
+            )
+        return self
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+
+# --------------------------------------------------------------------------------------------
+# Hardware
+
+
+class PeakTflops(_Spec):
+    """Dense (not sparse) datasheet peak, TFLOP/s, per precision; null where unsupported."""
+
+    fp32: float = Field(gt=0)
+    tf32: float | None = Field(default=None, gt=0)
+    bf16: float | None = Field(default=None, gt=0)
+    fp16: float | None = Field(default=None, gt=0)
+    fp8: float | None = Field(default=None, gt=0)
+
+
+class GpuSpec(_Spec):
+    """One accelerator, from its vendor datasheet. Bandwidths are per GPU, one direction, GB/s."""
+
+    id: str = Field(min_length=1, max_length=64)
+    memory_gib: float = Field(gt=0, le=4096, description="Usable device memory, GiB.")
+    peak_tflops: PeakTflops
+    hbm_bandwidth_GBps: float = Field(gt=0)
+    nvlink_bandwidth_GBps: float = Field(gt=0, description="Intra-node link, per GPU, one direction.")
+    nic_bandwidth_GBps: float = Field(gt=0, description="Inter-node network, per GPU, one direction.")
+    source: str = Field(default="", max_length=500, description="Where the numbers come from.")
+
+    def peak_flops(self, precision: str) -> float:
+        """Peak FLOP/s for a training precision (fp32 training uses TF32 tensor cores when present)."""
+        p = self.peak_tflops
+        value = {"bf16": p.bf16, "fp16": p.fp16, "fp32": p.tf32 or p.fp32}[precision]
+        if value is None:
+            raise ValueError(f"GPU {self.id!r} has no {precision} rate")
+        return value * 1e12
+
+
+class ClusterSpec(_Spec):
+    """Homogeneous nodes of identical GPUs."""
+
+    gpu: str | GpuSpec = Field(description="A catalog id (see `meshplan gpus`) or an inline GpuSpec.")
+    num_nodes: int = Field(ge=1, le=MAX_GPUS)
+    gpus_per_node: int = Field(ge=1, le=MAX_GPUS_PER_NODE)
+    intra_node_bandwidth_GBps: float | None = Field(default=None, gt=0, description="Override of the GPU's NVLink rate.")
+    inter_node_bandwidth_GBps: float | None = Field(default=None, gt=0, description="Override of the GPU's NIC rate.")
+    intra_node_latency_us: float | None = Field(default=None, ge=0, le=1e6)
+    inter_node_latency_us: float | None = Field(default=None, ge=0, le=1e6)
+
+    @model_validator(mode="after")
+    def _check_size(self) -> "ClusterSpec":
+        if self.num_nodes * self.gpus_per_node > MAX_GPUS:
+            raise ValueError(f"num_nodes × gpus_per_node must be at most {MAX_GPUS}")
+        return self
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+
+class TrainingSpec(_Spec):
+    global_batch_size: int = Field(ge=1, le=10_000_000, description="Sequences per optimizer step.")
+    seq_len: int = Field(ge=1, le=MAX_SEQ_LEN)
+    precision: Precision = "bf16"
+    optimizer: Optimizer = "adam"
+
+
+# --------------------------------------------------------------------------------------------
+# Parallel configuration
+
+
+class ParallelConfig(_Spec):
+    """A complete parallel configuration. ``stage_layers`` lists the transformer layers of each model
+    chunk in pipeline order (``pp × virtual_stages`` entries; chunk c sits on pipeline rank
+    ``c % pp`` for looped schedules, and V-shaped for ``zbv-zero-bubble``)."""
+
+    tp: int = Field(ge=1, le=MAX_GPUS)
+    pp: int = Field(ge=1, le=MAX_LAYERS)
+    dp: int = Field(ge=1, le=MAX_GPUS)
+    micro_batch_size: int = Field(ge=1, le=1_000_000)
+    schedule: Schedule = "1f1b"
+    virtual_stages: int = Field(default=1, ge=1, le=64)
+    recompute: Recompute = "none"
+    sequence_parallel: bool = False
+    zero_stage: int = Field(default=0, ge=0, le=3)
+    stage_layers: list[int] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> "ParallelConfig":
+        chunks = self.pp * self.virtual_stages
+        if len(self.stage_layers) != chunks:
+            raise ValueError(
+                f"stage_layers has {len(self.stage_layers)} entries but pp × virtual_stages = {chunks}; "
+                "give one layer count per model chunk"
+            )
+        if any(n < 0 for n in self.stage_layers):
+            raise ValueError("stage_layers entries must be ≥ 0")
+        if self.schedule in MULTI_STAGE_SCHEDULES and self.virtual_stages < 2:
+            raise ValueError(f"schedule {self.schedule!r} needs virtual_stages ≥ 2")
+        if self.schedule not in MULTI_STAGE_SCHEDULES and self.virtual_stages != 1:
+            raise ValueError(
+                f"virtual_stages={self.virtual_stages} needs an interleaved schedule; "
+                "use schedule 'interleaved-1f1b' or set virtual_stages to 1"
+            )
+        if self.schedule == "zbv-zero-bubble" and self.virtual_stages != 2:
+            raise ValueError("schedule 'zbv-zero-bubble' needs virtual_stages = 2")
+        if self.sequence_parallel and self.tp == 1:
+            raise ValueError("sequence_parallel needs tp > 1; set sequence_parallel to false")
+        return self
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+
+class ParallelPins(_Spec):
+    """A partial ParallelConfig: each field given is pinned, the rest are searched (``plan``) or take
+    documented defaults (``estimate``)."""
+
+    tp: int | None = Field(default=None, ge=1, le=MAX_GPUS)
+    pp: int | None = Field(default=None, ge=1, le=MAX_LAYERS)
+    dp: int | None = Field(default=None, ge=1, le=MAX_GPUS)
+    micro_batch_size: int | None = Field(default=None, ge=1, le=1_000_000)
+    schedule: Schedule | None = None
+    virtual_stages: int | None = Field(default=None, ge=1, le=64)
+    recompute: Recompute | None = None
+    sequence_parallel: bool | None = None
+    zero_stage: int | None = Field(default=None, ge=0, le=3)
+    stage_layers: list[int] | None = Field(default=None, min_length=1, max_length=4096)
+
+
+# --------------------------------------------------------------------------------------------
+# Profiles
+
+
+class ActivationBytes(_Spec):
+    """Bytes saved for backward by one layer for one micro-batch, per recompute mode."""
+
+    none: int = Field(ge=0)
+    selective: int = Field(ge=0)
+    full: int = Field(ge=0)
+
+    def for_mode(self, mode: str) -> int:
+        return int(getattr(self, mode))
+
+
+class LayerProfile(_Spec):
+    """One layer kind at one (micro_batch_size, seq_len, tp, sequence_parallel) point. Per GPU."""
+
+    kind: LayerKind
+    micro_batch_size: int = Field(ge=1)
+    seq_len: int = Field(ge=1)
+    tp: int = Field(ge=1)
+    sequence_parallel: bool = False
+    fwd_flops: float = Field(ge=0)
+    bwd_flops: float = Field(ge=0)
+    param_count: int = Field(ge=0)
+    param_bytes: int = Field(ge=0)
+    saved_activation_bytes: ActivationBytes
+    output_activation_bytes: int = Field(ge=0)
+    fwd_time_s: float | None = Field(default=None, ge=0)
+    bwd_time_s: float | None = Field(default=None, ge=0)
+    peak_memory_bytes: int | None = Field(default=None, ge=0)
+
+
+class Profile(_Spec):
+    """Per-layer-kind measurements (or analytic derivations) of one model on one device."""
+
+    schema_version: int = SCHEMA_VERSION
+    model: ModelSpec
+    device: str = Field(description="'meta', 'cpu', 'analytic', or a CUDA device name.")
+    dtype: Precision = "bf16"
+    torch_version: str | None = None
+    source: Literal["analytic", "meta", "measured"] = "measured"
+    created_at: str | None = None
+    layers: list[LayerProfile] = Field(min_length=1, max_length=100_000)
+
+    def find(
+        self, kind: str, micro_batch_size: int, seq_len: int, tp: int, sequence_parallel: bool = False
+    ) -> LayerProfile | None:
+        for layer in self.layers:
+            if (layer.kind, layer.micro_batch_size, layer.seq_len, layer.tp, layer.sequence_parallel) == (
+                kind, micro_batch_size, seq_len, tp, sequence_parallel
+            ):
+                return layer
+        return None
+
+
+LinkClass = Literal["intra_node", "inter_node"]
+Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "send_recv"]
+
+
+class LinkFit(_Spec):
+    """α-β fit of one collective on one link class: time(S) = alpha_s + S · beta_s_per_byte, where S
+    is the message size in bytes (per rank) at ``group_size`` ranks."""
+
+    link: LinkClass
+    collective: Collective
+    group_size: int = Field(ge=2)
+    alpha_s: float = Field(ge=0)
+    beta_s_per_byte: float = Field(ge=0)
+    samples: list[tuple[int, float]] = Field(default_factory=list, description="(bytes, seconds) measured.")
+
+    @property
+    def bandwidth_GBps(self) -> float:
+        return 1.0 / self.beta_s_per_byte / 1e9 if self.beta_s_per_byte > 0 else float("inf")
+
+
+class NetworkProfile(_Spec):
+    schema_version: int = SCHEMA_VERSION
+    backend: str
+    device: str
+    world_size: int = Field(ge=1)
+    nodes: int = Field(default=1, ge=1)
+    created_at: str | None = None
+    links: list[LinkFit] = Field(default_factory=list, max_length=1000)
+
+    def fit(self, link: str, collective: str) -> LinkFit | None:
+        for f in self.links:
+            if f.link == link and f.collective == collective:
+                return f
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# Requests
+
+
+class SearchOptions(_Spec):
+    allow_tp_across_nodes: bool = Field(default=False, description="Allow TP groups that span nodes.")
+    time_limit_s: float = Field(default=10.0, gt=0, le=600, description="CP-SAT wall-time limit.")
+    num_workers: int = Field(default=2, ge=1, le=64, description="CP-SAT search workers.")
+
+
+class PlanRequest(_Spec):
+    """The body of ``planner.plan``/``planner.estimate`` and ``POST /v1/plans``/``/v1/estimates``."""
+
+    model: str | ModelSpec = Field(description="A catalog id (see `meshplan models`) or an inline ModelSpec.")
+    cluster: ClusterSpec
+    training: TrainingSpec
+    parallel: ParallelPins = Field(default_factory=ParallelPins, description="Pinned parallel settings.")
+    profile: Profile | None = None
+    profile_id: str | None = Field(default=None, max_length=64, description="A stored profile (service only).")
+    network: NetworkProfile | None = None
+    top_k: int = Field(default=3, ge=1, le=20)
+    options: SearchOptions = Field(default_factory=SearchOptions)
+
+
+# --------------------------------------------------------------------------------------------
+# Results
+
+
+class TimeBreakdown(_Spec):
+    """Seconds per step on the critical path, by cause. They add up to ``step_time_s``."""
+
+    compute_s: float
+    tp_comm_s: float
+    pp_bubble_s: float
+    pp_p2p_s: float
+    dp_sync_s: float
+    optimizer_s: float
+
+
+class StageMemory(_Spec):
+    """GiB per GPU of one pipeline rank."""
+
+    weights_gib: float
+    gradients_gib: float
+    optimizer_gib: float
+    activations_gib: float
+    buffers_gib: float
+    reserve_gib: float
+    total_gib: float
+
+
+class Estimate(_Spec):
+    step_time_s: float
+    tokens_per_s: float
+    model_tflops_per_gpu: float
+    mfu: float
+    memory_per_stage_gib: list[float]
+    memory_per_stage: list[StageMemory] = Field(default_factory=list)
+    peak_memory_gib: float
+    gpu_memory_gib: float
+    fits: bool
+    num_microbatches: int
+    gpus_used: int
+    breakdown: TimeBreakdown
+    notes: list[str] = Field(default_factory=list)
+
+
+TPLayout = Literal["replicate", "shard_seq", "shard_last"]
+
+
+class TPRule(_Spec):
+    """One entry of a tensor-parallel plan: modules whose qualified name matches ``pattern``
+    (fnmatch, e.g. ``layers.*.attn.wq``) get ``style``. Layouts map to DTensor placements:
+    replicate → Replicate(), shard_seq → Shard(1), shard_last → Shard(-1)."""
+
+    pattern: str
+    style: Literal["colwise", "rowwise", "sequence_parallel", "prepare_input", "prepare_output", "replicate"]
+    input_layouts: list[TPLayout] | None = None
+    output_layouts: list[TPLayout] | None = None
+    desired_input_layouts: list[TPLayout] | None = None
+    desired_output_layouts: list[TPLayout] | None = None
+
+
+class MeshLayout(_Spec):
+    """The device mesh: ``dim_names``/``shape`` in row-major order (last dim innermost, i.e. ranks
+    adjacent), and the global ranks forming each group."""
+
+    dim_names: list[str]
+    shape: list[int]
+    tp_groups: list[list[int]]
+    pp_groups: list[list[int]]
+    dp_groups: list[list[int]]
+
+
+class Explanation(_Spec):
+    binding_constraint: Literal["memory", "bubble", "communication", "compute"]
+    summary: str
+    runner_up: str | None = None
+    details: list[str] = Field(default_factory=list)
+
+
+class Plan(_Spec):
+    """A complete, executable plan: pure data, self-contained (the runtime, exporters and API need
+    nothing else)."""
+
+    schema_version: int = SCHEMA_VERSION
+    rank: int = Field(default=1, ge=1, description="1 = best.")
+    model: ModelSpec
+    cluster: ClusterSpec
+    gpu: GpuSpec
+    training: TrainingSpec
+    parallel: ParallelConfig
+    mesh: MeshLayout
+    tp_plan: list[TPRule]
+    estimate: Estimate
+    explanation: Explanation | None = None
+
+
+class SolverInfo(_Spec):
+    status: Literal["OPTIMAL", "FEASIBLE", "INFEASIBLE", "MODEL_INVALID", "UNKNOWN"]
+    objective_value: float | None = None
+    best_objective_bound: float | None = None
+    wall_time_s: float
+    configurations_considered: int = 0
+    notes: list[str] = Field(default_factory=list)
+
+
+class Infeasibility(_Spec):
+    """Why no plan exists, and the smallest change that would make one."""
+
+    reason: str
+    field: str
+    suggestion: str
+    min_memory_per_gpu_gib: float | None = None
+
+
+class PlanResponse(_Spec):
+    schema_version: int = SCHEMA_VERSION
+    model: ModelSpec
+    cluster: ClusterSpec
+    training: TrainingSpec
+    plans: list[Plan]
+    solver: SolverInfo
+    infeasible: Infeasibility | None = None
+
+
+PositiveInt = Annotated[int, Field(ge=1)]
+
+
+class RunReport(_Spec):
+    """What a run of a plan measured, beside what the plan predicted (written by ``meshplan run``,
+    stored by the service, shown by the dashboard). Ratios are predicted ÷ measured."""
+
+    schema_version: int = SCHEMA_VERSION
+    model: str
+    parallel: ParallelConfig
+    world_size: int = Field(ge=1)
+    device: str
+    torch_version: str
+    steps: int = Field(ge=0)
+    global_batch_size: int = Field(ge=1)
+    seq_len: int = Field(ge=1)
+    losses: list[float]
+    step_times_s: list[float]
+    measured_step_time_s: float = Field(ge=0, description="Median step time after the first (warm-up) step.")
+    tokens_per_s: float = Field(ge=0)
+    peak_memory_gib_per_rank: list[float]
+    predicted_step_time_s: float | None = None
+    predicted_peak_memory_gib: float | None = None
+    step_time_ratio: float | None = None
+    memory_ratio: float | None = None
+    resumed_from_step: int | None = None
+    created_at: str | None = None
+    notes: list[str] = Field(default_factory=list)
