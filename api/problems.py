@@ -106,7 +106,10 @@ async def _problem(request: Request, exc: ProblemException) -> JSONResponse:
 
 async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     detail = exc.detail if isinstance(exc.detail, str) else None
-    return problem_response(exc.status_code, detail, headers=getattr(exc, "headers", None), instance=request.url.path)
+    errors = []
+    if exc.status_code == 400:  # FastAPI could not read the body (e.g. not UTF-8)
+        errors = [ProblemError(field="body", message=detail or "unreadable body", fix="send a UTF-8 JSON document")]
+    return problem_response(exc.status_code, detail, errors=errors, headers=getattr(exc, "headers", None), instance=request.url.path)
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

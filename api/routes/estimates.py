@@ -13,7 +13,7 @@ from planner.specs import Plan, PlanRequest
 router = v1_router("/estimates", "estimates")
 
 
-@router.post("", response_model=Plan, responses=error_responses(401, 413, 422))
+@router.post("", response_model=Plan, responses=error_responses(400, 401, 413, 422))
 async def estimate(body: PlanRequest, settings: SettingsDep, store: StoreDep, solver: SolverDep, metrics: MetricsDep) -> Plan:
     """Complete the pinned configuration with the planner's documented defaults and estimate it
     (no search: fast, and not stored)."""

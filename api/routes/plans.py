@@ -42,7 +42,7 @@ async def resolve_profile(request: PlanRequest, store: Store) -> PlanRequest:
     response_model=StoredPlan,
     status_code=201,
     responses={200: {"model": StoredPlan, "description": "The same request was solved before: answered from the store."},
-               **error_responses(401, 413, 422, 503)},
+               **error_responses(400, 401, 413, 422, 503)},
 )
 async def create_plan(
     body: PlanRequest, response: Response, settings: SettingsDep, store: StoreDep,

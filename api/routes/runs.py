@@ -15,7 +15,7 @@ from planner.specs import RunReport
 router = v1_router("/runs", "runs")
 
 
-@router.post("", response_model=StoredRun, status_code=201, responses=error_responses(401, 413, 422))
+@router.post("", response_model=StoredRun, status_code=201, responses=error_responses(400, 401, 413, 422))
 async def create_run(body: RunReport, store: StoreDep) -> StoredRun:
     return await run_in_threadpool(store.put_run, body)
 
