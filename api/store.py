@@ -182,11 +182,12 @@ class Store:
             response_json=response.model_dump_json(),
             **_summary_of(response),
         )
-        if self._insert(row):
-            return StoredPlan(id=plan_id, created_at=row.created_at, cached=False, request=request, response=response), True
-        existing = self.get_plan(plan_id)
-        assert existing is not None  # an IntegrityError on the primary key means it exists
-        return existing, False
+        while not self._insert(row):
+            existing = self.get_plan(plan_id)
+            if existing is not None:  # another writer stored it first
+                return existing, False
+            # ... and it was deleted in between: insert again.
+        return StoredPlan(id=plan_id, created_at=row.created_at, cached=False, request=request, response=response), True
 
     def list_plans(self, *, model: str | None, gpu: str | None, limit: int, offset: int) -> Page[PlanSummary]:
         query = select(PlanRow)
@@ -224,11 +225,11 @@ class Store:
             source=profile.source,
             profile_json=canonical_json(data),
         )
-        if self._insert(row):
-            return StoredProfile(id=profile_id, created_at=row.created_at, profile=profile), True
-        existing = self.get_profile(profile_id)
-        assert existing is not None
-        return existing, False
+        if not self._insert(row):
+            existing = self.get_profile(profile_id)
+            if existing is not None:  # stored before (profiles are never deleted)
+                return existing, False
+        return StoredProfile(id=profile_id, created_at=row.created_at, profile=profile), True
 
     def get_profile(self, profile_id: str) -> StoredProfile | None:
         with self._session() as session:
@@ -260,8 +261,8 @@ class Store:
             step_time_ratio=report.step_time_ratio,
             report_json=report.model_dump_json(),
         )
-        inserted = self._insert(row)
-        assert inserted  # 128 random bits do not collide
+        if not self._insert(row):
+            raise RuntimeError(f"run id {row.id} collided")  # 128 random bits: does not happen
         return StoredRun(id=row.id, created_at=row.created_at, report=report)
 
     def get_run(self, run_id: str) -> StoredRun | None:

@@ -273,3 +273,21 @@ def test_client_reads_plans_and_raises_problems(client, solved):
     with pytest.raises(MeshplanAPIError) as err:
         mc.get_run("nope")
     assert err.value.status == 404
+
+
+def test_readyz_is_503_when_the_store_does_not_answer(tmp_path):
+    from sqlalchemy.exc import OperationalError
+
+    from api.deps import get_store
+
+    class Unreachable:
+        def ping(self):
+            raise OperationalError("SELECT 1", {}, Exception("connection refused"))
+
+    app = make_app(tmp_path)
+    app.dependency_overrides[get_store] = Unreachable
+    with TestClient(app) as c:
+        ready, healthy = c.get("/readyz"), c.get("/healthz")
+    assert (ready.status_code, ready.json()["status"]) == (503, "unavailable")
+    assert "OperationalError" in ready.json()["detail"] and "refused" not in ready.text
+    assert healthy.status_code == 200  # the process itself is fine

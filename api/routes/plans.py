@@ -57,6 +57,9 @@ async def create_plan(
         solve_request = await resolve_profile(request, store)
 
         def solve_and_store() -> StoredPlan:
+            done = store.get_plan(key)  # solved by another request since we looked
+            if done is not None:
+                return done
             result = timed(metrics, "plan", lambda: solver.plan(solve_request))()
             plan, _created = store.put_plan(key, request, result)  # committed before we answer
             return plan
