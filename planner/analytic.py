@@ -28,20 +28,29 @@ dropout (the zoo has none, so Korthikanti's mask terms vanish too). Per transfor
 every distinct tensor once (the QKV projections share their input; the attention output and the
 output projection's input are one tensor):
 
-===============================  ===========================  =============================
-tensor                            elements                      sharded by
-===============================  ===========================  =============================
-attn_norm input (+ statistics)    T·h (+ norm stats)            t only with sequence parallel
-attn_norm output (QKV input)      T·h                           not sharded (gathered)
-Q; K; V (after RoPE)              T·h/t; T·g·d/t; T·g·d/t       t
-attention output (= wo input)     T·h/t                         t
-softmax log-sum-exp (fp32)        b·s·a/t                       t
-mlp_norm input (+ statistics)     T·h (+ norm stats)            t only with sequence parallel
-mlp_norm output (w1 input)        T·h                           not sharded (gathered)
-GELU MLP: w1 output; w2 input     2·T·f/t                       t
-SwiGLU: w1 out, silu out,         4·T·f/t                       t
-w3 out, w2 input
-===============================  ===========================  =============================
+=================================  ===========================  ===========================
+tensor                              elements                      sharded by
+=================================  ===========================  ===========================
+attn_norm input and statistics      see below                     t only with sequence parallel
+attn_norm output (QKV input)        T·h                           not sharded (gathered)
+Q; K; V (after RoPE, K/V repeated   T·h/t each                    t
+to the query heads)
+RoPE cos/sin tables (Llama, fp32)   2 calls × 2 × s·d/2           not sharded
+attention output (= wo input)       T·h/t                         t
+softmax log-sum-exp (fp32)          b·s·a/t                       t
+mlp_norm input and statistics       see below                     t only with sequence parallel
+mlp_norm output (w1 input)          T·h                           not sharded (gathered)
+GELU MLP: w1 output; w2 input       2·T·f/t                       t
+SwiGLU: w1 out, silu out, w3 out,   4·T·f/t                       t
+w2 input
+=================================  ===========================  ===========================
+
+Norms: ``nn.LayerNorm`` keeps its input and two per-token statistics (mean, 1/σ) in the activation
+dtype: T·(h + 2)·e bytes. ``nn.RMSNorm`` (PyTorch's composite ``rms_norm``) upcasts to fp32 and keeps
+the fp32 input, the fp32 normalised input and the fp32 1/rms: T·(2h + 1)·4 bytes whatever the
+training precision. The zoo's attention repeats K/V heads to the query-head count before the fused
+kernel (``repeat_interleave``), so GQA saves no activation memory there (a GQA-aware kernel would keep
+K and V at g/t heads).
 
 This is Korthikanti et al. (MLSys'23, "Reducing Activation Recomputation in Large Transformer
 Models", §4.1) redone for this block: their 34·s·b·h bytes are, without dropout masks (2·sbh) and with
@@ -221,11 +230,13 @@ def model_flops_per_step(model: ModelSpec, tokens: int, seq_len: int) -> float:
 
 
 def _norm_saved(model: ModelSpec, tokens: float, e: int) -> float:
-    """Bytes a norm keeps for backward besides its output: its input (T·h) plus per-token statistics
-    (LayerNorm: mean and 1/σ; RMSNorm: 1/rms), in the activation dtype as PyTorch's CPU kernels keep
-    them."""
-    stats = 2 if model.norm == "layernorm" else 1
-    return tokens * (model.hidden_size + stats) * e
+    """Bytes a norm keeps for backward besides its output (see the module docstring): LayerNorm its
+    input and mean, 1/σ in the activation dtype; RMSNorm (composite, upcast to fp32) the fp32 input, the
+    fp32 normalised input and the fp32 1/rms."""
+    h = model.hidden_size
+    if model.norm == "layernorm":
+        return tokens * (h + 2) * e
+    return tokens * (2 * h + 1) * 4
 
 
 def block_saved_terms(
@@ -237,13 +248,14 @@ def block_saved_terms(
     b, s, h, f = micro_batch_size, seq_len, model.hidden_size, model.ffn_hidden_size
     T = b * s
     sp = tp if sequence_parallel else 1
-    q = model.num_attention_heads * model.head_dim / tp
-    kv = model.num_kv_heads * model.head_dim / tp
+    q = model.num_attention_heads * model.head_dim / tp  # local query width; K, V repeated to it
     mlp_tensors = 4 if model.activation == "swiglu" else 2
+    rope = 2 * 2 * s * (model.head_dim // 2) * 4 if model.family == "llama" else 0
     return {
         "attn_norm_input": _norm_saved(model, T / sp, e),
         "qkv_input": T * h * e,
-        "q_k_v": T * (q + 2 * kv) * e,
+        "q_k_v": 3 * T * q * e,
+        "rope_tables": rope,
         "attn_output": T * q * e,
         "attn_logsumexp": b * s * (model.num_attention_heads / tp) * LSE_BYTES,
         "mlp_norm_input": _norm_saved(model, T / sp, e),
