@@ -37,18 +37,24 @@ def torchrun_words(geom: Geometry, options: ExportOptions, endpoint: str, rdzv_i
 
 
 def shell_join(words: list[str], raw: frozenset[int] = frozenset(), indent: str = "  ") -> str:
-    """One command over several lines (flag and value together); words at indices in ``raw`` are
-    already-quoted shell expressions."""
+    """One command over several lines, a flag and its value on one line; words at indices in
+    ``raw`` are already-quoted shell expressions. (Layout only: the words are unchanged.)"""
     parts = [w if i in raw else shlex.quote(w) for i, w in enumerate(words)]
     lines, i = [parts[0]], 1
     while i < len(parts):
-        if parts[i].startswith("--") and i + 1 < len(parts) and not parts[i + 1].startswith("--") and parts[i] != "--standalone":
-            lines.append(f"{parts[i]} {parts[i + 1]}")
+        word = parts[i]
+        pairs = (word.startswith("-") and "=" not in word and word not in _BOOLEAN_FLAGS
+                 and i + 1 < len(parts) and not parts[i + 1].startswith("-"))
+        if pairs:
+            lines.append(f"{word} {parts[i + 1]}")
             i += 2
         else:
-            lines.append(parts[i])
+            lines.append(word)
             i += 1
     return (" \\\n" + indent).join(lines)
+
+
+_BOOLEAN_FLAGS = frozenset({"--standalone", "--no-python"})
 
 
 class TorchrunExporter(Exporter):
