@@ -526,3 +526,22 @@ def test_cli_exports_a_plan_response(tmp_path):
 def test_cli_lists_formats():
     run = _cli("export-formats")
     assert run.returncode == 0 and all(f in run.stdout for f in FORMATS)
+
+
+@pytest.mark.parametrize("gbs,group,error", [(8, None, False), (6, "3", False), (2, None, True)])
+def test_megatron_interleaving_needs_enough_micro_batches(gbs, group, error):
+    """Megatron's interleaved schedule raises unless pp ≤ N ≤ M and M mod N ∈ {0} ∪ [pp, N)."""
+    plan = make_plan("tiny-llama", 1, 4, "a100-sxm4-40gb", tp=1, pp=2, dp=2, mbs=1, gbs=gbs, seq=128,
+                     split=[2, 2, 2, 2], schedule="interleaved-1f1b", v=2)
+    if error:
+        with pytest.raises(MeshplanError) as err:
+            export(plan, "megatron", OPTIONS)
+        assert err.value.field == "plan.estimate.num_microbatches"
+        return
+    result = export(plan, "megatron", OPTIONS)
+    words = shell_words(result.content)
+    assert flag(words, "--microbatch-group-size-per-virtual-pipeline-stage") == group
+    m, pp = plan.estimate.num_microbatches, plan.parallel.pp
+    n = int(group or pp)
+    assert pp <= n <= m and (m % n == 0 or m % n >= pp)  # Megatron's own acceptance rule
+    assert bool(result.warnings) == (group is not None)

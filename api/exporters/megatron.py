@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 import shlex
 
+from planner.errors import MeshplanError
 from planner.specs import Plan
 
 from .base import Exporter, Notes, comment_block, header_lines, rank_layer_counts
@@ -76,6 +77,8 @@ def pipeline_args(plan: Plan, notes: Notes) -> list[str]:
     if p.pp == 1:
         return args
     even = len(set(split)) == 1
+    if v > 1:
+        args += microbatch_group_args(plan, notes)
     if v > 1 and even:
         args += ["--num-virtual-stages-per-pipeline-rank", str(v)]
     elif v > 1 or not even:
@@ -89,6 +92,27 @@ def pipeline_args(plan: Plan, notes: Notes) -> list[str]:
         else:
             args += ["--pipeline-model-parallel-layout", layout_string(split)]
     return args
+
+
+def microbatch_group_args(plan: Plan, notes: Notes) -> list[str]:
+    """Megatron's interleaved schedule runs micro-batches in groups of N per virtual stage (default
+    N = pp) and raises unless pp ≤ N ≤ M and M mod N is 0 or ≥ pp (schedules.py)."""
+    pp, m = plan.parallel.pp, plan.estimate.num_microbatches
+    if m < pp:
+        raise MeshplanError(
+            "plan.estimate.num_microbatches",
+            f"Megatron's interleaved schedule needs at least pp={pp} micro-batches per step, the plan has {m}",
+            "re-plan with a larger global batch or a smaller micro_batch_size",
+        )
+    if m % pp == 0:
+        return []
+    group = next(n for n in range(pp, m + 1) if m % n == 0 or m % n >= pp)
+    notes.warn(
+        f"{m} micro-batches is not a multiple of pp={pp}, which Megatron's interleaved schedule refuses with its "
+        f"default grouping: exported --microbatch-group-size-per-virtual-pipeline-stage {group}, a different "
+        "micro-batch order than planned"
+    )
+    return ["--microbatch-group-size-per-virtual-pipeline-stage", str(group)]
 
 
 def model_args(plan: Plan) -> list[str]:
