@@ -114,6 +114,33 @@ def test_delete_plan_then_it_is_gone(tmp_path):
         assert (r.status_code, r.json()["id"]) == (201, plan_id)
 
 
+def test_every_export_format_downloads(client, solved):
+    formats = client.get("/v1/catalog/export-formats").json()
+    assert {f["id"] for f in formats} >= {"torchrun", "slurm", "kubeflow-pytorchjob", "kubeflow-trainjob",
+                                          "megatron", "deepspeed", "torchtitan", "meshplan"}
+    for fmt in formats:
+        r = client.get(f"/v1/plans/{solved['id']}/export/{fmt['id']}?job_name=tiny-run&partition=gpu&image=reg.example/meshplan:1")
+        assert r.status_code == 200, (fmt["id"], r.text)
+        assert r.headers["content-type"].split(";")[0] == fmt["media_type"]
+        assert re.fullmatch(r'attachment; filename="[^"/]+"', r.headers["content-disposition"])
+        assert r.text.strip()
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("job_name=Not%20A%20Label", "query.job_name"),
+        ("partition=gpu%3Brm%20-rf", "query.partition"),
+        ("nodes=0", "query.nodes"),
+        ("index=7", "query.index"),
+    ],
+)
+def test_export_with_bad_options_is_422_or_404(client, solved, query, field):
+    r = client.get(f"/v1/plans/{solved['id']}/export/slurm?{query}")
+    assert r.status_code in (404, 422) and r.headers["content-type"] == PROBLEM
+    assert field in [e["field"] for e in r.json()["errors"]], r.json()
+
+
 # ---- estimates -----------------------------------------------------------------------------
 
 
