@@ -58,8 +58,7 @@ def serve(
     workers: int | None = typer.Option(None, "--workers", min=1, max=256, help="Worker processes [env MESHPLAN_WORKERS, default 1]."),
     log_level: str | None = typer.Option(None, "--log-level", help="critical|error|warning|info|debug [env MESHPLAN_LOG_LEVEL]."),
 ) -> None:
-    """Run the planner service (REST API under /v1, dashboard at /) on an embedded SQLite database
-    unless MESHPLAN_DATABASE_URL says otherwise."""
+    """Run the planner service: REST API under /v1, dashboard at /, SQLite unless MESHPLAN_DATABASE_URL."""
     import uvicorn
 
     overrides = {k: v for k, v in {"host": host, "port": port, "workers": workers, "log_level": log_level}.items() if v is not None}

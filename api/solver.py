@@ -93,13 +93,15 @@ class SolverPool:
         self.capacity = settings.solver_concurrency + settings.solver_queue
         self.queue_timeout_s = settings.solver_queue_timeout_s
         self.metrics = metrics
-        self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="meshplan-solver")
+        self._executor: ThreadPoolExecutor | None = None  # made on first use, again after shutdown
         self._slots = asyncio.Semaphore(self.concurrency)
         self._admitted = 0  # solves running or waiting for a slot
         self._inflight: dict[str, asyncio.Future] = {}
 
     def shutdown(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
 
     def _saturated(self, why: str) -> ProblemException:
         self.metrics.solver_rejected.inc()
@@ -128,6 +130,8 @@ class SolverPool:
             if isinstance(exc, asyncio.CancelledError):
                 raise
             raise self._saturated(f"no solver slot within {self.queue_timeout_s:g} s") from None
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="meshplan-solver")
         future = asyncio.get_running_loop().run_in_executor(self._executor, fn)
         # The slot is freed when the thread finishes, even if the client went away meanwhile: the
         # number of solver threads busy never exceeds ``concurrency``.
