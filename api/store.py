@@ -2,8 +2,8 @@
 
 Any SQLAlchemy URL works; the default is a SQLite file in WAL mode with ``synchronous=FULL``, so a
 write that returned (the request was acknowledged after its commit) survives ``kill -9`` and power
-loss. Records are stored as their validated JSON next to a few indexed columns for listing;
-nothing is pickled or evaluated.
+loss. Records are stored as their validated JSON next to a few indexed columns for listing, and
+are only ever read back as JSON through the pydantic schemas.
 
 Plans are keyed by the content hash of their canonical request (``request_key``): the same request
 always maps to the same id. Profiles are content-addressed the same way; runs get random ids.

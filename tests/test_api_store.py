@@ -91,3 +91,17 @@ def test_bad_setting_names_the_variable(monkeypatch, variable, value, message):
 def test_good_setting_is_read(monkeypatch, variable, value, attribute, expected):
     monkeypatch.setenv(variable, value)
     assert getattr(load_settings(), attribute) == expected
+
+
+SERVICE_MODULES = ["app", "body_limit", "client", "deps", "metrics", "problems", "schemas", "serve_cli", "settings",
+                   "solver", "store", "routes/plans", "routes/exports", "routes/estimates", "routes/profiles",
+                   "routes/runs", "routes/catalog", "routes/health"]
+
+
+@pytest.mark.parametrize("module", SERVICE_MODULES)
+def test_nothing_a_client_sends_is_executed_or_unpickled(module):
+    from tests.api_support import ROOT
+
+    source = (ROOT / "api" / f"{module}.py").read_text()
+    for banned in ("pickle", "marshal", "eval(", "exec(", "yaml.load(", "yaml.unsafe_load", "subprocess", "os.system", "PickleType"):
+        assert banned not in source, f"api/{module}.py uses {banned}"
