@@ -124,7 +124,7 @@ def cluster_command(
     nproc_per_node: int = typer.Option(2, "--nproc-per-node", min=2, max=64, help="Processes to launch on this node (ignored under torchrun)."),
     backend: str = typer.Option("auto", "--backend", help="auto (nccl with CUDA, else gloo), gloo or nccl."),
     sizes: str = typer.Option("", "--sizes", help="Message sizes in bytes, comma-separated (default: by backend)."),
-    iters: int = typer.Option(10, "--iters", min=1, help="Timed iterations per size (the median is kept)."),
+    iters: int = typer.Option(10, "--iters", min=1, help="Timed iterations per size (the fastest is kept)."),
 ) -> None:
     from profiler.cluster import BACKENDS
 

@@ -13,7 +13,10 @@ ping-pong between the group's first two ranks, one-way time = round trip / 2).
 Message size S follows nccl-tests' convention (NVIDIA/nccl-tests doc/PERFORMANCE.md): the full
 buffer, i.e. the all-reduce tensor, the all-gather *output*, the reduce-scatter *input*, the message
 sent. Each size is run ``warmup`` times untimed, then ``iters`` times, each call timed on its own (with a
-device sync); the median is taken, and the slowest rank's median kept.
+device sync). The *minimum* over the iterations is taken, as ``timeit`` does: the link's uncontended
+capability, which is what a dedicated training job sees (the mean and median absorb whatever else
+shares the hosts); then the slowest rank's value is kept, since a collective ends when its last rank
+does.
 
 α-β fit (Hockney's model): time(S) = α + β·S by ordinary least squares over the sizes; if that gives a
 negative α (or β), the fit is redone with α = 0 (or β = 0), so both stay ≥ 0. The fitted β includes
@@ -25,7 +28,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -93,9 +95,9 @@ def _op(collective: str, nbytes: int, group, ranks: list[int], device: torch.dev
 
 
 def measure(collective: str, nbytes: int, group, ranks: list[int], device: torch.device, *, warmup: int, iters: int) -> float:
-    """Seconds of one collective of S = nbytes: the slowest participating rank's median."""
+    """Seconds of one collective of S = nbytes: the slowest participating rank's fastest iteration."""
     op = _op(collective, nbytes, group, ranks, device)
-    median = 0.0
+    best = 0.0
     if op is not None:
         for _ in range(warmup):
             op()
@@ -106,10 +108,10 @@ def measure(collective: str, nbytes: int, group, ranks: list[int], device: torch
             op()
             _sync(device)
             times.append(time.perf_counter() - start)
-        median = statistics.median(times)
+        best = min(times)
         if collective == "send_recv":
-            median /= 2  # round trip → one way
-    slowest = torch.tensor([median], dtype=torch.float64, device=device)
+            best /= 2  # round trip → one way
+    slowest = torch.tensor([best], dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     return float(slowest.item())
 
@@ -143,6 +145,8 @@ def profile_network(sizes: Sequence[int], *, warmup: int = 2, iters: int = 10) -
     links = []
     for link, (_all, (ranks, group)) in _groups(world, local).items():
         for collective in COLLECTIVES:
+            # First use of a group sets up its connections: keep that out of the smallest size.
+            measure(collective, max(sizes), group, ranks, device, warmup=1, iters=1)
             samples = [(int(s), measure(collective, s, group, ranks, device, warmup=warmup, iters=iters)) for s in sizes]
             alpha, beta = fit_alpha_beta(samples)
             links.append(LinkFit(link=link, collective=collective, group_size=len(ranks), alpha_s=alpha,
