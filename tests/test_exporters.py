@@ -285,7 +285,7 @@ FROZEN_KEYS = {
               "--rdzv-endpoint", "--rdzv-id", "--max-restarts", "--plan", "#SBATCH --job-name", "#SBATCH --nodes",
               "#SBATCH --ntasks-per-node", "#SBATCH --gpus-per-node", "#SBATCH --exclusive", "#SBATCH --partition",
               "#SBATCH --time"},
-    "meshplan": {"--plan", "--nproc-per-node", "--nnodes"},
+    "meshplan": {"--plan", "--nproc-per-node", "--nnodes", "--rdzv-endpoint"},
     "megatron": {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--pipeline-model-parallel-layout",
                  "--sequence-parallel", "--micro-batch-size", "--global-batch-size", "--recompute-granularity",
                  "--use-distributed-optimizer", "--bf16", "--num-layers", "--hidden-size", "--ffn-hidden-size",
@@ -569,3 +569,54 @@ def test_a_real_planner_plan_for_llama3_70b_exports_to_every_target():
         parse(result.content, result.media_type)
         got = recount(plan, fmt, result.content)
         assert got["world"] == plan.parallel.num_gpus
+
+
+# ------------------------------------------------------------------------------------------------
+# Launch lines against the real parsers: torch's torchrun argparse and meshplan's `run` command
+
+SHELL_VARS = {"$SLURM_NNODES": None, "$MASTER_ADDR:$MASTER_PORT": "node0:29500", "$SLURM_JOB_ID": "123"}
+
+
+def _resolve(words: list[str], plan: Plan) -> list[str]:
+    out = []
+    for w in words:
+        if w == "$SLURM_NNODES":
+            w = str(plan.parallel.num_gpus // plan.cluster.gpus_per_node)
+        w = SHELL_VARS.get(w) or w
+        out.append(re.sub(r"\$\{MASTER_ADDR:\?[^}]*\}", "node0", w))
+    return out
+
+
+@pytest.mark.parametrize("case,fmt", [(c, f) for c in CASES for f in ("torchrun", "slurm")])
+def test_torchrun_lines_parse_with_torchs_own_parser(case, fmt):
+    from torch.distributed.run import get_args_parser
+
+    plan = CASES[case]
+    words = _resolve(shell_words(export(plan, fmt, OPTIONS).content), plan)
+    args = get_args_parser().parse_args(words[words.index("torchrun") + 1:])
+    assert int(args.nnodes) * int(args.nproc_per_node) == plan.parallel.num_gpus
+    assert args.module and args.training_script == "runtime.train" and args.training_script_args == ["--plan", "plan.json"]
+    if int(args.nnodes) > 1:
+        assert args.rdzv_backend == "c10d" and args.rdzv_endpoint.endswith(":29500") and not args.standalone
+    else:
+        assert args.standalone
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_meshplan_lines_are_accepted_by_meshplan_run(case):
+    """Every flag the meshplan export writes is an option of the runtime's `meshplan run`, with a value
+    that command accepts (parsed by its own click parser, without running it)."""
+    import typer
+    import typer.main
+
+    from runtime import cli as runtime_cli
+
+    app = typer.Typer()
+    runtime_cli.register(app)
+    command = typer.main.get_command(app)
+    plan = CASES[case]
+    words = _resolve(shell_words(export(plan, "meshplan", OPTIONS).content), plan)
+    ctx = command.make_context("meshplan", words[words.index("run") + 1:], resilient_parsing=False)
+    assert ctx.params["nproc_per_node"] * ctx.params["nnodes"] == plan.parallel.num_gpus
+    if ctx.params["nnodes"] > 1:
+        assert ctx.params["rdzv_endpoint"] == "node0:29500"
