@@ -620,3 +620,20 @@ def test_meshplan_lines_are_accepted_by_meshplan_run(case):
     assert ctx.params["nproc_per_node"] * ctx.params["nnodes"] == plan.parallel.num_gpus
     if ctx.params["nnodes"] > 1:
         assert ctx.params["rdzv_endpoint"] == "node0:29500"
+
+
+@pytest.mark.slow
+def test_meshplan_export_runs_on_the_bundled_runtime(tmp_path):
+    """The exported `meshplan run` line, run as written (plus --steps/--report), trains a tiny
+    two-stage pipeline plan on 2 CPU processes and reports the plan's world size."""
+    plan = make_plan("tiny-llama", 1, 2, "a100-sxm4-40gb", tp=1, pp=2, dp=1, mbs=2, gbs=4, seq=64, split=[3, 5])
+    (tmp_path / "plan.json").write_text(plan.model_dump_json())
+    words = shell_words(export(plan, "meshplan", OPTIONS).content)
+    words = words[words.index("meshplan"):]  # after `set -euo pipefail`
+    assert words[:2] == ["meshplan", "run"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, "-m", "api.cli", *words[1:], "--steps", "1", "--report", "run.json"],
+                         cwd=tmp_path, env=env, text=True, capture_output=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads((tmp_path / "run.json").read_text())
+    assert report["world_size"] == plan.parallel.num_gpus and len(report["losses"]) == 1
