@@ -70,3 +70,37 @@ def test_cluster_profile_two_processes_gloo(tmp_path):
         assert t_big / 4 <= f.alpha_s + f.beta_s_per_byte * big <= t_big * 4, f
         # Moving 256× more data takes longer.
         assert f.samples[-1][1] > f.samples[0][1], f
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_cluster_profile_two_nodes_on_one_host(tmp_path):
+    """Two torchrun launchers (--nnodes 2, 2 processes each) on this host: both link classes are
+    measured, each with its own groups (intra: the 2 ranks of a node; inter: one rank per node)."""
+    out = tmp_path / "net.json"
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}
+    launchers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
+             "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port),
+             "-m", "profiler.cluster", "--backend", "gloo", "--sizes", "4096,262144", "--iters", "3", "--out", str(out)],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        for node in (0, 1)
+    ]
+    logs = [p.communicate(timeout=300)[0] for p in launchers]
+    assert all(p.returncode == 0 for p in launchers), "\n".join(logs)
+    prof = NetworkProfile.model_validate_json(out.read_text())
+    assert (prof.world_size, prof.nodes) == (4, 2)
+    assert {(f.link, f.collective) for f in prof.links} == {
+        (link, c) for link in ("intra_node", "inter_node") for c in ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
+    }
+    assert all(f.group_size == 2 and f.beta_s_per_byte >= 0 and len(f.samples) == 2 for f in prof.links)
