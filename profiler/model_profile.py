@@ -92,7 +92,7 @@ def _mode(device: str) -> contextlib.AbstractContextManager:
 
 
 @contextlib.contextmanager
-def sequence_parallel(layer: nn.Module, kind: str, tp: int) -> Iterator[None]:
+def emulate_sequence_parallel(layer: nn.Module, kind: str, tp: int) -> Iterator[None]:
     """Emulate sequence-parallel collectives on one process (see the module docstring)."""
 
     def gather(_module, args):
@@ -133,16 +133,16 @@ def _input_maker(
 
 def measure_layer(
     model: ModelSpec, layer: nn.Module, kind: str, *, micro_batch_size: int, seq_len: int, tp: int,
-    sequence_parallel_: bool, device: str, dtype: str, warmup: int = 2, repeats: int = 5,
+    sequence_parallel: bool, device: str, dtype: str, warmup: int = 2, repeats: int = 5,
 ) -> LayerProfile:
     """One ``LayerProfile`` of an already built ``layer`` (inside the device's mode)."""
     torch_dtype = TORCH_DTYPES[dtype]
-    make_input = _input_maker(model, layer, kind, micro_batch_size, seq_len, tp, sequence_parallel_, device, torch_dtype)
+    make_input = _input_maker(model, layer, kind, micro_batch_size, seq_len, tp, sequence_parallel, device, torch_dtype)
 
     def forward() -> torch.Tensor:
         return layer(make_input())
 
-    sp_ctx = sequence_parallel(layer, kind, tp) if sequence_parallel_ else contextlib.nullcontext()
+    sp_ctx = emulate_sequence_parallel(layer, kind, tp) if sequence_parallel else contextlib.nullcontext()
     with sp_ctx:
         # One pass gives the FLOPs, the bytes saved without recomputation and the output size.
         counter = flop_counter()
@@ -171,7 +171,7 @@ def measure_layer(
         micro_batch_size=micro_batch_size,
         seq_len=seq_len,
         tp=tp,
-        sequence_parallel=sequence_parallel_,
+        sequence_parallel=sequence_parallel,
         fwd_flops=float(fwd_flops),
         bwd_flops=float(bwd_flops),
         param_count=sum(p.numel() for p in params),
@@ -209,7 +209,7 @@ def _available_bytes(device: str) -> int | None:
 
 def validate(
     model: ModelSpec, *, device: str, micro_batch_sizes: Sequence[int], tps: Sequence[int], seq_len: int,
-    sequence_parallel_: bool, dtype: str,
+    sequence_parallel: bool, dtype: str,
 ) -> tuple[list[int], list[int]]:
     """Check the request; return the sorted distinct micro-batch sizes and TP degrees."""
     if device not in DEVICES:
@@ -227,7 +227,7 @@ def validate(
             "seq_len", f"{seq_len} is outside 1..{model.max_seq_len} (the model's max_seq_len)",
             f"use a sequence length between 1 and {model.max_seq_len}",
         )
-    if sequence_parallel_:
+    if sequence_parallel:
         for tp in tp_list:
             if seq_len % tp:
                 raise MeshplanError(
@@ -271,7 +271,7 @@ def profile_model(
     seq_len = model.max_seq_len if seq_len is None else seq_len
     mbs, tp_list = validate(
         model, device=device, micro_batch_sizes=micro_batch_sizes, tps=tps, seq_len=seq_len,
-        sequence_parallel_=sequence_parallel, dtype=dtype,
+        sequence_parallel=sequence_parallel, dtype=dtype,
     )
     plan = [(tp, [False, True] if sequence_parallel and tp > 1 else [False]) for tp in tp_list]
     total = sum(len(sps) for _, sps in plan) * len(mbs) * len(LAYER_KINDS)
@@ -286,7 +286,7 @@ def profile_model(
                         for b in mbs:
                             layers.append(measure_layer(
                                 model, layer, kind, micro_batch_size=b, seq_len=seq_len, tp=tp,
-                                sequence_parallel_=sp, device=device, dtype=dtype, warmup=warmup, repeats=repeats,
+                                sequence_parallel=sp, device=device, dtype=dtype, warmup=warmup, repeats=repeats,
                             ))
                             advance(f"{kind} tp={tp}{' sp' if sp else ''} mbs={b}")
                     del layer

@@ -104,3 +104,24 @@ def test_cluster_profile_two_nodes_on_one_host(tmp_path):
         (link, c) for link in ("intra_node", "inter_node") for c in ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
     }
     assert all(f.group_size == 2 and f.beta_s_per_byte >= 0 and len(f.samples) == 2 for f in prof.links)
+
+
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["--backend", "mpi"], "--backend"),
+        (["--sizes", "1024,big"], "--sizes"),
+        (["--sizes", "2"], "--sizes"),
+        (["--out", "/nonexistent-dir/net.json"], "--out"),
+    ],
+)
+def test_cluster_bad_input_exits_2_naming_the_option(args, option, tmp_path, capsys):
+    from api.cli import main
+
+    if "--out" not in args:
+        args = [*args, "--out", str(tmp_path / "net.json")]
+    with pytest.raises(SystemExit) as exc:
+        main(["profile", "cluster", *args])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert option in err and "Traceback" not in err
