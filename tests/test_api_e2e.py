@@ -141,3 +141,11 @@ def test_several_workers_auth_and_the_docker_healthcheck(tmp_path):
     finally:
         server.stop()
     assert probe(server.port) != 0  # nothing listening: unhealthy
+
+
+@pytest.mark.parametrize(("variable", "value"), [("MESHPLAN_DATABASE_URL", "nonsense")])
+def test_serve_refuses_a_bad_setting_with_exit_code_2(tmp_path, variable, value):
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), variable: value}
+    done = subprocess.run([sys.executable, "-m", "api.cli", "serve"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert variable in done.stderr and "Traceback" not in done.stderr
