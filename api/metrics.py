@@ -49,14 +49,14 @@ class Metrics:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
-def route_template(scope: Scope) -> str:
-    """The matched route's path template (``/v1/plans/{plan_id}``), never the raw path (unbounded
-    label values would blow up the time series)."""
-    route = scope.get("route")
-    path = getattr(route, "path", None)
-    if path is None:
-        return "unmatched"
-    return path or "/"
+def route_template(scope: Scope, status: int) -> str:
+    """The matched API route's path template (``/v1/plans/{plan_id}``), never the raw path (unbounded
+    label values would blow up the time series). Requests no API route matched are labelled
+    ``unmatched`` when they failed with 404/405 and ``other`` otherwise (dashboard files, /docs)."""
+    path = getattr(scope.get("route"), "path", None)
+    if path:
+        return path
+    return "unmatched" if status in (404, 405) else "other"
 
 
 class MetricsMiddleware:
@@ -81,7 +81,7 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
-            route = route_template(scope)
+            route = route_template(scope, status["code"])
             method = scope.get("method", "GET")
             self.metrics.requests.labels(method, route, str(status["code"])).inc()
             self.metrics.latency.labels(method, route).observe(time.perf_counter() - start)

@@ -27,6 +27,7 @@ def test_metrics_count_requests_solves_and_cache_hits(tmp_path):
         for plan_id in ("a" * 32, "b" * 32):
             assert c.get(f"/v1/plans/{plan_id}").status_code == 404
         assert c.get("/nowhere").status_code == 404
+        assert c.get("/docs").status_code == 200
         r = c.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     m = samples(r.text)
@@ -36,6 +37,8 @@ def test_metrics_count_requests_solves_and_cache_hits(tmp_path):
     # Labelled by the route template, not the raw path (two ids, one series).
     assert m[(req, (("method", "GET"), ("route", "/v1/plans/{plan_id}"), ("status", "404")))] == 2
     assert not re.search(r'route="/v1/plans/a{32}"', r.text)
+    assert m[(req, (("method", "GET"), ("route", "unmatched"), ("status", "404")))] == 1  # /nowhere
+    assert m[(req, (("method", "GET"), ("route", "other"), ("status", "200")))] == 1  # /docs
     assert m[("meshplan_http_request_duration_seconds_count", (("method", "POST"), ("route", "/v1/plans")))] == 3
     assert m[("meshplan_plan_cache_total", (("result", "hit"),))] == 2
     assert m[("meshplan_plan_cache_total", (("result", "miss"),))] == 1
