@@ -288,6 +288,8 @@ class ClassCosts:
     # Reporting
     flops_layer: float  # model FLOPs (fwd+bwd incl. recompute) per layer per micro-batch, per GPU
     flops_extra: list[float]
+    elt: int = 2
+    optimizer: str = "adam"
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -492,7 +494,7 @@ def class_costs(ctx: Context, c: Candidate) -> ClassCosts:
         sync_const=sync[0], sync_layer=sync[1], sync_extra=sync[2],
         opt_layer=_ns(lp_blk.param_count / shard * upd / hbm), opt_extra=opt_extra,
         post_const=post[0], post_layer=post[1], post_extra=post[2],
-        flops_layer=blk.flops_fwd + blk.flops_bwd, flops_extra=flops_extra,
+        flops_layer=blk.flops_fwd + blk.flops_bwd, flops_extra=flops_extra, elt=e, optimizer=tr.optimizer,
     )
     ctx._costs[c] = cc
     return cc
@@ -542,12 +544,13 @@ def rank_memory(cc: ClassCosts, n: list[int], r: int) -> int:
     return states + acts + cc.buffer_const[r]
 
 
-def evaluate(cc: ClassCosts, n: list[int], simulate_schedule: bool = True) -> Evaluation:
+def evaluate(cc: ClassCosts, n: list[int], record: bool = False) -> Evaluation:
+    """The exact objective of class + cut: simulated makespan + the slowest rank's end of step."""
     from planner.simulate import simulate
 
     fwd, bwd = chunk_times(cc, n)
     c = cc.cand
-    sim = simulate(c.schedule, c.pp, c.virtual_stages, cc.m, fwd, bwd, cc.lag)
+    sim = simulate(c.schedule, c.pp, c.virtual_stages, cc.m, fwd, bwd, cc.lag, record=record)
     ends = [rank_end(cc, n, r) for r in range(c.pp)]
     end_rank = max(range(c.pp), key=lambda r: ends[r])
     mem = [rank_memory(cc, n, r) for r in range(c.pp)]

@@ -442,6 +442,8 @@ class SearchResult:
     notes: list[str] = field(default_factory=list)
     #: the class with the smallest memory need, when nothing fits (cand, GiB needed per GPU)
     min_memory: tuple[Candidate, float] | None = None
+    #: the class with the best bound that memory ruled out (cand, bound ns), if any
+    memory_blocked: tuple[Candidate, int] | None = None
 
 
 def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int = 3) -> SearchResult:
@@ -449,10 +451,14 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     cands = enumerate_candidates(ctx, pins, options)
     bounded: list[tuple[int, int, ClassCosts]] = []
     pruned_memory = 0
+    blocked: tuple[Candidate, int] | None = None
     for i, cand in enumerate(cands):
         cc = class_costs(ctx, cand)
         if pins.stage_layers is None and not may_fit(cc):
             pruned_memory += 1
+            lb = class_bound(cc)
+            if blocked is None or lb < blocked[1]:
+                blocked = (cand, lb)
             continue
         bounded.append((class_bound(cc), i, cc))
     bounded.sort(key=lambda t: (t[0], t[1]))
@@ -471,6 +477,8 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         if res.evaluation is None or not res.evaluation.fits:
             if res.status not in ("INFEASIBLE",):
                 all_proven = False
+            elif blocked is None or lb < blocked[1]:
+                blocked = (cc.cand, lb)
             continue
         if res.status != "OPTIMAL":
             if kth is None or res.bound < kth:
@@ -486,7 +494,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
                             min_memory=_min_memory(ctx, cands))
     best = found[0].evaluation.objective_ns
     return SearchResult(found, "OPTIMAL" if all_proven else "FEASIBLE", best, best if all_proven else min(r.bound for r in found),
-                        wall, len(cands), solved, solves, notes)
+                        wall, len(cands), solved, solves, notes, memory_blocked=blocked)
 
 
 def _min_memory(ctx: Context, cands: list[Candidate]) -> tuple[Candidate, float] | None:

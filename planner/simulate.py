@@ -76,66 +76,88 @@ class SimResult:
     critical_lags: list[int] = field(default_factory=list)
 
 
-def simulate(schedule: str, pp: int, v: int, m: int, fwd: list[int], bwd: list[int], lag: list[int] | None = None) -> SimResult:
+def simulate(schedule: str, pp: int, v: int, m: int, fwd: list[int], bwd: list[int], lag: list[int] | None = None,
+             record: bool = True) -> SimResult:
     """Simulate one step. ``fwd``/``bwd``: duration of one micro-batch on each chunk (``pp*v``
-    entries); ``lag``: p2p delay of each chunk boundary (``pp*v - 1`` entries, default 0)."""
+    entries); ``lag``: p2p delay of each chunk boundary (``pp*v - 1`` entries, default 0).
+    ``record=False`` skips the per-operation timeline (the critical path is always kept)."""
     chunks = pp * v
     if len(fwd) != chunks or len(bwd) != chunks:
         raise ValueError("fwd and bwd need one duration per chunk")
     lag = list(lag) if lag is not None else [0] * (chunks - 1)
     where = chunk_ranks(pp, v)
     orders = rank_orders(schedule, pp, v, m)
-    end: dict[Op, int] = {}
-    pred: dict[Op, tuple[Op | None, int | None]] = {}  # binding predecessor, boundary of its lag
+    # Operation id: ((kind * m) + j) * chunks + c, kind 0 = F, 1 = B.
+    n_ops = 2 * m * chunks
+    end = [-1] * n_ops
+    pred = [-1] * n_ops  # binding predecessor id
+    pred_lag = [-1] * n_ops  # boundary whose lag the binding edge carries
+    fwd_gap = [lag[c - 1] if c > 0 and where[c - 1] != where[c] else -1 for c in range(chunks)]
+    bwd_gap = [lag[c] if c < chunks - 1 and where[c + 1] != where[c] else -1 for c in range(chunks)]
+    coded = [[((0 if k == "F" else 1) * m + j) * chunks + c for k, j, c in order] for order in orders]
     pos = [0] * pp
     free = [0] * pp
-    last: list[Op | None] = [None] * pp
+    last = [-1] * pp
     out: list[tuple[int, str, int, int, int, int]] = []
-    remaining = sum(len(o) for o in orders)
+    remaining = n_ops
+    mc = m * chunks
     while remaining:
         progressed = False
         for r in range(pp):
-            while pos[r] < len(orders[r]):
-                op = orders[r][pos[r]]
-                kind, j, c = op
-                boundary = None
-                if kind == "F":
-                    dep = ("F", j, c - 1) if c > 0 else None
-                    if c > 0 and where[c - 1] != where[c]:
+            ops = coded[r]
+            p_ = pos[r]
+            while p_ < len(ops):
+                op = ops[p_]
+                c = op % chunks
+                if op < mc:  # forward
+                    if c > 0:
+                        dep = op - 1
+                        gap = fwd_gap[c]
                         boundary = c - 1
+                    else:
+                        dep, gap, boundary = -1, -1, -1
+                    dur = fwd[c]
                 else:
-                    dep = ("B", j, c + 1) if c < chunks - 1 else ("F", j, c)
-                    if c < chunks - 1 and where[c + 1] != where[c]:
+                    if c < chunks - 1:
+                        dep = op + 1
+                        gap = bwd_gap[c]
                         boundary = c
-                if dep is not None and dep not in end:
-                    break
-                gap = lag[boundary] if boundary is not None else 0
-                ready = end[dep] + gap if dep is not None else 0
-                start = max(free[r], ready)
-                if dep is not None and ready >= free[r]:
-                    pred[op] = (dep, boundary)
+                    else:
+                        dep, gap, boundary = op - mc, -1, -1
+                    dur = bwd[c]
+                if dep >= 0:
+                    if end[dep] < 0:
+                        break
+                    ready = end[dep] + (gap if gap > 0 else 0)
                 else:
-                    pred[op] = (last[r], None)
-                finish = start + (fwd[c] if kind == "F" else bwd[c])
+                    ready = 0
+                start = free[r]
+                if dep >= 0 and ready >= start:
+                    start = ready
+                    pred[op] = dep
+                    pred_lag[op] = boundary if gap >= 0 else -1
+                else:
+                    pred[op] = last[r]
+                finish = start + dur
                 end[op] = free[r] = finish
                 last[r] = op
-                out.append((r, kind, j, c, start, finish))
-                pos[r] += 1
+                if record:
+                    out.append((r, "F" if op < mc else "B", (op % mc) // chunks, c, start, finish))
+                p_ += 1
                 remaining -= 1
                 progressed = True
+            pos[r] = p_
         if not progressed:
             raise RuntimeError(f"schedule {schedule!r} deadlocked (pp={pp}, v={v}, m={m})")
     makespan = max(free)
-    # Walk back one critical path from the operation that ends last.
-    node: Op | None = max(end, key=lambda o: end[o])
+    node = max(range(n_ops), key=lambda o: end[o])
     path: list[Op] = []
     lags: list[int] = []
-    while node is not None:
-        path.append(node)
-        prev, boundary = pred[node]
-        if boundary is not None:
-            lags.append(boundary)
-        node = prev
+    while node >= 0:
+        path.append(("F" if node < mc else "B", (node % mc) // chunks, node % chunks))
+        if pred_lag[node] >= 0:
+            lags.append(pred_lag[node])
+        node = pred[node]
     path.reverse()
     return SimResult(makespan=makespan, ops=out, rank_finish=free, critical_path=path, critical_lags=lags)
 
