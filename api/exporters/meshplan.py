@@ -1,0 +1,36 @@
+"""meshplan's bundled runtime: ``meshplan run --plan plan.json --nproc-per-node N`` on one node, plus
+``--nnodes K --rdzv-endpoint host:port`` (required by the runtime across nodes; c10d rendezvous) on
+each of several (``runtime/cli.py``); it starts torchrun on ``python -m runtime.train``. The runtime applies every
+part of the plan itself (mesh, TP plan, stage split, schedule, recompute, ZeRO), so nothing is lost."""
+
+from __future__ import annotations
+
+from planner.specs import Plan
+
+from .base import Exporter, Notes, comment_block, geometry, header_lines
+from .torchrun import rdzv_endpoint, shell_join
+
+
+class MeshplanExporter(Exporter):
+    id = "meshplan"
+    target = "meshplan runtime (meshplan run)"
+    target_version = "meshplan 0.1 (runtime/cli.py `meshplan run`)"
+    media_type = "text/x-shellscript"
+    extension = "sh"
+
+    def render(self, plan: Plan, options, notes: Notes) -> str:
+        geom = geometry(plan, options)
+        words = ["meshplan", "run", "--plan", options.plan_path, "--nproc-per-node", str(geom.nproc_per_node)]
+        raw: frozenset[int] = frozenset()
+        if geom.multi_node:
+            endpoint = rdzv_endpoint(options, "${MASTER_ADDR:?set MASTER_ADDR to the first node address}")
+            words += ["--nnodes", str(geom.nnodes), "--rdzv-endpoint",
+                      f'"{endpoint}"' if options.rdzv_endpoint is None else endpoint]
+            raw = frozenset({len(words) - 1})
+        if options.command is not None:
+            notes.note("--command is ignored by the meshplan target: it always runs meshplan's runtime")
+        how = (f"Run this same script on each of the {geom.nnodes} nodes (MASTER_ADDR = the first node's address)."
+               if geom.multi_node else "Run on the one node.")
+        usage = "Add --steps N (default 10), --data tokens.bin, --report run.json … as needed (meshplan run --help)."
+        head = comment_block("#", header_lines(plan, self) + [how, usage], notes.warnings, notes.info)
+        return "#!/usr/bin/env bash\n" + head + "set -euo pipefail\n\n" + shell_join(words, raw) + "\n"
