@@ -14,6 +14,7 @@ import os
 import resource
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from planner.errors import MeshplanError
@@ -91,6 +92,8 @@ def run(plan, args) -> None:
     from runtime.job import Job, TrainConfig
     from runtime.report import build_report, summary
 
+    # Harmless here (the loss never modifies the logits in place); printed once per rank otherwise.
+    warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
