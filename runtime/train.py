@@ -50,6 +50,14 @@ def _fail(exc: MeshplanError) -> None:
     sys.exit(2)
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def _peak_memory_bytes(device) -> int:
     import torch
 
@@ -94,6 +102,8 @@ def run(plan, args) -> None:
 
     # Harmless here (the loss never modifies the logits in place); printed once per rank otherwise.
     warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
+    if "RANK" not in os.environ:  # started without a launcher: a one-process job
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
