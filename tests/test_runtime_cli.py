@@ -4,7 +4,6 @@ rank with a clear message (no rank hangs: every launch has a timeout)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
