@@ -175,8 +175,6 @@ class Job:
             kwargs = {"target": targets, "losses": losses} if self.has_last else {}
             self.schedule.step(*args, return_outputs=False, **kwargs)
             local = torch.stack(losses).mean().detach() if self.has_last else torch.zeros((), device=self.device)
-        if not self.has_last:
-            local = local * 0
         p = self.plan.parallel
         dist.all_reduce(local)  # every last-stage rank holds its DP replica's loss, tp times over
         return local / (p.dp * p.tp)
