@@ -117,6 +117,8 @@ class Job:
         mp = mixed_precision(plan.training.precision, device.type)
         if mp is None and plan.training.precision != "fp32":
             notes.append(f"{plan.training.precision} requested; ran fp32 on {device.type}")
+        elif plan.training.precision == "fp16":
+            notes.append("fp16 requested; ran bf16 compute (the runtime has no loss scaling)")
         chunks, dp_wrapper = {}, None
         for c, r in enumerate(stage_ranks(p)):
             if r != pp_rank:
