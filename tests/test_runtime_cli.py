@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from planner.specs import RunReport
-from runtime.testing import make_plan
+from runtime.testing import make_plan, run_process_group
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,8 +23,7 @@ def _env(tmp: Path) -> dict:
 
 
 def meshplan(args: list[str], tmp: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "api.cli", *args], cwd=ROOT, env=_env(tmp),
-                          capture_output=True, text=True, timeout=timeout)
+    return run_process_group([sys.executable, "-m", "api.cli", *args], cwd=ROOT, env=_env(tmp), timeout=timeout)
 
 
 def _write(tmp: Path, name: str, plan) -> Path:
@@ -106,7 +105,7 @@ def test_bad_plan_fails_fast_on_every_rank(tmp_path, factory, world, field):
     path = _write(tmp_path, "bad.json", factory())
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
            "-m", "runtime.train", "--plan", str(path), "--steps", "1"]
-    proc = subprocess.run(cmd, cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    proc = run_process_group(cmd, cwd=ROOT, env=_env(tmp_path), timeout=120)
     assert proc.returncode != 0
     for rank in range(world):
         assert f"[rank{rank}] error: {field}:" in proc.stderr, proc.stderr[-3000:]
@@ -143,6 +142,6 @@ def test_resume_from_an_empty_folder_fails_on_every_rank(tmp_path):
     assert r.returncode == 2 and "resume:" in r.stderr  # the CLI checks before launching
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
            "-m", "runtime.train", "--plan", str(path), "--resume", str(tmp_path / "empty")]
-    proc = subprocess.run(cmd, cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    proc = run_process_group(cmd, cwd=ROOT, env=_env(tmp_path), timeout=120)
     assert proc.returncode != 0
     assert "[rank0] error: resume:" in proc.stderr and "[rank1] error: resume:" in proc.stderr

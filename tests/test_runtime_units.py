@@ -93,3 +93,27 @@ def test_clip_matches_torch_on_plain_tensors():
     assert ours == pytest.approx(theirs, rel=1e-6)
     for p, q in zip(a, b):
         torch.testing.assert_close(p.grad, q.grad)
+
+
+def test_a_hung_launch_is_killed_with_its_workers(tmp_path):
+    """The launcher helper kills the whole process group on timeout (no orphaned ranks)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from runtime.testing import run_process_group
+
+    pid_file = tmp_path / "worker.pid"
+    code = ("import subprocess, sys, time; w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+            f"open({str(pid_file)!r}, 'w').write(str(w.pid)); time.sleep(60)")
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_process_group([sys.executable, "-c", code], env=dict(os.environ), cwd=tmp_path, timeout=3)
+    worker = int(pid_file.read_text())
+    time.sleep(0.2)
+    try:
+        os.kill(worker, 0)
+        alive = open(f"/proc/{worker}/stat").read().split()[2] != "Z"
+    except (ProcessLookupError, FileNotFoundError):
+        alive = False
+    assert not alive
