@@ -1,0 +1,373 @@
+"""The dashboard end to end: the real service (`meshplan serve` on a temporary SQLite file) and a
+real headless Chromium (Debian's, never a downloaded one) driving the pages as a user would.
+
+Each test checks what a person would look at — the configuration, charts drawn with data, errors
+next to the right field — against the API's own JSON, and saves screenshots under artifacts/.
+Set MESHPLAN_DASHBOARD_URL to drive an already running server instead of starting one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+TOKEN = "dashboard-test-token"
+LLAMA_ON_64_H100 = {"model": "llama3-70b", "gpu": "h100-sxm5-80gb", "nodes": 8, "gpus_per_node": 8}
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_server(tmp: Path, token: str | None = None):
+    if not (ROOT / "api" / "serve_cli.py").exists() and not os.environ.get("MESHPLAN_REQUIRE_BROWSER"):
+        pytest.skip("the service (api/serve_cli.py) is not on this branch yet")
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MESHPLAN_DATABASE_URL": f"sqlite:///{tmp / f'dash-{port}.db'}"}
+    env.pop("MESHPLAN_API_TOKEN", None)
+    if token:
+        env["MESHPLAN_API_TOKEN"] = token
+    log = open(tmp / f"server-{port}.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "api.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}: {(tmp / f'server-{port}.log').read_text()[-2000:]}")
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                return proc, base
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("server did not become healthy within 60 s")
+
+
+def _stop(proc) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if os.environ.get("MESHPLAN_DASHBOARD_URL"):
+        yield os.environ["MESHPLAN_DASHBOARD_URL"].rstrip("/")
+        return
+    proc, base = _start_server(tmp_path_factory.mktemp("dash"))
+    yield base
+    _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+class Page:
+    """A browser tab that records console errors and uncaught exceptions."""
+
+    def __init__(self, browser, base: str, width: int = 1280):
+        self.ctx = browser.new_context(viewport={"width": width, "height": 900}, accept_downloads=True)
+        self.page = self.ctx.new_page()
+        self.page.set_default_timeout(20_000)
+        self.base = base
+        self.errors: list[str] = []
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))
+        # Everything must come from the service itself: no CDN, no internet.
+        self.external: list[str] = []
+        self.page.on("request", lambda r: None if r.url.startswith((base, "data:", "blob:")) else self.external.append(r.url))
+
+    def goto(self, route: str):
+        self.page.goto(f"{self.base}/#{route}")
+        self.page.wait_for_selector("main .page > *:not(.state-loading)")
+        self.page.wait_for_function("!document.querySelector('main .state-loading')")
+        return self.page
+
+    def shot(self, artifacts: Path, name: str):
+        self.page.screenshot(path=str(artifacts / f"dashboard-{name}.png"), full_page=True)
+
+    def assert_clean(self, allowed_statuses: tuple[int, ...] = ()):
+        allowed = [f"status of {s}" for s in allowed_statuses]
+        bad = [e for e in self.errors if not any(a in e for a in allowed)]
+        assert not bad, f"console errors: {bad}"
+        assert not self.external, f"requests outside the service: {self.external}"
+
+    def close(self):
+        self.ctx.close()
+
+
+@pytest.fixture
+def tab(browser, server):
+    t = Page(browser, server)
+    yield t
+    t.close()
+
+
+def _svg_rects_with_area(page, selector: str) -> int:
+    return page.eval_on_selector_all(
+        selector, "els => els.filter(e => { const b = e.getBBox(); return b.width > 0 && b.height > 0; }).length"
+    )
+
+
+def _make_plan_through_form(tab: Page, time_limit: str = "5") -> str:
+    page = tab.goto("/new")
+    page.select_option("#f-model", LLAMA_ON_64_H100["model"])
+    page.select_option("#f-cluster-gpu", LLAMA_ON_64_H100["gpu"])
+    page.fill("#f-cluster-num_nodes", str(LLAMA_ON_64_H100["nodes"]))
+    page.fill("#f-cluster-gpus_per_node", str(LLAMA_ON_64_H100["gpus_per_node"]))
+    assert "64 GPUs" in page.inner_text("output.total")
+    page.fill("#f-options-time_limit_s", time_limit)
+    page.click("#plan-submit")
+    page.wait_for_url(re.compile(r".*#/plans/[^/?]+$"), timeout=120_000)
+    page.wait_for_selector("#alternatives-table")
+    page.wait_for_selector("#schedule .block")
+    return page.url.rsplit("/", 1)[-1]
+
+
+@pytest.fixture(scope="module")
+def llama_plan(browser, server, tmp_path_factory):
+    """Llama 3 70B on 8 × 8 H100, made through the form once; the tests below read it."""
+    tab = Page(browser, server)
+    try:
+        plan_id = _make_plan_through_form(tab)
+        tab.assert_clean()
+    finally:
+        tab.close()
+    stored = httpx.get(f"{server}/v1/plans/{plan_id}", timeout=30).json()
+    return plan_id, stored
+
+
+def test_form_makes_a_plan_and_the_page_explains_it(tab, llama_plan, artifacts_dir):
+    plan_id, stored = llama_plan
+    best = stored["response"]["plans"][0]
+    par, est = best["parallel"], best["estimate"]
+    page = tab.goto(f"/plans/{plan_id}")
+    page.wait_for_selector("#schedule .block")
+
+    # The configuration and the reasons.
+    assert "llama3-70b" in page.inner_text("h1") and "h100-sxm5-80gb" in page.inner_text("h1")
+    config = page.inner_text("#chosen .config-line")
+    for text in (f"tp {par['tp']}", f"pp {par['pp']}", f"dp {par['dp']}", f"micro-batch {par['micro_batch_size']}", par["schedule"]):
+        assert text in config
+    why = page.inner_text("#why")
+    if best.get("explanation"):
+        assert best["explanation"]["summary"] in why
+        assert best["explanation"]["binding_constraint"] in why
+    assert "Solver:" in why and stored["response"]["solver"]["status"] in why
+
+    # Alternatives side by side: one column per plan.
+    n_plans = len(stored["response"]["plans"])
+    assert page.locator("#alternatives-table thead th").count() == n_plans + 1
+
+    # Mesh: one cell per GPU in use, stage from plan.mesh.pp_groups, one outline per TP group (tp > 1).
+    cells = page.locator("#mesh rect.gpu:not(.gpu-unused)")
+    assert cells.count() == est["gpus_used"] == par["tp"] * par["pp"] * par["dp"]
+    stage_of = {r: i for grp in best["mesh"]["pp_groups"] for i, r in enumerate(grp)}
+    drawn = page.eval_on_selector_all("#mesh rect.gpu[data-stage]", "els => els.map(e => +e.dataset.stage)")
+    assert drawn == [stage_of[r] for r in range(len(drawn))]
+    if par["tp"] > 1:
+        assert page.locator("#mesh rect.tp-outline").count() >= len(best["mesh"]["tp_groups"])
+
+    # Memory: stacked bars with area, the capacity line, and totals that match the estimate.
+    assert _svg_rects_with_area(page, "#memory rect.bar") >= par["pp"]
+    assert page.locator("#memory line.ref-line").count() == 1
+    page.click("#memory summary")
+    totals = page.eval_on_selector_all("#memory tbody tr td:last-child", "els => els.map(e => parseFloat(e.textContent))")
+    expected = [s["total_gib"] for s in est["memory_per_stage"]] or est["memory_per_stage_gib"]
+    assert totals == pytest.approx(expected, abs=0.051)
+
+    # Time breakdown: one stacked bar per alternative.
+    assert _svg_rects_with_area(page, "#time rect.bar") >= n_plans
+
+    # Schedule: every compute event of the trace is drawn, one row per pipeline rank.
+    trace = httpx.get(f"{tab.base}/v1/plans/{plan_id}/trace", timeout=30).json()
+    compute = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ("forward", "backward", "weight")]
+    assert page.locator("#schedule rect.block-forward, #schedule rect.block-backward, #schedule rect.block-weight").count() == len(compute)
+    assert page.locator("#schedule text.row-label").count() == len({e["tid"] for e in compute})
+    assert _svg_rects_with_area(page, "#schedule rect.block") == page.locator("#schedule rect.block").count()
+
+    # Exports: one link per server format, plus the trace.
+    formats = httpx.get(f"{tab.base}/v1/catalog/export-formats", timeout=30).json()
+    assert page.locator("#exports a[data-format]").count() == len(formats) + 1
+    with page.expect_download() as dl:
+        page.click('#exports a[data-format="trace"]')
+    saved = json.loads(Path(dl.value.path()).read_text())
+    assert len(saved["traceEvents"]) == len(trace["traceEvents"])
+
+    tab.shot(artifacts_dir, "plan-1280")
+    page.set_viewport_size({"width": 820, "height": 900})
+    tab.shot(artifacts_dir, "plan-820")
+    tab.assert_clean()
+
+
+def test_what_if_compares_side_by_side(tab, llama_plan, artifacts_dir):
+    plan_id, stored = llama_plan
+    best = stored["response"]["plans"][0]
+    page = tab.goto(f"/plans/{plan_id}")
+    page.select_option("#whatif-knob", "recompute")
+    other = next(r for r in ("full", "selective", "none") if r != best["parallel"]["recompute"])
+    page.select_option("#whatif-value", other)
+    page.click("#whatif button[type=submit]")
+    page.wait_for_selector("#whatif .whatif-table")
+    body = page.inner_text("#whatif .whatif-table")
+    assert f"recompute {other}" in body and f"recompute {best['parallel']['recompute']}" in body
+    assert page.locator("#whatif figure.chart").count() == 3  # two memory charts and the time comparison
+    assert _svg_rects_with_area(page, "#whatif rect.bar") > 0
+    page.locator("#whatif").scroll_into_view_if_needed()
+    tab.shot(artifacts_dir, "what-if")
+    tab.assert_clean()
+
+
+@pytest.mark.parametrize(
+    ("fill", "field", "status"),
+    [
+        ({"#f-cluster-num_nodes": "0"}, "cluster.num_nodes", 422),
+        ({"#f-training-seq_len": "-5"}, "training.seq_len", 422),
+    ],
+)
+def test_validation_errors_sit_next_to_their_field(tab, artifacts_dir, fill, field, status):
+    page = tab.goto("/new")
+    for sel, value in fill.items():
+        page.fill(sel, value)
+    page.click("#plan-submit")
+    control = f'[data-field="{field}"]'
+    page.wait_for_selector(f'{control}[aria-invalid="true"]')
+    err_id = page.get_attribute(control, "id") + "-err"
+    assert page.is_visible(f"#{err_id}") and page.inner_text(f"#{err_id}").strip()
+    assert "#/new" in page.url  # stayed on the form
+    tab.shot(artifacts_dir, f"validation-{field}")
+    tab.assert_clean(allowed_statuses=(status,))
+
+
+def test_plans_list_filters_by_gpu(tab, llama_plan, artifacts_dir):
+    plan_id, _ = llama_plan
+    page = tab.goto("/plans")
+    assert page.locator(f'a[href="#/plans/{plan_id}"]').count() == 1
+    tab.shot(artifacts_dir, "plans")
+    page.select_option("#filter-gpu", "a100-sxm4-40gb")
+    page.wait_for_selector(".state-empty")
+    assert page.locator(f'a[href="#/plans/{plan_id}"]').count() == 0
+    page.select_option("#filter-gpu", "h100-sxm5-80gb")
+    page.wait_for_selector(f'a[href="#/plans/{plan_id}"]')
+    page.fill("#filter-text", "no-such-plan-anywhere")
+    assert page.is_hidden(f'a[href="#/plans/{plan_id}"]')
+    tab.assert_clean()
+
+
+def test_unknown_plan_is_an_error_state(tab):
+    page = tab.goto("/plans/does-not-exist")
+    assert page.locator(".state-error[role=alert]").count() == 1
+    assert "404" in page.inner_text(".state-error")
+    tab.assert_clean(allowed_statuses=(404,))
+
+
+def _tiny_profile(source: str, scale: float) -> dict:
+    from planner.catalog import MODELS
+
+    m = MODELS["tiny-llama"]
+    layers = []
+    for kind, params in (("embedding", 256 * 64), ("transformer_block", 4 * 64 * 64 + 3 * 64 * 192), ("lm_head", 256 * 64 + 64)):
+        f = 2.0 * params * 128 * scale
+        layers.append({
+            "kind": kind, "micro_batch_size": 1, "seq_len": 128, "tp": 1, "fwd_flops": f, "bwd_flops": 2 * f,
+            "param_count": params, "param_bytes": 2 * params,
+            "saved_activation_bytes": {"none": int(34 * 128 * 64 * scale), "selective": 20 * 128 * 64, "full": 2 * 128 * 64},
+            "output_activation_bytes": 2 * 128 * 64,
+            **({"fwd_time_s": f / 1e11, "bwd_time_s": 2 * f / 1e11} if source == "measured" else {}),
+        })
+    return {"model": m.model_dump(mode="json"), "device": "cpu" if source == "measured" else "analytic", "source": source, "layers": layers}
+
+
+def test_profile_page_charts_measured_against_analytic(tab, artifacts_dir):
+    post = lambda body: httpx.post(f"{tab.base}/v1/profiles", json=body, timeout=30)  # noqa: E731
+    assert post(_tiny_profile("analytic", 1.0)).status_code == 201
+    measured = post(_tiny_profile("measured", 1.1))
+    assert measured.status_code == 201, measured.text
+    page = tab.goto(f"/profiles/{measured.json()['id']}")
+    for sid in ("flops", "time", "params", "activations"):
+        assert _svg_rects_with_area(page, f"#{sid} rect.bar") >= 3, sid
+    # The ratio table compares like with like: FLOPs were scaled by 1.1, parameters not.
+    rows = page.eval_on_selector_all("#measured-vs-analytic tbody tr", "trs => trs.map(t => [...t.querySelectorAll('td')].map(td => td.textContent))")
+    assert rows and all(r[0] == "1.100" and r[2] == "1.000" for r in rows)
+    tab.shot(artifacts_dir, "profile")
+    page = tab.goto("/profiles")
+    assert page.locator("table.list tbody tr").count() >= 2
+    tab.assert_clean()
+
+
+def test_run_report_shows_predicted_against_measured(tab, artifacts_dir):
+    report = {
+        "model": "tiny-llama",
+        "parallel": {"tp": 2, "pp": 2, "dp": 1, "micro_batch_size": 2, "stage_layers": [4, 4]},
+        "world_size": 4, "device": "cpu", "torch_version": "2.13.0", "steps": 20, "global_batch_size": 8, "seq_len": 128,
+        "losses": [5.5 - 0.2 * i for i in range(20)], "step_times_s": [0.9] + [0.2] * 19,
+        "measured_step_time_s": 0.2, "tokens_per_s": 8 * 128 / 0.2, "peak_memory_gib_per_rank": [0.3, 0.3, 0.25, 0.25],
+        "predicted_step_time_s": 0.16, "predicted_peak_memory_gib": 0.28, "step_time_ratio": 0.8, "memory_ratio": 0.93,
+    }
+    r = httpx.post(f"{tab.base}/v1/runs", json=report, timeout=30)
+    assert r.status_code == 201, r.text
+    page = tab.goto(f"/runs/{r.json()['id']}")
+    assert _svg_rects_with_area(page, "#run-time rect.bar") == 2
+    assert _svg_rects_with_area(page, "#run-memory rect.bar") == 4
+    assert page.locator("#run-loss path.series-line").count() == 1
+    assert page.locator("#run-memory line.ref-line").count() == 1
+    assert "0.80" in page.inner_text(".stats")
+    tab.shot(artifacts_dir, "run")
+    assert page.locator("table.list").count() == 0
+    page = tab.goto("/runs")
+    assert page.locator(f'a[href="#/runs/{r.json()["id"]}"]').count() == 1
+    tab.assert_clean()
+
+
+def test_token_field_unlocks_a_protected_server(browser, tmp_path, artifacts_dir):
+    if os.environ.get("MESHPLAN_DASHBOARD_URL"):
+        pytest.skip("needs a server of its own")
+    proc, base = _start_server(tmp_path, token=TOKEN)
+    tab = Page(browser, base)
+    try:
+        page = tab.goto("/new")
+        assert "401" in page.inner_text(".state-error") and "API token" in page.inner_text(".state-error")
+        page.click(".token summary")
+        page.fill("#token-input", TOKEN)
+        page.click("#token-form button[type=submit]")
+        page.wait_for_selector("#f-model")
+        page = tab.goto("/plans")
+        assert "No plans yet" in page.inner_text(".state-empty")  # fresh database: the empty state
+        tab.shot(artifacts_dir, "empty-plans")
+        tab.assert_clean(allowed_statuses=(401,))
+    finally:
+        tab.close()
+        _stop(proc)
