@@ -1,7 +1,7 @@
 // The dashboard shell: hash routes → pages, the API-token field, focus and title on navigation.
 
 import { getToken, setToken } from "./api.js";
-import { clear, errorBox, h } from "./dom.js";
+import { put, errorBox, h } from "./dom.js";
 import { newPlanPage } from "./pages/new-plan.js";
 import { planPage } from "./pages/plan.js";
 import { plansPage } from "./pages/plans.js";
@@ -54,7 +54,7 @@ async function render() {
     if (route && a.dataset.nav === route.nav) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
   }
-  clear(main);
+  put(main);
   if (!route) {
     setTitle("Not found");
     main.append(h("h1", {}, "Page not found"), errorBox({ title: "No such page", detail: `There is no page at #${path}.` }), h("p", {}, h("a", { href: "#/new" }, "Make a new plan")));
@@ -67,7 +67,7 @@ async function render() {
     await route.page(container, { arg: route.arg, query, isCurrent: () => seq === renderSeq });
   } catch (err) {
     if (seq !== renderSeq) return;
-    clear(container).append(h("h1", {}, "Error"), errorBox(err));
+    put(container, h("h1", {}, "Error"), errorBox(err));
   }
   if (seq === renderSeq && document.activeElement === document.body) main.focus({ preventScroll: true });
 }

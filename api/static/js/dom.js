@@ -37,6 +37,11 @@ export function clear(el) {
   return el;
 }
 
+/** Replace an element's children (null/undefined/false children are skipped). */
+export function put(el, ...children) {
+  return append(clear(el), children);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Formatting
 
@@ -60,6 +65,12 @@ export const fmt = {
   },
   gib(x) {
     return x === null || x === undefined ? "—" : `${nf(x < 10 ? 2 : 1).format(x)} GiB`;
+  },
+  /** A parameter count: 70.6 B, 340 M. */
+  count(x) {
+    if (x === null || x === undefined) return "—";
+    for (const [p, sfx] of [[1e12, "T"], [1e9, "B"], [1e6, "M"], [1e3, "k"]]) if (Math.abs(x) >= p) return `${nf(x / p < 10 ? 2 : 1).format(x / p)} ${sfx}`;
+    return String(x);
   },
   /** A large count with an SI suffix: 1.2 G, 340 M. */
   si(x, unit = "") {

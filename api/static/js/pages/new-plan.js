@@ -3,7 +3,7 @@
 
 import { api } from "../api.js";
 import { announce, setTitle } from "../app.js";
-import { clear, errorBox, fmt, h, loading } from "../dom.js";
+import { put, errorBox, fmt, h, loading } from "../dom.js";
 
 const CUSTOM = "__custom__";
 const SCHEDULES = ["gpipe", "1f1b", "interleaved-1f1b", "interleaved-zero-bubble", "zbv-zero-bubble"];
@@ -130,7 +130,7 @@ function clearErrors(form, summary) {
     el.textContent = "";
   }
   for (const el of form.querySelectorAll("[aria-invalid]")) el.removeAttribute("aria-invalid");
-  clear(summary);
+  put(summary);
 }
 
 /** The form control that a server error's field path (e.g. "cluster.num_nodes") belongs to. */
@@ -186,7 +186,7 @@ export async function newPlanPage(root, { query }) {
   const base = from ? await api(`/v1/plans/${encodeURIComponent(from)}`).catch(() => null) : null;
 
   const modelSel = select(
-    [...models.map((m) => [m.name, `${m.name} — ${m.num_layers} layers, hidden ${m.hidden_size}, ≈${fmt.si(paramCount(m))} parameters`]), [CUSTOM, "Custom: paste a ModelSpec JSON"]],
+    [...models.map((m) => [m.name, `${m.name} — ${m.num_layers} layers, hidden ${m.hidden_size}, ≈${fmt.count(paramCount(m))} parameters`]), [CUSTOM, "Custom: paste a ModelSpec JSON"]],
     models.some((m) => m.name === "llama3-70b") ? "llama3-70b" : models[0] && models[0].name,
   );
   const gpuSel = select(
@@ -330,7 +330,7 @@ export async function newPlanPage(root, { query }) {
     }
   });
 
-  clear(root).append(
+  put(root, 
     h("h1", {}, "New plan"),
     h("p", { class: "lead" }, "Describe the model, the cluster and the batch; meshplan searches tensor, pipeline and data parallelism, micro-batching, schedules, recomputation and ZeRO, and shows the fastest configuration that fits — with the reasons."),
     base ? h("p", { class: "note" }, "Pre-filled from plan ", h("a", { href: `#/plans/${encodeURIComponent(from)}` }, from), ".") : null,

@@ -4,7 +4,7 @@
 import { api, download, url } from "../api.js";
 import { setTitle } from "../app.js";
 import { meshGrid } from "../charts.js";
-import { clear, empty, errorBox, fmt, gpuId, h, loading, section } from "../dom.js";
+import { put, empty, errorBox, fmt, gpuId, h, loading, section } from "../dom.js";
 import { describe, memoryChart, timeChart, traceTimeline } from "./plan-parts.js";
 import { whatIf } from "./whatif.js";
 
@@ -162,12 +162,12 @@ function exportsBlock(id, index, plan, formats) {
   const refresh = () => links.forEach(([a, f]) => a.setAttribute("href", hrefFor(f)));
   const getFile = async (e, href, name) => {
     e.preventDefault();
-    clear(msg).append(loading("Downloading"));
+    put(msg, loading("Downloading"));
     try {
       const saved = await download(href, name);
-      clear(msg).append(h("p", { class: "note" }, `Downloaded ${saved}.`));
+      put(msg, h("p", { class: "note" }, `Downloaded ${saved}.`));
     } catch (err) {
-      clear(msg).append(errorBox(err, "The export failed"));
+      put(msg, errorBox(err, "The export failed"));
     }
   };
   const list = h("ul", { class: "export-list" });
@@ -212,14 +212,14 @@ function exportsBlock(id, index, plan, formats) {
 }
 
 async function scheduleFigure(holder, id, index, isCurrent) {
-  clear(holder).append(loading("Simulating the schedule"));
+  put(holder, loading("Simulating the schedule"));
   try {
     const trace = await api(`/v1/plans/${encodeURIComponent(id)}/trace`, { query: { index } });
     if (!isCurrent()) return;
     const fig = traceTimeline(trace, "Simulated pipeline schedule (one row per pipeline stage)");
-    clear(holder).append(fig || empty("The trace has no compute blocks."));
+    put(holder, fig || empty("The trace has no compute blocks."));
   } catch (err) {
-    clear(holder).append(errorBox(err, "Could not load the schedule trace"));
+    put(holder, errorBox(err, "Could not load the schedule trace"));
   }
 }
 
@@ -253,7 +253,7 @@ export async function planPage(root, { arg: id, query, isCurrent }) {
   );
   const requestDetails = h("details", { class: "raw" }, h("summary", {}, "Request JSON"), h("pre", { class: "code" }, JSON.stringify(stored.request, null, 2)));
   if (!plans.length) {
-    clear(root).append(title, infeasibleView(resp), requestDetails);
+    put(root, title, infeasibleView(resp), requestDetails);
     return;
   }
   const best = plans[0];
@@ -285,7 +285,7 @@ export async function planPage(root, { arg: id, query, isCurrent }) {
     const plan = plans[index];
     const label = altLabel(index);
     const sched = h("div", { class: "schedule-holder" });
-    clear(detail).append(
+    put(detail, 
       section("mesh", `Device mesh — ${label}`, h("p", { class: "sub" }, describe(plan.parallel)), meshFigure(plan)),
       section("memory", `Memory per GPU — ${label}`, h("p", {}, `Peak ${fmt.gib(plan.estimate.peak_memory_gib)} of ${fmt.gib(plan.estimate.gpu_memory_gib)}: `, plan.estimate.fits ? "fits." : h("strong", {}, "does not fit.")), memoryChart(plan)),
       section("schedule", `Simulated pipeline schedule — ${label}`, h("p", { class: "sub" }, `${plan.estimate.num_microbatches} micro-batches over ${plan.parallel.pp} stage(s) with ${plan.parallel.schedule}; hover a block for its micro-batch and timing.`), sched),
@@ -295,7 +295,7 @@ export async function planPage(root, { arg: id, query, isCurrent }) {
     scheduleFigure(sched, stored.id, index, () => isCurrent() && plans[index] === plan);
   }
 
-  clear(root).append(
+  put(root, 
     title,
     toc,
     section("chosen", "Chosen configuration", h("p", { class: "config-line" }, describe(best.parallel)), headline(best)),

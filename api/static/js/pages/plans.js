@@ -2,7 +2,7 @@
 
 import { api } from "../api.js";
 import { setTitle } from "../app.js";
-import { clear, empty, fmt, h, loading } from "../dom.js";
+import { put, empty, fmt, h, loading } from "../dom.js";
 
 const PAGE = 25;
 
@@ -80,7 +80,7 @@ export async function plansPage(root, { query }) {
     h("span", {}, list.total ? `${offset + 1}–${Math.min(offset + list.items.length, list.total)} of ${list.total}` : "0 plans"),
     h("button", { type: "button", class: "secondary", disabled: offset + PAGE >= list.total || null, onclick: () => go({ offset: String(offset + PAGE) }) }, "Older →"),
   );
-  clear(root).append(
+  put(root, 
     h("div", { class: "page-head" }, h("h1", {}, "Plans"), h("a", { class: "button primary", href: "#/new" }, "New plan")),
     filters,
     list.items.length

@@ -4,7 +4,7 @@
 import { api } from "../api.js";
 import { setTitle } from "../app.js";
 import { barChart } from "../charts.js";
-import { clear, empty, fmt, h, loading, section } from "../dom.js";
+import { put, empty, fmt, h, loading, section } from "../dom.js";
 
 const KINDS = ["embedding", "transformer_block", "lm_head"];
 const key = (l) => `${l.micro_batch_size}|${l.seq_len}|${l.tp}|${l.sequence_parallel ? 1 : 0}`;
@@ -15,7 +15,7 @@ export async function profilesPage(root, { query }) {
   root.append(h("h1", {}, "Profiles"), loading("Loading profiles"));
   const offset = Math.max(0, Number(query.get("offset") || 0));
   const list = await api("/v1/profiles", { query: { limit: 50, offset } });
-  clear(root).append(
+  put(root, 
     h("h1", {}, "Profiles"),
     h("p", { class: "lead" }, "Per-layer measurements uploaded with ", h("code", {}, "POST /v1/profiles"), " (e.g. from ", h("code", {}, "meshplan profile"), "). A plan request can use one instead of the analytic costs."),
     list.items.length
@@ -132,7 +132,7 @@ export async function profilePage(root, { arg: id }) {
           ),
         )
       : h("p", { class: "note" }, src === "analytic" ? "This is an analytic profile." : "No stored analytic profile of this model to compare with; showing the measured side only.");
-    clear(charts).append(
+    put(charts, 
       section("flops", "FLOPs", flops),
       section("time", "Time", time),
       section("params", "Parameter memory", params),
@@ -141,7 +141,7 @@ export async function profilePage(root, { arg: id }) {
     );
   };
   pointSel.addEventListener("change", render);
-  clear(root).append(
+  put(root, 
     h("h1", {}, `Profile of ${prof.model.name}`),
     h("p", { class: "sub" }, `${prof.source} on ${prof.device} · ${prof.dtype}${prof.torch_version ? ` · torch ${prof.torch_version}` : ""} · ${prof.layers.length} entries · ${stored.id} · ${fmt.date(stored.created_at)}`),
     h("div", { class: "field" }, h("label", { for: "profile-point" }, "Shape"), pointSel),

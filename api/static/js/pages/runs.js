@@ -3,7 +3,7 @@
 import { api } from "../api.js";
 import { setTitle } from "../app.js";
 import { barChart, lineChart } from "../charts.js";
-import { clear, empty, fmt, h, loading, section } from "../dom.js";
+import { put, empty, fmt, h, loading, section } from "../dom.js";
 import { describe } from "./plan-parts.js";
 
 export async function runsPage(root, { query }) {
@@ -11,7 +11,7 @@ export async function runsPage(root, { query }) {
   root.append(h("h1", {}, "Runs"), loading("Loading runs"));
   const offset = Math.max(0, Number(query.get("offset") || 0));
   const list = await api("/v1/runs", { query: { limit: 50, offset } });
-  clear(root).append(
+  put(root, 
     h("h1", {}, "Runs"),
     h("p", { class: "lead" }, "Reports of plans applied with ", h("code", {}, "meshplan run"), ", uploaded with ", h("code", {}, "POST /v1/runs"), "."),
     list.items.length
@@ -68,7 +68,7 @@ export async function runPage(root, { arg: id }) {
         format: (v) => `${fmt.num(v, 1)} ms`,
       })
     : empty("The report has no step times.");
-  clear(root).append(
+  put(root, 
     h("h1", {}, `Run of ${r.model}`),
     h("p", { class: "sub" }, `${r.world_size} ranks on ${r.device} · torch ${r.torch_version} · ${r.steps} steps · batch ${r.global_batch_size} × ${r.seq_len} · ${stored.id} · ${fmt.date(stored.created_at)}`),
     h("p", { class: "config-line" }, describe(r.parallel)),

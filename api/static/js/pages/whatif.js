@@ -2,7 +2,7 @@
 // (POST /v1/estimates) or by re-planning with the setting pinned (POST /v1/plans).
 
 import { api } from "../api.js";
-import { clear, errorBox, fmt, h, loading } from "../dom.js";
+import { put, errorBox, fmt, h, loading } from "../dom.js";
 import { describe, memoryChart, timeChart } from "./plan-parts.js";
 
 const SCHEDULES = ["gpipe", "1f1b", "interleaved-1f1b", "interleaved-zero-bubble", "zbv-zero-bubble"];
@@ -88,7 +88,7 @@ export function whatIf(stored, plan, index) {
     valueEl = knob.options
       ? h("select", { id: "whatif-value" }, knob.options.map((o) => h("option", { value: o, selected: String(o) === String(cur) || null }, `${o}${String(o) === String(cur) ? " (current)" : ""}`)))
       : h("input", { id: "whatif-value", type: "number", min: 1, value: k === "micro_batch_size" ? cur * 2 : cur, required: true });
-    clear(valueHolder).append(h("label", { for: "whatif-value" }, `New value (now ${cur})`), valueEl);
+    put(valueHolder, h("label", { for: "whatif-value" }, `New value (now ${cur})`), valueEl);
   };
   knobSel.addEventListener("change", renderValue);
   renderValue();
@@ -106,7 +106,7 @@ export function whatIf(stored, plan, index) {
     const value = KNOBS[k].number ? Number(valueEl.value) : valueEl.value;
     const how = form.elements["whatif-mode"].value;
     const nextLabel = `${k} = ${value}`;
-    clear(result).append(loading(how === "estimate" ? "Estimating" : "Re-planning"));
+    put(result, loading(how === "estimate" ? "Estimating" : "Re-planning"));
     try {
       let next;
       let link = null;
@@ -124,7 +124,7 @@ export function whatIf(stored, plan, index) {
         link = h("p", {}, "The re-planned result is stored as ", h("a", { href: `#/plans/${encodeURIComponent(out.id)}` }, `plan ${out.id}`), ".");
       }
       const curLabel = index === 0 ? "Current (#1, chosen)" : `Current (#${index + 1})`;
-      clear(result).append(
+      put(result, 
         h("h3", {}, `${curLabel} vs. ${nextLabel}`),
         compareTable(plan, next, curLabel, `What if ${nextLabel}`),
         link,
@@ -132,7 +132,7 @@ export function whatIf(stored, plan, index) {
         timeChart([plan, next], ["current", nextLabel], "Step time, current vs. what-if"),
       );
     } catch (err) {
-      clear(result).append(errorBox(err.field ? { title: "Cannot make that change", errors: [err] } : err, "The what-if was not accepted"));
+      put(result, errorBox(err.field ? { title: "Cannot make that change", errors: [err] } : err, "The what-if was not accepted"));
     }
   });
   return h("div", {}, h("p", { class: "sub" }, "Change one setting and compare against this configuration side by side."), form, result);
