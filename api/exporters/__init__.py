@@ -1,0 +1,66 @@
+"""Exporters: turn a ``Plan`` into what a scheduler or training stack runs.
+
+``FORMATS`` maps a format id to its exporter; ``export(plan, fmt, options)`` checks the plan's
+invariants, renders, and returns an ``ExportResult`` (text, media type, download filename, warnings).
+Something the target cannot express is either an error (``MeshplanError``) or a warning written
+prominently into the output and returned in ``warnings``; ``options.strict`` makes warnings errors.
+"""
+
+from __future__ import annotations
+
+from planner.errors import MeshplanError
+from planner.specs import Plan
+
+from .base import Exporter, ExportResult, Notes, check_invariants
+from .deepspeed import DeepSpeedExporter
+from .kubeflow_pytorchjob import PyTorchJobExporter
+from .kubeflow_trainjob import TrainJobExporter
+from .megatron import MegatronExporter
+from .meshplan import MeshplanExporter
+from .options import ExportOptions
+from .slurm import SlurmExporter
+from .torchrun import TorchrunExporter
+from .torchtitan import TorchtitanRecipeExporter, TorchtitanTomlExporter
+
+FORMATS: dict[str, Exporter] = {
+    e.id: e
+    for e in (
+        TorchrunExporter(),
+        SlurmExporter(),
+        PyTorchJobExporter(),
+        TrainJobExporter(),
+        MegatronExporter(),
+        DeepSpeedExporter(),
+        TorchtitanRecipeExporter(),
+        TorchtitanTomlExporter(),
+        MeshplanExporter(),
+    )
+}
+
+__all__ = ["FORMATS", "ExportOptions", "ExportResult", "Exporter", "export", "export_formats"]
+
+
+def export_formats() -> list[dict[str, str]]:
+    """``GET /v1/catalog/export-formats``: ``[{id, media_type, target, target_version}]``."""
+    return [e.catalog_entry() for e in FORMATS.values()]
+
+
+def export(plan: Plan, fmt: str, options: ExportOptions | None = None) -> ExportResult:
+    """Render ``plan`` for target ``fmt``. Raises ``MeshplanError`` for an unknown format, a plan
+    whose invariants do not hold, or a plan the target cannot run at all."""
+    exporter = FORMATS.get(fmt)
+    if exporter is None:
+        raise MeshplanError("format", f"unknown export format {fmt!r}", f"use one of {', '.join(FORMATS)}")
+    options = options or ExportOptions()
+    check_invariants(plan)
+    notes = Notes()
+    content = exporter.render(plan, options, notes)
+    if options.strict and notes.warnings:
+        raise MeshplanError(
+            "format", f"{fmt} cannot express the plan exactly: " + "; ".join(notes.warnings),
+            "drop --strict to export with warnings, re-plan, or choose another format",
+        )
+    return ExportResult(
+        format=fmt, content=content, media_type=exporter.media_type,
+        filename=exporter.filename(plan, options), warnings=list(notes.warnings),
+    )

@@ -1,0 +1,224 @@
+"""What every exporter shares: the result type, the plan's invariants, the job geometry, and how a
+warning is made prominent (in the output itself and in ``ExportResult.warnings``).
+
+An exporter is a small object with an id, the target it writes for (and the version it was checked
+against), a media type, and a ``render(plan, options, notes) -> str``. ``notes.warn`` records
+something the target cannot express exactly; ``notes.info`` a remark that does not change the
+plan's meaning. ``export()`` (``api/exporters/__init__.py``) runs the invariant check first and puts
+the warnings at the top of the output.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from pydantic import BaseModel, Field
+
+from planner.errors import MeshplanError
+from planner.layout import stage_ranks
+from planner.specs import Plan
+
+from .options import ExportOptions
+
+
+class ExportResult(BaseModel):
+    """One exported file: its text, media type, a download filename, and the warnings also written
+    into the text."""
+
+    format: str
+    content: str
+    media_type: str
+    filename: str
+    warnings: list[str] = Field(default_factory=list)
+
+
+@dataclass
+class Notes:
+    """Warnings (the target cannot express part of the plan) and informational remarks."""
+
+    warnings: list[str] = field(default_factory=list)
+    info: list[str] = field(default_factory=list)
+
+    def warn(self, text: str) -> None:
+        if text not in self.warnings:
+            self.warnings.append(text)
+
+    def note(self, text: str) -> None:
+        if text not in self.info:
+            self.info.append(text)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Derived job shape: world size, nodes × processes per node, micro-batches."""
+
+    world_size: int
+    nnodes: int
+    nproc_per_node: int
+    num_microbatches: int  # per optimizer step, per data-parallel rank (= gradient accumulation)
+
+    @property
+    def multi_node(self) -> bool:
+        return self.nnodes > 1
+
+
+class Exporter:
+    """Base class: subclasses set the class attributes and implement ``render``."""
+
+    id: ClassVar[str]
+    target: ClassVar[str]
+    target_version: ClassVar[str]
+    media_type: ClassVar[str]
+    extension: ClassVar[str]
+    #: How a comment line starts in this format (None: no comments, e.g. JSON).
+    comment: ClassVar[str | None] = "#"
+
+    def render(self, plan: Plan, options: ExportOptions, notes: Notes) -> str:  # pragma: no cover
+        raise NotImplementedError
+
+    def filename(self, plan: Plan, options: ExportOptions) -> str:
+        return f"{options.job_name}-{self.id}.{self.extension}"
+
+    def catalog_entry(self) -> dict[str, str]:
+        return {"id": self.id, "media_type": self.media_type, "target": self.target,
+                "target_version": self.target_version}
+
+
+# ------------------------------------------------------------------------------------------------
+# Invariants
+
+
+def check_invariants(plan: Plan) -> None:
+    """The plan's arithmetic must hold before anything is exported: degrees multiply to the GPUs
+    used, global batch = micro-batch × micro-batches × data-parallel size, the layer split sums to
+    the model's layers, and the mesh matches the degrees. Raises ``MeshplanError`` naming the field."""
+    p, est = plan.parallel, plan.estimate
+    world = p.tp * p.pp * p.dp
+    if world != est.gpus_used:
+        raise MeshplanError(
+            "plan.parallel", f"tp × pp × dp = {p.tp}×{p.pp}×{p.dp} = {world} but the plan uses {est.gpus_used} GPUs",
+            "re-plan, or correct parallel.tp/pp/dp or estimate.gpus_used so they agree",
+        )
+    if world > plan.cluster.num_gpus:
+        raise MeshplanError(
+            "plan.parallel", f"tp × pp × dp = {world} exceeds the cluster's {plan.cluster.num_gpus} GPUs",
+            "re-plan for this cluster",
+        )
+    gbs = p.micro_batch_size * est.num_microbatches * p.dp
+    if gbs != plan.training.global_batch_size:
+        raise MeshplanError(
+            "plan.training.global_batch_size",
+            f"global batch {plan.training.global_batch_size} ≠ micro_batch_size × num_microbatches × dp "
+            f"= {p.micro_batch_size}×{est.num_microbatches}×{p.dp} = {gbs}",
+            "re-plan so the global batch is a multiple of micro_batch_size × dp",
+        )
+    if sum(p.stage_layers) != plan.model.num_layers:
+        raise MeshplanError(
+            "plan.parallel.stage_layers",
+            f"the layer split {p.stage_layers} sums to {sum(p.stage_layers)}, not the model's {plan.model.num_layers} layers",
+            "give one layer count per model chunk, summing to model.num_layers",
+        )
+    if plan.mesh.shape != [p.pp, p.dp, p.tp] or plan.mesh.dim_names != ["pp", "dp", "tp"]:
+        raise MeshplanError(
+            "plan.mesh", f"mesh {plan.mesh.dim_names}={plan.mesh.shape} does not match (pp, dp, tp) = ({p.pp}, {p.dp}, {p.tp})",
+            "rebuild the mesh with planner.layout.mesh_layout(parallel)",
+        )
+
+
+def geometry(plan: Plan, options: ExportOptions) -> Geometry:
+    """Nodes × processes per node for the plan's world size, checked against the options."""
+    world = plan.parallel.num_gpus
+    gpn = plan.cluster.gpus_per_node
+    if options.gpus_per_node is not None:
+        gpn = options.gpus_per_node
+    if world <= gpn and options.nodes in (None, 1):
+        nnodes, nproc = 1, world
+    else:
+        if world % gpn:
+            raise MeshplanError(
+                "gpus_per_node", f"the plan's {world} GPUs do not fill nodes of {gpn} GPUs",
+                f"use a GPUs-per-node count that divides {world}, or re-plan",
+            )
+        nnodes, nproc = world // gpn, gpn
+    if options.nodes is not None and options.nodes != nnodes:
+        raise MeshplanError(
+            "nodes", f"{options.nodes} nodes given but the plan needs {nnodes} nodes × {nproc} GPUs = {world}",
+            f"omit --nodes or pass --nodes {nnodes} (or re-plan for {options.nodes} nodes)",
+        )
+    return Geometry(world, nnodes, nproc, plan.estimate.num_microbatches)
+
+
+# ------------------------------------------------------------------------------------------------
+# Pipeline helpers shared by the framework targets
+
+
+def rank_layer_counts(plan: Plan) -> list[int]:
+    """Transformer layers held by each pipeline rank (all its chunks together)."""
+    counts = [0] * plan.parallel.pp
+    for chunk, rank in enumerate(stage_ranks(plan.parallel)):
+        counts[rank] += plan.parallel.stage_layers[chunk]
+    return counts
+
+
+def chunk_layer_ranges(stage_layers: list[int]) -> list[range]:
+    """Global layer indices of each chunk, in pipeline order."""
+    out, start = [], 0
+    for n in stage_layers:
+        out.append(range(start, start + n))
+        start += n
+    return out
+
+
+def precision_note(plan: Plan) -> str:
+    return {"bf16": "bf16 mixed precision", "fp16": "fp16 mixed precision", "fp32": "fp32"}[plan.training.precision]
+
+
+def header_lines(plan: Plan, exporter: Exporter) -> list[str]:
+    """What the file is, for whom, and where it came from (no timestamps: outputs are reproducible)."""
+    p = plan.parallel
+    return [
+        f"meshplan export: {exporter.target} ({exporter.target_version})",
+        f"model {plan.model.name} on {plan.cluster.num_nodes} node(s) × {plan.cluster.gpus_per_node} {plan.gpu.id}; "
+        f"plan rank {plan.rank}",
+        f"tp={p.tp} pp={p.pp} dp={p.dp} micro_batch_size={p.micro_batch_size} "
+        f"num_microbatches={plan.estimate.num_microbatches} global_batch_size={plan.training.global_batch_size} "
+        f"seq_len={plan.training.seq_len}",
+        f"schedule={p.schedule} virtual_stages={p.virtual_stages} stage_layers={p.stage_layers}",
+        f"recompute={p.recompute} sequence_parallel={str(p.sequence_parallel).lower()} zero_stage={p.zero_stage} "
+        f"precision={plan.training.precision}",
+    ]
+
+
+def comment_block(prefix: str, lines: list[str], warnings: list[str], info: list[str]) -> str:
+    """Header, then warnings in a box nobody can miss, then remarks; each line starts with prefix."""
+    out = [f"{prefix} {line}" for line in lines]
+    if warnings:
+        bar = f"{prefix} {'!' * 78}"
+        out += [bar, f"{prefix} WARNING: this target cannot express all of the plan ({len(warnings)} issue(s)):"]
+        for w in warnings:
+            out += _wrap(prefix, f"WARNING: {w}")
+        out.append(bar)
+    for i in info:
+        out += _wrap(prefix, f"note: {i}")
+    return "\n".join(out) + "\n"
+
+
+def _wrap(prefix: str, text: str, width: int = 96) -> list[str]:
+    words, lines, cur = text.split(), [], ""
+    for w in words:
+        if cur and len(cur) + 1 + len(w) > width:
+            lines.append(cur)
+            cur = "  " + w
+        else:
+            cur = f"{cur} {w}" if cur else w
+    if cur:
+        lines.append(cur)
+    return [f"{prefix} {line}" for line in lines]
+
+
+def safe_identifier(text: str) -> str:
+    """A Python identifier from a name like 'llama3-70b'."""
+    ident = re.sub(r"\W", "_", text)
+    return ident if ident and not ident[0].isdigit() else f"m_{ident}"

@@ -1,0 +1,54 @@
+"""Kubeflow Trainer v2 ``TrainJob`` (``trainer.kubeflow.org/v1alpha1``), checked against
+kubeflow/trainer ``pkg/apis/trainer/v1alpha1/trainjob_types.go`` at commit 0015772c (2026):
+``spec.runtimeRef`` {name, apiGroup, kind}, ``spec.trainer`` {image, command, numNodes,
+numProcPerNode (an integer now, no longer int-or-string), resourcesPerNode}; pod-level changes go
+through ``spec.runtimePatches`` (which replaced ``podTemplateOverrides`` in 2026) and are not needed
+here. The torch runtime injects ``PET_*`` variables that torchrun reads."""
+
+from __future__ import annotations
+
+import yaml
+
+from planner.specs import Plan
+
+from .base import Exporter, Notes, comment_block, geometry, header_lines
+from .kubeflow_pytorchjob import metadata
+from .options import ExportOptions
+
+
+class TrainJobExporter(Exporter):
+    id = "kubeflow-trainjob"
+    target = "Kubeflow Trainer v2 TrainJob (trainer.kubeflow.org/v1alpha1)"
+    target_version = "Kubeflow Trainer v2, kubeflow/trainer@0015772c (2026)"
+    media_type = "application/yaml"
+    extension = "yaml"
+
+    def render(self, plan: Plan, options: ExportOptions, notes: Notes) -> str:
+        geom = geometry(plan, options)
+        if options.image is None:
+            notes.note("no --image given: the TrainJob uses the runtime's default image")
+        trainer: dict = {}
+        if options.image:
+            trainer["image"] = options.image
+        trainer |= {
+            "command": ["torchrun", *options.program_args()],
+            "numNodes": geom.nnodes,
+            "numProcPerNode": geom.nproc_per_node,
+            "resourcesPerNode": {
+                "limits": {"nvidia.com/gpu": geom.nproc_per_node},
+                "requests": {"nvidia.com/gpu": geom.nproc_per_node},
+            },
+        }
+        doc = {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": metadata(options),
+            "spec": {
+                "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime",
+                               "name": options.runtime_ref},
+                "trainer": trainer,
+            },
+        }
+        head = comment_block("#", header_lines(plan, self) + ["Apply with: kubectl apply -f " + self.filename(plan, options)],
+                             notes.warnings, notes.info)
+        return head + "---\n" + yaml.safe_dump(doc, sort_keys=False, width=120)

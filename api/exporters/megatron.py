@@ -1,0 +1,201 @@
+"""Megatron-LM training arguments, as a bash array to splice into ``pretrain_gpt.py``'s command line.
+
+Checked against NVIDIA/Megatron-LM ``megatron/training/arguments.py`` (main@000c4ac2, 2026; layout code as in megatron-core 0.16.1) and
+``megatron/core/transformer/pipeline_parallel_layer_layout.py``:
+
+- degrees ``--tensor-model-parallel-size``, ``--pipeline-model-parallel-size``; Megatron's default rank
+  order tp-cp-ep-dp-pp is meshplan's mesh (TP innermost, PP outermost), so ranks line up;
+- virtual stages: ``--num-virtual-stages-per-pipeline-rank`` (the current form of the older
+  ``--num-layers-per-virtual-pipeline-stage``; at most one of these and the layout may be set);
+- uneven splits: ``--decoder-first-pipeline-num-layers``/``--decoder-last-pipeline-num-layers`` when only
+  the first/last stage differ (no virtual stages), otherwise ``--pipeline-model-parallel-layout``
+  (chunks in ``vpp_rank × pp + pp_rank`` order, exactly meshplan's chunk order for looped schedules;
+  upstream marks it experimental);
+- recompute: ``--recompute-granularity selective`` (core attention, Megatron's default recompute
+  module; no ``--recompute-method`` allowed) or ``full`` with ``--recompute-method uniform
+  --recompute-num-layers 1`` (every layer);
+- ZeRO: ``--use-distributed-optimizer`` (optimizer states sharded, gradients reduce-scattered) for
+  stages 1–2; stage 3 is Megatron FSDP: ``--use-megatron-fsdp --data-parallel-sharding-strategy
+  optim_grads_params --ckpt-format fsdp_dtensor``.
+
+Megatron-LM has no GPipe or zero-bubble schedules: those plans are exported with the closest
+schedule Megatron runs and a warning.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from planner.errors import MeshplanError
+from planner.specs import Plan
+
+from .base import Exporter, Notes, comment_block, header_lines, rank_layer_counts
+
+MEGATRON_VERSION = "Megatron-LM main@000c4ac2 (arguments.py), megatron-core 0.16.1"
+
+
+def layout_string(stage_layers: list[int]) -> str:
+    """``--pipeline-model-parallel-layout``: E = embedding, t = decoder layer, L = loss/head, '|'
+    between chunks (in chunk order = vpp_rank × pp + pp_rank)."""
+    chunks = []
+    last = len(stage_layers) - 1
+    for c, n in enumerate(stage_layers):
+        s = ("E" if c == 0 else "") + (f"t*{n}" if n > 1 else "t" * n) + ("L" if c == last else "")
+        chunks.append(s)
+    return "|".join(chunks)
+
+
+def parse_layout(layout: str) -> list[int]:
+    """Decoder layers per chunk of a layout string (the subset of Megatron's grammar written above)."""
+    return [sum(int(n or 1) for n in re.findall(r"t(?:\*(\d+))?", chunk)) for chunk in layout.split("|")]
+
+
+def pipeline_args(plan: Plan, notes: Notes) -> list[str]:
+    p = plan.parallel
+    split = list(p.stage_layers)
+    v = p.virtual_stages
+    if p.schedule == "zbv-zero-bubble":
+        # V-shaped chunk placement cannot be written for Megatron: keep each rank's layers, 1F1B.
+        split, v = rank_layer_counts(plan), 1
+        notes.warn(
+            "Megatron-LM has no zero-bubble V (ZBV) schedule and cannot place chunks in a V: exported as "
+            f"1F1B over {p.pp} contiguous stages with each rank's layer count kept ({split}); the pipeline "
+            "bubble is larger than planned, so the plan's step-time estimate does not hold"
+        )
+    elif p.schedule == "interleaved-zero-bubble":
+        notes.warn(
+            "Megatron-LM has no interleaved zero-bubble schedule: exported as interleaved 1F1B with the same "
+            "chunks; the bubble is larger than planned, so the plan's step-time estimate does not hold"
+        )
+    elif p.schedule == "gpipe" and p.pp > 1:
+        notes.warn(
+            "Megatron-LM has no GPipe schedule: exported as 1F1B (same layer split and bubble, "
+            "less activation memory than planned)"
+        )
+    args: list[str] = []
+    if p.pp == 1:
+        return args
+    even = len(set(split)) == 1
+    if v > 1:
+        args += microbatch_group_args(plan, notes)
+    if v > 1 and even:
+        args += ["--num-virtual-stages-per-pipeline-rank", str(v)]
+    elif v > 1 or not even:
+        middle = split[1:-1]
+        # Megatron requires the first/last counts to be > 0 and the middle stages even.
+        if v == 1 and min(split[0], split[-1]) > 0 and (not middle or len(set(middle)) == 1):
+            if split[0] != (middle[0] if middle else None):
+                args += ["--decoder-first-pipeline-num-layers", str(split[0])]
+            if split[-1] != (middle[0] if middle else None):
+                args += ["--decoder-last-pipeline-num-layers", str(split[-1])]
+        else:
+            args += ["--pipeline-model-parallel-layout", layout_string(split)]
+    return args
+
+
+def microbatch_group_args(plan: Plan, notes: Notes) -> list[str]:
+    """Megatron's interleaved schedule runs micro-batches in groups of N per virtual stage (default
+    N = pp) and raises unless pp ≤ N ≤ M and M mod N is 0 or ≥ pp (schedules.py)."""
+    pp, m = plan.parallel.pp, plan.estimate.num_microbatches
+    if m < pp:
+        raise MeshplanError(
+            "plan.estimate.num_microbatches",
+            f"Megatron's interleaved schedule needs at least pp={pp} micro-batches per step, the plan has {m}",
+            "re-plan with a larger global batch or a smaller micro_batch_size",
+        )
+    if m % pp == 0:
+        return []
+    group = next(n for n in range(pp, m + 1) if m % n == 0 or m % n >= pp)
+    notes.warn(
+        f"{m} micro-batches is not a multiple of pp={pp}, which Megatron's interleaved schedule refuses with its "
+        f"default grouping: exported --microbatch-group-size-per-virtual-pipeline-stage {group}, a different "
+        "micro-batch order than planned"
+    )
+    return ["--microbatch-group-size-per-virtual-pipeline-stage", str(group)]
+
+
+def model_args(plan: Plan) -> list[str]:
+    m = plan.model
+    args = [
+        "--num-layers", str(m.num_layers),
+        "--hidden-size", str(m.hidden_size),
+        "--ffn-hidden-size", str(m.ffn_hidden_size),
+        "--num-attention-heads", str(m.num_attention_heads),
+    ]
+    if m.num_kv_heads != m.num_attention_heads:
+        args += ["--group-query-attention", "--num-query-groups", str(m.num_kv_heads)]
+    args += ["--seq-length", str(plan.training.seq_len), "--max-position-embeddings", str(m.max_seq_len)]
+    if m.family == "llama":
+        args += ["--position-embedding-type", "rope", "--normalization", "RMSNorm", "--swiglu",
+                 "--disable-bias-linear"]
+    else:
+        args += ["--position-embedding-type", "learned_absolute", "--normalization", "LayerNorm"]
+    if not m.tie_embeddings:
+        args.append("--untie-embeddings-and-output-weights")
+    return args
+
+
+def megatron_args(plan: Plan, notes: Notes) -> list[str]:
+    p, t = plan.parallel, plan.training
+    args = [
+        "--tensor-model-parallel-size", str(p.tp),
+        "--pipeline-model-parallel-size", str(p.pp),
+    ]
+    args += pipeline_args(plan, notes)
+    if p.sequence_parallel:
+        args.append("--sequence-parallel")
+    args += ["--micro-batch-size", str(p.micro_batch_size), "--global-batch-size", str(t.global_batch_size)]
+    if p.recompute == "selective":
+        args += ["--recompute-granularity", "selective"]
+    elif p.recompute == "full":
+        args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    if p.zero_stage in (1, 2):
+        args.append("--use-distributed-optimizer")
+        if p.zero_stage == 2:
+            notes.warn(
+                "ZeRO-2 maps to Megatron's distributed optimizer, which shards optimizer states and "
+                "reduce-scatters gradients but keeps a full gradient buffer: gradient memory is higher than planned"
+            )
+    elif p.zero_stage == 3:
+        args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params",
+                 "--ckpt-format", "fsdp_dtensor"]
+    if t.precision == "bf16":
+        args.append("--bf16")
+    elif t.precision == "fp16":
+        args.append("--fp16")
+    if t.optimizer == "sgd":
+        args += ["--optimizer", "sgd"]
+    return args + model_args(plan)
+
+
+def render_array(name: str, args: list[str]) -> str:
+    lines, i = [], 0
+    while i < len(args):
+        if i + 1 < len(args) and not args[i + 1].startswith("--"):
+            lines.append(f"  {shlex.quote(args[i])} {shlex.quote(args[i + 1])}")
+            i += 2
+        else:
+            lines.append(f"  {shlex.quote(args[i])}")
+            i += 1
+    return f"{name}=(\n" + "\n".join(lines) + "\n)\n"
+
+
+class MegatronExporter(Exporter):
+    id = "megatron"
+    target = "Megatron-LM (pretrain_gpt.py arguments)"
+    target_version = MEGATRON_VERSION
+    media_type = "text/x-shellscript"
+    extension = "sh"
+
+    def render(self, plan: Plan, options, notes: Notes) -> str:
+        args = megatron_args(plan, notes)
+        env = ""
+        if plan.parallel.tp > 1 and plan.parallel.zero_stage != 3:
+            env = "# Megatron asserts this with tensor parallelism on GPUs before Blackwell.\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\n\n"
+        usage = [
+            "Usage: source this file, then add data/tokenizer/optimizer arguments, e.g.",
+            '  torchrun <launcher flags> pretrain_gpt.py "${MESHPLAN_MEGATRON_ARGS[@]}" --data-path ... --tokenizer-type ...',
+        ]
+        head = comment_block("#", header_lines(plan, self) + usage, notes.warnings, notes.info)
+        return "#!/usr/bin/env bash\n" + head + env + render_array("MESHPLAN_MEGATRON_ARGS", args)

@@ -1,0 +1,194 @@
+"""torchtitan job configuration, in the two forms torchtitan releases have used.
+
+- ``torchtitan`` — torchtitan 0.3.0 (the current release, 2026): TOML job files are gone; a run is a
+  Python function returning ``Trainer.Config`` chosen with ``--module``/``--config``. We write a
+  recipe module that starts from the model's shipped config (e.g.
+  ``torchtitan.models.llama3.config_registry.llama3_70b``) and sets ``parallelism.*``
+  (``tensor_parallel_degree``, ``enable_sequence_parallel``, ``pipeline_parallel_degree``,
+  ``pipeline_parallel_schedule``, ``module_fqns_per_model_part``, ``pipeline_parallel_microbatch_size``,
+  ``data_parallel_replicate_degree``/``data_parallel_shard_degree``, ``fsdp_reshard_after_forward``),
+  ``training.*`` (``local_batch_size``, ``global_batch_size``, ``seq_len``,
+  ``mixed_precision_param``) and ``activation_checkpoint`` (``SelectiveAC.Config()``,
+  ``FullAC.Config()`` or ``None``). 0.3.0 renamed the head module ``output`` → ``lm_head``.
+- ``torchtitan-toml`` — torchtitan 0.2.2, the last release that reads a TOML job file
+  (``--job.config_file``): ``[model] name/flavor``, ``[parallelism]`` (same degree/schedule keys, always
+  sequence parallel with TP, DDP only without other parallelism), ``[training]`` ``local_batch_size``,
+  ``global_batch_size``, ``seq_len``, ``[activation_checkpoint] mode`` (``selective_ac_option = "op"``).
+
+Both checked against the released wheels' source (``torchtitan/config/configs.py`` 0.3.0,
+``torchtitan/config/job_config.py`` 0.2.2). torchtitan main (after 0.3.0) renamed more fields
+(``training.num_tokens_per_microbatch_per_dp_rank``, ``parallelism.num_pp_microbatches``,
+``parallelism.pipeline_parallel_module_fqns_per_model_part``); they are not written here.
+
+Schedules map to ``torch.distributed.pipelining`` names: GPipe, 1F1B, Interleaved1F1B,
+InterleavedZeroBubble, ZBVZeroBubble (torchtitan places ZBV chunks in a V itself). The layer split
+is written exactly as module FQNs per model chunk, in meshplan's chunk (pipeline) order.
+"""
+
+from __future__ import annotations
+
+import tomli_w
+
+from planner.specs import Plan
+
+from .base import Exporter, Notes, chunk_layer_ranges, comment_block, geometry, header_lines, safe_identifier
+from .torchrun import rdzv_endpoint
+
+TT_SCHEDULES = {
+    "gpipe": "GPipe",
+    "1f1b": "1F1B",
+    "interleaved-1f1b": "Interleaved1F1B",
+    "interleaved-zero-bubble": "InterleavedZeroBubble",
+    "zbv-zero-bubble": "ZBVZeroBubble",
+}
+#: meshplan catalog model → (torchtitan model module, flavor).
+TT_MODELS = {
+    "llama3-8b": ("llama3", "8B"),
+    "llama3-70b": ("llama3", "70B"),
+    "llama3-405b": ("llama3", "405B"),
+}
+
+
+def model_parts(plan: Plan, head: str) -> list[list[str]]:
+    """Module FQNs of each model chunk (pipeline order); embedding on the first, norm + head on the last."""
+    ranges = chunk_layer_ranges(plan.parallel.stage_layers)
+    parts = [[f"layers.{i}" for i in r] for r in ranges]
+    parts[0].insert(0, "tok_embeddings")
+    parts[-1] += ["norm", head]
+    return parts
+
+
+def model_ids(plan: Plan, notes: Notes) -> tuple[str, str]:
+    if plan.model.name in TT_MODELS:
+        return TT_MODELS[plan.model.name]
+    notes.warn(
+        f"torchtitan ships no configuration for model {plan.model.name!r}: the export names llama3/debugmodel "
+        "as a placeholder; replace it with your model's module and flavor (layer names must match layers.<i>)"
+    )
+    return "llama3", "debugmodel"
+
+
+def common_settings(plan: Plan, notes: Notes, release: str) -> tuple[dict, dict, str]:
+    """(parallelism, training, activation-checkpoint mode) for either release."""
+    p, t = plan.parallel, plan.training
+    par: dict = {"tensor_parallel_degree": p.tp}
+    if release == "0.3.0" and p.tp > 1:
+        par["enable_sequence_parallel"] = p.sequence_parallel
+    elif p.tp > 1 and not p.sequence_parallel:
+        notes.warn("torchtitan 0.2.2 always uses sequence parallelism with tensor parallelism; the plan has it off "
+                   "(activation memory will be lower and TP communication the same volume)")
+    # Data parallelism: ZeRO stage → replicate / shard degrees.
+    if p.zero_stage == 0:
+        if release == "0.2.2" and (p.tp > 1 or p.pp > 1) and p.dp > 1:
+            notes.warn("torchtitan 0.2.2 runs DDP only without other parallelism ('DDP has not supported > 1D "
+                       "parallelism'): plain data parallelism (ZeRO-0) is exported as FSDP (ZeRO-3-like) instead; "
+                       "memory and communication differ from the plan")
+            par |= {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": p.dp}
+        else:
+            par |= {"data_parallel_replicate_degree": p.dp, "data_parallel_shard_degree": 1}
+    else:
+        par |= {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": p.dp}
+        if p.zero_stage in (1, 2):
+            par["fsdp_reshard_after_forward"] = "never"
+            if p.zero_stage == 1:
+                notes.warn("torchtitan has no optimizer-state-only sharding (ZeRO-1): exported as FSDP without "
+                           "resharding after forward (ZeRO-2-like), which also shards gradients")
+        else:
+            par["fsdp_reshard_after_forward"] = "default"
+    par["pipeline_parallel_degree"] = p.pp
+    if p.pp > 1:
+        par["pipeline_parallel_schedule"] = TT_SCHEDULES[p.schedule]
+        par["pipeline_parallel_microbatch_size"] = p.micro_batch_size
+        # With PP, one step's micro-batches are the local batch; without PP, torchtitan accumulates
+        # gradients over global / (local × dp) steps.
+        local = p.micro_batch_size * plan.estimate.num_microbatches
+    else:
+        local = p.micro_batch_size
+    train = {"local_batch_size": local, "global_batch_size": t.global_batch_size, "seq_len": t.seq_len}
+    if t.precision == "fp16":
+        notes.warn("torchtitan has no fp16 mixed precision: exported as bf16 (mixed_precision_param = bfloat16)")
+        train["mixed_precision_param"] = "bfloat16"
+    else:
+        train["mixed_precision_param"] = "bfloat16" if t.precision == "bf16" else "float32"
+    if p.recompute == "selective":
+        notes.note("torchtitan's selective recomputation is per-op (saves matmul/attention outputs by policy), "
+                   "not Megatron's attention-core recomputation: activation memory may differ somewhat from the plan")
+    return par, train, p.recompute
+
+
+def launch_line(plan: Plan, options, extra: str) -> str:
+    geom = geometry(plan, options)
+    if geom.multi_node:
+        ep = rdzv_endpoint(options, "$MASTER_ADDR")
+        flags = (f"--nnodes {geom.nnodes} --nproc-per-node {geom.nproc_per_node} --rdzv-backend c10d "
+                 f"--rdzv-endpoint {ep} --rdzv-id {options.job_name}")
+    else:
+        flags = f"--standalone --nnodes 1 --nproc-per-node {geom.nproc_per_node}"
+    return f"torchrun {flags} -m torchtitan.train {extra}"
+
+
+class TorchtitanRecipeExporter(Exporter):
+    id = "torchtitan"
+    target = "torchtitan Python config recipe (Trainer.Config)"
+    target_version = "torchtitan 0.3.0"
+    media_type = "text/x-python"
+    extension = "py"
+
+    def module_name(self, options) -> str:
+        return "meshplan_" + safe_identifier(options.job_name)
+
+    def filename(self, plan: Plan, options) -> str:
+        return self.module_name(options) + ".py"
+
+    def render(self, plan: Plan, options, notes: Notes) -> str:
+        module, flavor = model_ids(plan, notes)
+        base = f"{module}_{flavor.lower()}"
+        par, train, ac = common_settings(plan, notes, "0.3.0")
+        fn = safe_identifier(f"meshplan_{plan.model.name}")
+        lines = [f"    config = {base}()", "    p = config.parallelism"]
+        lines += [f"    p.{k} = {v!r}" for k, v in par.items()]
+        if plan.parallel.pp > 1:
+            lines.append("    p.module_fqns_per_model_part = [")
+            lines += [f"        {part!r}," for part in model_parts(plan, "lm_head")]
+            lines.append("    ]")
+        lines += [f"    config.training.{k} = {v!r}" for k, v in train.items()]
+        ac_expr = {"selective": "SelectiveAC.Config()", "full": "FullAC.Config()", "none": "None"}[ac]
+        lines += [f"    config.activation_checkpoint = {ac_expr}", "    return config"]
+        imports = [f"from torchtitan.models.{module}.config_registry import {base}", "from torchtitan.trainer import Trainer"]
+        if ac != "none":
+            imports.insert(0, f"from torchtitan.distributed.activation_checkpoint import {'SelectiveAC' if ac == 'selective' else 'FullAC'}")
+        launch = launch_line(plan, options, f"--module {self.module_name(options)} --config {fn}")
+        head = comment_block("#", header_lines(plan, self) + [
+            f"Save as {self.filename(plan, options)} on PYTHONPATH, then on every node:", "  " + launch,
+        ], notes.warnings, notes.info)
+        return (
+            head + "\n" + "\n".join(imports) + "\n\n\n"
+            + f"def {fn}() -> Trainer.Config:\n"
+            + f'    """{plan.model.name}: meshplan plan rank {plan.rank} ({plan.parallel.schedule})."""\n'
+            + "\n".join(lines) + "\n"
+        )
+
+
+class TorchtitanTomlExporter(Exporter):
+    id = "torchtitan-toml"
+    target = "torchtitan TOML job config"
+    target_version = "torchtitan 0.2.2 (last release with TOML job files)"
+    media_type = "application/toml"
+    extension = "toml"
+
+    def render(self, plan: Plan, options, notes: Notes) -> str:
+        module, flavor = model_ids(plan, notes)
+        par, train, ac = common_settings(plan, notes, "0.2.2")
+        if plan.parallel.pp > 1:
+            par["module_fqns_per_model_part"] = model_parts(plan, "output")
+        doc = {
+            "job": {"description": f"meshplan: {plan.model.name} plan rank {plan.rank}"},
+            "model": {"name": module, "flavor": flavor},
+            "training": train,
+            "parallelism": par,
+            "activation_checkpoint": {"mode": ac} | ({"selective_ac_option": "op"} if ac == "selective" else {}),
+        }
+        launch = launch_line(plan, options, f"--job.config_file {self.filename(plan, options)}")
+        head = comment_block("#", header_lines(plan, self) + ["Run on every node:", "  " + launch],
+                             notes.warnings, notes.info)
+        return head + "\n" + tomli_w.dumps(doc, multiline_strings=False)

@@ -1,0 +1,368 @@
+"""Analytic per-layer costs of the model zoo: FLOPs, parameters and activation memory, per GPU.
+
+Pure Python (no PyTorch): the planner prices layers with these formulas when no measured profile is
+given, and ``tests/test_analytic_agreement.py`` checks them against the profiler's meta/fake-device
+measurement of ``runtime/models`` (FLOPs within 1 %, activation bytes within 5 %).
+
+Notation: b micro-batch size, s sequence length, T = b·s tokens, h hidden size, a attention heads,
+g KV heads, d = h/a head size, f FFN hidden size, V vocabulary, t tensor-parallel degree, e bytes per
+element of the training precision. "Per GPU" means one tensor-parallel rank: heads, KV heads, FFN
+columns and (when t divides it) the vocabulary are split t ways (Megatron-LM column/row parallel
+linears, Shoeybi et al. 2019, §3); norms, biases of row-parallel linears and positional embeddings
+are replicated.
+
+FLOPs (matmuls only, 2 FLOPs per multiply-add; norms, activations, softmax and residual adds are
+not counted, as in Megatron-LM's accounting and in ``torch.utils.flop_counter``):
+
+* linear ``[T, n] @ [n, m]``: forward 2·T·n·m; backward 2× forward (input gradient + weight
+  gradient), Narayanan et al. SC'21 §5.1.
+* attention core (QKᵀ and PV, the full s×s square with no causal discount, as Megatron-LM and
+  ``torch.utils.flop_counter.sdpa_flop_count`` count it): forward 4·b·s²·h/t. Backward of a
+  *fused* (flash) kernel is 2.5× forward: it recomputes QKᵀ and runs four more s×s matmuls
+  (Dao 2023, FlashAttention-2 Alg. 2; ``torch.utils.flop_counter.sdpa_backward_flop_count``).
+* embedding lookup: 0. LM head: 2·T·h·V/t.
+
+Activation memory: the tensors autograd keeps for backward, assuming a fused (flash) attention kernel
+(no s×s score or probability matrix is kept, so Korthikanti et al.'s 5·a·s/h term vanishes) and no
+dropout (the zoo has none, so Korthikanti's mask terms vanish too). Per transformer block, counting
+every distinct tensor once (the QKV projections share their input; the attention output and the
+output projection's input are one tensor):
+
+=================================  ===========================  ===========================
+tensor                              elements                      sharded by
+=================================  ===========================  ===========================
+attn_norm input and statistics      see below                     t only with sequence parallel
+attn_norm output (QKV input)        T·h                           not sharded (gathered)
+Q; K; V (after RoPE, K/V repeated   T·h/t each                    t
+to the query heads)
+RoPE cos/sin tables (Llama, fp32)   2 calls × 2 × s·d/2           not sharded
+attention output (= wo input)       T·h/t                         t
+softmax log-sum-exp (fp32)          b·s·a/t                       t
+mlp_norm input and statistics       see below                     t only with sequence parallel
+mlp_norm output (w1 input)          T·h                           not sharded (gathered)
+GELU MLP: w1 output; w2 input       2·T·f/t                       t
+SwiGLU: w1 out, silu out, w3 out,   4·T·f/t                       t
+w2 input
+=================================  ===========================  ===========================
+
+Norms: ``nn.LayerNorm`` keeps its input and two per-token statistics (mean, 1/σ) in the activation
+dtype: T·(h + 2)·e bytes. ``nn.RMSNorm`` (PyTorch's composite ``rms_norm``) upcasts to fp32 and keeps
+the fp32 input, the fp32 normalised input and the fp32 1/rms: T·(2h + 1)·4 bytes whatever the
+training precision. The zoo's attention repeats K/V heads to the query-head count before the fused
+kernel (``repeat_interleave``), so GQA saves no activation memory there (a GQA-aware kernel would keep
+K and V at g/t heads).
+
+This is Korthikanti et al. (MLSys'23, "Reducing Activation Recomputation in Large Transformer
+Models", §4.1) redone for this block: their 34·s·b·h bytes are, without dropout masks (2·sbh) and with
+flash attention, 32·s·b·h for the GPT block with f = 4h, which is the GPT row above at e = 2.
+Sequence parallelism (Korthikanti §4.2.2) shards the norm inputs by t; the QKV and FFN inputs are
+all-gathered and kept whole by the PyTorch DTensor runtime (torchtitan's layout), so they stay T·h.
+
+Recomputation (Korthikanti §5): ``selective`` recomputes the attention core, so the core keeps its
+inputs (Q, K, V) instead of its own saved tensors; with a fused kernel that only drops the log-sum-exp
+(the output is still kept, as the output projection's input). ``full`` keeps only the block input
+(T·h, /t with sequence parallelism). Embedding and LM head are never recomputed: all three modes are
+equal for them.
+
+The LM head layer is the final norm plus the output projection; the loss is not part of it (its
+logits are ``output_activation_bytes``).
+"""
+
+from __future__ import annotations
+
+from planner.errors import MeshplanError
+from planner.specs import (
+    BYTES_PER_ELEMENT,
+    ActivationBytes,
+    LayerKind,
+    LayerProfile,
+    ModelSpec,
+    Profile,
+)
+
+LAYER_KINDS: tuple[str, ...] = ("embedding", "transformer_block", "lm_head")
+
+#: Bytes of the fp32 log-sum-exp a fused attention kernel keeps per (query, head).
+LSE_BYTES = 4
+#: Backward ÷ forward FLOPs of a fused attention core (FlashAttention-2 backward: 5 s×s matmuls vs 2).
+FLASH_BWD_RATIO = 2.5
+
+
+def check_tp(model: ModelSpec, tp: int, field: str = "tp") -> None:
+    """Raise unless ``tp`` splits the model's heads, KV heads and FFN evenly (Megatron-LM's rule)."""
+    if tp < 1:
+        raise MeshplanError(field, f"tensor-parallel degree {tp} must be ≥ 1", "use a positive TP degree")
+    for name, value in (
+        ("num_attention_heads", model.num_attention_heads),
+        ("num_kv_heads", model.num_kv_heads),
+        ("ffn_hidden_size", model.ffn_hidden_size),
+    ):
+        if value % tp:
+            raise MeshplanError(
+                field,
+                f"tensor-parallel degree {tp} does not divide {name}={value} of model {model.name!r}",
+                f"use a TP degree that divides {name} (e.g. {_largest_divisor(value, tp)})",
+            )
+
+
+def tp_degrees(model: ModelSpec, max_tp: int) -> list[int]:
+    """The TP degrees ≤ ``max_tp`` that ``check_tp`` accepts."""
+    out = []
+    for t in range(1, max_tp + 1):
+        try:
+            check_tp(model, t)
+        except MeshplanError:
+            continue
+        out.append(t)
+    return out
+
+
+def _largest_divisor(value: int, limit: int) -> int:
+    return max(d for d in range(1, min(value, limit) + 1) if value % d == 0)
+
+
+def vocab_parallel(model: ModelSpec, tp: int) -> bool:
+    """Embedding and LM head are vocabulary-parallel when t divides V (else replicated), as in
+    ``planner.layout.tp_plan``."""
+    return tp > 1 and model.vocab_size % tp == 0
+
+
+def local_vocab(model: ModelSpec, tp: int) -> int:
+    return model.vocab_size // tp if vocab_parallel(model, tp) else model.vocab_size
+
+
+# ------------------------------------------------------------------------------------------------
+# Parameters
+
+
+def _norm_params(model: ModelSpec) -> int:
+    # LayerNorm: weight + bias; RMSNorm: weight only.
+    return 2 * model.hidden_size if model.norm == "layernorm" else model.hidden_size
+
+
+def _has_bias(model: ModelSpec) -> bool:
+    # GPT-2/3 linears carry biases (Radford et al. 2019); Llama's do not (Touvron et al. 2023).
+    return model.family == "gpt"
+
+
+def block_params(model: ModelSpec, tp: int = 1) -> int:
+    """Parameters of one transformer block held by one TP rank."""
+    h, d, f = model.hidden_size, model.head_dim, model.ffn_hidden_size
+    q, kv = model.num_attention_heads * d // tp, model.num_kv_heads * d // tp
+    bias = _has_bias(model)
+    attn = h * q + 2 * h * kv + q * h  # wq, wk, wv (column-parallel), wo (row-parallel)
+    if bias:
+        attn += q + 2 * kv + h  # column biases are split, the row-parallel bias is replicated
+    n_in = 2 if model.activation == "swiglu" else 1  # w1 (+ w3) column-parallel, w2 row-parallel
+    mlp = n_in * h * (f // tp) + (f // tp) * h
+    if bias:
+        mlp += n_in * (f // tp) + h
+    return 2 * _norm_params(model) + attn + mlp
+
+
+def embedding_params(model: ModelSpec, tp: int = 1) -> int:
+    """Token embedding (vocabulary-parallel when t divides V) + learned positions for GPT (replicated)."""
+    pos = model.max_seq_len * model.hidden_size if model.family == "gpt" else 0
+    return local_vocab(model, tp) * model.hidden_size + pos
+
+
+def lm_head_params(model: ModelSpec, tp: int = 1) -> int:
+    """Final norm + output projection (no bias). With tied embeddings the head still holds the matrix
+    on its pipeline stage (Megatron-LM keeps a copy and all-reduces its gradient)."""
+    return _norm_params(model) + local_vocab(model, tp) * model.hidden_size
+
+
+def num_parameters(model: ModelSpec) -> int:
+    """Total parameters of the model (tied embedding/head weights counted once)."""
+    total = embedding_params(model) + model.num_layers * block_params(model) + lm_head_params(model)
+    if model.tie_embeddings:
+        total -= model.vocab_size * model.hidden_size
+    return total
+
+
+# ------------------------------------------------------------------------------------------------
+# FLOPs
+
+
+def block_forward_flops(model: ModelSpec, micro_batch_size: int, seq_len: int, tp: int = 1) -> tuple[float, float]:
+    """(linear, attention-core) forward FLOPs of one block on one TP rank."""
+    b, s, h, f = micro_batch_size, seq_len, model.hidden_size, model.ffn_hidden_size
+    tokens = b * s
+    q = model.num_attention_heads * model.head_dim / tp
+    kv = model.num_kv_heads * model.head_dim / tp
+    n_ffn = 3 if model.activation == "swiglu" else 2
+    linear = 2 * tokens * (h * q + 2 * h * kv + q * h) + 2 * tokens * n_ffn * h * f / tp
+    core = 4 * b * s * s * q  # QKᵀ and PV: 2 matmuls of 2·b·s²·d per local head
+    return float(linear), float(core)
+
+
+def layer_flops(model: ModelSpec, kind: str, micro_batch_size: int, seq_len: int, tp: int = 1) -> tuple[float, float]:
+    """(forward, backward) FLOPs of one layer kind on one TP rank."""
+    tokens = micro_batch_size * seq_len
+    if kind == "embedding":
+        return 0.0, 0.0
+    if kind == "lm_head":
+        fwd = 2.0 * tokens * model.hidden_size * local_vocab(model, tp)
+        return fwd, 2.0 * fwd
+    if kind == "transformer_block":
+        linear, core = block_forward_flops(model, micro_batch_size, seq_len, tp)
+        return linear + core, 2.0 * linear + FLASH_BWD_RATIO * core
+    raise MeshplanError("kind", f"unknown layer kind {kind!r}", f"use one of {', '.join(LAYER_KINDS)}")
+
+
+def model_flops_per_step(model: ModelSpec, tokens: int, seq_len: int) -> float:
+    """Model FLOPs of one training step (forward + backward, no recomputation) over ``tokens`` tokens
+    in sequences of ``seq_len``: the numerator of MFU.
+
+    Megatron-LM accounting (Narayanan et al. SC'21 §5.1, generalised to GQA and gated MLPs):
+    12·T·L·h²·[(1 + g/a + s/h)·(q/h) + (f/h)·γ + V/(2·L·h)] with q = a·d, γ = 3/2 for SwiGLU else 1,
+    i.e. 3 × the forward matmul FLOPs, attention core counted as a full s×s square.
+    """
+    h, L, a, g = model.hidden_size, model.num_layers, model.num_attention_heads, model.num_kv_heads
+    q = a * model.head_dim
+    gamma = 1.5 if model.activation == "swiglu" else 1.0
+    bracket = (1 + g / a + seq_len / h) * (q / h) + (model.ffn_hidden_size / h) * gamma + model.vocab_size / (2 * L * h)
+    return 12.0 * tokens * L * h * h * bracket
+
+
+# ------------------------------------------------------------------------------------------------
+# Activations
+
+
+def _norm_saved(model: ModelSpec, tokens: float, e: int) -> float:
+    """Bytes a norm keeps for backward besides its output (see the module docstring): LayerNorm its
+    input and mean, 1/σ in the activation dtype; RMSNorm (composite, upcast to fp32) the fp32 input, the
+    fp32 normalised input and the fp32 1/rms."""
+    h = model.hidden_size
+    if model.norm == "layernorm":
+        return tokens * (h + 2) * e
+    return tokens * (2 * h + 1) * 4
+
+
+def block_saved_terms(
+    model: ModelSpec, micro_batch_size: int, seq_len: int, tp: int = 1, sequence_parallel: bool = False,
+    precision: str = "bf16",
+) -> dict[str, float]:
+    """Bytes saved for backward by one block with no recomputation, by tensor (see the module table)."""
+    e = BYTES_PER_ELEMENT[precision]
+    b, s, h, f = micro_batch_size, seq_len, model.hidden_size, model.ffn_hidden_size
+    T = b * s
+    sp = tp if sequence_parallel else 1
+    q = model.num_attention_heads * model.head_dim / tp  # local query width; K, V repeated to it
+    mlp_tensors = 4 if model.activation == "swiglu" else 2
+    rope = 2 * 2 * s * (model.head_dim // 2) * 4 if model.family == "llama" else 0
+    return {
+        "attn_norm_input": _norm_saved(model, T / sp, e),
+        "qkv_input": T * h * e,
+        "q_k_v": 3 * T * q * e,
+        "rope_tables": rope,
+        "attn_output": T * q * e,
+        "attn_logsumexp": b * s * (model.num_attention_heads / tp) * LSE_BYTES,
+        "mlp_norm_input": _norm_saved(model, T / sp, e),
+        "mlp_input": T * h * e,
+        "mlp_hidden": mlp_tensors * T * f / tp * e,
+    }
+
+
+def saved_activation_bytes(
+    model: ModelSpec, kind: str, micro_batch_size: int, seq_len: int, tp: int = 1, sequence_parallel: bool = False,
+    precision: str = "bf16",
+) -> ActivationBytes:
+    e = BYTES_PER_ELEMENT[precision]
+    b, s, h = micro_batch_size, seq_len, model.hidden_size
+    T = b * s
+    sp = tp if sequence_parallel else 1
+    if kind == "embedding":
+        # embedding backward keeps the int64 token ids; GPT's positional lookup keeps its s position ids.
+        ids = T * 8 + (s * 8 if model.family == "gpt" else 0)
+        return ActivationBytes(none=ids, selective=ids, full=ids)
+    if kind == "lm_head":
+        # final norm input (sequence-sharded with SP) + the head's (gathered) input.
+        saved = int(_norm_saved(model, T / sp, e) + T * h * e)
+        return ActivationBytes(none=saved, selective=saved, full=saved)
+    if kind == "transformer_block":
+        terms = block_saved_terms(model, b, s, tp, sequence_parallel, precision)
+        none = sum(terms.values())
+        return ActivationBytes(
+            none=int(none),
+            selective=int(none - terms["attn_logsumexp"]),
+            full=int(T / sp * h * e),
+        )
+    raise MeshplanError("kind", f"unknown layer kind {kind!r}", f"use one of {', '.join(LAYER_KINDS)}")
+
+
+def output_activation_bytes(
+    model: ModelSpec, kind: str, micro_batch_size: int, seq_len: int, tp: int = 1, sequence_parallel: bool = False,
+    precision: str = "bf16",
+) -> int:
+    """Bytes of the layer's output (what a pipeline stage boundary sends): hidden states [b, s/sp, h]
+    or, for the LM head, logits [b, s, V/t]."""
+    e = BYTES_PER_ELEMENT[precision]
+    T = micro_batch_size * seq_len
+    if kind == "lm_head":
+        return int(T * local_vocab(model, tp) * e)
+    sp = tp if sequence_parallel else 1
+    return int(T * model.hidden_size * e / sp)
+
+
+# ------------------------------------------------------------------------------------------------
+# Profiles
+
+
+def layer_profile(
+    model: ModelSpec, kind: LayerKind | str, *, micro_batch_size: int, seq_len: int, tp: int = 1,
+    sequence_parallel: bool = False, precision: str = "bf16",
+) -> LayerProfile:
+    """Analytic costs of one layer kind at one (micro-batch, sequence, TP, SP) point, per GPU."""
+    if kind not in LAYER_KINDS:
+        raise MeshplanError("kind", f"unknown layer kind {kind!r}", f"use one of {', '.join(LAYER_KINDS)}")
+    if precision not in BYTES_PER_ELEMENT:
+        raise MeshplanError("precision", f"unknown precision {precision!r}", f"use one of {', '.join(BYTES_PER_ELEMENT)}")
+    if micro_batch_size < 1:
+        raise MeshplanError("micro_batch_size", f"must be ≥ 1, got {micro_batch_size}", "use a positive micro-batch size")
+    if seq_len < 1:
+        raise MeshplanError("seq_len", f"must be ≥ 1, got {seq_len}", "use a positive sequence length")
+    check_tp(model, tp)
+    if sequence_parallel and tp == 1:
+        raise MeshplanError("sequence_parallel", "sequence parallelism needs tp > 1", "set sequence_parallel to false")
+    params = {"embedding": embedding_params, "transformer_block": block_params, "lm_head": lm_head_params}[kind](model, tp)
+    fwd, bwd = layer_flops(model, kind, micro_batch_size, seq_len, tp)
+    return LayerProfile(
+        kind=kind,
+        micro_batch_size=micro_batch_size,
+        seq_len=seq_len,
+        tp=tp,
+        sequence_parallel=sequence_parallel,
+        fwd_flops=fwd,
+        bwd_flops=bwd,
+        param_count=params,
+        param_bytes=params * BYTES_PER_ELEMENT[precision],
+        saved_activation_bytes=saved_activation_bytes(
+            model, kind, micro_batch_size, seq_len, tp, sequence_parallel, precision
+        ),
+        output_activation_bytes=output_activation_bytes(
+            model, kind, micro_batch_size, seq_len, tp, sequence_parallel, precision
+        ),
+    )
+
+
+def analytic_profile(
+    model: ModelSpec, *, micro_batch_sizes: list[int] | tuple[int, ...], seq_len: int,
+    tps: list[int] | tuple[int, ...] = (1,), precision: str = "bf16", sequence_parallel: bool | None = None,
+) -> Profile:
+    """A ``Profile`` (source ``"analytic"``) of every layer kind at every micro-batch size and TP degree.
+
+    ``sequence_parallel``: ``None`` (default) records both settings for every t > 1; ``True``/``False``
+    records only that one (t = 1 always without).
+    """
+    layers = []
+    for tp in tps:
+        sps = [False] if tp == 1 else ([False, True] if sequence_parallel is None else [sequence_parallel])
+        for sp in sps:
+            for mbs in micro_batch_sizes:
+                for kind in LAYER_KINDS:
+                    layers.append(
+                        layer_profile(model, kind, micro_batch_size=mbs, seq_len=seq_len, tp=tp,
+                                      sequence_parallel=sp, precision=precision)
+                    )
+    return Profile(model=model, device="analytic", dtype=precision, source="analytic", layers=layers)

@@ -1,0 +1,101 @@
+"""Numerical-equivalence check of the runtime against a single-process reference.
+
+    torchrun --nproc-per-node W -m runtime.equivalence --cases cases.json --out results.json
+
+``cases.json`` is ``[{"id": str, "plan": Plan, "steps": int}]``. All cases run in this one launch
+(one process group; each case builds a fresh DeviceMesh), because start-up dominates on CPU. For
+each case every rank compares, at step 0, the global loss and the full gradient of each parameter it
+holds with the reference's, then the loss and gradient norm of every later step; the maximum
+differences over all ranks go to ``results.json`` (written by rank 0 after each case).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from planner.specs import Plan
+from runtime.data import SyntheticTokens
+from runtime.job import Job, TrainConfig
+from runtime.testing import reference_run
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def run_case(plan: Plan, steps: int, train: TrainConfig, cache: dict) -> dict:
+    key = (plan.model.name, plan.training.global_batch_size, plan.training.seq_len, steps)
+    if key not in cache:
+        cache[key] = reference_run(plan, train, steps)
+    ref_losses, ref_norms, ref_grads = cache[key]
+    started = time.perf_counter()
+    job = Job.build(plan, train)
+    data = SyntheticTokens(plan.model.vocab_size, seed=train.seed)
+    losses, norms, grad_diff, worst = [], [], 0.0, ""
+    for step in range(steps):
+        x, y = data.batch(step, plan.training.global_batch_size, plan.training.seq_len)
+        loss = job.forward_backward(job.dp_slice(x), job.dp_slice(y))
+        if step == 0:
+            for name, p in job.named_parameters():
+                if p.grad is None:
+                    raise RuntimeError(f"parameter {name} got no gradient")
+                diff = float((_full(p.grad) - ref_grads[name]).abs().max())
+                if diff > grad_diff:
+                    grad_diff, worst = diff, name
+        norms.append(job.clip_grad_norm())
+        job.optimizer_step()
+        losses.append(float(loss))
+    stats = torch.tensor([
+        grad_diff,
+        max(abs(a - b) for a, b in zip(losses, ref_losses)),
+        max(abs(a - b) for a, b in zip(norms, ref_norms)),
+        float(sum(1 for _ in job.named_parameters())),
+        time.perf_counter() - started,
+    ], dtype=torch.float64)
+    dist.all_reduce(stats[:3], op=dist.ReduceOp.MAX)
+    dist.all_reduce(stats[3:4])  # parameters held, summed over ranks
+    dist.all_reduce(stats[4:], op=dist.ReduceOp.MAX)
+    return {
+        "grad_max_diff": float(stats[0]), "loss_max_diff": float(stats[1]), "grad_norm_max_diff": float(stats[2]),
+        "param_tensors_over_ranks": int(stats[3]), "seconds": float(stats[4]),
+        "losses": losses, "ref_losses": ref_losses, "worst_param_on_rank0": worst, "dp_wrapper": job.dp_wrapper,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", required=True)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    cases = json.loads(Path(args.cases).read_text())
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    results: dict[str, dict] = {}
+    cache: dict = {}
+    train = TrainConfig()
+    for case in cases:
+        try:
+            results[case["id"]] = run_case(Plan.model_validate(case["plan"]), case.get("steps", 3), train, cache)
+        except Exception:  # a failed case cannot be skipped safely (peers may wait in a collective)
+            Path(f"{args.out}.rank{rank}.error").write_text(f"case {case['id']}:\n{traceback.format_exc()}")
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(1)
+        if rank == 0:
+            Path(args.out).write_text(json.dumps(results, indent=1))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

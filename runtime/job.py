@@ -1,0 +1,253 @@
+"""A Plan made executable on this rank: the device mesh, this rank's model chunks with the plan's
+parallelisms applied, the pipeline schedule, and the optimizer.
+
+    validate (same on every rank, before any process-group work) → init_device_mesh("pp","dp","tp")
+    → per local chunk: prune a seeded full model at stage_layers → TP → recompute → DP
+    → PipelineStage + the plan's schedule → AdamW
+
+One code path serves every combination (pp=1 runs the micro-batches itself, without a schedule).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from planner.layout import stage_ranks
+from planner.specs import Plan
+from runtime.models import Transformer, build_model, init_weights
+from runtime.parallelize import apply_dp, apply_recompute, apply_tp, mixed_precision
+from runtime.validate import num_microbatches, validate_plan
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimizer and initialisation settings (not part of a plan: a plan says *how* to parallelise)."""
+
+    seed: int = 0
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = 0.1
+    max_grad_norm: float | None = 1.0
+
+
+def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy of one micro-batch (fp32)."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1))
+
+
+def make_optimizer(params, train: TrainConfig, kind: str = "adam") -> torch.optim.Optimizer:
+    params = list(params)
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=train.lr, weight_decay=train.weight_decay)
+    return torch.optim.AdamW(params, lr=train.lr, betas=train.betas, weight_decay=train.weight_decay)
+
+
+def chunk_layer_ids(stage_layers: list[int]) -> list[list[int]]:
+    out, start = [], 0
+    for n in stage_layers:
+        out.append(list(range(start, start + n)))
+        start += n
+    return out
+
+
+def build_chunk(plan: Plan, chunk: int, *, seed: int, device: torch.device) -> Transformer:
+    """Chunk ``chunk`` of the model: the full model (built on meta) with the other chunks' layers
+    deleted; the embedding only on chunk 0, final norm and head only on the last. Names unchanged."""
+    spec, layers = plan.model, chunk_layer_ids(plan.parallel.stage_layers)
+    model = build_model(spec, device="meta")
+    keep = {str(i) for i in layers[chunk]}
+    for name in list(model.layers.keys()):
+        if name not in keep:
+            del model.layers[name]
+    if chunk != 0:
+        model.embed = None
+    if chunk != len(layers) - 1:
+        model.norm = model.head = None
+    model.to_empty(device=device)
+    if spec.tie_embeddings and model.embed is not None and model.head is not None:
+        model.head.weight = model.embed.tok.weight
+    init_weights(model, spec, seed)
+    return model
+
+
+def build_mesh(plan: Plan, device_type: str):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(device_type, tuple(plan.mesh.shape), mesh_dim_names=tuple(plan.mesh.dim_names))
+
+
+_SCHEDULES = {
+    "gpipe": "ScheduleGPipe",
+    "1f1b": "Schedule1F1B",
+    "interleaved-1f1b": "ScheduleInterleaved1F1B",
+    "interleaved-zero-bubble": "ScheduleInterleavedZeroBubble",
+    "zbv-zero-bubble": "ScheduleZBVZeroBubble",
+}
+
+
+@dataclass
+class Job:
+    plan: Plan
+    train: TrainConfig
+    device: torch.device
+    mesh: object
+    chunks: dict[int, nn.Module]  # chunk index → module, this rank's chunks in order
+    optimizers: list[torch.optim.Optimizer]
+    schedule: object | None
+    dp_wrapper: str | None
+    notes: list[str] = field(default_factory=list)
+
+    # ---------------------------------------------------------------- construction
+    @classmethod
+    def build(cls, plan: Plan, train: TrainConfig = TrainConfig(), *, device: torch.device | None = None,
+              world_size: int | None = None) -> "Job":
+        world = world_size if world_size is not None else dist.get_world_size()
+        validate_plan(plan, world)  # identical on every rank: fails before any collective
+        device = device or _default_device()
+        p, notes = plan.parallel, []
+        mesh = build_mesh(plan, device.type)
+        pp_rank = mesh.get_local_rank("pp")
+        mp = mixed_precision(plan.training.precision, device.type)
+        if mp is None and plan.training.precision != "fp32":
+            notes.append(f"{plan.training.precision} requested; ran fp32 on {device.type}")
+        chunks, dp_wrapper = {}, None
+        for c, r in enumerate(stage_ranks(p)):
+            if r != pp_rank:
+                continue
+            module = build_chunk(plan, c, seed=train.seed, device=device)
+            if p.tp > 1:
+                apply_tp(module, mesh["tp"], plan.tp_plan, tie_embeddings=plan.model.tie_embeddings)
+            apply_recompute(module, p.recompute)
+            dp_wrapper = apply_dp(module, mesh["dp"], p, mp)
+            chunks[c] = module
+        schedule = _build_schedule(plan, mesh, chunks, device) if p.pp > 1 else None
+        optimizers = [make_optimizer(m.parameters(), train, plan.training.optimizer) for m in chunks.values()]
+        return cls(plan, train, device, mesh, chunks, optimizers, schedule, dp_wrapper, notes)
+
+    # ---------------------------------------------------------------- properties
+    @property
+    def num_microbatches(self) -> int:
+        return num_microbatches(self.plan)
+
+    @property
+    def has_first(self) -> bool:
+        return 0 in self.chunks
+
+    @property
+    def has_last(self) -> bool:
+        return len(self.plan.parallel.stage_layers) - 1 in self.chunks
+
+    def dp_slice(self, global_batch: torch.Tensor) -> torch.Tensor:
+        """This rank's rows of a global batch (all TP and PP ranks of a DP replica see the same)."""
+        dp = self.plan.parallel.dp
+        return global_batch.chunk(dp)[self.mesh.get_local_rank("dp")]
+
+    def named_parameters(self):
+        for m in self.chunks.values():
+            yield from m.named_parameters()
+
+    # ---------------------------------------------------------------- one step
+    def forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Forward and backward of this rank's share of the global batch (``inputs``/``targets``
+        are this DP rank's rows); gradients equal those of the mean loss over the global batch.
+        Returns the global mean loss (same on every rank)."""
+        inputs, targets = inputs.to(self.device), targets.to(self.device)
+        n = self.num_microbatches
+        if self.schedule is None:
+            (model,) = self.chunks.values()
+            local = torch.zeros((), device=self.device)
+            for i, (x, y) in enumerate(zip(inputs.chunk(n), targets.chunk(n))):
+                if hasattr(model, "set_requires_gradient_sync"):
+                    model.set_requires_gradient_sync(i == n - 1)  # reduce once, after the last
+                loss = loss_fn(model(x), y) / n
+                loss.backward()
+                local += loss.detach()
+        else:
+            losses: list[torch.Tensor] = []
+            args = (inputs,) if self.has_first else ()
+            kwargs = {"target": targets, "losses": losses} if self.has_last else {}
+            self.schedule.step(*args, return_outputs=False, **kwargs)
+            local = torch.stack(losses).mean().detach() if self.has_last else torch.zeros((), device=self.device)
+        if not self.has_last:
+            local = local * 0
+        p = self.plan.parallel
+        dist.all_reduce(local)  # every last-stage rank holds its DP replica's loss, tp times over
+        return local / (p.dp * p.tp)
+
+    def clip_grad_norm(self) -> float:
+        return clip_grad_norm([p for _, p in self.named_parameters()], self.train.max_grad_norm,
+                              self.mesh.get_group("pp") if self.plan.parallel.pp > 1 else None)
+
+    def optimizer_step(self) -> None:
+        for opt in self.optimizers:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    def train_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[float, float]:
+        loss = self.forward_backward(inputs, targets)
+        norm = self.clip_grad_norm()
+        self.optimizer_step()
+        return float(loss), norm
+
+
+def _default_device() -> torch.device:
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _build_schedule(plan: Plan, mesh, chunks: dict[int, nn.Module], device: torch.device):
+    from torch.distributed import pipelining
+
+    p = plan.parallel
+    group = mesh.get_group("pp")
+    total = p.pp * p.virtual_stages
+    stages = [pipelining.PipelineStage(m, c, total, device, group=group) for c, m in chunks.items()]
+    cls = getattr(pipelining, _SCHEDULES[p.schedule])
+    n = num_microbatches(plan)
+    if p.virtual_stages == 1:
+        return cls(stages[0], n, loss_fn=loss_fn, scale_grads=True)
+    return cls(stages, n, loss_fn=loss_fn, scale_grads=True)
+
+
+def clip_grad_norm(params: list[torch.Tensor], max_norm: float | None, pp_group=None) -> float:
+    """Global L2 gradient norm over params that mix plain tensors and DTensors on different meshes
+    (``torch.nn.utils.clip_grad_norm_`` fails on those: notes §6): norm per mesh, squares summed,
+    summed over the pipeline ranks, then every gradient scaled by min(1, max_norm / (norm + 1e-6)),
+    exactly as ``clip_grad_norm_`` does. Returns the total norm."""
+    from torch.distributed.tensor import DTensor, Replicate
+
+    groups: dict[object, list[torch.Tensor]] = defaultdict(list)
+    for p in params:
+        g = p.grad
+        if g is None:
+            continue
+        if isinstance(g, DTensor):
+            if any(pl.is_partial() for pl in g.placements):  # SP norm grads stay Partial(sum)
+                g = g.redistribute(g.device_mesh, [Replicate() if pl.is_partial() else pl for pl in g.placements])
+            groups[g.device_mesh].append(g)
+        else:
+            groups[None].append(g)
+    device = next((g.device for gs in groups.values() for g in gs), torch.device("cpu"))
+    total_sq = torch.zeros((), dtype=torch.float32, device=device)
+    for grads in groups.values():
+        norm = torch.nn.utils.get_total_norm(grads, 2.0)
+        if isinstance(norm, DTensor):
+            norm = norm.full_tensor()
+        total_sq += norm.float() ** 2
+    if pp_group is not None:
+        dist.all_reduce(total_sq, group=pp_group)
+    total = math.sqrt(float(total_sq))
+    if max_norm is not None:
+        coef = min(1.0, max_norm / (total + 1e-6))
+        for p in params:
+            if p.grad is not None:
+                p.grad.mul_(coef)
+    return total

@@ -1,0 +1,218 @@
+"""The model zoo: one decoder-only transformer covering the GPT and Llama families.
+
+Module names are a contract (``planner.layout.tp_plan`` matches them, checkpoints are keyed by them):
+``embed.tok`` (+ ``embed.pos`` for GPT), ``layers.<i>.{attn_norm, attn.{wq,wk,wv,wo,core}, mlp_norm,
+mlp.{w1,w2[,w3]}}``, ``norm``, ``head``. Any of ``embed``/``norm``/``head`` may be ``None`` (a
+pipeline stage); ``forward`` skips them.
+
+Initialisation is deterministic per parameter *name* (a generator seeded from ``seed`` and the
+name), so a full model, a pruned pipeline stage or a model materialised from the meta device all
+start from identical weights whatever the parallel layout.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from planner.specs import ModelSpec
+
+ROPE_THETA = 10_000.0
+NORM_EPS = 1e-5
+INIT_STD = 0.02
+
+
+def _norm(spec: ModelSpec, dim: int) -> nn.Module:
+    return nn.LayerNorm(dim, eps=NORM_EPS) if spec.norm == "layernorm" else nn.RMSNorm(dim, eps=NORM_EPS)
+
+
+def apply_rope(x: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding (Su et al. 2021) on ``x`` of shape [B, T, heads, head_dim]."""
+    _, t, _, hd = x.shape
+    inv_freq = 1.0 / (ROPE_THETA ** (torch.arange(0, hd, 2, device=x.device, dtype=torch.float32) / hd))
+    angles = torch.outer(torch.arange(t, device=x.device, dtype=torch.float32), inv_freq)  # [T, hd/2]
+    cos, sin = angles.cos()[None, :, None, :], angles.sin()[None, :, None, :]
+    xf = x.float().unflatten(-1, (hd // 2, 2))
+    x1, x2 = xf[..., 0], xf[..., 1]
+    out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+    return out.type_as(x)
+
+
+class Attention(nn.Module):
+    """Parameter-free causal attention core (the target of selective recomputation)."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, spec: ModelSpec, *, tp: int = 1) -> None:
+        super().__init__()
+        d, hd, bias = spec.hidden_size, spec.head_dim, spec.family == "gpt"
+        heads, kv = spec.num_attention_heads // tp, spec.num_kv_heads // tp
+        self.head_dim = hd
+        self.rope = spec.family == "llama"
+        self.wq = nn.Linear(d, heads * hd, bias=bias)
+        self.wk = nn.Linear(d, kv * hd, bias=bias)
+        self.wv = nn.Linear(d, kv * hd, bias=bias)
+        self.wo = nn.Linear(heads * hd, d, bias=bias)
+        self.core = Attention()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t = x.shape[0], x.shape[1]
+        # -1: the local head count, so TP-sharded (fewer heads) projections just work.
+        q = self.wq(x).view(b, t, -1, self.head_dim)
+        k = self.wk(x).view(b, t, -1, self.head_dim)
+        v = self.wv(x).view(b, t, -1, self.head_dim)
+        if self.rope:
+            q, k = apply_rope(q), apply_rope(k)
+        rep = q.shape[2] // k.shape[2]  # GQA: each kv head serves `rep` query heads
+        if rep > 1:
+            k, v = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
+        out = self.core(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        return self.wo(out.transpose(1, 2).reshape(b, t, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, spec: ModelSpec, *, tp: int = 1) -> None:
+        super().__init__()
+        d, ffn, bias = spec.hidden_size, spec.ffn_hidden_size // tp, spec.family == "gpt"
+        self.swiglu = spec.activation == "swiglu"
+        self.w1 = nn.Linear(d, ffn, bias=bias)
+        self.w2 = nn.Linear(ffn, d, bias=bias)
+        if self.swiglu:
+            self.w3 = nn.Linear(d, ffn, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.swiglu:
+            return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return self.w2(F.gelu(self.w1(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block; takes and returns one tensor [B, T, d]."""
+
+    def __init__(self, spec: ModelSpec, *, tp: int = 1) -> None:
+        super().__init__()
+        self.attn_norm = _norm(spec, spec.hidden_size)
+        self.attn = SelfAttention(spec, tp=tp)
+        self.mlp_norm = _norm(spec, spec.hidden_size)
+        self.mlp = FeedForward(spec, tp=tp)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x))
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Embedding(nn.Module):
+    """Token embedding, plus learned positions for GPT."""
+
+    def __init__(self, spec: ModelSpec, *, tp: int = 1) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(spec.vocab_size // tp, spec.hidden_size)
+        self.pos = nn.Embedding(spec.max_seq_len, spec.hidden_size) if spec.family == "gpt" else None
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.tok(ids)
+        if self.pos is not None:
+            h = h + self.pos(torch.arange(ids.shape[1], device=ids.device))
+        return h
+
+
+class LMHead(nn.Module):
+    """Final norm + output projection (the profiler's ``lm_head`` layer kind)."""
+
+    def __init__(self, spec: ModelSpec, *, tp: int = 1) -> None:
+        super().__init__()
+        self.norm = _norm(spec, spec.hidden_size)
+        self.head = nn.Linear(spec.hidden_size, spec.vocab_size // tp, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.embed: Embedding | None = Embedding(spec)
+        self.layers = nn.ModuleDict({str(i): Block(spec) for i in range(spec.num_layers)})
+        self.norm: nn.Module | None = _norm(spec, spec.hidden_size)
+        self.head: nn.Linear | None = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
+        if spec.tie_embeddings:
+            self.head.weight = self.embed.tok.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x) if self.embed is not None else x
+        for layer in self.layers.values():
+            h = layer(h)
+        if self.norm is not None:
+            h = self.norm(h)
+        if self.head is not None:
+            h = self.head(h)
+        return h
+
+
+def _param_seed(seed: int, name: str) -> int:
+    return (seed * 1_000_003 + zlib.crc32(name.encode())) % (2**63)
+
+
+@torch.no_grad()
+def init_weights(module: nn.Module, spec: ModelSpec, seed: int) -> None:
+    """Seeded, name-keyed init (GPT-2 style): N(0, 0.02) for matrices and embeddings, scaled by
+    1/sqrt(2L) on the residual outputs (wo, w2); norms 1 and biases 0. Works on plain tensors of any
+    device (meta is skipped)."""
+    residual_std = INIT_STD / math.sqrt(2 * spec.num_layers)
+    seen: set[int] = set()
+    for name, p in module.named_parameters(remove_duplicate=False):
+        if id(p) in seen or p.device.type == "meta":
+            continue
+        seen.add(id(p))
+        leaf = name.rsplit(".", 1)[-1]
+        owner = name.rsplit(".", 2)[-2] if name.count(".") >= 1 else ""
+        if leaf == "bias":
+            p.zero_()
+        elif owner.endswith("norm"):
+            p.fill_(1.0)
+        else:
+            std = residual_std if owner in ("wo", "w2") else INIT_STD
+            gen = torch.Generator(device="cpu").manual_seed(_param_seed(seed, name))
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32).mul_(std).to(p.dtype))
+
+
+def build_model(spec: ModelSpec, *, seed: int | None = None, device=None, dtype=None) -> Transformer:
+    """The full model of ``spec``; with ``seed`` its weights are the layout-independent seeded init."""
+    with torch.device(device or "cpu"):
+        model = Transformer(spec)
+    if dtype is not None:
+        model.to(dtype)
+    if seed is not None:
+        init_weights(model, spec, seed)
+    return model
+
+
+def build_layer(spec: ModelSpec, kind: str, *, tp: int = 1, seed: int | None = None, device=None, dtype=None) -> nn.Module:
+    """One layer of ``kind`` ("embedding", "transformer_block", "lm_head") at its TP-sharded width
+    (heads/tp, kv_heads/tp, ffn/tp, vocab/tp), e.g. for the profiler."""
+    from planner.errors import MeshplanError
+
+    makers = {"embedding": Embedding, "transformer_block": Block, "lm_head": LMHead}
+    if kind not in makers:
+        raise MeshplanError("kind", f"unknown layer kind {kind!r}", f"use one of {', '.join(makers)}")
+    if tp < 1:
+        raise MeshplanError("tp", f"tp must be ≥ 1, got {tp}", "use a positive tensor-parallel degree")
+    for field, value in (("num_attention_heads", spec.num_attention_heads), ("num_kv_heads", spec.num_kv_heads),
+                         ("ffn_hidden_size", spec.ffn_hidden_size)):
+        if value % tp:
+            raise MeshplanError(f"model.{field}", f"{field}={value} is not divisible by tp={tp}", "choose a tp that divides it")
+    with torch.device(device or "cpu"):
+        layer = makers[kind](spec, tp=tp)
+    if dtype is not None:
+        layer.to(dtype)
+    if seed is not None:
+        init_weights(layer, spec, seed)
+    return layer

@@ -1,0 +1,131 @@
+"""The plan's parallelisms, applied to one pipeline chunk in a fixed order (torchtitan's):
+tensor parallelism (the plan's ``tp_plan``) → activation checkpointing → data parallelism.
+
+Order matters: TP turns parameters into DTensors on the TP mesh, checkpointing wraps the modules
+without renaming them, and FSDP2 shards the (possibly TP-sharded) parameters over the DP mesh.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    PrepareModuleOutput,
+    RowwiseParallel,
+    SequenceParallel,
+    parallelize_module,
+)
+
+from planner.specs import ParallelConfig, TPRule
+
+_LAYOUTS = {"replicate": Replicate(), "shard_seq": Shard(1), "shard_last": Shard(-1)}
+#: Schedules whose split backward breaks FSDP2's default reshard-after-forward (wrong gradients,
+#: see /work/shared/notes/torch-distributed-cpu.md §6): they always run without resharding.
+ZERO_BUBBLE = frozenset({"interleaved-zero-bubble", "zbv-zero-bubble"})
+
+
+def _one(layouts: list[str] | None):
+    return None if not layouts else _LAYOUTS[layouts[0]]
+
+
+def _many(layouts: list[str] | None):
+    return None if not layouts else tuple(_LAYOUTS[x] for x in layouts)
+
+
+def tp_style(rule: TPRule):
+    """The ``ParallelStyle`` of one rule; ``None`` for ``replicate`` (parameters stay plain tensors,
+    identical on every TP rank because every rank builds the same seeded weights and sees the same
+    replicated activations)."""
+
+    def kwargs(**kw):
+        return {k: v for k, v in kw.items() if v is not None}
+
+    if rule.style == "colwise":
+        return ColwiseParallel(**kwargs(input_layouts=_one(rule.input_layouts), output_layouts=_one(rule.output_layouts)))
+    if rule.style == "rowwise":
+        return RowwiseParallel(**kwargs(input_layouts=_one(rule.input_layouts), output_layouts=_one(rule.output_layouts)))
+    if rule.style == "sequence_parallel":
+        return SequenceParallel()
+    if rule.style == "prepare_input":
+        return PrepareModuleInput(
+            input_layouts=_many(rule.input_layouts), desired_input_layouts=_many(rule.desired_input_layouts),
+            use_local_output=True,
+        )
+    if rule.style == "prepare_output":
+        return PrepareModuleOutput(
+            output_layouts=_many(rule.output_layouts), desired_output_layouts=_many(rule.desired_output_layouts),
+            use_local_output=True,
+        )
+    return None
+
+
+def resolve_tp_plan(module: nn.Module, rules: list[TPRule]) -> dict[str, object]:
+    """Module name → style for the modules this chunk actually holds (rules in plan order; a pruned
+    chunk simply has no match for the parts it lacks)."""
+    resolved: dict[str, object] = {}
+    for name, _ in module.named_modules():
+        for rule in rules:
+            if name and fnmatch.fnmatchcase(name, rule.pattern):
+                style = tp_style(rule)
+                if style is not None:
+                    resolved[name] = style
+    return resolved
+
+
+def apply_tp(chunk: nn.Module, tp_mesh: DeviceMesh, rules: list[TPRule], *, tie_embeddings: bool = False) -> None:
+    plan = resolve_tp_plan(chunk, rules)
+    if plan:
+        parallelize_module(chunk, tp_mesh, plan)
+    if tie_embeddings and chunk.embed is not None and chunk.head is not None:
+        chunk.head.weight = chunk.embed.tok.weight  # re-tie: both sides were distributed separately
+
+
+def apply_recompute(chunk: nn.Module, mode: str) -> None:
+    """``full``: recompute each block in backward; ``selective``: only the attention core. The
+    composable ``checkpoint`` keeps module and parameter names unchanged (portable checkpoints)."""
+    if mode == "none":
+        return
+    from torch.distributed._composable import checkpoint
+
+    for block in chunk.layers.values():
+        checkpoint(block if mode == "full" else block.attn.core)
+
+
+def mixed_precision(precision: str, device_type: str):
+    """bf16 compute with fp32 reductions on CUDA (FSDP2's policy); None (fp32) elsewhere."""
+    if device_type != "cuda" or precision == "fp32":
+        return None
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+
+
+def apply_dp(chunk: nn.Module, dp_mesh: DeviceMesh, parallel: ParallelConfig, mp_policy=None) -> str | None:
+    """Data parallelism per ``zero_stage`` over the DP mesh, each block its own unit, then the chunk:
+    3 → ``fully_shard`` (params, grads and optimizer state sharded; reshard after forward),
+    1/2 → ``fully_shard(reshard_after_forward=False)`` (grads and optimizer state sharded),
+    0 → ``replicate`` (FSDP2's replicated mode: gradients all-reduced).
+    Never DDP: it is wrong with pipelining and fails on TP DTensors. Returns the wrapper used."""
+    if dp_mesh.size() == 1 and mp_policy is None:
+        return None
+    kw = {} if mp_policy is None else {"mp_policy": mp_policy}
+    if parallel.zero_stage == 0:
+        from torch.distributed._composable.replicate_with_fsdp import replicate
+
+        for block in chunk.layers.values():
+            replicate(block, mesh=dp_mesh, **kw)
+        replicate(chunk, mesh=dp_mesh, **kw)
+        return "replicate"
+    from torch.distributed.fsdp import fully_shard
+
+    reshard = parallel.zero_stage == 3 and parallel.schedule not in ZERO_BUBBLE
+    for block in chunk.layers.values():
+        fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, **kw)
+    fully_shard(chunk, mesh=dp_mesh, reshard_after_forward=reshard, **kw)
+    return "fully_shard" if reshard else "fully_shard(reshard_after_forward=False)"

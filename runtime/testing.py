@@ -1,0 +1,79 @@
+"""Helpers to build executable plans without the planner's search (tests, benchmarks, hand-made
+plans) and the single-process reference run that every parallel run must reproduce."""
+
+from __future__ import annotations
+
+import torch
+
+from planner.catalog import GPUS, get_model
+from planner.layout import even_stage_layers, mesh_layout, tp_plan
+from planner.specs import (
+    ClusterSpec,
+    Estimate,
+    ModelSpec,
+    ParallelConfig,
+    Plan,
+    TimeBreakdown,
+    TrainingSpec,
+)
+
+
+def make_plan(
+    model: str | ModelSpec,
+    *,
+    global_batch_size: int = 8,
+    seq_len: int = 32,
+    precision: str = "fp32",
+    gpu: str = "h100-sxm5-80gb",
+    **parallel,
+) -> Plan:
+    """A Plan from a parallel configuration (``tp``, ``pp``, ``dp``, ``schedule``, ...), with the
+    planner's mesh layout and TP plan, even stage cuts unless ``stage_layers`` is given, and an
+    all-zero placeholder estimate (no prediction: reports then leave the ratios empty)."""
+    spec = get_model(model)
+    parallel.setdefault("micro_batch_size", 1)
+    chunks = parallel.get("pp", 1) * parallel.get("virtual_stages", 1)
+    parallel.setdefault("stage_layers", even_stage_layers(spec.num_layers, chunks))
+    par = ParallelConfig(**{"tp": 1, "pp": 1, "dp": 1, **parallel})
+    zero = TimeBreakdown(compute_s=0, tp_comm_s=0, pp_bubble_s=0, pp_p2p_s=0, dp_sync_s=0, optimizer_s=0)
+    estimate = Estimate(
+        step_time_s=0, tokens_per_s=0, model_tflops_per_gpu=0, mfu=0, memory_per_stage_gib=[0] * par.pp,
+        peak_memory_gib=0, gpu_memory_gib=GPUS[gpu].memory_gib, fits=True,
+        num_microbatches=global_batch_size // (par.dp * par.micro_batch_size), gpus_used=par.num_gpus,
+        breakdown=zero, notes=["placeholder estimate: plan built by runtime.testing.make_plan, not the planner"],
+    )
+    return Plan(
+        model=spec,
+        cluster=ClusterSpec(gpu=gpu, num_nodes=1, gpus_per_node=max(par.num_gpus, 1)),
+        gpu=GPUS[gpu],
+        training=TrainingSpec(global_batch_size=global_batch_size, seq_len=seq_len, precision=precision),
+        parallel=par,
+        mesh=mesh_layout(par),
+        tp_plan=tp_plan(spec, par),
+        estimate=estimate,
+    )
+
+
+def reference_run(plan: Plan, train, steps: int, data=None, grads_at: int = 0):
+    """The same model, seed, batches, clipping and optimizer in one process, without any
+    parallelism: returns (losses, grad norms, {param name: grad at step ``grads_at``})."""
+    from runtime.data import SyntheticTokens
+    from runtime.job import loss_fn, make_optimizer
+    from runtime.models import build_model
+
+    data = data or SyntheticTokens(plan.model.vocab_size, seed=train.seed)
+    model = build_model(plan.model, seed=train.seed)
+    opt = make_optimizer(model.parameters(), train, plan.training.optimizer)
+    losses, norms, grads = [], [], {}
+    for step in range(steps):
+        x, y = data.batch(step, plan.training.global_batch_size, plan.training.seq_len)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        if step == grads_at:
+            grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+        max_norm = train.max_grad_norm if train.max_grad_norm is not None else float("inf")
+        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(loss))
+    return losses, norms, grads

@@ -1,0 +1,139 @@
+"""Worker entry point: train a plan on this rank. Started by ``meshplan run`` through torchrun, or by
+any launcher that sets the torchrun environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT):
+
+    torchrun --nproc-per-node 4 -m runtime.train --plan plan.json --steps 10 --report run.json
+
+A bad plan fails on every rank before any process-group work, with the same message (exit code 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+from planner.errors import MeshplanError
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m runtime.train", description="Train a meshplan Plan on this rank.")
+    ap.add_argument("--plan", required=True, help="Plan or PlanResponse JSON/YAML (`meshplan plan --json`).")
+    ap.add_argument("--plan-index", type=int, default=0, help="Which plan of a PlanResponse (0 = best).")
+    ap.add_argument("--steps", type=int, default=10, help="Optimizer steps to run (after a resume: more steps).")
+    ap.add_argument("--data", default=None, help="Flat numpy token file (memmap); default: seeded synthetic tokens.")
+    ap.add_argument("--data-dtype", default="uint16", help="Token dtype of --data.")
+    ap.add_argument("--report", default=None, help="Write the RunReport JSON here.")
+    ap.add_argument("--checkpoint-dir", default=None, help="Save DCP checkpoints under this folder.")
+    ap.add_argument("--save-every", type=int, default=0, help="Save every K steps (and after the last); 0: only at the end.")
+    ap.add_argument("--resume", default=None, help="Checkpoint folder to resume from (any plan saved it).")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--max-grad-norm", type=float, default=1.0, help="Global gradient-norm clip; ≤ 0 disables.")
+    return ap.parse_args(argv)
+
+
+def _fail(exc: MeshplanError) -> None:
+    rank = os.environ.get("RANK", "0")
+    print(f"[rank{rank}] error: {exc}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def _peak_memory_bytes(device) -> int:
+    import torch
+
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    from planner.io import load_plan
+    from runtime.validate import validate_plan
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    try:
+        plan = load_plan(args.plan, args.plan_index)
+        validate_plan(plan, world)
+        if args.steps < 0:
+            raise MeshplanError("steps", f"--steps must be ≥ 0, got {args.steps}", "pass a non-negative step count")
+        if args.save_every and not args.checkpoint_dir:
+            raise MeshplanError("save_every", "--save-every needs --checkpoint-dir", "give a folder to save to")
+    except MeshplanError as exc:
+        _fail(exc)
+    try:
+        run(plan, args)
+    except MeshplanError as exc:
+        _fail(exc)
+
+
+def run(plan, args) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from runtime import checkpoint
+    from runtime.data import SyntheticTokens, TokenFile
+    from runtime.job import Job, TrainConfig
+    from runtime.report import build_report, summary
+
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    else:
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo")
+    try:
+        rank = dist.get_rank()
+        train = TrainConfig(seed=args.seed, lr=args.lr, max_grad_norm=args.max_grad_norm if args.max_grad_norm > 0 else None)
+        job = Job.build(plan, train)
+        vocab = plan.model.vocab_size
+        data = TokenFile(args.data, vocab, args.seed, args.data_dtype) if args.data else SyntheticTokens(vocab, args.seed)
+        start = checkpoint.load(job, args.resume) if args.resume else 0
+        gb, seq = plan.training.global_batch_size, plan.training.seq_len
+        losses, times = [], []
+        for step in range(start, start + args.steps):
+            x, y = data.batch(step, gb, seq)
+            x, y = job.dp_slice(x), job.dp_slice(y)
+            if cuda:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            loss, _ = job.train_step(x, y)
+            if cuda:
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+            losses.append(loss)
+            if rank == 0:
+                print(f"step {step + 1}: loss {loss:.4f}  {times[-1]:.3f} s", flush=True)
+            done = step + 1
+            if args.checkpoint_dir and ((args.save_every and done % args.save_every == 0) or done == start + args.steps):
+                checkpoint.save(job, args.checkpoint_dir, done)
+        # Step time is the slowest rank's; peak memory is per rank.
+        t = torch.tensor(times, dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        peaks: list[int] = [0] * dist.get_world_size()
+        dist.all_gather_object(peaks, _peak_memory_bytes(job.device))
+        if rank == 0:
+            notes = list(job.notes)
+            if not cuda:
+                notes.append("CPU run: peak memory is the process's peak RSS (includes the PyTorch runtime)")
+            if job.dp_wrapper:
+                notes.append(f"data parallelism: {job.dp_wrapper}")
+            report = build_report(
+                plan, device=torch.cuda.get_device_name() if cuda else "cpu", torch_version=torch.__version__,
+                losses=losses, step_times=t.tolist(), peak_memory_bytes_per_rank=peaks,
+                resumed_from_step=start if args.resume else None, notes=notes,
+            )
+            if args.report:
+                Path(args.report).write_text(json.dumps(report.model_dump(mode="json"), indent=1))
+            print(summary(report), flush=True)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+# meshplan export: torchtitan Python config recipe (Trainer.Config) (torchtitan 0.3.0)
+# model llama3-8b on 1 node(s) × 8 h100-sxm5-80gb; plan rank 1
+# tp=2 pp=4 dp=1 micro_batch_size=1 num_microbatches=32 global_batch_size=32 seq_len=8192
+# schedule=1f1b virtual_stages=1 stage_layers=[7, 9, 9, 7]
+# recompute=none sequence_parallel=true zero_stage=1 precision=bf16
+# Save as meshplan_llama_train.py on PYTHONPATH, then on every node:
+#   torchrun --standalone --nnodes 1 --nproc-per-node 8 -m torchtitan.train --module meshplan_llama_train --config meshplan_llama3_8b
+# !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
+# WARNING: this target cannot express all of the plan (1 issue(s)):
+# WARNING: torchtitan has no optimizer-state-only sharding (ZeRO-1): exported as FSDP without
+#   resharding after forward (ZeRO-2-like), which also shards gradients
+# !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
+
+from torchtitan.models.llama3.config_registry import llama3_8b
+from torchtitan.trainer import Trainer
+
+
+def meshplan_llama3_8b() -> Trainer.Config:
+    """llama3-8b: meshplan plan rank 1 (1f1b)."""
+    config = llama3_8b()
+    p = config.parallelism
+    p.tensor_parallel_degree = 2
+    p.enable_sequence_parallel = True
+    p.data_parallel_replicate_degree = 1
+    p.data_parallel_shard_degree = 1
+    p.fsdp_reshard_after_forward = 'never'
+    p.pipeline_parallel_degree = 4
+    p.pipeline_parallel_schedule = '1F1B'
+    p.pipeline_parallel_microbatch_size = 1
+    p.module_fqns_per_model_part = [
+        ['tok_embeddings', 'layers.0', 'layers.1', 'layers.2', 'layers.3', 'layers.4', 'layers.5', 'layers.6'],
+        ['layers.7', 'layers.8', 'layers.9', 'layers.10', 'layers.11', 'layers.12', 'layers.13', 'layers.14', 'layers.15'],
+        ['layers.16', 'layers.17', 'layers.18', 'layers.19', 'layers.20', 'layers.21', 'layers.22', 'layers.23', 'layers.24'],
+        ['layers.25', 'layers.26', 'layers.27', 'layers.28', 'layers.29', 'layers.30', 'layers.31', 'norm', 'lm_head'],
+    ]
+    config.training.local_batch_size = 32
+    config.training.global_batch_size = 32
+    config.training.seq_len = 8192
+    config.training.mixed_precision_param = 'bfloat16'
+    config.activation_checkpoint = None
+    return config

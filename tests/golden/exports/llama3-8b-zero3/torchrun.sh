@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# meshplan export: torchrun (torch 2.13 (torch.distributed.run))
+# model llama3-8b on 2 node(s) × 8 h100-sxm5-80gb; plan rank 1
+# tp=1 pp=1 dp=16 micro_batch_size=2 num_microbatches=4 global_batch_size=128 seq_len=4096
+# schedule=1f1b virtual_stages=1 stage_layers=[32]
+# recompute=full sequence_parallel=false zero_stage=3 precision=bf16
+# Run this same script on each of the 2 nodes (MASTER_ADDR = the first node's address).
+set -euo pipefail
+
+torchrun \
+  --nnodes 2 \
+  --nproc-per-node 8 \
+  --rdzv-backend c10d \
+  --rdzv-endpoint "${MASTER_ADDR:?set MASTER_ADDR to the first node address}:29500" \
+  --rdzv-id llama-train \
+  --max-restarts 0 \
+  -m runtime.train \
+  --plan plan.json

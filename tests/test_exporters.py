@@ -1,0 +1,547 @@
+"""Exporters: every target's output parses as what it claims, keeps the plan's invariants (recounted
+from the output), matches its golden file, keeps a frozen key set, and says so — by error or a
+prominent warning — where the target cannot express the plan.
+
+Plans are built from the specs, the layout helpers and a hand-made Estimate (exporters only read
+the plan's fields). Regenerate the golden files with ``MESHPLAN_UPDATE_GOLDEN=1``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from api.exporters import FORMATS, ExportOptions, export, export_formats
+from api.exporters.megatron import layout_string
+from planner.catalog import GPUS, get_model
+from planner.errors import MeshplanError
+from planner.layout import mesh_layout, stage_ranks, tp_plan
+from planner.specs import (
+    ClusterSpec, Estimate, ParallelConfig, Plan, PlanResponse, SolverInfo, TimeBreakdown, TrainingSpec,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "tests" / "golden" / "exports"
+UPDATE = os.environ.get("MESHPLAN_UPDATE_GOLDEN") == "1"
+
+
+def make_plan(model: str, nodes: int, gpn: int, gpu: str, *, tp: int, pp: int, dp: int, mbs: int, gbs: int,
+              seq: int, split: list[int], schedule: str = "1f1b", v: int = 1, recompute: str = "none",
+              sp: bool = False, zero: int = 0, precision: str = "bf16") -> Plan:
+    m = get_model(model)
+    parallel = ParallelConfig(tp=tp, pp=pp, dp=dp, micro_batch_size=mbs, schedule=schedule, virtual_stages=v,
+                              recompute=recompute, sequence_parallel=sp, zero_stage=zero, stage_layers=split)
+    estimate = Estimate(  # hand-made: exporters read only num_microbatches and gpus_used
+        step_time_s=10.0, tokens_per_s=1e5, model_tflops_per_gpu=400.0, mfu=0.4,
+        memory_per_stage_gib=[60.0] * pp, peak_memory_gib=60.0, gpu_memory_gib=GPUS[gpu].memory_gib, fits=True,
+        num_microbatches=gbs // (mbs * dp), gpus_used=tp * pp * dp,
+        breakdown=TimeBreakdown(compute_s=8, tp_comm_s=1, pp_bubble_s=0.5, pp_p2p_s=0.1, dp_sync_s=0.3, optimizer_s=0.1),
+    )
+    return Plan(
+        model=m, cluster=ClusterSpec(gpu=gpu, num_nodes=nodes, gpus_per_node=gpn), gpu=GPUS[gpu],
+        training=TrainingSpec(global_batch_size=gbs, seq_len=seq, precision=precision),
+        parallel=parallel, mesh=mesh_layout(parallel), tp_plan=tp_plan(m, parallel), estimate=estimate,
+    )
+
+
+H100 = "h100-sxm5-80gb"
+CASES: dict[str, Plan] = {
+    # The headline: Llama 3 70B on 8 nodes × 8 H100, interleaved 1F1B (v=2), SP, selective
+    # recompute, ZeRO-1, uneven split (lighter first and last chunks).
+    "llama3-70b-8x8": make_plan("llama3-70b", 8, 8, H100, tp=8, pp=4, dp=2, mbs=1, gbs=256, seq=8192,
+                                split=[8, 11, 11, 10, 10, 10, 11, 9], schedule="interleaved-1f1b", v=2,
+                                recompute="selective", sp=True, zero=1),
+    # No pipeline, plain data parallel + TP on one node.
+    "gpt3-1.3b-pp1": make_plan("gpt3-1.3b", 1, 8, "a100-sxm4-80gb", tp=2, pp=1, dp=4, mbs=4, gbs=64, seq=2048,
+                               split=[24]),
+    # ZeRO-3, full recompute, no TP/PP, two nodes.
+    "llama3-8b-zero3": make_plan("llama3-8b", 2, 8, H100, tp=1, pp=1, dp=16, mbs=2, gbs=128, seq=4096,
+                                 split=[32], recompute="full", zero=3),
+    # GPipe, fp16, even split.
+    "llama3-8b-gpipe": make_plan("llama3-8b", 1, 8, H100, tp=2, pp=4, dp=1, mbs=1, gbs=16, seq=4096,
+                                 split=[8, 8, 8, 8], schedule="gpipe", precision="fp16"),
+    # Zero-bubble V: chunks placed in a V.
+    "llama3-70b-zbv": make_plan("llama3-70b", 4, 8, H100, tp=8, pp=4, dp=1, mbs=1, gbs=32, seq=8192,
+                                split=[9, 10, 10, 11, 11, 10, 10, 9], schedule="zbv-zero-bubble", v=2,
+                                recompute="full", sp=True),
+    # 1F1B with only the first and last stage uneven (Megatron's first/last flags).
+    "llama3-8b-firstlast": make_plan("llama3-8b", 1, 8, H100, tp=2, pp=4, dp=1, mbs=1, gbs=32, seq=8192,
+                                     split=[7, 9, 9, 7], sp=True, zero=1),
+    # A tiny model with no torchtitan flavor, interleaved zero bubble, on 4 GPUs of one node.
+    "tiny-llama-izb": make_plan("tiny-llama", 1, 4, "a100-sxm4-40gb", tp=1, pp=2, dp=2, mbs=2, gbs=16, seq=128,
+                                split=[2, 2, 2, 2], schedule="interleaved-zero-bubble", v=2),
+}
+#: (case, format) pairs that must fail, with the field the error names.
+ERRORS = {
+    ("llama3-8b-pp-zero2", "deepspeed"): "plan.parallel.zero_stage",
+}
+CASES["llama3-8b-pp-zero2"] = make_plan("llama3-8b", 1, 8, H100, tp=1, pp=2, dp=4, mbs=1, gbs=64, seq=4096,
+                                        split=[16, 16], zero=2)
+
+OPTIONS = ExportOptions(image="nvcr.io/nvidia/pytorch:26.01-py3", job_name="llama-train", namespace="training",
+                        partition="gpu", time_limit="2-00:00:00")
+PAIRS = [(c, f) for c in CASES for f in FORMATS if (c, f) not in ERRORS]
+
+
+def _export(case: str, fmt: str, options: ExportOptions = OPTIONS):
+    return export(CASES[case], fmt, options)
+
+
+# ------------------------------------------------------------------------------------------------
+# Parsing: each output is what it claims
+
+
+def parse(content: str, media_type: str):
+    if media_type == "application/yaml":
+        docs = [d for d in yaml.safe_load_all(content) if d is not None]
+        assert len(docs) == 1
+        return docs[0]
+    if media_type == "application/json":
+        return json.loads(content)
+    if media_type == "application/toml":
+        return tomllib.loads(content)
+    if media_type == "text/x-python":
+        tree = ast.parse(content)
+        compile(tree, "<export>", "exec")
+        return tree
+    if media_type == "text/x-shellscript":
+        run = subprocess.run(["bash", "-n"], input=content, text=True, capture_output=True)
+        assert run.returncode == 0, run.stderr
+        return content
+    raise AssertionError(f"unknown media type {media_type}")
+
+
+@pytest.mark.parametrize("case,fmt", PAIRS)
+def test_output_parses_and_matches_golden(case, fmt):
+    result = _export(case, fmt)
+    parse(result.content, result.media_type)
+    assert result.media_type == FORMATS[fmt].media_type
+    assert result.filename.endswith("." + FORMATS[fmt].extension)
+    path = GOLDEN / case / f"{fmt}.{FORMATS[fmt].extension}"
+    if UPDATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(result.content)
+    assert path.is_file(), f"missing golden {path}; run with MESHPLAN_UPDATE_GOLDEN=1"
+    assert result.content == path.read_text(), f"{path} differs; regenerate with MESHPLAN_UPDATE_GOLDEN=1 if intended"
+
+
+@pytest.mark.parametrize("case,fmt", PAIRS)
+def test_warnings_are_written_into_the_output(case, fmt):
+    result = _export(case, fmt)
+    if FORMATS[fmt].comment is None:
+        assert parse(result.content, result.media_type)["meshplan"]["warnings"] == result.warnings
+    else:
+        for w in result.warnings:
+            assert "WARNING: " + " ".join(w.split()[:6]) in " ".join(result.content.replace("#", " ").split())
+
+
+# ------------------------------------------------------------------------------------------------
+# Invariants, recounted from each output
+
+
+def shell_words(content: str) -> list[str]:
+    """The words of a shell script's commands (comments dropped, continuation lines joined)."""
+    text = "\n".join(line for line in content.splitlines() if not line.lstrip().startswith("#"))
+    return shlex.split(text.replace("\\\n", " "))
+
+
+def flag(words: list[str], name: str) -> str | None:
+    return words[words.index(name) + 1] if name in words else None
+
+
+def megatron_stage_layers(words: list[str], num_layers: int, pp: int) -> list[int]:
+    """Layers per chunk as Megatron would build them: its own layout grammar (regexes copied from
+    PipelineParallelLayerLayout.parse_str_to_list), or first/last flags, or an even split."""
+    layout = flag(words, "--pipeline-model-parallel-layout")
+    if layout is not None:
+        s = layout.replace(",", "")
+        s = re.sub(r"\(([^)]+)\)\*(\d+)", lambda x: x.group(1) * int(x.group(2)), s)
+        s = re.sub(r"(.)\*(\d+)", lambda x: x.group(1) * int(x.group(2)), s)
+        stages = s.split("|")
+        assert stages[0].startswith("E") and stages[-1].endswith("L")
+        return [st.count("t") for st in stages]
+    v = int(flag(words, "--num-virtual-stages-per-pipeline-rank") or 1)
+    first, last = flag(words, "--decoder-first-pipeline-num-layers"), flag(words, "--decoder-last-pipeline-num-layers")
+    if first is None and last is None:
+        return [num_layers // (pp * v)] * (pp * v)
+    rest, middle_stages = num_layers, pp
+    if first:
+        rest, middle_stages = rest - int(first), middle_stages - 1
+    if last:
+        rest, middle_stages = rest - int(last), middle_stages - 1
+    mid = [rest // middle_stages] * middle_stages if middle_stages else []
+    return ([int(first)] if first else []) + mid + ([int(last)] if last else [])
+
+
+def recount(plan: Plan, fmt: str, content: str) -> dict:
+    """World size, global batch and per-chunk (or per-rank) layers, read back from the output."""
+    p = plan.parallel
+    if fmt in ("torchrun", "slurm", "meshplan"):
+        words = shell_words(content)
+        nnodes = flag(words, "--nnodes") or "1"
+        if fmt == "slurm":  # one torchrun per allocated node
+            sbatch = int(re.search(r"^#SBATCH --nodes=(\d+)$", content, re.M).group(1))
+            assert nnodes in ("$SLURM_NNODES", str(sbatch)) and "--ntasks-per-node=1" in content
+            nnodes = sbatch
+        world = int(nnodes) * int(flag(words, "--nproc-per-node"))
+        return {"world": world}
+    if fmt == "kubeflow-pytorchjob":
+        doc = yaml.safe_load_all(content).__next__()
+        replicas = sum(s["replicas"] for s in doc["spec"]["pytorchReplicaSpecs"].values())
+        gpus = {s["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+                for s in doc["spec"]["pytorchReplicaSpecs"].values()}
+        assert gpus == {int(doc["spec"]["nprocPerNode"])}
+        return {"world": replicas * int(doc["spec"]["nprocPerNode"])}
+    if fmt == "kubeflow-trainjob":
+        t = yaml.safe_load_all(content).__next__()["spec"]["trainer"]
+        assert t["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == t["numProcPerNode"]
+        return {"world": t["numNodes"] * t["numProcPerNode"]}
+    if fmt == "megatron":
+        words = shell_words(content)
+        tp, pp = int(flag(words, "--tensor-model-parallel-size")), int(flag(words, "--pipeline-model-parallel-size"))
+        assert int(flag(words, "--num-layers")) == plan.model.num_layers
+        return {"world": tp * pp * p.dp, "tp": tp, "pp": pp, "gbs": int(flag(words, "--global-batch-size")),
+                "mbs": int(flag(words, "--micro-batch-size")),
+                "layers": megatron_stage_layers(words, plan.model.num_layers, pp)}
+    if fmt == "deepspeed":
+        cfg = json.loads(content)
+        dp = p.num_gpus // (p.pp * cfg.get("tensor_parallel", {}).get("autotp_size", 1))
+        assert cfg["train_batch_size"] == cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * dp
+        out = {"world": p.num_gpus, "gbs": cfg["train_batch_size"]}
+        if p.pp > 1:
+            parts = cfg["meshplan"]["pipeline_module"]["parts"]
+            assert parts[0] == 0 and parts[-1] == plan.model.num_layers + 2  # embedding + blocks + head
+            sizes = [b - a for a, b in zip(parts, parts[1:])]
+            out["layers"] = [sizes[0] - 1] + sizes[1:-1] + [sizes[-1] - 1] if len(sizes) > 1 else [sizes[0] - 2]
+        return out
+    if fmt in ("torchtitan", "torchtitan-toml"):
+        if fmt == "torchtitan-toml":
+            doc = tomllib.loads(content)
+            par, train = doc["parallelism"], doc["training"]
+        else:  # read the assignments back from the recipe's syntax tree
+            par, train = {}, {}
+            for node in ast.walk(ast.parse(content)):
+                if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Attribute):
+                    target = ast.unparse(node.targets[0])
+                    if target.startswith("p."):
+                        par[target[2:]] = ast.literal_eval(node.value)
+                    elif target.startswith("config.training."):
+                        train[target[len("config.training."):]] = ast.literal_eval(node.value)
+        dp = par.get("data_parallel_replicate_degree", 1) * par.get("data_parallel_shard_degree", 1)
+        world = dp * par["tensor_parallel_degree"] * par["pipeline_parallel_degree"]
+        gbs = train["global_batch_size"]
+        assert gbs % (train["local_batch_size"] * dp) == 0
+        out = {"world": world, "gbs": gbs}
+        if "module_fqns_per_model_part" in par:
+            parts = par["module_fqns_per_model_part"]
+            layers = [int(n.split(".")[1]) for part in parts for n in part if n.startswith("layers.")]
+            assert layers == list(range(plan.model.num_layers))  # every layer once, in order
+            assert parts[0][0] == "tok_embeddings" and parts[-1][-2] == "norm"
+            out["layers"] = [sum(n.startswith("layers.") for n in part) for part in parts]
+            assert train["local_batch_size"] % par["pipeline_parallel_microbatch_size"] == 0
+        return out
+    raise AssertionError(fmt)
+
+
+@pytest.mark.parametrize("case,fmt", PAIRS)
+def test_output_keeps_the_plan_invariants(case, fmt):
+    plan = CASES[case]
+    p = plan.parallel
+    got = recount(plan, fmt, _export(case, fmt).content)
+    assert got["world"] == p.tp * p.pp * p.dp == plan.estimate.gpus_used
+    if "gbs" in got:
+        assert got["gbs"] == p.micro_batch_size * plan.estimate.num_microbatches * p.dp == plan.training.global_batch_size
+    if "layers" in got:
+        assert sum(got["layers"]) == plan.model.num_layers
+        expected_chunks = p.stage_layers
+        if fmt == "deepspeed" or (fmt == "megatron" and p.schedule == "zbv-zero-bubble"):
+            per_rank = [0] * p.pp  # these targets keep each rank's layers on contiguous stages
+            for chunk, rank in enumerate(stage_ranks(p)):
+                per_rank[rank] += p.stage_layers[chunk]
+            expected_chunks = per_rank
+        assert got["layers"] == expected_chunks
+
+
+# ------------------------------------------------------------------------------------------------
+# Frozen key sets (Llama 3 70B plan): a change here is a deliberate interface change
+
+
+FROZEN_KEYS = {
+    "torchrun": {"--nnodes", "--nproc-per-node", "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id", "--max-restarts",
+                 "--plan"},
+    "slurm": {"--kill-on-bad-exit=1", "--container-image", "--nnodes", "--nproc-per-node", "--rdzv-backend",
+              "--rdzv-endpoint", "--rdzv-id", "--max-restarts", "--plan", "#SBATCH --job-name", "#SBATCH --nodes",
+              "#SBATCH --ntasks-per-node", "#SBATCH --gpus-per-node", "#SBATCH --exclusive", "#SBATCH --partition",
+              "#SBATCH --time"},
+    "meshplan": {"--plan", "--nproc-per-node", "--nnodes"},
+    "megatron": {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--pipeline-model-parallel-layout",
+                 "--sequence-parallel", "--micro-batch-size", "--global-batch-size", "--recompute-granularity",
+                 "--use-distributed-optimizer", "--bf16", "--num-layers", "--hidden-size", "--ffn-hidden-size",
+                 "--num-attention-heads", "--group-query-attention", "--num-query-groups", "--seq-length",
+                 "--max-position-embeddings", "--position-embedding-type", "--normalization", "--swiglu",
+                 "--disable-bias-linear", "--untie-embeddings-and-output-weights"},
+    "deepspeed": {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                  "zero_optimization", "zero_optimization.stage", "bf16", "bf16.enabled", "tensor_parallel",
+                  "tensor_parallel.autotp_size", "activation_checkpointing",
+                  "activation_checkpointing.partition_activations", "activation_checkpointing.cpu_checkpointing",
+                  "activation_checkpointing.contiguous_memory_optimization",
+                  "activation_checkpointing.synchronize_checkpoint_boundary", "pipeline",
+                  "pipeline.activation_checkpoint_interval", "meshplan"},
+    "kubeflow-pytorchjob": {"apiVersion", "kind", "metadata", "metadata.name", "metadata.namespace", "metadata.labels",
+                            "spec", "spec.nprocPerNode", "spec.runPolicy", "spec.pytorchReplicaSpecs",
+                            "spec.pytorchReplicaSpecs.Master", "spec.pytorchReplicaSpecs.Worker"},
+    "kubeflow-trainjob": {"apiVersion", "kind", "metadata", "metadata.name", "metadata.namespace", "metadata.labels",
+                          "spec", "spec.runtimeRef", "spec.runtimeRef.apiGroup", "spec.runtimeRef.kind",
+                          "spec.runtimeRef.name", "spec.trainer", "spec.trainer.image", "spec.trainer.command",
+                          "spec.trainer.numNodes", "spec.trainer.numProcPerNode", "spec.trainer.resourcesPerNode"},
+    "torchtitan-toml": {"job", "job.description", "model", "model.name", "model.flavor", "training",
+                        "training.local_batch_size", "training.global_batch_size", "training.seq_len",
+                        "training.mixed_precision_param", "parallelism", "parallelism.tensor_parallel_degree",
+                        "parallelism.data_parallel_replicate_degree", "parallelism.data_parallel_shard_degree",
+                        "parallelism.fsdp_reshard_after_forward", "parallelism.pipeline_parallel_degree",
+                        "parallelism.pipeline_parallel_schedule", "parallelism.pipeline_parallel_microbatch_size",
+                        "parallelism.module_fqns_per_model_part", "activation_checkpoint",
+                        "activation_checkpoint.mode", "activation_checkpoint.selective_ac_option"},
+    "torchtitan": {"p.tensor_parallel_degree", "p.enable_sequence_parallel", "p.data_parallel_replicate_degree",
+                   "p.data_parallel_shard_degree", "p.fsdp_reshard_after_forward", "p.pipeline_parallel_degree",
+                   "p.pipeline_parallel_schedule", "p.pipeline_parallel_microbatch_size", "p.module_fqns_per_model_part",
+                   "config.training.local_batch_size", "config.training.global_batch_size", "config.training.seq_len",
+                   "config.training.mixed_precision_param", "config.activation_checkpoint", "config", "p"},
+}
+
+
+def key_set(fmt: str, content: str) -> set[str]:
+    if fmt in ("torchrun", "slurm", "meshplan", "megatron"):
+        keys = {w.split("=")[0] if w.startswith("--container-image") else w
+                for w in shell_words(content) if w.startswith("--")}
+        if fmt == "slurm":
+            keys |= {line.split("=")[0] for line in content.splitlines() if line.startswith("#SBATCH")}
+        return keys
+    if fmt == "torchtitan":
+        return {ast.unparse(n.targets[0]) for n in ast.walk(ast.parse(content)) if isinstance(n, ast.Assign)}
+    doc = {"deepspeed": json.loads, "torchtitan-toml": tomllib.loads}.get(fmt, lambda c: yaml.safe_load(c))(content)
+
+    def walk(d, prefix=""):
+        for k, v in d.items():
+            yield prefix + k
+            if isinstance(v, dict) and k not in ("meshplan", "labels", "Master", "Worker", "resourcesPerNode", "runPolicy"):
+                yield from walk(v, prefix + k + ".")
+    return set(walk(doc))
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_key_set_is_frozen(fmt):
+    assert key_set(fmt, _export("llama3-70b-8x8", fmt).content) == FROZEN_KEYS[fmt]
+
+
+# ------------------------------------------------------------------------------------------------
+# What a target cannot express: an error naming the field, or a warning (tested by its words)
+
+
+@pytest.mark.parametrize("case,fmt,field", [(c, f, fld) for (c, f), fld in ERRORS.items()] + [
+    ("llama3-8b-zero3", "deepspeed", None),  # no pipeline: ZeRO-3 is fine (must NOT raise)
+])
+def test_plans_a_target_cannot_run_are_refused(case, fmt, field):
+    if field is None:
+        assert export(CASES[case], fmt, OPTIONS).content
+        return
+    with pytest.raises(MeshplanError) as err:
+        export(CASES[case], fmt, OPTIONS)
+    assert err.value.field == field and err.value.fix
+
+
+@pytest.mark.parametrize("case,fmt,needle", [
+    ("llama3-70b-zbv", "megatron", "no zero-bubble V (ZBV) schedule"),
+    ("llama3-70b-zbv", "deepspeed", "no interleaved or V-shaped schedule"),
+    ("llama3-70b-8x8", "deepspeed", "no interleaved or V-shaped schedule"),
+    ("llama3-70b-8x8", "deepspeed", "sequence parallelism has no DeepSpeed config key"),
+    ("llama3-70b-8x8", "deepspeed", "selective recomputation"),
+    ("llama3-70b-8x8", "deepspeed", "uneven pipeline split"),
+    ("tiny-llama-izb", "megatron", "no interleaved zero-bubble schedule"),
+    ("llama3-8b-gpipe", "megatron", "no GPipe schedule"),
+    ("llama3-8b-gpipe", "deepspeed", "no GPipe schedule"),
+    ("llama3-8b-gpipe", "torchtitan", "no fp16 mixed precision"),
+    ("llama3-70b-8x8", "torchtitan", "no optimizer-state-only sharding (ZeRO-1)"),
+    ("llama3-70b-8x8", "torchtitan-toml", "no optimizer-state-only sharding (ZeRO-1)"),
+    ("gpt3-1.3b-pp1", "torchtitan-toml", "runs DDP only without other parallelism"),
+    ("gpt3-1.3b-pp1", "torchtitan-toml", "always uses sequence parallelism"),
+    ("tiny-llama-izb", "torchtitan", "ships no configuration for model 'tiny-llama'"),
+])
+def test_inexpressible_parts_are_warned_in_output_and_result(case, fmt, needle):
+    result = export(CASES[case], fmt, OPTIONS)
+    assert any(needle in w for w in result.warnings), result.warnings
+    flat = " ".join(result.content.replace("#", " ").replace('"', " ").split())
+    assert needle in flat
+    with pytest.raises(MeshplanError, match="cannot express the plan exactly"):
+        export(CASES[case], fmt, OPTIONS.model_copy(update={"strict": True}))
+
+
+@pytest.mark.parametrize("case,fmt", [
+    ("llama3-70b-8x8", "megatron"), ("llama3-70b-zbv", "torchtitan"), ("llama3-8b-zero3", "torchtitan"),
+    ("llama3-70b-8x8", "meshplan"), ("llama3-8b-firstlast", "megatron"), ("gpt3-1.3b-pp1", "megatron"),
+])
+def test_expressible_plans_export_without_warnings(case, fmt):
+    assert export(CASES[case], fmt, OPTIONS).warnings == []
+
+
+def test_megatron_uses_first_last_flags_only_where_they_fit():
+    words = shell_words(_export("llama3-8b-firstlast", "megatron").content)
+    assert flag(words, "--decoder-first-pipeline-num-layers") == "7"
+    assert flag(words, "--decoder-last-pipeline-num-layers") == "7"
+    assert "--pipeline-model-parallel-layout" not in words
+    words = shell_words(_export("llama3-70b-8x8", "megatron").content)  # virtual stages + uneven: the layout
+    assert flag(words, "--pipeline-model-parallel-layout") == layout_string(CASES["llama3-70b-8x8"].parallel.stage_layers)
+    assert "--num-virtual-stages-per-pipeline-rank" not in words
+
+
+def test_torchtitan_zbv_keeps_chunk_order_and_schedule():
+    par = tomllib.loads(_export("llama3-70b-zbv", "torchtitan-toml").content)["parallelism"]
+    assert par["pipeline_parallel_schedule"] == "ZBVZeroBubble"
+    assert [sum(n.startswith("layers.") for n in part) for part in par["module_fqns_per_model_part"]] == \
+        CASES["llama3-70b-zbv"].parallel.stage_layers
+
+
+# ------------------------------------------------------------------------------------------------
+# Bad input: errors name the field and the fix
+
+
+def _broken(plan: Plan, **changes) -> Plan:
+    """A plan whose fields were edited without validation (as a hand-edited file would be)."""
+    parallel = plan.parallel.model_copy(update=changes.pop("parallel", {}))
+    estimate = plan.estimate.model_copy(update=changes.pop("estimate", {}))
+    training = plan.training.model_copy(update=changes.pop("training", {}))
+    return plan.model_copy(update={"parallel": parallel, "estimate": estimate, "training": training, **changes})
+
+
+@pytest.mark.parametrize("changes,field", [
+    ({"estimate": {"gpus_used": 32}}, "plan.parallel"),
+    ({"training": {"global_batch_size": 250}}, "plan.training.global_batch_size"),
+    ({"parallel": {"stage_layers": [8, 11, 11, 10, 10, 10, 11, 8]}}, "plan.parallel.stage_layers"),
+    ({"parallel": {"dp": 4}, "estimate": {"gpus_used": 128, "num_microbatches": 64}}, "plan.parallel"),
+])
+def test_plans_breaking_invariants_are_refused(changes, field):
+    with pytest.raises(MeshplanError) as err:
+        export(_broken(CASES["llama3-70b-8x8"], **changes), "slurm", OPTIONS)
+    assert err.value.field == field and err.value.fix
+
+
+@pytest.mark.parametrize("update,field", [
+    ({"nodes": 4}, "nodes"),
+    ({"gpus_per_node": 6}, "gpus_per_node"),
+])
+def test_job_options_contradicting_the_plan_are_refused(update, field):
+    with pytest.raises(MeshplanError) as err:
+        export(CASES["llama3-70b-8x8"], "slurm", OPTIONS.model_copy(update=update))
+    assert err.value.field == field
+
+
+def test_matching_node_count_is_accepted():
+    assert "#SBATCH --nodes=8" in export(CASES["llama3-70b-8x8"], "slurm", OPTIONS.model_copy(update={"nodes": 8})).content
+
+
+@pytest.mark.parametrize("kwargs,field", [
+    ({"job_name": "Llama_Train"}, "job_name"),
+    ({"namespace": "Bad Space"}, "namespace"),
+    ({"image": "img; rm -rf /"}, "image"),
+    ({"partition": "gpu partition"}, "partition"),
+    ({"command": "train.py\n--evil"}, "command"),
+    ({"command": "train.py 'unclosed"}, "command"),
+    ({"nodes": 0}, "nodes"),
+    ({"surprise": 1}, "surprise"),
+])
+def test_bad_options_name_the_field(kwargs, field):
+    with pytest.raises(ValidationError) as err:
+        ExportOptions(**kwargs)
+    assert err.value.errors()[0]["loc"][0] == field
+
+
+def test_unknown_format_names_the_choices():
+    with pytest.raises(MeshplanError) as err:
+        export(CASES["llama3-70b-8x8"], "kubernetes", OPTIONS)
+    assert err.value.field == "format" and "slurm" in err.value.fix
+
+
+def test_custom_command_reaches_every_launcher():
+    opts = OPTIONS.model_copy(update={"command": "pretrain_gpt.py --data-path /data/c4 --split '949,50,1'"})
+    for fmt in ("torchrun", "slurm"):
+        words = shell_words(export(CASES["llama3-70b-8x8"], fmt, opts).content)
+        assert words[-5:] == ["pretrain_gpt.py", "--data-path", "/data/c4", "--split", "949,50,1"]
+    for fmt in ("kubeflow-pytorchjob", "kubeflow-trainjob"):
+        doc = yaml.safe_load(export(CASES["llama3-70b-8x8"], fmt, opts).content)
+        cmd = doc["spec"]["trainer"]["command"] if fmt == "kubeflow-trainjob" else \
+            doc["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"]
+        assert cmd == ["torchrun", "pretrain_gpt.py", "--data-path", "/data/c4", "--split", "949,50,1"]
+
+
+def test_format_catalog_lists_every_target_with_its_version():
+    cat = export_formats()
+    assert [c["id"] for c in cat] == list(FORMATS)
+    assert all(c["target_version"] and c["media_type"] for c in cat)
+
+
+# ------------------------------------------------------------------------------------------------
+# CLI: `meshplan export` (a real subprocess, as a user runs it)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "api.cli", *args], cwd=ROOT, env=env, text=True,
+                          capture_output=True, timeout=60)
+
+
+def test_cli_exports_a_plan_response(tmp_path):
+    second = CASES["llama3-70b-8x8"].model_copy(update={"rank": 2})
+    response = PlanResponse(model=second.model, cluster=second.cluster, training=second.training,
+                            plans=[CASES["gpt3-1.3b-pp1"], second],
+                            solver=SolverInfo(status="OPTIMAL", wall_time_s=1.0))
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(response.model_dump_json())
+    out = tmp_path / "job.sbatch"
+    run = _cli("export", "--plan", str(plan_file), "--format", "slurm", "--index", "1", "--out", str(out),
+               "--job-name", "llama-train", "--partition", "gpu", "--image", "nvcr.io/nvidia/pytorch:26.01-py3",
+               "--namespace", "training", "--time", "2-00:00:00")
+    assert run.returncode == 0, run.stderr
+    assert out.read_text() == export(second, "slurm", OPTIONS).content
+    bad = _cli("export", "--plan", str(plan_file), "--format", "nope")
+    assert bad.returncode == 2 and "format" in bad.stderr and "Traceback" not in bad.stderr
+    bad = _cli("export", "--plan", str(plan_file), "--format", "slurm", "--job-name", "Bad_Name")
+    assert bad.returncode == 2 and "job_name" in bad.stderr and "Traceback" not in bad.stderr
+    missing = _cli("export", "--plan", str(tmp_path / "missing.json"), "--format", "slurm")
+    assert missing.returncode == 2 and "does not exist" in " ".join(missing.stderr.split())
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_cli_lists_formats():
+    run = _cli("export-formats")
+    assert run.returncode == 0 and all(f in run.stdout for f in FORMATS)
+
+
+@pytest.mark.parametrize("gbs,group,error", [(8, None, False), (6, "3", False), (2, None, True)])
+def test_megatron_interleaving_needs_enough_micro_batches(gbs, group, error):
+    """Megatron's interleaved schedule raises unless pp ≤ N ≤ M and M mod N ∈ {0} ∪ [pp, N)."""
+    plan = make_plan("tiny-llama", 1, 4, "a100-sxm4-40gb", tp=1, pp=2, dp=2, mbs=1, gbs=gbs, seq=128,
+                     split=[2, 2, 2, 2], schedule="interleaved-1f1b", v=2)
+    if error:
+        with pytest.raises(MeshplanError) as err:
+            export(plan, "megatron", OPTIONS)
+        assert err.value.field == "plan.estimate.num_microbatches"
+        return
+    result = export(plan, "megatron", OPTIONS)
+    words = shell_words(result.content)
+    assert flag(words, "--microbatch-group-size-per-virtual-pipeline-stage") == group
+    m, pp = plan.estimate.num_microbatches, plan.parallel.pp
+    n = int(group or pp)
+    assert pp <= n <= m and (m % n == 0 or m % n >= pp)  # Megatron's own acceptance rule
+    assert bool(result.warnings) == (group is not None)
