@@ -50,7 +50,7 @@ export function legend(items) {
   return h(
     "ul",
     { class: "legend" },
-    items.map((it) => h("li", {}, h("span", { class: `swatch ${it.pattern ? "swatch-" + it.pattern : ""}`, style: `background-color:${it.color}`, "aria-hidden": "true" }), it.name)),
+    items.map((it) => h("li", {}, h("span", { class: `swatch ${it.pattern ? "swatch-" + it.pattern : ""}`, style: it.pattern === "line" ? `border-top-color:${it.color}` : `background-color:${it.color}`, "aria-hidden": "true" }), it.name)),
   );
 }
 

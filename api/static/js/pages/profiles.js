@@ -133,10 +133,7 @@ export async function profilePage(root, { arg: id }) {
         )
       : h("p", { class: "note" }, src === "analytic" ? "This is an analytic profile." : "No stored analytic profile of this model to compare with; showing the measured side only.");
     put(charts, 
-      section("flops", "FLOPs", flops),
-      section("time", "Time", time),
-      section("params", "Parameter memory", params),
-      section("activations", "Activation memory", acts),
+      h("div", { class: "side-by-side" }, section("flops", "FLOPs", flops), section("time", "Time", time), section("params", "Parameter memory", params), section("activations", "Activation memory", acts)),
       section("compare", "Measured vs. analytic", ratioRows, twin ? h("p", { class: "sub" }, "Analytic profile: ", h("a", { href: `#/profiles/${encodeURIComponent(twin.id)}` }, twin.id)) : null),
     );
   };

@@ -38,7 +38,8 @@ export async function runPage(root, { arg: id }) {
   const ratio = (x) => (x === null || x === undefined ? "—" : fmt.num(x, 2));
   const stepChart = barChart({
     title: "Step time: predicted vs. measured",
-    categories: ["predicted", "measured (median after warm-up)"],
+    categories: ["predicted", "measured"],
+    desc: "Measured is the median step time after the first (warm-up) step.",
     series: [{ name: "step time", color: "#0072B2", values: [(r.predicted_step_time_s || 0) * 1000, r.measured_step_time_s * 1000] }],
     unit: "ms",
     yLabel: "step time (ms)",
@@ -84,9 +85,8 @@ export async function runPage(root, { arg: id }) {
         ["Memory: predicted ÷ measured", ratio(r.memory_ratio)],
       ].map(([k, v]) => h("div", { class: "stat" }, h("dt", {}, k), h("dd", {}, v))),
     ),
-    section("run-time", "Time", stepChart, timesChart),
-    section("run-memory", "Memory", memChart),
-    section("run-loss", "Loss", lossChart),
+    section("run-time", "Time", h("div", { class: "side-by-side" }, stepChart, timesChart)),
+    h("div", { class: "side-by-side" }, section("run-memory", "Memory", memChart), section("run-loss", "Loss", lossChart)),
     r.notes.length ? section("run-notes", "Notes", h("ul", {}, r.notes.map((n) => h("li", {}, n)))) : null,
   );
 }

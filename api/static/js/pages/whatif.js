@@ -52,7 +52,7 @@ function compareTable(cur, next, curLabel, nextLabel) {
     ["Pipeline bubble", (p) => p.estimate.breakdown.pp_bubble_s, fmt.time, true],
     ["Communication", (p) => p.estimate.breakdown.tp_comm_s + p.estimate.breakdown.pp_p2p_s + p.estimate.breakdown.dp_sync_s, fmt.time, true],
   ];
-  return h(
+  return h("div", { class: "table-scroll" }, h(
     "table",
     { class: "compare whatif-table" },
     h("caption", {}, "Change: relative difference of the what-if against the current plan (better or worse as labelled)."),
@@ -72,7 +72,7 @@ function compareTable(cur, next, curLabel, nextLabel) {
         return h("tr", {}, h("th", { scope: "row" }, label), h("td", {}, f ? f(a) : String(a)), h("td", {}, f ? f(b) : String(b)), h("td", {}, change));
       }),
     ),
-  );
+  ));
 }
 
 export function whatIf(stored, plan, index) {
