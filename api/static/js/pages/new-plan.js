@@ -150,7 +150,7 @@ function controlFor(form, path, pasted) {
 function showErrors(form, summary, err, pasted) {
   const errors = err.errors && err.errors.length ? err.errors : [{ field: err.field || "", message: err.detail || err.message || err.title }];
   const unplaced = [];
-  let first = null;
+  const placed = [];
   for (const e of errors) {
     const el = e.field ? controlFor(form, e.field, pasted) : null;
     const text = `${e.message || "invalid value"}${e.fix ? ` — ${e.fix}` : ""}`;
@@ -162,16 +162,24 @@ function showErrors(form, summary, err, pasted) {
     const box = document.getElementById(`${el.id}-err`);
     box.hidden = false;
     box.append(h("span", {}, box.textContent ? " · " : "", el.dataset.field === e.field ? "" : `${e.field}: `, text));
-    first = first || el;
+    placed.push([el, e, text]);
   }
-  summary.append(
-    errorBox(
-      { title: err.title || "The request was not accepted", status: err.status, detail: err.detail, errors: unplaced },
-      "The request was not accepted",
-    ),
-  );
-  if (errors.length - unplaced.length) summary.firstChild.append(h("p", {}, `${errors.length - unplaced.length} field(s) are marked below.`));
-  (first || summary).focus();
+  const box = errorBox({ title: err.title || "The request was not accepted", status: err.status, detail: err.detail, errors: unplaced }, "The request was not accepted");
+  if (placed.length) {
+    box.append(
+      h("p", {}, "Fix the marked field(s):"),
+      h(
+        "ul",
+        { class: "error-links" },
+        placed.map(([el, e, text]) => {
+          const label = form.querySelector(`label[for="${CSS.escape(el.id)}"]`);
+          return h("li", {}, h("a", { href: `#/new`, onclick: (ev) => { ev.preventDefault(); el.focus(); } }, label ? label.textContent : e.field), ` (${e.field}): ${text}`);
+        }),
+      ),
+    );
+  }
+  summary.append(box);
+  summary.focus();
 }
 
 export async function newPlanPage(root, { query }) {
