@@ -77,12 +77,19 @@ function initToken() {
   const input = document.getElementById("token-input");
   const badge = document.getElementById("token-state");
   const show = () => (badge.textContent = getToken() ? "set" : "none");
+  const details = form.closest("details");
+  const close = () => {
+    details.open = false;
+    details.querySelector("summary").focus();
+  };
+  details.addEventListener("keydown", (e) => e.key === "Escape" && details.open && close());
   input.value = getToken();
   show();
   form.addEventListener("submit", (e) => {
     e.preventDefault();
     setToken(input.value.trim());
     show();
+    close();
     announce(getToken() ? "API token saved for this tab" : "API token cleared");
     render();
   });
