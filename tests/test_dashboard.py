@@ -289,6 +289,44 @@ def test_plans_list_filters_by_gpu(tab, llama_plan, artifacts_dir):
     tab.assert_clean()
 
 
+def test_infeasible_request_says_what_to_change(tab, artifacts_dir):
+    body = {
+        "model": "llama3-405b",
+        "cluster": {"gpu": "a100-sxm4-40gb", "num_nodes": 1, "gpus_per_node": 8},
+        "training": {"global_batch_size": 64, "seq_len": 8192},
+        "options": {"time_limit_s": 2},
+    }
+    r = httpx.post(f"{tab.base}/v1/plans", json=body, timeout=120)
+    assert r.status_code in (200, 201), r.text
+    inf = r.json()["response"]["infeasible"]
+    assert r.json()["response"]["plans"] == [] and inf
+    page = tab.goto(f"/plans/{r.json()['id']}")
+    box = page.inner_text(".state-error[role=alert]")
+    assert "No configuration fits" in box and inf["field"] in box and inf["suggestion"] in box
+    tab.shot(artifacts_dir, "infeasible")
+    tab.assert_clean()
+
+
+def test_keyboard_reaches_the_form_with_a_visible_focus(tab):
+    page = tab.goto("/new")
+    # The skip link is the first stop and shows itself when focused.
+    page.focus(".brand a")
+    page.keyboard.press("Shift+Tab")
+    assert page.evaluate("document.activeElement.className") == "skip-link"
+    assert page.evaluate("document.activeElement.getBoundingClientRect().left") >= 0
+    page.keyboard.press("Enter")
+    # From the top of the page, Tab reaches the first form control, and the focus is drawn.
+    reached = []
+    for _ in range(20):
+        page.keyboard.press("Tab")
+        reached.append(page.evaluate("document.activeElement.id || document.activeElement.textContent.trim()"))
+        if reached[-1] == "f-model":
+            break
+    assert reached[-1] == "f-model", reached
+    assert page.evaluate("getComputedStyle(document.activeElement).outlineStyle") not in ("", "none")
+    tab.assert_clean()
+
+
 def test_unknown_plan_is_an_error_state(tab):
     page = tab.goto("/plans/does-not-exist")
     assert page.locator(".state-error[role=alert]").count() == 1

@@ -102,7 +102,16 @@ function initToken() {
   });
 }
 
+document.querySelector(".skip-link").addEventListener("click", (e) => {
+  e.preventDefault();
+  const main = document.getElementById("main");
+  main.focus();
+  main.scrollIntoView();
+});
+
 window.addEventListener("hashchange", () => {
+  // In-page anchors ("#main") are not routes.
+  if (location.hash && !location.hash.startsWith("#/")) return;
   render().then(() => {
     const main = document.getElementById("main");
     main.focus({ preventScroll: true });
