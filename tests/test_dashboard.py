@@ -124,6 +124,11 @@ class Page:
         bad = [e for e in self.errors if not any(a in e for a in allowed)]
         assert not bad, f"console errors: {bad}"
         assert not self.external, f"requests outside the service: {self.external}"
+        # No leaked placeholders from missing data.
+        text = self.page.inner_text("main")
+        for junk in ("undefined", "NaN", "[object Object]", "Infinity"):
+            assert junk not in text, f"{junk!r} shown on the page"
+        assert not re.search(r"\bnull\b", text), "'null' shown on the page"
 
     def close(self):
         self.ctx.close()

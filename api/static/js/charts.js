@@ -256,7 +256,7 @@ export function timeline({ title, desc = "", rows, unit = "ms" }) {
         const kind = BLOCK_KINDS[b.kind] || { color: "#999" };
         const bx = x(b.start);
         const bw = Math.max(x(b.start + b.dur) - bx, 0.75);
-        blocks.append(s("rect", { x: bx, y: ry + 1, width: bw, height: rowH - 2, fill: kind.color, class: `block block-${b.kind}`, stroke: "#fff", "stroke-width": bw > 3 ? 0.75 : 0 }, s("title", {}, b.tip || `${b.label} ${b.start.toFixed(2)}–${(b.start + b.dur).toFixed(2)} ${unit}`)));
+        blocks.append(s("rect", { x: bx, y: ry + 1, width: bw, height: rowH - 2, fill: kind.color, "fill-opacity": b.chunkIndex > 0 ? Math.max(0.35, 1 - 0.3 * b.chunkIndex) : null, class: `block block-${b.kind}`, stroke: "#fff", "stroke-width": bw > 3 ? 0.75 : 0 }, s("title", {}, b.tip || `${b.label} ${b.start.toFixed(2)}–${(b.start + b.dur).toFixed(2)} ${unit}`)));
         if (kind.pattern === "hatch" && bw > 2) blocks.append(s("rect", { x: bx, y: ry + 1, width: bw, height: rowH - 2, fill: `url(#${hatch})`, "pointer-events": "none" }));
         if (bw >= 7 * String(b.label).length + 4) blocks.append(s("text", { x: bx + bw / 2, y: ry + rowH / 2, class: "block-label", fill: inkOn(kind.color), "text-anchor": "middle", "dominant-baseline": "middle", "pointer-events": "none" }, b.label));
       }
@@ -279,8 +279,10 @@ export function timeline({ title, desc = "", rows, unit = "ms" }) {
   });
   fig.insertBefore(h("div", { class: "field inline" }, h("label", { for: zoomId }, "Zoom"), zoom), scroller);
   const kinds = [...new Set(rows.flatMap((r) => r.blocks.map((b) => b.kind)))].filter((k) => BLOCK_KINDS[k]);
+  const chunked = rows.some((r) => r.blocks.some((b) => b.chunkIndex > 0));
   fig.append(
     legend([...kinds.map((k) => BLOCK_KINDS[k]), { name: "idle (pipeline bubble)", color: "#f3f3f3", pattern: "idle" }]),
+    ...(chunked ? [h("p", { class: "note" }, "Several model chunks per stage (interleaved): a later chunk's blocks are lighter; hover a block for its chunk.")] : []),
     dataTable(title, ["stage", "forward blocks", "backward blocks", `busy (${unit})`, `pipeline phase (${unit})`, "idle"], rows.map((row, i) => [row.label, String(row.blocks.filter((b) => b.kind === "forward").length), String(row.blocks.filter((b) => b.kind === "backward").length), stats[i].busy.toFixed(2), span.toFixed(2), `${(stats[i].idle * 100).toFixed(1)} %`])),
   );
   return fig;

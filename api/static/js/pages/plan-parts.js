@@ -74,11 +74,24 @@ export function traceTimeline(trace, title) {
       dur: (ev.dur || 0) / 1000,
       kind: ev.cat,
       label: ev.name,
+      chunk: ev.args ? ev.args.chunk : undefined,
       tip: `${names.get(ev.tid) || `stage ${ev.tid}`}: ${ev.name}${ev.args && ev.args.microbatch !== undefined ? ` (micro-batch ${ev.args.microbatch}${ev.args.chunk !== undefined ? `, chunk ${ev.args.chunk}` : ""})` : ""} at ${(ev.ts / 1000).toFixed(2)} ms for ${((ev.dur || 0) / 1000).toFixed(2)} ms`,
     });
   }
   const tids = [...byTid.keys()].sort((a, b) => a - b);
   if (!tids.length) return null;
+  // Interleaved schedules put several model chunks on a rank: the later chunks are drawn lighter.
+  for (const ev of events) {
+    if (ev.ph !== "X" || !ev.args || ev.args.chunk === undefined) continue;
+    const list = byTid.get(ev.tid);
+    if (!list.chunks) list.chunks = new Set();
+    list.chunks.add(ev.args.chunk);
+  }
+  for (const t of tids) {
+    const list = byTid.get(t);
+    const order = list.chunks ? [...list.chunks].sort((a, b) => a - b) : [];
+    if (order.length > 1) list.forEach((b) => (b.chunkIndex = order.indexOf(b.chunk)));
+  }
   const rows = tids.map((t) => ({ label: names.get(t) || `stage ${t}`, blocks: byTid.get(t).sort((a, b) => a.start - b.start) }));
   return timeline({ title, desc: `${rows.length} pipeline stages; forward and backward blocks per micro-batch; hatched gaps are idle time (the bubble).`, rows, unit: "ms" });
 }

@@ -248,7 +248,7 @@ export async function planPage(root, { arg: id, query, isCurrent }) {
   const title = h(
     "div",
     { class: "page-head" },
-    h("div", {}, h("h1", {}, `${m.name} on ${c.num_nodes} × ${c.gpus_per_node} ${gpuId(c)}`), h("p", { class: "sub" }, `global batch ${fmt.num(t.global_batch_size)} × ${fmt.num(t.seq_len)} tokens · ${t.precision} · ${t.optimizer} · plan ${stored.id} · ${fmt.date(stored.created_at)}${stored.cached ? " · answered from the store" : ""}`)),
+    h("div", {}, h("h1", {}, `${m.name} on ${c.num_nodes} × ${c.gpus_per_node} ${gpuId(c)}`), h("p", { class: "sub" }, `global batch ${fmt.num(t.global_batch_size)} × ${fmt.num(t.seq_len)} tokens · ${t.precision} · ${t.optimizer} · plan ${stored.id} · ${fmt.date(stored.created_at)}`)),
     h("a", { class: "button secondary", href: `#/new?from=${encodeURIComponent(stored.id)}` }, "Edit and re-plan"),
   );
   const requestDetails = h("details", { class: "raw" }, h("summary", {}, "Request JSON"), h("pre", { class: "code" }, JSON.stringify(stored.request, null, 2)));
