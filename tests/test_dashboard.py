@@ -253,8 +253,7 @@ def test_what_if_compares_side_by_side(tab, llama_plan, artifacts_dir):
     assert f"recompute {other}" in body and f"recompute {best['parallel']['recompute']}" in body
     assert page.locator("#whatif figure.chart").count() == 3  # two memory charts and the time comparison
     assert _svg_rects_with_area(page, "#whatif rect.bar") > 0
-    page.locator("#whatif").scroll_into_view_if_needed()
-    tab.shot(artifacts_dir, "what-if")
+    page.locator("#whatif").screenshot(path=str(artifacts_dir / "dashboard-what-if.png"))
     tab.assert_clean()
 
 

@@ -236,7 +236,7 @@ export function timeline({ title, desc = "", rows, unit = "ms" }) {
         "defs",
         {},
         s("pattern", { id: idle, width: 6, height: 6, patternUnits: "userSpaceOnUse", patternTransform: "rotate(45)" }, s("rect", { width: 6, height: 6, fill: "#f3f3f3" }), s("line", { x1: 0, y1: 0, x2: 0, y2: 6, stroke: "#c8c8c8", "stroke-width": 2 })),
-        s("pattern", { id: hatch, width: 5, height: 5, patternUnits: "userSpaceOnUse", patternTransform: "rotate(-45)" }, s("line", { x1: 0, y1: 0, x2: 0, y2: 5, stroke: "rgba(0,0,0,0.28)", "stroke-width": 1.5 })),
+        s("pattern", { id: hatch, width: 5, height: 5, patternUnits: "userSpaceOnUse", patternTransform: "rotate(-45)" }, s("rect", { width: 5, height: 5, fill: BLOCK_KINDS.backward.color }), s("line", { x1: 0, y1: 0, x2: 0, y2: 5, stroke: "rgba(0,0,0,0.3)", "stroke-width": 1.5 })),
       ),
     );
     const g = s("g", {});
@@ -256,8 +256,7 @@ export function timeline({ title, desc = "", rows, unit = "ms" }) {
         const kind = BLOCK_KINDS[b.kind] || { color: "#999" };
         const bx = x(b.start);
         const bw = Math.max(x(b.start + b.dur) - bx, 0.75);
-        blocks.append(s("rect", { x: bx, y: ry + 1, width: bw, height: rowH - 2, fill: kind.color, "fill-opacity": b.chunkIndex > 0 ? Math.max(0.35, 1 - 0.3 * b.chunkIndex) : null, class: `block block-${b.kind}`, stroke: "#fff", "stroke-width": bw > 3 ? 0.75 : 0 }, s("title", {}, b.tip || `${b.label} ${b.start.toFixed(2)}–${(b.start + b.dur).toFixed(2)} ${unit}`)));
-        if (kind.pattern === "hatch" && bw > 2) blocks.append(s("rect", { x: bx, y: ry + 1, width: bw, height: rowH - 2, fill: `url(#${hatch})`, "pointer-events": "none" }));
+        blocks.append(s("rect", { x: bx, y: ry + 1, width: bw, height: rowH - 2, fill: kind.pattern === "hatch" && bw > 2 ? `url(#${hatch})` : kind.color, "fill-opacity": b.chunkIndex > 0 ? Math.max(0.35, 1 - 0.3 * b.chunkIndex) : null, class: `block block-${b.kind}`, stroke: "#fff", "stroke-width": bw > 3 ? 0.75 : 0 }, s("title", {}, b.tip || `${b.label} ${b.start.toFixed(2)}–${(b.start + b.dur).toFixed(2)} ${unit}`)));
         if (bw >= 7 * String(b.label).length + 4) blocks.append(s("text", { x: bx + bw / 2, y: ry + rowH / 2, class: "block-label", fill: inkOn(kind.color), "text-anchor": "middle", "dominant-baseline": "middle", "pointer-events": "none" }, b.label));
       }
       g.append(s("text", { x: width - m.r + 6, y: ry + rowH / 2, class: "tick", "dominant-baseline": "middle" }, `idle ${(stats[i].idle * 100).toFixed(1)} %`));
