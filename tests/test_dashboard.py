@@ -257,25 +257,41 @@ def test_what_if_compares_side_by_side(tab, llama_plan, artifacts_dir):
     tab.assert_clean()
 
 
+def _bad_tiny_llama() -> str:
+    from planner.catalog import MODELS
+
+    return json.dumps({**MODELS["tiny-llama"].model_dump(mode="json"), "num_layers": 0})
+
+
 @pytest.mark.parametrize(
-    ("fill", "field", "status"),
+    ("actions", "field"),
     [
-        ({"#f-cluster-num_nodes": "0"}, "cluster.num_nodes", 422),
-        ({"#f-training-seq_len": "-5"}, "training.seq_len", 422),
+        ([("fill", "#f-cluster-num_nodes", "0")], "cluster.num_nodes"),
+        ([("fill", "#f-training-seq_len", "-5")], "training.seq_len"),
+        ([("fill", "#f-parallel-stage_layers", "40, x")], "parallel.stage_layers"),
+        ([("select", "#f-model", "__custom__"), ("fill", "#f-model_json", "_bad_tiny_llama")], "model_json"),
+        ([("click", ".paste summary", None), ("fill", "#f-request_json", "{not json")], "request_json"),
     ],
+    ids=["nodes", "seq_len", "stage_cuts", "pasted_model_spec", "pasted_request"],
 )
-def test_validation_errors_sit_next_to_their_field(tab, artifacts_dir, fill, field, status):
+def test_validation_errors_sit_next_to_their_field(tab, artifacts_dir, actions, field):
     page = tab.goto("/new")
-    for sel, value in fill.items():
-        page.fill(sel, value)
+    for action, sel, value in actions:
+        if action == "fill":
+            page.fill(sel, _bad_tiny_llama() if value == "_bad_tiny_llama" else value)
+        elif action == "select":
+            page.select_option(sel, value)
+        else:
+            page.click(sel)
     page.click("#plan-submit")
     control = f'[data-field="{field}"]'
     page.wait_for_selector(f'{control}[aria-invalid="true"]')
     err_id = page.get_attribute(control, "id") + "-err"
     assert page.is_visible(f"#{err_id}") and page.inner_text(f"#{err_id}").strip()
+    assert page.locator(".form-summary [role=alert]").count() == 1
     assert "#/new" in page.url  # stayed on the form
     tab.shot(artifacts_dir, f"validation-{field}")
-    tab.assert_clean(allowed_statuses=(status,))
+    tab.assert_clean(allowed_statuses=(422,))
 
 
 def test_plans_list_filters_by_gpu(tab, llama_plan, artifacts_dir):

@@ -71,7 +71,12 @@ export function requestFromForm(form) {
   const z = form.elements["parallel.zero_stage"].value;
   if (z !== "") parallel.zero_stage = Number(z);
   const cuts = form.elements["parallel.stage_layers"].value.trim();
-  if (cuts) parallel.stage_layers = cuts.split(/[\s,]+/).filter(Boolean).map(Number);
+  if (cuts) {
+    const parts = cuts.split(/[\s,]+/).filter(Boolean);
+    const bad = parts.find((x) => !/^\d+$/.test(x));
+    if (bad !== undefined) throw { field: "parallel.stage_layers", message: `“${bad}” is not a whole number; give one layer count per model chunk, e.g. 20, 20, 20, 20` };
+    parallel.stage_layers = parts.map(Number);
+  }
   const body = {
     model,
     cluster: { gpu, num_nodes: readInt(form, "cluster.num_nodes"), gpus_per_node: readInt(form, "cluster.gpus_per_node") },
