@@ -153,7 +153,9 @@ function controlFor(form, path, pasted) {
 }
 
 function showErrors(form, summary, err, pasted) {
-  const errors = err.errors && err.errors.length ? err.errors : [{ field: err.field || "", message: err.detail || err.message || err.title }];
+  let errors = err.errors && err.errors.length ? err.errors : [{ field: err.field || "", message: err.detail || err.message || err.title }];
+  // A pasted spec fails the union's "catalog id" branch too; that half of the error is noise.
+  errors = errors.filter((e) => !(/valid string/i.test(e.message || "") && errors.some((o) => o.field && e.field && o.field.startsWith(`${e.field}.`))));
   const unplaced = [];
   const placed = [];
   for (const e of errors) {
