@@ -1,7 +1,7 @@
 // The dashboard shell: hash routes → pages, the API-token field, focus and title on navigation.
 
 import { getToken, setToken } from "./api.js";
-import { put, errorBox, h } from "./dom.js";
+import { announce, errorBox, h, put, setTitle } from "./dom.js";
 import { newPlanPage } from "./pages/new-plan.js";
 import { planPage } from "./pages/plan.js";
 import { plansPage } from "./pages/plans.js";
@@ -26,15 +26,6 @@ export function parseHash(hash = location.hash) {
   return { path, query: new URLSearchParams(qs || "") };
 }
 
-export function setTitle(text) {
-  document.title = text ? `${text} · meshplan` : "meshplan";
-}
-
-export function announce(text) {
-  const a = document.getElementById("announcer");
-  a.textContent = "";
-  setTimeout(() => (a.textContent = text), 30);
-}
 
 let renderSeq = 0;
 

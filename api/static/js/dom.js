@@ -105,6 +105,20 @@ export function gpuId(cluster) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Page title and screen-reader announcements
+
+export function setTitle(text) {
+  document.title = text ? `${text} · meshplan` : "meshplan";
+}
+
+export function announce(text) {
+  const a = document.getElementById("announcer");
+  if (!a) return;
+  a.textContent = "";
+  setTimeout(() => (a.textContent = text), 30);
+}
+
+// ---------------------------------------------------------------------------------------------
 // States
 
 export function loading(what = "Loading") {

@@ -2,19 +2,28 @@
 // you must, submit, land on the plan. Validation errors appear next to the field they name.
 
 import { api } from "../api.js";
-import { announce, setTitle } from "../app.js";
-import { put, errorBox, fmt, h, loading } from "../dom.js";
+import { announce, errorBox, fmt, h, loading, put, setTitle } from "../dom.js";
 
 const CUSTOM = "__custom__";
 const SCHEDULES = ["gpipe", "1f1b", "interleaved-1f1b", "interleaved-zero-bubble", "zbv-zero-bubble"];
 
-/** Parameter count of a ModelSpec (weights only; for the picker's label). */
+/** Parameter count of a ModelSpec: blocks (attention, MLP, two norms; biases for GPT), token
+ * embedding (+ learned positions for GPT), final norm and LM head; tied weights counted once. */
 export function paramCount(m) {
-  const hd = m.hidden_size / m.num_attention_heads;
-  const attn = m.hidden_size * (m.hidden_size + 2 * m.num_kv_heads * hd) + m.hidden_size * m.hidden_size;
-  const mlp = (m.activation === "swiglu" ? 3 : 2) * m.hidden_size * m.ffn_hidden_size;
-  const emb = m.vocab_size * m.hidden_size * (m.tie_embeddings ? 1 : 2);
-  return m.num_layers * (attn + mlp) + emb;
+  const h = m.hidden_size;
+  const d = h / m.num_attention_heads;
+  const q = m.num_attention_heads * d;
+  const kv = m.num_kv_heads * d;
+  const f = m.ffn_hidden_size;
+  const bias = m.family === "gpt";
+  const norm = m.norm === "layernorm" ? 2 * h : h;
+  const nIn = m.activation === "swiglu" ? 2 : 1;
+  const attn = h * q + 2 * h * kv + q * h + (bias ? q + 2 * kv + h : 0);
+  const mlp = nIn * h * f + f * h + (bias ? nIn * f + h : 0);
+  const block = 2 * norm + attn + mlp;
+  const embedding = m.vocab_size * h + (m.family === "gpt" ? m.max_seq_len * h : 0);
+  const head = norm + m.vocab_size * h;
+  return embedding + m.num_layers * block + head - (m.tie_embeddings ? m.vocab_size * h : 0);
 }
 
 function field(name, label, control, hint) {

@@ -2,9 +2,8 @@
 // memory per stage, the time breakdown, the simulated pipeline schedule, exports and a what-if.
 
 import { api, download, url } from "../api.js";
-import { setTitle } from "../app.js";
 import { meshGrid } from "../charts.js";
-import { put, empty, errorBox, fmt, gpuId, h, loading, section } from "../dom.js";
+import { empty, errorBox, fmt, gpuId, h, loading, put, section, setTitle } from "../dom.js";
 import { describe, memoryChart, timeChart, traceTimeline } from "./plan-parts.js";
 import { whatIf } from "./whatif.js";
 

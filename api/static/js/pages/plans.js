@@ -1,8 +1,7 @@
 // Plans: the stored plans, filterable by model and GPU (server-side) and searchable (this page).
 
 import { api } from "../api.js";
-import { setTitle } from "../app.js";
-import { put, empty, fmt, h, loading } from "../dom.js";
+import { empty, fmt, h, loading, put, setTitle } from "../dom.js";
 
 const PAGE = 25;
 

@@ -2,9 +2,8 @@
 // measured beside analytic where a stored analytic profile of the same model exists.
 
 import { api } from "../api.js";
-import { setTitle } from "../app.js";
 import { barChart } from "../charts.js";
-import { put, empty, fmt, h, loading, section } from "../dom.js";
+import { empty, fmt, h, loading, put, section, setTitle } from "../dom.js";
 
 const KINDS = ["embedding", "transformer_block", "lm_head"];
 const key = (l) => `${l.micro_batch_size}|${l.seq_len}|${l.tp}|${l.sequence_parallel ? 1 : 0}`;

@@ -1,9 +1,8 @@
 // Runs: reports written by `meshplan run`, shown as predicted versus measured.
 
 import { api } from "../api.js";
-import { setTitle } from "../app.js";
 import { barChart, lineChart } from "../charts.js";
-import { put, empty, fmt, h, loading, section } from "../dom.js";
+import { empty, fmt, h, loading, put, section, setTitle } from "../dom.js";
 import { describe } from "./plan-parts.js";
 
 export async function runsPage(root, { query }) {
