@@ -16,6 +16,11 @@ from planner.catalog import MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
 STATIC = ROOT / "api" / "static"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 
@@ -23,8 +28,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 @pytest.fixture(scope="module")
 def page():
     from playwright.sync_api import sync_playwright
-
-    from tests.test_dashboard import CHROMIUM, CHROMIUM_ARGS
 
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(STATIC))
     handler.log_message = lambda *a, **k: None
