@@ -257,6 +257,21 @@ def test_what_if_compares_side_by_side(tab, llama_plan, artifacts_dir):
     tab.assert_clean()
 
 
+def test_edit_and_replan_prefills_the_form(tab, llama_plan):
+    plan_id, stored = llama_plan
+    page = tab.goto(f"/plans/{plan_id}")
+    page.click("text=Edit and re-plan")
+    page.wait_for_selector("#f-model")
+    page.wait_for_function("!document.querySelector('main .state-loading')")
+    req = stored["request"]
+    assert page.input_value("#f-model") == req["model"]
+    assert page.input_value("#f-cluster-gpu") == req["cluster"]["gpu"]
+    assert int(page.input_value("#f-cluster-num_nodes")) == req["cluster"]["num_nodes"]
+    assert int(page.input_value("#f-training-global_batch_size")) == req["training"]["global_batch_size"]
+    assert float(page.input_value("#f-options-time_limit_s")) == req["options"]["time_limit_s"]
+    tab.assert_clean()
+
+
 def _bad_tiny_llama() -> str:
     from planner.catalog import MODELS
 
