@@ -69,7 +69,7 @@ export async function plansPage(root, { query }) {
     "table",
     { class: "list" },
     h("caption", { class: "visually-hidden" }, "Stored plans: the best configuration's figures"),
-    h("thead", {}, h("tr", {}, ["Model", "Cluster", "Solver", "Step time", "Tokens/s", "MFU", "Memory", "Created"].map((c) => h("th", { scope: "col" }, c)))),
+    h("thead", {}, h("tr", {}, ["Model", "Cluster", "Solver", "Step time", "Tokens/s", "MFU", "Memory", "Created"].map((c, i) => h("th", { scope: "col", class: i >= 3 && i <= 5 ? "num" : null }, c)))),
     body,
   );
   const pager = h(

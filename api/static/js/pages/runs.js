@@ -20,7 +20,7 @@ export async function runsPage(root, { query }) {
           h(
             "table",
             { class: "list" },
-            h("thead", {}, h("tr", {}, ["Model", "World size", "Measured step", "Predicted step", "Predicted ÷ measured", "Created"].map((c) => h("th", { scope: "col" }, c)))),
+            h("thead", {}, h("tr", {}, ["Model", "World size", "Measured step", "Predicted step", "Predicted ÷ measured", "Created"].map((c, i) => h("th", { scope: "col", class: i >= 1 && i <= 4 ? "num" : null }, c)))),
             h("tbody", {}, list.items.map((r) => h("tr", {}, h("td", {}, h("a", { href: `#/runs/${encodeURIComponent(r.id)}` }, r.model), h("div", { class: "sub" }, r.id)), h("td", { class: "num" }, r.world_size), h("td", { class: "num" }, fmt.time(r.measured_step_time_s)), h("td", { class: "num" }, fmt.time(r.predicted_step_time_s)), h("td", { class: "num" }, r.step_time_ratio === null || r.step_time_ratio === undefined ? "—" : fmt.num(r.step_time_ratio, 2)), h("td", {}, fmt.date(r.created_at))))),
           ),
         )
