@@ -263,6 +263,7 @@ class Profile(_Spec):
     source: Literal["analytic", "meta", "measured"] = "measured"
     created_at: str | None = None
     layers: list[LayerProfile] = Field(min_length=1, max_length=100_000)
+    notes: list[str] = Field(default_factory=list, max_length=100, description="How it was measured.")
 
     def find(
         self, kind: str, micro_batch_size: int, seq_len: int, tp: int, sequence_parallel: bool = False

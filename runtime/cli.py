@@ -57,6 +57,10 @@ def run(
         raise MeshplanError("rdzv_endpoint", "a multi-node run needs a rendezvous endpoint", "pass --rdzv-endpoint host:port (node 0)")
     if save_every and not checkpoint_dir:
         raise MeshplanError("save_every", "--save-every needs --checkpoint-dir", "give a folder to save to")
+    if resume is not None:
+        from runtime.checkpoint import resolve
+
+        resolve(resume)
     worker = ["--plan-index", str(plan_index), "--steps", str(steps), "--seed", str(seed), "--lr", str(lr),
               "--data-dtype", data_dtype, "--save-every", str(save_every)]
     for flag, value in (("--data", data), ("--report", report), ("--checkpoint-dir", checkpoint_dir), ("--resume", resume)):

@@ -33,7 +33,7 @@ def _full(t: torch.Tensor) -> torch.Tensor:
 
 
 def run_case(plan: Plan, steps: int, train: TrainConfig, cache: dict) -> dict:
-    key = (plan.model.name, plan.training.global_batch_size, plan.training.seq_len, steps)
+    key = (plan.model.model_dump_json(), plan.training.model_dump_json(), steps)
     if key not in cache:
         cache[key] = reference_run(plan, train, steps)
     ref_losses, ref_norms, ref_grads = cache[key]

@@ -182,6 +182,9 @@ class Job:
         return local / (p.dp * p.tp)
 
     def clip_grad_norm(self) -> float:
+        """Clip to ``train.max_grad_norm``; returns the global norm (NaN when clipping is off)."""
+        if self.train.max_grad_norm is None:
+            return float("nan")
         return clip_grad_norm([p for _, p in self.named_parameters()], self.train.max_grad_norm,
                               self.mesh.get_group("pp") if self.plan.parallel.pp > 1 else None)
 

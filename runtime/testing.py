@@ -75,5 +75,5 @@ def reference_run(plan: Plan, train, steps: int, data=None, grads_at: int = 0):
         norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)))
         opt.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     return losses, norms, grads

@@ -36,9 +36,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+#: Seconds a failing rank waits before exiting: torchrun stops every worker as soon as one exits,
+#: and the wait lets the other ranks (which fail identically) print their own message first.
+FAIL_GRACE_S = 3.0
+
+
 def _fail(exc: MeshplanError) -> None:
     rank = os.environ.get("RANK", "0")
     print(f"[rank{rank}] error: {exc}", file=sys.stderr, flush=True)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        time.sleep(FAIL_GRACE_S)
     sys.exit(2)
 
 
@@ -63,6 +70,10 @@ def main(argv: list[str] | None = None) -> None:
             raise MeshplanError("steps", f"--steps must be ≥ 0, got {args.steps}", "pass a non-negative step count")
         if args.save_every and not args.checkpoint_dir:
             raise MeshplanError("save_every", "--save-every needs --checkpoint-dir", "give a folder to save to")
+        if args.resume:
+            from runtime.checkpoint import resolve
+
+            resolve(args.resume)  # a missing checkpoint fails here, on every rank, before any collective
     except MeshplanError as exc:
         _fail(exc)
     try:

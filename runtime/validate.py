@@ -12,14 +12,6 @@ from planner.errors import MeshplanError
 from planner.layout import mesh_layout
 from planner.specs import Plan
 
-#: Model module names a TP rule may target (``layers.*`` stands for every block).
-_TP_TARGETS = (
-    "embed", "embed.tok", "embed.pos", "norm", "head",
-    "layers.*", "layers.*.attn_norm", "layers.*.attn", "layers.*.attn.wq", "layers.*.attn.wk",
-    "layers.*.attn.wv", "layers.*.attn.wo", "layers.*.attn.core", "layers.*.mlp_norm", "layers.*.mlp",
-    "layers.*.mlp.w1", "layers.*.mlp.w2", "layers.*.mlp.w3",
-)
-
 
 def num_microbatches(plan: Plan) -> int:
     p = plan.parallel
@@ -144,8 +136,9 @@ def _validate_tp_plan(plan: Plan) -> None:
     p, m = plan.parallel, plan.model
     if p.tp == 1:
         return
+    names = module_names(plan)
     for i, rule in enumerate(plan.tp_plan):
-        if not any(fnmatch.fnmatchcase(t, rule.pattern) or fnmatch.fnmatchcase(rule.pattern, t) for t in _TP_TARGETS):
+        if not any(fnmatch.fnmatchcase(name, rule.pattern) for name in names):
             raise MeshplanError(
                 f"tp_plan.{i}.pattern", f"pattern {rule.pattern!r} matches no module of the model zoo",
                 "use module names like 'layers.*.attn.wq' (see docs/runtime.md)",

@@ -285,7 +285,7 @@ FROZEN_KEYS = {
               "--rdzv-endpoint", "--rdzv-id", "--max-restarts", "--plan", "#SBATCH --job-name", "#SBATCH --nodes",
               "#SBATCH --ntasks-per-node", "#SBATCH --gpus-per-node", "#SBATCH --exclusive", "#SBATCH --partition",
               "#SBATCH --time"},
-    "meshplan": {"--plan", "--nproc-per-node", "--nnodes"},
+    "meshplan": {"--plan", "--nproc-per-node", "--nnodes", "--rdzv-endpoint"},
     "megatron": {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--pipeline-model-parallel-layout",
                  "--sequence-parallel", "--micro-batch-size", "--global-batch-size", "--recompute-granularity",
                  "--use-distributed-optimizer", "--bf16", "--num-layers", "--hidden-size", "--ffn-hidden-size",
@@ -545,3 +545,95 @@ def test_megatron_interleaving_needs_enough_micro_batches(gbs, group, error):
     n = int(group or pp)
     assert pp <= n <= m and (m % n == 0 or m % n >= pp)  # Megatron's own acceptance rule
     assert bool(result.warnings) == (group is not None)
+
+
+def test_a_real_planner_plan_for_llama3_70b_exports_to_every_target():
+    """The done-when check: planner.plan's best plan for Llama 3 70B on 8 × 8 H100 exports everywhere
+    (DeepSpeed may refuse only pipeline + ZeRO-2/3, which it cannot run)."""
+    import planner
+
+    if not hasattr(planner, "plan"):
+        pytest.skip("planner.plan has not landed on this branch yet (git merge main)")
+    from planner.specs import PlanRequest, SearchOptions
+
+    request = PlanRequest(model="llama3-70b", cluster=ClusterSpec(gpu=H100, num_nodes=8, gpus_per_node=8),
+                          training=TrainingSpec(global_batch_size=256, seq_len=8192), top_k=1,
+                          options=SearchOptions(time_limit_s=5, num_workers=2))
+    plan = planner.plan(request).plans[0]
+    for fmt in FORMATS:
+        try:
+            result = export(plan, fmt, OPTIONS)
+        except MeshplanError as err:
+            assert fmt == "deepspeed" and err.field == "plan.parallel.zero_stage" and plan.parallel.pp > 1
+            continue
+        parse(result.content, result.media_type)
+        got = recount(plan, fmt, result.content)
+        assert got["world"] == plan.parallel.num_gpus
+
+
+# ------------------------------------------------------------------------------------------------
+# Launch lines against the real parsers: torch's torchrun argparse and meshplan's `run` command
+
+SHELL_VARS = {"$SLURM_NNODES": None, "$MASTER_ADDR:$MASTER_PORT": "node0:29500", "$SLURM_JOB_ID": "123"}
+
+
+def _resolve(words: list[str], plan: Plan) -> list[str]:
+    out = []
+    for w in words:
+        if w == "$SLURM_NNODES":
+            w = str(plan.parallel.num_gpus // plan.cluster.gpus_per_node)
+        w = SHELL_VARS.get(w) or w
+        out.append(re.sub(r"\$\{MASTER_ADDR:\?[^}]*\}", "node0", w))
+    return out
+
+
+@pytest.mark.parametrize("case,fmt", [(c, f) for c in CASES for f in ("torchrun", "slurm")])
+def test_torchrun_lines_parse_with_torchs_own_parser(case, fmt):
+    from torch.distributed.run import get_args_parser
+
+    plan = CASES[case]
+    words = _resolve(shell_words(export(plan, fmt, OPTIONS).content), plan)
+    args = get_args_parser().parse_args(words[words.index("torchrun") + 1:])
+    assert int(args.nnodes) * int(args.nproc_per_node) == plan.parallel.num_gpus
+    assert args.module and args.training_script == "runtime.train" and args.training_script_args == ["--plan", "plan.json"]
+    if int(args.nnodes) > 1:
+        assert args.rdzv_backend == "c10d" and args.rdzv_endpoint.endswith(":29500") and not args.standalone
+    else:
+        assert args.standalone
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_meshplan_lines_are_accepted_by_meshplan_run(case):
+    """Every flag the meshplan export writes is an option of the runtime's `meshplan run`, with a value
+    that command accepts (parsed by its own click parser, without running it)."""
+    import typer
+    import typer.main
+
+    from runtime import cli as runtime_cli
+
+    app = typer.Typer()
+    runtime_cli.register(app)
+    command = typer.main.get_command(app)
+    plan = CASES[case]
+    words = _resolve(shell_words(export(plan, "meshplan", OPTIONS).content), plan)
+    ctx = command.make_context("meshplan", words[words.index("run") + 1:], resilient_parsing=False)
+    assert ctx.params["nproc_per_node"] * ctx.params["nnodes"] == plan.parallel.num_gpus
+    if ctx.params["nnodes"] > 1:
+        assert ctx.params["rdzv_endpoint"] == "node0:29500"
+
+
+@pytest.mark.slow
+def test_meshplan_export_runs_on_the_bundled_runtime(tmp_path):
+    """The exported `meshplan run` line, run as written (plus --steps/--report), trains a tiny
+    two-stage pipeline plan on 2 CPU processes and reports the plan's world size."""
+    plan = make_plan("tiny-llama", 1, 2, "a100-sxm4-40gb", tp=1, pp=2, dp=1, mbs=2, gbs=4, seq=64, split=[3, 5])
+    (tmp_path / "plan.json").write_text(plan.model_dump_json())
+    words = shell_words(export(plan, "meshplan", OPTIONS).content)
+    words = words[words.index("meshplan"):]  # after `set -euo pipefail`
+    assert words[:2] == ["meshplan", "run"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, "-m", "api.cli", *words[1:], "--steps", "1", "--report", "run.json"],
+                         cwd=tmp_path, env=env, text=True, capture_output=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads((tmp_path / "run.json").read_text())
+    assert report["world_size"] == plan.parallel.num_gpus and len(report["losses"]) == 1

@@ -22,6 +22,7 @@ CASES = [
     # world 2: each parallelism alone, every schedule, every ZeRO stage
     ("tp2", 2, "tiny-gpt", dict(tp=2)),
     ("tp2-sp", 2, "tiny-llama", dict(tp=2, sequence_parallel=True)),
+    ("tp2-tied-embeddings", 2, "tiny-gpt-tied", dict(tp=2)),
     ("tp2-recompute-full", 2, "tiny-llama", dict(tp=2, recompute="full")),
     ("pp2-gpipe", 2, "tiny-gpt", dict(pp=2, schedule="gpipe", micro_batch_size=2)),
     ("pp2-1f1b", 2, "tiny-llama", dict(pp=2, schedule="1f1b")),
@@ -42,6 +43,7 @@ CASES = [
     ("pp2xdp2-zero3-zbv", 4, "tiny-llama", dict(pp=2, dp=2, zero_stage=3, schedule="zbv-zero-bubble", virtual_stages=2)),
     ("pp2xdp2-zero1-interleaved-zb", 4, "tiny-gpt", dict(pp=2, dp=2, zero_stage=1, schedule="interleaved-zero-bubble", virtual_stages=2)),
     ("pp4-gpipe-uneven", 4, "tiny-llama", dict(pp=4, schedule="gpipe", stage_layers=[1, 3, 3, 1])),
+    ("pp4-gpipe-embed-and-head-alone", 4, "tiny-gpt", dict(pp=4, schedule="gpipe", stage_layers=[0, 4, 4, 0])),
     ("tp4", 4, "tiny-gpt", dict(tp=4)),
     ("dp4-zero2-full", 4, "tiny-llama", dict(dp=4, zero_stage=2, recompute="full")),
     # world 8: all three
@@ -50,6 +52,14 @@ CASES = [
     ("tp2xpp2xdp2-zero2-interleaved-uneven", 8, "tiny-llama", dict(tp=2, pp=2, dp=2, zero_stage=2, schedule="interleaved-1f1b", virtual_stages=2, stage_layers=[1, 3, 3, 1])),
     ("pp8-1f1b", 8, "tiny-gpt", dict(pp=8, schedule="1f1b")),
 ]
+
+
+def _model(name: str):
+    from planner.catalog import MODELS
+
+    if name == "tiny-gpt-tied":
+        return MODELS["tiny-gpt"].model_copy(update={"tie_embeddings": True})
+    return MODELS[name]
 
 
 def torchrun(world: int, module_args: list[str], tmp: Path, timeout: float) -> subprocess.CompletedProcess:
@@ -62,7 +72,7 @@ def _launch(world: int, tmp: Path) -> dict:
     from runtime.testing import make_plan
 
     cases = [
-        {"id": cid, "plan": make_plan(model, **par).model_dump(mode="json"), "steps": 3}
+        {"id": cid, "plan": make_plan(_model(model), **par).model_dump(mode="json"), "steps": 3}
         for cid, w, model, par in CASES if w == world
     ]
     (tmp / "cases.json").write_text(json.dumps(cases))

@@ -171,10 +171,6 @@ def chunk_layer_ranges(stage_layers: list[int]) -> list[range]:
     return out
 
 
-def precision_note(plan: Plan) -> str:
-    return {"bf16": "bf16 mixed precision", "fp16": "fp16 mixed precision", "fp32": "fp32"}[plan.training.precision]
-
-
 def header_lines(plan: Plan, exporter: Exporter) -> list[str]:
     """What the file is, for whom, and where it came from (no timestamps: outputs are reproducible)."""
     p = plan.parallel

@@ -1,5 +1,6 @@
-"""meshplan's bundled runtime: ``meshplan run --plan plan.json --nproc-per-node N [--nnodes K]``
-(``runtime/cli.py``), which starts torchrun on ``python -m runtime.train``. The runtime applies every
+"""meshplan's bundled runtime: ``meshplan run --plan plan.json --nproc-per-node N`` on one node, plus
+``--nnodes K --rdzv-endpoint host:port`` (required by the runtime across nodes; c10d rendezvous) on
+each of several (``runtime/cli.py``); it starts torchrun on ``python -m runtime.train``. The runtime applies every
 part of the plan itself (mesh, TP plan, stage split, schedule, recompute, ZeRO), so nothing is lost."""
 
 from __future__ import annotations
@@ -7,24 +8,29 @@ from __future__ import annotations
 from planner.specs import Plan
 
 from .base import Exporter, Notes, comment_block, geometry, header_lines
-from .torchrun import shell_join
+from .torchrun import rdzv_endpoint, shell_join
 
 
 class MeshplanExporter(Exporter):
     id = "meshplan"
     target = "meshplan runtime (meshplan run)"
-    target_version = "meshplan 0.1 (runtime/cli.py)"
+    target_version = "meshplan 0.1 (runtime/cli.py `meshplan run`)"
     media_type = "text/x-shellscript"
     extension = "sh"
 
     def render(self, plan: Plan, options, notes: Notes) -> str:
         geom = geometry(plan, options)
         words = ["meshplan", "run", "--plan", options.plan_path, "--nproc-per-node", str(geom.nproc_per_node)]
+        raw: frozenset[int] = frozenset()
         if geom.multi_node:
-            words += ["--nnodes", str(geom.nnodes)]
+            endpoint = rdzv_endpoint(options, "${MASTER_ADDR:?set MASTER_ADDR to the first node address}")
+            words += ["--nnodes", str(geom.nnodes), "--rdzv-endpoint",
+                      f'"{endpoint}"' if options.rdzv_endpoint is None else endpoint]
+            raw = frozenset({len(words) - 1})
         if options.command is not None:
             notes.note("--command is ignored by the meshplan target: it always runs meshplan's runtime")
-        how = (f"Run on each of the {geom.nnodes} nodes (the runtime's torchrun rendezvous uses MASTER_ADDR)."
+        how = (f"Run this same script on each of the {geom.nnodes} nodes (MASTER_ADDR = the first node's address)."
                if geom.multi_node else "Run on the one node.")
-        head = comment_block("#", header_lines(plan, self) + [how], notes.warnings, notes.info)
-        return "#!/usr/bin/env bash\n" + head + "set -euo pipefail\n\n" + shell_join(words) + "\n"
+        usage = "Add --steps N (default 10), --data tokens.bin, --report run.json … as needed (meshplan run --help)."
+        head = comment_block("#", header_lines(plan, self) + [how, usage], notes.warnings, notes.info)
+        return "#!/usr/bin/env bash\n" + head + "set -euo pipefail\n\n" + shell_join(words, raw) + "\n"

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# meshplan export: meshplan runtime (meshplan run) (meshplan 0.1 (runtime/cli.py))
+# meshplan export: meshplan runtime (meshplan run) (meshplan 0.1 (runtime/cli.py `meshplan run`))
 # model llama3-70b on 8 node(s) × 8 h100-sxm5-80gb; plan rank 1
 # tp=8 pp=4 dp=2 micro_batch_size=1 num_microbatches=128 global_batch_size=256 seq_len=8192
 # schedule=interleaved-1f1b virtual_stages=2 stage_layers=[8, 11, 11, 10, 10, 10, 11, 9]
 # recompute=selective sequence_parallel=true zero_stage=1 precision=bf16
-# Run on each of the 8 nodes (the runtime's torchrun rendezvous uses MASTER_ADDR).
+# Run this same script on each of the 8 nodes (MASTER_ADDR = the first node's address).
+# Add --steps N (default 10), --data tokens.bin, --report run.json … as needed (meshplan run --help).
 set -euo pipefail
 
 meshplan \
   run \
   --plan plan.json \
   --nproc-per-node 8 \
-  --nnodes 8
+  --nnodes 8 \
+  --rdzv-endpoint "${MASTER_ADDR:?set MASTER_ADDR to the first node address}:29500"

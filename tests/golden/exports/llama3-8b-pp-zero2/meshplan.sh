@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# meshplan export: meshplan runtime (meshplan run) (meshplan 0.1 (runtime/cli.py))
+# meshplan export: meshplan runtime (meshplan run) (meshplan 0.1 (runtime/cli.py `meshplan run`))
 # model llama3-8b on 1 node(s) × 8 h100-sxm5-80gb; plan rank 1
 # tp=1 pp=2 dp=4 micro_batch_size=1 num_microbatches=16 global_batch_size=64 seq_len=4096
 # schedule=1f1b virtual_stages=1 stage_layers=[16, 16]
 # recompute=none sequence_parallel=false zero_stage=2 precision=bf16
 # Run on the one node.
+# Add --steps N (default 10), --data tokens.bin, --report run.json … as needed (meshplan run --help).
 set -euo pipefail
 
 meshplan \

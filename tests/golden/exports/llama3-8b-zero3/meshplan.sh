@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# meshplan export: meshplan runtime (meshplan run) (meshplan 0.1 (runtime/cli.py))
+# meshplan export: meshplan runtime (meshplan run) (meshplan 0.1 (runtime/cli.py `meshplan run`))
 # model llama3-8b on 2 node(s) × 8 h100-sxm5-80gb; plan rank 1
 # tp=1 pp=1 dp=16 micro_batch_size=2 num_microbatches=4 global_batch_size=128 seq_len=4096
 # schedule=1f1b virtual_stages=1 stage_layers=[32]
 # recompute=full sequence_parallel=false zero_stage=3 precision=bf16
-# Run on each of the 2 nodes (the runtime's torchrun rendezvous uses MASTER_ADDR).
+# Run this same script on each of the 2 nodes (MASTER_ADDR = the first node's address).
+# Add --steps N (default 10), --data tokens.bin, --report run.json … as needed (meshplan run --help).
 set -euo pipefail
 
 meshplan \
   run \
   --plan plan.json \
   --nproc-per-node 8 \
-  --nnodes 2
+  --nnodes 2 \
+  --rdzv-endpoint "${MASTER_ADDR:?set MASTER_ADDR to the first node address}:29500"
