@@ -369,34 +369,47 @@ def test_unknown_plan_is_an_error_state(tab):
     tab.assert_clean(allowed_statuses=(404,))
 
 
-def _tiny_profile(source: str, scale: float) -> dict:
+def _tiny_profiles() -> tuple[dict, dict]:
+    """The planner's analytic profile of tiny-llama, and a 'measured' one that differs from it by known
+    factors (FLOPs ×1.1, parameters ×1, activations ×1.25) and carries timings."""
+    from planner.analytic import analytic_profile
     from planner.catalog import MODELS
 
-    m = MODELS["tiny-llama"]
-    layers = []
-    for kind, params in (("embedding", 256 * 64), ("transformer_block", 4 * 64 * 64 + 3 * 64 * 192), ("lm_head", 256 * 64 + 64)):
-        f = 2.0 * params * 128 * scale
-        layers.append({
-            "kind": kind, "micro_batch_size": 1, "seq_len": 128, "tp": 1, "fwd_flops": f, "bwd_flops": 2 * f,
-            "param_count": params, "param_bytes": 2 * params,
-            "saved_activation_bytes": {"none": int(34 * 128 * 64 * scale), "selective": 20 * 128 * 64, "full": 2 * 128 * 64},
-            "output_activation_bytes": 2 * 128 * 64,
-            **({"fwd_time_s": f / 1e11, "bwd_time_s": 2 * f / 1e11} if source == "measured" else {}),
-        })
-    return {"model": m.model_dump(mode="json"), "device": "cpu" if source == "measured" else "analytic", "source": source, "layers": layers}
+    analytic = analytic_profile(MODELS["tiny-llama"], micro_batch_sizes=[1, 2], seq_len=128, tps=[1, 2]).model_dump(mode="json")
+    measured = json.loads(json.dumps(analytic))
+    measured.update(source="measured", device="cpu", torch_version="2.13.0")
+    for layer in measured["layers"]:
+        layer["fwd_flops"] *= 1.1
+        layer["bwd_flops"] *= 1.1
+        layer["saved_activation_bytes"]["none"] = int(layer["saved_activation_bytes"]["none"] * 1.25)
+        layer["fwd_time_s"] = layer["fwd_flops"] / 1e11
+        layer["bwd_time_s"] = layer["bwd_flops"] / 1e11
+    return analytic, measured
 
 
 def test_profile_page_charts_measured_against_analytic(tab, artifacts_dir):
+    analytic, measured = _tiny_profiles()
     post = lambda body: httpx.post(f"{tab.base}/v1/profiles", json=body, timeout=30)  # noqa: E731
-    assert post(_tiny_profile("analytic", 1.0)).status_code == 201
-    measured = post(_tiny_profile("measured", 1.1))
-    assert measured.status_code == 201, measured.text
-    page = tab.goto(f"/profiles/{measured.json()['id']}")
-    for sid in ("flops", "time", "params", "activations"):
-        assert _svg_rects_with_area(page, f"#{sid} rect.bar") >= 3, sid
-    # The ratio table compares like with like: FLOPs were scaled by 1.1, parameters not.
-    rows = page.eval_on_selector_all("#measured-vs-analytic tbody tr", "trs => trs.map(t => [...t.querySelectorAll('td')].map(td => td.textContent))")
-    assert rows and all(r[0] == "1.100" and r[2] == "1.000" for r in rows)
+    assert post(analytic).status_code == 201
+    stored = post(measured)
+    assert stored.status_code == 201, stored.text
+    page = tab.goto(f"/profiles/{stored.json()['id']}")
+    shapes = {(l["micro_batch_size"], l["seq_len"], l["tp"], l["sequence_parallel"]) for l in measured["layers"]}
+    assert page.locator("#profile-point option").count() == len(shapes)
+    for option in page.eval_on_selector_all("#profile-point option", "os => os.map(o => o.value)"):
+        page.select_option("#profile-point", option)
+        for sid in ("flops", "time", "params", "activations"):
+            assert _svg_rects_with_area(page, f"#{sid} rect.bar") >= 3, (option, sid)
+        # Like is compared with like: the known factors come back, shape by shape.
+        rows = page.eval_on_selector_all("#measured-vs-analytic tbody tr", "trs => trs.map(t => [...t.querySelectorAll('td')].map(td => td.textContent))")
+        mbs, seq, tp, sp = option.split("|")
+        expected = []
+        for kind in ("embedding", "transformer_block", "lm_head"):
+            a = next(l for l in analytic["layers"] if (l["kind"], l["micro_batch_size"], l["seq_len"], l["tp"], l["sequence_parallel"]) == (kind, int(mbs), int(seq), int(tp), sp == "1"))
+            ratio = lambda base, factor: f"{factor:.3f}" if base else "—"  # noqa: E731  (no analytic value: no ratio)
+            expected.append([ratio(a["fwd_flops"], 1.1), ratio(a["bwd_flops"], 1.1), ratio(a["param_count"], 1.0), ratio(a["saved_activation_bytes"]["none"], 1.25)])
+        assert [r[:3] for r in rows] == [e[:3] for e in expected], option
+        assert all(r[3] == e[3] == "—" or abs(float(r[3]) - 1.25) < 0.002 for r, e in zip(rows, expected)), (option, rows)
     tab.shot(artifacts_dir, "profile")
     page = tab.goto("/profiles")
     assert page.locator("table.list tbody tr").count() >= 2
