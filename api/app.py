@@ -1,0 +1,75 @@
+"""The meshplan service: ``create_app(settings)`` builds the FastAPI app.
+
+Routes live in ``api/routes/`` (one module per resource) under ``/v1``, behind the bearer token when
+``MESHPLAN_API_TOKEN`` is set; ``/healthz``, ``/readyz``, ``/metrics`` and the dashboard (``/``) are
+open. Every error is an RFC 9457 problem document (``api.problems``).
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
+
+from api import problems
+from api.body_limit import BodyLimitMiddleware
+from api.metrics import Metrics, MetricsMiddleware
+from api.routes import catalog, estimates, exports, health, plans, profiles, runs
+from api.settings import Settings, load_settings
+from api.solver import SolverPool
+from api.store import Store
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+VERSION = "0.1.0"
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The app for ``settings`` (default: from the ``MESHPLAN_`` environment, validated now)."""
+    settings = settings or load_settings()
+    store = Store(settings.database_url)
+    metrics = Metrics()
+    pool = SolverPool(settings, metrics)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        yield
+        pool.shutdown()
+        store.close()
+
+    app = FastAPI(
+        title="meshplan",
+        version=VERSION,
+        summary="Automatic TP/PP/DP parallelism planner for training large models.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.store = store
+    app.state.metrics = metrics
+    app.state.pool = pool
+
+    problems.install(app)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: counts 413s too
+
+    for module in (plans, exports, estimates, profiles, runs, catalog, health):
+        app.include_router(module.router)
+    _mount_dashboard(app)
+    return app
+
+
+def _mount_dashboard(app: FastAPI) -> None:
+    """The dashboard's static files at ``/`` (after the API routes, which match first)."""
+    if (STATIC_DIR / "index.html").is_file():
+        app.mount("/", StaticFiles(directory=STATIC_DIR, html=True), name="dashboard")
+        return
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def no_dashboard() -> str:
+        return (
+            "<!doctype html><title>meshplan</title><h1>meshplan service</h1>"
+            "<p>The dashboard is not installed (api/static/index.html is missing). "
+            "The REST API is up: see <a href='/docs'>/docs</a>.</p>"
+        )

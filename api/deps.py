@@ -1,0 +1,75 @@
+"""Dependencies of the routes as ``Annotated`` aliases. Tests replace any of them with
+``app.dependency_overrides[get_solver] = lambda: SlowSolver()`` (and the same for settings, store)."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from api.metrics import Metrics
+from api.problems import ProblemException, error_responses
+from api.settings import Settings
+from api.solver import PlannerSolver, Solver, SolverPool
+from api.store import Store
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_store(request: Request) -> Store:
+    return request.app.state.store
+
+
+_PLANNER = PlannerSolver()
+
+
+def get_solver() -> Solver:
+    return _PLANNER
+
+
+def get_pool(request: Request) -> SolverPool:
+    return request.app.state.pool
+
+
+def get_metrics(request: Request) -> Metrics:
+    return request.app.state.metrics
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+StoreDep = Annotated[Store, Depends(get_store)]
+SolverDep = Annotated[Solver, Depends(get_solver)]
+PoolDep = Annotated[SolverPool, Depends(get_pool)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+
+_bearer = HTTPBearer(auto_error=False, description="Needed when the server sets MESHPLAN_API_TOKEN.")
+
+
+def require_token(
+    settings: SettingsDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> None:
+    """Every /v1 route: when a token is configured, the request must carry it (constant-time
+    comparison, so response timing does not leak how much of a guess was right)."""
+    expected = settings.token
+    if expected is None:
+        return
+    given = credentials.credentials if credentials is not None else ""
+    if credentials is None or not hmac.compare_digest(given.encode(), expected.encode()):
+        raise ProblemException(
+            401,
+            "missing or wrong API token; send 'Authorization: Bearer <token>' with the server's MESHPLAN_API_TOKEN",
+            headers={"WWW-Authenticate": "Bearer"},
+            title="Unauthorized",
+        )
+
+
+def v1_router(prefix: str, tag: str) -> APIRouter:
+    """A resource's router under ``/v1``, behind the token. Route paths carry the full ``/v1/...``
+    prefix themselves, so the matched route's ``path`` is the template the metrics label with."""
+    return APIRouter(
+        prefix=f"/v1{prefix}", tags=[tag], dependencies=[Depends(require_token)], responses=error_responses(401)
+    )

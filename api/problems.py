@@ -1,0 +1,134 @@
+"""RFC 9457 problem details for every error the service returns.
+
+Validation errors carry the failing field paths (``cluster.num_nodes``, ``query.limit``); a
+``MeshplanError`` from the planner carries its field and fix; anything unexpected becomes a plain
+500 problem with no trace in the body (the trace goes to the log only).
+"""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from api.schemas import Problem, ProblemError
+from planner.errors import MeshplanError, validation_errors
+
+PROBLEM_JSON = "application/problem+json"
+log = logging.getLogger("meshplan.api")
+
+
+class ProblemException(Exception):
+    """Raise from a route to answer with a problem document."""
+
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        *,
+        errors: list[ProblemError] | None = None,
+        headers: dict[str, str] | None = None,
+        title: str | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.errors = errors or []
+        self.headers = headers or {}
+        self.title = title
+
+
+def problem_response(
+    status: int,
+    detail: str | None = None,
+    *,
+    errors: list[ProblemError] | None = None,
+    headers: dict[str, str] | None = None,
+    title: str | None = None,
+    instance: str | None = None,
+) -> JSONResponse:
+    body = Problem(
+        title=title or _title(status),
+        status=status,
+        detail=detail,
+        instance=instance,
+        errors=errors or [],
+    )
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers, media_type=PROBLEM_JSON)
+
+
+def _title(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+def not_found(kind: str, key: str) -> ProblemException:
+    return ProblemException(404, f"no {kind} with id {key!r}; list them with GET /v1/{kind}s")
+
+
+def _field_of(loc: tuple) -> str:
+    # FastAPI puts the source first ('body', 'query', 'path', 'header'); a body field is named as in
+    # the JSON document (cluster.num_nodes), other sources keep their prefix (query.limit).
+    parts = [str(p) for p in loc]
+    if parts and parts[0] == "body":
+        parts = parts[1:]
+    parts = [p for p in parts if p not in {"str", "ModelSpec", "GpuSpec", "int"} and "[" not in p]
+    return ".".join(parts) or "body"
+
+
+async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = [ProblemError(field=_field_of(tuple(e.get("loc", ()))), message=e.get("msg", "invalid value")) for e in exc.errors()]
+    detail = "; ".join(f"{e.field}: {e.message}" for e in errors[:5]) or "invalid request"
+    return problem_response(422, detail, errors=errors, title="Invalid request", instance=request.url.path)
+
+
+async def _meshplan(request: Request, exc: MeshplanError) -> JSONResponse:
+    err = ProblemError(field=exc.field, message=exc.message, fix=exc.fix or None)
+    return problem_response(422, str(exc), errors=[err], title="Invalid request", instance=request.url.path)
+
+
+async def _pydantic(request: Request, exc: ValidationError) -> JSONResponse:
+    errors = [ProblemError(**e) for e in validation_errors(exc)]
+    detail = "; ".join(f"{e.field}: {e.message}" for e in errors[:5])
+    return problem_response(422, detail, errors=errors, title="Invalid request", instance=request.url.path)
+
+
+async def _problem(request: Request, exc: ProblemException) -> JSONResponse:
+    return problem_response(exc.status, exc.detail, errors=exc.errors, headers=exc.headers, title=exc.title, instance=request.url.path)
+
+
+async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    detail = exc.detail if isinstance(exc.detail, str) else None
+    errors = []
+    if exc.status_code == 400:  # FastAPI could not read the body (e.g. not UTF-8)
+        errors = [ProblemError(field="body", message=detail or "unreadable body", fix="send a UTF-8 JSON document")]
+    return problem_response(exc.status_code, detail, errors=errors, headers=getattr(exc, "headers", None), instance=request.url.path)
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return problem_response(500, "internal error; the server log has the details", instance=request.url.path)
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(MeshplanError, _meshplan)
+    app.add_exception_handler(ValidationError, _pydantic)
+    app.add_exception_handler(ProblemException, _problem)
+    app.add_exception_handler(StarletteHTTPException, _http)
+    app.add_exception_handler(Exception, _unexpected)
+
+
+#: Documented error answers (OpenAPI), so clients and the schema fuzz know every status a route gives.
+def error_responses(*statuses: int) -> dict[int | str, dict]:
+    return {
+        s: {"model": Problem, "description": _title(s), "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+        for s in statuses
+    }

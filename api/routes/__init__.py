@@ -1,0 +1,1 @@
+"""One router per resource, joined under /v1 by ``api.app``."""

@@ -1,0 +1,26 @@
+"""``/v1/catalog``: the built-in models, GPUs and export formats."""
+
+from __future__ import annotations
+
+from api.deps import v1_router
+from api.routes.exports import export_formats
+from api.schemas import ExportFormat
+from planner.catalog import GPUS, MODELS
+from planner.specs import GpuSpec, ModelSpec
+
+router = v1_router("/catalog", "catalog")
+
+
+@router.get("/models", response_model=list[ModelSpec])
+def list_models() -> list[ModelSpec]:
+    return list(MODELS.values())
+
+
+@router.get("/gpus", response_model=list[GpuSpec])
+def list_gpus() -> list[GpuSpec]:
+    return list(GPUS.values())
+
+
+@router.get("/export-formats", response_model=list[ExportFormat])
+def list_export_formats() -> list[ExportFormat]:
+    return export_formats()

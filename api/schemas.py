@@ -1,0 +1,101 @@
+"""The service's own bodies (docs/architecture.md, "REST contract"): stored records, list pages and
+the problem document. Planner data inside them keeps the ``planner.specs`` field names."""
+
+from __future__ import annotations
+
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel, Field
+
+from planner.specs import PlanRequest, PlanResponse, Profile, RunReport
+
+T = TypeVar("T")
+
+
+class ProblemError(BaseModel):
+    field: str = Field(description="Dotted path of the failing field, e.g. 'cluster.num_nodes'.")
+    message: str
+    fix: str | None = None
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details (``application/problem+json``)."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str | None = None
+    instance: str | None = None
+    errors: list[ProblemError] = Field(default_factory=list)
+
+
+class Page(BaseModel, Generic[T]):
+    items: list[T]
+    total: int
+    limit: int
+    offset: int
+
+
+class StoredPlan(BaseModel):
+    id: str = Field(description="Content hash of the canonical plan request.")
+    created_at: str
+    cached: bool = Field(description="True when answered from the store without solving.")
+    request: PlanRequest
+    response: PlanResponse
+
+
+class PlanSummary(BaseModel):
+    """One stored plan in a list; figures are the best plan's, null when infeasible."""
+
+    id: str
+    created_at: str
+    model: str
+    gpu: str
+    num_gpus: int
+    status: str
+    step_time_s: float | None = None
+    tokens_per_s: float | None = None
+    mfu: float | None = None
+    fits: bool | None = None
+
+
+class StoredProfile(BaseModel):
+    id: str
+    created_at: str
+    profile: Profile
+
+
+class ProfileSummary(BaseModel):
+    id: str
+    created_at: str
+    model: str
+    device: str
+    source: str
+
+
+class StoredRun(BaseModel):
+    id: str
+    created_at: str
+    report: RunReport
+
+
+class RunSummary(BaseModel):
+    id: str
+    created_at: str
+    model: str
+    world_size: int
+    measured_step_time_s: float
+    predicted_step_time_s: float | None = None
+    step_time_ratio: float | None = None
+
+
+class ExportFormat(BaseModel):
+    id: str
+    media_type: str
+    target: str
+    target_version: str
+
+
+class Health(BaseModel):
+    status: str
+    detail: str | None = None

@@ -1,0 +1,188 @@
+"""Bounds a deployer relies on: body size, model/cluster size, top_k, solver time and threads, and a
+bounded solver pool that answers 503 at once when saturated instead of stalling the server.
+
+The concurrency cases swap the planner for ``SlowSolver`` (a deliberately slow stand-in); the
+bounds cases that reach the solver use the real planner."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.deps import get_solver
+from api.metrics import Metrics
+from api.problems import ProblemException
+from api.solver import SolverPool
+from planner.catalog import MODELS
+from tests.api_support import SlowSolver, make_app, make_settings, plan_request, profile_body
+
+PROBLEM = "application/problem+json"
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "headers"),
+    [
+        ("declared length", b"{" + b" " * 5000 + b"}", {"content-type": "application/json"}),
+        ("chunked, no length", iter([b"{", b" " * 3000, b" " * 3000, b"}"]), {"content-type": "application/json"}),
+    ],
+)
+def test_body_over_the_limit_is_413(tmp_path, name, body, headers):
+    with TestClient(make_app(tmp_path, max_body_bytes=4096)) as c:
+        r = c.post("/v1/profiles", content=body, headers=headers)
+        assert r.status_code == 413 and r.headers["content-type"] == PROBLEM
+        assert "MESHPLAN_MAX_BODY_BYTES" in r.json()["detail"]
+        # Just under the limit is read and validated as usual.
+        small = c.post("/v1/profiles", json=profile_body())
+        assert small.status_code == 201, small.text
+
+
+LIMIT_CASES = [
+    # (name, server settings, request changes, field named)
+    ("model layers", {"max_layers": 4}, {"model": "tiny-gpt"}, "model"),
+    ("inline model layers", {"max_layers": 4}, {"model": MODELS["tiny-gpt"].model_dump()}, "model.num_layers"),
+    ("cluster GPUs", {"max_gpus": 4}, {"cluster__num_nodes": 1}, "cluster.num_nodes"),
+    ("top_k", {"max_top_k": 2}, {"top_k": 5}, "top_k"),
+]
+
+
+@pytest.mark.parametrize(("name", "settings", "changes", "field"), LIMIT_CASES, ids=[c[0] for c in LIMIT_CASES])
+def test_request_over_a_server_limit_is_422(tmp_path, name, settings, changes, field):
+    solver = SlowSolver()
+    app = make_app(tmp_path, **settings)
+    app.dependency_overrides[get_solver] = lambda: solver
+    with TestClient(app) as c:
+        r = c.post("/v1/plans", json=plan_request(**changes))
+        assert r.status_code == 422, r.text
+        assert field in [e["field"] for e in r.json()["errors"]]
+        assert all(e.get("fix") for e in r.json()["errors"])
+        assert solver.requests == []  # refused before solving
+        # The same server accepts a request within its limits.
+        within = {"max_layers": {"model": "tiny-gpt"}, "max_gpus": {"cluster__gpus_per_node": 4}, "max_top_k": {"top_k": 2}}
+        key = next(iter(settings))
+        if key != "max_layers":
+            assert c.post("/v1/plans", json=plan_request(**within[key])).status_code == 201
+
+
+def test_solver_time_and_threads_are_capped(tmp_path):
+    solver = SlowSolver()
+    app = make_app(tmp_path, max_solver_time_s=2.0, max_solver_workers=1)
+    app.dependency_overrides[get_solver] = lambda: solver
+    with TestClient(app) as c:
+        r = c.post("/v1/plans", json=plan_request(options={"time_limit_s": 500, "num_workers": 16}))
+        assert r.status_code == 201
+        assert solver.requests[0].options.time_limit_s == 2.0 and solver.requests[0].options.num_workers == 1
+        assert r.json()["request"]["options"] == {"time_limit_s": 2.0, "num_workers": 1, "allow_tp_across_nodes": False}
+        # Under the caps, the request's own values are kept.
+        c.post("/v1/plans", json=plan_request(options={"time_limit_s": 0.5, "num_workers": 1}))
+        assert solver.requests[1].options.time_limit_s == 0.5
+
+
+def test_real_planner_respects_the_time_cap(tmp_path):
+    # A large search space with a 600 s limit asked; the server's 1 s cap bounds the solve.
+    app = make_app(tmp_path, max_solver_time_s=1.0)
+    body = plan_request(model="llama3-70b", cluster__num_nodes=64, training__global_batch_size=1024,
+                        training__seq_len=4096, top_k=5, options={"time_limit_s": 600, "num_workers": 1})
+    with TestClient(app) as c:
+        start = time.perf_counter()
+        r = c.post("/v1/plans", json=body)
+        elapsed = time.perf_counter() - start
+    assert r.status_code == 201, r.text
+    assert r.json()["response"]["solver"]["wall_time_s"] <= 1.0 + 0.5
+    assert elapsed < 20  # the cap plus the cost model's set-up, far from 600 s
+
+
+def _post_in_thread(client: TestClient, body: dict, out: list) -> threading.Thread:
+    def go() -> None:
+        out.append(client.post("/v1/plans", json=body))
+
+    t = threading.Thread(target=go)
+    t.start()
+    return t
+
+
+def test_saturated_solver_answers_503_at_once_and_the_server_stays_responsive(tmp_path):
+    solver = SlowSolver(delay=2.0)
+    app = make_app(tmp_path, solver_concurrency=1, solver_queue=1)
+    app.dependency_overrides[get_solver] = lambda: solver
+    with TestClient(app) as c:
+        results: list = []
+        threads = [_post_in_thread(c, plan_request(training__global_batch_size=b), results) for b in (32, 64)]
+        deadline = time.monotonic() + 5
+        while len(solver.requests) < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)  # the second request is now queued behind the first
+        start = time.perf_counter()
+        third = c.post("/v1/plans", json=plan_request(training__global_batch_size=128))
+        refused_in = time.perf_counter() - start
+        assert third.status_code == 503 and third.headers["content-type"] == PROBLEM
+        assert third.headers["retry-after"] == "5" and refused_in < 0.5
+        start = time.perf_counter()
+        assert c.get("/healthz").status_code == 200 and c.get("/v1/plans").status_code == 200
+        assert time.perf_counter() - start < 0.5  # the event loop is not blocked by the solves
+        for t in threads:
+            t.join(15)
+        assert sorted(r.status_code for r in results) == [201, 201]
+        assert len(solver.requests) == 2
+        metrics = c.get("/metrics").text
+        assert "meshplan_solver_rejected_total 1.0" in metrics
+
+
+def test_queue_wait_is_bounded(tmp_path):
+    solver = SlowSolver(delay=1.5)
+    app = make_app(tmp_path, solver_concurrency=1, solver_queue=4, solver_queue_timeout_s=0.3)
+    app.dependency_overrides[get_solver] = lambda: solver
+    with TestClient(app) as c:
+        results: list = []
+        first = _post_in_thread(c, plan_request(), results)
+        while not solver.requests:
+            time.sleep(0.02)
+        start = time.perf_counter()
+        r = c.post("/v1/plans", json=plan_request(training__global_batch_size=64))
+        assert r.status_code == 503 and time.perf_counter() - start < 1.0
+        assert "no solver slot within 0.3 s" in r.json()["detail"]
+        first.join(10)
+        assert results[0].status_code == 201
+
+
+def test_identical_concurrent_requests_share_one_solve(tmp_path):
+    solver = SlowSolver(delay=1.0)
+    app = make_app(tmp_path, solver_concurrency=2)
+    app.dependency_overrides[get_solver] = lambda: solver
+    with TestClient(app) as c:
+        results: list = []
+        threads = [_post_in_thread(c, plan_request(), results) for _ in range(4)]
+        for t in threads:
+            t.join(10)
+    assert len(solver.requests) == 1
+    assert sorted(r.status_code for r in results) == [200, 200, 200, 201]
+    assert len({r.json()["id"] for r in results}) == 1
+
+
+def test_cancelled_request_keeps_its_slot_until_the_solve_ends(tmp_path):
+    # A client that goes away mid-solve cancels its request task; the solver thread runs on, so its
+    # slot must stay taken until the thread finishes (never more than `solver_concurrency` solves)
+    # and must then be freed (no leak).
+    settings = make_settings(tmp_path, solver_concurrency=1, solver_queue=0)
+    pool = SolverPool(settings, Metrics())
+    release = threading.Event()
+
+    async def scenario() -> None:
+        task = asyncio.create_task(pool.run(release.wait))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        with pytest.raises(ProblemException) as refused:
+            await pool.run(lambda: "second")
+        assert refused.value.status == 503
+        release.set()
+        await asyncio.sleep(0.1)
+        assert await pool.run(lambda: "third") == "third"
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        pool.shutdown()
