@@ -327,8 +327,8 @@ def test_plans_list_filters_by_gpu(tab, llama_plan, artifacts_dir):
 def test_infeasible_request_says_what_to_change(tab, artifacts_dir):
     body = {
         "model": "llama3-405b",
-        "cluster": {"gpu": "a100-sxm4-40gb", "num_nodes": 1, "gpus_per_node": 8},
-        "training": {"global_batch_size": 64, "seq_len": 8192},
+        "cluster": {"gpu": "a100-sxm4-40gb", "num_nodes": 1, "gpus_per_node": 2},
+        "training": {"global_batch_size": 8, "seq_len": 8192},
         "options": {"time_limit_s": 2},
     }
     r = httpx.post(f"{tab.base}/v1/plans", json=body, timeout=120)

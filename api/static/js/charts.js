@@ -6,6 +6,14 @@ import { h, s } from "./dom.js";
 
 let uid = 0;
 
+/** Mix a "#rrggbb" colour with white (t = 0: unchanged, 1: white); opaque, unlike fill-opacity. */
+export function lighten(hex, t) {
+  const n = parseInt(String(hex).slice(1, 7), 16);
+  if (Number.isNaN(n) || !t) return hex;
+  const mix = (c) => Math.round(c + (255 - c) * t).toString(16).padStart(2, "0");
+  return `#${mix((n >> 16) & 255)}${mix((n >> 8) & 255)}${mix(n & 255)}`;
+}
+
 /** Black or white, whichever reads better on a fill colour "#rrggbb". */
 export function inkOn(hex) {
   const n = parseInt(String(hex).slice(1, 7), 16);
@@ -230,15 +238,23 @@ export function timeline({ title, desc = "", rows, unit = "ms" }) {
     const svg = svgRoot(title, width, height, desc);
     svg.classList.add("timeline-svg");
     const idle = nextId("idle");
-    const hatch = nextId("hatch");
     svg.append(
       s(
         "defs",
         {},
         s("pattern", { id: idle, width: 6, height: 6, patternUnits: "userSpaceOnUse", patternTransform: "rotate(45)" }, s("rect", { width: 6, height: 6, fill: "#f3f3f3" }), s("line", { x1: 0, y1: 0, x2: 0, y2: 6, stroke: "#c8c8c8", "stroke-width": 2 })),
-        s("pattern", { id: hatch, width: 5, height: 5, patternUnits: "userSpaceOnUse", patternTransform: "rotate(-45)" }, s("rect", { width: 5, height: 5, fill: BLOCK_KINDS.backward.color }), s("line", { x1: 0, y1: 0, x2: 0, y2: 5, stroke: "rgba(0,0,0,0.3)", "stroke-width": 1.5 })),
       ),
     );
+    const defs = svg.querySelector("defs");
+    const hatches = new Map(); // backward blocks: one hatch pattern per shade
+    const hatchFor = (color) => {
+      if (!hatches.has(color)) {
+        const id = nextId("hatch");
+        defs.append(s("pattern", { id, width: 5, height: 5, patternUnits: "userSpaceOnUse", patternTransform: "rotate(-45)" }, s("rect", { width: 5, height: 5, fill: color }), s("line", { x1: 0, y1: 0, x2: 0, y2: 5, stroke: "rgba(0,0,0,0.3)", "stroke-width": 1.5 })));
+        hatches.set(color, `url(#${id})`);
+      }
+      return hatches.get(color);
+    };
     const g = s("g", {});
     svg.append(g);
     for (const tk of ticks) {
@@ -256,8 +272,9 @@ export function timeline({ title, desc = "", rows, unit = "ms" }) {
         const kind = BLOCK_KINDS[b.kind] || { color: "#999" };
         const bx = x(b.start);
         const bw = Math.max(x(b.start + b.dur) - bx, 0.75);
-        blocks.append(s("rect", { x: bx, y: ry + 1, width: bw, height: rowH - 2, fill: kind.pattern === "hatch" && bw > 2 ? `url(#${hatch})` : kind.color, "fill-opacity": b.chunkIndex > 0 ? Math.max(0.35, 1 - 0.3 * b.chunkIndex) : null, class: `block block-${b.kind}`, stroke: "#fff", "stroke-width": bw > 3 ? 0.75 : 0 }, s("title", {}, b.tip || `${b.label} ${b.start.toFixed(2)}–${(b.start + b.dur).toFixed(2)} ${unit}`)));
-        if (bw >= 7 * String(b.label).length + 4) blocks.append(s("text", { x: bx + bw / 2, y: ry + rowH / 2, class: "block-label", fill: inkOn(kind.color), "text-anchor": "middle", "dominant-baseline": "middle", "pointer-events": "none" }, b.label));
+        const color = b.chunkIndex > 0 ? lighten(kind.color, (0.45 * b.chunkIndex) / Math.max(1, b.chunks - 1)) : kind.color;
+        blocks.append(s("rect", { x: bx, y: ry + 1, width: bw, height: rowH - 2, fill: kind.pattern === "hatch" && bw > 2 ? hatchFor(color) : color, class: `block block-${b.kind}`, stroke: "#fff", "stroke-width": bw > 3 ? 0.75 : 0 }, s("title", {}, b.tip || `${b.label} ${b.start.toFixed(2)}–${(b.start + b.dur).toFixed(2)} ${unit}`)));
+        if (bw >= 7 * String(b.label).length + 4) blocks.append(s("text", { x: bx + bw / 2, y: ry + rowH / 2, class: "block-label", fill: inkOn(color), "text-anchor": "middle", "dominant-baseline": "middle", "pointer-events": "none" }, b.label));
       }
       g.append(s("text", { x: width - m.r + 6, y: ry + rowH / 2, class: "tick", "dominant-baseline": "middle" }, `idle ${(stats[i].idle * 100).toFixed(1)} %`));
     });

@@ -136,9 +136,12 @@ export function errorBox(err, heading = "Something went wrong") {
     "div",
     { class: "state state-error", role: "alert" },
     h("p", { class: "error-title" }, err && err.status ? `${title} (HTTP ${err.status})` : title),
-    err && err.detail ? h("p", {}, err.detail) : err && err.message && !err.title ? h("p", {}, err.message) : null,
   );
   const list = (err && err.errors) || [];
+  // The detail often repeats the (single) listed error; show it only when it adds something.
+  const repeats = list.length && err.detail && list.some((e) => e.message && err.detail.includes(e.message));
+  if (err && err.detail && !repeats) box.append(h("p", {}, err.detail));
+  else if (err && err.message && !err.title && !list.length) box.append(h("p", {}, err.message));
   if (list.length) {
     box.append(h("ul", {}, list.map((e) => h("li", {}, h("code", {}, e.field || "body"), ": ", e.message || "", e.fix ? ` — ${e.fix}` : ""))));
   }

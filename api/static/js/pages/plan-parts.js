@@ -90,7 +90,7 @@ export function traceTimeline(trace, title) {
   for (const t of tids) {
     const list = byTid.get(t);
     const order = list.chunks ? [...list.chunks].sort((a, b) => a - b) : [];
-    if (order.length > 1) list.forEach((b) => (b.chunkIndex = order.indexOf(b.chunk)));
+    if (order.length > 1) list.forEach((b) => Object.assign(b, { chunkIndex: order.indexOf(b.chunk), chunks: order.length }));
   }
   const rows = tids.map((t) => ({ label: names.get(t) || `stage ${t}`, blocks: byTid.get(t).sort((a, b) => a.start - b.start) }));
   return timeline({ title, desc: `${rows.length} pipeline stages; forward and backward blocks per micro-batch; hatched gaps are idle time (the bubble).`, rows, unit: "ms" });
