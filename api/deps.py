@@ -1,5 +1,8 @@
 """Dependencies of the routes as ``Annotated`` aliases. Tests replace any of them with
-``app.dependency_overrides[get_solver] = lambda: SlowSolver()`` (and the same for settings, store)."""
+``app.dependency_overrides[get_solver] = lambda: SlowSolver()`` (and the same for settings, store).
+
+They are ``async def`` on purpose: FastAPI runs a plain ``def`` dependency in a worker thread, and
+a thread hop per dependency per request would cost more than the request itself."""
 
 from __future__ import annotations
 
@@ -16,26 +19,26 @@ from api.solver import PlannerSolver, Solver, SolverPool
 from api.store import Store
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_store(request: Request) -> Store:
+async def get_store(request: Request) -> Store:
     return request.app.state.store
 
 
 _PLANNER = PlannerSolver()
 
 
-def get_solver() -> Solver:
+async def get_solver() -> Solver:
     return _PLANNER
 
 
-def get_pool(request: Request) -> SolverPool:
+async def get_pool(request: Request) -> SolverPool:
     return request.app.state.pool
 
 
-def get_metrics(request: Request) -> Metrics:
+async def get_metrics(request: Request) -> Metrics:
     return request.app.state.metrics
 
 
@@ -48,7 +51,7 @@ MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 _bearer = HTTPBearer(auto_error=False, description="Needed when the server sets MESHPLAN_API_TOKEN.")
 
 
-def require_token(
+async def require_token(
     settings: SettingsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:

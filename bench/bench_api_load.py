@@ -7,7 +7,7 @@ requests in a loop:
 During both, one more client probes GET /healthz every 50 ms, to show the server stays responsive
 while solves run. Prints throughput, p50/p99 latency and errors (anything but 200/201; must be 0).
 
-    python bench/bench_api_load.py [--duration 10] [--clients 32] [--model llama3-8b] [--nodes 4]
+    python bench/bench_api_load.py [--duration 10] [--clients 32] [--model llama3-8b] [--nodes 1]
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--model", default="llama3-8b")
     parser.add_argument("--gpu", default="h100-sxm5-80gb")
-    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--nodes", type=int, default=1)
     parser.add_argument("--seq-len", type=int, default=4096)
     parser.add_argument("--time-limit", type=float, default=2.0, help="options.time_limit_s of each solve")
     parser.add_argument("--solver-concurrency", type=int, default=2)

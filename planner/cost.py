@@ -200,6 +200,13 @@ class LayerTimes:
 
 
 def layer_times(ctx: Context, kind: str, mbs: int, tp: int, sp: bool, recompute: str) -> LayerTimes:
+    key = ("times", kind, mbs, tp, sp, recompute)
+    if key not in ctx._layers:
+        ctx._layers[key] = _layer_times(ctx, kind, mbs, tp, sp, recompute)
+    return ctx._layers[key]
+
+
+def _layer_times(ctx: Context, kind: str, mbs: int, tp: int, sp: bool, recompute: str) -> LayerTimes:
     lp = ctx.layer(kind, mbs, tp, sp)
     seq = ctx.training.seq_len
     hbm = ctx.gpu.hbm_bandwidth_GBps * 1e9
@@ -225,7 +232,11 @@ def layer_times(ctx: Context, kind: str, mbs: int, tp: int, sp: bool, recompute:
 
 def block_crosses(ctx: Context, block: int, i: int, j: int) -> bool:
     """Whether some pair (r, r + (j-i)·block) of pipeline ranks i → j sits on different nodes."""
-    g = ctx.cluster.gpus_per_node
+    return _block_crosses(ctx.cluster.gpus_per_node, block, i, j)
+
+
+@lru_cache(maxsize=65536)
+def _block_crosses(g: int, block: int, i: int, j: int) -> bool:
     if g % block == 0:
         return (i * block) // g != (j * block) // g
     if block % g == 0:
@@ -234,15 +245,20 @@ def block_crosses(ctx: Context, block: int, i: int, j: int) -> bool:
 
 
 def dp_group_intra(ctx: Context, c: Candidate) -> bool:
-    g = ctx.cluster.gpus_per_node
-    span = c.dp * c.tp
-    if c.dp == 1:
+    """Whether every DP group (stride tp inside a pipeline rank's block of dp·tp GPUs) is inside a node."""
+    return _dp_group_intra(ctx.cluster.gpus_per_node, ctx.num_gpus, c.dp, c.tp)
+
+
+@lru_cache(maxsize=65536)
+def _dp_group_intra(g: int, num_gpus: int, dp: int, tp: int) -> bool:
+    span = dp * tp
+    if dp == 1:
         return True
     if g % span == 0:
         return True
     if span > g:
         return False
-    return all((b * span) // g == (b * span + span - 1) // g for b in range(ctx.num_gpus // span))
+    return all((b * span) // g == (b * span + span - 1) // g for b in range(num_gpus // span))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ def runner_up_reason(best: Plan, other: Plan) -> str:
     diffs = {k: getattr(b.breakdown, k) - getattr(a.breakdown, k) for k in _PARTS}
     worst = max(diffs, key=lambda k: diffs[k])
     slower = b.step_time_s / a.step_time_s - 1 if a.step_time_s else 0.0
-    return (f"runner-up {_describe(other)} is {slower:.1%} slower ({b.step_time_s:.4g} s vs {a.step_time_s:.4g} s), "
+    return (f"{_describe(other)} is {slower:.1%} slower ({b.step_time_s:.4g} s vs {a.step_time_s:.4g} s), "
             f"mostly {_PARTS[worst]} (+{diffs[worst]:.3g} s)")
 
 

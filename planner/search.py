@@ -269,7 +269,7 @@ class ClassResult:
     cand: Candidate
     stage_layers: list[int] | None
     evaluation: Evaluation | None
-    status: str  # OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN
+    status: str  # OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN, or PRUNED (proven no better than the incumbent)
     bound: int
     iterations: int
     wall_s: float
@@ -382,8 +382,7 @@ def solve_class(cc: ClassCosts, options: SearchOptions, fixed: list[int] | None 
     if c.virtual_stages > 1:
         hint, hint_ev, seeds = local_search(cc, greedy_cut(cc))
     else:  # one chunk per rank: the rank chains are strong; refine by cuts only
-        hint = greedy_cut(cc)
-        hint_ev, seeds = evaluate(cc, hint), []
+        hint, hint_ev, seeds = greedy_cut(cc), None, []
     if c.schedule != "gpipe":
         for coef, const in seeds:
             model.add(M >= sum(k * x for k, x in zip(coef, n) if k) + const)
@@ -391,7 +390,7 @@ def solve_class(cc: ClassCosts, options: SearchOptions, fixed: list[int] | None 
     solver.parameters.max_time_in_seconds = options.time_limit_s
     solver.parameters.num_workers = options.num_workers
     iterations = 0
-    best: tuple[list[int], Evaluation] | None = (hint, hint_ev) if hint_ev.fits else None
+    best: tuple[list[int], Evaluation] | None = (hint, hint_ev) if hint_ev is not None and hint_ev.fits else None
     status_name = "UNKNOWN"
     bound = 0
     while True:
@@ -406,6 +405,9 @@ def solve_class(cc: ClassCosts, options: SearchOptions, fixed: list[int] | None 
         if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             break
         bound = max(bound, int(solver.best_objective_bound))
+        if incumbent is not None and bound >= incumbent and (best is None or best[1].objective_ns >= incumbent):
+            # Proven unable to beat the plans already found: no need to simulate.
+            return ClassResult(c, None, None, "PRUNED", bound, iterations, time.perf_counter() - t0)
         sol = [solver.value(x) for x in n]
         ev = evaluate(cc, sol)
         if best is None or ev.objective_ns < best[1].objective_ns:
@@ -446,6 +448,13 @@ class SearchResult:
     memory_blocked: tuple[Candidate, int] | None = None
 
 
+def simplicity(c: Candidate) -> tuple:
+    """Tie-break between equally fast plans: prefer the simpler one (less recomputation, lower ZeRO
+    stage, plainer schedule, fewer pipeline stages, smaller TP)."""
+    return (RECOMPUTE.index(c.recompute), c.zero_stage, SEARCHED_SCHEDULES.index(c.schedule) if c.schedule != "1f1b" else -1,
+            c.virtual_stages, c.pp, c.tp, c.sequence_parallel, -c.micro_batch_size, c)
+
+
 def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int = 3) -> SearchResult:
     t0 = time.perf_counter()
     cands = enumerate_candidates(ctx, pins, options)
@@ -461,7 +470,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
                 blocked = (cand, lb)
             continue
         bounded.append((class_bound(cc), i, cc))
-    bounded.sort(key=lambda t: (t[0], t[1]))
+    bounded.sort(key=lambda t: (t[0], simplicity(t[2].cand)))
     found: list[ClassResult] = []
     solved = solves = 0
     all_proven = True
@@ -474,6 +483,8 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         res = solve_class(cc, options, fixed=pins.stage_layers, incumbent=kth)
         solved += 1
         solves += res.iterations
+        if res.status == "PRUNED":
+            continue
         if res.evaluation is None or not res.evaluation.fits:
             if res.status not in ("INFEASIBLE",):
                 all_proven = False
@@ -484,7 +495,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
             if kth is None or res.bound < kth:
                 all_proven = False
         found.append(res)
-        found.sort(key=lambda r: (r.evaluation.objective_ns, r.cand))
+        found.sort(key=lambda r: (r.evaluation.objective_ns, simplicity(r.cand)))
         del found[top_k:]
     wall = time.perf_counter() - t0
     notes = [f"{len(cands)} configuration classes (every stage cut of each), {pruned_memory} ruled out by memory bounds, "

@@ -19,6 +19,7 @@ when ``m == p``; needs ``m % p == 0``). Chunk ``c`` lives on rank ``c % p``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 Op = tuple[str, int, int]  # (kind "F"/"B", micro-batch, chunk)
 
@@ -64,6 +65,13 @@ def rank_orders(schedule: str, pp: int, v: int, m: int) -> list[list[Op]]:
     raise ValueError(f"schedule {schedule!r} is not simulated")
 
 
+@lru_cache(maxsize=256)
+def _coded_orders(schedule: str, pp: int, v: int, m: int) -> tuple[tuple[int, ...], ...]:
+    chunks = pp * v
+    return tuple(tuple(((0 if k == "F" else 1) * m + j) * chunks + c for k, j, c in order)
+                 for order in rank_orders(schedule, pp, v, m))
+
+
 @dataclass
 class SimResult:
     makespan: int
@@ -86,7 +94,6 @@ def simulate(schedule: str, pp: int, v: int, m: int, fwd: list[int], bwd: list[i
         raise ValueError("fwd and bwd need one duration per chunk")
     lag = list(lag) if lag is not None else [0] * (chunks - 1)
     where = chunk_ranks(pp, v)
-    orders = rank_orders(schedule, pp, v, m)
     # Operation id: ((kind * m) + j) * chunks + c, kind 0 = F, 1 = B.
     n_ops = 2 * m * chunks
     end = [-1] * n_ops
@@ -94,7 +101,7 @@ def simulate(schedule: str, pp: int, v: int, m: int, fwd: list[int], bwd: list[i
     pred_lag = [-1] * n_ops  # boundary whose lag the binding edge carries
     fwd_gap = [lag[c - 1] if c > 0 and where[c - 1] != where[c] else -1 for c in range(chunks)]
     bwd_gap = [lag[c] if c < chunks - 1 and where[c + 1] != where[c] else -1 for c in range(chunks)]
-    coded = [[((0 if k == "F" else 1) * m + j) * chunks + c for k, j, c in order] for order in orders]
+    coded = _coded_orders(schedule, pp, v, m)
     pos = [0] * pp
     free = [0] * pp
     last = [-1] * pp
@@ -150,7 +157,7 @@ def simulate(schedule: str, pp: int, v: int, m: int, fwd: list[int], bwd: list[i
         if not progressed:
             raise RuntimeError(f"schedule {schedule!r} deadlocked (pp={pp}, v={v}, m={m})")
     makespan = max(free)
-    node = max(range(n_ops), key=lambda o: end[o])
+    node = end.index(max(end))
     path: list[Op] = []
     lags: list[int] = []
     while node >= 0:

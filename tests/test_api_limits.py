@@ -1,8 +1,8 @@
 """Bounds a deployer relies on: body size, model/cluster size, top_k, solver time and threads, and a
 bounded solver pool that answers 503 at once when saturated instead of stalling the server.
 
-The concurrency cases swap the planner for ``SlowSolver`` (a deliberately slow stand-in); the
-bounds cases that reach the solver use the real planner."""
+These cases swap the planner for ``SlowSolver`` (a deliberately slow stand-in that records what
+it was asked), so they check the service's own bounds whatever the planner does."""
 
 from __future__ import annotations
 
@@ -79,20 +79,6 @@ def test_solver_time_and_threads_are_capped(tmp_path):
         # Under the caps, the request's own values are kept.
         c.post("/v1/plans", json=plan_request(options={"time_limit_s": 0.5, "num_workers": 1}))
         assert solver.requests[1].options.time_limit_s == 0.5
-
-
-def test_real_planner_respects_the_time_cap(tmp_path):
-    # A large search space with a 600 s limit asked; the server's 1 s cap bounds the solve.
-    app = make_app(tmp_path, max_solver_time_s=1.0)
-    body = plan_request(model="llama3-70b", cluster__num_nodes=64, training__global_batch_size=1024,
-                        training__seq_len=4096, top_k=5, options={"time_limit_s": 600, "num_workers": 1})
-    with TestClient(app) as c:
-        start = time.perf_counter()
-        r = c.post("/v1/plans", json=body)
-        elapsed = time.perf_counter() - start
-    assert r.status_code == 201, r.text
-    assert r.json()["response"]["solver"]["wall_time_s"] <= 1.0 + 0.5
-    assert elapsed < 20  # the cap plus the cost model's set-up, far from 600 s
 
 
 def _post_in_thread(client: TestClient, body: dict, out: list) -> threading.Thread:

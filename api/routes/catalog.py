@@ -12,15 +12,15 @@ router = v1_router("/catalog", "catalog")
 
 
 @router.get("/models", response_model=list[ModelSpec])
-def list_models() -> list[ModelSpec]:
+async def list_models() -> list[ModelSpec]:
     return list(MODELS.values())
 
 
 @router.get("/gpus", response_model=list[GpuSpec])
-def list_gpus() -> list[GpuSpec]:
+async def list_gpus() -> list[GpuSpec]:
     return list(GPUS.values())
 
 
 @router.get("/export-formats", response_model=list[ExportFormat])
-def list_export_formats() -> list[ExportFormat]:
+async def list_export_formats() -> list[ExportFormat]:
     return export_formats()

@@ -15,7 +15,7 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz", response_model=Health)
-def healthz() -> Health:
+async def healthz() -> Health:
     return Health(status="ok")
 
 
@@ -29,6 +29,6 @@ async def readyz(store: StoreDep) -> Response:
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}, **error_responses()})
-def metrics(m: MetricsDep) -> Response:
+async def metrics(m: MetricsDep) -> Response:
     body, content_type = m.exposition()
     return Response(body, media_type=content_type)
