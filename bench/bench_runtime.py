@@ -1,7 +1,8 @@
 """Overhead of meshplan's runtime: step time of `runtime.job.Job` applying a plan versus a hand-written
 composition of the same PyTorch APIs (fully_shard, parallelize_module, PipelineStage + schedule) for
 the same model, seed, batch and configuration. Both run in the same processes, alternating, so load
-on the machine hits both alike. Prints the figures (median step time, slowest rank).
+on the machine hits both alike. Prints the figures (median step time, slowest rank). Then, in one
+process, the step time a measured CPU profile (``profiler``) implies beside the measured one.
 
     python bench/bench_runtime.py [--steps 12] [--nproc 2]
 
@@ -138,18 +139,75 @@ def worker(steps: int) -> None:
     dist.destroy_process_group()
 
 
+def predicted_vs_measured(steps: int) -> None:
+    """One process, pp = tp = dp = 1: the step time a measured CPU profile implies (Σ over layers of
+    measured forward + backward, times the micro-batch count; the optimizer and the loss are not in
+    it) beside the runtime's measured step, and the planner's estimate when ``planner.estimate_plan``
+    exists."""
+    import torch
+    import torch.distributed as dist
+
+    from profiler.model_profile import profile_model
+    from runtime.data import SyntheticTokens
+    from runtime.job import Job, TrainConfig
+    from runtime.testing import make_plan
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    print("\npredicted (measured CPU profile) vs measured step, one process, fp32, batch 8 × 32")
+    print(f"{'model':12s} {'mbs':>4s} {'profile sum s':>14s} {'measured s':>11s} {'ratio':>7s}  planner estimate")
+    for model, mbs in (("tiny-gpt", 1), ("tiny-llama", 2)):
+        plan = make_plan(model, micro_batch_size=mbs)
+        profile = profile_model(plan.model, device="cpu", micro_batch_sizes=(mbs,), tps=(1,), seq_len=32, dtype="fp32")
+        per_mb = 0.0
+        for layer in profile.layers:
+            count = plan.model.num_layers if layer.kind == "transformer_block" else 1
+            per_mb += count * ((layer.fwd_time_s or 0.0) + (layer.bwd_time_s or 0.0))
+        predicted = per_mb * (8 // mbs)
+        job = Job.build(plan, TrainConfig(max_grad_norm=None))
+        data, times = SyntheticTokens(plan.model.vocab_size), []
+        for s in range(steps):
+            x, y = data.batch(s, 8, 32)
+            t0 = time.perf_counter()
+            job.forward_backward(x, y)
+            job.optimizer_step()
+            times.append(time.perf_counter() - t0)
+        measured = statistics.median(times[2:])
+        try:
+            import planner
+
+            estimate = planner.estimate_plan  # documented in docs/architecture.md; lands with the planner
+        except (ImportError, AttributeError):
+            planner_text = "n/a (planner.estimate_plan not available yet)"
+        else:
+            try:
+                from planner.specs import ClusterSpec, ParallelPins, PlanRequest
+
+                est = estimate(PlanRequest(
+                    model=plan.model, cluster=ClusterSpec(gpu=plan.gpu, num_nodes=1, gpus_per_node=1),
+                    training=plan.training, parallel=ParallelPins(**plan.parallel.model_dump()), profile=profile,
+                )).estimate.step_time_s
+                planner_text = f"{est:.4g} s (ratio {est / measured:.2f})"
+            except Exception as exc:  # report, do not hide: the figure is simply missing
+                planner_text = f"failed: {exc}"
+        print(f"{model:12s} {mbs:4d} {predicted:14.4f} {measured:11.4f} {predicted / measured:7.2f}  {planner_text}")
+    dist.destroy_process_group()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--predict", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if "RANK" in os.environ:
-        worker(args.steps)
+        predicted_vs_measured(args.steps) if args.predict else worker(args.steps)
         return
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
-           __file__, "--steps", str(args.steps)]
-    sys.exit(subprocess.call(cmd, env=env, cwd=ROOT))
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    code = subprocess.call([*launch, f"--nproc-per-node={args.nproc}", __file__, "--steps", str(args.steps)], env=env, cwd=ROOT)
+    code = code or subprocess.call([*launch, "--nproc-per-node=1", __file__, "--steps", str(args.steps), "--predict"], env=env, cwd=ROOT)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -117,6 +117,8 @@ class Job:
         mp = mixed_precision(plan.training.precision, device.type)
         if mp is None and plan.training.precision != "fp32":
             notes.append(f"{plan.training.precision} requested; ran fp32 on {device.type}")
+        elif plan.training.precision == "fp16":
+            notes.append("fp16 requested; ran bf16 compute (the runtime has no loss scaling)")
         chunks, dp_wrapper = {}, None
         for c, r in enumerate(stage_ranks(p)):
             if r != pp_rank:
@@ -175,8 +177,6 @@ class Job:
             kwargs = {"target": targets, "losses": losses} if self.has_last else {}
             self.schedule.step(*args, return_outputs=False, **kwargs)
             local = torch.stack(losses).mean().detach() if self.has_last else torch.zeros((), device=self.device)
-        if not self.has_last:
-            local = local * 0
         p = self.plan.parallel
         dist.all_reduce(local)  # every last-stage rank holds its DP replica's loss, tp times over
         return local / (p.dp * p.tp)

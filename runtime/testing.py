@@ -77,3 +77,22 @@ def reference_run(plan: Plan, train, steps: int, data=None, grads_at: int = 0):
         opt.zero_grad(set_to_none=True)
         losses.append(float(loss.detach()))
     return losses, norms, grads
+
+
+def run_process_group(cmd: list[str], *, env: dict, cwd, timeout: float):
+    """``subprocess.run`` for launchers (torchrun, ``meshplan run``): the command runs in its own
+    session, and on timeout the whole group (launcher *and* workers) is killed before
+    ``subprocess.TimeoutExpired`` propagates, so a hung rank never outlives its test."""
+    import os
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

@@ -14,6 +14,7 @@ import os
 import resource
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from planner.errors import MeshplanError
@@ -47,6 +48,14 @@ def _fail(exc: MeshplanError) -> None:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         time.sleep(FAIL_GRACE_S)
     sys.exit(2)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def _peak_memory_bytes(device) -> int:
@@ -91,6 +100,10 @@ def run(plan, args) -> None:
     from runtime.job import Job, TrainConfig
     from runtime.report import build_report, summary
 
+    # Harmless here (the loss never modifies the logits in place); printed once per rank otherwise.
+    warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
+    if "RANK" not in os.environ:  # started without a launcher: a one-process job
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))

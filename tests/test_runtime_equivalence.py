@@ -65,7 +65,9 @@ def _model(name: str):
 def torchrun(world: int, module_args: list[str], tmp: Path, timeout: float) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}", *module_args]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    from runtime.testing import run_process_group
+
+    return run_process_group(cmd, cwd=ROOT, env=env, timeout=timeout)
 
 
 def _launch(world: int, tmp: Path) -> dict:

@@ -1,0 +1,363 @@
+// New plan: pick a catalog model and GPU (or paste specs), size the cluster and the batch, pin what
+// you must, submit, land on the plan. Validation errors appear next to the field they name.
+
+import { api } from "../api.js";
+import { announce, errorBox, fmt, h, loading, put, setTitle } from "../dom.js";
+
+const CUSTOM = "__custom__";
+const SCHEDULES = ["gpipe", "1f1b", "interleaved-1f1b", "interleaved-zero-bubble", "zbv-zero-bubble"];
+
+/** Parameter count of a ModelSpec: blocks (attention, MLP, two norms; biases for GPT), token
+ * embedding (+ learned positions for GPT), final norm and LM head; tied weights counted once. */
+export function paramCount(m) {
+  const h = m.hidden_size;
+  const d = h / m.num_attention_heads;
+  const q = m.num_attention_heads * d;
+  const kv = m.num_kv_heads * d;
+  const f = m.ffn_hidden_size;
+  const bias = m.family === "gpt";
+  const norm = m.norm === "layernorm" ? 2 * h : h;
+  const nIn = m.activation === "swiglu" ? 2 : 1;
+  const attn = h * q + 2 * h * kv + q * h + (bias ? q + 2 * kv + h : 0);
+  const mlp = nIn * h * f + f * h + (bias ? nIn * f + h : 0);
+  const block = 2 * norm + attn + mlp;
+  const embedding = m.vocab_size * h + (m.family === "gpt" ? m.max_seq_len * h : 0);
+  const head = norm + m.vocab_size * h;
+  return embedding + m.num_layers * block + head - (m.tie_embeddings ? m.vocab_size * h : 0);
+}
+
+function field(name, label, control, hint) {
+  const id = `f-${name.replace(/\./g, "-")}`;
+  control.id = id;
+  control.name = name;
+  control.dataset.field = name;
+  const errId = `${id}-err`;
+  const hintId = hint ? `${id}-hint` : null;
+  control.setAttribute("aria-describedby", [hintId, errId].filter(Boolean).join(" "));
+  return h(
+    "div",
+    { class: "field" },
+    h("label", { for: id }, label),
+    control,
+    hint ? h("p", { class: "hint", id: hintId }, hint) : null,
+    h("p", { class: "field-error", id: errId, hidden: true }),
+  );
+}
+
+const num = (attrs) => h("input", { type: "number", inputmode: "numeric", ...attrs });
+const select = (options, value) =>
+  h(
+    "select",
+    {},
+    options.map(([v, text]) => h("option", { value: v, selected: v === value ? true : null }, text)),
+  );
+
+function readInt(form, name) {
+  const el = form.elements[name];
+  const v = el.value.trim();
+  return v === "" ? undefined : Number(v);
+}
+
+/** The PlanRequest the form describes (throws {field, message} for JSON that does not parse). */
+export function requestFromForm(form) {
+  const parseJson = (name, what) => {
+    try {
+      return JSON.parse(form.elements[name].value);
+    } catch (e) {
+      throw { field: name, message: `not valid JSON (${e.message}); paste a ${what} object` };
+    }
+  };
+  const model = form.elements.model.value === CUSTOM ? parseJson("model_json", "ModelSpec") : form.elements.model.value;
+  const gpu = form.elements["cluster.gpu"].value === CUSTOM ? parseJson("gpu_json", "GpuSpec") : form.elements["cluster.gpu"].value;
+  const parallel = {};
+  for (const k of ["tp", "pp", "dp", "micro_batch_size", "virtual_stages"]) {
+    const v = readInt(form, `parallel.${k}`);
+    if (v !== undefined) parallel[k] = v;
+  }
+  for (const k of ["schedule", "recompute"]) if (form.elements[`parallel.${k}`].value) parallel[k] = form.elements[`parallel.${k}`].value;
+  const sp = form.elements["parallel.sequence_parallel"].value;
+  if (sp) parallel.sequence_parallel = sp === "true";
+  const z = form.elements["parallel.zero_stage"].value;
+  if (z !== "") parallel.zero_stage = Number(z);
+  const cuts = form.elements["parallel.stage_layers"].value.trim();
+  if (cuts) {
+    const parts = cuts.split(/[\s,]+/).filter(Boolean);
+    const bad = parts.find((x) => !/^\d+$/.test(x));
+    if (bad !== undefined) throw { field: "parallel.stage_layers", message: `“${bad}” is not a whole number; give one layer count per model chunk, e.g. 20, 20, 20, 20` };
+    parallel.stage_layers = parts.map(Number);
+  }
+  const body = {
+    model,
+    cluster: { gpu, num_nodes: readInt(form, "cluster.num_nodes"), gpus_per_node: readInt(form, "cluster.gpus_per_node") },
+    training: {
+      global_batch_size: readInt(form, "training.global_batch_size"),
+      seq_len: readInt(form, "training.seq_len"),
+      precision: form.elements["training.precision"].value,
+      optimizer: form.elements["training.optimizer"].value,
+    },
+    parallel,
+    top_k: readInt(form, "top_k"),
+    options: {
+      time_limit_s: Number(form.elements["options.time_limit_s"].value || 10),
+      allow_tp_across_nodes: form.elements["options.allow_tp_across_nodes"].checked,
+    },
+  };
+  const profile = form.elements.profile_id.value;
+  if (profile) body.profile_id = profile;
+  return body;
+}
+
+function fillForm(form, req) {
+  const set = (name, v) => {
+    if (form.elements[name] && v !== undefined && v !== null) form.elements[name].value = String(v);
+  };
+  if (typeof req.model === "string") set("model", req.model);
+  else {
+    set("model", CUSTOM);
+    set("model_json", JSON.stringify(req.model, null, 2));
+  }
+  const c = req.cluster || {};
+  if (typeof c.gpu === "string") set("cluster.gpu", c.gpu);
+  else if (c.gpu) {
+    set("cluster.gpu", CUSTOM);
+    set("gpu_json", JSON.stringify(c.gpu, null, 2));
+  }
+  set("cluster.num_nodes", c.num_nodes);
+  set("cluster.gpus_per_node", c.gpus_per_node);
+  const t = req.training || {};
+  for (const k of ["global_batch_size", "seq_len", "precision", "optimizer"]) set(`training.${k}`, t[k]);
+  const p = req.parallel || {};
+  for (const k of ["tp", "pp", "dp", "micro_batch_size", "virtual_stages", "schedule", "recompute", "zero_stage"]) set(`parallel.${k}`, p[k]);
+  if (p.sequence_parallel !== undefined && p.sequence_parallel !== null) set("parallel.sequence_parallel", String(p.sequence_parallel));
+  if (p.stage_layers) set("parallel.stage_layers", p.stage_layers.join(", "));
+  set("top_k", req.top_k);
+  if (req.options) {
+    set("options.time_limit_s", req.options.time_limit_s);
+    form.elements["options.allow_tp_across_nodes"].checked = !!req.options.allow_tp_across_nodes;
+  }
+  if (req.profile_id) set("profile_id", req.profile_id);
+}
+
+function clearErrors(form, summary) {
+  for (const el of form.querySelectorAll(".field-error")) {
+    el.hidden = true;
+    el.textContent = "";
+  }
+  for (const el of form.querySelectorAll("[aria-invalid]")) el.removeAttribute("aria-invalid");
+  put(summary);
+}
+
+/** The form control that a server error's field path (e.g. "cluster.num_nodes") belongs to. */
+function controlFor(form, path, pasted) {
+  if (pasted) return form.elements.request_json;
+  let p = String(path || "").replace(/^body\.?/, "");
+  if (p.startsWith("model") && form.elements.model.value === CUSTOM && p !== "model") return form.elements.model_json;
+  if (p.startsWith("cluster.gpu") && form.elements["cluster.gpu"].value === CUSTOM && p !== "cluster.gpu") return form.elements.gpu_json;
+  while (p) {
+    const el = form.querySelector(`[data-field="${CSS.escape(p)}"]`);
+    if (el) return el;
+    p = p.includes(".") ? p.slice(0, p.lastIndexOf(".")) : "";
+  }
+  return null;
+}
+
+function showErrors(form, summary, err, pasted) {
+  let errors = err.errors && err.errors.length ? err.errors : [{ field: err.field || "", message: err.detail || err.message || err.title }];
+  // A pasted spec fails the union's "catalog id" branch too; that half of the error is noise.
+  errors = errors.filter((e) => !(/valid string/i.test(e.message || "") && errors.some((o) => o.field && e.field && o.field.startsWith(`${e.field}.`))));
+  const unplaced = [];
+  const placed = [];
+  for (const e of errors) {
+    const el = e.field ? controlFor(form, e.field, pasted) : null;
+    const text = `${e.message || "invalid value"}${e.fix ? ` — ${e.fix}` : ""}`;
+    if (!el) {
+      unplaced.push(e);
+      continue;
+    }
+    el.setAttribute("aria-invalid", "true");
+    const box = document.getElementById(`${el.id}-err`);
+    box.hidden = false;
+    box.append(h("span", {}, box.textContent ? " · " : "", el.dataset.field === e.field ? "" : `${e.field}: `, text));
+    placed.push([el, e, text]);
+  }
+  const box = errorBox({ title: err.title || "The request was not accepted", status: err.status, detail: err.detail, errors: unplaced }, "The request was not accepted");
+  if (placed.length) {
+    box.append(
+      h("p", {}, "Fix the marked field(s):"),
+      h(
+        "ul",
+        { class: "error-links" },
+        placed.map(([el, e, text]) => {
+          const label = form.querySelector(`label[for="${CSS.escape(el.id)}"]`);
+          return h("li", {}, h("a", { href: `#/new`, onclick: (ev) => { ev.preventDefault(); el.focus(); } }, label ? label.textContent : e.field), ` (${e.field}): ${text}`);
+        }),
+      ),
+    );
+  }
+  summary.append(box);
+  summary.focus();
+}
+
+export async function newPlanPage(root, { query }) {
+  setTitle("New plan");
+  root.append(h("h1", {}, "New plan"), loading("Loading the catalogs"));
+  const [models, gpus, profiles] = await Promise.all([
+    api("/v1/catalog/models"),
+    api("/v1/catalog/gpus"),
+    api("/v1/profiles", { query: { limit: 100 } }).catch(() => ({ items: [] })),
+  ]);
+  const from = query.get("from");
+  const base = from ? await api(`/v1/plans/${encodeURIComponent(from)}`).catch(() => null) : null;
+
+  const modelSel = select(
+    [...models.map((m) => [m.name, `${m.name} — ${m.num_layers} layers, hidden ${m.hidden_size}, ≈${fmt.count(paramCount(m))} parameters`]), [CUSTOM, "Custom: paste a ModelSpec JSON"]],
+    models.some((m) => m.name === "llama3-70b") ? "llama3-70b" : models[0] && models[0].name,
+  );
+  const gpuSel = select(
+    [...gpus.map((g) => [g.id, `${g.id} — ${g.memory_gib} GiB, ${g.peak_tflops.bf16 || g.peak_tflops.fp32} TFLOP/s ${g.peak_tflops.bf16 ? "bf16" : "fp32"}`]), [CUSTOM, "Custom: paste a GpuSpec JSON"]],
+    gpus.some((g) => g.id === "h100-sxm5-80gb") ? "h100-sxm5-80gb" : gpus[0] && gpus[0].id,
+  );
+  const modelJson = h("textarea", { rows: 8, spellcheck: "false", class: "code" });
+  const gpuJson = h("textarea", { rows: 8, spellcheck: "false", class: "code" });
+  const nodes = num({ min: 1, required: true, value: 8 });
+  const gpn = num({ min: 1, max: 64, required: true, value: 8 });
+  const total = h("output", { class: "total", "aria-live": "polite" });
+  const showTotal = () => (total.textContent = `= ${fmt.num((+nodes.value || 0) * (+gpn.value || 0))} GPUs`);
+  nodes.addEventListener("input", showTotal);
+  gpn.addEventListener("input", showTotal);
+
+  const summary = h("div", { class: "form-summary", tabindex: "-1" });
+  const submit = h("button", { type: "submit", class: "primary", id: "plan-submit" }, "Make the plan");
+  const status = h("p", { class: "submit-status", role: "status", "aria-live": "polite" });
+  const pasted = h("textarea", { rows: 10, spellcheck: "false", class: "code", placeholder: '{"model": "llama3-70b", "cluster": {...}, "training": {...}}' });
+
+  const form = h(
+    "form",
+    { class: "plan-form", novalidate: true },
+    summary,
+    h(
+      "fieldset",
+      {},
+      h("legend", {}, "Model"),
+      field("model", "Model", modelSel, "From the catalog, or choose “Custom” to paste your own."),
+      h("div", { class: "custom-json", hidden: true, "data-for": "model" }, field("model_json", "ModelSpec (JSON)", modelJson, "Fields as in planner/specs.py ModelSpec.")),
+    ),
+    h(
+      "fieldset",
+      {},
+      h("legend", {}, "Cluster"),
+      field("cluster.gpu", "GPU", gpuSel),
+      h("div", { class: "custom-json", hidden: true, "data-for": "gpu" }, field("gpu_json", "GpuSpec (JSON)", gpuJson, "Fields as in planner/specs.py GpuSpec.")),
+      h("div", { class: "row" }, field("cluster.num_nodes", "Nodes", nodes), field("cluster.gpus_per_node", "GPUs per node", gpn), total),
+    ),
+    h(
+      "fieldset",
+      {},
+      h("legend", {}, "Training"),
+      h(
+        "div",
+        { class: "row" },
+        field("training.global_batch_size", "Global batch (sequences)", num({ min: 1, required: true, value: 512 })),
+        field("training.seq_len", "Sequence length (tokens)", num({ min: 1, required: true, value: 4096 })),
+        field("training.precision", "Precision", select([["bf16", "bf16"], ["fp16", "fp16"], ["fp32", "fp32"]], "bf16")),
+        field("training.optimizer", "Optimizer", select([["adam", "Adam"], ["sgd", "SGD"]], "adam")),
+      ),
+    ),
+    h(
+      "fieldset",
+      {},
+      h("legend", {}, "Pins (optional)"),
+      h("p", { class: "hint" }, "Leave empty to let the planner search; a value pins that setting."),
+      h(
+        "div",
+        { class: "row" },
+        field("parallel.tp", "Tensor parallel (tp)", num({ min: 1 })),
+        field("parallel.pp", "Pipeline parallel (pp)", num({ min: 1 })),
+        field("parallel.dp", "Data parallel (dp)", num({ min: 1 })),
+        field("parallel.micro_batch_size", "Micro-batch size", num({ min: 1 })),
+      ),
+      h(
+        "div",
+        { class: "row" },
+        field("parallel.schedule", "Pipeline schedule", select([["", "search"], ...SCHEDULES.map((x) => [x, x])], "")),
+        field("parallel.virtual_stages", "Virtual stages", num({ min: 1 })),
+        field("parallel.recompute", "Recompute", select([["", "search"], ["none", "none"], ["selective", "selective"], ["full", "full"]], "")),
+        field("parallel.sequence_parallel", "Sequence parallel", select([["", "search"], ["true", "on"], ["false", "off"]], "")),
+        field("parallel.zero_stage", "ZeRO stage", select([["", "search"], ["0", "0"], ["1", "1"], ["2", "2"], ["3", "3"]], "")),
+      ),
+      field("parallel.stage_layers", "Stage cuts (layers per model chunk)", h("input", { type: "text", placeholder: "e.g. 19, 21, 21, 19" }), "Comma-separated; one count per chunk (pp × virtual stages)."),
+    ),
+    h(
+      "fieldset",
+      {},
+      h("legend", {}, "Search"),
+      h(
+        "div",
+        { class: "row" },
+        field("top_k", "Alternatives to keep (top k)", num({ min: 1, max: 20, value: 3 })),
+        field("options.time_limit_s", "Solver time limit (s)", num({ min: 0.1, max: 600, step: "any", value: 10 })),
+        field("profile_id", "Measured profile", select([["", "none (analytic costs)"], ...profiles.items.map((p) => [p.id, `${p.model} on ${p.device} (${p.source}, ${p.id})`])], "")),
+      ),
+      h("div", { class: "field check" }, h("input", { type: "checkbox", id: "f-allow-tp", name: "options.allow_tp_across_nodes", "data-field": "options.allow_tp_across_nodes" }), h("label", { for: "f-allow-tp" }, "Allow tensor-parallel groups to span nodes")),
+    ),
+    h(
+      "details",
+      { class: "paste" },
+      h("summary", {}, "Or paste a whole request (JSON)"),
+      field("request_json", "PlanRequest JSON — when this is not empty it is sent instead of the form", pasted),
+      h("button", { type: "button", class: "secondary", onclick: () => fillPaste() }, "Copy the form into this box"),
+    ),
+    h("div", { class: "actions" }, submit, status),
+  );
+  const toggle = (sel, which) => {
+    form.querySelector(`.custom-json[data-for="${which}"]`).hidden = sel.value !== CUSTOM;
+  };
+  modelSel.addEventListener("change", () => toggle(modelSel, "model"));
+  gpuSel.addEventListener("change", () => toggle(gpuSel, "gpu"));
+  function fillPaste() {
+    try {
+      pasted.value = JSON.stringify(requestFromForm(form), null, 2);
+    } catch (e) {
+      clearErrors(form, summary);
+      showErrors(form, summary, { errors: [e] }, false);
+    }
+  }
+
+  if (base && base.request) fillForm(form, base.request);
+  toggle(modelSel, "model");
+  toggle(gpuSel, "gpu");
+  showTotal();
+
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    clearErrors(form, summary);
+    const usePasted = pasted.value.trim() !== "";
+    let body;
+    try {
+      body = usePasted ? JSON.parse(pasted.value) : requestFromForm(form);
+    } catch (err) {
+      showErrors(form, summary, usePasted ? { errors: [{ field: "request_json", message: `not valid JSON (${err.message})` }] } : { errors: [err] }, false);
+      return;
+    }
+    submit.disabled = true;
+    const limit = (body.options && body.options.time_limit_s) || 10;
+    status.textContent = `Planning… the solver may take up to ${limit} s.`;
+    try {
+      const stored = await api("/v1/plans", { method: "POST", body });
+      announce("Plan ready");
+      location.hash = `#/plans/${encodeURIComponent(stored.id)}`;
+    } catch (err) {
+      status.textContent = "";
+      showErrors(form, summary, err, usePasted);
+    } finally {
+      submit.disabled = false;
+    }
+  });
+
+  put(root, 
+    h("h1", {}, "New plan"),
+    h("p", { class: "lead" }, "Describe the model, the cluster and the batch; meshplan searches tensor, pipeline and data parallelism, micro-batching, schedules, recomputation and ZeRO, and shows the fastest configuration that fits — with the reasons."),
+    base ? h("p", { class: "note" }, "Pre-filled from plan ", h("a", { href: `#/plans/${encodeURIComponent(from)}` }, from), ".") : null,
+    form,
+  );
+}

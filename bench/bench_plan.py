@@ -1,0 +1,69 @@
+"""Planning time of `planner.plan` on the issue's instances, with the configurations considered and,
+where enumeration is affordable, the brute force's time on the same instance.
+
+    python bench/bench_plan.py            # all instances
+    python bench/bench_plan.py --quick    # skip the 16,384-GPU instance
+
+Target: each under 1 s on the 2-core CI machine with the full (default) search space.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from math import comb
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from planner.api import context, plan  # noqa: E402
+from planner.bruteforce import brute_force  # noqa: E402
+from planner.search import enumerate_candidates  # noqa: E402
+from planner.specs import PlanRequest  # noqa: E402
+
+INSTANCES = [
+    ("Llama 3 405B, 2048×8 H100, gbs 2048, seq 8192", "llama3-405b", "h100-sxm5-80gb", 2048, 8, 2048, 8192),
+    ("GPT-3 175B, 128×8 A100-80GB, gbs 1536, seq 2048", "gpt3-175b", "a100-sxm4-80gb", 128, 8, 1536, 2048),
+    ("Llama 3 70B, 8×8 H100, gbs 1024, seq 8192", "llama3-70b", "h100-sxm5-80gb", 8, 8, 1024, 8192),
+    ("Llama 3 8B, 1×8 H100, gbs 256, seq 8192", "llama3-8b", "h100-sxm5-80gb", 1, 8, 256, 8192),
+    ("tiny-gpt, 1×8 H100, gbs 32, seq 128 (brute-force reference)", "tiny-gpt", "h100-sxm5-80gb", 1, 8, 32, 128),
+]
+BRUTE_FORCE_LIMIT = 300_000  # configurations (class × cut) the brute force may score
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="skip the 16,384-GPU instance")
+    args = ap.parse_args()
+    print(f"{'instance':58s} {'plan s':>7s} {'status':>8s} {'classes':>8s} {'cuts':>10s} {'solved':>7s} {'step s':>8s} {'MFU':>6s}  brute force")
+    for name, model, gpu, nodes, gpn, gbs, seq in INSTANCES[1 if args.quick else 0:]:
+        req = PlanRequest.model_validate({"model": model, "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
+                                          "training": {"global_batch_size": gbs, "seq_len": seq}})
+        t0 = time.perf_counter()
+        resp = plan(req)
+        wall = time.perf_counter() - t0
+        ctx = context(req)
+        cands = enumerate_candidates(ctx, req.parallel, req.options)
+        L = ctx.model.num_layers
+        cuts = sum(comb(L - 1, c.chunks - 1) for c in cands)
+        solved = next((n for n in resp.solver.notes if "solved" in n), "")
+        solved = solved.split(", ")[-1].split(" solved")[0] if solved else "?"
+        best = resp.plans[0].estimate if resp.plans else None
+        bf = "not feasible (too many cuts)"
+        if cuts <= BRUTE_FORCE_LIMIT:
+            t1 = time.perf_counter()
+            ref, scored = brute_force(context(req), req.parallel, req.options)
+            bwall = time.perf_counter() - t1
+            same = bool(ref) and abs(ref[0][0] / 1e9 - resp.solver.objective_value) < 1e-9
+            bf = f"{bwall:.2f} s for {scored} configurations ({bwall / wall:.0f}× the search), same optimum: {same}"
+        print(f"{name:58s} {wall:7.2f} {resp.solver.status:>8s} {resp.solver.configurations_considered:8d} {cuts:10.3g} {solved:>7s} "
+              f"{best.step_time_s if best else float('nan'):8.3f} {best.mfu if best else float('nan'):6.1%}  {bf}")
+        if resp.plans:
+            print(f"    best: {resp.plans[0].explanation.summary}")
+        else:
+            print(f"    infeasible: {resp.infeasible.reason}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+"""``planner.plan``, ``planner.estimate``, ``planner.estimate_plan``: requests in, plans out."""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import ValidationError
+
+from planner.catalog import get_gpu, get_model
+from planner.cost import Candidate, ClassCosts, Context, Evaluation, class_costs, evaluate
+from planner.errors import MeshplanError, validation_errors
+from planner.explain import explain
+from planner.layout import even_stage_layers, mesh_layout, tp_plan
+from planner.memory import stage_memory, total_gib
+from planner.search import SEARCHED_SCHEDULES, SearchResult, explain_no_candidate, rank_end_breakdown, search, validate_pins
+from planner.specs import (
+    MULTI_STAGE_SCHEDULES,
+    Estimate,
+    Infeasibility,
+    ParallelConfig,
+    Plan,
+    PlanRequest,
+    PlanResponse,
+    SolverInfo,
+    TimeBreakdown,
+)
+
+#: Defaults of ``estimate`` for fields the request leaves out.
+ESTIMATE_DEFAULTS = {"tp": 1, "pp": 1, "micro_batch_size": 1, "schedule": "1f1b", "recompute": "none",
+                     "sequence_parallel": False, "zero_stage": 0}
+
+
+def _request(request: PlanRequest | dict) -> PlanRequest:
+    if isinstance(request, PlanRequest):
+        return request
+    return PlanRequest.model_validate(request)
+
+
+def context(request: PlanRequest) -> Context:
+    if request.profile_id is not None and request.profile is None:
+        raise MeshplanError("profile_id", "a stored profile id is only resolved by the service", "pass the Profile itself as 'profile'")
+    model = get_model(request.model)
+    gpu = get_gpu(request.cluster.gpu)
+    if request.training.seq_len > model.max_seq_len:
+        raise MeshplanError("training.seq_len", f"seq_len={request.training.seq_len} exceeds the model's max_seq_len={model.max_seq_len}",
+                            f"use seq_len ≤ {model.max_seq_len}")
+    try:
+        gpu.peak_flops(request.training.precision)
+    except ValueError as exc:
+        raise MeshplanError("training.precision", str(exc), "choose a precision the GPU supports") from None
+    if request.profile is not None and request.profile.model.name != model.name:
+        raise MeshplanError("profile.model", f"the profile is of {request.profile.model.name!r}, not {model.name!r}", "profile the requested model")
+    return Context(model=model, gpu=gpu, cluster=request.cluster, training=request.training, profile=request.profile,
+                   network=request.network)
+
+
+# ---------------------------------------------------------------------------------------------
+# Estimates
+
+
+def model_flops_per_step(ctx: Context) -> float:
+    tokens = ctx.training.global_batch_size * ctx.training.seq_len
+    try:
+        from planner.analytic import model_flops_per_step as mfps
+    except ImportError:  # pragma: no cover - analytic lands with the profiler
+        mfps = None
+    if mfps is not None:
+        return float(mfps(ctx.model, tokens, ctx.training.seq_len))
+    m = ctx.model
+    h, L, s, V = m.hidden_size, m.num_layers, ctx.training.seq_len, m.vocab_size
+    q = m.num_attention_heads * m.head_dim
+    gamma = 1.5 if m.activation == "swiglu" else 1.0
+    g, a = m.num_kv_heads, m.num_attention_heads
+    return 12.0 * tokens * L * h * h * ((1 + g / a + s / h) * (q / h) + (m.ffn_hidden_size / h) * gamma + V / (2 * L * h))
+
+
+def build_estimate(ctx: Context, cc: ClassCosts, n: list[int], ev: Evaluation) -> Estimate:
+    c = cc.cand
+    step = ev.objective_ns / 1e9
+    tokens = ctx.training.global_batch_size * ctx.training.seq_len
+    flops = model_flops_per_step(ctx)
+    per_gpu = flops / step / ctx.num_gpus if step > 0 else 0.0
+    # Breakdown on the busiest rank: its compute and TP comm, the rest of the makespan is bubble + p2p.
+    busy, tp_time = [], []
+    for r in range(c.pp):
+        own = cc.rank_chunks(r)
+        busy.append(cc.m * sum(n[ch] * (cc.f_layer + cc.b_layer) + cc.f_extra[ch] + cc.b_extra[ch] for ch in own))
+        tp_time.append(cc.m * sum(n[ch] * (cc.f_layer_tp + cc.b_layer_tp) + cc.f_extra_tp[ch] + cc.b_extra_tp[ch] for ch in own))
+    r = max(range(c.pp), key=lambda i: busy[i])
+    p2p = min(sum(cc.lag[b] for b in ev.sim.critical_lags), max(0, ev.makespan_ns - busy[r]))
+    bubble = max(0, ev.makespan_ns - busy[r] - p2p)
+    dp_sync, opt = rank_end_breakdown(cc, n, ev.end_rank)
+    ns = 1e-9
+    breakdown = TimeBreakdown(compute_s=(busy[r] - tp_time[r]) * ns, tp_comm_s=tp_time[r] * ns, pp_bubble_s=bubble * ns,
+                              pp_p2p_s=p2p * ns, dp_sync_s=dp_sync * ns, optimizer_s=opt * ns)
+    stages = [stage_memory(cc, n, i) for i in range(c.pp)]
+    notes = []
+    if cc.m < c.pp and c.pp > 1:
+        notes.append(f"fewer micro-batches ({cc.m}) than pipeline stages ({c.pp}): large bubble")
+    if not ev.fits:
+        notes.append(f"does not fit: rank {max(range(c.pp), key=lambda i: ev.memory_bytes[i])} needs "
+                     f"{max(s.total_gib for s in stages):.1f} GiB of {ctx.gpu.memory_gib:g} GiB")
+    return Estimate(
+        step_time_s=step, tokens_per_s=tokens / step if step > 0 else 0.0, model_tflops_per_gpu=per_gpu / 1e12,
+        mfu=per_gpu / ctx.peak, memory_per_stage_gib=[total_gib(cc, n, i) for i in range(c.pp)], memory_per_stage=stages,
+        peak_memory_gib=max(s.total_gib for s in stages), gpu_memory_gib=ctx.gpu.memory_gib, fits=ev.fits,
+        num_microbatches=cc.m, gpus_used=c.tp * c.pp * c.dp, breakdown=breakdown, notes=notes,
+    )
+
+
+def parallel_config(cand: Candidate, n: list[int]) -> ParallelConfig:
+    return ParallelConfig(tp=cand.tp, pp=cand.pp, dp=cand.dp, micro_batch_size=cand.micro_batch_size, schedule=cand.schedule,
+                          virtual_stages=cand.virtual_stages, recompute=cand.recompute, sequence_parallel=cand.sequence_parallel,
+                          zero_stage=cand.zero_stage, stage_layers=list(n))
+
+
+def make_plan(ctx: Context, request: PlanRequest, cc: ClassCosts, n: list[int], ev: Evaluation, rank: int = 1) -> Plan:
+    parallel = parallel_config(cc.cand, n)
+    return Plan(rank=rank, model=ctx.model, cluster=request.cluster, gpu=ctx.gpu, training=request.training, parallel=parallel,
+                mesh=mesh_layout(parallel), tp_plan=tp_plan(ctx.model, parallel), estimate=build_estimate(ctx, cc, n, ev))
+
+
+def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[int]]:
+    """The configuration ``estimate`` evaluates: the pins plus ``ESTIMATE_DEFAULTS``; dp fills the
+    cluster; stage_layers default to an even split (remainder to the middle chunks)."""
+    pins = request.parallel
+    validate_pins(ctx, pins, request.options)
+    d = ESTIMATE_DEFAULTS
+    schedule = pins.schedule or d["schedule"]
+    v = pins.virtual_stages or (2 if schedule in MULTI_STAGE_SCHEDULES else 1)
+    tp = pins.tp or d["tp"]
+    if pins.pp is not None:
+        pp = pins.pp
+    elif pins.stage_layers is not None:
+        pp = max(1, len(pins.stage_layers) // v)
+    else:
+        pp = d["pp"]
+    n_gpus = ctx.num_gpus
+    if pins.dp is not None:
+        dp = pins.dp
+    else:
+        if n_gpus % (tp * pp):
+            raise MeshplanError("parallel.pp", f"tp×pp = {tp * pp} does not divide the {n_gpus} GPUs", "choose tp and pp whose product divides the GPU count")
+        dp = n_gpus // (tp * pp)
+    if tp * pp * dp != n_gpus:
+        raise MeshplanError("parallel.dp", f"tp×pp×dp = {tp * pp * dp} but the cluster has {n_gpus} GPUs", f"choose degrees whose product is {n_gpus}")
+    mbs = pins.micro_batch_size or d["micro_batch_size"]
+    gbs = ctx.training.global_batch_size
+    if gbs % (dp * mbs):
+        raise MeshplanError("parallel.micro_batch_size", f"dp × micro_batch_size = {dp * mbs} does not divide the global batch size {gbs}",
+                            "choose dp and micro_batch_size whose product divides training.global_batch_size")
+    if schedule in MULTI_STAGE_SCHEDULES and (gbs // (dp * mbs)) % pp:
+        raise MeshplanError("parallel.micro_batch_size", f"interleaved 1F1B needs the {gbs // (dp * mbs)} micro-batches divisible by pp={pp}",
+                            "choose micro_batch_size so that global_batch_size / (dp × micro_batch_size) is a multiple of pp")
+    if schedule not in SEARCHED_SCHEDULES:
+        raise MeshplanError("parallel.schedule", f"schedule {schedule!r} is not modeled", f"use one of {', '.join(SEARCHED_SCHEDULES)}")
+    L = ctx.model.num_layers
+    if pp * v > L:
+        raise MeshplanError("parallel.pp", f"pp × virtual_stages = {pp * v} exceeds the {L} layers", "lower pp or virtual_stages")
+    sp = pins.sequence_parallel if pins.sequence_parallel is not None else d["sequence_parallel"]
+    cand = Candidate(tp, pp, dp, mbs, schedule, v, pins.recompute or d["recompute"], bool(sp and tp > 1),
+                     pins.zero_stage if pins.zero_stage is not None else d["zero_stage"])
+    if pins.stage_layers is not None and len(pins.stage_layers) != pp * v:
+        raise MeshplanError("parallel.stage_layers", f"{len(pins.stage_layers)} entries but pp × virtual_stages = {pp * v}", "give one count per chunk")
+    n = list(pins.stage_layers) if pins.stage_layers is not None else even_stage_layers(L, pp * v)
+    if min(n) < 1:
+        raise MeshplanError("parallel.stage_layers", "every chunk needs at least one layer", "lower pp or virtual_stages")
+    return cand, n
+
+
+def estimate_plan(request: PlanRequest | dict) -> Plan:
+    req = _request(request)
+    ctx = context(req)
+    cand, n = complete_pins(ctx, req)
+    cc = class_costs(ctx, cand)
+    ev = evaluate(cc, n)
+    return make_plan(ctx, req, cc, n, ev)
+
+
+def estimate(request: PlanRequest | dict) -> Estimate:
+    return estimate_plan(request).estimate
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning
+
+
+def plan(request: PlanRequest | dict) -> PlanResponse:
+    t0 = time.perf_counter()
+    req = _request(request)
+    ctx = context(req)
+    result: SearchResult = search(ctx, req.parallel, req.options, req.top_k)
+    plans = []
+    for i, res in enumerate(result.results):
+        cc = class_costs(ctx, res.cand)
+        plans.append(make_plan(ctx, req, cc, res.stage_layers, res.evaluation, rank=i + 1))
+    info = SolverInfo(
+        status=result.status,
+        objective_value=result.objective_ns / 1e9 if result.objective_ns is not None else None,
+        best_objective_bound=result.bound_ns / 1e9 if result.bound_ns is not None else None,
+        wall_time_s=time.perf_counter() - t0,
+        configurations_considered=result.classes,
+        notes=result.notes,
+    )
+    infeasible = None
+    if not plans:
+        infeasible = _infeasibility(ctx, req, result)
+    else:
+        plans = explain(ctx, plans, result)
+    return PlanResponse(model=ctx.model, cluster=req.cluster, training=req.training, plans=plans, solver=info, infeasible=infeasible)
+
+
+def _infeasibility(ctx: Context, req: PlanRequest, result: SearchResult) -> Infeasibility:
+    if result.classes == 0:
+        field, reason, suggestion = explain_no_candidate(ctx, req.parallel)
+        return Infeasibility(reason=reason, field=field, suggestion=suggestion)
+    if result.min_memory is not None:
+        cand, gib = result.min_memory
+        per_node = ctx.cluster.gpus_per_node
+        return Infeasibility(
+            reason=f"no configuration fits in {ctx.gpu.memory_gib:g} GiB per GPU; the smallest footprint ({cand.describe()}) needs {gib:.1f} GiB",
+            field="cluster.gpu",
+            suggestion=f"use GPUs with at least {gib:.1f} GiB, more nodes than {ctx.cluster.num_nodes} (× {per_node} GPUs), "
+                       "a smaller micro-batch or sequence length, or unpin parallel settings",
+            min_memory_per_gpu_gib=gib,
+        )
+    return Infeasibility(reason="the solver found no feasible configuration in its time limit", field="options.time_limit_s",
+                         suggestion="raise options.time_limit_s")
+
+
+def validation_field(exc: ValidationError) -> str:
+    return validation_errors(exc)[0]["field"]

@@ -1,0 +1,548 @@
+"""The search: enumerate configuration classes, bound them, and solve the stage cut of the promising
+ones exactly with OR-Tools CP-SAT.
+
+Exactness. The objective of a complete configuration is ``cost.evaluate``: the simulated pipeline
+makespan plus the slowest rank's exposed DP sync and optimizer step, all integers (ns). For one
+class the CP-SAT model has one integer variable per chunk (its layer count) and
+
+* ``D ≥ opt_i + post_i`` and ``D ≥ sync_i − overlap_i + opt_i + post_i`` per rank (exact max);
+* memory ``≤ usable`` per rank and per activation peak of the schedule (exact, linear);
+* ``M ≥ length(path)`` for chains of operations of the schedule's dependency graph. Every chain is a
+  lower bound of the makespan for *every* cut, so the model's optimum is a lower bound; the solution
+  is simulated, and while the simulation is longer than ``M`` the critical path found by the
+  simulation is added as a new cut (lazy constraint generation). When they agree the cut is optimal.
+  GPipe starts from its exact closed form, so it needs no extra cut.
+
+Across classes: a cut-independent lower bound (``class_bound``) orders them; classes are solved best
+bound first until the next bound cannot beat the k-th best plan. Every solved class is OPTIMAL, every
+skipped one is proven no better, so the answer is proven optimal for the modeled space.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+
+from planner.cost import Candidate, ClassCosts, Context, Evaluation, class_costs, evaluate, rank_end_terms
+from planner.errors import MeshplanError
+from planner.simulate import rank_orders
+from planner.specs import MULTI_STAGE_SCHEDULES, ParallelPins, SearchOptions
+
+#: Schedules the planner models; zero-bubble schedules are not modeled yet.
+SEARCHED_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+#: Schedules searched when ``parallel.schedule`` is not pinned. Interleaved 1F1B is exact but its
+#: cut proofs take CP-SAT 0.1–1 s per class, too slow to sweep every class: pin it to search it.
+DEFAULT_SCHEDULES = ("gpipe", "1f1b")
+RECOMPUTE = ("none", "selective", "full")
+#: Largest number of virtual stages searched when not pinned (Megatron uses 2–8 in practice).
+MAX_VIRTUAL_STAGES = 8
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Enumeration and pin validation
+
+
+def tp_options(ctx: Context, allow_across: bool) -> list[int]:
+    m = ctx.model
+    limit = ctx.num_gpus if allow_across else ctx.cluster.gpus_per_node
+    return [t for t in divisors(limit) if t <= ctx.num_gpus and ctx.num_gpus % t == 0
+            and m.num_attention_heads % t == 0 and m.num_kv_heads % t == 0 and m.ffn_hidden_size % t == 0]
+
+
+def validate_pins(ctx: Context, pins: ParallelPins, options: SearchOptions) -> None:
+    """Reject pins that no configuration can satisfy, naming the field and the fix."""
+    m, n = ctx.model, ctx.num_gpus
+    gbs = ctx.training.global_batch_size
+    if pins.tp is not None:
+        for what, value in (("num_attention_heads", m.num_attention_heads), ("num_kv_heads", m.num_kv_heads),
+                            ("ffn_hidden_size", m.ffn_hidden_size)):
+            if value % pins.tp:
+                raise MeshplanError("parallel.tp", f"tp={pins.tp} does not divide the model's {what} ({value})",
+                                    f"choose a tp among {tp_options(ctx, True) or [1]}")
+        if n % pins.tp:
+            raise MeshplanError("parallel.tp", f"tp={pins.tp} does not divide the {n} GPUs", "choose a divisor of the GPU count")
+        if pins.tp > ctx.cluster.gpus_per_node and not options.allow_tp_across_nodes:
+            raise MeshplanError("parallel.tp", f"tp={pins.tp} exceeds the {ctx.cluster.gpus_per_node} GPUs of a node",
+                                "use tp ≤ gpus_per_node, or set options.allow_tp_across_nodes")
+        if ctx.cluster.gpus_per_node % pins.tp and not options.allow_tp_across_nodes and pins.tp <= ctx.cluster.gpus_per_node:
+            raise MeshplanError("parallel.tp", f"tp={pins.tp} does not divide gpus_per_node={ctx.cluster.gpus_per_node}, so TP groups would span nodes",
+                                "choose a divisor of gpus_per_node")
+    if pins.pp is not None and pins.pp > m.num_layers:
+        raise MeshplanError("parallel.pp", f"pp={pins.pp} exceeds the model's {m.num_layers} layers", f"use pp ≤ {m.num_layers}")
+    degrees = [x for x in (pins.tp, pins.pp, pins.dp) if x is not None]
+    prod = math.prod(degrees)
+    if len(degrees) == 3 and prod != n:
+        raise MeshplanError("parallel.dp", f"tp×pp×dp = {pins.tp}×{pins.pp}×{pins.dp} = {prod} but the cluster has {n} GPUs",
+                            f"choose degrees whose product is {n}")
+    if degrees and n % prod:
+        field_ = "parallel.dp" if pins.dp is not None else ("parallel.pp" if pins.pp is not None else "parallel.tp")
+        raise MeshplanError(field_, f"the pinned degrees multiply to {prod}, which does not divide the {n} GPUs",
+                            f"choose degrees whose product divides {n}")
+    if pins.dp is not None and gbs % pins.dp:
+        raise MeshplanError("parallel.dp", f"dp={pins.dp} does not divide the global batch size {gbs}",
+                            "choose a dp that divides training.global_batch_size")
+    if pins.micro_batch_size is not None:
+        if gbs % pins.micro_batch_size:
+            raise MeshplanError("parallel.micro_batch_size", f"micro_batch_size={pins.micro_batch_size} does not divide the global batch size {gbs}",
+                                "choose a divisor of training.global_batch_size")
+        if pins.dp is not None and gbs % (pins.dp * pins.micro_batch_size):
+            raise MeshplanError("parallel.micro_batch_size", f"dp × micro_batch_size = {pins.dp * pins.micro_batch_size} does not divide the global batch size {gbs}",
+                                "choose dp and micro_batch_size whose product divides training.global_batch_size")
+    if pins.schedule is not None and pins.schedule not in SEARCHED_SCHEDULES:
+        raise MeshplanError("parallel.schedule", f"schedule {pins.schedule!r} is not modeled by the planner",
+                            f"use one of {', '.join(SEARCHED_SCHEDULES)}")
+    if pins.virtual_stages is not None:
+        if pins.schedule is not None and pins.schedule not in MULTI_STAGE_SCHEDULES and pins.virtual_stages != 1:
+            raise MeshplanError("parallel.virtual_stages", f"virtual_stages={pins.virtual_stages} needs an interleaved schedule",
+                                "use schedule 'interleaved-1f1b' or virtual_stages 1")
+        if pins.schedule in MULTI_STAGE_SCHEDULES and pins.virtual_stages < 2:
+            raise MeshplanError("parallel.virtual_stages", f"schedule {pins.schedule!r} needs virtual_stages ≥ 2", "set virtual_stages to 2 or more")
+    if pins.sequence_parallel and pins.tp == 1:
+        raise MeshplanError("parallel.sequence_parallel", "sequence parallelism needs tp > 1", "set sequence_parallel to false or tp > 1")
+    if pins.stage_layers is not None:
+        if sum(pins.stage_layers) != m.num_layers:
+            raise MeshplanError("parallel.stage_layers", f"stage_layers sum to {sum(pins.stage_layers)} but the model has {m.num_layers} layers",
+                                f"give layer counts that add up to {m.num_layers}")
+        if min(pins.stage_layers) < 1:
+            raise MeshplanError("parallel.stage_layers", "every chunk needs at least one layer", "remove empty chunks (lower pp or virtual_stages)")
+        chunks = len(pins.stage_layers)
+        if pins.pp is not None and chunks % pins.pp:
+            raise MeshplanError("parallel.stage_layers", f"{chunks} entries is not a multiple of pp={pins.pp}",
+                                "give pp × virtual_stages layer counts")
+        if pins.pp is not None and pins.virtual_stages is not None and chunks != pins.pp * pins.virtual_stages:
+            raise MeshplanError("parallel.stage_layers", f"{chunks} entries but pp × virtual_stages = {pins.pp * pins.virtual_stages}",
+                                "give pp × virtual_stages layer counts")
+
+
+def enumerate_candidates(ctx: Context, pins: ParallelPins, options: SearchOptions) -> list[Candidate]:
+    """Every class allowed by the pins (stage cuts are searched per class)."""
+    validate_pins(ctx, pins, options)
+    n, L = ctx.num_gpus, ctx.model.num_layers
+    gbs = ctx.training.global_batch_size
+    out: list[Candidate] = []
+    tps = [pins.tp] if pins.tp is not None else tp_options(ctx, options.allow_tp_across_nodes)
+    for tp in tps:
+        for pp in ([pins.pp] if pins.pp is not None else [p for p in divisors(n // tp) if p <= L]):
+            if (n // tp) % pp:
+                continue
+            dp = n // (tp * pp)
+            if pins.dp is not None and dp != pins.dp:
+                continue
+            if gbs % dp:
+                continue
+            mbss = [pins.micro_batch_size] if pins.micro_batch_size is not None else divisors(gbs // dp)
+            for mbs in mbss:
+                if (gbs // dp) % mbs:
+                    continue
+                m = gbs // (dp * mbs)
+                scheds: list[tuple[str, int]] = []
+                for s in ([pins.schedule] if pins.schedule is not None else list(DEFAULT_SCHEDULES)):
+                    if s in MULTI_STAGE_SCHEDULES:
+                        if pp < 2 or m % pp:
+                            continue
+                        vs = [pins.virtual_stages] if pins.virtual_stages is not None else range(2, MAX_VIRTUAL_STAGES + 1)
+                        scheds += [(s, v) for v in vs if pp * v <= L]
+                    elif pins.virtual_stages in (None, 1):
+                        if pp == 1 and s != "1f1b" and pins.schedule is None:
+                            continue  # one stage: every schedule is the same; keep one
+                        scheds.append((s, 1))
+                for s, v in scheds:
+                    if pins.stage_layers is not None and len(pins.stage_layers) != pp * v:
+                        continue
+                    for rc in ([pins.recompute] if pins.recompute is not None else RECOMPUTE):
+                        sps = [pins.sequence_parallel] if pins.sequence_parallel is not None else ([False, True] if tp > 1 else [False])
+                        for sp in sps:
+                            if sp and tp == 1:
+                                continue
+                            zs = [pins.zero_stage] if pins.zero_stage is not None else ([0, 1, 2, 3] if dp > 1 else [0])
+                            for z in zs:
+                                out.append(Candidate(tp, pp, dp, mbs, s, v, rc, sp, z))
+    return out
+
+
+def explain_no_candidate(ctx: Context, pins: ParallelPins) -> tuple[str, str, str]:
+    """(field, reason, suggestion) when the pins and the batch leave no class at all."""
+    gbs, n = ctx.training.global_batch_size, ctx.num_gpus
+    if pins.schedule in MULTI_STAGE_SCHEDULES:
+        return ("parallel.micro_batch_size", "interleaved 1F1B needs the number of micro-batches divisible by pp",
+                "choose a micro_batch_size (or global batch size) so that global_batch_size / (dp × micro_batch_size) is a multiple of pp")
+    dps = [d for d in divisors(n) if gbs % d == 0]
+    better = ((gbs + n - 1) // n) * n
+    return ("training.global_batch_size",
+            f"no data-parallel degree compatible with the pins divides the global batch size {gbs} (usable dp: {dps})",
+            f"use a global batch size divisible by the data-parallel degree, e.g. {better}, or pin tp/pp so dp divides {gbs}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Bounds and heuristics per class
+
+
+def layer_caps(cc: ClassCosts) -> list[int]:
+    """Per rank, an upper bound of the layers its memory can hold (exact for one chunk per rank):
+    at each activation peak, every chunk of the rank keeps at least ``kmin`` copies."""
+    caps = []
+    for r in range(cc.cand.pp):
+        own = cc.rank_chunks(r)
+        base = cc.buffer_const[r] + sum(cc.state_extra[c] for c in own)
+        cap = None
+        for vec in cc.live[r]:
+            kmin = min(vec.get(c, 0) for c in own)
+            room = cc.usable_bytes - base - sum(k * cc.act_extra[c] for c, k in vec.items())
+            per = cc.state_layer + kmin * cc.act_layer
+            this = -1 if room < 0 else (room // per if per > 0 else cc.num_layers)
+            cap = this if cap is None else min(cap, this)
+        caps.append(cap)
+    return caps
+
+
+def may_fit(cc: ClassCosts) -> bool:
+    caps = layer_caps(cc)
+    v = cc.cand.virtual_stages
+    return all(cp >= v for cp in caps) and sum(caps) >= cc.num_layers
+
+
+def class_bound(cc: ClassCosts) -> int:
+    """A lower bound of the objective over every stage cut of the class."""
+    c, m, L = cc.cand, cc.m, cc.num_layers
+    p, v = c.pp, c.virtual_stages
+    total = L * (cc.f_layer + cc.b_layer) + sum(cc.f_extra) + sum(cc.b_extra)  # one micro-batch through all chunks
+    if v == 1:
+        # Chains F(0, 0..i-1) → all of rank i → B(m-1, i-1..0), weighted so the cut cancels.
+        pipe = total / (1.0 - (1.0 - 1.0 / m) ** p)
+        if c.schedule == "gpipe":
+            pipe = max(pipe, total + 2 * sum(cc.lag) + (m - 1) * total / p)
+    else:
+        ramp = sum(sum(cc.f_layer + cc.b_layer + cc.f_extra[ch] + cc.b_extra[ch] for ch in range(i)) for i in range(p)) / p
+        pipe = m * total / p + ramp
+    ends = (L * (cc.opt_layer + cc.post_layer) + sum(cc.opt_extra) + sum(cc.post_extra)) / p + cc.post_const
+    return int(math.floor(pipe + ends))
+
+
+def greedy_cut(cc: ClassCosts) -> list[int]:
+    """A balanced cut: add layers one by one to the chunk whose F+B stays smallest (memory permitting)."""
+    from planner.cost import rank_memory
+
+    C, L = cc.chunks, cc.num_layers
+    n = [1] * C
+    heap = [((2) * (cc.f_layer + cc.b_layer) + cc.f_extra[c] + cc.b_extra[c], c) for c in range(C)]
+    heapq.heapify(heap)
+    left = L - C
+    blocked: list[tuple[int, int]] = []
+    while left > 0 and heap:
+        t, c = heapq.heappop(heap)
+        n[c] += 1
+        if rank_memory(cc, n, cc.chunk_rank[c]) > cc.usable_bytes:
+            n[c] -= 1
+            blocked.append((t, c))
+            continue
+        left -= 1
+        heapq.heappush(heap, (t + cc.f_layer + cc.b_layer, c))
+    if left > 0:  # memory could not take them: place the rest evenly anyway (infeasible hint)
+        for t, c in sorted(blocked):
+            if left == 0:
+                break
+            n[c] += 1
+            left -= 1
+        i = 0
+        while left > 0:
+            n[i % C] += 1
+            left -= 1
+            i += 1
+    return n
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact stage cut of one class with CP-SAT
+
+
+@dataclass
+class ClassResult:
+    cand: Candidate
+    stage_layers: list[int] | None
+    evaluation: Evaluation | None
+    status: str  # OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN, or PRUNED (proven no better than the incumbent)
+    bound: int
+    iterations: int
+    wall_s: float
+
+
+def _chain_cut(cc: ClassCosts, path: list[tuple[str, int, int]], lags: list[int]) -> tuple[list[int], int]:
+    """Coefficients (per chunk) and constant of a chain's length as a function of the layer counts."""
+    coef = [0] * cc.chunks
+    const = 0
+    for kind, _, ch in path:
+        if kind == "F":
+            coef[ch] += cc.f_layer
+            const += cc.f_extra[ch]
+        else:
+            coef[ch] += cc.b_layer
+            const += cc.b_extra[ch]
+    const += sum(cc.lag[b] for b in lags)
+    return coef, const
+
+
+def _initial_chains(cc: ClassCosts) -> list[tuple[list[int], int]]:
+    """Per rank i: F(0) through chunks before i, every op of rank i, B(m-1) back through them."""
+    c = cc.cand
+    orders = rank_orders(c.schedule, c.pp, c.virtual_stages, cc.m)
+    cuts = []
+    for i in range(c.pp):
+        path = [("F", 0, ch) for ch in range(i)] + list(orders[i]) + [("B", cc.m - 1, ch) for ch in range(i - 1, -1, -1)]
+        lags = list(range(i)) * 2
+        lags = [b for b in lags if cc.chunk_rank[b] != cc.chunk_rank[b + 1]]
+        cuts.append(_chain_cut(cc, path, lags))
+    return cuts
+
+
+def local_search(cc: ClassCosts, start: list[int], max_evals: int = 60) -> tuple[list[int], Evaluation, list[tuple[list[int], int]]]:
+    """Hill-climb over single-layer moves between chunks, scored by the exact objective (simulation);
+    returns the best fitting cut found and the critical-path cuts of every simulated cut."""
+    cuts: dict[tuple, tuple[list[int], int]] = {}
+
+    def score(n: list[int]) -> tuple[int, Evaluation]:
+        ev = evaluate(cc, n)
+        coef, const = _chain_cut(cc, ev.sim.critical_path, ev.sim.critical_lags)
+        cuts[(tuple(coef), const)] = (coef, const)
+        return (ev.objective_ns if ev.fits else ev.objective_ns + (1 << 50)), ev
+
+    best_n = list(start)
+    best_s, best_ev = score(best_n)
+    evals = 1
+    improved = True
+    while improved and evals < max_evals:
+        improved = False
+        for a in range(cc.chunks):
+            for b in range(cc.chunks):
+                if a == b or best_n[a] <= 1:
+                    continue
+                n = list(best_n)
+                n[a] -= 1
+                n[b] += 1
+                sc, ev = score(n)
+                evals += 1
+                if sc < best_s:
+                    best_n, best_s, best_ev, improved = n, sc, ev, True
+                    break
+            if improved or evals >= max_evals:
+                break
+    return best_n, best_ev, list(cuts.values())
+
+
+def solve_class(cc: ClassCosts, options: SearchOptions, fixed: list[int] | None = None, incumbent: int | None = None) -> ClassResult:
+    t0 = time.perf_counter()
+    c, C, L = cc.cand, cc.chunks, cc.num_layers
+    if fixed is not None:
+        ev = evaluate(cc, fixed)
+        return ClassResult(c, fixed, ev, "OPTIMAL" if ev.fits else "INFEASIBLE", ev.objective_ns, 0, time.perf_counter() - t0)
+    if C > L or not may_fit(cc):
+        return ClassResult(c, None, None, "INFEASIBLE", 0, 0, time.perf_counter() - t0)
+
+    model = cp_model.CpModel()
+    n = [model.new_int_var(1, L - C + 1, f"n{ch}") for ch in range(C)]
+    model.add(sum(n) == L)
+    horizon = 1 << 50  # ns, ~13 days: far above any step
+    M = model.new_int_var(0, horizon, "makespan")
+    D = model.new_int_var(0, horizon, "end")
+    for r in range(c.pp):
+        own = cc.rank_chunks(r)
+        layers = sum(n[ch] for ch in own)
+        opt = layers * cc.opt_layer + sum(cc.opt_extra[ch] for ch in own)
+        has_post = c.dp > 1 and cc.post_layer + cc.post_const > 0
+        post = (cc.post_const + layers * cc.post_layer + sum(cc.post_extra[ch] for ch in own)) if has_post else 0
+        model.add(D >= opt + post)
+        if c.dp > 1:
+            sync = cc.sync_const + layers * cc.sync_layer + sum(cc.sync_extra[ch] for ch in own)
+            overlap = n[r] * cc.b_layer + cc.b_extra[r]
+            model.add(D >= sync - overlap + opt + post)
+        # Memory at every activation peak of the rank's schedule.
+        states = sum(n[ch] * cc.state_layer + cc.state_extra[ch] for ch in own)
+        for vec in cc.live[r]:
+            acts = sum(k * (n[ch] * cc.act_layer + cc.act_extra[ch]) for ch, k in vec.items())
+            model.add(states + acts + cc.buffer_const[r] <= cc.usable_bytes)
+    if c.schedule == "gpipe":
+        mf = model.new_int_var(0, horizon, "max_f")
+        mb = model.new_int_var(0, horizon, "max_b")
+        for ch in range(C):
+            model.add(mf >= n[ch] * cc.f_layer + cc.f_extra[ch])
+            model.add(mb >= n[ch] * cc.b_layer + cc.b_extra[ch])
+        const = sum(cc.f_extra) + sum(cc.b_extra) + 2 * sum(cc.lag) + L * (cc.f_layer + cc.b_layer)
+        model.add(M >= const + (cc.m - 1) * (mf + mb))
+    for coef, const in _initial_chains(cc):
+        model.add(M >= sum(k * x for k, x in zip(coef, n) if k) + const)
+    model.minimize(M + D)
+    if c.virtual_stages > 1:
+        hint, hint_ev, seeds = local_search(cc, greedy_cut(cc))
+    else:  # one chunk per rank: the rank chains are strong; refine by cuts only
+        hint, hint_ev, seeds = greedy_cut(cc), None, []
+    if c.schedule != "gpipe":
+        for coef, const in seeds:
+            model.add(M >= sum(k * x for k, x in zip(coef, n) if k) + const)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = options.time_limit_s
+    solver.parameters.num_workers = options.num_workers
+    iterations = 0
+    best: tuple[list[int], Evaluation] | None = (hint, hint_ev) if hint_ev is not None and hint_ev.fits else None
+    status_name = "UNKNOWN"
+    bound = 0
+    while True:
+        iterations += 1
+        model.clear_hints()
+        for x, h in zip(n, best[0] if best else hint):
+            model.add_hint(x, h)
+        st = solver.solve(model)
+        status_name = solver.status_name(st)
+        if st == cp_model.INFEASIBLE:
+            return ClassResult(c, None, None, "INFEASIBLE", 0, iterations, time.perf_counter() - t0)
+        if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            break
+        bound = max(bound, int(solver.best_objective_bound))
+        if incumbent is not None and bound >= incumbent and (best is None or best[1].objective_ns >= incumbent):
+            # Proven unable to beat the plans already found: no need to simulate.
+            return ClassResult(c, None, None, "PRUNED", bound, iterations, time.perf_counter() - t0)
+        sol = [solver.value(x) for x in n]
+        ev = evaluate(cc, sol)
+        if best is None or ev.objective_ns < best[1].objective_ns:
+            best = (sol, ev)
+        if st == cp_model.OPTIMAL and ev.makespan_ns <= solver.value(M):
+            bound = ev.objective_ns
+            break
+        if st != cp_model.OPTIMAL:
+            break
+        if incumbent is not None and bound >= incumbent:
+            break  # cannot beat the plans already found: stop refining
+        coef, const = _chain_cut(cc, ev.sim.critical_path, ev.sim.critical_lags)
+        model.add(M >= sum(k * x for k, x in zip(coef, n) if k) + const)
+    if best is None:
+        return ClassResult(c, None, None, "UNKNOWN", bound, iterations, time.perf_counter() - t0)
+    proven = best[1].objective_ns <= bound
+    return ClassResult(c, best[0], best[1], "OPTIMAL" if proven else "FEASIBLE", bound, iterations, time.perf_counter() - t0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Best-first over classes
+
+
+@dataclass
+class SearchResult:
+    results: list[ClassResult]  # best first, feasible, at most top_k
+    status: str
+    objective_ns: int | None
+    bound_ns: int | None
+    wall_s: float
+    classes: int
+    classes_solved: int
+    cp_sat_solves: int
+    notes: list[str] = field(default_factory=list)
+    #: the class with the smallest memory need, when nothing fits (cand, GiB needed per GPU)
+    min_memory: tuple[Candidate, float] | None = None
+    #: the class with the best bound that memory ruled out (cand, bound ns), if any
+    memory_blocked: tuple[Candidate, int] | None = None
+
+
+def simplicity(c: Candidate) -> tuple:
+    """Tie-break between equally fast plans: prefer the simpler one (less recomputation, lower ZeRO
+    stage, plainer schedule, fewer pipeline stages, smaller TP)."""
+    return (RECOMPUTE.index(c.recompute), c.zero_stage, SEARCHED_SCHEDULES.index(c.schedule) if c.schedule != "1f1b" else -1,
+            c.virtual_stages, c.pp, c.tp, c.sequence_parallel, -c.micro_batch_size, c)
+
+
+def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int = 3) -> SearchResult:
+    t0 = time.perf_counter()
+    cands = enumerate_candidates(ctx, pins, options)
+    bounded: list[tuple[int, int, ClassCosts]] = []
+    pruned_memory = 0
+    blocked: tuple[Candidate, int] | None = None
+    for i, cand in enumerate(cands):
+        cc = class_costs(ctx, cand)
+        if pins.stage_layers is None and not may_fit(cc):
+            pruned_memory += 1
+            lb = class_bound(cc)
+            if blocked is None or lb < blocked[1]:
+                blocked = (cand, lb)
+            continue
+        bounded.append((class_bound(cc), i, cc))
+    bounded.sort(key=lambda t: (t[0], simplicity(t[2].cand)))
+    found: list[ClassResult] = []
+    solved = solves = 0
+    all_proven = True
+    next_bound: int | None = None
+    for lb, _, cc in bounded:
+        kth = found[top_k - 1].evaluation.objective_ns if len(found) >= top_k else None
+        if kth is not None and lb >= kth:
+            next_bound = lb
+            break
+        res = solve_class(cc, options, fixed=pins.stage_layers, incumbent=kth)
+        solved += 1
+        solves += res.iterations
+        if res.status == "PRUNED":
+            continue
+        if res.evaluation is None or not res.evaluation.fits:
+            if res.status not in ("INFEASIBLE",):
+                all_proven = False
+            elif blocked is None or lb < blocked[1]:
+                blocked = (cc.cand, lb)
+            continue
+        if res.status != "OPTIMAL":
+            if kth is None or res.bound < kth:
+                all_proven = False
+        found.append(res)
+        found.sort(key=lambda r: (r.evaluation.objective_ns, simplicity(r.cand)))
+        del found[top_k:]
+    wall = time.perf_counter() - t0
+    notes = [f"{len(cands)} configuration classes (every stage cut of each), {pruned_memory} ruled out by memory bounds, "
+             f"{solved} solved with CP-SAT ({solves} solves)"]
+    if not found:
+        return SearchResult([], "INFEASIBLE" if all_proven else "UNKNOWN", None, None, wall, len(cands), solved, solves, notes,
+                            min_memory=_min_memory(ctx, cands))
+    best = found[0].evaluation.objective_ns
+    return SearchResult(found, "OPTIMAL" if all_proven else "FEASIBLE", best, best if all_proven else min(r.bound for r in found),
+                        wall, len(cands), solved, solves, notes, memory_blocked=blocked)
+
+
+def _min_memory(ctx: Context, cands: list[Candidate]) -> tuple[Candidate, float] | None:
+    """The class and balanced cut needing the least memory per GPU (GiB, with the reserve)."""
+    from planner.cost import GIB, FIXED_RESERVE_BYTES, FRAGMENTATION, rank_memory
+
+    best: tuple[Candidate, float] | None = None
+    for cand in cands:
+        cc = class_costs(ctx, cand)
+        if cc.chunks > cc.num_layers:
+            continue
+        n = _balanced_memory_cut(cc)
+        need = max(rank_memory(cc, n, r) for r in range(cand.pp))
+        gib = (need * (1 + FRAGMENTATION) + FIXED_RESERVE_BYTES) / GIB
+        if best is None or gib < best[1]:
+            best = (cand, gib)
+    return best
+
+
+def _balanced_memory_cut(cc: ClassCosts) -> list[int]:
+    from planner.cost import rank_memory
+
+    C, L = cc.chunks, cc.num_layers
+    n = [1] * C
+    for _ in range(L - C):
+        best_c, best_v = 0, None
+        for ch in range(C):
+            n[ch] += 1
+            val = rank_memory(cc, n, cc.chunk_rank[ch])
+            n[ch] -= 1
+            if best_v is None or val < best_v:
+                best_c, best_v = ch, val
+        n[best_c] += 1
+    return n
+
+
+def rank_end_breakdown(cc: ClassCosts, n: list[int], r: int) -> tuple[int, int]:
+    """(exposed DP sync incl. ZeRO parameter all-gather, optimizer) of rank r, ns."""
+    sync, overlap, opt, post = rank_end_terms(cc, n, r)
+    return max(0, sync - overlap) + post, opt

@@ -1,0 +1,461 @@
+"""The dashboard end to end: the real service (`meshplan serve` on a temporary SQLite file) and a
+real headless Chromium (Debian's, never a downloaded one) driving the pages as a user would.
+
+Each test checks what a person would look at — the configuration, charts drawn with data, errors
+next to the right field — against the API's own JSON, and saves screenshots under artifacts/.
+Set MESHPLAN_DASHBOARD_URL to drive an already running server instead of starting one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+TOKEN = "dashboard-test-token"
+LLAMA_ON_64_H100 = {"model": "llama3-70b", "gpu": "h100-sxm5-80gb", "nodes": 8, "gpus_per_node": 8}
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_server(tmp: Path, token: str | None = None):
+    if not (ROOT / "api" / "serve_cli.py").exists() and not os.environ.get("MESHPLAN_REQUIRE_BROWSER"):
+        pytest.skip("the service (api/serve_cli.py) is not on this branch yet")
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MESHPLAN_DATABASE_URL": f"sqlite:///{tmp / f'dash-{port}.db'}"}
+    env.pop("MESHPLAN_API_TOKEN", None)
+    if token:
+        env["MESHPLAN_API_TOKEN"] = token
+    log = open(tmp / f"server-{port}.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "api.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}: {(tmp / f'server-{port}.log').read_text()[-2000:]}")
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                return proc, base
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("server did not become healthy within 60 s")
+
+
+def _stop(proc) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if os.environ.get("MESHPLAN_DASHBOARD_URL"):
+        yield os.environ["MESHPLAN_DASHBOARD_URL"].rstrip("/")
+        return
+    proc, base = _start_server(tmp_path_factory.mktemp("dash"))
+    yield base
+    _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+class Page:
+    """A browser tab that records console errors and uncaught exceptions."""
+
+    def __init__(self, browser, base: str, width: int = 1280):
+        self.ctx = browser.new_context(viewport={"width": width, "height": 900}, accept_downloads=True)
+        self.page = self.ctx.new_page()
+        self.page.set_default_timeout(20_000)
+        self.base = base
+        self.errors: list[str] = []
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))
+        # Everything must come from the service itself: no CDN, no internet.
+        self.external: list[str] = []
+        self.page.on("request", lambda r: None if r.url.startswith((base, "data:", "blob:")) else self.external.append(r.url))
+
+    def goto(self, route: str):
+        self.page.goto(f"{self.base}/#{route}")
+        self.page.wait_for_selector("main .page > *:not(.state-loading)")
+        self.page.wait_for_function("!document.querySelector('main .state-loading')")
+        return self.page
+
+    def shot(self, artifacts: Path, name: str):
+        self.page.screenshot(path=str(artifacts / f"dashboard-{name}.png"), full_page=True)
+
+    def assert_clean(self, allowed_statuses: tuple[int, ...] = ()):
+        allowed = [f"status of {s}" for s in allowed_statuses]
+        bad = [e for e in self.errors if not any(a in e for a in allowed)]
+        assert not bad, f"console errors: {bad}"
+        assert not self.external, f"requests outside the service: {self.external}"
+        # No leaked placeholders from missing data.
+        text = self.page.inner_text("main")
+        for junk in ("undefined", "NaN", "[object Object]", "Infinity"):
+            assert junk not in text, f"{junk!r} shown on the page"
+        assert not re.search(r"\bnull\b", text), "'null' shown on the page"
+
+    def close(self):
+        self.ctx.close()
+
+
+@pytest.fixture
+def tab(browser, server):
+    t = Page(browser, server)
+    yield t
+    t.close()
+
+
+def _svg_rects_with_area(page, selector: str) -> int:
+    return page.eval_on_selector_all(
+        selector, "els => els.filter(e => { const b = e.getBBox(); return b.width > 0 && b.height > 0; }).length"
+    )
+
+
+def _make_plan_through_form(tab: Page, time_limit: str = "5") -> str:
+    page = tab.goto("/new")
+    page.select_option("#f-model", LLAMA_ON_64_H100["model"])
+    page.select_option("#f-cluster-gpu", LLAMA_ON_64_H100["gpu"])
+    page.fill("#f-cluster-num_nodes", str(LLAMA_ON_64_H100["nodes"]))
+    page.fill("#f-cluster-gpus_per_node", str(LLAMA_ON_64_H100["gpus_per_node"]))
+    assert "64 GPUs" in page.inner_text("output.total")
+    page.fill("#f-options-time_limit_s", time_limit)
+    page.click("#plan-submit")
+    page.wait_for_url(re.compile(r".*#/plans/[^/?]+$"), timeout=120_000)
+    page.wait_for_selector("#alternatives-table")
+    page.wait_for_selector("#schedule .block")
+    return page.url.rsplit("/", 1)[-1]
+
+
+@pytest.fixture(scope="module")
+def llama_plan(browser, server, tmp_path_factory):
+    """Llama 3 70B on 8 × 8 H100, made through the form once; the tests below read it."""
+    tab = Page(browser, server)
+    try:
+        plan_id = _make_plan_through_form(tab)
+        tab.assert_clean()
+    finally:
+        tab.close()
+    stored = httpx.get(f"{server}/v1/plans/{plan_id}", timeout=30).json()
+    return plan_id, stored
+
+
+def test_form_makes_a_plan_and_the_page_explains_it(tab, llama_plan, artifacts_dir):
+    plan_id, stored = llama_plan
+    best = stored["response"]["plans"][0]
+    par, est = best["parallel"], best["estimate"]
+    page = tab.goto(f"/plans/{plan_id}")
+    page.wait_for_selector("#schedule .block")
+
+    # The configuration and the reasons.
+    assert "llama3-70b" in page.inner_text("h1") and "h100-sxm5-80gb" in page.inner_text("h1")
+    config = page.inner_text("#chosen .config-line")
+    for text in (f"tp {par['tp']}", f"pp {par['pp']}", f"dp {par['dp']}", f"micro-batch {par['micro_batch_size']}", par["schedule"]):
+        assert text in config
+    why = page.inner_text("#why")
+    if best.get("explanation"):
+        assert best["explanation"]["summary"] in why
+        assert best["explanation"]["binding_constraint"] in why
+    assert "Solver:" in why and stored["response"]["solver"]["status"] in why
+
+    # Alternatives side by side: one column per plan.
+    n_plans = len(stored["response"]["plans"])
+    assert page.locator("#alternatives-table thead th").count() == n_plans + 1
+
+    # Mesh: one cell per GPU in use, stage from plan.mesh.pp_groups, one outline per TP group (tp > 1).
+    cells = page.locator("#mesh rect.gpu:not(.gpu-unused)")
+    assert cells.count() == est["gpus_used"] == par["tp"] * par["pp"] * par["dp"]
+    stage_of = {r: i for grp in best["mesh"]["pp_groups"] for i, r in enumerate(grp)}
+    drawn = page.eval_on_selector_all("#mesh rect.gpu[data-stage]", "els => els.map(e => +e.dataset.stage)")
+    assert drawn == [stage_of[r] for r in range(len(drawn))]
+    if par["tp"] > 1:
+        assert page.locator("#mesh rect.tp-outline").count() >= len(best["mesh"]["tp_groups"])
+
+    # Memory: stacked bars with area, the capacity line, and totals that match the estimate.
+    assert _svg_rects_with_area(page, "#memory rect.bar") >= par["pp"]
+    assert page.locator("#memory line.ref-line").count() == 1
+    page.click("#memory summary")
+    totals = page.eval_on_selector_all("#memory tbody tr td:last-child", "els => els.map(e => parseFloat(e.textContent))")
+    expected = [s["total_gib"] for s in est["memory_per_stage"]] or est["memory_per_stage_gib"]
+    assert totals == pytest.approx(expected, abs=0.051)
+
+    # Time breakdown: one stacked bar per alternative.
+    assert _svg_rects_with_area(page, "#time rect.bar") >= n_plans
+
+    # Schedule: every compute event of the trace is drawn, one row per pipeline rank.
+    trace = httpx.get(f"{tab.base}/v1/plans/{plan_id}/trace", timeout=30).json()
+    compute = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ("forward", "backward", "weight")]
+    assert page.locator("#schedule rect.block-forward, #schedule rect.block-backward, #schedule rect.block-weight").count() == len(compute)
+    assert page.locator("#schedule text.row-label").count() == len({e["tid"] for e in compute})
+    assert _svg_rects_with_area(page, "#schedule rect.block") == page.locator("#schedule rect.block").count()
+
+    # Exports: one link per server format, plus the trace.
+    formats = httpx.get(f"{tab.base}/v1/catalog/export-formats", timeout=30).json()
+    assert page.locator("#exports a[data-format]").count() == len(formats) + 1
+    with page.expect_download() as dl:
+        page.click('#exports a[data-format="trace"]')
+    saved = json.loads(Path(dl.value.path()).read_text())
+    assert len(saved["traceEvents"]) == len(trace["traceEvents"])
+
+    tab.shot(artifacts_dir, "plan-1280")
+    page.set_viewport_size({"width": 820, "height": 900})
+    # Narrower than a laptop: wide charts and tables scroll inside their box, the page does not.
+    assert page.evaluate("document.documentElement.scrollWidth") <= 820
+    tab.shot(artifacts_dir, "plan-820")
+    tab.assert_clean()
+
+
+def test_what_if_compares_side_by_side(tab, llama_plan, artifacts_dir):
+    plan_id, stored = llama_plan
+    best = stored["response"]["plans"][0]
+    page = tab.goto(f"/plans/{plan_id}")
+    page.select_option("#whatif-knob", "recompute")
+    other = next(r for r in ("full", "selective", "none") if r != best["parallel"]["recompute"])
+    page.select_option("#whatif-value", other)
+    page.click("#whatif button[type=submit]")
+    page.wait_for_selector("#whatif .whatif-table")
+    body = page.inner_text("#whatif .whatif-table")
+    assert f"recompute {other}" in body and f"recompute {best['parallel']['recompute']}" in body
+    assert page.locator("#whatif figure.chart").count() == 3  # two memory charts and the time comparison
+    assert _svg_rects_with_area(page, "#whatif rect.bar") > 0
+    page.locator("#whatif").screenshot(path=str(artifacts_dir / "dashboard-what-if.png"))
+    tab.assert_clean()
+
+
+def test_edit_and_replan_prefills_the_form(tab, llama_plan):
+    plan_id, stored = llama_plan
+    page = tab.goto(f"/plans/{plan_id}")
+    page.click("text=Edit and re-plan")
+    page.wait_for_selector("#f-model")
+    page.wait_for_function("!document.querySelector('main .state-loading')")
+    req = stored["request"]
+    assert page.input_value("#f-model") == req["model"]
+    assert page.input_value("#f-cluster-gpu") == req["cluster"]["gpu"]
+    assert int(page.input_value("#f-cluster-num_nodes")) == req["cluster"]["num_nodes"]
+    assert int(page.input_value("#f-training-global_batch_size")) == req["training"]["global_batch_size"]
+    assert float(page.input_value("#f-options-time_limit_s")) == req["options"]["time_limit_s"]
+    tab.assert_clean()
+
+
+def _bad_tiny_llama() -> str:
+    from planner.catalog import MODELS
+
+    return json.dumps({**MODELS["tiny-llama"].model_dump(mode="json"), "num_layers": 0})
+
+
+@pytest.mark.parametrize(
+    ("actions", "field"),
+    [
+        ([("fill", "#f-cluster-num_nodes", "0")], "cluster.num_nodes"),
+        ([("fill", "#f-training-seq_len", "-5")], "training.seq_len"),
+        ([("fill", "#f-parallel-stage_layers", "40, x")], "parallel.stage_layers"),
+        ([("select", "#f-model", "__custom__"), ("fill", "#f-model_json", "_bad_tiny_llama")], "model_json"),
+        ([("click", ".paste summary", None), ("fill", "#f-request_json", "{not json")], "request_json"),
+    ],
+    ids=["nodes", "seq_len", "stage_cuts", "pasted_model_spec", "pasted_request"],
+)
+def test_validation_errors_sit_next_to_their_field(tab, artifacts_dir, actions, field):
+    page = tab.goto("/new")
+    for action, sel, value in actions:
+        if action == "fill":
+            page.fill(sel, _bad_tiny_llama() if value == "_bad_tiny_llama" else value)
+        elif action == "select":
+            page.select_option(sel, value)
+        else:
+            page.click(sel)
+    page.click("#plan-submit")
+    control = f'[data-field="{field}"]'
+    page.wait_for_selector(f'{control}[aria-invalid="true"]')
+    err_id = page.get_attribute(control, "id") + "-err"
+    assert page.is_visible(f"#{err_id}") and page.inner_text(f"#{err_id}").strip()
+    assert page.locator(".form-summary [role=alert]").count() == 1
+    assert "#/new" in page.url  # stayed on the form
+    tab.shot(artifacts_dir, f"validation-{field}")
+    tab.assert_clean(allowed_statuses=(422,))
+
+
+def test_plans_list_filters_by_gpu(tab, llama_plan, artifacts_dir):
+    plan_id, _ = llama_plan
+    page = tab.goto("/plans")
+    assert page.locator(f'a[href="#/plans/{plan_id}"]').count() == 1
+    tab.shot(artifacts_dir, "plans")
+    page.select_option("#filter-gpu", "a100-sxm4-40gb")
+    page.wait_for_selector(".state-empty")
+    assert page.locator(f'a[href="#/plans/{plan_id}"]').count() == 0
+    page.select_option("#filter-gpu", "h100-sxm5-80gb")
+    page.wait_for_selector(f'a[href="#/plans/{plan_id}"]')
+    page.fill("#filter-text", "no-such-plan-anywhere")
+    assert page.is_hidden(f'a[href="#/plans/{plan_id}"]')
+    tab.assert_clean()
+
+
+def test_infeasible_request_says_what_to_change(tab, artifacts_dir):
+    body = {
+        "model": "llama3-405b",
+        "cluster": {"gpu": "a100-sxm4-40gb", "num_nodes": 1, "gpus_per_node": 2},
+        "training": {"global_batch_size": 8, "seq_len": 8192},
+        "options": {"time_limit_s": 2},
+    }
+    r = httpx.post(f"{tab.base}/v1/plans", json=body, timeout=120)
+    assert r.status_code in (200, 201), r.text
+    inf = r.json()["response"]["infeasible"]
+    assert r.json()["response"]["plans"] == [] and inf
+    page = tab.goto(f"/plans/{r.json()['id']}")
+    box = page.inner_text(".state-error[role=alert]")
+    assert "No configuration fits" in box and inf["field"] in box and inf["suggestion"] in box
+    tab.shot(artifacts_dir, "infeasible")
+    tab.assert_clean()
+
+
+def test_keyboard_reaches_the_form_with_a_visible_focus(tab):
+    page = tab.goto("/new")
+    # The skip link is the first stop and shows itself when focused.
+    page.focus(".brand a")
+    page.keyboard.press("Shift+Tab")
+    assert page.evaluate("document.activeElement.className") == "skip-link"
+    assert page.evaluate("document.activeElement.getBoundingClientRect().left") >= 0
+    page.keyboard.press("Enter")
+    # From the top of the page, Tab reaches the first form control, and the focus is drawn.
+    reached = []
+    for _ in range(20):
+        page.keyboard.press("Tab")
+        reached.append(page.evaluate("document.activeElement.id || document.activeElement.textContent.trim()"))
+        if reached[-1] == "f-model":
+            break
+    assert reached[-1] == "f-model", reached
+    assert page.evaluate("getComputedStyle(document.activeElement).outlineStyle") not in ("", "none")
+    tab.assert_clean()
+
+
+def test_unknown_plan_is_an_error_state(tab):
+    page = tab.goto("/plans/does-not-exist")
+    assert page.locator(".state-error[role=alert]").count() == 1
+    assert "404" in page.inner_text(".state-error")
+    tab.assert_clean(allowed_statuses=(404,))
+
+
+def _tiny_profiles() -> tuple[dict, dict]:
+    """The planner's analytic profile of tiny-llama, and a 'measured' one that differs from it by known
+    factors (FLOPs ×1.1, parameters ×1, activations ×1.25) and carries timings."""
+    from planner.analytic import analytic_profile
+    from planner.catalog import MODELS
+
+    analytic = analytic_profile(MODELS["tiny-llama"], micro_batch_sizes=[1, 2], seq_len=128, tps=[1, 2]).model_dump(mode="json")
+    measured = json.loads(json.dumps(analytic))
+    measured.update(source="measured", device="cpu", torch_version="2.13.0")
+    for layer in measured["layers"]:
+        layer["fwd_flops"] *= 1.1
+        layer["bwd_flops"] *= 1.1
+        layer["saved_activation_bytes"]["none"] = int(layer["saved_activation_bytes"]["none"] * 1.25)
+        layer["fwd_time_s"] = layer["fwd_flops"] / 1e11
+        layer["bwd_time_s"] = layer["bwd_flops"] / 1e11
+    return analytic, measured
+
+
+def test_profile_page_charts_measured_against_analytic(tab, artifacts_dir):
+    analytic, measured = _tiny_profiles()
+    post = lambda body: httpx.post(f"{tab.base}/v1/profiles", json=body, timeout=30)  # noqa: E731
+    assert post(analytic).status_code == 201
+    stored = post(measured)
+    assert stored.status_code == 201, stored.text
+    page = tab.goto(f"/profiles/{stored.json()['id']}")
+    shapes = {(l["micro_batch_size"], l["seq_len"], l["tp"], l["sequence_parallel"]) for l in measured["layers"]}
+    assert page.locator("#profile-point option").count() == len(shapes)
+    for option in page.eval_on_selector_all("#profile-point option", "os => os.map(o => o.value)"):
+        page.select_option("#profile-point", option)
+        for sid in ("flops", "time", "params", "activations"):
+            assert _svg_rects_with_area(page, f"#{sid} rect.bar") >= 3, (option, sid)
+        # Like is compared with like: the known factors come back, shape by shape.
+        rows = page.eval_on_selector_all("#measured-vs-analytic tbody tr", "trs => trs.map(t => [...t.querySelectorAll('td')].map(td => td.textContent))")
+        mbs, seq, tp, sp = option.split("|")
+        expected = []
+        for kind in ("embedding", "transformer_block", "lm_head"):
+            a = next(l for l in analytic["layers"] if (l["kind"], l["micro_batch_size"], l["seq_len"], l["tp"], l["sequence_parallel"]) == (kind, int(mbs), int(seq), int(tp), sp == "1"))
+            ratio = lambda base, factor: f"{factor:.3f}" if base else "—"  # noqa: E731  (no analytic value: no ratio)
+            expected.append([ratio(a["fwd_flops"], 1.1), ratio(a["bwd_flops"], 1.1), ratio(a["param_count"], 1.0), ratio(a["saved_activation_bytes"]["none"], 1.25)])
+        assert [r[:3] for r in rows] == [e[:3] for e in expected], option
+        assert all(r[3] == e[3] == "—" or abs(float(r[3]) - 1.25) < 0.002 for r, e in zip(rows, expected)), (option, rows)
+    tab.shot(artifacts_dir, "profile")
+    page = tab.goto("/profiles")
+    assert page.locator("table.list tbody tr").count() >= 2
+    tab.assert_clean()
+
+
+def test_run_report_shows_predicted_against_measured(tab, artifacts_dir):
+    report = {
+        "model": "tiny-llama",
+        "parallel": {"tp": 2, "pp": 2, "dp": 1, "micro_batch_size": 2, "stage_layers": [4, 4]},
+        "world_size": 4, "device": "cpu", "torch_version": "2.13.0", "steps": 20, "global_batch_size": 8, "seq_len": 128,
+        "losses": [5.5 - 0.2 * i for i in range(20)], "step_times_s": [0.9] + [0.2] * 19,
+        "measured_step_time_s": 0.2, "tokens_per_s": 8 * 128 / 0.2, "peak_memory_gib_per_rank": [0.3, 0.3, 0.25, 0.25],
+        "predicted_step_time_s": 0.16, "predicted_peak_memory_gib": 0.28, "step_time_ratio": 0.8, "memory_ratio": 0.93,
+    }
+    r = httpx.post(f"{tab.base}/v1/runs", json=report, timeout=30)
+    assert r.status_code == 201, r.text
+    page = tab.goto(f"/runs/{r.json()['id']}")
+    assert _svg_rects_with_area(page, "#run-time rect.bar") == 2
+    assert _svg_rects_with_area(page, "#run-memory rect.bar") == 4
+    assert page.locator("#run-loss path.series-line").count() == 1
+    assert page.locator("#run-memory line.ref-line").count() == 1
+    assert "0.80" in page.inner_text(".stats")
+    tab.shot(artifacts_dir, "run")
+    assert page.locator("table.list").count() == 0
+    page = tab.goto("/runs")
+    assert page.locator(f'a[href="#/runs/{r.json()["id"]}"]').count() == 1
+    tab.assert_clean()
+
+
+def test_token_field_unlocks_a_protected_server(browser, tmp_path, artifacts_dir):
+    if os.environ.get("MESHPLAN_DASHBOARD_URL"):
+        pytest.skip("needs a server of its own")
+    proc, base = _start_server(tmp_path, token=TOKEN)
+    tab = Page(browser, base)
+    try:
+        page = tab.goto("/new")
+        assert "401" in page.inner_text(".state-error") and "API token" in page.inner_text(".state-error")
+        page.click(".token summary")
+        page.fill("#token-input", TOKEN)
+        page.click("#token-form button[type=submit]")
+        page.wait_for_selector("#f-model")
+        page = tab.goto("/plans")
+        assert "No plans yet" in page.inner_text(".state-empty")  # fresh database: the empty state
+        tab.shot(artifacts_dir, "empty-plans")
+        tab.assert_clean(allowed_statuses=(401,))
+    finally:
+        tab.close()
+        _stop(proc)

@@ -1,0 +1,83 @@
+"""The CP-SAT search returns the brute-force optimum (every class, every stage cut) on seeded random
+small instances, and its reported objective is the simulated step time of the plan it returns."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from planner.bruteforce import brute_force, compositions
+from planner.catalog import get_gpu
+from planner.cost import Context, class_costs, evaluate
+from planner.search import search
+from planner.specs import ClusterSpec, GpuSpec, ModelSpec, ParallelPins, SearchOptions, TrainingSpec
+
+
+def random_instance(seed: int) -> tuple[Context, ParallelPins]:
+    rng = random.Random(seed)
+    heads = rng.choice([2, 4])
+    model = ModelSpec(
+        name=f"rand-{seed}", family=rng.choice(["gpt", "llama"]), num_layers=rng.randint(4, 7), hidden_size=32 * heads,
+        num_attention_heads=heads, num_kv_heads=rng.choice([h for h in (1, 2, heads) if heads % h == 0]),
+        ffn_hidden_size=rng.choice([128, 256]), vocab_size=rng.choice([256, 1000]),
+        activation="gelu", norm="layernorm", max_seq_len=256,
+    )
+    if model.family == "llama":
+        model = model.model_copy(update={"activation": "swiglu", "norm": "rmsnorm"})
+    base = get_gpu("a100-sxm4-80gb")
+    # Small memories so that memory constraints bind on some instances; slow links so comm matters.
+    gpu = base.model_copy(update={"id": f"toy-{seed}", "memory_gib": 1.0 + rng.choice([0.003, 0.006, 0.012, 1.0]),
+                                  "nvlink_bandwidth_GBps": rng.choice([1.0, 50.0]), "nic_bandwidth_GBps": rng.choice([0.1, 5.0])})
+    cluster = ClusterSpec(gpu=gpu, num_nodes=rng.choice([1, 2]), gpus_per_node=rng.choice([2, 4]))
+    training = TrainingSpec(global_batch_size=rng.choice([4, 8, 16]), seq_len=rng.choice([64, 128]))
+    ctx = Context(model=model, gpu=GpuSpec.model_validate(gpu.model_dump()), cluster=cluster, training=training)
+    pins = ParallelPins()
+    if rng.random() < 0.3:
+        pins = ParallelPins(schedule="interleaved-1f1b", virtual_stages=2)
+    return ctx, pins
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_search_matches_brute_force(seed: int) -> None:
+    ctx, pins = random_instance(seed)
+    options = SearchOptions(time_limit_s=20, num_workers=1)
+    ref, scored = brute_force(ctx, pins, options)
+    got = search(Context(model=ctx.model, gpu=ctx.gpu, cluster=ctx.cluster, training=ctx.training), pins, options, top_k=3)
+    assert scored > 0
+    if not ref:
+        assert got.results == [] and got.status == "INFEASIBLE"
+        return
+    assert got.status == "OPTIMAL"
+    assert got.objective_ns == ref[0][0]
+    assert got.bound_ns == ref[0][0]
+    # Top-k: the k best classes with their own optimal cuts.
+    assert [r.evaluation.objective_ns for r in got.results] == [t[0] for t in ref[: len(got.results)]]
+    assert len(got.results) == min(3, len(ref))
+    for r in got.results:
+        cc = class_costs(ctx, r.cand)
+        ev = evaluate(cc, r.stage_layers)
+        assert ev.fits and ev.objective_ns == r.evaluation.objective_ns
+
+
+def test_some_random_instances_bind_on_memory() -> None:
+    """The instance generator exercises the memory constraints (else the exactness test is weak)."""
+    binding = 0
+    for seed in range(16):
+        ctx, pins = random_instance(seed)
+        unconstrained = ctx.gpu.model_copy(update={"memory_gib": 1000.0})
+        free = Context(model=ctx.model, gpu=unconstrained, cluster=ctx.cluster, training=ctx.training)
+        a = search(ctx, pins, SearchOptions(num_workers=1), top_k=1)
+        b = search(free, pins, SearchOptions(num_workers=1), top_k=1)
+        if a.objective_ns != b.objective_ns:
+            binding += 1
+    assert binding >= 2
+
+
+@pytest.mark.parametrize("total,parts,count", [(5, 1, 1), (5, 2, 4), (6, 3, 10), (7, 4, 20)])
+def test_compositions_count(total: int, parts: int, count: int) -> None:
+    from math import comb
+
+    cuts = list(compositions(total, parts))
+    assert len(cuts) == count == comb(total - 1, parts - 1)
+    assert all(sum(c) == total and min(c) >= 1 for c in cuts)

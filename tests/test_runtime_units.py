@@ -1,0 +1,119 @@
+"""In-process pieces of the runtime: data determinism and errors, report arithmetic, TP-rule
+resolution, gradient clipping on plain tensors (the distributed paths are in test_runtime_equivalence)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from planner.errors import MeshplanError
+from runtime.data import SyntheticTokens, TokenFile
+from runtime.report import build_report, measured_step_time
+from runtime.testing import make_plan
+
+
+def test_synthetic_batches_depend_only_on_seed_and_step():
+    a, b = SyntheticTokens(256, seed=1), SyntheticTokens(256, seed=1)
+    x1, y1 = a.batch(5, 4, 16)
+    x2, y2 = b.batch(5, 4, 16)
+    assert torch.equal(x1, x2) and torch.equal(y1, y2)
+    assert torch.equal(x1[:, 1:], y1[:, :-1])  # targets are the inputs shifted by one
+    assert not torch.equal(a.batch(6, 4, 16)[0], x1)
+    assert int(x1.max()) < 256 and x1.dtype == torch.long
+
+
+def test_token_file_windows_and_errors(tmp_path):
+    path = tmp_path / "t.bin"
+    np.arange(1000, dtype=np.uint16).tofile(path)
+    x, y = TokenFile(path, 1000, seed=0).batch(0, 3, 10)
+    assert x.shape == (3, 10) and torch.equal(y, x + 1)  # consecutive ids: windows are contiguous
+    with pytest.raises(MeshplanError) as exc:
+        TokenFile(path, 500).batch(0, 64, 10)
+    assert exc.value.field == "data" and "vocab_size" in exc.value.message
+    with pytest.raises(MeshplanError):
+        TokenFile(tmp_path / "missing.bin", 1000)
+    with pytest.raises(MeshplanError):
+        TokenFile(path, 1000).batch(0, 1, 5000)
+
+
+@pytest.mark.parametrize(
+    "times, expected",
+    [([], 0.0), ([3.0], 3.0), ([9.0, 1.0, 3.0], 2.0), ([9.0, 1.0, 2.0, 4.0], 2.0)],
+)
+def test_measured_step_time_is_the_median_after_warmup(times, expected):
+    assert measured_step_time(times) == expected
+
+
+def test_report_ratios_are_predicted_over_measured():
+    plan = make_plan("tiny-gpt", dp=2)
+    plan = plan.model_copy(update={"estimate": plan.estimate.model_copy(update={"step_time_s": 0.3, "peak_memory_gib": 2.0})})
+    r = build_report(plan, device="cpu", torch_version="x", losses=[5.0, 4.0, 3.0], step_times=[1.0, 0.2, 0.4],
+                     peak_memory_bytes_per_rank=[2**30, 2 * 2**30])
+    assert r.measured_step_time_s == pytest.approx(0.3)
+    assert r.step_time_ratio == pytest.approx(1.0)
+    assert r.memory_ratio == pytest.approx(1.0)
+    assert r.tokens_per_s == pytest.approx(8 * 32 / 0.3)
+    assert r.peak_memory_gib_per_rank == [1.0, 2.0] and r.world_size == 2
+    placeholder = build_report(make_plan("tiny-gpt"), device="cpu", torch_version="x", losses=[1.0],
+                               step_times=[0.1], peak_memory_bytes_per_rank=[1])
+    assert placeholder.predicted_step_time_s is None and placeholder.step_time_ratio is None
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_tp_rules_resolve_to_the_chunk_modules(sp):
+    """A pruned chunk gets exactly the rules for the modules it holds, with the plan's styles."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
+
+    from runtime.job import build_chunk
+    from runtime.parallelize import resolve_tp_plan
+
+    plan = make_plan("tiny-llama", tp=2, pp=2, sequence_parallel=sp)
+    last = build_chunk(plan, 1, seed=0, device=torch.device("cpu"))
+    resolved = resolve_tp_plan(last, plan.tp_plan)
+    assert "embed.tok" not in resolved and "layers.0.attn.wq" not in resolved
+    assert isinstance(resolved["layers.4.attn.wq"], ColwiseParallel)
+    assert isinstance(resolved["layers.7.mlp.w2"], RowwiseParallel)
+    assert isinstance(resolved["head"], ColwiseParallel)
+    assert isinstance(resolved.get("norm"), SequenceParallel) == sp
+    assert ("layers.5.attn" in resolved) == sp  # prepare_input only with SP
+
+
+def test_clip_matches_torch_on_plain_tensors():
+    from runtime.job import clip_grad_norm
+
+    gen = torch.Generator().manual_seed(0)
+    a = [torch.nn.Parameter(torch.randn(5, 3, generator=gen)) for _ in range(4)]
+    b = [torch.nn.Parameter(p.detach().clone()) for p in a]
+    for p, q in zip(a, b):
+        p.grad = torch.randn(p.shape, generator=gen)
+        q.grad = p.grad.clone()
+    ours = clip_grad_norm(a, 0.5)
+    theirs = float(torch.nn.utils.clip_grad_norm_(b, 0.5))
+    assert ours == pytest.approx(theirs, rel=1e-6)
+    for p, q in zip(a, b):
+        torch.testing.assert_close(p.grad, q.grad)
+
+
+def test_a_hung_launch_is_killed_with_its_workers(tmp_path):
+    """The launcher helper kills the whole process group on timeout (no orphaned ranks)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from runtime.testing import run_process_group
+
+    pid_file = tmp_path / "worker.pid"
+    code = ("import subprocess, sys, time; w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+            f"open({str(pid_file)!r}, 'w').write(str(w.pid)); time.sleep(60)")
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_process_group([sys.executable, "-c", code], env=dict(os.environ), cwd=tmp_path, timeout=3)
+    worker = int(pid_file.read_text())
+    time.sleep(0.2)
+    try:
+        os.kill(worker, 0)
+        alive = open(f"/proc/{worker}/stat").read().split()[2] != "Z"
+    except (ProcessLookupError, FileNotFoundError):
+        alive = False
+    assert not alive
