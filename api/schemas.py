@@ -99,3 +99,38 @@ class ExportFormat(BaseModel):
 class Health(BaseModel):
     status: str
     detail: str | None = None
+
+
+#: Example bodies for the OpenAPI document (/docs "Try it out", and the schema fuzz's first cases).
+PLAN_REQUEST_EXAMPLES = {
+    "llama3-70b on 64 H100": {
+        "summary": "Llama 3 70B on 8 nodes of 8 H100",
+        "value": {
+            "model": "llama3-70b",
+            "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 8, "gpus_per_node": 8},
+            "training": {"global_batch_size": 512, "seq_len": 4096},
+        },
+    },
+    "tiny": {
+        "summary": "An 8-layer GPT on one node (solves in about a second)",
+        "value": {
+            "model": "tiny-gpt",
+            "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
+            "training": {"global_batch_size": 32, "seq_len": 128},
+            "top_k": 2,
+            "options": {"time_limit_s": 5.0, "num_workers": 1},
+        },
+    },
+}
+
+ESTIMATE_EXAMPLES = {
+    "pinned": {
+        "summary": "Estimate one configuration: tp 2, pp 2, dp 2",
+        "value": {
+            "model": "tiny-gpt",
+            "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
+            "training": {"global_batch_size": 32, "seq_len": 128},
+            "parallel": {"tp": 2, "pp": 2, "dp": 2, "micro_batch_size": 1},
+        },
+    },
+}

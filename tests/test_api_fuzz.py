@@ -6,6 +6,8 @@ answers, with the server's solver time capped at 1 s."""
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -24,7 +26,9 @@ from tests.api_support import make_app
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance, response_headers_conformance]
 
-app = make_app(Path(tempfile.mkdtemp(prefix="meshplan-fuzz-")), max_solver_time_s=1.0, max_solver_workers=1,
+_folder = tempfile.mkdtemp(prefix="meshplan-fuzz-")
+atexit.register(shutil.rmtree, _folder, ignore_errors=True)
+app = make_app(Path(_folder), max_solver_time_s=1.0, max_solver_workers=1,
                max_gpus=64, max_layers=64)  # big searches are refused (422) rather than run
 schema = schemathesis.openapi.from_asgi("/openapi.json", app)
 

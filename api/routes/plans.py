@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Query, Response
+from fastapi import Body, Query, Response
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import MetricsDep, PoolDep, SettingsDep, SolverDep, StoreDep, v1_router
 from api.problems import ProblemException, error_responses, not_found
-from api.schemas import Page, PlanSummary, StoredPlan
+from api.schemas import PLAN_REQUEST_EXAMPLES, Page, PlanSummary, StoredPlan
 from api.solver import bound_request, timed
 from api.store import Store, request_key
 from planner.specs import Plan, PlanRequest
@@ -45,8 +45,8 @@ async def resolve_profile(request: PlanRequest, store: Store) -> PlanRequest:
                **error_responses(400, 401, 413, 422, 503)},
 )
 async def create_plan(
-    body: PlanRequest, response: Response, settings: SettingsDep, store: StoreDep,
-    solver: SolverDep, pool: PoolDep, metrics: MetricsDep,
+    body: Annotated[PlanRequest, Body(openapi_examples=PLAN_REQUEST_EXAMPLES)],
+    response: Response, settings: SettingsDep, store: StoreDep, solver: SolverDep, pool: PoolDep, metrics: MetricsDep,
 ) -> StoredPlan:
     """Plan a training job. The id is the content hash of the request (with defaults filled in and
     the solver time capped by the server): the same request is answered from the store, not re-solved."""
