@@ -5,7 +5,9 @@ requests in a loop:
   cached    every client posts the same (pre-solved) request: answered from the store;
   uncached  every post is a new request (a distinct global batch size): each is solved.
 During both, one more client probes GET /healthz every 50 ms, to show the server stays responsive
-while solves run. Prints throughput, p50/p99 latency and errors (anything but 200/201; must be 0).
+while solves run. Prints throughput, p50/p99 latency, errors (anything but 200/201; must be 0), and
+the server's CPU time per request (Linux), which unlike the others does not depend on what else
+the machine is running.
 
     python bench/bench_api_load.py [--duration 10] [--clients 32] [--model llama3-8b] [--nodes 1]
 """
@@ -62,6 +64,15 @@ def request_body(args: argparse.Namespace, batch: int) -> dict:
     }
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process so far (Linux /proc); None elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -105,13 +116,15 @@ async def phase(url: str, args: argparse.Namespace, bodies) -> dict:
     return {"requests": len(latencies), "wall": wall, "latencies": latencies, "health": health, "errors": errors}
 
 
-def report(name: str, result: dict) -> None:
+def report(name: str, result: dict, cpu: float | None) -> None:
     lat = result["latencies"]
     errors = sum(result["errors"].values())
+    per_request = f"  server CPU {cpu / max(result['requests'], 1) * 1e3:.1f} ms/req" if cpu is not None else ""
     print(f"{name:9s} {result['requests']:7d} ok  {result['requests'] / result['wall']:8.1f} req/s  "
           f"p50 {percentile(lat, 50) * 1e3:8.1f} ms  p99 {percentile(lat, 99) * 1e3:8.1f} ms  "
           f"errors {errors}{' ' + str(result['errors']) if errors else ''}  "
-          f"| /healthz meanwhile p50 {percentile(result['health'], 50) * 1e3:.1f} ms p99 {percentile(result['health'], 99) * 1e3:.1f} ms")
+          f"| /healthz meanwhile p50 {percentile(result['health'], 50) * 1e3:.1f} ms p99 {percentile(result['health'], 99) * 1e3:.1f} ms"
+          + per_request)
 
 
 def main() -> int:
@@ -136,11 +149,14 @@ def main() -> int:
             warm = httpx.post(f"{url}/v1/plans", json=request_body(args, 256), timeout=300)
             if warm.status_code not in (200, 201):
                 raise SystemExit(f"warm-up plan failed: {warm.status_code} {warm.text[:500]}")
+            before = cpu_seconds(proc.pid)
             cached = asyncio.run(phase(url, args, itertools.repeat(request_body(args, 256))))
-            report("cached", cached)
+            middle = cpu_seconds(proc.pid)
+            report("cached", cached, middle - before if before is not None else None)
             distinct = (request_body(args, 8 * b) for b in itertools.count(1) if 8 * b != 256)
             uncached = asyncio.run(phase(url, args, distinct))
-            report("uncached", uncached)
+            after = cpu_seconds(proc.pid)
+            report("uncached", uncached, after - middle if middle is not None else None)
         finally:
             proc.terminate()
             proc.wait(30)
