@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Body, Query, Response
+from fastapi import Body, Path, Query, Response
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import MetricsDep, PoolDep, SettingsDep, SolverDep, StoreDep, v1_router
 from api.problems import ProblemException, error_responses, not_found
-from api.schemas import PLAN_REQUEST_EXAMPLES, Page, PlanSummary, StoredPlan
+from api.schemas import PLAN_REQUEST_EXAMPLES, Page, PlanSummary, ProblemError, StoredPlan
 from api.solver import bound_request, timed
 from api.store import Store, request_key
 from planner.specs import Plan, PlanRequest
 
 router = v1_router("/plans", "plans")
 
-PlanId = Annotated[str, "plan id"]
+PlanId = Annotated[str, Path(max_length=64, description="Plan id: the content hash of its request.")]
 Index = Annotated[int, Query(ge=0, le=19, description="Which plan of the response (0 = best).")]
 
 
@@ -26,13 +26,13 @@ async def resolve_profile(request: PlanRequest, store: Store) -> PlanRequest:
         return request
     if request.profile is not None:
         raise ProblemException(422, "give either profile or profile_id, not both", errors=[
-            {"field": "profile_id", "message": "both profile and profile_id are set", "fix": "drop one of them"},
+            ProblemError(field="profile_id", message="both profile and profile_id are set", fix="drop one of them"),
         ])
     stored = await run_in_threadpool(store.get_profile, request.profile_id)
     if stored is None:
         raise ProblemException(422, f"profile_id: no stored profile with id {request.profile_id!r}", errors=[
-            {"field": "profile_id", "message": f"no stored profile with id {request.profile_id!r}",
-             "fix": "upload it with POST /v1/profiles and use the id it returns"},
+            ProblemError(field="profile_id", message=f"no stored profile with id {request.profile_id!r}",
+                         fix="upload it with POST /v1/profiles and use the id it returns"),
         ])
     return request.model_copy(update={"profile": stored.profile, "profile_id": None})
 
@@ -101,7 +101,7 @@ def _pick(stored: StoredPlan, index: int) -> Plan:
         raise ProblemException(404, f"plan {stored.id} holds no feasible plan ({reason})")
     if index >= len(plans):
         raise ProblemException(404, f"plan {stored.id} has {len(plans)} plans; index {index} is out of range", errors=[
-            {"field": "query.index", "message": f"must be below {len(plans)}", "fix": f"use an index from 0 to {len(plans) - 1}"},
+            ProblemError(field="query.index", message=f"must be below {len(plans)}", fix=f"use an index from 0 to {len(plans) - 1}"),
         ])
     return plans[index]
 
