@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 import typer
 
 from api.settings import load_settings
+from api.store import Store
 
 #: Attributes every LogRecord has; anything else on a record was passed as ``extra=`` and is logged.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "color_message"}
@@ -63,6 +64,7 @@ def serve(
 
     overrides = {k: v for k, v in {"host": host, "port": port, "workers": workers, "log_level": log_level}.items() if v is not None}
     settings = load_settings(**overrides)  # a bad value → MeshplanError naming the variable → exit 2
+    Store(settings.database_url).close()  # the database opens (tables made) before we listen, or exit 2
     # Workers build the app from the environment: hand them the command-line values that way.
     for key, value in overrides.items():
         os.environ[f"MESHPLAN_{key.upper()}"] = str(value)

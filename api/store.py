@@ -19,11 +19,12 @@ from pathlib import Path
 
 from sqlalchemy import Boolean, Float, Integer, String, Text, create_engine, event, func, select, text
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 from api.schemas import Page, PlanSummary, ProfileSummary, RunSummary, StoredPlan, StoredProfile, StoredRun
+from planner.errors import MeshplanError
 from planner.specs import PlanRequest, PlanResponse, Profile, RunReport
 
 ID_LENGTH = 32  # hex digits of SHA-256 kept as the id (128 bits)
@@ -138,8 +139,20 @@ class Store:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.engine = make_engine(url)
-        Base.metadata.create_all(self.engine)
+        try:
+            self.engine = make_engine(url)
+            Base.metadata.create_all(self.engine)
+        except (ModuleNotFoundError, NoSuchModuleError) as exc:
+            raise MeshplanError(
+                "MESHPLAN_DATABASE_URL", f"no database driver for {make_url(url).drivername!r} ({exc})",
+                "install the driver the URL names (e.g. pip install 'psycopg[binary]' for postgresql+psycopg)",
+            ) from None
+        except (OperationalError, OSError) as exc:
+            raise MeshplanError(
+                "MESHPLAN_DATABASE_URL", f"cannot open the database {make_url(url).render_as_string(hide_password=True)} "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
+                "check the URL, that the server is up, and that the file's folder is writable",
+            ) from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)
 
     def close(self) -> None:

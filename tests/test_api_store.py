@@ -105,3 +105,17 @@ def test_nothing_a_client_sends_is_executed_or_unpickled(module):
     source = (ROOT / "api" / f"{module}.py").read_text()
     for banned in ("pickle", "marshal", "eval(", "exec(", "yaml.load(", "yaml.unsafe_load", "subprocess", "os.system", "PickleType"):
         assert banned not in source, f"api/{module}.py uses {banned}"
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("postgresql+nosuchdriver://u:secret@127.0.0.1/db", "no database driver"),
+        ("sqlite:////proc/no-such-dir/meshplan.db", "cannot open the database"),
+    ],
+)
+def test_database_that_cannot_open_names_the_variable(url, message):
+    with pytest.raises(MeshplanError) as err:
+        Store(url)
+    assert err.value.field == "MESHPLAN_DATABASE_URL" and message in err.value.message
+    assert "secret" not in str(err.value)
