@@ -105,10 +105,10 @@ def test_saturated_solver_answers_503_at_once_and_the_server_stays_responsive(tm
         third = c.post("/v1/plans", json=plan_request(training__global_batch_size=128))
         refused_in = time.perf_counter() - start
         assert third.status_code == 503 and third.headers["content-type"] == PROBLEM
-        assert third.headers["retry-after"] == "5" and refused_in < 0.5
+        assert third.headers["retry-after"] == "5" and refused_in < 1.0  # a stalled server would take the 2 s solve
         start = time.perf_counter()
         assert c.get("/healthz").status_code == 200 and c.get("/v1/plans").status_code == 200
-        assert time.perf_counter() - start < 0.5  # the event loop is not blocked by the solves
+        assert time.perf_counter() - start < 1.0  # the event loop is not blocked by the solves
         for t in threads:
             t.join(15)
         assert sorted(r.status_code for r in results) == [201, 201]
