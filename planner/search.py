@@ -29,6 +29,7 @@ from ortools.sat.python import cp_model
 
 from planner.cost import Candidate, ClassCosts, Context, Evaluation, class_costs, evaluate, rank_end_terms
 from planner.errors import MeshplanError
+from planner.layout import even_stage_layers
 from planner.simulate import rank_orders
 from planner.specs import MULTI_STAGE_SCHEDULES, ParallelPins, SearchOptions
 
@@ -225,6 +226,16 @@ def class_bound(cc: ClassCosts) -> int:
         pipe = m * total / p + ramp
     ends = (L * (cc.opt_layer + cc.post_layer) + sum(cc.opt_extra) + sum(cc.post_extra)) / p + cc.post_const
     return int(math.floor(pipe + ends))
+
+
+def estimate_uniform(cc: ClassCosts) -> float:
+    """A quick estimate (not a bound) used only to order classes: uniform stages, paper bubble."""
+    c = cc.cand
+    total = cc.num_layers * (cc.f_layer + cc.b_layer) + sum(cc.f_extra) + sum(cc.b_extra)
+    v = c.virtual_stages
+    pipe = total * (cc.m * v + c.pp - 1) / (c.pp * v)
+    ends = (cc.num_layers * (cc.opt_layer + cc.post_layer) + sum(cc.opt_extra)) / c.pp + cc.post_const
+    return pipe + ends
 
 
 def greedy_cut(cc: ClassCosts) -> list[int]:
@@ -441,9 +452,10 @@ def solve_class(cc: ClassCosts, options: SearchOptions, fixed: list[int] | None 
             break  # cannot beat the plans already found: stop refining
         # Add the critical path of the solution and of its one-layer neighbours (fewer rounds).
         new_cuts = {tuple(_chain_cut(cc, ev.sim.critical_path, ev.sim.critical_lags)[0]): _chain_cut(cc, ev.sim.critical_path, ev.sim.critical_lags)}
-        for b in range(C - 1):
+        affordable = 4 * C * cc.m * C <= 100_000  # neighbour simulations cost ~2·m·C steps each
+        for b in range(C - 1 if affordable else 0):
             for a, z in ((b, b + 1), (b + 1, b)):
-                if sol[a] > 1:
+                if sol[a] > 1 and time.perf_counter() < deadline:
                     nb = list(sol)
                     nb[a] -= 1
                     nb[z] += 1
@@ -503,7 +515,9 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
                 blocked = (cand, lb)
             continue
         bounded.append((class_bound(cc), i, cc))
-    bounded.sort(key=lambda t: (t[0], simplicity(t[2].cand)))
+    # Visit classes by a uniform-stage estimate (good incumbents early); skip those whose valid
+    # lower bound cannot beat the k-th best plan. Every class is either solved or bounded out.
+    bounded.sort(key=lambda t: (estimate_uniform(t[2]), simplicity(t[2].cand)))
     found: list[ClassResult] = []
     solved = solves = 0
     all_proven = True
@@ -512,10 +526,11 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     for idx, (lb, _, cc) in enumerate(bounded):
         kth = found[top_k - 1].evaluation.objective_ns if len(found) >= top_k else None
         if kth is not None and lb >= kth:
-            break
+            continue
         if time.perf_counter() >= deadline:
             all_proven = False
-            open_bound = lb if open_bound is None else min(open_bound, lb)
+            rest = [b for b, _, _ in bounded[idx:] if kth is None or b < kth]
+            open_bound = min([*rest, *([open_bound] if open_bound is not None else [])])
             break
         res = solve_class(cc, options, fixed=pins.stage_layers, incumbent=kth, deadline=deadline)
         solved += 1
@@ -540,7 +555,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
              f"{solved} solved with CP-SAT ({solves} solves)"]
     if not found:
         return SearchResult([], "INFEASIBLE" if all_proven else "UNKNOWN", None, None, wall, len(cands), solved, solves, notes,
-                            min_memory=_min_memory(ctx, cands))
+                            min_memory=_min_memory(ctx, cands) if all_proven else None)
     best = found[0].evaluation.objective_ns
     if not all_proven:
         notes.append(f"time limit ({options.time_limit_s:g} s) reached before the proof completed; the bound is the smallest open lower bound")
@@ -558,7 +573,7 @@ def _min_memory(ctx: Context, cands: list[Candidate]) -> tuple[Candidate, float]
         cc = class_costs(ctx, cand)
         if cc.chunks > cc.num_layers:
             continue
-        n = _balanced_memory_cut(cc)
+        n = _balanced_memory_cut(cc) if cc.chunks * cc.num_layers <= 2_000 else even_stage_layers(cc.num_layers, cc.chunks)
         need = max(rank_memory(cc, n, r) for r in range(cand.pp))
         gib = (need * (1 + FRAGMENTATION) + FIXED_RESERVE_BYTES) / GIB
         if best is None or gib < best[1]:
