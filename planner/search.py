@@ -314,7 +314,7 @@ def _initial_chains(cc: ClassCosts) -> list[tuple[list[int], int]]:
     return cuts
 
 
-def local_search(cc: ClassCosts, start: list[int], max_evals: int = 60) -> tuple[list[int], Evaluation, list[tuple[list[int], int]]]:
+def local_search(cc: ClassCosts, start: list[int], max_evals: int = 60, deadline: float | None = None) -> tuple[list[int], Evaluation, list[tuple[list[int], int]]]:
     """Hill-climb over single-layer moves between chunks, scored by the exact objective (simulation);
     returns the best fitting cut found and the critical-path cuts of every simulated cut."""
     cuts: dict[tuple, tuple[list[int], int]] = {}
@@ -328,6 +328,7 @@ def local_search(cc: ClassCosts, start: list[int], max_evals: int = 60) -> tuple
     best_n = list(start)
     best_s, best_ev = score(best_n)
     evals = 1
+    max_evals = min(max_evals, max(1, 200_000 // (2 * cc.m * cc.chunks)))  # ~0.5 s of simulation at most
     improved = True
     while improved and evals < max_evals:
         improved = False
@@ -335,6 +336,8 @@ def local_search(cc: ClassCosts, start: list[int], max_evals: int = 60) -> tuple
             for b in range(cc.chunks):
                 if a == b or best_n[a] <= 1:
                     continue
+                if deadline is not None and time.perf_counter() >= deadline:
+                    return best_n, best_ev, list(cuts.values())
                 n = list(best_n)
                 n[a] -= 1
                 n[b] += 1
@@ -393,7 +396,7 @@ def solve_class(cc: ClassCosts, options: SearchOptions, fixed: list[int] | None 
         model.add(M >= sum(k * x for k, x in zip(coef, n) if k) + const)
     model.minimize(M + D)
     if c.virtual_stages > 1:
-        hint, hint_ev, seeds = local_search(cc, greedy_cut(cc))
+        hint, hint_ev, seeds = local_search(cc, greedy_cut(cc), deadline=deadline)
     else:  # one chunk per rank: the rank chains are strong; refine by cuts only
         hint = greedy_cut(cc)
         hint_ev = evaluate(cc, hint)
