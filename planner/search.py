@@ -29,6 +29,7 @@ from ortools.sat.python import cp_model
 
 from planner.cost import Candidate, ClassCosts, Context, Evaluation, class_costs, evaluate, rank_end_terms
 from planner.errors import MeshplanError
+from planner.layout import even_stage_layers
 from planner.simulate import rank_orders
 from planner.specs import MULTI_STAGE_SCHEDULES, ParallelPins, SearchOptions
 
@@ -227,6 +228,16 @@ def class_bound(cc: ClassCosts) -> int:
     return int(math.floor(pipe + ends))
 
 
+def estimate_uniform(cc: ClassCosts) -> float:
+    """A quick estimate (not a bound) used only to order classes: uniform stages, paper bubble."""
+    c = cc.cand
+    total = cc.num_layers * (cc.f_layer + cc.b_layer) + sum(cc.f_extra) + sum(cc.b_extra)
+    v = c.virtual_stages
+    pipe = total * (cc.m * v + c.pp - 1) / (c.pp * v)
+    ends = (cc.num_layers * (cc.opt_layer + cc.post_layer) + sum(cc.opt_extra)) / c.pp + cc.post_const
+    return pipe + ends
+
+
 def greedy_cut(cc: ClassCosts) -> list[int]:
     """A balanced cut: add layers one by one to the chunk whose F+B stays smallest (memory permitting)."""
     from planner.cost import rank_memory
@@ -303,7 +314,7 @@ def _initial_chains(cc: ClassCosts) -> list[tuple[list[int], int]]:
     return cuts
 
 
-def local_search(cc: ClassCosts, start: list[int], max_evals: int = 60) -> tuple[list[int], Evaluation, list[tuple[list[int], int]]]:
+def local_search(cc: ClassCosts, start: list[int], max_evals: int = 60, deadline: float | None = None) -> tuple[list[int], Evaluation, list[tuple[list[int], int]]]:
     """Hill-climb over single-layer moves between chunks, scored by the exact objective (simulation);
     returns the best fitting cut found and the critical-path cuts of every simulated cut."""
     cuts: dict[tuple, tuple[list[int], int]] = {}
@@ -317,6 +328,7 @@ def local_search(cc: ClassCosts, start: list[int], max_evals: int = 60) -> tuple
     best_n = list(start)
     best_s, best_ev = score(best_n)
     evals = 1
+    max_evals = min(max_evals, max(1, 200_000 // (2 * cc.m * cc.chunks)))  # ~0.5 s of simulation at most
     improved = True
     while improved and evals < max_evals:
         improved = False
@@ -324,6 +336,8 @@ def local_search(cc: ClassCosts, start: list[int], max_evals: int = 60) -> tuple
             for b in range(cc.chunks):
                 if a == b or best_n[a] <= 1:
                     continue
+                if deadline is not None and time.perf_counter() >= deadline:
+                    return best_n, best_ev, list(cuts.values())
                 n = list(best_n)
                 n[a] -= 1
                 n[b] += 1
@@ -337,8 +351,10 @@ def local_search(cc: ClassCosts, start: list[int], max_evals: int = 60) -> tuple
     return best_n, best_ev, list(cuts.values())
 
 
-def solve_class(cc: ClassCosts, options: SearchOptions, fixed: list[int] | None = None, incumbent: int | None = None) -> ClassResult:
+def solve_class(cc: ClassCosts, options: SearchOptions, fixed: list[int] | None = None, incumbent: int | None = None,
+                deadline: float | None = None) -> ClassResult:
     t0 = time.perf_counter()
+    deadline = deadline if deadline is not None else t0 + options.time_limit_s
     c, C, L = cc.cand, cc.chunks, cc.num_layers
     if fixed is not None:
         ev = evaluate(cc, fixed)
@@ -380,27 +396,45 @@ def solve_class(cc: ClassCosts, options: SearchOptions, fixed: list[int] | None 
         model.add(M >= sum(k * x for k, x in zip(coef, n) if k) + const)
     model.minimize(M + D)
     if c.virtual_stages > 1:
-        hint, hint_ev, seeds = local_search(cc, greedy_cut(cc))
+        hint, hint_ev, seeds = local_search(cc, greedy_cut(cc), deadline=deadline)
     else:  # one chunk per rank: the rank chains are strong; refine by cuts only
-        hint, hint_ev, seeds = greedy_cut(cc), None, []
+        hint = greedy_cut(cc)
+        hint_ev = evaluate(cc, hint)
+        seeds = [_chain_cut(cc, hint_ev.sim.critical_path, hint_ev.sim.critical_lags)]
+    # Cutoffs (valid): the class optimum is no worse than its hint; a class that cannot beat the
+    # k-th best plan found so far is of no interest. Both shrink CP-SAT's domains a lot.
+    cutoff = hint_ev.objective_ns if hint_ev.fits else None
+    if incumbent is not None:
+        cutoff = incumbent - 1 if cutoff is None else min(cutoff, incumbent - 1)
+    if cutoff is not None:
+        model.add(M + D <= cutoff)
     if c.schedule != "gpipe":
         for coef, const in seeds:
             model.add(M >= sum(k * x for k, x in zip(coef, n) if k) + const)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = options.time_limit_s
     solver.parameters.num_workers = options.num_workers
+    # Presolve buys nothing on these small models and costs tens of ms per solve (measured).
+    solver.parameters.cp_model_presolve = False
     iterations = 0
     best: tuple[list[int], Evaluation] | None = (hint, hint_ev) if hint_ev is not None and hint_ev.fits else None
     status_name = "UNKNOWN"
     bound = 0
     while True:
         iterations += 1
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            break
+        solver.parameters.max_time_in_seconds = left
         model.clear_hints()
         for x, h in zip(n, best[0] if best else hint):
             model.add_hint(x, h)
         st = solver.solve(model)
         status_name = solver.status_name(st)
         if st == cp_model.INFEASIBLE:
+            if incumbent is not None and cutoff == incumbent - 1:  # cannot beat the k-th best plan
+                return ClassResult(c, None, None, "PRUNED", incumbent, iterations, time.perf_counter() - t0)
+            if best is not None:  # nothing at or below the hint's objective but the hint: optimal
+                return ClassResult(c, best[0], best[1], "OPTIMAL", best[1].objective_ns, iterations, time.perf_counter() - t0)
             return ClassResult(c, None, None, "INFEASIBLE", 0, iterations, time.perf_counter() - t0)
         if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             break
@@ -419,8 +453,22 @@ def solve_class(cc: ClassCosts, options: SearchOptions, fixed: list[int] | None 
             break
         if incumbent is not None and bound >= incumbent:
             break  # cannot beat the plans already found: stop refining
-        coef, const = _chain_cut(cc, ev.sim.critical_path, ev.sim.critical_lags)
-        model.add(M >= sum(k * x for k, x in zip(coef, n) if k) + const)
+        # Add the critical path of the solution and of its one-layer neighbours (fewer rounds).
+        new_cuts = {tuple(_chain_cut(cc, ev.sim.critical_path, ev.sim.critical_lags)[0]): _chain_cut(cc, ev.sim.critical_path, ev.sim.critical_lags)}
+        affordable = 4 * C * cc.m * C <= 100_000  # neighbour simulations cost ~2·m·C steps each
+        for b in range(C - 1 if affordable else 0):
+            for a, z in ((b, b + 1), (b + 1, b)):
+                if sol[a] > 1 and time.perf_counter() < deadline:
+                    nb = list(sol)
+                    nb[a] -= 1
+                    nb[z] += 1
+                    nev = evaluate(cc, nb)
+                    if nev.fits and nev.objective_ns < best[1].objective_ns:
+                        best = (nb, nev)
+                    cut = _chain_cut(cc, nev.sim.critical_path, nev.sim.critical_lags)
+                    new_cuts[(tuple(cut[0]), cut[1])] = cut
+        for coef, const in new_cuts.values():
+            model.add(M >= sum(k * x for k, x in zip(coef, n) if k) + const)
     if best is None:
         return ClassResult(c, None, None, "UNKNOWN", bound, iterations, time.perf_counter() - t0)
     proven = best[1].objective_ns <= bound
@@ -470,17 +518,24 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
                 blocked = (cand, lb)
             continue
         bounded.append((class_bound(cc), i, cc))
-    bounded.sort(key=lambda t: (t[0], simplicity(t[2].cand)))
+    # Visit classes by a uniform-stage estimate (good incumbents early); skip those whose valid
+    # lower bound cannot beat the k-th best plan. Every class is either solved or bounded out.
+    bounded.sort(key=lambda t: (estimate_uniform(t[2]), simplicity(t[2].cand)))
     found: list[ClassResult] = []
     solved = solves = 0
     all_proven = True
-    next_bound: int | None = None
-    for lb, _, cc in bounded:
+    open_bound: int | None = None  # smallest bound among classes left unproven (time limit)
+    deadline = t0 + options.time_limit_s
+    for idx, (lb, _, cc) in enumerate(bounded):
         kth = found[top_k - 1].evaluation.objective_ns if len(found) >= top_k else None
         if kth is not None and lb >= kth:
-            next_bound = lb
+            continue
+        if time.perf_counter() >= deadline:
+            all_proven = False
+            rest = [b for b, _, _ in bounded[idx:] if kth is None or b < kth]
+            open_bound = min([*rest, *([open_bound] if open_bound is not None else [])])
             break
-        res = solve_class(cc, options, fixed=pins.stage_layers, incumbent=kth)
+        res = solve_class(cc, options, fixed=pins.stage_layers, incumbent=kth, deadline=deadline)
         solved += 1
         solves += res.iterations
         if res.status == "PRUNED":
@@ -494,6 +549,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         if res.status != "OPTIMAL":
             if kth is None or res.bound < kth:
                 all_proven = False
+                open_bound = res.bound if open_bound is None else min(open_bound, res.bound)
         found.append(res)
         found.sort(key=lambda r: (r.evaluation.objective_ns, simplicity(r.cand)))
         del found[top_k:]
@@ -502,9 +558,12 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
              f"{solved} solved with CP-SAT ({solves} solves)"]
     if not found:
         return SearchResult([], "INFEASIBLE" if all_proven else "UNKNOWN", None, None, wall, len(cands), solved, solves, notes,
-                            min_memory=_min_memory(ctx, cands))
+                            min_memory=_min_memory(ctx, cands) if all_proven else None)
     best = found[0].evaluation.objective_ns
-    return SearchResult(found, "OPTIMAL" if all_proven else "FEASIBLE", best, best if all_proven else min(r.bound for r in found),
+    if not all_proven:
+        notes.append(f"time limit ({options.time_limit_s:g} s) reached before the proof completed; the bound is the smallest open lower bound")
+    bound = best if all_proven else min(best, open_bound if open_bound is not None else best)
+    return SearchResult(found, "OPTIMAL" if all_proven else "FEASIBLE", best, bound,
                         wall, len(cands), solved, solves, notes, memory_blocked=blocked)
 
 
@@ -517,7 +576,7 @@ def _min_memory(ctx: Context, cands: list[Candidate]) -> tuple[Candidate, float]
         cc = class_costs(ctx, cand)
         if cc.chunks > cc.num_layers:
             continue
-        n = _balanced_memory_cut(cc)
+        n = _balanced_memory_cut(cc) if cc.chunks * cc.num_layers <= 2_000 else even_stage_layers(cc.num_layers, cc.chunks)
         need = max(rank_memory(cc, n, r) for r in range(cand.pp))
         gib = (need * (1 + FRAGMENTATION) + FIXED_RESERVE_BYTES) / GIB
         if best is None or gib < best[1]:

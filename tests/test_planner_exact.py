@@ -81,3 +81,20 @@ def test_compositions_count(total: int, parts: int, count: int) -> None:
     cuts = list(compositions(total, parts))
     assert len(cuts) == count == comb(total - 1, parts - 1)
     assert all(sum(c) == total and min(c) >= 1 for c in cuts)
+
+
+@pytest.mark.parametrize("seed", range(0, 16, 3))
+def test_class_bounds_are_valid(seed: int) -> None:
+    """The cut-independent bound used to skip classes never exceeds the class's true optimum, and
+    the memory screen never drops a class that has a fitting cut."""
+    from planner.search import class_bound, may_fit
+
+    ctx, pins = random_instance(seed)
+    from planner.search import enumerate_candidates
+
+    for cand in enumerate_candidates(ctx, pins, SearchOptions()):
+        cc = class_costs(ctx, cand)
+        evs = [evaluate(cc, n) for n in compositions(cc.num_layers, cc.chunks)]
+        assert class_bound(cc) <= min(e.objective_ns for e in evs)
+        if any(e.fits for e in evs):
+            assert may_fit(cc)
