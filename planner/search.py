@@ -311,6 +311,17 @@ def _initial_chains(cc: ClassCosts) -> list[tuple[list[int], int]]:
         lags = list(range(i)) * 2
         lags = [b for b in lags if cc.chunk_rank[b] != cc.chunk_rank[b + 1]]
         cuts.append(_chain_cut(cc, path, lags))
+    if c.schedule == "1f1b" and c.virtual_stages == 1 and c.pp > 1:
+        # The shape simulations show: micro-batch 0 forward through every stage and backward down to
+        # stage k, then stage k's remaining operations (its steady state), then B(m-1) down to 0.
+        p = c.pp
+        for k in range(p):
+            ops = list(orders[k])
+            start = ops.index(("B", 0, k))
+            path = [("F", 0, ch) for ch in range(p)] + [("B", 0, ch) for ch in range(p - 1, k, -1)] + ops[start:] \
+                + [("B", cc.m - 1, ch) for ch in range(k - 1, -1, -1)]
+            lags = list(range(p - 1)) + list(range(k, p - 1)) + list(range(k))
+            cuts.append(_chain_cut(cc, path, lags))
     return cuts
 
 
