@@ -5,6 +5,12 @@ write that returned (the request was acknowledged after its commit) survives ``k
 loss. Records are stored as their validated JSON next to a few indexed columns for listing, and
 are only ever read back as JSON through the pydantic schemas.
 
+PostgreSQL (``postgresql+psycopg://user:pw@host/db``, extra ``meshplan[postgres]``) is tested the same
+way: text that PostgreSQL cannot hold is kept out of the indexed columns (a NUL character becomes
+U+FFFD there; the JSON keeps the exact value), free-form fields are unbounded ``Text`` columns, tables
+are created under an advisory lock so several workers can start at once, and a connection attempt
+gives up after ``connect_timeout`` seconds so ``/readyz`` answers promptly when the server is down.
+
 Plans are keyed by the content hash of their canonical request (``request_key``): the same request
 always maps to the same id. Profiles are content-addressed the same way; runs get random ids.
 """
@@ -19,7 +25,7 @@ from pathlib import Path
 
 from sqlalchemy import Boolean, Float, Integer, String, Text, create_engine, event, func, select, text
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import IntegrityError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import IntegrityError, NoSuchModuleError, OperationalError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 from sqlalchemy.pool import StaticPool
 
@@ -28,6 +34,8 @@ from planner.errors import MeshplanError
 from planner.specs import PlanRequest, PlanResponse, Profile, RunReport
 
 ID_LENGTH = 32  # hex digits of SHA-256 kept as the id (128 bits)
+PG_CONNECT_TIMEOUT_S = 10  # libpq connect_timeout unless the URL sets one
+PG_SCHEMA_LOCK = 0x6D657368706C616E  # advisory lock key ("meshplan") held while creating tables
 
 
 def canonical_json(data: object) -> str:
@@ -43,6 +51,12 @@ def request_key(request: PlanRequest) -> str:
     """Content hash of a plan request with its defaults filled in: requests that differ only in
     spelling (key order, omitted defaults) share an id."""
     return content_id(request.model_dump(mode="json"))
+
+
+def column_text(value: str) -> str:
+    """``value`` as stored in an indexed column (and compared in filters): PostgreSQL text cannot
+    hold NUL, so it becomes U+FFFD; the record's JSON keeps the exact value."""
+    return value.replace("\x00", "\ufffd")
 
 
 def utc_now() -> str:
@@ -74,7 +88,7 @@ class ProfileRow(Base):
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     created_at: Mapped[str] = mapped_column(String(32), index=True)
     model: Mapped[str] = mapped_column(String(128), index=True)
-    device: Mapped[str] = mapped_column(String(256))
+    device: Mapped[str] = mapped_column(Text)  # unbounded in the schema
     source: Mapped[str] = mapped_column(String(32))
     profile_json: Mapped[str] = mapped_column(Text)
 
@@ -83,7 +97,7 @@ class RunRow(Base):
     __tablename__ = "runs"
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     created_at: Mapped[str] = mapped_column(String(32), index=True)
-    model: Mapped[str] = mapped_column(String(128))
+    model: Mapped[str] = mapped_column(Text)  # unbounded in the schema
     world_size: Mapped[int] = mapped_column(Integer)
     measured_step_time_s: Mapped[float] = mapped_column(Float)
     predicted_step_time_s: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -93,10 +107,15 @@ class RunRow(Base):
 
 def make_engine(url: str) -> Engine:
     """An engine for ``url``; SQLite gets WAL, synchronous=FULL and a busy timeout (several uvicorn
-    workers may share the file)."""
+    workers may share the file). Server databases get pre-pinged connections and enough of them for
+    every thread of the request thread pool (anyio's 40), so a burst waits on the database, not on
+    the pool; PostgreSQL also gets a connect timeout."""
     parsed = make_url(url)
-    if not parsed.drivername.startswith("sqlite"):
-        return create_engine(url, pool_pre_ping=True)
+    if parsed.get_backend_name() != "sqlite":
+        connect_args = {}
+        if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+            connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
+        return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=40, connect_args=connect_args)
     database = parsed.database or ""
     memory = database in ("", ":memory:")
     if not memory:
@@ -123,8 +142,8 @@ def _summary_of(response: PlanResponse) -> dict:
     best = response.plans[0].estimate if response.plans else None
     gpu = response.cluster.gpu
     return {
-        "model": response.model.name,
-        "gpu": gpu if isinstance(gpu, str) else gpu.id,
+        "model": column_text(response.model.name),
+        "gpu": column_text(gpu if isinstance(gpu, str) else gpu.id),
         "num_gpus": response.cluster.num_gpus,
         "status": response.solver.status,
         "step_time_s": best.step_time_s if best else None,
@@ -141,19 +160,35 @@ class Store:
         self.url = url
         try:
             self.engine = make_engine(url)
-            Base.metadata.create_all(self.engine)
+            self._create_tables()
         except (ModuleNotFoundError, NoSuchModuleError) as exc:
             raise MeshplanError(
                 "MESHPLAN_DATABASE_URL", f"no database driver for {make_url(url).drivername!r} ({exc})",
                 "install the driver the URL names (e.g. pip install 'psycopg[binary]' for postgresql+psycopg)",
             ) from None
-        except (OperationalError, OSError) as exc:
+        except (OperationalError, ProgrammingError, OSError) as exc:
             raise MeshplanError(
                 "MESHPLAN_DATABASE_URL", f"cannot open the database {make_url(url).render_as_string(hide_password=True)} "
                 f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
                 "check the URL, that the server is up, and that the file's folder is writable",
             ) from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)
+
+    def _create_tables(self) -> None:
+        """Create missing tables; several workers may do this at once on an empty database. On
+        PostgreSQL the loser of that race fails (duplicate pg_type row), so creation runs in one
+        transaction holding an advisory lock: the second waits, then finds the tables. On SQLite the
+        loser gets "table ... already exists" and simply looks again."""
+        for attempt in range(5):
+            try:
+                with self.engine.begin() as conn:
+                    if conn.dialect.name == "postgresql":
+                        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_SCHEMA_LOCK})
+                    Base.metadata.create_all(conn)
+                return
+            except OperationalError as exc:
+                if "already exists" not in str(exc) or attempt == 4:
+                    raise
 
     def close(self) -> None:
         self.engine.dispose()
@@ -205,9 +240,9 @@ class Store:
     def list_plans(self, *, model: str | None, gpu: str | None, limit: int, offset: int) -> Page[PlanSummary]:
         query = select(PlanRow)
         if model:
-            query = query.where(PlanRow.model == model)
+            query = query.where(PlanRow.model == column_text(model))
         if gpu:
-            query = query.where(PlanRow.gpu == gpu)
+            query = query.where(PlanRow.gpu == column_text(gpu))
         with self._session() as session:
             total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
             rows = session.scalars(query.order_by(PlanRow.created_at.desc(), PlanRow.id).limit(limit).offset(offset)).all()
@@ -233,9 +268,9 @@ class Store:
         row = ProfileRow(
             id=profile_id,
             created_at=utc_now(),
-            model=profile.model.name,
-            device=profile.device,
-            source=profile.source,
+            model=column_text(profile.model.name),
+            device=column_text(profile.device),
+            source=column_text(profile.source),
             profile_json=canonical_json(data),
         )
         if not self._insert(row):
@@ -254,7 +289,7 @@ class Store:
     def list_profiles(self, *, model: str | None, limit: int, offset: int) -> Page[ProfileSummary]:
         query = select(ProfileRow)
         if model:
-            query = query.where(ProfileRow.model == model)
+            query = query.where(ProfileRow.model == column_text(model))
         with self._session() as session:
             total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
             rows = session.scalars(query.order_by(ProfileRow.created_at.desc(), ProfileRow.id).limit(limit).offset(offset)).all()
@@ -267,7 +302,7 @@ class Store:
         row = RunRow(
             id=uuid.uuid4().hex,
             created_at=utc_now(),
-            model=report.model,
+            model=column_text(report.model),
             world_size=report.world_size,
             measured_step_time_s=report.measured_step_time_s,
             predicted_step_time_s=report.predicted_step_time_s,
