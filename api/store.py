@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -178,7 +179,8 @@ class Store:
         """Create missing tables; several workers may do this at once on an empty database. On
         PostgreSQL the loser of that race fails (duplicate pg_type row), so creation runs in one
         transaction holding an advisory lock: the second waits, then finds the tables. On SQLite the
-        loser gets "table ... already exists" and simply looks again."""
+        loser gets "table ... already exists" or, in WAL mode, an immediate "database is locked"
+        (a read transaction cannot be upgraded to a write while another writes) and tries again."""
         for attempt in range(5):
             try:
                 with self.engine.begin() as conn:
@@ -187,8 +189,9 @@ class Store:
                     Base.metadata.create_all(conn)
                 return
             except OperationalError as exc:
-                if "already exists" not in str(exc) or attempt == 4:
+                if attempt == 4 or not any(m in str(exc) for m in ("already exists", "database is locked")):
                     raise
+                time.sleep(0.05 * (attempt + 1))
 
     def close(self) -> None:
         self.engine.dispose()

@@ -21,7 +21,7 @@ from api.settings import Settings
 from api.store import Store, request_key
 from planner.specs import PlanRequest, Profile, RunReport
 from tests.api_support import ROOT, LiveServer, SlowSolver, free_port, plan_request, profile_body, run_report_body
-from tests.pg_support import pg_server, pg_url  # noqa: F401 - fixtures
+from tests.pg_support import REQUIRE_ENV, pg_server, pg_url, unavailable  # noqa: F401 - fixtures
 
 BACKENDS = ["sqlite", "postgresql"]
 
@@ -187,6 +187,18 @@ def test_readyz_follows_the_database(pg_server, pg_url):
         r = client.get("/readyz")
         assert r.status_code == 503 and r.json()["status"] == "unavailable" and "store: OperationalError" in r.json()["detail"]
         assert time.monotonic() - started < 10
+        pg_server.admin(f'CREATE DATABASE "{pg_url.rsplit("/", 1)[1]}"')  # back: ready again, same app
+        assert client.get("/readyz").status_code == 200
+
+
+@pytest.mark.parametrize(("require", "outcome"), [(None, pytest.skip.Exception), ("1", pytest.fail.Exception)])
+def test_missing_postgres_skips_unless_required(monkeypatch, require, outcome):
+    if require is None:
+        monkeypatch.delenv(REQUIRE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(REQUIRE_ENV, require)
+    with pytest.raises(outcome, match="apt-get install -y postgresql"):
+        unavailable("PostgreSQL server binaries not found")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
