@@ -108,9 +108,10 @@ def free_port() -> int:
 class LiveServer:
     """``meshplan serve`` (uvicorn) in a subprocess on 127.0.0.1 and a free port."""
 
-    def __init__(self, tmp_path: Path, db: Path, **env: str) -> None:
+    def __init__(self, tmp_path: Path, db: Path, *, database_url: str | None = None, **env: str) -> None:
         self.tmp_path = tmp_path
         self.db = db
+        self.database_url = database_url or f"sqlite:///{db}"
         self.env = env
         self.proc: subprocess.Popen | None = None
         self.port = 0
@@ -124,7 +125,7 @@ class LiveServer:
         self.port = free_port()
         self.starts += 1
         env = {k: v for k, v in os.environ.items() if not k.startswith("MESHPLAN_")}
-        env.update(PYTHONPATH=str(ROOT), MESHPLAN_DATABASE_URL=f"sqlite:///{self.db}", **self.env)
+        env.update(PYTHONPATH=str(ROOT), MESHPLAN_DATABASE_URL=self.database_url, **self.env)
         self.stdout = open(self.tmp_path / f"server{self.starts}.out", "wb")
         self.stderr = open(self.tmp_path / f"server{self.starts}.err", "wb")
         self.proc = subprocess.Popen(

@@ -5,9 +5,6 @@ that keeps a plan across a restart."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 import time
 
@@ -20,7 +17,7 @@ from api.client import MeshplanClient
 from api.settings import Settings
 from api.store import Store, request_key
 from planner.specs import PlanRequest, Profile, RunReport
-from tests.api_support import ROOT, LiveServer, SlowSolver, free_port, plan_request, profile_body, run_report_body
+from tests.api_support import LiveServer, SlowSolver, plan_request, profile_body, run_report_body
 from tests.pg_support import REQUIRE_ENV, pg_server, pg_url, unavailable  # noqa: F401 - fixtures
 
 BACKENDS = ["sqlite", "postgresql"]
@@ -225,41 +222,8 @@ def test_workers_create_the_tables_at_once(request, tmp_path, backend):
         assert not errors, errors
 
 
-class PostgresLiveServer(LiveServer):
-    """``meshplan serve`` with MESHPLAN_DATABASE_URL pointing at a PostgreSQL database (LiveServer
-    itself always passes a SQLite URL)."""
-
-    def __init__(self, tmp_path, url: str) -> None:
-        super().__init__(tmp_path, tmp_path / "unused.db")
-        self.database_url = url
-
-    def start(self, timeout: float = 60.0) -> "PostgresLiveServer":
-        self.port = free_port()
-        self.starts += 1
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MESHPLAN_")}
-        env.update(PYTHONPATH=str(ROOT), MESHPLAN_DATABASE_URL=self.database_url)
-        self.stdout = open(self.tmp_path / f"server{self.starts}.out", "wb")
-        self.stderr = open(self.tmp_path / f"server{self.starts}.err", "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "api.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-            cwd=ROOT, env=env, stdout=self.stdout, stderr=self.stderr,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.read_stderr()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"server did not answer within {timeout} s: {self.read_stderr()[-2000:]}")
-
-
 def test_serve_on_postgres_keeps_a_plan_across_a_restart(tmp_path, pg_url):
-    server = PostgresLiveServer(tmp_path, pg_url).start()
+    server = LiveServer(tmp_path, tmp_path / "unused.db", database_url=pg_url).start()
     try:
         with MeshplanClient(server.url) as mc:
             assert mc.healthy()
