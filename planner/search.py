@@ -564,6 +564,8 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         found.append(res)
         found.sort(key=lambda r: (r.evaluation.objective_ns, simplicity(r.cand)))
         del found[top_k:]
+    if not found and not all_proven:
+        found, open_bound = _fallback(bounded, top_k, open_bound)
     wall = time.perf_counter() - t0
     notes = [f"{len(cands)} configuration classes (every stage cut of each), {pruned_memory} ruled out by memory bounds, "
              f"{solved} solved with CP-SAT ({solves} solves)"]
@@ -576,6 +578,24 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     bound = best if all_proven else min(best, open_bound if open_bound is not None else best)
     return SearchResult(found, "OPTIMAL" if all_proven else "FEASIBLE", best, bound,
                         wall, len(cands), solved, solves, notes, memory_blocked=blocked)
+
+
+def _fallback(bounded: list[tuple[int, int, ClassCosts]], top_k: int, open_bound: int | None,
+              max_classes: int = 64) -> tuple[list[ClassResult], int | None]:
+    """When the time limit ran out before any class was solved: the best-bound classes, each with its
+    balanced (greedy) cut scored by the simulation: valid FEASIBLE plans. ``open_bound`` becomes the
+    smallest lower bound of every class (none is proven), so the reported bound stays valid."""
+    found: list[ClassResult] = []
+    for lb, _, cc in sorted(bounded, key=lambda t: (t[0], simplicity(t[2].cand)))[:max_classes]:
+        n = greedy_cut(cc)
+        ev = evaluate(cc, n)
+        if ev.fits:
+            found.append(ClassResult(cc.cand, n, ev, "FEASIBLE", lb, 0, 0.0))
+            if len(found) >= top_k:
+                break
+    found.sort(key=lambda r: (r.evaluation.objective_ns, simplicity(r.cand)))
+    lowest = min((b for b, _, _ in bounded), default=open_bound)
+    return found, lowest if open_bound is None else min(open_bound, lowest)
 
 
 def _min_memory(ctx: Context, cands: list[Candidate]) -> tuple[Candidate, float] | None:

@@ -154,3 +154,18 @@ def test_request_model_accepts_dicts_and_rejects_typos() -> None:
     with pytest.raises(ValidationError):
         planner.plan({**body(), "trainig": {}})
     assert isinstance(PlanRequest.model_validate(body()), PlanRequest)
+
+
+def test_time_limit_before_any_class_is_solved_still_answers(llama70b: PlanResponse) -> None:
+    """A time limit too short to solve a single class still returns fitting FEASIBLE plans, each
+    simulated (estimate reproduces it), with a valid bound (≤ the proven optimum of the full run)."""
+    req = body("llama3-70b", nodes=8, gbs=1024)
+    req.update(top_k=5, options={"time_limit_s": 0.001})
+    r = planner.plan(req)
+    assert r.solver.status == "FEASIBLE" and r.infeasible is None and 1 <= len(r.plans) <= 5
+    optimum = llama70b.solver.objective_value
+    assert r.solver.best_objective_bound <= optimum + 1e-9 <= r.solver.objective_value + 1e-9
+    for p in r.plans:
+        assert p.estimate.fits and p.estimate.peak_memory_gib <= 80
+        again = planner.estimate({**body("llama3-70b", nodes=8, gbs=1024), "parallel": p.parallel.model_dump()})
+        assert again.step_time_s == pytest.approx(p.estimate.step_time_s)
