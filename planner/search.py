@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from planner.cost import Candidate, ClassCosts, Context, Evaluation, class_costs, evaluate, rank_end_terms
+from planner.cost import Candidate, ClassCosts, Context, Evaluation, _ns, class_costs, evaluate, rank_end_terms, shared_terms
 from planner.errors import MeshplanError
 from planner.layout import even_stage_layers
 from planner.simulate import rank_orders
@@ -211,31 +211,44 @@ def may_fit(cc: ClassCosts) -> bool:
     return all(cp >= v for cp in caps) and sum(caps) >= cc.num_layers
 
 
-def class_bound(cc: ClassCosts) -> int:
-    """A lower bound of the objective over every stage cut of the class."""
-    c, m, L = cc.cand, cc.m, cc.num_layers
-    p, v = c.pp, c.virtual_stages
-    total = L * (cc.f_layer + cc.b_layer) + sum(cc.f_extra) + sum(cc.b_extra)  # one micro-batch through all chunks
+def _pipe_bound(schedule: str, m: int, p: int, v: int, L: int, f_layer: int, b_layer: int, extra_sum: int,
+                first_extra: int, lag_sum: int, ends_sum: int, post_const: int) -> int:
+    """The cut-independent lower bound of ``class_bound`` from the class's scalar terms: ``extra_sum``
+    = Σ_c (f_extra + b_extra), ``first_extra`` = chunk 0's f_extra + b_extra, ``ends_sum`` = the
+    optimizer and ZeRO-1/2 all-gather terms summed over every chunk (the rank average bounds the max)."""
+    total = L * (f_layer + b_layer) + extra_sum  # one micro-batch through all chunks
     if v == 1:
         # Chains F(0, 0..i-1) → all of rank i → B(m-1, i-1..0), weighted so the cut cancels.
         pipe = total / (1.0 - (1.0 - 1.0 / m) ** p)
-        if c.schedule == "gpipe":
-            pipe = max(pipe, total + 2 * sum(cc.lag) + (m - 1) * total / p)
+        if schedule == "gpipe":
+            pipe = max(pipe, total + 2 * lag_sum + (m - 1) * total / p)
     else:
-        ramp = sum(sum(cc.f_layer + cc.b_layer + cc.f_extra[ch] + cc.b_extra[ch] for ch in range(i)) for i in range(p)) / p
+        # Chunks 0..p-2 feed the last rank's first forward (only chunk 0 carries an extra there).
+        ramp = ((f_layer + b_layer) * (p * (p - 1) // 2) + (p - 1) * first_extra) / p
         pipe = m * total / p + ramp
-    ends = (L * (cc.opt_layer + cc.post_layer) + sum(cc.opt_extra) + sum(cc.post_extra)) / p + cc.post_const
-    return int(math.floor(pipe + ends))
+    return int(math.floor(pipe + (ends_sum / p + post_const)))
 
 
-def estimate_uniform(cc: ClassCosts) -> float:
-    """A quick estimate (not a bound) used only to order classes: uniform stages, paper bubble."""
-    c = cc.cand
-    total = cc.num_layers * (cc.f_layer + cc.b_layer) + sum(cc.f_extra) + sum(cc.b_extra)
-    v = c.virtual_stages
-    pipe = total * (cc.m * v + c.pp - 1) / (c.pp * v)
-    ends = (cc.num_layers * (cc.opt_layer + cc.post_layer) + sum(cc.opt_extra)) / c.pp + cc.post_const
-    return pipe + ends
+def class_bound(cc: ClassCosts) -> int:
+    """A lower bound of the objective over every stage cut of the class."""
+    c, L = cc.cand, cc.num_layers
+    ends = L * (cc.opt_layer + cc.post_layer) + sum(cc.opt_extra) + sum(cc.post_extra)
+    return _pipe_bound(c.schedule, cc.m, c.pp, c.virtual_stages, L, cc.f_layer, cc.b_layer, sum(cc.f_extra) + sum(cc.b_extra),
+                       cc.f_extra[0] + cc.b_extra[0], sum(cc.lag), ends, cc.post_const)
+
+
+def quick_bound(ctx: Context, c: Candidate) -> int:
+    """``class_bound`` without building the class (no pipeline lags): ≤ ``class_bound``, from the
+    terms shared by every class with the same (mbs, tp, sp, recompute, ZeRO, dp); microseconds."""
+    s = shared_terms(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp)
+    L = ctx.model.num_layers
+    m = ctx.training.global_batch_size // (c.dp * c.micro_batch_size)
+    head = not (ctx.model.tie_embeddings and c.chunks == 1)
+    fe, be, fh, bh = _ns(s.f_emb), _ns(s.b_emb), _ns(s.f_head), _ns(s.b_head)
+    ends = L * (s.opt_layer + s.post[1]) + s.opt_emb + s.post[2] + ((s.opt_head + s.post[3]) if head else 0)
+    first = fe + be + ((fh + bh) if c.chunks == 1 else 0)
+    return _pipe_bound(c.schedule, m, c.pp, c.virtual_stages, L, _ns(s.f_blk), _ns(s.b_blk), fe + be + fh + bh, first, 0,
+                       ends, s.post[0])
 
 
 def greedy_cut(cc: ClassCosts) -> list[int]:
@@ -517,58 +530,66 @@ def simplicity(c: Candidate) -> tuple:
 def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int = 3) -> SearchResult:
     t0 = time.perf_counter()
     cands = enumerate_candidates(ctx, pins, options)
-    bounded: list[tuple[int, int, ClassCosts]] = []
-    pruned_memory = 0
+    # Best-first on a cheap valid lower bound: a class is costed (ClassCosts, memory screen, exact
+    # bound) only when its quick bound can still beat the k-th best plan, and solved only when its
+    # exact bound can too. The first class whose quick bound cannot ends the search: every later one
+    # is bounded out. Ties are visited simplest first (the tie-break of the results).
+    order = sorted((quick_bound(ctx, c), simplicity(c)) for c in cands)
+    found: list[ClassResult] = []
+    costed = pruned_memory = solved = solves = 0
     blocked: tuple[Candidate, int] | None = None
-    for i, cand in enumerate(cands):
+    all_proven = True
+    open_bound: int | None = None  # smallest bound among classes left unproven (time limit)
+    rest: list[tuple[int, tuple]] = []  # classes not reached before the time limit
+    unsolved: list[tuple[int, tuple]] = []  # classes the time limit cut short without a plan
+    deadline = t0 + options.time_limit_s
+
+    def leave_open(b: int) -> None:
+        nonlocal all_proven, open_bound
+        all_proven = False
+        open_bound = b if open_bound is None else min(open_bound, b)
+
+    for idx, (qb, key) in enumerate(order):
+        cand = key[-1]
+        kth = found[top_k - 1].evaluation.objective_ns if len(found) >= top_k else None
+        if kth is not None and qb >= kth:
+            break
+        if time.perf_counter() >= deadline:
+            rest = order[idx:]
+            leave_open(qb)
+            break
         cc = class_costs(ctx, cand)
+        costed += 1
+        lb = class_bound(cc)
         if pins.stage_layers is None and not may_fit(cc):
             pruned_memory += 1
-            lb = class_bound(cc)
             if blocked is None or lb < blocked[1]:
                 blocked = (cand, lb)
             continue
-        bounded.append((class_bound(cc), i, cc))
-    # Visit classes by a uniform-stage estimate (good incumbents early); skip those whose valid
-    # lower bound cannot beat the k-th best plan. Every class is either solved or bounded out.
-    bounded.sort(key=lambda t: (estimate_uniform(t[2]), simplicity(t[2].cand)))
-    found: list[ClassResult] = []
-    solved = solves = 0
-    all_proven = True
-    open_bound: int | None = None  # smallest bound among classes left unproven (time limit)
-    deadline = t0 + options.time_limit_s
-    for idx, (lb, _, cc) in enumerate(bounded):
-        kth = found[top_k - 1].evaluation.objective_ns if len(found) >= top_k else None
         if kth is not None and lb >= kth:
             continue
-        if time.perf_counter() >= deadline:
-            all_proven = False
-            rest = [b for b, _, _ in bounded[idx:] if kth is None or b < kth]
-            open_bound = min([*rest, *([open_bound] if open_bound is not None else [])])
-            break
         res = solve_class(cc, options, fixed=pins.stage_layers, incumbent=kth, deadline=deadline)
         solved += 1
         solves += res.iterations
         if res.status == "PRUNED":
             continue
         if res.evaluation is None or not res.evaluation.fits:
-            if res.status not in ("INFEASIBLE",):
-                all_proven = False
+            if res.status != "INFEASIBLE":
+                leave_open(lb)
+                unsolved.append((lb, key))
             elif blocked is None or lb < blocked[1]:
-                blocked = (cc.cand, lb)
+                blocked = (cand, lb)
             continue
-        if res.status != "OPTIMAL":
-            if kth is None or res.bound < kth:
-                all_proven = False
-                open_bound = res.bound if open_bound is None else min(open_bound, res.bound)
+        if res.status != "OPTIMAL" and (kth is None or res.bound < kth):
+            leave_open(res.bound)
         found.append(res)
         found.sort(key=lambda r: (r.evaluation.objective_ns, simplicity(r.cand)))
         del found[top_k:]
     if not found and not all_proven:
-        found, open_bound = _fallback(bounded, top_k, open_bound)
+        found = _fallback(ctx, unsolved + rest, top_k, pins.stage_layers)
     wall = time.perf_counter() - t0
-    notes = [f"{len(cands)} configuration classes (every stage cut of each), {pruned_memory} ruled out by memory bounds, "
-             f"{solved} solved with CP-SAT ({solves} solves)"]
+    notes = [f"{len(cands)} configuration classes (every stage cut of each), {costed} costed (the rest bounded out), "
+             f"{pruned_memory} ruled out by memory bounds, {solved} solved with CP-SAT ({solves} solves)"]
     if not found:
         return SearchResult([], "INFEASIBLE" if all_proven else "UNKNOWN", None, None, wall, len(cands), solved, solves, notes,
                             min_memory=_min_memory(ctx, cands) if all_proven else None)
@@ -580,22 +601,26 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
                         wall, len(cands), solved, solves, notes, memory_blocked=blocked)
 
 
-def _fallback(bounded: list[tuple[int, int, ClassCosts]], top_k: int, open_bound: int | None,
-              max_classes: int = 64) -> tuple[list[ClassResult], int | None]:
-    """When the time limit ran out before any class was solved: the best-bound classes, each with its
-    balanced (greedy) cut scored by the simulation: valid FEASIBLE plans. ``open_bound`` becomes the
-    smallest lower bound of every class (none is proven), so the reported bound stays valid."""
+def _fallback(ctx: Context, rest: list[tuple[int, tuple]], top_k: int, fixed: list[int] | None,
+              max_classes: int = 64) -> list[ClassResult]:
+    """When the time limit ran out before any class was solved: the best-bound classes not reached,
+    each with its balanced (greedy) cut scored by the simulation — valid FEASIBLE plans. (The
+    reported bound is already the smallest open lower bound.)"""
     found: list[ClassResult] = []
-    for lb, _, cc in sorted(bounded, key=lambda t: (t[0], simplicity(t[2].cand)))[:max_classes]:
-        n = greedy_cut(cc)
+    tried = 0
+    for qb, key in rest:
+        if tried >= max_classes or len(found) >= top_k:
+            break
+        cc = class_costs(ctx, key[-1])
+        if fixed is None and not may_fit(cc):
+            continue
+        tried += 1
+        n = list(fixed) if fixed is not None else greedy_cut(cc)
         ev = evaluate(cc, n)
         if ev.fits:
-            found.append(ClassResult(cc.cand, n, ev, "FEASIBLE", lb, 0, 0.0))
-            if len(found) >= top_k:
-                break
+            found.append(ClassResult(cc.cand, n, ev, "FEASIBLE", qb, 0, 0.0))
     found.sort(key=lambda r: (r.evaluation.objective_ns, simplicity(r.cand)))
-    lowest = min((b for b, _, _ in bounded), default=open_bound)
-    return found, lowest if open_bound is None else min(open_bound, lowest)
+    return found
 
 
 def _min_memory(ctx: Context, cands: list[Candidate]) -> tuple[Candidate, float] | None:

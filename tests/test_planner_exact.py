@@ -85,9 +85,10 @@ def test_compositions_count(total: int, parts: int, count: int) -> None:
 
 @pytest.mark.parametrize("seed", range(0, 16, 3))
 def test_class_bounds_are_valid(seed: int) -> None:
-    """The cut-independent bound used to skip classes never exceeds the class's true optimum, and
+    """The cut-independent bounds used to skip classes (the quick one, before the class is costed, and
+    the exact one) never exceed the class's true optimum, and
     the memory screen never drops a class that has a fitting cut."""
-    from planner.search import class_bound, may_fit
+    from planner.search import class_bound, may_fit, quick_bound
 
     ctx, pins = random_instance(seed)
     from planner.search import enumerate_candidates
@@ -95,6 +96,6 @@ def test_class_bounds_are_valid(seed: int) -> None:
     for cand in enumerate_candidates(ctx, pins, SearchOptions()):
         cc = class_costs(ctx, cand)
         evs = [evaluate(cc, n) for n in compositions(cc.num_layers, cc.chunks)]
-        assert class_bound(cc) <= min(e.objective_ns for e in evs)
+        assert quick_bound(ctx, cand) <= class_bound(cc) <= min(e.objective_ns for e in evs)
         if any(e.fits for e in evs):
             assert may_fit(cc)
