@@ -211,21 +211,52 @@ def may_fit(cc: ClassCosts) -> bool:
     return all(cp >= v for cp in caps) and sum(caps) >= cc.num_layers
 
 
+def busiest_rank_load(L: int, p: int, w: int, e_first: int, e_last: int) -> int:
+    """min over cuts of max over ranks of (layers·w + extras): the least F+B per micro-batch of the
+    busiest pipeline rank, where rank 0 carries ``e_first`` and rank p−1 ``e_last`` (the embedding
+    and the LM head). Relaxes "≥ 1 layer per chunk", so it is a lower bound of the true value."""
+    if p == 1:
+        return L * w + e_first + e_last
+    extras = (e_first, e_last) + (0,) * (p - 2)
+    if w <= 0:
+        return max(extras)
+
+    def capacity(t: int) -> int:
+        return sum((t - e) // w for e in extras)
+
+    t = max(e_first, e_last, (L * w + e_first + e_last) // p)
+    while capacity(t) < L:  # next breakpoint: some rank takes one more layer (a few steps)
+        t = min(((t - e) // w + 1) * w + e for e in {0, e_first, e_last})
+    return t
+
+
 def _pipe_bound(schedule: str, m: int, p: int, v: int, L: int, f_layer: int, b_layer: int, extra_sum: int,
-                first_extra: int, lag_sum: int, ends_sum: int, post_const: int) -> int:
+                first_extra: int, ends_extra: tuple[int, int, int, int], lag_sum: int, ends_sum: int, post_const: int) -> int:
     """The cut-independent lower bound of ``class_bound`` from the class's scalar terms: ``extra_sum``
-    = Σ_c (f_extra + b_extra), ``first_extra`` = chunk 0's f_extra + b_extra, ``ends_sum`` = the
-    optimizer and ZeRO-1/2 all-gather terms summed over every chunk (the rank average bounds the max)."""
+    = Σ_c (f_extra + b_extra), ``first_extra`` = chunk 0's f_extra + b_extra, ``ends_extra`` = the
+    first rank's (f, b) extras and the last rank's, ``ends_sum`` = the optimizer and ZeRO-1/2
+    all-gather terms summed over every chunk (the rank average bounds the max)."""
     total = L * (f_layer + b_layer) + extra_sum  # one micro-batch through all chunks
+    f0, b0, fl, bl = ends_extra
+    if p == 1:
+        f0, b0, fl, bl = f0 + fl, b0 + bl, 0, 0
+    load = busiest_rank_load(L, p, f_layer + b_layer, f0 + b0, fl + bl)  # ≤ F_k + B_k of the busiest rank k
     if v == 1:
         # Chains F(0, 0..i-1) → all of rank i → B(m-1, i-1..0), weighted so the cut cancels.
         pipe = total / (1.0 - (1.0 - 1.0 / m) ** p)
         if schedule == "gpipe":
-            pipe = max(pipe, total + 2 * lag_sum + (m - 1) * total / p)
+            # Exact closed form ΣF + ΣB + 2·lags + (m−1)·(max F + max B), and max F + max B ≥ load.
+            pipe = max(pipe, total + 2 * lag_sum + (m - 1) * max(total / p, load))
+        else:
+            # 1F1B steady-state chain through the busiest rank k: F(0) through every stage, B(0) down
+            # to k, k's m B and m − min(p − k, m) later F, B(m−1) down to 0, every lag twice:
+            # total + 2·lags + (m−1)·B_k + max(0, m−p)·F_k, with B_k ≥ ρ·(F_k + B_k) (mediant).
+            rho = min([b / (f + b) for f, b in ((f_layer, b_layer), (f0, b0), (fl, bl)) if f + b > 0] or [0.0])
+            pipe = max(pipe, total + 2 * lag_sum + (max(0, m - p) + (min(m, p) - 1) * rho) * load)
     else:
         # Chunks 0..p-2 feed the last rank's first forward (only chunk 0 carries an extra there).
         ramp = ((f_layer + b_layer) * (p * (p - 1) // 2) + (p - 1) * first_extra) / p
-        pipe = m * total / p + ramp
+        pipe = max(m * total / p + ramp, m * load)  # the busiest rank's own work
     return int(math.floor(pipe + (ends_sum / p + post_const)))
 
 
@@ -233,8 +264,10 @@ def class_bound(cc: ClassCosts) -> int:
     """A lower bound of the objective over every stage cut of the class."""
     c, L = cc.cand, cc.num_layers
     ends = L * (cc.opt_layer + cc.post_layer) + sum(cc.opt_extra) + sum(cc.post_extra)
+    last = cc.chunks - 1
+    firsts = (cc.f_extra[0], cc.b_extra[0], cc.f_extra[last], cc.b_extra[last]) if cc.chunks > 1 else (cc.f_extra[0], cc.b_extra[0], 0, 0)
     return _pipe_bound(c.schedule, cc.m, c.pp, c.virtual_stages, L, cc.f_layer, cc.b_layer, sum(cc.f_extra) + sum(cc.b_extra),
-                       cc.f_extra[0] + cc.b_extra[0], sum(cc.lag), ends, cc.post_const)
+                       cc.f_extra[0] + cc.b_extra[0], firsts, sum(cc.lag), ends, cc.post_const)
 
 
 def quick_bound(ctx: Context, c: Candidate) -> int:
@@ -247,7 +280,8 @@ def quick_bound(ctx: Context, c: Candidate) -> int:
     fe, be, fh, bh = _ns(s.f_emb), _ns(s.b_emb), _ns(s.f_head), _ns(s.b_head)
     ends = L * (s.opt_layer + s.post[1]) + s.opt_emb + s.post[2] + ((s.opt_head + s.post[3]) if head else 0)
     first = fe + be + ((fh + bh) if c.chunks == 1 else 0)
-    return _pipe_bound(c.schedule, m, c.pp, c.virtual_stages, L, _ns(s.f_blk), _ns(s.b_blk), fe + be + fh + bh, first, 0,
+    firsts = (fe, be, fh, bh) if c.chunks > 1 else (fe + fh, be + bh, 0, 0)
+    return _pipe_bound(c.schedule, m, c.pp, c.virtual_stages, L, _ns(s.f_blk), _ns(s.b_blk), fe + be + fh + bh, first, firsts, 0,
                        ends, s.post[0])
 
 

@@ -99,3 +99,19 @@ def test_class_bounds_are_valid(seed: int) -> None:
         assert quick_bound(ctx, cand) <= class_bound(cc) <= min(e.objective_ns for e in evs)
         if any(e.fits for e in evs):
             assert may_fit(cc)
+
+
+@pytest.mark.parametrize("L,p,w,e_first,e_last", [(7, 1, 5, 3, 4), (7, 2, 5, 0, 9), (6, 3, 4, 11, 2), (9, 4, 3, 1, 13),
+                                                  (5, 5, 10, 0, 0), (8, 3, 7, 20, 20), (12, 4, 2, 0, 7)])
+def test_busiest_rank_load_is_the_min_max_load(L: int, p: int, w: int, e_first: int, e_last: int) -> None:
+    """Equal to the brute-force min over cuts (≥ 0 layers per rank) of the max rank load, so at most
+    the min over real cuts (≥ 1 layer each)."""
+    from itertools import product
+
+    from planner.search import busiest_rank_load
+
+    extras = [e_first + (e_last if p == 1 else 0)] + [0] * (p - 2) + ([e_last] if p > 1 else [])
+    relaxed = min(max(n * w + e for n, e in zip(cut, extras)) for cut in product(range(L + 1), repeat=p) if sum(cut) == L)
+    real = min(max(n * w + e for n, e in zip(cut, extras)) for cut in compositions(L, p))
+    got = busiest_rank_load(L, p, w, e_first, e_last)
+    assert got == relaxed <= real
