@@ -130,6 +130,7 @@ def enumerate_candidates(ctx: Context, pins: ParallelPins, options: SearchOption
     n, L = ctx.num_gpus, ctx.model.num_layers
     gbs = ctx.training.global_batch_size
     out: list[Candidate] = []
+    short_1f1b: list[tuple[int, int]] = []  # (pp, dp) of 1F1B classes dropped for m < pp
     tps = [pins.tp] if pins.tp is not None else tp_options(ctx, options.allow_tp_across_nodes)
     for tp in tps:
         for pp in ([pins.pp] if pins.pp is not None else [p for p in divisors(n // tp) if p <= L]):
@@ -155,6 +156,11 @@ def enumerate_candidates(ctx: Context, pins: ParallelPins, options: SearchOption
                     elif pins.virtual_stages in (None, 1):
                         if pp == 1 and s != "1f1b" and pins.schedule is None:
                             continue  # one stage: every schedule is the same; keep one
+                        if s == "1f1b" and m < pp:
+                            # torch.distributed.pipelining's Schedule1F1B (and the runtime) reject
+                            # m < pp; GPipe covers those classes.
+                            short_1f1b.append((pp, dp))
+                            continue
                         scheds.append((s, 1))
                 for s, v in scheds:
                     if pins.stage_layers is not None and len(pins.stage_layers) != pp * v:
@@ -167,6 +173,14 @@ def enumerate_candidates(ctx: Context, pins: ParallelPins, options: SearchOption
                             zs = [pins.zero_stage] if pins.zero_stage is not None else ([0, 1, 2, 3] if dp > 1 else [0])
                             for z in zs:
                                 out.append(Candidate(tp, pp, dp, mbs, s, v, rc, sp, z))
+    if not out and short_1f1b and pins.schedule == "1f1b":
+        pp, dp = min(short_1f1b)
+        most = max(1, gbs // (dp * pp))
+        field_ = "parallel.micro_batch_size" if pins.micro_batch_size is not None else "parallel.schedule"
+        raise MeshplanError(field_, f"1F1B needs at least as many micro-batches as pipeline stages, but "
+                            f"global_batch_size / (dp × micro_batch_size) < pp = {pp} (dp = {dp})",
+                            f"use micro_batch_size ≤ {most} (so that the micro-batches are ≥ pp), fewer pipeline stages, "
+                            "or schedule 'gpipe'")
     return out
 
 
@@ -217,12 +231,11 @@ def busiest_rank_load(L: int, p: int, w: int, e_first: int, e_last: int) -> int:
     and the LM head). Relaxes "≥ 1 layer per chunk", so it is a lower bound of the true value."""
     if p == 1:
         return L * w + e_first + e_last
-    extras = (e_first, e_last) + (0,) * (p - 2)
     if w <= 0:
-        return max(extras)
+        return max(e_first, e_last)
 
-    def capacity(t: int) -> int:
-        return sum((t - e) // w for e in extras)
+    def capacity(t: int) -> int:  # most layers the ranks can take with loads ≤ t
+        return (t - e_first) // w + (t - e_last) // w + (p - 2) * (t // w)
 
     t = max(e_first, e_last, (L * w + e_first + e_last) // p)
     while capacity(t) < L:  # next breakpoint: some rank takes one more layer (a few steps)
