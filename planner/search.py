@@ -35,8 +35,10 @@ from planner.specs import MULTI_STAGE_SCHEDULES, ParallelPins, SearchOptions
 
 #: Schedules the planner models; zero-bubble schedules are not modeled yet.
 SEARCHED_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
-#: Schedules searched when ``parallel.schedule`` is not pinned. Interleaved 1F1B is exact but its
-#: cut proofs take CP-SAT 0.1–1 s per class, too slow to sweep every class: pin it to search it.
+#: Schedules searched when ``parallel.schedule`` is not pinned. Interleaved 1F1B is exact when
+#: pinned, but proving a class's optimal cut can take CP-SAT > 10 s (measured: Llama 3 405B, pp=16
+#: v=3, 48 chunks: the relaxed model is not solved in 10 s), so searching it by default turns the
+#: bench instances from OPTIMAL in < 1 s into FEASIBLE at the time limit (docs/planner.md).
 DEFAULT_SCHEDULES = ("gpipe", "1f1b")
 RECOMPUTE = ("none", "selective", "full")
 #: Largest number of virtual stages searched when not pinned (Megatron uses 2–8 in practice).
@@ -466,9 +468,9 @@ def solve_class(cc: ClassCosts, options: SearchOptions, fixed: list[int] | None 
     for coef, const in _initial_chains(cc):
         model.add(M >= sum(k * x for k, x in zip(coef, n) if k) + const)
     model.minimize(M + D)
-    if c.virtual_stages > 1:
+    if c.virtual_stages > 1 and incumbent is None:  # no plan yet: a good one early prunes the rest
         hint, hint_ev, seeds = local_search(cc, greedy_cut(cc), deadline=deadline)
-    else:  # one chunk per rank: the rank chains are strong; refine by cuts only
+    else:  # refine by cuts only
         hint = greedy_cut(cc)
         hint_ev = evaluate(cc, hint)
         seeds = [_chain_cut(cc, hint_ev.sim.critical_path, hint_ev.sim.critical_lags)]
