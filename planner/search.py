@@ -275,6 +275,35 @@ def _pipe_bound(schedule: str, m: int, p: int, v: int, L: int, f_layer: int, b_l
     return int(math.floor(pipe + (ends_sum / p + post_const)))
 
 
+def quick_may_fit(ctx: Context, c: Candidate) -> bool:
+    """``may_fit`` of a one-chunk-per-rank class without building it (same integers, closed-form
+    activation copies: GPipe m, 1F1B min(p − i, m)); True (unknown: cost it) for interleaved."""
+    if c.virtual_stages > 1:
+        return True
+    from planner.cost import FIXED_RESERVE_BYTES, FRAGMENTATION, GIB
+
+    s = shared_terms(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp)
+    p, L = c.pp, ctx.model.num_layers
+    m = ctx.training.global_batch_size // (c.dp * c.micro_batch_size)
+    usable = int((ctx.gpu.memory_gib * GIB - FIXED_RESERVE_BYTES) / (1 + FRAGMENTATION))
+    p2p = s.act // c.tp if c.sequence_parallel else s.act
+    base = int(s.recompute_tmp + s.z3_tmp + (2 * p2p if p > 1 else 0))
+    tied = ctx.model.tie_embeddings and p == 1
+    total = 0
+    for r in range(p):
+        k = m if c.schedule == "gpipe" else min(p - r, m)
+        state = (s.state_emb if r == 0 else 0) + (s.state_head if r == p - 1 and not tied else 0)
+        act = (s.act_emb if r == 0 else 0) + (s.act_head if r == p - 1 else 0)
+        buf = int(base + s.logits_fp32) if r == p - 1 else base
+        room = usable - buf - state - k * act
+        per = s.state_blk + k * s.act_layer
+        cap = -1 if room < 0 else (room // per if per > 0 else L)
+        if cap < 1:
+            return False
+        total += cap
+    return total >= L
+
+
 def class_bound(cc: ClassCosts) -> int:
     """A lower bound of the objective over every stage cut of the class."""
     c, L = cc.cand, cc.num_layers
@@ -607,6 +636,11 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
             rest = order[idx:]
             leave_open(qb)
             break
+        if pins.stage_layers is None and not quick_may_fit(ctx, cand):
+            pruned_memory += 1
+            if blocked is None or qb < blocked[1]:
+                blocked = (cand, qb)
+            continue
         cc = class_costs(ctx, cand)
         costed += 1
         lb = class_bound(cc)

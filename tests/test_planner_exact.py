@@ -87,8 +87,8 @@ def test_compositions_count(total: int, parts: int, count: int) -> None:
 def test_class_bounds_are_valid(seed: int) -> None:
     """The cut-independent bounds used to skip classes (the quick one, before the class is costed, and
     the exact one) never exceed the class's true optimum, and
-    the memory screen never drops a class that has a fitting cut."""
-    from planner.search import class_bound, may_fit, quick_bound
+    the memory screen never drops a class that has a fitting cut (the pre-costing screen is the same)."""
+    from planner.search import class_bound, may_fit, quick_bound, quick_may_fit
 
     ctx, pins = random_instance(seed)
     from planner.search import enumerate_candidates
@@ -99,6 +99,8 @@ def test_class_bounds_are_valid(seed: int) -> None:
         assert quick_bound(ctx, cand) <= class_bound(cc) <= min(e.objective_ns for e in evs)
         if any(e.fits for e in evs):
             assert may_fit(cc)
+        if cand.virtual_stages == 1:
+            assert quick_may_fit(ctx, cand) == may_fit(cc)
 
 
 @pytest.mark.parametrize("L,p,w,e_first,e_last", [(7, 1, 5, 3, 4), (7, 2, 5, 0, 9), (6, 3, 4, 11, 2), (9, 4, 3, 1, 13),
