@@ -152,6 +152,11 @@ def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[i
     if schedule in MULTI_STAGE_SCHEDULES and (gbs // (dp * mbs)) % pp:
         raise MeshplanError("parallel.micro_batch_size", f"interleaved 1F1B needs the {gbs // (dp * mbs)} micro-batches divisible by pp={pp}",
                             "choose micro_batch_size so that global_batch_size / (dp × micro_batch_size) is a multiple of pp")
+    if schedule == "1f1b" and pp > 1 and gbs // (dp * mbs) < pp:
+        raise MeshplanError("parallel.micro_batch_size" if pins.micro_batch_size is not None else "parallel.schedule",
+                            f"1F1B needs at least pp={pp} micro-batches but global_batch_size / (dp × micro_batch_size) = {gbs // (dp * mbs)}",
+                            f"use micro_batch_size ≤ {max(1, gbs // (dp * pp))} (so that the micro-batches are ≥ pp), fewer pipeline stages, "
+                            "or schedule 'gpipe'")
     if schedule not in SEARCHED_SCHEDULES:
         raise MeshplanError("parallel.schedule", f"schedule {schedule!r} is not modeled", f"use one of {', '.join(SEARCHED_SCHEDULES)}")
     L = ctx.model.num_layers

@@ -313,7 +313,12 @@ class ClassCosts:
         return len(self.chunk_rank)
 
     def rank_chunks(self, r: int) -> list[int]:
-        return [c for c, rr in enumerate(self.chunk_rank) if rr == r]
+        return self.ranks[r]
+
+    @cached_property
+    def ranks(self) -> list[list[int]]:
+        """Per pipeline rank, its chunks (rank r holds chunks r, r + pp, r + 2·pp, …)."""
+        return [list(range(r, self.chunks, self.cand.pp)) for r in range(self.cand.pp)]
 
 
 def _ns(seconds: float) -> int:
@@ -349,168 +354,203 @@ def _live_vectors(schedule: str, pp: int, v: int, m: int) -> list[list[dict[int,
     return [[dict(p) for p in rank] for rank in _live_vectors_cached(schedule, pp, v, m)]
 
 
-def class_costs(ctx: Context, c: Candidate) -> ClassCosts:
-    """Build (and cache) the integer cost coefficients of one class."""
-    if c in ctx._costs:
-        return ctx._costs[c]
-    model, tr, cm = ctx.model, ctx.training, ctx.comm
-    gbs, seq, e = tr.global_batch_size, tr.seq_len, ctx.elt
-    m = gbs // (c.dp * c.micro_batch_size)
-    chunks, last = c.chunks, c.chunks - 1
-    from planner.simulate import chunk_ranks
+@dataclass(frozen=True)
+class SharedTerms:
+    """The parts of a class's costs that do not depend on pp, the schedule or the cut: computed once
+    per (micro-batch size, tp, sequence parallelism, recomputation, ZeRO stage, dp) and shared by
+    every class with those (``shared_terms``). Times in seconds, memory in bytes."""
 
-    where = chunk_ranks(c.pp, c.virtual_stages)
+    f_blk: float
+    b_blk: float
+    f_emb: float
+    b_emb: float
+    f_head: float
+    b_head: float
+    blk_tp_f: float
+    blk_tp_b: float
+    emb_tp_f: float
+    emb_tp_b: float
+    head_tp_f: float
+    head_tp_b: float
+    act: int  # one residual-stream tensor, bytes
+    state_blk: int
+    state_emb: int
+    state_head: int
+    act_layer: int
+    act_emb: int
+    act_head: int
+    logits_fp32: int
+    recompute_tmp: int
+    z3_tmp: int
+    sync: tuple[int, int, int, int]  # const, per layer, embedding, head (ns)
+    post: tuple[int, int, int, int]
+    opt_layer: int
+    opt_emb: int
+    opt_head: int
+    flops_layer: float
+    flops_emb: float
+    flops_head: float
+
+
+def shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero_stage: int, dp: int) -> SharedTerms:
+    key = ("shared", mbs, tp, sp, recompute, zero_stage, dp)
+    if key not in ctx._layers:
+        ctx._layers[key] = _shared_terms(ctx, mbs, tp, sp, recompute, zero_stage, dp)
+    return ctx._layers[key]
+
+
+def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero_stage: int, dp: int) -> SharedTerms:
+    model, tr, cm = ctx.model, ctx.training, ctx.comm
+    seq, e = tr.seq_len, ctx.elt
     g = ctx.cluster.gpus_per_node
-    block = c.dp * c.tp  # GPUs per pipeline rank
 
     # --- compute
-    blk = layer_times(ctx, "transformer_block", c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute)
-    emb = layer_times(ctx, "embedding", c.micro_batch_size, c.tp, c.sequence_parallel, "none")
-    head = layer_times(ctx, "lm_head", c.micro_batch_size, c.tp, c.sequence_parallel, "none")
-    lp_blk = ctx.layer("transformer_block", c.micro_batch_size, c.tp, c.sequence_parallel)
-    lp_emb = ctx.layer("embedding", c.micro_batch_size, c.tp, c.sequence_parallel)
-    lp_head = ctx.layer("lm_head", c.micro_batch_size, c.tp, c.sequence_parallel)
+    blk = layer_times(ctx, "transformer_block", mbs, tp, sp, recompute)
+    emb = layer_times(ctx, "embedding", mbs, tp, sp, "none")
+    head = layer_times(ctx, "lm_head", mbs, tp, sp, "none")
+    lp_blk = ctx.layer("transformer_block", mbs, tp, sp)
+    lp_emb = ctx.layer("embedding", mbs, tp, sp)
+    lp_head = ctx.layer("lm_head", mbs, tp, sp)
 
     # --- tensor-parallel communication (blocking, on the compute stream, Megatron-style)
-    act = c.micro_batch_size * seq * model.hidden_size * e  # one residual-stream tensor
-    tp_link = "intra_node" if (c.tp <= g and g % c.tp == 0) else "inter_node"
-    ar = cm.time("all_reduce", act, c.tp, tp_link)
-    half = cm.time("reduce_scatter", act, c.tp, tp_link)  # = all-gather
-    full_recompute = c.recompute == "full"
+    act = mbs * seq * model.hidden_size * e  # one residual-stream tensor
+    tp_link = "intra_node" if (tp <= g and g % tp == 0) else "inter_node"
+    ar = cm.time("all_reduce", act, tp, tp_link)
+    half = cm.time("reduce_scatter", act, tp, tp_link)  # = all-gather
+    full_recompute = recompute == "full"
     blk_tp_f = 2 * ar
     blk_tp_b = 2 * ar + (2 * ar if full_recompute else 0.0)
-    vocab_parallel = model.vocab_size % c.tp == 0
-    if c.tp > 1 and vocab_parallel:
-        emb_tp_f, emb_tp_b = (half, half) if c.sequence_parallel else (ar, 0.0)
-        head_tp_f, head_tp_b = (half, half) if c.sequence_parallel else (0.0, ar)
-        head_tp_f += cm.time("all_reduce", c.micro_batch_size * seq * 3 * 4, c.tp, tp_link)  # max/sum/target
+    vocab_parallel = model.vocab_size % tp == 0
+    if tp > 1 and vocab_parallel:
+        emb_tp_f, emb_tp_b = (half, half) if sp else (ar, 0.0)
+        head_tp_f, head_tp_b = (half, half) if sp else (0.0, ar)
+        head_tp_f += cm.time("all_reduce", mbs * seq * 3 * 4, tp, tp_link)  # max/sum/target
     else:
         emb_tp_f = emb_tp_b = 0.0
-        head_tp_f = head_tp_b = (half if c.sequence_parallel else 0.0)
+        head_tp_f = head_tp_b = (half if sp else 0.0)
 
     # --- ZeRO-3: parameters gathered per micro-batch (fwd and bwd), gradients reduce-scattered
-    dp_link = "intra_node" if dp_group_intra(ctx, c) else "inter_node"
-    zero3 = c.zero_stage == 3 and c.dp > 1
+    dp_link = "intra_node" if _dp_group_intra(g, ctx.num_gpus, dp, tp) else "inter_node"
+    zero3 = zero_stage == 3 and dp > 1
 
     def z3(params: int, fwd: bool) -> float:
         if not zero3:
             return 0.0
-        t = cm.time("all_gather", params * e, c.dp, dp_link)
-        return t if fwd else t + cm.time("reduce_scatter", params * e, c.dp, dp_link)
+        t = cm.time("all_gather", params * e, dp, dp_link)
+        return t if fwd else t + cm.time("reduce_scatter", params * e, dp, dp_link)
 
     def exposed(compute: float, comm_: float) -> float:
         return max(compute, comm_)  # prefetched on a side stream: only the excess shows
-
-    f_blk = exposed(blk.fwd + blk_tp_f, z3(lp_blk.param_count, True))
-    b_blk = exposed(blk.bwd + blk_tp_b, z3(lp_blk.param_count, False))
-    f_emb = exposed(emb.fwd + emb_tp_f, z3(lp_emb.param_count, True))
-    b_emb = exposed(emb.bwd + emb_tp_b, z3(lp_emb.param_count, False))
-    f_head = exposed(head.fwd + head_tp_f, z3(lp_head.param_count, True))
-    b_head = exposed(head.bwd + head_tp_b, z3(lp_head.param_count, False))
-
-    f_extra = [0] * chunks
-    b_extra = [0] * chunks
-    f_extra_tp = [0] * chunks
-    b_extra_tp = [0] * chunks
-    f_extra[0] += _ns(f_emb)
-    b_extra[0] += _ns(b_emb)
-    f_extra[last] += _ns(f_head)
-    b_extra[last] += _ns(b_head)
-    f_extra_tp[0] += _ns(emb_tp_f)
-    b_extra_tp[0] += _ns(emb_tp_b)
-    f_extra_tp[last] += _ns(head_tp_f)
-    b_extra_tp[last] += _ns(head_tp_b)
-
-    # --- pipeline point-to-point: one activation (sequence-sharded with SP) per boundary
-    p2p_bytes = act // c.tp if c.sequence_parallel else act
-    lag = []
-    for b in range(chunks - 1):
-        i, j = where[b], where[b + 1]
-        link = "inter_node" if block_crosses(ctx, block, i, j) else "intra_node"
-        lag.append(_ns(cm.time("send_recv", p2p_bytes, 2, link)) if i != j else 0)
 
     # --- memory (bytes per GPU)
     mixed = tr.precision != "fp32"
     w, gr = e, e
     k = OPTIMIZER_STATE_BYTES[(tr.optimizer, mixed)]
-    d = c.dp
-    per_param = {0: w + gr + k, 1: w + gr + k / d, 2: w + (gr + k) / d, 3: (w + gr + k) / d}[c.zero_stage]
+    per_param = {0: w + gr + k, 1: w + gr + k / dp, 2: w + (gr + k) / dp, 3: (w + gr + k) / dp}[zero_stage]
 
     def states(params: int) -> int:
         return int(math.ceil(params * per_param))
 
-    state_extra = [0] * chunks
-    state_extra[0] += states(lp_emb.param_count)
-    tied_head = model.tie_embeddings and chunks == 1
-    if not tied_head:
-        state_extra[last] += states(lp_head.param_count)
-    act_extra = [0] * chunks
-    act_extra[0] += lp_emb.saved_activation_bytes.none
-    act_extra[last] += lp_head.saved_activation_bytes.none
-    act_layer = lp_blk.saved_activation_bytes.for_mode(c.recompute)
-
-    vocab_local = model.vocab_size // c.tp if vocab_parallel else model.vocab_size
-    logits_fp32 = c.micro_batch_size * seq * vocab_local * 4  # fp32 upcast for the loss
+    vocab_local = model.vocab_size // tp if vocab_parallel else model.vocab_size
     recompute_tmp = {"none": 0, "selective": max(0, lp_blk.saved_activation_bytes.none - lp_blk.saved_activation_bytes.selective),
-                     "full": lp_blk.saved_activation_bytes.none}[c.recompute]
-    z3_tmp = 2 * lp_blk.param_count * (w + gr) if zero3 else 0  # two gathered layers in flight
-    buffer_const = []
-    for r in range(c.pp):
-        own = [ch for ch in range(chunks) if where[ch] == r]
-        b_ = recompute_tmp + z3_tmp + (2 * p2p_bytes if c.pp > 1 else 0)
-        if last in own:
-            b_ += logits_fp32
-        buffer_const.append(int(b_))
-    usable = int((ctx.gpu.memory_gib * GIB - FIXED_RESERVE_BYTES) / (1 + FRAGMENTATION))
+                     "full": lp_blk.saved_activation_bytes.none}[recompute]
 
     # --- end of step: DP gradient sync (overlapped with the rank's last backward), optimizer step
     hbm = ctx.gpu.hbm_bandwidth_GBps * 1e9
     upd = OPTIMIZER_STEP_BYTES[(tr.optimizer, mixed)]
 
-    def affine(collective: str, nbytes_per_param: float) -> tuple[int, int, list[int]]:
-        if c.dp == 1:
-            return 0, 0, [0] * chunks
-        one = cm.time(collective, 1.0, c.dp, dp_link)
-        two = cm.time(collective, 2.0, c.dp, dp_link)
+    def affine(collective: str, nbytes_per_param: float) -> tuple[int, int, int, int]:
+        if dp == 1:
+            return 0, 0, 0, 0
+        one = cm.time(collective, 1.0, dp, dp_link)
+        two = cm.time(collective, 2.0, dp, dp_link)
         per_byte = two - one
-        const = one - per_byte
-        ext = [0] * chunks
-        ext[0] += _ns(per_byte * lp_emb.param_count * nbytes_per_param)
-        if not tied_head:
-            ext[last] += _ns(per_byte * lp_head.param_count * nbytes_per_param)
-        return _ns(const), _ns(per_byte * lp_blk.param_count * nbytes_per_param), ext
+        return (_ns(one - per_byte), _ns(per_byte * lp_blk.param_count * nbytes_per_param),
+                _ns(per_byte * lp_emb.param_count * nbytes_per_param), _ns(per_byte * lp_head.param_count * nbytes_per_param))
 
-    if c.zero_stage == 0:
-        sync = affine("all_reduce", gr)
-        post = (0, 0, [0] * chunks)
-    elif c.zero_stage in (1, 2):
-        sync = affine("reduce_scatter", gr)
-        post = affine("all_gather", w)
+    if zero_stage == 0:
+        sync, post = affine("all_reduce", gr), (0, 0, 0, 0)
+    elif zero_stage in (1, 2):
+        sync, post = affine("reduce_scatter", gr), affine("all_gather", w)
     else:
-        sync = post = (0, 0, [0] * chunks)
-    shard = c.dp if c.zero_stage >= 1 else 1
-    opt_extra = [0] * chunks
-    opt_extra[0] += _ns(lp_emb.param_count / shard * upd / hbm)
-    if not tied_head:
-        opt_extra[last] += _ns(lp_head.param_count / shard * upd / hbm)
+        sync = post = (0, 0, 0, 0)
+    shard = dp if zero_stage >= 1 else 1
 
-    flops_extra = [0.0] * chunks
-    flops_extra[0] += emb.flops_fwd + emb.flops_bwd
-    flops_extra[last] += head.flops_fwd + head.flops_bwd
+    return SharedTerms(
+        f_blk=exposed(blk.fwd + blk_tp_f, z3(lp_blk.param_count, True)),
+        b_blk=exposed(blk.bwd + blk_tp_b, z3(lp_blk.param_count, False)),
+        f_emb=exposed(emb.fwd + emb_tp_f, z3(lp_emb.param_count, True)),
+        b_emb=exposed(emb.bwd + emb_tp_b, z3(lp_emb.param_count, False)),
+        f_head=exposed(head.fwd + head_tp_f, z3(lp_head.param_count, True)),
+        b_head=exposed(head.bwd + head_tp_b, z3(lp_head.param_count, False)),
+        blk_tp_f=blk_tp_f, blk_tp_b=blk_tp_b, emb_tp_f=emb_tp_f, emb_tp_b=emb_tp_b, head_tp_f=head_tp_f, head_tp_b=head_tp_b,
+        act=act, state_blk=states(lp_blk.param_count), state_emb=states(lp_emb.param_count), state_head=states(lp_head.param_count),
+        act_layer=int(lp_blk.saved_activation_bytes.for_mode(recompute)),
+        act_emb=lp_emb.saved_activation_bytes.none, act_head=lp_head.saved_activation_bytes.none,
+        logits_fp32=mbs * seq * vocab_local * 4,  # fp32 upcast for the loss
+        recompute_tmp=recompute_tmp, z3_tmp=2 * lp_blk.param_count * (w + gr) if zero3 else 0,  # two gathered layers
+        sync=sync, post=post,
+        opt_layer=_ns(lp_blk.param_count / shard * upd / hbm), opt_emb=_ns(lp_emb.param_count / shard * upd / hbm),
+        opt_head=_ns(lp_head.param_count / shard * upd / hbm),
+        flops_layer=blk.flops_fwd + blk.flops_bwd, flops_emb=emb.flops_fwd + emb.flops_bwd, flops_head=head.flops_fwd + head.flops_bwd,
+    )
+
+
+def class_costs(ctx: Context, c: Candidate) -> ClassCosts:
+    """Build (and cache) the integer cost coefficients of one class from its ``shared_terms``."""
+    if c in ctx._costs:
+        return ctx._costs[c]
+    s = shared_terms(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp)
+    m = ctx.training.global_batch_size // (c.dp * c.micro_batch_size)
+    chunks, last = c.chunks, c.chunks - 1
+    from planner.simulate import chunk_ranks
+
+    where = chunk_ranks(c.pp, c.virtual_stages)
+    block = c.dp * c.tp  # GPUs per pipeline rank
+    tied_head = ctx.model.tie_embeddings and chunks == 1
+
+    def ends(emb_: float, head_: float, head_counted: bool = True) -> list:
+        out = [0] * chunks
+        out[0] += emb_
+        if head_counted:
+            out[last] += head_
+        return out
+
+    f_extra = ends(_ns(s.f_emb), _ns(s.f_head))
+    b_extra = ends(_ns(s.b_emb), _ns(s.b_head))
+    f_extra_tp = ends(_ns(s.emb_tp_f), _ns(s.head_tp_f))
+    b_extra_tp = ends(_ns(s.emb_tp_b), _ns(s.head_tp_b))
+
+    # --- pipeline point-to-point: one activation (sequence-sharded with SP) per boundary
+    p2p_bytes = s.act // c.tp if c.sequence_parallel else s.act
+    lag = []
+    if chunks > 1:
+        cm = ctx.comm
+        t_intra = _ns(cm.time("send_recv", p2p_bytes, 2, "intra_node"))
+        t_inter = _ns(cm.time("send_recv", p2p_bytes, 2, "inter_node"))
+        g = ctx.cluster.gpus_per_node
+        for b in range(chunks - 1):
+            i, j = where[b], where[b + 1]
+            lag.append(0 if i == j else (t_inter if _block_crosses(g, block, i, j) else t_intra))
+
+    base = s.recompute_tmp + s.z3_tmp + (2 * p2p_bytes if c.pp > 1 else 0)
+    buffer_const = [int(base)] * c.pp
+    buffer_const[where[last]] = int(base + s.logits_fp32)
+    usable = int((ctx.gpu.memory_gib * GIB - FIXED_RESERVE_BYTES) / (1 + FRAGMENTATION))
 
     cc = ClassCosts(
-        cand=c, m=m, num_layers=model.num_layers, chunk_rank=where,
-        f_layer=_ns(f_blk), b_layer=_ns(b_blk), f_extra=f_extra, b_extra=b_extra, lag=lag,
-        f_layer_tp=_ns(min(blk_tp_f, f_blk)), b_layer_tp=_ns(min(blk_tp_b, b_blk)),
+        cand=c, m=m, num_layers=ctx.model.num_layers, chunk_rank=where,
+        f_layer=_ns(s.f_blk), b_layer=_ns(s.b_blk), f_extra=f_extra, b_extra=b_extra, lag=lag,
+        f_layer_tp=_ns(min(s.blk_tp_f, s.f_blk)), b_layer_tp=_ns(min(s.blk_tp_b, s.b_blk)),
         f_extra_tp=f_extra_tp, b_extra_tp=b_extra_tp,
-        state_layer=states(lp_blk.param_count), state_extra=state_extra,
-        act_layer=int(act_layer), act_extra=act_extra,
+        state_layer=s.state_blk, state_extra=ends(s.state_emb, s.state_head, not tied_head),
+        act_layer=s.act_layer, act_extra=ends(s.act_emb, s.act_head),
         live=_live_vectors(c.schedule, c.pp, c.virtual_stages, m),
         buffer_const=buffer_const, usable_bytes=usable,
-        sync_const=sync[0], sync_layer=sync[1], sync_extra=sync[2],
-        opt_layer=_ns(lp_blk.param_count / shard * upd / hbm), opt_extra=opt_extra,
-        post_const=post[0], post_layer=post[1], post_extra=post[2],
-        flops_layer=blk.flops_fwd + blk.flops_bwd, flops_extra=flops_extra, elt=e, optimizer=tr.optimizer,
+        sync_const=s.sync[0], sync_layer=s.sync[1], sync_extra=ends(s.sync[2], s.sync[3], not tied_head),
+        opt_layer=s.opt_layer, opt_extra=ends(s.opt_emb, s.opt_head, not tied_head),
+        post_const=s.post[0], post_layer=s.post[1], post_extra=ends(s.post[2], s.post[3], not tied_head),
+        flops_layer=s.flops_layer, flops_extra=[float(x) for x in ends(s.flops_emb, s.flops_head)], elt=ctx.elt, optimizer=ctx.training.optimizer,
     )
     ctx._costs[c] = cc
     return cc

@@ -9,6 +9,10 @@ _PARTS = {
     "pp_p2p_s": "pipeline send/recv", "dp_sync_s": "data-parallel gradient sync", "optimizer_s": "optimizer step",
 }
 
+#: Short readable names of the breakdown parts, for the explanation's details.
+_SHORT = {"compute_s": "compute", "tp_comm_s": "TP comm", "pp_bubble_s": "pipeline bubble", "pp_p2p_s": "pipeline p2p",
+          "dp_sync_s": "DP sync", "optimizer_s": "optimizer"}
+
 
 def _describe(plan: Plan) -> str:
     p = plan.parallel
@@ -49,7 +53,7 @@ def explain(ctx, plans: list[Plan], result) -> list[Plan]:
     out = []
     for i, plan in enumerate(plans):
         kind, why = binding_constraint(plan, memory_blocked and i == 0)
-        details = [f"{k.replace('_s', '')}: {getattr(plan.estimate.breakdown, k):.4g} s" for k in _PARTS]
+        details = [f"{_SHORT[k]}: {getattr(plan.estimate.breakdown, k):.4g} s" for k in _PARTS]
         if memory_blocked and i == 0:
             details.append(f"memory ruled out {blocked[0].describe()} (lower bound {blocked[1] / 1e9:.4g} s)")
         runner = None

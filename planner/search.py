@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from planner.cost import Candidate, ClassCosts, Context, Evaluation, class_costs, evaluate, rank_end_terms
+from planner.cost import Candidate, ClassCosts, Context, Evaluation, _ns, class_costs, evaluate, rank_end_terms, shared_terms
 from planner.errors import MeshplanError
 from planner.layout import even_stage_layers
 from planner.simulate import rank_orders
@@ -35,8 +35,10 @@ from planner.specs import MULTI_STAGE_SCHEDULES, ParallelPins, SearchOptions
 
 #: Schedules the planner models; zero-bubble schedules are not modeled yet.
 SEARCHED_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
-#: Schedules searched when ``parallel.schedule`` is not pinned. Interleaved 1F1B is exact but its
-#: cut proofs take CP-SAT 0.1–1 s per class, too slow to sweep every class: pin it to search it.
+#: Schedules searched when ``parallel.schedule`` is not pinned. Interleaved 1F1B is exact when
+#: pinned, but proving a class's optimal cut can take CP-SAT > 10 s (measured: Llama 3 405B, pp=16
+#: v=3, 48 chunks: the relaxed model is not solved in 10 s), so searching it by default turns the
+#: bench instances from OPTIMAL in < 1 s into FEASIBLE at the time limit (docs/planner.md).
 DEFAULT_SCHEDULES = ("gpipe", "1f1b")
 RECOMPUTE = ("none", "selective", "full")
 #: Largest number of virtual stages searched when not pinned (Megatron uses 2–8 in practice).
@@ -130,6 +132,7 @@ def enumerate_candidates(ctx: Context, pins: ParallelPins, options: SearchOption
     n, L = ctx.num_gpus, ctx.model.num_layers
     gbs = ctx.training.global_batch_size
     out: list[Candidate] = []
+    short_1f1b: list[tuple[int, int]] = []  # (pp, dp) of 1F1B classes dropped for m < pp
     tps = [pins.tp] if pins.tp is not None else tp_options(ctx, options.allow_tp_across_nodes)
     for tp in tps:
         for pp in ([pins.pp] if pins.pp is not None else [p for p in divisors(n // tp) if p <= L]):
@@ -155,6 +158,11 @@ def enumerate_candidates(ctx: Context, pins: ParallelPins, options: SearchOption
                     elif pins.virtual_stages in (None, 1):
                         if pp == 1 and s != "1f1b" and pins.schedule is None:
                             continue  # one stage: every schedule is the same; keep one
+                        if s == "1f1b" and m < pp:
+                            # torch.distributed.pipelining's Schedule1F1B (and the runtime) reject
+                            # m < pp; GPipe covers those classes.
+                            short_1f1b.append((pp, dp))
+                            continue
                         scheds.append((s, 1))
                 for s, v in scheds:
                     if pins.stage_layers is not None and len(pins.stage_layers) != pp * v:
@@ -167,6 +175,14 @@ def enumerate_candidates(ctx: Context, pins: ParallelPins, options: SearchOption
                             zs = [pins.zero_stage] if pins.zero_stage is not None else ([0, 1, 2, 3] if dp > 1 else [0])
                             for z in zs:
                                 out.append(Candidate(tp, pp, dp, mbs, s, v, rc, sp, z))
+    if not out and short_1f1b and pins.schedule == "1f1b":
+        pp, dp = min(short_1f1b)
+        most = max(1, gbs // (dp * pp))
+        field_ = "parallel.micro_batch_size" if pins.micro_batch_size is not None else "parallel.schedule"
+        raise MeshplanError(field_, f"1F1B needs at least as many micro-batches as pipeline stages, but "
+                            f"global_batch_size / (dp × micro_batch_size) < pp = {pp} (dp = {dp})",
+                            f"use micro_batch_size ≤ {most} (so that the micro-batches are ≥ pp), fewer pipeline stages, "
+                            "or schedule 'gpipe'")
     return out
 
 
@@ -211,31 +227,106 @@ def may_fit(cc: ClassCosts) -> bool:
     return all(cp >= v for cp in caps) and sum(caps) >= cc.num_layers
 
 
-def class_bound(cc: ClassCosts) -> int:
-    """A lower bound of the objective over every stage cut of the class."""
-    c, m, L = cc.cand, cc.m, cc.num_layers
-    p, v = c.pp, c.virtual_stages
-    total = L * (cc.f_layer + cc.b_layer) + sum(cc.f_extra) + sum(cc.b_extra)  # one micro-batch through all chunks
+def busiest_rank_load(L: int, p: int, w: int, e_first: int, e_last: int) -> int:
+    """min over cuts of max over ranks of (layers·w + extras): the least F+B per micro-batch of the
+    busiest pipeline rank, where rank 0 carries ``e_first`` and rank p−1 ``e_last`` (the embedding
+    and the LM head). Relaxes "≥ 1 layer per chunk", so it is a lower bound of the true value."""
+    if p == 1:
+        return L * w + e_first + e_last
+    if w <= 0:
+        return max(e_first, e_last)
+
+    def capacity(t: int) -> int:  # most layers the ranks can take with loads ≤ t
+        return (t - e_first) // w + (t - e_last) // w + (p - 2) * (t // w)
+
+    t = max(e_first, e_last, (L * w + e_first + e_last) // p)
+    while capacity(t) < L:  # next breakpoint: some rank takes one more layer (a few steps)
+        t = min(((t - e) // w + 1) * w + e for e in {0, e_first, e_last})
+    return t
+
+
+def _pipe_bound(schedule: str, m: int, p: int, v: int, L: int, f_layer: int, b_layer: int, extra_sum: int,
+                first_extra: int, ends_extra: tuple[int, int, int, int], lag_sum: int, ends_sum: int, post_const: int) -> int:
+    """The cut-independent lower bound of ``class_bound`` from the class's scalar terms: ``extra_sum``
+    = Σ_c (f_extra + b_extra), ``first_extra`` = chunk 0's f_extra + b_extra, ``ends_extra`` = the
+    first rank's (f, b) extras and the last rank's, ``ends_sum`` = the optimizer and ZeRO-1/2
+    all-gather terms summed over every chunk (the rank average bounds the max)."""
+    total = L * (f_layer + b_layer) + extra_sum  # one micro-batch through all chunks
+    f0, b0, fl, bl = ends_extra
+    if p == 1:
+        f0, b0, fl, bl = f0 + fl, b0 + bl, 0, 0
+    load = busiest_rank_load(L, p, f_layer + b_layer, f0 + b0, fl + bl)  # ≤ F_k + B_k of the busiest rank k
     if v == 1:
         # Chains F(0, 0..i-1) → all of rank i → B(m-1, i-1..0), weighted so the cut cancels.
         pipe = total / (1.0 - (1.0 - 1.0 / m) ** p)
-        if c.schedule == "gpipe":
-            pipe = max(pipe, total + 2 * sum(cc.lag) + (m - 1) * total / p)
+        if schedule == "gpipe":
+            # Exact closed form ΣF + ΣB + 2·lags + (m−1)·(max F + max B), and max F + max B ≥ load.
+            pipe = max(pipe, total + 2 * lag_sum + (m - 1) * max(total / p, load))
+        else:
+            # 1F1B steady-state chain through the busiest rank k: F(0) through every stage, B(0) down
+            # to k, k's m B and m − min(p − k, m) later F, B(m−1) down to 0, every lag twice:
+            # total + 2·lags + (m−1)·B_k + max(0, m−p)·F_k, with B_k ≥ ρ·(F_k + B_k) (mediant).
+            rho = min([b / (f + b) for f, b in ((f_layer, b_layer), (f0, b0), (fl, bl)) if f + b > 0] or [0.0])
+            pipe = max(pipe, total + 2 * lag_sum + (max(0, m - p) + (min(m, p) - 1) * rho) * load)
     else:
-        ramp = sum(sum(cc.f_layer + cc.b_layer + cc.f_extra[ch] + cc.b_extra[ch] for ch in range(i)) for i in range(p)) / p
-        pipe = m * total / p + ramp
-    ends = (L * (cc.opt_layer + cc.post_layer) + sum(cc.opt_extra) + sum(cc.post_extra)) / p + cc.post_const
-    return int(math.floor(pipe + ends))
+        # Chunks 0..p-2 feed the last rank's first forward (only chunk 0 carries an extra there).
+        ramp = ((f_layer + b_layer) * (p * (p - 1) // 2) + (p - 1) * first_extra) / p
+        pipe = max(m * total / p + ramp, m * load)  # the busiest rank's own work
+    return int(math.floor(pipe + (ends_sum / p + post_const)))
 
 
-def estimate_uniform(cc: ClassCosts) -> float:
-    """A quick estimate (not a bound) used only to order classes: uniform stages, paper bubble."""
-    c = cc.cand
-    total = cc.num_layers * (cc.f_layer + cc.b_layer) + sum(cc.f_extra) + sum(cc.b_extra)
-    v = c.virtual_stages
-    pipe = total * (cc.m * v + c.pp - 1) / (c.pp * v)
-    ends = (cc.num_layers * (cc.opt_layer + cc.post_layer) + sum(cc.opt_extra)) / c.pp + cc.post_const
-    return pipe + ends
+def quick_may_fit(ctx: Context, c: Candidate) -> bool:
+    """``may_fit`` of a one-chunk-per-rank class without building it (same integers, closed-form
+    activation copies: GPipe m, 1F1B min(p − i, m)); True (unknown: cost it) for interleaved."""
+    if c.virtual_stages > 1:
+        return True
+    from planner.cost import FIXED_RESERVE_BYTES, FRAGMENTATION, GIB
+
+    s = shared_terms(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp)
+    p, L = c.pp, ctx.model.num_layers
+    m = ctx.training.global_batch_size // (c.dp * c.micro_batch_size)
+    usable = int((ctx.gpu.memory_gib * GIB - FIXED_RESERVE_BYTES) / (1 + FRAGMENTATION))
+    p2p = s.act // c.tp if c.sequence_parallel else s.act
+    base = int(s.recompute_tmp + s.z3_tmp + (2 * p2p if p > 1 else 0))
+    tied = ctx.model.tie_embeddings and p == 1
+    total = 0
+    for r in range(p):
+        k = m if c.schedule == "gpipe" else min(p - r, m)
+        state = (s.state_emb if r == 0 else 0) + (s.state_head if r == p - 1 and not tied else 0)
+        act = (s.act_emb if r == 0 else 0) + (s.act_head if r == p - 1 else 0)
+        buf = int(base + s.logits_fp32) if r == p - 1 else base
+        room = usable - buf - state - k * act
+        per = s.state_blk + k * s.act_layer
+        cap = -1 if room < 0 else (room // per if per > 0 else L)
+        if cap < 1:
+            return False
+        total += cap
+    return total >= L
+
+
+def class_bound(cc: ClassCosts) -> int:
+    """A lower bound of the objective over every stage cut of the class."""
+    c, L = cc.cand, cc.num_layers
+    ends = L * (cc.opt_layer + cc.post_layer) + sum(cc.opt_extra) + sum(cc.post_extra)
+    last = cc.chunks - 1
+    firsts = (cc.f_extra[0], cc.b_extra[0], cc.f_extra[last], cc.b_extra[last]) if cc.chunks > 1 else (cc.f_extra[0], cc.b_extra[0], 0, 0)
+    return _pipe_bound(c.schedule, cc.m, c.pp, c.virtual_stages, L, cc.f_layer, cc.b_layer, sum(cc.f_extra) + sum(cc.b_extra),
+                       cc.f_extra[0] + cc.b_extra[0], firsts, sum(cc.lag), ends, cc.post_const)
+
+
+def quick_bound(ctx: Context, c: Candidate) -> int:
+    """``class_bound`` without building the class (no pipeline lags): ≤ ``class_bound``, from the
+    terms shared by every class with the same (mbs, tp, sp, recompute, ZeRO, dp); microseconds."""
+    s = shared_terms(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp)
+    L = ctx.model.num_layers
+    m = ctx.training.global_batch_size // (c.dp * c.micro_batch_size)
+    head = not (ctx.model.tie_embeddings and c.chunks == 1)
+    fe, be, fh, bh = _ns(s.f_emb), _ns(s.b_emb), _ns(s.f_head), _ns(s.b_head)
+    ends = L * (s.opt_layer + s.post[1]) + s.opt_emb + s.post[2] + ((s.opt_head + s.post[3]) if head else 0)
+    first = fe + be + ((fh + bh) if c.chunks == 1 else 0)
+    firsts = (fe, be, fh, bh) if c.chunks > 1 else (fe + fh, be + bh, 0, 0)
+    return _pipe_bound(c.schedule, m, c.pp, c.virtual_stages, L, _ns(s.f_blk), _ns(s.b_blk), fe + be + fh + bh, first, firsts, 0,
+                       ends, s.post[0])
 
 
 def greedy_cut(cc: ClassCosts) -> list[int]:
@@ -406,9 +497,9 @@ def solve_class(cc: ClassCosts, options: SearchOptions, fixed: list[int] | None 
     for coef, const in _initial_chains(cc):
         model.add(M >= sum(k * x for k, x in zip(coef, n) if k) + const)
     model.minimize(M + D)
-    if c.virtual_stages > 1:
+    if c.virtual_stages > 1 and incumbent is None:  # no plan yet: a good one early prunes the rest
         hint, hint_ev, seeds = local_search(cc, greedy_cut(cc), deadline=deadline)
-    else:  # one chunk per rank: the rank chains are strong; refine by cuts only
+    else:  # refine by cuts only
         hint = greedy_cut(cc)
         hint_ev = evaluate(cc, hint)
         seeds = [_chain_cut(cc, hint_ev.sim.critical_path, hint_ev.sim.critical_lags)]
@@ -517,56 +608,71 @@ def simplicity(c: Candidate) -> tuple:
 def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int = 3) -> SearchResult:
     t0 = time.perf_counter()
     cands = enumerate_candidates(ctx, pins, options)
-    bounded: list[tuple[int, int, ClassCosts]] = []
-    pruned_memory = 0
+    # Best-first on a cheap valid lower bound: a class is costed (ClassCosts, memory screen, exact
+    # bound) only when its quick bound can still beat the k-th best plan, and solved only when its
+    # exact bound can too. The first class whose quick bound cannot ends the search: every later one
+    # is bounded out. Ties are visited simplest first (the tie-break of the results).
+    order = sorted((quick_bound(ctx, c), simplicity(c)) for c in cands)
+    found: list[ClassResult] = []
+    costed = pruned_memory = solved = solves = 0
     blocked: tuple[Candidate, int] | None = None
-    for i, cand in enumerate(cands):
+    all_proven = True
+    open_bound: int | None = None  # smallest bound among classes left unproven (time limit)
+    rest: list[tuple[int, tuple]] = []  # classes not reached before the time limit
+    unsolved: list[tuple[int, tuple]] = []  # classes the time limit cut short without a plan
+    deadline = t0 + options.time_limit_s
+
+    def leave_open(b: int) -> None:
+        nonlocal all_proven, open_bound
+        all_proven = False
+        open_bound = b if open_bound is None else min(open_bound, b)
+
+    for idx, (qb, key) in enumerate(order):
+        cand = key[-1]
+        kth = found[top_k - 1].evaluation.objective_ns if len(found) >= top_k else None
+        if kth is not None and qb >= kth:
+            break
+        if time.perf_counter() >= deadline:
+            rest = order[idx:]
+            leave_open(qb)
+            break
+        if pins.stage_layers is None and not quick_may_fit(ctx, cand):
+            pruned_memory += 1
+            if blocked is None or qb < blocked[1]:
+                blocked = (cand, qb)
+            continue
         cc = class_costs(ctx, cand)
+        costed += 1
+        lb = class_bound(cc)
         if pins.stage_layers is None and not may_fit(cc):
             pruned_memory += 1
-            lb = class_bound(cc)
             if blocked is None or lb < blocked[1]:
                 blocked = (cand, lb)
             continue
-        bounded.append((class_bound(cc), i, cc))
-    # Visit classes by a uniform-stage estimate (good incumbents early); skip those whose valid
-    # lower bound cannot beat the k-th best plan. Every class is either solved or bounded out.
-    bounded.sort(key=lambda t: (estimate_uniform(t[2]), simplicity(t[2].cand)))
-    found: list[ClassResult] = []
-    solved = solves = 0
-    all_proven = True
-    open_bound: int | None = None  # smallest bound among classes left unproven (time limit)
-    deadline = t0 + options.time_limit_s
-    for idx, (lb, _, cc) in enumerate(bounded):
-        kth = found[top_k - 1].evaluation.objective_ns if len(found) >= top_k else None
         if kth is not None and lb >= kth:
             continue
-        if time.perf_counter() >= deadline:
-            all_proven = False
-            rest = [b for b, _, _ in bounded[idx:] if kth is None or b < kth]
-            open_bound = min([*rest, *([open_bound] if open_bound is not None else [])])
-            break
         res = solve_class(cc, options, fixed=pins.stage_layers, incumbent=kth, deadline=deadline)
         solved += 1
         solves += res.iterations
         if res.status == "PRUNED":
             continue
         if res.evaluation is None or not res.evaluation.fits:
-            if res.status not in ("INFEASIBLE",):
-                all_proven = False
+            if res.status != "INFEASIBLE":
+                leave_open(lb)
+                unsolved.append((lb, key))
             elif blocked is None or lb < blocked[1]:
-                blocked = (cc.cand, lb)
+                blocked = (cand, lb)
             continue
-        if res.status != "OPTIMAL":
-            if kth is None or res.bound < kth:
-                all_proven = False
-                open_bound = res.bound if open_bound is None else min(open_bound, res.bound)
+        if res.status != "OPTIMAL" and (kth is None or res.bound < kth):
+            leave_open(res.bound)
         found.append(res)
         found.sort(key=lambda r: (r.evaluation.objective_ns, simplicity(r.cand)))
         del found[top_k:]
+    if not found and not all_proven:
+        found = _fallback(ctx, unsolved + rest, top_k, pins.stage_layers)
     wall = time.perf_counter() - t0
-    notes = [f"{len(cands)} configuration classes (every stage cut of each), {pruned_memory} ruled out by memory bounds, "
-             f"{solved} solved with CP-SAT ({solves} solves)"]
+    notes = [f"{len(cands)} configuration classes (every stage cut of each), {costed} costed (the rest bounded out), "
+             f"{pruned_memory} ruled out by memory bounds, {solved} solved with CP-SAT ({solves} solves)"]
     if not found:
         return SearchResult([], "INFEASIBLE" if all_proven else "UNKNOWN", None, None, wall, len(cands), solved, solves, notes,
                             min_memory=_min_memory(ctx, cands) if all_proven else None)
@@ -576,6 +682,28 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     bound = best if all_proven else min(best, open_bound if open_bound is not None else best)
     return SearchResult(found, "OPTIMAL" if all_proven else "FEASIBLE", best, bound,
                         wall, len(cands), solved, solves, notes, memory_blocked=blocked)
+
+
+def _fallback(ctx: Context, rest: list[tuple[int, tuple]], top_k: int, fixed: list[int] | None,
+              max_classes: int = 64) -> list[ClassResult]:
+    """When the time limit ran out before any class was solved: the best-bound classes not reached,
+    each with its balanced (greedy) cut scored by the simulation — valid FEASIBLE plans. (The
+    reported bound is already the smallest open lower bound.)"""
+    found: list[ClassResult] = []
+    tried = 0
+    for qb, key in rest:
+        if tried >= max_classes or len(found) >= top_k:
+            break
+        cc = class_costs(ctx, key[-1])
+        if fixed is None and not may_fit(cc):
+            continue
+        tried += 1
+        n = list(fixed) if fixed is not None else greedy_cut(cc)
+        ev = evaluate(cc, n)
+        if ev.fits:
+            found.append(ClassResult(cc.cand, n, ev, "FEASIBLE", qb, 0, 0.0))
+    found.sort(key=lambda r: (r.evaluation.objective_ns, simplicity(r.cand)))
+    return found
 
 
 def _min_memory(ctx: Context, cands: list[Candidate]) -> tuple[Candidate, float] | None:

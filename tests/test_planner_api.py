@@ -46,6 +46,8 @@ def test_llama70b_on_8_nodes_is_optimal_complete_and_explained(llama70b: PlanRes
         assert e.tokens_per_s == pytest.approx(1024 * 8192 / e.step_time_s)
         assert 0 < e.mfu < 1
         assert p.explanation is not None and p.explanation.summary
+        names = [d.split(":")[0] for d in p.explanation.details[:6]]
+        assert names == ["compute", "TP comm", "pipeline bubble", "pipeline p2p", "DP sync", "optimizer"]
     assert r.plans[0].explanation.runner_up and "slower" in r.plans[0].explanation.runner_up
 
 
@@ -101,6 +103,7 @@ def test_batch_not_divisible_reports_the_batch() -> None:
     ({"stage_layers": [10, 10]}, "parallel.stage_layers"),
     ({"schedule": "zbv-zero-bubble", "virtual_stages": 2}, "parallel.schedule"),
     ({"tp": 1, "sequence_parallel": True}, "parallel.sequence_parallel"),
+    ({"pp": 8, "schedule": "1f1b", "micro_batch_size": 64}, "parallel.micro_batch_size"),  # m = 4 < pp
 ])
 def test_bad_pins_name_the_field(pins: dict, field: str) -> None:
     for fn in (planner.plan, planner.estimate):
@@ -154,3 +157,35 @@ def test_request_model_accepts_dicts_and_rejects_typos() -> None:
     with pytest.raises(ValidationError):
         planner.plan({**body(), "trainig": {}})
     assert isinstance(PlanRequest.model_validate(body()), PlanRequest)
+
+
+def test_time_limit_before_any_class_is_solved_still_answers(llama70b: PlanResponse) -> None:
+    """A time limit too short to solve a single class still returns fitting FEASIBLE plans, each
+    simulated (estimate reproduces it), with a valid bound (≤ the proven optimum of the full run)."""
+    req = body("llama3-70b", nodes=8, gbs=1024)
+    req.update(top_k=5, options={"time_limit_s": 0.001})
+    r = planner.plan(req)
+    assert r.solver.status == "FEASIBLE" and r.infeasible is None and 1 <= len(r.plans) <= 5
+    optimum = llama70b.solver.objective_value
+    assert r.solver.best_objective_bound <= optimum + 1e-9 <= r.solver.objective_value + 1e-9
+    for p in r.plans:
+        assert p.estimate.fits and p.estimate.peak_memory_gib <= 80
+        again = planner.estimate({**body("llama3-70b", nodes=8, gbs=1024), "parallel": p.parallel.model_dump()})
+        assert again.step_time_s == pytest.approx(p.estimate.step_time_s)
+
+
+def test_plan_never_returns_1f1b_with_fewer_microbatches_than_stages() -> None:
+    """torch's Schedule1F1B rejects m < pp: such classes are GPipe's. A small batch makes them tempting."""
+    r = planner.plan({**body("llama3-8b", gbs=8, seq=2048), "top_k": 10})
+    assert r.plans
+    for p in r.plans:
+        if p.parallel.schedule == "1f1b":
+            assert p.estimate.num_microbatches >= p.parallel.pp
+    from planner.api import context
+    from planner.search import enumerate_candidates
+    from planner.specs import PlanRequest
+
+    req = PlanRequest.model_validate(body("llama3-8b", gbs=8, seq=2048))
+    cands = enumerate_candidates(context(req), req.parallel, req.options)
+    short = [c for c in cands if 8 // (c.dp * c.micro_batch_size) < c.pp]
+    assert short and {c.schedule for c in short} == {"gpipe"}  # GPipe still covers m < pp

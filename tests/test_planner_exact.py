@@ -85,9 +85,10 @@ def test_compositions_count(total: int, parts: int, count: int) -> None:
 
 @pytest.mark.parametrize("seed", range(0, 16, 3))
 def test_class_bounds_are_valid(seed: int) -> None:
-    """The cut-independent bound used to skip classes never exceeds the class's true optimum, and
-    the memory screen never drops a class that has a fitting cut."""
-    from planner.search import class_bound, may_fit
+    """The cut-independent bounds used to skip classes (the quick one, before the class is costed, and
+    the exact one) never exceed the class's true optimum, and
+    the memory screen never drops a class that has a fitting cut (the pre-costing screen is the same)."""
+    from planner.search import class_bound, may_fit, quick_bound, quick_may_fit
 
     ctx, pins = random_instance(seed)
     from planner.search import enumerate_candidates
@@ -95,6 +96,24 @@ def test_class_bounds_are_valid(seed: int) -> None:
     for cand in enumerate_candidates(ctx, pins, SearchOptions()):
         cc = class_costs(ctx, cand)
         evs = [evaluate(cc, n) for n in compositions(cc.num_layers, cc.chunks)]
-        assert class_bound(cc) <= min(e.objective_ns for e in evs)
+        assert quick_bound(ctx, cand) <= class_bound(cc) <= min(e.objective_ns for e in evs)
         if any(e.fits for e in evs):
             assert may_fit(cc)
+        if cand.virtual_stages == 1:
+            assert quick_may_fit(ctx, cand) == may_fit(cc)
+
+
+@pytest.mark.parametrize("L,p,w,e_first,e_last", [(7, 1, 5, 3, 4), (7, 2, 5, 0, 9), (6, 3, 4, 11, 2), (9, 4, 3, 1, 13),
+                                                  (5, 5, 10, 0, 0), (8, 3, 7, 20, 20), (12, 4, 2, 0, 7)])
+def test_busiest_rank_load_is_the_min_max_load(L: int, p: int, w: int, e_first: int, e_last: int) -> None:
+    """Equal to the brute-force min over cuts (≥ 0 layers per rank) of the max rank load, so at most
+    the min over real cuts (≥ 1 layer each)."""
+    from itertools import product
+
+    from planner.search import busiest_rank_load
+
+    extras = [e_first + (e_last if p == 1 else 0)] + [0] * (p - 2) + ([e_last] if p > 1 else [])
+    relaxed = min(max(n * w + e for n, e in zip(cut, extras)) for cut in product(range(L + 1), repeat=p) if sum(cut) == L)
+    real = min(max(n * w + e for n, e in zip(cut, extras)) for cut in compositions(L, p))
+    got = busiest_rank_load(L, p, w, e_first, e_last)
+    assert got == relaxed <= real
