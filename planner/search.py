@@ -199,7 +199,8 @@ def forced_cut(ctx: Context, pins: ParallelPins, c: Candidate) -> list[int] | No
     if pins.stage_layers is not None:
         return list(pins.stage_layers)
     if pins.schedule is None and c.virtual_stages > 1:
-        return even_stage_layers(ctx.model.num_layers, c.chunks)
+        L = ctx.model.num_layers
+        return [L // c.chunks] * c.chunks if L % c.chunks == 0 else even_stage_layers(L, c.chunks)
     return None
 
 
@@ -369,6 +370,26 @@ def quick_bound(ctx: Context, c: Candidate) -> int:
     firsts = (fe, be, fh, bh) if c.chunks > 1 else (fe + fh, be + bh, 0, 0)
     return _pipe_bound(c.schedule, m, c.pp, c.virtual_stages, L, _ns(s.f_blk), _ns(s.b_blk), fe + be + fh + bh, first, firsts, 0,
                        ends, s.post[0])
+
+
+def cut_bound(ctx: Context, c: Candidate, cut: list[int]) -> int:
+    """A lower bound of the objective of one class at one cut, from the shared terms (no
+    ``ClassCosts``, no simulation): the longest rank chain without lags, F(0) through the chunks
+    before rank i, all of rank i's m·(F + B), B(m−1) back through them (every schedule's order starts
+    rank i with F(0) of its first chunk and ends it with B(m−1) of that chunk), plus the rank mean
+    of the end term as in ``quick_bound``. For a uniform interleaved cut it is within the lags of the
+    makespan (rank p−1's chain is the ideal interleaved step)."""
+    s = shared_terms(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp)
+    L, p = ctx.model.num_layers, c.pp
+    m = ctx.training.global_batch_size // (c.dp * c.micro_batch_size)
+    fb, last = _ns(s.f_blk) + _ns(s.b_blk), c.chunks - 1
+    t = [n * fb for n in cut]
+    t[0] += _ns(s.f_emb) + _ns(s.b_emb)
+    t[last] += _ns(s.f_head) + _ns(s.b_head)
+    pipe = max(sum(t[:i]) + m * sum(t[i::p]) for i in range(p))
+    head = not (ctx.model.tie_embeddings and c.chunks == 1)
+    ends = L * (s.opt_layer + s.post[1]) + s.opt_emb + s.post[2] + ((s.opt_head + s.post[3]) if head else 0)
+    return pipe + int(math.floor(ends / p + s.post[0]))
 
 
 def greedy_cut(cc: ClassCosts) -> list[int]:
@@ -652,7 +673,14 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     # bound) only when its quick bound can still beat the k-th best plan, and solved only when its
     # exact bound can too. The first class whose quick bound cannot ends the search: every later one
     # is bounded out. Ties are visited simplest first (the tie-break of the results).
-    order = sorted((quick_bound(ctx, c), simplicity(c)) for c in cands)
+    # Classes with one allowed cut (interleaved's uniform split) are keyed by that cut's bound too.
+
+    def key_bound(c: Candidate) -> int:
+        qb = quick_bound(ctx, c)
+        cut = forced_cut(ctx, pins, c) if c.virtual_stages > 1 else None
+        return qb if cut is None else max(qb, cut_bound(ctx, c, cut))
+
+    order = sorted((key_bound(c), simplicity(c)) for c in cands)
     found: list[ClassResult] = []
     costed = pruned_memory = solved = simulated = solves = 0
     blocked: tuple[Candidate, int] | None = None

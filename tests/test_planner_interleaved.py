@@ -107,3 +107,18 @@ def test_enumeration_of_interleaved_classes(pins: ParallelPins, uniform_only: bo
     else:
         assert divides == {True, False}
         assert all(forced_cut(ctx, pins, c) is None for c in il)
+
+
+@pytest.mark.parametrize("seed", range(1, 24, 2))
+def test_cut_bound_is_valid(seed: int) -> None:
+    """The bound that orders and skips one-cut classes never exceeds that cut's simulated objective,
+    and the quick bound holds too (so the best-first order stays a valid proof)."""
+    from planner.search import cut_bound, quick_bound
+
+    ctx, pins = interleaved_instance(seed)
+    for cand in enumerate_candidates(ctx, pins, SearchOptions()):
+        cut = forced_cut(ctx, pins, cand)
+        if cut is None:
+            continue
+        obj = evaluate(class_costs(ctx, cand), cut).objective_ns
+        assert cut_bound(ctx, cand, cut) <= obj and quick_bound(ctx, cand) <= obj
