@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from planner.cost import (Candidate, ClassCosts, Context, Evaluation, _ns, class_costs, evaluate, rank_end_terms, rank_memory,
-                          shared_terms)
+from planner.cost import (Candidate, ClassCosts, Context, Evaluation, _block_crosses, _ns, class_costs, evaluate, rank_end_terms,
+                          rank_memory, shared_terms)
 from planner.errors import MeshplanError
 from planner.layout import even_stage_layers
 from planner.simulate import rank_orders
@@ -374,11 +374,10 @@ def quick_bound(ctx: Context, c: Candidate) -> int:
 
 def cut_bound(ctx: Context, c: Candidate, cut: list[int]) -> int:
     """A lower bound of the objective of one class at one cut, from the shared terms (no
-    ``ClassCosts``, no simulation): the longest rank chain without lags, F(0) through the chunks
+    ``ClassCosts``, no simulation): the longest rank chain with its p2p lags, F(0) through the chunks
     before rank i, all of rank i's m·(F + B), B(m−1) back through them (every schedule's order starts
-    rank i with F(0) of its first chunk and ends it with B(m−1) of that chunk), plus the rank mean
-    of the end term as in ``quick_bound``. For a uniform interleaved cut it is within the lags of the
-    makespan (rank p−1's chain is the ideal interleaved step)."""
+    rank i with F(0) of its first chunk and ends it with B(m−1) of that chunk). For a uniform interleaved cut it is within the lags of the
+    makespan (rank p−1's chain is the ideal interleaved step), plus the exact end term (``cut_end``)."""
     s = shared_terms(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp)
     L, p = ctx.model.num_layers, c.pp
     m = ctx.training.global_batch_size // (c.dp * c.micro_batch_size)
@@ -386,10 +385,35 @@ def cut_bound(ctx: Context, c: Candidate, cut: list[int]) -> int:
     t = [n * fb for n in cut]
     t[0] += _ns(s.f_emb) + _ns(s.b_emb)
     t[last] += _ns(s.f_head) + _ns(s.b_head)
+    # The chain crosses boundaries 0..i−1 twice (forward and backward): their p2p lags, as class_costs.
+    if p > 1:
+        nbytes = s.act // c.tp if c.sequence_parallel else s.act
+        g, block = ctx.cluster.gpus_per_node, c.dp * c.tp
+        for b in range(p - 1):
+            link = "inter_node" if _block_crosses(g, block, b, b + 1) else "intra_node"
+            t[b] += 2 * _ns(ctx.comm.time("send_recv", nbytes, 2, link))
     pipe = max(sum(t[:i]) + m * sum(t[i::p]) for i in range(p))
+    return pipe + cut_end(ctx, c, cut)
+
+
+def cut_end(ctx: Context, c: Candidate, cut: list[int]) -> int:
+    """``Evaluation.end_ns`` of a class at a cut (max over ranks of exposed DP sync + optimizer +
+    ZeRO-1/2 parameter all-gather), from the shared terms: the same integers as ``rank_end``."""
+    s = shared_terms(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp)
+    p, last = c.pp, c.chunks - 1
     head = not (ctx.model.tie_embeddings and c.chunks == 1)
-    ends = L * (s.opt_layer + s.post[1]) + s.opt_emb + s.post[2] + ((s.opt_head + s.post[3]) if head else 0)
-    return pipe + int(math.floor(ends / p + s.post[0]))
+    has_post = c.dp > 1 and s.post[1] + s.post[0] > 0
+    best = None
+    for r in range(p):
+        layers = sum(cut[r::p])
+        emb, hd = r == 0, head and last % p == r
+        sync = s.sync[0] + layers * s.sync[1] + (s.sync[2] if emb else 0) + (s.sync[3] if hd else 0) if c.dp > 1 else 0
+        overlap = cut[r] * _ns(s.b_blk) + (_ns(s.b_emb) if r == 0 else 0) + (_ns(s.b_head) if r == last else 0)
+        opt = layers * s.opt_layer + (s.opt_emb if emb else 0) + (s.opt_head if hd else 0)
+        post = s.post[0] + layers * s.post[1] + (s.post[2] if emb else 0) + (s.post[3] if hd else 0) if has_post else 0
+        end = max(0, sync - overlap) + opt + post
+        best = end if best is None else max(best, end)
+    return best
 
 
 def greedy_cut(cc: ClassCosts) -> list[int]:
@@ -673,14 +697,31 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     # bound) only when its quick bound can still beat the k-th best plan, and solved only when its
     # exact bound can too. The first class whose quick bound cannot ends the search: every later one
     # is bounded out. Ties are visited simplest first (the tie-break of the results).
-    # Classes with one allowed cut (interleaved's uniform split) are keyed by that cut's bound too.
+    # Classes with one allowed cut (interleaved's uniform split) are re-keyed by that cut's bound
+    # (``cut_bound``, tighter) when they reach the front of the queue, and pushed back (lazy: only
+    # the classes that get near the front pay for it).
+    memo: dict[tuple, int] = {}  # the interleaved quick bound does not depend on v: share it
 
-    def key_bound(c: Candidate) -> int:
-        qb = quick_bound(ctx, c)
-        cut = forced_cut(ctx, pins, c) if c.virtual_stages > 1 else None
-        return qb if cut is None else max(qb, cut_bound(ctx, c, cut))
+    def qbound(c: Candidate) -> int:
+        if c.virtual_stages == 1:
+            return quick_bound(ctx, c)
+        k = (c.tp, c.pp, c.dp, c.micro_batch_size, c.recompute, c.sequence_parallel, c.zero_stage)
+        if k not in memo:
+            memo[k] = quick_bound(ctx, c)
+        return memo[k]
 
-    order = sorted((key_bound(c), simplicity(c)) for c in cands)
+    heap = [(qbound(c), simplicity(c), c.virtual_stages == 1 or forced_cut(ctx, pins, c) is None) for c in cands]
+    heapq.heapify(heap)
+
+    def next_class() -> tuple[int, tuple] | None:
+        while heap:
+            qb, key, final = heapq.heappop(heap)
+            if final:
+                return qb, key
+            cand = key[-1]
+            heapq.heappush(heap, (max(qb, cut_bound(ctx, cand, forced_cut(ctx, pins, cand))), key, True))
+        return None
+
     found: list[ClassResult] = []
     costed = pruned_memory = solved = simulated = solves = 0
     blocked: tuple[Candidate, int] | None = None
@@ -695,13 +736,14 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         all_proven = False
         open_bound = b if open_bound is None else min(open_bound, b)
 
-    for idx, (qb, key) in enumerate(order):
+    while (item := next_class()) is not None:
+        qb, key = item
         cand = key[-1]
         kth = found[top_k - 1].evaluation.objective_ns if len(found) >= top_k else None
         if kth is not None and qb >= kth:
             break
         if time.perf_counter() >= deadline:
-            rest = order[idx:]
+            rest = [(qb, key)] + sorted((b, k) for b, k, _ in heap)
             leave_open(qb)
             break
         if pins.stage_layers is None and not quick_may_fit(ctx, cand, forced_cut(ctx, pins, cand)):

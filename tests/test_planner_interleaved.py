@@ -113,12 +113,39 @@ def test_enumeration_of_interleaved_classes(pins: ParallelPins, uniform_only: bo
 def test_cut_bound_is_valid(seed: int) -> None:
     """The bound that orders and skips one-cut classes never exceeds that cut's simulated objective,
     and the quick bound holds too (so the best-first order stays a valid proof)."""
-    from planner.search import cut_bound, quick_bound
+    from planner.search import cut_bound, cut_end, quick_bound
 
     ctx, pins = interleaved_instance(seed)
     for cand in enumerate_candidates(ctx, pins, SearchOptions()):
         cut = forced_cut(ctx, pins, cand)
         if cut is None:
             continue
-        obj = evaluate(class_costs(ctx, cand), cut).objective_ns
-        assert cut_bound(ctx, cand, cut) <= obj and quick_bound(ctx, cand) <= obj
+        ev = evaluate(class_costs(ctx, cand), cut)
+        assert cut_end(ctx, cand, cut) == ev.end_ns
+        assert cut_bound(ctx, cand, cut) <= ev.objective_ns and quick_bound(ctx, cand) <= ev.objective_ns
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_cut_end_is_the_evaluated_end_term(tie: bool) -> None:
+    """Over every ZeRO stage, recompute, tp/sp and dp: the end term computed from the shared terms
+    equals the evaluation's (the bound relies on it being exact, never larger)."""
+    from planner.search import cut_end
+
+    ctx = _ctx(12)
+    ctx = Context(model=ctx.model.model_copy(update={"tie_embeddings": tie}), gpu=ctx.gpu, cluster=ctx.cluster, training=ctx.training)
+    cands = [c for c in enumerate_candidates(ctx, ParallelPins(), SearchOptions()) if c.micro_batch_size <= 2]
+    assert {c.zero_stage for c in cands} == {0, 1, 2, 3} and any(c.virtual_stages == 1 and c.pp == 1 for c in cands)
+    for cand in cands:
+        cut = forced_cut(ctx, ParallelPins(), cand) or [12 // cand.chunks + (1 if i < 12 % cand.chunks else 0) for i in range(cand.chunks)]
+        assert cut_end(ctx, cand, cut) == evaluate(class_costs(ctx, cand), cut).end_ns, cand
+
+
+def test_interleaved_quick_bound_does_not_depend_on_v() -> None:
+    """The search shares one quick bound across the v of an interleaved class (``search.qbound``)."""
+    from planner.search import quick_bound
+
+    ctx = _ctx(24)
+    by_key: dict[tuple, set[int]] = {}
+    for c in enumerate_candidates(ctx, ParallelPins(schedule="interleaved-1f1b"), SearchOptions()):
+        by_key.setdefault((c.tp, c.pp, c.dp, c.micro_batch_size, c.recompute, c.sequence_parallel, c.zero_stage), set()).add(quick_bound(ctx, c))
+    assert by_key and all(len(b) == 1 for b in by_key.values())
