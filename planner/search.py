@@ -386,13 +386,14 @@ def cut_bound(ctx: Context, c: Candidate, cut: list[int]) -> int:
     t[0] += _ns(s.f_emb) + _ns(s.b_emb)
     t[last] += _ns(s.f_head) + _ns(s.b_head)
     # The chain crosses boundaries 0..i−1 twice (forward and backward): their p2p lags, as class_costs.
+    lags = [0] * p
     if p > 1:
         nbytes = s.act // c.tp if c.sequence_parallel else s.act
         g, block = ctx.cluster.gpus_per_node, c.dp * c.tp
         for b in range(p - 1):
             link = "inter_node" if _block_crosses(g, block, b, b + 1) else "intra_node"
-            t[b] += 2 * _ns(ctx.comm.time("send_recv", nbytes, 2, link))
-    pipe = max(sum(t[:i]) + m * sum(t[i::p]) for i in range(p))
+            lags[b] = 2 * _ns(ctx.comm.time("send_recv", nbytes, 2, link))
+    pipe = max(sum(t[:i]) + sum(lags[:i]) + m * sum(t[i::p]) for i in range(p))
     return pipe + cut_end(ctx, c, cut)
 
 
