@@ -30,8 +30,19 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from planner.cost import (Candidate, ClassCosts, Context, Evaluation, _block_crosses, _ns, class_costs, evaluate, rank_end_terms,
-                          rank_memory, shared_terms)
+from planner.cost import (
+    Candidate,
+    ClassCosts,
+    Context,
+    Evaluation,
+    _block_crosses,
+    _ns,
+    class_costs,
+    evaluate,
+    rank_end_terms,
+    rank_memory,
+    shared_terms,
+)
 from planner.errors import MeshplanError
 from planner.layout import even_stage_layers
 from planner.simulate import rank_orders
@@ -376,10 +387,11 @@ def cut_bound(ctx: Context, c: Candidate, cut: list[int]) -> int:
     """A lower bound of the objective of one class at one cut, from the shared terms (no
     ``ClassCosts``, no simulation): the longest rank chain with its p2p lags, F(0) through the chunks
     before rank i, all of rank i's m·(F + B), B(m−1) back through them (every schedule's order starts
-    rank i with F(0) of its first chunk and ends it with B(m−1) of that chunk). For a uniform interleaved cut it is within the lags of the
-    makespan (rank p−1's chain is the ideal interleaved step), plus the exact end term (``cut_end``)."""
+    rank i with F(0) of its first chunk and ends it with B(m−1) of that chunk), plus the exact end
+    term (``cut_end``). For a uniform interleaved cut rank p−1's chain is the ideal interleaved step,
+    so the bound is close to the simulated one (0.1–2 % below on the bench instances)."""
     s = shared_terms(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp)
-    L, p = ctx.model.num_layers, c.pp
+    p = c.pp
     m = ctx.training.global_batch_size // (c.dp * c.micro_batch_size)
     fb, last = _ns(s.f_blk) + _ns(s.b_blk), c.chunks - 1
     t = [n * fb for n in cut]
@@ -832,7 +844,7 @@ def _fallback(ctx: Context, rest: list[tuple[int, tuple]], top_k: int, pins: Par
 
 def _min_memory(ctx: Context, cands: list[Candidate], pins: ParallelPins | None = None) -> tuple[Candidate, float] | None:
     """The class and balanced cut needing the least memory per GPU (GiB, with the reserve)."""
-    from planner.cost import GIB, FIXED_RESERVE_BYTES, FRAGMENTATION
+    from planner.cost import FIXED_RESERVE_BYTES, FRAGMENTATION, GIB
 
     best: tuple[Candidate, float] | None = None
     for cand in cands:

@@ -10,9 +10,28 @@ import pytest
 
 from planner.bruteforce import brute_force
 from planner.catalog import get_gpu
-from planner.cost import Context, _live_vectors_cached, class_costs, evaluate, rank_memory
-from planner.search import enumerate_candidates, forced_cut, interleaved_peak_copies, quick_may_fit, search
-from planner.specs import ClusterSpec, GpuSpec, ModelSpec, ParallelPins, SearchOptions, TrainingSpec
+from planner.cost import (
+    Context,
+    _live_vectors_cached,
+    class_costs,
+    evaluate,
+    rank_memory,
+)
+from planner.search import (
+    enumerate_candidates,
+    forced_cut,
+    interleaved_peak_copies,
+    quick_may_fit,
+    search,
+)
+from planner.specs import (
+    ClusterSpec,
+    GpuSpec,
+    ModelSpec,
+    ParallelPins,
+    SearchOptions,
+    TrainingSpec,
+)
 
 SEEDS = range(24)
 
