@@ -1,4 +1,6 @@
-"""A slow, exact reference: every configuration class and every stage cut, scored by the simulation.
+"""A slow, exact reference: every configuration class and every stage cut it allows (all of them, but
+the pinned ``stage_layers`` or, for interleaved 1F1B with the schedule unpinned, Megatron-LM's uniform
+split: ``search.forced_cut``), scored by the simulation.
 
 Used by the tests to check that the CP-SAT search returns the same optimum on small instances.
 """
@@ -8,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from planner.cost import Candidate, Context, class_costs, evaluate
-from planner.search import enumerate_candidates
+from planner.search import enumerate_candidates, forced_cut
 from planner.specs import ParallelPins, SearchOptions
 
 
@@ -29,7 +31,8 @@ def brute_force(ctx: Context, pins: ParallelPins, options: SearchOptions | None 
     scored = 0
     for cand in enumerate_candidates(ctx, pins, options):
         cc = class_costs(ctx, cand)
-        cuts = [list(pins.stage_layers)] if pins.stage_layers is not None else compositions(cc.num_layers, cc.chunks)
+        fixed = forced_cut(ctx, pins, cand)  # pinned stage_layers, or interleaved's uniform split when unpinned
+        cuts = [fixed] if fixed is not None else compositions(cc.num_layers, cc.chunks)
         top: tuple[int, Candidate, list[int]] | None = None
         for n in cuts:
             if len(n) != cc.chunks or min(n) < 1:

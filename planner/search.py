@@ -13,6 +13,9 @@ class the CP-SAT model has one integer variable per chunk (its layer count) and
   simulation is added as a new cut (lazy constraint generation). When they agree the cut is optimal.
   GPipe starts from its exact closed form, so it needs no extra cut.
 
+Interleaved classes enumerated without a pinned schedule have one cut only, Megatron-LM's uniform
+split (``forced_cut``): they are memory-screened at that cut and simulated, no CP-SAT.
+
 Across classes: a cut-independent lower bound (``class_bound``) orders them; classes are solved best
 bound first until the next bound cannot beat the k-th best plan. Every solved class is OPTIMAL, every
 skipped one is proven no better, so the answer is proven optimal for the modeled space.
@@ -27,7 +30,19 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from planner.cost import Candidate, ClassCosts, Context, Evaluation, _ns, class_costs, evaluate, rank_end_terms, shared_terms
+from planner.cost import (
+    Candidate,
+    ClassCosts,
+    Context,
+    Evaluation,
+    _block_crosses,
+    _ns,
+    class_costs,
+    evaluate,
+    rank_end_terms,
+    rank_memory,
+    shared_terms,
+)
 from planner.errors import MeshplanError
 from planner.layout import even_stage_layers
 from planner.simulate import rank_orders
@@ -35,11 +50,11 @@ from planner.specs import MULTI_STAGE_SCHEDULES, ParallelPins, SearchOptions
 
 #: Schedules the planner models; zero-bubble schedules are not modeled yet.
 SEARCHED_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
-#: Schedules searched when ``parallel.schedule`` is not pinned. Interleaved 1F1B is exact when
-#: pinned, but proving a class's optimal cut can take CP-SAT > 10 s (measured: Llama 3 405B, pp=16
-#: v=3, 48 chunks: the relaxed model is not solved in 10 s), so searching it by default turns the
-#: bench instances from OPTIMAL in < 1 s into FEASIBLE at the time limit (docs/planner.md).
-DEFAULT_SCHEDULES = ("gpipe", "1f1b")
+#: Schedules searched when ``parallel.schedule`` is not pinned. Interleaved 1F1B is then searched as
+#: Megatron-LM supports it: uniform chunks (num_layers divisible by pp·v, the even cut only), each
+#: such class simulated at that one cut. Pinning ``schedule=interleaved-1f1b`` (or ``stage_layers``)
+#: searches its free cuts with CP-SAT instead (docs/planner.md).
+DEFAULT_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
 RECOMPUTE = ("none", "selective", "full")
 #: Largest number of virtual stages searched when not pinned (Megatron uses 2–8 in practice).
 MAX_VIRTUAL_STAGES = 8
@@ -154,7 +169,9 @@ def enumerate_candidates(ctx: Context, pins: ParallelPins, options: SearchOption
                         if pp < 2 or m % pp:
                             continue
                         vs = [pins.virtual_stages] if pins.virtual_stages is not None else range(2, MAX_VIRTUAL_STAGES + 1)
-                        scheds += [(s, v) for v in vs if pp * v <= L]
+                        # Unpinned: Megatron's virtual pipeline needs uniform chunks (L divisible by pp·v).
+                        uniform = pins.schedule is None
+                        scheds += [(s, v) for v in vs if v >= 2 and pp * v <= L and (not uniform or L % (pp * v) == 0)]
                     elif pins.virtual_stages in (None, 1):
                         if pp == 1 and s != "1f1b" and pins.schedule is None:
                             continue  # one stage: every schedule is the same; keep one
@@ -184,6 +201,18 @@ def enumerate_candidates(ctx: Context, pins: ParallelPins, options: SearchOption
                             f"use micro_batch_size ≤ {most} (so that the micro-batches are ≥ pp), fewer pipeline stages, "
                             "or schedule 'gpipe'")
     return out
+
+
+def forced_cut(ctx: Context, pins: ParallelPins, c: Candidate) -> list[int] | None:
+    """The one cut a class is evaluated at, or None when its cut is searched: the pinned
+    ``stage_layers``; else, for interleaved classes enumerated without a pinned schedule, the even
+    split (Megatron-LM's virtual pipeline requires every chunk to hold num_layers / (pp·v) layers)."""
+    if pins.stage_layers is not None:
+        return list(pins.stage_layers)
+    if pins.schedule is None and c.virtual_stages > 1:
+        L = ctx.model.num_layers
+        return [L // c.chunks] * c.chunks if L % c.chunks == 0 else even_stage_layers(L, c.chunks)
+    return None
 
 
 def explain_no_candidate(ctx: Context, pins: ParallelPins) -> tuple[str, str, str]:
@@ -275,20 +304,45 @@ def _pipe_bound(schedule: str, m: int, p: int, v: int, L: int, f_layer: int, b_l
     return int(math.floor(pipe + (ends_sum / p + post_const)))
 
 
-def quick_may_fit(ctx: Context, c: Candidate) -> bool:
+def interleaved_peak_copies(p: int, v: int, m: int, i: int) -> int:
+    """Chunk activations alive at rank i's peak under Megatron's interleaved order (its warm-up
+    2(p − i − 1) + (v − 1)p forwards, then one more before the first backward; all m·v when m = p)."""
+    total = m * v
+    warm = total if m == p else min(2 * (p - i - 1) + (v - 1) * p, total)
+    return total if warm == total else warm + 1
+
+
+def quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None = None) -> bool:
     """``may_fit`` of a one-chunk-per-rank class without building it (same integers, closed-form
-    activation copies: GPipe m, 1F1B min(p − i, m)); True (unknown: cost it) for interleaved."""
-    if c.virtual_stages > 1:
-        return True
+    activation copies: GPipe m, 1F1B min(p − i, m)). With ``cut`` (a class's one allowed cut, e.g.
+    interleaved's uniform split): False only when that cut cannot fit — every rank's states and
+    buffers plus its peak chunk copies (``interleaved_peak_copies``) × the smallest chunk's layer
+    activations, the embedding/LM-head activations left out (a lower bound of ``rank_memory``).
+    Interleaved without a cut: True (unknown: cost it)."""
     from planner.cost import FIXED_RESERVE_BYTES, FRAGMENTATION, GIB
 
+    if c.virtual_stages > 1 and cut is None:
+        return True
     s = shared_terms(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp)
     p, L = c.pp, ctx.model.num_layers
     m = ctx.training.global_batch_size // (c.dp * c.micro_batch_size)
     usable = int((ctx.gpu.memory_gib * GIB - FIXED_RESERVE_BYTES) / (1 + FRAGMENTATION))
     p2p = s.act // c.tp if c.sequence_parallel else s.act
     base = int(s.recompute_tmp + s.z3_tmp + (2 * p2p if p > 1 else 0))
-    tied = ctx.model.tie_embeddings and p == 1
+    tied = ctx.model.tie_embeddings and c.chunks == 1
+    if cut is not None:
+        last = c.chunks - 1
+        for r in range(p):
+            own = range(r, c.chunks, p)
+            states = sum(cut[ch] * s.state_blk for ch in own) + (s.state_emb if r == 0 else 0) \
+                + (s.state_head if last % p == r and not tied else 0)
+            copies = interleaved_peak_copies(p, c.virtual_stages, m, r) if c.virtual_stages > 1 else \
+                (m if c.schedule == "gpipe" else min(p - r, m))
+            acts = copies * min(cut[ch] for ch in own) * s.act_layer
+            buf = int(base + s.logits_fp32) if last % p == r else base
+            if states + acts + buf > usable:
+                return False
+        return True
     total = 0
     for r in range(p):
         k = m if c.schedule == "gpipe" else min(p - r, m)
@@ -329,10 +383,54 @@ def quick_bound(ctx: Context, c: Candidate) -> int:
                        ends, s.post[0])
 
 
+def cut_bound(ctx: Context, c: Candidate, cut: list[int]) -> int:
+    """A lower bound of the objective of one class at one cut, from the shared terms (no
+    ``ClassCosts``, no simulation): the longest rank chain with its p2p lags, F(0) through the chunks
+    before rank i, all of rank i's m·(F + B), B(m−1) back through them (every schedule's order starts
+    rank i with F(0) of its first chunk and ends it with B(m−1) of that chunk), plus the exact end
+    term (``cut_end``). For a uniform interleaved cut rank p−1's chain is the ideal interleaved step,
+    so the bound is close to the simulated one (0.1–2 % below on the bench instances)."""
+    s = shared_terms(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp)
+    p = c.pp
+    m = ctx.training.global_batch_size // (c.dp * c.micro_batch_size)
+    fb, last = _ns(s.f_blk) + _ns(s.b_blk), c.chunks - 1
+    t = [n * fb for n in cut]
+    t[0] += _ns(s.f_emb) + _ns(s.b_emb)
+    t[last] += _ns(s.f_head) + _ns(s.b_head)
+    # The chain crosses boundaries 0..i−1 twice (forward and backward): their p2p lags, as class_costs.
+    lags = [0] * p
+    if p > 1:
+        nbytes = s.act // c.tp if c.sequence_parallel else s.act
+        g, block = ctx.cluster.gpus_per_node, c.dp * c.tp
+        for b in range(p - 1):
+            link = "inter_node" if _block_crosses(g, block, b, b + 1) else "intra_node"
+            lags[b] = 2 * _ns(ctx.comm.time("send_recv", nbytes, 2, link))
+    pipe = max(sum(t[:i]) + sum(lags[:i]) + m * sum(t[i::p]) for i in range(p))
+    return pipe + cut_end(ctx, c, cut)
+
+
+def cut_end(ctx: Context, c: Candidate, cut: list[int]) -> int:
+    """``Evaluation.end_ns`` of a class at a cut (max over ranks of exposed DP sync + optimizer +
+    ZeRO-1/2 parameter all-gather), from the shared terms: the same integers as ``rank_end``."""
+    s = shared_terms(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp)
+    p, last = c.pp, c.chunks - 1
+    head = not (ctx.model.tie_embeddings and c.chunks == 1)
+    has_post = c.dp > 1 and s.post[1] + s.post[0] > 0
+    best = None
+    for r in range(p):
+        layers = sum(cut[r::p])
+        emb, hd = r == 0, head and last % p == r
+        sync = s.sync[0] + layers * s.sync[1] + (s.sync[2] if emb else 0) + (s.sync[3] if hd else 0) if c.dp > 1 else 0
+        overlap = cut[r] * _ns(s.b_blk) + (_ns(s.b_emb) if r == 0 else 0) + (_ns(s.b_head) if r == last else 0)
+        opt = layers * s.opt_layer + (s.opt_emb if emb else 0) + (s.opt_head if hd else 0)
+        post = s.post[0] + layers * s.post[1] + (s.post[2] if emb else 0) + (s.post[3] if hd else 0) if has_post else 0
+        end = max(0, sync - overlap) + opt + post
+        best = end if best is None else max(best, end)
+    return best
+
+
 def greedy_cut(cc: ClassCosts) -> list[int]:
     """A balanced cut: add layers one by one to the chunk whose F+B stays smallest (memory permitting)."""
-    from planner.cost import rank_memory
-
     C, L = cc.chunks, cc.num_layers
     n = [1] * C
     heap = [((2) * (cc.f_layer + cc.b_layer) + cc.f_extra[c] + cc.b_extra[c], c) for c in range(C)]
@@ -612,9 +710,33 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     # bound) only when its quick bound can still beat the k-th best plan, and solved only when its
     # exact bound can too. The first class whose quick bound cannot ends the search: every later one
     # is bounded out. Ties are visited simplest first (the tie-break of the results).
-    order = sorted((quick_bound(ctx, c), simplicity(c)) for c in cands)
+    # Classes with one allowed cut (interleaved's uniform split) are re-keyed by that cut's bound
+    # (``cut_bound``, tighter) when they reach the front of the queue, and pushed back (lazy: only
+    # the classes that get near the front pay for it).
+    memo: dict[tuple, int] = {}  # the interleaved quick bound does not depend on v: share it
+
+    def qbound(c: Candidate) -> int:
+        if c.virtual_stages == 1:
+            return quick_bound(ctx, c)
+        k = (c.tp, c.pp, c.dp, c.micro_batch_size, c.recompute, c.sequence_parallel, c.zero_stage)
+        if k not in memo:
+            memo[k] = quick_bound(ctx, c)
+        return memo[k]
+
+    heap = [(qbound(c), simplicity(c), c.virtual_stages == 1 or forced_cut(ctx, pins, c) is None) for c in cands]
+    heapq.heapify(heap)
+
+    def next_class() -> tuple[int, tuple] | None:
+        while heap:
+            qb, key, final = heapq.heappop(heap)
+            if final:
+                return qb, key
+            cand = key[-1]
+            heapq.heappush(heap, (max(qb, cut_bound(ctx, cand, forced_cut(ctx, pins, cand))), key, True))
+        return None
+
     found: list[ClassResult] = []
-    costed = pruned_memory = solved = solves = 0
+    costed = pruned_memory = solved = simulated = solves = 0
     blocked: tuple[Candidate, int] | None = None
     all_proven = True
     open_bound: int | None = None  # smallest bound among classes left unproven (time limit)
@@ -627,16 +749,17 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         all_proven = False
         open_bound = b if open_bound is None else min(open_bound, b)
 
-    for idx, (qb, key) in enumerate(order):
+    while (item := next_class()) is not None:
+        qb, key = item
         cand = key[-1]
         kth = found[top_k - 1].evaluation.objective_ns if len(found) >= top_k else None
         if kth is not None and qb >= kth:
             break
         if time.perf_counter() >= deadline:
-            rest = order[idx:]
+            rest = [(qb, key)] + sorted((b, k) for b, k, _ in heap)
             leave_open(qb)
             break
-        if pins.stage_layers is None and not quick_may_fit(ctx, cand):
+        if pins.stage_layers is None and not quick_may_fit(ctx, cand, forced_cut(ctx, pins, cand)):
             pruned_memory += 1
             if blocked is None or qb < blocked[1]:
                 blocked = (cand, qb)
@@ -644,15 +767,21 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         cc = class_costs(ctx, cand)
         costed += 1
         lb = class_bound(cc)
-        if pins.stage_layers is None and not may_fit(cc):
+        fixed = forced_cut(ctx, pins, cand)
+        # Memory screen before any simulation: exact for a forced uniform cut, a bound otherwise.
+        if pins.stage_layers is None and not (may_fit(cc) if fixed is None else
+                                              max(rank_memory(cc, fixed, r) for r in range(cand.pp)) <= cc.usable_bytes):
             pruned_memory += 1
             if blocked is None or lb < blocked[1]:
                 blocked = (cand, lb)
             continue
         if kth is not None and lb >= kth:
             continue
-        res = solve_class(cc, options, fixed=pins.stage_layers, incumbent=kth, deadline=deadline)
-        solved += 1
+        res = solve_class(cc, options, fixed=fixed, incumbent=kth, deadline=deadline)
+        if fixed is None:
+            solved += 1
+        else:
+            simulated += 1
         solves += res.iterations
         if res.status == "PRUNED":
             continue
@@ -669,13 +798,14 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         found.sort(key=lambda r: (r.evaluation.objective_ns, simplicity(r.cand)))
         del found[top_k:]
     if not found and not all_proven:
-        found = _fallback(ctx, unsolved + rest, top_k, pins.stage_layers)
+        found = _fallback(ctx, unsolved + rest, top_k, pins)
     wall = time.perf_counter() - t0
     notes = [f"{len(cands)} configuration classes (every stage cut of each), {costed} costed (the rest bounded out), "
-             f"{pruned_memory} ruled out by memory bounds, {solved} solved with CP-SAT ({solves} solves)"]
+             f"{pruned_memory} ruled out by memory bounds, {solved} solved with CP-SAT ({solves} solves), "
+             f"{simulated} simulated at their one allowed cut (pinned, or interleaved's uniform split)"]
     if not found:
         return SearchResult([], "INFEASIBLE" if all_proven else "UNKNOWN", None, None, wall, len(cands), solved, solves, notes,
-                            min_memory=_min_memory(ctx, cands) if all_proven else None)
+                            min_memory=_min_memory(ctx, cands, pins) if all_proven else None)
     best = found[0].evaluation.objective_ns
     if not all_proven:
         notes.append(f"time limit ({options.time_limit_s:g} s) reached before the proof completed; the bound is the smallest open lower bound")
@@ -684,7 +814,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
                         wall, len(cands), solved, solves, notes, memory_blocked=blocked)
 
 
-def _fallback(ctx: Context, rest: list[tuple[int, tuple]], top_k: int, fixed: list[int] | None,
+def _fallback(ctx: Context, rest: list[tuple[int, tuple]], top_k: int, pins: ParallelPins,
               max_classes: int = 64) -> list[ClassResult]:
     """When the time limit ran out before any class was solved: the best-bound classes not reached,
     each with its balanced (greedy) cut scored by the simulation — valid FEASIBLE plans. (The
@@ -694,11 +824,17 @@ def _fallback(ctx: Context, rest: list[tuple[int, tuple]], top_k: int, fixed: li
     for qb, key in rest:
         if tried >= max_classes or len(found) >= top_k:
             break
+        fixed = forced_cut(ctx, pins, key[-1])
+        if pins.stage_layers is None and not quick_may_fit(ctx, key[-1], fixed):
+            continue
         cc = class_costs(ctx, key[-1])
         if fixed is None and not may_fit(cc):
             continue
+        if pins.stage_layers is None and fixed is not None and \
+                max(rank_memory(cc, fixed, r) for r in range(cc.cand.pp)) > cc.usable_bytes:
+            continue
         tried += 1
-        n = list(fixed) if fixed is not None else greedy_cut(cc)
+        n = fixed if fixed is not None else greedy_cut(cc)
         ev = evaluate(cc, n)
         if ev.fits:
             found.append(ClassResult(cc.cand, n, ev, "FEASIBLE", qb, 0, 0.0))
@@ -706,16 +842,18 @@ def _fallback(ctx: Context, rest: list[tuple[int, tuple]], top_k: int, fixed: li
     return found
 
 
-def _min_memory(ctx: Context, cands: list[Candidate]) -> tuple[Candidate, float] | None:
+def _min_memory(ctx: Context, cands: list[Candidate], pins: ParallelPins | None = None) -> tuple[Candidate, float] | None:
     """The class and balanced cut needing the least memory per GPU (GiB, with the reserve)."""
-    from planner.cost import GIB, FIXED_RESERVE_BYTES, FRAGMENTATION, rank_memory
+    from planner.cost import FIXED_RESERVE_BYTES, FRAGMENTATION, GIB
 
     best: tuple[Candidate, float] | None = None
     for cand in cands:
         cc = class_costs(ctx, cand)
         if cc.chunks > cc.num_layers:
             continue
-        n = _balanced_memory_cut(cc) if cc.chunks * cc.num_layers <= 2_000 else even_stage_layers(cc.num_layers, cc.chunks)
+        n = forced_cut(ctx, pins, cand) if pins is not None else None
+        if n is None:
+            n = _balanced_memory_cut(cc) if cc.chunks * cc.num_layers <= 2_000 else even_stage_layers(cc.num_layers, cc.chunks)
         need = max(rank_memory(cc, n, r) for r in range(cand.pp))
         gib = (need * (1 + FRAGMENTATION) + FIXED_RESERVE_BYTES) / GIB
         if best is None or gib < best[1]:
@@ -724,8 +862,6 @@ def _min_memory(ctx: Context, cands: list[Candidate]) -> tuple[Candidate, float]
 
 
 def _balanced_memory_cut(cc: ClassCosts) -> list[int]:
-    from planner.cost import rank_memory
-
     C, L = cc.chunks, cc.num_layers
     n = [1] * C
     for _ in range(L - C):
