@@ -6,21 +6,24 @@ import time
 
 from pydantic import ValidationError
 
+from planner import version
 from planner.catalog import get_gpu, get_model
 from planner.cost import Candidate, ClassCosts, Context, Evaluation, class_costs, evaluate
 from planner.errors import MeshplanError, validation_errors
 from planner.explain import explain
 from planner.layout import even_stage_layers, mesh_layout, tp_plan
-from planner.memory import stage_memory, total_gib
+from planner.memory import stage_memory
 from planner.search import SEARCHED_SCHEDULES, SearchResult, explain_no_candidate, rank_end_breakdown, search, validate_pins
 from planner.specs import (
     MULTI_STAGE_SCHEDULES,
+    CostInputs,
     Estimate,
     Infeasibility,
     ParallelConfig,
     Plan,
     PlanRequest,
     PlanResponse,
+    SearchOptions,
     SolverInfo,
     TimeBreakdown,
 )
@@ -102,7 +105,7 @@ def build_estimate(ctx: Context, cc: ClassCosts, n: list[int], ev: Evaluation) -
                      f"{max(s.total_gib for s in stages):.1f} GiB of {ctx.gpu.memory_gib:g} GiB")
     return Estimate(
         step_time_s=step, tokens_per_s=tokens / step if step > 0 else 0.0, model_tflops_per_gpu=per_gpu / 1e12,
-        mfu=per_gpu / ctx.peak, memory_per_stage_gib=[total_gib(cc, n, i) for i in range(c.pp)], memory_per_stage=stages,
+        mfu=per_gpu / ctx.peak, memory_per_stage=stages,
         peak_memory_gib=max(s.total_gib for s in stages), gpu_memory_gib=ctx.gpu.memory_gib, fits=ev.fits,
         num_microbatches=cc.m, gpus_used=c.tp * c.pp * c.dp, breakdown=breakdown, notes=notes,
     )
@@ -115,9 +118,22 @@ def parallel_config(cand: Candidate, n: list[int]) -> ParallelConfig:
 
 
 def make_plan(ctx: Context, request: PlanRequest, cc: ClassCosts, n: list[int], ev: Evaluation, rank: int = 1) -> Plan:
+    """The Plan of one evaluated configuration: the full model and GPU specs, the mesh shape, the TP
+    plan, the estimate, and the cost inputs and cost-model version that produced it."""
     parallel = parallel_config(cc.cand, n)
-    return Plan(rank=rank, model=ctx.model, cluster=request.cluster, gpu=ctx.gpu, training=request.training, parallel=parallel,
-                mesh=mesh_layout(parallel), tp_plan=tp_plan(ctx.model, parallel), estimate=build_estimate(ctx, cc, n, ev))
+    inputs = CostInputs(cost_model_version=version.COST_MODEL_VERSION, profile=ctx.profile, network=ctx.network)
+    return Plan(rank=rank, model=ctx.model, cluster=request.cluster.model_copy(update={"gpu": ctx.gpu}), training=request.training,
+                parallel=parallel, mesh=mesh_layout(parallel), tp_plan=tp_plan(ctx.model, parallel),
+                estimate=build_estimate(ctx, cc, n, ev), inputs=inputs)
+
+
+def replay_request(plan: Plan) -> PlanRequest:
+    """The request that re-estimates ``plan`` with the inputs that priced it: ``estimate_plan`` of it
+    gives the plan's own estimate when ``plan.inputs.cost_model_version`` is the current one. TP
+    across nodes is allowed (the plan's own layout is being priced, not searched)."""
+    return PlanRequest(model=plan.model, cluster=plan.cluster, training=plan.training, parallel=plan.parallel.model_dump(),
+                       profile=plan.inputs.profile, network=plan.inputs.network,
+                       options=SearchOptions(allow_tp_across_nodes=True))
 
 
 def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[int]]:
@@ -212,7 +228,8 @@ def plan(request: PlanRequest | dict) -> PlanResponse:
         infeasible = _infeasibility(ctx, req, result)
     else:
         plans = explain(ctx, plans, result)
-    return PlanResponse(model=ctx.model, cluster=req.cluster, training=req.training, plans=plans, solver=info, infeasible=infeasible)
+    return PlanResponse(cost_model_version=version.COST_MODEL_VERSION, model=ctx.model, cluster=req.cluster, training=req.training,
+                        plans=plans, solver=info, infeasible=infeasible)
 
 
 def _infeasibility(ctx: Context, req: PlanRequest, result: SearchResult) -> Infeasibility:

@@ -2,7 +2,8 @@
 
 Mesh: dims ``("pp", "dp", "tp")`` in row-major order, TP innermost (adjacent ranks, so a TP group of
 size ≤ gpus_per_node that divides it stays inside one node), PP outermost (the Megatron order
-tp-dp-pp). Global rank r has coordinates ``unravel(r, (pp, dp, tp))``.
+tp-dp-pp). Global rank r has coordinates ``unravel(r, (pp, dp, tp))``. A Plan carries only the mesh's
+names and shape; ``mesh_groups`` derives the rank groups of a dimension (as ``init_device_mesh`` does).
 
 TP plan: Megatron column/row splits on the model zoo's module names (see ``runtime/models``):
 ``embed.tok`` (+ ``embed.pos`` for GPT), ``layers.<i>.attn_norm``, ``layers.<i>.attn.{wq,wk,wv,wo}``,
@@ -14,6 +15,7 @@ blocks (the torchtitan pattern).
 from __future__ import annotations
 
 import itertools
+import math
 
 from planner.specs import MeshLayout, ModelSpec, ParallelConfig, TPRule
 
@@ -26,18 +28,23 @@ def rank_coords(rank: int, pp: int, dp: int, tp: int) -> tuple[int, int, int]:
 
 
 def mesh_layout(parallel: ParallelConfig) -> MeshLayout:
-    pp, dp, tp = parallel.pp, parallel.dp, parallel.tp
+    return MeshLayout(dim_names=list(MESH_DIMS), shape=[parallel.pp, parallel.dp, parallel.tp])
 
-    def rank(i: int, j: int, k: int) -> int:
-        return (i * dp + j) * tp + k
 
-    return MeshLayout(
-        dim_names=list(MESH_DIMS),
-        shape=[pp, dp, tp],
-        tp_groups=[[rank(i, j, k) for k in range(tp)] for i, j in itertools.product(range(pp), range(dp))],
-        pp_groups=[[rank(i, j, k) for i in range(pp)] for j, k in itertools.product(range(dp), range(tp))],
-        dp_groups=[[rank(i, j, k) for j in range(dp)] for i, k in itertools.product(range(pp), range(tp))],
-    )
+def mesh_groups(mesh: MeshLayout, dim: str) -> list[list[int]]:
+    """The global ranks of each group along ``dim`` of a row-major mesh: ranks that differ only in that
+    coordinate, each group in coordinate order, groups in row-major order of the other coordinates
+    (the groups ``init_device_mesh`` forms; e.g. ``mesh_groups(m, "tp")`` are the TP groups)."""
+    if dim not in mesh.dim_names:
+        raise ValueError(f"mesh has no dimension {dim!r} (it has {mesh.dim_names})")
+    d = mesh.dim_names.index(dim)
+    strides = [math.prod(mesh.shape[i + 1:]) for i in range(len(mesh.shape))]
+    others = [range(n) for i, n in enumerate(mesh.shape) if i != d]
+    groups = []
+    for coords in itertools.product(*others):
+        base = sum(c * strides[i] for i, c in zip([i for i in range(len(mesh.shape)) if i != d], coords))
+        groups.append([base + x * strides[d] for x in range(mesh.shape[d])])
+    return groups
 
 
 def tp_plan(model: ModelSpec, parallel: ParallelConfig) -> list[TPRule]:

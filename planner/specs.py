@@ -14,7 +14,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCHEMA_VERSION = 1
+#: 2: ``mesh`` without rank groups, the GPU only in ``cluster.gpu`` (a full GpuSpec), one memory-per-stage
+#: list, ``inputs`` (cost inputs and cost-model version). Schema-1 plans are read and upgraded.
+SCHEMA_VERSION = 2
 
 Family = Literal["gpt", "llama"]
 Activation = Literal["gelu", "swiglu"]
@@ -368,8 +370,7 @@ class Estimate(_Spec):
     tokens_per_s: float
     model_tflops_per_gpu: float
     mfu: float
-    memory_per_stage_gib: list[float]
-    memory_per_stage: list[StageMemory] = Field(default_factory=list)
+    memory_per_stage: list[StageMemory] = Field(min_length=1, description="One entry per pipeline rank.")
     peak_memory_gib: float
     gpu_memory_gib: float
     fits: bool
@@ -397,13 +398,28 @@ class TPRule(_Spec):
 
 class MeshLayout(_Spec):
     """The device mesh: ``dim_names``/``shape`` in row-major order (last dim innermost, i.e. ranks
-    adjacent), and the global ranks forming each group."""
+    adjacent). The rank groups follow from the shape: ``planner.layout.mesh_groups``."""
 
-    dim_names: list[str]
-    shape: list[int]
-    tp_groups: list[list[int]]
-    pp_groups: list[list[int]]
-    dp_groups: list[list[int]]
+    dim_names: list[str] = Field(min_length=1, max_length=8)
+    shape: list[int] = Field(min_length=1, max_length=8)
+
+    @model_validator(mode="after")
+    def _check_dims(self) -> "MeshLayout":
+        if len(self.dim_names) != len(self.shape) or any(n < 1 for n in self.shape):
+            raise ValueError(f"mesh {self.dim_names}={self.shape}: give one size ≥ 1 per dimension name")
+        return self
+
+
+class CostInputs(_Spec):
+    """What priced a plan besides its model, cluster and training: the layer and network profiles the
+    cost model read (null = the analytic defaults) and the cost model's version. With these,
+    ``planner.estimate`` (``planner.api.replay_request``), the trace and the dashboard reproduce the
+    plan's numbers exactly, as long as ``cost_model_version`` is the planner's current one."""
+
+    cost_model_version: int = Field(ge=0, description="planner.version.COST_MODEL_VERSION that priced the plan; "
+                                                      "0 = unknown (a plan written before schema 2).")
+    profile: Profile | None = None
+    network: NetworkProfile | None = None
 
 
 class Explanation(_Spec):
@@ -413,21 +429,91 @@ class Explanation(_Spec):
     details: list[str] = Field(default_factory=list)
 
 
+def _check_schema_version(data: object, what: str) -> None:
+    version = data.get("schema_version", 1) if isinstance(data, dict) else None
+    if isinstance(version, int) and version > SCHEMA_VERSION:
+        raise ValueError(f"this {what} has schema_version {version}, newer than this meshplan reads ({SCHEMA_VERSION}); "
+                         "upgrade meshplan (pip install -U meshplan)")
+
+
+def _check_schema1_groups(mesh: dict) -> None:
+    """A schema-1 mesh listed its rank groups; they must be the ones its shape implies (they are
+    derived now), or the plan would silently run on another layout."""
+    from planner.layout import mesh_groups  # the layout imports this module
+
+    try:
+        layout = MeshLayout(dim_names=mesh.get("dim_names"), shape=mesh.get("shape"))
+    except Exception:
+        return  # the mesh itself is invalid: Plan validation reports it
+    for dim in layout.dim_names:
+        listed = mesh.get(f"{dim}_groups")
+        if listed is not None and listed != mesh_groups(layout, dim):
+            raise ValueError(f"mesh.{dim}_groups of this schema-1 plan are not the row-major layout of mesh.shape "
+                             f"{layout.shape} (the runtime builds that one); re-plan with `meshplan plan` or fix the groups")
+
+
+def upgrade_plan_data(data: object) -> object:
+    """A schema-1 Plan document (rank groups in ``mesh``, ``gpu`` beside ``cluster``, the memory per
+    stage twice, no cost inputs) as a schema-2 one: the groups and the duplicates are dropped, the
+    full GpuSpec moves into ``cluster.gpu``, and the cost-model version is 0 (unknown). Anything
+    else passes through untouched."""
+    _check_schema_version(data, "plan")
+    if not isinstance(data, dict) or data.get("schema_version", 1) != 1 or "inputs" in data:
+        return data
+    data = dict(data)
+    data["schema_version"] = SCHEMA_VERSION
+    mesh = data.get("mesh")
+    if isinstance(mesh, dict):
+        data["mesh"] = {k: v for k, v in mesh.items() if not k.endswith("_groups")}
+        _check_schema1_groups(mesh)
+    gpu = data.pop("gpu", None)
+    if isinstance(data.get("cluster"), dict) and gpu is not None:
+        data["cluster"] = {**data["cluster"], "gpu": gpu}
+    estimate = data.get("estimate")
+    if isinstance(estimate, dict) and estimate.get("memory_per_stage"):
+        data["estimate"] = {k: v for k, v in estimate.items() if k != "memory_per_stage_gib"}
+    elif isinstance(estimate, dict):
+        raise ValueError("this schema-1 plan has no detailed memory per stage (estimate.memory_per_stage); "
+                         "re-plan it with `meshplan plan` (or `meshplan estimate` with its parallel settings)")
+    data["inputs"] = {"cost_model_version": 0}
+    return data
+
+
 class Plan(_Spec):
     """A complete, executable plan: pure data, self-contained (the runtime, exporters and API need
-    nothing else)."""
+    nothing else, and ``inputs`` lets the planner re-derive its estimate). ``cluster.gpu`` is always
+    the full GpuSpec (a catalog id is resolved when the plan is made or read)."""
 
     schema_version: int = SCHEMA_VERSION
     rank: int = Field(default=1, ge=1, description="1 = best.")
     model: ModelSpec
     cluster: ClusterSpec
-    gpu: GpuSpec
     training: TrainingSpec
     parallel: ParallelConfig
     mesh: MeshLayout
     tp_plan: list[TPRule]
     estimate: Estimate
+    inputs: CostInputs
     explanation: Explanation | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: object) -> object:
+        return upgrade_plan_data(data)
+
+    @model_validator(mode="after")
+    def _resolve_gpu(self) -> "Plan":
+        if isinstance(self.cluster.gpu, str):
+            from planner.catalog import get_gpu  # the catalog imports this module
+
+            self.cluster = self.cluster.model_copy(update={"gpu": get_gpu(self.cluster.gpu)})
+        return self
+
+    @property
+    def gpu(self) -> GpuSpec:
+        """The plan's GPU (``cluster.gpu``, always a full spec in a Plan)."""
+        assert isinstance(self.cluster.gpu, GpuSpec)
+        return self.cluster.gpu
 
 
 class SolverInfo(_Spec):
@@ -450,12 +536,22 @@ class Infeasibility(_Spec):
 
 class PlanResponse(_Spec):
     schema_version: int = SCHEMA_VERSION
+    cost_model_version: int = Field(ge=0, description="planner.version.COST_MODEL_VERSION that answered (plans or "
+                                                      "infeasibility); 0 = unknown (written before schema 2).")
     model: ModelSpec
     cluster: ClusterSpec
     training: TrainingSpec
     plans: list[Plan]
     solver: SolverInfo
     infeasible: Infeasibility | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: object) -> object:
+        _check_schema_version(data, "plan response")
+        if isinstance(data, dict) and data.get("schema_version", 1) == 1 and "cost_model_version" not in data:
+            data = {**data, "schema_version": SCHEMA_VERSION, "cost_model_version": 0}
+        return data
 
 
 PositiveInt = Annotated[int, Field(ge=1)]

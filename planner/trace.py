@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from planner.api import complete_pins, context
+from planner import version
+from planner.api import complete_pins, context, replay_request
 from planner.cost import class_costs, evaluate, rank_end_terms
-from planner.specs import Plan, PlanRequest, Profile
+from planner.specs import Plan
 
 
-def chrome_trace(plan: Plan, profile: Profile | None = None) -> dict:
-    """One track per pipeline rank: F/B blocks per micro-batch and chunk, then DP sync and optimizer."""
-    req = PlanRequest(model=plan.model, cluster=plan.cluster, training=plan.training,
-                      parallel=plan.parallel.model_dump(), profile=profile)
+def chrome_trace(plan: Plan) -> dict:
+    """One track per pipeline rank: F/B blocks per micro-batch and chunk, then DP sync and optimizer.
+    The schedule is re-simulated with the cost inputs that priced the plan (``plan.inputs``), so its
+    span is the plan's step time (when the plan's cost-model version is the current one)."""
+    req = replay_request(plan)
     ctx = context(req)
     cand, n = complete_pins(ctx, req)
     cc = class_costs(ctx, cand)
@@ -33,4 +35,6 @@ def chrome_trace(plan: Plan, profile: Profile | None = None) -> dict:
                            "pid": 0, "tid": r, "args": {}})
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "metadata": {"model": plan.model.name, "parallel": plan.parallel.model_dump(), "step_time_s": ev.objective_ns / 1e9,
+                         "cost_model_version": version.COST_MODEL_VERSION,
+                         "plan_cost_model_version": plan.inputs.cost_model_version,
                          "source": "meshplan simulated schedule"}}

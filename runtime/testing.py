@@ -9,10 +9,12 @@ from planner.catalog import GPUS, get_model
 from planner.layout import even_stage_layers, mesh_layout, tp_plan
 from planner.specs import (
     ClusterSpec,
+    CostInputs,
     Estimate,
     ModelSpec,
     ParallelConfig,
     Plan,
+    StageMemory,
     TimeBreakdown,
     TrainingSpec,
 )
@@ -37,7 +39,9 @@ def make_plan(
     par = ParallelConfig(**{"tp": 1, "pp": 1, "dp": 1, **parallel})
     zero = TimeBreakdown(compute_s=0, tp_comm_s=0, pp_bubble_s=0, pp_p2p_s=0, dp_sync_s=0, optimizer_s=0)
     estimate = Estimate(
-        step_time_s=0, tokens_per_s=0, model_tflops_per_gpu=0, mfu=0, memory_per_stage_gib=[0] * par.pp,
+        step_time_s=0, tokens_per_s=0, model_tflops_per_gpu=0, mfu=0,
+        memory_per_stage=[StageMemory(weights_gib=0, gradients_gib=0, optimizer_gib=0, activations_gib=0, buffers_gib=0, reserve_gib=0,
+                                      total_gib=0)] * par.pp,
         peak_memory_gib=0, gpu_memory_gib=GPUS[gpu].memory_gib, fits=True,
         num_microbatches=global_batch_size // (par.dp * par.micro_batch_size), gpus_used=par.num_gpus,
         breakdown=zero, notes=["placeholder estimate: plan built by runtime.testing.make_plan, not the planner"],
@@ -45,12 +49,12 @@ def make_plan(
     return Plan(
         model=spec,
         cluster=ClusterSpec(gpu=gpu, num_nodes=1, gpus_per_node=max(par.num_gpus, 1)),
-        gpu=GPUS[gpu],
         training=TrainingSpec(global_batch_size=global_batch_size, seq_len=seq_len, precision=precision),
         parallel=par,
         mesh=mesh_layout(par),
         tp_plan=tp_plan(spec, par),
         estimate=estimate,
+        inputs=CostInputs(cost_model_version=0),  # not priced by the cost model
     )
 
 

@@ -29,7 +29,7 @@ from planner.catalog import GPUS, get_model
 from planner.errors import MeshplanError
 from planner.layout import mesh_layout, stage_ranks, tp_plan
 from planner.specs import (
-    ClusterSpec, Estimate, ParallelConfig, Plan, PlanResponse, SolverInfo, TimeBreakdown, TrainingSpec,
+    ClusterSpec, CostInputs, Estimate, ParallelConfig, Plan, PlanResponse, SolverInfo, StageMemory, TimeBreakdown, TrainingSpec,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,14 +45,16 @@ def make_plan(model: str, nodes: int, gpn: int, gpu: str, *, tp: int, pp: int, d
                               recompute=recompute, sequence_parallel=sp, zero_stage=zero, stage_layers=split)
     estimate = Estimate(  # hand-made: exporters read only num_microbatches and gpus_used
         step_time_s=10.0, tokens_per_s=1e5, model_tflops_per_gpu=400.0, mfu=0.4,
-        memory_per_stage_gib=[60.0] * pp, peak_memory_gib=60.0, gpu_memory_gib=GPUS[gpu].memory_gib, fits=True,
+        memory_per_stage=[StageMemory(weights_gib=40, gradients_gib=5, optimizer_gib=5, activations_gib=6, buffers_gib=1,
+                                      reserve_gib=3, total_gib=60.0)] * pp, peak_memory_gib=60.0, gpu_memory_gib=GPUS[gpu].memory_gib, fits=True,
         num_microbatches=gbs // (mbs * dp), gpus_used=tp * pp * dp,
         breakdown=TimeBreakdown(compute_s=8, tp_comm_s=1, pp_bubble_s=0.5, pp_p2p_s=0.1, dp_sync_s=0.3, optimizer_s=0.1),
     )
     return Plan(
-        model=m, cluster=ClusterSpec(gpu=gpu, num_nodes=nodes, gpus_per_node=gpn), gpu=GPUS[gpu],
+        model=m, cluster=ClusterSpec(gpu=gpu, num_nodes=nodes, gpus_per_node=gpn),
         training=TrainingSpec(global_batch_size=gbs, seq_len=seq, precision=precision),
         parallel=parallel, mesh=mesh_layout(parallel), tp_plan=tp_plan(m, parallel), estimate=estimate,
+        inputs=CostInputs(cost_model_version=0),  # hand-made: not priced by the cost model
     )
 
 
@@ -503,7 +505,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 def test_cli_exports_a_plan_response(tmp_path):
     second = CASES["llama3-70b-8x8"].model_copy(update={"rank": 2})
-    response = PlanResponse(model=second.model, cluster=second.cluster, training=second.training,
+    response = PlanResponse(cost_model_version=0, model=second.model, cluster=second.cluster, training=second.training,
                             plans=[CASES["gpt3-1.3b-pp1"], second],
                             solver=SolverInfo(status="OPTIMAL", wall_time_s=1.0))
     plan_file = tmp_path / "plan.json"

@@ -42,11 +42,11 @@ BAD = [
     ("sp-seq-len", lambda: make_plan("tiny-gpt", tp=2, sequence_parallel=True, seq_len=33), 2, "training.seq_len"),
     ("tied-pp", lambda: make_plan(__import__("planner.catalog").catalog.MODELS["tiny-gpt"].model_copy(update={"tie_embeddings": True}), pp=2), 2, "model.tie_embeddings"),
     ("mesh-shape", lambda: _mutate(make_plan("tiny-gpt", tp=2, dp=2), **{"mesh.shape": [1, 4, 1]}), 4, "mesh.shape"),
-    ("mesh-groups", lambda: _mutate(make_plan("tiny-gpt", tp=2, dp=2), **{"mesh.tp_groups": [[0, 2], [1, 3]]}), 4, "mesh.tp_groups"),
+    ("mesh-dims", lambda: _mutate(make_plan("tiny-gpt", tp=2, dp=2), **{"mesh.dim_names": ["pp", "tp", "dp"]}), 4, "mesh.shape"),
     ("tp-plan-pattern", lambda: _mutate(make_plan("tiny-gpt", tp=2), **{"tp_plan.0.pattern": "layers.*.attention.q_proj"}), 2, "tp_plan.0.pattern"),
     ("tp-plan-sp-off", lambda: make_plan("tiny-gpt", tp=2).model_copy(update={"tp_plan": [TPRule(pattern="norm", style="sequence_parallel")]}), 2, "tp_plan.0.style"),
     ("virtual-without-pipeline", lambda: _mutate(make_plan("tiny-gpt", pp=2, schedule="interleaved-1f1b", virtual_stages=2),
-                                                  **{"parallel.pp": 1, "parallel.stage_layers": [4, 4], "mesh.shape": [1, 1, 1], "mesh.pp_groups": [[0]], "mesh.dp_groups": [[0]], "mesh.tp_groups": [[0]]}), 1, "parallel.virtual_stages"),
+                                                  **{"parallel.pp": 1, "parallel.stage_layers": [4, 4], "mesh.shape": [1, 1, 1]}), 1, "parallel.virtual_stages"),
 ]
 
 

@@ -5,7 +5,7 @@ from pydantic import ValidationError
 
 from planner.catalog import GPUS, MODELS, get_gpu, get_model
 from planner.errors import MeshplanError, validation_errors
-from planner.layout import even_stage_layers, mesh_layout, rank_coords, stage_ranks, tp_plan
+from planner.layout import even_stage_layers, mesh_groups, mesh_layout, rank_coords, stage_ranks, tp_plan
 from planner.specs import ModelSpec, ParallelConfig
 
 TINY = MODELS["tiny-gpt"].model_dump()
@@ -66,12 +66,14 @@ def test_mesh_layout_groups_match_row_major_coordinates():
     mesh = mesh_layout(cfg)
     # Brute force: ranks sharing (pp, dp) form TP groups, etc.
     coords = {r: rank_coords(r, 2, 2, 2) for r in range(8)}
-    for groups, free in [(mesh.tp_groups, 2), (mesh.pp_groups, 0), (mesh.dp_groups, 1)]:
+    tp_groups, pp_groups, dp_groups = (mesh_groups(mesh, d) for d in ("tp", "pp", "dp"))
+    for groups, free in [(tp_groups, 2), (pp_groups, 0), (dp_groups, 1)]:
         for g in groups:
             fixed = {tuple(c for i, c in enumerate(coords[r]) if i != free) for r in g}
             assert len(fixed) == 1 and len(g) == cfg.model_dump()[["pp", "dp", "tp"][free]]
         assert sorted(r for g in groups for r in g) == list(range(8))
-    assert mesh.tp_groups[0] == [0, 1] and mesh.pp_groups[0] == [0, 4] and mesh.dp_groups[0] == [0, 2]
+    assert tp_groups[0] == [0, 1] and pp_groups[0] == [0, 4] and dp_groups[0] == [0, 2]
+    assert mesh.model_dump() == {"dim_names": ["pp", "dp", "tp"], "shape": [2, 2, 2]}  # the groups are derived, not stored
 
 
 def test_stage_ranks_and_even_split():

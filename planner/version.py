@@ -1,0 +1,14 @@
+"""The cost model's version: which formulas priced a plan.
+
+``COST_MODEL_VERSION`` is recorded in every Plan and PlanResponse, and the service's store keys its
+answers by it, so an answer priced by an older cost model is never served as current. Bump it in the
+same change as anything that alters a number the planner reports for the same inputs (a formula in
+``cost``, ``memory``, ``comm``, ``simulate`` or ``analytic``, a default efficiency, a reserve, a
+tie-break that picks another plan); ``tests/test_plan_reproducible.py`` holds fingerprints of
+reference estimates per version and fails when the numbers move without a bump.
+"""
+
+from __future__ import annotations
+
+#: 1: the first versioned model (schema 2 plans). 0 in a plan means "before versioning" (schema 1).
+COST_MODEL_VERSION = 1

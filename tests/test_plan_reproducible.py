@@ -1,0 +1,193 @@
+"""The Plan is small and self-contained: the mesh is its shape (groups are derived), it records the
+cost inputs and the cost-model version that priced it, and ``planner.estimate``, the trace and a
+re-read of an older plan file all reproduce its numbers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+import planner
+from planner.analytic import analytic_profile
+from planner.api import replay_request
+from planner.catalog import get_model
+from planner.errors import MeshplanError
+from planner.io import load_plan
+from planner.layout import mesh_groups, mesh_layout
+from planner.specs import SCHEMA_VERSION, CostInputs, LinkFit, NetworkProfile, Plan, PlanResponse
+from planner.trace import chrome_trace
+from planner.version import COST_MODEL_VERSION
+
+
+def body(model="llama3-8b", gpu="h100-sxm5-80gb", nodes=1, gpn=8, gbs=64, seq=4096, **parallel) -> dict:
+    return {"model": model, "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
+            "training": {"global_batch_size": gbs, "seq_len": seq}, "parallel": parallel,
+            "options": {"time_limit_s": 20, "num_workers": 1}}
+
+
+def slow_network(world_size: int, nodes: int) -> NetworkProfile:
+    """A measured-looking profile of a slow cluster: every collective 1 ms + 1 ns/byte (≈ 1 GB/s)."""
+    links = [LinkFit(link=link, collective=coll, group_size=2, alpha_s=1e-3, beta_s_per_byte=1e-9)
+             for link in ("intra_node", "inter_node") for coll in ("all_reduce", "all_gather", "reduce_scatter", "send_recv")]
+    return NetworkProfile(backend="nccl", device="h100", world_size=world_size, nodes=nodes, links=links)
+
+
+def trace_span_s(trace: dict) -> float:
+    blocks = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    return max(e["ts"] + e["dur"] for e in blocks) / 1e6
+
+
+# (request pins, nodes): a pipeline inside a node and one across nodes.
+TRACE_CASES = [
+    ({"pp": 4, "tp": 2}, 1),
+    ({"pp": 2, "tp": 4, "zero_stage": 1}, 2),
+]
+
+
+@pytest.mark.parametrize("pins,nodes", TRACE_CASES)
+def test_trace_of_a_plan_priced_with_a_network_profile_spans_its_step_time(pins, nodes):
+    """The trace re-simulates the plan with the cost inputs that produced it (it rebuilt the request
+    without the network profile, and drew a schedule far shorter than the plan's own step time)."""
+    req = {**body(nodes=nodes, **pins), "network": slow_network(8 * nodes, nodes).model_dump(), "top_k": 1}
+    plan = planner.plan(req).plans[0]
+    fast = planner.estimate({**body(nodes=nodes), "parallel": plan.parallel.model_dump()})
+    assert plan.estimate.step_time_s > 2 * fast.step_time_s  # the profile matters for this plan
+    trace = chrome_trace(plan)
+    assert trace_span_s(trace) == pytest.approx(plan.estimate.step_time_s, rel=1e-9)
+    assert trace["metadata"]["step_time_s"] == pytest.approx(plan.estimate.step_time_s, rel=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------
+# Small: the mesh is its shape
+
+
+def test_a_405b_plan_on_16384_gpus_is_small():
+    """`meshplan plan --model llama3-405b --gpu h100-sxm5-80gb --nodes 2048 --gpus-per-node 8
+    --global-batch-size 2048 --seq-len 8192 --json` wrote 3.4 MB (three plans of ~1.1 MB, nearly all
+    rank-group lists); a plan is now a few KB, and its groups are derived from the mesh shape."""
+    req = {"model": "llama3-405b", "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 2048, "gpus_per_node": 8},
+           "training": {"global_batch_size": 2048, "seq_len": 8192}}
+    response = planner.plan(req)
+    assert response.plans and response.plans[0].estimate.gpus_used == 16384
+    for plan in response.plans:
+        assert len(plan.model_dump_json(indent=2)) < 20_000  # as `meshplan plan --json` indents it
+        shape = dict(zip(plan.mesh.dim_names, plan.mesh.shape))
+        groups = {d: mesh_groups(plan.mesh, d) for d in shape}
+        assert all(len(groups[d]) * shape[d] == 16384 and all(len(g) == shape[d] for g in groups[d]) for d in shape)
+    assert len(response.model_dump_json(indent=2)) < 3 * 20_000
+    # One GPU field (the full spec, in the cluster), one memory-per-stage field.
+    dumped = response.plans[0].model_dump()
+    assert "gpu" not in dumped and dumped["cluster"]["gpu"]["id"] == "h100-sxm5-80gb"
+    assert "memory_per_stage_gib" not in dumped["estimate"] and len(dumped["estimate"]["memory_per_stage"]) == dumped["parallel"]["pp"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Reproducible: the cost inputs and the cost-model version travel with the plan
+
+
+def test_estimate_of_a_plan_reproduces_it_with_its_profile_and_network():
+    model = get_model("tiny-gpt")
+    prof = analytic_profile(model, micro_batch_sizes=[1, 2, 4], seq_len=128, tps=[1, 2], precision="bf16")
+    for lp in prof.layers:  # "measured": slower than the analytic rates
+        lp.fwd_time_s, lp.bwd_time_s = 3e-3 * lp.micro_batch_size / lp.tp, 6e-3 * lp.micro_batch_size / lp.tp
+    req = {**body("tiny-gpt", nodes=2, gpn=2, gbs=16, seq=128), "profile": prof.model_dump(),
+           "network": slow_network(4, 2).model_dump(), "top_k": 2}
+    response = planner.plan(req)
+    assert response.cost_model_version == COST_MODEL_VERSION
+    for plan in response.plans:
+        assert plan.inputs == CostInputs(cost_model_version=COST_MODEL_VERSION, profile=prof, network=slow_network(4, 2))
+        # Through a file: the plan alone is enough.
+        again = planner.estimate_plan(replay_request(Plan.model_validate_json(plan.model_dump_json())))
+        assert again.estimate == plan.estimate
+        assert trace_span_s(chrome_trace(plan)) == pytest.approx(plan.estimate.step_time_s, rel=1e-9)
+        without = planner.estimate_plan(replay_request(plan.model_copy(update={"inputs": CostInputs(cost_model_version=1)})))
+        assert without.estimate.step_time_s < plan.estimate.step_time_s / 2  # the inputs are what priced it
+
+
+#: sha256 (first 16 hex digits) of the reference estimates below, per cost-model version. A change that
+#: moves any of these numbers must bump planner.version.COST_MODEL_VERSION and add its fingerprint here
+#: (stored answers of the old version are then re-solved instead of served).
+FINGERPRINTS = {1: "39f4d473ec81accb"}
+
+REFERENCE = [
+    body("llama3-70b", nodes=8, gbs=512, seq=8192, tp=8, pp=4, micro_batch_size=1, schedule="interleaved-1f1b",
+         recompute="selective", sequence_parallel=True, zero_stage=1),
+    body("llama3-8b", nodes=2, gbs=128, seq=4096, tp=1, pp=1, micro_batch_size=2, recompute="full", zero_stage=3),
+    body("gpt3-1.3b", gpu="a100-sxm4-80gb", gbs=64, seq=2048, tp=2, pp=2, micro_batch_size=4, schedule="gpipe"),
+    {**body("llama3-8b", nodes=2, gbs=64, seq=4096, tp=4, pp=2, micro_batch_size=1), "network": slow_network(16, 2).model_dump()},
+]
+
+
+def fingerprint(values: list) -> str:
+    def norm(x):
+        if isinstance(x, float):
+            return float(f"{x:.9g}")
+        if isinstance(x, dict):
+            return {k: norm(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [norm(v) for v in x]
+        return x
+    return hashlib.sha256(json.dumps(norm(values), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def test_cost_model_version_changes_with_the_numbers():
+    got = fingerprint([planner.estimate(r).model_dump(mode="json", exclude={"notes"}) for r in REFERENCE])
+    assert FINGERPRINTS.get(COST_MODEL_VERSION) == got, (
+        f"the reference estimates moved (fingerprint {got}) under COST_MODEL_VERSION={COST_MODEL_VERSION}: "
+        "bump planner.version.COST_MODEL_VERSION and record the new fingerprint in FINGERPRINTS")
+
+
+# ------------------------------------------------------------------------------------------------
+# Older plan files
+
+
+SCHEMA1 = Path(__file__).parent / "golden" / "plans" / "schema1-tiny-gpt-response.json"
+
+
+def test_a_schema1_plan_file_loads_without_its_groups_and_estimates_the_same(tmp_path):
+    """A plan written by meshplan before schema 2 (rank groups, ``gpu`` beside the cluster, two memory
+    fields) is read as a schema-2 plan: same configuration and estimate, cost-model version unknown (0)."""
+    old = json.loads(SCHEMA1.read_text())
+    assert old["schema_version"] == 1 and "tp_groups" in old["plans"][0]["mesh"]
+    for document in (old, old["plans"][0]):  # the response, and the plan alone
+        path = tmp_path / "plan.json"
+        path.write_text(json.dumps(document))
+        plan = load_plan(path)
+        assert plan.schema_version == SCHEMA_VERSION and plan.inputs.cost_model_version == 0
+        assert plan.mesh == mesh_layout(plan.parallel) and plan.gpu.id == "a100-sxm4-40gb"
+        assert plan.parallel.model_dump() == old["plans"][0]["parallel"]
+        assert [m.total_gib for m in plan.estimate.memory_per_stage] == old["plans"][0]["estimate"]["memory_per_stage_gib"]
+        again = planner.estimate_plan(replay_request(plan)).estimate  # analytic then and now
+        assert again.step_time_s == pytest.approx(old["plans"][0]["estimate"]["step_time_s"], rel=1e-12)
+    assert PlanResponse.model_validate(old).cost_model_version == 0
+
+
+def _with(document: dict, path: str, value) -> dict:
+    data = json.loads(json.dumps(document))
+    *keys, last = path.split(".")
+    target = data
+    for k in keys:
+        target = target[int(k)] if isinstance(target, list) else target[k]
+    target[last] = value
+    return data
+
+
+BAD_OLD = [
+    # (change to the schema-1 response, words the error must hold)
+    ("plans.0.mesh.tp_groups", [[0, 2], [1, 3]], ["mesh.tp_groups", "re-plan"]),
+    ("plans.0.estimate.memory_per_stage", [], ["memory_per_stage", "re-plan"]),
+    ("schema_version", 99, ["schema_version 99", "upgrade meshplan"]),
+    ("plans.0.schema_version", 99, ["schema_version 99", "upgrade meshplan"]),
+]
+
+
+@pytest.mark.parametrize("path,value,words", BAD_OLD)
+def test_a_plan_file_that_cannot_be_read_says_what_to_do(tmp_path, path, value, words):
+    file = tmp_path / "plan.json"
+    file.write_text(json.dumps(_with(json.loads(SCHEMA1.read_text()), path, value)))
+    with pytest.raises(MeshplanError) as err:
+        load_plan(file)
+    assert all(w in str(err.value) for w in words), str(err.value)
