@@ -37,9 +37,12 @@ class Page(BaseModel, Generic[T]):
 
 
 class StoredPlan(BaseModel):
-    id: str = Field(description="Content hash of the canonical plan request.")
+    id: str = Field(description="Content hash of the canonical plan request and the cost-model version.")
     created_at: str
     cached: bool = Field(description="True when answered from the store without solving.")
+    cost_model_version: int = Field(description="The planner cost model that answered; 0 = unknown (stored before versioning).")
+    stale: bool = Field(description="Answered by another cost model than the server's current one: POST the request "
+                                    "again for a current answer.")
     request: PlanRequest
     response: PlanResponse
 
@@ -57,6 +60,8 @@ class PlanSummary(BaseModel):
     tokens_per_s: float | None = None
     mfu: float | None = None
     fits: bool | None = None
+    cost_model_version: int = 0
+    stale: bool = False
 
 
 class StoredProfile(BaseModel):

@@ -7,36 +7,49 @@ are only ever read back as JSON through the pydantic schemas.
 
 PostgreSQL (``postgresql+psycopg://user:pw@host/db``, extra ``meshplan[postgres]``) is tested the same
 way: text that PostgreSQL cannot hold is kept out of the indexed columns (a NUL character becomes
-U+FFFD there; the JSON keeps the exact value), free-form fields are unbounded ``Text`` columns, tables
-are created under an advisory lock so several workers can start at once, and a connection attempt
-gives up after ``connect_timeout`` seconds so ``/readyz`` answers promptly when the server is down.
+U+FFFD there; the JSON keeps the exact value), free-form fields are unbounded ``Text`` columns, and a
+connection attempt gives up after ``connect_timeout`` seconds so ``/readyz`` answers promptly when the
+server is down.
 
-Plans are keyed by the content hash of their canonical request (``request_key``): the same request
-always maps to the same id. Profiles are content-addressed the same way; runs get random ids.
+The schema is managed by the Alembic migrations in ``api/migrations`` (shipped inside the package),
+applied when a ``Store`` opens (``migrate``). Several workers may start at once: on PostgreSQL the
+upgrade runs in one transaction under an advisory lock, on SQLite in one ``BEGIN IMMEDIATE``
+transaction (SQLite's own write lock, waited for up to the busy timeout); the second worker then finds
+the schema current. A database made before Alembic (tables, no ``alembic_version``) is stamped at the
+first revision, which is exactly that schema, and upgraded.
+
+Plans are keyed by the content hash of their canonical request and the planner's cost-model version
+(``request_key``): the same request maps to the same id until the cost model changes, and an answer of
+an older cost model is never served as current (it stays readable under its id, marked ``stale``).
+Profiles are content-addressed the same way; runs get random ids.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sqlalchemy import Boolean, Float, Integer, String, Text, create_engine, event, func, select, text
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy import Boolean, Float, Integer, String, Text, create_engine, event, func, inspect, select, text
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import IntegrityError, NoSuchModuleError, OperationalError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.pool import NullPool, StaticPool
 
 from api.schemas import Page, PlanSummary, ProfileSummary, RunSummary, StoredPlan, StoredProfile, StoredRun
+from planner import version
 from planner.errors import MeshplanError
 from planner.specs import PlanRequest, PlanResponse, Profile, RunReport
 
 ID_LENGTH = 32  # hex digits of SHA-256 kept as the id (128 bits)
 PG_CONNECT_TIMEOUT_S = 10  # libpq connect_timeout unless the URL sets one
-PG_SCHEMA_LOCK = 0x6D657368706C616E  # advisory lock key ("meshplan") held while creating tables
+PG_SCHEMA_LOCK = 0x6D657368706C616E  # advisory lock key ("meshplan") held while migrating
+MIGRATIONS = Path(__file__).with_name("migrations")
+FIRST_REVISION = "0001"  # the schema create_all made before Alembic
 
 
 def canonical_json(data: object) -> str:
@@ -48,10 +61,13 @@ def content_id(model_json: dict) -> str:
     return hashlib.sha256(canonical_json(model_json).encode()).hexdigest()[:ID_LENGTH]
 
 
-def request_key(request: PlanRequest) -> str:
-    """Content hash of a plan request with its defaults filled in: requests that differ only in
-    spelling (key order, omitted defaults) share an id."""
-    return content_id(request.model_dump(mode="json"))
+def request_key(request: PlanRequest, cost_model_version: int | None = None) -> str:
+    """Content hash of a plan request with its defaults filled in, and of the cost model that answers
+    it (default: the planner's current ``COST_MODEL_VERSION``): requests that differ only in spelling
+    (key order, omitted defaults) share an id; after the cost model changes the same request gets a
+    new id, so the old answer is not served as current."""
+    v = version.COST_MODEL_VERSION if cost_model_version is None else cost_model_version
+    return content_id({"cost_model_version": v, "request": request.model_dump(mode="json")})
 
 
 def column_text(value: str) -> str:
@@ -82,6 +98,7 @@ class PlanRow(Base):
     fits: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     request_json: Mapped[str] = mapped_column(Text)
     response_json: Mapped[str] = mapped_column(Text)
+    cost_model_version: Mapped[int | None] = mapped_column(Integer, nullable=True)  # NULL: before versioning
 
 
 class ProfileRow(Base):
@@ -126,7 +143,11 @@ def make_engine(url: str) -> Engine:
         connect_args={"check_same_thread": False, "timeout": 30},
         poolclass=StaticPool if memory else None,
     )
+    _sqlite_pragmas(engine, memory)
+    return engine
 
+
+def _sqlite_pragmas(engine: Engine, memory: bool) -> None:
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi_connection, _record):  # noqa: ANN001 - DBAPI types
         cur = dbapi_connection.cursor()
@@ -136,7 +157,81 @@ def make_engine(url: str) -> Engine:
         cur.execute("PRAGMA busy_timeout=30000")
         cur.close()
 
-    return engine
+
+def alembic_config(connection: Connection):  # noqa: ANN201 - alembic is imported lazily
+    """The Alembic configuration of the store (no alembic.ini): the packaged migrations, run on
+    ``connection`` (see ``api/migrations/env.py``)."""
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+def upgrade_schema(connection: Connection, revision: str = "head") -> None:
+    """Upgrade the schema on ``connection`` (inside its transaction) to ``revision``; a database
+    made before Alembic is first stamped at the revision that matches it."""
+    from alembic import command
+    from alembic.util.exc import CommandError
+
+    cfg = alembic_config(connection)
+    tables = set(inspect(connection).get_table_names())
+    try:
+        if "plans" in tables and "alembic_version" not in tables:
+            command.stamp(cfg, FIRST_REVISION)
+        command.upgrade(cfg, revision)
+    except CommandError as exc:  # e.g. a revision from a newer meshplan
+        raise MeshplanError("MESHPLAN_DATABASE_URL", f"the database's schema is not one this meshplan knows ({exc})",
+                            "use a database made by this meshplan version or an older one, or upgrade meshplan") from None
+
+
+def migrate(engine: Engine, revision: str = "head") -> None:
+    """Apply the migrations up to ``revision`` so that several processes may do it at once: one
+    transaction that holds PostgreSQL's advisory lock; on a SQLite file, one ``BEGIN IMMEDIATE``
+    transaction (the whole upgrade or nothing) taken while holding an exclusive ``flock`` on
+    ``<database>.lock`` (SQLite refuses the switch to WAL, without waiting, while another connection
+    writes, so the first connection of every starting process is serialized). Whoever comes second
+    finds the schema current."""
+    url = engine.url
+    if url.get_backend_name() == "sqlite" and (url.database or "") not in ("", ":memory:"):
+        with _file_lock(Path(url.database).expanduser().with_name(Path(url.database).name + ".lock")):
+            # A connection of its own whose transaction starts with BEGIN IMMEDIATE (pysqlite would
+            # otherwise start none before DDL: a crash could leave half a migration).
+            locked = create_engine(url, poolclass=NullPool, connect_args={"timeout": 30, "isolation_level": None})
+            _sqlite_pragmas(locked, memory=False)
+
+            @event.listens_for(locked, "begin")
+            def _immediate(conn: Connection) -> None:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+            try:
+                with locked.begin() as conn:
+                    upgrade_schema(conn, revision)
+            finally:
+                locked.dispose()
+        return
+    with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_SCHEMA_LOCK})
+        upgrade_schema(conn, revision)
+
+
+@contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``path`` (created if missing, left in place), held until the block
+    ends; released by the OS if the process dies. Without ``fcntl`` (Windows) it holds nothing."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not a supported server platform
+        yield
+        return
+    with open(path, "a+b") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _summary_of(response: PlanResponse) -> dict:
@@ -151,7 +246,15 @@ def _summary_of(response: PlanResponse) -> dict:
         "tokens_per_s": best.tokens_per_s if best else None,
         "mfu": best.mfu if best else None,
         "fits": best.fits if best else None,
+        "cost_model_version": response.cost_model_version,
     }
+
+
+def _stale(row_version: int | None) -> tuple[int, bool]:
+    """(the cost-model version of a stored answer, 0 when unknown; whether it is older than the
+    planner's current one)."""
+    v = row_version or 0
+    return v, v != version.COST_MODEL_VERSION
 
 
 class Store:
@@ -161,7 +264,7 @@ class Store:
         self.url = url
         try:
             self.engine = make_engine(url)
-            self._create_tables()
+            migrate(self.engine)
         except (ModuleNotFoundError, NoSuchModuleError) as exc:
             raise MeshplanError(
                 "MESHPLAN_DATABASE_URL", f"no database driver for {make_url(url).drivername!r} ({exc})",
@@ -174,24 +277,6 @@ class Store:
                 "check the URL, that the server is up, and that the file's folder is writable",
             ) from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)
-
-    def _create_tables(self) -> None:
-        """Create missing tables; several workers may do this at once on an empty database. On
-        PostgreSQL the loser of that race fails (duplicate pg_type row), so creation runs in one
-        transaction holding an advisory lock: the second waits, then finds the tables. On SQLite the
-        loser gets "table ... already exists" or, in WAL mode, an immediate "database is locked"
-        (a read transaction cannot be upgraded to a write while another writes) and tries again."""
-        for attempt in range(5):
-            try:
-                with self.engine.begin() as conn:
-                    if conn.dialect.name == "postgresql":
-                        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_SCHEMA_LOCK})
-                    Base.metadata.create_all(conn)
-                return
-            except OperationalError as exc:
-                if attempt == 4 or not any(m in str(exc) for m in ("already exists", "database is locked")):
-                    raise
-                time.sleep(0.05 * (attempt + 1))
 
     def close(self) -> None:
         self.engine.dispose()
@@ -216,16 +301,20 @@ class Store:
             row = session.get(PlanRow, plan_id)
         if row is None:
             return None
+        v, stale = _stale(row.cost_model_version)
         return StoredPlan(
             id=row.id,
             created_at=row.created_at,
             cached=True,
+            cost_model_version=v,
+            stale=stale,
             request=PlanRequest.model_validate_json(row.request_json),
             response=PlanResponse.model_validate_json(row.response_json),
         )
 
     def put_plan(self, plan_id: str, request: PlanRequest, response: PlanResponse) -> tuple[StoredPlan, bool]:
-        """Store a solved plan under ``plan_id``; returns (the stored plan, whether it is new)."""
+        """Store a solved plan under ``plan_id`` (``request_key`` of the request and of the response's
+        cost-model version); returns (the stored plan, whether it is new)."""
         row = PlanRow(
             id=plan_id,
             created_at=utc_now(),
@@ -238,7 +327,9 @@ class Store:
             if existing is not None:  # another writer stored it first
                 return existing, False
             # ... and it was deleted in between: insert again.
-        return StoredPlan(id=plan_id, created_at=row.created_at, cached=False, request=request, response=response), True
+        v, stale = _stale(response.cost_model_version)
+        return StoredPlan(id=plan_id, created_at=row.created_at, cached=False, cost_model_version=v, stale=stale, request=request,
+                          response=response), True
 
     def list_plans(self, *, model: str | None, gpu: str | None, limit: int, offset: int) -> Page[PlanSummary]:
         query = select(PlanRow)
@@ -250,7 +341,8 @@ class Store:
             total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
             rows = session.scalars(query.order_by(PlanRow.created_at.desc(), PlanRow.id).limit(limit).offset(offset)).all()
         items = [
-            PlanSummary(**{c: getattr(r, c) for c in PlanSummary.model_fields})
+            PlanSummary(**{c: getattr(r, c) for c in PlanSummary.model_fields if c not in ("cost_model_version", "stale")},
+                        **dict(zip(("cost_model_version", "stale"), _stale(r.cost_model_version))))
             for r in rows
         ]
         return Page[PlanSummary](items=items, total=total, limit=limit, offset=offset)

@@ -16,6 +16,7 @@ import httpx
 
 from api.app import create_app
 from api.settings import Settings
+from planner import version
 from planner.catalog import MODELS
 from planner.specs import PlanRequest, PlanResponse, SolverInfo
 
@@ -88,7 +89,7 @@ class SlowSolver:
         time.sleep(self.delay)
         model = MODELS[request.model] if isinstance(request.model, str) else request.model
         return PlanResponse(
-            model=model, cluster=request.cluster, training=request.training, plans=[],
+            cost_model_version=version.COST_MODEL_VERSION, model=model, cluster=request.cluster, training=request.training, plans=[],
             solver=SolverInfo(status="UNKNOWN", wall_time_s=self.delay),
         )
 
