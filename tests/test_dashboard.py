@@ -20,6 +20,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from planner.layout import mesh_groups
+from planner.specs import MeshLayout
+
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -197,21 +200,22 @@ def test_form_makes_a_plan_and_the_page_explains_it(tab, llama_plan, artifacts_d
     n_plans = len(stored["response"]["plans"])
     assert page.locator("#alternatives-table thead th").count() == n_plans + 1
 
-    # Mesh: one cell per GPU in use, stage from plan.mesh.pp_groups, one outline per TP group (tp > 1).
+    # Mesh: one cell per GPU in use, stage from the mesh's pp groups, one outline per TP group (tp > 1).
     cells = page.locator("#mesh rect.gpu:not(.gpu-unused)")
     assert cells.count() == est["gpus_used"] == par["tp"] * par["pp"] * par["dp"]
-    stage_of = {r: i for grp in best["mesh"]["pp_groups"] for i, r in enumerate(grp)}
+    mesh = MeshLayout.model_validate(best["mesh"])
+    stage_of = {r: i for grp in mesh_groups(mesh, "pp") for i, r in enumerate(grp)}
     drawn = page.eval_on_selector_all("#mesh rect.gpu[data-stage]", "els => els.map(e => +e.dataset.stage)")
     assert drawn == [stage_of[r] for r in range(len(drawn))]
     if par["tp"] > 1:
-        assert page.locator("#mesh rect.tp-outline").count() >= len(best["mesh"]["tp_groups"])
+        assert page.locator("#mesh rect.tp-outline").count() >= len(mesh_groups(mesh, "tp"))
 
     # Memory: stacked bars with area, the capacity line, and totals that match the estimate.
     assert _svg_rects_with_area(page, "#memory rect.bar") >= par["pp"]
     assert page.locator("#memory line.ref-line").count() == 1
     page.click("#memory summary")
     totals = page.eval_on_selector_all("#memory tbody tr td:last-child", "els => els.map(e => parseFloat(e.textContent))")
-    expected = [s["total_gib"] for s in est["memory_per_stage"]] or est["memory_per_stage_gib"]
+    expected = [s["total_gib"] for s in est["memory_per_stage"]]
     assert totals == pytest.approx(expected, abs=0.051)
 
     # Time breakdown: one stacked bar per alternative.
@@ -459,3 +463,40 @@ def test_token_field_unlocks_a_protected_server(browser, tmp_path, artifacts_dir
     finally:
         tab.close()
         _stop(proc)
+
+
+def test_plan_of_an_older_cost_model_is_marked_and_replanned_in_one_click(tab, server, tmp_path_factory, artifacts_dir):
+    """A stored plan made before the current cost model (here: a row as meshplan wrote it before schema 2,
+    cost-model version unknown) is marked in the list and on its page; the button POSTs its request
+    again and lands on a current plan."""
+    import sqlite3
+
+    from tests.test_api_versions import OLD_REQUEST, insert_old_plan
+
+    if os.environ.get("MESHPLAN_DASHBOARD_URL"):
+        pytest.skip("writes a row into the server's own SQLite file")
+    port = server.rsplit(":", 1)[1]
+    [db] = list(tmp_path_factory.getbasetemp().rglob(f"dash-{port}.db"))  # the module's server's file
+    old_id = insert_old_plan(f"sqlite:///{db}")
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT cost_model_version FROM plans WHERE id = ?", (old_id,)).fetchone() == (None,)
+
+    page = tab.goto("/plans")
+    row = page.locator("tr", has=page.locator(f'a[href="#/plans/{old_id}"]'))
+    assert row.locator(".badge.stale").count() == 1
+    assert page.locator("tbody tr.stale").count() == 1  # the only stale one
+
+    page = tab.goto(f"/plans/{old_id}")
+    notice = page.inner_text("#stale-notice")
+    assert "older cost model" in notice and "before versioning" in notice
+    page.wait_for_selector("#schedule .block")  # the old plan still draws
+    tab.shot(artifacts_dir, "plan-stale")
+    page.click("#replan-current")
+    page.wait_for_url(re.compile(r".*#/plans/(?!" + old_id + r")[0-9a-f]{32}$"), timeout=60_000)
+    page.wait_for_selector("#alternatives-table")
+    new_id = page.url.rsplit("/", 1)[-1]
+    assert page.locator("#stale-notice").count() == 0
+    stored = httpx.get(f"{server}/v1/plans/{new_id}", timeout=30).json()
+    assert not stored["stale"] and stored["request"] == httpx.get(f"{server}/v1/plans/{old_id}", timeout=30).json()["request"]
+    assert OLD_REQUEST["cluster"].items() <= stored["request"]["cluster"].items()
+    tab.assert_clean()

@@ -13,6 +13,8 @@ import pytest
 
 from planner.analytic import num_parameters
 from planner.catalog import MODELS
+from planner.layout import mesh_groups
+from planner.specs import MeshLayout
 
 ROOT = Path(__file__).resolve().parents[1]
 STATIC = ROOT / "api" / "static"
@@ -114,3 +116,12 @@ def test_axis_ticks_are_round_and_cover_the_data(page, maximum, count, expect):
 @pytest.mark.parametrize(("fill", "ink"), [("#0072B2", "#fff"), ("#F0E442", "#111"), ("#56B4E9", "#111"), ("#332288", "#fff")])
 def test_labels_on_coloured_blocks_pick_the_readable_ink(page, fill, ink):
     assert call(page, "./js/charts.js", "inkOn", fill)["ok"] == ink
+
+
+@pytest.mark.parametrize("shape", [[2, 2, 2], [4, 2, 8], [1, 16, 1], [3, 1, 2], [1, 1, 1]])
+def test_mesh_groups_in_the_browser_are_the_planners(page, shape):
+    """The dashboard derives the rank groups from the plan's mesh shape exactly as planner.layout does
+    (and as init_device_mesh forms them)."""
+    mesh = MeshLayout(dim_names=["pp", "dp", "tp"], shape=shape)
+    for dim in mesh.dim_names:
+        assert call(page, "./js/pages/plan-parts.js", "meshGroups", mesh.model_dump(), dim)["ok"] == mesh_groups(mesh, dim)

@@ -21,6 +21,32 @@ export const TIME_PARTS = [
   ["optimizer_s", "optimizer", "#7F7F7F"],
 ];
 
+/**
+ * The rank groups along one dimension of a row-major mesh (planner.layout.mesh_groups): ranks that
+ * differ only in that coordinate, in coordinate order; groups in row-major order of the others.
+ * A plan carries only the mesh's dim_names and shape.
+ */
+export function meshGroups(mesh, dim) {
+  const d = mesh.dim_names.indexOf(dim);
+  if (d < 0) throw new Error(`mesh has no dimension ${dim}`);
+  const shape = mesh.shape;
+  const strides = shape.map((_, i) => shape.slice(i + 1).reduce((a, b) => a * b, 1));
+  const others = shape.map((_, i) => i).filter((i) => i !== d);
+  const count = others.reduce((a, i) => a * shape[i], 1);
+  const groups = [];
+  for (let g = 0; g < count; g++) {
+    let rest = g;
+    let base = 0;
+    for (let j = others.length - 1; j >= 0; j--) {
+      const i = others[j];
+      base += (rest % shape[i]) * strides[i];
+      rest = Math.floor(rest / shape[i]);
+    }
+    groups.push(Array.from({ length: shape[d] }, (_, x) => base + x * strides[d]));
+  }
+  return groups;
+}
+
 /** "tp 8 · pp 2 · dp 4 · mbs 1 · 1f1b · recompute none · SP on · ZeRO 1" */
 export function describe(par) {
   const parts = [`tp ${par.tp}`, `pp ${par.pp}`, `dp ${par.dp}`, `micro-batch ${par.micro_batch_size}`, par.virtual_stages > 1 ? `${par.schedule} ×${par.virtual_stages}` : par.schedule, `recompute ${par.recompute}`];
@@ -31,11 +57,9 @@ export function describe(par) {
 
 export function memoryChart(plan, title = "Memory per GPU by pipeline stage") {
   const e = plan.estimate;
-  const stages = e.memory_per_stage && e.memory_per_stage.length ? e.memory_per_stage : null;
-  const categories = (stages || e.memory_per_stage_gib).map((_, i) => `stage ${i}`);
-  const series = stages
-    ? MEMORY_PARTS.map(([k, name, color]) => ({ name, color, values: stages.map((st) => st[k]) }))
-    : [{ name: "total", color: "#0072B2", values: e.memory_per_stage_gib }];
+  const stages = e.memory_per_stage;
+  const categories = stages.map((_, i) => `stage ${i}`);
+  const series = MEMORY_PARTS.map(([k, name, color]) => ({ name, color, values: stages.map((st) => st[k]) }));
   return barChart({
     title,
     desc: `Stacked GiB per GPU on each of ${categories.length} pipeline stages against the ${fmt.gib(e.gpu_memory_gib)} capacity; peak ${fmt.gib(e.peak_memory_gib)}.`,

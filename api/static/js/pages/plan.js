@@ -3,8 +3,8 @@
 
 import { api, download, url } from "../api.js";
 import { meshGrid } from "../charts.js";
-import { empty, errorBox, fmt, gpuId, h, loading, put, section, setTitle } from "../dom.js";
-import { describe, memoryChart, timeChart, traceTimeline } from "./plan-parts.js";
+import { announce, empty, errorBox, fmt, gpuId, h, loading, put, section, setTitle } from "../dom.js";
+import { describe, memoryChart, meshGroups, timeChart, traceTimeline } from "./plan-parts.js";
 import { whatIf } from "./whatif.js";
 
 const CONSTRAINT_TEXT = {
@@ -129,9 +129,9 @@ function alternativesTable(plans) {
 function meshFigure(plan) {
   const c = plan.cluster;
   const stage = new Map();
-  plan.mesh.pp_groups.forEach((grp) => grp.forEach((r, i) => stage.set(r, i)));
+  meshGroups(plan.mesh, "pp").forEach((grp) => grp.forEach((r, i) => stage.set(r, i)));
   const dp = new Map();
-  plan.mesh.dp_groups.forEach((grp) => grp.forEach((r, i) => dp.set(r, i)));
+  meshGroups(plan.mesh, "dp").forEach((grp) => grp.forEach((r, i) => dp.set(r, i)));
   const p = plan.parallel;
   return meshGrid({
     title: `Device mesh: ${c.num_nodes} nodes × ${c.gpus_per_node} GPUs — colour and “S” = pipeline stage, outline = TP group of ${p.tp}`,
@@ -140,7 +140,7 @@ function meshFigure(plan) {
     gpusPerNode: c.gpus_per_node,
     stageOf: (r) => (stage.has(r) ? stage.get(r) : null),
     dpOf: (r) => dp.get(r),
-    tpGroups: plan.mesh.tp_groups,
+    tpGroups: meshGroups(plan.mesh, "tp"),
     numStages: p.pp,
   });
 }
@@ -222,6 +222,32 @@ async function scheduleFigure(holder, id, index, isCurrent) {
   }
 }
 
+/** The mark of an answer made by an older cost model, with the one-click re-plan: POST the stored
+ * request again (its id now includes the current cost-model version, so it is solved, not served). */
+function staleNotice(stored) {
+  const status = h("span", { role: "status", "aria-live": "polite" });
+  const button = h("button", { type: "button", class: "primary", id: "replan-current" }, "Re-plan with the current cost model");
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    put(status, loading("Re-planning"));
+    try {
+      const fresh = await api("/v1/plans", { method: "POST", body: stored.request });
+      announce("Plan ready");
+      location.hash = `#/plans/${encodeURIComponent(fresh.id)}`;
+    } catch (err) {
+      button.disabled = false;
+      put(status, errorBox(err, "Re-planning failed"));
+    }
+  });
+  const made = stored.cost_model_version ? `cost model version ${stored.cost_model_version}` : "a cost model from before versioning";
+  return h(
+    "div",
+    { class: "state state-stale", id: "stale-notice", role: "note" },
+    h("p", {}, h("span", { class: "badge stale" }, "older cost model"), ` This plan was made by ${made}; the planner has changed since, so its figures, trace and ranking may differ from a plan made now.`),
+    h("p", {}, button, " ", status),
+  );
+}
+
 function infeasibleView(resp) {
   const inf = resp.infeasible;
   return h(
@@ -251,8 +277,9 @@ export async function planPage(root, { arg: id, query, isCurrent }) {
     h("a", { class: "button secondary", href: `#/new?from=${encodeURIComponent(stored.id)}` }, "Edit and re-plan"),
   );
   const requestDetails = h("details", { class: "raw" }, h("summary", {}, "Request JSON"), h("pre", { class: "code" }, JSON.stringify(stored.request, null, 2)));
+  const stale = stored.stale ? staleNotice(stored) : null;
   if (!plans.length) {
-    put(root, title, infeasibleView(resp), requestDetails);
+    put(root, title, stale, infeasibleView(resp), requestDetails);
     return;
   }
   const best = plans[0];
@@ -296,6 +323,7 @@ export async function planPage(root, { arg: id, query, isCurrent }) {
 
   put(root, 
     title,
+    stale,
     toc,
     section("chosen", "Chosen configuration", h("p", { class: "config-line" }, describe(best.parallel)), headline(best)),
     section("why", "Why this plan", why(resp, plans)),

@@ -41,7 +41,7 @@ export async function plansPage(root, { query }) {
     const tr = h(
       "tr",
       {},
-      h("td", {}, h("a", { href: `#/plans/${encodeURIComponent(p.id)}` }, p.model), h("div", { class: "sub" }, p.id)),
+      h("td", {}, h("a", { href: `#/plans/${encodeURIComponent(p.id)}` }, p.model), p.stale ? h("span", { class: "badge stale", title: "Made by an older cost model: open it to re-plan" }, " older cost model") : null, h("div", { class: "sub" }, p.id)),
       h("td", {}, `${p.num_gpus} × ${p.gpu}`),
       h("td", {}, h("span", { class: `badge status-${String(p.status).toLowerCase()}` }, p.status)),
       h("td", { class: "num" }, fmt.time(p.step_time_s)),
@@ -50,7 +50,8 @@ export async function plansPage(root, { query }) {
       h("td", {}, p.fits === null || p.fits === undefined ? "—" : p.fits ? "fits" : "does not fit"),
       h("td", {}, fmt.date(p.created_at)),
     );
-    tr.dataset.search = `${p.id} ${p.model} ${p.gpu} ${p.status} ${p.num_gpus}`.toLowerCase();
+    tr.dataset.search = `${p.id} ${p.model} ${p.gpu} ${p.status} ${p.num_gpus}${p.stale ? " stale older cost model" : ""}`.toLowerCase();
+    if (p.stale) tr.classList.add("stale");
     return tr;
   });
   body.append(...rows);
