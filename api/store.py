@@ -33,12 +33,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Boolean, Float, Integer, String, Text, create_engine, event, func, inspect, select, text
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import IntegrityError, NoSuchModuleError, OperationalError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 from sqlalchemy.pool import NullPool, StaticPool
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 from api.schemas import Page, PlanSummary, ProfileSummary, RunSummary, StoredPlan, StoredProfile, StoredRun
 from planner import version
@@ -158,7 +162,7 @@ def _sqlite_pragmas(engine: Engine, memory: bool) -> None:
         cur.close()
 
 
-def alembic_config(connection: Connection):  # noqa: ANN201 - alembic is imported lazily
+def alembic_config(connection: Connection | None) -> Config:
     """The Alembic configuration of the store (no alembic.ini): the packaged migrations, run on
     ``connection`` (see ``api/migrations/env.py``)."""
     from alembic.config import Config

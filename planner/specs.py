@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 #: 2: ``mesh`` without rank groups, the GPU only in ``cluster.gpu`` (a full GpuSpec), one memory-per-stage
 #: list, ``inputs`` (cost inputs and cost-model version). Schema-1 plans are read and upgraded.
@@ -404,7 +404,7 @@ class MeshLayout(_Spec):
     shape: list[int] = Field(min_length=1, max_length=8)
 
     @model_validator(mode="after")
-    def _check_dims(self) -> "MeshLayout":
+    def _check_dims(self) -> MeshLayout:
         if len(self.dim_names) != len(self.shape) or any(n < 1 for n in self.shape):
             raise ValueError(f"mesh {self.dim_names}={self.shape}: give one size ≥ 1 per dimension name")
         return self
@@ -442,8 +442,8 @@ def _check_schema1_groups(mesh: dict) -> None:
     from planner.layout import mesh_groups  # the layout imports this module
 
     try:
-        layout = MeshLayout(dim_names=mesh.get("dim_names"), shape=mesh.get("shape"))
-    except Exception:
+        layout = MeshLayout.model_validate({"dim_names": mesh.get("dim_names"), "shape": mesh.get("shape")})
+    except ValidationError:
         return  # the mesh itself is invalid: Plan validation reports it
     for dim in layout.dim_names:
         listed = mesh.get(f"{dim}_groups")
@@ -502,7 +502,7 @@ class Plan(_Spec):
         return upgrade_plan_data(data)
 
     @model_validator(mode="after")
-    def _resolve_gpu(self) -> "Plan":
+    def _resolve_gpu(self) -> Plan:
         if isinstance(self.cluster.gpu, str):
             from planner.catalog import get_gpu  # the catalog imports this module
 
