@@ -8,9 +8,11 @@ from the store."""
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
+import setuptools
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -19,7 +21,9 @@ from sqlalchemy import create_engine, inspect, text
 
 from api.app import create_app
 from api.settings import Settings
-from api.store import FIRST_REVISION, Base, Store, alembic_config, canonical_json, content_id, make_engine, migrate
+from api.store import (
+    FIRST_REVISION, Base, Store, alembic_config, canonical_json, content_id, make_engine, migrate, request_key,
+)
 from planner import version
 from planner.specs import PlanRequest
 from tests.api_support import plan_request
@@ -148,3 +152,22 @@ def test_after_the_cost_model_changes_the_same_request_is_solved_again(request, 
         old = client.get(f"/v1/plans/{first.json()['id']}").json()
         assert old["stale"] and old["cost_model_version"] == version.COST_MODEL_VERSION - 1
         assert client.post("/v1/plans", json=plan_request()).status_code == 200  # the new answer is now the cached one
+
+
+def test_the_request_key_includes_the_cost_model_version():
+    request = PlanRequest.model_validate(plan_request())
+    keys = {v: request_key(request, v) for v in (0, 1, 2, version.COST_MODEL_VERSION)}
+    assert len(set(keys.values())) == len({0, 1, 2, version.COST_MODEL_VERSION})
+    assert request_key(request) == keys[version.COST_MODEL_VERSION]
+
+
+def test_the_migrations_ship_inside_the_package():
+    """An installed wheel and the Docker image (`pip install .`) carry the migrations Store applies."""
+    root = Path(__file__).resolve().parents[1]
+    setuptools_cfg = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = set(setuptools.find_packages(str(root), include=setuptools_cfg["packages"]["find"]["include"]))
+    assert {"api.migrations", "api.migrations.versions"} <= packages
+    assert "migrations/script.py.mako" in setuptools_cfg["package-data"]["api"]
+    revisions = sorted(p.name for p in (root / "api" / "migrations" / "versions").glob("0*.py"))
+    assert revisions[0].startswith(FIRST_REVISION) and len(revisions) >= 2
+    assert any(r.startswith(head_revision()) for r in revisions)

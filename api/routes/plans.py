@@ -16,7 +16,7 @@ from planner.specs import Plan, PlanRequest
 
 router = v1_router("/plans", "plans")
 
-PlanId = Annotated[str, Path(max_length=64, description="Plan id: the content hash of its request.")]
+PlanId = Annotated[str, Path(max_length=64, description="Plan id: the content hash of its request and cost-model version.")]
 Index = Annotated[int, Query(ge=0, le=19, description="Which plan of the response (0 = best).")]
 
 
@@ -49,7 +49,9 @@ async def create_plan(
     response: Response, settings: SettingsDep, store: StoreDep, solver: SolverDep, pool: PoolDep, metrics: MetricsDep,
 ) -> StoredPlan:
     """Plan a training job. The id is the content hash of the request (with defaults filled in and
-    the solver time capped by the server): the same request is answered from the store, not re-solved."""
+    the solver time capped by the server) and of the planner's cost-model version: the same request is
+    answered from the store, not re-solved, until the cost model changes; then it is solved again
+    (the older answer stays readable under its id, marked ``stale``)."""
     request = bound_request(body, settings)
     key = request_key(request)
     stored = await run_in_threadpool(store.get_plan, key)
