@@ -73,8 +73,19 @@ def test_bad_input_exits_2_naming_the_field(args: list[str], field: str) -> None
     assert "Traceback" not in out.stderr + out.stdout
 
 
-def test_plan_does_not_import_torch() -> None:
-    code = "import sys, api.cli\nfrom planner.api import plan\nprint('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                         capture_output=True, text=True, timeout=60)
-    assert out.stdout.strip() == "False", out.stderr
+#: What the everyday commands must not load (start-up time: see bench/bench_cli_startup.py).
+HEAVY = ("sqlalchemy", "fastapi", "starlette", "uvicorn", "pydantic_settings", "torch")
+TINY = ["--model", "tiny-gpt", "--gpu", "h100-sxm5-80gb", "--global-batch-size", "32", "--seq-len", "128"]
+
+
+@pytest.mark.parametrize("args", [["models"], ["gpus"], ["plan", *TINY, "--top-k", "1"], ["estimate", *TINY, "--tp", "2"],
+                                  ["plan", "--help"]], ids=lambda a: " ".join(a[:2]))
+def test_everyday_commands_do_not_import_the_service_or_torch(args: list[str]) -> None:
+    """The command runs for real in a fresh interpreter (as the `meshplan` script does); afterwards
+    none of the service's or the runtime's heavy packages is loaded."""
+    code = ("import sys, api.cli\ntry:\n    api.cli.main(sys.argv[1:])\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            f"print([m for m in {HEAVY!r} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout[-500:]
