@@ -9,7 +9,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from planner.errors import MeshplanError, validation_errors
+from planner.errors import InvalidInput, MeshplanError, validation_errors
 
 app = typer.Typer(
     name="meshplan",
@@ -17,8 +17,11 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: every flag name printed whole, at any width (also when piped)
 )
 err_console = Console(stderr=True)
+if not err_console.is_terminal:  # logs and pipes: one line per error, whatever COLUMNS says
+    err_console = Console(stderr=True, width=1_000_000)
 
 
 def _register() -> None:
@@ -43,11 +46,12 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, standalone_mode=True)
     except MeshplanError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}")
+        for e in exc.errors if isinstance(exc, InvalidInput) else [exc]:
+            err_console.print(f"[bold red]error:[/] {e}", markup=True, highlight=False)
         sys.exit(2)
-    except ValidationError as exc:
-        for e in validation_errors(exc):
-            err_console.print(f"[bold red]error:[/] {e['field']}: {e['message']}")
+    except ValidationError as exc:  # a model validated outside the request paths above: still a fix per field
+        for d in validation_errors(exc):
+            err_console.print(f"[bold red]error:[/] {MeshplanError(**d)}", highlight=False)
         sys.exit(2)
 
 

@@ -59,11 +59,11 @@ def test_estimate_flags_and_json() -> None:
 
 
 @pytest.mark.parametrize("args,field", [
-    (["plan", *SMALL, "--tp", "3"], "parallel.tp"),
+    (["plan", *SMALL, "--tp", "3"], "--tp"),
     (["estimate", *SMALL, "--pp", "2", "--stage-layers", "1,x"], "--stage-layers"),
     (["plan", "--gpu", "h100-sxm5-80gb", "--global-batch-size", "8", "--seq-len", "128"], "--model"),
-    (["plan", *SMALL[:2], "--gpu", "tpu-v9", "--global-batch-size", "8", "--seq-len", "128"], "cluster.gpu"),
-    (["estimate", *SMALL, "--schedule", "sideways"], "parallel.schedule"),
+    (["plan", *SMALL[:2], "--gpu", "tpu-v9", "--global-batch-size", "8", "--seq-len", "128"], "--gpu"),
+    (["estimate", *SMALL, "--schedule", "sideways"], "--schedule"),
     (["plan", "--request", "/nonexistent.json"], "--request"),
 ])
 def test_bad_input_exits_2_naming_the_field(args: list[str], field: str) -> None:
