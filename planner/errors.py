@@ -86,6 +86,13 @@ def explain_error(err: Mapping[str, Any], name: str, info: Any = None, flag: boo
     """(message, fix) for one pydantic error entry; ``name`` is what the user wrote (a flag when
     ``flag``, else a field path); ``info`` the field's pydantic ``FieldInfo`` when known; ``entry``:
     the value is an entry of a list (a flag's comma-separated value)."""
+    try:
+        return _explain(err, name, info, flag, entry)
+    except Exception:  # an error being reported must never become another error: pydantic's words then
+        return str(err.get("msg", "invalid value")), f"correct {name}"
+
+
+def _explain(err: Mapping[str, Any], name: str, info: Any, flag: bool, entry: bool) -> tuple[str, str]:
     kind = err.get("type", "")
     ctx = err.get("ctx") or {}
     value = err.get("input")
@@ -134,8 +141,8 @@ def explain_error(err: Mapping[str, Any], name: str, info: Any = None, flag: boo
     if kind in {"value_error", "assertion_error"}:
         text = str(ctx.get("error") or err.get("msg", "invalid value"))
         text = text.removeprefix("Value error, ").removeprefix("Assertion failed, ")
-        message, _, fix = text.partition("; ")
-        return message, fix or f"change {name} so that it holds ({message})"
+        message, _, fix = text.partition("; ")  # meshplan's validators write "what is wrong; how to fix it"
+        return message, fix or f"change {name} as the message says" + (f" ({what})" if what else "")
     msg = str(err.get("msg", "invalid value"))
     return f"{msg[:1].lower()}{msg[1:]} (got {got})", to((what or "a valid value") + note)
 
@@ -200,7 +207,7 @@ def _requirement(info: Any, kind: str) -> str:
     hi = ("≤", b["le"]) if "le" in b else ("<", b["lt"]) if "lt" in b else None
     if lo and hi and lo[0] == "≥" and hi[0] == "≤":
         return f"{noun} from {_num(lo[1])} to {_num(hi[1])}"
-    parts = [f"{s} {_num(v)}" for s, v in (lo, hi) if s]
+    parts = [f"{b[0]} {_num(b[1])}" for b in (lo, hi) if b]
     return f"{noun} {' and '.join(parts)}" if parts else noun
 
 
