@@ -25,17 +25,14 @@ if not err_console.is_terminal:  # logs and pipes: one line per error, whatever 
 
 
 def _register() -> None:
+    from api import serve_cli
+    from api.exporters import cli as export_cli
     from planner import cli as planner_cli
+    from profiler import cli as profiler_cli
+    from runtime import cli as runtime_cli
 
-    planner_cli.register(app)
-    for module in ("profiler.cli", "runtime.cli", "api.exporters.cli", "api.serve_cli"):
-        try:
-            mod = __import__(module, fromlist=["register"])
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name.split(".")[0] in {"profiler", "runtime", "api"}:
-                continue  # that part is not built yet
-            raise
-        mod.register(app)
+    for module in (planner_cli, profiler_cli, runtime_cli, export_cli, serve_cli):
+        module.register(app)
 
 
 _register()
