@@ -77,12 +77,16 @@ def validation_errors(
     return out
 
 
-def explain(exc: Exception, prefix: str = "", *, model: type | None = None, flags: Mapping[str, str] | None = None) -> InvalidInput:
+def explain(
+    exc: Exception, prefix: str = "", *, model: type | None = None, flags: Mapping[str, str] | None = None
+) -> InvalidInput:
     """``validation_errors`` as one raisable ``InvalidInput``."""
     return InvalidInput([MeshplanError(**e) for e in validation_errors(exc, prefix, model=model, flags=flags)])
 
 
-def explain_error(err: Mapping[str, Any], name: str, info: Any = None, flag: bool = False, *, entry: bool = False) -> tuple[str, str]:
+def explain_error(
+    err: Mapping[str, Any], name: str, info: Any = None, flag: bool = False, *, entry: bool = False
+) -> tuple[str, str]:
     """(message, fix) for one pydantic error entry; ``name`` is what the user wrote (a flag when
     ``flag``, else a field path); ``info`` the field's pydantic ``FieldInfo`` when known; ``entry``:
     the value is an entry of a list (a flag's comma-separated value)."""
@@ -103,7 +107,7 @@ def _explain(err: Mapping[str, Any], name: str, info: Any, flag: bool, entry: bo
             return f"pass {name} {what} for every comma-separated entry" if entry else f"pass {name} {what}"
         return f"set {name} to {what}"
 
-    what = _requirement(info, kind)
+    what = _requirement(info)
     note = _described(info)
     if kind == "union_type":
         kinds = " or ".join(ctx["expected"])
@@ -114,22 +118,26 @@ def _explain(err: Mapping[str, Any], name: str, info: Any, flag: bool, entry: bo
         return "is not a known field", f"remove {name} or correct its spelling (the schema lists the known fields)"
     if kind in _BOUNDS:
         symbol, key = _BOUNDS[kind]
-        return f"must be {symbol} {_num(ctx.get(key))} (got {got})", to((what or f"a value {symbol} {_num(ctx.get(key))}") + note)
+        bound = f"{symbol} {_num(ctx.get(key))}"
+        return f"must be {bound} (got {got})", to((what or f"a value {bound}") + note)
     if kind in {"int_parsing", "int_type", "int_from_float"}:
         return f"must be a whole number (got {got})", to((what or "a whole number") + note)
     if kind in {"float_parsing", "float_type", "finite_number"}:
-        return f"must be a finite number (got {got})", to((what or "a number") + note)
+        finite = "finite " if kind == "finite_number" else ""
+        return f"must be a {finite}number (got {got})", to((what or "a number") + note)
     if kind in {"bool_parsing", "bool_type"}:
         return f"must be true or false (got {got})", to("true or false")
     if kind == "literal_error":
         choices = ", ".join(_choices(info)) or str(ctx.get("expected"))
         return f"must be one of {ctx.get('expected')} (got {got})", to(f"one of: {choices}")
-    if kind in {"string_too_short", "too_short"}:
-        n, unit = ctx.get("min_length"), "character" if kind.startswith("string") else "entry"
-        return f"must have at least {n} {_plural(unit, n)}", to(f"a value of {n} or more {_plural(unit, 2)}" + note)
-    if kind in {"string_too_long", "too_long"}:
-        n, unit = ctx.get("max_length"), "character" if kind.startswith("string") else "entry"
-        return f"must have at most {n} {_plural(unit, n)}", to(f"a value of at most {n} {_plural(unit, n)}" + note)
+    if kind in {"string_too_short", "too_short", "string_too_long", "too_long"}:
+        text = kind.startswith("string")
+        noun, unit = ("a string", "character") if text else ("a list", "entry")
+        if kind.endswith("short"):
+            n = ctx.get("min_length")
+            return f"must have at least {n} {_plural(unit, n)}", to(f"{noun} of {n} or more {_plural(unit, 2)}" + note)
+        n = ctx.get("max_length")
+        return f"must have at most {n} {_plural(unit, n)}", to(f"{noun} of at most {n} {_plural(unit, n)}" + note)
     if kind in {"string_type", "string_unicode"}:
         return f"must be a string (got {got})", to("a string" + note)
     if kind in {"list_type", "tuple_type", "iterable_type"}:
@@ -153,7 +161,7 @@ _TYPE_WORDS = {"string_type": "a string", "int_type": "a whole number", "float_t
                "list_type": "a list"}
 
 
-def merge_union_errors(errors: list[dict]) -> list[dict]:
+def merge_union_errors(errors: list[Any]) -> list[dict]:
     """Errors of a union field (``model: str | ModelSpec``) as the user means them: a value that was an
     object failing inside the object keeps only those errors (not "must be a string"); a value that is
     none of the members becomes one error "must be a string or a JSON object"."""
@@ -191,7 +199,7 @@ _BOUNDS = {"greater_than_equal": ("≥", "ge"), "greater_than": (">", "gt"), "le
            "less_than": ("<", "lt")}
 
 
-def _requirement(info: Any, kind: str) -> str:
+def _requirement(info: Any) -> str:
     """What a valid value is, from the field's type and bounds: 'a whole number from 1 to 64'."""
     if info is None:
         return ""
@@ -229,7 +237,9 @@ def _choices(info: Any) -> list[str]:
 
 def _base_type(annotation: Any) -> Any:
     """``int | None`` → int; a Literal or a union of several types → None."""
-    args = [a for a in typing.get_args(annotation) if a is not type(None)] if typing.get_origin(annotation) in _UNIONS else [annotation]
+    args = [annotation]
+    if typing.get_origin(annotation) in _UNIONS:
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
     return args[0] if len(args) == 1 and isinstance(args[0], type) else None
 
 

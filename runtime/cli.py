@@ -20,7 +20,9 @@ from runtime.args import WORKER_ARGS, check, worker_argv
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def torchrun_command(*, nproc_per_node: int, nnodes: int, node_rank: int, rdzv_endpoint: str | None, worker_args: list[str]) -> list[str]:
+def torchrun_command(
+    *, nproc_per_node: int, nnodes: int, node_rank: int, rdzv_endpoint: str | None, worker_args: list[str]
+) -> list[str]:
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}"]
     if nnodes == 1 and not rdzv_endpoint:
         cmd.append("--standalone")
@@ -31,7 +33,8 @@ def torchrun_command(*, nproc_per_node: int, nnodes: int, node_rank: int, rdzv_e
 
 #: The launcher's own options (the workers' are ``runtime.args.WORKER_ARGS``, added by ``_signature``).
 LAUNCH_OPTIONS = {
-    "nproc_per_node": (Optional[int], typer.Option(None, "--nproc-per-node", min=1, help="Processes per node (default: the plan's GPUs ÷ nodes).")),
+    "nproc_per_node": (Optional[int], typer.Option(None, "--nproc-per-node", min=1,
+                                                   help="Processes per node (default: the plan's GPUs ÷ nodes).")),
     "nnodes": (int, typer.Option(1, "--nnodes", min=1, help="Nodes (each runs this same command).")),
     "node_rank": (int, typer.Option(0, "--node-rank", min=0, help="This node's rank (0 … nnodes - 1).")),
     "rdzv_endpoint": (Optional[str], typer.Option(None, "--rdzv-endpoint", help="host:port of the rendezvous (multi-node).")),
