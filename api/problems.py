@@ -17,7 +17,15 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.schemas import Problem, ProblemError
-from planner.errors import MeshplanError, explain_error, field_info, is_union_tag, merge_union_errors, validation_errors
+from planner.errors import (
+    MeshplanError,
+    explain_error,
+    field_info,
+    is_union_tag,
+    merge_union_errors,
+    validation_errors,
+    with_known_fields,
+)
 
 PROBLEM_JSON = "application/problem+json"
 log = logging.getLogger("meshplan.api")
@@ -108,8 +116,11 @@ def _declared(request: Request, loc: tuple):
 def problem_errors(request: Request, errors: list[dict]) -> list[ProblemError]:
     """Pydantic/FastAPI error entries as problem errors, each with the field path and a fix."""
     out = []
+    body = getattr(request.scope.get("route"), "body_field", None)
     for e in merge_union_errors(errors):
         loc = tuple(e.get("loc", ()))
+        if e.get("type") == "extra_forbidden" and body is not None and loc[:1] == ("body",):
+            e = with_known_fields(e, body.field_info.annotation, [p for p in loc[1:] if not is_union_tag(p)])
         field = _field_of(loc)
         message, fix = explain_error(e, field, _declared(request, loc))
         out.append(ProblemError(field=field, message=message, fix=fix))

@@ -67,6 +67,8 @@ def validation_errors(
         flag = _flag_for(loc, flags) if flags else None
         name = flag or ".".join(x for x in (prefix, path) if x) or "body"
         info = field_info(model, loc) if model is not None else None
+        if err.get("type") == "extra_forbidden" and model is not None:
+            err = with_known_fields(err, model, loc)
         entry = bool(loc) and isinstance(loc[-1], int)
         if entry and info is not None and _base_type(info.annotation) is None:
             info = None  # an entry of a list: the list's own bounds and description are not the entry's
@@ -115,7 +117,12 @@ def _explain(err: Mapping[str, Any], name: str, info: Any, flag: bool, entry: bo
     if kind == "missing":
         return "is required", (f"pass {name}" if flag else f"add {name}") + (f": {what}" if what else "") + note
     if kind == "extra_forbidden":
-        return "is not a known field", f"remove {name} or correct its spelling (the schema lists the known fields)"
+        import difflib
+
+        known = ctx.get("known") or []
+        close = difflib.get_close_matches(name.rsplit(".", 1)[-1], known, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known fields here: {', '.join(known)}" if known else ""
+        return "is not a known field", f"remove {name} or correct its spelling" + (f" ({hint})" if hint else "")
     if kind in _BOUNDS:
         symbol, key = _BOUNDS[kind]
         bound = f"{symbol} {_num(ctx.get(key))}"
@@ -259,6 +266,24 @@ def field_info(model: type | None, loc: list) -> Any:
         nested = [a for a in _flatten(info.annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
         current = nested[0] if nested else None
     return info
+
+
+def with_known_fields(err: Mapping[str, Any], model: type, loc: list) -> dict:
+    """``err`` (an unknown-field error at ``loc``) with the field names allowed beside it in its ctx,
+    so that the fix can point at the likely intended one."""
+    from pydantic import BaseModel
+
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)) or part not in current.model_fields:
+            return dict(err)
+        nested = [a for a in _flatten(current.model_fields[part].annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+        current = nested[0] if nested else None
+    if not (isinstance(current, type) and issubclass(current, BaseModel)):
+        return dict(err)
+    return {**err, "ctx": {**(err.get("ctx") or {}), "known": list(current.model_fields)}}
 
 
 def _flatten(annotation: Any) -> list:

@@ -82,3 +82,15 @@ def test_rest_query_parameters_name_the_fix(client, url, field, words):
     assert r.status_code == 422, r.text
     e = {e["field"]: e for e in r.json()["errors"]}[field]
     assert words in e["fix"], e
+
+
+def test_a_misspelt_field_is_named_with_the_likely_intended_one(client, tmp_path):
+    r = client.post("/v1/plans", json=plan_request(training__optimzer="adam"))
+    assert r.status_code == 422
+    e = {e["field"]: e for e in r.json()["errors"]}["training.optimzer"]
+    assert "'optimizer'" in e["fix"], e
+    f = tmp_path / "req.json"
+    f.write_text(__import__("json").dumps(plan_request(training__optimzer="adam")))
+    out = subprocess.run([sys.executable, "-m", "api.cli", "plan", "--request", str(f)], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert out.returncode == 2 and f"error: training.optimzer (in {f})" in out.stderr and "'optimizer'" in out.stderr, out.stderr
