@@ -94,3 +94,21 @@ def test_a_misspelt_field_is_named_with_the_likely_intended_one(client, tmp_path
     out = subprocess.run([sys.executable, "-m", "api.cli", "plan", "--request", str(f)], cwd=ROOT, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     assert out.returncode == 2 and f"error: training.optimzer (in {f})" in out.stderr and "'optimizer'" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("option, value, words", [("job_name", "Bad_Name", "lowercase letters"), ("rdzv_port", "0", "from 1 to 65535"),
+                                                  ("command", "'unclosed", "quote")])
+def test_export_options_name_the_flag_or_query_parameter_and_the_fix(client, tmp_path, option, value, words):
+    from api.exporters.cli import OPTION_FLAGS
+
+    stored = client.post("/v1/plans", json=plan_request()).json()
+    r = client.get(f"/v1/plans/{stored['id']}/export/slurm", params={option: value})
+    assert r.status_code == 422
+    e = {e["field"]: e for e in r.json()["errors"]}[f"query.{option}"]
+    assert words in e["fix"] + e["message"], e
+    plan = tmp_path / "plan.json"
+    plan.write_text(__import__("json").dumps(stored["response"]))
+    out = subprocess.run([sys.executable, "-m", "api.cli", "export", "--plan", str(plan), "--format", "slurm", OPTION_FLAGS[option], value],
+                         cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert out.returncode == 2 and f"error: {OPTION_FLAGS[option]}:" in out.stderr and "Fix: " in out.stderr, out.stderr
+    assert words in out.stderr and "Traceback" not in out.stderr
