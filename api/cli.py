@@ -8,8 +8,9 @@ import sys
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
-from planner.errors import MeshplanError, validation_errors
+from planner.errors import InvalidInput, MeshplanError, validation_errors
 
 app = typer.Typer(
     name="meshplan",
@@ -17,22 +18,22 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: every flag name printed whole, at any width (also when piped)
 )
 err_console = Console(stderr=True)
+if not err_console.is_terminal:  # logs and pipes: one line per error, whatever COLUMNS says
+    err_console = Console(stderr=True, width=1_000_000)
 
 
 def _register() -> None:
+    from api import serve_cli
+    from api.exporters import cli as export_cli
     from planner import cli as planner_cli
+    from profiler import cli as profiler_cli
+    from runtime import cli as runtime_cli
 
-    planner_cli.register(app)
-    for module in ("profiler.cli", "runtime.cli", "api.exporters.cli", "api.serve_cli"):
-        try:
-            mod = __import__(module, fromlist=["register"])
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name.split(".")[0] in {"profiler", "runtime", "api"}:
-                continue  # that part is not built yet
-            raise
-        mod.register(app)
+    for module in (planner_cli, profiler_cli, runtime_cli, export_cli, serve_cli):
+        module.register(app)
 
 
 _register()
@@ -43,11 +44,12 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, standalone_mode=True)
     except MeshplanError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}")
+        for e in exc.errors if isinstance(exc, InvalidInput) else [exc]:
+            err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
         sys.exit(2)
-    except ValidationError as exc:
-        for e in validation_errors(exc):
-            err_console.print(f"[bold red]error:[/] {e['field']}: {e['message']}")
+    except ValidationError as exc:  # a model validated outside the request paths above: still a fix per field
+        for d in validation_errors(exc):
+            err_console.print(f"[bold red]error:[/] {escape(str(MeshplanError(**d)))}", highlight=False)
         sys.exit(2)
 
 

@@ -13,11 +13,19 @@ from http import HTTPStatus
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.schemas import Problem, ProblemError
-from planner.errors import MeshplanError, validation_errors
+from planner.errors import (
+    MeshplanError,
+    explain_error,
+    field_info,
+    is_union_tag,
+    merge_union_errors,
+    validation_errors,
+    with_known_fields,
+)
 
 PROBLEM_JSON = "application/problem+json"
 log = logging.getLogger("meshplan.api")
@@ -76,15 +84,51 @@ def not_found(kind: str, key: str) -> ProblemException:
 def _field_of(loc: tuple) -> str:
     # FastAPI puts the source first ('body', 'query', 'path', 'header'); a body field is named as in
     # the JSON document (cluster.num_nodes), other sources keep their prefix (query.limit).
-    parts = [str(p) for p in loc]
+    parts = [str(p) for p in loc if not is_union_tag(p)]
     if parts and parts[0] == "body":
         parts = parts[1:]
-    parts = [p for p in parts if p not in {"str", "ModelSpec", "GpuSpec", "int"} and "[" not in p]
     return ".".join(parts) or "body"
 
 
+def _declared(request: Request, loc: tuple):
+    """The pydantic FieldInfo the route declares at ``loc`` (body model fields, query parameters or a
+    query model's fields): its bounds and description make the fix. None where not found."""
+    route = request.scope.get("route")
+    loc = tuple(p for p in loc if not is_union_tag(p))
+    if route is None or not loc:
+        return None
+    if loc[0] == "body":
+        body = getattr(route, "body_field", None)
+        return field_info(body.field_info.annotation, list(loc[1:])) if body is not None and len(loc) > 1 else None
+    dependant = getattr(route, "dependant", None)
+    kind = {"query": "query_params", "path": "path_params", "header": "header_params"}.get(str(loc[0]))
+    for param in (getattr(dependant, kind, None) or []) if kind else []:
+        annotation = param.field_info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):  # a query model
+            found = field_info(annotation, list(loc[1:]))
+            if found is not None:
+                return found
+        elif len(loc) > 1 and param.alias == loc[1]:
+            return param.field_info
+    return None
+
+
+def problem_errors(request: Request, errors: list[dict]) -> list[ProblemError]:
+    """Pydantic/FastAPI error entries as problem errors, each with the field path and a fix."""
+    out = []
+    body = getattr(request.scope.get("route"), "body_field", None)
+    for e in merge_union_errors(errors):
+        loc = tuple(e.get("loc", ()))
+        if e.get("type") == "extra_forbidden" and body is not None and loc[:1] == ("body",):
+            e = with_known_fields(e, body.field_info.annotation, [p for p in loc[1:] if not is_union_tag(p)])
+        field = _field_of(loc)
+        message, fix = explain_error(e, field, _declared(request, loc))
+        out.append(ProblemError(field=field, message=message, fix=fix))
+    return out
+
+
 async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-    errors = [ProblemError(field=_field_of(tuple(e.get("loc", ()))), message=e.get("msg", "invalid value")) for e in exc.errors()]
+    errors = problem_errors(request, list(exc.errors()))
     detail = "; ".join(f"{e.field}: {e.message}" for e in errors[:5]) or "invalid request"
     return problem_response(422, detail, errors=errors, title="Invalid request", instance=request.url.path)
 
@@ -95,7 +139,7 @@ async def _meshplan(request: Request, exc: MeshplanError) -> JSONResponse:
 
 
 async def _pydantic(request: Request, exc: ValidationError) -> JSONResponse:
-    errors = [ProblemError(**e) for e in validation_errors(exc)]
+    errors = [ProblemError(**e) for e in validation_errors(exc)]  # raised by planner code: no route schema applies
     detail = "; ".join(f"{e.field}: {e.message}" for e in errors[:5])
     return problem_response(422, detail, errors=errors, title="Invalid request", instance=request.url.path)
 

@@ -9,9 +9,6 @@ from datetime import datetime, timezone
 
 import typer
 
-from api.settings import load_settings
-from api.store import Store
-
 #: Attributes every LogRecord has; anything else on a record was passed as ``extra=`` and is logged.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "color_message"}
 
@@ -60,7 +57,11 @@ def serve(
     log_level: str | None = typer.Option(None, "--log-level", help="critical|error|warning|info|debug [env MESHPLAN_LOG_LEVEL]."),
 ) -> None:
     """Run the planner service: REST API under /v1, dashboard at /, SQLite unless MESHPLAN_DATABASE_URL."""
+    # Imported here, not at the top: every other `meshplan` command starts without the database layer.
     import uvicorn
+
+    from api.settings import load_settings
+    from api.store import Store
 
     overrides = {k: v for k, v in {"host": host, "port": port, "workers": workers, "log_level": log_level}.items() if v is not None}
     settings = load_settings(**overrides)  # a bad value → MeshplanError naming the variable → exit 2

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import time
 
-from pydantic import ValidationError
-
 from planner import version
 from planner.catalog import get_gpu, get_model
 from planner.cost import Candidate, ClassCosts, Context, Evaluation, class_costs, evaluate
-from planner.errors import MeshplanError, validation_errors
+from planner.errors import MeshplanError
 from planner.explain import explain
 from planner.layout import even_stage_layers, mesh_layout, tp_plan
 from planner.memory import stage_memory
@@ -248,7 +246,3 @@ def _infeasibility(ctx: Context, req: PlanRequest, result: SearchResult) -> Infe
         )
     return Infeasibility(reason="the solver found no feasible configuration in its time limit", field="options.time_limit_s",
                          suggestion="raise options.time_limit_s")
-
-
-def validation_field(exc: ValidationError) -> str:
-    return validation_errors(exc)[0]["field"]

@@ -1,18 +1,36 @@
-"""Planner commands: `meshplan models`, `meshplan gpus`, `meshplan plan`, `meshplan estimate`."""
+"""Planner commands: `meshplan models`, `meshplan gpus`, `meshplan plan`, `meshplan estimate`.
+
+The flags of ``plan``/``estimate`` are generated from ``PlanRequest`` (``request_flags``): every scalar
+field of the request and of its nested specs is a flag named after the field (``--global-batch-size``
+sets ``training.global_batch_size``), with the field's description as help; the few fields that are
+not flags are listed in ``NOT_FLAGS`` with the reason. A new request field is thus a new flag, and
+``tests/test_planner_cli.py`` (which freezes the flag list) names it.
+"""
 
 from __future__ import annotations
 
+import inspect
 import json
+import typing
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import typer
+from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
 from planner.catalog import GPUS, MODELS
+from planner.specs import PlanRequest
 
-console = Console()
-#: Wide output when not on a terminal (pipes, CI logs) so plan tables are not truncated.
-wide = Console(width=None if Console().is_terminal else 200)
+
+def console() -> Console:
+    """The terminal's width on a terminal; unlimited otherwise (pipes, files, CI logs), so that ids and
+    plan tables are printed whole whatever COLUMNS says."""
+    term = Console()
+    return term if term.is_terminal else Console(width=1_000_000)
 
 
 def models(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
@@ -21,10 +39,11 @@ def models(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
         typer.echo(json.dumps([m.model_dump() for m in MODELS.values()], indent=2))
         return
     table = Table("id", "family", "layers", "hidden", "heads", "kv", "ffn", "vocab", "max seq")
+    table.columns[0].no_wrap = True
     for m in MODELS.values():
         table.add_row(m.name, m.family, str(m.num_layers), str(m.hidden_size), str(m.num_attention_heads),
                       str(m.num_kv_heads), str(m.ffn_hidden_size), str(m.vocab_size), str(m.max_seq_len))
-    console.print(table)
+    console().print(table)
 
 
 def gpus(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
@@ -33,17 +52,153 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Machine-readable ou
         typer.echo(json.dumps([g.model_dump() for g in GPUS.values()], indent=2))
         return
     table = Table("id", "memory GiB", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB/s", "NVLink GB/s", "NIC GB/s")
+    table.columns[0].no_wrap = True
     for g in GPUS.values():
-        table.add_row(g.id, f"{g.memory_gib:g}", f"{g.peak_tflops.bf16:g}", f"{g.peak_tflops.fp8 or '-'}",
-                      f"{g.hbm_bandwidth_GBps:g}", f"{g.nvlink_bandwidth_GBps:g}", f"{g.nic_bandwidth_GBps:g}")
-    console.print(table)
+        fp8 = f"{g.peak_tflops.fp8:g}" if g.peak_tflops.fp8 else "-"
+        table.add_row(g.id, f"{g.memory_gib:g}", f"{g.peak_tflops.bf16:g}", fp8, f"{g.hbm_bandwidth_GBps:g}",
+                      f"{g.nvlink_bandwidth_GBps:g}", f"{g.nic_bandwidth_GBps:g}")
+    console().print(table)
 
 
-def _request_from(request_file: str | None, flags: dict) -> "PlanRequest":
-    """A PlanRequest from ``--request FILE`` (JSON/YAML), with any flags given overriding it."""
-    from planner.errors import MeshplanError
+# ---------------------------------------------------------------------------------------------
+# The request's flags, from PlanRequest
+
+#: Request fields that are not flags, and why (they stay settable through ``--request FILE``).
+NOT_FLAGS = {
+    "profile": "a measured Profile is a document: give it in --request FILE",
+    "profile_id": "stored profiles are resolved by the service only",
+    "network": "a NetworkProfile is a document: give it in --request FILE",
+}
+#: Flags whose name is not the field's own (public names kept from before the flags were generated).
+RENAMED = {"cluster.num_nodes": "--nodes"}
+#: Values the CLI supplies where the request has no default (a single 8-GPU node).
+CLI_DEFAULTS = {"cluster.num_nodes": 1, "cluster.gpus_per_node": 8}
+#: Help for fields whose schema has no description.
+HELP = {
+    "model": "Catalog model id (see `meshplan models`).",
+    "cluster.gpu": "Catalog GPU id (see `meshplan gpus`).",
+    "cluster.num_nodes": "Number of nodes.",
+    "cluster.gpus_per_node": "GPUs per node.",
+    "training.seq_len": "Sequence length (tokens).",
+    "training.precision": "Training precision.",
+    "training.optimizer": "Optimizer (its state is priced in memory and step time).",
+    "parallel.tp": "Pin the tensor-parallel degree.",
+    "parallel.pp": "Pin the pipeline-parallel degree.",
+    "parallel.dp": "Pin the data-parallel degree.",
+    "parallel.micro_batch_size": "Pin the micro-batch size.",
+    "parallel.schedule": "Pin the pipeline schedule.",
+    "parallel.virtual_stages": "Pin the virtual stages (model chunks) per pipeline rank (interleaved schedules).",
+    "parallel.recompute": "Pin activation recomputation.",
+    "parallel.sequence_parallel": "Pin sequence parallelism.",
+    "parallel.zero_stage": "Pin the ZeRO stage (0-3).",
+    "parallel.stage_layers": "Pin the layers of each model chunk, comma-separated, e.g. 10,11,11,10.",
+    "top_k": "Number of plans.",
+    "cluster.intra_node_latency_us": "Override of the intra-node link latency, µs.",
+    "cluster.inter_node_latency_us": "Override of the inter-node link latency, µs.",
+}
+#: Fields that only ``plan`` reads (``estimate`` prices one configuration and does not search).
+PLAN_ONLY = {"top_k", "options.time_limit_s", "options.num_workers"}
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One command-line flag and the request field it sets."""
+
+    path: str  # dotted field path in PlanRequest, e.g. "training.global_batch_size"
+    name: str  # "--global-batch-size"
+    kind: str  # "int", "float", "bool", "list", "str"
+    help: str
+    metavar: str
+
+    @property
+    def param(self) -> str:  # the Python parameter name of the command function
+        return self.path.replace(".", "__")
+
+    def parse(self, raw: Any) -> Any:
+        """The flag's text as the request's JSON value (pydantic validates and converts it)."""
+        return [x.strip() for x in raw.split(",")] if self.kind == "list" else raw
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    return [a for a in typing.get_args(annotation) or [annotation] if isinstance(a, type) and issubclass(a, BaseModel)]
+
+
+def _kind(annotation: Any) -> str:
+    args = [a for a in typing.get_args(annotation) or [annotation] if a is not type(None)]
+    if typing.get_origin(annotation) is list or any(typing.get_origin(a) is list for a in args):
+        return "list"
+    for t in (bool, int, float):
+        if args == [t]:
+            return t.__name__
+    return "str"
+
+
+def _choices(annotation: Any) -> list[str]:
+    for a in [annotation, *typing.get_args(annotation)]:
+        if typing.get_origin(a) is typing.Literal:
+            return [str(x) for x in typing.get_args(a)]
+    return []
+
+
+def request_flags(model: type[BaseModel] = PlanRequest, prefix: str = "") -> list[Flag]:
+    """One flag per scalar field of ``model`` and of its nested specs, except ``NOT_FLAGS``. A field
+    that is a nested spec (or its absence) is descended into; one that may also be a plain value (a
+    catalog id or an inline spec, like ``model``) is a flag taking the plain value."""
+    flags = []
+    for name, info in model.model_fields.items():
+        path = f"{prefix}{name}"
+        if path in NOT_FLAGS:
+            continue
+        nested = _models_in(info.annotation)
+        plain = [a for a in typing.get_args(info.annotation) or [info.annotation] if a is not type(None) and a not in nested]
+        if nested and not plain:
+            flags += request_flags(nested[0], f"{path}.")
+            continue
+        kind = _kind(info.annotation)
+        choices = _choices(info.annotation)
+        text = HELP.get(path) or (info.description or "").strip()
+        if choices:
+            text += f" One of: {', '.join(choices)}."
+        default = CLI_DEFAULTS.get(path, None if info.is_required() else info.get_default(call_default_factory=True))
+        if default is not None and kind != "bool":
+            text += f" [default: {default}]"
+        metavar = "CHOICE" if choices else {"int": "INT", "float": "NUMBER", "list": "N,N,...", "str": "ID"}.get(kind, "")
+        flags.append(Flag(path, RENAMED.get(path, "--" + name.lower().replace("_", "-")), kind, text.strip(), metavar))
+    return flags
+
+
+FLAGS = request_flags()
+FLAG_OF = {f.path: f.name for f in FLAGS}
+
+
+def _set(data: dict, path: str, value: Any, *, overwrite: bool = True) -> None:
+    *parents, leaf = path.split(".")
+    node = data
+    for key in parents:
+        child = node.get(key)
+        node[key] = child = dict(child) if isinstance(child, dict) else {} if child is None else child
+        node = child
+    if isinstance(node, dict) and (overwrite or leaf not in node):
+        node[leaf] = value
+
+
+def _has(data: dict, path: str) -> bool:
+    node: Any = data
+    for key in path.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return False
+        node = node[key]
+    return True
+
+
+def request_from(request_file: str | None, values: dict[str, Any]) -> PlanRequest:
+    """A PlanRequest from ``--request FILE`` (JSON/YAML) with the flags given (``values``: field path →
+    flag text) overriding it. A bad value is an ``InvalidInput`` naming the flag it came from (or the
+    field path and the file, for a value from the file), each with its fix."""
+    from pydantic import ValidationError
+
+    from planner.errors import InvalidInput, MeshplanError, explain
     from planner.io import read_document
-    from planner.specs import PlanRequest
 
     data: dict = {}
     if request_file is not None:
@@ -51,78 +206,87 @@ def _request_from(request_file: str | None, flags: dict) -> "PlanRequest":
         if not isinstance(doc, dict):
             raise MeshplanError("--request", "the request file must hold a JSON/YAML object", "write a PlanRequest object")
         data = doc
-    cluster = dict(data.get("cluster") or {})
-    training = dict(data.get("training") or {})
-    parallel = dict(data.get("parallel") or {})
-    for key, dest, name in [("model", data, "model"), ("gpu", cluster, "gpu"), ("nodes", cluster, "num_nodes"),
-                            ("gpus_per_node", cluster, "gpus_per_node"), ("global_batch_size", training, "global_batch_size"),
-                            ("seq_len", training, "seq_len"), ("precision", training, "precision"),
-                            ("tp", parallel, "tp"), ("pp", parallel, "pp"), ("dp", parallel, "dp"),
-                            ("micro_batch_size", parallel, "micro_batch_size"), ("schedule", parallel, "schedule"),
-                            ("virtual_stages", parallel, "virtual_stages"), ("recompute", parallel, "recompute"),
-                            ("zero_stage", parallel, "zero_stage"), ("sequence_parallel", parallel, "sequence_parallel"),
-                            ("top_k", data, "top_k")]:
-        if flags.get(key) is not None:
-            dest[name] = flags[key]
-    if flags.get("stage_layers"):
-        try:
-            parallel["stage_layers"] = [int(x) for x in flags["stage_layers"].split(",")]
-        except ValueError:
-            raise MeshplanError("--stage-layers", f"{flags['stage_layers']!r} is not a comma-separated list of integers", "write e.g. 10,11,11,10") from None
-    if "model" not in data:
-        raise MeshplanError("--model", "no model given", "pass --model <id> (see `meshplan models`) or --request FILE")
-    cluster.setdefault("num_nodes", 1)
-    cluster.setdefault("gpus_per_node", 8)
-    if "gpu" not in cluster:
-        raise MeshplanError("--gpu", "no GPU given", "pass --gpu <id> (see `meshplan gpus`) or --request FILE")
-    if "global_batch_size" not in training or "seq_len" not in training:
-        raise MeshplanError("--global-batch-size" if "global_batch_size" not in training else "--seq-len",
-                            "the training batch and sequence length are required", "pass --global-batch-size and --seq-len")
-    data.update(cluster=cluster, training=training, parallel=parallel)
-    return PlanRequest.model_validate(data)
+    by_path = {f.path: f for f in FLAGS}
+    given = {path: by_path[path].parse(raw) for path, raw in values.items() if raw is not None}
+    for path, value in given.items():
+        _set(data, path, value)
+    for path, value in CLI_DEFAULTS.items():
+        _set(data, path, value, overwrite=False)
+    named = {path: flag for path, flag in FLAG_OF.items() if path in given or not _has(data, path)}
+    try:
+        return PlanRequest.model_validate(data)
+    except ValidationError as exc:
+        errors = explain(exc, model=PlanRequest, flags=named).errors
+        for e in errors:
+            if request_file is not None and not e.field.startswith("--"):
+                e.field = f"{e.field} (in {request_file})"
+            elif e.message == "is required":
+                e.fix += " (or give it in --request FILE)"
+        raise InvalidInput(errors) from None
 
 
-_REQ = typer.Option(None, "--request", help="PlanRequest JSON/YAML file (flags override its fields).")
-_MODEL = typer.Option(None, "--model", help="Catalog model id (see `meshplan models`).")
-_GPU = typer.Option(None, "--gpu", help="Catalog GPU id (see `meshplan gpus`).")
-_NODES = typer.Option(None, "--nodes", help="Number of nodes (default 1).")
-_GPN = typer.Option(None, "--gpus-per-node", help="GPUs per node (default 8).")
-_GBS = typer.Option(None, "--global-batch-size", help="Sequences per optimizer step.")
-_SEQ = typer.Option(None, "--seq-len", help="Sequence length.")
-_PREC = typer.Option(None, "--precision", help="bf16, fp16 or fp32.")
-_TP = typer.Option(None, "--tp", help="Pin the tensor-parallel degree.")
-_PP = typer.Option(None, "--pp", help="Pin the pipeline-parallel degree.")
-_DP = typer.Option(None, "--dp", help="Pin the data-parallel degree.")
-_MBS = typer.Option(None, "--micro-batch-size", help="Pin the micro-batch size.")
-_SCHED = typer.Option(None, "--schedule", help="gpipe, 1f1b or interleaved-1f1b.")
-_V = typer.Option(None, "--virtual-stages", help="Virtual stages per rank (interleaved).")
-_RC = typer.Option(None, "--recompute", help="none, selective or full.")
-_Z = typer.Option(None, "--zero-stage", help="ZeRO stage 0-3.")
-_SP = typer.Option(None, "--sequence-parallel/--no-sequence-parallel", help="Pin sequence parallelism.")
-_SL = typer.Option(None, "--stage-layers", help="Pin the stage cut, e.g. 10,11,11,10.")
-_JSON = typer.Option(False, "--json", help="Machine-readable output.")
+@contextmanager
+def flag_names() -> Iterator[None]:
+    """Errors the planner raises about a request field name the flag that sets it (``parallel.tp`` →
+    ``--tp``): on the command line, the flag is what the user typed."""
+    from planner.errors import InvalidInput, MeshplanError
+
+    def renamed(e: MeshplanError) -> MeshplanError:
+        flag = FLAG_OF.get(e.field)
+        return MeshplanError(flag, e.message, e.fix) if flag else e
+
+    try:
+        yield
+    except InvalidInput as exc:
+        raise InvalidInput([renamed(e) for e in exc.errors]) from None
+    except MeshplanError as exc:
+        if exc.field in FLAG_OF:
+            raise renamed(exc) from None
+        raise
 
 
-def plan_cmd(request: str = _REQ, model: str = _MODEL, gpu: str = _GPU, nodes: int = _NODES, gpus_per_node: int = _GPN,
-             global_batch_size: int = _GBS, seq_len: int = _SEQ, precision: str = _PREC, tp: int = _TP, pp: int = _PP,
-             dp: int = _DP, micro_batch_size: int = _MBS, schedule: str = _SCHED, virtual_stages: int = _V,
-             recompute: str = _RC, zero_stage: int = _Z, sequence_parallel: bool = _SP, stage_layers: str = _SL,
-             top_k: int = typer.Option(None, "--top-k", help="Number of plans (default 3)."), as_json: bool = _JSON) -> None:
-    """Find the fastest plans that fit (CP-SAT search, proven optimal for the modeled space)."""
+def _command(name: str, run: Callable[[PlanRequest, bool], None], flags: list[Flag], doc: str) -> Callable[..., None]:
+    """A Typer command ``name`` taking ``--request FILE``, ``flags`` and ``--json``; it builds the
+    request and hands it to ``run(request, as_json)``."""
+    P = inspect.Parameter
+    params = [P("request", P.KEYWORD_ONLY, annotation=Optional[str],
+                default=typer.Option(None, "--request", help="PlanRequest JSON/YAML file (flags override its fields).",
+                                     metavar="FILE"))]
+    for f in flags:
+        if f.kind == "bool":
+            option = typer.Option(None, f"{f.name}/--no-{f.name[2:]}", help=f.help)
+        else:
+            option = typer.Option(None, f.name, help=f.help, metavar=f.metavar)
+        params.append(P(f.param, P.KEYWORD_ONLY, annotation=Optional[bool] if f.kind == "bool" else Optional[str], default=option))
+    params.append(P("as_json", P.KEYWORD_ONLY, annotation=bool, default=typer.Option(False, "--json", help="Machine-readable output.")))
+
+    def command(**kwargs: Any) -> None:
+        as_json = kwargs.pop("as_json")
+        request_file = kwargs.pop("request")
+        with flag_names():
+            run(request_from(request_file, {f.path: kwargs[f.param] for f in flags}), as_json)
+
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    command.__name__ = command.__qualname__ = name.replace("-", "_")
+    command.__doc__ = doc
+    return command
+
+
+def _plan(request: PlanRequest, as_json: bool) -> None:
     from planner.api import plan
 
-    flags = dict(locals())
-    flags.pop("request")
-    response = plan(_request_from(request, flags))
+    response = plan(request)
     if as_json:
         typer.echo(response.model_dump_json(indent=2))
         return
+    out = console()
     s = response.solver
-    wide.print(f"solver: [bold]{s.status}[/] objective {_fmt(s.objective_value)} s, bound {_fmt(s.best_objective_bound)} s, "
-                  f"{s.configurations_considered} configuration classes, {s.wall_time_s:.2f} s")
+    out.print(f"solver: [bold]{s.status}[/] objective {_fmt(s.objective_value)} s, bound {_fmt(s.best_objective_bound)} s, "
+              f"{s.configurations_considered} configuration classes, {s.wall_time_s:.2f} s")
     if response.infeasible is not None:
         inf = response.infeasible
-        wide.print(f"[bold red]infeasible:[/] {inf.reason}\n[bold]change {inf.field}:[/] {inf.suggestion}")
+        out.print(f"[bold red]infeasible:[/] {inf.reason}\n[bold]change {inf.field}:[/] {inf.suggestion}")
         return
     table = Table("#", "tp", "pp", "dp", "mbs", "schedule", "recompute", "zero", "stages", "step s", "tokens/s", "MFU", "peak GiB", "binding")
     for p in response.plans:
@@ -132,45 +296,45 @@ def plan_cmd(request: str = _REQ, model: str = _MODEL, gpu: str = _GPU, nodes: i
                       sched, c.recompute, str(c.zero_stage), ",".join(map(str, c.stage_layers)), f"{e.step_time_s:.4g}",
                       f"{e.tokens_per_s:,.0f}", f"{e.mfu:.1%}", f"{e.peak_memory_gib:.1f}",
                       p.explanation.binding_constraint if p.explanation else "")
-    wide.print(table)
+    out.print(table)
     best = response.plans[0]
     if best.explanation:
-        wide.print(f"[bold]why:[/] {best.explanation.summary}")
+        out.print(f"[bold]why:[/] {best.explanation.summary}")
         if best.explanation.runner_up:
-            wide.print(f"[bold]runner-up:[/] {best.explanation.runner_up}")
+            out.print(f"[bold]runner-up:[/] {best.explanation.runner_up}")
 
 
-def estimate_cmd(request: str = _REQ, model: str = _MODEL, gpu: str = _GPU, nodes: int = _NODES, gpus_per_node: int = _GPN,
-                 global_batch_size: int = _GBS, seq_len: int = _SEQ, precision: str = _PREC, tp: int = _TP, pp: int = _PP,
-                 dp: int = _DP, micro_batch_size: int = _MBS, schedule: str = _SCHED, virtual_stages: int = _V,
-                 recompute: str = _RC, zero_stage: int = _Z, sequence_parallel: bool = _SP, stage_layers: str = _SL,
-                 as_json: bool = _JSON) -> None:
-    """Estimate step time and memory of one configuration (omitted fields take documented defaults)."""
+def _estimate(request: PlanRequest, as_json: bool) -> None:
     from planner.api import estimate_plan
 
-    flags = dict(locals())
-    flags.pop("request")
-    p = estimate_plan(_request_from(request, flags))
+    p = estimate_plan(request)
     if as_json:
         typer.echo(p.model_dump_json(indent=2))
         return
+    out = console()
     c, e, b = p.parallel, p.estimate, p.estimate.breakdown
-    wide.print(f"tp={c.tp} pp={c.pp} dp={c.dp} mbs={c.micro_batch_size} ({e.num_microbatches} micro-batches) {c.schedule}"
-                  f"{f' v={c.virtual_stages}' if c.virtual_stages > 1 else ''} recompute={c.recompute} sp={c.sequence_parallel} "
-                  f"zero={c.zero_stage} stages={c.stage_layers}")
+    out.print(f"tp={c.tp} pp={c.pp} dp={c.dp} mbs={c.micro_batch_size} ({e.num_microbatches} micro-batches) {c.schedule}"
+              f"{f' v={c.virtual_stages}' if c.virtual_stages > 1 else ''} recompute={c.recompute} sp={c.sequence_parallel} "
+              f"zero={c.zero_stage} stages={c.stage_layers}")
     table = Table("step s", "tokens/s", "TFLOP/s/GPU", "MFU", "peak GiB", "fits")
     table.add_row(f"{e.step_time_s:.4g}", f"{e.tokens_per_s:,.0f}", f"{e.model_tflops_per_gpu:.1f}", f"{e.mfu:.1%}",
                   f"{e.peak_memory_gib:.1f} / {e.gpu_memory_gib:g}", "yes" if e.fits else "[bold red]NO[/]")
-    wide.print(table)
+    out.print(table)
     parts = Table("compute", "TP comm", "PP bubble", "PP p2p", "DP sync", "optimizer")
     parts.add_row(*(f"{x:.4g}" for x in (b.compute_s, b.tp_comm_s, b.pp_bubble_s, b.pp_p2p_s, b.dp_sync_s, b.optimizer_s)))
-    wide.print(parts)
+    out.print(parts)
     for note in e.notes:
-        wide.print(f"note: {note}")
+        out.print(f"note: {note}")
 
 
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
+
+
+plan_cmd = _command("plan", _plan, FLAGS,
+                    "Find the fastest plans that fit (CP-SAT search, proven optimal for the modeled space).")
+estimate_cmd = _command("estimate", _estimate, [f for f in FLAGS if f.path not in PLAN_ONLY],
+                        "Estimate step time and memory of one configuration (omitted fields take documented defaults).")
 
 
 def register(app: typer.Typer) -> None:

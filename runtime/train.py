@@ -18,23 +18,12 @@ import warnings
 from pathlib import Path
 
 from planner.errors import MeshplanError
+from runtime.args import check, parser
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m runtime.train", description="Train a meshplan Plan on this rank.")
-    ap.add_argument("--plan", required=True, help="Plan or PlanResponse JSON/YAML (`meshplan plan --json`).")
-    ap.add_argument("--plan-index", type=int, default=0, help="Which plan of a PlanResponse (0 = best).")
-    ap.add_argument("--steps", type=int, default=10, help="Optimizer steps to run (after a resume: more steps).")
-    ap.add_argument("--data", default=None, help="Flat numpy token file (memmap); default: seeded synthetic tokens.")
-    ap.add_argument("--data-dtype", default="uint16", help="Token dtype of --data.")
-    ap.add_argument("--report", default=None, help="Write the RunReport JSON here.")
-    ap.add_argument("--checkpoint-dir", default=None, help="Save DCP checkpoints under this folder.")
-    ap.add_argument("--save-every", type=int, default=0, help="Save every K steps (and after the last); 0: only at the end.")
-    ap.add_argument("--resume", default=None, help="Checkpoint folder to resume from (any plan saved it).")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--max-grad-norm", type=float, default=1.0, help="Global gradient-norm clip; ≤ 0 disables.")
-    return ap.parse_args(argv)
+    """The options of ``runtime.args.WORKER_ARGS`` (the same ones ``meshplan run`` offers and forwards)."""
+    return parser().parse_args(argv)
 
 
 #: Seconds a failing rank waits before exiting: torchrun stops every worker as soon as one exits,
@@ -73,10 +62,9 @@ def main(argv: list[str] | None = None) -> None:
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     try:
+        check(vars(args))
         plan = load_plan(args.plan, args.plan_index)
         validate_plan(plan, world)
-        if args.steps < 0:
-            raise MeshplanError("steps", f"--steps must be ≥ 0, got {args.steps}", "pass a non-negative step count")
         if args.save_every and not args.checkpoint_dir:
             raise MeshplanError("save_every", "--save-every needs --checkpoint-dir", "give a folder to save to")
         if args.resume:

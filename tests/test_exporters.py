@@ -519,7 +519,7 @@ def test_cli_exports_a_plan_response(tmp_path):
     bad = _cli("export", "--plan", str(plan_file), "--format", "nope")
     assert bad.returncode == 2 and "format" in bad.stderr and "Traceback" not in bad.stderr
     bad = _cli("export", "--plan", str(plan_file), "--format", "slurm", "--job-name", "Bad_Name")
-    assert bad.returncode == 2 and "job_name" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode == 2 and "--job-name" in bad.stderr and "Traceback" not in bad.stderr
     missing = _cli("export", "--plan", str(tmp_path / "missing.json"), "--format", "slurm")
     assert missing.returncode == 2 and "does not exist" in " ".join(missing.stderr.split())
 

@@ -59,11 +59,11 @@ def test_estimate_flags_and_json() -> None:
 
 
 @pytest.mark.parametrize("args,field", [
-    (["plan", *SMALL, "--tp", "3"], "parallel.tp"),
+    (["plan", *SMALL, "--tp", "3"], "--tp"),
     (["estimate", *SMALL, "--pp", "2", "--stage-layers", "1,x"], "--stage-layers"),
     (["plan", "--gpu", "h100-sxm5-80gb", "--global-batch-size", "8", "--seq-len", "128"], "--model"),
-    (["plan", *SMALL[:2], "--gpu", "tpu-v9", "--global-batch-size", "8", "--seq-len", "128"], "cluster.gpu"),
-    (["estimate", *SMALL, "--schedule", "sideways"], "parallel.schedule"),
+    (["plan", *SMALL[:2], "--gpu", "tpu-v9", "--global-batch-size", "8", "--seq-len", "128"], "--gpu"),
+    (["estimate", *SMALL, "--schedule", "sideways"], "--schedule"),
     (["plan", "--request", "/nonexistent.json"], "--request"),
 ])
 def test_bad_input_exits_2_naming_the_field(args: list[str], field: str) -> None:
@@ -73,8 +73,123 @@ def test_bad_input_exits_2_naming_the_field(args: list[str], field: str) -> None
     assert "Traceback" not in out.stderr + out.stdout
 
 
-def test_plan_does_not_import_torch() -> None:
-    code = "import sys, api.cli\nfrom planner.api import plan\nprint('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                         capture_output=True, text=True, timeout=60)
-    assert out.stdout.strip() == "False", out.stderr
+#: What the everyday commands must not load (start-up time: see bench/bench_cli_startup.py).
+HEAVY = ("sqlalchemy", "fastapi", "starlette", "uvicorn", "pydantic_settings", "torch")
+TINY = ["--model", "tiny-gpt", "--gpu", "h100-sxm5-80gb", "--global-batch-size", "32", "--seq-len", "128"]
+
+
+@pytest.mark.parametrize("args", [["models"], ["gpus"], ["plan", *TINY, "--top-k", "1"], ["estimate", *TINY, "--tp", "2"],
+                                  ["plan", "--help"]], ids=lambda a: " ".join(a[:2]))
+def test_everyday_commands_do_not_import_the_service_or_torch(args: list[str]) -> None:
+    """The command runs for real in a fresh interpreter (as the `meshplan` script does); afterwards
+    none of the service's or the runtime's heavy packages is loaded."""
+    code = ("import sys, api.cli\ntry:\n    api.cli.main(sys.argv[1:])\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            f"print([m for m in {HEAVY!r} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout[-500:]
+
+
+# ---- one declaration: the flags of plan/estimate are PlanRequest's fields ------------------------
+
+#: The public command-line surface. A change here is a change users see: it must be deliberate.
+PLAN_FLAGS = [
+    "--request", "--model", "--gpu", "--nodes", "--gpus-per-node", "--intra-node-bandwidth-gbps", "--inter-node-bandwidth-gbps",
+    "--intra-node-latency-us", "--inter-node-latency-us", "--global-batch-size", "--seq-len", "--precision", "--optimizer",
+    "--tp", "--pp", "--dp", "--micro-batch-size", "--schedule", "--virtual-stages", "--recompute", "--sequence-parallel",
+    "--zero-stage", "--stage-layers", "--top-k", "--allow-tp-across-nodes", "--time-limit-s", "--num-workers", "--json",
+]
+ESTIMATE_FLAGS = [f for f in PLAN_FLAGS if f not in {"--top-k", "--time-limit-s", "--num-workers"}]
+
+
+def _surface(command: str) -> list[str]:
+    import typer.main
+
+    from api.cli import app
+
+    click_cmd = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
+    return [p.opts[0] for p in click_cmd.params if p.opts and p.opts[0] != "--help"]
+
+
+@pytest.mark.parametrize("command, frozen", [("plan", PLAN_FLAGS), ("estimate", ESTIMATE_FLAGS)])
+def test_cli_surface_is_frozen(command: str, frozen: list[str]) -> None:
+    flags = _surface(command)
+    assert not set(flags) - set(frozen), f"new `meshplan {command}` flags {sorted(set(flags) - set(frozen))}: add them to the frozen list"
+    assert not set(frozen) - set(flags), f"`meshplan {command}` lost flags {sorted(set(frozen) - set(flags))}"
+    assert flags == frozen  # and their order (the help lists them so)
+
+
+def _leaf_paths(model: type, prefix: str = "") -> list[str]:
+    """Every field path of a request whose value is not itself a spec (written independently of the CLI)."""
+    import typing
+
+    from pydantic import BaseModel
+
+    out = []
+    for name, info in model.model_fields.items():
+        members = [a for a in typing.get_args(info.annotation) or [info.annotation] if a is not type(None)]
+        specs = [a for a in members if isinstance(a, type) and issubclass(a, BaseModel)]
+        if specs and len(specs) == len(members):
+            out += [f"{prefix}{name}"] + _leaf_paths(specs[0], f"{prefix}{name}.")
+        else:
+            out.append(f"{prefix}{name}")
+    return out
+
+
+def test_every_request_field_is_a_flag_or_has_a_reason_not_to_be() -> None:
+    from planner import cli
+    from planner.specs import PlanRequest
+
+    paths = _leaf_paths(PlanRequest)
+    excluded = lambda p: any(p == r or p.startswith(r + ".") for r in cli.NOT_FLAGS)  # noqa: E731
+    missing = [p for p in paths if p not in cli.FLAG_OF and not excluded(p) and not any(q.startswith(p + ".") for q in paths)]
+    assert not missing, f"request fields without a flag (and not in planner.cli.NOT_FLAGS): {missing}"
+    assert set(cli.FLAG_OF) <= set(paths), "a flag sets no request field"
+    assert all(p in paths for p in cli.NOT_FLAGS), "NOT_FLAGS names a field the request does not have"
+    assert len(set(cli.FLAG_OF.values())) == len(cli.FLAG_OF), "two fields share a flag"
+    assert all(f.help for f in cli.FLAGS), [f.name for f in cli.FLAGS if not f.help]
+
+
+def _sample(flag) -> tuple[str | bool, object]:
+    """A valid command-line value for ``flag`` and the request value it must become."""
+    import typing
+
+    from planner.errors import field_info
+    from planner.specs import PlanRequest
+
+    info = field_info(PlanRequest, flag.path.split("."))
+    choices = [a for t in [info.annotation, *typing.get_args(info.annotation)] if typing.get_origin(t) is typing.Literal
+               for a in typing.get_args(t)]
+    if choices:
+        return str(choices[-1]), choices[-1]
+    return {"bool": (True, True), "int": ("2", 2), "float": ("2.5", 2.5), "list": ("3,5", [3, 5]),
+            "str": ("some-id", "some-id")}[flag.kind]
+
+
+def test_every_flag_sets_its_request_field(tmp_path: Path) -> None:
+    from planner import cli
+
+    base = {"model": "tiny-gpt", "cluster": {"gpu": "h100-sxm5-80gb"}, "training": {"global_batch_size": 8, "seq_len": 8}}
+    f = tmp_path / "req.json"
+    f.write_text(json.dumps(base))
+    for flag in cli.FLAGS:
+        text, expected = _sample(flag)
+        request = cli.request_from(str(f), {flag.path: text}).model_dump()
+        value = request
+        for key in flag.path.split("."):
+            value = value[key]
+        assert value == expected, (flag.name, value, expected)
+
+
+@pytest.mark.parametrize("command, ids", [("models", lambda: list(__import__("planner.catalog").catalog.MODELS)),
+                                          ("gpus", lambda: list(__import__("planner.catalog").catalog.GPUS))])
+@pytest.mark.parametrize("columns", ["80", "40"])
+def test_catalog_tables_print_whole_ids_when_piped(command: str, ids, columns: str) -> None:
+    """stdout is a pipe (as in `meshplan gpus | grep h100`): every id is printed whole on its row,
+    whatever COLUMNS says."""
+    out = subprocess.run([sys.executable, "-m", "api.cli", command], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": columns})
+    assert out.returncode == 0, out.stderr
+    first_cells = [line.split("│")[1].strip() for line in out.stdout.splitlines() if line.startswith("│")]
+    assert first_cells == ids()

@@ -8,6 +8,13 @@ import typer
 
 from planner.io import load_plan
 
+#: The flag of each ExportOptions field (tests/test_exporters.py checks that every field has its flag,
+#: with the same default, and nothing else is forwarded).
+OPTION_FLAGS = {"image": "--image", "job_name": "--job-name", "namespace": "--namespace", "partition": "--partition",
+                "nodes": "--nodes", "gpus_per_node": "--gpus-per-node", "rdzv_endpoint": "--rdzv-endpoint",
+                "rdzv_port": "--rdzv-port", "max_restarts": "--max-restarts", "time_limit": "--time",
+                "runtime_ref": "--runtime-ref", "plan_path": "--plan-path", "command": "--command", "strict": "--strict"}
+
 
 def export_command(
     plan: Path = typer.Option(..., "--plan", help="Plan or PlanResponse JSON/YAML (from `meshplan plan --json`)."),
@@ -30,15 +37,17 @@ def export_command(
     strict: bool = typer.Option(False, "--strict", help="Fail instead of exporting with warnings."),
 ) -> None:
     """Export a plan for a scheduler or training stack (Slurm, Kubeflow, Megatron-LM, DeepSpeed, torchtitan…)."""
+    from pydantic import ValidationError
+
     from api.exporters import export
     from api.exporters.options import ExportOptions
+    from planner.errors import explain
 
-    options = ExportOptions(
-        image=image, job_name=job_name, namespace=namespace, partition=partition, nodes=nodes,
-        gpus_per_node=gpus_per_node, rdzv_endpoint=rdzv_endpoint, rdzv_port=rdzv_port,
-        max_restarts=max_restarts, time_limit=time_limit, runtime_ref=runtime_ref, plan_path=plan_path,
-        command=command, strict=strict,
-    )
+    given = locals()
+    try:
+        options = ExportOptions(**{field: given[field] for field in OPTION_FLAGS})
+    except ValidationError as exc:
+        raise explain(exc, model=ExportOptions, flags=OPTION_FLAGS) from None
     result = export(load_plan(plan, index), fmt, options)
     for w in result.warnings:
         typer.echo(f"warning: {w}", err=True)

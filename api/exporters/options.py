@@ -73,8 +73,8 @@ class ExportOptions(BaseModel):
     def _job_name(cls, v: str) -> str:
         if not _DNS_LABEL.match(v):
             raise ValueError(
-                "job_name must be a DNS label (lowercase letters, digits and '-', starting with a letter, "
-                "not ending with '-'), e.g. 'llama3-70b-train'"
+                f"{v!r} is not a DNS label; use lowercase letters, digits and '-', starting with a letter and "
+                "not ending with '-', e.g. 'llama3-70b-train'"
             )
         return v
 
@@ -82,7 +82,7 @@ class ExportOptions(BaseModel):
     @classmethod
     def _namespace(cls, v: str | None) -> str | None:
         if v is not None and not _DNS_LABEL.match(v):
-            raise ValueError("namespace must be a DNS label (lowercase letters, digits and '-'), e.g. 'training'")
+            raise ValueError(f"{v!r} is not a DNS label; use lowercase letters, digits and '-', e.g. 'training'")
         return v
 
     @field_validator("image", "partition", "rdzv_endpoint", "time_limit", "runtime_ref", "plan_path")
@@ -90,7 +90,7 @@ class ExportOptions(BaseModel):
     def _token(cls, v: str | None) -> str | None:
         if v is not None and not _SAFE_TOKEN.match(v):
             raise ValueError(
-                "must be a single token of letters, digits and ._:/@+=,%- (no spaces, quotes or shell syntax)"
+                f"{v!r} is not a single token; use only letters, digits and ._:/@+=,%- (no spaces, quotes or shell syntax)"
             )
         return v
 
@@ -102,12 +102,13 @@ class ExportOptions(BaseModel):
         import shlex
 
         if "\n" in v or "\r" in v:
-            raise ValueError("command must be one line (the program and its arguments)")
+            raise ValueError("command spans several lines; give the program and its arguments on one line")
         try:
-            if not shlex.split(v):
-                raise ValueError("command must not be empty; omit it to run meshplan's runtime")
+            words = shlex.split(v)
         except ValueError as exc:
-            raise ValueError(f"command is not valid shell words ({exc}); quote arguments with spaces") from None
+            raise ValueError(f"command is not valid shell words ({exc}); quote arguments that hold spaces") from None
+        if not words:
+            raise ValueError("command is empty; omit it to run meshplan's runtime")
         return v
 
     def program_args(self) -> list[str]:

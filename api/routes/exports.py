@@ -1,45 +1,46 @@
 """``GET /v1/plans/{id}/export/{format}``: a stored plan as a launcher's input (``api.exporters``).
 
-Query parameters are the fields of ``api.exporters.ExportOptions`` (image, job_name, namespace,
-partition, nodes, ...) plus ``index`` (which plan of the response; 0 = best)."""
+The query parameters are one model, ``ExportQuery``: the fields of ``api.exporters.ExportOptions``
+(image, job_name, namespace, partition, nodes, ...) plus ``index`` (which plan of the response; 0 =
+best). FastAPI reads, validates and documents them from it (OpenAPI lists each field with its bounds,
+default and description), so a new export option is a new query parameter with nothing else to edit."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 from fastapi import Query, Response
-from pydantic import ValidationError
+from pydantic import ConfigDict
 from starlette.concurrency import run_in_threadpool
 
+import api.exporters as exporters
 from api.deps import StoreDep, v1_router
+from api.exporters import ExportOptions
 from api.problems import ProblemException, error_responses
 from api.routes.plans import Index, PlanId, _get, _pick
 from api.schemas import ExportFormat, ProblemError
-from planner.errors import validation_errors
 
 router = v1_router("", "exports")
 
 
-def exporters():
-    """``api.exporters`` (None while that part is not installed)."""
-    try:
-        import api.exporters as module
-    except ModuleNotFoundError as exc:
-        if exc.name and exc.name.startswith("api.exporters"):
-            return None
-        raise
-    return module
+class ExportQuery(ExportOptions):
+    """The query parameters of an export: the job options, and which plan of the stored response."""
+
+    model_config = ConfigDict(extra="ignore")  # other query parameters are ignored, as for every route
+
+    index: Index = 0
+
+    def options(self) -> ExportOptions:
+        """The job options the user gave (the rest keep ExportOptions' defaults)."""
+        return ExportOptions.model_validate(self.model_dump(include=set(ExportOptions.model_fields) & self.model_fields_set))
 
 
 def export_formats() -> list[ExportFormat]:
-    module = exporters()
-    return [ExportFormat.model_validate(entry) for entry in module.export_formats()] if module else []
+    return [ExportFormat.model_validate(entry) for entry in exporters.export_formats()]
 
 
 def _media_types() -> dict[str, dict]:
-    module = exporters()
-    types = sorted({e.media_type for e in module.FORMATS.values()}) if module else ["text/plain"]
-    return {t: {"schema": {"type": "string"}} for t in types}
+    return {t: {"schema": {"type": "string"}} for t in sorted({e.media_type for e in exporters.FORMATS.values()})}
 
 
 @router.get(
@@ -48,47 +49,15 @@ def _media_types() -> dict[str, dict]:
     responses={200: {"description": "The export's text, as an attachment (media type per format).", "content": _media_types()},
                **error_responses(401, 404, 422)},
 )
-async def export_plan(
-    plan_id: PlanId,
-    fmt: str,
-    store: StoreDep,
-    index: Index = 0,
-    image: Annotated[str | None, Query(max_length=500, description="Container image.")] = None,
-    job_name: Annotated[str | None, Query(max_length=63, description="Job name (DNS label).")] = None,
-    namespace: Annotated[str | None, Query(max_length=63, description="Kubernetes namespace.")] = None,
-    partition: Annotated[str | None, Query(max_length=128, description="Slurm partition.")] = None,
-    nodes: Annotated[int | None, Query(ge=1, le=131_072, description="Node count (must agree with the plan).")] = None,
-    gpus_per_node: Annotated[int | None, Query(ge=1, le=64)] = None,
-    rdzv_endpoint: Annotated[str | None, Query(max_length=253, description="c10d rendezvous host[:port].")] = None,
-    rdzv_port: Annotated[int | None, Query(ge=1, le=65535)] = None,
-    max_restarts: Annotated[int | None, Query(ge=0, le=100)] = None,
-    time_limit: Annotated[str | None, Query(max_length=32, description="Slurm --time.")] = None,
-    runtime_ref: Annotated[str | None, Query(max_length=253, description="Kubeflow ClusterTrainingRuntime.")] = None,
-    plan_path: Annotated[str | None, Query(max_length=500, description="Plan file path on the job's machines.")] = None,
-    command: Annotated[str | None, Query(max_length=4000, description="Training program and arguments for torchrun.")] = None,
-    strict: Annotated[bool | None, Query(description="Make every warning an error.")] = None,
-) -> Response:
+async def export_plan(plan_id: PlanId, fmt: str, store: StoreDep, query: Annotated[ExportQuery, Query()]) -> Response:
     """Export plan ``index`` of a stored plan for ``fmt`` (see GET /v1/catalog/export-formats)."""
-    module = exporters()
-    if module is None or fmt not in module.FORMATS:
-        known = ", ".join(sorted(module.FORMATS)) if module else "none installed"
+    if fmt not in exporters.FORMATS:
+        known = ", ".join(sorted(exporters.FORMATS))
         raise ProblemException(404, f"unknown export format {fmt!r}; known: {known}", errors=[
             ProblemError(field="path.fmt", message=f"unknown export format {fmt!r}", fix=f"use one of: {known}"),
         ])
-    given = {
-        "image": image, "job_name": job_name, "namespace": namespace, "partition": partition, "nodes": nodes,
-        "gpus_per_node": gpus_per_node, "rdzv_endpoint": rdzv_endpoint, "rdzv_port": rdzv_port,
-        "max_restarts": max_restarts, "time_limit": time_limit, "runtime_ref": runtime_ref,
-        "plan_path": plan_path, "command": command, "strict": strict,
-    }
-    try:
-        options = module.ExportOptions(**{k: v for k, v in given.items() if v is not None})
-    except ValidationError as exc:
-        errors = [ProblemError(**e) for e in validation_errors(exc, prefix="query")]
-        raise ProblemException(422, "; ".join(f"{e.field}: {e.message}" for e in errors), errors=errors,
-                               title="Invalid request") from None
-    plan = _pick(await _get(store, plan_id), index)
-    result = await run_in_threadpool(module.export, plan, fmt, options)
+    plan = _pick(await _get(store, plan_id), query.index)
+    result = await run_in_threadpool(exporters.export, plan, fmt, query.options())
     headers = {"Content-Disposition": f'attachment; filename="{result.filename}"'}
     if result.warnings:
         headers["X-Meshplan-Warnings"] = str(len(result.warnings))

@@ -1,0 +1,70 @@
+"""The worker's arguments, declared once: ``python -m runtime.train`` parses them (argparse), and
+``meshplan run`` offers each as its own option and forwards it to the workers it launches. No PyTorch
+here: both commands import this before deciding to start anything."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from planner.errors import MeshplanError
+
+
+@dataclass(frozen=True)
+class WorkerArg:
+    """One option of the worker: ``--flag VALUE``."""
+
+    flag: str
+    type: type  # int, float, str, or Path (a file or folder)
+    default: Any
+    help: str
+    min: float | None = None  # smallest accepted value (ints, floats)
+    required: bool = False
+
+    @property
+    def dest(self) -> str:
+        return self.flag[2:].replace("-", "_")
+
+
+WORKER_ARGS: tuple[WorkerArg, ...] = (
+    WorkerArg("--plan", Path, None, "Plan or PlanResponse JSON/YAML (`meshplan plan --json`).", required=True),
+    WorkerArg("--plan-index", int, 0, "Which plan of a PlanResponse (0 = best).", min=0),
+    WorkerArg("--steps", int, 10, "Optimizer steps to run (after a resume: more steps).", min=0),
+    WorkerArg("--data", Path, None, "Flat numpy token file (memmap); default: seeded synthetic tokens."),
+    WorkerArg("--data-dtype", str, "uint16", "Token dtype of --data."),
+    WorkerArg("--report", Path, None, "Write the RunReport JSON here."),
+    WorkerArg("--checkpoint-dir", Path, None, "Save DCP checkpoints under this folder."),
+    WorkerArg("--save-every", int, 0, "Save every K steps (and after the last); 0: only at the end.", min=0),
+    WorkerArg("--resume", Path, None, "Checkpoint folder to resume from (any plan saved it)."),
+    WorkerArg("--seed", int, 0, "Random seed."),
+    WorkerArg("--lr", float, 1e-3, "Learning rate (AdamW)."),
+    WorkerArg("--max-grad-norm", float, 1.0, "Global gradient-norm clip; ≤ 0 disables."),
+)
+
+
+def parser(prog: str = "python -m runtime.train") -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description="Train a meshplan Plan on this rank.")
+    for a in WORKER_ARGS:
+        ap.add_argument(a.flag, type=str if a.type is Path else a.type, default=a.default, required=a.required, help=a.help)
+    return ap
+
+
+def check(values: dict[str, Any]) -> None:
+    """The declared lower bounds, as errors that name the flag and the fix (every rank, before any work)."""
+    for a in WORKER_ARGS:
+        value = values.get(a.dest)
+        if a.min is not None and value is not None and value < a.min:
+            raise MeshplanError(a.flag, f"must be ≥ {a.min:g} (got {value})", f"pass {a.flag} a value ≥ {a.min:g}")
+
+
+def worker_argv(values: dict[str, Any]) -> list[str]:
+    """``--flag value`` for every worker option set in ``values`` (keyed by ``dest``), in declaration
+    order: what ``meshplan run`` hands to each worker."""
+    argv = []
+    for a in WORKER_ARGS:
+        value = values.get(a.dest)
+        if value is not None:
+            argv += [a.flag, str(value)]
+    return argv
