@@ -35,7 +35,8 @@ def _write(tmp: Path, name: str, plan) -> Path:
 
 RESUMES = [
     # (id, model, first plan's settings, second plan's settings, use a token file)
-    ("tp2xdp2-zero3-sp-to-pp2", "tiny-llama", dict(tp=2, dp=2, zero_stage=3, sequence_parallel=True),
+    ("tp2xdp2-zero3-sp-to-pp2", "tiny-llama",
+     dict(tp=2, dp=2, zero_stage=3, sequence_parallel=True, micro_batch_size=2),
      dict(pp=2, schedule="1f1b", micro_batch_size=2), True),
     ("zbv-two-chunks-per-rank-to-dp2", "tiny-gpt", dict(pp=2, schedule="zbv-zero-bubble", virtual_stages=2, micro_batch_size=2),
      dict(dp=2, zero_stage=0), False),
