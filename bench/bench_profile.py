@@ -2,13 +2,19 @@
 
 - Llama 3 405B on meta (target: within a minute): wall time for 1 seq length × TP {1,2,4,8} × mbs {1,2,4}.
 - gpt3-125m layers on CPU: forward/backward time and the achieved FLOP/s (counted FLOPs ÷ time).
+- `meshplan profile cluster`, 2 gloo processes on this host: per collective, the measured bandwidth at
+  the largest size, the fitted α-β bandwidth and their ratio, and how much longer 256× the data takes
+  (figures that move with the machine's load, so they are printed here, never asserted in tests).
 
 Run: python bench/bench_profile.py
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from planner.catalog import MODELS  # noqa: E402
+from planner.specs import NetworkProfile  # noqa: E402
 from profiler.model_profile import profile_model  # noqa: E402
 
 
@@ -44,6 +51,29 @@ def main() -> None:
         print(f"  {p.kind:18s} mbs {p.micro_batch_size}: fwd {p.fwd_time_s * 1e3:7.2f} ms ({p.fwd_flops / p.fwd_time_s / 1e9:6.1f} GFLOP/s)"
               f"  bwd {p.bwd_time_s * 1e3:7.2f} ms ({p.bwd_flops / p.bwd_time_s / 1e9:6.1f} GFLOP/s)"
               f"  peak {p.peak_memory_bytes / 2**20:6.1f} MiB")
+
+    cluster()
+
+
+def cluster() -> None:
+    root = Path(__file__).resolve().parents[1]
+    sizes = [4096, 65536, 1048576]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "net.json"
+        env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "api.cli", "profile", "cluster", "--nproc-per-node", "2", "--backend", "gloo",
+                        "--sizes", ",".join(map(str, sizes)), "--iters", "5", "--out", str(out)],
+                       cwd=root, env=env, check=True, stdout=subprocess.DEVNULL)
+        elapsed = time.perf_counter() - start
+        prof = NetworkProfile.model_validate_json(out.read_text())
+    print(f"profile cluster, 2 gloo processes, sizes {sizes}, 5 iterations: {elapsed:.1f} s")
+    for f in prof.links:
+        (small, t_small), (big, t_big) = f.samples[0], f.samples[-1]
+        measured = big / t_big / 1e9
+        print(f"  {f.collective:14s} α {f.alpha_s * 1e6:7.1f} µs  measured {measured:6.2f} GB/s at {big} B  "
+              f"fitted {f.bandwidth_GBps:6.2f} GB/s (×{f.bandwidth_GBps / measured:.2f})  "
+              f"t({big} B) / t({small} B) = {t_big / t_small:.1f}")
 
 
 if __name__ == "__main__":

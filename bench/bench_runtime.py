@@ -142,11 +142,13 @@ def worker(steps: int) -> None:
 def predicted_vs_measured(steps: int) -> None:
     """One process, pp = tp = dp = 1: the step time a measured CPU profile implies (Σ over layers of
     measured forward + backward, times the micro-batch count; the optimizer and the loss are not in
-    it) beside the runtime's measured step, and the planner's estimate when ``planner.estimate_plan``
-    exists."""
+    it) beside the runtime's measured step, and the planner's estimate (``planner.estimate_plan``) given
+    that profile."""
     import torch
     import torch.distributed as dist
 
+    import planner
+    from planner.specs import ClusterSpec, ParallelPins, PlanRequest
     from profiler.model_profile import profile_model
     from runtime.data import SyntheticTokens
     from runtime.job import Job, TrainConfig
@@ -173,23 +175,11 @@ def predicted_vs_measured(steps: int) -> None:
             job.optimizer_step()
             times.append(time.perf_counter() - t0)
         measured = statistics.median(times[2:])
-        try:
-            import planner
-
-            estimate = planner.estimate_plan  # documented in docs/architecture.md; lands with the planner
-        except (ImportError, AttributeError):
-            planner_text = "n/a (planner.estimate_plan not available yet)"
-        else:
-            try:
-                from planner.specs import ClusterSpec, ParallelPins, PlanRequest
-
-                est = estimate(PlanRequest(
-                    model=plan.model, cluster=ClusterSpec(gpu=plan.gpu, num_nodes=1, gpus_per_node=1),
-                    training=plan.training, parallel=ParallelPins(**plan.parallel.model_dump()), profile=profile,
-                )).estimate.step_time_s
-                planner_text = f"{est:.4g} s (ratio {est / measured:.2f})"
-            except Exception as exc:  # report, do not hide: the figure is simply missing
-                planner_text = f"failed: {exc}"
+        est = planner.estimate_plan(PlanRequest(
+            model=plan.model, cluster=ClusterSpec(gpu=plan.gpu, num_nodes=1, gpus_per_node=1),
+            training=plan.training, parallel=ParallelPins(**plan.parallel.model_dump()), profile=profile,
+        )).estimate.step_time_s
+        planner_text = f"{est:.4g} s (ratio {est / measured:.2f})"
         print(f"{model:12s} {mbs:4d} {predicted:14.4f} {measured:11.4f} {predicted / measured:7.2f}  {planner_text}")
     dist.destroy_process_group()
 

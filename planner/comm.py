@@ -2,8 +2,7 @@
 messages).
 
 For a group of ``n`` ranks, a message of ``S`` bytes per rank, per-rank one-direction bandwidth ``B``
-and per-step latency ``α`` (nccl-tests ``doc/PERFORMANCE.md``; formulas in
-``/work/shared/notes/formulas.md``):
+and per-step latency ``α`` (nccl-tests ``doc/PERFORMANCE.md``; see also docs/planner.md):
 
 * all-reduce      2(n−1)·α + 2(n−1)/n · S/B
 * all-gather / reduce-scatter   (n−1)·α + (n−1)/n · S/B   (S = the full, unsharded size)

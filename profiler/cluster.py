@@ -77,14 +77,12 @@ def _op(collective: str, nbytes: int, group, ranks: list[int], device: torch.dev
     numel -= numel % n  # divisible by the group size for the sharded collectives
     full = torch.ones(numel, dtype=torch.float32, device=device)
     shard = torch.ones(numel // n, dtype=torch.float32, device=device)
-    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     if collective == "all_reduce":
         return lambda: dist.all_reduce(full, group=group)
     if collective == "all_gather":
-        return lambda: all_gather(full, shard, group=group)
+        return lambda: dist.all_gather_single(full, shard, group=group)
     if collective == "reduce_scatter":
-        return lambda: reduce_scatter(shard, full, group=group)
+        return lambda: dist.reduce_scatter_single(shard, full, group=group)
     me = dist.get_rank()
     a, b = ranks[0], ranks[1]
     if me == a:

@@ -11,17 +11,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
-
 from planner.errors import MeshplanError
 
-_OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
+# PyTorch is imported where a checkpoint is read or written, so that `resolve` (which `meshplan run`
+# and every rank call before launching anything) costs no torch import.
+
+
+def _options():
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(flatten_optimizer_state_dict=True)
 
 
 def _state(job) -> tuple[dict, list[tuple[dict, dict]]]:
-    parts = [get_state_dict(m, opt, options=_OPTIONS) for m, opt in zip(job.chunks.values(), job.optimizers)]
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    parts = [get_state_dict(m, opt, options=_options()) for m, opt in zip(job.chunks.values(), job.optimizers)]
     merged_model = {k: v for msd, _ in parts for k, v in msd.items()}
     merged_optim = {k: v for _, osd in parts for k, v in osd.items()}
     return {"model": merged_model, "optim": merged_optim, "progress": {"step": 0}}, parts
@@ -29,6 +34,9 @@ def _state(job) -> tuple[dict, list[tuple[dict, dict]]]:
 
 def save(job, directory: str | Path, step: int) -> Path:
     """Save the job's model and optimizer state after ``step`` completed steps (collective)."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
     root = Path(directory)
     path = root / f"step-{step}"
     state, _ = _state(job)
@@ -57,6 +65,9 @@ def resolve(directory: str | Path) -> Path:
 
 def load(job, directory: str | Path) -> int:
     """Load model and optimizer state into the job (any plan); returns the completed step count."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
     path = resolve(directory)
     state, parts = _state(job)
     dcp.load(state, checkpoint_id=str(path))
@@ -65,6 +76,6 @@ def load(job, directory: str | Path) -> int:
             module, opt,
             model_state_dict={k: state["model"][k] for k in msd},
             optim_state_dict={k: state["optim"][k] for k in osd},
-            options=_OPTIONS,
+            options=_options(),
         )
     return int(state["progress"]["step"])

@@ -1,12 +1,15 @@
 """Numerical-equivalence check of the runtime against a single-process reference.
 
-    torchrun --nproc-per-node W -m runtime.equivalence --cases cases.json --out results.json
+    torchrun --nproc-per-node W -m runtime.equivalence --cases cases.json --out results.json [--references refs.pt]
 
 ``cases.json`` is ``[{"id": str, "plan": Plan, "steps": int}]``. All cases run in this one launch
 (one process group; each case builds a fresh DeviceMesh), because start-up dominates on CPU. For
 each case every rank compares, at step 0, the global loss and the full gradient of each parameter it
 holds with the reference's, then the loss and gradient norm of every later step; the maximum
 differences over all ranks go to ``results.json`` (written by rank 0 after each case).
+
+The reference of a case is read from ``--references`` (``runtime.testing.write_references``: computed
+once by the caller for all its launches) or, when that file lacks it, run here on every rank.
 """
 
 from __future__ import annotations
@@ -25,18 +28,19 @@ import torch.distributed as dist
 from planner.specs import Plan
 from runtime.data import SyntheticTokens
 from runtime.job import Job, TrainConfig
-from runtime.testing import reference_run
+from runtime.testing import reference_key, reference_run
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
-def run_case(plan: Plan, steps: int, train: TrainConfig, cache: dict) -> dict:
-    key = (plan.model.model_dump_json(), plan.training.model_dump_json(), steps)
-    if key not in cache:
-        cache[key] = reference_run(plan, train, steps)
-    ref_losses, ref_norms, ref_grads = cache[key]
+def run_case(plan: Plan, steps: int, train: TrainConfig, refs: dict) -> dict:
+    key = reference_key(plan, steps)
+    if key not in refs:
+        losses, norms, grads = reference_run(plan, train, steps)
+        refs[key] = {"losses": losses, "norms": norms, "grads": grads}
+    ref_losses, ref_norms, ref_grads = refs[key]["losses"], refs[key]["norms"], refs[key]["grads"]
     started = time.perf_counter()
     job = Job.build(plan, train)
     data = SyntheticTokens(plan.model.vocab_size, seed=train.seed)
@@ -75,17 +79,18 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", required=True)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--references", help="references saved by runtime.testing.write_references")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     cases = json.loads(Path(args.cases).read_text())
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     results: dict[str, dict] = {}
-    cache: dict = {}
+    refs: dict = torch.load(args.references, weights_only=True) if args.references else {}
     train = TrainConfig()
     for case in cases:
         try:
-            results[case["id"]] = run_case(Plan.model_validate(case["plan"]), case.get("steps", 3), train, cache)
+            results[case["id"]] = run_case(Plan.model_validate(case["plan"]), case.get("steps", 3), train, refs)
         except Exception:  # a failed case cannot be skipped safely (peers may wait in a collective)
             Path(f"{args.out}.rank{rank}.error").write_text(f"case {case['id']}:\n{traceback.format_exc()}")
             traceback.print_exc()

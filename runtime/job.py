@@ -222,9 +222,9 @@ def _build_schedule(plan: Plan, mesh, chunks: dict[int, nn.Module], device: torc
 
 def clip_grad_norm(params: list[torch.Tensor], max_norm: float | None, pp_group=None) -> float:
     """Global L2 gradient norm over params that mix plain tensors and DTensors on different meshes
-    (``torch.nn.utils.clip_grad_norm_`` fails on those: notes §6): norm per mesh, squares summed,
-    summed over the pipeline ranks, then every gradient scaled by min(1, max_norm / (norm + 1e-6)),
-    exactly as ``clip_grad_norm_`` does. Returns the total norm."""
+    (``torch.nn.utils.clip_grad_norm_`` fails on those: https://github.com/pytorch/pytorch/issues/180346):
+    norm per mesh, squares summed, summed over the pipeline ranks, then every gradient scaled by
+    min(1, max_norm / (norm + 1e-6)), exactly as ``clip_grad_norm_`` does. Returns the total norm."""
     from torch.distributed.tensor import DTensor, Replicate
 
     groups: dict[object, list[torch.Tensor]] = defaultdict(list)

@@ -83,6 +83,32 @@ def reference_run(plan: Plan, train, steps: int, data=None, grads_at: int = 0):
     return losses, norms, grads
 
 
+def reference_key(plan: Plan, steps: int) -> str:
+    """What a reference run depends on: the model, the training settings and the step count."""
+    import hashlib
+
+    text = f"{plan.model.model_dump_json()}|{plan.training.model_dump_json()}|{steps}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def write_references(plans: list[tuple[Plan, int]], path, train) -> None:
+    """Run the single-process reference once per distinct ``reference_key`` of ``(plan, steps)`` in this
+    process (one thread, as the ranks run) and save them for ``runtime.equivalence --references``, so
+    the ranks of every launch load them instead of each recomputing the same run."""
+    refs: dict[str, dict] = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for plan, steps in plans:
+            key = reference_key(plan, steps)
+            if key not in refs:
+                losses, norms, grads = reference_run(plan, train, steps)
+                refs[key] = {"losses": losses, "norms": norms, "grads": grads}
+    finally:
+        torch.set_num_threads(threads)
+    torch.save(refs, path)
+
+
 def run_process_group(cmd: list[str], *, env: dict, cwd, timeout: float):
     """``subprocess.run`` for launchers (torchrun, ``meshplan run``): the command runs in its own
     session, and on timeout the whole group (launcher *and* workers) is killed before

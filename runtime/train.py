@@ -26,17 +26,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser().parse_args(argv)
 
 
-#: Seconds a failing rank waits before exiting: torchrun stops every worker as soon as one exits,
-#: and the wait lets the other ranks (which fail identically) print their own message first.
-FAIL_GRACE_S = 3.0
+#: Longest a failing rank waits for the other ranks of its node before exiting (they fail identically).
+FAIL_WAIT_S = 30.0
 
 
 def _fail(exc: MeshplanError) -> None:
     rank = os.environ.get("RANK", "0")
     print(f"[rank{rank}] error: {exc}", file=sys.stderr, flush=True)
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        time.sleep(FAIL_GRACE_S)
+    _wait_for_local_ranks()
     sys.exit(2)
+
+
+def _wait_for_local_ranks() -> None:
+    """torchrun stops every worker as soon as one exits, so a failing rank exits only once every rank of
+    its node has printed its own message: each leaves a mark in a folder named after the launch and
+    waits for ``LOCAL_WORLD_SIZE`` marks (however slowly a loaded machine brings the others there)."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if local <= 1:
+        return
+    import tempfile
+
+    keys = ("TORCHELASTIC_RUN_ID", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT")
+    launch = "-".join(os.environ.get(k, "") for k in keys)
+    folder = Path(tempfile.gettempdir()) / f"meshplan-failed-{launch}"
+    folder.mkdir(exist_ok=True)
+    (folder / os.environ.get("LOCAL_RANK", "0")).touch()
+    deadline = time.monotonic() + FAIL_WAIT_S
+    while sum(1 for _ in folder.iterdir()) < local and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _free_port() -> int:

@@ -75,17 +75,21 @@ def make_app(tmp_path: Path, **overrides: object):
 
 
 class SlowSolver:
-    """A stand-in for the planner that takes ``delay`` seconds per solve and records what it was
-    asked (only for tests of concurrency and limits)."""
+    """A stand-in for the planner that takes ``delay`` seconds per solve, or with a ``gate`` holds
+    every solve until the test opens it (so a test can reason about "still solving" without timing
+    anything), and records what it was asked (only for tests of concurrency and limits)."""
 
-    def __init__(self, delay: float = 0.0) -> None:
+    def __init__(self, delay: float = 0.0, gate: threading.Event | None = None) -> None:
         self.delay = delay
+        self.gate = gate
         self.requests: list[PlanRequest] = []
         self.lock = threading.Lock()
 
     def plan(self, request: PlanRequest) -> PlanResponse:
         with self.lock:
             self.requests.append(request)
+        if self.gate is not None:
+            self.gate.wait(300)
         time.sleep(self.delay)
         model = MODELS[request.model] if isinstance(request.model, str) else request.model
         return PlanResponse(
@@ -98,6 +102,16 @@ class SlowSolver:
 
     def trace(self, plan):
         raise NotImplementedError
+
+
+def wait_until(condition, what: str, timeout: float = 120.0) -> None:
+    """Poll ``condition`` until it holds (a hang guard, not a timing claim: ``timeout`` is far above
+    what any machine needs)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still waiting after {timeout:g} s for {what}")
+        time.sleep(0.01)
 
 
 def free_port() -> int:

@@ -6,7 +6,6 @@ that keeps a plan across a restart."""
 from __future__ import annotations
 
 import threading
-import time
 
 import httpx
 import pytest
@@ -180,10 +179,8 @@ def test_readyz_follows_the_database(pg_server, pg_url):
     with TestClient(app) as client:
         assert client.get("/readyz").status_code == 200
         pg_server.admin(f'DROP DATABASE "{pg_url.rsplit("/", 1)[1]}" WITH (FORCE)')
-        started = time.monotonic()
         r = client.get("/readyz")
         assert r.status_code == 503 and r.json()["status"] == "unavailable" and "store: OperationalError" in r.json()["detail"]
-        assert time.monotonic() - started < 10
         pg_server.admin(f'CREATE DATABASE "{pg_url.rsplit("/", 1)[1]}"')  # back: ready again, same app
         assert client.get("/readyz").status_code == 200
 

@@ -5,6 +5,7 @@ rank with a clear message (no rank hangs: every launch has a timeout)."""
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +35,8 @@ def _write(tmp: Path, name: str, plan) -> Path:
 
 RESUMES = [
     # (id, model, first plan's settings, second plan's settings, use a token file)
-    ("tp2xdp2-zero3-sp-to-pp2", "tiny-llama", dict(tp=2, dp=2, zero_stage=3, sequence_parallel=True),
+    ("tp2xdp2-zero3-sp-to-pp2", "tiny-llama",
+     dict(tp=2, dp=2, zero_stage=3, sequence_parallel=True, micro_batch_size=2),
      dict(pp=2, schedule="1f1b", micro_batch_size=2), True),
     ("zbv-two-chunks-per-rank-to-dp2", "tiny-gpt", dict(pp=2, schedule="zbv-zero-bubble", virtual_stages=2, micro_batch_size=2),
      dict(dp=2, zero_stage=0), False),
@@ -45,7 +47,8 @@ RESUMES = [
 def test_resume_under_another_plan_continues_the_reference_trajectory(tmp_path, model, first, second, token_file):
     """Train 2 steps under one plan and save (DCP); resume under another plan (other tp/pp/dp, other
     world size) for 2 more. The 4 losses equal a single-process run's (same data, seed, AdamW with
-    clipping), so model *and* optimizer state survived the change of layout."""
+    clipping), so model *and* optimizer state survived the change of layout. The first run's report
+    puts its measurements beside the plan's prediction."""
     from runtime.data import SyntheticTokens, TokenFile
     from runtime.job import TrainConfig
     from runtime.testing import reference_run
@@ -56,6 +59,8 @@ def test_resume_under_another_plan_continues_the_reference_trajectory(tmp_path, 
         np.tile((np.arange(97) * 5) % 256, 200).astype(np.uint16).tofile(tokens)  # a learnable stream
         data_args, data = ["--data", str(tokens)], TokenFile(tokens, 256)
     plan_a, plan_b = make_plan(model, **first), make_plan(model, **second)
+    prediction = {"step_time_s": 0.05, "peak_memory_gib": 0.5}
+    plan_a = plan_a.model_copy(update={"estimate": plan_a.estimate.model_copy(update=prediction)})
     ckpt = tmp_path / "ckpt"
     a = meshplan(["run", "--plan", str(_write(tmp_path, "a.json", plan_a)), "--steps", "2", *data_args,
                   "--checkpoint-dir", str(ckpt), "--save-every", "1", "--report", str(tmp_path / "a-report.json")], tmp_path)
@@ -72,23 +77,15 @@ def test_resume_under_another_plan_continues_the_reference_trajectory(tmp_path, 
     if token_file:
         assert ref[3] < ref[0]  # a learnable stream: training makes progress
     assert "loss" in a.stdout and "measured" in b.stdout
-
-
-def test_report_fields_and_predicted_beside_measured(tmp_path):
-    plan = make_plan("tiny-gpt", pp=2, schedule="gpipe")
-    plan = plan.model_copy(update={"estimate": plan.estimate.model_copy(update={"step_time_s": 0.05, "peak_memory_gib": 0.5})})
-    r = meshplan(["run", "--plan", str(_write(tmp_path, "p.json", plan)), "--steps", "3",
-                  "--report", str(tmp_path / "r.json")], tmp_path)
-    assert r.returncode == 0, r.stderr[-3000:]
-    report = RunReport.model_validate_json((tmp_path / "r.json").read_text())
-    assert len(report.losses) == len(report.step_times_s) == 3
-    assert len(report.peak_memory_gib_per_rank) == 2 and min(report.peak_memory_gib_per_rank) > 0
-    median = sorted(report.step_times_s[1:])[0] / 2 + sorted(report.step_times_s[1:])[1] / 2
-    assert report.measured_step_time_s == pytest.approx(median)
-    assert report.step_time_ratio == pytest.approx(0.05 / median)
-    assert report.memory_ratio == pytest.approx(0.5 / max(report.peak_memory_gib_per_rank))
-    assert report.tokens_per_s == pytest.approx(8 * 32 / median)
-    assert "predicted 0.05 s" in r.stdout
+    # The report: predicted beside measured (the median step after the first), per-rank peak memory.
+    assert len(ra.losses) == len(ra.step_times_s) == 2
+    assert len(ra.peak_memory_gib_per_rank) == plan_a.parallel.num_gpus and min(ra.peak_memory_gib_per_rank) > 0
+    median = statistics.median(ra.step_times_s[1:])
+    assert ra.measured_step_time_s == pytest.approx(median)
+    assert ra.step_time_ratio == pytest.approx(0.05 / median)
+    assert ra.memory_ratio == pytest.approx(0.5 / max(ra.peak_memory_gib_per_rank))
+    assert ra.tokens_per_s == pytest.approx(8 * 32 / median)
+    assert "predicted 0.05 s" in a.stdout
 
 
 BAD_LAUNCHES = [
@@ -148,3 +145,13 @@ def test_resume_from_an_empty_folder_fails_on_every_rank(tmp_path):
     proc = run_process_group(cmd, cwd=ROOT, env=_env(tmp_path), timeout=120)
     assert proc.returncode != 0
     assert "[rank0] error: resume:" in proc.stderr and "[rank1] error: resume:" in proc.stderr
+
+
+def test_checks_before_launch_do_not_import_torch(tmp_path):
+    """`meshplan run` and every rank validate the plan and the checkpoint folder before anything is
+    launched or joined; that path must not pay PyTorch's import (seconds of CPU per process)."""
+    code = ("import sys, runtime.cli, runtime.train\nfrom runtime.checkpoint import resolve\n"
+            "from runtime.validate import validate_plan\nfrom planner.io import load_plan\nprint('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.strip() == "False", out.stderr

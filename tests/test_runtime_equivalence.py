@@ -16,14 +16,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TOL = 1e-5
+STEPS = 3
 
-# (id, world, model, parallel settings); global batch 8 × 32 tokens, micro-batch 1 unless given.
+# (id, world, model, parallel settings); global batch 8 × 32 tokens, micro-batch 1 unless given. TP
+# cases run 2 micro-batches per replica (4 with a pipeline): on CPU each micro-batch costs dozens of gloo
+# collectives, and 2 already exercise gradient accumulation.
 CASES = [
     # world 2: each parallelism alone, every schedule, every ZeRO stage
-    ("tp2", 2, "tiny-gpt", dict(tp=2)),
-    ("tp2-sp", 2, "tiny-llama", dict(tp=2, sequence_parallel=True)),
-    ("tp2-tied-embeddings", 2, "tiny-gpt-tied", dict(tp=2)),
-    ("tp2-recompute-full", 2, "tiny-llama", dict(tp=2, recompute="full")),
+    ("tp2", 2, "tiny-gpt", dict(tp=2, micro_batch_size=4)),
+    ("tp2-sp", 2, "tiny-llama", dict(tp=2, sequence_parallel=True, micro_batch_size=4)),
+    ("tp2-tied-embeddings", 2, "tiny-gpt-tied", dict(tp=2, micro_batch_size=4)),
+    ("tp2-recompute-full", 2, "tiny-llama", dict(tp=2, recompute="full", micro_batch_size=4)),
     ("pp2-gpipe", 2, "tiny-gpt", dict(pp=2, schedule="gpipe", micro_batch_size=2)),
     ("pp2-1f1b", 2, "tiny-llama", dict(pp=2, schedule="1f1b")),
     ("pp2-1f1b-uneven", 2, "tiny-llama", dict(pp=2, schedule="1f1b", stage_layers=[3, 5])),
@@ -35,16 +38,18 @@ CASES = [
     ("dp2-zero2", 2, "tiny-llama", dict(dp=2, zero_stage=2)),
     ("dp2-zero3-selective", 2, "tiny-gpt", dict(dp=2, zero_stage=3, recompute="selective")),
     # world 4: pairs
-    ("tp2xpp2-1f1b", 4, "tiny-gpt", dict(tp=2, pp=2, schedule="1f1b")),
-    ("tp2xpp2-sp-interleaved", 4, "tiny-llama", dict(tp=2, pp=2, sequence_parallel=True, schedule="interleaved-1f1b", virtual_stages=2)),
-    ("tp2xdp2-zero3", 4, "tiny-llama", dict(tp=2, dp=2, zero_stage=3)),
-    ("tp2xdp2-sp-zero0-full", 4, "tiny-gpt", dict(tp=2, dp=2, sequence_parallel=True, zero_stage=0, recompute="full")),
+    ("tp2xpp2-1f1b", 4, "tiny-gpt", dict(tp=2, pp=2, schedule="1f1b", micro_batch_size=2)),
+    ("tp2xpp2-sp-interleaved", 4, "tiny-llama",
+     dict(tp=2, pp=2, sequence_parallel=True, schedule="interleaved-1f1b", virtual_stages=2, micro_batch_size=2)),
+    ("tp2xdp2-zero3", 4, "tiny-llama", dict(tp=2, dp=2, zero_stage=3, micro_batch_size=2)),
+    ("tp2xdp2-sp-zero0-full", 4, "tiny-gpt",
+     dict(tp=2, dp=2, sequence_parallel=True, zero_stage=0, recompute="full", micro_batch_size=2)),
     ("pp2xdp2-zero3-1f1b", 4, "tiny-gpt", dict(pp=2, dp=2, zero_stage=3, schedule="1f1b")),
     ("pp2xdp2-zero3-zbv", 4, "tiny-llama", dict(pp=2, dp=2, zero_stage=3, schedule="zbv-zero-bubble", virtual_stages=2)),
     ("pp2xdp2-zero1-interleaved-zb", 4, "tiny-gpt", dict(pp=2, dp=2, zero_stage=1, schedule="interleaved-zero-bubble", virtual_stages=2)),
     ("pp4-gpipe-uneven", 4, "tiny-llama", dict(pp=4, schedule="gpipe", stage_layers=[1, 3, 3, 1])),
     ("pp4-gpipe-embed-and-head-alone", 4, "tiny-gpt", dict(pp=4, schedule="gpipe", stage_layers=[0, 4, 4, 0])),
-    ("tp4", 4, "tiny-gpt", dict(tp=4)),
+    ("tp4", 4, "tiny-gpt", dict(tp=4, micro_batch_size=4)),
     ("dp4-zero2-full", 4, "tiny-llama", dict(dp=4, zero_stage=2, recompute="full")),
     # world 8: all three
     ("tp2xpp2xdp2-sp-zero3-1f1b", 8, "tiny-llama", dict(tp=2, pp=2, dp=2, sequence_parallel=True, zero_stage=3)),
@@ -70,16 +75,14 @@ def torchrun(world: int, module_args: list[str], tmp: Path, timeout: float) -> s
     return run_process_group(cmd, cwd=ROOT, env=env, timeout=timeout)
 
 
-def _launch(world: int, tmp: Path) -> dict:
-    from runtime.testing import make_plan
-
-    cases = [
-        {"id": cid, "plan": make_plan(_model(model), **par).model_dump(mode="json"), "steps": 3}
-        for cid, w, model, par in CASES if w == world
-    ]
+def _launch(world: int, plans: dict, references: Path, tmp: Path) -> dict:
+    cases = [{"id": cid, "plan": plans[cid].model_dump(mode="json"), "steps": STEPS} for cid, w, *_ in CASES
+             if w == world]
     (tmp / "cases.json").write_text(json.dumps(cases))
     out = tmp / "results.json"
-    proc = torchrun(world, ["-m", "runtime.equivalence", "--cases", str(tmp / "cases.json"), "--out", str(out)], tmp, 540)
+    args = ["-m", "runtime.equivalence", "--cases", str(tmp / "cases.json"), "--out", str(out),
+            "--references", str(references)]
+    proc = torchrun(world, args, tmp, 540)
     results = json.loads(out.read_text()) if out.exists() else {}
     errors = "".join(p.read_text() for p in sorted(tmp.glob("results.json.rank*.error")))
     return {"results": results, "returncode": proc.returncode, "log": (errors or proc.stderr[-4000:])}
@@ -87,11 +90,19 @@ def _launch(world: int, tmp: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def launches(tmp_path_factory):
+    """One torchrun launch per world size, made when its first case runs; the single-process
+    references (one per model) are computed once, here, for all launches."""
+    from runtime.job import TrainConfig
+    from runtime.testing import make_plan, write_references
+
+    plans = {cid: make_plan(_model(model), **par) for cid, _, model, par in CASES}
+    references = tmp_path_factory.mktemp("references") / "references.pt"
+    write_references([(plan, STEPS) for plan in plans.values()], references, TrainConfig())
     cache: dict[int, dict] = {}
 
     def get(world: int) -> dict:
         if world not in cache:
-            cache[world] = _launch(world, tmp_path_factory.mktemp(f"world{world}"))
+            cache[world] = _launch(world, plans, references, tmp_path_factory.mktemp(f"world{world}"))
         return cache[world]
 
     return get
