@@ -53,7 +53,8 @@ def plan_from_data(data: object, field: str = "plan", index: int = 0) -> Plan:
         return Plan.model_validate(data)
     except ValidationError as exc:
         first = validation_errors(exc)[0]
-        raise MeshplanError(f"{field}.{first['field']}", first["message"], "pass the JSON that `meshplan plan --json` wrote") from None
+        fix = first["fix"] or "pass the JSON that `meshplan plan --json` wrote"
+        raise MeshplanError(f"{field}.{first['field']}", first["message"], fix) from None
 
 
 def load_plan(path: str | Path, index: int = 0) -> Plan:
