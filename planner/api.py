@@ -14,7 +14,6 @@ from planner.layout import even_stage_layers, mesh_layout, tp_plan
 from planner.memory import stage_memory, total_gib
 from planner.search import SearchResult, search
 from planner.space import SEARCHED_SCHEDULES, explain_no_candidate, validate_pins
-from planner.terms import exposed_sync
 from planner.specs import (
     MULTI_STAGE_SCHEDULES,
     Estimate,
@@ -26,6 +25,7 @@ from planner.specs import (
     SolverInfo,
     TimeBreakdown,
 )
+from planner.terms import exposed_sync
 
 #: Defaults of ``estimate`` for fields the request leaves out.
 ESTIMATE_DEFAULTS = {"tp": 1, "pp": 1, "micro_batch_size": 1, "schedule": "1f1b", "recompute": "none",

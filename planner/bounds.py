@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from planner.cost import Candidate, ClassCosts, Context, boundary_lags, live_vectors, num_microbatches
-from planner.memory import memory_terms, rank_memory, usable_bytes
+from planner.memory import memory_terms, peaks, rank_memory, usable_bytes
 from planner.terms import SharedTerms, class_terms, end_terms, rank_end
 
 # ---------------------------------------------------------------------------------------------
@@ -25,7 +25,7 @@ def layer_caps(s: SharedTerms, c: Candidate, live: list[list[dict[int, int]]], n
     for r in range(c.pp):
         own = range(r, c.chunks, c.pp)
         cap: int | None = None
-        for vec, fixed in zip(live[r], memory_terms(s, c, zero, r, live[r]).peaks()):
+        for vec, fixed in zip(live[r], peaks(memory_terms(s, c, zero, r, live[r]))):
             kmin = min(vec.get(ch, 0) for ch in own)
             room = usable - fixed
             per = s.states.layer + kmin * s.acts.layer

@@ -8,9 +8,10 @@ measured ``fwd_time_s``/``bwd_time_s`` from a ``Profile`` replace the formula wh
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from planner import comm as comm_mod
 from planner.specs import (

@@ -16,15 +16,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
+from planner.affine import Affine
 from planner.comm import boundary_crosses_nodes
 from planner.compute import Context
 from planner.memory import rank_memory, usable_bytes
 from planner.simulate import SimResult, chunk_ranks, rank_orders, simulate
-from planner.affine import Affine
 from planner.terms import EndTerms, SharedTerms, class_terms, end_terms, ns, rank_end
 
-__all__ = ["Candidate", "ClassCosts", "Context", "Evaluation", "class_costs", "evaluate", "rank_end_terms", "rank_memory",
-           "live_vectors", "boundary_lags", "num_microbatches"]
+__all__ = ["Candidate", "ClassCosts", "Context", "Evaluation", "boundary_lags", "class_costs", "evaluate", "live_vectors",
+           "num_microbatches", "rank_end_terms", "rank_memory"]
 
 
 @dataclass(frozen=True, order=True)

@@ -2,8 +2,8 @@
 
 The model has one integer variable per chunk (its layer count) and
 
-* ``D ≥`` each of ``terms.EndTerms.parts()`` per rank (the exact max of the end of step);
-* ``memory.MemoryTerms.peaks() ≤ usable`` per rank and activation peak (exact, linear) — the very
+* ``D ≥`` each of ``terms.end_parts`` per rank (the exact max of the end of step);
+* ``memory.peaks ≤ usable`` per rank and activation peak (exact, linear) — the very
   functions ``cost.evaluate`` uses, given CP-SAT variables instead of ints;
 * ``M ≥ length(chain)`` for chains of operations of the schedule's dependency graph. Every chain is a
   lower bound of the makespan for *every* cut, so the model's optimum is a lower bound; the solution
@@ -24,10 +24,10 @@ from ortools.sat.python import cp_model
 
 from planner.bounds import may_fit
 from planner.cost import Candidate, ClassCosts, Evaluation, evaluate
-from planner.memory import memory_terms, rank_memory
+from planner.memory import memory_terms, peaks, rank_memory
 from planner.simulate import Op, rank_orders
 from planner.specs import SearchOptions
-from planner.terms import end_terms
+from planner.terms import end_parts, end_terms
 
 
 class Status(StrEnum):
@@ -187,9 +187,9 @@ def cut_model(cc: ClassCosts) -> CutModel:
     horizon = 1 << 50  # ns, ~13 days: far above any step
     cm = CutModel(model, n, model.new_int_var(0, horizon, "makespan"), model.new_int_var(0, horizon, "end"))
     for r in range(c.pp):
-        for part in end_terms(s, c, n, r).parts():
+        for part in end_parts(end_terms(s, c, n, r)):
             model.add(cm.end >= part)
-        for peak in memory_terms(s, c, n, r, cc.live[r]).peaks():  # memory at every activation peak
+        for peak in peaks(memory_terms(s, c, n, r, cc.live[r])):  # memory at every activation peak
             model.add(peak <= cc.usable_bytes)
     if c.schedule == "gpipe":  # its exact closed form (simulate.gpipe_makespan)
         mf = model.new_int_var(0, horizon, "max_f")

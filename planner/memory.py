@@ -80,8 +80,10 @@ class MemoryTerms(NamedTuple, Generic[Count]):
     activations: list[Count]  # per activation peak of the rank's schedule
     buffers: int
 
-    def peaks(self) -> list[Count]:
-        return [self.states + a + self.buffers for a in self.activations]
+
+def peaks(t: MemoryTerms[Count]) -> list[Count]:
+    """The rank's tensor bytes at each activation peak."""
+    return [t.states + a + t.buffers for a in t.activations]
 
 
 def memory_terms(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int, live: list[dict[int, int]]) -> MemoryTerms[Count]:
@@ -97,12 +99,12 @@ def memory_terms(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int, live:
 
 def rank_memory(cc: ClassCosts, n: Sequence[int], r: int) -> int:
     """Peak tensor bytes of rank r (what must fit in ``usable_bytes``)."""
-    return max(memory_terms(cc.shared, cc.cand, n, r, cc.live[r]).peaks())
+    return max(peaks(memory_terms(cc.shared, cc.cand, n, r, cc.live[r])))
 
 
 def stage_memory(cc: ClassCosts, n: list[int], r: int) -> StageMemory:
     t = memory_terms(cc.shared, cc.cand, n, r, cc.live[r])
-    tensors = max(t.peaks())
+    tensors = max(peaks(t))
     per = cc.shared.state_bytes  # the states split in the ratio of their bytes per parameter
     s = per.total
     return StageMemory(

@@ -113,7 +113,8 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
 
     while (item := next_class()) is not None:
         cand = item.cand
-        kth = found[top_k - 1].evaluation.objective_ns if len(found) >= top_k and found[top_k - 1].evaluation else None
+        kth_ev = found[top_k - 1].evaluation if len(found) >= top_k else None
+        kth = kth_ev.objective_ns if kth_ev is not None else None
         if kth is not None and item.bound > kth:
             break
         if time.perf_counter() >= deadline:
@@ -161,10 +162,11 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     notes = [f"{len(cands)} configuration classes (every stage cut of each), {costed} costed (the rest bounded out), "
              f"{pruned_memory} ruled out by memory bounds, {solved} solved with CP-SAT ({solves} solves), "
              f"{simulated} simulated at their one allowed cut (pinned, or interleaved's uniform split)"]
-    if not found or found[0].evaluation is None:
+    top = found[0].evaluation if found else None
+    if top is None:
         return SearchResult([], Status.INFEASIBLE if all_proven else Status.UNKNOWN, None, None, wall, len(cands), solved, solves,
                             notes, min_memory=min_memory(ctx, cands, pins) if all_proven else None)
-    best = found[0].evaluation.objective_ns
+    best = top.objective_ns
     if not all_proven:
         notes.append(f"time limit ({options.time_limit_s:g} s) reached before the proof completed; the bound is the smallest open lower bound")
     bound = best if all_proven else min(best, open_bound if open_bound is not None else best)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Generic, NamedTuple
 
 from planner.affine import Affine, Count, total
 from planner.comm import dp_group_in_node, tp_link
@@ -177,12 +177,13 @@ class EndTerms(NamedTuple, Generic[Count]):
     optimizer: Count
     post: Count
 
-    def parts(self) -> list[Count]:
-        """The rank's end term is the max of these: ``max(0, sync − overlap) + optimizer + post``."""
-        done = self.optimizer + self.post
-        if isinstance(self.sync, int) and self.sync == 0:  # nothing to sync
-            return [done]
-        return [done, self.sync - self.overlap + done]
+
+def end_parts(t: EndTerms[Count]) -> list[Count]:
+    """The rank's end term is the max of these: ``max(0, sync − overlap) + optimizer + post``."""
+    done = t.optimizer + t.post
+    if isinstance(t.sync, int) and t.sync == 0:  # nothing to sync
+        return [done]
+    return [done, t.sync - t.overlap + done]
 
 
 def end_terms(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int) -> EndTerms[Count]:
@@ -195,7 +196,7 @@ def end_terms(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int) -> EndTe
 
 
 def rank_end(t: EndTerms[int]) -> int:
-    return max(t.parts())
+    return max(end_parts(t))
 
 
 def exposed_sync(t: EndTerms[int]) -> int:

@@ -19,6 +19,7 @@ from planner.memory import (
     FRAGMENTATION,
     GIB,
     memory_terms,
+    peaks,
     rank_memory,
     stage_memory,
     state_bytes,
@@ -89,7 +90,7 @@ def test_memory_breakdown_screens_and_end_terms_agree(kind: str, seed: int) -> N
                 tensors = rank_memory(cc, n, r)
                 assert parts == pytest.approx(tensors / GIB, rel=1e-12)
                 assert sm.total_gib == pytest.approx((tensors * (1 + FRAGMENTATION) + FIXED_RESERVE_BYTES) / GIB, rel=1e-12)
-                assert tensors == max(memory_terms(cc.shared, cand, n, r, cc.live[r]).peaks()) == ev.memory_bytes[r]
+                assert tensors == max(peaks(memory_terms(cc.shared, cand, n, r, cc.live[r]))) == ev.memory_bytes[r]
         if cand.virtual_stages == 1:
             live = live_vectors(cand.schedule, cand.pp, 1, cc.m)
             assert layer_caps(cc.shared, cand, live, cc.num_layers, cc.usable_bytes) == \

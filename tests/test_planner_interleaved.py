@@ -8,9 +8,9 @@ import random
 
 import pytest
 
+from planner.bounds import interleaved_peak_copies, quick_may_fit
 from planner.bruteforce import brute_force
 from planner.catalog import get_gpu
-from planner.bounds import interleaved_peak_copies, quick_may_fit
 from planner.cost import (
     Context,
     class_costs,
