@@ -34,3 +34,13 @@ class Affine(NamedTuple):
     def at(self, layers: Count, emb: bool, head: bool) -> Count:
         fixed = self.const + (self.emb if emb else 0) + (self.head if head else 0)
         return fixed + layers * self.layer if self.layer else fixed  # type: ignore[return-value]
+
+    def plus(self, other: Affine) -> Affine:
+        return Affine(self.const + other.const, self.layer + other.layer, self.emb + other.emb, self.head + other.head)
+
+    def per_chunk(self, n: Sequence[Count]) -> list[Count]:
+        """The term of every chunk of a cut: chunk 0 holds the embedding, the last one the LM head."""
+        out = [self.const + x * self.layer for x in n]
+        out[0] += self.emb
+        out[-1] += self.head
+        return out

@@ -8,35 +8,52 @@ the brute force.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 
-from planner.cost import Candidate, ClassCosts, Context, boundary_lags, live_vectors, num_microbatches
-from planner.memory import memory_terms, peaks, rank_memory, usable_bytes
+from planner.cost import (
+    Candidate,
+    ClassCosts,
+    Context,
+    boundary_lags,
+    live_vectors,
+    num_microbatches,
+)
+from planner.memory import (
+    rank_activations,
+    rank_buffers,
+    rank_memory,
+    rank_states,
+    usable_bytes,
+)
 from planner.terms import SharedTerms, class_terms, end_terms, rank_end
 
 # ---------------------------------------------------------------------------------------------
 # Memory screens
 
 
-def layer_caps(s: SharedTerms, c: Candidate, live: list[list[dict[int, int]]], num_layers: int, usable: int) -> list[int]:
+def layer_caps(s: SharedTerms, c: Candidate, live: list[list[dict[int, int]]], num_layers: int, usable: int) -> Iterator[int]:
     """Per rank, an upper bound of the layers its memory can hold (exact for one chunk per rank):
     at each activation peak, every chunk of the rank keeps at least ``kmin`` copies."""
     zero = [0] * c.chunks
-    caps = []
     for r in range(c.pp):
         own = range(r, c.chunks, c.pp)
-        cap: int | None = None
-        for vec, fixed in zip(live[r], peaks(memory_terms(s, c, zero, r, live[r]))):
-            kmin = min(vec.get(ch, 0) for ch in own)
-            room = usable - fixed
-            per = s.states.layer + kmin * s.acts.layer
-            this = -1 if room < 0 else (room // per if per > 0 else num_layers)
-            cap = this if cap is None else min(cap, this)
-        caps.append(-1 if cap is None else cap)
-    return caps
+        base = usable - rank_states(s, c, zero, r) - rank_buffers(s, c, r)
+        cap = num_layers
+        for vec in live[r]:
+            room = base - rank_activations(s, c, zero, vec)
+            per = s.states.layer + min([vec.get(ch, 0) for ch in own]) * s.acts.layer
+            cap = min(cap, -1 if room < 0 else (room // per if per > 0 else num_layers))
+        yield cap
 
 
-def caps_fit(caps: list[int], v: int, num_layers: int) -> bool:
-    return all(cp >= v for cp in caps) and sum(caps) >= num_layers
+def caps_fit(caps: Iterable[int], v: int, num_layers: int) -> bool:
+    """Whether every rank can hold its v chunks and all ranks the layers (stops at the first that cannot)."""
+    held = 0
+    for cap in caps:
+        if cap < v:
+            return False
+        held += cap
+    return held >= num_layers
 
 
 def may_fit(cc: ClassCosts) -> bool:
@@ -71,10 +88,9 @@ def quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None = None) -> b
         live = live_vectors(c.schedule, c.pp, 1, m)
         return caps_fit(layer_caps(s, c, live, ctx.model.num_layers, usable), 1, ctx.model.num_layers)
     for r in range(c.pp):
-        t = memory_terms(s, c, cut, r, [])
         copies = interleaved_peak_copies(c.pp, c.virtual_stages, m, r) if c.virtual_stages > 1 else \
             (m if c.schedule == "gpipe" else min(c.pp - r, m))
-        if t.states + copies * min(cut[r::c.pp]) * s.acts.layer + t.buffers > usable:
+        if rank_states(s, c, cut, r) + copies * min(cut[r::c.pp]) * s.acts.layer + rank_buffers(s, c, r) > usable:
             return False
     return True
 
@@ -162,8 +178,8 @@ def cut_bound(ctx: Context, c: Candidate, cut: list[int]) -> int:
     term (``cut_end``). For a uniform interleaved cut rank p−1's chain is the ideal interleaved step,
     so the bound is close to the simulated one (0.1–2 % below on the bench instances)."""
     s = class_terms(ctx, c)
-    p, m, last = c.pp, num_microbatches(ctx, c), c.chunks - 1
-    t = [s.fwd.at(n, ch == 0, ch == last) + s.bwd.at(n, ch == 0, ch == last) for ch, n in enumerate(cut)]
+    p, m = c.pp, num_microbatches(ctx, c)
+    t = s.fwd.plus(s.bwd).per_chunk(cut)  # F + B of each chunk
     # The chain crosses boundaries 0..i−1 twice (forward and backward).
     lags = [2 * x for x in boundary_lags(ctx, c, s.p2p_bytes)[:p - 1]] + [0]
     pipe = max(sum(t[:i]) + sum(lags[:i]) + m * sum(t[i::p]) for i in range(p))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any
 
 from planner import comm as comm_mod
 from planner.specs import (
@@ -24,8 +24,6 @@ from planner.specs import (
     Profile,
     TrainingSpec,
 )
-
-V = TypeVar("V")
 
 #: Fraction of the dense datasheet peak a large GEMM reaches (cuBLAS, "maximum achievable matmul
 #: FLOPS" microbenchmarks: stas00/ml-engineering ``compute/accelerator`` table, mamf-finder:
@@ -53,12 +51,6 @@ class Context:
     #: Values derived once per context (layer profiles and times, shared terms, class costs), by key.
     memo: dict[Any, Any] = field(default_factory=dict, repr=False)
 
-    def cached(self, key: Any, build: Callable[[], V]) -> V:
-        """``build()``, computed once per key for this context."""
-        if key not in self.memo:
-            self.memo[key] = build()
-        return self.memo[key]
-
     @cached_property
     def comm(self) -> comm_mod.CommModel:
         return comm_mod.CommModel.for_cluster(self.cluster, self.gpu, self.network)
@@ -84,7 +76,11 @@ class Context:
         return DEFAULT_GEMM_EFFICIENCY
 
     def layer(self, kind: str, mbs: int, tp: int, sp: bool) -> LayerProfile:
-        return self.cached(("layer", kind, mbs, tp, sp), lambda: self._find_layer(kind, mbs, tp, sp))
+        key = ("layer", kind, mbs, tp, sp)
+        lp = self.memo.get(key)
+        if lp is None:
+            lp = self.memo[key] = self._find_layer(kind, mbs, tp, sp)
+        return lp
 
     def _find_layer(self, kind: str, mbs: int, tp: int, sp: bool) -> LayerProfile:
         lp = None
@@ -160,7 +156,11 @@ class LayerTimes:
 
 
 def layer_times(ctx: Context, kind: str, mbs: int, tp: int, sp: bool, recompute: str) -> LayerTimes:
-    return ctx.cached(("times", kind, mbs, tp, sp, recompute), lambda: _layer_times(ctx, kind, mbs, tp, sp, recompute))
+    key = ("times", kind, mbs, tp, sp, recompute)
+    t = ctx.memo.get(key)
+    if t is None:
+        t = ctx.memo[key] = _layer_times(ctx, kind, mbs, tp, sp, recompute)
+    return t
 
 
 def _layer_times(ctx: Context, kind: str, mbs: int, tp: int, sp: bool, recompute: str) -> LayerTimes:

@@ -115,26 +115,26 @@ def live_vectors_cached(schedule: str, pp: int, v: int, m: int) -> tuple[tuple[t
     return tuple(out)
 
 
+@lru_cache(maxsize=4096)
 def live_vectors(schedule: str, pp: int, v: int, m: int) -> list[list[dict[int, int]]]:
-    """Per rank, the non-dominated sets {chunk: activation copies alive} at the peaks of its order."""
+    """Per rank, the non-dominated sets {chunk: activation copies alive} at the peaks of its order
+    (shared between calls: read only)."""
     return [[dict(p) for p in rank] for rank in live_vectors_cached(schedule, pp, v, m)]
 
 
 def boundary_lags(ctx: Context, c: Candidate, p2p_bytes: int) -> list[int]:
     """The p2p delay of every chunk boundary c → c+1, ns: 0 on one rank, else one send of
-    ``p2p_bytes`` over NVLink or, when some rank pair of the boundary sits on two nodes, the network."""
-    if c.chunks == 1:
-        return []
-    t_intra = ns(ctx.comm.time("send_recv", p2p_bytes, 2, "intra_node"))
-    t_inter = ns(ctx.comm.time("send_recv", p2p_bytes, 2, "inter_node"))
-    return _boundary_lags(ctx.cluster.gpus_per_node, c.dp * c.tp, c.pp, c.virtual_stages, t_intra, t_inter)
-
-
-@lru_cache(maxsize=4096)
-def _boundary_lags(g: int, block: int, pp: int, v: int, t_intra: int, t_inter: int) -> list[int]:
-    where = chunk_ranks(pp, v)
-    return [0 if i == j else (t_inter if boundary_crosses_nodes(g, block, i, j) else t_intra)
-            for i, j in zip(where, where[1:])]
+    ``p2p_bytes`` over NVLink or, when some rank pair of the boundary sits on two nodes, the network.
+    (Shared between calls: read only.)"""
+    key = ("lags", c.dp * c.tp, c.pp, c.virtual_stages, p2p_bytes)
+    lags = ctx.memo.get(key)
+    if lags is None:
+        where, g, block = chunk_ranks(c.pp, c.virtual_stages), ctx.cluster.gpus_per_node, c.dp * c.tp
+        t_intra = ns(ctx.comm.time("send_recv", p2p_bytes, 2, "intra_node"))
+        t_inter = ns(ctx.comm.time("send_recv", p2p_bytes, 2, "inter_node"))
+        lags = ctx.memo[key] = [0 if i == j else (t_inter if boundary_crosses_nodes(g, block, i, j) else t_intra)
+                                for i, j in zip(where, where[1:])]
+    return lags
 
 
 def num_microbatches(ctx: Context, c: Candidate) -> int:
@@ -143,7 +143,10 @@ def num_microbatches(ctx: Context, c: Candidate) -> int:
 
 def class_costs(ctx: Context, c: Candidate) -> ClassCosts:
     """Build (and cache) the integer cost coefficients of one class from its shared terms."""
-    return ctx.cached(("costs", c), lambda: _class_costs(ctx, c))
+    cc = ctx.memo.get(c)
+    if cc is None:
+        cc = ctx.memo[c] = _class_costs(ctx, c)
+    return cc
 
 
 def _class_costs(ctx: Context, c: Candidate) -> ClassCosts:
@@ -158,7 +161,7 @@ def _class_costs(ctx: Context, c: Candidate) -> ClassCosts:
         return out
 
     def extras(a: Affine) -> list[int]:
-        return [a.at(0, ch == 0, ch == last) for ch in range(c.chunks)]
+        return a.per_chunk([0] * c.chunks)
 
     return ClassCosts(
         cand=c, shared=s, m=m, num_layers=ctx.model.num_layers, chunk_rank=chunk_ranks(c.pp, c.virtual_stages),

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING, Generic, NamedTuple
 
 from planner.affine import Count, total
@@ -50,6 +51,7 @@ class StateBytes(NamedTuple):
         return self.weights + self.gradients + self.optimizer
 
 
+@lru_cache(maxsize=256)
 def state_bytes(precision: str, optimizer: str, zero_stage: int, dp: int) -> StateBytes:
     """Weights and gradients in the training precision; optimizer states per ``OPTIMIZER_STATE_BYTES``
     (mixed precision = any precision but fp32 keeps fp32 master weights); sharded by dp per ZeRO stage."""
@@ -86,20 +88,35 @@ def peaks(t: MemoryTerms[Count]) -> list[Count]:
     return [t.states + a + t.buffers for a in t.activations]
 
 
+def rank_states(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int) -> Count:
+    """Model states of rank r of class ``c`` at the cut ``n``: rank r holds chunks r, r + pp, …, the
+    embedding on rank 0 and the LM head (unless tied to it) on rank pp − 1."""
+    return s.states.at(total(n[r::c.pp]), r == 0, r == c.pp - 1 and s.own_head(c))
+
+
+def rank_buffers(s: SharedTerms, c: Candidate, r: int) -> int:
+    """Buffers that do not scale with the cut: one rematerialised layer, two ZeRO-3-gathered layers,
+    p2p send/recv, and the fp32 logits on the LM head's rank (pp − 1)."""
+    return s.recompute_tmp + s.z3_tmp + (2 * s.p2p_bytes if c.pp > 1 else 0) + (s.logits_fp32 if r == c.pp - 1 else 0)
+
+
+def rank_activations(s: SharedTerms, c: Candidate, n: Sequence[Count], live: dict[int, int]) -> Count:
+    """Saved activations at one activation peak {chunk: copies alive}: the embedding's with chunk 0,
+    the LM head's with the last chunk."""
+    last = c.chunks - 1
+    return total([k * s.acts.at(n[ch], ch == 0, ch == last) for ch, k in live.items()])
+
+
 def memory_terms(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int, live: list[dict[int, int]]) -> MemoryTerms[Count]:
     """Rank r of class ``c`` at the cut ``n``; ``live``: the rank's activation peaks, each {chunk:
-    copies alive} (``cost.live_vectors``). Rank r holds chunks r, r + pp, …; the embedding is on rank
-    0 and the LM head (with the logits buffer) on rank pp − 1."""
-    last = c.chunks - 1
-    head = r == c.pp - 1
-    states = s.states.at(total(n[r::c.pp]), r == 0, head and s.own_head(c))
-    acts = [total([k * s.acts.at(n[ch], ch == 0, ch == last) for ch, k in vec.items()]) for vec in live]
-    return MemoryTerms(states, acts, s.buffers(c).at(0, False, head))
+    copies alive} (``cost.live_vectors``)."""
+    return MemoryTerms(rank_states(s, c, n, r), [rank_activations(s, c, n, vec) for vec in live], rank_buffers(s, c, r))
 
 
 def rank_memory(cc: ClassCosts, n: Sequence[int], r: int) -> int:
     """Peak tensor bytes of rank r (what must fit in ``usable_bytes``)."""
-    return max(peaks(memory_terms(cc.shared, cc.cand, n, r, cc.live[r])))
+    s, c = cc.shared, cc.cand  # = max(peaks(memory_terms(...))), without building the terms
+    return rank_states(s, c, n, r) + max([rank_activations(s, c, n, vec) for vec in cc.live[r]]) + rank_buffers(s, c, r)
 
 
 def stage_memory(cc: ClassCosts, n: list[int], r: int) -> StageMemory:

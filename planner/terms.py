@@ -27,7 +27,7 @@ NS = 1e9
 
 
 def ns(seconds: float) -> int:
-    return int(round(seconds * NS))
+    return round(seconds * NS)
 
 
 @dataclass(frozen=True)
@@ -60,40 +60,59 @@ class SharedTerms:
 
     def own_head(self, c: Candidate) -> bool:
         """Whether the LM head has parameters of its own (tied to the embedding on a single chunk)."""
-        return not (self.tie_embeddings and c.chunks == 1)
-
-    def buffers(self, c: Candidate) -> Affine:
-        """Buffers that do not scale with the cut: one rematerialised layer, two ZeRO-3-gathered
-        layers, p2p send/recv, and the fp32 logits on the LM head's rank."""
-        return Affine(self.recompute_tmp + self.z3_tmp + (2 * self.p2p_bytes if c.pp > 1 else 0), head=self.logits_fp32)
+        return not self.tie_embeddings or c.pp * c.virtual_stages > 1
 
 
 def shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero_stage: int, dp: int) -> SharedTerms:
-    return ctx.cached(("shared", mbs, tp, sp, recompute, zero_stage, dp),
-                      lambda: _shared_terms(ctx, mbs, tp, sp, recompute, zero_stage, dp))
+    key = ("shared", mbs, tp, sp, recompute, zero_stage, dp)
+    s = ctx.memo.get(key)
+    if s is None:
+        s = ctx.memo[key] = _shared_terms(ctx, mbs, tp, sp, recompute, zero_stage, dp)
+    return s
 
 
 def class_terms(ctx: Context, c: Candidate) -> SharedTerms:
     return shared_terms(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp)
 
 
-def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero_stage: int, dp: int) -> SharedTerms:
-    model, tr, cm = ctx.model, ctx.training, ctx.comm
-    seq, e = tr.seq_len, ctx.elt
-    g = ctx.cluster.gpus_per_node
+@dataclass(frozen=True)
+class LayerGroup:
+    """Per micro-batch, one GPU, for one (micro-batch size, tp, sequence parallelism, recomputation):
+    the block, embedding and LM head (in that order) — their compute + blocking TP comm (s), the TP
+    part, parameters and the layer profiles. What ``shared_terms`` builds on for every ZeRO stage and dp."""
 
-    # --- compute
+    work_f: tuple[float, float, float]
+    work_b: tuple[float, float, float]
+    tp_f: tuple[float, float, float]
+    tp_b: tuple[float, float, float]
+    params: tuple[int, int, int]
+    act: int  # one residual-stream tensor, bytes
+    recompute_tmp: int
+    logits_fp32: int
+    acts: Affine
+    flops: tuple[float, float, float]
+
+
+def layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> LayerGroup:
+    key = ("group", mbs, tp, sp, recompute)
+    lg = ctx.memo.get(key)
+    if lg is None:
+        lg = ctx.memo[key] = _layer_group(ctx, mbs, tp, sp, recompute)
+    return lg
+
+
+def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> LayerGroup:
+    model, seq, cm = ctx.model, ctx.training.seq_len, ctx.comm
     blk = layer_times(ctx, "transformer_block", mbs, tp, sp, recompute)
     emb = layer_times(ctx, "embedding", mbs, tp, sp, "none")
     head = layer_times(ctx, "lm_head", mbs, tp, sp, "none")
     lp_blk = ctx.layer("transformer_block", mbs, tp, sp)
     lp_emb = ctx.layer("embedding", mbs, tp, sp)
     lp_head = ctx.layer("lm_head", mbs, tp, sp)
-    params = (lp_blk.param_count, lp_emb.param_count, lp_head.param_count)
 
     # --- tensor-parallel communication (blocking, on the compute stream, Megatron-style)
-    act = mbs * seq * model.hidden_size * e  # one residual-stream tensor
-    link = tp_link(g, tp)
+    act = mbs * seq * model.hidden_size * ctx.elt  # one residual-stream tensor
+    link = tp_link(ctx.cluster.gpus_per_node, tp)
     ar = cm.time("all_reduce", act, tp, link)
     half = cm.time("reduce_scatter", act, tp, link)  # = all-gather
     blk_tp_f = 2 * ar
@@ -106,61 +125,70 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     else:
         emb_tp_f = emb_tp_b = 0.0
         head_tp_f = head_tp_b = (half if sp else 0.0)
+    vocab_local = model.vocab_size // tp if vocab_parallel else model.vocab_size
+    saved = lp_blk.saved_activation_bytes
+    return LayerGroup(
+        work_f=(blk.fwd + blk_tp_f, emb.fwd + emb_tp_f, head.fwd + head_tp_f),
+        work_b=(blk.bwd + blk_tp_b, emb.bwd + emb_tp_b, head.bwd + head_tp_b),
+        tp_f=(blk_tp_f, emb_tp_f, head_tp_f), tp_b=(blk_tp_b, emb_tp_b, head_tp_b),
+        params=(lp_blk.param_count, lp_emb.param_count, lp_head.param_count), act=act,
+        recompute_tmp={"none": 0, "selective": max(0, saved.none - saved.selective), "full": saved.none}[recompute],
+        logits_fp32=mbs * seq * vocab_local * 4,  # fp32 upcast for the loss
+        acts=Affine(0, int(saved.for_mode(recompute)), lp_emb.saved_activation_bytes.none, lp_head.saved_activation_bytes.none),
+        flops=(blk.flops_fwd + blk.flops_bwd, emb.flops_fwd + emb.flops_bwd, head.flops_fwd + head.flops_bwd),
+    )
+
+
+NOTHING = Affine()
+
+
+def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero_stage: int, dp: int) -> SharedTerms:
+    lg = layer_group(ctx, mbs, tp, sp, recompute)
+    tr, cm, e = ctx.training, ctx.comm, ctx.elt
+    p_blk, p_emb, p_head = lg.params
 
     # --- ZeRO-3: parameters gathered per micro-batch (fwd and bwd), gradients reduce-scattered;
     # prefetched on a side stream, so a layer costs max(compute + TP comm, its collectives)
-    dp_link = "intra_node" if dp_group_in_node(g, ctx.num_gpus, dp, tp) else "inter_node"
-    zero3 = zero_stage == 3 and dp > 1
-
-    def exposed(compute: float, count: int, fwd: bool) -> float:
-        if not zero3:
-            return compute
-        t = cm.time("all_gather", count * e, dp, dp_link)
-        return max(compute, t if fwd else t + cm.time("reduce_scatter", count * e, dp, dp_link))
-
-    f_blk, b_blk = exposed(blk.fwd + blk_tp_f, params[0], True), exposed(blk.bwd + blk_tp_b, params[0], False)
-    fwd = Affine(0, ns(f_blk), ns(exposed(emb.fwd + emb_tp_f, params[1], True)), ns(exposed(head.fwd + head_tp_f, params[2], True)))
-    bwd = Affine(0, ns(b_blk), ns(exposed(emb.bwd + emb_tp_b, params[1], False)), ns(exposed(head.bwd + head_tp_b, params[2], False)))
+    dp_link = "intra_node" if dp_group_in_node(ctx.cluster.gpus_per_node, ctx.num_gpus, dp, tp) else "inter_node"
+    if zero_stage == 3 and dp > 1:
+        gather = [cm.time("all_gather", count * e, dp, dp_link) for count in lg.params]
+        scatter = [cm.time("reduce_scatter", count * e, dp, dp_link) for count in lg.params]
+        work_f = [max(w, t) for w, t in zip(lg.work_f, gather)]
+        work_b = [max(w, t + u) for w, t, u in zip(lg.work_b, gather, scatter)]
+        z3_tmp = 2 * p_blk * 2 * e  # two gathered layers (weights, gradients)
+    else:
+        work_f, work_b, z3_tmp = list(lg.work_f), list(lg.work_b), 0
 
     # --- memory (bytes per GPU)
     per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp)
-    states = Affine(0, *(int(math.ceil(count * per_param.total)) for count in params))
-    recompute_tmp = {"none": 0, "selective": max(0, lp_blk.saved_activation_bytes.none - lp_blk.saved_activation_bytes.selective),
-                     "full": lp_blk.saved_activation_bytes.none}[recompute]
-    vocab_local = model.vocab_size // tp if vocab_parallel else model.vocab_size
+    per = per_param.total
 
     # --- end of step: DP gradient sync (overlapped with the rank's last backward), optimizer step
-    hbm = ctx.gpu.hbm_bandwidth_GBps * 1e9
-    upd = OPTIMIZER_STEP_BYTES[tr.optimizer]
-
     def collective(name: str, nbytes_per_param: float) -> Affine:
         if dp == 1:
-            return Affine()
+            return NOTHING
         one = cm.time(name, 1.0, dp, dp_link)
         per_byte = cm.time(name, 2.0, dp, dp_link) - one
-        return Affine(ns(one - per_byte), *(ns(per_byte * count * nbytes_per_param) for count in params))
+        return Affine(ns(one - per_byte), ns(per_byte * p_blk * nbytes_per_param), ns(per_byte * p_emb * nbytes_per_param),
+                      ns(per_byte * p_head * nbytes_per_param))
 
     if zero_stage == 0:
-        sync, post = collective("all_reduce", e), Affine()
+        sync, post = collective("all_reduce", e), NOTHING
     elif zero_stage in (1, 2):
         sync, post = collective("reduce_scatter", e), collective("all_gather", e)
     else:
-        sync = post = Affine()
-    shard = dp if zero_stage >= 1 else 1
+        sync = post = NOTHING
+    shard, upd, hbm = dp if zero_stage >= 1 else 1, OPTIMIZER_STEP_BYTES[tr.optimizer], ctx.gpu.hbm_bandwidth_GBps * 1e9
 
     return SharedTerms(
-        fwd=fwd, bwd=bwd,
-        fwd_tp=Affine(0, ns(min(blk_tp_f, f_blk)), ns(emb_tp_f), ns(head_tp_f)),
-        bwd_tp=Affine(0, ns(min(blk_tp_b, b_blk)), ns(emb_tp_b), ns(head_tp_b)),
-        states=states,
-        acts=Affine(0, int(lp_blk.saved_activation_bytes.for_mode(recompute)), lp_emb.saved_activation_bytes.none,
-                    lp_head.saved_activation_bytes.none),
-        sync=sync, post=post, opt=Affine(0, *(ns(count / shard * upd / hbm) for count in params)),
-        state_bytes=per_param, act=act, p2p_bytes=act // tp if sp else act,
-        logits_fp32=mbs * seq * vocab_local * 4,  # fp32 upcast for the loss
-        recompute_tmp=recompute_tmp, z3_tmp=2 * params[0] * 2 * e if zero3 else 0,  # two gathered layers (weights, grads)
-        tie_embeddings=model.tie_embeddings,
-        flops_layer=blk.flops_fwd + blk.flops_bwd, flops_emb=emb.flops_fwd + emb.flops_bwd, flops_head=head.flops_fwd + head.flops_bwd,
+        fwd=Affine(0, ns(work_f[0]), ns(work_f[1]), ns(work_f[2])), bwd=Affine(0, ns(work_b[0]), ns(work_b[1]), ns(work_b[2])),
+        fwd_tp=Affine(0, ns(min(lg.tp_f[0], work_f[0])), ns(lg.tp_f[1]), ns(lg.tp_f[2])),
+        bwd_tp=Affine(0, ns(min(lg.tp_b[0], work_b[0])), ns(lg.tp_b[1]), ns(lg.tp_b[2])),
+        states=Affine(0, math.ceil(p_blk * per), math.ceil(p_emb * per), math.ceil(p_head * per)), acts=lg.acts,
+        sync=sync, post=post, opt=Affine(0, ns(p_blk / shard * upd / hbm), ns(p_emb / shard * upd / hbm), ns(p_head / shard * upd / hbm)),
+        state_bytes=per_param, act=lg.act, p2p_bytes=lg.act // tp if sp else lg.act, logits_fp32=lg.logits_fp32,
+        recompute_tmp=lg.recompute_tmp, z3_tmp=z3_tmp, tie_embeddings=ctx.model.tie_embeddings,
+        flops_layer=lg.flops[0], flops_emb=lg.flops[1], flops_head=lg.flops[2],
     )
 
 

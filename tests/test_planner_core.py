@@ -93,8 +93,8 @@ def test_memory_breakdown_screens_and_end_terms_agree(kind: str, seed: int) -> N
                 assert tensors == max(peaks(memory_terms(cc.shared, cand, n, r, cc.live[r]))) == ev.memory_bytes[r]
         if cand.virtual_stages == 1:
             live = live_vectors(cand.schedule, cand.pp, 1, cc.m)
-            assert layer_caps(cc.shared, cand, live, cc.num_layers, cc.usable_bytes) == \
-                layer_caps(cc.shared, cand, cc.live, cc.num_layers, cc.usable_bytes)
+            assert list(layer_caps(cc.shared, cand, live, cc.num_layers, cc.usable_bytes)) == \
+                list(layer_caps(cc.shared, cand, cc.live, cc.num_layers, cc.usable_bytes))
             assert quick_may_fit(ctx, cand) == may_fit(cc)
 
 
