@@ -10,28 +10,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator
 
-from planner.cost import (
-    Candidate,
-    ClassCosts,
-    Context,
-    boundary_lags,
-    live_vectors,
-    num_microbatches,
-)
-from planner.memory import (
-    rank_activations,
-    rank_buffers,
-    rank_memory,
-    rank_states,
-    usable_bytes,
-)
+from planner.cost import Candidate, ClassCosts, Context, Live, boundary_lags, live_vectors_cached, num_microbatches
+from planner.memory import rank_activations, rank_buffers, rank_memory, rank_states, usable_bytes
 from planner.terms import SharedTerms, class_terms, end_terms, rank_end
 
 # ---------------------------------------------------------------------------------------------
 # Memory screens
 
 
-def layer_caps(s: SharedTerms, c: Candidate, live: list[list[dict[int, int]]], num_layers: int, usable: int) -> Iterator[int]:
+def layer_caps(s: SharedTerms, c: Candidate, live: Live, num_layers: int, usable: int) -> Iterator[int]:
     """Per rank, an upper bound of the layers its memory can hold (exact for one chunk per rank):
     at each activation peak, every chunk of the rank keeps at least ``kmin`` copies."""
     zero = [0] * c.chunks
@@ -41,7 +28,8 @@ def layer_caps(s: SharedTerms, c: Candidate, live: list[list[dict[int, int]]], n
         cap = num_layers
         for vec in live[r]:
             room = base - rank_activations(s, c, zero, vec)
-            per = s.states.layer + min([vec.get(ch, 0) for ch in own]) * s.acts.layer
+            kmin = min([k for _, k in vec]) if len(vec) == len(own) else 0  # a chunk of the rank not alive: 0
+            per = s.states.layer + kmin * s.acts.layer
             cap = min(cap, -1 if room < 0 else (room // per if per > 0 else num_layers))
         yield cap
 
@@ -85,7 +73,7 @@ def quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None = None) -> b
         return True
     s, m, usable = class_terms(ctx, c), num_microbatches(ctx, c), usable_bytes(ctx.gpu.memory_gib)
     if cut is None:
-        live = live_vectors(c.schedule, c.pp, 1, m)
+        live = live_vectors_cached(c.schedule, c.pp, 1, m)
         return caps_fit(layer_caps(s, c, live, ctx.model.num_layers, usable), 1, ctx.model.num_layers)
     for r in range(c.pp):
         copies = interleaved_peak_copies(c.pp, c.virtual_stages, m, r) if c.virtual_stages > 1 else \

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from itertools import pairwise
 
 from planner.affine import Affine
 from planner.comm import boundary_crosses_nodes
@@ -23,8 +24,8 @@ from planner.memory import rank_memory, usable_bytes
 from planner.simulate import SimResult, chunk_ranks, rank_orders, simulate
 from planner.terms import EndTerms, SharedTerms, class_terms, end_terms, ns, rank_end
 
-__all__ = ["Candidate", "ClassCosts", "Context", "Evaluation", "boundary_lags", "class_costs", "evaluate", "live_vectors",
-           "num_microbatches", "rank_end_terms", "rank_memory"]
+__all__ = ["Candidate", "ClassCosts", "Context", "Evaluation", "Live", "boundary_lags", "class_costs", "evaluate", "live_vectors",
+           "live_vectors_cached", "num_microbatches", "rank_end_terms", "rank_memory"]
 
 
 @dataclass(frozen=True, order=True)
@@ -74,8 +75,8 @@ class ClassCosts:
     b_layer_tp: int
     f_extra_tp: list[int]
     b_extra_tp: list[int]
-    #: per rank: distinct vectors {chunk: copies alive} at the activation peaks of its schedule
-    live: list[list[dict[int, int]]]
+    #: per rank: its activation peaks, each the (chunk, copies alive) pairs (``live_vectors_cached``)
+    live: Live
     usable_bytes: int
     flops_layer: float  # model FLOPs (fwd+bwd incl. recompute) per layer per micro-batch, per GPU
     flops_extra: list[float]
@@ -93,8 +94,12 @@ class ClassCosts:
         return [list(range(r, self.chunks, self.cand.pp)) for r in range(self.cand.pp)]
 
 
+#: Per rank, the activation peaks of its schedule, each as (chunk, copies alive) pairs.
+Live = tuple[tuple[tuple[tuple[int, int], ...], ...], ...]
+
+
 @lru_cache(maxsize=4096)
-def live_vectors_cached(schedule: str, pp: int, v: int, m: int) -> tuple[tuple[tuple[tuple[int, int], ...], ...], ...]:
+def live_vectors_cached(schedule: str, pp: int, v: int, m: int) -> Live:
     if v == 1:  # closed forms: GPipe keeps all m, 1F1B keeps min(p - i, m) on rank i
         return tuple(((((i, m if schedule == "gpipe" else min(pp - i, m)),),)) for i in range(pp))
     out = []
@@ -115,10 +120,8 @@ def live_vectors_cached(schedule: str, pp: int, v: int, m: int) -> tuple[tuple[t
     return tuple(out)
 
 
-@lru_cache(maxsize=4096)
 def live_vectors(schedule: str, pp: int, v: int, m: int) -> list[list[dict[int, int]]]:
-    """Per rank, the non-dominated sets {chunk: activation copies alive} at the peaks of its order
-    (shared between calls: read only)."""
+    """Per rank, the non-dominated sets {chunk: activation copies alive} at the peaks of its order."""
     return [[dict(p) for p in rank] for rank in live_vectors_cached(schedule, pp, v, m)]
 
 
@@ -133,7 +136,7 @@ def boundary_lags(ctx: Context, c: Candidate, p2p_bytes: int) -> list[int]:
         t_intra = ns(ctx.comm.time("send_recv", p2p_bytes, 2, "intra_node"))
         t_inter = ns(ctx.comm.time("send_recv", p2p_bytes, 2, "inter_node"))
         lags = ctx.memo[key] = [0 if i == j else (t_inter if boundary_crosses_nodes(g, block, i, j) else t_intra)
-                                for i, j in zip(where, where[1:])]
+                                for i, j in pairwise(where)]
     return lags
 
 
@@ -168,7 +171,7 @@ def _class_costs(ctx: Context, c: Candidate) -> ClassCosts:
         f_layer=s.fwd.layer, b_layer=s.bwd.layer, f_extra=extras(s.fwd), b_extra=extras(s.bwd),
         lag=list(boundary_lags(ctx, c, s.p2p_bytes)),
         f_layer_tp=s.fwd_tp.layer, b_layer_tp=s.bwd_tp.layer, f_extra_tp=extras(s.fwd_tp), b_extra_tp=extras(s.bwd_tp),
-        live=live_vectors(c.schedule, c.pp, c.virtual_stages, m), usable_bytes=usable_bytes(ctx.gpu.memory_gib),
+        live=live_vectors_cached(c.schedule, c.pp, c.virtual_stages, m), usable_bytes=usable_bytes(ctx.gpu.memory_gib),
         flops_layer=s.flops_layer, flops_extra=per_chunk((s.flops_emb, s.flops_head)),
     )
 

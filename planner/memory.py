@@ -100,16 +100,17 @@ def rank_buffers(s: SharedTerms, c: Candidate, r: int) -> int:
     return s.recompute_tmp + s.z3_tmp + (2 * s.p2p_bytes if c.pp > 1 else 0) + (s.logits_fp32 if r == c.pp - 1 else 0)
 
 
-def rank_activations(s: SharedTerms, c: Candidate, n: Sequence[Count], live: dict[int, int]) -> Count:
-    """Saved activations at one activation peak {chunk: copies alive}: the embedding's with chunk 0,
-    the LM head's with the last chunk."""
+def rank_activations(s: SharedTerms, c: Candidate, n: Sequence[Count], peak: tuple[tuple[int, int], ...]) -> Count:
+    """Saved activations at one activation peak, (chunk, copies alive) pairs: the embedding's with
+    chunk 0, the LM head's with the last chunk."""
     last = c.chunks - 1
-    return total([k * s.acts.at(n[ch], ch == 0, ch == last) for ch, k in live.items()])
+    return total([k * s.acts.at(n[ch], ch == 0, ch == last) for ch, k in peak])
 
 
-def memory_terms(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int, live: list[dict[int, int]]) -> MemoryTerms[Count]:
-    """Rank r of class ``c`` at the cut ``n``; ``live``: the rank's activation peaks, each {chunk:
-    copies alive} (``cost.live_vectors``)."""
+def memory_terms(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int,
+                 live: tuple[tuple[tuple[int, int], ...], ...]) -> MemoryTerms[Count]:
+    """Rank r of class ``c`` at the cut ``n``; ``live``: the rank's activation peaks
+    (``cost.live_vectors_cached``)."""
     return MemoryTerms(rank_states(s, c, n, r), [rank_activations(s, c, n, vec) for vec in live], rank_buffers(s, c, r))
 
 

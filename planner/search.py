@@ -159,9 +159,9 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     if not found and not all_proven:
         found = fallback(ctx, unsolved + rest, top_k, pins)
     wall = time.perf_counter() - t0
-    notes = [f"{len(cands)} configuration classes (every stage cut of each), {costed} costed (the rest bounded out), "
-             f"{pruned_memory} ruled out by memory bounds, {solved} solved with CP-SAT ({solves} solves), "
-             f"{simulated} simulated at their one allowed cut (pinned, or interleaved's uniform split)"]
+    notes = [(f"{len(cands)} configuration classes (every stage cut of each), {costed} costed (the rest bounded out), "
+              f"{pruned_memory} ruled out by memory bounds, {solved} solved with CP-SAT ({solves} solves), "
+              f"{simulated} simulated at their one allowed cut (pinned, or interleaved's uniform split)")]
     top = found[0].evaluation if found else None
     if top is None:
         return SearchResult([], Status.INFEASIBLE if all_proven else Status.UNKNOWN, None, None, wall, len(cands), solved, solves,

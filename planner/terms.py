@@ -30,7 +30,7 @@ def ns(seconds: float) -> int:
     return round(seconds * NS)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SharedTerms:
     """The parts of a class's costs that do not depend on pp, the schedule or the cut."""
 
@@ -75,7 +75,7 @@ def class_terms(ctx: Context, c: Candidate) -> SharedTerms:
     return shared_terms(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LayerGroup:
     """Per micro-batch, one GPU, for one (micro-batch size, tp, sequence parallelism, recomputation):
     the block, embedding and LM head (in that order) — their compute + blocking TP comm (s), the TP
@@ -83,8 +83,10 @@ class LayerGroup:
 
     work_f: tuple[float, float, float]
     work_b: tuple[float, float, float]
-    tp_f: tuple[float, float, float]
-    tp_b: tuple[float, float, float]
+    fwd: Affine  # ``work_f`` in ns (the chunk terms without ZeRO-3)
+    bwd: Affine
+    fwd_tp: Affine  # the TP part, ns
+    bwd_tp: Affine
     params: tuple[int, int, int]
     act: int  # one residual-stream tensor, bytes
     recompute_tmp: int
@@ -127,10 +129,11 @@ def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> L
         head_tp_f = head_tp_b = (half if sp else 0.0)
     vocab_local = model.vocab_size // tp if vocab_parallel else model.vocab_size
     saved = lp_blk.saved_activation_bytes
+    work_f = (blk.fwd + blk_tp_f, emb.fwd + emb_tp_f, head.fwd + head_tp_f)
+    work_b = (blk.bwd + blk_tp_b, emb.bwd + emb_tp_b, head.bwd + head_tp_b)
     return LayerGroup(
-        work_f=(blk.fwd + blk_tp_f, emb.fwd + emb_tp_f, head.fwd + head_tp_f),
-        work_b=(blk.bwd + blk_tp_b, emb.bwd + emb_tp_b, head.bwd + head_tp_b),
-        tp_f=(blk_tp_f, emb_tp_f, head_tp_f), tp_b=(blk_tp_b, emb_tp_b, head_tp_b),
+        work_f=work_f, work_b=work_b, fwd=Affine(0, *map(ns, work_f)), bwd=Affine(0, *map(ns, work_b)),
+        fwd_tp=Affine(0, ns(blk_tp_f), ns(emb_tp_f), ns(head_tp_f)), bwd_tp=Affine(0, ns(blk_tp_b), ns(emb_tp_b), ns(head_tp_b)),
         params=(lp_blk.param_count, lp_emb.param_count, lp_head.param_count), act=act,
         recompute_tmp={"none": 0, "selective": max(0, saved.none - saved.selective), "full": saved.none}[recompute],
         logits_fp32=mbs * seq * vocab_local * 4,  # fp32 upcast for the loss
@@ -150,14 +153,13 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     # --- ZeRO-3: parameters gathered per micro-batch (fwd and bwd), gradients reduce-scattered;
     # prefetched on a side stream, so a layer costs max(compute + TP comm, its collectives)
     dp_link = "intra_node" if dp_group_in_node(ctx.cluster.gpus_per_node, ctx.num_gpus, dp, tp) else "inter_node"
+    fwd, bwd, z3_tmp = lg.fwd, lg.bwd, 0
     if zero_stage == 3 and dp > 1:
         gather = [cm.time("all_gather", count * e, dp, dp_link) for count in lg.params]
         scatter = [cm.time("reduce_scatter", count * e, dp, dp_link) for count in lg.params]
-        work_f = [max(w, t) for w, t in zip(lg.work_f, gather)]
-        work_b = [max(w, t + u) for w, t, u in zip(lg.work_b, gather, scatter)]
+        fwd = Affine(0, *(ns(max(w, t)) for w, t in zip(lg.work_f, gather)))
+        bwd = Affine(0, *(ns(max(w, t + u)) for w, t, u in zip(lg.work_b, gather, scatter)))
         z3_tmp = 2 * p_blk * 2 * e  # two gathered layers (weights, gradients)
-    else:
-        work_f, work_b, z3_tmp = list(lg.work_f), list(lg.work_b), 0
 
     # --- memory (bytes per GPU)
     per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp)
@@ -181,9 +183,7 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     shard, upd, hbm = dp if zero_stage >= 1 else 1, OPTIMIZER_STEP_BYTES[tr.optimizer], ctx.gpu.hbm_bandwidth_GBps * 1e9
 
     return SharedTerms(
-        fwd=Affine(0, ns(work_f[0]), ns(work_f[1]), ns(work_f[2])), bwd=Affine(0, ns(work_b[0]), ns(work_b[1]), ns(work_b[2])),
-        fwd_tp=Affine(0, ns(min(lg.tp_f[0], work_f[0])), ns(lg.tp_f[1]), ns(lg.tp_f[2])),
-        bwd_tp=Affine(0, ns(min(lg.tp_b[0], work_b[0])), ns(lg.tp_b[1]), ns(lg.tp_b[2])),
+        fwd=fwd, bwd=bwd, fwd_tp=lg.fwd_tp, bwd_tp=lg.bwd_tp,  # TP comm is within the layer time: never exposed beyond it
         states=Affine(0, math.ceil(p_blk * per), math.ceil(p_emb * per), math.ceil(p_head * per)), acts=lg.acts,
         sync=sync, post=post, opt=Affine(0, ns(p_blk / shard * upd / hbm), ns(p_emb / shard * upd / hbm), ns(p_head / shard * upd / hbm)),
         state_bytes=per_param, act=lg.act, p2p_bytes=lg.act // tp if sp else lg.act, logits_fp32=lg.logits_fp32,

@@ -12,7 +12,7 @@ from test_planner_interleaved import interleaved_instance
 from planner import estimate_plan, plan
 from planner.bounds import cut_end, layer_caps, may_fit, quick_may_fit
 from planner.bruteforce import brute_force, compositions
-from planner.cost import Context, class_costs, evaluate, live_vectors
+from planner.cost import Context, class_costs, evaluate, live_vectors_cached
 from planner.cutsolver import cut_model
 from planner.memory import (
     FIXED_RESERVE_BYTES,
@@ -92,7 +92,7 @@ def test_memory_breakdown_screens_and_end_terms_agree(kind: str, seed: int) -> N
                 assert sm.total_gib == pytest.approx((tensors * (1 + FRAGMENTATION) + FIXED_RESERVE_BYTES) / GIB, rel=1e-12)
                 assert tensors == max(peaks(memory_terms(cc.shared, cand, n, r, cc.live[r]))) == ev.memory_bytes[r]
         if cand.virtual_stages == 1:
-            live = live_vectors(cand.schedule, cand.pp, 1, cc.m)
+            live = live_vectors_cached(cand.schedule, cand.pp, 1, cc.m)
             assert list(layer_caps(cc.shared, cand, live, cc.num_layers, cc.usable_bytes)) == \
                 list(layer_caps(cc.shared, cand, cc.live, cc.num_layers, cc.usable_bytes))
             assert quick_may_fit(ctx, cand) == may_fit(cc)
