@@ -191,8 +191,8 @@ def explain_no_candidate(ctx: Context, pins: ParallelPins) -> tuple[str, str, st
 
 
 def simplicity(c: Candidate) -> tuple:
-    """Tie-break between equally fast plans: prefer the simpler one (less recomputation, lower ZeRO
-    stage, plainer schedule, fewer pipeline stages, smaller TP)."""
+    """The last tie-break of ``plan_key`` (equal step time and peak memory): prefer the simpler plan
+    (less recomputation, lower ZeRO stage, plainer schedule, fewer pipeline stages, smaller TP)."""
     return (RECOMPUTE.index(c.recompute), c.zero_stage, SEARCHED_SCHEDULES.index(c.schedule) if c.schedule != "1f1b" else -1,
             c.virtual_stages, c.pp, c.tp, c.sequence_parallel, -c.micro_batch_size, c)
 
