@@ -77,7 +77,7 @@ def quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None = None) -> b
         return caps_fit(layer_caps(s, c, live, ctx.model.num_layers, usable), 1, ctx.model.num_layers)
     for r in range(c.pp):
         copies = interleaved_peak_copies(c.pp, c.virtual_stages, m, r) if c.virtual_stages > 1 else \
-            (m if c.schedule == "gpipe" else min(c.pp - r, m))
+            live_vectors_cached(c.schedule, c.pp, 1, m)[r][0][0][1]  # its one peak: ((r, copies),)
         if rank_states(s, c, cut, r) + copies * min(cut[r::c.pp]) * s.acts.layer + rank_buffers(s, c, r) > usable:
             return False
     return True
