@@ -24,10 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import planner.search  # noqa: E402
+import planner.space  # noqa: E402
 from planner.api import context, plan  # noqa: E402
 from planner.bruteforce import brute_force  # noqa: E402
-from planner.search import enumerate_candidates, forced_cut  # noqa: E402
+from planner.space import enumerate_candidates, forced_cut  # noqa: E402
 from planner.specs import PlanRequest  # noqa: E402
 
 INSTANCES = [
@@ -46,7 +46,7 @@ def main() -> None:
     ap.add_argument("--no-interleaved", action="store_true", help="search GPipe and 1F1B only when the schedule is not pinned")
     args = ap.parse_args()
     if args.no_interleaved:
-        planner.search.DEFAULT_SCHEDULES = ("gpipe", "1f1b")
+        planner.space.DEFAULT_SCHEDULES = ("gpipe", "1f1b")
     print(f"{'instance':58s} {'plan s':>7s} {'status':>8s} {'classes':>8s} {'costed':>7s} {'solved':>7s} {'sim':>4s} {'cuts':>10s} {'step s':>8s} {'MFU':>6s}  brute force")
     for name, model, gpu, nodes, gpn, gbs, seq in INSTANCES[1 if args.quick else 0:]:
         req = PlanRequest.model_validate({"model": model, "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},

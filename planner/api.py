@@ -6,12 +6,13 @@ import time
 
 from planner import version
 from planner.catalog import get_gpu, get_model
-from planner.cost import Candidate, ClassCosts, Context, Evaluation, class_costs, evaluate
+from planner.cost import Candidate, ClassCosts, Context, Evaluation, class_costs, evaluate, rank_end_terms
 from planner.errors import MeshplanError
 from planner.explain import explain
 from planner.layout import even_stage_layers, mesh_layout, tp_plan
 from planner.memory import stage_memory
-from planner.search import SEARCHED_SCHEDULES, SearchResult, explain_no_candidate, rank_end_breakdown, search, validate_pins
+from planner.search import SearchResult, search
+from planner.space import SEARCHED_SCHEDULES, explain_no_candidate, validate_pins
 from planner.specs import (
     MULTI_STAGE_SCHEDULES,
     CostInputs,
@@ -25,6 +26,7 @@ from planner.specs import (
     SolverInfo,
     TimeBreakdown,
 )
+from planner.terms import exposed_sync
 
 #: Defaults of ``estimate`` for fields the request leaves out.
 ESTIMATE_DEFAULTS = {"tp": 1, "pp": 1, "micro_batch_size": 1, "schedule": "1f1b", "recompute": "none",
@@ -90,7 +92,8 @@ def build_estimate(ctx: Context, cc: ClassCosts, n: list[int], ev: Evaluation) -
     r = max(range(c.pp), key=lambda i: busy[i])
     p2p = min(sum(cc.lag[b] for b in ev.sim.critical_lags), max(0, ev.makespan_ns - busy[r]))
     bubble = max(0, ev.makespan_ns - busy[r] - p2p)
-    dp_sync, opt = rank_end_breakdown(cc, n, ev.end_rank)
+    end = rank_end_terms(cc, n, ev.end_rank)
+    dp_sync, opt = exposed_sync(end), end.optimizer
     ns = 1e-9
     breakdown = TimeBreakdown(compute_s=(busy[r] - tp_time[r]) * ns, tp_comm_s=tp_time[r] * ns, pp_bubble_s=bubble * ns,
                               pp_p2p_s=p2p * ns, dp_sync_s=dp_sync * ns, optimizer_s=opt * ns)
@@ -214,7 +217,7 @@ def plan(request: PlanRequest | dict) -> PlanResponse:
         cc = class_costs(ctx, res.cand)
         plans.append(make_plan(ctx, req, cc, res.stage_layers, res.evaluation, rank=i + 1))
     info = SolverInfo(
-        status=result.status,
+        status=result.status.value,
         objective_value=result.objective_ns / 1e9 if result.objective_ns is not None else None,
         best_objective_bound=result.bound_ns / 1e9 if result.bound_ns is not None else None,
         wall_time_s=time.perf_counter() - t0,

@@ -1,6 +1,7 @@
 """A slow, exact reference: every configuration class and every stage cut it allows (all of them, but
 the pinned ``stage_layers`` or, for interleaved 1F1B with the schedule unpinned, Megatron-LM's uniform
-split: ``search.forced_cut``), scored by the simulation.
+split: ``space.forced_cut``), scored by the simulation, and ranked by the search's own order
+(``space.plan_key``: step time, then peak memory, then the simpler configuration).
 
 Used by the tests to check that the CP-SAT search returns the same optimum on small instances.
 """
@@ -8,10 +9,22 @@ Used by the tests to check that the CP-SAT search returns the same optimum on sm
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import NamedTuple
 
-from planner.cost import Candidate, Context, class_costs, evaluate
-from planner.search import enumerate_candidates, forced_cut
+from planner.cost import Candidate, Context, Evaluation, class_costs, evaluate
+from planner.space import PlanKey, enumerate_candidates, forced_cut, plan_key
 from planner.specs import ParallelPins, SearchOptions
+
+
+class Scored(NamedTuple):
+    objective_ns: int
+    cand: Candidate
+    stage_layers: list[int]
+    evaluation: Evaluation
+
+    @property
+    def key(self) -> PlanKey:
+        return plan_key(self.evaluation, self.cand)
 
 
 def compositions(total: int, parts: int) -> Iterator[list[int]]:
@@ -24,24 +37,25 @@ def compositions(total: int, parts: int) -> Iterator[list[int]]:
             yield [first, *rest]
 
 
-def brute_force(ctx: Context, pins: ParallelPins, options: SearchOptions | None = None) -> tuple[list[tuple[int, Candidate, list[int]]], int]:
-    """Best fitting (objective ns, class, cut) per class, best first; and the configurations scored."""
+def brute_force(ctx: Context, pins: ParallelPins, options: SearchOptions | None = None) -> tuple[list[Scored], int]:
+    """The best fitting configuration of every class (by ``plan_key``), best first; and the number
+    of configurations scored."""
     options = options or SearchOptions()
-    best: list[tuple[int, Candidate, list[int]]] = []
+    best: list[Scored] = []
     scored = 0
     for cand in enumerate_candidates(ctx, pins, options):
         cc = class_costs(ctx, cand)
         fixed = forced_cut(ctx, pins, cand)  # pinned stage_layers, or interleaved's uniform split when unpinned
         cuts = [fixed] if fixed is not None else compositions(cc.num_layers, cc.chunks)
-        top: tuple[int, Candidate, list[int]] | None = None
+        top: Scored | None = None
         for n in cuts:
             if len(n) != cc.chunks or min(n) < 1:
                 continue
             scored += 1
             ev = evaluate(cc, n)
-            if ev.fits and (top is None or ev.objective_ns < top[0]):
-                top = (ev.objective_ns, cand, n)
+            if ev.fits and (top is None or plan_key(ev, cand) < top.key):
+                top = Scored(ev.objective_ns, cand, n, ev)
         if top is not None:
             best.append(top)
-    best.sort(key=lambda t: t[0])
+    best.sort(key=lambda t: t.key)
     return best, scored

@@ -23,6 +23,7 @@ size g gives the link bandwidth through the same ring factor, re-applied at the 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from planner.specs import ClusterSpec, GpuSpec, NetworkProfile
 
@@ -72,3 +73,35 @@ class CommModel:
             return steps * alpha + volume * size_bytes * seconds_per_byte
         ln = self.intra if link == "intra_node" else self.inter
         return steps * ln.latency_s + volume * size_bytes / ln.bandwidth_Bps
+
+
+# ---------------------------------------------------------------------------------------------
+# Where a plan's groups sit (the mesh layout of ``planner.layout``: dims (pp, dp, tp), TP innermost;
+# pipeline rank i holds the ``block = dp·tp`` consecutive GPUs from i·block)
+
+
+@lru_cache(maxsize=65536)
+def boundary_crosses_nodes(gpus_per_node: int, block: int, i: int, j: int) -> bool:
+    """Whether some pair (r, r + (j−i)·block) of pipeline ranks i → j sits on different nodes."""
+    g = gpus_per_node
+    if g % block == 0:
+        return (i * block) // g != (j * block) // g
+    if block % g == 0:
+        return True
+    return any((i * block + x) // g != (j * block + x) // g for x in range(block))
+
+
+@lru_cache(maxsize=65536)
+def dp_group_in_node(gpus_per_node: int, num_gpus: int, dp: int, tp: int) -> bool:
+    """Whether every DP group (stride tp inside a pipeline rank's block of dp·tp GPUs) is inside a node."""
+    g, span = gpus_per_node, dp * tp
+    if dp == 1 or g % span == 0:
+        return True
+    if span > g:
+        return False
+    return all((b * span) // g == (b * span + span - 1) // g for b in range(num_gpus // span))
+
+
+def tp_link(gpus_per_node: int, tp: int) -> str:
+    """The link class of a TP group (TP innermost: inside a node iff tp divides the node)."""
+    return "intra_node" if (tp <= gpus_per_node and gpus_per_node % tp == 0) else "inter_node"

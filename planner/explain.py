@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from planner.specs import Explanation, Plan
 
 _PARTS = {
@@ -22,7 +24,7 @@ def _describe(plan: Plan) -> str:
             f"{p.schedule}{extra}, recompute {p.recompute}, ZeRO-{p.zero_stage}, stages {p.stage_layers}")
 
 
-def binding_constraint(plan: Plan, memory_blocked: bool) -> tuple[str, str]:
+def binding_constraint(plan: Plan, memory_blocked: bool) -> tuple[Literal["memory", "bubble", "communication", "compute"], str]:
     e = plan.estimate
     b = e.breakdown
     step = e.step_time_s or 1.0

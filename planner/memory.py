@@ -1,55 +1,133 @@
-"""Memory per pipeline rank, per GPU, itemised for ``Estimate.memory_per_stage``.
+"""Memory per pipeline rank, per GPU: the one formula the search constrains, the bounds screen with and
+``Estimate.memory_per_stage`` itemises.
 
-The totals are exactly ``cost.rank_memory`` (what the search constrains):
 * weights, gradients, optimizer states: parameters on the rank × bytes per parameter under the ZeRO
-  stage (Rajbhandari et al. 2020; 16-bit weights and gradients, K = 12 bytes of fp32 master weights
-  and Adam moments, K = 8 in fp32 training; ZeRO-1 shards K, ZeRO-2 also the gradients, ZeRO-3
-  everything, by dp);
+  stage (``state_bytes``; Rajbhandari et al. 2020; 16-bit weights and gradients, K = 12 bytes of fp32
+  master weights and Adam moments, K = 8 in fp32 training; ZeRO-1 shards K, ZeRO-2 also the
+  gradients, ZeRO-3 everything, by dp);
 * activations: saved bytes per layer (from the profile or ``planner.analytic``) × copies alive at
-  the schedule's peak (1F1B: rank i holds min(pp − i, m); GPipe: m; interleaved: counted from the
-  Megatron order), plus the embedding's and the LM head's;
+  each of the schedule's activation peaks (1F1B: rank i holds min(pp − i, m); GPipe: m; interleaved:
+  counted from the Megatron order), plus the embedding's and the LM head's;
 * buffers: fp32 logits for the loss on the last rank, p2p send/recv buffers, one layer's
   rematerialised activations under recomputation, two gathered layers under ZeRO-3;
 * reserve: 1 GiB (CUDA context, NCCL and cuBLAS workspaces) + 5 % of the above (allocator
-  fragmentation).
+  fragmentation); a rank fits when its tensors are at most ``usable_bytes``.
 """
 
 from __future__ import annotations
 
-from planner.cost import GIB, ClassCosts, rank_memory, reserve_bytes
-from planner.specs import StageMemory
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import TYPE_CHECKING, Generic, NamedTuple
+
+from planner.affine import Count, total
+from planner.specs import BYTES_PER_ELEMENT, StageMemory
+
+if TYPE_CHECKING:
+    from planner.cost import Candidate, ClassCosts
+    from planner.terms import SharedTerms
+
+GIB = 1024**3
+#: Fixed device memory not available to tensors: CUDA context, NCCL and cuBLAS workspaces.
+FIXED_RESERVE_BYTES = 1 * GIB
+#: Caching-allocator fragmentation allowance, as a fraction of the tensor bytes.
+FRAGMENTATION = 0.05
+#: Bytes of optimizer state per parameter beyond weights and gradients (ZeRO paper's K), by
+#: (optimizer, mixed precision).
+OPTIMIZER_STATE_BYTES = {("adam", True): 12, ("adam", False): 8, ("sgd", True): 8, ("sgd", False): 4}
+#: HBM bytes touched per parameter by one optimizer step (read grad, read+write master weights and
+#: states, write the 16-bit copy): Adam mixed = 2 + 8 + 8 + 8 + 2; SGD with momentum = 2 + 8 + 8 + 2.
+OPTIMIZER_STEP_BYTES = {"adam": 28, "sgd": 20}
+
+class StateBytes(NamedTuple):
+    """Bytes per parameter on one GPU, by kind, under a ZeRO stage."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer
+
+
+@lru_cache(maxsize=256)
+def state_bytes(precision: str, optimizer: str, zero_stage: int, dp: int) -> StateBytes:
+    """Weights and gradients in the training precision; optimizer states per ``OPTIMIZER_STATE_BYTES``
+    (mixed precision = any precision but fp32 keeps fp32 master weights); sharded by dp per ZeRO stage."""
+    e = BYTES_PER_ELEMENT[precision]
+    k = OPTIMIZER_STATE_BYTES[(optimizer, precision != "fp32")]
+    d = dp
+    return StateBytes(*{0: (e, e, k), 1: (e, e, k / d), 2: (e, e / d, k / d), 3: (e / d, e / d, k / d)}[zero_stage])
+
+
+def usable_bytes(gpu_memory_gib: float) -> int:
+    """Tensor bytes a GPU holds once the reserve is taken: the largest t with t + reserve(t) ≤ memory."""
+    return int((gpu_memory_gib * GIB - FIXED_RESERVE_BYTES) / (1 + FRAGMENTATION))
+
+
+def reserve_bytes(tensor_bytes: float) -> float:
+    return FIXED_RESERVE_BYTES + FRAGMENTATION * tensor_bytes
+
+
+def with_reserve_gib(tensor_bytes: float) -> float:
+    """GiB a GPU needs for ``tensor_bytes`` of tensors, the reserve included."""
+    return (tensor_bytes + reserve_bytes(tensor_bytes)) / GIB
+
+
+class MemoryTerms(NamedTuple, Generic[Count]):
+    """Tensor bytes of one pipeline rank: ``states + activations[i] + buffers`` at its i-th peak."""
+
+    states: Count
+    activations: list[Count]  # per activation peak of the rank's schedule
+    buffers: int
+
+
+def peaks(t: MemoryTerms[Count]) -> list[Count]:
+    """The rank's tensor bytes at each activation peak."""
+    return [t.states + a + t.buffers for a in t.activations]
+
+
+def rank_states(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int) -> Count:
+    """Model states of rank r of class ``c`` at the cut ``n``: rank r holds chunks r, r + pp, …, the
+    embedding on rank 0 and the LM head (unless tied to it) on rank pp − 1."""
+    return s.states.at(total(n[r::c.pp]), r == 0, r == c.pp - 1 and s.own_head(c))
+
+
+def rank_buffers(s: SharedTerms, c: Candidate, r: int) -> int:
+    """Buffers that do not scale with the cut: one rematerialised layer, two ZeRO-3-gathered layers,
+    p2p send/recv, and the fp32 logits on the LM head's rank (pp − 1)."""
+    return s.recompute_tmp + s.z3_tmp + (2 * s.p2p_bytes if c.pp > 1 else 0) + (s.logits_fp32 if r == c.pp - 1 else 0)
+
+
+def rank_activations(s: SharedTerms, c: Candidate, n: Sequence[Count], peak: tuple[tuple[int, int], ...]) -> Count:
+    """Saved activations at one activation peak, (chunk, copies alive) pairs: the embedding's with
+    chunk 0, the LM head's with the last chunk."""
+    last = c.chunks - 1
+    return total([k * s.acts.at(n[ch], ch == 0, ch == last) for ch, k in peak])
+
+
+def memory_terms(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int,
+                 live: tuple[tuple[tuple[int, int], ...], ...]) -> MemoryTerms[Count]:
+    """Rank r of class ``c`` at the cut ``n``; ``live``: the rank's activation peaks
+    (``cost.live_vectors_cached``)."""
+    return MemoryTerms(rank_states(s, c, n, r), [rank_activations(s, c, n, vec) for vec in live], rank_buffers(s, c, r))
+
+
+def rank_memory(cc: ClassCosts, n: Sequence[int], r: int) -> int:
+    """Peak tensor bytes of rank r (what must fit in ``usable_bytes``)."""
+    s, c = cc.shared, cc.cand  # = max(peaks(memory_terms(...))), without building the terms
+    return rank_states(s, c, n, r) + max([rank_activations(s, c, n, vec) for vec in cc.live[r]]) + rank_buffers(s, c, r)
 
 
 def stage_memory(cc: ClassCosts, n: list[int], r: int) -> StageMemory:
-    own = cc.rank_chunks(r)
-    states = sum(n[c] * cc.state_layer + cc.state_extra[c] for c in own)
-    acts = max(sum(k * (n[c] * cc.act_layer + cc.act_extra[c]) for c, k in vec.items()) for vec in cc.live[r])
-    total = rank_memory(cc, n, r)
-    # Split the model states in the ratio of their per-parameter bytes.
-    w, g, k = _state_split(cc)
-    s = w + g + k
-    reserve = reserve_bytes(total)
+    t = memory_terms(cc.shared, cc.cand, n, r, cc.live[r])
+    tensors = max(peaks(t))
+    per = cc.shared.state_bytes  # the states split in the ratio of their bytes per parameter
+    s = per.total
     return StageMemory(
-        weights_gib=states * w / s / GIB if s else 0.0,
-        gradients_gib=states * g / s / GIB if s else 0.0,
-        optimizer_gib=states * k / s / GIB if s else 0.0,
-        activations_gib=acts / GIB,
-        buffers_gib=cc.buffer_const[r] / GIB,
-        reserve_gib=reserve / GIB,
-        total_gib=(total + reserve) / GIB,
+        weights_gib=t.states * per.weights / s / GIB if s else 0.0, gradients_gib=t.states * per.gradients / s / GIB if s else 0.0,
+        optimizer_gib=t.states * per.optimizer / s / GIB if s else 0.0,
+        activations_gib=max(t.activations) / GIB, buffers_gib=t.buffers / GIB, reserve_gib=reserve_bytes(tensors) / GIB,
+        total_gib=with_reserve_gib(tensors),
     )
-
-
-def _state_split(cc: ClassCosts) -> tuple[float, float, float]:
-    from planner.cost import OPTIMIZER_STATE_BYTES
-
-    c = cc.cand
-    e = cc.elt
-    k = OPTIMIZER_STATE_BYTES[(cc.optimizer, e < 4)]
-    d = c.dp
-    return {0: (e, e, k), 1: (e, e, k / d), 2: (e, e / d, k / d), 3: (e / d, e / d, k / d)}[c.zero_stage]
-
-
-def total_gib(cc: ClassCosts, n: list[int], r: int) -> float:
-    t = rank_memory(cc, n, r)
-    return (t + reserve_bytes(t)) / GIB

@@ -182,7 +182,7 @@ def test_plan_never_returns_1f1b_with_fewer_microbatches_than_stages() -> None:
         if p.parallel.schedule == "1f1b":
             assert p.estimate.num_microbatches >= p.parallel.pp
     from planner.api import context
-    from planner.search import enumerate_candidates
+    from planner.space import enumerate_candidates
     from planner.specs import PlanRequest
 
     req = PlanRequest.model_validate(body("llama3-8b", gbs=8, seq=2048))

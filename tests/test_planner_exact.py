@@ -88,10 +88,10 @@ def test_class_bounds_are_valid(seed: int) -> None:
     """The cut-independent bounds used to skip classes (the quick one, before the class is costed, and
     the exact one) never exceed the class's true optimum, and
     the memory screen never drops a class that has a fitting cut (the pre-costing screen is the same)."""
-    from planner.search import class_bound, may_fit, quick_bound, quick_may_fit
+    from planner.bounds import class_bound, may_fit, quick_bound, quick_may_fit
 
     ctx, pins = random_instance(seed)
-    from planner.search import enumerate_candidates
+    from planner.space import enumerate_candidates
 
     for cand in enumerate_candidates(ctx, pins, SearchOptions()):
         cc = class_costs(ctx, cand)
@@ -110,7 +110,7 @@ def test_busiest_rank_load_is_the_min_max_load(L: int, p: int, w: int, e_first: 
     the min over real cuts (≥ 1 layer each)."""
     from itertools import product
 
-    from planner.search import busiest_rank_load
+    from planner.bounds import busiest_rank_load
 
     extras = [e_first + (e_last if p == 1 else 0)] + [0] * (p - 2) + ([e_last] if p > 1 else [])
     relaxed = min(max(n * w + e for n, e in zip(cut, extras)) for cut in product(range(L + 1), repeat=p) if sum(cut) == L)

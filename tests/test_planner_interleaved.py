@@ -8,22 +8,18 @@ import random
 
 import pytest
 
+from planner.bounds import interleaved_peak_copies, quick_may_fit
 from planner.bruteforce import brute_force
 from planner.catalog import get_gpu
 from planner.cost import (
     Context,
-    _live_vectors_cached,
     class_costs,
     evaluate,
-    rank_memory,
+    live_vectors_cached,
 )
-from planner.search import (
-    enumerate_candidates,
-    forced_cut,
-    interleaved_peak_copies,
-    quick_may_fit,
-    search,
-)
+from planner.memory import rank_memory
+from planner.search import search
+from planner.space import enumerate_candidates, forced_cut
 from planner.specs import (
     ClusterSpec,
     GpuSpec,
@@ -95,7 +91,7 @@ def test_uniform_memory_screen_is_valid(seed: int) -> None:
 
 @pytest.mark.parametrize("p,v,m", [(2, 2, 2), (2, 2, 4), (2, 3, 6), (3, 2, 3), (3, 2, 9), (4, 2, 4), (4, 3, 8), (4, 4, 12), (5, 2, 10)])
 def test_interleaved_peak_copies_is_the_schedules_peak(p: int, v: int, m: int) -> None:
-    live = _live_vectors_cached("interleaved-1f1b", p, v, m)
+    live = live_vectors_cached("interleaved-1f1b", p, v, m)
     for i in range(p):
         assert interleaved_peak_copies(p, v, m, i) == max(sum(k for _, k in vec) for vec in live[i])
 
@@ -133,7 +129,7 @@ def test_cut_bound_is_valid(seed: int) -> None:
     """The bound that orders and skips one-cut classes never exceeds that cut's simulated objective,
     and the quick bound holds too (so the best-first order stays a valid proof). Seeds ≥ 100: the
     exactness test's instances (slow links: large p2p lags), schedule unpinned."""
-    from planner.search import cut_bound, cut_end, quick_bound
+    from planner.bounds import cut_bound, cut_end, quick_bound
 
     if seed >= 100:
         from test_planner_exact import random_instance
@@ -155,7 +151,7 @@ def test_cut_bound_is_valid(seed: int) -> None:
 def test_cut_end_is_the_evaluated_end_term(tie: bool) -> None:
     """Over every ZeRO stage, recompute, tp/sp and dp: the end term computed from the shared terms
     equals the evaluation's (the bound relies on it being exact, never larger)."""
-    from planner.search import cut_end
+    from planner.bounds import cut_end
 
     ctx = _ctx(12)
     ctx = Context(model=ctx.model.model_copy(update={"tie_embeddings": tie}), gpu=ctx.gpu, cluster=ctx.cluster, training=ctx.training)
@@ -168,7 +164,7 @@ def test_cut_end_is_the_evaluated_end_term(tie: bool) -> None:
 
 def test_interleaved_quick_bound_does_not_depend_on_v() -> None:
     """The search shares one quick bound across the v of an interleaved class (``search.qbound``)."""
-    from planner.search import quick_bound
+    from planner.bounds import quick_bound
 
     ctx = _ctx(24)
     by_key: dict[tuple, set[int]] = {}

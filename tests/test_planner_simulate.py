@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from planner.cost import _live_vectors
+from planner.cost import live_vectors
 from planner.simulate import gpipe_makespan, path_length, rank_orders, simulate
 
 
@@ -87,14 +87,14 @@ def test_activation_copies_in_flight(p: int, m: int) -> None:
                 alive += 1 if kind == "F" else -1
                 peak = max(peak, alive)
             assert peak == expect(i)
-            assert _live_vectors(schedule, p, 1, m)[i] == [{i: expect(i)}]
+            assert live_vectors(schedule, p, 1, m)[i] == [{i: expect(i)}]
 
 
 def test_interleaved_first_rank_memory_matches_megatron_factor() -> None:
     """Megatron: interleaving raises stage 0's in-flight activations by 1 + (p − 1)/(p·v) over 1F1B's p
     (in units of a full stage's activations)."""
     p, v, m = 4, 2, 8
-    peak = max(sum(vec.values()) for vec in _live_vectors("interleaved-1f1b", p, v, m)[0])
+    peak = max(sum(vec.values()) for vec in live_vectors("interleaved-1f1b", p, v, m)[0])
     # each chunk holds 1/v of the rank's layers
     assert peak / v == pytest.approx(p * (1 + (p - 1) / (p * v)))
 

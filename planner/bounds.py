@@ -1,0 +1,180 @@
+"""Valid lower bounds of a class's objective over its stage cuts, and memory screens that never drop a
+class with a fitting cut. All are built from the class's ``terms.SharedTerms`` with the cost model's
+own functions (``terms.end_terms``, ``memory.memory_terms``), so a bound cannot drift from what it
+bounds; ``tests/test_planner_exact.py`` and ``tests/test_planner_interleaved.py`` check each against
+the brute force.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+
+from planner.cost import Candidate, ClassCosts, Context, Live, boundary_lags, live_vectors_cached, num_microbatches
+from planner.memory import rank_activations, rank_buffers, rank_memory, rank_states, usable_bytes
+from planner.terms import SharedTerms, class_terms, end_terms, rank_end
+
+# ---------------------------------------------------------------------------------------------
+# Memory screens
+
+
+def layer_caps(s: SharedTerms, c: Candidate, live: Live, num_layers: int, usable: int) -> Iterator[int]:
+    """Per rank, an upper bound of the layers its memory can hold (exact for one chunk per rank):
+    at each activation peak, every chunk of the rank keeps at least ``kmin`` copies."""
+    zero = [0] * c.chunks
+    for r in range(c.pp):
+        own = range(r, c.chunks, c.pp)
+        base = usable - rank_states(s, c, zero, r) - rank_buffers(s, c, r)
+        cap = num_layers
+        for vec in live[r]:
+            room = base - rank_activations(s, c, zero, vec)
+            kmin = min([k for _, k in vec]) if len(vec) == len(own) else 0  # a chunk of the rank not alive: 0
+            per = s.states.layer + kmin * s.acts.layer
+            cap = min(cap, -1 if room < 0 else (room // per if per > 0 else num_layers))
+        yield cap
+
+
+def caps_fit(caps: Iterable[int], v: int, num_layers: int) -> bool:
+    """Whether every rank can hold its v chunks and all ranks the layers (stops at the first that cannot)."""
+    held = 0
+    for cap in caps:
+        if cap < v:
+            return False
+        held += cap
+    return held >= num_layers
+
+
+def may_fit(cc: ClassCosts) -> bool:
+    """False only when no cut of the class fits (``layer_caps``)."""
+    return caps_fit(layer_caps(cc.shared, cc.cand, cc.live, cc.num_layers, cc.usable_bytes), cc.cand.virtual_stages, cc.num_layers)
+
+
+def fits_at(cc: ClassCosts, n: list[int]) -> bool:
+    """Whether the cut fits (exact)."""
+    return max(rank_memory(cc, n, r) for r in range(cc.cand.pp)) <= cc.usable_bytes
+
+
+def interleaved_peak_copies(p: int, v: int, m: int, i: int) -> int:
+    """Chunk activations alive at rank i's peak under Megatron's interleaved order (its warm-up
+    2(p − i − 1) + (v − 1)p forwards, then one more before the first backward; all m·v when m = p)."""
+    total = m * v
+    warm = total if m == p else min(2 * (p - i - 1) + (v - 1) * p, total)
+    return total if warm == total else warm + 1
+
+
+def quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None = None) -> bool:
+    """``may_fit`` without building the class. One chunk per rank: the same function (closed-form
+    activation copies: GPipe m, 1F1B min(p − i, m)). With ``cut`` (a class's one allowed cut, e.g.
+    interleaved's uniform split): False only when that cut cannot fit — every rank's states and
+    buffers plus its peak chunk copies (``interleaved_peak_copies``) × the smallest chunk's layer
+    activations, the embedding/LM-head activations left out (a lower bound of ``rank_memory``).
+    Interleaved without a cut: True (unknown: cost it)."""
+    if c.virtual_stages > 1 and cut is None:
+        return True
+    s, m, usable = class_terms(ctx, c), num_microbatches(ctx, c), usable_bytes(ctx.gpu.memory_gib)
+    if cut is None:
+        live = live_vectors_cached(c.schedule, c.pp, 1, m)
+        return caps_fit(layer_caps(s, c, live, ctx.model.num_layers, usable), 1, ctx.model.num_layers)
+    for r in range(c.pp):
+        copies = interleaved_peak_copies(c.pp, c.virtual_stages, m, r) if c.virtual_stages > 1 else \
+            live_vectors_cached(c.schedule, c.pp, 1, m)[r][0][0][1]  # its one peak: ((r, copies),)
+        if rank_states(s, c, cut, r) + copies * min(cut[r::c.pp]) * s.acts.layer + rank_buffers(s, c, r) > usable:
+            return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Lower bounds of the objective
+
+
+def busiest_rank_load(L: int, p: int, w: int, e_first: int, e_last: int) -> int:
+    """min over cuts of max over ranks of (layers·w + extras): the least F+B per micro-batch of the
+    busiest pipeline rank, where rank 0 carries ``e_first`` and rank p−1 ``e_last`` (the embedding
+    and the LM head). Relaxes "≥ 1 layer per chunk", so it is a lower bound of the true value."""
+    if p == 1:
+        return L * w + e_first + e_last
+    if w <= 0:
+        return max(e_first, e_last)
+
+    def capacity(t: int) -> int:  # most layers the ranks can take with loads ≤ t
+        return (t - e_first) // w + (t - e_last) // w + (p - 2) * (t // w)
+
+    t = max(e_first, e_last, (L * w + e_first + e_last) // p)
+    while capacity(t) < L:  # next breakpoint: some rank takes one more layer (a few steps)
+        t = min(((t - e) // w + 1) * w + e for e in {0, e_first, e_last})
+    return t
+
+
+def _pipe_bound(schedule: str, m: int, p: int, v: int, L: int, f_layer: int, b_layer: int, extra_sum: int,
+                first_extra: int, ends_extra: tuple[int, int, int, int], lag_sum: int, ends_sum: int, post_const: int) -> int:
+    """The cut-independent lower bound of ``class_bound`` from the class's scalar terms: ``extra_sum``
+    = Σ_c (f_extra + b_extra), ``first_extra`` = chunk 0's f_extra + b_extra, ``ends_extra`` = the
+    first rank's (f, b) extras and the last rank's, ``ends_sum`` = the optimizer and ZeRO-1/2
+    all-gather terms summed over every chunk (the rank average bounds the max)."""
+    total = L * (f_layer + b_layer) + extra_sum  # one micro-batch through all chunks
+    f0, b0, fl, bl = ends_extra
+    if p == 1:
+        f0, b0, fl, bl = f0 + fl, b0 + bl, 0, 0
+    load = busiest_rank_load(L, p, f_layer + b_layer, f0 + b0, fl + bl)  # ≤ F_k + B_k of the busiest rank k
+    if v == 1:
+        # Chains F(0, 0..i-1) → all of rank i → B(m-1, i-1..0), weighted so the cut cancels.
+        pipe = total / (1.0 - (1.0 - 1.0 / m) ** p)
+        if schedule == "gpipe":
+            # Exact closed form ΣF + ΣB + 2·lags + (m−1)·(max F + max B), and max F + max B ≥ load.
+            pipe = max(pipe, total + 2 * lag_sum + (m - 1) * max(total / p, load))
+        else:
+            # 1F1B steady-state chain through the busiest rank k: F(0) through every stage, B(0) down
+            # to k, k's m B and m − min(p − k, m) later F, B(m−1) down to 0, every lag twice:
+            # total + 2·lags + (m−1)·B_k + max(0, m−p)·F_k, with B_k ≥ ρ·(F_k + B_k) (mediant).
+            rho = min([b / (f + b) for f, b in ((f_layer, b_layer), (f0, b0), (fl, bl)) if f + b > 0] or [0.0])
+            pipe = max(pipe, total + 2 * lag_sum + (max(0, m - p) + (min(m, p) - 1) * rho) * load)
+    else:
+        # Chunks 0..p-2 feed the last rank's first forward (only chunk 0 carries an extra there).
+        ramp = ((f_layer + b_layer) * (p * (p - 1) // 2) + (p - 1) * first_extra) / p
+        pipe = max(m * total / p + ramp, m * load)  # the busiest rank's own work
+    return int(math.floor(pipe + (ends_sum / p + post_const)))
+
+
+def pipe_bound(s: SharedTerms, c: Candidate, m: int, num_layers: int, lag_sum: int) -> int:
+    """``_pipe_bound`` of a class from its shared terms and the sum of its pipeline lags."""
+    L = num_layers
+    fe, be, fh, bh = s.fwd.emb, s.bwd.emb, s.fwd.head, s.bwd.head
+    head = s.own_head(c)
+    ends = L * (s.opt.layer + s.post.layer) + s.opt.emb + s.post.emb + ((s.opt.head + s.post.head) if head else 0)
+    first = fe + be + ((fh + bh) if c.chunks == 1 else 0)
+    firsts = (fe, be, fh, bh) if c.chunks > 1 else (fe + fh, be + bh, 0, 0)
+    return _pipe_bound(c.schedule, m, c.pp, c.virtual_stages, L, s.fwd.layer, s.bwd.layer, fe + be + fh + bh, first, firsts,
+                       lag_sum, ends, s.post.const)
+
+
+def class_bound(cc: ClassCosts) -> int:
+    """A lower bound of the objective over every stage cut of the class."""
+    return pipe_bound(cc.shared, cc.cand, cc.m, cc.num_layers, sum(cc.lag))
+
+
+def quick_bound(ctx: Context, c: Candidate) -> int:
+    """``class_bound`` without building the class (no pipeline lags): ≤ ``class_bound``, from the
+    terms shared by every class with the same (mbs, tp, sp, recompute, ZeRO, dp); microseconds."""
+    return pipe_bound(class_terms(ctx, c), c, num_microbatches(ctx, c), ctx.model.num_layers, 0)
+
+
+def cut_bound(ctx: Context, c: Candidate, cut: list[int]) -> int:
+    """A lower bound of the objective of one class at one cut, from the shared terms (no
+    ``ClassCosts``, no simulation): the longest rank chain with its p2p lags, F(0) through the chunks
+    before rank i, all of rank i's m·(F + B), B(m−1) back through them (every schedule's order starts
+    rank i with F(0) of its first chunk and ends it with B(m−1) of that chunk), plus the exact end
+    term (``cut_end``). For a uniform interleaved cut rank p−1's chain is the ideal interleaved step,
+    so the bound is close to the simulated one (0.1–2 % below on the bench instances)."""
+    s = class_terms(ctx, c)
+    p, m = c.pp, num_microbatches(ctx, c)
+    t = s.fwd.plus(s.bwd).per_chunk(cut)  # F + B of each chunk
+    # The chain crosses boundaries 0..i−1 twice (forward and backward).
+    lags = [2 * x for x in boundary_lags(ctx, c, s.p2p_bytes)[:p - 1]] + [0]
+    pipe = max(sum(t[:i]) + sum(lags[:i]) + m * sum(t[i::p]) for i in range(p))
+    return pipe + cut_end(ctx, c, cut)
+
+
+def cut_end(ctx: Context, c: Candidate, cut: list[int]) -> int:
+    """``Evaluation.end_ns`` of a class at a cut, from the shared terms, by the same function."""
+    s = class_terms(ctx, c)
+    return max(rank_end(end_terms(s, c, cut, r)) for r in range(c.pp))
