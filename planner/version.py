@@ -11,4 +11,5 @@ reference estimates per version and fails when the numbers move without a bump.
 from __future__ import annotations
 
 #: 1: the first versioned model (schema 2 plans). 0 in a plan means "before versioning" (schema 1).
-COST_MODEL_VERSION = 1
+#: 2: equal step times rank by peak memory, then simplicity (same estimates; another plan may win).
+COST_MODEL_VERSION = 2
