@@ -21,6 +21,7 @@ from functools import cached_property, lru_cache
 from typing import Callable
 
 from planner import comm as comm_mod
+from planner import config
 from planner.specs import (
     BYTES_PER_ELEMENT,
     ClusterSpec,
@@ -54,7 +55,8 @@ OPTIMIZER_STEP_BYTES = {("adam", True): 28, ("adam", False): 28, ("sgd", True): 
 
 @dataclass(frozen=True, order=True)
 class Candidate:
-    """A configuration class: a complete ParallelConfig minus ``stage_layers``."""
+    """A configuration class: a complete ParallelConfig minus ``stage_layers`` (the fields of
+    ``planner.config.FIELDS``, checked below). A plain frozen dataclass: hashed and sorted in the search."""
 
     tp: int
     pp: int
@@ -71,10 +73,10 @@ class Candidate:
         return self.pp * self.virtual_stages
 
     def describe(self) -> str:
-        v = f" v={self.virtual_stages}" if self.virtual_stages > 1 else ""
-        sp = "+sp" if self.sequence_parallel else ""
-        return (f"tp={self.tp}{sp} pp={self.pp} dp={self.dp} mbs={self.micro_batch_size} {self.schedule}{v} "
-                f"recompute={self.recompute} zero={self.zero_stage}")
+        return config.describe(self)
+
+
+config.check_fields(Candidate, class_only=True)
 
 
 LayerFn = Callable[[str, int, int, bool], LayerProfile]
