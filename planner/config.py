@@ -33,17 +33,19 @@ class ScheduleInfo:
     needs_virtual_stages: bool
     #: The one virtual-stage count the schedule allows, or None (any ≥ 2 when it needs them, else 1).
     fixed_virtual_stages: int | None
+    #: The ``torch.distributed.pipelining`` class the runtime runs it with (None: not runnable).
+    torch_class: str | None
     description: str
 
 
 SCHEDULES: tuple[ScheduleInfo, ...] = (
-    ScheduleInfo("gpipe", True, True, False, 1, "All forwards, then all backwards (GPipe)."),
-    ScheduleInfo("1f1b", True, True, False, 1, "One forward, one backward (PipeDream-Flush); needs micro-batches ≥ pp."),
-    ScheduleInfo("interleaved-1f1b", True, True, True, None,
+    ScheduleInfo("gpipe", True, True, False, 1, "ScheduleGPipe", "All forwards, then all backwards (GPipe)."),
+    ScheduleInfo("1f1b", True, True, False, 1, "Schedule1F1B", "One forward, one backward (PipeDream-Flush); needs micro-batches ≥ pp."),
+    ScheduleInfo("interleaved-1f1b", True, True, True, None, "ScheduleInterleaved1F1B",
                  "1F1B over several looped model chunks per rank (Megatron-LM virtual pipeline)."),
-    ScheduleInfo("interleaved-zero-bubble", False, True, True, None,
+    ScheduleInfo("interleaved-zero-bubble", False, True, True, None, "ScheduleInterleavedZeroBubble",
                  "Interleaved schedule that splits backward into input and weight gradients; runtime only."),
-    ScheduleInfo("zbv-zero-bubble", False, True, True, 2,
+    ScheduleInfo("zbv-zero-bubble", False, True, True, 2, "ScheduleZBVZeroBubble",
                  "Zero-bubble schedule with two chunks per rank placed in a V; runtime only."),
 )
 SCHEDULE_INFO: dict[str, ScheduleInfo] = {s.id: s for s in SCHEDULES}
@@ -54,6 +56,8 @@ if typing.get_args(Schedule) != tuple(SCHEDULE_INFO):  # the Literal is spelled 
 PRICED_SCHEDULES: tuple[str, ...] = tuple(s.id for s in SCHEDULES if s.priced)
 #: Schedules the runtime runs.
 RUNNABLE_SCHEDULES: tuple[str, ...] = tuple(s.id for s in SCHEDULES if s.runnable)
+if any(s.runnable != (s.torch_class is not None) for s in SCHEDULES):
+    raise TypeError("a runnable schedule names its torch.distributed.pipelining class, and only a runnable one")
 #: Schedules that place several model chunks (virtual stages) on each pipeline rank.
 MULTI_STAGE_SCHEDULES: frozenset[str] = frozenset(s.id for s in SCHEDULES if s.needs_virtual_stages)
 

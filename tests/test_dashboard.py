@@ -362,6 +362,20 @@ def test_keyboard_reaches_the_form_with_a_visible_focus(tab):
     tab.assert_clean()
 
 
+def test_schedule_choices_are_the_schedules_the_planner_prices(tab, server):
+    """The form offers exactly the priced schedules of GET /v1/catalog/schedules (a runtime-only
+    zero-bubble schedule would be refused by the planner with 422)."""
+    from planner.config import PRICED_SCHEDULES
+
+    catalog = httpx.get(f"{server}/v1/catalog/schedules", timeout=30).json()
+    priced = [s["id"] for s in catalog if s["priced"]]
+    assert priced == list(PRICED_SCHEDULES) and any(not s["priced"] for s in catalog)
+    page = tab.goto("/new")
+    offered = page.eval_on_selector_all("#f-parallel-schedule option", "els => els.map(e => e.value)")
+    assert offered == ["", *priced]
+    tab.assert_clean()
+
+
 def test_unknown_plan_is_an_error_state(tab):
     page = tab.goto("/plans/does-not-exist")
     assert page.locator(".state-error[role=alert]").count() == 1
