@@ -87,7 +87,7 @@ class ConfigField:
     min_length: int | None = None
     max_length: int | None = None
 
-    def bounds(self) -> dict[str, int]:
+    def bounds(self) -> dict[str, Any]:
         return {k: v for k in ("ge", "le", "min_length", "max_length") if (v := getattr(self, k)) is not None}
 
 

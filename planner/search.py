@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
+from planner import rules
+from planner.config import PRICED_SCHEDULES
 from planner.cost import (
     Candidate,
     ClassCosts,
@@ -43,8 +45,6 @@ from planner.cost import (
     rank_memory,
     shared_terms,
 )
-from planner import rules
-from planner.config import PRICED_SCHEDULES
 from planner.errors import MeshplanError
 from planner.layout import even_stage_layers
 from planner.simulate import rank_orders

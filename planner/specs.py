@@ -15,8 +15,16 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner import rules
-from planner.config import MAX_GPUS, MAX_LAYERS, Recompute, Schedule, check_fields, config_field, pin_field
-from planner.config import MULTI_STAGE_SCHEDULES as MULTI_STAGE_SCHEDULES  # re-exported
+from planner.config import (
+    MAX_GPUS,
+    MAX_LAYERS,
+    MULTI_STAGE_SCHEDULES,  # noqa: F401  (re-exported)
+    Recompute,
+    Schedule,
+    check_fields,
+    config_field,
+    pin_field,
+)
 
 SCHEMA_VERSION = 1
 
