@@ -153,7 +153,7 @@ def enumerate_candidates(ctx: Context, pins: ParallelPins, options: SearchOption
                     for rc in ([pins.recompute] if pins.recompute is not None else RECOMPUTE):
                         sps = [pins.sequence_parallel] if pins.sequence_parallel is not None else ([False, True] if tp > 1 else [False])
                         for sp in sps:
-                            if rules.sequence_parallel_needs_tp(sp, tp) or rules.sequence_parallel_splits_seq(sp, tp, seq):
+                            if sp and (rules.sequence_parallel_needs_tp(sp, tp) or rules.sequence_parallel_splits_seq(sp, tp, seq)):
                                 continue
                             zs = [pins.zero_stage] if pins.zero_stage is not None else ([0, 1, 2, 3] if dp > 1 else [0])
                             for z in zs:

@@ -257,6 +257,23 @@ def test_what_if_compares_side_by_side(tab, llama_plan, artifacts_dir):
     tab.assert_clean()
 
 
+def test_what_if_offers_the_priced_schedules_and_estimates_one(tab, llama_plan, server):
+    """The what-if's schedule choices come from GET /v1/catalog/schedules (priced only): each is one
+    the planner estimates, so picking one gives a comparison, not a 422."""
+    plan_id, stored = llama_plan
+    priced = [s["id"] for s in httpx.get(f"{server}/v1/catalog/schedules", timeout=30).json() if s["priced"]]
+    page = tab.goto(f"/plans/{plan_id}")
+    page.select_option("#whatif-knob", "schedule")
+    page.wait_for_function("document.querySelectorAll('#whatif-value option').length > 0")
+    assert page.eval_on_selector_all("#whatif-value option", "els => els.map(e => e.value)") == priced
+    other = "gpipe" if stored["response"]["plans"][0]["parallel"]["schedule"] != "gpipe" else "1f1b"
+    page.select_option("#whatif-value", other)
+    page.click("#whatif button[type=submit]")
+    page.wait_for_selector("#whatif .whatif-table")
+    assert other in page.inner_text("#whatif .whatif-table")
+    tab.assert_clean()
+
+
 def test_edit_and_replan_prefills_the_form(tab, llama_plan):
     plan_id, stored = llama_plan
     page = tab.goto(f"/plans/{plan_id}")
