@@ -24,29 +24,42 @@ MAX_GPUS = 131_072
 @dataclass(frozen=True)
 class ScheduleInfo:
     """One pipeline schedule: whether the planner's cost model prices it, whether the runtime
-    (``torch.distributed.pipelining``) runs it, and how many model chunks each rank holds."""
+    (``torch.distributed.pipelining``) runs it, and how its model chunks sit on the ranks."""
 
     id: str
+    #: The planner's cost model prices it: it is searched, estimated and may be pinned.
     priced: bool
+    #: The runtime runs it (with ``torch_class``).
     runnable: bool
     #: Several model chunks (virtual stages) per pipeline rank.
     needs_virtual_stages: bool
     #: The one virtual-stage count the schedule allows, or None (any ≥ 2 when it needs them, else 1).
     fixed_virtual_stages: int | None
+    #: Chunk c sits on rank c mod pp ("looped") or in a V (rank c, then 2·pp − 1 − c: "v").
+    placement: Literal["looped", "v"]
+    #: Backward split into input- and weight-gradient passes (zero bubble): FSDP keeps the
+    #: parameters gathered between them.
+    splits_backward: bool
     #: The ``torch.distributed.pipelining`` class the runtime runs it with (None: not runnable).
     torch_class: str | None
     description: str
 
 
 SCHEDULES: tuple[ScheduleInfo, ...] = (
-    ScheduleInfo("gpipe", True, True, False, 1, "ScheduleGPipe", "All forwards, then all backwards (GPipe)."),
-    ScheduleInfo("1f1b", True, True, False, 1, "Schedule1F1B", "One forward, one backward (PipeDream-Flush); needs micro-batches ≥ pp."),
-    ScheduleInfo("interleaved-1f1b", True, True, True, None, "ScheduleInterleaved1F1B",
-                 "1F1B over several looped model chunks per rank (Megatron-LM virtual pipeline)."),
-    ScheduleInfo("interleaved-zero-bubble", False, True, True, None, "ScheduleInterleavedZeroBubble",
-                 "Interleaved schedule that splits backward into input and weight gradients; runtime only."),
-    ScheduleInfo("zbv-zero-bubble", False, True, True, 2, "ScheduleZBVZeroBubble",
-                 "Zero-bubble schedule with two chunks per rank placed in a V; runtime only."),
+    ScheduleInfo("gpipe", priced=True, runnable=True, needs_virtual_stages=False, fixed_virtual_stages=1, placement="looped",
+                 splits_backward=False, torch_class="ScheduleGPipe", description="All forwards, then all backwards (GPipe)."),
+    ScheduleInfo("1f1b", priced=True, runnable=True, needs_virtual_stages=False, fixed_virtual_stages=1, placement="looped",
+                 splits_backward=False, torch_class="Schedule1F1B",
+                 description="One forward, one backward (PipeDream-Flush); needs micro-batches ≥ pp."),
+    ScheduleInfo("interleaved-1f1b", priced=True, runnable=True, needs_virtual_stages=True, fixed_virtual_stages=None,
+                 placement="looped", splits_backward=False, torch_class="ScheduleInterleaved1F1B",
+                 description="1F1B over several looped model chunks per rank (Megatron-LM virtual pipeline)."),
+    ScheduleInfo("interleaved-zero-bubble", priced=False, runnable=True, needs_virtual_stages=True, fixed_virtual_stages=None,
+                 placement="looped", splits_backward=True, torch_class="ScheduleInterleavedZeroBubble",
+                 description="Interleaved schedule that splits backward into input and weight gradients; runtime only."),
+    ScheduleInfo("zbv-zero-bubble", priced=False, runnable=True, needs_virtual_stages=True, fixed_virtual_stages=2,
+                 placement="v", splits_backward=True, torch_class="ScheduleZBVZeroBubble",
+                 description="Zero-bubble schedule with two chunks per rank placed in a V; runtime only."),
 )
 SCHEDULE_INFO: dict[str, ScheduleInfo] = {s.id: s for s in SCHEDULES}
 Schedule = Literal["gpipe", "1f1b", "interleaved-1f1b", "interleaved-zero-bubble", "zbv-zero-bubble"]

@@ -22,12 +22,13 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
+from planner.config import SCHEDULES
 from planner.specs import ParallelConfig, TPRule
 
 _LAYOUTS = {"replicate": Replicate(), "shard_seq": Shard(1), "shard_last": Shard(-1)}
 #: Schedules whose split backward breaks FSDP2's default reshard-after-forward (wrong gradients,
 #: see /work/shared/notes/torch-distributed-cpu.md §6): they always run without resharding.
-ZERO_BUBBLE = frozenset({"interleaved-zero-bubble", "zbv-zero-bubble"})
+ZERO_BUBBLE = frozenset(s.id for s in SCHEDULES if s.splits_backward)
 
 
 def _one(layouts: list[str] | None):
