@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from planner import rules
 from planner.catalog import get_gpu, get_model
-from planner.config import describe, estimate_defaults
+from planner.config import CLASS_FIELDS, SCHEDULE_INFO, describe, estimate_defaults
 from planner.cost import Candidate, ClassCosts, Context, Evaluation, class_costs, evaluate
 from planner.errors import MeshplanError, validation_errors
 from planner.explain import explain
@@ -16,7 +16,6 @@ from planner.layout import even_stage_layers, mesh_layout, tp_plan
 from planner.memory import stage_memory, total_gib
 from planner.search import SearchResult, explain_no_candidate, rank_end_breakdown, search, validate_pins
 from planner.specs import (
-    MULTI_STAGE_SCHEDULES,
     Estimate,
     Infeasibility,
     ParallelConfig,
@@ -109,9 +108,7 @@ def build_estimate(ctx: Context, cc: ClassCosts, n: list[int], ev: Evaluation) -
 
 
 def parallel_config(cand: Candidate, n: list[int]) -> ParallelConfig:
-    return ParallelConfig(tp=cand.tp, pp=cand.pp, dp=cand.dp, micro_batch_size=cand.micro_batch_size, schedule=cand.schedule,
-                          virtual_stages=cand.virtual_stages, recompute=cand.recompute, sequence_parallel=cand.sequence_parallel,
-                          zero_stage=cand.zero_stage, stage_layers=list(n))
+    return ParallelConfig.model_validate({**{k: getattr(cand, k) for k in CLASS_FIELDS}, "stage_layers": list(n)})
 
 
 def make_plan(ctx: Context, request: PlanRequest, cc: ClassCosts, n: list[int], ev: Evaluation, rank: int = 1) -> Plan:
@@ -127,7 +124,7 @@ def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[i
     validate_pins(ctx, pins, request.options)
     d = ESTIMATE_DEFAULTS
     schedule = pins.schedule or d["schedule"]
-    v = pins.virtual_stages or (2 if schedule in MULTI_STAGE_SCHEDULES else 1)
+    v = pins.virtual_stages or SCHEDULE_INFO[schedule].fixed_virtual_stages or 2
     tp = pins.tp or d["tp"]
     if pins.pp is not None:
         pp = pins.pp
