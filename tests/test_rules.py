@@ -12,6 +12,7 @@ from pydantic import ValidationError
 import planner
 from api.exporters import export
 from planner import config, rules
+from planner.api import ESTIMATE_DEFAULTS
 from planner.catalog import MODELS
 from planner.cost import Candidate
 from planner.errors import MeshplanError
@@ -129,7 +130,7 @@ def test_classes_follow_the_field_table():
         info, pin = ParallelConfig.model_fields[f.name], ParallelPins.model_fields[f.name]
         assert info.description == f.description and pin.default is None
         assert info.is_required() == f.required and (f.required or info.default == f.default)
-    assert planner.api.ESTIMATE_DEFAULTS == {"tp": 1, "pp": 1, "micro_batch_size": 1, "schedule": "1f1b", "recompute": "none",
+    assert ESTIMATE_DEFAULTS == {"tp": 1, "pp": 1, "micro_batch_size": 1, "schedule": "1f1b", "recompute": "none",
                                              "sequence_parallel": False, "zero_stage": 0}
 
 
@@ -188,4 +189,17 @@ def test_runnable_schedules_are_what_the_runtime_runs():
     for s in config.SCHEDULES:
         assert (s.torch_class is not None and hasattr(pipelining, s.torch_class)) == s.runnable
     assert set(config.PRICED_SCHEDULES) <= set(config.RUNNABLE_SCHEDULES)
-    assert planner.search.SEARCHED_SCHEDULES == config.PRICED_SCHEDULES
+
+
+@pytest.mark.parametrize("seq, gbs", [(33, 12), (128, 32)])
+def test_every_plan_the_planner_returns_is_runnable(seq, gbs):
+    """The planner's rules include every rule of ``runnable`` (e.g. SP splits seq_len evenly over tp:
+    with an odd sequence length no SP plan may come back)."""
+    req = {"model": "tiny-gpt", "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
+           "training": {"global_batch_size": gbs, "seq_len": seq}, "top_k": 5, "options": {"time_limit_s": 5, "num_workers": 1}}
+    plans = planner.plan(req).plans
+    assert plans
+    for p in plans:
+        assert rules.runnable(p.model, p.training, p.parallel) is None, config.describe(p.parallel)
+        validate_plan(p, p.parallel.num_gpus)
+        export(p, "torchrun")
