@@ -160,7 +160,8 @@ def _plain(t: Any) -> Any:
 def check_fields(cls: type, *, optional: bool = False, class_only: bool = False) -> None:
     """Raise TypeError unless ``cls`` (a pydantic model or a dataclass) declares exactly the fields
     of ``FIELDS`` (only the class fields with ``class_only``), in order, with matching types; a
-    pydantic model must also carry the table's bounds and defaults."""
+    pydantic model must also carry the table's default, bounds and description (declare each field
+    as ``config_field(name)``, or ``pin_field(name)`` for the all-optional ``optional`` model)."""
     want = [f for f in FIELDS if f.in_class or not class_only]
     if is_dataclass(cls):
         hints = typing.get_type_hints(cls)
@@ -177,9 +178,10 @@ def check_fields(cls: type, *, optional: bool = False, class_only: bool = False)
     if not is_dataclass(cls):
         for f in want:
             info = cls.model_fields[f.name]  # type: ignore[attr-defined]
-            default = None if optional else (REQUIRED if f.required else f.default)
-            if (info.default if not info.is_required() else REQUIRED) != default or info.description is None:
-                raise TypeError(f"{cls.__name__}.{f.name}: declare it as config_field/pin_field({f.name!r})")
+            ref = (pin_field if optional else config_field)(f.name)
+            if (info.is_required(), info.default, info.description, info.metadata) != \
+                    (ref.is_required(), ref.default, ref.description, ref.metadata):
+                raise TypeError(f"{cls.__name__}.{f.name}: declare it as {'pin_field' if optional else 'config_field'}({f.name!r})")
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from pydantic import ValidationError
+from pydantic import Field, ValidationError, create_model
 
 import planner
 from api.exporters import export
@@ -155,6 +155,13 @@ def test_a_class_that_drifts_from_the_table_is_refused():
     for cls in (Missing, WrongType):
         with pytest.raises(TypeError):
             config.check_fields(cls, class_only=True)
+
+    # A pydantic twin whose tp bound was written by hand (le=64 instead of the table's MAX_GPUS).
+    fields = {f.name: (f.type, config.config_field(f.name)) for f in config.FIELDS}
+    fields["tp"] = (int, Field(ge=1, le=64, description=config.FIELD["tp"].description))
+    with pytest.raises(TypeError, match="tp"):
+        config.check_fields(create_model("Drifted", **fields))
+    config.check_fields(create_model("Same", **{f.name: (f.type, config.config_field(f.name)) for f in config.FIELDS}))
 
 
 def test_schema_json_is_unchanged_by_the_table():
