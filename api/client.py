@@ -16,11 +16,12 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from api.schemas import (
     ExportFormat, Page, PlanSummary, Problem, ProfileSummary, RunSummary, StoredPlan, StoredProfile, StoredRun,
 )
+from planner.config import ScheduleInfo
 from planner.specs import GpuSpec, ModelSpec, Plan, PlanRequest, Profile, RunReport
 
 
@@ -127,6 +128,10 @@ class MeshplanClient:
 
     def gpus(self) -> list[GpuSpec]:
         return [GpuSpec.model_validate(g) for g in self._send("GET", "/v1/catalog/gpus").json()]
+
+    def schedules(self) -> list[ScheduleInfo]:
+        """Pipeline schedules: which the planner prices (``priced``) and which the runtime runs (``runnable``)."""
+        return TypeAdapter(list[ScheduleInfo]).validate_json(self._send("GET", "/v1/catalog/schedules").content)
 
     def export_formats(self) -> list[ExportFormat]:
         return [ExportFormat.model_validate(f) for f in self._send("GET", "/v1/catalog/export-formats").json()]

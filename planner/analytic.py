@@ -70,6 +70,7 @@ logits are ``output_activation_bytes``).
 
 from __future__ import annotations
 
+from planner import rules
 from planner.errors import MeshplanError
 from planner.specs import (
     BYTES_PER_ELEMENT,
@@ -92,17 +93,9 @@ def check_tp(model: ModelSpec, tp: int, field: str = "tp") -> None:
     """Raise unless ``tp`` splits the model's heads, KV heads and FFN evenly (Megatron-LM's rule)."""
     if tp < 1:
         raise MeshplanError(field, f"tensor-parallel degree {tp} must be ≥ 1", "use a positive TP degree")
-    for name, value in (
-        ("num_attention_heads", model.num_attention_heads),
-        ("num_kv_heads", model.num_kv_heads),
-        ("ffn_hidden_size", model.ffn_hidden_size),
-    ):
-        if value % tp:
-            raise MeshplanError(
-                field,
-                f"tensor-parallel degree {tp} does not divide {name}={value} of model {model.name!r}",
-                f"use a TP degree that divides {name} (e.g. {_largest_divisor(value, tp)})",
-            )
+    err = rules.tp_divides_model(model, tp)
+    if err is not None:
+        raise rules.with_field(err, field)
 
 
 def tp_degrees(model: ModelSpec, max_tp: int) -> list[int]:
@@ -115,10 +108,6 @@ def tp_degrees(model: ModelSpec, max_tp: int) -> list[int]:
             continue
         out.append(t)
     return out
-
-
-def _largest_divisor(value: int, limit: int) -> int:
-    return max(d for d in range(1, min(value, limit) + 1) if value % d == 0)
 
 
 def vocab_parallel(model: ModelSpec, tp: int) -> bool:

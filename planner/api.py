@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 
-from planner import version
+from planner import rules, version
 from planner.catalog import get_gpu, get_model
+from planner.config import CLASS_FIELDS, SCHEDULE_INFO, describe, estimate_defaults
 from planner.cost import Candidate, ClassCosts, Context, Evaluation, class_costs, evaluate, rank_end_terms
 from planner.errors import MeshplanError
 from planner.explain import explain
@@ -14,7 +15,6 @@ from planner.memory import stage_memory
 from planner.search import SearchResult, search
 from planner.space import SEARCHED_SCHEDULES, explain_no_candidate, validate_pins
 from planner.specs import (
-    MULTI_STAGE_SCHEDULES,
     CostInputs,
     Estimate,
     Infeasibility,
@@ -28,9 +28,9 @@ from planner.specs import (
 )
 from planner.terms import exposed_sync
 
-#: Defaults of ``estimate`` for fields the request leaves out.
-ESTIMATE_DEFAULTS = {"tp": 1, "pp": 1, "micro_batch_size": 1, "schedule": "1f1b", "recompute": "none",
-                     "sequence_parallel": False, "zero_stage": 0}
+#: Defaults of ``estimate`` for fields the request leaves out (``planner.config.FIELDS``; dp, virtual_stages
+#: and stage_layers are derived, see ``complete_pins``).
+ESTIMATE_DEFAULTS = estimate_defaults()
 
 
 def _request(request: PlanRequest | dict) -> PlanRequest:
@@ -44,9 +44,7 @@ def context(request: PlanRequest) -> Context:
         raise MeshplanError("profile_id", "a stored profile id is only resolved by the service", "pass the Profile itself as 'profile'")
     model = get_model(request.model)
     gpu = get_gpu(request.cluster.gpu)
-    if request.training.seq_len > model.max_seq_len:
-        raise MeshplanError("training.seq_len", f"seq_len={request.training.seq_len} exceeds the model's max_seq_len={model.max_seq_len}",
-                            f"use seq_len ≤ {model.max_seq_len}")
+    rules.check(rules.seq_len_fits(model, request.training.seq_len))
     try:
         gpu.peak_flops(request.training.precision)
     except ValueError as exc:
@@ -113,9 +111,7 @@ def build_estimate(ctx: Context, cc: ClassCosts, n: list[int], ev: Evaluation) -
 
 
 def parallel_config(cand: Candidate, n: list[int]) -> ParallelConfig:
-    return ParallelConfig(tp=cand.tp, pp=cand.pp, dp=cand.dp, micro_batch_size=cand.micro_batch_size, schedule=cand.schedule,
-                          virtual_stages=cand.virtual_stages, recompute=cand.recompute, sequence_parallel=cand.sequence_parallel,
-                          zero_stage=cand.zero_stage, stage_layers=list(n))
+    return ParallelConfig.model_validate({**{k: getattr(cand, k) for k in CLASS_FIELDS}, "stage_layers": list(n)})
 
 
 def make_plan(ctx: Context, request: PlanRequest, cc: ClassCosts, n: list[int], ev: Evaluation, rank: int = 1) -> Plan:
@@ -144,7 +140,7 @@ def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[i
     validate_pins(ctx, pins, request.options)
     d = ESTIMATE_DEFAULTS
     schedule = pins.schedule or d["schedule"]
-    v = pins.virtual_stages or (2 if schedule in MULTI_STAGE_SCHEDULES else 1)
+    v = pins.virtual_stages or SCHEDULE_INFO[schedule].fixed_virtual_stages or 2
     tp = pins.tp or d["tp"]
     if pins.pp is not None:
         pp = pins.pp
@@ -156,37 +152,28 @@ def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[i
     if pins.dp is not None:
         dp = pins.dp
     else:
-        if n_gpus % (tp * pp):
-            raise MeshplanError("parallel.pp", f"tp×pp = {tp * pp} does not divide the {n_gpus} GPUs", "choose tp and pp whose product divides the GPU count")
+        rules.check(rules.degrees_divide(tp, pp, None, n_gpus))
         dp = n_gpus // (tp * pp)
-    if tp * pp * dp != n_gpus:
-        raise MeshplanError("parallel.dp", f"tp×pp×dp = {tp * pp * dp} but the cluster has {n_gpus} GPUs", f"choose degrees whose product is {n_gpus}")
+    rules.check(rules.degrees_product(tp, pp, dp, n_gpus))
     mbs = pins.micro_batch_size or d["micro_batch_size"]
     gbs = ctx.training.global_batch_size
-    if gbs % (dp * mbs):
-        raise MeshplanError("parallel.micro_batch_size", f"dp × micro_batch_size = {dp * mbs} does not divide the global batch size {gbs}",
-                            "choose dp and micro_batch_size whose product divides training.global_batch_size")
-    if schedule in MULTI_STAGE_SCHEDULES and (gbs // (dp * mbs)) % pp:
-        raise MeshplanError("parallel.micro_batch_size", f"interleaved 1F1B needs the {gbs // (dp * mbs)} micro-batches divisible by pp={pp}",
-                            "choose micro_batch_size so that global_batch_size / (dp × micro_batch_size) is a multiple of pp")
-    if schedule == "1f1b" and pp > 1 and gbs // (dp * mbs) < pp:
-        raise MeshplanError("parallel.micro_batch_size" if pins.micro_batch_size is not None else "parallel.schedule",
-                            f"1F1B needs at least pp={pp} micro-batches but global_batch_size / (dp × micro_batch_size) = {gbs // (dp * mbs)}",
-                            f"use micro_batch_size ≤ {max(1, gbs // (dp * pp))} (so that the micro-batches are ≥ pp), fewer pipeline stages, "
-                            "or schedule 'gpipe'")
-    if schedule not in SEARCHED_SCHEDULES:
-        raise MeshplanError("parallel.schedule", f"schedule {schedule!r} is not modeled", f"use one of {', '.join(SEARCHED_SCHEDULES)}")
+    rules.check(rules.batch_divides(gbs, dp, mbs))
+    m = gbs // (dp * mbs)
+    rules.check(rules.schedule_priced(schedule), rules.virtual_stages_fit(schedule, v), rules.interleaving_needs_pipeline(pp, v),
+                rules.interleaved_microbatches_priced(schedule, pp, m))
+    short = rules.one_f_one_b_microbatches(schedule, pp, m, gbs, dp)
+    if short is not None:
+        raise short if pins.micro_batch_size is not None else rules.with_field(short, "parallel.schedule")
     L = ctx.model.num_layers
-    if pp * v > L:
-        raise MeshplanError("parallel.pp", f"pp × virtual_stages = {pp * v} exceeds the {L} layers", "lower pp or virtual_stages")
-    sp = pins.sequence_parallel if pins.sequence_parallel is not None else d["sequence_parallel"]
-    cand = Candidate(tp, pp, dp, mbs, schedule, v, pins.recompute or d["recompute"], bool(sp and tp > 1),
+    rules.check(rules.pp_fits_layers(pp, v, L))
+    sp = bool((pins.sequence_parallel if pins.sequence_parallel is not None else d["sequence_parallel"]) and tp > 1)
+    rules.check(rules.sequence_parallel_splits_seq(sp, tp, ctx.training.seq_len))
+    cand = Candidate(tp, pp, dp, mbs, schedule, v, pins.recompute or d["recompute"], sp,
                      pins.zero_stage if pins.zero_stage is not None else d["zero_stage"])
-    if pins.stage_layers is not None and len(pins.stage_layers) != pp * v:
-        raise MeshplanError("parallel.stage_layers", f"{len(pins.stage_layers)} entries but pp × virtual_stages = {pp * v}", "give one count per chunk")
+    if pins.stage_layers is not None:
+        rules.check(rules.stage_layers_count(pins.stage_layers, pp, v))
     n = list(pins.stage_layers) if pins.stage_layers is not None else even_stage_layers(L, pp * v)
-    if min(n) < 1:
-        raise MeshplanError("parallel.stage_layers", "every chunk needs at least one layer", "lower pp or virtual_stages")
+    rules.check(rules.stage_layers_nonempty(n, ends_may_be_empty=False))
     return cand, n
 
 
@@ -241,7 +228,7 @@ def _infeasibility(ctx: Context, req: PlanRequest, result: SearchResult) -> Infe
         cand, gib = result.min_memory
         per_node = ctx.cluster.gpus_per_node
         return Infeasibility(
-            reason=f"no configuration fits in {ctx.gpu.memory_gib:g} GiB per GPU; the smallest footprint ({cand.describe()}) needs {gib:.1f} GiB",
+            reason=f"no configuration fits in {ctx.gpu.memory_gib:g} GiB per GPU; the smallest footprint ({describe(cand)}) needs {gib:.1f} GiB",
             field="cluster.gpu",
             suggestion=f"use GPUs with at least {gib:.1f} GiB, more nodes than {ctx.cluster.num_nodes} (× {per_node} GPUs), "
                        "a smaller micro-batch or sequence length, or unpin parallel settings",

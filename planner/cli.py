@@ -306,6 +306,7 @@ def _plan(request: PlanRequest, as_json: bool) -> None:
 
 def _estimate(request: PlanRequest, as_json: bool) -> None:
     from planner.api import estimate_plan
+    from planner.config import describe
 
     p = estimate_plan(request)
     if as_json:
@@ -313,9 +314,7 @@ def _estimate(request: PlanRequest, as_json: bool) -> None:
         return
     out = console()
     c, e, b = p.parallel, p.estimate, p.estimate.breakdown
-    out.print(f"tp={c.tp} pp={c.pp} dp={c.dp} mbs={c.micro_batch_size} ({e.num_microbatches} micro-batches) {c.schedule}"
-              f"{f' v={c.virtual_stages}' if c.virtual_stages > 1 else ''} recompute={c.recompute} sp={c.sequence_parallel} "
-              f"zero={c.zero_stage} stages={c.stage_layers}")
+    out.print(describe(c, e.num_microbatches))
     table = Table("step s", "tokens/s", "TFLOP/s/GPU", "MFU", "peak GiB", "fits")
     table.add_row(f"{e.step_time_s:.4g}", f"{e.tokens_per_s:,.0f}", f"{e.model_tflops_per_gpu:.1f}", f"{e.mfu:.1%}",
                   f"{e.peak_memory_gib:.1f} / {e.gpu_memory_gib:g}", "yes" if e.fits else "[bold red]NO[/]")

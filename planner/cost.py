@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from itertools import pairwise
 
+from planner import config
 from planner.affine import Affine
 from planner.comm import boundary_crosses_nodes
 from planner.compute import Context
@@ -30,7 +31,8 @@ __all__ = ["Candidate", "ClassCosts", "Context", "Evaluation", "Live", "boundary
 
 @dataclass(frozen=True, order=True)
 class Candidate:
-    """A configuration class: a complete ParallelConfig minus ``stage_layers``."""
+    """A configuration class: a complete ParallelConfig minus ``stage_layers`` (the fields of
+    ``planner.config.FIELDS``, checked below). A plain frozen dataclass: hashed and sorted in the search."""
 
     tp: int
     pp: int
@@ -47,10 +49,10 @@ class Candidate:
         return self.pp * self.virtual_stages
 
     def describe(self) -> str:
-        v = f" v={self.virtual_stages}" if self.virtual_stages > 1 else ""
-        sp = "+sp" if self.sequence_parallel else ""
-        return (f"tp={self.tp}{sp} pp={self.pp} dp={self.dp} mbs={self.micro_batch_size} {self.schedule}{v} "
-                f"recompute={self.recompute} zero={self.zero_stage}")
+        return config.describe(self)
+
+
+config.check_fields(Candidate, class_only=True)
 
 
 @dataclass

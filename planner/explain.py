@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from planner.config import describe
 from planner.specs import Explanation, Plan
 
 _PARTS = {
@@ -17,11 +18,7 @@ _SHORT = {"compute_s": "compute", "tp_comm_s": "TP comm", "pp_bubble_s": "pipeli
 
 
 def _describe(plan: Plan) -> str:
-    p = plan.parallel
-    extra = f" v={p.virtual_stages}" if p.virtual_stages > 1 else ""
-    sp = "+SP" if p.sequence_parallel else ""
-    return (f"TP{p.tp}{sp}×PP{p.pp}×DP{p.dp}, mbs {p.micro_batch_size} ({plan.estimate.num_microbatches} micro-batches), "
-            f"{p.schedule}{extra}, recompute {p.recompute}, ZeRO-{p.zero_stage}, stages {p.stage_layers}")
+    return describe(plan.parallel, plan.estimate.num_microbatches)
 
 
 def binding_constraint(plan: Plan, memory_blocked: bool) -> tuple[Literal["memory", "bubble", "communication", "compute"], str]:
@@ -57,7 +54,7 @@ def explain(ctx, plans: list[Plan], result) -> list[Plan]:
         kind, why = binding_constraint(plan, memory_blocked and i == 0)
         details = [f"{_SHORT[k]}: {getattr(plan.estimate.breakdown, k):.4g} s" for k in _PARTS]
         if memory_blocked and i == 0:
-            details.append(f"memory ruled out {blocked[0].describe()} (lower bound {blocked[1] / 1e9:.4g} s)")
+            details.append(f"memory ruled out {describe(blocked[0])} (lower bound {blocked[1] / 1e9:.4g} s)")
         runner = None
         if i == 0 and len(plans) > 1:
             runner = runner_up_reason(plan, plans[1])

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 
+from planner.config import SCHEDULE_INFO
 from planner.specs import MeshLayout, ModelSpec, ParallelConfig, TPRule
 
 MESH_DIMS = ("pp", "dp", "tp")
@@ -95,7 +96,7 @@ def tp_plan(model: ModelSpec, parallel: ParallelConfig) -> list[TPRule]:
 def stage_ranks(parallel: ParallelConfig) -> list[int]:
     """Pipeline rank holding each model chunk, in chunk order (looped, or V-shaped for ZBV)."""
     pp, v = parallel.pp, parallel.virtual_stages
-    if parallel.schedule == "zbv-zero-bubble":
+    if SCHEDULE_INFO[parallel.schedule].placement == "v":
         return [c if c < pp else 2 * pp - 1 - c for c in range(pp * v)]
     return [c % pp for c in range(pp * v)]
 

@@ -14,6 +14,18 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from planner import rules
+from planner.config import (
+    MAX_GPUS,
+    MAX_LAYERS,
+    MULTI_STAGE_SCHEDULES,  # noqa: F401  (re-exported)
+    Recompute,
+    Schedule,
+    check_fields,
+    config_field,
+    pin_field,
+)
+
 #: 2: ``mesh`` without rank groups, the GPU only in ``cluster.gpu`` (a full GpuSpec), one memory-per-stage
 #: list, ``inputs`` (cost inputs and cost-model version). Schema-1 plans are read and upgraded.
 SCHEMA_VERSION = 2
@@ -23,28 +35,14 @@ Activation = Literal["gelu", "swiglu"]
 Norm = Literal["layernorm", "rmsnorm"]
 Precision = Literal["bf16", "fp16", "fp32"]
 Optimizer = Literal["adam", "sgd"]
-Recompute = Literal["none", "selective", "full"]
-Schedule = Literal[
-    "gpipe",
-    "1f1b",
-    "interleaved-1f1b",
-    "interleaved-zero-bubble",
-    "zbv-zero-bubble",
-]
-#: Schedules that place several model chunks (virtual stages) on each pipeline rank.
-MULTI_STAGE_SCHEDULES: frozenset[str] = frozenset(
-    {"interleaved-1f1b", "interleaved-zero-bubble", "zbv-zero-bubble"}
-)
 LayerKind = Literal["embedding", "transformer_block", "lm_head"]
 
 BYTES_PER_ELEMENT: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 # Sane upper bounds: far above any real model or cluster, low enough to refuse nonsense early.
-MAX_LAYERS = 1024
 MAX_HIDDEN = 131_072
 MAX_VOCAB = 4_194_304
 MAX_SEQ_LEN = 1_048_576
-MAX_GPUS = 131_072
 MAX_GPUS_PER_NODE = 64
 
 
@@ -163,40 +161,27 @@ class TrainingSpec(_Spec):
 class ParallelConfig(_Spec):
     """A complete parallel configuration. ``stage_layers`` lists the transformer layers of each model
     chunk in pipeline order (``pp × virtual_stages`` entries; chunk c sits on pipeline rank
-    ``c % pp`` for looped schedules, and V-shaped for ``zbv-zero-bubble``)."""
+    ``c % pp`` for looped schedules, and V-shaped for ``zbv-zero-bubble``). Fields: ``planner.config.FIELDS``."""
 
-    tp: int = Field(ge=1, le=MAX_GPUS)
-    pp: int = Field(ge=1, le=MAX_LAYERS)
-    dp: int = Field(ge=1, le=MAX_GPUS)
-    micro_batch_size: int = Field(ge=1, le=1_000_000)
-    schedule: Schedule = "1f1b"
-    virtual_stages: int = Field(default=1, ge=1, le=64)
-    recompute: Recompute = "none"
-    sequence_parallel: bool = False
-    zero_stage: int = Field(default=0, ge=0, le=3)
-    stage_layers: list[int] = Field(min_length=1)
+    tp: int = config_field("tp")
+    pp: int = config_field("pp")
+    dp: int = config_field("dp")
+    micro_batch_size: int = config_field("micro_batch_size")
+    schedule: Schedule = config_field("schedule")
+    virtual_stages: int = config_field("virtual_stages")
+    recompute: Recompute = config_field("recompute")
+    sequence_parallel: bool = config_field("sequence_parallel")
+    zero_stage: int = config_field("zero_stage")
+    stage_layers: list[int] = config_field("stage_layers")
 
     @model_validator(mode="after")
     def _check_consistency(self) -> "ParallelConfig":
-        chunks = self.pp * self.virtual_stages
-        if len(self.stage_layers) != chunks:
-            raise ValueError(
-                f"stage_layers has {len(self.stage_layers)} entries but pp × virtual_stages = {chunks}; "
-                "give one layer count per model chunk"
-            )
-        if any(n < 0 for n in self.stage_layers):
-            raise ValueError("stage_layers entries must be ≥ 0")
-        if self.schedule in MULTI_STAGE_SCHEDULES and self.virtual_stages < 2:
-            raise ValueError(f"schedule {self.schedule!r} needs virtual_stages ≥ 2")
-        if self.schedule not in MULTI_STAGE_SCHEDULES and self.virtual_stages != 1:
-            raise ValueError(
-                f"virtual_stages={self.virtual_stages} needs an interleaved schedule; "
-                "use schedule 'interleaved-1f1b' or set virtual_stages to 1"
-            )
-        if self.schedule == "zbv-zero-bubble" and self.virtual_stages != 2:
-            raise ValueError("schedule 'zbv-zero-bubble' needs virtual_stages = 2")
-        if self.sequence_parallel and self.tp == 1:
-            raise ValueError("sequence_parallel needs tp > 1; set sequence_parallel to false")
+        rules.check(
+            rules.stage_layers_count(self.stage_layers, self.pp, self.virtual_stages),
+            rules.stage_layers_nonnegative(self.stage_layers),
+            rules.virtual_stages_fit(self.schedule, self.virtual_stages),
+            rules.sequence_parallel_needs_tp(self.sequence_parallel, self.tp),
+        )
         return self
 
     @property
@@ -208,16 +193,20 @@ class ParallelPins(_Spec):
     """A partial ParallelConfig: each field given is pinned, the rest are searched (``plan``) or take
     documented defaults (``estimate``)."""
 
-    tp: int | None = Field(default=None, ge=1, le=MAX_GPUS)
-    pp: int | None = Field(default=None, ge=1, le=MAX_LAYERS)
-    dp: int | None = Field(default=None, ge=1, le=MAX_GPUS)
-    micro_batch_size: int | None = Field(default=None, ge=1, le=1_000_000)
-    schedule: Schedule | None = None
-    virtual_stages: int | None = Field(default=None, ge=1, le=64)
-    recompute: Recompute | None = None
-    sequence_parallel: bool | None = None
-    zero_stage: int | None = Field(default=None, ge=0, le=3)
-    stage_layers: list[int] | None = Field(default=None, min_length=1, max_length=4096)
+    tp: int | None = pin_field("tp")
+    pp: int | None = pin_field("pp")
+    dp: int | None = pin_field("dp")
+    micro_batch_size: int | None = pin_field("micro_batch_size")
+    schedule: Schedule | None = pin_field("schedule")
+    virtual_stages: int | None = pin_field("virtual_stages")
+    recompute: Recompute | None = pin_field("recompute")
+    sequence_parallel: bool | None = pin_field("sequence_parallel")
+    zero_stage: int | None = pin_field("zero_stage")
+    stage_layers: list[int] | None = pin_field("stage_layers")
+
+
+check_fields(ParallelConfig)
+check_fields(ParallelPins, optional=True)
 
 
 # --------------------------------------------------------------------------------------------

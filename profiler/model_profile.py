@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 from torch import nn
 
+from planner import rules
 from planner.analytic import LAYER_KINDS, check_tp, layer_profile, vocab_parallel
 from planner.errors import MeshplanError
 from planner.specs import ActivationBytes, LayerProfile, ModelSpec, Profile
@@ -227,13 +228,10 @@ def validate(
             "seq_len", f"{seq_len} is outside 1..{model.max_seq_len} (the model's max_seq_len)",
             f"use a sequence length between 1 and {model.max_seq_len}",
         )
-    if sequence_parallel:
-        for tp in tp_list:
-            if seq_len % tp:
-                raise MeshplanError(
-                    "seq_len", f"sequence parallelism needs seq_len divisible by tp; {seq_len} % {tp} ≠ 0",
-                    "use a sequence length divisible by every TP degree",
-                )
+    for tp in tp_list:
+        err = rules.sequence_parallel_splits_seq(sequence_parallel, tp, seq_len)
+        if err is not None:
+            raise rules.with_field(err, "seq_len")
     if device != "meta":
         # Refuse runs that cannot fit (the biggest point: smallest tp, largest micro-batch).
         need = sum(

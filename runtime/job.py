@@ -19,6 +19,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from planner.config import SCHEDULES
 from planner.layout import stage_ranks
 from planner.specs import Plan
 from runtime.models import Transformer, build_model, init_weights
@@ -83,13 +84,8 @@ def build_mesh(plan: Plan, device_type: str):
     return init_device_mesh(device_type, tuple(plan.mesh.shape), mesh_dim_names=tuple(plan.mesh.dim_names))
 
 
-_SCHEDULES = {
-    "gpipe": "ScheduleGPipe",
-    "1f1b": "Schedule1F1B",
-    "interleaved-1f1b": "ScheduleInterleaved1F1B",
-    "interleaved-zero-bubble": "ScheduleInterleavedZeroBubble",
-    "zbv-zero-bubble": "ScheduleZBVZeroBubble",
-}
+#: Schedule id → torch.distributed.pipelining class (planner.config.SCHEDULES: the runnable ones).
+_SCHEDULES = {s.id: s.torch_class for s in SCHEDULES if s.torch_class is not None}
 
 
 @dataclass

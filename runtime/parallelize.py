@@ -22,13 +22,14 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
+from planner.config import SCHEDULES
 from planner.specs import ParallelConfig, TPRule
 
 _LAYOUTS = {"replicate": Replicate(), "shard_seq": Shard(1), "shard_last": Shard(-1)}
 #: Schedules whose split backward (input and weight gradients apart) breaks FSDP2's default
 #: reshard-after-forward in PyTorch 2.13 (silently wrong gradients; the zero-bubble cases of
 #: tests/test_runtime_equivalence.py catch it): they always run without resharding.
-ZERO_BUBBLE = frozenset({"interleaved-zero-bubble", "zbv-zero-bubble"})
+ZERO_BUBBLE = frozenset(s.id for s in SCHEDULES if s.splits_backward)
 
 
 def _one(layouts: list[str] | None):

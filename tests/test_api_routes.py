@@ -3,6 +3,7 @@ paths, as tables."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -215,6 +216,26 @@ def test_read_only_routes(client, path, check):
     r = client.get(path)
     assert r.status_code == 200
     assert check(r.json())
+
+
+def test_schedule_catalog_says_what_the_planner_prices_and_the_runtime_runs(client):
+    """GET /v1/catalog/schedules (and the client's ``schedules()``) lists every schedule a plan may name;
+    the planner accepts a pinned schedule exactly when it is ``priced`` (else 422 naming the field)."""
+    from planner.config import SCHEDULES
+    from planner.specs import ParallelConfig
+
+    body = client.get("/v1/catalog/schedules").json()
+    assert [s["id"] for s in body] == list(ParallelConfig.model_fields["schedule"].annotation.__args__)
+    assert body == [dataclasses.asdict(s) for s in SCHEDULES]
+    assert MeshplanClient(http=client).schedules() == list(SCHEDULES)
+    assert "/v1/catalog/schedules" in client.get("/openapi.json").json()["paths"]
+    for s in body:
+        pins = {"tp": 1, "pp": 2, "dp": 4, "micro_batch_size": 1, "schedule": s["id"],
+                "virtual_stages": s["fixed_virtual_stages"] or (2 if s["needs_virtual_stages"] else 1)}
+        r = client.post("/v1/estimates", json=plan_request(parallel=pins))
+        assert r.status_code == (200 if s["priced"] else 422), (s["id"], r.text)
+        if not s["priced"]:
+            assert r.json()["errors"][0]["field"] == "parallel.schedule"
 
 
 def test_root_serves_the_dashboard_or_says_it_is_missing(client):

@@ -261,6 +261,23 @@ def test_what_if_compares_side_by_side(tab, llama_plan, artifacts_dir):
     tab.assert_clean()
 
 
+def test_what_if_offers_the_priced_schedules_and_estimates_one(tab, llama_plan, server):
+    """The what-if's schedule choices come from GET /v1/catalog/schedules (priced only): each is one
+    the planner estimates, so picking one gives a comparison, not a 422."""
+    plan_id, stored = llama_plan
+    priced = [s["id"] for s in httpx.get(f"{server}/v1/catalog/schedules", timeout=30).json() if s["priced"]]
+    page = tab.goto(f"/plans/{plan_id}")
+    page.select_option("#whatif-knob", "schedule")
+    page.wait_for_function("document.querySelectorAll('#whatif-value option').length > 0")
+    assert page.eval_on_selector_all("#whatif-value option", "els => els.map(e => e.value)") == priced
+    other = "gpipe" if stored["response"]["plans"][0]["parallel"]["schedule"] != "gpipe" else "1f1b"
+    page.select_option("#whatif-value", other)
+    page.click("#whatif button[type=submit]")
+    page.wait_for_selector("#whatif .whatif-table")
+    assert other in page.inner_text("#whatif .whatif-table")
+    tab.assert_clean()
+
+
 def test_edit_and_replan_prefills_the_form(tab, llama_plan):
     plan_id, stored = llama_plan
     page = tab.goto(f"/plans/{plan_id}")
@@ -363,6 +380,20 @@ def test_keyboard_reaches_the_form_with_a_visible_focus(tab):
             break
     assert reached[-1] == "f-model", reached
     assert page.evaluate("getComputedStyle(document.activeElement).outlineStyle") not in ("", "none")
+    tab.assert_clean()
+
+
+def test_schedule_choices_are_the_schedules_the_planner_prices(tab, server):
+    """The form offers exactly the priced schedules of GET /v1/catalog/schedules (a runtime-only
+    zero-bubble schedule would be refused by the planner with 422)."""
+    from planner.config import PRICED_SCHEDULES
+
+    catalog = httpx.get(f"{server}/v1/catalog/schedules", timeout=30).json()
+    priced = [s["id"] for s in catalog if s["priced"]]
+    assert priced == list(PRICED_SCHEDULES) and any(not s["priced"] for s in catalog)
+    page = tab.goto("/new")
+    offered = page.eval_on_selector_all("#f-parallel-schedule option", "els => els.map(e => e.value)")
+    assert offered == ["", *priced]
     tab.assert_clean()
 
 

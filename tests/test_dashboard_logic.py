@@ -4,6 +4,7 @@ against an independent computation (the planner's own parameter count, arithmeti
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import http.server
 import threading
@@ -13,6 +14,7 @@ import pytest
 
 from planner.analytic import num_parameters
 from planner.catalog import MODELS
+from planner.config import SCHEDULES
 from planner.layout import mesh_groups
 from planner.specs import MeshLayout
 
@@ -56,6 +58,8 @@ def call(page, module: str, fn: str, *args):
     )
 
 
+#: GET /v1/catalog/schedules, as the service serves it.
+SCHEDULE_CATALOG = [dataclasses.asdict(s) for s in SCHEDULES]
 BASE = {"tp": 8, "pp": 4, "dp": 2, "micro_batch_size": 1, "schedule": "1f1b", "virtual_stages": 1,
         "recompute": "none", "sequence_parallel": True, "zero_stage": 1, "stage_layers": [20, 20, 20, 20]}
 
@@ -73,12 +77,13 @@ BASE = {"tp": 8, "pp": 4, "dp": 2, "micro_batch_size": 1, "schedule": "1f1b", "v
         ("schedule", "interleaved-1f1b", {"virtual_stages": 2, "stage_layers": None}),
         ("schedule", "zbv-zero-bubble", {"virtual_stages": 2, "stage_layers": None}),
         ("schedule", "gpipe", {"virtual_stages": 1, "stage_layers": None}),
+        ("schedule", "pipedream", "parallel.schedule"),  # not in GET /v1/catalog/schedules
         ("recompute", "full", {"recompute": "full", "dp": 2}),
         ("zero_stage", 3, {"zero_stage": 3}),
     ],
 )
 def test_what_if_changes_one_setting_and_keeps_the_gpu_count(page, knob, value, expect):
-    out = call(page, "./js/pages/whatif.js", "changedConfig", BASE, knob, value)
+    out = call(page, "./js/pages/whatif.js", "changedConfig", BASE, knob, value, SCHEDULE_CATALOG)
     if isinstance(expect, str):
         assert out == {"error": expect}
         return

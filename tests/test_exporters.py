@@ -429,7 +429,9 @@ def _broken(plan: Plan, **changes) -> Plan:
 
 @pytest.mark.parametrize("changes,field", [
     ({"estimate": {"gpus_used": 32}}, "plan.parallel"),
-    ({"training": {"global_batch_size": 250}}, "plan.training.global_batch_size"),
+    ({"training": {"global_batch_size": 264}}, "plan.training.global_batch_size"),  # runnable, but not the estimate's 128 micro-batches
+    ({"training": {"global_batch_size": 250}}, "plan.parallel.micro_batch_size"),  # 125 micro-batches: not whole rounds of the interleaved schedule
+    ({"parallel": {"micro_batch_size": 3}}, "plan.training.global_batch_size"),  # planner.rules.batch_divides
     ({"parallel": {"stage_layers": [8, 11, 11, 10, 10, 10, 11, 8]}}, "plan.parallel.stage_layers"),
     ({"parallel": {"dp": 4}, "estimate": {"gpus_used": 128, "num_microbatches": 64}}, "plan.parallel"),
 ])

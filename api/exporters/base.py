@@ -16,6 +16,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, Field
 
+from planner import rules
 from planner.errors import MeshplanError
 from planner.layout import stage_ranks
 from planner.specs import Plan
@@ -92,8 +93,10 @@ class Exporter:
 
 def check_invariants(plan: Plan) -> None:
     """The plan's arithmetic must hold before anything is exported: degrees multiply to the GPUs
-    used, global batch = micro-batch × micro-batches × data-parallel size, the layer split sums to
-    the model's layers, and the mesh matches the degrees. Raises ``MeshplanError`` naming the field."""
+    used, the configuration keeps the rules every target needs (``planner.rules.runnable``: the layer
+    split sums to the model's layers, the global batch splits into micro-batches, TP divides the
+    heads, 1F1B has ≥ pp micro-batches…), the estimate's micro-batch count agrees, and the mesh matches
+    the degrees. Raises ``MeshplanError`` naming the field (under ``plan.``)."""
     p, est = plan.parallel, plan.estimate
     world = p.tp * p.pp * p.dp
     if world != est.gpus_used:
@@ -106,6 +109,7 @@ def check_invariants(plan: Plan) -> None:
             "plan.parallel", f"tp × pp × dp = {world} exceeds the cluster's {plan.cluster.num_gpus} GPUs",
             "re-plan for this cluster",
         )
+    rules.check(rules.prefixed(rules.runnable(plan.model, plan.training, p), "plan."))
     gbs = p.micro_batch_size * est.num_microbatches * p.dp
     if gbs != plan.training.global_batch_size:
         raise MeshplanError(
@@ -113,12 +117,6 @@ def check_invariants(plan: Plan) -> None:
             f"global batch {plan.training.global_batch_size} ≠ micro_batch_size × num_microbatches × dp "
             f"= {p.micro_batch_size}×{est.num_microbatches}×{p.dp} = {gbs}",
             "re-plan so the global batch is a multiple of micro_batch_size × dp",
-        )
-    if sum(p.stage_layers) != plan.model.num_layers:
-        raise MeshplanError(
-            "plan.parallel.stage_layers",
-            f"the layer split {p.stage_layers} sums to {sum(p.stage_layers)}, not the model's {plan.model.num_layers} layers",
-            "give one layer count per model chunk, summing to model.num_layers",
         )
     if plan.mesh.shape != [p.pp, p.dp, p.tp] or plan.mesh.dim_names != ["pp", "dp", "tp"]:
         raise MeshplanError(

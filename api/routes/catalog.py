@@ -1,4 +1,4 @@
-"""``/v1/catalog``: the built-in models, GPUs and export formats."""
+"""``/v1/catalog``: the built-in models, GPUs, pipeline schedules and export formats."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from api.deps import v1_router
 from api.routes.exports import export_formats
 from api.schemas import ExportFormat
 from planner.catalog import GPUS, MODELS
+from planner.config import SCHEDULES, ScheduleInfo
 from planner.specs import GpuSpec, ModelSpec
 
 router = v1_router("/catalog", "catalog")
@@ -24,3 +25,10 @@ async def list_gpus() -> list[GpuSpec]:
 @router.get("/export-formats", response_model=list[ExportFormat])
 async def list_export_formats() -> list[ExportFormat]:
     return export_formats()
+
+
+@router.get("/schedules", response_model=list[ScheduleInfo])
+async def list_schedules() -> list[ScheduleInfo]:
+    """Every pipeline schedule a plan may name: ``priced`` ones the planner searches and estimates
+    (``parallel.schedule`` pins accept only these), ``runnable`` ones the runtime executes."""
+    return list(SCHEDULES)

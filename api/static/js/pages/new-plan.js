@@ -5,7 +5,6 @@ import { api } from "../api.js";
 import { announce, errorBox, fmt, h, loading, put, setTitle } from "../dom.js";
 
 const CUSTOM = "__custom__";
-const SCHEDULES = ["gpipe", "1f1b", "interleaved-1f1b", "interleaved-zero-bubble", "zbv-zero-bubble"];
 
 /** Parameter count of a ModelSpec: blocks (attention, MLP, two norms; biases for GPT), token
  * embedding (+ learned positions for GPT), final norm and LM head; tied weights counted once. */
@@ -201,9 +200,10 @@ function showErrors(form, summary, err, pasted) {
 export async function newPlanPage(root, { query }) {
   setTitle("New plan");
   root.append(h("h1", {}, "New plan"), loading("Loading the catalogs"));
-  const [models, gpus, profiles] = await Promise.all([
+  const [models, gpus, schedules, profiles] = await Promise.all([
     api("/v1/catalog/models"),
     api("/v1/catalog/gpus"),
+    api("/v1/catalog/schedules"),
     api("/v1/profiles", { query: { limit: 100 } }).catch(() => ({ items: [] })),
   ]);
   const from = query.get("from");
@@ -279,7 +279,8 @@ export async function newPlanPage(root, { query }) {
       h(
         "div",
         { class: "row" },
-        field("parallel.schedule", "Pipeline schedule", select([["", "search"], ...SCHEDULES.map((x) => [x, x])], "")),
+        // Only what the planner prices: the runtime-only (zero-bubble) schedules would be refused.
+        field("parallel.schedule", "Pipeline schedule", select([["", "search"], ...schedules.filter((s) => s.priced).map((s) => [s.id, s.id])], ""), "Schedules the planner can price; leave on “search” to compare them."),
         field("parallel.virtual_stages", "Virtual stages", num({ min: 1 })),
         field("parallel.recompute", "Recompute", select([["", "search"], ["none", "none"], ["selective", "selective"], ["full", "full"]], "")),
         field("parallel.sequence_parallel", "Sequence parallel", select([["", "search"], ["true", "on"], ["false", "off"]], "")),

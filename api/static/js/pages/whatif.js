@@ -5,20 +5,22 @@ import { api } from "../api.js";
 import { put, errorBox, fmt, h, loading } from "../dom.js";
 import { describe, memoryChart, timeChart } from "./plan-parts.js";
 
-const SCHEDULES = ["gpipe", "1f1b", "interleaved-1f1b", "interleaved-zero-bubble", "zbv-zero-bubble"];
-const MULTI = new Set(["interleaved-1f1b", "interleaved-zero-bubble", "zbv-zero-bubble"]);
+/** The schedules the planner prices (GET /v1/catalog/schedules), fetched once: what-ifs go to the planner. */
+let pricedCatalog = null;
+const pricedSchedules = () => (pricedCatalog ||= api("/v1/catalog/schedules").then((all) => all.filter((s) => s.priced)));
 
 export const KNOBS = {
   tp: { label: "tensor parallel (tp)", number: true },
   pp: { label: "pipeline parallel (pp)", number: true },
   micro_batch_size: { label: "micro-batch size", number: true },
-  schedule: { label: "pipeline schedule", options: SCHEDULES },
+  schedule: { label: "pipeline schedule", fromCatalog: true },
   recompute: { label: "recompute", options: ["none", "selective", "full"] },
   zero_stage: { label: "ZeRO stage", options: [0, 1, 2, 3], number: true },
 };
 
-/** The complete configuration with one setting changed and the settings it forces adjusted. */
-export function changedConfig(par, knob, value) {
+/** The complete configuration with one setting changed and the settings it forces adjusted
+ * (``schedules``: entries of GET /v1/catalog/schedules, for the virtual stages a schedule needs). */
+export function changedConfig(par, knob, value, schedules = []) {
   const out = { ...par, [knob]: value };
   const gpus = par.tp * par.pp * par.dp;
   if (knob === "tp" || knob === "pp") {
@@ -29,7 +31,11 @@ export function changedConfig(par, knob, value) {
     out.dp = dp;
   }
   if (knob === "tp" && out.tp === 1) out.sequence_parallel = false;
-  if (knob === "schedule") out.virtual_stages = MULTI.has(value) ? (value === "zbv-zero-bubble" ? 2 : Math.max(2, par.virtual_stages)) : 1;
+  if (knob === "schedule") {
+    const info = schedules.find((s) => s.id === value);
+    if (!info) throw { field: "parallel.schedule", message: `schedule ${value} is not in the catalog; choose one of ${schedules.map((s) => s.id).join(", ")}` };
+    out.virtual_stages = info.needs_virtual_stages ? info.fixed_virtual_stages || Math.max(2, par.virtual_stages) : 1;
+  }
   if (knob === "pp" || knob === "schedule") delete out.stage_layers; // the server's default (even) cut
   return out;
 }
@@ -81,17 +87,25 @@ export function whatIf(stored, plan, index) {
   const valueHolder = h("div", { class: "field" });
   const result = h("div", { class: "whatif-result", "aria-live": "polite" });
   let valueEl;
+  let schedules = [];
   const renderValue = () => {
     const k = knobSel.value;
     const knob = KNOBS[k];
     const cur = plan.parallel[k];
-    valueEl = knob.options
-      ? h("select", { id: "whatif-value" }, knob.options.map((o) => h("option", { value: o, selected: String(o) === String(cur) || null }, `${o}${String(o) === String(cur) ? " (current)" : ""}`)))
+    const options = knob.fromCatalog ? schedules.map((s) => s.id) : knob.options;
+    valueEl = options
+      ? h("select", { id: "whatif-value" }, options.map((o) => h("option", { value: o, selected: String(o) === String(cur) || null }, `${o}${String(o) === String(cur) ? " (current)" : ""}`)))
       : h("input", { id: "whatif-value", type: "number", min: 1, value: k === "micro_batch_size" ? cur * 2 : cur, required: true });
     put(valueHolder, h("label", { for: "whatif-value" }, `New value (now ${cur})`), valueEl);
   };
   knobSel.addEventListener("change", renderValue);
   renderValue();
+  pricedSchedules()
+    .then((s) => {
+      schedules = s;
+      if (KNOBS[knobSel.value].fromCatalog) renderValue();
+    })
+    .catch(() => {});
   const mode = (value, text, checked) => h("label", {}, h("input", { type: "radio", name: "whatif-mode", value, checked: checked || null }), ` ${text}`);
   const form = h(
     "form",
@@ -111,7 +125,7 @@ export function whatIf(stored, plan, index) {
       let next;
       let link = null;
       if (how === "estimate") {
-        const body = { model: req.model, cluster: req.cluster, training: req.training, parallel: changedConfig(plan.parallel, k, value), top_k: 1, ...extras(req) };
+        const body = { model: req.model, cluster: req.cluster, training: req.training, parallel: changedConfig(plan.parallel, k, value, schedules), top_k: 1, ...extras(req) };
         next = await api("/v1/estimates", { method: "POST", body });
       } else {
         const body = { ...req, parallel: { ...(req.parallel || {}), [k]: value } };
