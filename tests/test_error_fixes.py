@@ -34,7 +34,7 @@ CASES = [
      ["from 0 to 3"]),
     ("stage-layers-entry", "estimate", ["--pp", "2", "--stage-layers", "4,x"], {"parallel__pp": 2, "parallel__stage_layers": [4, "x"]},
      "--stage-layers", "parallel.stage_layers.1", ["whole number"]),
-    ("tp-not-dividing-heads", "estimate", ["--tp", "3"], {"parallel__tp": 3}, "--tp", "parallel.tp", ["tp among"]),
+    ("tp-not-dividing-heads", "estimate", ["--tp", "3"], {"parallel__tp": 3}, "--tp", "parallel.tp", ["choose a tp that divides"]),
     ("seq-len-over-model", "plan", ["--seq-len", "100000"], {"training__seq_len": 100000}, "--seq-len", "training.seq_len",
      ["≤"]),
 ]
