@@ -6,6 +6,9 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
+# Test processes (pytest-xdist), one test file per process at a time: many files mostly wait on
+# subprocesses, servers and launches, so two keep both of this machine's cores busy.
+TEST_WORKERS ?= 2
 
 .PHONY: setup serve test bench clean
 
@@ -21,7 +24,7 @@ serve: setup
 	$(VENV)/bin/meshplan serve --host $(HOST) --port $(PORT)
 
 test: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: setup
 	for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

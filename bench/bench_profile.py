@@ -62,8 +62,8 @@ def cluster() -> None:
         out = Path(tmp) / "net.json"
         env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "api.cli", "profile", "cluster", "--nproc-per-node", "2", "--backend", "gloo",
-                        "--sizes", ",".join(map(str, sizes)), "--iters", "5", "--out", str(out)],
+        subprocess.run([sys.executable, "-m", "api.cli", "profile", "cluster", "--nproc-per-node", "2",
+                        "--backend", "gloo", "--sizes", ",".join(map(str, sizes)), "--iters", "5", "--out", str(out)],
                        cwd=root, env=env, check=True, stdout=subprocess.DEVNULL)
         elapsed = time.perf_counter() - start
         prof = NetworkProfile.model_validate_json(out.read_text())

@@ -70,7 +70,8 @@ def check_fit(f: LinkFit) -> None:
     is well-formed and is the fit of the measurements it carries, so the planner prices exactly them."""
     import numpy as np
 
-    assert math.isfinite(f.alpha_s) and math.isfinite(f.beta_s_per_byte) and f.alpha_s >= 0 and f.beta_s_per_byte >= 0, f
+    assert math.isfinite(f.alpha_s) and math.isfinite(f.beta_s_per_byte), f
+    assert f.alpha_s >= 0 and f.beta_s_per_byte >= 0, f
     # Reproduces its own measurements: refitting the stored samples gives the stored (α, β) ...
     assert fit_alpha_beta(f.samples) == pytest.approx((f.alpha_s, f.beta_s_per_byte), rel=1e-12, abs=0), f
     s = np.array([x for x, _ in f.samples], float)

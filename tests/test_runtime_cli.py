@@ -151,7 +151,8 @@ def test_checks_before_launch_do_not_import_torch(tmp_path):
     """`meshplan run` and every rank validate the plan and the checkpoint folder before anything is
     launched or joined; that path must not pay PyTorch's import (seconds of CPU per process)."""
     code = ("import sys, runtime.cli, runtime.train\nfrom runtime.checkpoint import resolve\n"
-            "from runtime.validate import validate_plan\nfrom planner.io import load_plan\nprint('torch' in sys.modules)")
+            "from runtime.validate import validate_plan\nfrom planner.io import load_plan\n"
+            "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True,
                          timeout=60)
     assert out.stdout.strip() == "False", out.stderr
