@@ -27,9 +27,6 @@ class MeshplanError(ValueError):
         text = f"{self.field}: {self.message}"
         return f"{text}. Fix: {self.fix}" if self.fix else text
 
-    def to_dict(self) -> dict[str, str]:
-        return {"field": self.field, "message": self.message, "fix": self.fix}
-
 
 class UnknownCatalogIdError(MeshplanError):
     """A catalog id (model or GPU) that is not in the catalog."""

@@ -34,10 +34,11 @@ def divisors(n: int) -> list[int]:
 
 
 def tp_options(ctx: Context, allow_across: bool) -> list[int]:
-    m = ctx.model
-    limit = ctx.num_gpus if allow_across else ctx.cluster.gpus_per_node
-    return [t for t in divisors(limit) if t <= ctx.num_gpus and ctx.num_gpus % t == 0
-            and m.num_attention_heads % t == 0 and m.num_kv_heads % t == 0 and m.ffn_hidden_size % t == 0]
+    """The TP degrees the rules allow on this cluster (``planner.rules``: divides the GPUs and the
+    model's heads, kv heads and FFN; inside a node unless ``allow_across``)."""
+    gpn = ctx.cluster.gpus_per_node
+    return [t for t in divisors(ctx.num_gpus)
+            if rules.tp_within_node(t, gpn, allow_across) is None and rules.tp_divides_model(ctx.model, t) is None]
 
 
 def validate_pins(ctx: Context, pins: ParallelPins, options: SearchOptions) -> None:

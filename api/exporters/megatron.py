@@ -24,7 +24,6 @@ schedule Megatron runs and a warning.
 
 from __future__ import annotations
 
-import re
 import shlex
 
 from planner.errors import MeshplanError
@@ -44,11 +43,6 @@ def layout_string(stage_layers: list[int]) -> str:
         s = ("E" if c == 0 else "") + (f"t*{n}" if n > 1 else "t" * n) + ("L" if c == last else "")
         chunks.append(s)
     return "|".join(chunks)
-
-
-def parse_layout(layout: str) -> list[int]:
-    """Decoder layers per chunk of a layout string (the subset of Megatron's grammar written above)."""
-    return [sum(int(n or 1) for n in re.findall(r"t(?:\*(\d+))?", chunk)) for chunk in layout.split("|")]
 
 
 def pipeline_args(plan: Plan, notes: Notes) -> list[str]:
