@@ -18,7 +18,7 @@ import itertools
 import math
 
 from planner.config import SCHEDULE_INFO
-from planner.specs import MeshLayout, ModelSpec, ParallelConfig, TPRule
+from planner.specs import MeshLayout, ModelSpec, ParallelConfig, TPLayout, TPRule, TPStyle
 
 MESH_DIMS = ("pp", "dp", "tp")
 
@@ -53,7 +53,8 @@ def tp_plan(model: ModelSpec, parallel: ParallelConfig) -> list[TPRule]:
     if parallel.tp == 1:
         return []
     sp = parallel.sequence_parallel
-    seq, rep = "shard_seq", "replicate"
+    seq: TPLayout = "shard_seq"
+    rep: TPLayout = "replicate"
     rules: list[TPRule] = []
     # Vocabulary-parallel embedding and LM head when the vocabulary splits evenly.
     vocab_parallel = model.vocab_size % parallel.tp == 0
@@ -61,7 +62,7 @@ def tp_plan(model: ModelSpec, parallel: ParallelConfig) -> list[TPRule]:
         rules.append(TPRule(pattern="embed.tok", style="rowwise", input_layouts=[rep], output_layouts=[rep]))
     if sp:
         rules.append(TPRule(pattern="embed", style="prepare_output", output_layouts=[rep], desired_output_layouts=[seq]))
-    norm_style = "sequence_parallel" if sp else "replicate"
+    norm_style: TPStyle = "sequence_parallel" if sp else "replicate"
     rules += [
         TPRule(pattern="layers.*.attn_norm", style=norm_style),
         TPRule(pattern="layers.*.mlp_norm", style=norm_style),
@@ -71,7 +72,7 @@ def tp_plan(model: ModelSpec, parallel: ParallelConfig) -> list[TPRule]:
             TPRule(pattern="layers.*.attn", style="prepare_input", input_layouts=[seq], desired_input_layouts=[rep]),
             TPRule(pattern="layers.*.mlp", style="prepare_input", input_layouts=[seq], desired_input_layouts=[rep]),
         ]
-    out = [seq] if sp else None
+    out: list[TPLayout] | None = [seq] if sp else None
     rules += [
         TPRule(pattern="layers.*.attn.wq", style="colwise"),
         TPRule(pattern="layers.*.attn.wk", style="colwise"),

@@ -370,6 +370,7 @@ class Estimate(_Spec):
 
 
 TPLayout = Literal["replicate", "shard_seq", "shard_last"]
+TPStyle = Literal["colwise", "rowwise", "sequence_parallel", "prepare_input", "prepare_output", "replicate"]
 
 
 class TPRule(_Spec):
@@ -378,7 +379,7 @@ class TPRule(_Spec):
     replicate → Replicate(), shard_seq → Shard(1), shard_last → Shard(-1)."""
 
     pattern: str
-    style: Literal["colwise", "rowwise", "sequence_parallel", "prepare_input", "prepare_output", "replicate"]
+    style: TPStyle
     input_layouts: list[TPLayout] | None = None
     output_layouts: list[TPLayout] | None = None
     desired_input_layouts: list[TPLayout] | None = None
