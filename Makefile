@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # subprocesses, servers and launches, so two keep both of this machine's cores busy.
 TEST_WORKERS ?= 2
 
-.PHONY: setup serve test bench clean
+.PHONY: setup serve test lint bench clean
 
 setup: $(VENV)/.installed
 
@@ -25,6 +25,11 @@ serve: setup
 
 test: setup
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 bench: setup
 	for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
