@@ -24,6 +24,18 @@ CONFIGMAP_LIMIT = 1024 * 1024
 PLAN_VOLUME = "meshplan-plan"
 
 
+class _LiteralDumper(yaml.SafeDumper):
+    """Multi-line strings (the plan file) as literal ``|`` blocks: the plan stays readable JSON."""
+
+
+_LiteralDumper.add_representer(
+    str, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v, style="|" if "\n" in v else None))
+
+
+def dump_configmap(doc: dict) -> str:
+    return yaml.dump(doc, Dumper=_LiteralDumper, sort_keys=False, width=120)
+
+
 def mounted_plan_path(options: ExportOptions) -> str:
     """The plan file's path inside the pod: ``plan_path`` if absolute, else under ``PLAN_MOUNT_DIR``."""
     if options.plan_path.startswith("/"):
@@ -121,8 +133,7 @@ class PyTorchJobExporter(Exporter):
         }
         configmap = plan_configmap(plan, options, notes)
         head = comment_block("#", header_lines(plan, self) + kube_lines(self, plan, options, notes), notes.warnings, notes.info)
-        return head + "---\n" + yaml.safe_dump(doc, sort_keys=False, width=120) + "---\n" + yaml.safe_dump(
-            configmap, sort_keys=False, width=120)
+        return head + "---\n" + yaml.safe_dump(doc, sort_keys=False, width=120) + "---\n" + dump_configmap(configmap)
 
 
 def kube_lines(exporter: Exporter, plan: Plan, options: ExportOptions, notes: Notes) -> list[str]:

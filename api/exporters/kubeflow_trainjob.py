@@ -14,7 +14,7 @@ from planner.specs import Plan
 
 from .base import Exporter, Notes, comment_block, geometry, header_lines
 from .kubeflow_pytorchjob import (
-    kube_lines, metadata, mounted_plan_path, plan_configmap, plan_env, plan_mount, plan_volume, program_args,
+    dump_configmap, kube_lines, metadata, mounted_plan_path, plan_configmap, plan_env, plan_mount, plan_volume, program_args,
 )
 from .options import ExportOptions
 
@@ -56,8 +56,7 @@ class TrainJobExporter(Exporter):
         }
         configmap = plan_configmap(plan, options, notes)
         head = comment_block("#", header_lines(plan, self) + kube_lines(self, plan, options, notes), notes.warnings, notes.info)
-        return head + "---\n" + yaml.safe_dump(doc, sort_keys=False, width=120) + "---\n" + yaml.safe_dump(
-            configmap, sort_keys=False, width=120)
+        return head + "---\n" + yaml.safe_dump(doc, sort_keys=False, width=120) + "---\n" + dump_configmap(configmap)
 
 
 def runtime_patch(options: ExportOptions) -> dict:
