@@ -524,3 +524,24 @@ def test_plan_of_an_older_cost_model_is_marked_and_replanned_in_one_click(tab, s
     assert not stored["stale"] and stored["request"] == httpx.get(f"{server}/v1/plans/{old_id}", timeout=30).json()["request"]
     assert OLD_REQUEST["cluster"].items() <= stored["request"]["cluster"].items()
     tab.assert_clean()
+
+
+def test_form_defaults_are_the_readme_quick_start_and_the_cli_defaults(tab):
+    """The form as it opens is the README's quick-start case (its first `meshplan plan` command and
+    examples/request.json), and its search settings are the request's own defaults (as the CLI's)."""
+    from test_readme import quick_start_flags
+
+    from planner.specs import PlanRequest, SearchOptions, TrainingSpec
+
+    flags = quick_start_flags()
+    page = tab.goto("/new")
+    page.wait_for_selector("#f-model")
+    form = {flag: page.input_value(sel) for flag, sel in [
+        ("--model", "#f-model"), ("--gpu", "#f-cluster-gpu"), ("--nodes", "#f-cluster-num_nodes"),
+        ("--gpus-per-node", "#f-cluster-gpus_per_node"), ("--global-batch-size", "#f-training-global_batch_size"),
+        ("--seq-len", "#f-training-seq_len")]}
+    assert form == flags
+    assert page.input_value("#f-training-precision") == TrainingSpec.model_fields["precision"].default
+    assert int(page.input_value("#f-top_k")) == PlanRequest.model_fields["top_k"].default
+    assert float(page.input_value("#f-options-time_limit_s")) == SearchOptions.model_fields["time_limit_s"].default
+    tab.assert_clean()
