@@ -134,7 +134,12 @@ def _block_id(i: int, heading: str) -> str:
     return f"{i}-" + re.sub(r"\W+", "-", heading).strip("-").lower()
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)), ids=[_block_id(i, h) for i, (h, _) in enumerate(BLOCKS)])
+def _marks(block: str) -> list:
+    """Blocks that launch multi-process training are `slow` (skipped by `-m 'not slow'`)."""
+    return [pytest.mark.slow] if "meshplan run" in block or "bash job.sh" in block else []
+
+
+@pytest.mark.parametrize("index", [pytest.param(i, id=_block_id(i, h), marks=_marks(b)) for i, (h, b) in enumerate(BLOCKS)])
 def test_readme_block_runs_as_written(index, workdir, service):
     """Blocks run in README order in one folder, as in one shell session: later blocks use the files
     earlier ones wrote, and the venv an earlier block activated."""
