@@ -208,3 +208,15 @@ def test_readme_quick_start_matches_examples_request():
                      "--nodes": str(request["cluster"]["num_nodes"]), "--gpus-per-node": str(request["cluster"]["gpus_per_node"]),
                      "--global-batch-size": str(request["training"]["global_batch_size"]),
                      "--seq-len": str(request["training"]["seq_len"])}
+
+
+def test_readme_says_what_was_validated_where():
+    """The README says plainly which figures come from GPUs (none yet) and which from this CPU
+    machine, and links the validation notes and the coming fidelity benchmark."""
+    text = README.read_text()
+    section = text[text.index("## What has been validated where"):]
+    section = " ".join(section[:section.index("\n## ", 5)].split())
+    assert "No figure in this repository comes from a GPU" in section
+    assert "On this CPU machine" in section and "[docs/validation.md](docs/validation.md)" in section
+    assert "bench/bench_fidelity.py" in section
+    assert (ROOT / "docs" / "validation.md").is_file()
