@@ -14,7 +14,7 @@ from planner.specs import Plan
 
 from .base import Exporter, Notes, comment_block, geometry, header_lines
 from .kubeflow_pytorchjob import (
-    dump_configmap, kube_lines, metadata, mounted_plan_path, plan_configmap, plan_env, plan_mount, plan_volume, program_args,
+    dump_configmap, kube_lines, metadata, plan_configmap, plan_env, plan_mount, plan_volume, program_args,
 )
 from .options import ExportOptions
 
