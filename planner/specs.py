@@ -547,9 +547,24 @@ class PlanResponse(_Spec):
 PositiveInt = Annotated[int, Field(ge=1)]
 
 
+class Prediction(_Spec):
+    """A prediction of a run's step time and peak memory for named hardware, and what priced it."""
+
+    predicted_on: str = Field(description="The hardware the prediction is for, e.g. 'h100-sxm5-80gb' or 'cpu'.")
+    basis: str = Field(default="", description="What priced it (profiles, network fit, datasheet figures).")
+    step_time_s: float | None = None
+    peak_memory_gib: float | None = None
+    step_time_ratio: float | None = Field(default=None, description="predicted ÷ measured (same hardware only).")
+    memory_ratio: float | None = Field(default=None, description="predicted ÷ measured (same hardware only).")
+
+
 class RunReport(_Spec):
     """What a run of a plan measured, beside what the plan predicted (written by ``meshplan run``,
-    stored by the service, shown by the dashboard). Ratios are predicted ÷ measured."""
+    stored by the service, shown by the dashboard). Ratios are predicted ÷ measured, and only ever
+    between a prediction and a measurement on the same hardware: ``predicted_*`` is the plan's own
+    prediction for ``predicted_on`` (its GPU); ``step_time_ratio``/``memory_ratio`` are set only when
+    the run ran on that hardware. ``local_prediction`` re-prices the plan for the hardware the run
+    actually used (e.g. a CPU layer profile and a gloo network fit) and carries its own ratios."""
 
     schema_version: int = SCHEMA_VERSION
     model: str
@@ -569,6 +584,8 @@ class RunReport(_Spec):
     predicted_peak_memory_gib: float | None = None
     step_time_ratio: float | None = None
     memory_ratio: float | None = None
+    predicted_on: str | None = Field(default=None, description="The hardware of predicted_* (the plan's GPU).")
+    local_prediction: Prediction | None = Field(default=None, description="The plan re-priced for the run's own hardware.")
     resumed_from_step: int | None = None
     created_at: str | None = None
     notes: list[str] = Field(default_factory=list)

@@ -41,6 +41,10 @@ WORKER_ARGS: tuple[WorkerArg, ...] = (
     WorkerArg("--seed", int, 0, "Random seed."),
     WorkerArg("--lr", float, 1e-3, "Learning rate (AdamW)."),
     WorkerArg("--max-grad-norm", float, 1.0, "Global gradient-norm clip; ≤ 0 disables."),
+    WorkerArg("--profile", Path, None, "Layer profile of this run's hardware (`meshplan profile model --device cpu`) "
+              "for the prediction the run is compared with; default: measured after the run."),
+    WorkerArg("--network", Path, None, "Network profile of this run's process group (`meshplan profile cluster`); "
+              "default: a quick fit measured after the run."),
 )
 
 

@@ -42,7 +42,7 @@ LAUNCH_OPTIONS = {
 
 
 def run(**values: Any) -> None:
-    """Run a plan with PyTorch (DeviceMesh, DTensor TP, pipelining, FSDP2) and report measured vs predicted."""
+    """Run a plan with PyTorch (DeviceMesh, DTensor TP, pipelining, FSDP2); compare with a prediction for this hardware."""
     from planner.io import load_plan
     from runtime.validate import validate_plan
 
@@ -64,6 +64,11 @@ def run(**values: Any) -> None:
         from runtime.checkpoint import resolve
 
         resolve(values["resume"])
+    from types import SimpleNamespace
+
+    from runtime.train import load_hardware_inputs
+
+    load_hardware_inputs(SimpleNamespace(**values), p)  # --profile/--network: read and checked before launching
     cmd = torchrun_command(nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
                            worker_args=worker_argv(values))
     env = dict(os.environ)

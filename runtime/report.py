@@ -1,13 +1,77 @@
-"""The run report: what a run measured beside what its plan predicted (``planner.specs.RunReport``)."""
+"""The run report: what a run measured beside predictions for the hardware each is for
+(``planner.specs.RunReport``). The plan's prediction is for its GPU; ``local_prediction`` re-prices
+the plan for the hardware the run actually used (a layer profile measured there, or given with
+``--profile``, and a network fit of the run's own process group, or ``--network``). Ratios are only
+formed between a prediction and a measurement on the same hardware."""
 
 from __future__ import annotations
 
+import os
 import statistics
+import time
 from datetime import datetime, timezone
 
-from planner.specs import Plan, RunReport
+from planner.specs import GpuSpec, NetworkProfile, Plan, Prediction, Profile, RunReport
 
 GIB = 1024**3
+#: Message sizes (bytes) of the quick network fit a run measures when no --network is given.
+QUICK_NETWORK_SIZES = (1 << 12, 1 << 16, 1 << 20)
+
+
+def same_hardware(device: str, gpu_id: str) -> bool:
+    """Whether a run on ``device`` (``"cpu"`` or a CUDA device name) ran on the plan's GPU ``gpu_id``
+    (catalog ids start with the product, e.g. 'h100-sxm5-80gb' ↔ 'NVIDIA H100 80GB HBM3')."""
+    if device == "cpu" or not gpu_id:
+        return False
+    product = gpu_id.lower().split("-")[0]
+    return product in device.lower().replace(" ", "").replace("-", "")
+
+
+def _ratio(predicted: float | None, measured: float | None) -> float | None:
+    return predicted / measured if predicted and measured and measured > 0 else None
+
+
+def host_spec(device: str = "cpu") -> GpuSpec:
+    """This host's processor as a ``GpuSpec`` for re-pricing a plan on it, from quick measurements:
+    fp32 matmul FLOP/s (one thread per process, as runs use) and copy bandwidth; memory from the OS.
+    Link bandwidths are placeholders: the run's network fit prices communication."""
+    import torch
+
+    n = 512
+    a = torch.randn(n, n)
+    a @ a
+    t = min(_timed(lambda: a @ a) for _ in range(5))
+    flops = 2 * n**3 / t
+    x = torch.empty(1 << 24)  # 64 MiB
+    y = torch.empty_like(x)
+    y.copy_(x)
+    t = min(_timed(lambda: y.copy_(x)) for _ in range(3))
+    bw = 2 * x.numel() * 4 / t
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
+    return GpuSpec(id=device, memory_gib=mem, peak_tflops={"fp32": flops / 1e12}, hbm_bandwidth_GBps=bw / 1e9,
+                   nvlink_bandwidth_GBps=bw / 1e9, nic_bandwidth_GBps=bw / 1e9,
+                   source=f"measured by meshplan run: {n}×{n} fp32 matmul, 64 MiB copy; links from the run's network fit")
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def local_prediction(plan: Plan, *, device: str, precision: str, profile: Profile, network: NetworkProfile | None,
+                     gpu: GpuSpec, basis: str) -> Prediction:
+    """The plan's own configuration priced by the cost model for the hardware the run used: its
+    layer profile, network fit and processor figures, at the precision the run actually computed in."""
+    from planner.api import estimate_plan
+    from planner.specs import PlanRequest, SearchOptions
+
+    training = plan.training.model_copy(update={"precision": precision})
+    request = PlanRequest(model=plan.model, cluster=plan.cluster.model_copy(update={"gpu": gpu}), training=training,
+                          parallel=plan.parallel.model_dump(), profile=profile, network=network,
+                          options=SearchOptions(allow_tp_across_nodes=True))
+    est = estimate_plan(request).estimate
+    return Prediction(predicted_on=device, basis=basis, step_time_s=est.step_time_s, peak_memory_gib=est.peak_memory_gib)
 
 
 def measured_step_time(step_times: list[float]) -> float:
@@ -27,12 +91,18 @@ def build_report(
     peak_memory_bytes_per_rank: list[int],
     resumed_from_step: int | None = None,
     notes: list[str] | None = None,
+    local: Prediction | None = None,
 ) -> RunReport:
     t = plan.training
     measured = measured_step_time(step_times)
     peak_gib = [b / GIB for b in peak_memory_bytes_per_rank]
+    peak = max(peak_gib, default=None)
     predicted_time = plan.estimate.step_time_s or None  # 0 = placeholder plan without a prediction
     predicted_mem = plan.estimate.peak_memory_gib or None
+    same = same_hardware(device, plan.gpu.id)  # the plan's prediction is comparable only on its own GPU
+    if local is not None:
+        local = local.model_copy(update={"step_time_ratio": _ratio(local.step_time_s, measured),
+                                         "memory_ratio": _ratio(local.peak_memory_gib, peak)})
     return RunReport(
         model=plan.model.name,
         parallel=plan.parallel,
@@ -49,8 +119,10 @@ def build_report(
         peak_memory_gib_per_rank=peak_gib,
         predicted_step_time_s=predicted_time,
         predicted_peak_memory_gib=predicted_mem,
-        step_time_ratio=predicted_time / measured if predicted_time and measured > 0 else None,
-        memory_ratio=predicted_mem / max(peak_gib) if predicted_mem and peak_gib and max(peak_gib) > 0 else None,
+        step_time_ratio=_ratio(predicted_time, measured) if same else None,
+        memory_ratio=_ratio(predicted_mem, peak) if same else None,
+        predicted_on=plan.gpu.id,
+        local_prediction=local,
         resumed_from_step=resumed_from_step,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         notes=notes or [],
@@ -62,15 +134,32 @@ def summary(report: RunReport) -> str:
         return "-" if x is None else f"{x:.4g}{unit}"
 
     p = report.parallel
+    peak = max(report.peak_memory_gib_per_rank, default=None)
     lines = [
         f"model {report.model} on {report.world_size}× {report.device}: tp={p.tp} pp={p.pp} dp={p.dp} "
         f"schedule={p.schedule} zero={p.zero_stage} recompute={p.recompute} sp={p.sequence_parallel}",
         "losses: " + " ".join(f"{x:.4f}" for x in report.losses),
-        f"step time  predicted {fmt(report.predicted_step_time_s, ' s')}  measured {fmt(report.measured_step_time_s, ' s')}"
-        f"  ratio {fmt(report.step_time_ratio)}",
-        f"peak memory  predicted {fmt(report.predicted_peak_memory_gib, ' GiB')}  measured (max rank) "
-        f"{fmt(max(report.peak_memory_gib_per_rank, default=None), ' GiB')}  ratio {fmt(report.memory_ratio)}",
-        f"throughput {report.tokens_per_s:.1f} tokens/s",
+        f"measured on {report.device}: step time {fmt(report.measured_step_time_s, ' s')}, "
+        f"peak memory (max rank) {fmt(peak, ' GiB')}, throughput {report.tokens_per_s:.1f} tokens/s",
     ]
+    local = report.local_prediction
+    if local is not None:
+        lines += [
+            f"predicted for {local.predicted_on} (this run's hardware): step time {fmt(local.step_time_s, ' s')} "
+            f"(predicted ÷ measured {fmt(local.step_time_ratio)}), peak memory {fmt(local.peak_memory_gib, ' GiB')} "
+            f"(predicted ÷ measured {fmt(local.memory_ratio)})",
+            f"  priced with: {local.basis}",
+        ]
+    if report.predicted_step_time_s is not None or report.predicted_peak_memory_gib is not None:
+        gpu = report.predicted_on or "the plan's GPU"
+        if report.step_time_ratio is not None or report.memory_ratio is not None:
+            lines.append(f"predicted for {gpu} (the plan; this run's hardware): step time "
+                         f"{fmt(report.predicted_step_time_s, ' s')} (predicted ÷ measured {fmt(report.step_time_ratio)}), "
+                         f"peak memory {fmt(report.predicted_peak_memory_gib, ' GiB')} "
+                         f"(predicted ÷ measured {fmt(report.memory_ratio)})")
+        else:
+            lines.append(f"the plan's prediction is for {gpu}, not {report.device}: step time "
+                         f"{fmt(report.predicted_step_time_s, ' s')}, peak memory {fmt(report.predicted_peak_memory_gib, ' GiB')} "
+                         f"per GPU (not comparable with this run's measurements)")
     lines += [f"note: {n}" for n in report.notes]
     return "\n".join(lines)

@@ -88,12 +88,76 @@ def main(argv: list[str] | None = None) -> None:
             from runtime.checkpoint import resolve
 
             resolve(args.resume)  # a missing checkpoint fails here, on every rank, before any collective
+        load_hardware_inputs(args, plan)  # a bad --profile/--network fails here too
     except MeshplanError as exc:
         _fail(exc)
     try:
         run(plan, args)
     except MeshplanError as exc:
         _fail(exc)
+
+
+def load_hardware_inputs(args, plan):
+    """``--profile``/``--network`` files, checked against the plan (model, TP degree, micro-batch)."""
+    from planner.io import load_model
+    from planner.specs import NetworkProfile, Profile
+
+    profile = load_model(Profile, args.profile, "profile") if args.profile else None
+    network = load_model(NetworkProfile, args.network, "network") if args.network else None
+    if profile is not None:
+        p, t = plan.parallel, plan.training
+        if profile.model.name != plan.model.name:
+            raise MeshplanError("profile", f"{args.profile} profiles {profile.model.name}, the plan trains {plan.model.name}",
+                                "profile the plan's model, or omit --profile to measure one after the run")
+        if profile.find("transformer_block", p.micro_batch_size, t.seq_len, p.tp, p.sequence_parallel) is None:
+            raise MeshplanError("profile", f"{args.profile} has no transformer_block record for micro_batch_size="
+                                f"{p.micro_batch_size} seq_len={t.seq_len} tp={p.tp} sequence_parallel={p.sequence_parallel}",
+                                f"profile with --micro-batch-sizes {p.micro_batch_size} --tp {p.tp} --seq-len {t.seq_len}, "
+                                "or omit --profile")
+    return profile, network
+
+
+def predict_here(plan, args, job, device: str):
+    """The plan priced for this run's hardware (every rank calls it: the network fit is collective).
+    Returns (Prediction or None, a note saying why there is none) on rank 0, (None, None) elsewhere."""
+    import torch
+    import torch.distributed as dist
+
+    from profiler.cluster import profile_network
+    from profiler.model_profile import profile_model
+    from runtime.parallelize import mixed_precision
+    from runtime.report import QUICK_NETWORK_SIZES, host_spec, local_prediction
+
+    profile, network = load_hardware_inputs(args, plan)
+    basis = []
+    if network is None and dist.get_world_size() > 1:
+        network = profile_network(list(QUICK_NETWORK_SIZES), warmup=1, iters=3)
+        basis.append(f"{network.backend} network fit measured after the run ({len(network.links)} link fits)")
+    elif network is not None:
+        basis.append(f"network profile {args.network}")
+    if dist.get_rank() != 0:
+        return None, None
+    p, t = plan.parallel, plan.training
+    precision = "fp32" if mixed_precision(t.precision, job.device.type) is None else t.precision
+    if profile is None:
+        profile = profile_model(plan.model, device=job.device.type, micro_batch_sizes=[p.micro_batch_size], tps=[p.tp],
+                                seq_len=t.seq_len, sequence_parallel=p.sequence_parallel, dtype=precision,
+                                warmup=1, repeats=3)
+        basis.insert(0, f"{job.device.type} layer profile measured after the run (mbs={p.micro_batch_size}, tp={p.tp})")
+    else:
+        basis.insert(0, f"layer profile {args.profile} ({profile.device})")
+    gpu = host_spec(device) if job.device.type == "cpu" else None
+    if gpu is None:  # a CUDA run: the plan's GPU figures for what the profiles do not cover
+        gpu = plan.gpu.model_copy(update={"id": device})
+        basis.append(f"other terms from the {plan.gpu.id} datasheet")
+    else:
+        basis.append("optimizer/element-wise terms from a quick matmul and copy measurement of this host")
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    try:
+        return local_prediction(plan, device=device, precision=precision, profile=profile, network=network, gpu=gpu,
+                                basis="; ".join(basis)), None
+    except MeshplanError as exc:  # e.g. a schedule the runtime runs but the cost model does not price
+        return None, f"no prediction for {device}: the cost model cannot price this plan ({exc.field}: {exc.message})"
 
 
 def run(plan, args) -> None:
@@ -145,16 +209,22 @@ def run(plan, args) -> None:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         peaks: list[int] = [0] * dist.get_world_size()
         dist.all_gather_object(peaks, _peak_memory_bytes(job.device))
+        device = torch.cuda.get_device_name() if cuda else "cpu"
+        local, why_not = predict_here(plan, args, job, device)
         if rank == 0:
-            notes = list(job.notes)
+            notes = list(job.notes) + ([why_not] if why_not else [])
             if not cuda:
                 notes.append("CPU run: peak memory is the process's peak RSS (includes the PyTorch runtime)")
+                cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+                if dist.get_world_size() > cores:
+                    notes.append(f"{dist.get_world_size()} processes shared {cores} CPU cores: the measured time includes "
+                                 "that contention, which the prediction for this hardware does not model")
             if job.dp_wrapper:
                 notes.append(f"data parallelism: {job.dp_wrapper}")
             report = build_report(
-                plan, device=torch.cuda.get_device_name() if cuda else "cpu", torch_version=torch.__version__,
+                plan, device=device, torch_version=torch.__version__,
                 losses=losses, step_times=t.tolist(), peak_memory_bytes_per_rank=peaks,
-                resumed_from_step=start if args.resume else None, notes=notes,
+                resumed_from_step=start if args.resume else None, notes=notes, local=local,
             )
             if args.report:
                 Path(args.report).write_text(json.dumps(report.model_dump(mode="json"), indent=1))

@@ -451,15 +451,30 @@ def test_profile_page_charts_measured_against_analytic(tab, artifacts_dir):
     tab.assert_clean()
 
 
-def test_run_report_shows_predicted_against_measured(tab, artifacts_dir):
-    report = {
-        "model": "tiny-llama",
-        "parallel": {"tp": 2, "pp": 2, "dp": 1, "micro_batch_size": 2, "stage_layers": [4, 4]},
-        "world_size": 4, "device": "cpu", "torch_version": "2.13.0", "steps": 20, "global_batch_size": 8, "seq_len": 128,
-        "losses": [5.5 - 0.2 * i for i in range(20)], "step_times_s": [0.9] + [0.2] * 19,
-        "measured_step_time_s": 0.2, "tokens_per_s": 8 * 128 / 0.2, "peak_memory_gib_per_rank": [0.3, 0.3, 0.25, 0.25],
-        "predicted_step_time_s": 0.16, "predicted_peak_memory_gib": 0.28, "step_time_ratio": 0.8, "memory_ratio": 0.93,
-    }
+RUN_REPORT = {
+    "model": "tiny-llama",
+    "parallel": {"tp": 2, "pp": 2, "dp": 1, "micro_batch_size": 2, "stage_layers": [4, 4]},
+    "world_size": 4, "device": "cpu", "torch_version": "2.13.0", "steps": 20, "global_batch_size": 8, "seq_len": 128,
+    "losses": [5.5 - 0.2 * i for i in range(20)], "step_times_s": [0.9] + [0.2] * 19,
+    "measured_step_time_s": 0.2, "tokens_per_s": 8 * 128 / 0.2, "peak_memory_gib_per_rank": [0.3, 0.3, 0.25, 0.25],
+}
+
+
+@pytest.mark.parametrize("kind", ["cpu-run", "gpu-run"])
+def test_run_report_shows_predicted_against_measured_on_the_same_hardware(tab, artifacts_dir, kind):
+    """A CPU run is compared with the plan re-priced for the CPU; the plan's GPU prediction is shown,
+    labelled with its GPU and as not comparable, never drawn against the CPU measurement. A run on the
+    plan's GPU is compared with the plan's own prediction."""
+    if kind == "cpu-run":
+        report = RUN_REPORT | {
+            "predicted_step_time_s": 1.8e-05, "predicted_peak_memory_gib": 0.28, "predicted_on": "h100-sxm5-80gb",
+            "local_prediction": {"predicted_on": "cpu", "basis": "cpu layer profile measured after the run",
+                                 "step_time_s": 0.25, "peak_memory_gib": 0.3, "step_time_ratio": 1.25, "memory_ratio": 1.0},
+        }
+    else:
+        report = RUN_REPORT | {"device": "NVIDIA H100 80GB HBM3", "predicted_on": "h100-sxm5-80gb",
+                               "predicted_step_time_s": 0.16, "predicted_peak_memory_gib": 0.28, "step_time_ratio": 0.8,
+                               "memory_ratio": 0.93}
     r = httpx.post(f"{tab.base}/v1/runs", json=report, timeout=30)
     assert r.status_code == 201, r.text
     page = tab.goto(f"/runs/{r.json()['id']}")
@@ -467,8 +482,17 @@ def test_run_report_shows_predicted_against_measured(tab, artifacts_dir):
     assert _svg_rects_with_area(page, "#run-memory rect.bar") == 4
     assert page.locator("#run-loss path.series-line").count() == 1
     assert page.locator("#run-memory line.ref-line").count() == 1
-    assert "0.80" in page.inner_text(".stats")
-    tab.shot(artifacts_dir, "run")
+    stats = " ".join(page.inner_text(".stats").split())
+    time_section = " ".join(page.inner_text("#run-time").split())
+    if kind == "cpu-run":
+        assert "Predicted for cpu (this run's hardware)" in stats and "1.25" in stats
+        assert "Plan's prediction for h100-sxm5-80gb" in stats and "not comparable with a run on cpu" in stats
+        assert "measured vs. predicted for cpu" in time_section and "h100" not in time_section.split("The plan")[0]
+        assert "cpu layer profile" in page.inner_text("#run-basis")
+    else:
+        assert "Plan's prediction for h100-sxm5-80gb (this run's hardware)" in stats and "0.80" in stats
+        assert "measured vs. predicted for h100-sxm5-80gb" in time_section
+    tab.shot(artifacts_dir, f"run-{kind}")
     assert page.locator("table.list").count() == 0
     page = tab.goto("/runs")
     assert page.locator(f'a[href="#/runs/{r.json()["id"]}"]').count() == 1
@@ -530,4 +554,25 @@ def test_plan_of_an_older_cost_model_is_marked_and_replanned_in_one_click(tab, s
     stored = httpx.get(f"{server}/v1/plans/{new_id}", timeout=30).json()
     assert not stored["stale"] and stored["request"] == httpx.get(f"{server}/v1/plans/{old_id}", timeout=30).json()["request"]
     assert OLD_REQUEST["cluster"].items() <= stored["request"]["cluster"].items()
+    tab.assert_clean()
+
+
+def test_form_defaults_are_the_readme_quick_start_and_the_cli_defaults(tab):
+    """The form as it opens is the README's quick-start case (its first `meshplan plan` command and
+    examples/request.json), and its search settings are the request's own defaults (as the CLI's)."""
+    from test_readme import quick_start_flags
+
+    from planner.specs import PlanRequest, SearchOptions, TrainingSpec
+
+    flags = quick_start_flags()
+    page = tab.goto("/new")
+    page.wait_for_selector("#f-model")
+    form = {flag: page.input_value(sel) for flag, sel in [
+        ("--model", "#f-model"), ("--gpu", "#f-cluster-gpu"), ("--nodes", "#f-cluster-num_nodes"),
+        ("--gpus-per-node", "#f-cluster-gpus_per_node"), ("--global-batch-size", "#f-training-global_batch_size"),
+        ("--seq-len", "#f-training-seq_len")]}
+    assert form == flags
+    assert page.input_value("#f-training-precision") == TrainingSpec.model_fields["precision"].default
+    assert int(page.input_value("#f-top_k")) == PlanRequest.model_fields["top_k"].default
+    assert float(page.input_value("#f-options-time_limit_s")) == SearchOptions.model_fields["time_limit_s"].default
     tab.assert_clean()

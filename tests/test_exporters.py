@@ -108,7 +108,7 @@ def _export(case: str, fmt: str, options: ExportOptions = OPTIONS):
 def parse(content: str, media_type: str):
     if media_type == "application/yaml":
         docs = [d for d in yaml.safe_load_all(content) if d is not None]
-        assert len(docs) == 1
+        assert len(docs) == 2 and docs[1]["kind"] == "ConfigMap"  # the job, then the plan it mounts
         return docs[0]
     if media_type == "application/json":
         return json.loads(content)
@@ -307,7 +307,8 @@ FROZEN_KEYS = {
     "kubeflow-trainjob": {"apiVersion", "kind", "metadata", "metadata.name", "metadata.namespace", "metadata.labels",
                           "spec", "spec.runtimeRef", "spec.runtimeRef.apiGroup", "spec.runtimeRef.kind",
                           "spec.runtimeRef.name", "spec.trainer", "spec.trainer.image", "spec.trainer.command",
-                          "spec.trainer.numNodes", "spec.trainer.numProcPerNode", "spec.trainer.resourcesPerNode"},
+                          "spec.trainer.numNodes", "spec.trainer.numProcPerNode", "spec.trainer.resourcesPerNode",
+                          "spec.trainer.env", "spec.runtimePatches"},
     "torchtitan-toml": {"job", "job.description", "model", "model.name", "model.flavor", "training",
                         "training.local_batch_size", "training.global_batch_size", "training.seq_len",
                         "training.mixed_precision_param", "parallelism", "parallelism.tensor_parallel_degree",
@@ -333,7 +334,7 @@ def key_set(fmt: str, content: str) -> set[str]:
         return keys
     if fmt == "torchtitan":
         return {ast.unparse(n.targets[0]) for n in ast.walk(ast.parse(content)) if isinstance(n, ast.Assign)}
-    doc = {"deepspeed": json.loads, "torchtitan-toml": tomllib.loads}.get(fmt, lambda c: yaml.safe_load(c))(content)
+    doc = {"deepspeed": json.loads, "torchtitan-toml": tomllib.loads}.get(fmt, lambda c: next(yaml.safe_load_all(c)))(content)
 
     def walk(d, prefix=""):
         for k, v in d.items():
@@ -483,7 +484,7 @@ def test_custom_command_reaches_every_launcher():
         words = shell_words(export(CASES["llama3-70b-8x8"], fmt, opts).content)
         assert words[-5:] == ["pretrain_gpt.py", "--data-path", "/data/c4", "--split", "949,50,1"]
     for fmt in ("kubeflow-pytorchjob", "kubeflow-trainjob"):
-        doc = yaml.safe_load(export(CASES["llama3-70b-8x8"], fmt, opts).content)
+        doc = next(yaml.safe_load_all(export(CASES["llama3-70b-8x8"], fmt, opts).content))
         cmd = doc["spec"]["trainer"]["command"] if fmt == "kubeflow-trainjob" else \
             doc["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"]
         assert cmd == ["torchrun", "pretrain_gpt.py", "--data-path", "/data/c4", "--split", "949,50,1"]
@@ -517,7 +518,8 @@ def test_cli_exports_a_plan_response(tmp_path):
                "--job-name", "llama-train", "--partition", "gpu", "--image", "nvcr.io/nvidia/pytorch:26.01-py3",
                "--namespace", "training", "--time", "2-00:00:00")
     assert run.returncode == 0, run.stderr
-    assert out.read_text() == export(second, "slurm", OPTIONS).content
+    assert out.read_text() == export(second, "slurm", OPTIONS, out_name=str(out)).content
+    assert f"# Submit with: sbatch {out}\n" in out.read_text()  # the header names the file it was written to
     bad = _cli("export", "--plan", str(plan_file), "--format", "nope")
     assert bad.returncode == 2 and "format" in bad.stderr and "Traceback" not in bad.stderr
     bad = _cli("export", "--plan", str(plan_file), "--format", "slurm", "--job-name", "Bad_Name")
@@ -641,3 +643,129 @@ def test_meshplan_export_runs_on_the_bundled_runtime(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads((tmp_path / "run.json").read_text())
     assert report["world_size"] == plan.parallel.num_gpus and len(report["losses"]) == 1
+
+
+# ------------------------------------------------------------------------------------------------
+# The launched program learns the plan: MESHPLAN_* variables, the plan file, runtime.env
+
+LAUNCHERS = ("torchrun", "slurm", "kubeflow-pytorchjob", "kubeflow-trainjob")
+
+
+def exported_env(fmt: str, content: str) -> dict[str, str]:
+    """The MESHPLAN_* variables a launcher export gives the program (shell `export` lines or container env)."""
+    if fmt in ("torchrun", "slurm"):
+        return dict(shlex.split(line)[1].split("=", 1) for line in content.splitlines() if line.startswith("export MESHPLAN_"))
+    doc = next(yaml.safe_load_all(content))
+    if fmt == "kubeflow-trainjob":
+        env = doc["spec"]["trainer"]["env"]
+    else:
+        env = doc["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["env"]
+    return {e["name"]: e["value"] for e in env if e["name"].startswith("MESHPLAN_")}
+
+
+@pytest.mark.parametrize("case,fmt", [(c, f) for c in CASES for f in LAUNCHERS])
+def test_launchers_tell_the_program_the_layout(case, fmt):
+    from runtime.env import layout_from_env
+
+    plan = CASES[case]
+    env = exported_env(fmt, export(plan, fmt, OPTIONS).content)
+    layout = layout_from_env(env)
+    p, t = plan.parallel, plan.training
+    assert (layout.tp, layout.pp, layout.dp, layout.micro_batch_size) == (p.tp, p.pp, p.dp, p.micro_batch_size)
+    assert layout.micro_batch_size * layout.num_microbatches * layout.dp == t.global_batch_size
+    assert (layout.schedule, layout.virtual_stages, list(layout.stage_layers)) == (p.schedule, p.virtual_stages, p.stage_layers)
+    assert (layout.recompute, layout.sequence_parallel, layout.zero_stage) == (p.recompute, p.sequence_parallel, p.zero_stage)
+    assert (layout.seq_len, layout.precision) == (t.seq_len, t.precision)
+    assert layout.mesh_shape == tuple(plan.mesh.shape)
+    assert layout.plan_path == ("plan.json" if fmt in ("torchrun", "slurm") else "/etc/meshplan/plan.json")
+
+
+@pytest.mark.parametrize("fmt", ["kubeflow-pytorchjob", "kubeflow-trainjob"])
+@pytest.mark.parametrize("plan_path,mounted", [("plan.json", "/etc/meshplan/plan.json"), ("/opt/job/p.json", "/opt/job/p.json")])
+def test_kubeflow_ships_the_plan_as_a_mounted_configmap(fmt, plan_path, mounted):
+    plan = CASES["llama3-70b-8x8"]
+    content = export(plan, fmt, OPTIONS.model_copy(update={"plan_path": plan_path})).content
+    job, cm = [d for d in yaml.safe_load_all(content) if d is not None]
+    assert cm["kind"] == "ConfigMap" and cm["metadata"]["namespace"] == "training"
+    (key, text), = cm["data"].items()
+    assert Plan.model_validate_json(text) == plan  # the very plan, not one assumed baked into the image
+    if fmt == "kubeflow-trainjob":
+        pod = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+        pod = pod["template"]["spec"]["template"]["spec"]
+        command = job["spec"]["trainer"]["command"]
+    else:
+        pod = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+        command = pod["containers"][0]["command"]
+    (volume,) = pod["volumes"]
+    (mount,) = pod["containers"][0]["volumeMounts"]
+    assert volume["configMap"]["name"] == cm["metadata"]["name"] and mount["name"] == volume["name"]
+    assert f"{mount['mountPath']}/{key}" == mounted == exported_env(fmt, content)["MESHPLAN_PLAN"]
+    assert command[-2:] == ["--plan", mounted]
+
+
+@pytest.mark.parametrize("fmt,line", [("slurm", "# Submit with: sbatch jobs/llama.sbatch"),
+                                      ("kubeflow-trainjob", "# Apply with: kubectl apply -f jobs/llama.yaml")])
+def test_header_names_the_file_it_was_written_to(fmt, line):
+    name = "jobs/llama.sbatch" if fmt == "slurm" else "jobs/llama.yaml"
+    assert line in export(CASES["llama3-70b-8x8"], fmt, OPTIONS, out_name=name).content.splitlines()
+
+
+@pytest.mark.parametrize("env,field", [
+    ({"MESHPLAN_TP": "two"}, "MESHPLAN_TP"),
+    ({"MESHPLAN_TP": None}, "MESHPLAN_TP"),
+    ({"MESHPLAN_DP": "3"}, "MESHPLAN_GLOBAL_BATCH_SIZE"),
+    ({"MESHPLAN_STAGE_LAYERS": "8,x"}, "MESHPLAN_STAGE_LAYERS"),
+    ({"MESHPLAN_SEQUENCE_PARALLEL": "yes"}, "MESHPLAN_SEQUENCE_PARALLEL"),
+])
+def test_bad_layout_variables_name_the_variable(env, field):
+    from runtime.env import layout_from_env
+
+    base = exported_env("torchrun", export(CASES["llama3-70b-8x8"], "torchrun", OPTIONS).content)
+    for k, v in env.items():
+        base.pop(k) if v is None else base.__setitem__(k, v)
+    with pytest.raises(MeshplanError) as err:
+        layout_from_env(base)
+    assert err.value.field == field
+
+
+USER_PROGRAM = """
+import json, os, sys
+import torch.distributed as dist
+from runtime.env import layout_from_env, mesh_from_env, plan_from_env
+dist.init_process_group("gloo")
+mesh = mesh_from_env("cpu")
+plan = plan_from_env()
+out = {"rank": dist.get_rank(), "dims": list(mesh.mesh_dim_names), "shape": list(mesh.shape),
+       "groups": {d: dist.get_process_group_ranks(mesh.get_group(d)) for d in mesh.mesh_dim_names},
+       "stage_layers": list(layout_from_env().stage_layers), "plan_rank": plan.rank}
+with open(f"rank{dist.get_rank()}.json", "w") as f:
+    json.dump(out, f)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("tp,pp,dp,split", [(2, 2, 1, [3, 5]), (1, 1, 2, [8])])
+def test_exported_torchrun_script_gives_the_users_program_its_mesh(tmp_path, tp, pp, dp, split):
+    """The torchrun export, run as written with --command pointing at the user's own program: each of
+    the tp×pp×dp gloo processes builds its DeviceMesh from the environment with runtime.env, and the
+    groups are those of planner.layout.mesh_groups for the plan's mesh."""
+    from planner.layout import mesh_groups
+
+    plan = make_plan("tiny-llama", 1, tp * pp * dp, "a100-sxm4-40gb", tp=tp, pp=pp, dp=dp, mbs=1, gbs=4 * dp, seq=64,
+                     split=split)
+    (tmp_path / "plan.json").write_text(plan.model_dump_json())
+    (tmp_path / "train.py").write_text(USER_PROGRAM)
+    script = export(plan, "torchrun", ExportOptions(command="train.py")).content
+    (tmp_path / "job.sh").write_text(script)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1",
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    run = subprocess.run(["bash", "job.sh"], cwd=tmp_path, env=env, text=True, capture_output=True, timeout=240)
+    assert run.returncode == 0, run.stderr[-3000:]
+    world = tp * pp * dp
+    outs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
+    for out in outs:
+        assert out["dims"] == ["pp", "dp", "tp"] and out["shape"] == [pp, dp, tp] and out["stage_layers"] == split
+        for d in ("pp", "dp", "tp"):
+            (group,) = [g for g in mesh_groups(plan.mesh, d) if out["rank"] in g]
+            assert out["groups"][d] == group

@@ -20,7 +20,7 @@ from tests.api_support import make_app, plan_request
 
 #: The worker's options (the public surface of `python -m runtime.train` and of `meshplan run`).
 WORKER_FLAGS = ["--plan", "--plan-index", "--steps", "--data", "--data-dtype", "--report", "--checkpoint-dir", "--save-every",
-                "--resume", "--seed", "--lr", "--max-grad-norm"]
+                "--resume", "--seed", "--lr", "--max-grad-norm", "--profile", "--network"]
 LAUNCH_FLAGS = ["--nproc-per-node", "--nnodes", "--node-rank", "--rdzv-endpoint"]
 
 

@@ -82,10 +82,20 @@ def test_resume_under_another_plan_continues_the_reference_trajectory(tmp_path, 
     assert len(ra.peak_memory_gib_per_rank) == plan_a.parallel.num_gpus and min(ra.peak_memory_gib_per_rank) > 0
     median = statistics.median(ra.step_times_s[1:])
     assert ra.measured_step_time_s == pytest.approx(median)
-    assert ra.step_time_ratio == pytest.approx(0.05 / median)
-    assert ra.memory_ratio == pytest.approx(0.5 / max(ra.peak_memory_gib_per_rank))
+    # The plan's prediction is for its GPU: kept, labelled, never divided by a CPU measurement; the run is
+    # compared with the plan re-priced for this CPU (a layer profile and a gloo fit measured after the run).
+    assert (ra.predicted_on, ra.predicted_step_time_s, ra.step_time_ratio, ra.memory_ratio) == (plan_a.gpu.id, 0.05, None, None)
+    local = ra.local_prediction
     assert ra.tokens_per_s == pytest.approx(8 * 32 / median)
-    assert "predicted 0.05 s" in a.stdout
+    if plan_a.parallel.schedule not in ("gpipe", "1f1b", "interleaved-1f1b"):  # the runtime runs it, the cost model does not price it
+        assert local is None and any(n.startswith("no prediction for cpu: the cost model cannot price") for n in ra.notes)
+    else:
+        assert local.predicted_on == "cpu" and local.step_time_s > 0 and "cpu layer profile" in local.basis
+        assert ("gloo network fit" in local.basis) == (plan_a.parallel.num_gpus > 1)
+        assert local.step_time_ratio == pytest.approx(local.step_time_s / median)
+        assert local.memory_ratio == pytest.approx(local.peak_memory_gib / max(ra.peak_memory_gib_per_rank))
+        assert "predicted for cpu (this run's hardware)" in a.stdout
+    assert f"the plan's prediction is for {plan_a.gpu.id}, not cpu: step time 0.05 s" in a.stdout
 
 
 BAD_LAUNCHES = [
@@ -127,6 +137,21 @@ def test_cli_refuses_before_launching(tmp_path, args, field):
     assert r.returncode == 2
     assert f"{field}:" in err and "Fix:" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("flag, content, words", [
+    ("--profile", "{", "not valid JSON"),
+    ("--profile", None, "does not exist"),
+    ("--network", '{"backend": "gloo"}', "NetworkProfile"),
+])
+def test_cli_refuses_a_bad_hardware_input_before_launching(tmp_path, flag, content, words):
+    path = _write(tmp_path, "p.json", make_plan("tiny-gpt", dp=2))
+    given = tmp_path / "given.json"
+    if content is not None:
+        given.write_text(content)
+    r = meshplan(["run", "--plan", str(path), flag, str(given)], tmp_path, timeout=60)
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 2 and words in err and "Traceback" not in err
 
 
 def test_cli_names_a_missing_plan_file(tmp_path):

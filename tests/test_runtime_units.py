@@ -45,16 +45,34 @@ def test_measured_step_time_is_the_median_after_warmup(times, expected):
     assert measured_step_time(times) == expected
 
 
-def test_report_ratios_are_predicted_over_measured():
+@pytest.mark.parametrize("device, comparable", [
+    ("NVIDIA H100 80GB HBM3", True),   # the plan's GPU (h100-sxm5-80gb): its prediction is compared
+    ("cpu", False),                    # a CPU run: the GPU prediction is shown, labelled, never divided
+    ("NVIDIA A100-SXM4-80GB", False),  # another GPU: likewise
+])
+def test_report_ratios_compare_only_predictions_for_the_hardware_that_ran(device, comparable):
+    from planner.specs import Prediction
+    from runtime.report import summary
+
     plan = make_plan("tiny-gpt", dp=2)
+    assert plan.gpu.id == "h100-sxm5-80gb"
     plan = plan.model_copy(update={"estimate": plan.estimate.model_copy(update={"step_time_s": 0.3, "peak_memory_gib": 2.0})})
-    r = build_report(plan, device="cpu", torch_version="x", losses=[5.0, 4.0, 3.0], step_times=[1.0, 0.2, 0.4],
-                     peak_memory_bytes_per_rank=[2**30, 2 * 2**30])
+    local = Prediction(predicted_on=device, basis="a profile", step_time_s=0.6, peak_memory_gib=1.0)
+    r = build_report(plan, device=device, torch_version="x", losses=[5.0, 4.0, 3.0], step_times=[1.0, 0.2, 0.4],
+                     peak_memory_bytes_per_rank=[2**30, 2 * 2**30], local=local)
     assert r.measured_step_time_s == pytest.approx(0.3)
-    assert r.step_time_ratio == pytest.approx(1.0)
-    assert r.memory_ratio == pytest.approx(1.0)
+    assert r.predicted_on == "h100-sxm5-80gb" and r.predicted_step_time_s == 0.3
+    assert r.step_time_ratio == (pytest.approx(1.0) if comparable else None)
+    assert r.memory_ratio == (pytest.approx(1.0) if comparable else None)
+    assert r.local_prediction.step_time_ratio == pytest.approx(0.6 / 0.3)
+    assert r.local_prediction.memory_ratio == pytest.approx(1.0 / 2.0)
     assert r.tokens_per_s == pytest.approx(8 * 32 / 0.3)
     assert r.peak_memory_gib_per_rank == [1.0, 2.0] and r.world_size == 2
+    text = summary(r)
+    for line in text.splitlines():  # no line sets the plan's GPU prediction against another device's measurement
+        if "h100-sxm5-80gb" in line and not comparable:
+            assert "not comparable" in line and "÷" not in line and "ratio" not in line
+    assert f"predicted for {device} (this run's hardware): step time 0.6 s (predicted ÷ measured 2)" in text
     placeholder = build_report(make_plan("tiny-gpt"), device="cpu", torch_version="x", losses=[1.0],
                                step_times=[0.1], peak_memory_bytes_per_rank=[1])
     assert placeholder.predicted_step_time_s is None and placeholder.step_time_ratio is None

@@ -45,15 +45,16 @@ def export_formats() -> list[dict[str, str]]:
     return [e.catalog_entry() for e in FORMATS.values()]
 
 
-def export(plan: Plan, fmt: str, options: ExportOptions | None = None) -> ExportResult:
+def export(plan: Plan, fmt: str, options: ExportOptions | None = None, *, out_name: str | None = None) -> ExportResult:
     """Render ``plan`` for target ``fmt``. Raises ``MeshplanError`` for an unknown format, a plan
-    whose invariants do not hold, or a plan the target cannot run at all."""
+    whose invariants do not hold, or a plan the target cannot run at all. ``out_name``: the file the
+    output will be written to (named in headers such as Slurm's "Submit with: sbatch FILE")."""
     exporter = FORMATS.get(fmt)
     if exporter is None:
         raise MeshplanError("format", f"unknown export format {fmt!r}", f"use one of {', '.join(FORMATS)}")
     options = options or ExportOptions()
     check_invariants(plan)
-    notes = Notes()
+    notes = Notes(out_name=out_name)
     content = exporter.render(plan, options, notes)
     if options.strict and notes.warnings:
         raise MeshplanError(
@@ -62,5 +63,5 @@ def export(plan: Plan, fmt: str, options: ExportOptions | None = None) -> Export
         )
     return ExportResult(
         format=fmt, content=content, media_type=exporter.media_type,
-        filename=exporter.filename(plan, options), warnings=list(notes.warnings),
+        filename=out_name or exporter.filename(plan, options), warnings=list(notes.warnings),
     )

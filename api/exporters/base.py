@@ -41,6 +41,8 @@ class Notes:
 
     warnings: list[str] = field(default_factory=list)
     info: list[str] = field(default_factory=list)
+    #: The name the output will be written under (``meshplan export --out FILE``), when known.
+    out_name: str | None = None
 
     def warn(self, text: str) -> None:
         if text not in self.warnings:
@@ -167,6 +169,32 @@ def chunk_layer_ranges(stage_layers: list[int]) -> list[range]:
         out.append(range(start, start + n))
         start += n
     return out
+
+
+#: The layout a launched program receives (docs/exports.md; ``runtime.env`` reads them back).
+LAYOUT_ENV = ("MESHPLAN_PLAN", "MESHPLAN_TP", "MESHPLAN_PP", "MESHPLAN_DP", "MESHPLAN_MICRO_BATCH_SIZE",
+              "MESHPLAN_NUM_MICROBATCHES", "MESHPLAN_GLOBAL_BATCH_SIZE", "MESHPLAN_SEQ_LEN", "MESHPLAN_SCHEDULE",
+              "MESHPLAN_VIRTUAL_STAGES", "MESHPLAN_STAGE_LAYERS", "MESHPLAN_RECOMPUTE", "MESHPLAN_SEQUENCE_PARALLEL",
+              "MESHPLAN_ZERO_STAGE", "MESHPLAN_PRECISION")
+
+
+def layout_env(plan: Plan, plan_path: str) -> dict[str, str]:
+    """``MESHPLAN_*`` variables that tell the launched program the plan's layout (every launcher
+    target exports them; ``runtime.env.mesh_from_env()`` builds the DeviceMesh from them)."""
+    p, t = plan.parallel, plan.training
+    values = [plan_path, p.tp, p.pp, p.dp, p.micro_batch_size, plan.estimate.num_microbatches, t.global_batch_size,
+              t.seq_len, p.schedule, p.virtual_stages, ",".join(map(str, p.stage_layers)), p.recompute,
+              int(p.sequence_parallel), p.zero_stage, t.precision]
+    return {k: str(v) for k, v in zip(LAYOUT_ENV, values)}
+
+
+def env_exports(plan: Plan, plan_path: str) -> str:
+    """The layout variables as shell ``export`` lines (torchrun and srun pass them to every process)."""
+    import shlex
+
+    lines = ["# The plan's layout, for the launched program (docs/exports.md; runtime.env.mesh_from_env())."]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in layout_env(plan, plan_path).items()]
+    return "\n".join(lines) + "\n"
 
 
 def header_lines(plan: Plan, exporter: Exporter) -> list[str]:

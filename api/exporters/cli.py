@@ -48,7 +48,7 @@ def export_command(
         options = ExportOptions(**{field: given[field] for field in OPTION_FLAGS})
     except ValidationError as exc:
         raise explain(exc, model=ExportOptions, flags=OPTION_FLAGS) from None
-    result = export(load_plan(plan, index), fmt, options)
+    result = export(load_plan(plan, index), fmt, options, out_name=str(out) if out is not None else None)
     for w in result.warnings:
         typer.echo(f"warning: {w}", err=True)
     if out is None:

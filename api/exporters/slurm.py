@@ -11,7 +11,7 @@ import shlex
 
 from planner.specs import Plan
 
-from .base import Exporter, Notes, comment_block, geometry, header_lines
+from .base import Exporter, Notes, comment_block, env_exports, geometry, header_lines
 from .options import ExportOptions
 from .torchrun import shell_join, torchrun_words
 
@@ -49,7 +49,7 @@ class SlurmExporter(Exporter):
         words = srun + words + options.program_args()
         raw = frozenset(i + len(srun) for i in raw)
         lines = ["#!/bin/bash"] + [f"#SBATCH {s}" for s in sbatch]
-        head = comment_block("#", header_lines(plan, self) + ["Submit with: sbatch " + self.filename(plan, options)],
+        head = comment_block("#", header_lines(plan, self) + ["Submit with: sbatch " + (notes.out_name or self.filename(plan, options))],
                              notes.warnings, notes.info)
         body = (
             "set -euo pipefail\n\n"
@@ -57,6 +57,7 @@ class SlurmExporter(Exporter):
             'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)\n'
             f"MASTER_PORT={shlex.quote(str(options.rdzv_port))}\n"
             "export MASTER_ADDR MASTER_PORT\n\n"
+            + env_exports(plan, options.plan_path) + "\n"
             + shell_join(words, raw) + "\n"
         )
         return "\n".join(lines) + "\n" + head + body

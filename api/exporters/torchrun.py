@@ -9,7 +9,7 @@ import shlex
 
 from planner.specs import Plan
 
-from .base import Exporter, Geometry, Notes, comment_block, geometry, header_lines
+from .base import Exporter, Geometry, Notes, comment_block, env_exports, geometry, header_lines
 from .options import ExportOptions
 
 TORCHRUN_VERSION = "torch 2.13 (torch.distributed.run)"
@@ -74,4 +74,5 @@ class TorchrunExporter(Exporter):
         how = (f"Run this same script on each of the {geom.nnodes} nodes (MASTER_ADDR = the first node's address)."
                if geom.multi_node else "Run on the one node.")
         body = comment_block("#", header_lines(plan, self) + [how], notes.warnings, notes.info)
-        return "#!/usr/bin/env bash\n" + body + "set -euo pipefail\n\n" + shell_join(words, raw) + "\n"
+        return ("#!/usr/bin/env bash\n" + body + "set -euo pipefail\n\n" + env_exports(plan, options.plan_path) + "\n"
+                + shell_join(words, raw) + "\n")

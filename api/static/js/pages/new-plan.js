@@ -258,7 +258,7 @@ export async function newPlanPage(root, { query }) {
         "div",
         { class: "row" },
         field("training.global_batch_size", "Global batch (sequences)", num({ min: 1, required: true, value: 512 })),
-        field("training.seq_len", "Sequence length (tokens)", num({ min: 1, required: true, value: 4096 })),
+        field("training.seq_len", "Sequence length (tokens)", num({ min: 1, required: true, value: 8192 })),
         field("training.precision", "Precision", select([["bf16", "bf16"], ["fp16", "fp16"], ["fp32", "fp32"]], "bf16")),
         field("training.optimizer", "Optimizer", select([["adam", "Adam"], ["sgd", "SGD"]], "adam")),
       ),

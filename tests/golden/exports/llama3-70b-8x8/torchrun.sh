@@ -7,6 +7,23 @@
 # Run this same script on each of the 8 nodes (MASTER_ADDR = the first node's address).
 set -euo pipefail
 
+# The plan's layout, for the launched program (docs/exports.md; runtime.env.mesh_from_env()).
+export MESHPLAN_PLAN=plan.json
+export MESHPLAN_TP=8
+export MESHPLAN_PP=4
+export MESHPLAN_DP=2
+export MESHPLAN_MICRO_BATCH_SIZE=1
+export MESHPLAN_NUM_MICROBATCHES=128
+export MESHPLAN_GLOBAL_BATCH_SIZE=256
+export MESHPLAN_SEQ_LEN=8192
+export MESHPLAN_SCHEDULE=interleaved-1f1b
+export MESHPLAN_VIRTUAL_STAGES=2
+export MESHPLAN_STAGE_LAYERS=8,11,11,10,10,10,11,9
+export MESHPLAN_RECOMPUTE=selective
+export MESHPLAN_SEQUENCE_PARALLEL=1
+export MESHPLAN_ZERO_STAGE=1
+export MESHPLAN_PRECISION=bf16
+
 torchrun \
   --nnodes 8 \
   --nproc-per-node 8 \

@@ -7,6 +7,23 @@
 # Run this same script on each of the 4 nodes (MASTER_ADDR = the first node's address).
 set -euo pipefail
 
+# The plan's layout, for the launched program (docs/exports.md; runtime.env.mesh_from_env()).
+export MESHPLAN_PLAN=plan.json
+export MESHPLAN_TP=8
+export MESHPLAN_PP=4
+export MESHPLAN_DP=1
+export MESHPLAN_MICRO_BATCH_SIZE=1
+export MESHPLAN_NUM_MICROBATCHES=32
+export MESHPLAN_GLOBAL_BATCH_SIZE=32
+export MESHPLAN_SEQ_LEN=8192
+export MESHPLAN_SCHEDULE=zbv-zero-bubble
+export MESHPLAN_VIRTUAL_STAGES=2
+export MESHPLAN_STAGE_LAYERS=9,10,10,11,11,10,10,9
+export MESHPLAN_RECOMPUTE=full
+export MESHPLAN_SEQUENCE_PARALLEL=1
+export MESHPLAN_ZERO_STAGE=0
+export MESHPLAN_PRECISION=bf16
+
 torchrun \
   --nnodes 4 \
   --nproc-per-node 8 \

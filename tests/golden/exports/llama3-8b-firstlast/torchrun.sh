@@ -7,6 +7,23 @@
 # Run on the one node.
 set -euo pipefail
 
+# The plan's layout, for the launched program (docs/exports.md; runtime.env.mesh_from_env()).
+export MESHPLAN_PLAN=plan.json
+export MESHPLAN_TP=2
+export MESHPLAN_PP=4
+export MESHPLAN_DP=1
+export MESHPLAN_MICRO_BATCH_SIZE=1
+export MESHPLAN_NUM_MICROBATCHES=32
+export MESHPLAN_GLOBAL_BATCH_SIZE=32
+export MESHPLAN_SEQ_LEN=8192
+export MESHPLAN_SCHEDULE=1f1b
+export MESHPLAN_VIRTUAL_STAGES=1
+export MESHPLAN_STAGE_LAYERS=7,9,9,7
+export MESHPLAN_RECOMPUTE=none
+export MESHPLAN_SEQUENCE_PARALLEL=1
+export MESHPLAN_ZERO_STAGE=1
+export MESHPLAN_PRECISION=bf16
+
 torchrun \
   --standalone \
   --nnodes 1 \

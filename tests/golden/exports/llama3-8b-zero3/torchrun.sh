@@ -7,6 +7,23 @@
 # Run this same script on each of the 2 nodes (MASTER_ADDR = the first node's address).
 set -euo pipefail
 
+# The plan's layout, for the launched program (docs/exports.md; runtime.env.mesh_from_env()).
+export MESHPLAN_PLAN=plan.json
+export MESHPLAN_TP=1
+export MESHPLAN_PP=1
+export MESHPLAN_DP=16
+export MESHPLAN_MICRO_BATCH_SIZE=2
+export MESHPLAN_NUM_MICROBATCHES=4
+export MESHPLAN_GLOBAL_BATCH_SIZE=128
+export MESHPLAN_SEQ_LEN=4096
+export MESHPLAN_SCHEDULE=1f1b
+export MESHPLAN_VIRTUAL_STAGES=1
+export MESHPLAN_STAGE_LAYERS=32
+export MESHPLAN_RECOMPUTE=full
+export MESHPLAN_SEQUENCE_PARALLEL=0
+export MESHPLAN_ZERO_STAGE=3
+export MESHPLAN_PRECISION=bf16
+
 torchrun \
   --nnodes 2 \
   --nproc-per-node 8 \
