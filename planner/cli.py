@@ -1,4 +1,4 @@
-"""Planner commands: `meshplan models`, `meshplan gpus`, `meshplan plan`, `meshplan estimate`.
+"""Planner commands: `meshplan models`, `gpus`, `clusters`, `plan`, `estimate`, `diff`.
 
 The flags of ``plan``/``estimate`` are generated from ``PlanRequest`` (``request_flags``): every scalar
 field of the request and of its nested specs is a flag named after the field (``--global-batch-size``
@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from planner.catalog import GPUS, MODELS
+from planner.catalog import CLUSTER_PRESETS, GPUS, MODELS
 from planner.specs import PlanRequest
 
 
@@ -31,6 +31,23 @@ def console() -> Console:
     plan tables are printed whole whatever COLUMNS says."""
     term = Console()
     return term if term.is_terminal else Console(width=1_000_000)
+
+
+def show(table: Table, out: Console | None = None) -> None:
+    """Print ``table`` with every value whole: cells wrap at spaces (headers too) but are never cut
+    with '…'; when even the narrowest layout is wider than the terminal, the table is printed at that
+    width (the terminal wraps the long lines; nothing is dropped)."""
+    out = out or console()
+    for column in table.columns:
+        column.overflow = "fold"
+    need = table.__rich_measure__(out, out.options).minimum
+    if need > out.width:
+        out = Console(width=need, force_terminal=out.is_terminal, color_system=out.color_system)
+    out.print(table)
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None else str(value)
 
 
 def models(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
@@ -43,7 +60,7 @@ def models(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
     for m in MODELS.values():
         table.add_row(m.name, m.family, str(m.num_layers), str(m.hidden_size), str(m.num_attention_heads),
                       str(m.num_kv_heads), str(m.ffn_hidden_size), str(m.vocab_size), str(m.max_seq_len))
-    console().print(table)
+    show(table)
 
 
 def gpus(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
@@ -57,7 +74,22 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Machine-readable ou
         fp8 = f"{g.peak_tflops.fp8:g}" if g.peak_tflops.fp8 else "-"
         table.add_row(g.id, f"{g.memory_gib:g}", f"{g.peak_tflops.bf16:g}", fp8, f"{g.hbm_bandwidth_GBps:g}",
                       f"{g.nvlink_bandwidth_GBps:g}", f"{g.nic_bandwidth_GBps:g}")
-    console().print(table)
+    show(table)
+
+
+def clusters(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """List the cluster presets (give one as --cluster-preset): GPU, GPUs per node, links as stated and per GPU."""
+    if as_json:
+        typer.echo(json.dumps([p.model_dump() for p in CLUSTER_PRESETS.values()], indent=2))
+        return
+    table = Table("id", "gpu", "GPUs per node", "intra-node", "inter-node", "inter GB/s per GPU")
+    table.columns[0].no_wrap = True
+    for p in CLUSTER_PRESETS.values():
+        table.add_row(p.id, p.gpu, str(p.gpus_per_node), p.intra_node_bandwidth, p.inter_node_bandwidth,
+                      f"{p.inter_node_bandwidth_GBps:g}")
+    show(table)
+    for p in CLUSTER_PRESETS.values():
+        console().print(f"{p.id}: {p.description}. Source: {p.source}", highlight=False, soft_wrap=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -65,17 +97,21 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Machine-readable ou
 
 #: Request fields that are not flags, and why (they stay settable through ``--request FILE``).
 NOT_FLAGS = {
-    "profile": "a measured Profile is a document: give it in --request FILE",
     "profile_id": "stored profiles are resolved by the service only",
-    "network": "a NetworkProfile is a document: give it in --request FILE",
+}
+#: Fields that are whole documents: their flag takes a JSON/YAML file (``--profile FILE``). ``model`` takes
+#: a file too when its value is one (``--model my-model.yaml``), else a catalog id.
+DOCUMENT_FLAGS = {
+    "profile": "Layer profile JSON/YAML file (from `meshplan profile model`); its measured times price the layers.",
+    "network": "Network profile JSON/YAML file (from `meshplan profile cluster`); its fits price the collectives.",
 }
 #: Flags whose name is not the field's own (public names kept from before the flags were generated).
-RENAMED = {"cluster.num_nodes": "--nodes"}
+RENAMED = {"cluster.num_nodes": "--nodes", "cluster.preset": "--cluster-preset"}
 #: Values the CLI supplies where the request has no default (a single 8-GPU node).
 CLI_DEFAULTS = {"cluster.num_nodes": 1, "cluster.gpus_per_node": 8}
 #: Help for fields whose schema has no description.
 HELP = {
-    "model": "Catalog model id (see `meshplan models`).",
+    "model": "Catalog model id (see `meshplan models`), or a ModelSpec JSON/YAML file.",
     "cluster.gpu": "Catalog GPU id (see `meshplan gpus`).",
     "cluster.num_nodes": "Number of nodes.",
     "cluster.gpus_per_node": "GPUs per node.",
@@ -94,8 +130,14 @@ HELP = {
     "parallel.stage_layers": "Pin the layers of each model chunk, comma-separated, e.g. 10,11,11,10.",
     "top_k": "Number of plans.",
     "cluster.intra_node_latency_us": "Override of the intra-node link latency, µs.",
+    "cluster.preset": "A known system (see `meshplan clusters`): sets the GPU, GPUs per node and link bandwidths not given.",
+    "cluster.inter_node_bandwidth": "Inter-node network as stated: '8x400Gb/s' (NICs per node × rate), '400 Gb/s per GPU' "
+                                    "or '400 Gb/s per node'.",
+    "cluster.intra_node_bandwidth": "Intra-node link bandwidth as stated, one direction, e.g. '450 GB/s per GPU'.",
     "cluster.inter_node_latency_us": "Override of the inter-node link latency, µs.",
 }
+#: Metavars of flags whose value is not a plain id or number.
+METAVARS = {"model": "ID|FILE", "cluster.intra_node_bandwidth": "RATE", "cluster.inter_node_bandwidth": "RATE"}
 #: Fields that only ``plan`` reads (``estimate`` prices one configuration and does not search).
 PLAN_ONLY = {"top_k", "options.time_limit_s", "options.num_workers"}
 
@@ -115,8 +157,34 @@ class Flag:
         return self.path.replace(".", "__")
 
     def parse(self, raw: Any) -> Any:
-        """The flag's text as the request's JSON value (pydantic validates and converts it)."""
+        """The flag's text as the request's JSON value (pydantic validates and converts it); a document
+        flag's file (and ``--model FILE``) read and validated, its errors naming the file and the flag."""
+        if self.kind == "file" or (self.path == "model" and _is_file(raw)):
+            return _read_spec(self, raw)
         return [x.strip() for x in raw.split(",")] if self.kind == "list" else raw
+
+
+def _is_file(raw: str) -> bool:
+    from pathlib import Path
+
+    return raw.endswith((".json", ".yaml", ".yml")) or "/" in raw or Path(raw).is_file()
+
+
+def _read_spec(flag: Flag, path: str) -> dict:
+    """The validated document ``path`` given by ``flag`` (its spec type is the request field's)."""
+    from pydantic import ValidationError
+
+    from planner.errors import InvalidInput, MeshplanError, validation_errors
+    from planner.io import read_document
+
+    cls = next(iter(_models_in(PlanRequest.model_fields[flag.path].annotation)))
+    data = read_document(path, flag.name)
+    try:
+        return cls.model_validate(data).model_dump(mode="json", exclude_none=True)
+    except ValidationError as exc:
+        raise InvalidInput([MeshplanError(f"{e['field']} (in {path}, given by {flag.name})", e["message"],
+                                          e["fix"].replace("set ", f"in {path} set ", 1))
+                            for e in validation_errors(exc, model=cls)]) from None
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:
@@ -149,6 +217,9 @@ def request_flags(model: type[BaseModel] = PlanRequest, prefix: str = "") -> lis
         path = f"{prefix}{name}"
         if path in NOT_FLAGS:
             continue
+        if path in DOCUMENT_FLAGS:
+            flags.append(Flag(path, "--" + name.lower().replace("_", "-"), "file", DOCUMENT_FLAGS[path], "FILE"))
+            continue
         nested = _models_in(info.annotation)
         plain = [a for a in typing.get_args(info.annotation) or [info.annotation] if a is not type(None) and a not in nested]
         if nested and not plain:
@@ -162,7 +233,7 @@ def request_flags(model: type[BaseModel] = PlanRequest, prefix: str = "") -> lis
         default = CLI_DEFAULTS.get(path, None if info.is_required() else info.get_default(call_default_factory=True))
         if default is not None and kind != "bool":
             text += f" [default: {default}]"
-        metavar = "CHOICE" if choices else {"int": "INT", "float": "NUMBER", "list": "N,N,...", "str": "ID"}.get(kind, "")
+        metavar = METAVARS.get(path) or ("CHOICE" if choices else {"int": "INT", "float": "NUMBER", "list": "N,N,...", "str": "ID"}.get(kind, ""))
         flags.append(Flag(path, RENAMED.get(path, "--" + name.lower().replace("_", "-")), kind, text.strip(), metavar))
     return flags
 
@@ -211,6 +282,8 @@ def request_from(request_file: str | None, values: dict[str, Any]) -> PlanReques
     for path, value in given.items():
         _set(data, path, value)
     for path, value in CLI_DEFAULTS.items():
+        if path == "cluster.gpus_per_node" and _has(data, "cluster.preset"):
+            continue  # the preset says how many GPUs its nodes have
         _set(data, path, value, overwrite=False)
     named = {path: flag for path, flag in FLAG_OF.items() if path in given or not _has(data, path)}
     try:
@@ -221,7 +294,7 @@ def request_from(request_file: str | None, values: dict[str, Any]) -> PlanReques
             if request_file is not None and not e.field.startswith("--"):
                 e.field = f"{e.field} (in {request_file})"
             elif e.message == "is required":
-                e.fix += " (or give it in --request FILE)"
+                e.fix += " (or give it in --request FILE)" + (" (or --cluster-preset)" if e.field in {"--gpu", "--gpus-per-node"} else "")
         raise InvalidInput(errors) from None
 
 
@@ -233,6 +306,9 @@ def flag_names() -> Iterator[None]:
 
     def renamed(e: MeshplanError) -> MeshplanError:
         flag = FLAG_OF.get(e.field)
+        document = next((p for p in DOCUMENT_FLAGS if e.field.startswith(p + ".")), None)
+        if flag is None and document is not None:  # a field inside a document: the flag that gave the file
+            flag = f"{FLAG_OF[document]} ({e.field.removeprefix(document + '.')})"
         return MeshplanError(flag, e.message, e.fix) if flag else e
 
     try:
@@ -240,7 +316,7 @@ def flag_names() -> Iterator[None]:
     except InvalidInput as exc:
         raise InvalidInput([renamed(e) for e in exc.errors]) from None
     except MeshplanError as exc:
-        if exc.field in FLAG_OF:
+        if exc.field in FLAG_OF or any(exc.field.startswith(p + ".") for p in DOCUMENT_FLAGS):
             raise renamed(exc) from None
         raise
 
@@ -340,5 +416,6 @@ estimate_cmd = _command("estimate", _estimate, [f for f in FLAGS if f.path not i
 def register(app: typer.Typer) -> None:
     app.command("models")(models)
     app.command("gpus")(gpus)
+    app.command("clusters")(clusters)
     app.command("plan")(plan_cmd)
     app.command("estimate")(estimate_cmd)
