@@ -226,6 +226,18 @@ class ClusterSpec(_Spec):
             bandwidth_per_gpu_GBps(text, info.data.get("gpus_per_node") or 1)
         return text
 
+    @field_validator("intra_node_bandwidth_GBps", "inter_node_bandwidth_GBps")
+    @classmethod
+    def _one_statement(cls, given: float | None, info: ValidationInfo) -> float | None:
+        link = info.field_name.removesuffix("_bandwidth_GBps")
+        stated = info.data.get(f"{link}_bandwidth")
+        if given is not None and stated is not None:
+            per_gpu = bandwidth_per_gpu_GBps(stated, info.data.get("gpus_per_node") or 1)
+            if abs(given - per_gpu) > 1e-9 * per_gpu:
+                raise ValueError(f"{link}_bandwidth {stated!r} is {per_gpu:g} GB/s per GPU but {link}_bandwidth_GBps is "
+                                 f"{given:g}; give only one of them")
+        return given
+
     @model_validator(mode="after")
     def _check_size(self) -> "ClusterSpec":
         if self.num_nodes * self.gpus_per_node > MAX_GPUS:
@@ -234,12 +246,7 @@ class ClusterSpec(_Spec):
             stated = getattr(self, f"{link}_bandwidth")
             if stated is None:
                 continue
-            per_gpu = bandwidth_per_gpu_GBps(stated, self.gpus_per_node)
-            given = getattr(self, f"{link}_bandwidth_GBps")
-            if given is not None and abs(given - per_gpu) > 1e-9 * per_gpu:
-                raise ValueError(f"{link}_bandwidth {stated!r} is {per_gpu:g} GB/s per GPU but {link}_bandwidth_GBps is "
-                                 f"{given:g}; give only one of them")
-            setattr(self, f"{link}_bandwidth_GBps", per_gpu)
+            setattr(self, f"{link}_bandwidth_GBps", bandwidth_per_gpu_GBps(stated, self.gpus_per_node))
         return self
 
     @property
