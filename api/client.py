@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from api.schemas import (
     ExportFormat, Page, PlanSummary, Problem, ProfileSummary, RunSummary, StoredPlan, StoredProfile, StoredRun,
 )
+from planner.catalog import ClusterPreset
 from planner.specs import GpuSpec, ModelSpec, Plan, PlanRequest, Profile, RunReport
 
 
@@ -127,6 +128,9 @@ class MeshplanClient:
 
     def gpus(self) -> list[GpuSpec]:
         return [GpuSpec.model_validate(g) for g in self._send("GET", "/v1/catalog/gpus").json()]
+
+    def clusters(self) -> list[ClusterPreset]:
+        return [ClusterPreset.model_validate(c) for c in self._send("GET", "/v1/catalog/clusters").json()]
 
     def export_formats(self) -> list[ExportFormat]:
         return [ExportFormat.model_validate(f) for f in self._send("GET", "/v1/catalog/export-formats").json()]
