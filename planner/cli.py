@@ -413,9 +413,67 @@ estimate_cmd = _command("estimate", _estimate, [f for f in FLAGS if f.path not i
                         "Estimate step time and memory of one configuration (omitted fields take documented defaults).")
 
 
+def _shown(v: object, unit: str, name: str = "") -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool) or isinstance(v, str):
+        return str(v).lower() if isinstance(v, bool) else v
+    if isinstance(v, list):
+        return ",".join(map(str, v))
+    if isinstance(v, int):
+        return f"{v:,}" if unit else str(v)
+    if name == "mfu":
+        return f"{v:.2%}"
+    if unit == "tokens/s":
+        return f"{v:,.0f}"
+    return f"{v:.2f}" if unit == "GiB" else f"{v:.4g}"
+
+
+def _delta(v, name: str) -> str:
+    if v.delta is None or v.same:
+        return "" if v.same else "≠"
+    if name == "mfu":
+        return f"{v.delta:+.2%}"
+    text = f"{v.delta:+,.0f}" if v.unit == "tokens/s" else f"{v.delta:+.2f}" if v.unit == "GiB" else f"{v.delta:+.4g}"
+    return text + (f" ({v.ratio:.2f}×)" if v.ratio is not None and v.unit in {"s", "tokens/s"} else "")
+
+
+def diff(
+    plan_a: str = typer.Argument(..., metavar="PLAN_A", help="Plan or PlanResponse JSON/YAML (from `meshplan plan --json`)."),
+    plan_b: str = typer.Argument(..., metavar="PLAN_B", help="The plan to compare it with."),
+    index: int = typer.Option(0, "--index", min=0, help="Which plan of PLAN_A when it is a PlanResponse (0 = best)."),
+    other_index: int = typer.Option(0, "--other-index", min=0, help="Which plan of PLAN_B when it is a PlanResponse."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output (a PlanComparison)."),
+) -> None:
+    """Show two plans side by side: settings, step time by cause, memory per pipeline stage."""
+    from planner.compare import compare_plans
+    from planner.io import plan_from_data, read_document
+
+    a = plan_from_data(read_document(plan_a, "PLAN_A"), "PLAN_A", index)
+    b = plan_from_data(read_document(plan_b, "PLAN_B"), "PLAN_B", other_index)
+    comparison = compare_plans(a, b, f"A: {plan_a}" + (f" #{index}" if index else ""),
+                               f"B: {plan_b}" + (f" #{other_index}" if other_index else ""))
+    if as_json:
+        typer.echo(comparison.model_dump_json(indent=2))
+        return
+    out = console()
+    out.print(comparison.a, highlight=False, soft_wrap=True)
+    out.print(comparison.b, highlight=False, soft_wrap=True)
+    for title, rows in (("setting", comparison.settings), ("time", comparison.time), ("memory GiB", comparison.memory)):
+        if title == "memory GiB":  # per stage: the total (every component is in --json)
+            rows = [r for r in rows if r.name == "peak_memory_gib" or r.name.endswith("total_gib")]
+        table = Table(title, "A", "B", "B − A")
+        table.columns[0].no_wrap = True
+        for r in rows:
+            style = None if r.same else "bold"
+            table.add_row(r.name, _shown(r.a, r.unit, r.name), _shown(r.b, r.unit, r.name), _delta(r, r.name), style=style)
+        show(table, out)
+
+
 def register(app: typer.Typer) -> None:
     app.command("models")(models)
     app.command("gpus")(gpus)
     app.command("clusters")(clusters)
     app.command("plan")(plan_cmd)
     app.command("estimate")(estimate_cmd)
+    app.command("diff")(diff)
