@@ -97,14 +97,14 @@ async def _get(store: Store, plan_id: str) -> StoredPlan:
     return stored
 
 
-def _pick(stored: StoredPlan, index: int) -> Plan:
+def _pick(stored: StoredPlan, index: int, field: str = "query.index") -> Plan:
     plans = stored.response.plans
     if not plans:
         reason = stored.response.infeasible.reason if stored.response.infeasible else "the solver found no plan"
         raise ProblemException(404, f"plan {stored.id} holds no feasible plan ({reason})")
     if index >= len(plans):
         raise ProblemException(404, f"plan {stored.id} has {len(plans)} plans; index {index} is out of range", errors=[
-            ProblemError(field="query.index", message=f"must be below {len(plans)}", fix=f"use an index from 0 to {len(plans) - 1}"),
+            ProblemError(field=field, message=f"must be below {len(plans)}", fix=f"use an index from 0 to {len(plans) - 1}"),
         ])
     return plans[index]
 
@@ -140,5 +140,5 @@ async def compare(
     """Plan ``index`` of ``plan_id`` beside plan ``other_index`` of ``other_id``: settings, step time by
     cause and memory per pipeline stage, with B − A and B ÷ A (``planner.compare``)."""
     a = _pick(await _get(store, plan_id), index)
-    b = _pick(await _get(store, other_id), other_index)
+    b = _pick(await _get(store, other_id), other_index, "query.other_index")
     return compare_plans(a, b, f"{plan_id}#{index}", f"{other_id}#{other_index}")
