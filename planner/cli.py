@@ -19,7 +19,9 @@ from typing import Any, Optional
 
 import typer
 from pydantic import BaseModel
+from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from planner.catalog import CLUSTER_PRESETS, GPUS, MODELS
@@ -34,16 +36,23 @@ def console() -> Console:
 
 
 def show(table: Table, out: Console | None = None) -> None:
-    """Print ``table`` with every value whole: cells wrap at spaces (headers too) but are never cut
-    with '…'; when even the narrowest layout is wider than the terminal, the table is printed at that
-    width (the terminal wraps the long lines; nothing is dropped)."""
+    """Print ``table`` with every value whole. Cells wrap at spaces (headers too) but are never cut with
+    '…'; when even the narrowest layout is wider than the terminal, each row is printed as a record
+    (``header: value`` lines) instead, so that nothing is cut and no line is wider than the terminal
+    allows. Off a terminal (pipes, files) the width is unlimited: always the table, one line per row."""
     out = out or console()
     for column in table.columns:
         column.overflow = "fold"
-    need = table.__rich_measure__(out, out.options).minimum
-    if need > out.width:
-        out = Console(width=need, force_terminal=out.is_terminal, color_system=out.color_system)
-    out.print(table)
+    if table.__rich_measure__(out, out.options).minimum <= out.width:
+        out.print(table)
+        return
+    headers = [" ".join(str(c.header).split()) for c in table.columns]
+    columns = [[str(cell) for cell in c.cells] for c in table.columns]
+    width = max(map(len, headers))
+    for r in range(table.row_count):
+        out.rule(style="dim")
+        for header, cells in zip(headers, columns):
+            out.print(f"{header:>{width}}: {cells[r]}", highlight=False, soft_wrap=True)
 
 
 def _cell(value: object) -> str:
@@ -359,12 +368,15 @@ def _plan(request: PlanRequest, as_json: bool) -> None:
     out = console()
     s = response.solver
     out.print(f"solver: [bold]{s.status}[/] objective {_fmt(s.objective_value)} s, bound {_fmt(s.best_objective_bound)} s, "
-              f"{s.configurations_considered} configuration classes, {s.wall_time_s:.2f} s")
+              f"{s.configurations_considered} configuration classes, {s.wall_time_s:.2f} s", soft_wrap=True)
     if response.infeasible is not None:
         inf = response.infeasible
-        out.print(f"[bold red]infeasible:[/] {inf.reason}\n[bold]change {inf.field}:[/] {inf.suggestion}")
+        out.print(f"[bold red]infeasible:[/] {escape(inf.reason)}\n[bold]change {FLAG_OF.get(inf.field, inf.field)}:[/] "
+                  f"{escape(inf.suggestion)}", soft_wrap=True)
         return
-    table = Table("#", "tp", "pp", "dp", "mbs", "schedule", "recompute", "zero", "stages", "step s", "tokens/s", "MFU", "peak GiB", "binding")
+    # one space between columns, no side borders: a plan row fits 100 columns (records below that: ``show``)
+    table = Table("#", "tp", "pp", "dp", "mbs", "schedule", "recompute", "zero", "stages", "step s", "tokens/s", "MFU", "peak GiB",
+                  "binding", box=box.SIMPLE_HEAD, padding=(0, 0), show_edge=False)
     for p in response.plans:
         c, e = p.parallel, p.estimate
         sched = c.schedule + (f" v{c.virtual_stages}" if c.virtual_stages > 1 else "")
@@ -372,12 +384,12 @@ def _plan(request: PlanRequest, as_json: bool) -> None:
                       sched, c.recompute, str(c.zero_stage), ",".join(map(str, c.stage_layers)), f"{e.step_time_s:.4g}",
                       f"{e.tokens_per_s:,.0f}", f"{e.mfu:.1%}", f"{e.peak_memory_gib:.1f}",
                       p.explanation.binding_constraint if p.explanation else "")
-    out.print(table)
+    show(table, out)
     best = response.plans[0]
     if best.explanation:
-        out.print(f"[bold]why:[/] {best.explanation.summary}")
+        out.print(f"[bold]why:[/] {escape(best.explanation.summary)}", soft_wrap=True)
         if best.explanation.runner_up:
-            out.print(f"[bold]runner-up:[/] {best.explanation.runner_up}")
+            out.print(f"[bold]runner-up:[/] {escape(best.explanation.runner_up)}", soft_wrap=True)
 
 
 def _estimate(request: PlanRequest, as_json: bool) -> None:
@@ -391,16 +403,16 @@ def _estimate(request: PlanRequest, as_json: bool) -> None:
     c, e, b = p.parallel, p.estimate, p.estimate.breakdown
     out.print(f"tp={c.tp} pp={c.pp} dp={c.dp} mbs={c.micro_batch_size} ({e.num_microbatches} micro-batches) {c.schedule}"
               f"{f' v={c.virtual_stages}' if c.virtual_stages > 1 else ''} recompute={c.recompute} sp={c.sequence_parallel} "
-              f"zero={c.zero_stage} stages={c.stage_layers}")
+              f"zero={c.zero_stage} stages={c.stage_layers}", soft_wrap=True, highlight=False)
     table = Table("step s", "tokens/s", "TFLOP/s/GPU", "MFU", "peak GiB", "fits")
     table.add_row(f"{e.step_time_s:.4g}", f"{e.tokens_per_s:,.0f}", f"{e.model_tflops_per_gpu:.1f}", f"{e.mfu:.1%}",
                   f"{e.peak_memory_gib:.1f} / {e.gpu_memory_gib:g}", "yes" if e.fits else "[bold red]NO[/]")
-    out.print(table)
+    show(table, out)
     parts = Table("compute", "TP comm", "PP bubble", "PP p2p", "DP sync", "optimizer")
     parts.add_row(*(f"{x:.4g}" for x in (b.compute_s, b.tp_comm_s, b.pp_bubble_s, b.pp_p2p_s, b.dp_sync_s, b.optimizer_s)))
-    out.print(parts)
+    show(parts, out)
     for note in e.notes:
-        out.print(f"note: {note}")
+        out.print(f"note: {escape(note)}", soft_wrap=True, highlight=False)
 
 
 def _fmt(x: float | None) -> str:
