@@ -177,9 +177,10 @@ class ClusterSpec(_Spec):
 
     preset: str | None = Field(default=None, max_length=64, description="A known system (see `meshplan clusters`): "
                                "fills gpu, gpus_per_node and the link bandwidths that are not given.")
-    gpu: str | GpuSpec = Field(description="A catalog id (see `meshplan gpus`) or an inline GpuSpec.")
+    gpu: str | GpuSpec = Field(description="A catalog id (see `meshplan gpus`) or an inline GpuSpec (the preset's when "
+                                           "omitted with a preset).")
     num_nodes: int = Field(ge=1, le=MAX_GPUS)
-    gpus_per_node: int = Field(ge=1, le=MAX_GPUS_PER_NODE)
+    gpus_per_node: int = Field(ge=1, le=MAX_GPUS_PER_NODE, description="GPUs per node (the preset's when omitted with a preset).")
     intra_node_bandwidth: str | None = Field(default=None, max_length=64, description=(
         "Intra-node link bandwidth as stated, e.g. '450 GB/s per GPU' (sets intra_node_bandwidth_GBps)."))
     inter_node_bandwidth: str | None = Field(default=None, max_length=64, description=(

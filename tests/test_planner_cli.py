@@ -78,8 +78,9 @@ HEAVY = ("sqlalchemy", "fastapi", "starlette", "uvicorn", "pydantic_settings", "
 TINY = ["--model", "tiny-gpt", "--gpu", "h100-sxm5-80gb", "--global-batch-size", "32", "--seq-len", "128"]
 
 
-@pytest.mark.parametrize("args", [["models"], ["gpus"], ["plan", *TINY, "--top-k", "1"], ["estimate", *TINY, "--tp", "2"],
-                                  ["plan", "--help"]], ids=lambda a: " ".join(a[:2]))
+@pytest.mark.parametrize("args", [["models"], ["gpus"], ["clusters"], ["plan", *TINY, "--top-k", "1"],
+                                  ["estimate", *TINY, "--tp", "2"], ["plan", "--help"], ["diff", "--help"]],
+                         ids=lambda a: " ".join(a[:2]))
 def test_everyday_commands_do_not_import_the_service_or_torch(args: list[str]) -> None:
     """The command runs for real in a fresh interpreter (as the `meshplan` script does); afterwards
     none of the service's or the runtime's heavy packages is loaded."""
