@@ -72,10 +72,10 @@ def check_profile_device(device: str, gpu_id: str) -> None:
         return
     name = device.lower()
     model, *_ = gpu_id.lower().split("-")
-    sizes = lambda text: set(re.findall(r"(\d+)\s*gb", text))  # noqa: E731
-    if model in re.split(r"[^a-z0-9]+", name) or model in name.replace(" ", ""):
-        if not (sizes(name) and sizes(gpu_id.lower())) or sizes(name) & sizes(gpu_id.lower()):
-            return
+    stated, listed = set(re.findall(r"(\d+)\s*gb", name)), set(re.findall(r"(\d+)\s*gb", gpu_id.lower()))
+    same_model = model in re.split(r"[^a-z0-9]+", name) or model in name.replace(" ", "")
+    if same_model and (not (stated and listed) or stated & listed):
+        return
     raise MeshplanError("profile.device", f"the profile was measured on {device!r}, but the cluster's GPU is {gpu_id!r}: "
                         "its times are not this GPU's",
                         f"measure the profile on the cluster's GPU ({gpu_id}: `meshplan profile model --device cuda` there), "

@@ -428,7 +428,7 @@ estimate_cmd = _command("estimate", _estimate, [f for f in FLAGS if f.path not i
 def _shown(v: object, unit: str, name: str = "") -> str:
     if v is None:
         return "-"
-    if isinstance(v, bool) or isinstance(v, str):
+    if isinstance(v, (bool, str)):
         return str(v).lower() if isinstance(v, bool) else v
     if isinstance(v, list):
         return ",".join(map(str, v))

@@ -8,13 +8,11 @@ numbers (null when A is 0 or either side is missing, e.g. a stage only the deepe
 
 from __future__ import annotations
 
-from typing import Union
-
 from pydantic import Field
 
 from planner.specs import Plan, _Spec
 
-Value = Union[bool, int, float, str, list[int], None]
+Value = bool | int | float | str | list[int] | None
 
 
 class ComparedValue(_Spec):

@@ -33,7 +33,7 @@ def _env(columns: int) -> dict:
 
 
 def piped(args: list[str], columns: int) -> tuple[int, str]:
-    out = subprocess.run([sys.executable, "-m", "api.cli", *args], cwd=ROOT, env=_env(columns), capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "api.cli", *args], check=False, cwd=ROOT, env=_env(columns), capture_output=True, text=True,
                          timeout=120)
     return out.returncode, out.stdout + out.stderr
 
