@@ -87,7 +87,8 @@ def expected(command: str, tmp: Path) -> tuple[list[str], list[str]]:
     if command == "gpus":
         return ["gpus"], list(GPUS) + [f"{g.hbm_bandwidth_GBps:g}" for g in GPUS.values()]
     if command == "clusters":
-        return ["clusters"], [*CLUSTER_PRESETS] + [p.inter_node_bandwidth for p in CLUSTER_PRESETS.values()] + [
+        return ["clusters"], [*CLUSTER_PRESETS] + [p.gpu for p in CLUSTER_PRESETS.values()] + [
+            p.inter_node_bandwidth for p in CLUSTER_PRESETS.values()] + [p.intra_node_bandwidth for p in CLUSTER_PRESETS.values()] + [
             p.source.split()[-1] for p in CLUSTER_PRESETS.values() if p.source.split()[-1].startswith("https://")]
     if command == "export-formats":
         from api import exporters
