@@ -45,11 +45,11 @@ def main(argv: list[str] | None = None) -> None:
         app(args=argv, standalone_mode=True)
     except MeshplanError as exc:
         for e in exc.errors if isinstance(exc, InvalidInput) else [exc]:
-            err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
+            err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except ValidationError as exc:  # a model validated outside the request paths above: still a fix per field
         for d in validation_errors(exc):
-            err_console.print(f"[bold red]error:[/] {escape(str(MeshplanError(**d)))}", highlight=False)
+            err_console.print(f"[bold red]error:[/] {escape(str(MeshplanError(**d)))}", highlight=False, soft_wrap=True)
         sys.exit(2)
 
 

@@ -22,6 +22,8 @@ from api.schemas import (
     ExportFormat, Page, PlanSummary, Problem, ProfileSummary, RunSummary, StoredPlan, StoredProfile, StoredRun,
 )
 from planner.config import ScheduleInfo
+from planner.catalog import ClusterPreset
+from planner.compare import PlanComparison
 from planner.specs import GpuSpec, ModelSpec, Plan, PlanRequest, Profile, RunReport
 
 
@@ -93,6 +95,11 @@ class MeshplanClient:
     def trace(self, plan_id: str, index: int = 0) -> dict:
         return self._send("GET", f"/v1/plans/{plan_id}/trace", params={"index": index}).json()
 
+    def compare(self, plan_id: str, other_id: str, *, index: int = 0, other_index: int = 0) -> PlanComparison:
+        """Plan ``index`` of ``plan_id`` beside plan ``other_index`` of ``other_id`` (settings, time by cause, memory)."""
+        return PlanComparison.model_validate_json(self._send("GET", f"/v1/plans/{plan_id}/compare/{other_id}",
+                                                             params={"index": index, "other_index": other_index}).content)
+
     def export(self, plan_id: str, fmt: str, *, index: int = 0, **options: str | int) -> str:
         """The export's text (e.g. ``fmt="slurm"``, ``partition="gpu"``, ``nodes=8``)."""
         return self._send("GET", f"/v1/plans/{plan_id}/export/{fmt}", params={"index": index, **options}).text
@@ -132,6 +139,9 @@ class MeshplanClient:
     def schedules(self) -> list[ScheduleInfo]:
         """Pipeline schedules: which the planner prices (``priced``) and which the runtime runs (``runnable``)."""
         return TypeAdapter(list[ScheduleInfo]).validate_json(self._send("GET", "/v1/catalog/schedules").content)
+
+    def clusters(self) -> list[ClusterPreset]:
+        return [ClusterPreset.model_validate(c) for c in self._send("GET", "/v1/catalog/clusters").json()]
 
     def export_formats(self) -> list[ExportFormat]:
         return [ExportFormat.model_validate(f) for f in self._send("GET", "/v1/catalog/export-formats").json()]

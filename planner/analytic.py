@@ -9,7 +9,9 @@ g KV heads, d = h/a head size, f FFN hidden size, V vocabulary, t tensor-paralle
 element of the training precision. "Per GPU" means one tensor-parallel rank: heads, KV heads, FFN
 columns and (when t divides it) the vocabulary are split t ways (Megatron-LM column/row parallel
 linears, Shoeybi et al. 2019, §3); norms, biases of row-parallel linears and positional embeddings
-are replicated.
+are replicated. ``qkv_bias`` (Qwen2/2.5) adds biases to the Q, K and V projections only: parameters
+grow by a·d/t + 2·g·d/t per block; FLOPs and saved activations do not change (the bias add is fused
+into the linear, which keeps only its input, and matmul FLOPs count multiply-adds only).
 
 FLOPs (matmuls only, 2 FLOPs per multiply-add; norms, activations, softmax and residual adds are
 not counted, as in Megatron-LM's accounting and in ``torch.utils.flop_counter``):
@@ -140,8 +142,10 @@ def block_params(model: ModelSpec, tp: int = 1) -> int:
     q, kv = model.num_attention_heads * d // tp, model.num_kv_heads * d // tp
     bias = _has_bias(model)
     attn = h * q + 2 * h * kv + q * h  # wq, wk, wv (column-parallel), wo (row-parallel)
+    if bias or model.qkv_bias:
+        attn += q + 2 * kv  # column-parallel biases are split t ways
     if bias:
-        attn += q + 2 * kv + h  # column biases are split, the row-parallel bias is replicated
+        attn += h  # the row-parallel bias is replicated
     n_in = 2 if model.activation == "swiglu" else 1  # w1 (+ w3) column-parallel, w2 row-parallel
     mlp = n_in * h * (f // tp) + (f // tp) * h
     if bias:

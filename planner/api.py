@@ -51,8 +51,36 @@ def context(request: PlanRequest) -> Context:
         raise MeshplanError("training.precision", str(exc), "choose a precision the GPU supports") from None
     if request.profile is not None and request.profile.model.name != model.name:
         raise MeshplanError("profile.model", f"the profile is of {request.profile.model.name!r}, not {model.name!r}", "profile the requested model")
+    if request.profile is not None:
+        check_profile_device(request.profile.device, gpu.id)
     return Context(model=model, gpu=gpu, cluster=request.cluster, training=request.training, profile=request.profile,
                    network=request.network)
+
+
+#: Profile devices that measured no time (FLOPs and bytes only): they fit any GPU.
+DEVICELESS = {"meta", "analytic"}
+
+
+def check_profile_device(device: str, gpu_id: str) -> None:
+    """A profile measured on one device prices layers with that device's times: it must be the cluster's
+    GPU. ``device`` is what the profiler recorded (``torch.cuda.get_device_name()``, e.g. 'NVIDIA H100
+    80GB HBM3', or 'cpu'); it matches ``gpu_id`` when the id's model ('h100' of 'h100-sxm5-80gb')
+    appears in it and, where both state a memory size ('80GB', '80gb'), the sizes agree."""
+    import re
+
+    if device.lower() in DEVICELESS:
+        return
+    name = device.lower()
+    model, *_ = gpu_id.lower().split("-")
+    stated, listed = set(re.findall(r"(\d+)\s*gb", name)), set(re.findall(r"(\d+)\s*gb", gpu_id.lower()))
+    same_model = model in re.split(r"[^a-z0-9]+", name) or model in name.replace(" ", "")
+    if same_model and (not (stated and listed) or stated & listed):
+        return
+    raise MeshplanError("profile.device", f"the profile was measured on {device!r}, but the cluster's GPU is {gpu_id!r}: "
+                        "its times are not this GPU's",
+                        f"measure the profile on the cluster's GPU ({gpu_id}: `meshplan profile model --device cuda` there), "
+                        "set cluster.gpu to the profiled device, or use a meta/analytic profile (`--device meta`), which "
+                        "has no times")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,8 +8,10 @@ Memory is the capacity the driver reports (MiB ÷ 1024), not the marketing numbe
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from planner.errors import UnknownCatalogIdError
-from planner.specs import ClusterSpec, GpuSpec, ModelSpec, PeakTflops
+from planner.specs import ClusterSpec, GpuSpec, ModelSpec, PeakTflops, _Spec
 
 _A100_SRC = (
     "NVIDIA A100 Tensor Core GPU datasheet (2021): FP32 19.5, TF32 156, BF16/FP16 312 TFLOPS dense; "
@@ -83,11 +85,12 @@ def _gpt3(name: str, layers: int, hidden: int, heads: int) -> ModelSpec:
     )
 
 
-def _llama(name: str, layers: int, hidden: int, heads: int, kv: int, ffn: int, vocab: int, seq: int) -> ModelSpec:
+def _llama(name: str, layers: int, hidden: int, heads: int, kv: int, ffn: int, vocab: int, seq: int,
+           qkv_bias: bool = False) -> ModelSpec:
     return ModelSpec(
         name=name, family="llama", num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
         num_kv_heads=kv, ffn_hidden_size=ffn, vocab_size=vocab, activation="swiglu", norm="rmsnorm",
-        tie_embeddings=False, max_seq_len=seq,
+        tie_embeddings=False, max_seq_len=seq, qkv_bias=qkv_bias,
     )
 
 
@@ -109,10 +112,22 @@ MODELS: dict[str, ModelSpec] = {
         _llama("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096),
         _llama("llama2-13b", 40, 5120, 40, 40, 13824, 32000, 4096),
         _llama("llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096),
-        # Llama 3 / 3.1 (Dubey et al. 2024, Table 3).
+        # Llama 3 / 3.1 (Dubey et al. 2024, Table 3). Llama 3 (April 2024) was trained to an 8K context
+        # (meta-llama/Meta-Llama-3-8B config.json: max_position_embeddings 8192); Llama 3.1 (July 2024)
+        # extends the same shapes to 128K (meta-llama/Llama-3.1-8B config.json: 131072). 405B exists
+        # only as 3.1: "llama3-405b" is that release (kept under its old id).
         _llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192),
         _llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
+        _llama("llama3.1-8b", 32, 4096, 32, 8, 14336, 128256, 131072),
+        _llama("llama3.1-70b", 80, 8192, 64, 8, 28672, 128256, 131072),
         _llama("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 131072),
+        # Qwen2.5 (Qwen team 2024): Llama-shaped (RMSNorm, SwiGLU, RoPE, GQA) with biases on the Q/K/V
+        # projections only. From https://huggingface.co/Qwen/Qwen2.5-7B/blob/main/config.json and
+        # https://huggingface.co/Qwen/Qwen2.5-72B/blob/main/config.json: hidden_size, num_hidden_layers,
+        # num_attention_heads, num_key_value_heads, intermediate_size, vocab_size 152064,
+        # max_position_embeddings 131072, tie_word_embeddings false.
+        _llama("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, 131072, qkv_bias=True),
+        _llama("qwen2.5-72b", 80, 8192, 64, 8, 29568, 152064, 131072, qkv_bias=True),
         # Tiny models for tests and CPU runs: 8 layers so pipelines of up to 8 stages fit.
         ModelSpec(
             name="tiny-gpt", family="gpt", num_layers=8, hidden_size=64, num_attention_heads=4,
@@ -126,6 +141,66 @@ MODELS: dict[str, ModelSpec] = {
         ),
     ]
 }
+
+
+# ------------------------------------------------------------------------------------------------
+# Cluster presets: known systems, their links as the vendor states them
+
+
+class ClusterPreset(_Spec):
+    """A known system: its GPU, GPUs per node and links as its datasheet states them (converted to GB/s
+    per GPU by ``planner.specs.bandwidth_per_gpu_GBps`` when a cluster names it)."""
+
+    id: str
+    description: str
+    gpu: str
+    gpus_per_node: int = Field(ge=1)
+    intra_node_bandwidth: str
+    inter_node_bandwidth: str
+    intra_node_bandwidth_GBps: float = Field(description="intra_node_bandwidth as GB/s per GPU (derived).")
+    inter_node_bandwidth_GBps: float = Field(description="inter_node_bandwidth as GB/s per GPU (derived).")
+    source: str
+
+    def fills(self) -> dict:
+        """The ClusterSpec fields this preset supplies (where the cluster does not give them)."""
+        return {"gpu": self.gpu, "gpus_per_node": self.gpus_per_node, "intra_node_bandwidth": self.intra_node_bandwidth,
+                "inter_node_bandwidth": self.inter_node_bandwidth}
+
+
+def _preset(id: str, description: str, gpu: str, intra: str, inter: str, source: str, gpus_per_node: int = 8) -> ClusterPreset:
+    from planner.specs import bandwidth_per_gpu_GBps
+
+    return ClusterPreset(id=id, description=description, gpu=gpu, gpus_per_node=gpus_per_node, intra_node_bandwidth=intra,
+                         inter_node_bandwidth=inter, intra_node_bandwidth_GBps=bandwidth_per_gpu_GBps(intra, gpus_per_node),
+                         inter_node_bandwidth_GBps=bandwidth_per_gpu_GBps(inter, gpus_per_node), source=source)
+
+
+CLUSTER_PRESETS: dict[str, ClusterPreset] = {
+    p.id: p
+    for p in [
+        _preset("dgx-a100", "NVIDIA DGX A100 (80 GB): 8 A100 SXM4, NVLink 3, 8 × 200 Gb/s HDR InfiniBand compute NICs",
+                "a100-sxm4-80gb", "300 GB/s per GPU", "8x200Gb/s",
+                "NVIDIA DGX A100 datasheet: 8× single-port ConnectX-6 VPI 200 Gb/s HDR InfiniBand; NVLink 600 GB/s "
+                "bidirectional per GPU, https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/nvidia-dgx-a100-datasheet.pdf"),
+        _preset("dgx-h100", "NVIDIA DGX H100: 8 H100 SXM5, NVLink 4, 8 × 400 Gb/s NDR InfiniBand compute NICs",
+                "h100-sxm5-80gb", "450 GB/s per GPU", "8x400Gb/s",
+                "NVIDIA DGX H100 datasheet: 8× single-port ConnectX-7 VPI 400 Gb/s NDR InfiniBand (OSFP); NVLink 900 GB/s "
+                "bidirectional per GPU, https://resources.nvidia.com/en-us-dgx-systems/ai-enterprise-dgx"),
+        _preset("h100-1nic-400g", "8 H100 SXM5 with NVLink 4 and one 400 Gb/s NIC per node (shared by its 8 GPUs)",
+                "h100-sxm5-80gb", "450 GB/s per GPU", "1x400Gb/s",
+                "NVIDIA ConnectX-7 datasheet (one 400 Gb/s port), "
+                "https://www.nvidia.com/content/dam/en-zz/Solutions/networking/ethernet-adapters/connectx-7-datasheet-Final.pdf; "
+                "NVLink 900 GB/s bidirectional per GPU (H100 SXM5 datasheet)"),
+    ]
+}
+
+
+def get_cluster_preset(key: str, field: str = "cluster.preset") -> ClusterPreset:
+    try:
+        return CLUSTER_PRESETS[key]
+    except KeyError:
+        raise ValueError(f"unknown cluster preset {key!r}; use one of {', '.join(sorted(CLUSTER_PRESETS))} "
+                         "(see `meshplan clusters`), or give gpu, gpus_per_node and the bandwidths yourself") from None
 
 
 def _unknown(kind: str, field: str, key: str, known: dict) -> UnknownCatalogIdError:

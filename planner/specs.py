@@ -10,9 +10,10 @@ Canonical JSON field names are part of the public contract: other tools are writ
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from planner import rules
 from planner.config import (
@@ -70,7 +71,10 @@ class ModelSpec(_Spec):
     activation: Activation
     norm: Norm
     tie_embeddings: bool = False
-    max_seq_len: int = Field(ge=1, le=MAX_SEQ_LEN)
+    qkv_bias: bool = Field(default=False, description="Biases on the query/key/value projections only (Qwen2/2.5); "
+                                                      "GPT has biases on every linear whatever this says.")
+    max_seq_len: int = Field(ge=1, le=MAX_SEQ_LEN, description="Longest context the model was trained for (its "
+                                                                "config's max_position_embeddings).")
 
     @model_validator(mode="after")
     def _check_shapes(self) -> "ModelSpec":
@@ -125,21 +129,123 @@ class GpuSpec(_Spec):
         return value * 1e12
 
 
-class ClusterSpec(_Spec):
-    """Homogeneous nodes of identical GPUs."""
+_BANDWIDTH = re.compile(
+    r"^\s*(?:(?P<count>\d+)\s*[xX×*]\s*)?(?P<rate>\d+(?:\.\d+)?)\s*(?P<unit>[GT](?:b/s|bps|bit/s|B/s|Bps))"
+    r"\s*(?:(?i:per\s+|/\s*)(?P<scope>(?i:node|gpu)))?\s*$")
+BANDWIDTH_FORMS = "'8x400Gb/s' (8 links per node), '400 Gb/s per GPU', '50 GB/s per GPU' or '3200 Gb/s per node'"
 
-    gpu: str | GpuSpec = Field(description="A catalog id (see `meshplan gpus`) or an inline GpuSpec.")
+
+def bandwidth_per_gpu_GBps(text: str, gpus_per_node: int) -> float:
+    """The one conversion of a bandwidth as people state it into what the cost model uses: GB/s per
+    GPU, one direction. ``text`` is ``[N x] RATE UNIT [per node|per GPU]``: UNIT is Gb/s (bits, as NIC
+    datasheets give it; also Gbps, Tb/s) or GB/s (bytes; also TB/s); ``N x RATE`` is N links (NICs)
+    per node of RATE each, shared by the node's GPUs; without ``N x`` the scope is required (``per
+    node`` is shared by the node's GPUs, ``per GPU`` is each GPU's own). Raises ValueError("what;
+    fix") on anything else."""
+    m = _BANDWIDTH.match(text)
+    if m is None:
+        raise ValueError(f"cannot read the bandwidth {text!r}; write it as {BANDWIDTH_FORMS}")
+    unit = m["unit"]
+    bits = unit[1] == "b"
+    factor = (1000.0 if unit[0] in "Tt" else 1.0) / (8 if bits else 1)
+    rate = float(m["rate"]) * factor
+    scope = (m["scope"] or "").lower()
+    if rate <= 0:
+        raise ValueError(f"the bandwidth {text!r} is not positive; give a rate above 0")
+    if m["count"] is not None:
+        count = int(m["count"])
+        if count < 1:
+            raise ValueError(f"the bandwidth {text!r} has {count} links; give at least one link")
+        if scope == "gpu":
+            return count * rate  # N links per GPU
+        return count * rate / gpus_per_node  # N links per node (the default of 'N x')
+    if not scope:
+        raise ValueError(f"the bandwidth {text!r} does not say per node or per GPU; write it as {BANDWIDTH_FORMS}")
+    return rate if scope == "gpu" else rate / gpus_per_node
+
+
+class ClusterSpec(_Spec):
+    """Homogeneous nodes of identical GPUs.
+
+    Link bandwidths are given either as the cost model's own figure (``*_bandwidth_GBps``: GB/s per
+    GPU, one direction) or as people state them (``*_bandwidth``: '8x400Gb/s', '400 Gb/s per GPU',
+    '3200 Gb/s per node'); the statement is converted once, on validation, into ``*_bandwidth_GBps``
+    (``bandwidth_per_gpu_GBps``). A ``preset`` (see `meshplan clusters`) fills the GPU, the GPUs per
+    node and both bandwidths of a known system, unless they are given."""
+
+    preset: str | None = Field(default=None, max_length=64, description="A known system (see `meshplan clusters`): "
+                               "fills gpu, gpus_per_node and the link bandwidths that are not given.")
+    gpu: str | GpuSpec = Field(description="A catalog id (see `meshplan gpus`) or an inline GpuSpec (the preset's when "
+                                           "omitted with a preset).")
     num_nodes: int = Field(ge=1, le=MAX_GPUS)
-    gpus_per_node: int = Field(ge=1, le=MAX_GPUS_PER_NODE)
-    intra_node_bandwidth_GBps: float | None = Field(default=None, gt=0, description="Override of the GPU's NVLink rate.")
-    inter_node_bandwidth_GBps: float | None = Field(default=None, gt=0, description="Override of the GPU's NIC rate.")
+    gpus_per_node: int = Field(ge=1, le=MAX_GPUS_PER_NODE, description="GPUs per node (the preset's when omitted with a preset).")
+    intra_node_bandwidth: str | None = Field(default=None, max_length=64, description=(
+        "Intra-node link bandwidth as stated, e.g. '450 GB/s per GPU' (sets intra_node_bandwidth_GBps)."))
+    inter_node_bandwidth: str | None = Field(default=None, max_length=64, description=(
+        "Inter-node network as stated: '8x400Gb/s' (NICs per node × rate), '400 Gb/s per GPU' or "
+        "'400 Gb/s per node' (sets inter_node_bandwidth_GBps)."))
+    intra_node_bandwidth_GBps: float | None = Field(default=None, gt=0, description="Override of the GPU's NVLink rate, GB/s per GPU.")
+    inter_node_bandwidth_GBps: float | None = Field(default=None, gt=0, description="Override of the GPU's NIC rate, GB/s per GPU.")
     intra_node_latency_us: float | None = Field(default=None, ge=0, le=1e6)
     inter_node_latency_us: float | None = Field(default=None, ge=0, le=1e6)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: object) -> object:
+        if not isinstance(data, dict) or data.get("preset") is None:
+            return data
+        from planner.catalog import CLUSTER_PRESETS  # the catalog imports this module
+
+        preset = CLUSTER_PRESETS.get(data["preset"]) if isinstance(data["preset"], str) else None
+        if preset is None:
+            return data  # ``_check_preset`` names the field
+        filled = dict(data)
+        for key, value in preset.fills().items():
+            if filled.get(key) is None:
+                filled[key] = value
+        # a stated bandwidth given by the user wins over the preset's other form of it
+        for link in ("intra_node", "inter_node"):
+            if data.get(f"{link}_bandwidth_GBps") is not None and data.get(f"{link}_bandwidth") is None:
+                filled.pop(f"{link}_bandwidth", None)
+        return filled
+
+    @field_validator("preset")
+    @classmethod
+    def _check_preset(cls, preset: str | None) -> str | None:
+        if preset is not None:
+            from planner.catalog import get_cluster_preset
+
+            get_cluster_preset(preset)
+        return preset
+
+    @field_validator("intra_node_bandwidth", "inter_node_bandwidth")
+    @classmethod
+    def _check_statement(cls, text: str | None, info: ValidationInfo) -> str | None:
+        if text is not None:
+            bandwidth_per_gpu_GBps(text, info.data.get("gpus_per_node") or 1)
+        return text
+
+    @field_validator("intra_node_bandwidth_GBps", "inter_node_bandwidth_GBps")
+    @classmethod
+    def _one_statement(cls, given: float | None, info: ValidationInfo) -> float | None:
+        link = info.field_name.removesuffix("_bandwidth_GBps")
+        stated = info.data.get(f"{link}_bandwidth")
+        if given is not None and stated is not None:
+            per_gpu = bandwidth_per_gpu_GBps(stated, info.data.get("gpus_per_node") or 1)
+            if abs(given - per_gpu) > 1e-9 * per_gpu:
+                raise ValueError(f"{link}_bandwidth {stated!r} is {per_gpu:g} GB/s per GPU but {link}_bandwidth_GBps is "
+                                 f"{given:g}; give only one of them")
+        return given
 
     @model_validator(mode="after")
     def _check_size(self) -> "ClusterSpec":
         if self.num_nodes * self.gpus_per_node > MAX_GPUS:
             raise ValueError(f"num_nodes × gpus_per_node must be at most {MAX_GPUS}")
+        for link in ("intra_node", "inter_node"):
+            stated = getattr(self, f"{link}_bandwidth")
+            if stated is None:
+                continue
+            setattr(self, f"{link}_bandwidth_GBps", bandwidth_per_gpu_GBps(stated, self.gpus_per_node))
         return self
 
     @property

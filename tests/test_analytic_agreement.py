@@ -18,6 +18,7 @@ CASES = [
     ("gpt3-1.3b", 512, (1, 2), (1, 2, 4), "bf16"),  # vocab 50257: embedding and head stay whole
     ("llama3-8b", 1024, (1, 2), (1, 2, 4), "bf16"),  # GQA 32/8, vocab-parallel head
     ("llama2-13b", 256, (2,), (1, 4), "fp16"),
+    ("qwen2.5-7b", 256, (1,), (1, 2, 4), "bf16"),  # QKV bias (Qwen2.5), GQA 28/4
 ]
 
 
@@ -74,3 +75,27 @@ def test_measured_values_are_not_trivial():
     assert sp.saved_activation_bytes.none < four.saved_activation_bytes.none
     assert sp.saved_activation_bytes.full == four.saved_activation_bytes.full // 4 == 1024 * 4096 * 2 // 4
     assert one.saved_activation_bytes.selective < one.saved_activation_bytes.none
+
+
+# Total parameters against the published counts: Qwen2.5-7B's safetensors index total_size 15,231,233,024
+# bytes in bf16 = 7,615,616,512 (its QKV biases included; without them 28·(3584 + 2·512) = 129,024
+# fewer), Llama 3 / 3.1 8B 8,030,261,248; Qwen2.5-72B's model card says 72.7B.
+@pytest.mark.parametrize("model, published, rel", [("qwen2.5-7b", 7_615_616_512, 0), ("llama3.1-8b", 8_030_261_248, 0),
+                                                   ("llama3-8b", 8_030_261_248, 0), ("qwen2.5-72b", 72.7e9, 1e-3)])
+def test_catalog_parameter_counts_match_the_published_ones(model, published, rel):
+    from planner.analytic import num_parameters
+
+    assert num_parameters(MODELS[model]) == pytest.approx(published, rel=rel, abs=0)
+    if MODELS[model].qkv_bias:
+        plain = MODELS[model].model_copy(update={"qkv_bias": False})
+        m = MODELS[model]
+        assert num_parameters(m) - num_parameters(plain) == m.num_layers * (m.hidden_size + 2 * m.num_kv_heads * m.head_dim)
+
+
+def test_qkv_bias_model_is_built_with_biases_on_q_k_v_only():
+    from runtime.models.transformer import build_layer
+
+    block = build_layer(MODELS["tiny-llama"].model_copy(update={"qkv_bias": True}), "transformer_block", tp=2, device="meta")
+    biased = sorted(n for n, p in block.named_parameters() if n.endswith("bias"))
+    assert [n.split(".")[-2] for n in biased] == ["wk", "wq", "wv"]
+    assert block.attn.wk.bias.shape[0] == 4 // 2 * 8  # kv heads / tp × head size

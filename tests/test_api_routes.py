@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from api.client import MeshplanAPIError, MeshplanClient
 from api.deps import get_solver
 from api.solver import PlannerSolver
-from planner.catalog import GPUS, MODELS
+from planner.catalog import CLUSTER_PRESETS, GPUS, MODELS
 from tests.api_support import make_app, plan_request, profile_body, run_report_body
 
 PROBLEM = "application/problem+json"
@@ -182,11 +182,18 @@ def test_plan_with_stored_profile_id(tmp_path):
     app = make_app(tmp_path)
     app.dependency_overrides[get_solver] = Recording
     with TestClient(app) as c:
-        profile_id = c.post("/v1/profiles", json=profile_body()).json()["id"]
+        profile_id = c.post("/v1/profiles", json=profile_body(device="NVIDIA H100 80GB HBM3")).json()["id"]
         r = c.post("/v1/plans", json=plan_request(profile_id=profile_id))
         assert r.status_code == 201, r.text
         assert r.json()["request"]["profile_id"] == profile_id
-        assert seen[0].profile is not None and seen[0].profile.device == "cpu" and seen[0].profile_id is None
+        assert seen[0].profile is not None and seen[0].profile.device == "NVIDIA H100 80GB HBM3" and seen[0].profile_id is None
+        # a profile measured on the CPU does not price an H100 cluster: 422 naming both devices and the fix
+        cpu_id = c.post("/v1/profiles", json=profile_body(device="cpu")).json()["id"]
+        r = c.post("/v1/plans", json=plan_request(profile_id=cpu_id))
+        assert r.status_code == 422 and r.headers["content-type"].startswith(PROBLEM), r.text
+        error = r.json()["errors"][0]
+        assert error["field"] == "profile.device" and "'cpu'" in error["message"] and "h100-sxm5-80gb" in error["message"]
+        assert error["fix"]
 
 
 def test_runs_store_and_list(client):
@@ -206,6 +213,8 @@ def test_runs_store_and_list(client):
     [
         ("/v1/catalog/models", lambda body: {m["name"] for m in body} == set(MODELS)),
         ("/v1/catalog/gpus", lambda body: {g["id"] for g in body} == set(GPUS)),
+        ("/v1/catalog/clusters", lambda body: [c["id"] for c in body] == list(CLUSTER_PRESETS)
+         and body[list(CLUSTER_PRESETS).index("dgx-h100")]["inter_node_bandwidth_GBps"] == 8 * 400 / 8 / 8),
         ("/v1/catalog/export-formats", lambda body: all({"id", "media_type", "target", "target_version"} <= set(f) for f in body)),
         ("/healthz", lambda body: body["status"] == "ok"),
         ("/readyz", lambda body: body["status"] == "ok"),

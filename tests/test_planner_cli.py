@@ -78,8 +78,9 @@ HEAVY = ("sqlalchemy", "fastapi", "starlette", "uvicorn", "pydantic_settings", "
 TINY = ["--model", "tiny-gpt", "--gpu", "h100-sxm5-80gb", "--global-batch-size", "32", "--seq-len", "128"]
 
 
-@pytest.mark.parametrize("args", [["models"], ["gpus"], ["plan", *TINY, "--top-k", "1"], ["estimate", *TINY, "--tp", "2"],
-                                  ["plan", "--help"]], ids=lambda a: " ".join(a[:2]))
+@pytest.mark.parametrize("args", [["models"], ["gpus"], ["clusters"], ["plan", *TINY, "--top-k", "1"],
+                                  ["estimate", *TINY, "--tp", "2"], ["plan", "--help"], ["diff", "--help"]],
+                         ids=lambda a: " ".join(a[:2]))
 def test_everyday_commands_do_not_import_the_service_or_torch(args: list[str]) -> None:
     """The command runs for real in a fresh interpreter (as the `meshplan` script does); afterwards
     none of the service's or the runtime's heavy packages is loaded."""
@@ -95,10 +96,12 @@ def test_everyday_commands_do_not_import_the_service_or_torch(args: list[str]) -
 
 #: The public command-line surface. A change here is a change users see: it must be deliberate.
 PLAN_FLAGS = [
-    "--request", "--model", "--gpu", "--nodes", "--gpus-per-node", "--intra-node-bandwidth-gbps", "--inter-node-bandwidth-gbps",
+    "--request", "--model", "--cluster-preset", "--gpu", "--nodes", "--gpus-per-node", "--intra-node-bandwidth",
+    "--inter-node-bandwidth", "--intra-node-bandwidth-gbps", "--inter-node-bandwidth-gbps",
     "--intra-node-latency-us", "--inter-node-latency-us", "--global-batch-size", "--seq-len", "--precision", "--optimizer",
     "--tp", "--pp", "--dp", "--micro-batch-size", "--schedule", "--virtual-stages", "--recompute", "--sequence-parallel",
-    "--zero-stage", "--stage-layers", "--top-k", "--allow-tp-across-nodes", "--time-limit-s", "--num-workers", "--json",
+    "--zero-stage", "--stage-layers", "--profile", "--network", "--top-k", "--allow-tp-across-nodes", "--time-limit-s",
+    "--num-workers", "--json",
 ]
 ESTIMATE_FLAGS = [f for f in PLAN_FLAGS if f not in {"--top-k", "--time-limit-s", "--num-workers"}]
 
@@ -142,7 +145,8 @@ def test_every_request_field_is_a_flag_or_has_a_reason_not_to_be() -> None:
     from planner.specs import PlanRequest
 
     paths = _leaf_paths(PlanRequest)
-    excluded = lambda p: any(p == r or p.startswith(r + ".") for r in cli.NOT_FLAGS)  # noqa: E731
+    # a document flag (--profile FILE) takes the whole spec: its inner fields are not flags
+    excluded = lambda p: any(p == r or p.startswith(r + ".") for r in cli.NOT_FLAGS) or any(p.startswith(r + ".") for r in cli.DOCUMENT_FLAGS)  # noqa: E731
     missing = [p for p in paths if p not in cli.FLAG_OF and not excluded(p) and not any(q.startswith(p + ".") for q in paths)]
     assert not missing, f"request fields without a flag (and not in planner.cli.NOT_FLAGS): {missing}"
     assert set(cli.FLAG_OF) <= set(paths), "a flag sets no request field"
@@ -151,9 +155,26 @@ def test_every_request_field_is_a_flag_or_has_a_reason_not_to_be() -> None:
     assert all(f.help for f in cli.FLAGS), [f.name for f in cli.FLAGS if not f.help]
 
 
-def _sample(flag) -> tuple[str | bool, object]:
+def _sample(flag, tmp_path: Path) -> tuple[str | bool, object]:
     """A valid command-line value for ``flag`` and the request value it must become."""
     import typing
+
+    from planner.analytic import analytic_profile
+    from planner.catalog import MODELS
+    from planner.specs import LinkFit, NetworkProfile
+
+    if flag.kind == "file":  # a document: the file's content becomes the request field
+        doc = {"profile": lambda: analytic_profile(MODELS["tiny-gpt"], micro_batch_sizes=[1], seq_len=8),
+               "network": lambda: NetworkProfile(backend="nccl", device="NVIDIA H100 80GB HBM3", world_size=8, links=[
+                   LinkFit(link="intra_node", collective="all_reduce", group_size=8, alpha_s=1e-5, beta_s_per_byte=1e-11)])}
+        value = doc[flag.path]().model_dump(mode="json", exclude_none=True)
+        path = tmp_path / f"{flag.path}.yaml"
+        path.write_text(__import__("yaml").safe_dump(value))
+        return str(path), json.loads(type(doc[flag.path]()).model_validate(value).model_dump_json())
+    special = {"cluster.preset": "dgx-h100", "cluster.inter_node_bandwidth": "8x400Gb/s",
+               "cluster.intra_node_bandwidth": "450 GB/s per GPU"}
+    if flag.path in special:
+        return special[flag.path], special[flag.path]
 
     from planner.errors import field_info
     from planner.specs import PlanRequest
@@ -174,8 +195,8 @@ def test_every_flag_sets_its_request_field(tmp_path: Path) -> None:
     f = tmp_path / "req.json"
     f.write_text(json.dumps(base))
     for flag in cli.FLAGS:
-        text, expected = _sample(flag)
-        request = cli.request_from(str(f), {flag.path: text}).model_dump()
+        text, expected = _sample(flag, tmp_path)
+        request = cli.request_from(str(f), {flag.path: text}).model_dump(mode="json")
         value = request
         for key in flag.path.split("."):
             value = value[key]
@@ -191,5 +212,5 @@ def test_catalog_tables_print_whole_ids_when_piped(command: str, ids, columns: s
     out = subprocess.run([sys.executable, "-m", "api.cli", command], cwd=ROOT, capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": columns})
     assert out.returncode == 0, out.stderr
-    first_cells = [line.split("│")[1].strip() for line in out.stdout.splitlines() if line.startswith("│")]
+    first_cells = [next(c.strip() for c in line.split("│") if c.strip()) for line in out.stdout.splitlines() if "│" in line]
     assert first_cells == ids()

@@ -1,11 +1,11 @@
-"""``/v1/catalog``: the built-in models, GPUs, pipeline schedules and export formats."""
+"""``/v1/catalog``: the built-in models, GPUs, cluster presets, pipeline schedules and export formats."""
 
 from __future__ import annotations
 
 from api.deps import v1_router
 from api.routes.exports import export_formats
 from api.schemas import ExportFormat
-from planner.catalog import GPUS, MODELS
+from planner.catalog import CLUSTER_PRESETS, GPUS, MODELS, ClusterPreset
 from planner.config import SCHEDULES, ScheduleInfo
 from planner.specs import GpuSpec, ModelSpec
 
@@ -20,6 +20,13 @@ async def list_models() -> list[ModelSpec]:
 @router.get("/gpus", response_model=list[GpuSpec])
 async def list_gpus() -> list[GpuSpec]:
     return list(GPUS.values())
+
+
+@router.get("/clusters", response_model=list[ClusterPreset])
+async def list_clusters() -> list[ClusterPreset]:
+    """Known systems a request can name as ``cluster.preset``: GPU, GPUs per node, links as their
+    datasheets state them and as GB/s per GPU, and the datasheet."""
+    return list(CLUSTER_PRESETS.values())
 
 
 @router.get("/export-formats", response_model=list[ExportFormat])

@@ -1,4 +1,4 @@
-"""``/v1/plans``: solve and store plans; read, list and delete them; their schedule trace."""
+"""``/v1/plans``: solve and store plans; read, list and delete them; their schedule trace; two side by side."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from api.problems import ProblemException, error_responses, not_found
 from api.schemas import PLAN_REQUEST_EXAMPLES, Page, PlanSummary, ProblemError, StoredPlan
 from api.solver import bound_request, timed
 from api.store import Store, request_key
+from planner.compare import PlanComparison, compare_plans
 from planner.specs import Plan, PlanRequest
 
 router = v1_router("/plans", "plans")
@@ -96,14 +97,14 @@ async def _get(store: Store, plan_id: str) -> StoredPlan:
     return stored
 
 
-def _pick(stored: StoredPlan, index: int) -> Plan:
+def _pick(stored: StoredPlan, index: int, field: str = "query.index") -> Plan:
     plans = stored.response.plans
     if not plans:
         reason = stored.response.infeasible.reason if stored.response.infeasible else "the solver found no plan"
         raise ProblemException(404, f"plan {stored.id} holds no feasible plan ({reason})")
     if index >= len(plans):
         raise ProblemException(404, f"plan {stored.id} has {len(plans)} plans; index {index} is out of range", errors=[
-            ProblemError(field="query.index", message=f"must be below {len(plans)}", fix=f"use an index from 0 to {len(plans) - 1}"),
+            ProblemError(field=field, message=f"must be below {len(plans)}", fix=f"use an index from 0 to {len(plans) - 1}"),
         ])
     return plans[index]
 
@@ -128,3 +129,16 @@ async def get_trace(plan_id: PlanId, store: StoreDep, solver: SolverDep, index: 
     """The simulated pipeline schedule of plan ``index`` as Chrome trace JSON (open in Perfetto)."""
     plan = _pick(await _get(store, plan_id), index)
     return await run_in_threadpool(solver.trace, plan)
+
+
+@router.get("/{plan_id}/compare/{other_id}", response_model=PlanComparison, responses=error_responses(401, 404, 422))
+async def compare(
+    plan_id: PlanId, other_id: Annotated[str, Path(max_length=64, description="The stored plan to compare with.")],
+    store: StoreDep, index: Index = 0,
+    other_index: Annotated[int, Query(ge=0, le=19, description="Which plan of the other response (0 = best).")] = 0,
+) -> PlanComparison:
+    """Plan ``index`` of ``plan_id`` beside plan ``other_index`` of ``other_id``: settings, step time by
+    cause and memory per pipeline stage, with B − A and B ÷ A (``planner.compare``)."""
+    a = _pick(await _get(store, plan_id), index)
+    b = _pick(await _get(store, other_id), other_index, "query.other_index")
+    return compare_plans(a, b, f"{plan_id}#{index}", f"{other_id}#{other_index}")

@@ -53,12 +53,13 @@ class SelfAttention(nn.Module):
     def __init__(self, spec: ModelSpec, *, tp: int = 1) -> None:
         super().__init__()
         d, hd, bias = spec.hidden_size, spec.head_dim, spec.family == "gpt"
+        qkv_bias = bias or spec.qkv_bias  # Qwen2/2.5: biases on Q, K, V only
         heads, kv = spec.num_attention_heads // tp, spec.num_kv_heads // tp
         self.head_dim = hd
         self.rope = spec.family == "llama"
-        self.wq = nn.Linear(d, heads * hd, bias=bias)
-        self.wk = nn.Linear(d, kv * hd, bias=bias)
-        self.wv = nn.Linear(d, kv * hd, bias=bias)
+        self.wq = nn.Linear(d, heads * hd, bias=qkv_bias)
+        self.wk = nn.Linear(d, kv * hd, bias=qkv_bias)
+        self.wv = nn.Linear(d, kv * hd, bias=qkv_bias)
         self.wo = nn.Linear(heads * hd, d, bias=bias)
         self.core = Attention()
 
