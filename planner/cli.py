@@ -425,7 +425,7 @@ def _estimate(request: PlanRequest, as_json: bool) -> None:
         return
     out = console()
     c, e, b = p.parallel, p.estimate, p.estimate.breakdown
-    out.print(describe(c, e.num_microbatches), soft_wrap=True, highlight=False)
+    out.print(f"configuration: {describe(c, e.num_microbatches)}", soft_wrap=True, highlight=False)
     table = Table("step s", "tokens/s", "TFLOP/s/GPU", "MFU", "peak GiB", "fits")
     table.add_row(f"{e.step_time_s:.4g}", f"{e.tokens_per_s:,.0f}", f"{e.model_tflops_per_gpu:.1f}", f"{e.mfu:.1%}",
                   f"{e.peak_memory_gib:.1f} / {e.gpu_memory_gib:g}", "yes" if e.fits else "[bold red]NO[/]")

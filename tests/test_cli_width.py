@@ -136,7 +136,7 @@ def test_output_holds_every_value_whole(cases, command, columns, stdout):
     assert "…" not in text and "..." not in text.replace("N,N,...", "")
     assert not _whole(values, text), (_whole(values, text), text)
     if stdout == "pty":  # tables fit the terminal; prose lines are left for the terminal to wrap (soft-wrapped)
-        prose = ("solver:", "why:", "runner-up:", "note:", "A: ", "B: ", "tp=")
+        prose = ("solver:", "why:", "runner-up:", "note:", "A: ", "B: ", "configuration:")
         table = [line for line in text.splitlines() if not line.startswith(prose) and not re.match(r"[\w.-]+ {2,}\S", line)
                  and not re.match(r"[\w.-]+: ", line)]
         assert max(map(len, table), default=0) <= columns, text
