@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from planner.errors import UnknownCatalogIdError
-from planner.specs import ClusterSpec, GpuSpec, ModelSpec, PeakTflops, _Spec
+from planner.specs import GpuSpec, ModelSpec, PeakTflops, _Spec
 
 _A100_SRC = (
     "NVIDIA A100 Tensor Core GPU datasheet (2021): FP32 19.5, TF32 156, BF16/FP16 312 TFLOPS dense; "
@@ -227,7 +227,3 @@ def get_gpu(key: str | GpuSpec, field: str = "cluster.gpu") -> GpuSpec:
         return GPUS[key]
     except KeyError:
         raise _unknown("gpu", field, key, GPUS) from None
-
-
-def cluster_gpu(cluster: ClusterSpec) -> GpuSpec:
-    return get_gpu(cluster.gpu)
