@@ -72,6 +72,8 @@ logits are ``output_activation_bytes``).
 
 from __future__ import annotations
 
+from typing import cast
+
 from planner import rules
 from planner.errors import MeshplanError
 from planner.specs import (
@@ -80,6 +82,7 @@ from planner.specs import (
     LayerKind,
     LayerProfile,
     ModelSpec,
+    Precision,
     Profile,
 )
 
@@ -304,7 +307,7 @@ def output_activation_bytes(
 
 def layer_profile(
     model: ModelSpec, kind: LayerKind | str, *, micro_batch_size: int, seq_len: int, tp: int = 1,
-    sequence_parallel: bool = False, precision: str = "bf16",
+    sequence_parallel: bool = False, precision: Precision = "bf16",
 ) -> LayerProfile:
     """Analytic costs of one layer kind at one (micro-batch, sequence, TP, SP) point, per GPU."""
     if kind not in LAYER_KINDS:
@@ -321,7 +324,7 @@ def layer_profile(
     params = {"embedding": embedding_params, "transformer_block": block_params, "lm_head": lm_head_params}[kind](model, tp)
     fwd, bwd = layer_flops(model, kind, micro_batch_size, seq_len, tp)
     return LayerProfile(
-        kind=kind,
+        kind=cast(LayerKind, kind),  # checked against LAYER_KINDS above
         micro_batch_size=micro_batch_size,
         seq_len=seq_len,
         tp=tp,
@@ -341,7 +344,7 @@ def layer_profile(
 
 def analytic_profile(
     model: ModelSpec, *, micro_batch_sizes: list[int] | tuple[int, ...], seq_len: int,
-    tps: list[int] | tuple[int, ...] = (1,), precision: str = "bf16", sequence_parallel: bool | None = None,
+    tps: list[int] | tuple[int, ...] = (1,), precision: Precision = "bf16", sequence_parallel: bool | None = None,
 ) -> Profile:
     """A ``Profile`` (source ``"analytic"``) of every layer kind at every micro-batch size and TP degree.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import cast
 
 from planner import rules, version
 from planner.catalog import get_gpu, get_model
@@ -13,17 +14,19 @@ from planner.explain import explain
 from planner.layout import even_stage_layers, mesh_layout, tp_plan
 from planner.memory import stage_memory
 from planner.search import SearchResult, search
-from planner.space import SEARCHED_SCHEDULES, explain_no_candidate, validate_pins
+from planner.space import explain_no_candidate, validate_pins
 from planner.specs import (
     CostInputs,
     Estimate,
     Infeasibility,
     ParallelConfig,
+    ParallelPins,
     Plan,
     PlanRequest,
     PlanResponse,
     SearchOptions,
     SolverInfo,
+    SolverStatus,
     TimeBreakdown,
 )
 from planner.terms import exposed_sync
@@ -88,19 +91,10 @@ def check_profile_device(device: str, gpu_id: str) -> None:
 
 
 def model_flops_per_step(ctx: Context) -> float:
+    from planner.analytic import model_flops_per_step as mfps
+
     tokens = ctx.training.global_batch_size * ctx.training.seq_len
-    try:
-        from planner.analytic import model_flops_per_step as mfps
-    except ImportError:  # pragma: no cover - analytic lands with the profiler
-        mfps = None
-    if mfps is not None:
-        return float(mfps(ctx.model, tokens, ctx.training.seq_len))
-    m = ctx.model
-    h, L, s, V = m.hidden_size, m.num_layers, ctx.training.seq_len, m.vocab_size
-    q = m.num_attention_heads * m.head_dim
-    gamma = 1.5 if m.activation == "swiglu" else 1.0
-    g, a = m.num_kv_heads, m.num_attention_heads
-    return 12.0 * tokens * L * h * h * ((1 + g / a + s / h) * (q / h) + (m.ffn_hidden_size / h) * gamma + V / (2 * L * h))
+    return float(mfps(ctx.model, tokens, ctx.training.seq_len))
 
 
 def build_estimate(ctx: Context, cc: ClassCosts, n: list[int], ev: Evaluation) -> Estimate:
@@ -156,7 +150,7 @@ def replay_request(plan: Plan) -> PlanRequest:
     """The request that re-estimates ``plan`` with the inputs that priced it: ``estimate_plan`` of it
     gives the plan's own estimate when ``plan.inputs.cost_model_version`` is the current one. TP
     across nodes is allowed (the plan's own layout is being priced, not searched)."""
-    return PlanRequest(model=plan.model, cluster=plan.cluster, training=plan.training, parallel=plan.parallel.model_dump(),
+    return PlanRequest(model=plan.model, cluster=plan.cluster, training=plan.training, parallel=ParallelPins(**plan.parallel.model_dump()),
                        profile=plan.inputs.profile, network=plan.inputs.network,
                        options=SearchOptions(allow_tp_across_nodes=True))
 
@@ -230,9 +224,10 @@ def plan(request: PlanRequest | dict) -> PlanResponse:
     plans = []
     for i, res in enumerate(result.results):
         cc = class_costs(ctx, res.cand)
+        assert res.stage_layers is not None and res.evaluation is not None  # every result the search returns is solved
         plans.append(make_plan(ctx, req, cc, res.stage_layers, res.evaluation, rank=i + 1))
     info = SolverInfo(
-        status=result.status.value,
+        status=cast(SolverStatus, result.status.value),
         objective_value=result.objective_ns / 1e9 if result.objective_ns is not None else None,
         best_objective_bound=result.bound_ns / 1e9 if result.bound_ns is not None else None,
         wall_time_s=time.perf_counter() - t0,

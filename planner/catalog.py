@@ -11,7 +11,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from planner.errors import UnknownCatalogIdError
-from planner.specs import GpuSpec, ModelSpec, PeakTflops, _Spec
+from planner.specs import GpuSpec, ModelSpec, PeakTflops, Spec
 
 _A100_SRC = (
     "NVIDIA A100 Tensor Core GPU datasheet (2021): FP32 19.5, TF32 156, BF16/FP16 312 TFLOPS dense; "
@@ -147,7 +147,7 @@ MODELS: dict[str, ModelSpec] = {
 # Cluster presets: known systems, their links as the vendor states them
 
 
-class ClusterPreset(_Spec):
+class ClusterPreset(Spec):
     """A known system: its GPU, GPUs per node and links as its datasheet states them (converted to GB/s
     per GPU by ``planner.specs.bandwidth_per_gpu_GBps`` when a cluster names it)."""
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from planner.specs import Plan, _Spec
+from planner.specs import Plan, Spec
 
 Value = bool | int | float | str | list[int] | None
 
 
-class ComparedValue(_Spec):
+class ComparedValue(Spec):
     """One quantity of both plans."""
 
     name: str = Field(description="What is compared, e.g. 'tp', 'compute_s', 'stage 0 total_gib'.")
@@ -27,7 +27,7 @@ class ComparedValue(_Spec):
     ratio: float | None = Field(default=None, description="B ÷ A (numbers only; null when A is 0).")
 
 
-class PlanComparison(_Spec):
+class PlanComparison(Spec):
     """Plan A beside plan B: settings, step time by cause, memory per stage."""
 
     a: str = Field(description="Label of plan A (a file name and index, or a stored plan id and index).")

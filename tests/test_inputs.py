@@ -116,13 +116,13 @@ def test_presets_are_their_datasheets():
     ({"preset": "dgx-z9"}, "--cluster-preset", "dgx-h100"),
 ])
 def test_bad_bandwidth_statements_name_the_flag_and_the_fix(cluster, flag, words):
-    from planner import cli
+    from planner import flags as request_flags
     from planner.errors import InvalidInput
 
     values = {"model": "llama3-8b", "training.global_batch_size": "8", "training.seq_len": "128"}
     values.update({f"cluster.{k}": str(v) for k, v in cluster.items()})
     with pytest.raises(InvalidInput) as err:
-        cli.request_from(None, values)
+        request_flags.request_from(None, values)
     first = err.value.errors[0]
     assert first.field == flag and first.fix, err.value
     assert words in str(err.value)

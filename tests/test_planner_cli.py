@@ -141,18 +141,18 @@ def _leaf_paths(model: type, prefix: str = "") -> list[str]:
 
 
 def test_every_request_field_is_a_flag_or_has_a_reason_not_to_be() -> None:
-    from planner import cli
+    from planner import flags as request_flags
     from planner.specs import PlanRequest
 
     paths = _leaf_paths(PlanRequest)
     # a document flag (--profile FILE) takes the whole spec: its inner fields are not flags
-    excluded = lambda p: any(p == r or p.startswith(r + ".") for r in cli.NOT_FLAGS) or any(p.startswith(r + ".") for r in cli.DOCUMENT_FLAGS)  # noqa: E731
-    missing = [p for p in paths if p not in cli.FLAG_OF and not excluded(p) and not any(q.startswith(p + ".") for q in paths)]
-    assert not missing, f"request fields without a flag (and not in planner.cli.NOT_FLAGS): {missing}"
-    assert set(cli.FLAG_OF) <= set(paths), "a flag sets no request field"
-    assert all(p in paths for p in cli.NOT_FLAGS), "NOT_FLAGS names a field the request does not have"
-    assert len(set(cli.FLAG_OF.values())) == len(cli.FLAG_OF), "two fields share a flag"
-    assert all(f.help for f in cli.FLAGS), [f.name for f in cli.FLAGS if not f.help]
+    excluded = lambda p: any(p == r or p.startswith(r + ".") for r in request_flags.NOT_FLAGS) or any(p.startswith(r + ".") for r in request_flags.DOCUMENT_FLAGS)  # noqa: E731
+    missing = [p for p in paths if p not in request_flags.FLAG_OF and not excluded(p) and not any(q.startswith(p + ".") for q in paths)]
+    assert not missing, f"request fields without a flag (and not in planner.flags.NOT_FLAGS): {missing}"
+    assert set(request_flags.FLAG_OF) <= set(paths), "a flag sets no request field"
+    assert all(p in paths for p in request_flags.NOT_FLAGS), "NOT_FLAGS names a field the request does not have"
+    assert len(set(request_flags.FLAG_OF.values())) == len(request_flags.FLAG_OF), "two fields share a flag"
+    assert all(f.help for f in request_flags.FLAGS), [f.name for f in request_flags.FLAGS if not f.help]
 
 
 def _sample(flag, tmp_path: Path) -> tuple[str | bool, object]:
@@ -189,14 +189,14 @@ def _sample(flag, tmp_path: Path) -> tuple[str | bool, object]:
 
 
 def test_every_flag_sets_its_request_field(tmp_path: Path) -> None:
-    from planner import cli
+    from planner import flags as request_flags
 
     base = {"model": "tiny-gpt", "cluster": {"gpu": "h100-sxm5-80gb"}, "training": {"global_batch_size": 8, "seq_len": 8}}
     f = tmp_path / "req.json"
     f.write_text(json.dumps(base))
-    for flag in cli.FLAGS:
+    for flag in request_flags.FLAGS:
         text, expected = _sample(flag, tmp_path)
-        request = cli.request_from(str(f), {flag.path: text}).model_dump(mode="json")
+        request = request_flags.request_from(str(f), {flag.path: text}).model_dump(mode="json")
         value = request
         for key in flag.path.split("."):
             value = value[key]

@@ -1,0 +1,32 @@
+"""Shared by every schema module: the base model, the schema version, literal types and bounds."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+#: 2: ``mesh`` without rank groups, the GPU only in ``cluster.gpu`` (a full GpuSpec), one memory-per-stage
+#: list, ``inputs`` (cost inputs and cost-model version). Schema-1 plans are read and upgraded.
+SCHEMA_VERSION = 2
+
+Family = Literal["gpt", "llama"]
+Activation = Literal["gelu", "swiglu"]
+Norm = Literal["layernorm", "rmsnorm"]
+Precision = Literal["bf16", "fp16", "fp32"]
+Optimizer = Literal["adam", "sgd"]
+LayerKind = Literal["embedding", "transformer_block", "lm_head"]
+
+BYTES_PER_ELEMENT: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+# Sane upper bounds: far above any real model or cluster, low enough to refuse nonsense early.
+MAX_HIDDEN = 131_072
+MAX_VOCAB = 4_194_304
+MAX_SEQ_LEN = 1_048_576
+MAX_GPUS_PER_NODE = 64
+
+
+class Spec(BaseModel):
+    """Base: unknown fields are errors (a typo must not silently fall back to a default)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)

@@ -1,0 +1,291 @@
+"""What the planner and the runtime answer: estimates, plans, solver info, run reports."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from planner.specs.common import SCHEMA_VERSION, Spec
+from planner.specs.inputs import ClusterSpec, GpuSpec, ModelSpec, ParallelConfig, TrainingSpec
+from planner.specs.profiles import NetworkProfile, Profile
+
+# --------------------------------------------------------------------------------------------
+# Results
+
+
+class TimeBreakdown(Spec):
+    """Seconds per step on the critical path, by cause. They add up to ``step_time_s``."""
+
+    compute_s: float
+    tp_comm_s: float
+    pp_bubble_s: float
+    pp_p2p_s: float
+    dp_sync_s: float
+    optimizer_s: float
+
+
+class StageMemory(Spec):
+    """GiB per GPU of one pipeline rank."""
+
+    weights_gib: float
+    gradients_gib: float
+    optimizer_gib: float
+    activations_gib: float
+    buffers_gib: float
+    reserve_gib: float
+    total_gib: float
+
+
+class Estimate(Spec):
+    step_time_s: float
+    tokens_per_s: float
+    model_tflops_per_gpu: float
+    mfu: float
+    memory_per_stage: list[StageMemory] = Field(min_length=1, description="One entry per pipeline rank.")
+    peak_memory_gib: float
+    gpu_memory_gib: float
+    fits: bool
+    num_microbatches: int
+    gpus_used: int
+    breakdown: TimeBreakdown
+    notes: list[str] = Field(default_factory=list)
+
+
+TPLayout = Literal["replicate", "shard_seq", "shard_last"]
+TPStyle = Literal["colwise", "rowwise", "sequence_parallel", "prepare_input", "prepare_output", "replicate"]
+
+
+class TPRule(Spec):
+    """One entry of a tensor-parallel plan: modules whose qualified name matches ``pattern``
+    (fnmatch, e.g. ``layers.*.attn.wq``) get ``style``. Layouts map to DTensor placements:
+    replicate → Replicate(), shard_seq → Shard(1), shard_last → Shard(-1)."""
+
+    pattern: str
+    style: TPStyle
+    input_layouts: list[TPLayout] | None = None
+    output_layouts: list[TPLayout] | None = None
+    desired_input_layouts: list[TPLayout] | None = None
+    desired_output_layouts: list[TPLayout] | None = None
+
+
+class MeshLayout(Spec):
+    """The device mesh: ``dim_names``/``shape`` in row-major order (last dim innermost, i.e. ranks
+    adjacent). The rank groups follow from the shape: ``planner.layout.mesh_groups``."""
+
+    dim_names: list[str] = Field(min_length=1, max_length=8)
+    shape: list[int] = Field(min_length=1, max_length=8)
+
+    @model_validator(mode="after")
+    def _check_dims(self) -> MeshLayout:
+        if len(self.dim_names) != len(self.shape) or any(n < 1 for n in self.shape):
+            raise ValueError(f"mesh {self.dim_names}={self.shape}: give one size ≥ 1 per dimension name")
+        return self
+
+
+class CostInputs(Spec):
+    """What priced a plan besides its model, cluster and training: the layer and network profiles the
+    cost model read (null = the analytic defaults) and the cost model's version. With these,
+    ``planner.estimate`` (``planner.api.replay_request``), the trace and the dashboard reproduce the
+    plan's numbers exactly, as long as ``cost_model_version`` is the planner's current one."""
+
+    cost_model_version: int = Field(
+        ge=0,
+        description="planner.version.COST_MODEL_VERSION that priced the plan; "
+        "0 = unknown (a plan written before schema 2).",
+    )
+    profile: Profile | None = None
+    network: NetworkProfile | None = None
+
+
+class Explanation(Spec):
+    binding_constraint: Literal["memory", "bubble", "communication", "compute"]
+    summary: str
+    runner_up: str | None = None
+    details: list[str] = Field(default_factory=list)
+
+
+def _check_schema_version(data: object, what: str) -> None:
+    version = data.get("schema_version", 1) if isinstance(data, dict) else None
+    if isinstance(version, int) and version > SCHEMA_VERSION:
+        raise ValueError(
+            f"this {what} has schema_version {version}, newer than this meshplan reads ({SCHEMA_VERSION}); "
+            "upgrade meshplan (pip install -U meshplan)"
+        )
+
+
+def _check_schema1_groups(mesh: dict) -> None:
+    """A schema-1 mesh listed its rank groups; they must be the ones its shape implies (they are
+    derived now), or the plan would silently run on another layout."""
+    from planner.layout import mesh_groups  # the layout imports this module
+
+    try:
+        layout = MeshLayout.model_validate({"dim_names": mesh.get("dim_names"), "shape": mesh.get("shape")})
+    except ValidationError:
+        return  # the mesh itself is invalid: Plan validation reports it
+    for dim in layout.dim_names:
+        listed = mesh.get(f"{dim}_groups")
+        if listed is not None and listed != mesh_groups(layout, dim):
+            raise ValueError(
+                f"mesh.{dim}_groups of this schema-1 plan are not the row-major layout of mesh.shape "
+                f"{layout.shape} (the runtime builds that one); re-plan with `meshplan plan` or fix the groups"
+            )
+
+
+def upgrade_plan_data(data: object) -> object:
+    """A schema-1 Plan document (rank groups in ``mesh``, ``gpu`` beside ``cluster``, the memory per
+    stage twice, no cost inputs) as a schema-2 one: the groups and the duplicates are dropped, the
+    full GpuSpec moves into ``cluster.gpu``, and the cost-model version is 0 (unknown). Anything
+    else passes through untouched."""
+    _check_schema_version(data, "plan")
+    if not isinstance(data, dict) or data.get("schema_version", 1) != 1 or "inputs" in data:
+        return data
+    data = dict(data)
+    data["schema_version"] = SCHEMA_VERSION
+    mesh = data.get("mesh")
+    if isinstance(mesh, dict):
+        data["mesh"] = {k: v for k, v in mesh.items() if not k.endswith("_groups")}
+        _check_schema1_groups(mesh)
+    gpu = data.pop("gpu", None)
+    if isinstance(data.get("cluster"), dict) and gpu is not None:
+        data["cluster"] = {**data["cluster"], "gpu": gpu}
+    estimate = data.get("estimate")
+    if isinstance(estimate, dict) and estimate.get("memory_per_stage"):
+        data["estimate"] = {k: v for k, v in estimate.items() if k != "memory_per_stage_gib"}
+    elif isinstance(estimate, dict):
+        raise ValueError(
+            "this schema-1 plan has no detailed memory per stage (estimate.memory_per_stage); "
+            "re-plan it with `meshplan plan` (or `meshplan estimate` with its parallel settings)"
+        )
+    data["inputs"] = {"cost_model_version": 0}
+    return data
+
+
+class Plan(Spec):
+    """A complete, executable plan: pure data, self-contained (the runtime, exporters and API need
+    nothing else, and ``inputs`` lets the planner re-derive its estimate). ``cluster.gpu`` is always
+    the full GpuSpec (a catalog id is resolved when the plan is made or read)."""
+
+    schema_version: int = SCHEMA_VERSION
+    rank: int = Field(default=1, ge=1, description="1 = best.")
+    model: ModelSpec
+    cluster: ClusterSpec
+    training: TrainingSpec
+    parallel: ParallelConfig
+    mesh: MeshLayout
+    tp_plan: list[TPRule]
+    estimate: Estimate
+    inputs: CostInputs
+    explanation: Explanation | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: object) -> object:
+        return upgrade_plan_data(data)
+
+    @model_validator(mode="after")
+    def _resolve_gpu(self) -> Plan:
+        if isinstance(self.cluster.gpu, str):
+            from planner.catalog import get_gpu  # the catalog imports this module
+
+            self.cluster = self.cluster.model_copy(update={"gpu": get_gpu(self.cluster.gpu)})
+        return self
+
+    @property
+    def gpu(self) -> GpuSpec:
+        """The plan's GPU (``cluster.gpu``, always a full spec in a Plan)."""
+        assert isinstance(self.cluster.gpu, GpuSpec)
+        return self.cluster.gpu
+
+
+SolverStatus = Literal["OPTIMAL", "FEASIBLE", "INFEASIBLE", "MODEL_INVALID", "UNKNOWN"]
+
+
+class SolverInfo(Spec):
+    status: SolverStatus
+    objective_value: float | None = None
+    best_objective_bound: float | None = None
+    wall_time_s: float
+    configurations_considered: int = 0
+    notes: list[str] = Field(default_factory=list)
+
+
+class Infeasibility(Spec):
+    """Why no plan exists, and the smallest change that would make one."""
+
+    reason: str
+    field: str
+    suggestion: str
+    min_memory_per_gpu_gib: float | None = None
+
+
+class PlanResponse(Spec):
+    schema_version: int = SCHEMA_VERSION
+    cost_model_version: int = Field(
+        ge=0,
+        description="planner.version.COST_MODEL_VERSION that answered (plans or "
+        "infeasibility); 0 = unknown (written before schema 2).",
+    )
+    model: ModelSpec
+    cluster: ClusterSpec
+    training: TrainingSpec
+    plans: list[Plan]
+    solver: SolverInfo
+    infeasible: Infeasibility | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: object) -> object:
+        _check_schema_version(data, "plan response")
+        if isinstance(data, dict) and data.get("schema_version", 1) == 1 and "cost_model_version" not in data:
+            data = {**data, "schema_version": SCHEMA_VERSION, "cost_model_version": 0}
+        return data
+
+
+PositiveInt = Annotated[int, Field(ge=1)]
+
+
+class Prediction(Spec):
+    """A prediction of a run's step time and peak memory for named hardware, and what priced it."""
+
+    predicted_on: str = Field(description="The hardware the prediction is for, e.g. 'h100-sxm5-80gb' or 'cpu'.")
+    basis: str = Field(default="", description="What priced it (profiles, network fit, datasheet figures).")
+    step_time_s: float | None = None
+    peak_memory_gib: float | None = None
+    step_time_ratio: float | None = Field(default=None, description="predicted ÷ measured (same hardware only).")
+    memory_ratio: float | None = Field(default=None, description="predicted ÷ measured (same hardware only).")
+
+
+class RunReport(Spec):
+    """What a run of a plan measured, beside what the plan predicted (written by ``meshplan run``,
+    stored by the service, shown by the dashboard). Ratios are predicted ÷ measured, and only ever
+    between a prediction and a measurement on the same hardware: ``predicted_*`` is the plan's own
+    prediction for ``predicted_on`` (its GPU); ``step_time_ratio``/``memory_ratio`` are set only when
+    the run ran on that hardware. ``local_prediction`` re-prices the plan for the hardware the run
+    actually used (e.g. a CPU layer profile and a gloo network fit) and carries its own ratios."""
+
+    schema_version: int = SCHEMA_VERSION
+    model: str
+    parallel: ParallelConfig
+    world_size: int = Field(ge=1)
+    device: str
+    torch_version: str
+    steps: int = Field(ge=0)
+    global_batch_size: int = Field(ge=1)
+    seq_len: int = Field(ge=1)
+    losses: list[float]
+    step_times_s: list[float]
+    measured_step_time_s: float = Field(ge=0, description="Median step time after the first (warm-up) step.")
+    tokens_per_s: float = Field(ge=0)
+    peak_memory_gib_per_rank: list[float]
+    predicted_step_time_s: float | None = None
+    predicted_peak_memory_gib: float | None = None
+    step_time_ratio: float | None = None
+    memory_ratio: float | None = None
+    predicted_on: str | None = Field(default=None, description="The hardware of predicted_* (the plan's GPU).")
+    local_prediction: Prediction | None = Field(
+        default=None, description="The plan re-priced for the run's own hardware."
+    )
+    resumed_from_step: int | None = None
+    created_at: str | None = None
+    notes: list[str] = Field(default_factory=list)
