@@ -19,11 +19,19 @@ import httpx
 from pydantic import BaseModel, TypeAdapter
 
 from api.schemas import (
-    ExportFormat, Page, PlanSummary, Problem, ProfileSummary, RunSummary, StoredPlan, StoredProfile, StoredRun,
+    ExportFormat,
+    Page,
+    PlanSummary,
+    Problem,
+    ProfileSummary,
+    RunSummary,
+    StoredPlan,
+    StoredProfile,
+    StoredRun,
 )
-from planner.config import ScheduleInfo
 from planner.catalog import ClusterPreset
 from planner.compare import PlanComparison
+from planner.config import ScheduleInfo
 from planner.specs import GpuSpec, ModelSpec, Plan, PlanRequest, Profile, RunReport
 
 
@@ -32,7 +40,9 @@ class MeshplanAPIError(Exception):
         self.problem = problem
         self.status = problem.status
         fields = "; ".join(f"{e.field}: {e.message}" for e in problem.errors)
-        super().__init__(f"{problem.status} {problem.title}: {problem.detail or ''}" + (f" [{fields}]" if fields else ""))
+        super().__init__(
+            f"{problem.status} {problem.title}: {problem.detail or ''}" + (f" [{fields}]" if fields else "")
+        )
 
 
 def _body(value: BaseModel | dict) -> dict:
@@ -44,8 +54,12 @@ class MeshplanClient:
     a ready ``httpx.Client`` (e.g. a FastAPI ``TestClient``) instead of opening one."""
 
     def __init__(
-        self, base_url: str = "http://127.0.0.1:8000", *, token: str | None = None,
-        timeout: float = 120.0, http: httpx.Client | None = None,
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        *,
+        token: str | None = None,
+        timeout: float = 120.0,
+        http: httpx.Client | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         if http is None:
@@ -60,7 +74,7 @@ class MeshplanClient:
         if self._owned:
             self._http.close()
 
-    def __enter__(self) -> "MeshplanClient":
+    def __enter__(self) -> MeshplanClient:
         return self
 
     def __exit__(self, *_exc: object) -> None:
@@ -72,7 +86,9 @@ class MeshplanClient:
             try:
                 problem = Problem.model_validate(response.json())
             except ValueError:
-                problem = Problem(title=response.reason_phrase or "Error", status=response.status_code, detail=response.text[:500])
+                problem = Problem(
+                    title=response.reason_phrase or "Error", status=response.status_code, detail=response.text[:500]
+                )
             raise MeshplanAPIError(problem)
         return response
 
@@ -85,8 +101,12 @@ class MeshplanClient:
     def get_plan(self, plan_id: str) -> StoredPlan:
         return StoredPlan.model_validate_json(self._send("GET", f"/v1/plans/{plan_id}").content)
 
-    def list_plans(self, *, model: str | None = None, gpu: str | None = None, limit: int = 50, offset: int = 0) -> Page[PlanSummary]:
-        params = {k: v for k, v in {"model": model, "gpu": gpu, "limit": limit, "offset": offset}.items() if v is not None}
+    def list_plans(
+        self, *, model: str | None = None, gpu: str | None = None, limit: int = 50, offset: int = 0
+    ) -> Page[PlanSummary]:
+        params = {
+            k: v for k, v in {"model": model, "gpu": gpu, "limit": limit, "offset": offset}.items() if v is not None
+        }
         return Page[PlanSummary].model_validate_json(self._send("GET", "/v1/plans", params=params).content)
 
     def delete_plan(self, plan_id: str) -> None:
@@ -97,8 +117,11 @@ class MeshplanClient:
 
     def compare(self, plan_id: str, other_id: str, *, index: int = 0, other_index: int = 0) -> PlanComparison:
         """Plan ``index`` of ``plan_id`` beside plan ``other_index`` of ``other_id`` (settings, time by cause, memory)."""
-        return PlanComparison.model_validate_json(self._send("GET", f"/v1/plans/{plan_id}/compare/{other_id}",
-                                                             params={"index": index, "other_index": other_index}).content)
+        return PlanComparison.model_validate_json(
+            self._send(
+                "GET", f"/v1/plans/{plan_id}/compare/{other_id}", params={"index": index, "other_index": other_index}
+            ).content
+        )
 
     def export(self, plan_id: str, fmt: str, *, index: int = 0, **options: str | int) -> str:
         """The export's text (e.g. ``fmt="slurm"``, ``partition="gpu"``, ``nodes=8``)."""
@@ -126,7 +149,9 @@ class MeshplanClient:
         return StoredRun.model_validate_json(self._send("GET", f"/v1/runs/{run_id}").content)
 
     def list_runs(self, *, limit: int = 50, offset: int = 0) -> Page[RunSummary]:
-        return Page[RunSummary].model_validate_json(self._send("GET", "/v1/runs", params={"limit": limit, "offset": offset}).content)
+        return Page[RunSummary].model_validate_json(
+            self._send("GET", "/v1/runs", params={"limit": limit, "offset": offset}).content
+        )
 
     # ---- catalog -------------------------------------------------------------------------
 

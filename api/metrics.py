@@ -10,7 +10,13 @@ from __future__ import annotations
 import time
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest,
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
 )
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -23,26 +29,40 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
-            "meshplan_http_requests", "HTTP requests by method, route template and status.",
-            ["method", "route", "status"], registry=self.registry,
+            "meshplan_http_requests",
+            "HTTP requests by method, route template and status.",
+            ["method", "route", "status"],
+            registry=self.registry,
         )
         self.latency = Histogram(
-            "meshplan_http_request_duration_seconds", "HTTP request latency by method and route template.",
-            ["method", "route"], buckets=LATENCY_BUCKETS, registry=self.registry,
+            "meshplan_http_request_duration_seconds",
+            "HTTP request latency by method and route template.",
+            ["method", "route"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
         )
         self.solver_seconds = Histogram(
-            "meshplan_solver_duration_seconds", "Wall time of one planner solve.", ["kind"],
-            buckets=LATENCY_BUCKETS, registry=self.registry,
+            "meshplan_solver_duration_seconds",
+            "Wall time of one planner solve.",
+            ["kind"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
         )
         self.plan_cache = Counter(
-            "meshplan_plan_cache", "Plan requests answered from the store (hit) or solved (miss).",
-            ["result"], registry=self.registry,
+            "meshplan_plan_cache",
+            "Plan requests answered from the store (hit) or solved (miss).",
+            ["result"],
+            registry=self.registry,
         )
         self.solver_inflight = Gauge(
-            "meshplan_solver_inflight", "Solves running or waiting for a slot.", registry=self.registry,
+            "meshplan_solver_inflight",
+            "Solves running or waiting for a slot.",
+            registry=self.registry,
         )
         self.solver_rejected = Counter(
-            "meshplan_solver_rejected", "Solves refused because the server was saturated.", registry=self.registry,
+            "meshplan_solver_rejected",
+            "Solves refused because the server was saturated.",
+            registry=self.registry,
         )
 
     def exposition(self) -> tuple[bytes, str]:

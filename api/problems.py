@@ -67,7 +67,9 @@ def problem_response(
         instance=instance,
         errors=errors or [],
     )
-    return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers, media_type=PROBLEM_JSON)
+    return JSONResponse(
+        body.model_dump(exclude_none=True), status_code=status, headers=headers, media_type=PROBLEM_JSON
+    )
 
 
 def _title(status: int) -> str:
@@ -145,7 +147,9 @@ async def _pydantic(request: Request, exc: ValidationError) -> JSONResponse:
 
 
 async def _problem(request: Request, exc: ProblemException) -> JSONResponse:
-    return problem_response(exc.status, exc.detail, errors=exc.errors, headers=exc.headers, title=exc.title, instance=request.url.path)
+    return problem_response(
+        exc.status, exc.detail, errors=exc.errors, headers=exc.headers, title=exc.title, instance=request.url.path
+    )
 
 
 async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -153,7 +157,9 @@ async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     errors = []
     if exc.status_code == 400:  # FastAPI could not read the body (e.g. not UTF-8)
         errors = [ProblemError(field="body", message=detail or "unreadable body", fix="send a UTF-8 JSON document")]
-    return problem_response(exc.status_code, detail, errors=errors, headers=getattr(exc, "headers", None), instance=request.url.path)
+    return problem_response(
+        exc.status_code, detail, errors=errors, headers=getattr(exc, "headers", None), instance=request.url.path
+    )
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -173,6 +179,10 @@ def install(app: FastAPI) -> None:
 #: Documented error answers (OpenAPI), so clients and the schema fuzz know every status a route gives.
 def error_responses(*statuses: int) -> dict[int | str, dict]:
     return {
-        s: {"model": Problem, "description": _title(s), "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+        s: {
+            "model": Problem,
+            "description": _title(s),
+            "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
         for s in statuses
     }

@@ -40,9 +40,13 @@ class StoredPlan(BaseModel):
     id: str = Field(description="Content hash of the canonical plan request and the cost-model version.")
     created_at: str
     cached: bool = Field(description="True when answered from the store without solving.")
-    cost_model_version: int = Field(description="The planner cost model that answered; 0 = unknown (stored before versioning).")
-    stale: bool = Field(description="Answered by another cost model than the server's current one: POST the request "
-                                    "again for a current answer.")
+    cost_model_version: int = Field(
+        description="The planner cost model that answered; 0 = unknown (stored before versioning)."
+    )
+    stale: bool = Field(
+        description="Answered by another cost model than the server's current one: POST the request "
+        "again for a current answer."
+    )
     request: PlanRequest
     response: PlanResponse
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import typer
 
@@ -18,7 +18,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {
-            "ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
@@ -53,8 +53,12 @@ def log_config(level: str) -> dict:
 def serve(
     host: str | None = typer.Option(None, "--host", help="Bind address [env MESHPLAN_HOST, default 127.0.0.1]."),
     port: int | None = typer.Option(None, "--port", min=1, max=65535, help="Port [env MESHPLAN_PORT, default 8000]."),
-    workers: int | None = typer.Option(None, "--workers", min=1, max=256, help="Worker processes [env MESHPLAN_WORKERS, default 1]."),
-    log_level: str | None = typer.Option(None, "--log-level", help="critical|error|warning|info|debug [env MESHPLAN_LOG_LEVEL]."),
+    workers: int | None = typer.Option(
+        None, "--workers", min=1, max=256, help="Worker processes [env MESHPLAN_WORKERS, default 1]."
+    ),
+    log_level: str | None = typer.Option(
+        None, "--log-level", help="critical|error|warning|info|debug [env MESHPLAN_LOG_LEVEL]."
+    ),
 ) -> None:
     """Run the planner service: REST API under /v1, dashboard at /, SQLite unless MESHPLAN_DATABASE_URL."""
     # Imported here, not at the top: every other `meshplan` command starts without the database layer.
@@ -63,7 +67,11 @@ def serve(
     from api.settings import load_settings
     from api.store import Store
 
-    overrides = {k: v for k, v in {"host": host, "port": port, "workers": workers, "log_level": log_level}.items() if v is not None}
+    overrides = {
+        k: v
+        for k, v in {"host": host, "port": port, "workers": workers, "log_level": log_level}.items()
+        if v is not None
+    }
     settings = load_settings(**overrides)  # a bad value → MeshplanError naming the variable → exit 2
     Store(settings.database_url).close()  # the database opens (tables made) before we listen, or exit 2
     # Workers build the app from the environment: hand them the command-line values that way.

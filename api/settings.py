@@ -30,15 +30,30 @@ class Settings(BaseSettings):
     api_token: SecretStr | None = Field(
         default=None, description="When set, every /v1 call needs 'Authorization: Bearer <token>'."
     )
-    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=1024**3, description="Largest request body; larger → 413.")
-    max_gpus: int = Field(default=65_536, ge=1, le=MAX_GPUS, description="Largest cluster (num_nodes × gpus_per_node) a request may describe.")
-    max_layers: int = Field(default=512, ge=1, le=MAX_LAYERS, description="Largest model (num_layers) a request may describe.")
+    max_body_bytes: int = Field(
+        default=8 * 1024 * 1024, ge=1024, le=1024**3, description="Largest request body; larger → 413."
+    )
+    max_gpus: int = Field(
+        default=65_536,
+        ge=1,
+        le=MAX_GPUS,
+        description="Largest cluster (num_nodes × gpus_per_node) a request may describe.",
+    )
+    max_layers: int = Field(
+        default=512, ge=1, le=MAX_LAYERS, description="Largest model (num_layers) a request may describe."
+    )
     max_top_k: int = Field(default=10, ge=1, le=20, description="Largest top_k a plan request may ask for.")
     max_solver_time_s: float = Field(default=30.0, gt=0, le=600, description="Cap on options.time_limit_s.")
-    max_solver_workers: int = Field(default=2, ge=1, le=64, description="Cap on options.num_workers (CP-SAT threads per solve).")
+    max_solver_workers: int = Field(
+        default=2, ge=1, le=64, description="Cap on options.num_workers (CP-SAT threads per solve)."
+    )
     solver_concurrency: int = Field(default=2, ge=1, le=256, description="Solves running at once (thread pool size).")
-    solver_queue: int = Field(default=64, ge=0, le=100_000, description="Solves allowed to wait for a slot; beyond that → 503.")
-    solver_queue_timeout_s: float = Field(default=60.0, gt=0, le=3600, description="Longest wait for a solver slot before 503.")
+    solver_queue: int = Field(
+        default=64, ge=0, le=100_000, description="Solves allowed to wait for a slot; beyond that → 503."
+    )
+    solver_queue_timeout_s: float = Field(
+        default=60.0, gt=0, le=3600, description="Longest wait for a solver slot before 503."
+    )
     host: str = Field(default="127.0.0.1", min_length=1, description="Bind address of `meshplan serve`.")
     port: int = Field(default=8000, ge=1, le=65535)
     workers: int = Field(default=1, ge=1, le=256, description="uvicorn worker processes.")

@@ -62,28 +62,38 @@ def bound_request(request: PlanRequest, settings: Settings) -> PlanRequest:
     model = get_model(request.model)  # an unknown catalog id → MeshplanError → 422 'model'
     if model.num_layers > settings.max_layers:
         field = "model.num_layers" if not isinstance(request.model, str) else "model"
-        errors.append(ProblemError(
-            field=field, message=f"{model.num_layers} layers exceeds this server's limit of {settings.max_layers}",
-            fix="use a smaller model or raise MESHPLAN_MAX_LAYERS on the server",
-        ))
+        errors.append(
+            ProblemError(
+                field=field,
+                message=f"{model.num_layers} layers exceeds this server's limit of {settings.max_layers}",
+                fix="use a smaller model or raise MESHPLAN_MAX_LAYERS on the server",
+            )
+        )
     if request.cluster.num_gpus > settings.max_gpus:
-        errors.append(ProblemError(
-            field="cluster.num_nodes",
-            message=f"num_nodes × gpus_per_node = {request.cluster.num_gpus} exceeds this server's limit of {settings.max_gpus} GPUs",
-            fix="plan for fewer nodes or raise MESHPLAN_MAX_GPUS on the server",
-        ))
+        errors.append(
+            ProblemError(
+                field="cluster.num_nodes",
+                message=f"num_nodes × gpus_per_node = {request.cluster.num_gpus} exceeds this server's limit of {settings.max_gpus} GPUs",
+                fix="plan for fewer nodes or raise MESHPLAN_MAX_GPUS on the server",
+            )
+        )
     if request.top_k > settings.max_top_k:
-        errors.append(ProblemError(
-            field="top_k", message=f"top_k={request.top_k} exceeds this server's limit of {settings.max_top_k}",
-            fix=f"ask for at most {settings.max_top_k} plans",
-        ))
+        errors.append(
+            ProblemError(
+                field="top_k",
+                message=f"top_k={request.top_k} exceeds this server's limit of {settings.max_top_k}",
+                fix=f"ask for at most {settings.max_top_k} plans",
+            )
+        )
     if errors:
         detail = "; ".join(f"{e.field}: {e.message}" for e in errors)
         raise ProblemException(422, detail, errors=errors, title="Request exceeds the server's limits")
-    options = request.options.model_copy(update={
-        "time_limit_s": min(request.options.time_limit_s, settings.max_solver_time_s),
-        "num_workers": min(request.options.num_workers, settings.max_solver_workers),
-    })
+    options = request.options.model_copy(
+        update={
+            "time_limit_s": min(request.options.time_limit_s, settings.max_solver_time_s),
+            "num_workers": min(request.options.num_workers, settings.max_solver_workers),
+        }
+    )
     return request.model_copy(update={"options": options})
 
 
@@ -106,8 +116,10 @@ class SolverPool:
     def _saturated(self, why: str) -> ProblemException:
         self.metrics.solver_rejected.inc()
         return ProblemException(
-            503, f"the solver is saturated ({why}); retry later",
-            headers={"Retry-After": "5"}, title="Service Unavailable",
+            503,
+            f"the solver is saturated ({why}); retry later",
+            headers={"Retry-After": "5"},
+            title="Service Unavailable",
         )
 
     def _release(self) -> None:

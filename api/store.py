@@ -31,7 +31,7 @@ import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -81,7 +81,7 @@ def column_text(value: str) -> str:
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Base(DeclarativeBase):
@@ -186,8 +186,11 @@ def upgrade_schema(connection: Connection, revision: str = "head") -> None:
             command.stamp(cfg, FIRST_REVISION)
         command.upgrade(cfg, revision)
     except CommandError as exc:  # e.g. a revision from a newer meshplan
-        raise MeshplanError("MESHPLAN_DATABASE_URL", f"the database's schema is not one this meshplan knows ({exc})",
-                            "use a database made by this meshplan version or an older one, or upgrade meshplan") from None
+        raise MeshplanError(
+            "MESHPLAN_DATABASE_URL",
+            f"the database's schema is not one this meshplan knows ({exc})",
+            "use a database made by this meshplan version or an older one, or upgrade meshplan",
+        ) from None
 
 
 def migrate(engine: Engine, revision: str = "head") -> None:
@@ -271,12 +274,14 @@ class Store:
             migrate(self.engine)
         except (ModuleNotFoundError, NoSuchModuleError) as exc:
             raise MeshplanError(
-                "MESHPLAN_DATABASE_URL", f"no database driver for {make_url(url).drivername!r} ({exc})",
+                "MESHPLAN_DATABASE_URL",
+                f"no database driver for {make_url(url).drivername!r} ({exc})",
                 "install the driver the URL names (e.g. pip install 'psycopg[binary]' for postgresql+psycopg)",
             ) from None
         except (OperationalError, ProgrammingError, OSError) as exc:
             raise MeshplanError(
-                "MESHPLAN_DATABASE_URL", f"cannot open the database {make_url(url).render_as_string(hide_password=True)} "
+                "MESHPLAN_DATABASE_URL",
+                f"cannot open the database {make_url(url).render_as_string(hide_password=True)} "
                 f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
                 "check the URL, that the server is up, and that the file's folder is writable",
             ) from None
@@ -332,8 +337,15 @@ class Store:
                 return existing, False
             # ... and it was deleted in between: insert again.
         v, stale = _stale(response.cost_model_version)
-        return StoredPlan(id=plan_id, created_at=row.created_at, cached=False, cost_model_version=v, stale=stale, request=request,
-                          response=response), True
+        return StoredPlan(
+            id=plan_id,
+            created_at=row.created_at,
+            cached=False,
+            cost_model_version=v,
+            stale=stale,
+            request=request,
+            response=response,
+        ), True
 
     def list_plans(self, *, model: str | None, gpu: str | None, limit: int, offset: int) -> Page[PlanSummary]:
         query = select(PlanRow)
@@ -343,10 +355,14 @@ class Store:
             query = query.where(PlanRow.gpu == column_text(gpu))
         with self._session() as session:
             total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
-            rows = session.scalars(query.order_by(PlanRow.created_at.desc(), PlanRow.id).limit(limit).offset(offset)).all()
+            rows = session.scalars(
+                query.order_by(PlanRow.created_at.desc(), PlanRow.id).limit(limit).offset(offset)
+            ).all()
         items = [
-            PlanSummary(**{c: getattr(r, c) for c in PlanSummary.model_fields if c not in ("cost_model_version", "stale")},
-                        **dict(zip(("cost_model_version", "stale"), _stale(r.cost_model_version))))
+            PlanSummary(
+                **{c: getattr(r, c) for c in PlanSummary.model_fields if c not in ("cost_model_version", "stale")},
+                **dict(zip(("cost_model_version", "stale"), _stale(r.cost_model_version))),
+            )
             for r in rows
         ]
         return Page[PlanSummary](items=items, total=total, limit=limit, offset=offset)
@@ -383,7 +399,9 @@ class Store:
             row = session.get(ProfileRow, profile_id)
         if row is None:
             return None
-        return StoredProfile(id=row.id, created_at=row.created_at, profile=Profile.model_validate_json(row.profile_json))
+        return StoredProfile(
+            id=row.id, created_at=row.created_at, profile=Profile.model_validate_json(row.profile_json)
+        )
 
     def list_profiles(self, *, model: str | None, limit: int, offset: int) -> Page[ProfileSummary]:
         query = select(ProfileRow)
@@ -391,8 +409,13 @@ class Store:
             query = query.where(ProfileRow.model == column_text(model))
         with self._session() as session:
             total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
-            rows = session.scalars(query.order_by(ProfileRow.created_at.desc(), ProfileRow.id).limit(limit).offset(offset)).all()
-        items = [ProfileSummary(id=r.id, created_at=r.created_at, model=r.model, device=r.device, source=r.source) for r in rows]
+            rows = session.scalars(
+                query.order_by(ProfileRow.created_at.desc(), ProfileRow.id).limit(limit).offset(offset)
+            ).all()
+        items = [
+            ProfileSummary(id=r.id, created_at=r.created_at, model=r.model, device=r.device, source=r.source)
+            for r in rows
+        ]
         return Page[ProfileSummary](items=items, total=total, limit=limit, offset=offset)
 
     # ---- runs ----------------------------------------------------------------------------
@@ -422,6 +445,8 @@ class Store:
     def list_runs(self, *, limit: int, offset: int) -> Page[RunSummary]:
         with self._session() as session:
             total = session.scalar(select(func.count()).select_from(RunRow)) or 0
-            rows = session.scalars(select(RunRow).order_by(RunRow.created_at.desc(), RunRow.id).limit(limit).offset(offset)).all()
+            rows = session.scalars(
+                select(RunRow).order_by(RunRow.created_at.desc(), RunRow.id).limit(limit).offset(offset)
+            ).all()
         items = [RunSummary(**{c: getattr(r, c) for c in RunSummary.model_fields}) for r in rows]
         return Page[RunSummary](items=items, total=total, limit=limit, offset=offset)

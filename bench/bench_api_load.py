@@ -39,10 +39,19 @@ def free_port() -> int:
 def start_server(folder: Path, env_extra: dict[str, str]) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MESHPLAN_")}
-    env.update(PYTHONPATH=str(ROOT), MESHPLAN_DATABASE_URL=f"sqlite:///{folder / 'meshplan.db'}",
-               MESHPLAN_LOG_LEVEL="warning", **env_extra)
-    proc = subprocess.Popen([sys.executable, "-m", "api.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(folder / "server.err", "wb"))
+    env.update(
+        PYTHONPATH=str(ROOT),
+        MESHPLAN_DATABASE_URL=f"sqlite:///{folder / 'meshplan.db'}",
+        MESHPLAN_LOG_LEVEL="warning",
+        **env_extra,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "api.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(folder / "server.err", "wb"),
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
         try:
@@ -88,6 +97,7 @@ async def phase(url: str, args: argparse.Namespace, bodies) -> dict:
     limits = httpx.Limits(max_connections=args.clients + 1, max_keepalive_connections=args.clients + 1)
 
     async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as http:
+
         async def client() -> None:
             while time.perf_counter() < end:
                 start = time.perf_counter()
@@ -120,11 +130,13 @@ def report(name: str, result: dict, cpu: float | None) -> None:
     lat = result["latencies"]
     errors = sum(result["errors"].values())
     per_request = f"  server CPU {cpu / max(result['requests'], 1) * 1e3:.1f} ms/req" if cpu is not None else ""
-    print(f"{name:9s} {result['requests']:7d} ok  {result['requests'] / result['wall']:8.1f} req/s  "
-          f"p50 {percentile(lat, 50) * 1e3:8.1f} ms  p99 {percentile(lat, 99) * 1e3:8.1f} ms  "
-          f"errors {errors}{' ' + str(result['errors']) if errors else ''}  "
-          f"| /healthz meanwhile p50 {percentile(result['health'], 50) * 1e3:.1f} ms p99 {percentile(result['health'], 99) * 1e3:.1f} ms"
-          + per_request)
+    print(
+        f"{name:9s} {result['requests']:7d} ok  {result['requests'] / result['wall']:8.1f} req/s  "
+        f"p50 {percentile(lat, 50) * 1e3:8.1f} ms  p99 {percentile(lat, 99) * 1e3:8.1f} ms  "
+        f"errors {errors}{' ' + str(result['errors']) if errors else ''}  "
+        f"| /healthz meanwhile p50 {percentile(result['health'], 50) * 1e3:.1f} ms p99 {percentile(result['health'], 99) * 1e3:.1f} ms"
+        + per_request
+    )
 
 
 def main() -> int:
@@ -140,12 +152,19 @@ def main() -> int:
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="meshplan-bench-") as tmp:
-        proc, url = start_server(Path(tmp), {"MESHPLAN_SOLVER_CONCURRENCY": str(args.solver_concurrency),
-                                             "MESHPLAN_SOLVER_QUEUE": str(4 * args.clients)})
+        proc, url = start_server(
+            Path(tmp),
+            {
+                "MESHPLAN_SOLVER_CONCURRENCY": str(args.solver_concurrency),
+                "MESHPLAN_SOLVER_QUEUE": str(4 * args.clients),
+            },
+        )
         try:
-            print(f"server {url}: {args.clients} clients, {args.duration:g} s per phase, "
-                  f"{args.model} on {args.nodes}×8 {args.gpu}, solver concurrency {args.solver_concurrency}, "
-                  f"time_limit_s {args.time_limit:g}, {os.cpu_count()} CPUs")
+            print(
+                f"server {url}: {args.clients} clients, {args.duration:g} s per phase, "
+                f"{args.model} on {args.nodes}×8 {args.gpu}, solver concurrency {args.solver_concurrency}, "
+                f"time_limit_s {args.time_limit:g}, {os.cpu_count()} CPUs"
+            )
             warm = httpx.post(f"{url}/v1/plans", json=request_body(args, 256), timeout=300)
             if warm.status_code not in (200, 201):
                 raise SystemExit(f"warm-up plan failed: {warm.status_code} {warm.text[:500]}")

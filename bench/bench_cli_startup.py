@@ -27,12 +27,25 @@ COMMANDS = {
     "models": ["models"],
     "gpus": ["gpus"],
     "plan --help": ["plan", "--help"],
-    "plan (tiny-gpt, 8 GPUs, incl. solve)": ["plan", "--model", "tiny-gpt", "--gpu", "h100-sxm5-80gb",
-                                              "--global-batch-size", "32", "--seq-len", "128", "--top-k", "1"],
+    "plan (tiny-gpt, 8 GPUs, incl. solve)": [
+        "plan",
+        "--model",
+        "tiny-gpt",
+        "--gpu",
+        "h100-sxm5-80gb",
+        "--global-batch-size",
+        "32",
+        "--seq-len",
+        "128",
+        "--top-k",
+        "1",
+    ],
 }
 HEAVY = ("sqlalchemy", "fastapi", "uvicorn", "starlette", "torch", "pydantic_settings")
-PROBE = ("import sys, api.cli\ntry:\n    api.cli.main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-         "print(' '.join(m for m in %r if m in sys.modules), file=sys.stderr)" % (HEAVY,))
+PROBE = (
+    "import sys, api.cli\ntry:\n    api.cli.main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+    f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)"
+)
 
 
 def main() -> None:
@@ -43,14 +56,22 @@ def main() -> None:
         for _ in range(RUNS):
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "api.cli", *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, check=True)
+            subprocess.run(
+                [sys.executable, "-m", "api.cli", *args],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                check=True,
+            )
             times.append(time.perf_counter() - t0)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
         probe = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=ROOT, env=env, capture_output=True, text=True)
         heavy = probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else ""
-        print(f"{name:<40} {statistics.median(times):13.3f} {min(times):10.3f} {statistics.median(cpu):12.3f}  {heavy or '-'}")
+        print(
+            f"{name:<40} {statistics.median(times):13.3f} {min(times):10.3f} {statistics.median(cpu):12.3f}  {heavy or '-'}"
+        )
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", "pass"], check=True)
     print(f"{'(bare interpreter)':<40} {time.perf_counter() - t0:13.3f}")

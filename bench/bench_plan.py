@@ -43,14 +43,23 @@ BRUTE_FORCE_LIMIT = 300_000  # configurations (class × cut) the brute force may
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="skip the 16,384-GPU instance")
-    ap.add_argument("--no-interleaved", action="store_true", help="search GPipe and 1F1B only when the schedule is not pinned")
+    ap.add_argument(
+        "--no-interleaved", action="store_true", help="search GPipe and 1F1B only when the schedule is not pinned"
+    )
     args = ap.parse_args()
     if args.no_interleaved:
         planner.space.DEFAULT_SCHEDULES = ("gpipe", "1f1b")
-    print(f"{'instance':58s} {'plan s':>7s} {'status':>8s} {'classes':>8s} {'costed':>7s} {'solved':>7s} {'sim':>4s} {'cuts':>10s} {'step s':>8s} {'MFU':>6s}  brute force")
-    for name, model, gpu, nodes, gpn, gbs, seq in INSTANCES[1 if args.quick else 0:]:
-        req = PlanRequest.model_validate({"model": model, "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
-                                          "training": {"global_batch_size": gbs, "seq_len": seq}})
+    print(
+        f"{'instance':58s} {'plan s':>7s} {'status':>8s} {'classes':>8s} {'costed':>7s} {'solved':>7s} {'sim':>4s} {'cuts':>10s} {'step s':>8s} {'MFU':>6s}  brute force"
+    )
+    for name, model, gpu, nodes, gpn, gbs, seq in INSTANCES[1 if args.quick else 0 :]:
+        req = PlanRequest.model_validate(
+            {
+                "model": model,
+                "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
+                "training": {"global_batch_size": gbs, "seq_len": seq},
+            }
+        )
         t0 = time.perf_counter()
         resp = plan(req)
         wall = time.perf_counter() - t0
@@ -72,8 +81,10 @@ def main() -> None:
             bwall = time.perf_counter() - t1
             same = bool(ref) and abs(ref[0][0] / 1e9 - resp.solver.objective_value) < 1e-9
             bf = f"{bwall:.2f} s for {scored} configurations ({bwall / wall:.0f}× the search), same optimum: {same}"
-        print(f"{name:58s} {wall:7.2f} {resp.solver.status:>8s} {resp.solver.configurations_considered:8d} {costed:>7s} {solved:>7s} {simulated:>4s} {cuts:10.3g} "
-              f"{best.step_time_s if best else float('nan'):8.3f} {best.mfu if best else float('nan'):6.1%}  {bf}")
+        print(
+            f"{name:58s} {wall:7.2f} {resp.solver.status:>8s} {resp.solver.configurations_considered:8d} {costed:>7s} {solved:>7s} {simulated:>4s} {cuts:10.3g} "
+            f"{best.step_time_s if best else float('nan'):8.3f} {best.mfu if best else float('nan'):6.1%}  {bf}"
+        )
         if resp.plans:
             print(f"    best: {resp.plans[0].explanation.summary}")
         else:

@@ -32,8 +32,13 @@ from planner.specs import ClusterSpec, GpuSpec, NetworkProfile, ParallelPins, Pe
 MODEL = "tiny-gpt"
 GBS, SEQ = 8, 64
 CPU = GpuSpec(
-    id="cpu-2core", memory_gib=20.0, peak_tflops=PeakTflops(fp32=0.1), hbm_bandwidth_GBps=10.0,
-    nvlink_bandwidth_GBps=1.0, nic_bandwidth_GBps=1.0, source="this CI-class machine, order of magnitude",
+    id="cpu-2core",
+    memory_gib=20.0,
+    peak_tflops=PeakTflops(fp32=0.1),
+    hbm_bandwidth_GBps=10.0,
+    nvlink_bandwidth_GBps=1.0,
+    nic_bandwidth_GBps=1.0,
+    source="this CI-class machine, order of magnitude",
 )
 #: (label, processes, pins)
 PLANS = [
@@ -53,8 +58,14 @@ def env(tmp: Path) -> dict[str, str]:
 
 
 def meshplan(args: list[str], tmp: Path) -> None:
-    subprocess.run([sys.executable, "-m", "api.cli", *args], cwd=ROOT, env=env(tmp), check=True,
-                   stdout=subprocess.DEVNULL, timeout=900)
+    subprocess.run(
+        [sys.executable, "-m", "api.cli", *args],
+        cwd=ROOT,
+        env=env(tmp),
+        check=True,
+        stdout=subprocess.DEVNULL,
+        timeout=900,
+    )
 
 
 def main() -> None:
@@ -69,25 +80,51 @@ def main() -> None:
     model = get_model(MODEL)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        profile = profile_model(model, device="cpu", micro_batch_sizes=(2, 4, 8), tps=(1, 2), seq_len=SEQ,
-                                sequence_parallel=True, dtype="fp32", warmup=3, repeats=9)
+        profile = profile_model(
+            model,
+            device="cpu",
+            micro_batch_sizes=(2, 4, 8),
+            tps=(1, 2),
+            seq_len=SEQ,
+            sequence_parallel=True,
+            dtype="fp32",
+            warmup=3,
+            repeats=9,
+        )
         meshplan(["profile", "cluster", "--nproc-per-node", "2", "--out", str(tmp / "net.json")], tmp)
         network = NetworkProfile.model_validate_json((tmp / "net.json").read_text())
-        print(f"{MODEL}, global batch {GBS} × {SEQ} tokens, fp32 AdamW, {args.steps} steps; "
-              f"torch {torch.__version__}, {os.cpu_count()} cores")
+        print(
+            f"{MODEL}, global batch {GBS} × {SEQ} tokens, fp32 AdamW, {args.steps} steps; "
+            f"torch {torch.__version__}, {os.cpu_count()} cores"
+        )
         print(f"{'plan':26s} {'procs':>5s} {'predicted s':>12s} {'measured s':>11s} {'pred/meas':>10s}")
         ratios = []
         for label, procs, pins in PLANS:
             request = PlanRequest(
-                model=MODEL, cluster=ClusterSpec(gpu=CPU, num_nodes=1, gpus_per_node=procs),
+                model=MODEL,
+                cluster=ClusterSpec(gpu=CPU, num_nodes=1, gpus_per_node=procs),
                 training=TrainingSpec(global_batch_size=GBS, seq_len=SEQ, precision="fp32", optimizer="adam"),
-                parallel=ParallelPins(**pins), profile=profile, network=network,
+                parallel=ParallelPins(**pins),
+                profile=profile,
+                network=network,
             )
             plan = estimate_plan(request)
             plan_file, report_file = tmp / "plan.json", tmp / "report.json"
             plan_file.write_text(plan.model_dump_json())
-            meshplan(["run", "--plan", str(plan_file), "--nproc-per-node", str(procs), "--steps", str(args.steps),
-                      "--report", str(report_file)], tmp)
+            meshplan(
+                [
+                    "run",
+                    "--plan",
+                    str(plan_file),
+                    "--nproc-per-node",
+                    str(procs),
+                    "--steps",
+                    str(args.steps),
+                    "--report",
+                    str(report_file),
+                ],
+                tmp,
+            )
             report = json.loads(report_file.read_text())
             predicted, measured = plan.estimate.step_time_s, report["measured_step_time_s"]
             ratios.append(predicted / measured)

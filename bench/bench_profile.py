@@ -35,22 +35,42 @@ def main() -> None:
 
     for name, seq in (("llama3-405b", 8192), ("gpt3-175b", 2048)):
         start = time.perf_counter()
-        prof = profile_model(MODELS[name], device="meta", micro_batch_sizes=[1, 2, 4], tps=[1, 2, 4, 8], seq_len=seq,
-                             sequence_parallel=True)
+        prof = profile_model(
+            MODELS[name],
+            device="meta",
+            micro_batch_sizes=[1, 2, 4],
+            tps=[1, 2, 4, 8],
+            seq_len=seq,
+            sequence_parallel=True,
+        )
         elapsed = time.perf_counter() - start
-        print(f"{name} meta, seq {seq}, tp 1,2,4,8 (+SP), mbs 1,2,4: {len(prof.layers)} records in {elapsed:.1f} s "
-              f"({elapsed / len(prof.layers) * 1e3:.0f} ms/record)")
+        print(
+            f"{name} meta, seq {seq}, tp 1,2,4,8 (+SP), mbs 1,2,4: {len(prof.layers)} records in {elapsed:.1f} s "
+            f"({elapsed / len(prof.layers) * 1e3:.0f} ms/record)"
+        )
 
-    prof = profile_model(MODELS["gpt3-125m"], device="cpu", micro_batch_sizes=[1, 4], tps=[1], seq_len=512,
-                         dtype="fp32", warmup=1, repeats=3)
+    prof = profile_model(
+        MODELS["gpt3-125m"],
+        device="cpu",
+        micro_batch_sizes=[1, 4],
+        tps=[1],
+        seq_len=512,
+        dtype="fp32",
+        warmup=1,
+        repeats=3,
+    )
     print("gpt3-125m on CPU, fp32, seq 512:")
     for p in prof.layers:
         if p.fwd_flops == 0:
-            print(f"  {p.kind:18s} mbs {p.micro_batch_size}: fwd {p.fwd_time_s * 1e3:7.2f} ms  bwd {p.bwd_time_s * 1e3:7.2f} ms")
+            print(
+                f"  {p.kind:18s} mbs {p.micro_batch_size}: fwd {p.fwd_time_s * 1e3:7.2f} ms  bwd {p.bwd_time_s * 1e3:7.2f} ms"
+            )
             continue
-        print(f"  {p.kind:18s} mbs {p.micro_batch_size}: fwd {p.fwd_time_s * 1e3:7.2f} ms ({p.fwd_flops / p.fwd_time_s / 1e9:6.1f} GFLOP/s)"
-              f"  bwd {p.bwd_time_s * 1e3:7.2f} ms ({p.bwd_flops / p.bwd_time_s / 1e9:6.1f} GFLOP/s)"
-              f"  peak {p.peak_memory_bytes / 2**20:6.1f} MiB")
+        print(
+            f"  {p.kind:18s} mbs {p.micro_batch_size}: fwd {p.fwd_time_s * 1e3:7.2f} ms ({p.fwd_flops / p.fwd_time_s / 1e9:6.1f} GFLOP/s)"
+            f"  bwd {p.bwd_time_s * 1e3:7.2f} ms ({p.bwd_flops / p.bwd_time_s / 1e9:6.1f} GFLOP/s)"
+            f"  peak {p.peak_memory_bytes / 2**20:6.1f} MiB"
+        )
 
     cluster()
 
@@ -62,18 +82,40 @@ def cluster() -> None:
         out = Path(tmp) / "net.json"
         env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "api.cli", "profile", "cluster", "--nproc-per-node", "2",
-                        "--backend", "gloo", "--sizes", ",".join(map(str, sizes)), "--iters", "5", "--out", str(out)],
-                       cwd=root, env=env, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "api.cli",
+                "profile",
+                "cluster",
+                "--nproc-per-node",
+                "2",
+                "--backend",
+                "gloo",
+                "--sizes",
+                ",".join(map(str, sizes)),
+                "--iters",
+                "5",
+                "--out",
+                str(out),
+            ],
+            cwd=root,
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         elapsed = time.perf_counter() - start
         prof = NetworkProfile.model_validate_json(out.read_text())
     print(f"profile cluster, 2 gloo processes, sizes {sizes}, 5 iterations: {elapsed:.1f} s")
     for f in prof.links:
         (small, t_small), (big, t_big) = f.samples[0], f.samples[-1]
         measured = big / t_big / 1e9
-        print(f"  {f.collective:14s} α {f.alpha_s * 1e6:7.1f} µs  measured {measured:6.2f} GB/s at {big} B  "
-              f"fitted {f.bandwidth_GBps:6.2f} GB/s (×{f.bandwidth_GBps / measured:.2f})  "
-              f"t({big} B) / t({small} B) = {t_big / t_small:.1f}")
+        print(
+            f"  {f.collective:14s} α {f.alpha_s * 1e6:7.1f} µs  measured {measured:6.2f} GB/s at {big} B  "
+            f"fitted {f.bandwidth_GBps:6.2f} GB/s (×{f.bandwidth_GBps / measured:.2f})  "
+            f"t({big} B) / t({small} B) = {t_big / t_small:.1f}"
+        )
 
 
 if __name__ == "__main__":

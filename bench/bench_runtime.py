@@ -36,8 +36,13 @@ def hand_written(plan, mesh, device):
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
-                                                   SequenceParallel, parallelize_module)
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
 
     from runtime.models import build_model
 
@@ -58,20 +63,34 @@ def hand_written(plan, mesh, device):
             model.norm = model.head = None
         else:
             model.embed = None
-        schedule = Schedule1F1B(PipelineStage(model, rank, 2, device, group=mesh.get_group("pp")), n_mb, loss_fn=loss_fn)
+        schedule = Schedule1F1B(
+            PipelineStage(model, rank, 2, device, group=mesh.get_group("pp")), n_mb, loss_fn=loss_fn
+        )
     if p.tp > 1:
-        parallelize_module(model, mesh["tp"], {
-            "embed.tok": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
-            "layers.*.attn_norm": SequenceParallel(), "layers.*.mlp_norm": SequenceParallel(),
-            "layers.*.attn": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True),
-            "layers.*.mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True),
-            "layers.*.attn.wq": ColwiseParallel(), "layers.*.attn.wk": ColwiseParallel(), "layers.*.attn.wv": ColwiseParallel(),
-            "layers.*.attn.wo": RowwiseParallel(output_layouts=Shard(1)),
-            "layers.*.mlp.w1": ColwiseParallel(), "layers.*.mlp.w3": ColwiseParallel(),
-            "layers.*.mlp.w2": RowwiseParallel(output_layouts=Shard(1)),
-            "norm": SequenceParallel(),
-            "head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
-        })
+        parallelize_module(
+            model,
+            mesh["tp"],
+            {
+                "embed.tok": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+                "layers.*.attn_norm": SequenceParallel(),
+                "layers.*.mlp_norm": SequenceParallel(),
+                "layers.*.attn": PrepareModuleInput(
+                    input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True
+                ),
+                "layers.*.mlp": PrepareModuleInput(
+                    input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=True
+                ),
+                "layers.*.attn.wq": ColwiseParallel(),
+                "layers.*.attn.wk": ColwiseParallel(),
+                "layers.*.attn.wv": ColwiseParallel(),
+                "layers.*.attn.wo": RowwiseParallel(output_layouts=Shard(1)),
+                "layers.*.mlp.w1": ColwiseParallel(),
+                "layers.*.mlp.w3": ColwiseParallel(),
+                "layers.*.mlp.w2": RowwiseParallel(output_layouts=Shard(1)),
+                "norm": SequenceParallel(),
+                "head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
+            },
+        )
     if p.dp > 1:
         for block in model.layers.values():
             fully_shard(block, mesh=mesh["dp"])
@@ -117,7 +136,7 @@ def worker(steps: int) -> None:
         for s in range(steps):
             x, y = data.batch(s, 8, 32)
             x, y = job.dp_slice(x), job.dp_slice(y)
-            for label in (("runtime", "hand-written") if s % 2 else ("hand-written", "runtime")):
+            for label in ("runtime", "hand-written") if s % 2 else ("hand-written", "runtime"):
                 dist.barrier()
                 t0 = time.perf_counter()
                 if label == "runtime":
@@ -134,8 +153,10 @@ def worker(steps: int) -> None:
         print(f"{'configuration':28s} {'runtime s':>10s} {'hand-written s':>15s} {'overhead':>9s}")
         for name, rt, hw in rows:
             print(f"{name:28s} {rt:10.4f} {hw:15.4f} {100 * (rt / hw - 1):8.1f}%")
-        print(f"(median of {steps - 2} steps after 2 warm-up steps, slowest of {dist.get_world_size()} ranks; "
-              "runtime includes its global-loss all_reduce)")
+        print(
+            f"(median of {steps - 2} steps after 2 warm-up steps, slowest of {dist.get_world_size()} ranks; "
+            "runtime includes its global-loss all_reduce)"
+        )
     dist.destroy_process_group()
 
 
@@ -175,10 +196,15 @@ def predicted_vs_measured(steps: int) -> None:
             job.optimizer_step()
             times.append(time.perf_counter() - t0)
         measured = statistics.median(times[2:])
-        est = planner.estimate_plan(PlanRequest(
-            model=plan.model, cluster=ClusterSpec(gpu=plan.gpu, num_nodes=1, gpus_per_node=1),
-            training=plan.training, parallel=ParallelPins(**plan.parallel.model_dump()), profile=profile,
-        )).estimate.step_time_s
+        est = planner.estimate_plan(
+            PlanRequest(
+                model=plan.model,
+                cluster=ClusterSpec(gpu=plan.gpu, num_nodes=1, gpus_per_node=1),
+                training=plan.training,
+                parallel=ParallelPins(**plan.parallel.model_dump()),
+                profile=profile,
+            )
+        ).estimate.step_time_s
         planner_text = f"{est:.4g} s (ratio {est / measured:.2f})"
         print(f"{model:12s} {mbs:4d} {predicted:14.4f} {measured:11.4f} {predicted / measured:7.2f}  {planner_text}")
     dist.destroy_process_group()
@@ -195,8 +221,12 @@ def main() -> None:
         return
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
     launch = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    code = subprocess.call([*launch, f"--nproc-per-node={args.nproc}", __file__, "--steps", str(args.steps)], env=env, cwd=ROOT)
-    code = code or subprocess.call([*launch, "--nproc-per-node=1", __file__, "--steps", str(args.steps), "--predict"], env=env, cwd=ROOT)
+    code = subprocess.call(
+        [*launch, f"--nproc-per-node={args.nproc}", __file__, "--steps", str(args.steps)], env=env, cwd=ROOT
+    )
+    code = code or subprocess.call(
+        [*launch, "--nproc-per-node=1", __file__, "--steps", str(args.steps), "--predict"], env=env, cwd=ROOT
+    )
     sys.exit(code)
 
 

@@ -20,9 +20,12 @@ def main() -> None:
     pp_rank, dp_rank, tp_rank = (mesh.get_local_rank(d) for d in ("pp", "dp", "tp"))
     # Build your model here: the layers of pipeline stage pp_rank are layout.stage_layers[pp_rank] (v = 1),
     # shard it over mesh["tp"], replicate/shard over mesh["dp"], feed layout.micro_batch_size sequences.
-    print(f"rank {dist.get_rank()}: pp {pp_rank}/{layout.pp} dp {dp_rank}/{layout.dp} tp {tp_rank}/{layout.tp}, "
-          f"{plan.model.name}, stage layers {list(layout.stage_layers)}, micro-batch {layout.micro_batch_size} × "
-          f"{layout.num_microbatches}, schedule {layout.schedule}", flush=True)
+    print(
+        f"rank {dist.get_rank()}: pp {pp_rank}/{layout.pp} dp {dp_rank}/{layout.dp} tp {tp_rank}/{layout.tp}, "
+        f"{plan.model.name}, stage layers {list(layout.stage_layers)}, micro-batch {layout.micro_batch_size} × "
+        f"{layout.num_microbatches}, schedule {layout.schedule}",
+        flush=True,
+    )
     dist.destroy_process_group()
 
 

@@ -236,7 +236,11 @@ def _norm_saved(model: ModelSpec, tokens: float, e: int) -> float:
 
 
 def block_saved_terms(
-    model: ModelSpec, micro_batch_size: int, seq_len: int, tp: int = 1, sequence_parallel: bool = False,
+    model: ModelSpec,
+    micro_batch_size: int,
+    seq_len: int,
+    tp: int = 1,
+    sequence_parallel: bool = False,
     precision: str = "bf16",
 ) -> dict[str, float]:
     """Bytes saved for backward by one block with no recomputation, by tensor (see the module table)."""
@@ -261,7 +265,12 @@ def block_saved_terms(
 
 
 def saved_activation_bytes(
-    model: ModelSpec, kind: str, micro_batch_size: int, seq_len: int, tp: int = 1, sequence_parallel: bool = False,
+    model: ModelSpec,
+    kind: str,
+    micro_batch_size: int,
+    seq_len: int,
+    tp: int = 1,
+    sequence_parallel: bool = False,
     precision: str = "bf16",
 ) -> ActivationBytes:
     e = BYTES_PER_ELEMENT[precision]
@@ -288,7 +297,12 @@ def saved_activation_bytes(
 
 
 def output_activation_bytes(
-    model: ModelSpec, kind: str, micro_batch_size: int, seq_len: int, tp: int = 1, sequence_parallel: bool = False,
+    model: ModelSpec,
+    kind: str,
+    micro_batch_size: int,
+    seq_len: int,
+    tp: int = 1,
+    sequence_parallel: bool = False,
     precision: str = "bf16",
 ) -> int:
     """Bytes of the layer's output (what a pipeline stage boundary sends): hidden states [b, s/sp, h]
@@ -306,22 +320,34 @@ def output_activation_bytes(
 
 
 def layer_profile(
-    model: ModelSpec, kind: LayerKind | str, *, micro_batch_size: int, seq_len: int, tp: int = 1,
-    sequence_parallel: bool = False, precision: Precision = "bf16",
+    model: ModelSpec,
+    kind: LayerKind | str,
+    *,
+    micro_batch_size: int,
+    seq_len: int,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    precision: Precision = "bf16",
 ) -> LayerProfile:
     """Analytic costs of one layer kind at one (micro-batch, sequence, TP, SP) point, per GPU."""
     if kind not in LAYER_KINDS:
         raise MeshplanError("kind", f"unknown layer kind {kind!r}", f"use one of {', '.join(LAYER_KINDS)}")
     if precision not in BYTES_PER_ELEMENT:
-        raise MeshplanError("precision", f"unknown precision {precision!r}", f"use one of {', '.join(BYTES_PER_ELEMENT)}")
+        raise MeshplanError(
+            "precision", f"unknown precision {precision!r}", f"use one of {', '.join(BYTES_PER_ELEMENT)}"
+        )
     if micro_batch_size < 1:
-        raise MeshplanError("micro_batch_size", f"must be ≥ 1, got {micro_batch_size}", "use a positive micro-batch size")
+        raise MeshplanError(
+            "micro_batch_size", f"must be ≥ 1, got {micro_batch_size}", "use a positive micro-batch size"
+        )
     if seq_len < 1:
         raise MeshplanError("seq_len", f"must be ≥ 1, got {seq_len}", "use a positive sequence length")
     check_tp(model, tp)
     if sequence_parallel and tp == 1:
         raise MeshplanError("sequence_parallel", "sequence parallelism needs tp > 1", "set sequence_parallel to false")
-    params = {"embedding": embedding_params, "transformer_block": block_params, "lm_head": lm_head_params}[kind](model, tp)
+    params = {"embedding": embedding_params, "transformer_block": block_params, "lm_head": lm_head_params}[kind](
+        model, tp
+    )
     fwd, bwd = layer_flops(model, kind, micro_batch_size, seq_len, tp)
     return LayerProfile(
         kind=cast(LayerKind, kind),  # checked against LAYER_KINDS above
@@ -343,8 +369,13 @@ def layer_profile(
 
 
 def analytic_profile(
-    model: ModelSpec, *, micro_batch_sizes: list[int] | tuple[int, ...], seq_len: int,
-    tps: list[int] | tuple[int, ...] = (1,), precision: Precision = "bf16", sequence_parallel: bool | None = None,
+    model: ModelSpec,
+    *,
+    micro_batch_sizes: list[int] | tuple[int, ...],
+    seq_len: int,
+    tps: list[int] | tuple[int, ...] = (1,),
+    precision: Precision = "bf16",
+    sequence_parallel: bool | None = None,
 ) -> Profile:
     """A ``Profile`` (source ``"analytic"``) of every layer kind at every micro-batch size and TP degree.
 
@@ -358,7 +389,14 @@ def analytic_profile(
             for mbs in micro_batch_sizes:
                 for kind in LAYER_KINDS:
                     layers.append(
-                        layer_profile(model, kind, micro_batch_size=mbs, seq_len=seq_len, tp=tp,
-                                      sequence_parallel=sp, precision=precision)
+                        layer_profile(
+                            model,
+                            kind,
+                            micro_batch_size=mbs,
+                            seq_len=seq_len,
+                            tp=tp,
+                            sequence_parallel=sp,
+                            precision=precision,
+                        )
                     )
     return Profile(model=model, device="analytic", dtype=precision, source="analytic", layers=layers)

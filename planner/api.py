@@ -44,7 +44,9 @@ def _request(request: PlanRequest | dict) -> PlanRequest:
 
 def context(request: PlanRequest) -> Context:
     if request.profile_id is not None and request.profile is None:
-        raise MeshplanError("profile_id", "a stored profile id is only resolved by the service", "pass the Profile itself as 'profile'")
+        raise MeshplanError(
+            "profile_id", "a stored profile id is only resolved by the service", "pass the Profile itself as 'profile'"
+        )
     model = get_model(request.model)
     gpu = get_gpu(request.cluster.gpu)
     rules.check(rules.seq_len_fits(model, request.training.seq_len))
@@ -53,11 +55,21 @@ def context(request: PlanRequest) -> Context:
     except ValueError as exc:
         raise MeshplanError("training.precision", str(exc), "choose a precision the GPU supports") from None
     if request.profile is not None and request.profile.model.name != model.name:
-        raise MeshplanError("profile.model", f"the profile is of {request.profile.model.name!r}, not {model.name!r}", "profile the requested model")
+        raise MeshplanError(
+            "profile.model",
+            f"the profile is of {request.profile.model.name!r}, not {model.name!r}",
+            "profile the requested model",
+        )
     if request.profile is not None:
         check_profile_device(request.profile.device, gpu.id)
-    return Context(model=model, gpu=gpu, cluster=request.cluster, training=request.training, profile=request.profile,
-                   network=request.network)
+    return Context(
+        model=model,
+        gpu=gpu,
+        cluster=request.cluster,
+        training=request.training,
+        profile=request.profile,
+        network=request.network,
+    )
 
 
 #: Profile devices that measured no time (FLOPs and bytes only): they fit any GPU.
@@ -79,11 +91,13 @@ def check_profile_device(device: str, gpu_id: str) -> None:
     same_model = model in re.split(r"[^a-z0-9]+", name) or model in name.replace(" ", "")
     if same_model and (not (stated and listed) or stated & listed):
         return
-    raise MeshplanError("profile.device", f"the profile was measured on {device!r}, but the cluster's GPU is {gpu_id!r}: "
-                        "its times are not this GPU's",
-                        f"measure the profile on the cluster's GPU ({gpu_id}: `meshplan profile model --device cuda` there), "
-                        "set cluster.gpu to the profiled device, or use a meta/analytic profile (`--device meta`), which "
-                        "has no times")
+    raise MeshplanError(
+        "profile.device",
+        f"the profile was measured on {device!r}, but the cluster's GPU is {gpu_id!r}: its times are not this GPU's",
+        f"measure the profile on the cluster's GPU ({gpu_id}: `meshplan profile model --device cuda` there), "
+        "set cluster.gpu to the profiled device, or use a meta/analytic profile (`--device meta`), which "
+        "has no times",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -108,27 +122,45 @@ def build_estimate(ctx: Context, cc: ClassCosts, n: list[int], ev: Evaluation) -
     for r in range(c.pp):
         own = cc.rank_chunks(r)
         busy.append(cc.m * sum(n[ch] * (cc.f_layer + cc.b_layer) + cc.f_extra[ch] + cc.b_extra[ch] for ch in own))
-        tp_time.append(cc.m * sum(n[ch] * (cc.f_layer_tp + cc.b_layer_tp) + cc.f_extra_tp[ch] + cc.b_extra_tp[ch] for ch in own))
+        tp_time.append(
+            cc.m * sum(n[ch] * (cc.f_layer_tp + cc.b_layer_tp) + cc.f_extra_tp[ch] + cc.b_extra_tp[ch] for ch in own)
+        )
     r = max(range(c.pp), key=lambda i: busy[i])
     p2p = min(sum(cc.lag[b] for b in ev.sim.critical_lags), max(0, ev.makespan_ns - busy[r]))
     bubble = max(0, ev.makespan_ns - busy[r] - p2p)
     end = rank_end_terms(cc, n, ev.end_rank)
     dp_sync, opt = exposed_sync(end), end.optimizer
     ns = 1e-9
-    breakdown = TimeBreakdown(compute_s=(busy[r] - tp_time[r]) * ns, tp_comm_s=tp_time[r] * ns, pp_bubble_s=bubble * ns,
-                              pp_p2p_s=p2p * ns, dp_sync_s=dp_sync * ns, optimizer_s=opt * ns)
+    breakdown = TimeBreakdown(
+        compute_s=(busy[r] - tp_time[r]) * ns,
+        tp_comm_s=tp_time[r] * ns,
+        pp_bubble_s=bubble * ns,
+        pp_p2p_s=p2p * ns,
+        dp_sync_s=dp_sync * ns,
+        optimizer_s=opt * ns,
+    )
     stages = [stage_memory(cc, n, i) for i in range(c.pp)]
     notes = []
     if cc.m < c.pp and c.pp > 1:
         notes.append(f"fewer micro-batches ({cc.m}) than pipeline stages ({c.pp}): large bubble")
     if not ev.fits:
-        notes.append(f"does not fit: rank {max(range(c.pp), key=lambda i: ev.memory_bytes[i])} needs "
-                     f"{max(s.total_gib for s in stages):.1f} GiB of {ctx.gpu.memory_gib:g} GiB")
+        notes.append(
+            f"does not fit: rank {max(range(c.pp), key=lambda i: ev.memory_bytes[i])} needs "
+            f"{max(s.total_gib for s in stages):.1f} GiB of {ctx.gpu.memory_gib:g} GiB"
+        )
     return Estimate(
-        step_time_s=step, tokens_per_s=tokens / step if step > 0 else 0.0, model_tflops_per_gpu=per_gpu / 1e12,
-        mfu=per_gpu / ctx.peak, memory_per_stage=stages,
-        peak_memory_gib=max(s.total_gib for s in stages), gpu_memory_gib=ctx.gpu.memory_gib, fits=ev.fits,
-        num_microbatches=cc.m, gpus_used=c.tp * c.pp * c.dp, breakdown=breakdown, notes=notes,
+        step_time_s=step,
+        tokens_per_s=tokens / step if step > 0 else 0.0,
+        model_tflops_per_gpu=per_gpu / 1e12,
+        mfu=per_gpu / ctx.peak,
+        memory_per_stage=stages,
+        peak_memory_gib=max(s.total_gib for s in stages),
+        gpu_memory_gib=ctx.gpu.memory_gib,
+        fits=ev.fits,
+        num_microbatches=cc.m,
+        gpus_used=c.tp * c.pp * c.dp,
+        breakdown=breakdown,
+        notes=notes,
     )
 
 
@@ -141,18 +173,32 @@ def make_plan(ctx: Context, request: PlanRequest, cc: ClassCosts, n: list[int], 
     plan, the estimate, and the cost inputs and cost-model version that produced it."""
     parallel = parallel_config(cc.cand, n)
     inputs = CostInputs(cost_model_version=version.COST_MODEL_VERSION, profile=ctx.profile, network=ctx.network)
-    return Plan(rank=rank, model=ctx.model, cluster=request.cluster.model_copy(update={"gpu": ctx.gpu}), training=request.training,
-                parallel=parallel, mesh=mesh_layout(parallel), tp_plan=tp_plan(ctx.model, parallel),
-                estimate=build_estimate(ctx, cc, n, ev), inputs=inputs)
+    return Plan(
+        rank=rank,
+        model=ctx.model,
+        cluster=request.cluster.model_copy(update={"gpu": ctx.gpu}),
+        training=request.training,
+        parallel=parallel,
+        mesh=mesh_layout(parallel),
+        tp_plan=tp_plan(ctx.model, parallel),
+        estimate=build_estimate(ctx, cc, n, ev),
+        inputs=inputs,
+    )
 
 
 def replay_request(plan: Plan) -> PlanRequest:
     """The request that re-estimates ``plan`` with the inputs that priced it: ``estimate_plan`` of it
     gives the plan's own estimate when ``plan.inputs.cost_model_version`` is the current one. TP
     across nodes is allowed (the plan's own layout is being priced, not searched)."""
-    return PlanRequest(model=plan.model, cluster=plan.cluster, training=plan.training, parallel=ParallelPins(**plan.parallel.model_dump()),
-                       profile=plan.inputs.profile, network=plan.inputs.network,
-                       options=SearchOptions(allow_tp_across_nodes=True))
+    return PlanRequest(
+        model=plan.model,
+        cluster=plan.cluster,
+        training=plan.training,
+        parallel=ParallelPins(**plan.parallel.model_dump()),
+        profile=plan.inputs.profile,
+        network=plan.inputs.network,
+        options=SearchOptions(allow_tp_across_nodes=True),
+    )
 
 
 def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[int]]:
@@ -181,8 +227,12 @@ def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[i
     gbs = ctx.training.global_batch_size
     rules.check(rules.batch_divides(gbs, dp, mbs))
     m = gbs // (dp * mbs)
-    rules.check(rules.schedule_priced(schedule), rules.virtual_stages_fit(schedule, v), rules.interleaving_needs_pipeline(pp, v),
-                rules.interleaved_microbatches_priced(schedule, pp, m))
+    rules.check(
+        rules.schedule_priced(schedule),
+        rules.virtual_stages_fit(schedule, v),
+        rules.interleaving_needs_pipeline(pp, v),
+        rules.interleaved_microbatches_priced(schedule, pp, m),
+    )
     short = rules.one_f_one_b_microbatches(schedule, pp, m, gbs, dp)
     if short is not None:
         raise short if pins.micro_batch_size is not None else rules.with_field(short, "parallel.schedule")
@@ -190,8 +240,17 @@ def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[i
     rules.check(rules.pp_fits_layers(pp, v, L))
     sp = bool((pins.sequence_parallel if pins.sequence_parallel is not None else d["sequence_parallel"]) and tp > 1)
     rules.check(rules.sequence_parallel_splits_seq(sp, tp, ctx.training.seq_len))
-    cand = Candidate(tp, pp, dp, mbs, schedule, v, pins.recompute or d["recompute"], sp,
-                     pins.zero_stage if pins.zero_stage is not None else d["zero_stage"])
+    cand = Candidate(
+        tp,
+        pp,
+        dp,
+        mbs,
+        schedule,
+        v,
+        pins.recompute or d["recompute"],
+        sp,
+        pins.zero_stage if pins.zero_stage is not None else d["zero_stage"],
+    )
     if pins.stage_layers is not None:
         rules.check(rules.stage_layers_count(pins.stage_layers, pp, v))
     n = list(pins.stage_layers) if pins.stage_layers is not None else even_stage_layers(L, pp * v)
@@ -239,8 +298,15 @@ def plan(request: PlanRequest | dict) -> PlanResponse:
         infeasible = _infeasibility(ctx, req, result)
     else:
         plans = explain(ctx, plans, result)
-    return PlanResponse(cost_model_version=version.COST_MODEL_VERSION, model=ctx.model, cluster=req.cluster, training=req.training,
-                        plans=plans, solver=info, infeasible=infeasible)
+    return PlanResponse(
+        cost_model_version=version.COST_MODEL_VERSION,
+        model=ctx.model,
+        cluster=req.cluster,
+        training=req.training,
+        plans=plans,
+        solver=info,
+        infeasible=infeasible,
+    )
 
 
 def _infeasibility(ctx: Context, req: PlanRequest, result: SearchResult) -> Infeasibility:
@@ -254,8 +320,11 @@ def _infeasibility(ctx: Context, req: PlanRequest, result: SearchResult) -> Infe
             reason=f"no configuration fits in {ctx.gpu.memory_gib:g} GiB per GPU; the smallest footprint ({describe(cand)}) needs {gib:.1f} GiB",
             field="cluster.gpu",
             suggestion=f"use GPUs with at least {gib:.1f} GiB, more nodes than {ctx.cluster.num_nodes} (× {per_node} GPUs), "
-                       "a smaller micro-batch or sequence length, or unpin parallel settings",
+            "a smaller micro-batch or sequence length, or unpin parallel settings",
             min_memory_per_gpu_gib=gib,
         )
-    return Infeasibility(reason="the solver found no feasible configuration in its time limit", field="options.time_limit_s",
-                         suggestion="raise options.time_limit_s")
+    return Infeasibility(
+        reason="the solver found no feasible configuration in its time limit",
+        field="options.time_limit_s",
+        suggestion="raise options.time_limit_s",
+    )

@@ -46,7 +46,9 @@ def caps_fit(caps: Iterable[int], v: int, num_layers: int) -> bool:
 
 def may_fit(cc: ClassCosts) -> bool:
     """False only when no cut of the class fits (``layer_caps``)."""
-    return caps_fit(layer_caps(cc.shared, cc.cand, cc.live, cc.num_layers, cc.usable_bytes), cc.cand.virtual_stages, cc.num_layers)
+    return caps_fit(
+        layer_caps(cc.shared, cc.cand, cc.live, cc.num_layers, cc.usable_bytes), cc.cand.virtual_stages, cc.num_layers
+    )
 
 
 def fits_at(cc: ClassCosts, n: list[int]) -> bool:
@@ -76,9 +78,12 @@ def quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None = None) -> b
         live = live_vectors_cached(c.schedule, c.pp, 1, m)
         return caps_fit(layer_caps(s, c, live, ctx.model.num_layers, usable), 1, ctx.model.num_layers)
     for r in range(c.pp):
-        copies = interleaved_peak_copies(c.pp, c.virtual_stages, m, r) if c.virtual_stages > 1 else \
-            live_vectors_cached(c.schedule, c.pp, 1, m)[r][0][0][1]  # its one peak: ((r, copies),)
-        if rank_states(s, c, cut, r) + copies * min(cut[r::c.pp]) * s.acts.layer + rank_buffers(s, c, r) > usable:
+        copies = (
+            interleaved_peak_copies(c.pp, c.virtual_stages, m, r)
+            if c.virtual_stages > 1
+            else live_vectors_cached(c.schedule, c.pp, 1, m)[r][0][0][1]
+        )  # its one peak: ((r, copies),)
+        if rank_states(s, c, cut, r) + copies * min(cut[r :: c.pp]) * s.acts.layer + rank_buffers(s, c, r) > usable:
             return False
     return True
 
@@ -105,8 +110,21 @@ def busiest_rank_load(L: int, p: int, w: int, e_first: int, e_last: int) -> int:
     return t
 
 
-def _pipe_bound(schedule: str, m: int, p: int, v: int, L: int, f_layer: int, b_layer: int, extra_sum: int,
-                first_extra: int, ends_extra: tuple[int, int, int, int], lag_sum: int, ends_sum: int, post_const: int) -> int:
+def _pipe_bound(
+    schedule: str,
+    m: int,
+    p: int,
+    v: int,
+    L: int,
+    f_layer: int,
+    b_layer: int,
+    extra_sum: int,
+    first_extra: int,
+    ends_extra: tuple[int, int, int, int],
+    lag_sum: int,
+    ends_sum: int,
+    post_const: int,
+) -> int:
     """The cut-independent lower bound of ``class_bound`` from the class's scalar terms: ``extra_sum``
     = Σ_c (f_extra + b_extra), ``first_extra`` = chunk 0's f_extra + b_extra, ``ends_extra`` = the
     first rank's (f, b) extras and the last rank's, ``ends_sum`` = the optimizer and ZeRO-1/2
@@ -143,8 +161,21 @@ def pipe_bound(s: SharedTerms, c: Candidate, m: int, num_layers: int, lag_sum: i
     ends = L * (s.opt.layer + s.post.layer) + s.opt.emb + s.post.emb + ((s.opt.head + s.post.head) if head else 0)
     first = fe + be + ((fh + bh) if c.chunks == 1 else 0)
     firsts = (fe, be, fh, bh) if c.chunks > 1 else (fe + fh, be + bh, 0, 0)
-    return _pipe_bound(c.schedule, m, c.pp, c.virtual_stages, L, s.fwd.layer, s.bwd.layer, fe + be + fh + bh, first, firsts,
-                       lag_sum, ends, s.post.const)
+    return _pipe_bound(
+        c.schedule,
+        m,
+        c.pp,
+        c.virtual_stages,
+        L,
+        s.fwd.layer,
+        s.bwd.layer,
+        fe + be + fh + bh,
+        first,
+        firsts,
+        lag_sum,
+        ends,
+        s.post.const,
+    )
 
 
 def class_bound(cc: ClassCosts) -> int:
@@ -169,7 +200,7 @@ def cut_bound(ctx: Context, c: Candidate, cut: list[int]) -> int:
     p, m = c.pp, num_microbatches(ctx, c)
     t = s.fwd.plus(s.bwd).per_chunk(cut)  # F + B of each chunk
     # The chain crosses boundaries 0..i−1 twice (forward and backward).
-    lags = [2 * x for x in boundary_lags(ctx, c, s.p2p_bytes)[:p - 1]] + [0]
+    lags = [2 * x for x in boundary_lags(ctx, c, s.p2p_bytes)[: p - 1]] + [0]
     pipe = max(sum(t[:i]) + sum(lags[:i]) + m * sum(t[i::p]) for i in range(p))
     return pipe + cut_end(ctx, c, cut)
 

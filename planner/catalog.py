@@ -79,18 +79,38 @@ def _gpt3(name: str, layers: int, hidden: int, heads: int) -> ModelSpec:
     # GPT-3 (Brown et al. 2020, Table 2.1): FFN 4·d, vocab 50257 (GPT-2 BPE), context 2048, tied
     # input/output embeddings, learned positions, LayerNorm, GELU.
     return ModelSpec(
-        name=name, family="gpt", num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
-        num_kv_heads=heads, ffn_hidden_size=4 * hidden, vocab_size=50257, activation="gelu",
-        norm="layernorm", tie_embeddings=True, max_seq_len=2048,
+        name=name,
+        family="gpt",
+        num_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_kv_heads=heads,
+        ffn_hidden_size=4 * hidden,
+        vocab_size=50257,
+        activation="gelu",
+        norm="layernorm",
+        tie_embeddings=True,
+        max_seq_len=2048,
     )
 
 
-def _llama(name: str, layers: int, hidden: int, heads: int, kv: int, ffn: int, vocab: int, seq: int,
-           qkv_bias: bool = False) -> ModelSpec:
+def _llama(
+    name: str, layers: int, hidden: int, heads: int, kv: int, ffn: int, vocab: int, seq: int, qkv_bias: bool = False
+) -> ModelSpec:
     return ModelSpec(
-        name=name, family="llama", num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
-        num_kv_heads=kv, ffn_hidden_size=ffn, vocab_size=vocab, activation="swiglu", norm="rmsnorm",
-        tie_embeddings=False, max_seq_len=seq, qkv_bias=qkv_bias,
+        name=name,
+        family="llama",
+        num_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_kv_heads=kv,
+        ffn_hidden_size=ffn,
+        vocab_size=vocab,
+        activation="swiglu",
+        norm="rmsnorm",
+        tie_embeddings=False,
+        max_seq_len=seq,
+        qkv_bias=qkv_bias,
     )
 
 
@@ -130,14 +150,32 @@ MODELS: dict[str, ModelSpec] = {
         _llama("qwen2.5-72b", 80, 8192, 64, 8, 29568, 152064, 131072, qkv_bias=True),
         # Tiny models for tests and CPU runs: 8 layers so pipelines of up to 8 stages fit.
         ModelSpec(
-            name="tiny-gpt", family="gpt", num_layers=8, hidden_size=64, num_attention_heads=4,
-            num_kv_heads=4, ffn_hidden_size=256, vocab_size=256, activation="gelu", norm="layernorm",
-            tie_embeddings=False, max_seq_len=128,
+            name="tiny-gpt",
+            family="gpt",
+            num_layers=8,
+            hidden_size=64,
+            num_attention_heads=4,
+            num_kv_heads=4,
+            ffn_hidden_size=256,
+            vocab_size=256,
+            activation="gelu",
+            norm="layernorm",
+            tie_embeddings=False,
+            max_seq_len=128,
         ),
         ModelSpec(
-            name="tiny-llama", family="llama", num_layers=8, hidden_size=64, num_attention_heads=8,
-            num_kv_heads=4, ffn_hidden_size=192, vocab_size=256, activation="swiglu", norm="rmsnorm",
-            tie_embeddings=False, max_seq_len=128,
+            name="tiny-llama",
+            family="llama",
+            num_layers=8,
+            hidden_size=64,
+            num_attention_heads=8,
+            num_kv_heads=4,
+            ffn_hidden_size=192,
+            vocab_size=256,
+            activation="swiglu",
+            norm="rmsnorm",
+            tie_embeddings=False,
+            max_seq_len=128,
         ),
     ]
 }
@@ -163,34 +201,63 @@ class ClusterPreset(Spec):
 
     def fills(self) -> dict:
         """The ClusterSpec fields this preset supplies (where the cluster does not give them)."""
-        return {"gpu": self.gpu, "gpus_per_node": self.gpus_per_node, "intra_node_bandwidth": self.intra_node_bandwidth,
-                "inter_node_bandwidth": self.inter_node_bandwidth}
+        return {
+            "gpu": self.gpu,
+            "gpus_per_node": self.gpus_per_node,
+            "intra_node_bandwidth": self.intra_node_bandwidth,
+            "inter_node_bandwidth": self.inter_node_bandwidth,
+        }
 
 
-def _preset(id: str, description: str, gpu: str, intra: str, inter: str, source: str, gpus_per_node: int = 8) -> ClusterPreset:
+def _preset(
+    id: str, description: str, gpu: str, intra: str, inter: str, source: str, gpus_per_node: int = 8
+) -> ClusterPreset:
     from planner.specs import bandwidth_per_gpu_GBps
 
-    return ClusterPreset(id=id, description=description, gpu=gpu, gpus_per_node=gpus_per_node, intra_node_bandwidth=intra,
-                         inter_node_bandwidth=inter, intra_node_bandwidth_GBps=bandwidth_per_gpu_GBps(intra, gpus_per_node),
-                         inter_node_bandwidth_GBps=bandwidth_per_gpu_GBps(inter, gpus_per_node), source=source)
+    return ClusterPreset(
+        id=id,
+        description=description,
+        gpu=gpu,
+        gpus_per_node=gpus_per_node,
+        intra_node_bandwidth=intra,
+        inter_node_bandwidth=inter,
+        intra_node_bandwidth_GBps=bandwidth_per_gpu_GBps(intra, gpus_per_node),
+        inter_node_bandwidth_GBps=bandwidth_per_gpu_GBps(inter, gpus_per_node),
+        source=source,
+    )
 
 
 CLUSTER_PRESETS: dict[str, ClusterPreset] = {
     p.id: p
     for p in [
-        _preset("dgx-a100", "NVIDIA DGX A100 (80 GB): 8 A100 SXM4, NVLink 3, 8 × 200 Gb/s HDR InfiniBand compute NICs",
-                "a100-sxm4-80gb", "300 GB/s per GPU", "8x200Gb/s",
-                "NVIDIA DGX A100 datasheet: 8× single-port ConnectX-6 VPI 200 Gb/s HDR InfiniBand; NVLink 600 GB/s "
-                "bidirectional per GPU, https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/nvidia-dgx-a100-datasheet.pdf"),
-        _preset("dgx-h100", "NVIDIA DGX H100: 8 H100 SXM5, NVLink 4, 8 × 400 Gb/s NDR InfiniBand compute NICs",
-                "h100-sxm5-80gb", "450 GB/s per GPU", "8x400Gb/s",
-                "NVIDIA DGX H100 datasheet: 8× single-port ConnectX-7 VPI 400 Gb/s NDR InfiniBand (OSFP); NVLink 900 GB/s "
-                "bidirectional per GPU, https://resources.nvidia.com/en-us-dgx-systems/ai-enterprise-dgx"),
-        _preset("h100-1nic-400g", "8 H100 SXM5 with NVLink 4 and one 400 Gb/s NIC per node (shared by its 8 GPUs)",
-                "h100-sxm5-80gb", "450 GB/s per GPU", "1x400Gb/s",
-                "NVIDIA ConnectX-7 datasheet (one 400 Gb/s port), "
-                "https://www.nvidia.com/content/dam/en-zz/Solutions/networking/ethernet-adapters/connectx-7-datasheet-Final.pdf; "
-                "NVLink 900 GB/s bidirectional per GPU (H100 SXM5 datasheet)"),
+        _preset(
+            "dgx-a100",
+            "NVIDIA DGX A100 (80 GB): 8 A100 SXM4, NVLink 3, 8 × 200 Gb/s HDR InfiniBand compute NICs",
+            "a100-sxm4-80gb",
+            "300 GB/s per GPU",
+            "8x200Gb/s",
+            "NVIDIA DGX A100 datasheet: 8× single-port ConnectX-6 VPI 200 Gb/s HDR InfiniBand; NVLink 600 GB/s "
+            "bidirectional per GPU, https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/nvidia-dgx-a100-datasheet.pdf",
+        ),
+        _preset(
+            "dgx-h100",
+            "NVIDIA DGX H100: 8 H100 SXM5, NVLink 4, 8 × 400 Gb/s NDR InfiniBand compute NICs",
+            "h100-sxm5-80gb",
+            "450 GB/s per GPU",
+            "8x400Gb/s",
+            "NVIDIA DGX H100 datasheet: 8× single-port ConnectX-7 VPI 400 Gb/s NDR InfiniBand (OSFP); NVLink 900 GB/s "
+            "bidirectional per GPU, https://resources.nvidia.com/en-us-dgx-systems/ai-enterprise-dgx",
+        ),
+        _preset(
+            "h100-1nic-400g",
+            "8 H100 SXM5 with NVLink 4 and one 400 Gb/s NIC per node (shared by its 8 GPUs)",
+            "h100-sxm5-80gb",
+            "450 GB/s per GPU",
+            "1x400Gb/s",
+            "NVIDIA ConnectX-7 datasheet (one 400 Gb/s port), "
+            "https://www.nvidia.com/content/dam/en-zz/Solutions/networking/ethernet-adapters/connectx-7-datasheet-Final.pdf; "
+            "NVLink 900 GB/s bidirectional per GPU (H100 SXM5 datasheet)",
+        ),
     ]
 }
 
@@ -199,8 +266,10 @@ def get_cluster_preset(key: str, field: str = "cluster.preset") -> ClusterPreset
     try:
         return CLUSTER_PRESETS[key]
     except KeyError:
-        raise ValueError(f"unknown cluster preset {key!r}; use one of {', '.join(sorted(CLUSTER_PRESETS))} "
-                         "(see `meshplan clusters`), or give gpu, gpus_per_node and the bandwidths yourself") from None
+        raise ValueError(
+            f"unknown cluster preset {key!r}; use one of {', '.join(sorted(CLUSTER_PRESETS))} "
+            "(see `meshplan clusters`), or give gpu, gpus_per_node and the bandwidths yourself"
+        ) from None
 
 
 def _unknown(kind: str, field: str, key: str, known: dict) -> UnknownCatalogIdError:

@@ -24,11 +24,22 @@ def models(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
     if as_json:
         typer.echo(json.dumps([m.model_dump() for m in MODELS.values()], indent=2))
         return
-    table = Table("id", "family", "layers", "hidden", "heads", "kv", "ffn", "vocab", "max seq", show_edge=False)  # fits 80 columns
+    table = Table(
+        "id", "family", "layers", "hidden", "heads", "kv", "ffn", "vocab", "max seq", show_edge=False
+    )  # fits 80 columns
     table.columns[0].no_wrap = True
     for m in MODELS.values():
-        table.add_row(m.name, m.family, str(m.num_layers), str(m.hidden_size), str(m.num_attention_heads),
-                      str(m.num_kv_heads), str(m.ffn_hidden_size), str(m.vocab_size), str(m.max_seq_len))
+        table.add_row(
+            m.name,
+            m.family,
+            str(m.num_layers),
+            str(m.hidden_size),
+            str(m.num_attention_heads),
+            str(m.num_kv_heads),
+            str(m.ffn_hidden_size),
+            str(m.vocab_size),
+            str(m.max_seq_len),
+        )
     show(table)
 
 
@@ -41,8 +52,15 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Machine-readable ou
     table.columns[0].no_wrap = True
     for g in GPUS.values():
         fp8 = f"{g.peak_tflops.fp8:g}" if g.peak_tflops.fp8 else "-"
-        table.add_row(g.id, f"{g.memory_gib:g}", f"{g.peak_tflops.bf16:g}", fp8, f"{g.hbm_bandwidth_GBps:g}",
-                      f"{g.nvlink_bandwidth_GBps:g}", f"{g.nic_bandwidth_GBps:g}")
+        table.add_row(
+            g.id,
+            f"{g.memory_gib:g}",
+            f"{g.peak_tflops.bf16:g}",
+            fp8,
+            f"{g.hbm_bandwidth_GBps:g}",
+            f"{g.nvlink_bandwidth_GBps:g}",
+            f"{g.nic_bandwidth_GBps:g}",
+        )
     show(table)
 
 
@@ -54,8 +72,14 @@ def clusters(as_json: bool = typer.Option(False, "--json", help="Machine-readabl
     table = Table("id", "gpu", "GPUs per node", "intra-node", "inter-node", "inter GB/s per GPU")
     table.columns[0].no_wrap = True
     for p in CLUSTER_PRESETS.values():
-        table.add_row(p.id, p.gpu, str(p.gpus_per_node), p.intra_node_bandwidth, p.inter_node_bandwidth,
-                      f"{p.inter_node_bandwidth_GBps:g}")
+        table.add_row(
+            p.id,
+            p.gpu,
+            str(p.gpus_per_node),
+            p.intra_node_bandwidth,
+            p.inter_node_bandwidth,
+            f"{p.inter_node_bandwidth_GBps:g}",
+        )
     show(table)
     for p in CLUSTER_PRESETS.values():
         console().print(f"{p.id}: {p.description}. Source: {p.source}", highlight=False, soft_wrap=True)
@@ -70,23 +94,58 @@ def _plan(request: PlanRequest, as_json: bool) -> None:
         return
     out = console()
     s = response.solver
-    out.print(f"solver: [bold]{s.status}[/] objective {_fmt(s.objective_value)} s, bound {_fmt(s.best_objective_bound)} s, "
-              f"{s.configurations_considered} configuration classes, {s.wall_time_s:.2f} s", soft_wrap=True)
+    out.print(
+        f"solver: [bold]{s.status}[/] objective {_fmt(s.objective_value)} s, bound {_fmt(s.best_objective_bound)} s, "
+        f"{s.configurations_considered} configuration classes, {s.wall_time_s:.2f} s",
+        soft_wrap=True,
+    )
     if response.infeasible is not None:
         inf = response.infeasible
-        out.print(f"[bold red]infeasible:[/] {escape(inf.reason)}\n[bold]change {FLAG_OF.get(inf.field, inf.field)}:[/] "
-                  f"{escape(inf.suggestion)}", soft_wrap=True)
+        out.print(
+            f"[bold red]infeasible:[/] {escape(inf.reason)}\n[bold]change {FLAG_OF.get(inf.field, inf.field)}:[/] "
+            f"{escape(inf.suggestion)}",
+            soft_wrap=True,
+        )
         return
     # one space between columns, no side borders: a plan row fits 100 columns (records below that: ``show``)
-    table = Table("#", "tp", "pp", "dp", "mbs", "schedule", "recompute", "zero", "stages", "step s", "tokens/s", "MFU", "peak GiB",
-                  "binding", box=box.SIMPLE_HEAD, padding=(0, 0), show_edge=False)
+    table = Table(
+        "#",
+        "tp",
+        "pp",
+        "dp",
+        "mbs",
+        "schedule",
+        "recompute",
+        "zero",
+        "stages",
+        "step s",
+        "tokens/s",
+        "MFU",
+        "peak GiB",
+        "binding",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 0),
+        show_edge=False,
+    )
     for p in response.plans:
         c, e = p.parallel, p.estimate
         sched = c.schedule + (f" v{c.virtual_stages}" if c.virtual_stages > 1 else "")
-        table.add_row(str(p.rank), f"{c.tp}{'+sp' if c.sequence_parallel else ''}", str(c.pp), str(c.dp), str(c.micro_batch_size),
-                      sched, c.recompute, str(c.zero_stage), ",".join(map(str, c.stage_layers)), f"{e.step_time_s:.4g}",
-                      f"{e.tokens_per_s:,.0f}", f"{e.mfu:.1%}", f"{e.peak_memory_gib:.1f}",
-                      p.explanation.binding_constraint if p.explanation else "")
+        table.add_row(
+            str(p.rank),
+            f"{c.tp}{'+sp' if c.sequence_parallel else ''}",
+            str(c.pp),
+            str(c.dp),
+            str(c.micro_batch_size),
+            sched,
+            c.recompute,
+            str(c.zero_stage),
+            ",".join(map(str, c.stage_layers)),
+            f"{e.step_time_s:.4g}",
+            f"{e.tokens_per_s:,.0f}",
+            f"{e.mfu:.1%}",
+            f"{e.peak_memory_gib:.1f}",
+            p.explanation.binding_constraint if p.explanation else "",
+        )
     show(table, out)
     best = response.plans[0]
     if best.explanation:
@@ -107,11 +166,19 @@ def _estimate(request: PlanRequest, as_json: bool) -> None:
     c, e, b = p.parallel, p.estimate, p.estimate.breakdown
     out.print(f"configuration: {describe(c, e.num_microbatches)}", soft_wrap=True, highlight=False)
     table = Table("step s", "tokens/s", "TFLOP/s/GPU", "MFU", "peak GiB", "fits")
-    table.add_row(f"{e.step_time_s:.4g}", f"{e.tokens_per_s:,.0f}", f"{e.model_tflops_per_gpu:.1f}", f"{e.mfu:.1%}",
-                  f"{e.peak_memory_gib:.1f} / {e.gpu_memory_gib:g}", "yes" if e.fits else "[bold red]NO[/]")
+    table.add_row(
+        f"{e.step_time_s:.4g}",
+        f"{e.tokens_per_s:,.0f}",
+        f"{e.model_tflops_per_gpu:.1f}",
+        f"{e.mfu:.1%}",
+        f"{e.peak_memory_gib:.1f} / {e.gpu_memory_gib:g}",
+        "yes" if e.fits else "[bold red]NO[/]",
+    )
     show(table, out)
     parts = Table("compute", "TP comm", "PP bubble", "PP p2p", "DP sync", "optimizer")
-    parts.add_row(*(f"{x:.4g}" for x in (b.compute_s, b.tp_comm_s, b.pp_bubble_s, b.pp_p2p_s, b.dp_sync_s, b.optimizer_s)))
+    parts.add_row(
+        *(f"{x:.4g}" for x in (b.compute_s, b.tp_comm_s, b.pp_bubble_s, b.pp_p2p_s, b.dp_sync_s, b.optimizer_s))
+    )
     show(parts, out)
     for note in e.notes:
         out.print(f"note: {escape(note)}", soft_wrap=True, highlight=False)
@@ -121,10 +188,15 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
 
 
-plan_cmd = command("plan", _plan, FLAGS,
-                    "Find the fastest plans that fit (CP-SAT search, proven optimal for the modeled space).")
-estimate_cmd = command("estimate", _estimate, [f for f in FLAGS if f.path not in PLAN_ONLY],
-                        "Estimate step time and memory of one configuration (omitted fields take documented defaults).")
+plan_cmd = command(
+    "plan", _plan, FLAGS, "Find the fastest plans that fit (CP-SAT search, proven optimal for the modeled space)."
+)
+estimate_cmd = command(
+    "estimate",
+    _estimate,
+    [f for f in FLAGS if f.path not in PLAN_ONLY],
+    "Estimate step time and memory of one configuration (omitted fields take documented defaults).",
+)
 
 
 def _shown(v: object, unit: str, name: str = "") -> str:
@@ -153,7 +225,9 @@ def _delta(v, name: str) -> str:
 
 
 def diff(
-    plan_a: str = typer.Argument(..., metavar="PLAN_A", help="Plan or PlanResponse JSON/YAML (from `meshplan plan --json`)."),
+    plan_a: str = typer.Argument(
+        ..., metavar="PLAN_A", help="Plan or PlanResponse JSON/YAML (from `meshplan plan --json`)."
+    ),
     plan_b: str = typer.Argument(..., metavar="PLAN_B", help="The plan to compare it with."),
     index: int = typer.Option(0, "--index", min=0, help="Which plan of PLAN_A when it is a PlanResponse (0 = best)."),
     other_index: int = typer.Option(0, "--other-index", min=0, help="Which plan of PLAN_B when it is a PlanResponse."),
@@ -165,8 +239,12 @@ def diff(
 
     a = plan_from_data(read_document(plan_a, "PLAN_A"), "PLAN_A", index)
     b = plan_from_data(read_document(plan_b, "PLAN_B"), "PLAN_B", other_index)
-    comparison = compare_plans(a, b, f"A: {plan_a}" + (f" #{index}" if index else ""),
-                               f"B: {plan_b}" + (f" #{other_index}" if other_index else ""))
+    comparison = compare_plans(
+        a,
+        b,
+        f"A: {plan_a}" + (f" #{index}" if index else ""),
+        f"B: {plan_b}" + (f" #{other_index}" if other_index else ""),
+    )
     if as_json:
         typer.echo(comparison.model_dump_json(indent=2))
         return
@@ -180,7 +258,9 @@ def diff(
         table.columns[0].no_wrap = True
         for r in rows:
             style = None if r.same else "bold"
-            table.add_row(r.name, _shown(r.a, r.unit, r.name), _shown(r.b, r.unit, r.name), _delta(r, r.name), style=style)
+            table.add_row(
+                r.name, _shown(r.a, r.unit, r.name), _shown(r.b, r.unit, r.name), _delta(r, r.name), style=style
+            )
         show(table, out)
 
 

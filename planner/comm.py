@@ -30,8 +30,18 @@ from planner.specs import ClusterSpec, GpuSpec, NetworkProfile
 DEFAULT_INTRA_LATENCY_S = 2e-6
 DEFAULT_INTER_LATENCY_S = 5e-6
 
-_STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1, "reduce_scatter": lambda n: n - 1, "send_recv": lambda n: 1}
-_VOLUME = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n, "send_recv": lambda n: 1.0}
+_STEPS = {
+    "all_reduce": lambda n: 2 * (n - 1),
+    "all_gather": lambda n: n - 1,
+    "reduce_scatter": lambda n: n - 1,
+    "send_recv": lambda n: 1,
+}
+_VOLUME = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "send_recv": lambda n: 1.0,
+}
 
 
 @dataclass(frozen=True)
@@ -48,11 +58,15 @@ class CommModel:
     network: NetworkProfile | None = None
 
     @classmethod
-    def for_cluster(cls, cluster: ClusterSpec, gpu: GpuSpec, network: NetworkProfile | None = None) -> "CommModel":
+    def for_cluster(cls, cluster: ClusterSpec, gpu: GpuSpec, network: NetworkProfile | None = None) -> CommModel:
         intra_bw = cluster.intra_node_bandwidth_GBps or gpu.nvlink_bandwidth_GBps
         inter_bw = cluster.inter_node_bandwidth_GBps or gpu.nic_bandwidth_GBps
-        intra_lat = DEFAULT_INTRA_LATENCY_S if cluster.intra_node_latency_us is None else cluster.intra_node_latency_us * 1e-6
-        inter_lat = DEFAULT_INTER_LATENCY_S if cluster.inter_node_latency_us is None else cluster.inter_node_latency_us * 1e-6
+        intra_lat = (
+            DEFAULT_INTRA_LATENCY_S if cluster.intra_node_latency_us is None else cluster.intra_node_latency_us * 1e-6
+        )
+        inter_lat = (
+            DEFAULT_INTER_LATENCY_S if cluster.inter_node_latency_us is None else cluster.inter_node_latency_us * 1e-6
+        )
         return cls(Link(intra_lat, intra_bw * 1e9), Link(inter_lat, inter_bw * 1e9), cluster.gpus_per_node, network)
 
     def link_class(self, ranks: list[int]) -> str:

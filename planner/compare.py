@@ -51,18 +51,35 @@ def _value(name: str, a: Value, b: Value, unit: str = "") -> ComparedValue:
 def _settings(p: Plan) -> dict[str, Value]:
     c = p.parallel
     return {
-        "model": p.model.name, "gpu": p.gpu.id, "nodes": p.cluster.num_nodes, "gpus_per_node": p.cluster.gpus_per_node,
-        "global_batch_size": p.training.global_batch_size, "seq_len": p.training.seq_len, "precision": p.training.precision,
-        "tp": c.tp, "pp": c.pp, "dp": c.dp, "micro_batch_size": c.micro_batch_size, "num_microbatches": p.estimate.num_microbatches,
-        "schedule": c.schedule, "virtual_stages": c.virtual_stages, "recompute": c.recompute,
-        "sequence_parallel": c.sequence_parallel, "zero_stage": c.zero_stage, "stage_layers": list(c.stage_layers),
+        "model": p.model.name,
+        "gpu": p.gpu.id,
+        "nodes": p.cluster.num_nodes,
+        "gpus_per_node": p.cluster.gpus_per_node,
+        "global_batch_size": p.training.global_batch_size,
+        "seq_len": p.training.seq_len,
+        "precision": p.training.precision,
+        "tp": c.tp,
+        "pp": c.pp,
+        "dp": c.dp,
+        "micro_batch_size": c.micro_batch_size,
+        "num_microbatches": p.estimate.num_microbatches,
+        "schedule": c.schedule,
+        "virtual_stages": c.virtual_stages,
+        "recompute": c.recompute,
+        "sequence_parallel": c.sequence_parallel,
+        "zero_stage": c.zero_stage,
+        "stage_layers": list(c.stage_layers),
     }
 
 
 def _time(p: Plan) -> list[tuple[str, float, str]]:
     e, b = p.estimate, p.estimate.breakdown
-    return [("step_time_s", e.step_time_s, "s"), *((name, getattr(b, name), "s") for name in type(b).model_fields),
-            ("tokens_per_s", e.tokens_per_s, "tokens/s"), ("mfu", e.mfu, "")]
+    return [
+        ("step_time_s", e.step_time_s, "s"),
+        *((name, getattr(b, name), "s") for name in type(b).model_fields),
+        ("tokens_per_s", e.tokens_per_s, "tokens/s"),
+        ("mfu", e.mfu, ""),
+    ]
 
 
 def _memory(p: Plan) -> dict[str, float]:

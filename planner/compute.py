@@ -91,19 +91,35 @@ class Context:
         if lp is None:
             from planner.analytic import layer_profile
 
-            lp = layer_profile(self.model, kind, micro_batch_size=mbs, seq_len=self.training.seq_len, tp=tp,
-                               sequence_parallel=sp, precision=self.training.precision)
+            lp = layer_profile(
+                self.model,
+                kind,
+                micro_batch_size=mbs,
+                seq_len=self.training.seq_len,
+                tp=tp,
+                sequence_parallel=sp,
+                precision=self.training.precision,
+            )
         return lp
 
 
-def gemm_shapes(model: ModelSpec, kind: str, tokens: int, seq: int, mbs: int, tp: int) -> list[tuple[int, int, int, int]]:
+def gemm_shapes(
+    model: ModelSpec, kind: str, tokens: int, seq: int, mbs: int, tp: int
+) -> list[tuple[int, int, int, int]]:
     """Forward GEMMs (M, N, K, count) of one layer on one TP rank."""
     h, hd = model.hidden_size, model.head_dim
     if kind == "transformer_block":
         q, kv, f = model.num_attention_heads * hd // tp, model.num_kv_heads * hd // tp, model.ffn_hidden_size // tp
         heads = mbs * model.num_attention_heads // tp
-        out = [(tokens, q, h, 1), (tokens, kv, h, 2), (tokens, h, q, 1), (tokens, f, h, 1), (tokens, h, f, 1),
-               (seq, seq, hd, heads), (seq, hd, seq, heads)]
+        out = [
+            (tokens, q, h, 1),
+            (tokens, kv, h, 2),
+            (tokens, h, q, 1),
+            (tokens, f, h, 1),
+            (tokens, h, f, 1),
+            (seq, seq, hd, heads),
+            (seq, hd, seq, heads),
+        ]
         if model.activation == "swiglu":
             out.append((tokens, f, h, 1))
         return out

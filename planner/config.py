@@ -46,24 +46,67 @@ class ScheduleInfo:
 
 
 SCHEDULES: tuple[ScheduleInfo, ...] = (
-    ScheduleInfo("gpipe", priced=True, runnable=True, needs_virtual_stages=False, fixed_virtual_stages=1, placement="looped",
-                 splits_backward=False, torch_class="ScheduleGPipe", description="All forwards, then all backwards (GPipe)."),
-    ScheduleInfo("1f1b", priced=True, runnable=True, needs_virtual_stages=False, fixed_virtual_stages=1, placement="looped",
-                 splits_backward=False, torch_class="Schedule1F1B",
-                 description="One forward, one backward (PipeDream-Flush); needs micro-batches ≥ pp."),
-    ScheduleInfo("interleaved-1f1b", priced=True, runnable=True, needs_virtual_stages=True, fixed_virtual_stages=None,
-                 placement="looped", splits_backward=False, torch_class="ScheduleInterleaved1F1B",
-                 description="1F1B over several looped model chunks per rank (Megatron-LM virtual pipeline)."),
-    ScheduleInfo("interleaved-zero-bubble", priced=False, runnable=True, needs_virtual_stages=True, fixed_virtual_stages=None,
-                 placement="looped", splits_backward=True, torch_class="ScheduleInterleavedZeroBubble",
-                 description="Interleaved schedule that splits backward into input and weight gradients; runtime only."),
-    ScheduleInfo("zbv-zero-bubble", priced=False, runnable=True, needs_virtual_stages=True, fixed_virtual_stages=2,
-                 placement="v", splits_backward=True, torch_class="ScheduleZBVZeroBubble",
-                 description="Zero-bubble schedule with two chunks per rank placed in a V; runtime only."),
+    ScheduleInfo(
+        "gpipe",
+        priced=True,
+        runnable=True,
+        needs_virtual_stages=False,
+        fixed_virtual_stages=1,
+        placement="looped",
+        splits_backward=False,
+        torch_class="ScheduleGPipe",
+        description="All forwards, then all backwards (GPipe).",
+    ),
+    ScheduleInfo(
+        "1f1b",
+        priced=True,
+        runnable=True,
+        needs_virtual_stages=False,
+        fixed_virtual_stages=1,
+        placement="looped",
+        splits_backward=False,
+        torch_class="Schedule1F1B",
+        description="One forward, one backward (PipeDream-Flush); needs micro-batches ≥ pp.",
+    ),
+    ScheduleInfo(
+        "interleaved-1f1b",
+        priced=True,
+        runnable=True,
+        needs_virtual_stages=True,
+        fixed_virtual_stages=None,
+        placement="looped",
+        splits_backward=False,
+        torch_class="ScheduleInterleaved1F1B",
+        description="1F1B over several looped model chunks per rank (Megatron-LM virtual pipeline).",
+    ),
+    ScheduleInfo(
+        "interleaved-zero-bubble",
+        priced=False,
+        runnable=True,
+        needs_virtual_stages=True,
+        fixed_virtual_stages=None,
+        placement="looped",
+        splits_backward=True,
+        torch_class="ScheduleInterleavedZeroBubble",
+        description="Interleaved schedule that splits backward into input and weight gradients; runtime only.",
+    ),
+    ScheduleInfo(
+        "zbv-zero-bubble",
+        priced=False,
+        runnable=True,
+        needs_virtual_stages=True,
+        fixed_virtual_stages=2,
+        placement="v",
+        splits_backward=True,
+        torch_class="ScheduleZBVZeroBubble",
+        description="Zero-bubble schedule with two chunks per rank placed in a V; runtime only.",
+    ),
 )
 SCHEDULE_INFO: dict[str, ScheduleInfo] = {s.id: s for s in SCHEDULES}
 Schedule = Literal["gpipe", "1f1b", "interleaved-1f1b", "interleaved-zero-bubble", "zbv-zero-bubble"]
-if typing.get_args(Schedule) != tuple(SCHEDULE_INFO):  # the Literal is spelled for type checkers; it must match the table
+if typing.get_args(Schedule) != tuple(
+    SCHEDULE_INFO
+):  # the Literal is spelled for type checkers; it must match the table
     raise TypeError(f"Schedule {typing.get_args(Schedule)} differs from SCHEDULES {tuple(SCHEDULE_INFO)}")
 #: Schedules the planner's cost model prices (and searches); the others are runtime-only.
 PRICED_SCHEDULES: tuple[str, ...] = tuple(s.id for s in SCHEDULES if s.priced)
@@ -107,18 +150,41 @@ class ConfigField:
 FIELDS: tuple[ConfigField, ...] = (
     ConfigField("tp", int, "Tensor-parallel degree.", 1, required=True, ge=1, le=MAX_GPUS),
     ConfigField("pp", int, "Pipeline-parallel degree (pipeline ranks).", 1, required=True, ge=1, le=MAX_LAYERS),
-    ConfigField("dp", int, "Data-parallel degree.", None, required=True, estimate="the GPUs left: num_gpus / (tp × pp)",
-                ge=1, le=MAX_GPUS),
+    ConfigField(
+        "dp",
+        int,
+        "Data-parallel degree.",
+        None,
+        required=True,
+        estimate="the GPUs left: num_gpus / (tp × pp)",
+        ge=1,
+        le=MAX_GPUS,
+    ),
     ConfigField("micro_batch_size", int, "Sequences per micro-batch.", 1, required=True, ge=1, le=1_000_000),
     ConfigField("schedule", Schedule, "Pipeline schedule (see GET /v1/catalog/schedules).", "1f1b"),
-    ConfigField("virtual_stages", int, "Model chunks per pipeline rank (interleaved schedules).", 1,
-                estimate="2 for schedules with virtual stages, else 1", ge=1, le=64),
+    ConfigField(
+        "virtual_stages",
+        int,
+        "Model chunks per pipeline rank (interleaved schedules).",
+        1,
+        estimate="2 for schedules with virtual stages, else 1",
+        ge=1,
+        le=64,
+    ),
     ConfigField("recompute", Recompute, "Activation recomputation.", "none"),
     ConfigField("sequence_parallel", bool, "Sequence parallelism (needs tp > 1).", False),
     ConfigField("zero_stage", int, "ZeRO stage over the data-parallel group.", 0, ge=0, le=3),
-    ConfigField("stage_layers", list[int], "Transformer layers of each model chunk, in pipeline order (pp × virtual_stages entries).",
-                None, required=True, estimate="an even split (remainder to the middle chunks)", in_class=False,
-                min_length=1, max_length=4096),
+    ConfigField(
+        "stage_layers",
+        list[int],
+        "Transformer layers of each model chunk, in pipeline order (pp × virtual_stages entries).",
+        None,
+        required=True,
+        estimate="an even split (remainder to the middle chunks)",
+        in_class=False,
+        min_length=1,
+        max_length=4096,
+    ),
 )
 FIELD: dict[str, ConfigField] = {f.name: f for f in FIELDS}
 CLASS_FIELDS: tuple[str, ...] = tuple(f.name for f in FIELDS if f.in_class)
@@ -137,8 +203,11 @@ def pin_field(name: str) -> Any:
     from pydantic import Field
 
     f = FIELD[name]
-    return Field(default=None, description=f"{f.description} Unpinned: searched by plan; estimate uses {_estimate_doc(f)}.",
-                 **f.bounds())
+    return Field(
+        default=None,
+        description=f"{f.description} Unpinned: searched by plan; estimate uses {_estimate_doc(f)}.",
+        **f.bounds(),
+    )
 
 
 def _estimate_doc(f: ConfigField) -> str:
@@ -169,7 +238,9 @@ def check_fields(cls: type, *, optional: bool = False, class_only: bool = False)
     else:
         have = {name: info.annotation for name, info in cls.model_fields.items()}  # type: ignore[attr-defined]
     if list(have) != [f.name for f in want]:
-        raise TypeError(f"{cls.__name__} fields {list(have)} differ from planner.config.FIELDS {[f.name for f in want]}")
+        raise TypeError(
+            f"{cls.__name__} fields {list(have)} differ from planner.config.FIELDS {[f.name for f in want]}"
+        )
     for f in want:
         t = f.type | None if optional else f.type
         ok = have[f.name] == t if not is_dataclass(cls) else _plain(have[f.name]) is _plain(f.type)
@@ -179,9 +250,15 @@ def check_fields(cls: type, *, optional: bool = False, class_only: bool = False)
         for f in want:
             info = cls.model_fields[f.name]  # type: ignore[attr-defined]
             ref = (pin_field if optional else config_field)(f.name)
-            if (info.is_required(), info.default, info.description, info.metadata) != \
-                    (ref.is_required(), ref.default, ref.description, ref.metadata):
-                raise TypeError(f"{cls.__name__}.{f.name}: declare it as {'pin_field' if optional else 'config_field'}({f.name!r})")
+            if (info.is_required(), info.default, info.description, info.metadata) != (
+                ref.is_required(),
+                ref.default,
+                ref.description,
+                ref.metadata,
+            ):
+                raise TypeError(
+                    f"{cls.__name__}.{f.name}: declare it as {'pin_field' if optional else 'config_field'}({f.name!r})"
+                )
 
 
 # --------------------------------------------------------------------------------------------
@@ -197,5 +274,7 @@ def describe(config: Any, num_microbatches: int | None = None) -> str:
     m = f" ({num_microbatches} micro-batches)" if num_microbatches is not None else ""
     v = f" v={c.virtual_stages}" if c.virtual_stages > 1 else ""
     stages = getattr(c, "stage_layers", None)
-    return (f"TP{c.tp}{sp}×PP{c.pp}×DP{c.dp}, mbs {c.micro_batch_size}{m}, {c.schedule}{v}, recompute {c.recompute}, "
-            f"ZeRO-{c.zero_stage}" + (f", stages {list(stages)}" if stages is not None else ""))
+    return (
+        f"TP{c.tp}{sp}×PP{c.pp}×DP{c.dp}, mbs {c.micro_batch_size}{m}, {c.schedule}{v}, recompute {c.recompute}, "
+        f"ZeRO-{c.zero_stage}" + (f", stages {list(stages)}" if stages is not None else "")
+    )

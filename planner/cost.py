@@ -25,8 +25,21 @@ from planner.memory import rank_memory, usable_bytes
 from planner.simulate import SimResult, chunk_ranks, rank_orders, simulate
 from planner.terms import EndTerms, SharedTerms, class_terms, end_terms, ns, rank_end
 
-__all__ = ["Candidate", "ClassCosts", "Context", "Evaluation", "Live", "boundary_lags", "class_costs", "evaluate", "live_vectors",
-           "live_vectors_cached", "num_microbatches", "rank_end_terms", "rank_memory"]
+__all__ = [
+    "Candidate",
+    "ClassCosts",
+    "Context",
+    "Evaluation",
+    "Live",
+    "boundary_lags",
+    "class_costs",
+    "evaluate",
+    "live_vectors",
+    "live_vectors_cached",
+    "num_microbatches",
+    "rank_end_terms",
+    "rank_memory",
+]
 
 
 @dataclass(frozen=True, order=True)
@@ -116,8 +129,7 @@ def live_vectors_cached(schedule: str, pp: int, v: int, m: int) -> Live:
             else:
                 alive[c] -= 1
         dicts = [dict(p) for p in peaks]
-        keep = [p for p in dicts
-                if not any(q != p and all(q.get(c, 0) >= k for c, k in p.items()) for q in dicts)]
+        keep = [p for p in dicts if not any(q != p and all(q.get(c, 0) >= k for c, k in p.items()) for q in dicts)]
         out.append(tuple(tuple(sorted(p.items())) for p in keep))
     return tuple(out)
 
@@ -137,8 +149,10 @@ def boundary_lags(ctx: Context, c: Candidate, p2p_bytes: int) -> list[int]:
         where, g, block = chunk_ranks(c.pp, c.virtual_stages), ctx.cluster.gpus_per_node, c.dp * c.tp
         t_intra = ns(ctx.comm.time("send_recv", p2p_bytes, 2, "intra_node"))
         t_inter = ns(ctx.comm.time("send_recv", p2p_bytes, 2, "inter_node"))
-        lags = ctx.memo[key] = [0 if i == j else (t_inter if boundary_crosses_nodes(g, block, i, j) else t_intra)
-                                for i, j in pairwise(where)]
+        lags = ctx.memo[key] = [
+            0 if i == j else (t_inter if boundary_crosses_nodes(g, block, i, j) else t_intra)
+            for i, j in pairwise(where)
+        ]
     return lags
 
 
@@ -169,12 +183,24 @@ def _class_costs(ctx: Context, c: Candidate) -> ClassCosts:
         return a.per_chunk([0] * c.chunks)
 
     return ClassCosts(
-        cand=c, shared=s, m=m, num_layers=ctx.model.num_layers, chunk_rank=chunk_ranks(c.pp, c.virtual_stages),
-        f_layer=s.fwd.layer, b_layer=s.bwd.layer, f_extra=extras(s.fwd), b_extra=extras(s.bwd),
+        cand=c,
+        shared=s,
+        m=m,
+        num_layers=ctx.model.num_layers,
+        chunk_rank=chunk_ranks(c.pp, c.virtual_stages),
+        f_layer=s.fwd.layer,
+        b_layer=s.bwd.layer,
+        f_extra=extras(s.fwd),
+        b_extra=extras(s.bwd),
         lag=list(boundary_lags(ctx, c, s.p2p_bytes)),
-        f_layer_tp=s.fwd_tp.layer, b_layer_tp=s.bwd_tp.layer, f_extra_tp=extras(s.fwd_tp), b_extra_tp=extras(s.bwd_tp),
-        live=live_vectors_cached(c.schedule, c.pp, c.virtual_stages, m), usable_bytes=usable_bytes(ctx.gpu.memory_gib),
-        flops_layer=s.flops_layer, flops_extra=per_chunk((s.flops_emb, s.flops_head)),
+        f_layer_tp=s.fwd_tp.layer,
+        b_layer_tp=s.bwd_tp.layer,
+        f_extra_tp=extras(s.fwd_tp),
+        b_extra_tp=extras(s.bwd_tp),
+        live=live_vectors_cached(c.schedule, c.pp, c.virtual_stages, m),
+        usable_bytes=usable_bytes(ctx.gpu.memory_gib),
+        flops_layer=s.flops_layer,
+        flops_extra=per_chunk((s.flops_emb, s.flops_head)),
     )
 
 

@@ -81,7 +81,9 @@ def initial_chains(cc: ClassCosts) -> list[Chain]:
     orders = rank_orders(c.schedule, c.pp, c.virtual_stages, cc.m)
     cuts = []
     for i in range(c.pp):
-        path = [("F", 0, ch) for ch in range(i)] + list(orders[i]) + [("B", cc.m - 1, ch) for ch in range(i - 1, -1, -1)]
+        path = (
+            [("F", 0, ch) for ch in range(i)] + list(orders[i]) + [("B", cc.m - 1, ch) for ch in range(i - 1, -1, -1)]
+        )
         lags = [b for b in list(range(i)) * 2 if cc.chunk_rank[b] != cc.chunk_rank[b + 1]]
         cuts.append(chain(cc, path, lags))
     if c.schedule == "1f1b" and c.virtual_stages == 1 and c.pp > 1:
@@ -91,8 +93,12 @@ def initial_chains(cc: ClassCosts) -> list[Chain]:
         for k in range(p):
             ops = list(orders[k])
             start = ops.index(("B", 0, k))
-            path = [("F", 0, ch) for ch in range(p)] + [("B", 0, ch) for ch in range(p - 1, k, -1)] + ops[start:] \
+            path = (
+                [("F", 0, ch) for ch in range(p)]
+                + [("B", 0, ch) for ch in range(p - 1, k, -1)]
+                + ops[start:]
                 + [("B", cc.m - 1, ch) for ch in range(k - 1, -1, -1)]
+            )
             lags = list(range(p - 1)) + list(range(k, p - 1)) + list(range(k))
             cuts.append(chain(cc, path, lags))
     return cuts
@@ -116,7 +122,7 @@ def greedy_cut(cc: ClassCosts) -> list[int]:
         left -= 1
         heapq.heappush(heap, (t + cc.f_layer + cc.b_layer, c))
     if left > 0:  # memory could not take them: place the rest evenly anyway (infeasible hint)
-        for t, c in sorted(blocked):
+        for _t, c in sorted(blocked):
             if left == 0:
                 break
             n[c] += 1
@@ -129,7 +135,9 @@ def greedy_cut(cc: ClassCosts) -> list[int]:
     return n
 
 
-def local_search(cc: ClassCosts, start: list[int], max_evals: int = 60, deadline: float | None = None) -> tuple[list[int], Evaluation, list[Chain]]:
+def local_search(
+    cc: ClassCosts, start: list[int], max_evals: int = 60, deadline: float | None = None
+) -> tuple[list[int], Evaluation, list[Chain]]:
     """Hill-climb over single-layer moves between chunks, scored by the exact objective (simulation);
     returns the best fitting cut found and the critical-path cuts of every simulated cut."""
     cuts: dict[Chain, None] = {}
@@ -210,8 +218,13 @@ def better(a: Evaluation, b: Evaluation | None) -> bool:
     return b is None or (a.objective_ns, a.peak_memory_bytes) < (b.objective_ns, b.peak_memory_bytes)
 
 
-def solve_class(cc: ClassCosts, options: SearchOptions, fixed: list[int] | None = None, incumbent: int | None = None,
-                deadline: float | None = None) -> ClassResult:
+def solve_class(
+    cc: ClassCosts,
+    options: SearchOptions,
+    fixed: list[int] | None = None,
+    incumbent: int | None = None,
+    deadline: float | None = None,
+) -> ClassResult:
     """The class's best cut (``fixed``: that cut only). ``incumbent``: the k-th best step time so far;
     a class that cannot reach it is PRUNED (ties are solved: they may rank first on memory)."""
     t0 = time.perf_counter()

@@ -160,9 +160,16 @@ def _explain(err: Mapping[str, Any], name: str, info: Any, flag: bool, entry: bo
 
 
 #: What each union member's type mismatch reads as, when a value is none of the members.
-_TYPE_WORDS = {"string_type": "a string", "int_type": "a whole number", "float_type": "a number", "bool_type": "true or false",
-               "model_type": "a JSON object", "model_attributes_type": "a JSON object", "dict_type": "a JSON object",
-               "list_type": "a list"}
+_TYPE_WORDS = {
+    "string_type": "a string",
+    "int_type": "a whole number",
+    "float_type": "a number",
+    "bool_type": "true or false",
+    "model_type": "a JSON object",
+    "model_attributes_type": "a JSON object",
+    "dict_type": "a JSON object",
+    "list_type": "a list",
+}
 
 
 def merge_union_errors(errors: list[Any]) -> list[dict]:
@@ -192,15 +199,26 @@ def merge_union_errors(errors: list[Any]) -> list[dict]:
             merged += nested
         elif len(members) > 1 and all(e["type"] in _TYPE_WORDS for _, e in members):
             words = list(dict.fromkeys(_TYPE_WORDS[e["type"]] for _, e in members))
-            merged.append({"type": "union_type", "loc": item, "input": members[0][1].get("input"), "ctx": {"expected": words},
-                           "msg": "matches none of the allowed types"})
+            merged.append(
+                {
+                    "type": "union_type",
+                    "loc": item,
+                    "input": members[0][1].get("input"),
+                    "ctx": {"expected": words},
+                    "msg": "matches none of the allowed types",
+                }
+            )
         else:
             merged += [e for _, e in members]
     return merged
 
 
-_BOUNDS = {"greater_than_equal": ("≥", "ge"), "greater_than": (">", "gt"), "less_than_equal": ("≤", "le"),
-           "less_than": ("<", "lt")}
+_BOUNDS = {
+    "greater_than_equal": ("≥", "ge"),
+    "greater_than": (">", "gt"),
+    "less_than_equal": ("≤", "le"),
+    "less_than": ("<", "lt"),
+}
 
 
 def _requirement(info: Any) -> str:
@@ -276,7 +294,11 @@ def with_known_fields(err: Mapping[str, Any], model: type, loc: list) -> dict:
             continue
         if not (isinstance(current, type) and issubclass(current, BaseModel)) or part not in current.model_fields:
             return dict(err)
-        nested = [a for a in _flatten(current.model_fields[part].annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+        nested = [
+            a
+            for a in _flatten(current.model_fields[part].annotation)
+            if isinstance(a, type) and issubclass(a, BaseModel)
+        ]
         current = nested[0] if nested else None
     if not (isinstance(current, type) and issubclass(current, BaseModel)):
         return dict(err)

@@ -13,7 +13,7 @@ import typing
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from pydantic import BaseModel
@@ -60,7 +60,7 @@ HELP = {
     "cluster.intra_node_latency_us": "Override of the intra-node link latency, µs.",
     "cluster.preset": "A known system (see `meshplan clusters`): sets the GPU, GPUs per node and link bandwidths not given.",
     "cluster.inter_node_bandwidth": "Inter-node network as stated: '8x400Gb/s' (NICs per node × rate), '400 Gb/s per GPU' "
-                                    "or '400 Gb/s per node'.",
+    "or '400 Gb/s per node'.",
     "cluster.intra_node_bandwidth": "Intra-node link bandwidth as stated, one direction, e.g. '450 GB/s per GPU'.",
     "cluster.inter_node_latency_us": "Override of the inter-node link latency, µs.",
 }
@@ -110,9 +110,16 @@ def _read_spec(flag: Flag, path: str) -> dict:
     try:
         return cls.model_validate(data).model_dump(mode="json", exclude_none=True)
     except ValidationError as exc:
-        raise InvalidInput([MeshplanError(f"{e['field']} (in {path}, given by {flag.name})", e["message"],
-                                          e["fix"].replace("set ", f"in {path} set ", 1))
-                            for e in validation_errors(exc, model=cls)]) from None
+        raise InvalidInput(
+            [
+                MeshplanError(
+                    f"{e['field']} (in {path}, given by {flag.name})",
+                    e["message"],
+                    e["fix"].replace("set ", f"in {path} set ", 1),
+                )
+                for e in validation_errors(exc, model=cls)
+            ]
+        ) from None
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:
@@ -149,7 +156,9 @@ def request_flags(model: type[BaseModel] = PlanRequest, prefix: str = "") -> lis
             flags.append(Flag(path, "--" + name.lower().replace("_", "-"), "file", DOCUMENT_FLAGS[path], "FILE"))
             continue
         nested = _models_in(info.annotation)
-        plain = [a for a in typing.get_args(info.annotation) or [info.annotation] if a is not type(None) and a not in nested]
+        plain = [
+            a for a in typing.get_args(info.annotation) or [info.annotation] if a is not type(None) and a not in nested
+        ]
         if nested and not plain:
             flags += request_flags(nested[0], f"{path}.")
             continue
@@ -161,7 +170,9 @@ def request_flags(model: type[BaseModel] = PlanRequest, prefix: str = "") -> lis
         default = CLI_DEFAULTS.get(path, None if info.is_required() else info.get_default(call_default_factory=True))
         if default is not None and kind != "bool":
             text += f" [default: {default}]"
-        metavar = METAVARS.get(path) or ("CHOICE" if choices else {"int": "INT", "float": "NUMBER", "list": "N,N,...", "str": "ID"}.get(kind, ""))
+        metavar = METAVARS.get(path) or (
+            "CHOICE" if choices else {"int": "INT", "float": "NUMBER", "list": "N,N,...", "str": "ID"}.get(kind, "")
+        )
         flags.append(Flag(path, RENAMED.get(path, "--" + name.lower().replace("_", "-")), kind, text.strip(), metavar))
     return flags
 
@@ -203,7 +214,9 @@ def request_from(request_file: str | None, values: dict[str, Any]) -> PlanReques
     if request_file is not None:
         doc = read_document(request_file, "--request")
         if not isinstance(doc, dict):
-            raise MeshplanError("--request", "the request file must hold a JSON/YAML object", "write a PlanRequest object")
+            raise MeshplanError(
+                "--request", "the request file must hold a JSON/YAML object", "write a PlanRequest object"
+            )
         data = doc
     by_path = {f.path: f for f in FLAGS}
     given = {path: by_path[path].parse(raw) for path, raw in values.items() if raw is not None}
@@ -222,7 +235,9 @@ def request_from(request_file: str | None, values: dict[str, Any]) -> PlanReques
             if request_file is not None and not e.field.startswith("--"):
                 e.field = f"{e.field} (in {request_file})"
             elif e.message == "is required":
-                e.fix += " (or give it in --request FILE)" + (" (or --cluster-preset)" if e.field in {"--gpu", "--gpus-per-node"} else "")
+                e.fix += " (or give it in --request FILE)" + (
+                    " (or --cluster-preset)" if e.field in {"--gpu", "--gpus-per-node"} else ""
+                )
         raise InvalidInput(errors) from None
 
 
@@ -253,16 +268,32 @@ def command(name: str, run: Callable[[PlanRequest, bool], None], flags: list[Fla
     """A Typer command ``name`` taking ``--request FILE``, ``flags`` and ``--json``; it builds the
     request and hands it to ``run(request, as_json)``."""
     P = inspect.Parameter
-    params = [P("request", P.KEYWORD_ONLY, annotation=Optional[str],
-                default=typer.Option(None, "--request", help="PlanRequest JSON/YAML file (flags override its fields).",
-                                     metavar="FILE"))]
+    params = [
+        P(
+            "request",
+            P.KEYWORD_ONLY,
+            annotation=str | None,
+            default=typer.Option(
+                None, "--request", help="PlanRequest JSON/YAML file (flags override its fields).", metavar="FILE"
+            ),
+        )
+    ]
     for f in flags:
         if f.kind == "bool":
             option = typer.Option(None, f"{f.name}/--no-{f.name[2:]}", help=f.help)
         else:
             option = typer.Option(None, f.name, help=f.help, metavar=f.metavar)
-        params.append(P(f.param, P.KEYWORD_ONLY, annotation=Optional[bool] if f.kind == "bool" else Optional[str], default=option))
-    params.append(P("as_json", P.KEYWORD_ONLY, annotation=bool, default=typer.Option(False, "--json", help="Machine-readable output.")))
+        params.append(
+            P(f.param, P.KEYWORD_ONLY, annotation=bool | None if f.kind == "bool" else str | None, default=option)
+        )
+    params.append(
+        P(
+            "as_json",
+            P.KEYWORD_ONLY,
+            annotation=bool,
+            default=typer.Option(False, "--json", help="Machine-readable output."),
+        )
+    )
 
     def command(**kwargs: Any) -> None:
         as_json = kwargs.pop("as_json")
@@ -275,5 +306,3 @@ def command(name: str, run: Callable[[PlanRequest, bool], None], flags: list[Fla
     command.__name__ = command.__qualname__ = name.replace("-", "_")
     command.__doc__ = doc
     return command
-
-

@@ -25,7 +25,11 @@ def read_document(path: str | Path, field: str) -> object:
             return yaml.safe_load(text)
         return json.loads(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise MeshplanError(field, f"{p} is not valid {'YAML' if p.suffix in {'.yaml', '.yml'} else 'JSON'}: {exc}", "fix the file's syntax") from None
+        raise MeshplanError(
+            field,
+            f"{p} is not valid {'YAML' if p.suffix in {'.yaml', '.yml'} else 'JSON'}: {exc}",
+            "fix the file's syntax",
+        ) from None
 
 
 def load_model(cls: type[M], path: str | Path, field: str) -> M:
@@ -46,9 +50,13 @@ def plan_from_data(data: object, field: str = "plan", index: int = 0) -> Plan:
             response = PlanResponse.model_validate(data)
             if not response.plans:
                 reason = response.infeasible.reason if response.infeasible else "no feasible plan"
-                raise MeshplanError(field, f"the plan response holds no plan ({reason})", "re-plan with a feasible request")
+                raise MeshplanError(
+                    field, f"the plan response holds no plan ({reason})", "re-plan with a feasible request"
+                )
             if index >= len(response.plans):
-                raise MeshplanError(field, f"plan index {index} out of range ({len(response.plans)} plans)", "choose a smaller index")
+                raise MeshplanError(
+                    field, f"plan index {index} out of range ({len(response.plans)} plans)", "choose a smaller index"
+                )
             return response.plans[index]
         return Plan.model_validate(data)
     except ValidationError as exc:

@@ -39,7 +39,7 @@ def mesh_groups(mesh: MeshLayout, dim: str) -> list[list[int]]:
     if dim not in mesh.dim_names:
         raise ValueError(f"mesh has no dimension {dim!r} (it has {mesh.dim_names})")
     d = mesh.dim_names.index(dim)
-    strides = [math.prod(mesh.shape[i + 1:]) for i in range(len(mesh.shape))]
+    strides = [math.prod(mesh.shape[i + 1 :]) for i in range(len(mesh.shape))]
     others = [range(n) for i, n in enumerate(mesh.shape) if i != d]
     groups = []
     for coords in itertools.product(*others):
@@ -61,7 +61,9 @@ def tp_plan(model: ModelSpec, parallel: ParallelConfig) -> list[TPRule]:
     if vocab_parallel:
         rules.append(TPRule(pattern="embed.tok", style="rowwise", input_layouts=[rep], output_layouts=[rep]))
     if sp:
-        rules.append(TPRule(pattern="embed", style="prepare_output", output_layouts=[rep], desired_output_layouts=[seq]))
+        rules.append(
+            TPRule(pattern="embed", style="prepare_output", output_layouts=[rep], desired_output_layouts=[seq])
+        )
     norm_style: TPStyle = "sequence_parallel" if sp else "replicate"
     rules += [
         TPRule(pattern="layers.*.attn_norm", style=norm_style),

@@ -39,6 +39,7 @@ OPTIMIZER_STATE_BYTES = {("adam", True): 12, ("adam", False): 8, ("sgd", True): 
 #: states, write the 16-bit copy): Adam mixed = 2 + 8 + 8 + 8 + 2; SGD with momentum = 2 + 8 + 8 + 2.
 OPTIMIZER_STEP_BYTES = {"adam": 28, "sgd": 20}
 
+
 class StateBytes(NamedTuple):
     """Bytes per parameter on one GPU, by kind, under a ZeRO stage."""
 
@@ -91,7 +92,7 @@ def peaks(t: MemoryTerms[Count]) -> list[Count]:
 def rank_states(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int) -> Count:
     """Model states of rank r of class ``c`` at the cut ``n``: rank r holds chunks r, r + pp, …, the
     embedding on rank 0 and the LM head (unless tied to it) on rank pp − 1."""
-    return s.states.at(total(n[r::c.pp]), r == 0, r == c.pp - 1 and s.own_head(c))
+    return s.states.at(total(n[r :: c.pp]), r == 0, r == c.pp - 1 and s.own_head(c))
 
 
 def rank_buffers(s: SharedTerms, c: Candidate, r: int) -> int:
@@ -107,8 +108,9 @@ def rank_activations(s: SharedTerms, c: Candidate, n: Sequence[Count], peak: tup
     return total([k * s.acts.at(n[ch], ch == 0, ch == last) for ch, k in peak])
 
 
-def memory_terms(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int,
-                 live: tuple[tuple[tuple[int, int], ...], ...]) -> MemoryTerms[Count]:
+def memory_terms(
+    s: SharedTerms, c: Candidate, n: Sequence[Count], r: int, live: tuple[tuple[tuple[int, int], ...], ...]
+) -> MemoryTerms[Count]:
     """Rank r of class ``c`` at the cut ``n``; ``live``: the rank's activation peaks
     (``cost.live_vectors_cached``)."""
     return MemoryTerms(rank_states(s, c, n, r), [rank_activations(s, c, n, vec) for vec in live], rank_buffers(s, c, r))
@@ -126,8 +128,11 @@ def stage_memory(cc: ClassCosts, n: list[int], r: int) -> StageMemory:
     per = cc.shared.state_bytes  # the states split in the ratio of their bytes per parameter
     s = per.total
     return StageMemory(
-        weights_gib=t.states * per.weights / s / GIB if s else 0.0, gradients_gib=t.states * per.gradients / s / GIB if s else 0.0,
+        weights_gib=t.states * per.weights / s / GIB if s else 0.0,
+        gradients_gib=t.states * per.gradients / s / GIB if s else 0.0,
         optimizer_gib=t.states * per.optimizer / s / GIB if s else 0.0,
-        activations_gib=max(t.activations) / GIB, buffers_gib=t.buffers / GIB, reserve_gib=reserve_bytes(tensors) / GIB,
+        activations_gib=max(t.activations) / GIB,
+        buffers_gib=t.buffers / GIB,
+        reserve_gib=reserve_bytes(tensors) / GIB,
         total_gib=with_reserve_gib(tensors),
     )

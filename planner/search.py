@@ -79,7 +79,9 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
             memo[k] = quick_bound(ctx, c)
         return memo[k]
 
-    heap = [QueueItem(qbound(c), simplicity(c), c.virtual_stages == 1 or forced_cut(ctx, pins, c) is None) for c in cands]
+    heap = [
+        QueueItem(qbound(c), simplicity(c), c.virtual_stages == 1 or forced_cut(ctx, pins, c) is None) for c in cands
+    ]
     heapq.heapify(heap)
 
     def next_class() -> QueueItem | None:
@@ -159,22 +161,50 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     if not found and not all_proven:
         found = fallback(ctx, unsolved + rest, top_k, pins)
     wall = time.perf_counter() - t0
-    notes = [(f"{len(cands)} configuration classes (every stage cut of each), {costed} costed (the rest bounded out), "
-              f"{pruned_memory} ruled out by memory bounds, {solved} solved with CP-SAT ({solves} solves), "
-              f"{simulated} simulated at their one allowed cut (pinned, or interleaved's uniform split)")]
+    notes = [
+        (
+            f"{len(cands)} configuration classes (every stage cut of each), {costed} costed (the rest bounded out), "
+            f"{pruned_memory} ruled out by memory bounds, {solved} solved with CP-SAT ({solves} solves), "
+            f"{simulated} simulated at their one allowed cut (pinned, or interleaved's uniform split)"
+        )
+    ]
     top = found[0].evaluation if found else None
     if top is None:
-        return SearchResult([], Status.INFEASIBLE if all_proven else Status.UNKNOWN, None, None, wall, len(cands), solved, solves,
-                            notes, min_memory=min_memory(ctx, cands, pins) if all_proven else None)
+        return SearchResult(
+            [],
+            Status.INFEASIBLE if all_proven else Status.UNKNOWN,
+            None,
+            None,
+            wall,
+            len(cands),
+            solved,
+            solves,
+            notes,
+            min_memory=min_memory(ctx, cands, pins) if all_proven else None,
+        )
     best = top.objective_ns
     if not all_proven:
-        notes.append(f"time limit ({options.time_limit_s:g} s) reached before the proof completed; the bound is the smallest open lower bound")
+        notes.append(
+            f"time limit ({options.time_limit_s:g} s) reached before the proof completed; the bound is the smallest open lower bound"
+        )
     bound = best if all_proven else min(best, open_bound if open_bound is not None else best)
-    return SearchResult(found, Status.OPTIMAL if all_proven else Status.FEASIBLE, best, bound,
-                        wall, len(cands), solved, solves, notes, memory_blocked=blocked)
+    return SearchResult(
+        found,
+        Status.OPTIMAL if all_proven else Status.FEASIBLE,
+        best,
+        bound,
+        wall,
+        len(cands),
+        solved,
+        solves,
+        notes,
+        memory_blocked=blocked,
+    )
 
 
-def fallback(ctx: Context, rest: list[QueueItem], top_k: int, pins: ParallelPins, max_classes: int = 64) -> list[ClassResult]:
+def fallback(
+    ctx: Context, rest: list[QueueItem], top_k: int, pins: ParallelPins, max_classes: int = 64
+) -> list[ClassResult]:
     """When the time limit ran out before any class was solved: the best-bound classes not reached,
     each with its balanced (greedy) cut scored by the simulation — valid FEASIBLE plans. (The
     reported bound is already the smallest open lower bound.)"""

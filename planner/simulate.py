@@ -68,8 +68,10 @@ def rank_orders(schedule: str, pp: int, v: int, m: int) -> list[list[Op]]:
 @lru_cache(maxsize=256)
 def _coded_orders(schedule: str, pp: int, v: int, m: int) -> tuple[tuple[int, ...], ...]:
     chunks = pp * v
-    return tuple(tuple(((0 if k == "F" else 1) * m + j) * chunks + c for k, j, c in order)
-                 for order in rank_orders(schedule, pp, v, m))
+    return tuple(
+        tuple(((0 if k == "F" else 1) * m + j) * chunks + c for k, j, c in order)
+        for order in rank_orders(schedule, pp, v, m)
+    )
 
 
 @dataclass
@@ -84,8 +86,16 @@ class SimResult:
     critical_lags: list[int] = field(default_factory=list)
 
 
-def simulate(schedule: str, pp: int, v: int, m: int, fwd: list[int], bwd: list[int], lag: list[int] | None = None,
-             record: bool = True) -> SimResult:
+def simulate(
+    schedule: str,
+    pp: int,
+    v: int,
+    m: int,
+    fwd: list[int],
+    bwd: list[int],
+    lag: list[int] | None = None,
+    record: bool = True,
+) -> SimResult:
     """Simulate one step. ``fwd``/``bwd``: duration of one micro-batch on each chunk (``pp*v``
     entries); ``lag``: p2p delay of each chunk boundary (``pp*v - 1`` entries, default 0).
     ``record=False`` skips the per-operation timeline (the critical path is always kept)."""

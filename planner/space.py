@@ -37,8 +37,11 @@ def tp_options(ctx: Context, allow_across: bool) -> list[int]:
     """The TP degrees the rules allow on this cluster (``planner.rules``: divides the GPUs and the
     model's heads, kv heads and FFN; inside a node unless ``allow_across``)."""
     gpn = ctx.cluster.gpus_per_node
-    return [t for t in divisors(ctx.num_gpus)
-            if rules.tp_within_node(t, gpn, allow_across) is None and rules.tp_divides_model(ctx.model, t) is None]
+    return [
+        t
+        for t in divisors(ctx.num_gpus)
+        if rules.tp_within_node(t, gpn, allow_across) is None and rules.tp_divides_model(ctx.model, t) is None
+    ]
 
 
 def validate_pins(ctx: Context, pins: ParallelPins, options: SearchOptions) -> None:
@@ -46,8 +49,11 @@ def validate_pins(ctx: Context, pins: ParallelPins, options: SearchOptions) -> N
     m, n = ctx.model, ctx.num_gpus
     gbs = ctx.training.global_batch_size
     if pins.tp is not None:
-        rules.check(rules.tp_divides_model(m, pins.tp), rules.tp_divides_gpus(pins.tp, n),
-                    rules.tp_within_node(pins.tp, ctx.cluster.gpus_per_node, options.allow_tp_across_nodes))
+        rules.check(
+            rules.tp_divides_model(m, pins.tp),
+            rules.tp_divides_gpus(pins.tp, n),
+            rules.tp_within_node(pins.tp, ctx.cluster.gpus_per_node, options.allow_tp_across_nodes),
+        )
     if pins.pp is not None:
         rules.check(rules.pp_fits_layers(pins.pp, 1, m.num_layers))
     if None not in (pins.tp, pins.pp, pins.dp):
@@ -79,7 +85,11 @@ def enumerate_candidates(ctx: Context, pins: ParallelPins, options: SearchOption
     short_1f1b: list[tuple[int, int, int, MeshplanError]] = []  # (pp, dp, -m, why) of 1F1B classes dropped for m < pp
     tps = [pins.tp] if pins.tp is not None else tp_options(ctx, options.allow_tp_across_nodes)
     for tp in tps:
-        for pp in ([pins.pp] if pins.pp is not None else [p for p in divisors(n // tp) if rules.pp_fits_layers(p, 1, L) is None]):
+        for pp in (
+            [pins.pp]
+            if pins.pp is not None
+            else [p for p in divisors(n // tp) if rules.pp_fits_layers(p, 1, L) is None]
+        ):
             if (n // tp) % pp:
                 continue
             dp = n // (tp * pp)
@@ -93,15 +103,24 @@ def enumerate_candidates(ctx: Context, pins: ParallelPins, options: SearchOption
                     continue
                 m = gbs // (dp * mbs)
                 scheds: list[tuple[str, int]] = []
-                for s in ([pins.schedule] if pins.schedule is not None else list(DEFAULT_SCHEDULES)):
+                for s in [pins.schedule] if pins.schedule is not None else list(DEFAULT_SCHEDULES):
                     if s in MULTI_STAGE_SCHEDULES:
                         if rules.interleaving_needs_pipeline(pp, 2) or rules.interleaved_microbatches_priced(s, pp, m):
                             continue
-                        vs = [pins.virtual_stages] if pins.virtual_stages is not None else range(2, MAX_VIRTUAL_STAGES + 1)
+                        vs = (
+                            [pins.virtual_stages]
+                            if pins.virtual_stages is not None
+                            else range(2, MAX_VIRTUAL_STAGES + 1)
+                        )
                         # Unpinned: Megatron's virtual pipeline needs uniform chunks (L divisible by pp·v).
                         uniform = pins.schedule is None
-                        scheds += [(s, v) for v in vs if rules.virtual_stages_fit(s, v) is None and rules.pp_fits_layers(pp, v, L) is None
-                                   and (not uniform or L % (pp * v) == 0)]
+                        scheds += [
+                            (s, v)
+                            for v in vs
+                            if rules.virtual_stages_fit(s, v) is None
+                            and rules.pp_fits_layers(pp, v, L) is None
+                            and (not uniform or L % (pp * v) == 0)
+                        ]
                     elif pins.virtual_stages in (None, 1):
                         if pp == 1 and s != "1f1b" and pins.schedule is None:
                             continue  # one stage: every schedule is the same; keep one
@@ -113,10 +132,17 @@ def enumerate_candidates(ctx: Context, pins: ParallelPins, options: SearchOption
                 for s, v in scheds:
                     if pins.stage_layers is not None and len(pins.stage_layers) != pp * v:
                         continue
-                    for rc in ([pins.recompute] if pins.recompute is not None else RECOMPUTE):
-                        sps = [pins.sequence_parallel] if pins.sequence_parallel is not None else ([False, True] if tp > 1 else [False])
+                    for rc in [pins.recompute] if pins.recompute is not None else RECOMPUTE:
+                        sps = (
+                            [pins.sequence_parallel]
+                            if pins.sequence_parallel is not None
+                            else ([False, True] if tp > 1 else [False])
+                        )
                         for sp in sps:
-                            if sp and (rules.sequence_parallel_needs_tp(sp, tp) or rules.sequence_parallel_splits_seq(sp, tp, seq)):
+                            if sp and (
+                                rules.sequence_parallel_needs_tp(sp, tp)
+                                or rules.sequence_parallel_splits_seq(sp, tp, seq)
+                            ):
                                 continue
                             zs = [pins.zero_stage] if pins.zero_stage is not None else ([0, 1, 2, 3] if dp > 1 else [0])
                             for z in zs:
@@ -147,16 +173,27 @@ def explain_no_candidate(ctx: Context, pins: ParallelPins) -> tuple[str, str, st
         return why.field, why.message, why.fix
     dps = [d for d in divisors(n) if gbs % d == 0]
     better = ((gbs + n - 1) // n) * n
-    return ("training.global_batch_size",
-            f"no data-parallel degree compatible with the pins divides the global batch size {gbs} (usable dp: {dps})",
-            f"use a global batch size divisible by the data-parallel degree, e.g. {better}, or pin tp/pp so dp divides {gbs}")
+    return (
+        "training.global_batch_size",
+        f"no data-parallel degree compatible with the pins divides the global batch size {gbs} (usable dp: {dps})",
+        f"use a global batch size divisible by the data-parallel degree, e.g. {better}, or pin tp/pp so dp divides {gbs}",
+    )
 
 
 def simplicity(c: Candidate) -> tuple:
     """The last tie-break of ``plan_key`` (equal step time and peak memory): prefer the simpler plan
     (less recomputation, lower ZeRO stage, plainer schedule, fewer pipeline stages, smaller TP)."""
-    return (RECOMPUTE.index(c.recompute), c.zero_stage, SEARCHED_SCHEDULES.index(c.schedule) if c.schedule != "1f1b" else -1,
-            c.virtual_stages, c.pp, c.tp, c.sequence_parallel, -c.micro_batch_size, c)
+    return (
+        RECOMPUTE.index(c.recompute),
+        c.zero_stage,
+        SEARCHED_SCHEDULES.index(c.schedule) if c.schedule != "1f1b" else -1,
+        c.virtual_stages,
+        c.pp,
+        c.tp,
+        c.sequence_parallel,
+        -c.micro_batch_size,
+        c,
+    )
 
 
 PlanKey = tuple[int, int, tuple]
@@ -168,7 +205,9 @@ def plan_key(ev: Evaluation, c: Candidate) -> PlanKey:
     return ev.objective_ns, ev.peak_memory_bytes, simplicity(c)
 
 
-def min_memory(ctx: Context, cands: list[Candidate], pins: ParallelPins | None = None) -> tuple[Candidate, float] | None:
+def min_memory(
+    ctx: Context, cands: list[Candidate], pins: ParallelPins | None = None
+) -> tuple[Candidate, float] | None:
     """The class and cut (its forced one, else memory-balanced) needing the least memory per GPU
     (GiB, with the reserve): what the infeasibility explanation reports when nothing fits."""
     best: tuple[Candidate, float] | None = None
@@ -178,7 +217,11 @@ def min_memory(ctx: Context, cands: list[Candidate], pins: ParallelPins | None =
             continue
         n = forced_cut(ctx, pins, cand) if pins is not None else None
         if n is None:
-            n = balanced_memory_cut(cc) if cc.chunks * cc.num_layers <= 2_000 else even_stage_layers(cc.num_layers, cc.chunks)
+            n = (
+                balanced_memory_cut(cc)
+                if cc.chunks * cc.num_layers <= 2_000
+                else even_stage_layers(cc.num_layers, cc.chunks)
+            )
         gib = with_reserve_gib(max(rank_memory(cc, n, r) for r in range(cand.pp)))
         if best is None or gib < best[1]:
             best = (cand, gib)

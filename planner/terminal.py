@@ -58,5 +58,3 @@ def show(table: Table, out: Console | None = None) -> None:
 
 def _cell(value: object) -> str:
     return "-" if value is None else str(value)
-
-

@@ -126,18 +126,25 @@ def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> L
         head_tp_f += cm.time("all_reduce", mbs * seq * 3 * 4, tp, link)  # max/sum/target
     else:
         emb_tp_f = emb_tp_b = 0.0
-        head_tp_f = head_tp_b = (half if sp else 0.0)
+        head_tp_f = head_tp_b = half if sp else 0.0
     vocab_local = model.vocab_size // tp if vocab_parallel else model.vocab_size
     saved = lp_blk.saved_activation_bytes
     work_f = (blk.fwd + blk_tp_f, emb.fwd + emb_tp_f, head.fwd + head_tp_f)
     work_b = (blk.bwd + blk_tp_b, emb.bwd + emb_tp_b, head.bwd + head_tp_b)
     return LayerGroup(
-        work_f=work_f, work_b=work_b, fwd=Affine(0, *map(ns, work_f)), bwd=Affine(0, *map(ns, work_b)),
-        fwd_tp=Affine(0, ns(blk_tp_f), ns(emb_tp_f), ns(head_tp_f)), bwd_tp=Affine(0, ns(blk_tp_b), ns(emb_tp_b), ns(head_tp_b)),
-        params=(lp_blk.param_count, lp_emb.param_count, lp_head.param_count), act=act,
+        work_f=work_f,
+        work_b=work_b,
+        fwd=Affine(0, *map(ns, work_f)),
+        bwd=Affine(0, *map(ns, work_b)),
+        fwd_tp=Affine(0, ns(blk_tp_f), ns(emb_tp_f), ns(head_tp_f)),
+        bwd_tp=Affine(0, ns(blk_tp_b), ns(emb_tp_b), ns(head_tp_b)),
+        params=(lp_blk.param_count, lp_emb.param_count, lp_head.param_count),
+        act=act,
         recompute_tmp={"none": 0, "selective": max(0, saved.none - saved.selective), "full": saved.none}[recompute],
         logits_fp32=mbs * seq * vocab_local * 4,  # fp32 upcast for the loss
-        acts=Affine(0, int(saved.for_mode(recompute)), lp_emb.saved_activation_bytes.none, lp_head.saved_activation_bytes.none),
+        acts=Affine(
+            0, int(saved.for_mode(recompute)), lp_emb.saved_activation_bytes.none, lp_head.saved_activation_bytes.none
+        ),
         flops=(blk.flops_fwd + blk.flops_bwd, emb.flops_fwd + emb.flops_bwd, head.flops_fwd + head.flops_bwd),
     )
 
@@ -171,8 +178,12 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
             return NOTHING
         one = cm.time(name, 1.0, dp, dp_link)
         per_byte = cm.time(name, 2.0, dp, dp_link) - one
-        return Affine(ns(one - per_byte), ns(per_byte * p_blk * nbytes_per_param), ns(per_byte * p_emb * nbytes_per_param),
-                      ns(per_byte * p_head * nbytes_per_param))
+        return Affine(
+            ns(one - per_byte),
+            ns(per_byte * p_blk * nbytes_per_param),
+            ns(per_byte * p_emb * nbytes_per_param),
+            ns(per_byte * p_head * nbytes_per_param),
+        )
 
     if zero_stage == 0:
         sync, post = collective("all_reduce", e), NOTHING
@@ -183,12 +194,25 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     shard, upd, hbm = dp if zero_stage >= 1 else 1, OPTIMIZER_STEP_BYTES[tr.optimizer], ctx.gpu.hbm_bandwidth_GBps * 1e9
 
     return SharedTerms(
-        fwd=fwd, bwd=bwd, fwd_tp=lg.fwd_tp, bwd_tp=lg.bwd_tp,  # TP comm is within the layer time: never exposed beyond it
-        states=Affine(0, math.ceil(p_blk * per), math.ceil(p_emb * per), math.ceil(p_head * per)), acts=lg.acts,
-        sync=sync, post=post, opt=Affine(0, ns(p_blk / shard * upd / hbm), ns(p_emb / shard * upd / hbm), ns(p_head / shard * upd / hbm)),
-        state_bytes=per_param, act=lg.act, p2p_bytes=lg.act // tp if sp else lg.act, logits_fp32=lg.logits_fp32,
-        recompute_tmp=lg.recompute_tmp, z3_tmp=z3_tmp, tie_embeddings=ctx.model.tie_embeddings,
-        flops_layer=lg.flops[0], flops_emb=lg.flops[1], flops_head=lg.flops[2],
+        fwd=fwd,
+        bwd=bwd,
+        fwd_tp=lg.fwd_tp,
+        bwd_tp=lg.bwd_tp,  # TP comm is within the layer time: never exposed beyond it
+        states=Affine(0, math.ceil(p_blk * per), math.ceil(p_emb * per), math.ceil(p_head * per)),
+        acts=lg.acts,
+        sync=sync,
+        post=post,
+        opt=Affine(0, ns(p_blk / shard * upd / hbm), ns(p_emb / shard * upd / hbm), ns(p_head / shard * upd / hbm)),
+        state_bytes=per_param,
+        act=lg.act,
+        p2p_bytes=lg.act // tp if sp else lg.act,
+        logits_fp32=lg.logits_fp32,
+        recompute_tmp=lg.recompute_tmp,
+        z3_tmp=z3_tmp,
+        tie_embeddings=ctx.model.tie_embeddings,
+        flops_layer=lg.flops[0],
+        flops_emb=lg.flops[1],
+        flops_head=lg.flops[2],
     )
 
 
@@ -217,10 +241,14 @@ def end_parts(t: EndTerms[Count]) -> list[Count]:
 def end_terms(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int) -> EndTerms[Count]:
     """The end terms of rank r of class ``c`` at the cut ``n`` (rank r holds chunks r, r + pp, …;
     the embedding is on rank 0, the LM head on rank pp − 1)."""
-    layers = total(n[r::c.pp])
+    layers = total(n[r :: c.pp])
     emb, head = r == 0, r == c.pp - 1 and s.own_head(c)
-    return EndTerms(s.sync.at(layers, emb, head), s.bwd.at(n[r], r == 0, r == c.chunks - 1),
-                    s.opt.at(layers, emb, head), s.post.at(layers, emb, head))
+    return EndTerms(
+        s.sync.at(layers, emb, head),
+        s.bwd.at(n[r], r == 0, r == c.chunks - 1),
+        s.opt.at(layers, emb, head),
+        s.post.at(layers, emb, head),
+    )
 
 
 def rank_end(t: EndTerms[int]) -> int:

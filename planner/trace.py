@@ -21,20 +21,57 @@ def chrome_trace(plan: Plan) -> dict:
     for r in range(cand.pp):
         events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": r, "args": {"name": f"stage {r}"}})
     for r, kind, mb, chunk, start, end in ev.sim.ops:
-        events.append({"name": f"{kind}{mb}", "cat": "forward" if kind == "F" else "backward", "ph": "X",
-                       "ts": start / 1e3, "dur": (end - start) / 1e3, "pid": 0, "tid": r,
-                       "args": {"microbatch": mb, "chunk": chunk}})
+        events.append(
+            {
+                "name": f"{kind}{mb}",
+                "cat": "forward" if kind == "F" else "backward",
+                "ph": "X",
+                "ts": start / 1e3,
+                "dur": (end - start) / 1e3,
+                "pid": 0,
+                "tid": r,
+                "args": {"microbatch": mb, "chunk": chunk},
+            }
+        )
     for r in range(cand.pp):
         sync, overlap, opt, post = rank_end_terms(cc, n, r)
         t = ev.makespan_ns
         exposed = max(0, sync - overlap) + post
         if exposed:
-            events.append({"name": "dp sync", "cat": "dp_sync", "ph": "X", "ts": t / 1e3, "dur": exposed / 1e3, "pid": 0, "tid": r, "args": {}})
+            events.append(
+                {
+                    "name": "dp sync",
+                    "cat": "dp_sync",
+                    "ph": "X",
+                    "ts": t / 1e3,
+                    "dur": exposed / 1e3,
+                    "pid": 0,
+                    "tid": r,
+                    "args": {},
+                }
+            )
         if opt:
-            events.append({"name": "optimizer", "cat": "optimizer", "ph": "X", "ts": (t + exposed) / 1e3, "dur": opt / 1e3,
-                           "pid": 0, "tid": r, "args": {}})
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "metadata": {"model": plan.model.name, "parallel": plan.parallel.model_dump(), "step_time_s": ev.objective_ns / 1e9,
-                         "cost_model_version": version.COST_MODEL_VERSION,
-                         "plan_cost_model_version": plan.inputs.cost_model_version,
-                         "source": "meshplan simulated schedule"}}
+            events.append(
+                {
+                    "name": "optimizer",
+                    "cat": "optimizer",
+                    "ph": "X",
+                    "ts": (t + exposed) / 1e3,
+                    "dur": opt / 1e3,
+                    "pid": 0,
+                    "tid": r,
+                    "args": {},
+                }
+            )
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "metadata": {
+            "model": plan.model.name,
+            "parallel": plan.parallel.model_dump(),
+            "step_time_s": ev.objective_ns / 1e9,
+            "cost_model_version": version.COST_MODEL_VERSION,
+            "plan_cost_model_version": plan.inputs.cost_model_version,
+            "source": "meshplan simulated schedule",
+        },
+    }

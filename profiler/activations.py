@@ -47,7 +47,7 @@ class SavedTensorBytes:
     def nbytes(self) -> int:
         return sum(self._sizes.values())
 
-    def __enter__(self) -> "SavedTensorBytes":
+    def __enter__(self) -> SavedTensorBytes:
         self._hooks.__enter__()
         return self
 

@@ -61,8 +61,12 @@ def _si(x: float, base: int = 1000) -> str:
 
 # Validation errors from the profiler name its parameters; the CLI names its options.
 _OPTION = {
-    "device": "--device", "dtype": "--dtype", "micro_batch_sizes": "--micro-batch-sizes", "tp": "--tp",
-    "seq_len": "--seq-len", "sequence_parallel": "--sequence-parallel",
+    "device": "--device",
+    "dtype": "--dtype",
+    "micro_batch_sizes": "--micro-batch-sizes",
+    "tp": "--tp",
+    "seq_len": "--seq-len",
+    "sequence_parallel": "--sequence-parallel",
 }
 
 
@@ -70,11 +74,15 @@ _OPTION = {
 def model_command(
     model: str = typer.Option(..., "--model", help="Catalog id (see `meshplan models`) or a ModelSpec JSON/YAML file."),
     out: Path = typer.Option(..., "--out", help="Where to write the Profile JSON."),
-    device: str = typer.Option("meta", "--device", help="meta (FLOPs and bytes, nothing allocated), cpu or cuda (also times and peak memory)."),
+    device: str = typer.Option(
+        "meta", "--device", help="meta (FLOPs and bytes, nothing allocated), cpu or cuda (also times and peak memory)."
+    ),
     micro_batch_sizes: str = typer.Option("1", "--micro-batch-sizes", help="Comma-separated, e.g. 1,2,4."),
     tp: str = typer.Option("1", "--tp", help="Tensor-parallel degrees, comma-separated, e.g. 1,2,4,8."),
     seq_len: int | None = typer.Option(None, "--seq-len", help="Sequence length (default: the model's max_seq_len)."),
-    sequence_parallel: bool = typer.Option(False, "--sequence-parallel", help="Also record sequence-parallel variants (tp > 1)."),
+    sequence_parallel: bool = typer.Option(
+        False, "--sequence-parallel", help="Also record sequence-parallel variants (tp > 1)."
+    ),
     dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16 or fp32."),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Untimed runs before timing (cpu/cuda)."),
     repeats: int = typer.Option(5, "--repeats", min=1, help="Timed runs; the median is kept (cpu/cuda)."),
@@ -90,8 +98,16 @@ def model_command(
     start = time.perf_counter()
     try:
         prof = profile_model(
-            spec, device=device, micro_batch_sizes=mbs, tps=tps, seq_len=seq_len, sequence_parallel=sequence_parallel,
-            dtype=dtype, warmup=warmup, repeats=repeats, progress=progress,
+            spec,
+            device=device,
+            micro_batch_sizes=mbs,
+            tps=tps,
+            seq_len=seq_len,
+            sequence_parallel=sequence_parallel,
+            dtype=dtype,
+            warmup=warmup,
+            repeats=repeats,
+            progress=progress,
         )
     except MeshplanError as exc:
         raise MeshplanError(_OPTION.get(exc.field, exc.field), exc.message, exc.fix) from None
@@ -99,15 +115,27 @@ def model_command(
     elapsed = time.perf_counter() - start
 
     short = {"embedding": "embed", "transformer_block": "block", "lm_head": "head"}
-    table = Table("layer", "tp", "mbs", "FLOP f/b", "params", "saved B n/s/f", "ms f/b",
-                  title=f"{spec.name} on {prof.device} ({prof.dtype}, seq {prof.layers[0].seq_len})")
+    table = Table(
+        "layer",
+        "tp",
+        "mbs",
+        "FLOP f/b",
+        "params",
+        "saved B n/s/f",
+        "ms f/b",
+        title=f"{spec.name} on {prof.device} ({prof.dtype}, seq {prof.layers[0].seq_len})",
+    )
     for p in prof.layers:
         a = p.saved_activation_bytes
         times = "" if p.fwd_time_s is None else f"{p.fwd_time_s * 1e3:.3g}/{p.bwd_time_s * 1e3:.3g}"
         table.add_row(
-            short[p.kind], f"{p.tp}{' sp' if p.sequence_parallel else ''}", str(p.micro_batch_size),
-            f"{_si(p.fwd_flops)}/{_si(p.bwd_flops)}", _si(p.param_count),
-            "/".join(_si(x, 1024) for x in (a.none, a.selective, a.full)), times,
+            short[p.kind],
+            f"{p.tp}{' sp' if p.sequence_parallel else ''}",
+            str(p.micro_batch_size),
+            f"{_si(p.fwd_flops)}/{_si(p.bwd_flops)}",
+            _si(p.param_count),
+            "/".join(_si(x, 1024) for x in (a.none, a.selective, a.full)),
+            times,
         )
     console.print(table)
     console.print(f"wrote {len(prof.layers)} layer records to {out} in {elapsed:.1f} s")
@@ -121,7 +149,9 @@ def model_command(
 )
 def cluster_command(
     out: Path = typer.Option(..., "--out", help="Where to write the NetworkProfile JSON."),
-    nproc_per_node: int = typer.Option(2, "--nproc-per-node", min=2, max=64, help="Processes to launch on this node (ignored under torchrun)."),
+    nproc_per_node: int = typer.Option(
+        2, "--nproc-per-node", min=2, max=64, help="Processes to launch on this node (ignored under torchrun)."
+    ),
     backend: str = typer.Option("auto", "--backend", help="auto (nccl with CUDA, else gloo), gloo or nccl."),
     sizes: str = typer.Option("", "--sizes", help="Message sizes in bytes, comma-separated (default: by backend)."),
     iters: int = typer.Option(10, "--iters", min=1, help="Timed iterations per size (the fastest is kept)."),
@@ -134,15 +164,25 @@ def cluster_command(
     if sizes:
         size_list = _int_list(sizes, "--sizes")
         if any(s < 4 for s in size_list):
-            raise MeshplanError("--sizes", "message sizes must be at least 4 bytes", "give sizes in bytes, e.g. 65536,1048576")
+            raise MeshplanError(
+                "--sizes", "message sizes must be at least 4 bytes", "give sizes in bytes, e.g. 65536,1048576"
+            )
     args = ["--out", str(out), "--backend", backend, "--iters", str(iters)] + (["--sizes", sizes] if sizes else [])
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         from profiler.cluster import main
 
         main(args)
         return
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc_per_node}",
-           "-m", "profiler.cluster", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc_per_node}",
+        "-m",
+        "profiler.cluster",
+        *args,
+    ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     result = subprocess.run(cmd, env=env)
     if result.returncode != 0:

@@ -92,7 +92,9 @@ def _op(collective: str, nbytes: int, group, ranks: list[int], device: torch.dev
     return None
 
 
-def measure(collective: str, nbytes: int, group, ranks: list[int], device: torch.device, *, warmup: int, iters: int) -> float:
+def measure(
+    collective: str, nbytes: int, group, ranks: list[int], device: torch.device, *, warmup: int, iters: int
+) -> float:
     """Seconds of one collective of S = nbytes: the slowest participating rank's fastest iteration."""
     op = _op(collective, nbytes, group, ranks, device)
     best = 0.0
@@ -145,14 +147,28 @@ def profile_network(sizes: Sequence[int], *, warmup: int = 2, iters: int = 10) -
         for collective in COLLECTIVES:
             # First use of a group sets up its connections: keep that out of the smallest size.
             measure(collective, max(sizes), group, ranks, device, warmup=1, iters=1)
-            samples = [(int(s), measure(collective, s, group, ranks, device, warmup=warmup, iters=iters)) for s in sizes]
+            samples = [
+                (int(s), measure(collective, s, group, ranks, device, warmup=warmup, iters=iters)) for s in sizes
+            ]
             alpha, beta = fit_alpha_beta(samples)
-            links.append(LinkFit(link=link, collective=collective, group_size=len(ranks), alpha_s=alpha,
-                                 beta_s_per_byte=beta, samples=samples))
+            links.append(
+                LinkFit(
+                    link=link,
+                    collective=collective,
+                    group_size=len(ranks),
+                    alpha_s=alpha,
+                    beta_s_per_byte=beta,
+                    samples=samples,
+                )
+            )
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     return NetworkProfile(
-        backend=backend, device=name, world_size=world, nodes=world // local,
-        created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), links=links,
+        backend=backend,
+        device=name,
+        world_size=world,
+        nodes=world // local,
+        created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        links=links,
     )
 
 
@@ -174,8 +190,11 @@ def main(argv: list[str] | None = None) -> None:
         if dist.get_rank() == 0:
             args.out.write_text(prof.model_dump_json(indent=2) + "\n")
             for f in prof.links:
-                print(f"{f.link:10s} {f.collective:14s} n={f.group_size} α={f.alpha_s * 1e6:8.1f} µs "
-                      f"1/β={f.bandwidth_GBps:8.3f} GB/s", flush=True)
+                print(
+                    f"{f.link:10s} {f.collective:14s} n={f.group_size} α={f.alpha_s * 1e6:8.1f} µs "
+                    f"1/β={f.bandwidth_GBps:8.3f} GB/s",
+                    flush=True,
+                )
     finally:
         dist.destroy_process_group()
 

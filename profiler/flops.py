@@ -36,4 +36,3 @@ SDPA_CPU_MAPPING = {
 def flop_counter() -> FlopCounterMode:
     """A silent counter that also counts the fused CPU attention kernel."""
     return FlopCounterMode(display=False, depth=None, custom_mapping=SDPA_CPU_MAPPING)
-

@@ -133,8 +133,18 @@ def _input_maker(
 
 
 def measure_layer(
-    model: ModelSpec, layer: nn.Module, kind: str, *, micro_batch_size: int, seq_len: int, tp: int,
-    sequence_parallel: bool, device: str, dtype: str, warmup: int = 2, repeats: int = 5,
+    model: ModelSpec,
+    layer: nn.Module,
+    kind: str,
+    *,
+    micro_batch_size: int,
+    seq_len: int,
+    tp: int,
+    sequence_parallel: bool,
+    device: str,
+    dtype: str,
+    warmup: int = 2,
+    repeats: int = 5,
 ) -> LayerProfile:
     """One ``LayerProfile`` of an already built ``layer`` (inside the device's mode)."""
     torch_dtype = TORCH_DTYPES[dtype]
@@ -209,14 +219,22 @@ def _available_bytes(device: str) -> int | None:
 
 
 def validate(
-    model: ModelSpec, *, device: str, micro_batch_sizes: Sequence[int], tps: Sequence[int], seq_len: int,
-    sequence_parallel: bool, dtype: str,
+    model: ModelSpec,
+    *,
+    device: str,
+    micro_batch_sizes: Sequence[int],
+    tps: Sequence[int],
+    seq_len: int,
+    sequence_parallel: bool,
+    dtype: str,
 ) -> tuple[list[int], list[int]]:
     """Check the request; return the sorted distinct micro-batch sizes and TP degrees."""
     if device not in DEVICES:
         raise MeshplanError("device", f"unknown device {device!r}", f"use one of {', '.join(DEVICES)}")
     if device == "cuda" and not torch.cuda.is_available():
-        raise MeshplanError("device", "no CUDA device is available", "use --device cpu, or --device meta for FLOPs and bytes only")
+        raise MeshplanError(
+            "device", "no CUDA device is available", "use --device cpu, or --device meta for FLOPs and bytes only"
+        )
     if dtype not in TORCH_DTYPES:
         raise MeshplanError("dtype", f"unknown dtype {dtype!r}", f"use one of {', '.join(TORCH_DTYPES)}")
     mbs = _parse_ints(micro_batch_sizes, "micro_batch_sizes")
@@ -225,7 +243,8 @@ def validate(
         check_tp(model, tp)
     if not 1 <= seq_len <= model.max_seq_len:
         raise MeshplanError(
-            "seq_len", f"{seq_len} is outside 1..{model.max_seq_len} (the model's max_seq_len)",
+            "seq_len",
+            f"{seq_len} is outside 1..{model.max_seq_len} (the model's max_seq_len)",
             f"use a sequence length between 1 and {model.max_seq_len}",
         )
     for tp in tp_list:
@@ -235,13 +254,16 @@ def validate(
     if device != "meta":
         # Refuse runs that cannot fit (the biggest point: smallest tp, largest micro-batch).
         need = sum(
-            _rough_bytes(layer_profile(model, kind, micro_batch_size=mbs[-1], seq_len=seq_len, tp=tp_list[0], precision=dtype))
+            _rough_bytes(
+                layer_profile(model, kind, micro_batch_size=mbs[-1], seq_len=seq_len, tp=tp_list[0], precision=dtype)
+            )
             for kind in LAYER_KINDS
         )
         have = _available_bytes(device)
         if have is not None and need > 0.8 * have:
             raise MeshplanError(
-                "device", f"measuring needs about {need / 2**30:.1f} GiB but {device} has {have / 2**30:.1f} GiB free",
+                "device",
+                f"measuring needs about {need / 2**30:.1f} GiB but {device} has {have / 2**30:.1f} GiB free",
                 "use --device meta (FLOPs and bytes without allocating), or smaller --micro-batch-sizes/--seq-len",
             )
     return mbs, tp_list
@@ -257,9 +279,17 @@ def _rough_bytes(p: LayerProfile) -> int:
 
 
 def profile_model(
-    model: ModelSpec, *, device: str = "meta", micro_batch_sizes: Sequence[int] = (1,), tps: Sequence[int] = (1,),
-    seq_len: int | None = None, sequence_parallel: bool = False, dtype: str = "bf16", warmup: int = 2,
-    repeats: int = 5, progress: bool = False,
+    model: ModelSpec,
+    *,
+    device: str = "meta",
+    micro_batch_sizes: Sequence[int] = (1,),
+    tps: Sequence[int] = (1,),
+    seq_len: int | None = None,
+    sequence_parallel: bool = False,
+    dtype: str = "bf16",
+    warmup: int = 2,
+    repeats: int = 5,
+    progress: bool = False,
 ) -> Profile:
     """Profile every layer kind of ``model`` at every (TP degree, micro-batch size).
 
@@ -268,8 +298,13 @@ def profile_model(
     """
     seq_len = model.max_seq_len if seq_len is None else seq_len
     mbs, tp_list = validate(
-        model, device=device, micro_batch_sizes=micro_batch_sizes, tps=tps, seq_len=seq_len,
-        sequence_parallel=sequence_parallel, dtype=dtype,
+        model,
+        device=device,
+        micro_batch_sizes=micro_batch_sizes,
+        tps=tps,
+        seq_len=seq_len,
+        sequence_parallel=sequence_parallel,
+        dtype=dtype,
     )
     plan = [(tp, [False, True] if sequence_parallel and tp > 1 else [False]) for tp in tp_list]
     total = sum(len(sps) for _, sps in plan) * len(mbs) * len(LAYER_KINDS)
@@ -282,10 +317,21 @@ def profile_model(
                     layer = _materialise(layer, device)
                     for sp in sps:
                         for b in mbs:
-                            layers.append(measure_layer(
-                                model, layer, kind, micro_batch_size=b, seq_len=seq_len, tp=tp,
-                                sequence_parallel=sp, device=device, dtype=dtype, warmup=warmup, repeats=repeats,
-                            ))
+                            layers.append(
+                                measure_layer(
+                                    model,
+                                    layer,
+                                    kind,
+                                    micro_batch_size=b,
+                                    seq_len=seq_len,
+                                    tp=tp,
+                                    sequence_parallel=sp,
+                                    device=device,
+                                    dtype=dtype,
+                                    warmup=warmup,
+                                    repeats=repeats,
+                                )
+                            )
                             advance(f"{kind} tp={tp}{' sp' if sp else ''} mbs={b}")
                     del layer
     notes = [METHOD_NOTES[device]] + ([SP_NOTE] if sequence_parallel else [])
@@ -295,7 +341,7 @@ def profile_model(
         dtype=dtype,
         torch_version=torch.__version__,
         source="meta" if device == "meta" else "measured",
-        created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         layers=layers,
         notes=notes,
     )
@@ -310,8 +356,13 @@ def _progress(enabled: bool, total: int, title: str) -> Iterator[Callable[[str],
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("{task.fields[label]}"), console=Console(stderr=True), transient=True,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[label]}"),
+        console=Console(stderr=True),
+        transient=True,
     ) as bar:
         task = bar.add_task(title, total=total, label="")
 

@@ -23,7 +23,11 @@ from torch import nn
 
 
 def time_fwd_bwd(
-    layer: nn.Module, make_input: Callable[[], torch.Tensor], device: torch.device, *, warmup: int = 2,
+    layer: nn.Module,
+    make_input: Callable[[], torch.Tensor],
+    device: torch.device,
+    *,
+    warmup: int = 2,
     repeats: int = 5,
 ) -> tuple[float, float]:
     """Median (forward, backward) seconds of ``layer(make_input())`` and its backward."""

@@ -41,17 +41,29 @@ WORKER_ARGS: tuple[WorkerArg, ...] = (
     WorkerArg("--seed", int, 0, "Random seed."),
     WorkerArg("--lr", float, 1e-3, "Learning rate (AdamW)."),
     WorkerArg("--max-grad-norm", float, 1.0, "Global gradient-norm clip; ≤ 0 disables."),
-    WorkerArg("--profile", Path, None, "Layer profile of this run's hardware (`meshplan profile model --device cpu`) "
-              "for the prediction the run is compared with; default: measured after the run."),
-    WorkerArg("--network", Path, None, "Network profile of this run's process group (`meshplan profile cluster`); "
-              "default: a quick fit measured after the run."),
+    WorkerArg(
+        "--profile",
+        Path,
+        None,
+        "Layer profile of this run's hardware (`meshplan profile model --device cpu`) "
+        "for the prediction the run is compared with; default: measured after the run.",
+    ),
+    WorkerArg(
+        "--network",
+        Path,
+        None,
+        "Network profile of this run's process group (`meshplan profile cluster`); "
+        "default: a quick fit measured after the run.",
+    ),
 )
 
 
 def parser(prog: str = "python -m runtime.train") -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description="Train a meshplan Plan on this rank.")
     for a in WORKER_ARGS:
-        ap.add_argument(a.flag, type=str if a.type is Path else a.type, default=a.default, required=a.required, help=a.help)
+        ap.add_argument(
+            a.flag, type=str if a.type is Path else a.type, default=a.default, required=a.required, help=a.help
+        )
     return ap
 
 

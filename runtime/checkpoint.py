@@ -60,7 +60,11 @@ def resolve(directory: str | Path) -> Path:
         path = root / f"step-{latest.read_text().strip()}"
         if (path / ".metadata").is_file():
             return path
-    raise MeshplanError("resume", f"no checkpoint in {str(root)!r}", "pass a --checkpoint-dir a previous run saved to (or one of its step-N folders)")
+    raise MeshplanError(
+        "resume",
+        f"no checkpoint in {str(root)!r}",
+        "pass a --checkpoint-dir a previous run saved to (or one of its step-N folders)",
+    )
 
 
 def load(job, directory: str | Path) -> int:
@@ -73,7 +77,8 @@ def load(job, directory: str | Path) -> int:
     dcp.load(state, checkpoint_id=str(path))
     for (msd, osd), module, opt in zip(parts, job.chunks.values(), job.optimizers):
         set_state_dict(
-            module, opt,
+            module,
+            opt,
             model_state_dict={k: state["model"][k] for k in msd},
             optim_state_dict={k: state["optim"][k] for k in osd},
             options=_options(),

@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -27,17 +27,27 @@ def torchrun_command(
     if nnodes == 1 and not rdzv_endpoint:
         cmd.append("--standalone")
     else:
-        cmd += [f"--nnodes={nnodes}", f"--node-rank={node_rank}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}"]
+        cmd += [
+            f"--nnodes={nnodes}",
+            f"--node-rank={node_rank}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={rdzv_endpoint}",
+        ]
     return cmd + ["-m", "runtime.train", *worker_args]
 
 
 #: The launcher's own options (the workers' are ``runtime.args.WORKER_ARGS``, added by ``_signature``).
 LAUNCH_OPTIONS = {
-    "nproc_per_node": (Optional[int], typer.Option(None, "--nproc-per-node", min=1,
-                                                   help="Processes per node (default: the plan's GPUs ÷ nodes).")),
+    "nproc_per_node": (
+        int | None,
+        typer.Option(None, "--nproc-per-node", min=1, help="Processes per node (default: the plan's GPUs ÷ nodes)."),
+    ),
     "nnodes": (int, typer.Option(1, "--nnodes", min=1, help="Nodes (each runs this same command).")),
     "node_rank": (int, typer.Option(0, "--node-rank", min=0, help="This node's rank (0 … nnodes - 1).")),
-    "rdzv_endpoint": (Optional[str], typer.Option(None, "--rdzv-endpoint", help="host:port of the rendezvous (multi-node).")),
+    "rdzv_endpoint": (
+        str | None,
+        typer.Option(None, "--rdzv-endpoint", help="host:port of the rendezvous (multi-node)."),
+    ),
 }
 
 
@@ -53,11 +63,15 @@ def run(**values: Any) -> None:
     gpus = p.parallel.num_gpus
     if nproc_per_node is None:
         if gpus % nnodes:
-            raise MeshplanError("nnodes", f"the plan's {gpus} GPUs do not split over {nnodes} nodes", "pass --nproc-per-node")
+            raise MeshplanError(
+                "nnodes", f"the plan's {gpus} GPUs do not split over {nnodes} nodes", "pass --nproc-per-node"
+            )
         nproc_per_node = gpus // nnodes
     validate_plan(p, nproc_per_node * nnodes)  # same check the workers repeat, before any launch
     if nnodes > 1 and not rdzv_endpoint:
-        raise MeshplanError("rdzv_endpoint", "a multi-node run needs a rendezvous endpoint", "pass --rdzv-endpoint host:port (node 0)")
+        raise MeshplanError(
+            "rdzv_endpoint", "a multi-node run needs a rendezvous endpoint", "pass --rdzv-endpoint host:port (node 0)"
+        )
     if values["save_every"] and not values["checkpoint_dir"]:
         raise MeshplanError("save_every", "--save-every needs --checkpoint-dir", "give a folder to save to")
     if values["resume"] is not None:
@@ -69,8 +83,13 @@ def run(**values: Any) -> None:
     from runtime.train import load_hardware_inputs
 
     load_hardware_inputs(SimpleNamespace(**values), p)  # --profile/--network: read and checked before launching
-    cmd = torchrun_command(nproc_per_node=nproc_per_node, nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
-                           worker_args=worker_argv(values))
+    cmd = torchrun_command(
+        nproc_per_node=nproc_per_node,
+        nnodes=nnodes,
+        node_rank=node_rank,
+        rdzv_endpoint=rdzv_endpoint,
+        worker_args=worker_argv(values),
+    )
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(x for x in (str(ROOT), env.get("PYTHONPATH")) if x)
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -86,11 +105,13 @@ def _signature() -> inspect.Signature:
     P = inspect.Parameter
     params = []
     for a in WORKER_ARGS:
-        kind = a.type if a.required or a.default is not None else Optional[a.type]
+        kind = a.type if a.required or a.default is not None else a.type | None
         extra = {"min": a.min} if a.min is not None and a.type is int else {}
         option = typer.Option(... if a.required else a.default, a.flag, help=a.help, **extra)
         params.append(P(a.dest, P.KEYWORD_ONLY, annotation=kind, default=option))
-    params += [P(name, P.KEYWORD_ONLY, annotation=kind, default=option) for name, (kind, option) in LAUNCH_OPTIONS.items()]
+    params += [
+        P(name, P.KEYWORD_ONLY, annotation=kind, default=option) for name, (kind, option) in LAUNCH_OPTIONS.items()
+    ]
     return inspect.Signature(params)
 
 

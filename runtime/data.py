@@ -38,21 +38,33 @@ class TokenFile:
     def __init__(self, path: str | Path, vocab_size: int, seed: int = 0, dtype: str = "uint16") -> None:
         p = Path(path)
         if not p.is_file():
-            raise MeshplanError("data", f"token file {str(p)!r} does not exist", "give a flat numpy token file (np.memmap)")
+            raise MeshplanError(
+                "data", f"token file {str(p)!r} does not exist", "give a flat numpy token file (np.memmap)"
+            )
         try:
             self.tokens = np.memmap(p, dtype=np.dtype(dtype), mode="r")
         except (TypeError, ValueError) as exc:
-            raise MeshplanError("data", f"cannot map {p} as {dtype}: {exc}", "pass --data-dtype matching the file") from None
+            raise MeshplanError(
+                "data", f"cannot map {p} as {dtype}: {exc}", "pass --data-dtype matching the file"
+            ) from None
         self.vocab_size, self.seed = vocab_size, seed
 
     def batch(self, step: int, batch_size: int, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
         n = len(self.tokens)
         if n < seq_len + 2:
-            raise MeshplanError("data", f"the token file holds {n} tokens, fewer than seq_len + 2 = {seq_len + 2}", "use a longer file or a shorter seq_len")
+            raise MeshplanError(
+                "data",
+                f"the token file holds {n} tokens, fewer than seq_len + 2 = {seq_len + 2}",
+                "use a longer file or a shorter seq_len",
+            )
         g = _generator(self.seed, step)
         starts = torch.randint(0, n - seq_len - 1, (batch_size,), generator=g).tolist()
         rows = np.stack([np.asarray(self.tokens[s : s + seq_len + 1], dtype=np.int64) for s in starts])
         if rows.max() >= self.vocab_size:
-            raise MeshplanError("data", f"token id {int(rows.max())} ≥ the model's vocab_size {self.vocab_size}", "tokenize with the model's vocabulary")
+            raise MeshplanError(
+                "data",
+                f"token id {int(rows.max())} ≥ the model's vocab_size {self.vocab_size}",
+                "tokenize with the model's vocabulary",
+            )
         tokens = torch.from_numpy(rows)
         return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()

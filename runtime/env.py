@@ -50,8 +50,12 @@ class Layout:
 def _get(env: Mapping[str, str], name: str) -> str:
     value = env.get(name)
     if value is None or value == "":
-        raise MeshplanError(name, "is not set", "launch through a meshplan export (torchrun, Slurm, Kubeflow), "
-                            "or export the MESHPLAN_* variables listed in docs/exports.md")
+        raise MeshplanError(
+            name,
+            "is not set",
+            "launch through a meshplan export (torchrun, Slurm, Kubeflow), "
+            "or export the MESHPLAN_* variables listed in docs/exports.md",
+        )
     return value
 
 
@@ -73,27 +77,44 @@ def layout_from_env(env: Mapping[str, str] | None = None) -> Layout:
     try:
         stage_layers = tuple(int(x) for x in layers.split(","))
     except ValueError:
-        raise MeshplanError("MESHPLAN_STAGE_LAYERS", f"{layers!r} is not a comma-separated list of integers",
-                            "set it to one layer count per model chunk, e.g. 16,16") from None
+        raise MeshplanError(
+            "MESHPLAN_STAGE_LAYERS",
+            f"{layers!r} is not a comma-separated list of integers",
+            "set it to one layer count per model chunk, e.g. 16,16",
+        ) from None
     sp = _get(env, "MESHPLAN_SEQUENCE_PARALLEL")
     if sp not in ("0", "1"):
         raise MeshplanError("MESHPLAN_SEQUENCE_PARALLEL", f"{sp!r} is not 0 or 1", "set it to 0 or 1")
     layout = Layout(
         plan_path=env.get("MESHPLAN_PLAN") or None,
-        tp=_int(env, "MESHPLAN_TP"), pp=_int(env, "MESHPLAN_PP"), dp=_int(env, "MESHPLAN_DP"),
-        micro_batch_size=_int(env, "MESHPLAN_MICRO_BATCH_SIZE"), num_microbatches=_int(env, "MESHPLAN_NUM_MICROBATCHES"),
-        global_batch_size=_int(env, "MESHPLAN_GLOBAL_BATCH_SIZE"), seq_len=_int(env, "MESHPLAN_SEQ_LEN"),
-        schedule=_get(env, "MESHPLAN_SCHEDULE"), virtual_stages=_int(env, "MESHPLAN_VIRTUAL_STAGES"),
-        stage_layers=stage_layers, recompute=_get(env, "MESHPLAN_RECOMPUTE"), sequence_parallel=sp == "1",
-        zero_stage=_int(env, "MESHPLAN_ZERO_STAGE", 0), precision=_get(env, "MESHPLAN_PRECISION"),
+        tp=_int(env, "MESHPLAN_TP"),
+        pp=_int(env, "MESHPLAN_PP"),
+        dp=_int(env, "MESHPLAN_DP"),
+        micro_batch_size=_int(env, "MESHPLAN_MICRO_BATCH_SIZE"),
+        num_microbatches=_int(env, "MESHPLAN_NUM_MICROBATCHES"),
+        global_batch_size=_int(env, "MESHPLAN_GLOBAL_BATCH_SIZE"),
+        seq_len=_int(env, "MESHPLAN_SEQ_LEN"),
+        schedule=_get(env, "MESHPLAN_SCHEDULE"),
+        virtual_stages=_int(env, "MESHPLAN_VIRTUAL_STAGES"),
+        stage_layers=stage_layers,
+        recompute=_get(env, "MESHPLAN_RECOMPUTE"),
+        sequence_parallel=sp == "1",
+        zero_stage=_int(env, "MESHPLAN_ZERO_STAGE", 0),
+        precision=_get(env, "MESHPLAN_PRECISION"),
     )
     if layout.micro_batch_size * layout.num_microbatches * layout.dp != layout.global_batch_size:
-        raise MeshplanError("MESHPLAN_GLOBAL_BATCH_SIZE",
-                            f"{layout.global_batch_size} ≠ MICRO_BATCH_SIZE × NUM_MICROBATCHES × DP = "
-                            f"{layout.micro_batch_size}×{layout.num_microbatches}×{layout.dp}", "re-export the plan")
+        raise MeshplanError(
+            "MESHPLAN_GLOBAL_BATCH_SIZE",
+            f"{layout.global_batch_size} ≠ MICRO_BATCH_SIZE × NUM_MICROBATCHES × DP = "
+            f"{layout.micro_batch_size}×{layout.num_microbatches}×{layout.dp}",
+            "re-export the plan",
+        )
     if len(stage_layers) != layout.pp * layout.virtual_stages:
-        raise MeshplanError("MESHPLAN_STAGE_LAYERS", f"{len(stage_layers)} entries but PP × VIRTUAL_STAGES = "
-                            f"{layout.pp * layout.virtual_stages}", "re-export the plan")
+        raise MeshplanError(
+            "MESHPLAN_STAGE_LAYERS",
+            f"{len(stage_layers)} entries but PP × VIRTUAL_STAGES = {layout.pp * layout.virtual_stages}",
+            "re-export the plan",
+        )
     return layout
 
 
@@ -106,9 +127,12 @@ def plan_from_env(env: Mapping[str, str] | None = None):
     plan = load_plan(_get(env, "MESHPLAN_PLAN"))
     p = plan.parallel
     if (p.tp, p.pp, p.dp, p.micro_batch_size) != (layout.tp, layout.pp, layout.dp, layout.micro_batch_size):
-        raise MeshplanError("MESHPLAN_PLAN", f"the plan file has tp={p.tp} pp={p.pp} dp={p.dp} mbs={p.micro_batch_size}, "
-                            f"the environment tp={layout.tp} pp={layout.pp} dp={layout.dp} mbs={layout.micro_batch_size}",
-                            "point MESHPLAN_PLAN at the plan that was exported")
+        raise MeshplanError(
+            "MESHPLAN_PLAN",
+            f"the plan file has tp={p.tp} pp={p.pp} dp={p.dp} mbs={p.micro_batch_size}, "
+            f"the environment tp={layout.tp} pp={layout.pp} dp={layout.dp} mbs={layout.micro_batch_size}",
+            "point MESHPLAN_PLAN at the plan that was exported",
+        )
     return plan
 
 
@@ -126,9 +150,12 @@ def mesh_from_env(device_type: str | None = None, env: Mapping[str, str] | None 
         device_type = "cuda" if torch.cuda.is_available() else "cpu"
     world = dist.get_world_size() if dist.is_initialized() else int(env.get("WORLD_SIZE", "1"))
     if world != layout.world_size:
-        raise MeshplanError("WORLD_SIZE", f"{world} processes but the plan's layout needs tp×pp×dp = "
-                            f"{layout.tp}×{layout.pp}×{layout.dp} = {layout.world_size}",
-                            f"launch {layout.world_size} processes (the exported script's torchrun does)")
+        raise MeshplanError(
+            "WORLD_SIZE",
+            f"{world} processes but the plan's layout needs tp×pp×dp = "
+            f"{layout.tp}×{layout.pp}×{layout.dp} = {layout.world_size}",
+            f"launch {layout.world_size} processes (the exported script's torchrun does)",
+        )
     if device_type == "cuda":
         torch.cuda.set_device(int(env.get("LOCAL_RANK", "0")))
     return init_device_mesh(device_type, layout.mesh_shape, mesh_dim_names=MESH_DIMS)

@@ -58,20 +58,29 @@ def run_case(plan: Plan, steps: int, train: TrainConfig, refs: dict) -> dict:
         norms.append(job.clip_grad_norm())
         job.optimizer_step()
         losses.append(float(loss))
-    stats = torch.tensor([
-        grad_diff,
-        max(abs(a - b) for a, b in zip(losses, ref_losses)),
-        max(abs(a - b) for a, b in zip(norms, ref_norms)),
-        float(sum(1 for _ in job.named_parameters())),
-        time.perf_counter() - started,
-    ], dtype=torch.float64)
+    stats = torch.tensor(
+        [
+            grad_diff,
+            max(abs(a - b) for a, b in zip(losses, ref_losses)),
+            max(abs(a - b) for a, b in zip(norms, ref_norms)),
+            float(sum(1 for _ in job.named_parameters())),
+            time.perf_counter() - started,
+        ],
+        dtype=torch.float64,
+    )
     dist.all_reduce(stats[:3], op=dist.ReduceOp.MAX)
     dist.all_reduce(stats[3:4])  # parameters held, summed over ranks
     dist.all_reduce(stats[4:], op=dist.ReduceOp.MAX)
     return {
-        "grad_max_diff": float(stats[0]), "loss_max_diff": float(stats[1]), "grad_norm_max_diff": float(stats[2]),
-        "param_tensors_over_ranks": int(stats[3]), "seconds": float(stats[4]),
-        "losses": losses, "ref_losses": ref_losses, "worst_param_on_rank0": worst, "dp_wrapper": job.dp_wrapper,
+        "grad_max_diff": float(stats[0]),
+        "loss_max_diff": float(stats[1]),
+        "grad_norm_max_diff": float(stats[2]),
+        "param_tensors_over_ranks": int(stats[3]),
+        "seconds": float(stats[4]),
+        "losses": losses,
+        "ref_losses": ref_losses,
+        "worst_param_on_rank0": worst,
+        "dp_wrapper": job.dp_wrapper,
     }
 
 

@@ -102,8 +102,14 @@ class Job:
 
     # ---------------------------------------------------------------- construction
     @classmethod
-    def build(cls, plan: Plan, train: TrainConfig = TrainConfig(), *, device: torch.device | None = None,
-              world_size: int | None = None) -> "Job":
+    def build(
+        cls,
+        plan: Plan,
+        train: TrainConfig = TrainConfig(),
+        *,
+        device: torch.device | None = None,
+        world_size: int | None = None,
+    ) -> Job:
         world = world_size if world_size is not None else dist.get_world_size()
         validate_plan(plan, world)  # identical on every rank: fails before any collective
         device = device or _default_device()
@@ -181,8 +187,11 @@ class Job:
         """Clip to ``train.max_grad_norm``; returns the global norm (NaN when clipping is off)."""
         if self.train.max_grad_norm is None:
             return float("nan")
-        return clip_grad_norm([p for _, p in self.named_parameters()], self.train.max_grad_norm,
-                              self.mesh.get_group("pp") if self.plan.parallel.pp > 1 else None)
+        return clip_grad_norm(
+            [p for _, p in self.named_parameters()],
+            self.train.max_grad_norm,
+            self.mesh.get_group("pp") if self.plan.parallel.pp > 1 else None,
+        )
 
     def optimizer_step(self) -> None:
         for opt in self.optimizers:

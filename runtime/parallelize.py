@@ -49,19 +49,25 @@ def tp_style(rule: TPRule):
         return {k: v for k, v in kw.items() if v is not None}
 
     if rule.style == "colwise":
-        return ColwiseParallel(**kwargs(input_layouts=_one(rule.input_layouts), output_layouts=_one(rule.output_layouts)))
+        return ColwiseParallel(
+            **kwargs(input_layouts=_one(rule.input_layouts), output_layouts=_one(rule.output_layouts))
+        )
     if rule.style == "rowwise":
-        return RowwiseParallel(**kwargs(input_layouts=_one(rule.input_layouts), output_layouts=_one(rule.output_layouts)))
+        return RowwiseParallel(
+            **kwargs(input_layouts=_one(rule.input_layouts), output_layouts=_one(rule.output_layouts))
+        )
     if rule.style == "sequence_parallel":
         return SequenceParallel()
     if rule.style == "prepare_input":
         return PrepareModuleInput(
-            input_layouts=_many(rule.input_layouts), desired_input_layouts=_many(rule.desired_input_layouts),
+            input_layouts=_many(rule.input_layouts),
+            desired_input_layouts=_many(rule.desired_input_layouts),
             use_local_output=True,
         )
     if rule.style == "prepare_output":
         return PrepareModuleOutput(
-            output_layouts=_many(rule.output_layouts), desired_output_layouts=_many(rule.desired_output_layouts),
+            output_layouts=_many(rule.output_layouts),
+            desired_output_layouts=_many(rule.desired_output_layouts),
             use_local_output=True,
         )
     return None

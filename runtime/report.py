@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from planner.specs import GpuSpec, NetworkProfile, Plan, Prediction, Profile, RunReport
 
@@ -48,9 +48,15 @@ def host_spec(device: str = "cpu") -> GpuSpec:
     t = min(_timed(lambda: y.copy_(x)) for _ in range(3))
     bw = 2 * x.numel() * 4 / t
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
-    return GpuSpec(id=device, memory_gib=mem, peak_tflops={"fp32": flops / 1e12}, hbm_bandwidth_GBps=bw / 1e9,
-                   nvlink_bandwidth_GBps=bw / 1e9, nic_bandwidth_GBps=bw / 1e9,
-                   source=f"measured by meshplan run: {n}×{n} fp32 matmul, 64 MiB copy; links from the run's network fit")
+    return GpuSpec(
+        id=device,
+        memory_gib=mem,
+        peak_tflops={"fp32": flops / 1e12},
+        hbm_bandwidth_GBps=bw / 1e9,
+        nvlink_bandwidth_GBps=bw / 1e9,
+        nic_bandwidth_GBps=bw / 1e9,
+        source=f"measured by meshplan run: {n}×{n} fp32 matmul, 64 MiB copy; links from the run's network fit",
+    )
 
 
 def _timed(fn) -> float:
@@ -59,19 +65,35 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def local_prediction(plan: Plan, *, device: str, precision: str, profile: Profile, network: NetworkProfile | None,
-                     gpu: GpuSpec, basis: str) -> Prediction:
+def local_prediction(
+    plan: Plan,
+    *,
+    device: str,
+    precision: str,
+    profile: Profile,
+    network: NetworkProfile | None,
+    gpu: GpuSpec,
+    basis: str,
+) -> Prediction:
     """The plan's own configuration priced by the cost model for the hardware the run used: its
     layer profile, network fit and processor figures, at the precision the run actually computed in."""
     from planner.api import estimate_plan
     from planner.specs import PlanRequest, SearchOptions
 
     training = plan.training.model_copy(update={"precision": precision})
-    request = PlanRequest(model=plan.model, cluster=plan.cluster.model_copy(update={"gpu": gpu}), training=training,
-                          parallel=plan.parallel.model_dump(), profile=profile, network=network,
-                          options=SearchOptions(allow_tp_across_nodes=True))
+    request = PlanRequest(
+        model=plan.model,
+        cluster=plan.cluster.model_copy(update={"gpu": gpu}),
+        training=training,
+        parallel=plan.parallel.model_dump(),
+        profile=profile,
+        network=network,
+        options=SearchOptions(allow_tp_across_nodes=True),
+    )
     est = estimate_plan(request).estimate
-    return Prediction(predicted_on=device, basis=basis, step_time_s=est.step_time_s, peak_memory_gib=est.peak_memory_gib)
+    return Prediction(
+        predicted_on=device, basis=basis, step_time_s=est.step_time_s, peak_memory_gib=est.peak_memory_gib
+    )
 
 
 def measured_step_time(step_times: list[float]) -> float:
@@ -101,8 +123,12 @@ def build_report(
     predicted_mem = plan.estimate.peak_memory_gib or None
     same = same_hardware(device, plan.gpu.id)  # the plan's prediction is comparable only on its own GPU
     if local is not None:
-        local = local.model_copy(update={"step_time_ratio": _ratio(local.step_time_s, measured),
-                                         "memory_ratio": _ratio(local.peak_memory_gib, peak)})
+        local = local.model_copy(
+            update={
+                "step_time_ratio": _ratio(local.step_time_s, measured),
+                "memory_ratio": _ratio(local.peak_memory_gib, peak),
+            }
+        )
     return RunReport(
         model=plan.model.name,
         parallel=plan.parallel,
@@ -124,7 +150,7 @@ def build_report(
         predicted_on=plan.gpu.id,
         local_prediction=local,
         resumed_from_step=resumed_from_step,
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         notes=notes or [],
     )
 
@@ -153,13 +179,17 @@ def summary(report: RunReport) -> str:
     if report.predicted_step_time_s is not None or report.predicted_peak_memory_gib is not None:
         gpu = report.predicted_on or "the plan's GPU"
         if report.step_time_ratio is not None or report.memory_ratio is not None:
-            lines.append(f"predicted for {gpu} (the plan; this run's hardware): step time "
-                         f"{fmt(report.predicted_step_time_s, ' s')} (predicted ÷ measured {fmt(report.step_time_ratio)}), "
-                         f"peak memory {fmt(report.predicted_peak_memory_gib, ' GiB')} "
-                         f"(predicted ÷ measured {fmt(report.memory_ratio)})")
+            lines.append(
+                f"predicted for {gpu} (the plan; this run's hardware): step time "
+                f"{fmt(report.predicted_step_time_s, ' s')} (predicted ÷ measured {fmt(report.step_time_ratio)}), "
+                f"peak memory {fmt(report.predicted_peak_memory_gib, ' GiB')} "
+                f"(predicted ÷ measured {fmt(report.memory_ratio)})"
+            )
         else:
-            lines.append(f"the plan's prediction is for {gpu}, not {report.device}: step time "
-                         f"{fmt(report.predicted_step_time_s, ' s')}, peak memory {fmt(report.predicted_peak_memory_gib, ' GiB')} "
-                         f"per GPU (not comparable with this run's measurements)")
+            lines.append(
+                f"the plan's prediction is for {gpu}, not {report.device}: step time "
+                f"{fmt(report.predicted_step_time_s, ' s')}, peak memory {fmt(report.predicted_peak_memory_gib, ' GiB')} "
+                f"per GPU (not comparable with this run's measurements)"
+            )
     lines += [f"note: {n}" for n in report.notes]
     return "\n".join(lines)

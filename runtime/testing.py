@@ -39,12 +39,29 @@ def make_plan(
     par = ParallelConfig(**{"tp": 1, "pp": 1, "dp": 1, **parallel})
     zero = TimeBreakdown(compute_s=0, tp_comm_s=0, pp_bubble_s=0, pp_p2p_s=0, dp_sync_s=0, optimizer_s=0)
     estimate = Estimate(
-        step_time_s=0, tokens_per_s=0, model_tflops_per_gpu=0, mfu=0,
-        memory_per_stage=[StageMemory(weights_gib=0, gradients_gib=0, optimizer_gib=0, activations_gib=0, buffers_gib=0, reserve_gib=0,
-                                      total_gib=0)] * par.pp,
-        peak_memory_gib=0, gpu_memory_gib=GPUS[gpu].memory_gib, fits=True,
-        num_microbatches=global_batch_size // (par.dp * par.micro_batch_size), gpus_used=par.num_gpus,
-        breakdown=zero, notes=["placeholder estimate: plan built by runtime.testing.make_plan, not the planner"],
+        step_time_s=0,
+        tokens_per_s=0,
+        model_tflops_per_gpu=0,
+        mfu=0,
+        memory_per_stage=[
+            StageMemory(
+                weights_gib=0,
+                gradients_gib=0,
+                optimizer_gib=0,
+                activations_gib=0,
+                buffers_gib=0,
+                reserve_gib=0,
+                total_gib=0,
+            )
+        ]
+        * par.pp,
+        peak_memory_gib=0,
+        gpu_memory_gib=GPUS[gpu].memory_gib,
+        fits=True,
+        num_microbatches=global_batch_size // (par.dp * par.micro_batch_size),
+        gpus_used=par.num_gpus,
+        breakdown=zero,
+        notes=["placeholder estimate: plan built by runtime.testing.make_plan, not the planner"],
     )
     return Plan(
         model=spec,
@@ -117,8 +134,9 @@ def run_process_group(cmd: list[str], *, env: dict, cwd, timeout: float):
     import signal
     import subprocess
 
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -107,13 +107,19 @@ def load_hardware_inputs(args, plan):
     if profile is not None:
         p, t = plan.parallel, plan.training
         if profile.model.name != plan.model.name:
-            raise MeshplanError("profile", f"{args.profile} profiles {profile.model.name}, the plan trains {plan.model.name}",
-                                "profile the plan's model, or omit --profile to measure one after the run")
+            raise MeshplanError(
+                "profile",
+                f"{args.profile} profiles {profile.model.name}, the plan trains {plan.model.name}",
+                "profile the plan's model, or omit --profile to measure one after the run",
+            )
         if profile.find("transformer_block", p.micro_batch_size, t.seq_len, p.tp, p.sequence_parallel) is None:
-            raise MeshplanError("profile", f"{args.profile} has no transformer_block record for micro_batch_size="
-                                f"{p.micro_batch_size} seq_len={t.seq_len} tp={p.tp} sequence_parallel={p.sequence_parallel}",
-                                f"profile with --micro-batch-sizes {p.micro_batch_size} --tp {p.tp} --seq-len {t.seq_len}, "
-                                "or omit --profile")
+            raise MeshplanError(
+                "profile",
+                f"{args.profile} has no transformer_block record for micro_batch_size="
+                f"{p.micro_batch_size} seq_len={t.seq_len} tp={p.tp} sequence_parallel={p.sequence_parallel}",
+                f"profile with --micro-batch-sizes {p.micro_batch_size} --tp {p.tp} --seq-len {t.seq_len}, "
+                "or omit --profile",
+            )
     return profile, network
 
 
@@ -140,9 +146,17 @@ def predict_here(plan, args, job, device: str):
     p, t = plan.parallel, plan.training
     precision = "fp32" if mixed_precision(t.precision, job.device.type) is None else t.precision
     if profile is None:
-        profile = profile_model(plan.model, device=job.device.type, micro_batch_sizes=[p.micro_batch_size], tps=[p.tp],
-                                seq_len=t.seq_len, sequence_parallel=p.sequence_parallel, dtype=precision,
-                                warmup=1, repeats=3)
+        profile = profile_model(
+            plan.model,
+            device=job.device.type,
+            micro_batch_sizes=[p.micro_batch_size],
+            tps=[p.tp],
+            seq_len=t.seq_len,
+            sequence_parallel=p.sequence_parallel,
+            dtype=precision,
+            warmup=1,
+            repeats=3,
+        )
         basis.insert(0, f"{job.device.type} layer profile measured after the run (mbs={p.micro_batch_size}, tp={p.tp})")
     else:
         basis.insert(0, f"layer profile {args.profile} ({profile.device})")
@@ -154,8 +168,9 @@ def predict_here(plan, args, job, device: str):
         basis.append("optimizer/element-wise terms from a quick matmul and copy measurement of this host")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     try:
-        return local_prediction(plan, device=device, precision=precision, profile=profile, network=network, gpu=gpu,
-                                basis="; ".join(basis)), None
+        return local_prediction(
+            plan, device=device, precision=precision, profile=profile, network=network, gpu=gpu, basis="; ".join(basis)
+        ), None
     except MeshplanError as exc:  # e.g. a schedule the runtime runs but the cost model does not price
         return None, f"no prediction for {device}: the cost model cannot price this plan ({exc.field}: {exc.message})"
 
@@ -172,7 +187,9 @@ def run(plan, args) -> None:
     # Harmless here (the loss never modifies the logits in place); printed once per rank otherwise.
     warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
     if "RANK" not in os.environ:  # started without a launcher: a one-process job
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+        os.environ.update(
+            RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port())
+        )
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
@@ -181,10 +198,14 @@ def run(plan, args) -> None:
     dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo")
     try:
         rank = dist.get_rank()
-        train = TrainConfig(seed=args.seed, lr=args.lr, max_grad_norm=args.max_grad_norm if args.max_grad_norm > 0 else None)
+        train = TrainConfig(
+            seed=args.seed, lr=args.lr, max_grad_norm=args.max_grad_norm if args.max_grad_norm > 0 else None
+        )
         job = Job.build(plan, train)
         vocab = plan.model.vocab_size
-        data = TokenFile(args.data, vocab, args.seed, args.data_dtype) if args.data else SyntheticTokens(vocab, args.seed)
+        data = (
+            TokenFile(args.data, vocab, args.seed, args.data_dtype) if args.data else SyntheticTokens(vocab, args.seed)
+        )
         start = checkpoint.load(job, args.resume) if args.resume else 0
         gb, seq = plan.training.global_batch_size, plan.training.seq_len
         losses, times = [], []
@@ -202,7 +223,9 @@ def run(plan, args) -> None:
             if rank == 0:
                 print(f"step {step + 1}: loss {loss:.4f}  {times[-1]:.3f} s", flush=True)
             done = step + 1
-            if args.checkpoint_dir and ((args.save_every and done % args.save_every == 0) or done == start + args.steps):
+            if args.checkpoint_dir and (
+                (args.save_every and done % args.save_every == 0) or done == start + args.steps
+            ):
                 checkpoint.save(job, args.checkpoint_dir, done)
         # Step time is the slowest rank's; peak memory is per rank.
         t = torch.tensor(times, dtype=torch.float64)
@@ -217,14 +240,22 @@ def run(plan, args) -> None:
                 notes.append("CPU run: peak memory is the process's peak RSS (includes the PyTorch runtime)")
                 cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
                 if dist.get_world_size() > cores:
-                    notes.append(f"{dist.get_world_size()} processes shared {cores} CPU cores: the measured time includes "
-                                 "that contention, which the prediction for this hardware does not model")
+                    notes.append(
+                        f"{dist.get_world_size()} processes shared {cores} CPU cores: the measured time includes "
+                        "that contention, which the prediction for this hardware does not model"
+                    )
             if job.dp_wrapper:
                 notes.append(f"data parallelism: {job.dp_wrapper}")
             report = build_report(
-                plan, device=device, torch_version=torch.__version__,
-                losses=losses, step_times=t.tolist(), peak_memory_bytes_per_rank=peaks,
-                resumed_from_step=start if args.resume else None, notes=notes, local=local,
+                plan,
+                device=device,
+                torch_version=torch.__version__,
+                losses=losses,
+                step_times=t.tolist(),
+                peak_memory_bytes_per_rank=peaks,
+                resumed_from_step=start if args.resume else None,
+                notes=notes,
+                local=local,
             )
             if args.report:
                 Path(args.report).write_text(json.dumps(report.model_dump(mode="json"), indent=1))

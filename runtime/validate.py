@@ -24,9 +24,22 @@ def module_names(plan: Plan) -> list[str]:
     m = plan.model
     names = ["embed", "embed.tok", "norm", "head"] + (["embed.pos"] if m.family == "gpt" else [])
     for i in range(m.num_layers):
-        block = [f"layers.{i}"] + [f"layers.{i}.{s}" for s in (
-            "attn_norm", "attn", "attn.wq", "attn.wk", "attn.wv", "attn.wo", "attn.core", "mlp_norm", "mlp",
-            "mlp.w1", "mlp.w2")]
+        block = [f"layers.{i}"] + [
+            f"layers.{i}.{s}"
+            for s in (
+                "attn_norm",
+                "attn",
+                "attn.wq",
+                "attn.wk",
+                "attn.wv",
+                "attn.wo",
+                "attn.core",
+                "mlp_norm",
+                "mlp",
+                "mlp.w1",
+                "mlp.w2",
+            )
+        ]
         if m.activation == "swiglu":
             block.append(f"layers.{i}.mlp.w3")
         names += block
@@ -38,8 +51,15 @@ def validate_plan(plan: Plan, world_size: int) -> None:
     the job's shape, then the configuration's rules (``planner.rules.runnable``, shared with the
     planner and the exporters), then what only this runtime cannot do."""
     p, m = plan.parallel, plan.model
-    wrong_size = rules.degrees_product(p.tp, p.pp, p.dp, world_size, "the job has", "processes",
-                                       f"launch {p.num_gpus} processes (--nproc-per-node × --nnodes), or re-plan for {world_size} GPUs")
+    wrong_size = rules.degrees_product(
+        p.tp,
+        p.pp,
+        p.dp,
+        world_size,
+        "the job has",
+        "processes",
+        f"launch {p.num_gpus} processes (--nproc-per-node × --nnodes), or re-plan for {world_size} GPUs",
+    )
     if wrong_size is not None:  # the launch, not one degree, is at fault: reported on the whole triple
         raise rules.with_field(wrong_size, "parallel")
     expected = mesh_layout(p)
@@ -67,13 +87,15 @@ def _validate_tp_plan(plan: Plan) -> None:
     for i, rule in enumerate(plan.tp_plan):
         if not any(fnmatch.fnmatchcase(name, rule.pattern) for name in names):
             raise MeshplanError(
-                f"tp_plan.{i}.pattern", f"pattern {rule.pattern!r} matches no module of the model zoo",
+                f"tp_plan.{i}.pattern",
+                f"pattern {rule.pattern!r} matches no module of the model zoo",
                 "use module names like 'layers.*.attn.wq' (see docs/runtime.md)",
             )
         if rule.pattern in ("embed.tok", "head") and rule.style in ("colwise", "rowwise"):
             rules.check(rules.tp_divides_vocab(m, p.tp, f"tp_plan.{i}"))
         if rule.style == "sequence_parallel" and not p.sequence_parallel:
             raise MeshplanError(
-                f"tp_plan.{i}.style", f"rule {rule.pattern!r} is sequence_parallel but parallel.sequence_parallel is false",
+                f"tp_plan.{i}.style",
+                f"rule {rule.pattern!r} is sequence_parallel but parallel.sequence_parallel is false",
                 "regenerate tp_plan with planner.layout.tp_plan, or set sequence_parallel to true",
             )

@@ -44,25 +44,46 @@ def plan_request(**changes: object) -> dict:
 def profile_body(device: str = "cpu") -> dict:
     model = MODELS["tiny-gpt"].model_dump()
     layer = {
-        "micro_batch_size": 1, "seq_len": 128, "tp": 1, "sequence_parallel": False,
-        "fwd_flops": 1.0e6, "bwd_flops": 2.0e6, "param_count": 1000, "param_bytes": 2000,
+        "micro_batch_size": 1,
+        "seq_len": 128,
+        "tp": 1,
+        "sequence_parallel": False,
+        "fwd_flops": 1.0e6,
+        "bwd_flops": 2.0e6,
+        "param_count": 1000,
+        "param_bytes": 2000,
         "saved_activation_bytes": {"none": 4096, "selective": 2048, "full": 256},
-        "output_activation_bytes": 256, "fwd_time_s": 1e-4, "bwd_time_s": 2e-4,
+        "output_activation_bytes": 256,
+        "fwd_time_s": 1e-4,
+        "bwd_time_s": 2e-4,
     }
     kinds = ("embedding", "transformer_block", "lm_head")
-    return {"model": model, "device": device, "dtype": "bf16", "source": "measured",
-            "layers": [{"kind": k, **layer} for k in kinds]}
+    return {
+        "model": model,
+        "device": device,
+        "dtype": "bf16",
+        "source": "measured",
+        "layers": [{"kind": k, **layer} for k in kinds],
+    }
 
 
 def run_report_body(step_time: float = 0.5) -> dict:
     return {
         "model": "tiny-gpt",
         "parallel": {"tp": 2, "pp": 2, "dp": 2, "micro_batch_size": 1, "stage_layers": [4, 4]},
-        "world_size": 8, "device": "cpu", "torch_version": "2.13.0", "steps": 4,
-        "global_batch_size": 8, "seq_len": 128, "losses": [5.5, 5.4, 5.3, 5.2],
-        "step_times_s": [1.0, step_time, step_time, step_time], "measured_step_time_s": step_time,
-        "tokens_per_s": 2048.0, "peak_memory_gib_per_rank": [0.1] * 8,
-        "predicted_step_time_s": 0.4, "step_time_ratio": 0.8,
+        "world_size": 8,
+        "device": "cpu",
+        "torch_version": "2.13.0",
+        "steps": 4,
+        "global_batch_size": 8,
+        "seq_len": 128,
+        "losses": [5.5, 5.4, 5.3, 5.2],
+        "step_times_s": [1.0, step_time, step_time, step_time],
+        "measured_step_time_s": step_time,
+        "tokens_per_s": 2048.0,
+        "peak_memory_gib_per_rank": [0.1] * 8,
+        "predicted_step_time_s": 0.4,
+        "step_time_ratio": 0.8,
     }
 
 
@@ -93,7 +114,11 @@ class SlowSolver:
         time.sleep(self.delay)
         model = MODELS[request.model] if isinstance(request.model, str) else request.model
         return PlanResponse(
-            cost_model_version=version.COST_MODEL_VERSION, model=model, cluster=request.cluster, training=request.training, plans=[],
+            cost_model_version=version.COST_MODEL_VERSION,
+            model=model,
+            cluster=request.cluster,
+            training=request.training,
+            plans=[],
             solver=SolverInfo(status="UNKNOWN", wall_time_s=self.delay),
         )
 
@@ -136,7 +161,7 @@ class LiveServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 60.0) -> "LiveServer":
+    def start(self, timeout: float = 60.0) -> LiveServer:
         self.port = free_port()
         self.starts += 1
         env = {k: v for k, v in os.environ.items() if not k.startswith("MESHPLAN_")}
@@ -145,7 +170,10 @@ class LiveServer:
         self.stderr = open(self.tmp_path / f"server{self.starts}.err", "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "api.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-            cwd=ROOT, env=env, stdout=self.stdout, stderr=self.stderr,
+            cwd=ROOT,
+            env=env,
+            stdout=self.stdout,
+            stderr=self.stderr,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -10,8 +10,13 @@ ARTIFACTS = ROOT / "artifacts"
 
 #: The longest files (multi-process launches, servers), run first: with `make test`'s two workers
 #: (pytest-xdist, one file per worker at a time) a long file started last would run alone at the end.
-LONG_FILES = ("test_runtime_equivalence.py", "test_runtime_cli.py", "test_dashboard.py", "test_api_postgres.py",
-              "test_profiler_cluster.py")
+LONG_FILES = (
+    "test_runtime_equivalence.py",
+    "test_runtime_cli.py",
+    "test_dashboard.py",
+    "test_api_postgres.py",
+    "test_profiler_cluster.py",
+)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -28,7 +28,9 @@ OS_USER = "postgres"
 
 def find_bin_dir() -> Path | None:
     """The newest ``/usr/lib/postgresql/<version>/bin`` that has ``initdb`` and ``pg_ctl``."""
-    found = [Path(p).parent for p in glob.glob("/usr/lib/postgresql/*/bin/initdb") if Path(p).with_name("pg_ctl").exists()]
+    found = [
+        Path(p).parent for p in glob.glob("/usr/lib/postgresql/*/bin/initdb") if Path(p).with_name("pg_ctl").exists()
+    ]
     return max(found, key=lambda d: int(d.parent.name) if d.parent.name.isdigit() else 0, default=None)
 
 
@@ -52,7 +54,7 @@ class PostgresServer:
     def _run(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([*self.as_user, *args], capture_output=True, text=True, timeout=60, cwd=self.root)
 
-    def start(self) -> "PostgresServer":
+    def start(self) -> PostgresServer:
         data = self.root / "data"
         done = self._run(str(self.bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8")
         if done.returncode != 0:
@@ -60,11 +62,24 @@ class PostgresServer:
         for _attempt in range(3):  # the free port may be taken between choosing and binding it
             self.port = free_port()
             options = f"-h 127.0.0.1 -p {self.port} -k {self.root} -c fsync=off -c max_connections=200"
-            done = self._run(str(self.bin_dir / "pg_ctl"), "-D", str(data), "-l", str(self.root / "server.log"),
-                             "-o", options, "-w", "-t", "60", "start")
+            done = self._run(
+                str(self.bin_dir / "pg_ctl"),
+                "-D",
+                str(data),
+                "-l",
+                str(self.root / "server.log"),
+                "-o",
+                options,
+                "-w",
+                "-t",
+                "60",
+                "start",
+            )
             if done.returncode == 0:
                 return self
-        raise RuntimeError(f"pg_ctl start failed: {done.stderr[-1000:]} {(self.root / 'server.log').read_text()[-2000:]}")
+        raise RuntimeError(
+            f"pg_ctl start failed: {done.stderr[-1000:]} {(self.root / 'server.log').read_text()[-2000:]}"
+        )
 
     def stop(self) -> None:
         self._run(str(self.bin_dir / "pg_ctl"), "-D", str(self.root / "data"), "-m", "fast", "-w", "stop")
@@ -76,7 +91,9 @@ class PostgresServer:
         """Run one statement outside a transaction (CREATE/DROP DATABASE) as the superuser."""
         import psycopg
 
-        with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres", autocommit=True) as conn:
+        with psycopg.connect(
+            host="127.0.0.1", port=self.port, user="postgres", dbname="postgres", autocommit=True
+        ) as conn:
             conn.execute(sql)
 
     def new_database(self) -> str:

@@ -3,7 +3,7 @@ zoo: FLOPs within 1 %, activation bytes within 5 % (every recompute mode), param
 exactly; for GPT and Llama layers at several TP degrees, micro-batch sizes, sequence lengths,
 precisions, with and without sequence parallelism."""
 
-from functools import lru_cache
+from functools import cache
 
 import pytest
 
@@ -22,10 +22,17 @@ CASES = [
 ]
 
 
-@lru_cache(maxsize=None)
+@cache
 def measured(model: str, seq_len: int, mbs: tuple, tps: tuple, dtype: str):
-    return profile_model(MODELS[model], device="meta", micro_batch_sizes=mbs, tps=tps, seq_len=seq_len,
-                         sequence_parallel=True, dtype=dtype)
+    return profile_model(
+        MODELS[model],
+        device="meta",
+        micro_batch_sizes=mbs,
+        tps=tps,
+        seq_len=seq_len,
+        sequence_parallel=True,
+        dtype=dtype,
+    )
 
 
 def _rel(measured_value: float, analytic_value: float) -> float:
@@ -43,8 +50,15 @@ def test_analytic_agrees_with_meta_measurement(model, seq_len, mbs, tps, dtype):
     assert len(prof.layers) == expected_records and len(kinds) == expected_records // len(mbs)
     failures = []
     for m in prof.layers:
-        a = layer_profile(MODELS[model], m.kind, micro_batch_size=m.micro_batch_size, seq_len=m.seq_len, tp=m.tp,
-                          sequence_parallel=m.sequence_parallel, precision=dtype)
+        a = layer_profile(
+            MODELS[model],
+            m.kind,
+            micro_batch_size=m.micro_batch_size,
+            seq_len=m.seq_len,
+            tp=m.tp,
+            sequence_parallel=m.sequence_parallel,
+            precision=dtype,
+        )
         checks = {
             "fwd_flops": (_rel(m.fwd_flops, a.fwd_flops), 0.01),
             "bwd_flops": (_rel(m.bwd_flops, a.bwd_flops), 0.01),
@@ -54,11 +68,14 @@ def test_analytic_agrees_with_meta_measurement(model, seq_len, mbs, tps, dtype):
         }
         for mode in ("none", "selective", "full"):
             checks[f"saved.{mode}"] = (
-                _rel(m.saved_activation_bytes.for_mode(mode), a.saved_activation_bytes.for_mode(mode)), 0.05
+                _rel(m.saved_activation_bytes.for_mode(mode), a.saved_activation_bytes.for_mode(mode)),
+                0.05,
             )
         for name, (err, tol) in checks.items():
             if err > tol:
-                failures.append(f"{m.kind} tp={m.tp} sp={m.sequence_parallel} mbs={m.micro_batch_size} {name}: {err:.2%}")
+                failures.append(
+                    f"{m.kind} tp={m.tp} sp={m.sequence_parallel} mbs={m.micro_batch_size} {name}: {err:.2%}"
+                )
     assert not failures, "\n".join(failures)
 
 
@@ -80,8 +97,15 @@ def test_measured_values_are_not_trivial():
 # Total parameters against the published counts: Qwen2.5-7B's safetensors index total_size 15,231,233,024
 # bytes in bf16 = 7,615,616,512 (its QKV biases included; without them 28·(3584 + 2·512) = 129,024
 # fewer), Llama 3 / 3.1 8B 8,030,261,248; Qwen2.5-72B's model card says 72.7B.
-@pytest.mark.parametrize("model, published, rel", [("qwen2.5-7b", 7_615_616_512, 0), ("llama3.1-8b", 8_030_261_248, 0),
-                                                   ("llama3-8b", 8_030_261_248, 0), ("qwen2.5-72b", 72.7e9, 1e-3)])
+@pytest.mark.parametrize(
+    "model, published, rel",
+    [
+        ("qwen2.5-7b", 7_615_616_512, 0),
+        ("llama3.1-8b", 8_030_261_248, 0),
+        ("llama3-8b", 8_030_261_248, 0),
+        ("qwen2.5-72b", 72.7e9, 1e-3),
+    ],
+)
 def test_catalog_parameter_counts_match_the_published_ones(model, published, rel):
     from planner.analytic import num_parameters
 
@@ -89,13 +113,17 @@ def test_catalog_parameter_counts_match_the_published_ones(model, published, rel
     if MODELS[model].qkv_bias:
         plain = MODELS[model].model_copy(update={"qkv_bias": False})
         m = MODELS[model]
-        assert num_parameters(m) - num_parameters(plain) == m.num_layers * (m.hidden_size + 2 * m.num_kv_heads * m.head_dim)
+        assert num_parameters(m) - num_parameters(plain) == m.num_layers * (
+            m.hidden_size + 2 * m.num_kv_heads * m.head_dim
+        )
 
 
 def test_qkv_bias_model_is_built_with_biases_on_q_k_v_only():
     from runtime.models.transformer import build_layer
 
-    block = build_layer(MODELS["tiny-llama"].model_copy(update={"qkv_bias": True}), "transformer_block", tp=2, device="meta")
+    block = build_layer(
+        MODELS["tiny-llama"].model_copy(update={"qkv_bias": True}), "transformer_block", tp=2, device="meta"
+    )
     biased = sorted(n for n, p in block.named_parameters() if n.endswith("bias"))
     assert [n.split(".")[-2] for n in biased] == ["wk", "wq", "wv"]
     assert block.attn.wk.bias.shape[0] == 4 // 2 * 8  # kv heads / tp × head size

@@ -126,7 +126,9 @@ def test_several_workers_auth_and_the_docker_healthcheck(tmp_path):
     command = _healthcheck_command().replace("python ", f"{sys.executable} ", 1)
 
     def probe(port: int) -> int:
-        return subprocess.run(["sh", "-c", command], env={"MESHPLAN_PORT": str(port)}, capture_output=True, timeout=30).returncode
+        return subprocess.run(
+            ["sh", "-c", command], env={"MESHPLAN_PORT": str(port)}, capture_output=True, timeout=30
+        ).returncode
 
     server = LiveServer(tmp_path, tmp_path / "meshplan.db", MESHPLAN_API_TOKEN=TOKEN, MESHPLAN_WORKERS="2").start()
     try:
@@ -144,6 +146,8 @@ def test_several_workers_auth_and_the_docker_healthcheck(tmp_path):
 @pytest.mark.parametrize(("variable", "value"), [("MESHPLAN_DATABASE_URL", "nonsense")])
 def test_serve_refuses_a_bad_setting_with_exit_code_2(tmp_path, variable, value):
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), variable: value}
-    done = subprocess.run([sys.executable, "-m", "api.cli", "serve"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "api.cli", "serve"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 2
     assert variable in done.stderr and "Traceback" not in done.stderr

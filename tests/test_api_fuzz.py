@@ -23,13 +23,19 @@ from schemathesis.specs.openapi.checks import (
 
 from tests.api_support import make_app
 
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
-          response_schema_conformance, response_headers_conformance]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    response_headers_conformance,
+]
 
 _folder = tempfile.mkdtemp(prefix="meshplan-fuzz-")
 atexit.register(shutil.rmtree, _folder, ignore_errors=True)
-app = make_app(Path(_folder), max_solver_time_s=1.0, max_solver_workers=1,
-               max_gpus=64, max_layers=64)  # big searches are refused (422) rather than run
+app = make_app(
+    Path(_folder), max_solver_time_s=1.0, max_solver_workers=1, max_gpus=64, max_layers=64
+)  # big searches are refused (422) rather than run
 schema = schemathesis.openapi.from_asgi("/openapi.json", app)
 
 

@@ -60,7 +60,11 @@ def test_request_over_a_server_limit_is_422(tmp_path, name, settings, changes, f
         assert all(e.get("fix") for e in r.json()["errors"])
         assert solver.requests == []  # refused before solving
         # The same server accepts a request within its limits.
-        within = {"max_layers": {"model": "tiny-gpt"}, "max_gpus": {"cluster__gpus_per_node": 4}, "max_top_k": {"top_k": 2}}
+        within = {
+            "max_layers": {"model": "tiny-gpt"},
+            "max_gpus": {"cluster__gpus_per_node": 4},
+            "max_top_k": {"top_k": 2},
+        }
         key = next(iter(settings))
         if key != "max_layers":
             assert c.post("/v1/plans", json=plan_request(**within[key])).status_code == 201

@@ -79,8 +79,13 @@ def test_content_hash_dedupes(store, kind):
 
 
 # (model, gpu) of the stored plans; the listing cases filter and page over them.
-STORED = [("tiny-gpt", "h100-sxm5-80gb"), ("tiny-gpt", "a100-sxm4-80gb"), ("gpt3-125m", "h100-sxm5-80gb"),
-          ("gpt3-125m", "h100-sxm5-80gb"), ("gpt3-350m", "b200-sxm-192gb")]
+STORED = [
+    ("tiny-gpt", "h100-sxm5-80gb"),
+    ("tiny-gpt", "a100-sxm4-80gb"),
+    ("gpt3-125m", "h100-sxm5-80gb"),
+    ("gpt3-125m", "h100-sxm5-80gb"),
+    ("gpt3-350m", "b200-sxm-192gb"),
+]
 
 
 @pytest.mark.parametrize(
@@ -180,7 +185,11 @@ def test_readyz_follows_the_database(pg_server, pg_url):
         assert client.get("/readyz").status_code == 200
         pg_server.admin(f'DROP DATABASE "{pg_url.rsplit("/", 1)[1]}" WITH (FORCE)')
         r = client.get("/readyz")
-        assert r.status_code == 503 and r.json()["status"] == "unavailable" and "store: OperationalError" in r.json()["detail"]
+        assert (
+            r.status_code == 503
+            and r.json()["status"] == "unavailable"
+            and "store: OperationalError" in r.json()["detail"]
+        )
         pg_server.admin(f'CREATE DATABASE "{pg_url.rsplit("/", 1)[1]}"')  # back: ready again, same app
         assert client.get("/readyz").status_code == 200
 
@@ -200,11 +209,15 @@ def test_workers_create_the_tables_at_once(request, tmp_path, backend):
     """Several `meshplan serve` workers open one empty database at the same moment: none fails
     (PostgreSQL without the advisory lock: duplicate key in pg_type_typname_nsp_index)."""
     for trial in range(4):
-        url = f"sqlite:///{tmp_path / f'{trial}.db'}" if backend == "sqlite" else request.getfixturevalue("pg_server").new_database()
+        url = (
+            f"sqlite:///{tmp_path / f'{trial}.db'}"
+            if backend == "sqlite"
+            else request.getfixturevalue("pg_server").new_database()
+        )
         barrier = threading.Barrier(8)
         errors: list[str] = []
 
-        def open_store() -> None:
+        def open_store(barrier: threading.Barrier = barrier, url: str = url, errors: list[str] = errors) -> None:
             barrier.wait()
             try:
                 Store(url).close()

@@ -117,10 +117,20 @@ def test_delete_plan_then_it_is_gone(tmp_path):
 
 def test_every_export_format_downloads(client, solved):
     formats = client.get("/v1/catalog/export-formats").json()
-    assert {f["id"] for f in formats} >= {"torchrun", "slurm", "kubeflow-pytorchjob", "kubeflow-trainjob",
-                                          "megatron", "deepspeed", "torchtitan", "meshplan"}
+    assert {f["id"] for f in formats} >= {
+        "torchrun",
+        "slurm",
+        "kubeflow-pytorchjob",
+        "kubeflow-trainjob",
+        "megatron",
+        "deepspeed",
+        "torchtitan",
+        "meshplan",
+    }
     for fmt in formats:
-        r = client.get(f"/v1/plans/{solved['id']}/export/{fmt['id']}?job_name=tiny-run&partition=gpu&image=reg.example/meshplan:1")
+        r = client.get(
+            f"/v1/plans/{solved['id']}/export/{fmt['id']}?job_name=tiny-run&partition=gpu&image=reg.example/meshplan:1"
+        )
         assert r.status_code == 200, (fmt["id"], r.text)
         assert r.headers["content-type"].split(";")[0] == fmt["media_type"]
         assert re.fullmatch(r'attachment; filename="[^"/]+"', r.headers["content-disposition"])
@@ -186,13 +196,19 @@ def test_plan_with_stored_profile_id(tmp_path):
         r = c.post("/v1/plans", json=plan_request(profile_id=profile_id))
         assert r.status_code == 201, r.text
         assert r.json()["request"]["profile_id"] == profile_id
-        assert seen[0].profile is not None and seen[0].profile.device == "NVIDIA H100 80GB HBM3" and seen[0].profile_id is None
+        assert (
+            seen[0].profile is not None
+            and seen[0].profile.device == "NVIDIA H100 80GB HBM3"
+            and seen[0].profile_id is None
+        )
         # a profile measured on the CPU does not price an H100 cluster: 422 naming both devices and the fix
         cpu_id = c.post("/v1/profiles", json=profile_body(device="cpu")).json()["id"]
         r = c.post("/v1/plans", json=plan_request(profile_id=cpu_id))
         assert r.status_code == 422 and r.headers["content-type"].startswith(PROBLEM), r.text
         error = r.json()["errors"][0]
-        assert error["field"] == "profile.device" and "'cpu'" in error["message"] and "h100-sxm5-80gb" in error["message"]
+        assert (
+            error["field"] == "profile.device" and "'cpu'" in error["message"] and "h100-sxm5-80gb" in error["message"]
+        )
         assert error["fix"]
 
 
@@ -213,12 +229,23 @@ def test_runs_store_and_list(client):
     [
         ("/v1/catalog/models", lambda body: {m["name"] for m in body} == set(MODELS)),
         ("/v1/catalog/gpus", lambda body: {g["id"] for g in body} == set(GPUS)),
-        ("/v1/catalog/clusters", lambda body: [c["id"] for c in body] == list(CLUSTER_PRESETS)
-         and body[list(CLUSTER_PRESETS).index("dgx-h100")]["inter_node_bandwidth_GBps"] == 8 * 400 / 8 / 8),
-        ("/v1/catalog/export-formats", lambda body: all({"id", "media_type", "target", "target_version"} <= set(f) for f in body)),
+        (
+            "/v1/catalog/clusters",
+            lambda body: (
+                [c["id"] for c in body] == list(CLUSTER_PRESETS)
+                and body[list(CLUSTER_PRESETS).index("dgx-h100")]["inter_node_bandwidth_GBps"] == 8 * 400 / 8 / 8
+            ),
+        ),
+        (
+            "/v1/catalog/export-formats",
+            lambda body: all({"id", "media_type", "target", "target_version"} <= set(f) for f in body),
+        ),
         ("/healthz", lambda body: body["status"] == "ok"),
         ("/readyz", lambda body: body["status"] == "ok"),
-        ("/openapi.json", lambda body: "/v1/plans" in body["paths"] and "/v1/plans/{plan_id}/export/{fmt}" in body["paths"]),
+        (
+            "/openapi.json",
+            lambda body: "/v1/plans" in body["paths"] and "/v1/plans/{plan_id}/export/{fmt}" in body["paths"],
+        ),
     ],
 )
 def test_read_only_routes(client, path, check):
@@ -239,8 +266,14 @@ def test_schedule_catalog_says_what_the_planner_prices_and_the_runtime_runs(clie
     assert MeshplanClient(http=client).schedules() == list(SCHEDULES)
     assert "/v1/catalog/schedules" in client.get("/openapi.json").json()["paths"]
     for s in body:
-        pins = {"tp": 1, "pp": 2, "dp": 4, "micro_batch_size": 1, "schedule": s["id"],
-                "virtual_stages": s["fixed_virtual_stages"] or (2 if s["needs_virtual_stages"] else 1)}
+        pins = {
+            "tp": 1,
+            "pp": 2,
+            "dp": 4,
+            "micro_batch_size": 1,
+            "schedule": s["id"],
+            "virtual_stages": s["fixed_virtual_stages"] or (2 if s["needs_virtual_stages"] else 1),
+        }
         r = client.post("/v1/estimates", json=plan_request(parallel=pins))
         assert r.status_code == (200 if s["priced"] else 422), (s["id"], r.text)
         if not s["priced"]:
@@ -285,7 +318,9 @@ ERROR_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("name", "method", "path", "body", "status", "field"), ERROR_CASES, ids=[c[0] for c in ERROR_CASES])
+@pytest.mark.parametrize(
+    ("name", "method", "path", "body", "status", "field"), ERROR_CASES, ids=[c[0] for c in ERROR_CASES]
+)
 def test_errors_are_problems_naming_the_field(client, name, method, path, body, status, field):
     r = client.request(method, path, json=body)
     assert r.status_code == status, r.text

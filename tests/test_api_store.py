@@ -85,7 +85,12 @@ def test_bad_setting_names_the_variable(monkeypatch, variable, value, message):
         ("MESHPLAN_PORT", "9000", "port", 9000),
         ("MESHPLAN_LOG_LEVEL", "DEBUG", "log_level", "debug"),
         ("MESHPLAN_MAX_TOP_K", "5", "max_top_k", 5),
-        ("MESHPLAN_DATABASE_URL", "postgresql+psycopg://u:p@db.internal/meshplan", "database_url", "postgresql+psycopg://u:p@db.internal/meshplan"),
+        (
+            "MESHPLAN_DATABASE_URL",
+            "postgresql+psycopg://u:p@db.internal/meshplan",
+            "database_url",
+            "postgresql+psycopg://u:p@db.internal/meshplan",
+        ),
     ],
 )
 def test_good_setting_is_read(monkeypatch, variable, value, attribute, expected):
@@ -93,9 +98,26 @@ def test_good_setting_is_read(monkeypatch, variable, value, attribute, expected)
     assert getattr(load_settings(), attribute) == expected
 
 
-SERVICE_MODULES = ["app", "body_limit", "client", "deps", "metrics", "problems", "schemas", "serve_cli", "settings",
-                   "solver", "store", "routes/plans", "routes/exports", "routes/estimates", "routes/profiles",
-                   "routes/runs", "routes/catalog", "routes/health"]
+SERVICE_MODULES = [
+    "app",
+    "body_limit",
+    "client",
+    "deps",
+    "metrics",
+    "problems",
+    "schemas",
+    "serve_cli",
+    "settings",
+    "solver",
+    "store",
+    "routes/plans",
+    "routes/exports",
+    "routes/estimates",
+    "routes/profiles",
+    "routes/runs",
+    "routes/catalog",
+    "routes/health",
+]
 
 
 @pytest.mark.parametrize("module", SERVICE_MODULES)
@@ -103,7 +125,17 @@ def test_nothing_a_client_sends_is_executed_or_unpickled(module):
     from tests.api_support import ROOT
 
     source = (ROOT / "api" / f"{module}.py").read_text()
-    for banned in ("pickle", "marshal", "eval(", "exec(", "yaml.load(", "yaml.unsafe_load", "subprocess", "os.system", "PickleType"):
+    for banned in (
+        "pickle",
+        "marshal",
+        "eval(",
+        "exec(",
+        "yaml.load(",
+        "yaml.unsafe_load",
+        "subprocess",
+        "os.system",
+        "PickleType",
+    ):
         assert banned not in source, f"api/{module}.py uses {banned}"
 
 

@@ -22,7 +22,15 @@ from sqlalchemy import create_engine, inspect, text
 from api.app import create_app
 from api.settings import Settings
 from api.store import (
-    FIRST_REVISION, Base, Store, alembic_config, canonical_json, content_id, make_engine, migrate, request_key,
+    FIRST_REVISION,
+    Base,
+    Store,
+    alembic_config,
+    canonical_json,
+    content_id,
+    make_engine,
+    migrate,
+    request_key,
 )
 from planner import version
 from planner.specs import PlanRequest
@@ -53,8 +61,13 @@ def old_schema(url: str) -> None:
 
 
 #: The request behind tests/golden/plans/schema1-tiny-gpt-response.json (written by meshplan before schema 2).
-OLD_REQUEST = {"model": "tiny-gpt", "cluster": {"gpu": "a100-sxm4-40gb", "num_nodes": 2, "gpus_per_node": 2},
-               "training": {"global_batch_size": 16, "seq_len": 128}, "parallel": {"tp": 2, "pp": 2}, "top_k": 1}
+OLD_REQUEST = {
+    "model": "tiny-gpt",
+    "cluster": {"gpu": "a100-sxm4-40gb", "num_nodes": 2, "gpus_per_node": 2},
+    "training": {"global_batch_size": 16, "seq_len": 128},
+    "parallel": {"tp": 2, "pp": 2},
+    "top_k": 1,
+}
 
 
 def insert_old_plan(url: str) -> str:
@@ -62,9 +75,20 @@ def insert_old_plan(url: str) -> str:
     request = PlanRequest.model_validate(OLD_REQUEST).model_dump(mode="json")
     response = (GOLDEN / "plans" / "schema1-tiny-gpt-response.json").read_text()
     best = json.loads(response)["plans"][0]["estimate"]
-    row = {"id": content_id(request), "created_at": "2026-11-01T00:00:00.000000Z", "model": "tiny-gpt", "gpu": "a100-sxm4-40gb",
-           "num_gpus": 4, "status": "OPTIMAL", "step_time_s": best["step_time_s"], "tokens_per_s": best["tokens_per_s"],
-           "mfu": best["mfu"], "fits": True, "request_json": canonical_json(request), "response_json": response}
+    row = {
+        "id": content_id(request),
+        "created_at": "2026-11-01T00:00:00.000000Z",
+        "model": "tiny-gpt",
+        "gpu": "a100-sxm4-40gb",
+        "num_gpus": 4,
+        "status": "OPTIMAL",
+        "step_time_s": best["step_time_s"],
+        "tokens_per_s": best["tokens_per_s"],
+        "mfu": best["mfu"],
+        "fits": True,
+        "request_json": canonical_json(request),
+        "response_json": response,
+    }
     engine = create_engine(url)
     with engine.begin() as conn:
         conn.execute(text(f"INSERT INTO plans ({', '.join(row)}) VALUES ({', '.join(':' + k for k in row)})"), row)
@@ -77,10 +101,16 @@ def schema_of(url: str) -> dict:
     with engine.connect() as conn:
         insp = inspect(conn)
         tables = sorted(t for t in insp.get_table_names() if t != "alembic_version")
-        out = {t: {"columns": [(c["name"], str(c["type"]), c["nullable"]) for c in insp.get_columns(t)],
-                   "pk": insp.get_pk_constraint(t)["constrained_columns"],
-                   "indexes": sorted((i["name"], tuple(i["column_names"]), bool(i["unique"])) for i in insp.get_indexes(t))}
-               for t in tables}
+        out = {
+            t: {
+                "columns": [(c["name"], str(c["type"]), c["nullable"]) for c in insp.get_columns(t)],
+                "pk": insp.get_pk_constraint(t)["constrained_columns"],
+                "indexes": sorted(
+                    (i["name"], tuple(i["column_names"]), bool(i["unique"])) for i in insp.get_indexes(t)
+                ),
+            }
+            for t in tables
+        }
     engine.dispose()
     return out
 
@@ -122,7 +152,11 @@ def test_a_database_of_the_schema_before_alembic_is_upgraded_and_its_plan_marked
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_the_first_revision_is_the_schema_before_alembic_and_the_last_is_the_models(request, tmp_path, backend):
     def fresh(name: str) -> str:
-        return f"sqlite:///{tmp_path / name}" if backend == "sqlite" else request.getfixturevalue("pg_server").new_database()
+        return (
+            f"sqlite:///{tmp_path / name}"
+            if backend == "sqlite"
+            else request.getfixturevalue("pg_server").new_database()
+        )
 
     migrated, made_by_ddl = fresh("a.db"), fresh("b.db")
     engine = make_engine(migrated)

@@ -22,10 +22,40 @@ from planner.catalog import CLUSTER_PRESETS, GPUS, MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-PLAN = ["--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--nodes", "2", "--global-batch-size", "64", "--seq-len", "4096",
-        "--time-limit-s", "20", "--num-workers", "1"]
-ESTIMATE = ["--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--nodes", "2", "--global-batch-size", "64", "--seq-len", "4096",
-            "--tp", "8", "--pp", "2", "--schedule", "interleaved-1f1b"]
+PLAN = [
+    "--model",
+    "llama3-8b",
+    "--gpu",
+    "h100-sxm5-80gb",
+    "--nodes",
+    "2",
+    "--global-batch-size",
+    "64",
+    "--seq-len",
+    "4096",
+    "--time-limit-s",
+    "20",
+    "--num-workers",
+    "1",
+]
+ESTIMATE = [
+    "--model",
+    "llama3-8b",
+    "--gpu",
+    "h100-sxm5-80gb",
+    "--nodes",
+    "2",
+    "--global-batch-size",
+    "64",
+    "--seq-len",
+    "4096",
+    "--tp",
+    "8",
+    "--pp",
+    "2",
+    "--schedule",
+    "interleaved-1f1b",
+]
 
 
 def _env(columns: int) -> dict:
@@ -33,8 +63,15 @@ def _env(columns: int) -> dict:
 
 
 def piped(args: list[str], columns: int) -> tuple[int, str]:
-    out = subprocess.run([sys.executable, "-m", "api.cli", *args], check=False, cwd=ROOT, env=_env(columns), capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "api.cli", *args],
+        check=False,
+        cwd=ROOT,
+        env=_env(columns),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return out.returncode, out.stdout + out.stderr
 
 
@@ -88,8 +125,10 @@ def expected(command: str, tmp: Path) -> tuple[list[str], list[str]]:
         return ["gpus"], list(GPUS) + [f"{g.hbm_bandwidth_GBps:g}" for g in GPUS.values()]
     if command == "clusters":
         return ["clusters"], [*CLUSTER_PRESETS] + [p.gpu for p in CLUSTER_PRESETS.values()] + [
-            p.inter_node_bandwidth for p in CLUSTER_PRESETS.values()] + [p.intra_node_bandwidth for p in CLUSTER_PRESETS.values()] + [
-            p.source.split()[-1] for p in CLUSTER_PRESETS.values() if p.source.split()[-1].startswith("https://")]
+            p.inter_node_bandwidth for p in CLUSTER_PRESETS.values()
+        ] + [p.intra_node_bandwidth for p in CLUSTER_PRESETS.values()] + [
+            p.source.split()[-1] for p in CLUSTER_PRESETS.values() if p.source.split()[-1].startswith("https://")
+        ]
     if command == "export-formats":
         from api import exporters
 
@@ -99,21 +138,37 @@ def expected(command: str, tmp: Path) -> tuple[list[str], list[str]]:
         values = []
         for p in response["plans"]:
             c, e = p["parallel"], p["estimate"]
-            values += [c["schedule"], ",".join(map(str, c["stage_layers"])), f"{e['step_time_s']:.4g}", f"{e['tokens_per_s']:,.0f}",
-                       f"{e['peak_memory_gib']:.1f}", p["explanation"]["binding_constraint"]]
+            values += [
+                c["schedule"],
+                ",".join(map(str, c["stage_layers"])),
+                f"{e['step_time_s']:.4g}",
+                f"{e['tokens_per_s']:,.0f}",
+                f"{e['peak_memory_gib']:.1f}",
+                p["explanation"]["binding_constraint"],
+            ]
         return ["plan", *PLAN, "--top-k", "3"], values
     if command == "estimate":
         p = _json(["estimate", *ESTIMATE])
         b = p["estimate"]["breakdown"]
-        return ["estimate", *ESTIMATE], [p["parallel"]["schedule"], f"{p['estimate']['tokens_per_s']:,.0f}",
-                                         *(f"{b[k]:.4g}" for k in ("compute_s", "tp_comm_s", "pp_bubble_s", "pp_p2p_s"))]
+        return ["estimate", *ESTIMATE], [
+            p["parallel"]["schedule"],
+            f"{p['estimate']['tokens_per_s']:,.0f}",
+            *(f"{b[k]:.4g}" for k in ("compute_s", "tp_comm_s", "pp_bubble_s", "pp_p2p_s")),
+        ]
     if command == "diff":
         a, b = tmp / "a-plan-with-a-long-file-name.json", tmp / "b-plan-with-a-long-file-name.json"
         a.write_text(json.dumps(_json(["plan", *PLAN, "--top-k", "1"])))
         b.write_text(json.dumps(_json(["estimate", *ESTIMATE])))
         rows = {r["name"]: r for part in ("settings", "time", "memory") for r in _json(["diff", str(a), str(b)])[part]}
-        return ["diff", str(a), str(b)], [str(a), str(b), "stage_layers", "8,8,8,8", f"{rows['step_time_s']['b']:.4g}",
-                                         f"{rows['stage 1 total_gib']['b']:.2f}", "interleaved-1f1b"]
+        return ["diff", str(a), str(b)], [
+            str(a),
+            str(b),
+            "stage_layers",
+            "8,8,8,8",
+            f"{rows['step_time_s']['b']:.4g}",
+            f"{rows['stage 1 total_gib']['b']:.2f}",
+            "interleaved-1f1b",
+        ]
     raise AssertionError(command)
 
 
@@ -137,8 +192,11 @@ def test_output_holds_every_value_whole(cases, command, columns, stdout):
     assert not _whole(values, text), (_whole(values, text), text)
     if stdout == "pty":  # tables fit the terminal; prose lines are left for the terminal to wrap (soft-wrapped)
         prose = ("solver:", "why:", "runner-up:", "note:", "A: ", "B: ", "configuration:")
-        table = [line for line in text.splitlines() if not line.startswith(prose) and not re.match(r"[\w.-]+ {2,}\S", line)
-                 and not re.match(r"[\w.-]+: ", line)]
+        table = [
+            line
+            for line in text.splitlines()
+            if not line.startswith(prose) and not re.match(r"[\w.-]+ {2,}\S", line) and not re.match(r"[\w.-]+: ", line)
+        ]
         assert max(map(len, table), default=0) <= columns, text
 
 
@@ -156,14 +214,57 @@ def test_help_prints_option_names_whole(command, columns):
     assert not _whole(names, text), _whole(names, text)
 
 
-@pytest.mark.parametrize("args, flag", [
-    (["estimate", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--global-batch-size", "64", "--seq-len", "4096",
-      "--inter-node-bandwidth", "400 Gb/s"], "--inter-node-bandwidth"),
-    (["plan", "--model", "llama3-8b", "--cluster-preset", "dgx-z9", "--global-batch-size", "64", "--seq-len", "4096"],
-     "--cluster-preset"),
-    (["estimate", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--global-batch-size", "64", "--seq-len", "4096",
-      "--tp", "3"], "--tp"),
-])
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (
+            [
+                "estimate",
+                "--model",
+                "llama3-8b",
+                "--gpu",
+                "h100-sxm5-80gb",
+                "--global-batch-size",
+                "64",
+                "--seq-len",
+                "4096",
+                "--inter-node-bandwidth",
+                "400 Gb/s",
+            ],
+            "--inter-node-bandwidth",
+        ),
+        (
+            [
+                "plan",
+                "--model",
+                "llama3-8b",
+                "--cluster-preset",
+                "dgx-z9",
+                "--global-batch-size",
+                "64",
+                "--seq-len",
+                "4096",
+            ],
+            "--cluster-preset",
+        ),
+        (
+            [
+                "estimate",
+                "--model",
+                "llama3-8b",
+                "--gpu",
+                "h100-sxm5-80gb",
+                "--global-batch-size",
+                "64",
+                "--seq-len",
+                "4096",
+                "--tp",
+                "3",
+            ],
+            "--tp",
+        ),
+    ],
+)
 @pytest.mark.parametrize("columns", [80])
 def test_errors_are_one_line_naming_the_flag(args, flag, columns):
     code, text = on_terminal(args, columns)

@@ -24,18 +24,25 @@ PROBLEM = "application/problem+json"
 
 def _expected(a: Plan, b: Plan) -> dict[str, tuple]:
     """What the comparison must say, read off the plans directly (written apart from planner.compare)."""
-    out = {"tp": (a.parallel.tp, b.parallel.tp), "pp": (a.parallel.pp, b.parallel.pp), "dp": (a.parallel.dp, b.parallel.dp),
-           "micro_batch_size": (a.parallel.micro_batch_size, b.parallel.micro_batch_size),
-           "zero_stage": (a.parallel.zero_stage, b.parallel.zero_stage), "schedule": (a.parallel.schedule, b.parallel.schedule),
-           "stage_layers": (a.parallel.stage_layers, b.parallel.stage_layers),
-           "step_time_s": (a.estimate.step_time_s, b.estimate.step_time_s),
-           "compute_s": (a.estimate.breakdown.compute_s, b.estimate.breakdown.compute_s),
-           "tp_comm_s": (a.estimate.breakdown.tp_comm_s, b.estimate.breakdown.tp_comm_s),
-           "pp_bubble_s": (a.estimate.breakdown.pp_bubble_s, b.estimate.breakdown.pp_bubble_s),
-           "dp_sync_s": (a.estimate.breakdown.dp_sync_s, b.estimate.breakdown.dp_sync_s),
-           "peak_memory_gib": (a.estimate.peak_memory_gib, b.estimate.peak_memory_gib)}
+    out = {
+        "tp": (a.parallel.tp, b.parallel.tp),
+        "pp": (a.parallel.pp, b.parallel.pp),
+        "dp": (a.parallel.dp, b.parallel.dp),
+        "micro_batch_size": (a.parallel.micro_batch_size, b.parallel.micro_batch_size),
+        "zero_stage": (a.parallel.zero_stage, b.parallel.zero_stage),
+        "schedule": (a.parallel.schedule, b.parallel.schedule),
+        "stage_layers": (a.parallel.stage_layers, b.parallel.stage_layers),
+        "step_time_s": (a.estimate.step_time_s, b.estimate.step_time_s),
+        "compute_s": (a.estimate.breakdown.compute_s, b.estimate.breakdown.compute_s),
+        "tp_comm_s": (a.estimate.breakdown.tp_comm_s, b.estimate.breakdown.tp_comm_s),
+        "pp_bubble_s": (a.estimate.breakdown.pp_bubble_s, b.estimate.breakdown.pp_bubble_s),
+        "dp_sync_s": (a.estimate.breakdown.dp_sync_s, b.estimate.breakdown.dp_sync_s),
+        "peak_memory_gib": (a.estimate.peak_memory_gib, b.estimate.peak_memory_gib),
+    }
     for i in range(max(a.parallel.pp, b.parallel.pp)):
-        out[f"stage {i} total_gib"] = tuple(p.estimate.memory_per_stage[i].total_gib if i < p.parallel.pp else None for p in (a, b))
+        out[f"stage {i} total_gib"] = tuple(
+            p.estimate.memory_per_stage[i].total_gib if i < p.parallel.pp else None for p in (a, b)
+        )
     return out
 
 
@@ -73,7 +80,15 @@ def test_compare_plans_holds_the_plans_own_numbers(plans):
 
 def _cli(*args: str, columns: str = "100") -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": columns}
-    return subprocess.run([sys.executable, "-m", "api.cli", *args], check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "api.cli", *args],
+        check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_meshplan_diff_of_two_files(plans, tmp_path: Path):
@@ -89,18 +104,26 @@ def test_meshplan_diff_of_two_files(plans, tmp_path: Path):
     table = _cli("diff", str(fa), str(fb), columns="80")
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
-    row = lambda name: next(line for line in lines if line.startswith(f"│ {name} "))
+
+    def row(name: str) -> str:
+        return next(line for line in lines if line.startswith(f"│ {name} "))
+
     a, b = response.plans[0], other
-    assert f"{a.estimate.step_time_s:.4g}" in row("step_time_s") and f"{b.estimate.step_time_s:.4g}" in row("step_time_s")
+    assert f"{a.estimate.step_time_s:.4g}" in row("step_time_s") and f"{b.estimate.step_time_s:.4g}" in row(
+        "step_time_s"
+    )
     assert ",".join(map(str, b.parallel.stage_layers)) in row("stage_layers")
     assert f"{b.estimate.memory_per_stage[3].total_gib:.2f}" in row("stage 3 total_gib")
     assert "…" not in table.stdout
 
 
-@pytest.mark.parametrize("args, field", [
-    (["/nonexistent.json", "{b}"], "PLAN_A"),
-    (["{a}", "{a}", "--other-index", "7"], "PLAN_B"),
-])
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        (["/nonexistent.json", "{b}"], "PLAN_A"),
+        (["{a}", "{a}", "--other-index", "7"], "PLAN_B"),
+    ],
+)
 def test_meshplan_diff_bad_input_names_the_argument(plans, tmp_path: Path, args, field):
     fa = tmp_path / "a.json"
     fa.write_text(plans[0].model_dump_json())
@@ -130,7 +153,9 @@ def test_compare_route_and_client(client):
     assert {p["name"] for p in op["parameters"]} >= {"plan_id", "other_id", "index", "other_index"}
 
 
-@pytest.mark.parametrize("which, query, field", [("a", {}, None), ("b", {}, None), (None, {"other_index": 9}, "query.other_index")])
+@pytest.mark.parametrize(
+    "which, query, field", [("a", {}, None), ("b", {}, None), (None, {"other_index": 9}, "query.other_index")]
+)
 def test_compare_route_errors_are_problems(client, which, query, field):
     known = client.post("/v1/plans", json=plan_request()).json()["id"]
     ids = {"a": ("0" * 16, known), "b": (known, "f" * 16), None: (known, known)}[which]

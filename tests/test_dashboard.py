@@ -26,8 +26,14 @@ from planner.specs import MeshLayout
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 TOKEN = "dashboard-test-token"
 LLAMA_ON_64_H100 = {"model": "llama3-70b", "gpu": "h100-sxm5-80gb", "nodes": 8, "gpus_per_node": 8}
@@ -52,13 +58,18 @@ def _start_server(tmp: Path, token: str | None = None):
     log = open(tmp / f"server-{port}.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "api.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}: {(tmp / f'server-{port}.log').read_text()[-2000:]}")
+            raise RuntimeError(
+                f"server exited with {proc.returncode}: {(tmp / f'server-{port}.log').read_text()[-2000:]}"
+            )
         try:
             if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
                 return proc, base
@@ -111,7 +122,9 @@ class Page:
         self.page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))
         # Everything must come from the service itself: no CDN, no internet.
         self.external: list[str] = []
-        self.page.on("request", lambda r: None if r.url.startswith((base, "data:", "blob:")) else self.external.append(r.url))
+        self.page.on(
+            "request", lambda r: None if r.url.startswith((base, "data:", "blob:")) else self.external.append(r.url)
+        )
 
     def goto(self, route: str):
         self.page.goto(f"{self.base}/#{route}")
@@ -188,7 +201,13 @@ def test_form_makes_a_plan_and_the_page_explains_it(tab, llama_plan, artifacts_d
     # The configuration and the reasons.
     assert "llama3-70b" in page.inner_text("h1") and "h100-sxm5-80gb" in page.inner_text("h1")
     config = page.inner_text("#chosen .config-line")
-    for text in (f"tp {par['tp']}", f"pp {par['pp']}", f"dp {par['dp']}", f"micro-batch {par['micro_batch_size']}", par["schedule"]):
+    for text in (
+        f"tp {par['tp']}",
+        f"pp {par['pp']}",
+        f"dp {par['dp']}",
+        f"micro-batch {par['micro_batch_size']}",
+        par["schedule"],
+    ):
         assert text in config
     why = page.inner_text("#why")
     if best.get("explanation"):
@@ -214,7 +233,9 @@ def test_form_makes_a_plan_and_the_page_explains_it(tab, llama_plan, artifacts_d
     assert _svg_rects_with_area(page, "#memory rect.bar") >= par["pp"]
     assert page.locator("#memory line.ref-line").count() == 1
     page.click("#memory summary")
-    totals = page.eval_on_selector_all("#memory tbody tr td:last-child", "els => els.map(e => parseFloat(e.textContent))")
+    totals = page.eval_on_selector_all(
+        "#memory tbody tr td:last-child", "els => els.map(e => parseFloat(e.textContent))"
+    )
     expected = [s["total_gib"] for s in est["memory_per_stage"]]
     assert totals == pytest.approx(expected, abs=0.051)
 
@@ -223,8 +244,12 @@ def test_form_makes_a_plan_and_the_page_explains_it(tab, llama_plan, artifacts_d
 
     # Schedule: every compute event of the trace is drawn, one row per pipeline rank.
     trace = httpx.get(f"{tab.base}/v1/plans/{plan_id}/trace", timeout=30).json()
-    compute = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ("forward", "backward", "weight")]
-    assert page.locator("#schedule rect.block-forward, #schedule rect.block-backward, #schedule rect.block-weight").count() == len(compute)
+    compute = [
+        e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ("forward", "backward", "weight")
+    ]
+    assert page.locator(
+        "#schedule rect.block-forward, #schedule rect.block-backward, #schedule rect.block-weight"
+    ).count() == len(compute)
     assert page.locator("#schedule text.row-label").count() == len({e["tid"] for e in compute})
     assert _svg_rects_with_area(page, "#schedule rect.block") == page.locator("#schedule rect.block").count()
 
@@ -410,7 +435,9 @@ def _tiny_profiles() -> tuple[dict, dict]:
     from planner.analytic import analytic_profile
     from planner.catalog import MODELS
 
-    analytic = analytic_profile(MODELS["tiny-llama"], micro_batch_sizes=[1, 2], seq_len=128, tps=[1, 2]).model_dump(mode="json")
+    analytic = analytic_profile(MODELS["tiny-llama"], micro_batch_sizes=[1, 2], seq_len=128, tps=[1, 2]).model_dump(
+        mode="json"
+    )
     measured = json.loads(json.dumps(analytic))
     measured.update(source="measured", device="cpu", torch_version="2.13.0")
     for layer in measured["layers"]:
@@ -429,22 +456,40 @@ def test_profile_page_charts_measured_against_analytic(tab, artifacts_dir):
     stored = post(measured)
     assert stored.status_code == 201, stored.text
     page = tab.goto(f"/profiles/{stored.json()['id']}")
-    shapes = {(l["micro_batch_size"], l["seq_len"], l["tp"], l["sequence_parallel"]) for l in measured["layers"]}
+    shapes = {(lp["micro_batch_size"], lp["seq_len"], lp["tp"], lp["sequence_parallel"]) for lp in measured["layers"]}
     assert page.locator("#profile-point option").count() == len(shapes)
     for option in page.eval_on_selector_all("#profile-point option", "os => os.map(o => o.value)"):
         page.select_option("#profile-point", option)
         for sid in ("flops", "time", "params", "activations"):
             assert _svg_rects_with_area(page, f"#{sid} rect.bar") >= 3, (option, sid)
         # Like is compared with like: the known factors come back, shape by shape.
-        rows = page.eval_on_selector_all("#measured-vs-analytic tbody tr", "trs => trs.map(t => [...t.querySelectorAll('td')].map(td => td.textContent))")
+        rows = page.eval_on_selector_all(
+            "#measured-vs-analytic tbody tr",
+            "trs => trs.map(t => [...t.querySelectorAll('td')].map(td => td.textContent))",
+        )
         mbs, seq, tp, sp = option.split("|")
         expected = []
         for kind in ("embedding", "transformer_block", "lm_head"):
-            a = next(l for l in analytic["layers"] if (l["kind"], l["micro_batch_size"], l["seq_len"], l["tp"], l["sequence_parallel"]) == (kind, int(mbs), int(seq), int(tp), sp == "1"))
+            a = next(
+                lp
+                for lp in analytic["layers"]
+                if (lp["kind"], lp["micro_batch_size"], lp["seq_len"], lp["tp"], lp["sequence_parallel"])
+                == (kind, int(mbs), int(seq), int(tp), sp == "1")
+            )
             ratio = lambda base, factor: f"{factor:.3f}" if base else "—"  # noqa: E731  (no analytic value: no ratio)
-            expected.append([ratio(a["fwd_flops"], 1.1), ratio(a["bwd_flops"], 1.1), ratio(a["param_count"], 1.0), ratio(a["saved_activation_bytes"]["none"], 1.25)])
+            expected.append(
+                [
+                    ratio(a["fwd_flops"], 1.1),
+                    ratio(a["bwd_flops"], 1.1),
+                    ratio(a["param_count"], 1.0),
+                    ratio(a["saved_activation_bytes"]["none"], 1.25),
+                ]
+            )
         assert [r[:3] for r in rows] == [e[:3] for e in expected], option
-        assert all(r[3] == e[3] == "—" or abs(float(r[3]) - 1.25) < 0.002 for r, e in zip(rows, expected)), (option, rows)
+        assert all(r[3] == e[3] == "—" or abs(float(r[3]) - 1.25) < 0.002 for r, e in zip(rows, expected)), (
+            option,
+            rows,
+        )
     tab.shot(artifacts_dir, "profile")
     page = tab.goto("/profiles")
     assert page.locator("table.list tbody tr").count() >= 2
@@ -454,9 +499,17 @@ def test_profile_page_charts_measured_against_analytic(tab, artifacts_dir):
 RUN_REPORT = {
     "model": "tiny-llama",
     "parallel": {"tp": 2, "pp": 2, "dp": 1, "micro_batch_size": 2, "stage_layers": [4, 4]},
-    "world_size": 4, "device": "cpu", "torch_version": "2.13.0", "steps": 20, "global_batch_size": 8, "seq_len": 128,
-    "losses": [5.5 - 0.2 * i for i in range(20)], "step_times_s": [0.9] + [0.2] * 19,
-    "measured_step_time_s": 0.2, "tokens_per_s": 8 * 128 / 0.2, "peak_memory_gib_per_rank": [0.3, 0.3, 0.25, 0.25],
+    "world_size": 4,
+    "device": "cpu",
+    "torch_version": "2.13.0",
+    "steps": 20,
+    "global_batch_size": 8,
+    "seq_len": 128,
+    "losses": [5.5 - 0.2 * i for i in range(20)],
+    "step_times_s": [0.9] + [0.2] * 19,
+    "measured_step_time_s": 0.2,
+    "tokens_per_s": 8 * 128 / 0.2,
+    "peak_memory_gib_per_rank": [0.3, 0.3, 0.25, 0.25],
 }
 
 
@@ -467,14 +520,27 @@ def test_run_report_shows_predicted_against_measured_on_the_same_hardware(tab, a
     plan's GPU is compared with the plan's own prediction."""
     if kind == "cpu-run":
         report = RUN_REPORT | {
-            "predicted_step_time_s": 1.8e-05, "predicted_peak_memory_gib": 0.28, "predicted_on": "h100-sxm5-80gb",
-            "local_prediction": {"predicted_on": "cpu", "basis": "cpu layer profile measured after the run",
-                                 "step_time_s": 0.25, "peak_memory_gib": 0.3, "step_time_ratio": 1.25, "memory_ratio": 1.0},
+            "predicted_step_time_s": 1.8e-05,
+            "predicted_peak_memory_gib": 0.28,
+            "predicted_on": "h100-sxm5-80gb",
+            "local_prediction": {
+                "predicted_on": "cpu",
+                "basis": "cpu layer profile measured after the run",
+                "step_time_s": 0.25,
+                "peak_memory_gib": 0.3,
+                "step_time_ratio": 1.25,
+                "memory_ratio": 1.0,
+            },
         }
     else:
-        report = RUN_REPORT | {"device": "NVIDIA H100 80GB HBM3", "predicted_on": "h100-sxm5-80gb",
-                               "predicted_step_time_s": 0.16, "predicted_peak_memory_gib": 0.28, "step_time_ratio": 0.8,
-                               "memory_ratio": 0.93}
+        report = RUN_REPORT | {
+            "device": "NVIDIA H100 80GB HBM3",
+            "predicted_on": "h100-sxm5-80gb",
+            "predicted_step_time_s": 0.16,
+            "predicted_peak_memory_gib": 0.28,
+            "step_time_ratio": 0.8,
+            "memory_ratio": 0.93,
+        }
     r = httpx.post(f"{tab.base}/v1/runs", json=report, timeout=30)
     assert r.status_code == 201, r.text
     page = tab.goto(f"/runs/{r.json()['id']}")
@@ -552,7 +618,10 @@ def test_plan_of_an_older_cost_model_is_marked_and_replanned_in_one_click(tab, s
     new_id = page.url.rsplit("/", 1)[-1]
     assert page.locator("#stale-notice").count() == 0
     stored = httpx.get(f"{server}/v1/plans/{new_id}", timeout=30).json()
-    assert not stored["stale"] and stored["request"] == httpx.get(f"{server}/v1/plans/{old_id}", timeout=30).json()["request"]
+    assert (
+        not stored["stale"]
+        and stored["request"] == httpx.get(f"{server}/v1/plans/{old_id}", timeout=30).json()["request"]
+    )
     assert OLD_REQUEST["cluster"].items() <= stored["request"]["cluster"].items()
     tab.assert_clean()
 
@@ -567,10 +636,17 @@ def test_form_defaults_are_the_readme_quick_start_and_the_cli_defaults(tab):
     flags = quick_start_flags()
     page = tab.goto("/new")
     page.wait_for_selector("#f-model")
-    form = {flag: page.input_value(sel) for flag, sel in [
-        ("--model", "#f-model"), ("--gpu", "#f-cluster-gpu"), ("--nodes", "#f-cluster-num_nodes"),
-        ("--gpus-per-node", "#f-cluster-gpus_per_node"), ("--global-batch-size", "#f-training-global_batch_size"),
-        ("--seq-len", "#f-training-seq_len")]}
+    form = {
+        flag: page.input_value(sel)
+        for flag, sel in [
+            ("--model", "#f-model"),
+            ("--gpu", "#f-cluster-gpu"),
+            ("--nodes", "#f-cluster-num_nodes"),
+            ("--gpus-per-node", "#f-cluster-gpus_per_node"),
+            ("--global-batch-size", "#f-training-global_batch_size"),
+            ("--seq-len", "#f-training-seq_len"),
+        ]
+    }
     assert form == flags
     assert page.input_value("#f-training-precision") == TrainingSpec.model_fields["precision"].default
     assert int(page.input_value("#f-top_k")) == PlanRequest.model_fields["top_k"].default

@@ -22,8 +22,14 @@ ROOT = Path(__file__).resolve().parents[1]
 STATIC = ROOT / "api" / "static"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
@@ -41,7 +47,9 @@ def page():
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         pg = browser.new_page()
         # A blank page on the same origin, so the modules import without running the app.
-        pg.route("**/blank", lambda route: route.fulfill(body="<!doctype html><title>t</title>", content_type="text/html"))
+        pg.route(
+            "**/blank", lambda route: route.fulfill(body="<!doctype html><title>t</title>", content_type="text/html")
+        )
         pg.goto(f"http://127.0.0.1:{httpd.server_address[1]}/blank")
         yield pg
         browser.close()
@@ -60,8 +68,18 @@ def call(page, module: str, fn: str, *args):
 
 #: GET /v1/catalog/schedules, as the service serves it.
 SCHEDULE_CATALOG = [dataclasses.asdict(s) for s in SCHEDULES]
-BASE = {"tp": 8, "pp": 4, "dp": 2, "micro_batch_size": 1, "schedule": "1f1b", "virtual_stages": 1,
-        "recompute": "none", "sequence_parallel": True, "zero_stage": 1, "stage_layers": [20, 20, 20, 20]}
+BASE = {
+    "tp": 8,
+    "pp": 4,
+    "dp": 2,
+    "micro_batch_size": 1,
+    "schedule": "1f1b",
+    "virtual_stages": 1,
+    "recompute": "none",
+    "sequence_parallel": True,
+    "zero_stage": 1,
+    "stage_layers": [20, 20, 20, 20],
+}
 
 
 @pytest.mark.parametrize(
@@ -118,7 +136,9 @@ def test_axis_ticks_are_round_and_cover_the_data(page, maximum, count, expect):
     assert ticks[0] == 0 and ticks[-1] >= maximum
 
 
-@pytest.mark.parametrize(("fill", "ink"), [("#0072B2", "#fff"), ("#F0E442", "#111"), ("#56B4E9", "#111"), ("#332288", "#fff")])
+@pytest.mark.parametrize(
+    ("fill", "ink"), [("#0072B2", "#fff"), ("#F0E442", "#111"), ("#56B4E9", "#111"), ("#332288", "#fff")]
+)
 def test_labels_on_coloured_blocks_pick_the_readable_ink(page, fill, ink):
     assert call(page, "./js/charts.js", "inkOn", fill)["ok"] == ink
 
@@ -129,4 +149,6 @@ def test_mesh_groups_in_the_browser_are_the_planners(page, shape):
     (and as init_device_mesh forms them)."""
     mesh = MeshLayout(dim_names=["pp", "dp", "tp"], shape=shape)
     for dim in mesh.dim_names:
-        assert call(page, "./js/pages/plan-parts.js", "meshGroups", mesh.model_dump(), dim)["ok"] == mesh_groups(mesh, dim)
+        assert call(page, "./js/pages/plan-parts.js", "meshGroups", mesh.model_dump(), dim)["ok"] == mesh_groups(
+            mesh, dim
+        )

@@ -18,25 +18,97 @@ CLI_BASE = ["--model", "tiny-gpt", "--gpu", "h100-sxm5-80gb", "--global-batch-si
 
 CASES = [
     # (id, command, flags, request change (path → value), flag named, field path named, words the fix must hold)
-    ("batch-zero", "plan", ["--global-batch-size", "0"], {"training__global_batch_size": 0},
-     "--global-batch-size", "training.global_batch_size", ["from 1 to", "sequences per optimizer step"]),
-    ("seq-len-not-a-number", "plan", ["--seq-len", "abc"], {"training__seq_len": "abc"},
-     "--seq-len", "training.seq_len", ["whole number"]),
-    ("nodes-zero", "estimate", ["--nodes", "0"], {"cluster__num_nodes": 0}, "--nodes", "cluster.num_nodes", ["from 1 to"]),
+    (
+        "batch-zero",
+        "plan",
+        ["--global-batch-size", "0"],
+        {"training__global_batch_size": 0},
+        "--global-batch-size",
+        "training.global_batch_size",
+        ["from 1 to", "sequences per optimizer step"],
+    ),
+    (
+        "seq-len-not-a-number",
+        "plan",
+        ["--seq-len", "abc"],
+        {"training__seq_len": "abc"},
+        "--seq-len",
+        "training.seq_len",
+        ["whole number"],
+    ),
+    (
+        "nodes-zero",
+        "estimate",
+        ["--nodes", "0"],
+        {"cluster__num_nodes": 0},
+        "--nodes",
+        "cluster.num_nodes",
+        ["from 1 to"],
+    ),
     ("top-k-too-big", "plan", ["--top-k", "99"], {"top_k": 99}, "--top-k", "top_k", ["from 1 to 20"]),
-    ("time-limit-zero", "plan", ["--time-limit-s", "0"], {"options__time_limit_s": 0}, "--time-limit-s", "options.time_limit_s",
-     ["> 0", "≤ 600"]),
-    ("unknown-schedule", "estimate", ["--schedule", "sideways"], {"parallel__schedule": "sideways"},
-     "--schedule", "parallel.schedule", ["one of", "gpipe", "1f1b"]),
-    ("unknown-precision", "plan", ["--precision", "fp64"], {"training__precision": "fp64"},
-     "--precision", "training.precision", ["bf16", "fp32"]),
-    ("zero-stage-4", "estimate", ["--zero-stage", "4"], {"parallel__zero_stage": 4}, "--zero-stage", "parallel.zero_stage",
-     ["from 0 to 3"]),
-    ("stage-layers-entry", "estimate", ["--pp", "2", "--stage-layers", "4,x"], {"parallel__pp": 2, "parallel__stage_layers": [4, "x"]},
-     "--stage-layers", "parallel.stage_layers.1", ["whole number"]),
-    ("tp-not-dividing-heads", "estimate", ["--tp", "3"], {"parallel__tp": 3}, "--tp", "parallel.tp", ["choose a tp that divides"]),
-    ("seq-len-over-model", "plan", ["--seq-len", "100000"], {"training__seq_len": 100000}, "--seq-len", "training.seq_len",
-     ["≤"]),
+    (
+        "time-limit-zero",
+        "plan",
+        ["--time-limit-s", "0"],
+        {"options__time_limit_s": 0},
+        "--time-limit-s",
+        "options.time_limit_s",
+        ["> 0", "≤ 600"],
+    ),
+    (
+        "unknown-schedule",
+        "estimate",
+        ["--schedule", "sideways"],
+        {"parallel__schedule": "sideways"},
+        "--schedule",
+        "parallel.schedule",
+        ["one of", "gpipe", "1f1b"],
+    ),
+    (
+        "unknown-precision",
+        "plan",
+        ["--precision", "fp64"],
+        {"training__precision": "fp64"},
+        "--precision",
+        "training.precision",
+        ["bf16", "fp32"],
+    ),
+    (
+        "zero-stage-4",
+        "estimate",
+        ["--zero-stage", "4"],
+        {"parallel__zero_stage": 4},
+        "--zero-stage",
+        "parallel.zero_stage",
+        ["from 0 to 3"],
+    ),
+    (
+        "stage-layers-entry",
+        "estimate",
+        ["--pp", "2", "--stage-layers", "4,x"],
+        {"parallel__pp": 2, "parallel__stage_layers": [4, "x"]},
+        "--stage-layers",
+        "parallel.stage_layers.1",
+        ["whole number"],
+    ),
+    (
+        "tp-not-dividing-heads",
+        "estimate",
+        ["--tp", "3"],
+        {"parallel__tp": 3},
+        "--tp",
+        "parallel.tp",
+        ["choose a tp that divides"],
+    ),
+    (
+        "seq-len-over-model",
+        "plan",
+        ["--seq-len", "100000"],
+        {"training__seq_len": 100000},
+        "--seq-len",
+        "training.seq_len",
+        ["≤"],
+    ),
 ]
 
 
@@ -48,14 +120,22 @@ def client(tmp_path_factory):
 
 @pytest.mark.parametrize("command, flags, change, flag, path, words", [pytest.param(*c[1:], id=c[0]) for c in CASES])
 def test_cli_names_the_flag_and_the_fix(command, flags, change, flag, path, words):
-    out = subprocess.run([sys.executable, "-m", "api.cli", command, *CLI_BASE, *flags], cwd=ROOT, capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "api.cli", command, *CLI_BASE, *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"},
+        timeout=120,
+    )
     assert out.returncode == 2, (out.stdout, out.stderr)
     line = next((x for x in out.stderr.splitlines() if x.startswith(f"error: {flag}:")), None)
     assert line is not None, out.stderr  # one line per error (not wrapped at 80 columns when piped)
     message, _, fix = line.partition(". Fix: ")
     assert fix and all(w in fix or w in message for w in words), line
-    assert "Traceback" not in out.stderr and "Input should" not in out.stderr  # pydantic's own words do not reach the user
+    assert (
+        "Traceback" not in out.stderr and "Input should" not in out.stderr
+    )  # pydantic's own words do not reach the user
 
 
 @pytest.mark.parametrize("command, flags, change, flag, path, words", [pytest.param(*c[1:], id=c[0]) for c in CASES])
@@ -91,13 +171,27 @@ def test_a_misspelt_field_is_named_with_the_likely_intended_one(client, tmp_path
     assert "'optimizer'" in e["fix"], e
     f = tmp_path / "req.json"
     f.write_text(__import__("json").dumps(plan_request(training__optimzer="adam")))
-    out = subprocess.run([sys.executable, "-m", "api.cli", "plan", "--request", str(f)], cwd=ROOT, capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
-    assert out.returncode == 2 and f"error: training.optimzer (in {f})" in out.stderr and "'optimizer'" in out.stderr, out.stderr
+    out = subprocess.run(
+        [sys.executable, "-m", "api.cli", "plan", "--request", str(f)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
+    assert out.returncode == 2 and f"error: training.optimzer (in {f})" in out.stderr and "'optimizer'" in out.stderr, (
+        out.stderr
+    )
 
 
-@pytest.mark.parametrize("option, value, words", [("job_name", "Bad_Name", "lowercase letters"), ("rdzv_port", "0", "from 1 to 65535"),
-                                                  ("command", "'unclosed", "quote")])
+@pytest.mark.parametrize(
+    "option, value, words",
+    [
+        ("job_name", "Bad_Name", "lowercase letters"),
+        ("rdzv_port", "0", "from 1 to 65535"),
+        ("command", "'unclosed", "quote"),
+    ],
+)
 def test_export_options_name_the_flag_or_query_parameter_and_the_fix(client, tmp_path, option, value, words):
     from api.exporters.cli import OPTION_FLAGS
 
@@ -108,7 +202,24 @@ def test_export_options_name_the_flag_or_query_parameter_and_the_fix(client, tmp
     assert words in e["fix"] + e["message"], e
     plan = tmp_path / "plan.json"
     plan.write_text(__import__("json").dumps(stored["response"]))
-    out = subprocess.run([sys.executable, "-m", "api.cli", "export", "--plan", str(plan), "--format", "slurm", OPTION_FLAGS[option], value],
-                         cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "api.cli",
+            "export",
+            "--plan",
+            str(plan),
+            "--format",
+            "slurm",
+            OPTION_FLAGS[option],
+            value,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
     assert out.returncode == 2 and f"error: {OPTION_FLAGS[option]}:" in out.stderr and "Fix: " in out.stderr, out.stderr
     assert words in out.stderr and "Traceback" not in out.stderr

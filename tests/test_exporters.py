@@ -29,7 +29,16 @@ from planner.catalog import GPUS, get_model
 from planner.errors import MeshplanError
 from planner.layout import mesh_layout, stage_ranks, tp_plan
 from planner.specs import (
-    ClusterSpec, CostInputs, Estimate, ParallelConfig, Plan, PlanResponse, SolverInfo, StageMemory, TimeBreakdown, TrainingSpec,
+    ClusterSpec,
+    CostInputs,
+    Estimate,
+    ParallelConfig,
+    Plan,
+    PlanResponse,
+    SolverInfo,
+    StageMemory,
+    TimeBreakdown,
+    TrainingSpec,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,23 +46,73 @@ GOLDEN = ROOT / "tests" / "golden" / "exports"
 UPDATE = os.environ.get("MESHPLAN_UPDATE_GOLDEN") == "1"
 
 
-def make_plan(model: str, nodes: int, gpn: int, gpu: str, *, tp: int, pp: int, dp: int, mbs: int, gbs: int,
-              seq: int, split: list[int], schedule: str = "1f1b", v: int = 1, recompute: str = "none",
-              sp: bool = False, zero: int = 0, precision: str = "bf16") -> Plan:
+def make_plan(
+    model: str,
+    nodes: int,
+    gpn: int,
+    gpu: str,
+    *,
+    tp: int,
+    pp: int,
+    dp: int,
+    mbs: int,
+    gbs: int,
+    seq: int,
+    split: list[int],
+    schedule: str = "1f1b",
+    v: int = 1,
+    recompute: str = "none",
+    sp: bool = False,
+    zero: int = 0,
+    precision: str = "bf16",
+) -> Plan:
     m = get_model(model)
-    parallel = ParallelConfig(tp=tp, pp=pp, dp=dp, micro_batch_size=mbs, schedule=schedule, virtual_stages=v,
-                              recompute=recompute, sequence_parallel=sp, zero_stage=zero, stage_layers=split)
+    parallel = ParallelConfig(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        micro_batch_size=mbs,
+        schedule=schedule,
+        virtual_stages=v,
+        recompute=recompute,
+        sequence_parallel=sp,
+        zero_stage=zero,
+        stage_layers=split,
+    )
     estimate = Estimate(  # hand-made: exporters read only num_microbatches and gpus_used
-        step_time_s=10.0, tokens_per_s=1e5, model_tflops_per_gpu=400.0, mfu=0.4,
-        memory_per_stage=[StageMemory(weights_gib=40, gradients_gib=5, optimizer_gib=5, activations_gib=6, buffers_gib=1,
-                                      reserve_gib=3, total_gib=60.0)] * pp, peak_memory_gib=60.0, gpu_memory_gib=GPUS[gpu].memory_gib, fits=True,
-        num_microbatches=gbs // (mbs * dp), gpus_used=tp * pp * dp,
-        breakdown=TimeBreakdown(compute_s=8, tp_comm_s=1, pp_bubble_s=0.5, pp_p2p_s=0.1, dp_sync_s=0.3, optimizer_s=0.1),
+        step_time_s=10.0,
+        tokens_per_s=1e5,
+        model_tflops_per_gpu=400.0,
+        mfu=0.4,
+        memory_per_stage=[
+            StageMemory(
+                weights_gib=40,
+                gradients_gib=5,
+                optimizer_gib=5,
+                activations_gib=6,
+                buffers_gib=1,
+                reserve_gib=3,
+                total_gib=60.0,
+            )
+        ]
+        * pp,
+        peak_memory_gib=60.0,
+        gpu_memory_gib=GPUS[gpu].memory_gib,
+        fits=True,
+        num_microbatches=gbs // (mbs * dp),
+        gpus_used=tp * pp * dp,
+        breakdown=TimeBreakdown(
+            compute_s=8, tp_comm_s=1, pp_bubble_s=0.5, pp_p2p_s=0.1, dp_sync_s=0.3, optimizer_s=0.1
+        ),
     )
     return Plan(
-        model=m, cluster=ClusterSpec(gpu=gpu, num_nodes=nodes, gpus_per_node=gpn),
+        model=m,
+        cluster=ClusterSpec(gpu=gpu, num_nodes=nodes, gpus_per_node=gpn),
         training=TrainingSpec(global_batch_size=gbs, seq_len=seq, precision=precision),
-        parallel=parallel, mesh=mesh_layout(parallel), tp_plan=tp_plan(m, parallel), estimate=estimate,
+        parallel=parallel,
+        mesh=mesh_layout(parallel),
+        tp_plan=tp_plan(m, parallel),
+        estimate=estimate,
         inputs=CostInputs(cost_model_version=0),  # hand-made: not priced by the cost model
     )
 
@@ -62,38 +121,102 @@ H100 = "h100-sxm5-80gb"
 CASES: dict[str, Plan] = {
     # The headline: Llama 3 70B on 8 nodes × 8 H100, interleaved 1F1B (v=2), SP, selective
     # recompute, ZeRO-1, uneven split (lighter first and last chunks).
-    "llama3-70b-8x8": make_plan("llama3-70b", 8, 8, H100, tp=8, pp=4, dp=2, mbs=1, gbs=256, seq=8192,
-                                split=[8, 11, 11, 10, 10, 10, 11, 9], schedule="interleaved-1f1b", v=2,
-                                recompute="selective", sp=True, zero=1),
+    "llama3-70b-8x8": make_plan(
+        "llama3-70b",
+        8,
+        8,
+        H100,
+        tp=8,
+        pp=4,
+        dp=2,
+        mbs=1,
+        gbs=256,
+        seq=8192,
+        split=[8, 11, 11, 10, 10, 10, 11, 9],
+        schedule="interleaved-1f1b",
+        v=2,
+        recompute="selective",
+        sp=True,
+        zero=1,
+    ),
     # No pipeline, plain data parallel + TP on one node.
-    "gpt3-1.3b-pp1": make_plan("gpt3-1.3b", 1, 8, "a100-sxm4-80gb", tp=2, pp=1, dp=4, mbs=4, gbs=64, seq=2048,
-                               split=[24]),
+    "gpt3-1.3b-pp1": make_plan(
+        "gpt3-1.3b", 1, 8, "a100-sxm4-80gb", tp=2, pp=1, dp=4, mbs=4, gbs=64, seq=2048, split=[24]
+    ),
     # ZeRO-3, full recompute, no TP/PP, two nodes.
-    "llama3-8b-zero3": make_plan("llama3-8b", 2, 8, H100, tp=1, pp=1, dp=16, mbs=2, gbs=128, seq=4096,
-                                 split=[32], recompute="full", zero=3),
+    "llama3-8b-zero3": make_plan(
+        "llama3-8b", 2, 8, H100, tp=1, pp=1, dp=16, mbs=2, gbs=128, seq=4096, split=[32], recompute="full", zero=3
+    ),
     # GPipe, fp16, even split.
-    "llama3-8b-gpipe": make_plan("llama3-8b", 1, 8, H100, tp=2, pp=4, dp=1, mbs=1, gbs=16, seq=4096,
-                                 split=[8, 8, 8, 8], schedule="gpipe", precision="fp16"),
+    "llama3-8b-gpipe": make_plan(
+        "llama3-8b",
+        1,
+        8,
+        H100,
+        tp=2,
+        pp=4,
+        dp=1,
+        mbs=1,
+        gbs=16,
+        seq=4096,
+        split=[8, 8, 8, 8],
+        schedule="gpipe",
+        precision="fp16",
+    ),
     # Zero-bubble V: chunks placed in a V.
-    "llama3-70b-zbv": make_plan("llama3-70b", 4, 8, H100, tp=8, pp=4, dp=1, mbs=1, gbs=32, seq=8192,
-                                split=[9, 10, 10, 11, 11, 10, 10, 9], schedule="zbv-zero-bubble", v=2,
-                                recompute="full", sp=True),
+    "llama3-70b-zbv": make_plan(
+        "llama3-70b",
+        4,
+        8,
+        H100,
+        tp=8,
+        pp=4,
+        dp=1,
+        mbs=1,
+        gbs=32,
+        seq=8192,
+        split=[9, 10, 10, 11, 11, 10, 10, 9],
+        schedule="zbv-zero-bubble",
+        v=2,
+        recompute="full",
+        sp=True,
+    ),
     # 1F1B with only the first and last stage uneven (Megatron's first/last flags).
-    "llama3-8b-firstlast": make_plan("llama3-8b", 1, 8, H100, tp=2, pp=4, dp=1, mbs=1, gbs=32, seq=8192,
-                                     split=[7, 9, 9, 7], sp=True, zero=1),
+    "llama3-8b-firstlast": make_plan(
+        "llama3-8b", 1, 8, H100, tp=2, pp=4, dp=1, mbs=1, gbs=32, seq=8192, split=[7, 9, 9, 7], sp=True, zero=1
+    ),
     # A tiny model with no torchtitan flavor, interleaved zero bubble, on 4 GPUs of one node.
-    "tiny-llama-izb": make_plan("tiny-llama", 1, 4, "a100-sxm4-40gb", tp=1, pp=2, dp=2, mbs=2, gbs=16, seq=128,
-                                split=[2, 2, 2, 2], schedule="interleaved-zero-bubble", v=2),
+    "tiny-llama-izb": make_plan(
+        "tiny-llama",
+        1,
+        4,
+        "a100-sxm4-40gb",
+        tp=1,
+        pp=2,
+        dp=2,
+        mbs=2,
+        gbs=16,
+        seq=128,
+        split=[2, 2, 2, 2],
+        schedule="interleaved-zero-bubble",
+        v=2,
+    ),
 }
 #: (case, format) pairs that must fail, with the field the error names.
 ERRORS = {
     ("llama3-8b-pp-zero2", "deepspeed"): "plan.parallel.zero_stage",
 }
-CASES["llama3-8b-pp-zero2"] = make_plan("llama3-8b", 1, 8, H100, tp=1, pp=2, dp=4, mbs=1, gbs=64, seq=4096,
-                                        split=[16, 16], zero=2)
+CASES["llama3-8b-pp-zero2"] = make_plan(
+    "llama3-8b", 1, 8, H100, tp=1, pp=2, dp=4, mbs=1, gbs=64, seq=4096, split=[16, 16], zero=2
+)
 
-OPTIONS = ExportOptions(image="nvcr.io/nvidia/pytorch:26.01-py3", job_name="llama-train", namespace="training",
-                        partition="gpu", time_limit="2-00:00:00")
+OPTIONS = ExportOptions(
+    image="nvcr.io/nvidia/pytorch:26.01-py3",
+    job_name="llama-train",
+    namespace="training",
+    partition="gpu",
+    time_limit="2-00:00:00",
+)
 PAIRS = [(c, f) for c in CASES for f in FORMATS if (c, f) not in ERRORS]
 
 
@@ -202,8 +325,10 @@ def recount(plan: Plan, fmt: str, content: str) -> dict:
     if fmt == "kubeflow-pytorchjob":
         doc = yaml.safe_load_all(content).__next__()
         replicas = sum(s["replicas"] for s in doc["spec"]["pytorchReplicaSpecs"].values())
-        gpus = {s["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
-                for s in doc["spec"]["pytorchReplicaSpecs"].values()}
+        gpus = {
+            s["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+            for s in doc["spec"]["pytorchReplicaSpecs"].values()
+        }
         assert gpus == {int(doc["spec"]["nprocPerNode"])}
         return {"world": replicas * int(doc["spec"]["nprocPerNode"])}
     if fmt == "kubeflow-trainjob":
@@ -214,13 +339,20 @@ def recount(plan: Plan, fmt: str, content: str) -> dict:
         words = shell_words(content)
         tp, pp = int(flag(words, "--tensor-model-parallel-size")), int(flag(words, "--pipeline-model-parallel-size"))
         assert int(flag(words, "--num-layers")) == plan.model.num_layers
-        return {"world": tp * pp * p.dp, "tp": tp, "pp": pp, "gbs": int(flag(words, "--global-batch-size")),
-                "mbs": int(flag(words, "--micro-batch-size")),
-                "layers": megatron_stage_layers(words, plan.model.num_layers, pp)}
+        return {
+            "world": tp * pp * p.dp,
+            "tp": tp,
+            "pp": pp,
+            "gbs": int(flag(words, "--global-batch-size")),
+            "mbs": int(flag(words, "--micro-batch-size")),
+            "layers": megatron_stage_layers(words, plan.model.num_layers, pp),
+        }
     if fmt == "deepspeed":
         cfg = json.loads(content)
         dp = p.num_gpus // (p.pp * cfg.get("tensor_parallel", {}).get("autotp_size", 1))
-        assert cfg["train_batch_size"] == cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * dp
+        assert (
+            cfg["train_batch_size"] == cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * dp
+        )
         out = {"world": p.num_gpus, "gbs": cfg["train_batch_size"]}
         if p.pp > 1:
             parts = cfg["meshplan"]["pipeline_module"]["parts"]
@@ -240,7 +372,7 @@ def recount(plan: Plan, fmt: str, content: str) -> dict:
                     if target.startswith("p."):
                         par[target[2:]] = ast.literal_eval(node.value)
                     elif target.startswith("config.training."):
-                        train[target[len("config.training."):]] = ast.literal_eval(node.value)
+                        train[target[len("config.training.") :]] = ast.literal_eval(node.value)
         dp = par.get("data_parallel_replicate_degree", 1) * par.get("data_parallel_shard_degree", 1)
         world = dp * par["tensor_parallel_degree"] * par["pipeline_parallel_degree"]
         gbs = train["global_batch_size"]
@@ -264,7 +396,9 @@ def test_output_keeps_the_plan_invariants(case, fmt):
     got = recount(plan, fmt, _export(case, fmt).content)
     assert got["world"] == p.tp * p.pp * p.dp == plan.estimate.gpus_used
     if "gbs" in got:
-        assert got["gbs"] == p.micro_batch_size * plan.estimate.num_microbatches * p.dp == plan.training.global_batch_size
+        assert (
+            got["gbs"] == p.micro_batch_size * plan.estimate.num_microbatches * p.dp == plan.training.global_batch_size
+        )
     if "layers" in got:
         assert sum(got["layers"]) == plan.model.num_layers
         expected_chunks = p.stage_layers
@@ -281,66 +415,186 @@ def test_output_keeps_the_plan_invariants(case, fmt):
 
 
 FROZEN_KEYS = {
-    "torchrun": {"--nnodes", "--nproc-per-node", "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id", "--max-restarts",
-                 "--plan"},
-    "slurm": {"--kill-on-bad-exit=1", "--container-image", "--nnodes", "--nproc-per-node", "--rdzv-backend",
-              "--rdzv-endpoint", "--rdzv-id", "--max-restarts", "--plan", "#SBATCH --job-name", "#SBATCH --nodes",
-              "#SBATCH --ntasks-per-node", "#SBATCH --gpus-per-node", "#SBATCH --exclusive", "#SBATCH --partition",
-              "#SBATCH --time"},
+    "torchrun": {
+        "--nnodes",
+        "--nproc-per-node",
+        "--rdzv-backend",
+        "--rdzv-endpoint",
+        "--rdzv-id",
+        "--max-restarts",
+        "--plan",
+    },
+    "slurm": {
+        "--kill-on-bad-exit=1",
+        "--container-image",
+        "--nnodes",
+        "--nproc-per-node",
+        "--rdzv-backend",
+        "--rdzv-endpoint",
+        "--rdzv-id",
+        "--max-restarts",
+        "--plan",
+        "#SBATCH --job-name",
+        "#SBATCH --nodes",
+        "#SBATCH --ntasks-per-node",
+        "#SBATCH --gpus-per-node",
+        "#SBATCH --exclusive",
+        "#SBATCH --partition",
+        "#SBATCH --time",
+    },
     "meshplan": {"--plan", "--nproc-per-node", "--nnodes", "--rdzv-endpoint"},
-    "megatron": {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--pipeline-model-parallel-layout",
-                 "--sequence-parallel", "--micro-batch-size", "--global-batch-size", "--recompute-granularity",
-                 "--use-distributed-optimizer", "--bf16", "--num-layers", "--hidden-size", "--ffn-hidden-size",
-                 "--num-attention-heads", "--group-query-attention", "--num-query-groups", "--seq-length",
-                 "--max-position-embeddings", "--position-embedding-type", "--normalization", "--swiglu",
-                 "--disable-bias-linear", "--untie-embeddings-and-output-weights"},
-    "deepspeed": {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-                  "zero_optimization", "zero_optimization.stage", "bf16", "bf16.enabled", "tensor_parallel",
-                  "tensor_parallel.autotp_size", "activation_checkpointing",
-                  "activation_checkpointing.partition_activations", "activation_checkpointing.cpu_checkpointing",
-                  "activation_checkpointing.contiguous_memory_optimization",
-                  "activation_checkpointing.synchronize_checkpoint_boundary", "pipeline",
-                  "pipeline.activation_checkpoint_interval", "meshplan"},
-    "kubeflow-pytorchjob": {"apiVersion", "kind", "metadata", "metadata.name", "metadata.namespace", "metadata.labels",
-                            "spec", "spec.nprocPerNode", "spec.runPolicy", "spec.pytorchReplicaSpecs",
-                            "spec.pytorchReplicaSpecs.Master", "spec.pytorchReplicaSpecs.Worker"},
-    "kubeflow-trainjob": {"apiVersion", "kind", "metadata", "metadata.name", "metadata.namespace", "metadata.labels",
-                          "spec", "spec.runtimeRef", "spec.runtimeRef.apiGroup", "spec.runtimeRef.kind",
-                          "spec.runtimeRef.name", "spec.trainer", "spec.trainer.image", "spec.trainer.command",
-                          "spec.trainer.numNodes", "spec.trainer.numProcPerNode", "spec.trainer.resourcesPerNode",
-                          "spec.trainer.env", "spec.runtimePatches"},
-    "torchtitan-toml": {"job", "job.description", "model", "model.name", "model.flavor", "training",
-                        "training.local_batch_size", "training.global_batch_size", "training.seq_len",
-                        "training.mixed_precision_param", "parallelism", "parallelism.tensor_parallel_degree",
-                        "parallelism.data_parallel_replicate_degree", "parallelism.data_parallel_shard_degree",
-                        "parallelism.fsdp_reshard_after_forward", "parallelism.pipeline_parallel_degree",
-                        "parallelism.pipeline_parallel_schedule", "parallelism.pipeline_parallel_microbatch_size",
-                        "parallelism.module_fqns_per_model_part", "activation_checkpoint",
-                        "activation_checkpoint.mode", "activation_checkpoint.selective_ac_option"},
-    "torchtitan": {"p.tensor_parallel_degree", "p.enable_sequence_parallel", "p.data_parallel_replicate_degree",
-                   "p.data_parallel_shard_degree", "p.fsdp_reshard_after_forward", "p.pipeline_parallel_degree",
-                   "p.pipeline_parallel_schedule", "p.pipeline_parallel_microbatch_size", "p.module_fqns_per_model_part",
-                   "config.training.local_batch_size", "config.training.global_batch_size", "config.training.seq_len",
-                   "config.training.mixed_precision_param", "config.activation_checkpoint", "config", "p"},
+    "megatron": {
+        "--tensor-model-parallel-size",
+        "--pipeline-model-parallel-size",
+        "--pipeline-model-parallel-layout",
+        "--sequence-parallel",
+        "--micro-batch-size",
+        "--global-batch-size",
+        "--recompute-granularity",
+        "--use-distributed-optimizer",
+        "--bf16",
+        "--num-layers",
+        "--hidden-size",
+        "--ffn-hidden-size",
+        "--num-attention-heads",
+        "--group-query-attention",
+        "--num-query-groups",
+        "--seq-length",
+        "--max-position-embeddings",
+        "--position-embedding-type",
+        "--normalization",
+        "--swiglu",
+        "--disable-bias-linear",
+        "--untie-embeddings-and-output-weights",
+    },
+    "deepspeed": {
+        "train_batch_size",
+        "train_micro_batch_size_per_gpu",
+        "gradient_accumulation_steps",
+        "zero_optimization",
+        "zero_optimization.stage",
+        "bf16",
+        "bf16.enabled",
+        "tensor_parallel",
+        "tensor_parallel.autotp_size",
+        "activation_checkpointing",
+        "activation_checkpointing.partition_activations",
+        "activation_checkpointing.cpu_checkpointing",
+        "activation_checkpointing.contiguous_memory_optimization",
+        "activation_checkpointing.synchronize_checkpoint_boundary",
+        "pipeline",
+        "pipeline.activation_checkpoint_interval",
+        "meshplan",
+    },
+    "kubeflow-pytorchjob": {
+        "apiVersion",
+        "kind",
+        "metadata",
+        "metadata.name",
+        "metadata.namespace",
+        "metadata.labels",
+        "spec",
+        "spec.nprocPerNode",
+        "spec.runPolicy",
+        "spec.pytorchReplicaSpecs",
+        "spec.pytorchReplicaSpecs.Master",
+        "spec.pytorchReplicaSpecs.Worker",
+    },
+    "kubeflow-trainjob": {
+        "apiVersion",
+        "kind",
+        "metadata",
+        "metadata.name",
+        "metadata.namespace",
+        "metadata.labels",
+        "spec",
+        "spec.runtimeRef",
+        "spec.runtimeRef.apiGroup",
+        "spec.runtimeRef.kind",
+        "spec.runtimeRef.name",
+        "spec.trainer",
+        "spec.trainer.image",
+        "spec.trainer.command",
+        "spec.trainer.numNodes",
+        "spec.trainer.numProcPerNode",
+        "spec.trainer.resourcesPerNode",
+        "spec.trainer.env",
+        "spec.runtimePatches",
+    },
+    "torchtitan-toml": {
+        "job",
+        "job.description",
+        "model",
+        "model.name",
+        "model.flavor",
+        "training",
+        "training.local_batch_size",
+        "training.global_batch_size",
+        "training.seq_len",
+        "training.mixed_precision_param",
+        "parallelism",
+        "parallelism.tensor_parallel_degree",
+        "parallelism.data_parallel_replicate_degree",
+        "parallelism.data_parallel_shard_degree",
+        "parallelism.fsdp_reshard_after_forward",
+        "parallelism.pipeline_parallel_degree",
+        "parallelism.pipeline_parallel_schedule",
+        "parallelism.pipeline_parallel_microbatch_size",
+        "parallelism.module_fqns_per_model_part",
+        "activation_checkpoint",
+        "activation_checkpoint.mode",
+        "activation_checkpoint.selective_ac_option",
+    },
+    "torchtitan": {
+        "p.tensor_parallel_degree",
+        "p.enable_sequence_parallel",
+        "p.data_parallel_replicate_degree",
+        "p.data_parallel_shard_degree",
+        "p.fsdp_reshard_after_forward",
+        "p.pipeline_parallel_degree",
+        "p.pipeline_parallel_schedule",
+        "p.pipeline_parallel_microbatch_size",
+        "p.module_fqns_per_model_part",
+        "config.training.local_batch_size",
+        "config.training.global_batch_size",
+        "config.training.seq_len",
+        "config.training.mixed_precision_param",
+        "config.activation_checkpoint",
+        "config",
+        "p",
+    },
 }
 
 
 def key_set(fmt: str, content: str) -> set[str]:
     if fmt in ("torchrun", "slurm", "meshplan", "megatron"):
-        keys = {w.split("=")[0] if w.startswith("--container-image") else w
-                for w in shell_words(content) if w.startswith("--")}
+        keys = {
+            w.split("=")[0] if w.startswith("--container-image") else w
+            for w in shell_words(content)
+            if w.startswith("--")
+        }
         if fmt == "slurm":
             keys |= {line.split("=")[0] for line in content.splitlines() if line.startswith("#SBATCH")}
         return keys
     if fmt == "torchtitan":
         return {ast.unparse(n.targets[0]) for n in ast.walk(ast.parse(content)) if isinstance(n, ast.Assign)}
-    doc = {"deepspeed": json.loads, "torchtitan-toml": tomllib.loads}.get(fmt, lambda c: next(yaml.safe_load_all(c)))(content)
+    doc = {"deepspeed": json.loads, "torchtitan-toml": tomllib.loads}.get(fmt, lambda c: next(yaml.safe_load_all(c)))(
+        content
+    )
 
     def walk(d, prefix=""):
         for k, v in d.items():
             yield prefix + k
-            if isinstance(v, dict) and k not in ("meshplan", "labels", "Master", "Worker", "resourcesPerNode", "runPolicy"):
+            if isinstance(v, dict) and k not in (
+                "meshplan",
+                "labels",
+                "Master",
+                "Worker",
+                "resourcesPerNode",
+                "runPolicy",
+            ):
                 yield from walk(v, prefix + k + ".")
+
     return set(walk(doc))
 
 
@@ -353,9 +607,13 @@ def test_key_set_is_frozen(fmt):
 # What a target cannot express: an error naming the field, or a warning (tested by its words)
 
 
-@pytest.mark.parametrize("case,fmt,field", [(c, f, fld) for (c, f), fld in ERRORS.items()] + [
-    ("llama3-8b-zero3", "deepspeed", None),  # no pipeline: ZeRO-3 is fine (must NOT raise)
-])
+@pytest.mark.parametrize(
+    "case,fmt,field",
+    [(c, f, fld) for (c, f), fld in ERRORS.items()]
+    + [
+        ("llama3-8b-zero3", "deepspeed", None),  # no pipeline: ZeRO-3 is fine (must NOT raise)
+    ],
+)
 def test_plans_a_target_cannot_run_are_refused(case, fmt, field):
     if field is None:
         assert export(CASES[case], fmt, OPTIONS).content
@@ -365,23 +623,26 @@ def test_plans_a_target_cannot_run_are_refused(case, fmt, field):
     assert err.value.field == field and err.value.fix
 
 
-@pytest.mark.parametrize("case,fmt,needle", [
-    ("llama3-70b-zbv", "megatron", "no zero-bubble V (ZBV) schedule"),
-    ("llama3-70b-zbv", "deepspeed", "no interleaved or V-shaped schedule"),
-    ("llama3-70b-8x8", "deepspeed", "no interleaved or V-shaped schedule"),
-    ("llama3-70b-8x8", "deepspeed", "sequence parallelism has no DeepSpeed config key"),
-    ("llama3-70b-8x8", "deepspeed", "selective recomputation"),
-    ("llama3-70b-8x8", "deepspeed", "uneven pipeline split"),
-    ("tiny-llama-izb", "megatron", "no interleaved zero-bubble schedule"),
-    ("llama3-8b-gpipe", "megatron", "no GPipe schedule"),
-    ("llama3-8b-gpipe", "deepspeed", "no GPipe schedule"),
-    ("llama3-8b-gpipe", "torchtitan", "no fp16 mixed precision"),
-    ("llama3-70b-8x8", "torchtitan", "no optimizer-state-only sharding (ZeRO-1)"),
-    ("llama3-70b-8x8", "torchtitan-toml", "no optimizer-state-only sharding (ZeRO-1)"),
-    ("gpt3-1.3b-pp1", "torchtitan-toml", "runs DDP only without other parallelism"),
-    ("gpt3-1.3b-pp1", "torchtitan-toml", "always uses sequence parallelism"),
-    ("tiny-llama-izb", "torchtitan", "ships no configuration for model 'tiny-llama'"),
-])
+@pytest.mark.parametrize(
+    "case,fmt,needle",
+    [
+        ("llama3-70b-zbv", "megatron", "no zero-bubble V (ZBV) schedule"),
+        ("llama3-70b-zbv", "deepspeed", "no interleaved or V-shaped schedule"),
+        ("llama3-70b-8x8", "deepspeed", "no interleaved or V-shaped schedule"),
+        ("llama3-70b-8x8", "deepspeed", "sequence parallelism has no DeepSpeed config key"),
+        ("llama3-70b-8x8", "deepspeed", "selective recomputation"),
+        ("llama3-70b-8x8", "deepspeed", "uneven pipeline split"),
+        ("tiny-llama-izb", "megatron", "no interleaved zero-bubble schedule"),
+        ("llama3-8b-gpipe", "megatron", "no GPipe schedule"),
+        ("llama3-8b-gpipe", "deepspeed", "no GPipe schedule"),
+        ("llama3-8b-gpipe", "torchtitan", "no fp16 mixed precision"),
+        ("llama3-70b-8x8", "torchtitan", "no optimizer-state-only sharding (ZeRO-1)"),
+        ("llama3-70b-8x8", "torchtitan-toml", "no optimizer-state-only sharding (ZeRO-1)"),
+        ("gpt3-1.3b-pp1", "torchtitan-toml", "runs DDP only without other parallelism"),
+        ("gpt3-1.3b-pp1", "torchtitan-toml", "always uses sequence parallelism"),
+        ("tiny-llama-izb", "torchtitan", "ships no configuration for model 'tiny-llama'"),
+    ],
+)
 def test_inexpressible_parts_are_warned_in_output_and_result(case, fmt, needle):
     result = export(CASES[case], fmt, OPTIONS)
     assert any(needle in w for w in result.warnings), result.warnings
@@ -391,10 +652,17 @@ def test_inexpressible_parts_are_warned_in_output_and_result(case, fmt, needle):
         export(CASES[case], fmt, OPTIONS.model_copy(update={"strict": True}))
 
 
-@pytest.mark.parametrize("case,fmt", [
-    ("llama3-70b-8x8", "megatron"), ("llama3-70b-zbv", "torchtitan"), ("llama3-8b-zero3", "torchtitan"),
-    ("llama3-70b-8x8", "meshplan"), ("llama3-8b-firstlast", "megatron"), ("gpt3-1.3b-pp1", "megatron"),
-])
+@pytest.mark.parametrize(
+    "case,fmt",
+    [
+        ("llama3-70b-8x8", "megatron"),
+        ("llama3-70b-zbv", "torchtitan"),
+        ("llama3-8b-zero3", "torchtitan"),
+        ("llama3-70b-8x8", "meshplan"),
+        ("llama3-8b-firstlast", "megatron"),
+        ("gpt3-1.3b-pp1", "megatron"),
+    ],
+)
 def test_expressible_plans_export_without_warnings(case, fmt):
     assert export(CASES[case], fmt, OPTIONS).warnings == []
 
@@ -405,15 +673,18 @@ def test_megatron_uses_first_last_flags_only_where_they_fit():
     assert flag(words, "--decoder-last-pipeline-num-layers") == "7"
     assert "--pipeline-model-parallel-layout" not in words
     words = shell_words(_export("llama3-70b-8x8", "megatron").content)  # virtual stages + uneven: the layout
-    assert flag(words, "--pipeline-model-parallel-layout") == layout_string(CASES["llama3-70b-8x8"].parallel.stage_layers)
+    assert flag(words, "--pipeline-model-parallel-layout") == layout_string(
+        CASES["llama3-70b-8x8"].parallel.stage_layers
+    )
     assert "--num-virtual-stages-per-pipeline-rank" not in words
 
 
 def test_torchtitan_zbv_keeps_chunk_order_and_schedule():
     par = tomllib.loads(_export("llama3-70b-zbv", "torchtitan-toml").content)["parallelism"]
     assert par["pipeline_parallel_schedule"] == "ZBVZeroBubble"
-    assert [sum(n.startswith("layers.") for n in part) for part in par["module_fqns_per_model_part"]] == \
-        CASES["llama3-70b-zbv"].parallel.stage_layers
+    assert [sum(n.startswith("layers.") for n in part) for part in par["module_fqns_per_model_part"]] == CASES[
+        "llama3-70b-zbv"
+    ].parallel.stage_layers
 
 
 # ------------------------------------------------------------------------------------------------
@@ -428,24 +699,36 @@ def _broken(plan: Plan, **changes) -> Plan:
     return plan.model_copy(update={"parallel": parallel, "estimate": estimate, "training": training, **changes})
 
 
-@pytest.mark.parametrize("changes,field", [
-    ({"estimate": {"gpus_used": 32}}, "plan.parallel"),
-    ({"training": {"global_batch_size": 264}}, "plan.training.global_batch_size"),  # runnable, but not the estimate's 128 micro-batches
-    ({"training": {"global_batch_size": 250}}, "plan.parallel.micro_batch_size"),  # 125 micro-batches: not whole rounds of the interleaved schedule
-    ({"parallel": {"micro_batch_size": 3}}, "plan.training.global_batch_size"),  # planner.rules.batch_divides
-    ({"parallel": {"stage_layers": [8, 11, 11, 10, 10, 10, 11, 8]}}, "plan.parallel.stage_layers"),
-    ({"parallel": {"dp": 4}, "estimate": {"gpus_used": 128, "num_microbatches": 64}}, "plan.parallel"),
-])
+@pytest.mark.parametrize(
+    "changes,field",
+    [
+        ({"estimate": {"gpus_used": 32}}, "plan.parallel"),
+        (
+            {"training": {"global_batch_size": 264}},
+            "plan.training.global_batch_size",
+        ),  # runnable, but not the estimate's 128 micro-batches
+        (
+            {"training": {"global_batch_size": 250}},
+            "plan.parallel.micro_batch_size",
+        ),  # 125 micro-batches: not whole rounds of the interleaved schedule
+        ({"parallel": {"micro_batch_size": 3}}, "plan.training.global_batch_size"),  # planner.rules.batch_divides
+        ({"parallel": {"stage_layers": [8, 11, 11, 10, 10, 10, 11, 8]}}, "plan.parallel.stage_layers"),
+        ({"parallel": {"dp": 4}, "estimate": {"gpus_used": 128, "num_microbatches": 64}}, "plan.parallel"),
+    ],
+)
 def test_plans_breaking_invariants_are_refused(changes, field):
     with pytest.raises(MeshplanError) as err:
         export(_broken(CASES["llama3-70b-8x8"], **changes), "slurm", OPTIONS)
     assert err.value.field == field and err.value.fix
 
 
-@pytest.mark.parametrize("update,field", [
-    ({"nodes": 4}, "nodes"),
-    ({"gpus_per_node": 6}, "gpus_per_node"),
-])
+@pytest.mark.parametrize(
+    "update,field",
+    [
+        ({"nodes": 4}, "nodes"),
+        ({"gpus_per_node": 6}, "gpus_per_node"),
+    ],
+)
 def test_job_options_contradicting_the_plan_are_refused(update, field):
     with pytest.raises(MeshplanError) as err:
         export(CASES["llama3-70b-8x8"], "slurm", OPTIONS.model_copy(update=update))
@@ -453,19 +736,24 @@ def test_job_options_contradicting_the_plan_are_refused(update, field):
 
 
 def test_matching_node_count_is_accepted():
-    assert "#SBATCH --nodes=8" in export(CASES["llama3-70b-8x8"], "slurm", OPTIONS.model_copy(update={"nodes": 8})).content
+    assert (
+        "#SBATCH --nodes=8" in export(CASES["llama3-70b-8x8"], "slurm", OPTIONS.model_copy(update={"nodes": 8})).content
+    )
 
 
-@pytest.mark.parametrize("kwargs,field", [
-    ({"job_name": "Llama_Train"}, "job_name"),
-    ({"namespace": "Bad Space"}, "namespace"),
-    ({"image": "img; rm -rf /"}, "image"),
-    ({"partition": "gpu partition"}, "partition"),
-    ({"command": "train.py\n--evil"}, "command"),
-    ({"command": "train.py 'unclosed"}, "command"),
-    ({"nodes": 0}, "nodes"),
-    ({"surprise": 1}, "surprise"),
-])
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        ({"job_name": "Llama_Train"}, "job_name"),
+        ({"namespace": "Bad Space"}, "namespace"),
+        ({"image": "img; rm -rf /"}, "image"),
+        ({"partition": "gpu partition"}, "partition"),
+        ({"command": "train.py\n--evil"}, "command"),
+        ({"command": "train.py 'unclosed"}, "command"),
+        ({"nodes": 0}, "nodes"),
+        ({"surprise": 1}, "surprise"),
+    ],
+)
 def test_bad_options_name_the_field(kwargs, field):
     with pytest.raises(ValidationError) as err:
         ExportOptions(**kwargs)
@@ -485,8 +773,11 @@ def test_custom_command_reaches_every_launcher():
         assert words[-5:] == ["pretrain_gpt.py", "--data-path", "/data/c4", "--split", "949,50,1"]
     for fmt in ("kubeflow-pytorchjob", "kubeflow-trainjob"):
         doc = next(yaml.safe_load_all(export(CASES["llama3-70b-8x8"], fmt, opts).content))
-        cmd = doc["spec"]["trainer"]["command"] if fmt == "kubeflow-trainjob" else \
-            doc["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"]
+        cmd = (
+            doc["spec"]["trainer"]["command"]
+            if fmt == "kubeflow-trainjob"
+            else doc["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"]
+        )
         assert cmd == ["torchrun", "pretrain_gpt.py", "--data-path", "/data/c4", "--split", "949,50,1"]
 
 
@@ -502,21 +793,45 @@ def test_format_catalog_lists_every_target_with_its_version():
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "api.cli", *args], cwd=ROOT, env=env, text=True,
-                          capture_output=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "api.cli", *args], cwd=ROOT, env=env, text=True, capture_output=True, timeout=60
+    )
 
 
 def test_cli_exports_a_plan_response(tmp_path):
     second = CASES["llama3-70b-8x8"].model_copy(update={"rank": 2})
-    response = PlanResponse(cost_model_version=0, model=second.model, cluster=second.cluster, training=second.training,
-                            plans=[CASES["gpt3-1.3b-pp1"], second],
-                            solver=SolverInfo(status="OPTIMAL", wall_time_s=1.0))
+    response = PlanResponse(
+        cost_model_version=0,
+        model=second.model,
+        cluster=second.cluster,
+        training=second.training,
+        plans=[CASES["gpt3-1.3b-pp1"], second],
+        solver=SolverInfo(status="OPTIMAL", wall_time_s=1.0),
+    )
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(response.model_dump_json())
     out = tmp_path / "job.sbatch"
-    run = _cli("export", "--plan", str(plan_file), "--format", "slurm", "--index", "1", "--out", str(out),
-               "--job-name", "llama-train", "--partition", "gpu", "--image", "nvcr.io/nvidia/pytorch:26.01-py3",
-               "--namespace", "training", "--time", "2-00:00:00")
+    run = _cli(
+        "export",
+        "--plan",
+        str(plan_file),
+        "--format",
+        "slurm",
+        "--index",
+        "1",
+        "--out",
+        str(out),
+        "--job-name",
+        "llama-train",
+        "--partition",
+        "gpu",
+        "--image",
+        "nvcr.io/nvidia/pytorch:26.01-py3",
+        "--namespace",
+        "training",
+        "--time",
+        "2-00:00:00",
+    )
     assert run.returncode == 0, run.stderr
     assert out.read_text() == export(second, "slurm", OPTIONS, out_name=str(out)).content
     assert f"# Submit with: sbatch {out}\n" in out.read_text()  # the header names the file it was written to
@@ -537,8 +852,21 @@ def test_cli_lists_formats():
 @pytest.mark.parametrize("gbs,group,error", [(8, None, False), (6, "3", False), (2, None, True)])
 def test_megatron_interleaving_needs_enough_micro_batches(gbs, group, error):
     """Megatron's interleaved schedule raises unless pp ≤ N ≤ M and M mod N ∈ {0} ∪ [pp, N)."""
-    plan = make_plan("tiny-llama", 1, 4, "a100-sxm4-40gb", tp=1, pp=2, dp=2, mbs=1, gbs=gbs, seq=128,
-                     split=[2, 2, 2, 2], schedule="interleaved-1f1b", v=2)
+    plan = make_plan(
+        "tiny-llama",
+        1,
+        4,
+        "a100-sxm4-40gb",
+        tp=1,
+        pp=2,
+        dp=2,
+        mbs=1,
+        gbs=gbs,
+        seq=128,
+        split=[2, 2, 2, 2],
+        schedule="interleaved-1f1b",
+        v=2,
+    )
     if error:
         with pytest.raises(MeshplanError) as err:
             export(plan, "megatron", OPTIONS)
@@ -562,9 +890,13 @@ def test_a_real_planner_plan_for_llama3_70b_exports_to_every_target():
         pytest.skip("planner.plan has not landed on this branch yet (git merge main)")
     from planner.specs import PlanRequest, SearchOptions
 
-    request = PlanRequest(model="llama3-70b", cluster=ClusterSpec(gpu=H100, num_nodes=8, gpus_per_node=8),
-                          training=TrainingSpec(global_batch_size=256, seq_len=8192), top_k=1,
-                          options=SearchOptions(time_limit_s=5, num_workers=2))
+    request = PlanRequest(
+        model="llama3-70b",
+        cluster=ClusterSpec(gpu=H100, num_nodes=8, gpus_per_node=8),
+        training=TrainingSpec(global_batch_size=256, seq_len=8192),
+        top_k=1,
+        options=SearchOptions(time_limit_s=5, num_workers=2),
+    )
     plan = planner.plan(request).plans[0]
     for fmt in FORMATS:
         try:
@@ -599,9 +931,11 @@ def test_torchrun_lines_parse_with_torchs_own_parser(case, fmt):
 
     plan = CASES[case]
     words = _resolve(shell_words(export(plan, fmt, OPTIONS).content), plan)
-    args = get_args_parser().parse_args(words[words.index("torchrun") + 1:])
+    args = get_args_parser().parse_args(words[words.index("torchrun") + 1 :])
     assert int(args.nnodes) * int(args.nproc_per_node) == plan.parallel.num_gpus
-    assert args.module and args.training_script == "runtime.train" and args.training_script_args == ["--plan", "plan.json"]
+    assert (
+        args.module and args.training_script == "runtime.train" and args.training_script_args == ["--plan", "plan.json"]
+    )
     if int(args.nnodes) > 1:
         assert args.rdzv_backend == "c10d" and args.rdzv_endpoint.endswith(":29500") and not args.standalone
     else:
@@ -622,7 +956,7 @@ def test_meshplan_lines_are_accepted_by_meshplan_run(case):
     command = typer.main.get_command(app)
     plan = CASES[case]
     words = _resolve(shell_words(export(plan, "meshplan", OPTIONS).content), plan)
-    ctx = command.make_context("meshplan", words[words.index("run") + 1:], resilient_parsing=False)
+    ctx = command.make_context("meshplan", words[words.index("run") + 1 :], resilient_parsing=False)
     assert ctx.params["nproc_per_node"] * ctx.params["nnodes"] == plan.parallel.num_gpus
     if ctx.params["nnodes"] > 1:
         assert ctx.params["rdzv_endpoint"] == "node0:29500"
@@ -635,11 +969,17 @@ def test_meshplan_export_runs_on_the_bundled_runtime(tmp_path):
     plan = make_plan("tiny-llama", 1, 2, "a100-sxm4-40gb", tp=1, pp=2, dp=1, mbs=2, gbs=4, seq=64, split=[3, 5])
     (tmp_path / "plan.json").write_text(plan.model_dump_json())
     words = shell_words(export(plan, "meshplan", OPTIONS).content)
-    words = words[words.index("meshplan"):]  # after `set -euo pipefail`
+    words = words[words.index("meshplan") :]  # after `set -euo pipefail`
     assert words[:2] == ["meshplan", "run"]
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    run = subprocess.run([sys.executable, "-m", "api.cli", *words[1:], "--steps", "1", "--report", "run.json"],
-                         cwd=tmp_path, env=env, text=True, capture_output=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-m", "api.cli", *words[1:], "--steps", "1", "--report", "run.json"],
+        cwd=tmp_path,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads((tmp_path / "run.json").read_text())
     assert report["world_size"] == plan.parallel.num_gpus and len(report["losses"]) == 1
@@ -654,7 +994,9 @@ LAUNCHERS = ("torchrun", "slurm", "kubeflow-pytorchjob", "kubeflow-trainjob")
 def exported_env(fmt: str, content: str) -> dict[str, str]:
     """The MESHPLAN_* variables a launcher export gives the program (shell `export` lines or container env)."""
     if fmt in ("torchrun", "slurm"):
-        return dict(shlex.split(line)[1].split("=", 1) for line in content.splitlines() if line.startswith("export MESHPLAN_"))
+        return dict(
+            shlex.split(line)[1].split("=", 1) for line in content.splitlines() if line.startswith("export MESHPLAN_")
+        )
     doc = next(yaml.safe_load_all(content))
     if fmt == "kubeflow-trainjob":
         env = doc["spec"]["trainer"]["env"]
@@ -673,21 +1015,31 @@ def test_launchers_tell_the_program_the_layout(case, fmt):
     p, t = plan.parallel, plan.training
     assert (layout.tp, layout.pp, layout.dp, layout.micro_batch_size) == (p.tp, p.pp, p.dp, p.micro_batch_size)
     assert layout.micro_batch_size * layout.num_microbatches * layout.dp == t.global_batch_size
-    assert (layout.schedule, layout.virtual_stages, list(layout.stage_layers)) == (p.schedule, p.virtual_stages, p.stage_layers)
-    assert (layout.recompute, layout.sequence_parallel, layout.zero_stage) == (p.recompute, p.sequence_parallel, p.zero_stage)
+    assert (layout.schedule, layout.virtual_stages, list(layout.stage_layers)) == (
+        p.schedule,
+        p.virtual_stages,
+        p.stage_layers,
+    )
+    assert (layout.recompute, layout.sequence_parallel, layout.zero_stage) == (
+        p.recompute,
+        p.sequence_parallel,
+        p.zero_stage,
+    )
     assert (layout.seq_len, layout.precision) == (t.seq_len, t.precision)
     assert layout.mesh_shape == tuple(plan.mesh.shape)
     assert layout.plan_path == ("plan.json" if fmt in ("torchrun", "slurm") else "/etc/meshplan/plan.json")
 
 
 @pytest.mark.parametrize("fmt", ["kubeflow-pytorchjob", "kubeflow-trainjob"])
-@pytest.mark.parametrize("plan_path,mounted", [("plan.json", "/etc/meshplan/plan.json"), ("/opt/job/p.json", "/opt/job/p.json")])
+@pytest.mark.parametrize(
+    "plan_path,mounted", [("plan.json", "/etc/meshplan/plan.json"), ("/opt/job/p.json", "/opt/job/p.json")]
+)
 def test_kubeflow_ships_the_plan_as_a_mounted_configmap(fmt, plan_path, mounted):
     plan = CASES["llama3-70b-8x8"]
     content = export(plan, fmt, OPTIONS.model_copy(update={"plan_path": plan_path})).content
     job, cm = [d for d in yaml.safe_load_all(content) if d is not None]
     assert cm["kind"] == "ConfigMap" and cm["metadata"]["namespace"] == "training"
-    (key, text), = cm["data"].items()
+    ((key, text),) = cm["data"].items()
     assert Plan.model_validate_json(text) == plan  # the very plan, not one assumed baked into the image
     if fmt == "kubeflow-trainjob":
         pod = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
@@ -703,20 +1055,28 @@ def test_kubeflow_ships_the_plan_as_a_mounted_configmap(fmt, plan_path, mounted)
     assert command[-2:] == ["--plan", mounted]
 
 
-@pytest.mark.parametrize("fmt,line", [("slurm", "# Submit with: sbatch jobs/llama.sbatch"),
-                                      ("kubeflow-trainjob", "# Apply with: kubectl apply -f jobs/llama.yaml")])
+@pytest.mark.parametrize(
+    "fmt,line",
+    [
+        ("slurm", "# Submit with: sbatch jobs/llama.sbatch"),
+        ("kubeflow-trainjob", "# Apply with: kubectl apply -f jobs/llama.yaml"),
+    ],
+)
 def test_header_names_the_file_it_was_written_to(fmt, line):
     name = "jobs/llama.sbatch" if fmt == "slurm" else "jobs/llama.yaml"
     assert line in export(CASES["llama3-70b-8x8"], fmt, OPTIONS, out_name=name).content.splitlines()
 
 
-@pytest.mark.parametrize("env,field", [
-    ({"MESHPLAN_TP": "two"}, "MESHPLAN_TP"),
-    ({"MESHPLAN_TP": None}, "MESHPLAN_TP"),
-    ({"MESHPLAN_DP": "3"}, "MESHPLAN_GLOBAL_BATCH_SIZE"),
-    ({"MESHPLAN_STAGE_LAYERS": "8,x"}, "MESHPLAN_STAGE_LAYERS"),
-    ({"MESHPLAN_SEQUENCE_PARALLEL": "yes"}, "MESHPLAN_SEQUENCE_PARALLEL"),
-])
+@pytest.mark.parametrize(
+    "env,field",
+    [
+        ({"MESHPLAN_TP": "two"}, "MESHPLAN_TP"),
+        ({"MESHPLAN_TP": None}, "MESHPLAN_TP"),
+        ({"MESHPLAN_DP": "3"}, "MESHPLAN_GLOBAL_BATCH_SIZE"),
+        ({"MESHPLAN_STAGE_LAYERS": "8,x"}, "MESHPLAN_STAGE_LAYERS"),
+        ({"MESHPLAN_SEQUENCE_PARALLEL": "yes"}, "MESHPLAN_SEQUENCE_PARALLEL"),
+    ],
+)
 def test_bad_layout_variables_name_the_variable(env, field):
     from runtime.env import layout_from_env
 
@@ -752,14 +1112,19 @@ def test_exported_torchrun_script_gives_the_users_program_its_mesh(tmp_path, tp,
     groups are those of planner.layout.mesh_groups for the plan's mesh."""
     from planner.layout import mesh_groups
 
-    plan = make_plan("tiny-llama", 1, tp * pp * dp, "a100-sxm4-40gb", tp=tp, pp=pp, dp=dp, mbs=1, gbs=4 * dp, seq=64,
-                     split=split)
+    plan = make_plan(
+        "tiny-llama", 1, tp * pp * dp, "a100-sxm4-40gb", tp=tp, pp=pp, dp=dp, mbs=1, gbs=4 * dp, seq=64, split=split
+    )
     (tmp_path / "plan.json").write_text(plan.model_dump_json())
     (tmp_path / "train.py").write_text(USER_PROGRAM)
     script = export(plan, "torchrun", ExportOptions(command="train.py")).content
     (tmp_path / "job.sh").write_text(script)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1",
-               PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        OMP_NUM_THREADS="1",
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    )
     run = subprocess.run(["bash", "job.sh"], cwd=tmp_path, env=env, text=True, capture_output=True, timeout=240)
     assert run.returncode == 0, run.stderr[-3000:]
     world = tp * pp * dp

@@ -26,7 +26,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "api.cli", *args], check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "api.cli", *args],
+        check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 # ---- one cluster, stated several ways -------------------------------------------------------------
@@ -62,8 +70,14 @@ STATEMENTS = [  # (expected GB/s per GPU, cluster fields)
 
 
 def _request(cluster: dict, **parallel) -> dict:
-    return {"model": "llama3-8b", "cluster": {"num_nodes": 2, **cluster}, "training": {"global_batch_size": 64, "seq_len": 4096},
-            "parallel": parallel, "top_k": 1, "options": {"time_limit_s": 20, "num_workers": 1}}
+    return {
+        "model": "llama3-8b",
+        "cluster": {"num_nodes": 2, **cluster},
+        "training": {"global_batch_size": 64, "seq_len": 4096},
+        "parallel": parallel,
+        "top_k": 1,
+        "options": {"time_limit_s": 20, "num_workers": 1},
+    }
 
 
 @pytest.mark.parametrize("expected, cluster", STATEMENTS, ids=[json.dumps(c[1]) for c in STATEMENTS])
@@ -76,8 +90,12 @@ def test_every_statement_gives_the_same_per_gpu_bandwidth_and_estimate(expected,
     assert comm.inter.bandwidth_Bps == pytest.approx(expected * 1e9, rel=1e-12)
     # the estimate of a DP-across-nodes layout is the one of the per-GPU figure given directly
     pins = {"tp": 8, "pp": 1, "micro_batch_size": 1}
-    direct = {"gpu": spec.gpu, "gpus_per_node": 8, "inter_node_bandwidth_GBps": expected,
-              "intra_node_bandwidth_GBps": spec.intra_node_bandwidth_GBps}
+    direct = {
+        "gpu": spec.gpu,
+        "gpus_per_node": 8,
+        "inter_node_bandwidth_GBps": expected,
+        "intra_node_bandwidth_GBps": spec.intra_node_bandwidth_GBps,
+    }
     assert planner.estimate(_request(cluster, **pins)) == planner.estimate(_request(direct, **pins))
 
 
@@ -108,13 +126,20 @@ def test_presets_are_their_datasheets():
     assert CLUSTER_PRESETS["h100-1nic-400g"].inter_node_bandwidth_GBps == ONE_NIC
 
 
-@pytest.mark.parametrize("cluster, flag, words", [
-    ({**H100, "inter_node_bandwidth": "400 Gb/s"}, "--inter-node-bandwidth", "per node or per GPU"),
-    ({**H100, "inter_node_bandwidth": "fast"}, "--inter-node-bandwidth", "8x400Gb/s"),
-    ({**H100, "inter_node_bandwidth": "400 Mb/s per GPU"}, "--inter-node-bandwidth", "cannot read"),
-    ({**H100, "inter_node_bandwidth": "8x400Gb/s", "inter_node_bandwidth_GBps": 25}, "--inter-node-bandwidth-gbps", "give only one"),
-    ({"preset": "dgx-z9"}, "--cluster-preset", "dgx-h100"),
-])
+@pytest.mark.parametrize(
+    "cluster, flag, words",
+    [
+        ({**H100, "inter_node_bandwidth": "400 Gb/s"}, "--inter-node-bandwidth", "per node or per GPU"),
+        ({**H100, "inter_node_bandwidth": "fast"}, "--inter-node-bandwidth", "8x400Gb/s"),
+        ({**H100, "inter_node_bandwidth": "400 Mb/s per GPU"}, "--inter-node-bandwidth", "cannot read"),
+        (
+            {**H100, "inter_node_bandwidth": "8x400Gb/s", "inter_node_bandwidth_GBps": 25},
+            "--inter-node-bandwidth-gbps",
+            "give only one",
+        ),
+        ({"preset": "dgx-z9"}, "--cluster-preset", "dgx-h100"),
+    ],
+)
 def test_bad_bandwidth_statements_name_the_flag_and_the_fix(cluster, flag, words):
     from planner import flags as request_flags
     from planner.errors import InvalidInput
@@ -129,8 +154,22 @@ def test_bad_bandwidth_statements_name_the_flag_and_the_fix(cluster, flag, words
 
 
 def test_cli_presets_and_statements_reach_the_plan(tmp_path: Path):
-    out = run("estimate", "--model", "llama3-8b", "--cluster-preset", "dgx-a100", "--nodes", "2", "--global-batch-size", "64",
-              "--seq-len", "4096", "--tp", "8", "--json")
+    out = run(
+        "estimate",
+        "--model",
+        "llama3-8b",
+        "--cluster-preset",
+        "dgx-a100",
+        "--nodes",
+        "2",
+        "--global-batch-size",
+        "64",
+        "--seq-len",
+        "4096",
+        "--tp",
+        "8",
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     plan = json.loads(out.stdout)
     assert plan["cluster"]["gpu"]["id"] == "a100-sxm4-80gb" and plan["cluster"]["inter_node_bandwidth_GBps"] == DGX_A100
@@ -140,8 +179,24 @@ def test_cli_presets_and_statements_reach_the_plan(tmp_path: Path):
 
 # ---- documents on the command line --------------------------------------------------------------
 
-SMALL = ["--gpu", "h100-sxm5-80gb", "--gpus-per-node", "2", "--global-batch-size", "8", "--seq-len", "128", "--tp", "1",
-         "--pp", "1", "--micro-batch-size", "1", "--precision", "fp32"]
+SMALL = [
+    "--gpu",
+    "h100-sxm5-80gb",
+    "--gpus-per-node",
+    "2",
+    "--global-batch-size",
+    "8",
+    "--seq-len",
+    "128",
+    "--tp",
+    "1",
+    "--pp",
+    "1",
+    "--micro-batch-size",
+    "1",
+    "--precision",
+    "fp32",
+]
 
 
 def _measured_profile(device: str) -> dict:
@@ -171,18 +226,28 @@ def test_profile_from_another_device_is_an_error_naming_both(tmp_path: Path, dev
     assert out.returncode == 2, out.stdout
     assert "--profile (device)" in out.stderr and device in out.stderr and "h100-sxm5-80gb" in out.stderr
     assert "Fix:" in out.stderr and "Traceback" not in out.stderr
-    req = PlanRequest.model_validate({"model": "tiny-gpt", "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 2},
-                                      "training": {"global_batch_size": 8, "seq_len": 128}, "profile": _measured_profile(device)})
+    req = PlanRequest.model_validate(
+        {
+            "model": "tiny-gpt",
+            "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 2},
+            "training": {"global_batch_size": 8, "seq_len": 128},
+            "profile": _measured_profile(device),
+        }
+    )
     with pytest.raises(MeshplanError) as err:
         planner.plan(req)
     assert err.value.field == "profile.device"
 
 
 def test_network_file_prices_the_collectives(tmp_path: Path):
-    links = [LinkFit(link="intra_node", collective=c, group_size=2, alpha_s=1e-3, beta_s_per_byte=1e-9)
-             for c in ("all_reduce", "all_gather", "reduce_scatter", "send_recv")]
+    links = [
+        LinkFit(link="intra_node", collective=c, group_size=2, alpha_s=1e-3, beta_s_per_byte=1e-9)
+        for c in ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
+    ]
     f = tmp_path / "network.yaml"
-    f.write_text(yaml.safe_dump(NetworkProfile(backend="gloo", device="cpu", world_size=2, links=links).model_dump(mode="json")))
+    f.write_text(
+        yaml.safe_dump(NetworkProfile(backend="gloo", device="cpu", world_size=2, links=links).model_dump(mode="json"))
+    )
     args = ["estimate", "--model", "tiny-gpt", *SMALL, "--json"]
     base = json.loads(run(*args).stdout)["estimate"]
     slow = run(*args, "--network", str(f))
@@ -217,12 +282,26 @@ def test_bad_model_file_names_the_file_the_field_and_the_flag(tmp_path: Path):
 
 # ---- context length per family version ----------------------------------------------------------
 
-@pytest.mark.parametrize("model, max_seq", [("llama3-8b", 8192), ("llama3-70b", 8192), ("llama3.1-8b", 131072),
-                                            ("llama3.1-70b", 131072), ("qwen2.5-7b", 131072), ("qwen2.5-72b", 131072)])
+
+@pytest.mark.parametrize(
+    "model, max_seq",
+    [
+        ("llama3-8b", 8192),
+        ("llama3-70b", 8192),
+        ("llama3.1-8b", 131072),
+        ("llama3.1-70b", 131072),
+        ("qwen2.5-7b", 131072),
+        ("qwen2.5-72b", 131072),
+    ],
+)
 def test_context_length_is_the_family_versions(model, max_seq):
     assert MODELS[model].max_seq_len == max_seq
-    long = {"model": model, "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
-            "training": {"global_batch_size": 8, "seq_len": 16384}, "parallel": {"tp": 4, "pp": 2}}
+    long = {
+        "model": model,
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
+        "training": {"global_batch_size": 8, "seq_len": 16384},
+        "parallel": {"tp": 4, "pp": 2},
+    }
     if max_seq < 16384:
         with pytest.raises(MeshplanError) as err:
             planner.estimate(long)

@@ -19,8 +19,22 @@ from runtime.args import WORKER_ARGS, worker_argv
 from tests.api_support import make_app, plan_request
 
 #: The worker's options (the public surface of `python -m runtime.train` and of `meshplan run`).
-WORKER_FLAGS = ["--plan", "--plan-index", "--steps", "--data", "--data-dtype", "--report", "--checkpoint-dir", "--save-every",
-                "--resume", "--seed", "--lr", "--max-grad-norm", "--profile", "--network"]
+WORKER_FLAGS = [
+    "--plan",
+    "--plan-index",
+    "--steps",
+    "--data",
+    "--data-dtype",
+    "--report",
+    "--checkpoint-dir",
+    "--save-every",
+    "--resume",
+    "--seed",
+    "--lr",
+    "--max-grad-norm",
+    "--profile",
+    "--network",
+]
 LAUNCH_FLAGS = ["--nproc-per-node", "--nnodes", "--node-rank", "--rdzv-endpoint"]
 
 
@@ -89,10 +103,22 @@ def test_export_query_parameters_are_the_export_options(client):
 def test_export_query_gives_the_same_export_as_the_options(client):
     stored = client.post("/v1/plans", json=plan_request()).json()
     plan = plan_from_data(stored["response"], index=1)
-    given = {"job_name": "tiny-run", "partition": "gpu", "image": "reg.example/meshplan:1", "rdzv_port": 1234,
-             "max_restarts": 2, "time_limit": "1:00:00", "plan_path": "/plans/p.json", "command": "train.py --x 1",
-             "nodes": plan.cluster.num_nodes, "gpus_per_node": plan.cluster.gpus_per_node, "rdzv_endpoint": "node0",
-             "namespace": "ml", "runtime_ref": "torch-rt", "strict": "false"}
+    given = {
+        "job_name": "tiny-run",
+        "partition": "gpu",
+        "image": "reg.example/meshplan:1",
+        "rdzv_port": 1234,
+        "max_restarts": 2,
+        "time_limit": "1:00:00",
+        "plan_path": "/plans/p.json",
+        "command": "train.py --x 1",
+        "nodes": plan.cluster.num_nodes,
+        "gpus_per_node": plan.cluster.gpus_per_node,
+        "rdzv_endpoint": "node0",
+        "namespace": "ml",
+        "runtime_ref": "torch-rt",
+        "strict": "false",
+    }
     assert set(given) == set(ExportOptions.model_fields)
     for fmt in ("slurm", "torchrun", "kubeflow-trainjob"):
         r = client.get(f"/v1/plans/{stored['id']}/export/{fmt}", params={**given, "index": 1, "unknown": "ignored"})

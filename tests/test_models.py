@@ -61,8 +61,14 @@ def test_meta_then_materialise_matches_seeded_build(name):
 @pytest.mark.parametrize(
     "name, expected",
     [
-        ("tiny-gpt", {"embed.tok.weight", "embed.pos.weight", "layers.0.attn.wq.bias", "layers.0.mlp.w2.bias", "head.weight"}),
-        ("tiny-llama", {"embed.tok.weight", "layers.7.attn.wk.weight", "layers.3.mlp.w3.weight", "norm.weight", "head.weight"}),
+        (
+            "tiny-gpt",
+            {"embed.tok.weight", "embed.pos.weight", "layers.0.attn.wq.bias", "layers.0.mlp.w2.bias", "head.weight"},
+        ),
+        (
+            "tiny-llama",
+            {"embed.tok.weight", "layers.7.attn.wk.weight", "layers.3.mlp.w3.weight", "norm.weight", "head.weight"},
+        ),
     ],
 )
 def test_module_names_contract(name, expected):

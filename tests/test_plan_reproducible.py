@@ -23,15 +23,22 @@ from planner.version import COST_MODEL_VERSION
 
 
 def body(model="llama3-8b", gpu="h100-sxm5-80gb", nodes=1, gpn=8, gbs=64, seq=4096, **parallel) -> dict:
-    return {"model": model, "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
-            "training": {"global_batch_size": gbs, "seq_len": seq}, "parallel": parallel,
-            "options": {"time_limit_s": 20, "num_workers": 1}}
+    return {
+        "model": model,
+        "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
+        "training": {"global_batch_size": gbs, "seq_len": seq},
+        "parallel": parallel,
+        "options": {"time_limit_s": 20, "num_workers": 1},
+    }
 
 
 def slow_network(world_size: int, nodes: int) -> NetworkProfile:
     """A measured-looking profile of a slow cluster: every collective 1 ms + 1 ns/byte (≈ 1 GB/s)."""
-    links = [LinkFit(link=link, collective=coll, group_size=2, alpha_s=1e-3, beta_s_per_byte=1e-9)
-             for link in ("intra_node", "inter_node") for coll in ("all_reduce", "all_gather", "reduce_scatter", "send_recv")]
+    links = [
+        LinkFit(link=link, collective=coll, group_size=2, alpha_s=1e-3, beta_s_per_byte=1e-9)
+        for link in ("intra_node", "inter_node")
+        for coll in ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
+    ]
     return NetworkProfile(backend="nccl", device="h100", world_size=world_size, nodes=nodes, links=links)
 
 
@@ -68,8 +75,11 @@ def test_a_405b_plan_on_16384_gpus_is_small():
     """`meshplan plan --model llama3-405b --gpu h100-sxm5-80gb --nodes 2048 --gpus-per-node 8
     --global-batch-size 2048 --seq-len 8192 --json` wrote 3.4 MB (three plans of ~1.1 MB, nearly all
     rank-group lists); a plan is now a few KB, and its groups are derived from the mesh shape."""
-    req = {"model": "llama3-405b", "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 2048, "gpus_per_node": 8},
-           "training": {"global_batch_size": 2048, "seq_len": 8192}}
+    req = {
+        "model": "llama3-405b",
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 2048, "gpus_per_node": 8},
+        "training": {"global_batch_size": 2048, "seq_len": 8192},
+    }
     response = planner.plan(req)
     assert response.plans and response.plans[0].estimate.gpus_used == 16384
     for plan in response.plans:
@@ -81,7 +91,10 @@ def test_a_405b_plan_on_16384_gpus_is_small():
     # One GPU field (the full spec, in the cluster), one memory-per-stage field.
     dumped = response.plans[0].model_dump()
     assert "gpu" not in dumped and dumped["cluster"]["gpu"]["id"] == "h100-sxm5-80gb"
-    assert "memory_per_stage_gib" not in dumped["estimate"] and len(dumped["estimate"]["memory_per_stage"]) == dumped["parallel"]["pp"]
+    assert (
+        "memory_per_stage_gib" not in dumped["estimate"]
+        and len(dumped["estimate"]["memory_per_stage"]) == dumped["parallel"]["pp"]
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -93,17 +106,25 @@ def test_estimate_of_a_plan_reproduces_it_with_its_profile_and_network():
     prof = analytic_profile(model, micro_batch_sizes=[1, 2, 4], seq_len=128, tps=[1, 2], precision="bf16")
     for lp in prof.layers:  # "measured": slower than the analytic rates
         lp.fwd_time_s, lp.bwd_time_s = 3e-3 * lp.micro_batch_size / lp.tp, 6e-3 * lp.micro_batch_size / lp.tp
-    req = {**body("tiny-gpt", nodes=2, gpn=2, gbs=16, seq=128), "profile": prof.model_dump(),
-           "network": slow_network(4, 2).model_dump(), "top_k": 2}
+    req = {
+        **body("tiny-gpt", nodes=2, gpn=2, gbs=16, seq=128),
+        "profile": prof.model_dump(),
+        "network": slow_network(4, 2).model_dump(),
+        "top_k": 2,
+    }
     response = planner.plan(req)
     assert response.cost_model_version == COST_MODEL_VERSION
     for plan in response.plans:
-        assert plan.inputs == CostInputs(cost_model_version=COST_MODEL_VERSION, profile=prof, network=slow_network(4, 2))
+        assert plan.inputs == CostInputs(
+            cost_model_version=COST_MODEL_VERSION, profile=prof, network=slow_network(4, 2)
+        )
         # Through a file: the plan alone is enough.
         again = planner.estimate_plan(replay_request(Plan.model_validate_json(plan.model_dump_json())))
         assert again.estimate == plan.estimate
         assert trace_span_s(chrome_trace(plan)) == pytest.approx(plan.estimate.step_time_s, rel=1e-9)
-        without = planner.estimate_plan(replay_request(plan.model_copy(update={"inputs": CostInputs(cost_model_version=1)})))
+        without = planner.estimate_plan(
+            replay_request(plan.model_copy(update={"inputs": CostInputs(cost_model_version=1)}))
+        )
         assert without.estimate.step_time_s < plan.estimate.step_time_s / 2  # the inputs are what priced it
 
 
@@ -113,11 +134,25 @@ def test_estimate_of_a_plan_reproduces_it_with_its_profile_and_network():
 FINGERPRINTS = {1: "39f4d473ec81accb", 2: "39f4d473ec81accb"}  # 2 changed the ranking only
 
 REFERENCE = [
-    body("llama3-70b", nodes=8, gbs=512, seq=8192, tp=8, pp=4, micro_batch_size=1, schedule="interleaved-1f1b",
-         recompute="selective", sequence_parallel=True, zero_stage=1),
+    body(
+        "llama3-70b",
+        nodes=8,
+        gbs=512,
+        seq=8192,
+        tp=8,
+        pp=4,
+        micro_batch_size=1,
+        schedule="interleaved-1f1b",
+        recompute="selective",
+        sequence_parallel=True,
+        zero_stage=1,
+    ),
     body("llama3-8b", nodes=2, gbs=128, seq=4096, tp=1, pp=1, micro_batch_size=2, recompute="full", zero_stage=3),
     body("gpt3-1.3b", gpu="a100-sxm4-80gb", gbs=64, seq=2048, tp=2, pp=2, micro_batch_size=4, schedule="gpipe"),
-    {**body("llama3-8b", nodes=2, gbs=64, seq=4096, tp=4, pp=2, micro_batch_size=1), "network": slow_network(16, 2).model_dump()},
+    {
+        **body("llama3-8b", nodes=2, gbs=64, seq=4096, tp=4, pp=2, micro_batch_size=1),
+        "network": slow_network(16, 2).model_dump(),
+    },
 ]
 
 
@@ -130,6 +165,7 @@ def fingerprint(values: list) -> str:
         if isinstance(x, list):
             return [norm(v) for v in x]
         return x
+
     return hashlib.sha256(json.dumps(norm(values), sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -137,7 +173,8 @@ def test_cost_model_version_changes_with_the_numbers():
     got = fingerprint([planner.estimate(r).model_dump(mode="json", exclude={"notes"}) for r in REFERENCE])
     assert FINGERPRINTS.get(COST_MODEL_VERSION) == got, (
         f"the reference estimates moved (fingerprint {got}) under COST_MODEL_VERSION={COST_MODEL_VERSION}: "
-        "bump planner.version.COST_MODEL_VERSION and record the new fingerprint in FINGERPRINTS")
+        "bump planner.version.COST_MODEL_VERSION and record the new fingerprint in FINGERPRINTS"
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -159,7 +196,9 @@ def test_a_schema1_plan_file_loads_without_its_groups_and_estimates_the_same(tmp
         assert plan.schema_version == SCHEMA_VERSION and plan.inputs.cost_model_version == 0
         assert plan.mesh == mesh_layout(plan.parallel) and plan.gpu.id == "a100-sxm4-40gb"
         assert plan.parallel.model_dump() == old["plans"][0]["parallel"]
-        assert [m.total_gib for m in plan.estimate.memory_per_stage] == old["plans"][0]["estimate"]["memory_per_stage_gib"]
+        assert [m.total_gib for m in plan.estimate.memory_per_stage] == old["plans"][0]["estimate"][
+            "memory_per_stage_gib"
+        ]
         again = planner.estimate_plan(replay_request(plan)).estimate  # analytic then and now
         assert again.step_time_s == pytest.approx(old["plans"][0]["estimate"]["step_time_s"], rel=1e-12)
     assert PlanResponse.model_validate(old).cost_model_version == 0

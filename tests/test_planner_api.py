@@ -15,8 +15,12 @@ from planner.trace import chrome_trace
 
 
 def body(model="llama3-8b", gpu="h100-sxm5-80gb", nodes=1, gpn=8, gbs=256, seq=8192, **parallel) -> dict:
-    return {"model": model, "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
-            "training": {"global_batch_size": gbs, "seq_len": seq}, "parallel": parallel}
+    return {
+        "model": model,
+        "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
+        "training": {"global_batch_size": gbs, "seq_len": seq},
+        "parallel": parallel,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +72,16 @@ def test_pins_are_respected() -> None:
 def test_estimate_defaults() -> None:
     p = planner.estimate_plan(body(tp=2))
     c = p.parallel
-    assert (c.tp, c.pp, c.dp, c.micro_batch_size, c.schedule, c.recompute, c.zero_stage, c.sequence_parallel) == \
-        (2, 1, 4, 1, "1f1b", "none", 0, False)
+    assert (c.tp, c.pp, c.dp, c.micro_batch_size, c.schedule, c.recompute, c.zero_stage, c.sequence_parallel) == (
+        2,
+        1,
+        4,
+        1,
+        "1f1b",
+        "none",
+        0,
+        False,
+    )
     assert c.stage_layers == [32]
 
 
@@ -94,17 +106,20 @@ def test_batch_not_divisible_reports_the_batch() -> None:
     assert "8" in r.infeasible.suggestion
 
 
-@pytest.mark.parametrize("pins,field", [
-    ({"tp": 3}, "parallel.tp"),
-    ({"tp": 16}, "parallel.tp"),
-    ({"tp": 2, "pp": 2, "dp": 4}, "parallel.dp"),
-    ({"pp": 64}, "parallel.pp"),
-    ({"micro_batch_size": 3}, "parallel.micro_batch_size"),
-    ({"stage_layers": [10, 10]}, "parallel.stage_layers"),
-    ({"schedule": "zbv-zero-bubble", "virtual_stages": 2}, "parallel.schedule"),
-    ({"tp": 1, "sequence_parallel": True}, "parallel.sequence_parallel"),
-    ({"pp": 8, "schedule": "1f1b", "micro_batch_size": 64}, "parallel.micro_batch_size"),  # m = 4 < pp
-])
+@pytest.mark.parametrize(
+    "pins,field",
+    [
+        ({"tp": 3}, "parallel.tp"),
+        ({"tp": 16}, "parallel.tp"),
+        ({"tp": 2, "pp": 2, "dp": 4}, "parallel.dp"),
+        ({"pp": 64}, "parallel.pp"),
+        ({"micro_batch_size": 3}, "parallel.micro_batch_size"),
+        ({"stage_layers": [10, 10]}, "parallel.stage_layers"),
+        ({"schedule": "zbv-zero-bubble", "virtual_stages": 2}, "parallel.schedule"),
+        ({"tp": 1, "sequence_parallel": True}, "parallel.sequence_parallel"),
+        ({"pp": 8, "schedule": "1f1b", "micro_batch_size": 64}, "parallel.micro_batch_size"),  # m = 4 < pp
+    ],
+)
 def test_bad_pins_name_the_field(pins: dict, field: str) -> None:
     for fn in (planner.plan, planner.estimate):
         with pytest.raises(MeshplanError) as err:
@@ -125,7 +140,9 @@ def test_measured_profile_times_are_used() -> None:
     base["training"]["precision"] = "fp32"
     a = planner.estimate({**base, "profile": prof.model_dump()})
     b = planner.estimate({**base, "profile": slow.model_dump()})
-    assert a.breakdown.compute_s == pytest.approx(4 * (3 * 1e-3 * 8 + 2 * 3e-3), rel=1e-6)  # 4 micro-batches, 8 blocks + emb + head
+    assert a.breakdown.compute_s == pytest.approx(
+        4 * (3 * 1e-3 * 8 + 2 * 3e-3), rel=1e-6
+    )  # 4 micro-batches, 8 blocks + emb + head
     assert b.breakdown.compute_s == pytest.approx(2 * a.breakdown.compute_s, rel=1e-6)
 
 
@@ -148,7 +165,10 @@ def test_chrome_trace_has_a_track_per_stage_and_every_block() -> None:
     assert len(blocks) == 2 * 8 * 4
     assert {e["tid"] for e in blocks} == {0, 1, 2, 3}
     end = max(e["ts"] + e["dur"] for e in blocks)
-    assert end * 1e3 == pytest.approx(p.estimate.step_time_s * 1e9 - 1e9 * (p.estimate.breakdown.dp_sync_s + p.estimate.breakdown.optimizer_s), rel=1e-6)
+    assert end * 1e3 == pytest.approx(
+        p.estimate.step_time_s * 1e9 - 1e9 * (p.estimate.breakdown.dp_sync_s + p.estimate.breakdown.optimizer_s),
+        rel=1e-6,
+    )
 
 
 def test_request_model_accepts_dicts_and_rejects_typos() -> None:

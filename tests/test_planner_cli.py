@@ -15,13 +15,27 @@ from planner.io import load_plan
 from planner.specs import Plan, PlanResponse
 
 ROOT = Path(__file__).resolve().parents[1]
-SMALL = ["--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--nodes", "1", "--gpus-per-node", "8",
-         "--global-batch-size", "256", "--seq-len", "8192"]
+SMALL = [
+    "--model",
+    "llama3-8b",
+    "--gpu",
+    "h100-sxm5-80gb",
+    "--nodes",
+    "1",
+    "--gpus-per-node",
+    "8",
+    "--global-batch-size",
+    "256",
+    "--seq-len",
+    "8192",
+]
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "api.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "api.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_plan_json_round_trips_through_load_plan(tmp_path: Path) -> None:
@@ -35,8 +49,12 @@ def test_plan_json_round_trips_through_load_plan(tmp_path: Path) -> None:
 
 
 def test_plan_table_and_request_file(tmp_path: Path) -> None:
-    req = {"model": "llama3-8b", "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
-           "training": {"global_batch_size": 256, "seq_len": 8192}, "parallel": {"tp": 2}}
+    req = {
+        "model": "llama3-8b",
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
+        "training": {"global_batch_size": 256, "seq_len": 8192},
+        "parallel": {"tp": 2},
+    }
     f = tmp_path / "req.yaml"
     import yaml
 
@@ -47,25 +65,54 @@ def test_plan_table_and_request_file(tmp_path: Path) -> None:
 
 
 def test_estimate_flags_and_json() -> None:
-    out = run("estimate", *SMALL, "--tp", "2", "--pp", "2", "--micro-batch-size", "1", "--schedule", "gpipe",
-              "--recompute", "full", "--zero-stage", "1", "--sequence-parallel", "--stage-layers", "15,17", "--json")
+    out = run(
+        "estimate",
+        *SMALL,
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--micro-batch-size",
+        "1",
+        "--schedule",
+        "gpipe",
+        "--recompute",
+        "full",
+        "--zero-stage",
+        "1",
+        "--sequence-parallel",
+        "--stage-layers",
+        "15,17",
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     p = Plan.model_validate_json(out.stdout)
     c = p.parallel
-    assert (c.tp, c.pp, c.dp, c.schedule, c.recompute, c.zero_stage, c.sequence_parallel, c.stage_layers) == \
-        (2, 2, 2, "gpipe", "full", 1, True, [15, 17])
+    assert (c.tp, c.pp, c.dp, c.schedule, c.recompute, c.zero_stage, c.sequence_parallel, c.stage_layers) == (
+        2,
+        2,
+        2,
+        "gpipe",
+        "full",
+        1,
+        True,
+        [15, 17],
+    )
     table = run("estimate", *SMALL, "--tp", "8")
     assert table.returncode == 0 and "compute" in table.stdout and "fits" in table.stdout
 
 
-@pytest.mark.parametrize("args,field", [
-    (["plan", *SMALL, "--tp", "3"], "--tp"),
-    (["estimate", *SMALL, "--pp", "2", "--stage-layers", "1,x"], "--stage-layers"),
-    (["plan", "--gpu", "h100-sxm5-80gb", "--global-batch-size", "8", "--seq-len", "128"], "--model"),
-    (["plan", *SMALL[:2], "--gpu", "tpu-v9", "--global-batch-size", "8", "--seq-len", "128"], "--gpu"),
-    (["estimate", *SMALL, "--schedule", "sideways"], "--schedule"),
-    (["plan", "--request", "/nonexistent.json"], "--request"),
-])
+@pytest.mark.parametrize(
+    "args,field",
+    [
+        (["plan", *SMALL, "--tp", "3"], "--tp"),
+        (["estimate", *SMALL, "--pp", "2", "--stage-layers", "1,x"], "--stage-layers"),
+        (["plan", "--gpu", "h100-sxm5-80gb", "--global-batch-size", "8", "--seq-len", "128"], "--model"),
+        (["plan", *SMALL[:2], "--gpu", "tpu-v9", "--global-batch-size", "8", "--seq-len", "128"], "--gpu"),
+        (["estimate", *SMALL, "--schedule", "sideways"], "--schedule"),
+        (["plan", "--request", "/nonexistent.json"], "--request"),
+    ],
+)
 def test_bad_input_exits_2_naming_the_field(args: list[str], field: str) -> None:
     out = run(*args)
     assert out.returncode == 2, (out.stdout, out.stderr)
@@ -78,16 +125,34 @@ HEAVY = ("sqlalchemy", "fastapi", "starlette", "uvicorn", "pydantic_settings", "
 TINY = ["--model", "tiny-gpt", "--gpu", "h100-sxm5-80gb", "--global-batch-size", "32", "--seq-len", "128"]
 
 
-@pytest.mark.parametrize("args", [["models"], ["gpus"], ["clusters"], ["plan", *TINY, "--top-k", "1"],
-                                  ["estimate", *TINY, "--tp", "2"], ["plan", "--help"], ["diff", "--help"]],
-                         ids=lambda a: " ".join(a[:2]))
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["models"],
+        ["gpus"],
+        ["clusters"],
+        ["plan", *TINY, "--top-k", "1"],
+        ["estimate", *TINY, "--tp", "2"],
+        ["plan", "--help"],
+        ["diff", "--help"],
+    ],
+    ids=lambda a: " ".join(a[:2]),
+)
 def test_everyday_commands_do_not_import_the_service_or_torch(args: list[str]) -> None:
     """The command runs for real in a fresh interpreter (as the `meshplan` script does); afterwards
     none of the service's or the runtime's heavy packages is loaded."""
-    code = ("import sys, api.cli\ntry:\n    api.cli.main(sys.argv[1:])\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
-            f"print([m for m in {HEAVY!r} if m in sys.modules])")
-    out = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                         capture_output=True, text=True, timeout=120)
+    code = (
+        "import sys, api.cli\ntry:\n    api.cli.main(sys.argv[1:])\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        f"print([m for m in {HEAVY!r} if m in sys.modules])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout[-500:]
 
@@ -96,12 +161,39 @@ def test_everyday_commands_do_not_import_the_service_or_torch(args: list[str]) -
 
 #: The public command-line surface. A change here is a change users see: it must be deliberate.
 PLAN_FLAGS = [
-    "--request", "--model", "--cluster-preset", "--gpu", "--nodes", "--gpus-per-node", "--intra-node-bandwidth",
-    "--inter-node-bandwidth", "--intra-node-bandwidth-gbps", "--inter-node-bandwidth-gbps",
-    "--intra-node-latency-us", "--inter-node-latency-us", "--global-batch-size", "--seq-len", "--precision", "--optimizer",
-    "--tp", "--pp", "--dp", "--micro-batch-size", "--schedule", "--virtual-stages", "--recompute", "--sequence-parallel",
-    "--zero-stage", "--stage-layers", "--profile", "--network", "--top-k", "--allow-tp-across-nodes", "--time-limit-s",
-    "--num-workers", "--json",
+    "--request",
+    "--model",
+    "--cluster-preset",
+    "--gpu",
+    "--nodes",
+    "--gpus-per-node",
+    "--intra-node-bandwidth",
+    "--inter-node-bandwidth",
+    "--intra-node-bandwidth-gbps",
+    "--inter-node-bandwidth-gbps",
+    "--intra-node-latency-us",
+    "--inter-node-latency-us",
+    "--global-batch-size",
+    "--seq-len",
+    "--precision",
+    "--optimizer",
+    "--tp",
+    "--pp",
+    "--dp",
+    "--micro-batch-size",
+    "--schedule",
+    "--virtual-stages",
+    "--recompute",
+    "--sequence-parallel",
+    "--zero-stage",
+    "--stage-layers",
+    "--profile",
+    "--network",
+    "--top-k",
+    "--allow-tp-across-nodes",
+    "--time-limit-s",
+    "--num-workers",
+    "--json",
 ]
 ESTIMATE_FLAGS = [f for f in PLAN_FLAGS if f not in {"--top-k", "--time-limit-s", "--num-workers"}]
 
@@ -118,7 +210,9 @@ def _surface(command: str) -> list[str]:
 @pytest.mark.parametrize("command, frozen", [("plan", PLAN_FLAGS), ("estimate", ESTIMATE_FLAGS)])
 def test_cli_surface_is_frozen(command: str, frozen: list[str]) -> None:
     flags = _surface(command)
-    assert not set(flags) - set(frozen), f"new `meshplan {command}` flags {sorted(set(flags) - set(frozen))}: add them to the frozen list"
+    assert not set(flags) - set(frozen), (
+        f"new `meshplan {command}` flags {sorted(set(flags) - set(frozen))}: add them to the frozen list"
+    )
     assert not set(frozen) - set(flags), f"`meshplan {command}` lost flags {sorted(set(frozen) - set(flags))}"
     assert flags == frozen  # and their order (the help lists them so)
 
@@ -145,9 +239,18 @@ def test_every_request_field_is_a_flag_or_has_a_reason_not_to_be() -> None:
     from planner.specs import PlanRequest
 
     paths = _leaf_paths(PlanRequest)
+
     # a document flag (--profile FILE) takes the whole spec: its inner fields are not flags
-    excluded = lambda p: any(p == r or p.startswith(r + ".") for r in request_flags.NOT_FLAGS) or any(p.startswith(r + ".") for r in request_flags.DOCUMENT_FLAGS)  # noqa: E731
-    missing = [p for p in paths if p not in request_flags.FLAG_OF and not excluded(p) and not any(q.startswith(p + ".") for q in paths)]
+    def excluded(p: str) -> bool:
+        return any(p == r or p.startswith(r + ".") for r in request_flags.NOT_FLAGS) or any(
+            p.startswith(r + ".") for r in request_flags.DOCUMENT_FLAGS
+        )
+
+    missing = [
+        p
+        for p in paths
+        if p not in request_flags.FLAG_OF and not excluded(p) and not any(q.startswith(p + ".") for q in paths)
+    ]
     assert not missing, f"request fields without a flag (and not in planner.flags.NOT_FLAGS): {missing}"
     assert set(request_flags.FLAG_OF) <= set(paths), "a flag sets no request field"
     assert all(p in paths for p in request_flags.NOT_FLAGS), "NOT_FLAGS names a field the request does not have"
@@ -164,15 +267,28 @@ def _sample(flag, tmp_path: Path) -> tuple[str | bool, object]:
     from planner.specs import LinkFit, NetworkProfile
 
     if flag.kind == "file":  # a document: the file's content becomes the request field
-        doc = {"profile": lambda: analytic_profile(MODELS["tiny-gpt"], micro_batch_sizes=[1], seq_len=8),
-               "network": lambda: NetworkProfile(backend="nccl", device="NVIDIA H100 80GB HBM3", world_size=8, links=[
-                   LinkFit(link="intra_node", collective="all_reduce", group_size=8, alpha_s=1e-5, beta_s_per_byte=1e-11)])}
+        doc = {
+            "profile": lambda: analytic_profile(MODELS["tiny-gpt"], micro_batch_sizes=[1], seq_len=8),
+            "network": lambda: NetworkProfile(
+                backend="nccl",
+                device="NVIDIA H100 80GB HBM3",
+                world_size=8,
+                links=[
+                    LinkFit(
+                        link="intra_node", collective="all_reduce", group_size=8, alpha_s=1e-5, beta_s_per_byte=1e-11
+                    )
+                ],
+            ),
+        }
         value = doc[flag.path]().model_dump(mode="json", exclude_none=True)
         path = tmp_path / f"{flag.path}.yaml"
         path.write_text(__import__("yaml").safe_dump(value))
         return str(path), json.loads(type(doc[flag.path]()).model_validate(value).model_dump_json())
-    special = {"cluster.preset": "dgx-h100", "cluster.inter_node_bandwidth": "8x400Gb/s",
-               "cluster.intra_node_bandwidth": "450 GB/s per GPU"}
+    special = {
+        "cluster.preset": "dgx-h100",
+        "cluster.inter_node_bandwidth": "8x400Gb/s",
+        "cluster.intra_node_bandwidth": "450 GB/s per GPU",
+    }
     if flag.path in special:
         return special[flag.path], special[flag.path]
 
@@ -180,18 +296,31 @@ def _sample(flag, tmp_path: Path) -> tuple[str | bool, object]:
     from planner.specs import PlanRequest
 
     info = field_info(PlanRequest, flag.path.split("."))
-    choices = [a for t in [info.annotation, *typing.get_args(info.annotation)] if typing.get_origin(t) is typing.Literal
-               for a in typing.get_args(t)]
+    choices = [
+        a
+        for t in [info.annotation, *typing.get_args(info.annotation)]
+        if typing.get_origin(t) is typing.Literal
+        for a in typing.get_args(t)
+    ]
     if choices:
         return str(choices[-1]), choices[-1]
-    return {"bool": (True, True), "int": ("2", 2), "float": ("2.5", 2.5), "list": ("3,5", [3, 5]),
-            "str": ("some-id", "some-id")}[flag.kind]
+    return {
+        "bool": (True, True),
+        "int": ("2", 2),
+        "float": ("2.5", 2.5),
+        "list": ("3,5", [3, 5]),
+        "str": ("some-id", "some-id"),
+    }[flag.kind]
 
 
 def test_every_flag_sets_its_request_field(tmp_path: Path) -> None:
     from planner import flags as request_flags
 
-    base = {"model": "tiny-gpt", "cluster": {"gpu": "h100-sxm5-80gb"}, "training": {"global_batch_size": 8, "seq_len": 8}}
+    base = {
+        "model": "tiny-gpt",
+        "cluster": {"gpu": "h100-sxm5-80gb"},
+        "training": {"global_batch_size": 8, "seq_len": 8},
+    }
     f = tmp_path / "req.json"
     f.write_text(json.dumps(base))
     for flag in request_flags.FLAGS:
@@ -203,14 +332,27 @@ def test_every_flag_sets_its_request_field(tmp_path: Path) -> None:
         assert value == expected, (flag.name, value, expected)
 
 
-@pytest.mark.parametrize("command, ids", [("models", lambda: list(__import__("planner.catalog").catalog.MODELS)),
-                                          ("gpus", lambda: list(__import__("planner.catalog").catalog.GPUS))])
+@pytest.mark.parametrize(
+    "command, ids",
+    [
+        ("models", lambda: list(__import__("planner.catalog").catalog.MODELS)),
+        ("gpus", lambda: list(__import__("planner.catalog").catalog.GPUS)),
+    ],
+)
 @pytest.mark.parametrize("columns", ["80", "40"])
 def test_catalog_tables_print_whole_ids_when_piped(command: str, ids, columns: str) -> None:
     """stdout is a pipe (as in `meshplan gpus | grep h100`): every id is printed whole on its row,
     whatever COLUMNS says."""
-    out = subprocess.run([sys.executable, "-m", "api.cli", command], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": columns})
+    out = subprocess.run(
+        [sys.executable, "-m", "api.cli", command],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": columns},
+    )
     assert out.returncode == 0, out.stderr
-    first_cells = [next(c.strip() for c in line.split("│") if c.strip()) for line in out.stdout.splitlines() if "│" in line]
+    first_cells = [
+        next(c.strip() for c in line.split("│") if c.strip()) for line in out.stdout.splitlines() if "│" in line
+    ]
     assert first_cells == ids()

@@ -89,19 +89,29 @@ def test_memory_breakdown_screens_and_end_terms_agree(kind: str, seed: int) -> N
                 parts = sm.weights_gib + sm.gradients_gib + sm.optimizer_gib + sm.activations_gib + sm.buffers_gib
                 tensors = rank_memory(cc, n, r)
                 assert parts == pytest.approx(tensors / GIB, rel=1e-12)
-                assert sm.total_gib == pytest.approx((tensors * (1 + FRAGMENTATION) + FIXED_RESERVE_BYTES) / GIB, rel=1e-12)
+                assert sm.total_gib == pytest.approx(
+                    (tensors * (1 + FRAGMENTATION) + FIXED_RESERVE_BYTES) / GIB, rel=1e-12
+                )
                 assert tensors == max(peaks(memory_terms(cc.shared, cand, n, r, cc.live[r]))) == ev.memory_bytes[r]
         if cand.virtual_stages == 1:
             live = live_vectors_cached(cand.schedule, cand.pp, 1, cc.m)
-            assert list(layer_caps(cc.shared, cand, live, cc.num_layers, cc.usable_bytes)) == \
-                list(layer_caps(cc.shared, cand, cc.live, cc.num_layers, cc.usable_bytes))
+            assert list(layer_caps(cc.shared, cand, live, cc.num_layers, cc.usable_bytes)) == list(
+                layer_caps(cc.shared, cand, cc.live, cc.num_layers, cc.usable_bytes)
+            )
             assert quick_may_fit(ctx, cand) == may_fit(cc)
 
 
-@pytest.mark.parametrize("precision,optimizer,zero,dp,expect", [
-    ("bf16", "adam", 0, 4, (2, 2, 12)), ("fp16", "adam", 1, 4, (2, 2, 3)), ("fp32", "adam", 0, 2, (4, 4, 8)),
-    ("bf16", "sgd", 2, 4, (2, 0.5, 2)), ("fp32", "sgd", 3, 2, (2, 2, 2)), ("bf16", "adam", 3, 8, (0.25, 0.25, 1.5)),
-])
+@pytest.mark.parametrize(
+    "precision,optimizer,zero,dp,expect",
+    [
+        ("bf16", "adam", 0, 4, (2, 2, 12)),
+        ("fp16", "adam", 1, 4, (2, 2, 3)),
+        ("fp32", "adam", 0, 2, (4, 4, 8)),
+        ("bf16", "sgd", 2, 4, (2, 0.5, 2)),
+        ("fp32", "sgd", 3, 2, (2, 2, 2)),
+        ("bf16", "adam", 3, 8, (0.25, 0.25, 1.5)),
+    ],
+)
 def test_zero_bytes_per_parameter(precision: str, optimizer: str, zero: int, dp: int, expect: tuple) -> None:
     """One rule for "mixed precision" (any 16-bit precision keeps fp32 master weights: K = 12 for Adam,
     8 for SGD; fp32: 8 and 4), sharded per ZeRO stage (Rajbhandari et al. 2020, Table 1)."""
@@ -111,15 +121,22 @@ def test_zero_bytes_per_parameter(precision: str, optimizer: str, zero: int, dp:
 def test_usable_bytes_is_the_largest_that_fits() -> None:
     for gib in (1.003, 24.0, 79.6, 80.0, 141.0):
         u = usable_bytes(gib)
-        assert u * (1 + FRAGMENTATION) + FIXED_RESERVE_BYTES <= gib * GIB < (u + 2) * (1 + FRAGMENTATION) + FIXED_RESERVE_BYTES
+        assert (
+            u * (1 + FRAGMENTATION) + FIXED_RESERVE_BYTES
+            <= gib * GIB
+            < (u + 2) * (1 + FRAGMENTATION) + FIXED_RESERVE_BYTES
+        )
 
 
 def test_equal_step_times_rank_lower_memory_first() -> None:
     """Llama 3 8B on 8 H100 (gbs 256, seq 8192): ZeRO-1 and ZeRO-2 take the same step; ZeRO-2 needs
     less memory, so it ranks first (it ranked second before), also when only one plan is asked for.
     Checked with the planner's own estimate of both configurations."""
-    req = {"model": "llama3-8b", "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
-           "training": {"global_batch_size": 256, "seq_len": 8192}}
+    req = {
+        "model": "llama3-8b",
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
+        "training": {"global_batch_size": 256, "seq_len": 8192},
+    }
     plans = plan({**req, "top_k": 3}).plans
     first, second = (estimate_plan({**req, "parallel": p.parallel.model_dump()}).estimate for p in plans[:2])
     assert first.step_time_s == second.step_time_s == plans[0].estimate.step_time_s
@@ -136,7 +153,9 @@ def test_search_and_brute_force_rank_by_the_same_key(kind: str, seed: int) -> No
     options = SearchOptions(num_workers=1)
     ref, _ = brute_force(ctx, pins, options)
     for k in (1, 3):
-        got = search(Context(model=ctx.model, gpu=ctx.gpu, cluster=ctx.cluster, training=ctx.training), pins, options, top_k=k)
+        got = search(
+            Context(model=ctx.model, gpu=ctx.gpu, cluster=ctx.cluster, training=ctx.training), pins, options, top_k=k
+        )
         assert [result_key(r)[:2] for r in got.results] == [t.key[:2] for t in ref[:k]]
         assert [result_key(r) for r in got.results] == sorted(result_key(r) for r in got.results)
 

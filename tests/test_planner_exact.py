@@ -18,17 +18,30 @@ def random_instance(seed: int) -> tuple[Context, ParallelPins]:
     rng = random.Random(seed)
     heads = rng.choice([2, 4])
     model = ModelSpec(
-        name=f"rand-{seed}", family=rng.choice(["gpt", "llama"]), num_layers=rng.randint(4, 7), hidden_size=32 * heads,
-        num_attention_heads=heads, num_kv_heads=rng.choice([h for h in (1, 2, heads) if heads % h == 0]),
-        ffn_hidden_size=rng.choice([128, 256]), vocab_size=rng.choice([256, 1000]),
-        activation="gelu", norm="layernorm", max_seq_len=256,
+        name=f"rand-{seed}",
+        family=rng.choice(["gpt", "llama"]),
+        num_layers=rng.randint(4, 7),
+        hidden_size=32 * heads,
+        num_attention_heads=heads,
+        num_kv_heads=rng.choice([h for h in (1, 2, heads) if heads % h == 0]),
+        ffn_hidden_size=rng.choice([128, 256]),
+        vocab_size=rng.choice([256, 1000]),
+        activation="gelu",
+        norm="layernorm",
+        max_seq_len=256,
     )
     if model.family == "llama":
         model = model.model_copy(update={"activation": "swiglu", "norm": "rmsnorm"})
     base = get_gpu("a100-sxm4-80gb")
     # Small memories so that memory constraints bind on some instances; slow links so comm matters.
-    gpu = base.model_copy(update={"id": f"toy-{seed}", "memory_gib": 1.0 + rng.choice([0.003, 0.006, 0.012, 1.0]),
-                                  "nvlink_bandwidth_GBps": rng.choice([1.0, 50.0]), "nic_bandwidth_GBps": rng.choice([0.1, 5.0])})
+    gpu = base.model_copy(
+        update={
+            "id": f"toy-{seed}",
+            "memory_gib": 1.0 + rng.choice([0.003, 0.006, 0.012, 1.0]),
+            "nvlink_bandwidth_GBps": rng.choice([1.0, 50.0]),
+            "nic_bandwidth_GBps": rng.choice([0.1, 5.0]),
+        }
+    )
     cluster = ClusterSpec(gpu=gpu, num_nodes=rng.choice([1, 2]), gpus_per_node=rng.choice([2, 4]))
     training = TrainingSpec(global_batch_size=rng.choice([4, 8, 16]), seq_len=rng.choice([64, 128]))
     ctx = Context(model=model, gpu=GpuSpec.model_validate(gpu.model_dump()), cluster=cluster, training=training)
@@ -43,7 +56,9 @@ def test_search_matches_brute_force(seed: int) -> None:
     ctx, pins = random_instance(seed)
     options = SearchOptions(time_limit_s=20, num_workers=1)
     ref, scored = brute_force(ctx, pins, options)
-    got = search(Context(model=ctx.model, gpu=ctx.gpu, cluster=ctx.cluster, training=ctx.training), pins, options, top_k=3)
+    got = search(
+        Context(model=ctx.model, gpu=ctx.gpu, cluster=ctx.cluster, training=ctx.training), pins, options, top_k=3
+    )
     assert scored > 0
     if not ref:
         assert got.results == [] and got.status == "INFEASIBLE"
@@ -103,8 +118,18 @@ def test_class_bounds_are_valid(seed: int) -> None:
             assert quick_may_fit(ctx, cand) == may_fit(cc)
 
 
-@pytest.mark.parametrize("L,p,w,e_first,e_last", [(7, 1, 5, 3, 4), (7, 2, 5, 0, 9), (6, 3, 4, 11, 2), (9, 4, 3, 1, 13),
-                                                  (5, 5, 10, 0, 0), (8, 3, 7, 20, 20), (12, 4, 2, 0, 7)])
+@pytest.mark.parametrize(
+    "L,p,w,e_first,e_last",
+    [
+        (7, 1, 5, 3, 4),
+        (7, 2, 5, 0, 9),
+        (6, 3, 4, 11, 2),
+        (9, 4, 3, 1, 13),
+        (5, 5, 10, 0, 0),
+        (8, 3, 7, 20, 20),
+        (12, 4, 2, 0, 7),
+    ],
+)
 def test_busiest_rank_load_is_the_min_max_load(L: int, p: int, w: int, e_first: int, e_last: int) -> None:
     """Equal to the brute-force min over cuts (≥ 0 layers per rank) of the max rank load, so at most
     the min over real cuts (≥ 1 layer each)."""
@@ -113,7 +138,9 @@ def test_busiest_rank_load_is_the_min_max_load(L: int, p: int, w: int, e_first: 
     from planner.bounds import busiest_rank_load
 
     extras = [e_first + (e_last if p == 1 else 0)] + [0] * (p - 2) + ([e_last] if p > 1 else [])
-    relaxed = min(max(n * w + e for n, e in zip(cut, extras)) for cut in product(range(L + 1), repeat=p) if sum(cut) == L)
+    relaxed = min(
+        max(n * w + e for n, e in zip(cut, extras)) for cut in product(range(L + 1), repeat=p) if sum(cut) == L
+    )
     real = min(max(n * w + e for n, e in zip(cut, extras)) for cut in compositions(L, p))
     got = busiest_rank_load(L, p, w, e_first, e_last)
     assert got == relaxed <= real

@@ -37,13 +37,32 @@ def interleaved_instance(seed: int) -> tuple[Context, ParallelPins]:
     "one GPU holds it all" down to "nothing fits"; the schedule (and pp, dp, micro-batch) is searched."""
     rng = random.Random(seed)
     heads = rng.choice([8, 16])
-    model = ModelSpec(name=f"il-{seed}", family="gpt", num_layers=rng.choice([8, 12]), hidden_size=128 * heads,
-                      num_attention_heads=heads, num_kv_heads=heads, ffn_hidden_size=512 * heads,
-                      vocab_size=rng.choice([1000, 32000]), activation="gelu", norm="layernorm", max_seq_len=4096)
-    gpu = get_gpu("a100-sxm4-80gb").model_copy(update={"id": f"toy-il-{seed}", "memory_gib": 1.0 + rng.choice([1.0, 1.5, 2.0, 3.0, 6.0]),
-                                                       "nvlink_bandwidth_GBps": rng.choice([50.0, 300.0])})
-    ctx = Context(model=model, gpu=GpuSpec.model_validate(gpu.model_dump()), cluster=ClusterSpec(gpu=gpu, num_nodes=1, gpus_per_node=4),
-                  training=TrainingSpec(global_batch_size=rng.choice([4, 8]), seq_len=rng.choice([1024, 2048])))
+    model = ModelSpec(
+        name=f"il-{seed}",
+        family="gpt",
+        num_layers=rng.choice([8, 12]),
+        hidden_size=128 * heads,
+        num_attention_heads=heads,
+        num_kv_heads=heads,
+        ffn_hidden_size=512 * heads,
+        vocab_size=rng.choice([1000, 32000]),
+        activation="gelu",
+        norm="layernorm",
+        max_seq_len=4096,
+    )
+    gpu = get_gpu("a100-sxm4-80gb").model_copy(
+        update={
+            "id": f"toy-il-{seed}",
+            "memory_gib": 1.0 + rng.choice([1.0, 1.5, 2.0, 3.0, 6.0]),
+            "nvlink_bandwidth_GBps": rng.choice([50.0, 300.0]),
+        }
+    )
+    ctx = Context(
+        model=model,
+        gpu=GpuSpec.model_validate(gpu.model_dump()),
+        cluster=ClusterSpec(gpu=gpu, num_nodes=1, gpus_per_node=4),
+        training=TrainingSpec(global_batch_size=rng.choice([4, 8]), seq_len=rng.choice([1024, 2048])),
+    )
     return ctx, ParallelPins(tp=1, recompute="none", sequence_parallel=False, zero_stage=0)
 
 
@@ -52,7 +71,9 @@ def test_search_matches_brute_force_with_interleaved(seed: int) -> None:
     ctx, pins = interleaved_instance(seed)
     options = SearchOptions(num_workers=1)
     ref, scored = brute_force(ctx, pins, options)
-    got = search(Context(model=ctx.model, gpu=ctx.gpu, cluster=ctx.cluster, training=ctx.training), pins, options, top_k=3)
+    got = search(
+        Context(model=ctx.model, gpu=ctx.gpu, cluster=ctx.cluster, training=ctx.training), pins, options, top_k=3
+    )
     assert scored > 0
     if not ref:
         assert got.results == [] and got.status == "INFEASIBLE"
@@ -89,7 +110,9 @@ def test_uniform_memory_screen_is_valid(seed: int) -> None:
         assert quick_may_fit(ctx, cand, cut) or not fits
 
 
-@pytest.mark.parametrize("p,v,m", [(2, 2, 2), (2, 2, 4), (2, 3, 6), (3, 2, 3), (3, 2, 9), (4, 2, 4), (4, 3, 8), (4, 4, 12), (5, 2, 10)])
+@pytest.mark.parametrize(
+    "p,v,m", [(2, 2, 2), (2, 2, 4), (2, 3, 6), (3, 2, 3), (3, 2, 9), (4, 2, 4), (4, 3, 8), (4, 4, 12), (5, 2, 10)]
+)
 def test_interleaved_peak_copies_is_the_schedules_peak(p: int, v: int, m: int) -> None:
     live = live_vectors_cached("interleaved-1f1b", p, v, m)
     for i in range(p):
@@ -98,14 +121,35 @@ def test_interleaved_peak_copies_is_the_schedules_peak(p: int, v: int, m: int) -
 
 def _ctx(layers: int) -> Context:
     gpu = get_gpu("h100-sxm5-80gb")
-    model = ModelSpec(name="t", family="gpt", num_layers=layers, hidden_size=256, num_attention_heads=4, num_kv_heads=4,
-                      ffn_hidden_size=1024, vocab_size=1000, activation="gelu", norm="layernorm", max_seq_len=512)
-    return Context(model=model, gpu=gpu, cluster=ClusterSpec(gpu=gpu, num_nodes=1, gpus_per_node=4),
-                   training=TrainingSpec(global_batch_size=16, seq_len=128))
+    model = ModelSpec(
+        name="t",
+        family="gpt",
+        num_layers=layers,
+        hidden_size=256,
+        num_attention_heads=4,
+        num_kv_heads=4,
+        ffn_hidden_size=1024,
+        vocab_size=1000,
+        activation="gelu",
+        norm="layernorm",
+        max_seq_len=512,
+    )
+    return Context(
+        model=model,
+        gpu=gpu,
+        cluster=ClusterSpec(gpu=gpu, num_nodes=1, gpus_per_node=4),
+        training=TrainingSpec(global_batch_size=16, seq_len=128),
+    )
 
 
-@pytest.mark.parametrize("pins,uniform_only", [(ParallelPins(), True), (ParallelPins(virtual_stages=3), True),
-                                                (ParallelPins(schedule="interleaved-1f1b"), False)])
+@pytest.mark.parametrize(
+    "pins,uniform_only",
+    [
+        (ParallelPins(), True),
+        (ParallelPins(virtual_stages=3), True),
+        (ParallelPins(schedule="interleaved-1f1b"), False),
+    ],
+)
 def test_enumeration_of_interleaved_classes(pins: ParallelPins, uniform_only: bool) -> None:
     """Unpinned schedule: interleaved only where pp·v divides the layers, cut forced to the even
     split; pinned: every v with pp·v ≤ layers, the cut searched (CP-SAT)."""
@@ -154,11 +198,18 @@ def test_cut_end_is_the_evaluated_end_term(tie: bool) -> None:
     from planner.bounds import cut_end
 
     ctx = _ctx(12)
-    ctx = Context(model=ctx.model.model_copy(update={"tie_embeddings": tie}), gpu=ctx.gpu, cluster=ctx.cluster, training=ctx.training)
+    ctx = Context(
+        model=ctx.model.model_copy(update={"tie_embeddings": tie}),
+        gpu=ctx.gpu,
+        cluster=ctx.cluster,
+        training=ctx.training,
+    )
     cands = [c for c in enumerate_candidates(ctx, ParallelPins(), SearchOptions()) if c.micro_batch_size <= 2]
     assert {c.zero_stage for c in cands} == {0, 1, 2, 3} and any(c.virtual_stages == 1 and c.pp == 1 for c in cands)
     for cand in cands:
-        cut = forced_cut(ctx, ParallelPins(), cand) or [12 // cand.chunks + (1 if i < 12 % cand.chunks else 0) for i in range(cand.chunks)]
+        cut = forced_cut(ctx, ParallelPins(), cand) or [
+            12 // cand.chunks + (1 if i < 12 % cand.chunks else 0) for i in range(cand.chunks)
+        ]
         assert cut_end(ctx, cand, cut) == evaluate(class_costs(ctx, cand), cut).end_ns, cand
 
 
@@ -169,5 +220,7 @@ def test_interleaved_quick_bound_does_not_depend_on_v() -> None:
     ctx = _ctx(24)
     by_key: dict[tuple, set[int]] = {}
     for c in enumerate_candidates(ctx, ParallelPins(schedule="interleaved-1f1b"), SearchOptions()):
-        by_key.setdefault((c.tp, c.pp, c.dp, c.micro_batch_size, c.recompute, c.sequence_parallel, c.zero_stage), set()).add(quick_bound(ctx, c))
+        by_key.setdefault(
+            (c.tp, c.pp, c.dp, c.micro_batch_size, c.recompute, c.sequence_parallel, c.zero_stage), set()
+        ).add(quick_bound(ctx, c))
     assert by_key and all(len(b) == 1 for b in by_key.values())

@@ -35,7 +35,13 @@ def _random_case(rng: random.Random, v: int) -> tuple[int, int, list[int], list[
     p = rng.randint(2 if v > 1 else 1, 5)
     m = rng.randint(1, 4) * (p if v > 1 else 1) + (0 if v > 1 else rng.randint(0, 5))
     c = p * v
-    return p, max(m, 1), [rng.randint(1, 30) for _ in range(c)], [rng.randint(1, 60) for _ in range(c)], [rng.randint(0, 9) for _ in range(c - 1)]
+    return (
+        p,
+        max(m, 1),
+        [rng.randint(1, 30) for _ in range(c)],
+        [rng.randint(1, 60) for _ in range(c)],
+        [rng.randint(0, 9) for _ in range(c - 1)],
+    )
 
 
 @pytest.mark.parametrize("seed", range(5))

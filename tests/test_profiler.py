@@ -22,15 +22,40 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _cli(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}
-    return subprocess.run([sys.executable, "-m", "api.cli", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "api.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_cli_measures_tiny_model_on_cpu(tmp_path):
     out = tmp_path / "profile.json"
-    res = _cli(["profile", "model", "--model", "tiny-gpt", "--device", "cpu", "--micro-batch-sizes", "1,2", "--tp", "1,2",
-                "--seq-len", "32", "--dtype", "fp32", "--sequence-parallel", "--warmup", "1", "--repeats", "3",
-                "--no-progress", "--out", str(out)], tmp_path)
+    res = _cli(
+        [
+            "profile",
+            "model",
+            "--model",
+            "tiny-gpt",
+            "--device",
+            "cpu",
+            "--micro-batch-sizes",
+            "1,2",
+            "--tp",
+            "1,2",
+            "--seq-len",
+            "32",
+            "--dtype",
+            "fp32",
+            "--sequence-parallel",
+            "--warmup",
+            "1",
+            "--repeats",
+            "3",
+            "--no-progress",
+            "--out",
+            str(out),
+        ],
+        tmp_path,
+    )
     assert res.returncode == 0, res.stderr
     assert "wrote 18 layer records" in res.stdout
     prof = Profile.model_validate_json(out.read_text())
@@ -42,16 +67,24 @@ def test_cli_measures_tiny_model_on_cpu(tmp_path):
         live_at_forward_end = p.param_bytes + p.saved_activation_bytes.none + p.output_activation_bytes
         assert live_at_forward_end <= p.peak_memory_bytes <= 3 * (live_at_forward_end + p.param_bytes)
         # Real CPU tensors give the same counts as the analytic model (fused CPU attention on both).
-        a = layer_profile(MODELS["tiny-gpt"], p.kind, micro_batch_size=p.micro_batch_size, seq_len=32, tp=p.tp,
-                          sequence_parallel=p.sequence_parallel, precision="fp32")
+        a = layer_profile(
+            MODELS["tiny-gpt"],
+            p.kind,
+            micro_batch_size=p.micro_batch_size,
+            seq_len=32,
+            tp=p.tp,
+            sequence_parallel=p.sequence_parallel,
+            precision="fp32",
+        )
         assert (p.fwd_flops, p.bwd_flops, p.param_count) == (a.fwd_flops, a.bwd_flops, a.param_count)
         assert p.saved_activation_bytes == a.saved_activation_bytes
 
 
 def test_llama3_405b_on_meta():
     # Its speed (target: within a minute) is a figure of bench/bench_profile.py, not asserted here.
-    prof = profile_model(MODELS["llama3-405b"], device="meta", micro_batch_sizes=[1, 2, 4], tps=[1, 2, 4, 8],
-                         seq_len=8192, dtype="bf16")
+    prof = profile_model(
+        MODELS["llama3-405b"], device="meta", micro_batch_sizes=[1, 2, 4], tps=[1, 2, 4, 8], seq_len=8192, dtype="bf16"
+    )
     assert len(prof.layers) == 3 * 4 * 3
     block = prof.find("transformer_block", 1, 8192, 1)
     assert block.param_count == 3_187_703_808  # 16384² · (2 + 2/16) + 3 · 16384 · 53248 + 2 · 16384

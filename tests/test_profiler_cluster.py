@@ -22,7 +22,11 @@ ROOT = Path(__file__).resolve().parents[1]
         # noisy line: ordinary least squares, checked against numpy's normal equations below
         ([(1_000, 2.1e-5), (4_000, 2.4e-5), (16_000, 3.9e-5), (64_000, 9.6e-5)], None, None),
         # would fit a negative intercept: refit through the origin, β = Σst / Σs²
-        ([(1_000, 1e-7), (2_000, 3e-6), (4_000, 7e-6)], 0.0, (1_000 * 1e-7 + 2_000 * 3e-6 + 4_000 * 7e-6) / (1e6 + 4e6 + 16e6)),
+        (
+            [(1_000, 1e-7), (2_000, 3e-6), (4_000, 7e-6)],
+            0.0,
+            (1_000 * 1e-7 + 2_000 * 3e-6 + 4_000 * 7e-6) / (1e6 + 4e6 + 16e6),
+        ),
         # would fit a negative slope: constant time
         ([(1_000, 3e-5), (2_000, 2e-5), (4_000, 1e-5 + 1e-6)], None, 0.0),
     ],
@@ -51,9 +55,28 @@ def test_cluster_profile_two_processes_gloo(tmp_path):
     sizes = [4096, 65536, 1048576]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}
     res = subprocess.run(
-        [sys.executable, "-m", "api.cli", "profile", "cluster", "--nproc-per-node", "2", "--backend", "gloo",
-         "--sizes", ",".join(map(str, sizes)), "--iters", "5", "--out", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "api.cli",
+            "profile",
+            "cluster",
+            "--nproc-per-node",
+            "2",
+            "--backend",
+            "gloo",
+            "--sizes",
+            ",".join(map(str, sizes)),
+            "--iters",
+            "5",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert res.returncode == 0, res.stdout + res.stderr
     prof = NetworkProfile.model_validate_json(out.read_text())
@@ -102,10 +125,36 @@ def test_cluster_profile_two_nodes_on_one_host(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}
     launchers = [
         subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
-             "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", str(port),
-             "-m", "profiler.cluster", "--backend", "gloo", "--sizes", "4096,262144", "--iters", "3", "--out", str(out)],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "2",
+                "--node-rank",
+                str(node),
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                str(port),
+                "-m",
+                "profiler.cluster",
+                "--backend",
+                "gloo",
+                "--sizes",
+                "4096,262144",
+                "--iters",
+                "3",
+                "--out",
+                str(out),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         for node in (0, 1)
     ]
@@ -114,7 +163,9 @@ def test_cluster_profile_two_nodes_on_one_host(tmp_path):
     prof = NetworkProfile.model_validate_json(out.read_text())
     assert (prof.world_size, prof.nodes) == (4, 2)
     assert {(f.link, f.collective) for f in prof.links} == {
-        (link, c) for link in ("intra_node", "inter_node") for c in ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
+        (link, c)
+        for link in ("intra_node", "inter_node")
+        for c in ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
     }
     for f in prof.links:
         assert f.group_size == 2 and [s for s, _ in f.samples] == [4096, 262144]

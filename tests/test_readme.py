@@ -30,14 +30,14 @@ README = ROOT / "README.md"
 #: these is replaced by `:`; any other line runs.
 SKIPPED = {
     "make": "sets up .venv and starts the service or the whole suite: this test runs inside that suite, "
-            "with the venv already set up",
+    "with the venv already set up",
     "docker": "no Docker daemon on the test machine",
     "sbatch": "no Slurm cluster; the script it submits is produced (and parsed) by the line before",
 }
 #: Pipes into programs that cannot run here, replaced by a check of what would have been piped.
 PIPES = {
     "| kubectl apply -f -": "| python -c 'import sys, yaml; docs = [d for d in yaml.safe_load_all(sys.stdin) if d]; "
-                            "assert [d[\"kind\"] for d in docs] == [\"TrainJob\", \"ConfigMap\"], docs'",
+    'assert [d["kind"] for d in docs] == ["TrainJob", "ConfigMap"], docs\'',
 }
 #: Heavy steps scaled down here (none today: the README's commands are fast on 2 CPU cores). A
 #: substitution must keep every flag, changing only values; the test checks that.
@@ -49,7 +49,7 @@ def bash_blocks(text: str) -> list[tuple[str, str]]:
     out, heading = [], ""
     for part in re.split(r"(^```bash\n.*?^```$)", text, flags=re.S | re.M):
         if part.startswith("```bash"):
-            out.append((heading, part[len("```bash\n"):-3]))
+            out.append((heading, part[len("```bash\n") : -3]))
         else:
             heads = re.findall(r"^#{2,3} (.+)$", part, flags=re.M)
             heading = heads[-1] if heads else heading
@@ -113,8 +113,14 @@ def service(workdir):
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=str(ROOT), MESHPLAN_DATABASE_URL=f"sqlite:///{workdir / 'service.db'}")
     env.pop("MESHPLAN_API_TOKEN", None)
-    proc = subprocess.Popen([sys.executable, "-m", "api.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-                            cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "api.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=workdir,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -139,7 +145,9 @@ def _marks(block: str) -> list:
     return [pytest.mark.slow] if "meshplan run" in block or "bash job.sh" in block else []
 
 
-@pytest.mark.parametrize("index", [pytest.param(i, id=_block_id(i, h), marks=_marks(b)) for i, (h, b) in enumerate(BLOCKS)])
+@pytest.mark.parametrize(
+    "index", [pytest.param(i, id=_block_id(i, h), marks=_marks(b)) for i, (h, b) in enumerate(BLOCKS)]
+)
 def test_readme_block_runs_as_written(index, workdir, service):
     """Blocks run in README order in one folder, as in one shell session: later blocks use the files
     earlier ones wrote, and the venv an earlier block activated."""
@@ -184,8 +192,12 @@ def test_the_pipeline_block_produced_what_the_readme_says(workdir):
 
 def test_examples_are_valid_and_agree():
     request = PlanRequest.model_validate_json((ROOT / "examples" / "request.json").read_text())
-    assert (request.model, request.cluster.gpu, request.cluster.num_nodes, request.cluster.gpus_per_node) == \
-        ("llama3-70b", "h100-sxm5-80gb", 8, 8)
+    assert (request.model, request.cluster.gpu, request.cluster.num_nodes, request.cluster.gpus_per_node) == (
+        "llama3-70b",
+        "h100-sxm5-80gb",
+        8,
+        8,
+    )
     model = ModelSpec.model_validate_json((ROOT / "examples" / "model.json").read_text())
     mine = PlanRequest.model_validate_json((ROOT / "examples" / "request-my-model.json").read_text())
     assert mine.model == model  # the inline model of the request is examples/model.json
@@ -204,18 +216,22 @@ def quick_start_flags() -> dict[str, str]:
 def test_readme_quick_start_matches_examples_request():
     flags = quick_start_flags()
     request = json.loads((ROOT / "examples" / "request.json").read_text())
-    assert flags == {"--model": request["model"], "--gpu": request["cluster"]["gpu"],
-                     "--nodes": str(request["cluster"]["num_nodes"]), "--gpus-per-node": str(request["cluster"]["gpus_per_node"]),
-                     "--global-batch-size": str(request["training"]["global_batch_size"]),
-                     "--seq-len": str(request["training"]["seq_len"])}
+    assert flags == {
+        "--model": request["model"],
+        "--gpu": request["cluster"]["gpu"],
+        "--nodes": str(request["cluster"]["num_nodes"]),
+        "--gpus-per-node": str(request["cluster"]["gpus_per_node"]),
+        "--global-batch-size": str(request["training"]["global_batch_size"]),
+        "--seq-len": str(request["training"]["seq_len"]),
+    }
 
 
 def test_readme_says_what_was_validated_where():
     """The README says plainly which figures come from GPUs (none yet) and which from this CPU
     machine, and links the validation notes and the coming fidelity benchmark."""
     text = README.read_text()
-    section = text[text.index("## What has been validated where"):]
-    section = " ".join(section[:section.index("\n## ", 5)].split())
+    section = text[text.index("## What has been validated where") :]
+    section = " ".join(section[: section.index("\n## ", 5)].split())
     assert "No figure in this repository comes from a GPU" in section
     assert "On this CPU machine" in section and "[docs/validation.md](docs/validation.md)" in section
     assert "bench/bench_fidelity.py" in section

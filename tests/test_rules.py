@@ -69,9 +69,20 @@ def test_every_caller_reports_a_broken_rule_the_same_way(model, training, par, f
 # What only the planner needs (it prices these configurations; the runtime runs them anyway): the
 # planner refuses them naming the field, the runtime and the exporters accept the same plan.
 PLANNER_ONLY = [
-    ("zero-bubble-not-priced", "tiny-gpt", (8, 32), dict(pp=2, schedule="zbv-zero-bubble", virtual_stages=2), "parallel.schedule"),
-    ("interleaved-not-whole-rounds", "tiny-gpt", (6, 32), dict(pp=4, schedule="interleaved-1f1b", virtual_stages=2),
-     "parallel.micro_batch_size"),
+    (
+        "zero-bubble-not-priced",
+        "tiny-gpt",
+        (8, 32),
+        dict(pp=2, schedule="zbv-zero-bubble", virtual_stages=2),
+        "parallel.schedule",
+    ),
+    (
+        "interleaved-not-whole-rounds",
+        "tiny-gpt",
+        (6, 32),
+        dict(pp=4, schedule="interleaved-1f1b", virtual_stages=2),
+        "parallel.micro_batch_size",
+    ),
     ("embedding-only-first-chunk", "tiny-gpt", (8, 32), dict(pp=2, stage_layers=[0, 8]), "parallel.stage_layers"),
 ]
 
@@ -91,9 +102,18 @@ def test_priced_rules_are_the_planners_alone(model, training, par, field):
 CONFIG_ONLY = [
     (dict(tp=1, sequence_parallel=True), rules.sequence_parallel_needs_tp(True, 1)),
     (dict(pp=2, schedule="1f1b", virtual_stages=2, stage_layers=[2, 2, 2, 2]), rules.virtual_stages_fit("1f1b", 2)),
-    (dict(pp=2, schedule="interleaved-1f1b", virtual_stages=1, stage_layers=[4, 4]), rules.virtual_stages_fit("interleaved-1f1b", 1)),
-    (dict(pp=2, schedule="zbv-zero-bubble", virtual_stages=3, stage_layers=[1] * 6 + [2]), rules.stage_layers_count([1] * 6 + [2], 2, 3)),
-    (dict(pp=2, schedule="zbv-zero-bubble", virtual_stages=3, stage_layers=[1, 1, 1, 1, 2, 2]), rules.virtual_stages_fit("zbv-zero-bubble", 3)),
+    (
+        dict(pp=2, schedule="interleaved-1f1b", virtual_stages=1, stage_layers=[4, 4]),
+        rules.virtual_stages_fit("interleaved-1f1b", 1),
+    ),
+    (
+        dict(pp=2, schedule="zbv-zero-bubble", virtual_stages=3, stage_layers=[1] * 6 + [2]),
+        rules.stage_layers_count([1] * 6 + [2], 2, 3),
+    ),
+    (
+        dict(pp=2, schedule="zbv-zero-bubble", virtual_stages=3, stage_layers=[1, 1, 1, 1, 2, 2]),
+        rules.virtual_stages_fit("zbv-zero-bubble", 3),
+    ),
     (dict(pp=2, stage_layers=[8]), rules.stage_layers_count([8], 2, 1)),
 ]
 
@@ -106,10 +126,13 @@ def test_parallel_config_validator_uses_the_rules(par, expected):
     assert str(expected) in str(err.value)
 
 
-@pytest.mark.parametrize("pins, expected", [
-    ({"tp": 1, "sequence_parallel": True}, rules.sequence_parallel_needs_tp(True, 1)),
-    ({"schedule": "1f1b", "virtual_stages": 2}, rules.virtual_stages_fit("1f1b", 2)),
-])
+@pytest.mark.parametrize(
+    "pins, expected",
+    [
+        ({"tp": 1, "sequence_parallel": True}, rules.sequence_parallel_needs_tp(True, 1)),
+        ({"schedule": "1f1b", "virtual_stages": 2}, rules.virtual_stages_fit("1f1b", 2)),
+    ],
+)
 def test_pins_use_the_same_rules(pins, expected):
     req = _estimate_request("tiny-gpt", 8, 32, make_plan("tiny-gpt").parallel)
     req["parallel"] = pins
@@ -130,8 +153,15 @@ def test_classes_follow_the_field_table():
         info, pin = ParallelConfig.model_fields[f.name], ParallelPins.model_fields[f.name]
         assert info.description == f.description and pin.default is None
         assert info.is_required() == f.required and (f.required or info.default == f.default)
-    assert ESTIMATE_DEFAULTS == {"tp": 1, "pp": 1, "micro_batch_size": 1, "schedule": "1f1b", "recompute": "none",
-                                             "sequence_parallel": False, "zero_stage": 0}
+    assert ESTIMATE_DEFAULTS == {
+        "tp": 1,
+        "pp": 1,
+        "micro_batch_size": 1,
+        "schedule": "1f1b",
+        "recompute": "none",
+        "sequence_parallel": False,
+        "zero_stage": 0,
+    }
 
 
 def test_a_class_that_drifts_from_the_table_is_refused():
@@ -168,8 +198,14 @@ def test_schema_json_is_unchanged_by_the_table():
     """Same field names, types, bounds and defaults as the hand-written classes had."""
     s = ParallelConfig.model_json_schema()["properties"]
     assert s["tp"]["minimum"] == 1 and s["tp"]["maximum"] == config.MAX_GPUS
-    assert s["zero_stage"] == {"default": 0, "description": config.FIELD["zero_stage"].description, "maximum": 3, "minimum": 0,
-                               "title": "Zero Stage", "type": "integer"}
+    assert s["zero_stage"] == {
+        "default": 0,
+        "description": config.FIELD["zero_stage"].description,
+        "maximum": 3,
+        "minimum": 0,
+        "title": "Zero Stage",
+        "type": "integer",
+    }
     assert s["schedule"]["enum"] == [x.id for x in config.SCHEDULES]
     assert set(ParallelConfig.model_json_schema()["required"]) == {"tp", "pp", "dp", "micro_batch_size", "stage_layers"}
     plan = make_plan("tiny-gpt", pp=2)
@@ -177,11 +213,27 @@ def test_schema_json_is_unchanged_by_the_table():
 
 
 def test_one_describe_for_cli_explanations_and_api():
-    par = make_plan("tiny-llama", tp=2, pp=2, dp=2, sequence_parallel=True, schedule="interleaved-1f1b", virtual_stages=2,
-                    zero_stage=1, stage_layers=[1, 3, 3, 1]).parallel
+    par = make_plan(
+        "tiny-llama",
+        tp=2,
+        pp=2,
+        dp=2,
+        sequence_parallel=True,
+        schedule="interleaved-1f1b",
+        virtual_stages=2,
+        zero_stage=1,
+        stage_layers=[1, 3, 3, 1],
+    ).parallel
     cand = Candidate(**{k: getattr(par, k) for k in config.CLASS_FIELDS})
-    assert config.describe(par, 4) == "TP2+SP×PP2×DP2, mbs 1 (4 micro-batches), interleaved-1f1b v=2, recompute none, ZeRO-1, stages [1, 3, 3, 1]"
-    assert cand.describe() == config.describe(cand) == "TP2+SP×PP2×DP2, mbs 1, interleaved-1f1b v=2, recompute none, ZeRO-1"
+    assert (
+        config.describe(par, 4)
+        == "TP2+SP×PP2×DP2, mbs 1 (4 micro-batches), interleaved-1f1b v=2, recompute none, ZeRO-1, stages [1, 3, 3, 1]"
+    )
+    assert (
+        cand.describe()
+        == config.describe(cand)
+        == "TP2+SP×PP2×DP2, mbs 1, interleaved-1f1b v=2, recompute none, ZeRO-1"
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -202,8 +254,13 @@ def test_runnable_schedules_are_what_the_runtime_runs():
 def test_every_plan_the_planner_returns_is_runnable(seq, gbs):
     """The planner's rules include every rule of ``runnable`` (e.g. SP splits seq_len evenly over tp:
     with an odd sequence length no SP plan may come back)."""
-    req = {"model": "tiny-gpt", "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
-           "training": {"global_batch_size": gbs, "seq_len": seq}, "top_k": 5, "options": {"time_limit_s": 5, "num_workers": 1}}
+    req = {
+        "model": "tiny-gpt",
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
+        "training": {"global_batch_size": gbs, "seq_len": seq},
+        "top_k": 5,
+        "options": {"time_limit_s": 5, "num_workers": 1},
+    }
     plans = planner.plan(req).plans
     assert plans
     for p in plans:

@@ -20,7 +20,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _env(tmp: Path) -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "TMPDIR": str(tmp),
+        "PYTHONPATH": str(ROOT),
+        "PYTHONWARNINGS": "ignore",
+    }
 
 
 def meshplan(args: list[str], tmp: Path, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -35,11 +41,20 @@ def _write(tmp: Path, name: str, plan) -> Path:
 
 RESUMES = [
     # (id, model, first plan's settings, second plan's settings, use a token file)
-    ("tp2xdp2-zero3-sp-to-pp2", "tiny-llama",
-     dict(tp=2, dp=2, zero_stage=3, sequence_parallel=True, micro_batch_size=2),
-     dict(pp=2, schedule="1f1b", micro_batch_size=2), True),
-    ("zbv-two-chunks-per-rank-to-dp2", "tiny-gpt", dict(pp=2, schedule="zbv-zero-bubble", virtual_stages=2, micro_batch_size=2),
-     dict(dp=2, zero_stage=0), False),
+    (
+        "tp2xdp2-zero3-sp-to-pp2",
+        "tiny-llama",
+        dict(tp=2, dp=2, zero_stage=3, sequence_parallel=True, micro_batch_size=2),
+        dict(pp=2, schedule="1f1b", micro_batch_size=2),
+        True,
+    ),
+    (
+        "zbv-two-chunks-per-rank-to-dp2",
+        "tiny-gpt",
+        dict(pp=2, schedule="zbv-zero-bubble", virtual_stages=2, micro_batch_size=2),
+        dict(dp=2, zero_stage=0),
+        False,
+    ),
 ]
 
 
@@ -62,16 +77,48 @@ def test_resume_under_another_plan_continues_the_reference_trajectory(tmp_path, 
     prediction = {"step_time_s": 0.05, "peak_memory_gib": 0.5}
     plan_a = plan_a.model_copy(update={"estimate": plan_a.estimate.model_copy(update=prediction)})
     ckpt = tmp_path / "ckpt"
-    a = meshplan(["run", "--plan", str(_write(tmp_path, "a.json", plan_a)), "--steps", "2", *data_args,
-                  "--checkpoint-dir", str(ckpt), "--save-every", "1", "--report", str(tmp_path / "a-report.json")], tmp_path)
+    a = meshplan(
+        [
+            "run",
+            "--plan",
+            str(_write(tmp_path, "a.json", plan_a)),
+            "--steps",
+            "2",
+            *data_args,
+            "--checkpoint-dir",
+            str(ckpt),
+            "--save-every",
+            "1",
+            "--report",
+            str(tmp_path / "a-report.json"),
+        ],
+        tmp_path,
+    )
     assert a.returncode == 0, a.stderr[-3000:]
     assert (ckpt / "latest").read_text() == "2" and (ckpt / "step-1" / ".metadata").is_file()
-    b = meshplan(["run", "--plan", str(_write(tmp_path, "b.json", plan_b)), "--steps", "2", *data_args,
-                  "--resume", str(ckpt), "--report", str(tmp_path / "b-report.json")], tmp_path)
+    b = meshplan(
+        [
+            "run",
+            "--plan",
+            str(_write(tmp_path, "b.json", plan_b)),
+            "--steps",
+            "2",
+            *data_args,
+            "--resume",
+            str(ckpt),
+            "--report",
+            str(tmp_path / "b-report.json"),
+        ],
+        tmp_path,
+    )
     assert b.returncode == 0, b.stderr[-3000:]
     ra = RunReport.model_validate_json((tmp_path / "a-report.json").read_text())
     rb = RunReport.model_validate_json((tmp_path / "b-report.json").read_text())
-    assert (ra.world_size, rb.world_size, rb.resumed_from_step) == (plan_a.parallel.num_gpus, plan_b.parallel.num_gpus, 2)
+    assert (ra.world_size, rb.world_size, rb.resumed_from_step) == (
+        plan_a.parallel.num_gpus,
+        plan_b.parallel.num_gpus,
+        2,
+    )
     ref, _, _ = reference_run(plan_a, TrainConfig(), 4, data=data)
     np.testing.assert_allclose(ra.losses + rb.losses, ref, rtol=0, atol=1e-5)
     if token_file:
@@ -84,11 +131,22 @@ def test_resume_under_another_plan_continues_the_reference_trajectory(tmp_path, 
     assert ra.measured_step_time_s == pytest.approx(median)
     # The plan's prediction is for its GPU: kept, labelled, never divided by a CPU measurement; the run is
     # compared with the plan re-priced for this CPU (a layer profile and a gloo fit measured after the run).
-    assert (ra.predicted_on, ra.predicted_step_time_s, ra.step_time_ratio, ra.memory_ratio) == (plan_a.gpu.id, 0.05, None, None)
+    assert (ra.predicted_on, ra.predicted_step_time_s, ra.step_time_ratio, ra.memory_ratio) == (
+        plan_a.gpu.id,
+        0.05,
+        None,
+        None,
+    )
     local = ra.local_prediction
     assert ra.tokens_per_s == pytest.approx(8 * 32 / median)
-    if plan_a.parallel.schedule not in ("gpipe", "1f1b", "interleaved-1f1b"):  # the runtime runs it, the cost model does not price it
-        assert local is None and any(n.startswith("no prediction for cpu: the cost model cannot price") for n in ra.notes)
+    if plan_a.parallel.schedule not in (
+        "gpipe",
+        "1f1b",
+        "interleaved-1f1b",
+    ):  # the runtime runs it, the cost model does not price it
+        assert local is None and any(
+            n.startswith("no prediction for cpu: the cost model cannot price") for n in ra.notes
+        )
     else:
         assert local.predicted_on == "cpu" and local.step_time_s > 0 and "cpu layer profile" in local.basis
         assert ("gloo network fit" in local.basis) == (plan_a.parallel.num_gpus > 1)
@@ -102,16 +160,39 @@ BAD_LAUNCHES = [
     # (id, plan, world) — every rank must refuse it with the field named, before any collective.
     ("world-size", lambda: make_plan("tiny-gpt", tp=2, dp=2), 2, "parallel"),
     ("stage-layers", lambda: make_plan("tiny-gpt", pp=2, stage_layers=[3, 3]), 2, "parallel.stage_layers"),
-    ("tp-kv-heads", lambda: make_plan(__import__("planner.catalog").catalog.MODELS["tiny-llama"].model_copy(update={"num_kv_heads": 1}), tp=2), 2, "parallel.tp"),
-    ("1f1b-microbatches", lambda: make_plan("tiny-gpt", pp=2, global_batch_size=2, micro_batch_size=2), 2, "parallel.micro_batch_size"),
+    (
+        "tp-kv-heads",
+        lambda: make_plan(
+            __import__("planner.catalog").catalog.MODELS["tiny-llama"].model_copy(update={"num_kv_heads": 1}), tp=2
+        ),
+        2,
+        "parallel.tp",
+    ),
+    (
+        "1f1b-microbatches",
+        lambda: make_plan("tiny-gpt", pp=2, global_batch_size=2, micro_batch_size=2),
+        2,
+        "parallel.micro_batch_size",
+    ),
 ]
 
 
 @pytest.mark.parametrize("factory, world, field", [pytest.param(f, w, fld, id=i) for i, f, w, fld in BAD_LAUNCHES])
 def test_bad_plan_fails_fast_on_every_rank(tmp_path, factory, world, field):
     path = _write(tmp_path, "bad.json", factory())
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
-           "-m", "runtime.train", "--plan", str(path), "--steps", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={world}",
+        "-m",
+        "runtime.train",
+        "--plan",
+        str(path),
+        "--steps",
+        "1",
+    ]
     proc = run_process_group(cmd, cwd=ROOT, env=_env(tmp_path), timeout=120)
     assert proc.returncode != 0
     for rank in range(world):
@@ -139,11 +220,14 @@ def test_cli_refuses_before_launching(tmp_path, args, field):
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("flag, content, words", [
-    ("--profile", "{", "not valid JSON"),
-    ("--profile", None, "does not exist"),
-    ("--network", '{"backend": "gloo"}', "NetworkProfile"),
-])
+@pytest.mark.parametrize(
+    "flag, content, words",
+    [
+        ("--profile", "{", "not valid JSON"),
+        ("--profile", None, "does not exist"),
+        ("--network", '{"backend": "gloo"}', "NetworkProfile"),
+    ],
+)
 def test_cli_refuses_a_bad_hardware_input_before_launching(tmp_path, flag, content, words):
     path = _write(tmp_path, "p.json", make_plan("tiny-gpt", dp=2))
     given = tmp_path / "given.json"
@@ -165,8 +249,19 @@ def test_resume_from_an_empty_folder_fails_on_every_rank(tmp_path):
     (tmp_path / "empty").mkdir()
     r = meshplan(["run", "--plan", str(path), "--resume", str(tmp_path / "empty")], tmp_path, timeout=60)
     assert r.returncode == 2 and "resume:" in r.stderr  # the CLI checks before launching
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           "-m", "runtime.train", "--plan", str(path), "--resume", str(tmp_path / "empty")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        "-m",
+        "runtime.train",
+        "--plan",
+        str(path),
+        "--resume",
+        str(tmp_path / "empty"),
+    ]
     proc = run_process_group(cmd, cwd=ROOT, env=_env(tmp_path), timeout=120)
     assert proc.returncode != 0
     assert "[rank0] error: resume:" in proc.stderr and "[rank1] error: resume:" in proc.stderr
@@ -175,9 +270,12 @@ def test_resume_from_an_empty_folder_fails_on_every_rank(tmp_path):
 def test_checks_before_launch_do_not_import_torch(tmp_path):
     """`meshplan run` and every rank validate the plan and the checkpoint folder before anything is
     launched or joined; that path must not pay PyTorch's import (seconds of CPU per process)."""
-    code = ("import sys, runtime.cli, runtime.train\nfrom runtime.checkpoint import resolve\n"
-            "from runtime.validate import validate_plan\nfrom planner.io import load_plan\n"
-            "print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True,
-                         timeout=60)
+    code = (
+        "import sys, runtime.cli, runtime.train\nfrom runtime.checkpoint import resolve\n"
+        "from runtime.validate import validate_plan\nfrom planner.io import load_plan\n"
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=60
+    )
     assert out.stdout.strip() == "False", out.stderr

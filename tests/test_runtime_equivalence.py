@@ -39,22 +39,50 @@ CASES = [
     ("dp2-zero3-selective", 2, "tiny-gpt", dict(dp=2, zero_stage=3, recompute="selective")),
     # world 4: pairs
     ("tp2xpp2-1f1b", 4, "tiny-gpt", dict(tp=2, pp=2, schedule="1f1b", micro_batch_size=2)),
-    ("tp2xpp2-sp-interleaved", 4, "tiny-llama",
-     dict(tp=2, pp=2, sequence_parallel=True, schedule="interleaved-1f1b", virtual_stages=2, micro_batch_size=2)),
+    (
+        "tp2xpp2-sp-interleaved",
+        4,
+        "tiny-llama",
+        dict(tp=2, pp=2, sequence_parallel=True, schedule="interleaved-1f1b", virtual_stages=2, micro_batch_size=2),
+    ),
     ("tp2xdp2-zero3", 4, "tiny-llama", dict(tp=2, dp=2, zero_stage=3, micro_batch_size=2)),
-    ("tp2xdp2-sp-zero0-full", 4, "tiny-gpt",
-     dict(tp=2, dp=2, sequence_parallel=True, zero_stage=0, recompute="full", micro_batch_size=2)),
+    (
+        "tp2xdp2-sp-zero0-full",
+        4,
+        "tiny-gpt",
+        dict(tp=2, dp=2, sequence_parallel=True, zero_stage=0, recompute="full", micro_batch_size=2),
+    ),
     ("pp2xdp2-zero3-1f1b", 4, "tiny-gpt", dict(pp=2, dp=2, zero_stage=3, schedule="1f1b")),
-    ("pp2xdp2-zero3-zbv", 4, "tiny-llama", dict(pp=2, dp=2, zero_stage=3, schedule="zbv-zero-bubble", virtual_stages=2)),
-    ("pp2xdp2-zero1-interleaved-zb", 4, "tiny-gpt", dict(pp=2, dp=2, zero_stage=1, schedule="interleaved-zero-bubble", virtual_stages=2)),
+    (
+        "pp2xdp2-zero3-zbv",
+        4,
+        "tiny-llama",
+        dict(pp=2, dp=2, zero_stage=3, schedule="zbv-zero-bubble", virtual_stages=2),
+    ),
+    (
+        "pp2xdp2-zero1-interleaved-zb",
+        4,
+        "tiny-gpt",
+        dict(pp=2, dp=2, zero_stage=1, schedule="interleaved-zero-bubble", virtual_stages=2),
+    ),
     ("pp4-gpipe-uneven", 4, "tiny-llama", dict(pp=4, schedule="gpipe", stage_layers=[1, 3, 3, 1])),
     ("pp4-gpipe-embed-and-head-alone", 4, "tiny-gpt", dict(pp=4, schedule="gpipe", stage_layers=[0, 4, 4, 0])),
     ("tp4", 4, "tiny-gpt", dict(tp=4, micro_batch_size=4)),
     ("dp4-zero2-full", 4, "tiny-llama", dict(dp=4, zero_stage=2, recompute="full")),
     # world 8: all three
     ("tp2xpp2xdp2-sp-zero3-1f1b", 8, "tiny-llama", dict(tp=2, pp=2, dp=2, sequence_parallel=True, zero_stage=3)),
-    ("tp2xpp2xdp2-zero0-zbv-selective", 8, "tiny-gpt", dict(tp=2, pp=2, dp=2, zero_stage=0, schedule="zbv-zero-bubble", virtual_stages=2, recompute="selective")),
-    ("tp2xpp2xdp2-zero2-interleaved-uneven", 8, "tiny-llama", dict(tp=2, pp=2, dp=2, zero_stage=2, schedule="interleaved-1f1b", virtual_stages=2, stage_layers=[1, 3, 3, 1])),
+    (
+        "tp2xpp2xdp2-zero0-zbv-selective",
+        8,
+        "tiny-gpt",
+        dict(tp=2, pp=2, dp=2, zero_stage=0, schedule="zbv-zero-bubble", virtual_stages=2, recompute="selective"),
+    ),
+    (
+        "tp2xpp2xdp2-zero2-interleaved-uneven",
+        8,
+        "tiny-llama",
+        dict(tp=2, pp=2, dp=2, zero_stage=2, schedule="interleaved-1f1b", virtual_stages=2, stage_layers=[1, 3, 3, 1]),
+    ),
     ("pp8-1f1b", 8, "tiny-gpt", dict(pp=8, schedule="1f1b")),
 ]
 
@@ -68,7 +96,13 @@ def _model(name: str):
 
 
 def torchrun(world: int, module_args: list[str], tmp: Path, timeout: float) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "TMPDIR": str(tmp),
+        "PYTHONPATH": str(ROOT),
+        "PYTHONWARNINGS": "ignore",
+    }
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}", *module_args]
     from runtime.testing import run_process_group
 
@@ -76,12 +110,21 @@ def torchrun(world: int, module_args: list[str], tmp: Path, timeout: float) -> s
 
 
 def _launch(world: int, plans: dict, references: Path, tmp: Path) -> dict:
-    cases = [{"id": cid, "plan": plans[cid].model_dump(mode="json"), "steps": STEPS} for cid, w, *_ in CASES
-             if w == world]
+    cases = [
+        {"id": cid, "plan": plans[cid].model_dump(mode="json"), "steps": STEPS} for cid, w, *_ in CASES if w == world
+    ]
     (tmp / "cases.json").write_text(json.dumps(cases))
     out = tmp / "results.json"
-    args = ["-m", "runtime.equivalence", "--cases", str(tmp / "cases.json"), "--out", str(out),
-            "--references", str(references)]
+    args = [
+        "-m",
+        "runtime.equivalence",
+        "--cases",
+        str(tmp / "cases.json"),
+        "--out",
+        str(out),
+        "--references",
+        str(references),
+    ]
     proc = torchrun(world, args, tmp, 540)
     results = json.loads(out.read_text()) if out.exists() else {}
     errors = "".join(p.read_text() for p in sorted(tmp.glob("results.json.rank*.error")))

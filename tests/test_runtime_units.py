@@ -45,21 +45,33 @@ def test_measured_step_time_is_the_median_after_warmup(times, expected):
     assert measured_step_time(times) == expected
 
 
-@pytest.mark.parametrize("device, comparable", [
-    ("NVIDIA H100 80GB HBM3", True),   # the plan's GPU (h100-sxm5-80gb): its prediction is compared
-    ("cpu", False),                    # a CPU run: the GPU prediction is shown, labelled, never divided
-    ("NVIDIA A100-SXM4-80GB", False),  # another GPU: likewise
-])
+@pytest.mark.parametrize(
+    "device, comparable",
+    [
+        ("NVIDIA H100 80GB HBM3", True),  # the plan's GPU (h100-sxm5-80gb): its prediction is compared
+        ("cpu", False),  # a CPU run: the GPU prediction is shown, labelled, never divided
+        ("NVIDIA A100-SXM4-80GB", False),  # another GPU: likewise
+    ],
+)
 def test_report_ratios_compare_only_predictions_for_the_hardware_that_ran(device, comparable):
     from planner.specs import Prediction
     from runtime.report import summary
 
     plan = make_plan("tiny-gpt", dp=2)
     assert plan.gpu.id == "h100-sxm5-80gb"
-    plan = plan.model_copy(update={"estimate": plan.estimate.model_copy(update={"step_time_s": 0.3, "peak_memory_gib": 2.0})})
+    plan = plan.model_copy(
+        update={"estimate": plan.estimate.model_copy(update={"step_time_s": 0.3, "peak_memory_gib": 2.0})}
+    )
     local = Prediction(predicted_on=device, basis="a profile", step_time_s=0.6, peak_memory_gib=1.0)
-    r = build_report(plan, device=device, torch_version="x", losses=[5.0, 4.0, 3.0], step_times=[1.0, 0.2, 0.4],
-                     peak_memory_bytes_per_rank=[2**30, 2 * 2**30], local=local)
+    r = build_report(
+        plan,
+        device=device,
+        torch_version="x",
+        losses=[5.0, 4.0, 3.0],
+        step_times=[1.0, 0.2, 0.4],
+        peak_memory_bytes_per_rank=[2**30, 2 * 2**30],
+        local=local,
+    )
     assert r.measured_step_time_s == pytest.approx(0.3)
     assert r.predicted_on == "h100-sxm5-80gb" and r.predicted_step_time_s == 0.3
     assert r.step_time_ratio == (pytest.approx(1.0) if comparable else None)
@@ -73,8 +85,14 @@ def test_report_ratios_compare_only_predictions_for_the_hardware_that_ran(device
         if "h100-sxm5-80gb" in line and not comparable:
             assert "not comparable" in line and "÷" not in line and "ratio" not in line
     assert f"predicted for {device} (this run's hardware): step time 0.6 s (predicted ÷ measured 2)" in text
-    placeholder = build_report(make_plan("tiny-gpt"), device="cpu", torch_version="x", losses=[1.0],
-                               step_times=[0.1], peak_memory_bytes_per_rank=[1])
+    placeholder = build_report(
+        make_plan("tiny-gpt"),
+        device="cpu",
+        torch_version="x",
+        losses=[1.0],
+        step_times=[0.1],
+        peak_memory_bytes_per_rank=[1],
+    )
     assert placeholder.predicted_step_time_s is None and placeholder.step_time_ratio is None
 
 
@@ -123,8 +141,10 @@ def test_a_hung_launch_is_killed_with_its_workers(tmp_path):
     from runtime.testing import run_process_group
 
     pid_file = tmp_path / "worker.pid"
-    code = ("import subprocess, sys, time; w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
-            f"open({str(pid_file)!r}, 'w').write(str(w.pid)); time.sleep(60)")
+    code = (
+        "import subprocess, sys, time; w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        f"open({str(pid_file)!r}, 'w').write(str(w.pid)); time.sleep(60)"
+    )
     with pytest.raises(subprocess.TimeoutExpired):
         run_process_group([sys.executable, "-c", code], env=dict(os.environ), cwd=tmp_path, timeout=3)
     worker = int(pid_file.read_text())

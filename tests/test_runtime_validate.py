@@ -32,21 +32,72 @@ BAD = [
     # (id, plan factory, world size, field)
     ("world-size", lambda: make_plan("tiny-gpt", tp=2, dp=2), 2, "parallel"),
     ("stage-layers-sum", lambda: make_plan("tiny-gpt", pp=2, stage_layers=[3, 3]), 2, "parallel.stage_layers"),
-    ("empty-middle-chunk", lambda: make_plan("tiny-gpt", pp=4, schedule="gpipe", stage_layers=[4, 0, 0, 4]), 4, "parallel.stage_layers"),
+    (
+        "empty-middle-chunk",
+        lambda: make_plan("tiny-gpt", pp=4, schedule="gpipe", stage_layers=[4, 0, 0, 4]),
+        4,
+        "parallel.stage_layers",
+    ),
     ("tp-kv-heads", lambda: make_plan(_gqa_kv1(), tp=2), 2, "parallel.tp"),
     ("tp-heads", lambda: make_plan("tiny-gpt", tp=8), 8, "parallel.tp"),
-    ("1f1b-too-few-microbatches", lambda: make_plan("tiny-gpt", pp=4, global_batch_size=2, micro_batch_size=1), 4, "parallel.micro_batch_size"),
-    ("interleaved-rounds", lambda: make_plan("tiny-gpt", pp=2, schedule="interleaved-1f1b", virtual_stages=2, global_batch_size=5), 2, "parallel.micro_batch_size"),
-    ("global-batch", lambda: make_plan("tiny-gpt", dp=2, global_batch_size=6, micro_batch_size=2), 2, "training.global_batch_size"),
+    (
+        "1f1b-too-few-microbatches",
+        lambda: make_plan("tiny-gpt", pp=4, global_batch_size=2, micro_batch_size=1),
+        4,
+        "parallel.micro_batch_size",
+    ),
+    (
+        "interleaved-rounds",
+        lambda: make_plan("tiny-gpt", pp=2, schedule="interleaved-1f1b", virtual_stages=2, global_batch_size=5),
+        2,
+        "parallel.micro_batch_size",
+    ),
+    (
+        "global-batch",
+        lambda: make_plan("tiny-gpt", dp=2, global_batch_size=6, micro_batch_size=2),
+        2,
+        "training.global_batch_size",
+    ),
     ("seq-len", lambda: make_plan("tiny-gpt", seq_len=256), 1, "training.seq_len"),
     ("sp-seq-len", lambda: make_plan("tiny-gpt", tp=2, sequence_parallel=True, seq_len=33), 2, "training.seq_len"),
-    ("tied-pp", lambda: make_plan(__import__("planner.catalog").catalog.MODELS["tiny-gpt"].model_copy(update={"tie_embeddings": True}), pp=2), 2, "model.tie_embeddings"),
+    (
+        "tied-pp",
+        lambda: make_plan(
+            __import__("planner.catalog").catalog.MODELS["tiny-gpt"].model_copy(update={"tie_embeddings": True}), pp=2
+        ),
+        2,
+        "model.tie_embeddings",
+    ),
     ("mesh-shape", lambda: _mutate(make_plan("tiny-gpt", tp=2, dp=2), **{"mesh.shape": [1, 4, 1]}), 4, "mesh.shape"),
-    ("mesh-dims", lambda: _mutate(make_plan("tiny-gpt", tp=2, dp=2), **{"mesh.dim_names": ["pp", "tp", "dp"]}), 4, "mesh.shape"),
-    ("tp-plan-pattern", lambda: _mutate(make_plan("tiny-gpt", tp=2), **{"tp_plan.0.pattern": "layers.*.attention.q_proj"}), 2, "tp_plan.0.pattern"),
-    ("tp-plan-sp-off", lambda: make_plan("tiny-gpt", tp=2).model_copy(update={"tp_plan": [TPRule(pattern="norm", style="sequence_parallel")]}), 2, "tp_plan.0.style"),
-    ("virtual-without-pipeline", lambda: _mutate(make_plan("tiny-gpt", pp=2, schedule="interleaved-1f1b", virtual_stages=2),
-                                                  **{"parallel.pp": 1, "parallel.stage_layers": [4, 4], "mesh.shape": [1, 1, 1]}), 1, "parallel.virtual_stages"),
+    (
+        "mesh-dims",
+        lambda: _mutate(make_plan("tiny-gpt", tp=2, dp=2), **{"mesh.dim_names": ["pp", "tp", "dp"]}),
+        4,
+        "mesh.shape",
+    ),
+    (
+        "tp-plan-pattern",
+        lambda: _mutate(make_plan("tiny-gpt", tp=2), **{"tp_plan.0.pattern": "layers.*.attention.q_proj"}),
+        2,
+        "tp_plan.0.pattern",
+    ),
+    (
+        "tp-plan-sp-off",
+        lambda: make_plan("tiny-gpt", tp=2).model_copy(
+            update={"tp_plan": [TPRule(pattern="norm", style="sequence_parallel")]}
+        ),
+        2,
+        "tp_plan.0.style",
+    ),
+    (
+        "virtual-without-pipeline",
+        lambda: _mutate(
+            make_plan("tiny-gpt", pp=2, schedule="interleaved-1f1b", virtual_stages=2),
+            **{"parallel.pp": 1, "parallel.stage_layers": [4, 4], "mesh.shape": [1, 1, 1]},
+        ),
+        1,
+        "parallel.virtual_stages",
+    ),
 ]
 
 

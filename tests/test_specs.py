@@ -33,7 +33,10 @@ def test_model_spec_rejects_bad_shapes(change, field):
     "kwargs, message",
     [
         (dict(tp=1, pp=2, dp=1, micro_batch_size=1, stage_layers=[8]), "pp × virtual_stages"),
-        (dict(tp=1, pp=2, dp=1, micro_batch_size=1, schedule="interleaved-1f1b", stage_layers=[4, 4]), "virtual_stages ≥ 2"),
+        (
+            dict(tp=1, pp=2, dp=1, micro_batch_size=1, schedule="interleaved-1f1b", stage_layers=[4, 4]),
+            "virtual_stages ≥ 2",
+        ),
         (dict(tp=1, pp=1, dp=1, micro_batch_size=1, sequence_parallel=True, stage_layers=[8]), "tp > 1"),
         (dict(tp=1, pp=2, dp=1, micro_batch_size=1, virtual_stages=2, stage_layers=[2, 2, 2, 2]), "interleaved"),
     ],
@@ -57,7 +60,16 @@ def test_catalog_lookups_and_unknown_ids():
 def test_catalog_required_ids_present():
     for gid in ["a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb", "h200-sxm-141gb", "b200-sxm-192gb"]:
         assert gid in GPUS
-    for mid in ["gpt3-125m", "gpt3-175b", "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3-405b"]:
+    for mid in [
+        "gpt3-125m",
+        "gpt3-175b",
+        "llama2-7b",
+        "llama2-13b",
+        "llama2-70b",
+        "llama3-8b",
+        "llama3-70b",
+        "llama3-405b",
+    ]:
         assert mid in MODELS
 
 
@@ -73,11 +85,16 @@ def test_mesh_layout_groups_match_row_major_coordinates():
             assert len(fixed) == 1 and len(g) == cfg.model_dump()[["pp", "dp", "tp"][free]]
         assert sorted(r for g in groups for r in g) == list(range(8))
     assert tp_groups[0] == [0, 1] and pp_groups[0] == [0, 4] and dp_groups[0] == [0, 2]
-    assert mesh.model_dump() == {"dim_names": ["pp", "dp", "tp"], "shape": [2, 2, 2]}  # the groups are derived, not stored
+    assert mesh.model_dump() == {
+        "dim_names": ["pp", "dp", "tp"],
+        "shape": [2, 2, 2],
+    }  # the groups are derived, not stored
 
 
 def test_stage_ranks_and_even_split():
-    looped = ParallelConfig(tp=1, pp=2, dp=1, micro_batch_size=1, schedule="interleaved-1f1b", virtual_stages=2, stage_layers=[2, 2, 2, 2])
+    looped = ParallelConfig(
+        tp=1, pp=2, dp=1, micro_batch_size=1, schedule="interleaved-1f1b", virtual_stages=2, stage_layers=[2, 2, 2, 2]
+    )
     assert stage_ranks(looped) == [0, 1, 0, 1]
     v = looped.model_copy(update={"schedule": "zbv-zero-bubble"})
     assert stage_ranks(v) == [0, 1, 1, 0]

@@ -58,10 +58,14 @@ def export(plan: Plan, fmt: str, options: ExportOptions | None = None, *, out_na
     content = exporter.render(plan, options, notes)
     if options.strict and notes.warnings:
         raise MeshplanError(
-            "format", f"{fmt} cannot express the plan exactly: " + "; ".join(notes.warnings),
+            "format",
+            f"{fmt} cannot express the plan exactly: " + "; ".join(notes.warnings),
             "drop --strict to export with warnings, re-plan, or choose another format",
         )
     return ExportResult(
-        format=fmt, content=content, media_type=exporter.media_type,
-        filename=out_name or exporter.filename(plan, options), warnings=list(notes.warnings),
+        format=fmt,
+        content=content,
+        media_type=exporter.media_type,
+        filename=out_name or exporter.filename(plan, options),
+        warnings=list(notes.warnings),
     )

@@ -85,8 +85,12 @@ class Exporter:
         return f"{options.job_name}-{self.id}.{self.extension}"
 
     def catalog_entry(self) -> dict[str, str]:
-        return {"id": self.id, "media_type": self.media_type, "target": self.target,
-                "target_version": self.target_version}
+        return {
+            "id": self.id,
+            "media_type": self.media_type,
+            "target": self.target,
+            "target_version": self.target_version,
+        }
 
 
 # ------------------------------------------------------------------------------------------------
@@ -103,12 +107,14 @@ def check_invariants(plan: Plan) -> None:
     world = p.tp * p.pp * p.dp
     if world != est.gpus_used:
         raise MeshplanError(
-            "plan.parallel", f"tp × pp × dp = {p.tp}×{p.pp}×{p.dp} = {world} but the plan uses {est.gpus_used} GPUs",
+            "plan.parallel",
+            f"tp × pp × dp = {p.tp}×{p.pp}×{p.dp} = {world} but the plan uses {est.gpus_used} GPUs",
             "re-plan, or correct parallel.tp/pp/dp or estimate.gpus_used so they agree",
         )
     if world > plan.cluster.num_gpus:
         raise MeshplanError(
-            "plan.parallel", f"tp × pp × dp = {world} exceeds the cluster's {plan.cluster.num_gpus} GPUs",
+            "plan.parallel",
+            f"tp × pp × dp = {world} exceeds the cluster's {plan.cluster.num_gpus} GPUs",
             "re-plan for this cluster",
         )
     rules.check(rules.prefixed(rules.runnable(plan.model, plan.training, p), "plan."))
@@ -122,7 +128,8 @@ def check_invariants(plan: Plan) -> None:
         )
     if plan.mesh.shape != [p.pp, p.dp, p.tp] or plan.mesh.dim_names != ["pp", "dp", "tp"]:
         raise MeshplanError(
-            "plan.mesh", f"mesh {plan.mesh.dim_names}={plan.mesh.shape} does not match (pp, dp, tp) = ({p.pp}, {p.dp}, {p.tp})",
+            "plan.mesh",
+            f"mesh {plan.mesh.dim_names}={plan.mesh.shape} does not match (pp, dp, tp) = ({p.pp}, {p.dp}, {p.tp})",
             "rebuild the mesh with planner.layout.mesh_layout(parallel)",
         )
 
@@ -138,13 +145,15 @@ def geometry(plan: Plan, options: ExportOptions) -> Geometry:
     else:
         if world % gpn:
             raise MeshplanError(
-                "gpus_per_node", f"the plan's {world} GPUs do not fill nodes of {gpn} GPUs",
+                "gpus_per_node",
+                f"the plan's {world} GPUs do not fill nodes of {gpn} GPUs",
                 f"use a GPUs-per-node count that divides {world}, or re-plan",
             )
         nnodes, nproc = world // gpn, gpn
     if options.nodes is not None and options.nodes != nnodes:
         raise MeshplanError(
-            "nodes", f"{options.nodes} nodes given but the plan needs {nnodes} nodes × {nproc} GPUs = {world}",
+            "nodes",
+            f"{options.nodes} nodes given but the plan needs {nnodes} nodes × {nproc} GPUs = {world}",
             f"omit --nodes or pass --nodes {nnodes} (or re-plan for {options.nodes} nodes)",
         )
     return Geometry(world, nnodes, nproc, plan.estimate.num_microbatches)
@@ -172,19 +181,46 @@ def chunk_layer_ranges(stage_layers: list[int]) -> list[range]:
 
 
 #: The layout a launched program receives (docs/exports.md; ``runtime.env`` reads them back).
-LAYOUT_ENV = ("MESHPLAN_PLAN", "MESHPLAN_TP", "MESHPLAN_PP", "MESHPLAN_DP", "MESHPLAN_MICRO_BATCH_SIZE",
-              "MESHPLAN_NUM_MICROBATCHES", "MESHPLAN_GLOBAL_BATCH_SIZE", "MESHPLAN_SEQ_LEN", "MESHPLAN_SCHEDULE",
-              "MESHPLAN_VIRTUAL_STAGES", "MESHPLAN_STAGE_LAYERS", "MESHPLAN_RECOMPUTE", "MESHPLAN_SEQUENCE_PARALLEL",
-              "MESHPLAN_ZERO_STAGE", "MESHPLAN_PRECISION")
+LAYOUT_ENV = (
+    "MESHPLAN_PLAN",
+    "MESHPLAN_TP",
+    "MESHPLAN_PP",
+    "MESHPLAN_DP",
+    "MESHPLAN_MICRO_BATCH_SIZE",
+    "MESHPLAN_NUM_MICROBATCHES",
+    "MESHPLAN_GLOBAL_BATCH_SIZE",
+    "MESHPLAN_SEQ_LEN",
+    "MESHPLAN_SCHEDULE",
+    "MESHPLAN_VIRTUAL_STAGES",
+    "MESHPLAN_STAGE_LAYERS",
+    "MESHPLAN_RECOMPUTE",
+    "MESHPLAN_SEQUENCE_PARALLEL",
+    "MESHPLAN_ZERO_STAGE",
+    "MESHPLAN_PRECISION",
+)
 
 
 def layout_env(plan: Plan, plan_path: str) -> dict[str, str]:
     """``MESHPLAN_*`` variables that tell the launched program the plan's layout (every launcher
     target exports them; ``runtime.env.mesh_from_env()`` builds the DeviceMesh from them)."""
     p, t = plan.parallel, plan.training
-    values = [plan_path, p.tp, p.pp, p.dp, p.micro_batch_size, plan.estimate.num_microbatches, t.global_batch_size,
-              t.seq_len, p.schedule, p.virtual_stages, ",".join(map(str, p.stage_layers)), p.recompute,
-              int(p.sequence_parallel), p.zero_stage, t.precision]
+    values = [
+        plan_path,
+        p.tp,
+        p.pp,
+        p.dp,
+        p.micro_batch_size,
+        plan.estimate.num_microbatches,
+        t.global_batch_size,
+        t.seq_len,
+        p.schedule,
+        p.virtual_stages,
+        ",".join(map(str, p.stage_layers)),
+        p.recompute,
+        int(p.sequence_parallel),
+        p.zero_stage,
+        t.precision,
+    ]
     return {k: str(v) for k, v in zip(LAYOUT_ENV, values)}
 
 

@@ -10,10 +10,22 @@ from planner.io import load_plan
 
 #: The flag of each ExportOptions field (tests/test_exporters.py checks that every field has its flag,
 #: with the same default, and nothing else is forwarded).
-OPTION_FLAGS = {"image": "--image", "job_name": "--job-name", "namespace": "--namespace", "partition": "--partition",
-                "nodes": "--nodes", "gpus_per_node": "--gpus-per-node", "rdzv_endpoint": "--rdzv-endpoint",
-                "rdzv_port": "--rdzv-port", "max_restarts": "--max-restarts", "time_limit": "--time",
-                "runtime_ref": "--runtime-ref", "plan_path": "--plan-path", "command": "--command", "strict": "--strict"}
+OPTION_FLAGS = {
+    "image": "--image",
+    "job_name": "--job-name",
+    "namespace": "--namespace",
+    "partition": "--partition",
+    "nodes": "--nodes",
+    "gpus_per_node": "--gpus-per-node",
+    "rdzv_endpoint": "--rdzv-endpoint",
+    "rdzv_port": "--rdzv-port",
+    "max_restarts": "--max-restarts",
+    "time_limit": "--time",
+    "runtime_ref": "--runtime-ref",
+    "plan_path": "--plan-path",
+    "command": "--command",
+    "strict": "--strict",
+}
 
 
 def export_command(
@@ -33,7 +45,9 @@ def export_command(
     time_limit: str | None = typer.Option(None, "--time", help="Slurm time limit."),
     runtime_ref: str = typer.Option("torch-distributed", "--runtime-ref", help="Kubeflow Trainer runtime name."),
     plan_path: str = typer.Option("plan.json", "--plan-path", help="The plan file's path on the cluster."),
-    command: str | None = typer.Option(None, "--command", help="Program + args for torchrun (default: meshplan's runtime)."),
+    command: str | None = typer.Option(
+        None, "--command", help="Program + args for torchrun (default: meshplan's runtime)."
+    ),
     strict: bool = typer.Option(False, "--strict", help="Fail instead of exporting with warnings."),
 ) -> None:
     """Export a plan for a scheduler or training stack (Slurm, Kubeflow, Megatron-LM, DeepSpeed, torchtitan…)."""

@@ -35,8 +35,10 @@ def pipeline_partition(plan: Plan, notes: Notes) -> dict:
             "layer count; the pipeline bubble is larger than planned, so the step-time estimate does not hold"
         )
     elif p.schedule == "gpipe" and p.pp > 1:
-        notes.warn("DeepSpeed's pipeline has no GPipe schedule: it runs its 1F1B-style TrainSchedule "
-                   "(same bubble, less activation memory than planned)")
+        notes.warn(
+            "DeepSpeed's pipeline has no GPipe schedule: it runs its 1F1B-style TrainSchedule "
+            "(same bubble, less activation memory than planned)"
+        )
     per_rank = rank_layer_counts(plan)
     parts, pos = [0], 1  # index 0 is the embedding LayerSpec
     for r, n in enumerate(per_rank):
@@ -82,18 +84,22 @@ def deepspeed_config(plan: Plan, notes: Notes) -> dict:
         notes.warn(
             f"tensor parallelism (tp={p.tp}) has no DeepSpeed pipeline setting: tensor_parallel.autotp_size is "
             "DeepSpeed's AutoTP for Hugging Face models with ZeRO ≤ 2; with PipelineModule the model code must "
-            "split its layers itself (Megatron-DeepSpeed style)" if p.pp > 1 else
-            f"tensor parallelism (tp={p.tp}) uses DeepSpeed AutoTP (tensor_parallel.autotp_size), which supports "
+            "split its layers itself (Megatron-DeepSpeed style)"
+            if p.pp > 1
+            else f"tensor parallelism (tp={p.tp}) uses DeepSpeed AutoTP (tensor_parallel.autotp_size), which supports "
             "Hugging Face models and ZeRO ≤ 2"
         )
         if p.zero_stage == 3:
             raise MeshplanError(
-                "plan.parallel.zero_stage", f"DeepSpeed AutoTP (tp={p.tp}) does not support ZeRO-3",
+                "plan.parallel.zero_stage",
+                f"DeepSpeed AutoTP (tp={p.tp}) does not support ZeRO-3",
                 "re-plan with zero_stage ≤ 2 or tp=1, or export to megatron or torchtitan",
             )
     if p.sequence_parallel:
-        notes.warn("Megatron-style sequence parallelism has no DeepSpeed config key (DeepSpeed's "
-                   "sequence_parallel_size is Ulysses context parallelism, a different scheme): not exported")
+        notes.warn(
+            "Megatron-style sequence parallelism has no DeepSpeed config key (DeepSpeed's "
+            "sequence_parallel_size is Ulysses context parallelism, a different scheme): not exported"
+        )
     if p.recompute != "none":
         cfg["activation_checkpointing"] = {
             "partition_activations": False,
@@ -126,7 +132,7 @@ class DeepSpeedExporter(Exporter):
         companion = {
             "about": header_lines(plan, self),
             "launch": f"deepspeed --num_nodes {geom.nnodes} --num_gpus {geom.nproc_per_node} <train.py> "
-                      "--deepspeed_config " + self.filename(plan, options),
+            "--deepspeed_config " + self.filename(plan, options),
         }
         if plan.parallel.pp > 1:
             companion["pipeline_module"] = pipeline_partition(plan, notes)

@@ -29,7 +29,8 @@ class _LiteralDumper(yaml.SafeDumper):
 
 
 _LiteralDumper.add_representer(
-    str, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v, style="|" if "\n" in v else None))
+    str, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v, style="|" if "\n" in v else None)
+)
 
 
 def dump_configmap(doc: dict) -> str:
@@ -51,14 +52,20 @@ def plan_configmap(plan: Plan, options: ExportOptions, notes: Notes) -> dict:
     """The plan as a ConfigMap (a second YAML document), mounted into every pod at ``mounted_plan_path``."""
     text = json.dumps(plan.model_dump(mode="json"), indent=1) + "\n"
     if len(text.encode()) > CONFIGMAP_LIMIT:
-        notes.warn(f"the plan file is {len(text.encode())} bytes, over Kubernetes' 1 MiB ConfigMap limit; "
-                   "store it elsewhere (e.g. bake it into the image) and point --plan-path at it")
+        notes.warn(
+            f"the plan file is {len(text.encode())} bytes, over Kubernetes' 1 MiB ConfigMap limit; "
+            "store it elsewhere (e.g. bake it into the image) and point --plan-path at it"
+        )
     meta = {"name": configmap_name(options)}
     if options.namespace:
         meta["namespace"] = options.namespace
     meta["labels"] = {"app.kubernetes.io/managed-by": "meshplan"}
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
-            "data": {posixpath.basename(mounted_plan_path(options)): text}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta,
+        "data": {posixpath.basename(mounted_plan_path(options)): text},
+    }
 
 
 def plan_volume(options: ExportOptions) -> dict:
@@ -114,8 +121,12 @@ class PyTorchJobExporter(Exporter):
             return {
                 "replicas": n,
                 "restartPolicy": "OnFailure",
-                "template": {"spec": {"containers": [container(plan, options, "pytorch", geom.nproc_per_node, notes)],
-                                      "volumes": [plan_volume(options)]}},
+                "template": {
+                    "spec": {
+                        "containers": [container(plan, options, "pytorch", geom.nproc_per_node, notes)],
+                        "volumes": [plan_volume(options)],
+                    }
+                },
             }
 
         specs = {"Master": replica(1)}
@@ -132,11 +143,15 @@ class PyTorchJobExporter(Exporter):
             },
         }
         configmap = plan_configmap(plan, options, notes)
-        head = comment_block("#", header_lines(plan, self) + kube_lines(self, plan, options, notes), notes.warnings, notes.info)
+        head = comment_block(
+            "#", header_lines(plan, self) + kube_lines(self, plan, options, notes), notes.warnings, notes.info
+        )
         return head + "---\n" + yaml.safe_dump(doc, sort_keys=False, width=120) + "---\n" + dump_configmap(configmap)
 
 
 def kube_lines(exporter: Exporter, plan: Plan, options: ExportOptions, notes: Notes) -> list[str]:
-    return [f"Apply with: kubectl apply -f {notes.out_name or exporter.filename(plan, options)}",
-            f"The plan ships as ConfigMap {configmap_name(options)} (second document), mounted at "
-            f"{mounted_plan_path(options)} = $MESHPLAN_PLAN."]
+    return [
+        f"Apply with: kubectl apply -f {notes.out_name or exporter.filename(plan, options)}",
+        f"The plan ships as ConfigMap {configmap_name(options)} (second document), mounted at "
+        f"{mounted_plan_path(options)} = $MESHPLAN_PLAN.",
+    ]

@@ -14,7 +14,14 @@ from planner.specs import Plan
 
 from .base import Exporter, Notes, comment_block, geometry, header_lines
 from .kubeflow_pytorchjob import (
-    dump_configmap, kube_lines, metadata, plan_configmap, plan_env, plan_mount, plan_volume, program_args,
+    dump_configmap,
+    kube_lines,
+    metadata,
+    plan_configmap,
+    plan_env,
+    plan_mount,
+    plan_volume,
+    program_args,
 )
 from .options import ExportOptions
 
@@ -48,14 +55,19 @@ class TrainJobExporter(Exporter):
             "kind": "TrainJob",
             "metadata": metadata(options),
             "spec": {
-                "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime",
-                               "name": options.runtime_ref},
+                "runtimeRef": {
+                    "apiGroup": "trainer.kubeflow.org",
+                    "kind": "ClusterTrainingRuntime",
+                    "name": options.runtime_ref,
+                },
                 "trainer": trainer,
                 "runtimePatches": [runtime_patch(options)],
             },
         }
         configmap = plan_configmap(plan, options, notes)
-        head = comment_block("#", header_lines(plan, self) + kube_lines(self, plan, options, notes), notes.warnings, notes.info)
+        head = comment_block(
+            "#", header_lines(plan, self) + kube_lines(self, plan, options, notes), notes.warnings, notes.info
+        )
         return head + "---\n" + yaml.safe_dump(doc, sort_keys=False, width=120) + "---\n" + dump_configmap(configmap)
 
 
@@ -64,11 +76,25 @@ def runtime_patch(options: ExportOptions) -> dict:
     JobSet's replicated job ``node`` and its container ``node``, as the torch runtimes name them)."""
     return {
         "manager": "meshplan",
-        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{
-            "name": "node",
-            "template": {"spec": {"template": {"spec": {
-                "volumes": [plan_volume(options)],
-                "containers": [{"name": "node", "volumeMounts": [plan_mount(options)]}],
-            }}}},
-        }]}}},
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {
+                                "spec": {
+                                    "template": {
+                                        "spec": {
+                                            "volumes": [plan_volume(options)],
+                                            "containers": [{"name": "node", "volumeMounts": [plan_mount(options)]}],
+                                        }
+                                    }
+                                }
+                            },
+                        }
+                    ]
+                }
+            }
+        },
     }

@@ -112,17 +112,20 @@ def microbatch_group_args(plan: Plan, notes: Notes) -> list[str]:
 def model_args(plan: Plan) -> list[str]:
     m = plan.model
     args = [
-        "--num-layers", str(m.num_layers),
-        "--hidden-size", str(m.hidden_size),
-        "--ffn-hidden-size", str(m.ffn_hidden_size),
-        "--num-attention-heads", str(m.num_attention_heads),
+        "--num-layers",
+        str(m.num_layers),
+        "--hidden-size",
+        str(m.hidden_size),
+        "--ffn-hidden-size",
+        str(m.ffn_hidden_size),
+        "--num-attention-heads",
+        str(m.num_attention_heads),
     ]
     if m.num_kv_heads != m.num_attention_heads:
         args += ["--group-query-attention", "--num-query-groups", str(m.num_kv_heads)]
     args += ["--seq-length", str(plan.training.seq_len), "--max-position-embeddings", str(m.max_seq_len)]
     if m.family == "llama":
-        args += ["--position-embedding-type", "rope", "--normalization", "RMSNorm", "--swiglu",
-                 "--disable-bias-linear"]
+        args += ["--position-embedding-type", "rope", "--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear"]
     else:
         args += ["--position-embedding-type", "learned_absolute", "--normalization", "LayerNorm"]
     if not m.tie_embeddings:
@@ -133,8 +136,10 @@ def model_args(plan: Plan) -> list[str]:
 def megatron_args(plan: Plan, notes: Notes) -> list[str]:
     p, t = plan.parallel, plan.training
     args = [
-        "--tensor-model-parallel-size", str(p.tp),
-        "--pipeline-model-parallel-size", str(p.pp),
+        "--tensor-model-parallel-size",
+        str(p.tp),
+        "--pipeline-model-parallel-size",
+        str(p.pp),
     ]
     args += pipeline_args(plan, notes)
     if p.sequence_parallel:
@@ -152,8 +157,13 @@ def megatron_args(plan: Plan, notes: Notes) -> list[str]:
                 "reduce-scatters gradients but keeps a full gradient buffer: gradient memory is higher than planned"
             )
     elif p.zero_stage == 3:
-        args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params",
-                 "--ckpt-format", "fsdp_dtensor"]
+        args += [
+            "--use-megatron-fsdp",
+            "--data-parallel-sharding-strategy",
+            "optim_grads_params",
+            "--ckpt-format",
+            "fsdp_dtensor",
+        ]
     if t.precision == "bf16":
         args.append("--bf16")
     elif t.precision == "fp16":

@@ -24,13 +24,20 @@ class MeshplanExporter(Exporter):
         raw: frozenset[int] = frozenset()
         if geom.multi_node:
             endpoint = rdzv_endpoint(options, "${MASTER_ADDR:?set MASTER_ADDR to the first node address}")
-            words += ["--nnodes", str(geom.nnodes), "--rdzv-endpoint",
-                      f'"{endpoint}"' if options.rdzv_endpoint is None else endpoint]
+            words += [
+                "--nnodes",
+                str(geom.nnodes),
+                "--rdzv-endpoint",
+                f'"{endpoint}"' if options.rdzv_endpoint is None else endpoint,
+            ]
             raw = frozenset({len(words) - 1})
         if options.command is not None:
             notes.note("--command is ignored by the meshplan target: it always runs meshplan's runtime")
-        how = (f"Run this same script on each of the {geom.nnodes} nodes (MASTER_ADDR = the first node's address)."
-               if geom.multi_node else "Run on the one node.")
+        how = (
+            f"Run this same script on each of the {geom.nnodes} nodes (MASTER_ADDR = the first node's address)."
+            if geom.multi_node
+            else "Run on the one node."
+        )
         usage = "Add --steps N (default 10), --data tokens.bin, --report run.json … as needed (meshplan run --help)."
         head = comment_block("#", header_lines(plan, self) + [how, usage], notes.warnings, notes.info)
         return "#!/usr/bin/env bash\n" + head + "set -euo pipefail\n\n" + shell_join(words, raw) + "\n"

@@ -23,43 +23,54 @@ class ExportOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     image: str | None = Field(
-        default=None, max_length=500,
+        default=None,
+        max_length=500,
         description="Container image (Kubernetes targets; Slurm via pyxis `srun --container-image`).",
     )
     job_name: str = Field(
-        default="meshplan-train", min_length=1, max_length=63,
+        default="meshplan-train",
+        min_length=1,
+        max_length=63,
         description="Job name: Kubernetes metadata.name, Slurm --job-name, rendezvous id.",
     )
     namespace: str | None = Field(default=None, max_length=63, description="Kubernetes namespace.")
     partition: str | None = Field(default=None, max_length=128, description="Slurm partition.")
     nodes: int | None = Field(
-        default=None, ge=1, le=131_072,
+        default=None,
+        ge=1,
+        le=131_072,
         description="Node count; defaults to what the plan needs (must agree with it when given).",
     )
     gpus_per_node: int | None = Field(
-        default=None, ge=1, le=64,
+        default=None,
+        ge=1,
+        le=64,
         description="GPUs (processes) per node; defaults to the plan's cluster (must agree with it).",
     )
     rdzv_endpoint: str | None = Field(
-        default=None, max_length=253,
+        default=None,
+        max_length=253,
         description="host or host:port of the c10d rendezvous (torchrun/meshplan targets); "
         "default: $MASTER_ADDR at run time.",
     )
     rdzv_port: int = Field(default=29500, ge=1, le=65535, description="Rendezvous port.")
     max_restarts: int = Field(default=0, ge=0, le=100, description="torchrun --max-restarts.")
-    time_limit: str | None = Field(
-        default=None, max_length=32, description="Slurm --time (e.g. 2-00:00:00)."
-    )
+    time_limit: str | None = Field(default=None, max_length=32, description="Slurm --time (e.g. 2-00:00:00).")
     runtime_ref: str = Field(
-        default="torch-distributed", min_length=1, max_length=253,
+        default="torch-distributed",
+        min_length=1,
+        max_length=253,
         description="Kubeflow Trainer ClusterTrainingRuntime name.",
     )
     plan_path: str = Field(
-        default="plan.json", min_length=1, max_length=500,
+        default="plan.json",
+        min_length=1,
+        max_length=500,
         description="Where the plan file will be on the machines that run the job.",
     )
     command: str | None = Field(
-        default=None, max_length=4000,
+        default=None,
+        max_length=4000,
         description="The training program and its arguments as torchrun receives them "
         "(default: `-m runtime.train --plan <plan_path>`, meshplan's bundled runtime).",
     )

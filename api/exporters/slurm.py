@@ -37,7 +37,9 @@ class SlurmExporter(Exporter):
         if options.time_limit:
             sbatch.append(f"--time={options.time_limit}")
         if options.rdzv_endpoint is not None:
-            notes.note("rdzv_endpoint is ignored by the Slurm target: the first node of the allocation hosts the rendezvous")
+            notes.note(
+                "rdzv_endpoint is ignored by the Slurm target: the first node of the allocation hosts the rendezvous"
+            )
         words = torchrun_words(geom, options, '"$MASTER_ADDR:$MASTER_PORT"', '"$SLURM_JOB_ID"')
         raw = {i + 1 for i, w in enumerate(words) if w in ("--rdzv-endpoint", "--rdzv-id")}
         if geom.multi_node:
@@ -49,15 +51,21 @@ class SlurmExporter(Exporter):
         words = srun + words + options.program_args()
         raw = frozenset(i + len(srun) for i in raw)
         lines = ["#!/bin/bash"] + [f"#SBATCH {s}" for s in sbatch]
-        head = comment_block("#", header_lines(plan, self) + ["Submit with: sbatch " + (notes.out_name or self.filename(plan, options))],
-                             notes.warnings, notes.info)
+        head = comment_block(
+            "#",
+            header_lines(plan, self) + ["Submit with: sbatch " + (notes.out_name or self.filename(plan, options))],
+            notes.warnings,
+            notes.info,
+        )
         body = (
             "set -euo pipefail\n\n"
             "# The first node of the allocation hosts the c10d rendezvous.\n"
             'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)\n'
             f"MASTER_PORT={shlex.quote(str(options.rdzv_port))}\n"
             "export MASTER_ADDR MASTER_PORT\n\n"
-            + env_exports(plan, options.plan_path) + "\n"
-            + shell_join(words, raw) + "\n"
+            + env_exports(plan, options.plan_path)
+            + "\n"
+            + shell_join(words, raw)
+            + "\n"
         )
         return "\n".join(lines) + "\n" + head + body

@@ -28,8 +28,18 @@ def torchrun_words(geom: Geometry, options: ExportOptions, endpoint: str, rdzv_i
     """torchrun and its flags (endpoint/rdzv_id may be shell expressions; callers quote them)."""
     words = ["torchrun"]
     if geom.multi_node:
-        words += ["--nnodes", str(geom.nnodes), "--nproc-per-node", str(geom.nproc_per_node),
-                  "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id]
+        words += [
+            "--nnodes",
+            str(geom.nnodes),
+            "--nproc-per-node",
+            str(geom.nproc_per_node),
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            endpoint,
+            "--rdzv-id",
+            rdzv_id,
+        ]
     else:
         words += ["--standalone", "--nnodes", "1", "--nproc-per-node", str(geom.nproc_per_node)]
     words += ["--max-restarts", str(options.max_restarts)]
@@ -43,8 +53,13 @@ def shell_join(words: list[str], raw: frozenset[int] = frozenset(), indent: str 
     lines, i = [parts[0]], 1
     while i < len(parts):
         word = parts[i]
-        pairs = (word.startswith("-") and "=" not in word and word not in _BOOLEAN_FLAGS
-                 and i + 1 < len(parts) and not parts[i + 1].startswith("-"))
+        pairs = (
+            word.startswith("-")
+            and "=" not in word
+            and word not in _BOOLEAN_FLAGS
+            and i + 1 < len(parts)
+            and not parts[i + 1].startswith("-")
+        )
         if pairs:
             lines.append(f"{word} {parts[i + 1]}")
             i += 2
@@ -66,13 +81,23 @@ class TorchrunExporter(Exporter):
 
     def render(self, plan: Plan, options: ExportOptions, notes: Notes) -> str:
         geom = geometry(plan, options)
-        endpoint = rdzv_endpoint(options, '${MASTER_ADDR:?set MASTER_ADDR to the first node address}')
+        endpoint = rdzv_endpoint(options, "${MASTER_ADDR:?set MASTER_ADDR to the first node address}")
         words = torchrun_words(geom, options, endpoint, options.job_name) + options.program_args()
         raw = frozenset({words.index("--rdzv-endpoint") + 1}) if geom.multi_node else frozenset()
         if geom.multi_node and options.rdzv_endpoint is None:
             words[words.index("--rdzv-endpoint") + 1] = f'"{endpoint}"'
-        how = (f"Run this same script on each of the {geom.nnodes} nodes (MASTER_ADDR = the first node's address)."
-               if geom.multi_node else "Run on the one node.")
+        how = (
+            f"Run this same script on each of the {geom.nnodes} nodes (MASTER_ADDR = the first node's address)."
+            if geom.multi_node
+            else "Run on the one node."
+        )
         body = comment_block("#", header_lines(plan, self) + [how], notes.warnings, notes.info)
-        return ("#!/usr/bin/env bash\n" + body + "set -euo pipefail\n\n" + env_exports(plan, options.plan_path) + "\n"
-                + shell_join(words, raw) + "\n")
+        return (
+            "#!/usr/bin/env bash\n"
+            + body
+            + "set -euo pipefail\n\n"
+            + env_exports(plan, options.plan_path)
+            + "\n"
+            + shell_join(words, raw)
+            + "\n"
+        )

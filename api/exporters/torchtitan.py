@@ -75,14 +75,18 @@ def common_settings(plan: Plan, notes: Notes, release: str) -> tuple[dict, dict,
     if release == "0.3.0" and p.tp > 1:
         par["enable_sequence_parallel"] = p.sequence_parallel
     elif p.tp > 1 and not p.sequence_parallel:
-        notes.warn("torchtitan 0.2.2 always uses sequence parallelism with tensor parallelism; the plan has it off "
-                   "(activation memory will be lower and TP communication the same volume)")
+        notes.warn(
+            "torchtitan 0.2.2 always uses sequence parallelism with tensor parallelism; the plan has it off "
+            "(activation memory will be lower and TP communication the same volume)"
+        )
     # Data parallelism: ZeRO stage → replicate / shard degrees.
     if p.zero_stage == 0:
         if release == "0.2.2" and (p.tp > 1 or p.pp > 1) and p.dp > 1:
-            notes.warn("torchtitan 0.2.2 runs DDP only without other parallelism ('DDP has not supported > 1D "
-                       "parallelism'): plain data parallelism (ZeRO-0) is exported as FSDP (ZeRO-3-like) instead; "
-                       "memory and communication differ from the plan")
+            notes.warn(
+                "torchtitan 0.2.2 runs DDP only without other parallelism ('DDP has not supported > 1D "
+                "parallelism'): plain data parallelism (ZeRO-0) is exported as FSDP (ZeRO-3-like) instead; "
+                "memory and communication differ from the plan"
+            )
             par |= {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": p.dp}
         else:
             par |= {"data_parallel_replicate_degree": p.dp, "data_parallel_shard_degree": 1}
@@ -91,8 +95,10 @@ def common_settings(plan: Plan, notes: Notes, release: str) -> tuple[dict, dict,
         if p.zero_stage in (1, 2):
             par["fsdp_reshard_after_forward"] = "never"
             if p.zero_stage == 1:
-                notes.warn("torchtitan has no optimizer-state-only sharding (ZeRO-1): exported as FSDP without "
-                           "resharding after forward (ZeRO-2-like), which also shards gradients")
+                notes.warn(
+                    "torchtitan has no optimizer-state-only sharding (ZeRO-1): exported as FSDP without "
+                    "resharding after forward (ZeRO-2-like), which also shards gradients"
+                )
         else:
             par["fsdp_reshard_after_forward"] = "default"
     par["pipeline_parallel_degree"] = p.pp
@@ -111,8 +117,10 @@ def common_settings(plan: Plan, notes: Notes, release: str) -> tuple[dict, dict,
     else:
         train["mixed_precision_param"] = "bfloat16" if t.precision == "bf16" else "float32"
     if p.recompute == "selective":
-        notes.note("torchtitan's selective recomputation is per-op (saves matmul/attention outputs by policy), "
-                   "not Megatron's attention-core recomputation: activation memory may differ somewhat from the plan")
+        notes.note(
+            "torchtitan's selective recomputation is per-op (saves matmul/attention outputs by policy), "
+            "not Megatron's attention-core recomputation: activation memory may differ somewhat from the plan"
+        )
     return par, train, p.recompute
 
 
@@ -120,8 +128,10 @@ def launch_line(plan: Plan, options, extra: str) -> str:
     geom = geometry(plan, options)
     if geom.multi_node:
         ep = rdzv_endpoint(options, "$MASTER_ADDR")
-        flags = (f"--nnodes {geom.nnodes} --nproc-per-node {geom.nproc_per_node} --rdzv-backend c10d "
-                 f"--rdzv-endpoint {ep} --rdzv-id {options.job_name}")
+        flags = (
+            f"--nnodes {geom.nnodes} --nproc-per-node {geom.nproc_per_node} --rdzv-backend c10d "
+            f"--rdzv-endpoint {ep} --rdzv-id {options.job_name}"
+        )
     else:
         flags = f"--standalone --nnodes 1 --nproc-per-node {geom.nproc_per_node}"
     return f"torchrun {flags} -m torchtitan.train {extra}"
@@ -154,18 +164,35 @@ class TorchtitanRecipeExporter(Exporter):
         lines += [f"    config.training.{k} = {v!r}" for k, v in train.items()]
         ac_expr = {"selective": "SelectiveAC.Config()", "full": "FullAC.Config()", "none": "None"}[ac]
         lines += [f"    config.activation_checkpoint = {ac_expr}", "    return config"]
-        imports = [f"from torchtitan.models.{module}.config_registry import {base}", "from torchtitan.trainer import Trainer"]
+        imports = [
+            f"from torchtitan.models.{module}.config_registry import {base}",
+            "from torchtitan.trainer import Trainer",
+        ]
         if ac != "none":
-            imports.insert(0, f"from torchtitan.distributed.activation_checkpoint import {'SelectiveAC' if ac == 'selective' else 'FullAC'}")
+            imports.insert(
+                0,
+                f"from torchtitan.distributed.activation_checkpoint import {'SelectiveAC' if ac == 'selective' else 'FullAC'}",
+            )
         launch = launch_line(plan, options, f"--module {self.module_name(options)} --config {fn}")
-        head = comment_block("#", header_lines(plan, self) + [
-            f"Save as {self.filename(plan, options)} on PYTHONPATH, then on every node:", "  " + launch,
-        ], notes.warnings, notes.info)
+        head = comment_block(
+            "#",
+            header_lines(plan, self)
+            + [
+                f"Save as {self.filename(plan, options)} on PYTHONPATH, then on every node:",
+                "  " + launch,
+            ],
+            notes.warnings,
+            notes.info,
+        )
         return (
-            head + "\n" + "\n".join(imports) + "\n\n\n"
+            head
+            + "\n"
+            + "\n".join(imports)
+            + "\n\n\n"
             + f"def {fn}() -> Trainer.Config:\n"
             + f'    """{plan.model.name}: meshplan plan rank {plan.rank} ({plan.parallel.schedule})."""\n'
-            + "\n".join(lines) + "\n"
+            + "\n".join(lines)
+            + "\n"
         )
 
 
@@ -189,6 +216,7 @@ class TorchtitanTomlExporter(Exporter):
             "activation_checkpoint": {"mode": ac} | ({"selective_ac_option": "op"} if ac == "selective" else {}),
         }
         launch = launch_line(plan, options, f"--job.config_file {self.filename(plan, options)}")
-        head = comment_block("#", header_lines(plan, self) + ["Run on every node:", "  " + launch],
-                             notes.warnings, notes.info)
+        head = comment_block(
+            "#", header_lines(plan, self) + ["Run on every node:", "  " + launch], notes.warnings, notes.info
+        )
         return head + "\n" + tomli_w.dumps(doc, multiline_strings=False)

@@ -20,7 +20,10 @@ router = v1_router("/estimates", "estimates")
 @router.post("", response_model=Plan, responses=error_responses(400, 401, 413, 422))
 async def estimate(
     body: Annotated[PlanRequest, Body(openapi_examples=ESTIMATE_EXAMPLES)],
-    settings: SettingsDep, store: StoreDep, solver: SolverDep, metrics: MetricsDep,
+    settings: SettingsDep,
+    store: StoreDep,
+    solver: SolverDep,
+    metrics: MetricsDep,
 ) -> Plan:
     """Complete the pinned configuration with the planner's documented defaults and estimate it
     (no search: fast, and not stored)."""

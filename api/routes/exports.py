@@ -32,7 +32,9 @@ class ExportQuery(ExportOptions):
 
     def options(self) -> ExportOptions:
         """The job options the user gave (the rest keep ExportOptions' defaults)."""
-        return ExportOptions.model_validate(self.model_dump(include=set(ExportOptions.model_fields) & self.model_fields_set))
+        return ExportOptions.model_validate(
+            self.model_dump(include=set(ExportOptions.model_fields) & self.model_fields_set)
+        )
 
 
 def export_formats() -> list[ExportFormat]:
@@ -46,16 +48,22 @@ def _media_types() -> dict[str, dict]:
 @router.get(
     "/plans/{plan_id}/export/{fmt}",
     response_class=Response,
-    responses={200: {"description": "The export's text, as an attachment (media type per format).", "content": _media_types()},
-               **error_responses(401, 404, 422)},
+    responses={
+        200: {"description": "The export's text, as an attachment (media type per format).", "content": _media_types()},
+        **error_responses(401, 404, 422),
+    },
 )
 async def export_plan(plan_id: PlanId, fmt: str, store: StoreDep, query: Annotated[ExportQuery, Query()]) -> Response:
     """Export plan ``index`` of a stored plan for ``fmt`` (see GET /v1/catalog/export-formats)."""
     if fmt not in exporters.FORMATS:
         known = ", ".join(sorted(exporters.FORMATS))
-        raise ProblemException(404, f"unknown export format {fmt!r}; known: {known}", errors=[
-            ProblemError(field="path.fmt", message=f"unknown export format {fmt!r}", fix=f"use one of: {known}"),
-        ])
+        raise ProblemException(
+            404,
+            f"unknown export format {fmt!r}; known: {known}",
+            errors=[
+                ProblemError(field="path.fmt", message=f"unknown export format {fmt!r}", fix=f"use one of: {known}"),
+            ],
+        )
     plan = _pick(await _get(store, plan_id), query.index)
     result = await run_in_threadpool(exporters.export, plan, fmt, query.options())
     headers = {"Content-Disposition": f'attachment; filename="{result.filename}"'}

@@ -19,12 +19,16 @@ async def healthz() -> Health:
     return Health(status="ok")
 
 
-@router.get("/readyz", response_model=Health, responses={503: {"model": Health, "description": "The store does not answer."}})
+@router.get(
+    "/readyz", response_model=Health, responses={503: {"model": Health, "description": "The store does not answer."}}
+)
 async def readyz(store: StoreDep) -> Response:
     try:
         await run_in_threadpool(store.ping)
     except Exception as exc:  # any driver error means not ready; say which
-        return JSONResponse(Health(status="unavailable", detail=f"store: {type(exc).__name__}").model_dump(), status_code=503)
+        return JSONResponse(
+            Health(status="unavailable", detail=f"store: {type(exc).__name__}").model_dump(), status_code=503
+        )
     return JSONResponse(Health(status="ok").model_dump())
 
 

@@ -17,7 +17,9 @@ from planner.specs import Plan, PlanRequest
 
 router = v1_router("/plans", "plans")
 
-PlanId = Annotated[str, Path(max_length=64, description="Plan id: the content hash of its request and cost-model version.")]
+PlanId = Annotated[
+    str, Path(max_length=64, description="Plan id: the content hash of its request and cost-model version.")
+]
 Index = Annotated[int, Query(ge=0, le=19, description="Which plan of the response (0 = best).")]
 
 
@@ -26,15 +28,26 @@ async def resolve_profile(request: PlanRequest, store: Store) -> PlanRequest:
     if request.profile_id is None:
         return request
     if request.profile is not None:
-        raise ProblemException(422, "give either profile or profile_id, not both", errors=[
-            ProblemError(field="profile_id", message="both profile and profile_id are set", fix="drop one of them"),
-        ])
+        raise ProblemException(
+            422,
+            "give either profile or profile_id, not both",
+            errors=[
+                ProblemError(field="profile_id", message="both profile and profile_id are set", fix="drop one of them"),
+            ],
+        )
     stored = await run_in_threadpool(store.get_profile, request.profile_id)
     if stored is None:
-        raise ProblemException(422, f"profile_id: no stored profile with id {request.profile_id!r}", errors=[
-            ProblemError(field="profile_id", message=f"no stored profile with id {request.profile_id!r}",
-                         fix="upload it with POST /v1/profiles and use the id it returns"),
-        ])
+        raise ProblemException(
+            422,
+            f"profile_id: no stored profile with id {request.profile_id!r}",
+            errors=[
+                ProblemError(
+                    field="profile_id",
+                    message=f"no stored profile with id {request.profile_id!r}",
+                    fix="upload it with POST /v1/profiles and use the id it returns",
+                ),
+            ],
+        )
     return request.model_copy(update={"profile": stored.profile, "profile_id": None})
 
 
@@ -42,12 +55,19 @@ async def resolve_profile(request: PlanRequest, store: Store) -> PlanRequest:
     "",
     response_model=StoredPlan,
     status_code=201,
-    responses={200: {"model": StoredPlan, "description": "The same request was solved before: answered from the store."},
-               **error_responses(400, 401, 413, 422, 503)},
+    responses={
+        200: {"model": StoredPlan, "description": "The same request was solved before: answered from the store."},
+        **error_responses(400, 401, 413, 422, 503),
+    },
 )
 async def create_plan(
     body: Annotated[PlanRequest, Body(openapi_examples=PLAN_REQUEST_EXAMPLES)],
-    response: Response, settings: SettingsDep, store: StoreDep, solver: SolverDep, pool: PoolDep, metrics: MetricsDep,
+    response: Response,
+    settings: SettingsDep,
+    store: StoreDep,
+    solver: SolverDep,
+    pool: PoolDep,
+    metrics: MetricsDep,
 ) -> StoredPlan:
     """Plan a training job. The id is the content hash of the request (with defaults filled in and
     the solver time capped by the server) and of the planner's cost-model version: the same request is
@@ -103,9 +123,15 @@ def _pick(stored: StoredPlan, index: int, field: str = "query.index") -> Plan:
         reason = stored.response.infeasible.reason if stored.response.infeasible else "the solver found no plan"
         raise ProblemException(404, f"plan {stored.id} holds no feasible plan ({reason})")
     if index >= len(plans):
-        raise ProblemException(404, f"plan {stored.id} has {len(plans)} plans; index {index} is out of range", errors=[
-            ProblemError(field=field, message=f"must be below {len(plans)}", fix=f"use an index from 0 to {len(plans) - 1}"),
-        ])
+        raise ProblemException(
+            404,
+            f"plan {stored.id} has {len(plans)} plans; index {index} is out of range",
+            errors=[
+                ProblemError(
+                    field=field, message=f"must be below {len(plans)}", fix=f"use an index from 0 to {len(plans) - 1}"
+                ),
+            ],
+        )
     return plans[index]
 
 
@@ -123,7 +149,10 @@ async def delete_plan(plan_id: PlanId, store: StoreDep) -> Response:
 
 @router.get(
     "/{plan_id}/trace",
-    responses={200: {"description": "Chrome/Perfetto trace JSON of the simulated schedule."}, **error_responses(401, 404, 422)},
+    responses={
+        200: {"description": "Chrome/Perfetto trace JSON of the simulated schedule."},
+        **error_responses(401, 404, 422),
+    },
 )
 async def get_trace(plan_id: PlanId, store: StoreDep, solver: SolverDep, index: Index = 0) -> dict:
     """The simulated pipeline schedule of plan ``index`` as Chrome trace JSON (open in Perfetto)."""
@@ -133,8 +162,10 @@ async def get_trace(plan_id: PlanId, store: StoreDep, solver: SolverDep, index: 
 
 @router.get("/{plan_id}/compare/{other_id}", response_model=PlanComparison, responses=error_responses(401, 404, 422))
 async def compare(
-    plan_id: PlanId, other_id: Annotated[str, Path(max_length=64, description="The stored plan to compare with.")],
-    store: StoreDep, index: Index = 0,
+    plan_id: PlanId,
+    other_id: Annotated[str, Path(max_length=64, description="The stored plan to compare with.")],
+    store: StoreDep,
+    index: Index = 0,
     other_index: Annotated[int, Query(ge=0, le=19, description="Which plan of the other response (0 = best).")] = 0,
 ) -> PlanComparison:
     """Plan ``index`` of ``plan_id`` beside plan ``other_index`` of ``other_id``: settings, step time by

@@ -19,8 +19,10 @@ router = v1_router("/profiles", "profiles")
     "",
     response_model=StoredProfile,
     status_code=201,
-    responses={200: {"model": StoredProfile, "description": "This exact profile was stored before."},
-               **error_responses(400, 401, 413, 422)},
+    responses={
+        200: {"model": StoredProfile, "description": "This exact profile was stored before."},
+        **error_responses(400, 401, 413, 422),
+    },
 )
 async def create_profile(body: Profile, response: Response, store: StoreDep) -> StoredProfile:
     """Store a profile; its id is the content hash, so uploading it again returns the same id."""

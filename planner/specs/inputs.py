@@ -61,7 +61,7 @@ class ModelSpec(Spec):
     )
 
     @model_validator(mode="after")
-    def _check_shapes(self) -> "ModelSpec":
+    def _check_shapes(self) -> ModelSpec:
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"num_attention_heads={self.num_attention_heads} must divide hidden_size={self.hidden_size}; "
@@ -244,7 +244,7 @@ class ClusterSpec(Spec):
         return given
 
     @model_validator(mode="after")
-    def _check_size(self) -> "ClusterSpec":
+    def _check_size(self) -> ClusterSpec:
         if self.num_nodes * self.gpus_per_node > MAX_GPUS:
             raise ValueError(f"num_nodes × gpus_per_node must be at most {MAX_GPUS}")
         for link in ("intra_node", "inter_node"):
@@ -287,7 +287,7 @@ class ParallelConfig(Spec):
     stage_layers: list[int] = config_field("stage_layers")
 
     @model_validator(mode="after")
-    def _check_consistency(self) -> "ParallelConfig":
+    def _check_consistency(self) -> ParallelConfig:
         rules.check(
             rules.stage_layers_count(self.stage_layers, self.pp, self.virtual_stages),
             rules.stage_layers_nonnegative(self.stage_layers),

@@ -13,6 +13,13 @@ from runtime.models.transformer import (
 )
 
 __all__ = [
-    "Block", "Embedding", "FeedForward", "LMHead", "SelfAttention", "Transformer",
-    "build_layer", "build_model", "init_weights",
+    "Block",
+    "Embedding",
+    "FeedForward",
+    "LMHead",
+    "SelfAttention",
+    "Transformer",
+    "build_layer",
+    "build_model",
+    "init_weights",
 ]

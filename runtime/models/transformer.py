@@ -196,7 +196,9 @@ def build_model(spec: ModelSpec, *, seed: int | None = None, device=None, dtype=
     return model
 
 
-def build_layer(spec: ModelSpec, kind: str, *, tp: int = 1, seed: int | None = None, device=None, dtype=None) -> nn.Module:
+def build_layer(
+    spec: ModelSpec, kind: str, *, tp: int = 1, seed: int | None = None, device=None, dtype=None
+) -> nn.Module:
     """One layer of ``kind`` ("embedding", "transformer_block", "lm_head") at its TP-sharded width
     (heads/tp, kv_heads/tp, ffn/tp, vocab/tp), e.g. for the profiler."""
     from planner.errors import MeshplanError
@@ -206,10 +208,15 @@ def build_layer(spec: ModelSpec, kind: str, *, tp: int = 1, seed: int | None = N
         raise MeshplanError("kind", f"unknown layer kind {kind!r}", f"use one of {', '.join(makers)}")
     if tp < 1:
         raise MeshplanError("tp", f"tp must be ≥ 1, got {tp}", "use a positive tensor-parallel degree")
-    for field, value in (("num_attention_heads", spec.num_attention_heads), ("num_kv_heads", spec.num_kv_heads),
-                         ("ffn_hidden_size", spec.ffn_hidden_size)):
+    for field, value in (
+        ("num_attention_heads", spec.num_attention_heads),
+        ("num_kv_heads", spec.num_kv_heads),
+        ("ffn_hidden_size", spec.ffn_hidden_size),
+    ):
         if value % tp:
-            raise MeshplanError(f"model.{field}", f"{field}={value} is not divisible by tp={tp}", "choose a tp that divides it")
+            raise MeshplanError(
+                f"model.{field}", f"{field}={value} is not divisible by tp={tp}", "choose a tp that divides it"
+            )
     with torch.device(device or "cpu"):
         layer = makers[kind](spec, tp=tp)
     if dtype is not None:
