@@ -48,12 +48,22 @@ class Context:
     network: NetworkProfile | None = None
     #: (kind, micro_batch_size, tp, sequence_parallel) -> LayerProfile; default: profile, else analytic.
     layer_fn: LayerFn | None = None
+    #: Fraction of the GPU's memory a plan leaves unused (``SearchOptions.memory_headroom``; 0 here: the
+    #: request's default is applied by ``planner.api.context``).
+    memory_headroom: float = 0.0
     #: Values derived once per context (layer profiles and times, shared terms, class costs), by key.
     memo: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     @cached_property
     def comm(self) -> comm_mod.CommModel:
         return comm_mod.CommModel.for_cluster(self.cluster, self.gpu, self.network)
+
+    @cached_property
+    def usable_bytes(self) -> int:
+        """Tensor bytes per GPU a plan may use (``memory.usable_bytes`` with this context's headroom)."""
+        from planner.memory import usable_bytes
+
+        return usable_bytes(self.gpu.memory_gib, self.memory_headroom)
 
     @property
     def num_gpus(self) -> int:

@@ -311,6 +311,9 @@ class SearchOptions(_Spec):
     allow_tp_across_nodes: bool = Field(default=False, description="Allow TP groups that span nodes.")
     time_limit_s: float = Field(default=10.0, gt=0, le=600, description="CP-SAT wall-time limit.")
     num_workers: int = Field(default=2, ge=1, le=64, description="CP-SAT search workers.")
+    memory_headroom: float = Field(default=0.05, ge=0, le=0.5,
+                                   description="Fraction of each GPU's memory a plan leaves unused (0.05 = plans peak at "
+                                               "≤ 95 % of HBM; 0 = up to the last byte the model counts).")
 
 
 class PlanRequest(_Spec):
@@ -338,7 +341,10 @@ class TimeBreakdown(_Spec):
     tp_comm_s: float
     pp_bubble_s: float
     pp_p2p_s: float
-    dp_sync_s: float
+    dp_sync_s: float = Field(description="Exposed data-parallel communication: the gradient sync beyond its overlap with the last "
+                                         "backward, ZeRO-1/2's parameter all-gather, and ZeRO-3's per-layer parameter gathers and "
+                                         "gradient reduce-scatters beyond the layer's compute (compute under them is not slowed "
+                                         "down in this model, so compute_s is the same as without ZeRO-3).")
     optimizer_s: float
 
 
@@ -366,6 +372,10 @@ class Estimate(_Spec):
     num_microbatches: int
     gpus_used: int
     breakdown: TimeBreakdown
+    memory_headroom: float = Field(default=0.0, description="The fraction of GPU memory kept free that ``fits`` was judged with "
+                                                            "(options.memory_headroom; 0 in plans written before it existed).")
+    usable_memory_gib: float | None = Field(default=None, description="What a rank may peak at (GiB, reserve included) and "
+                                                                      "still fit: (1 − memory_headroom) × gpu_memory_gib.")
     notes: list[str] = Field(default_factory=list)
 
 

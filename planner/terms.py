@@ -40,6 +40,10 @@ class SharedTerms:
     #: the TP-communication part of ``fwd``/``bwd`` (for the breakdown)
     fwd_tp: Affine
     bwd_tp: Affine
+    #: the ZeRO-3 part of ``fwd``/``bwd``: its per-layer parameter gathers (and gradient reduce-scatters)
+    #: beyond the layer's compute + TP comm, i.e. the exposed data-parallel communication (for the breakdown)
+    fwd_z3: Affine
+    bwd_z3: Affine
     #: bytes: model states of the rank's parameters; saved activations per live micro-batch copy
     states: Affine
     acts: Affine
@@ -183,7 +187,8 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     shard, upd, hbm = dp if zero_stage >= 1 else 1, OPTIMIZER_STEP_BYTES[tr.optimizer], ctx.gpu.hbm_bandwidth_GBps * 1e9
 
     return SharedTerms(
-        fwd=fwd, bwd=bwd, fwd_tp=lg.fwd_tp, bwd_tp=lg.bwd_tp,  # TP comm is within the layer time: never exposed beyond it
+        fwd=fwd, bwd=bwd, fwd_tp=lg.fwd_tp, bwd_tp=lg.bwd_tp, fwd_z3=Affine(*(a - b for a, b in zip(fwd, lg.fwd))),
+        bwd_z3=Affine(*(a - b for a, b in zip(bwd, lg.bwd))),  # TP comm is within the layer time: never exposed beyond it
         states=Affine(0, math.ceil(p_blk * per), math.ceil(p_emb * per), math.ceil(p_head * per)), acts=lg.acts,
         sync=sync, post=post, opt=Affine(0, ns(p_blk / shard * upd / hbm), ns(p_emb / shard * upd / hbm), ns(p_head / shard * upd / hbm)),
         state_bytes=per_param, act=lg.act, p2p_bytes=lg.act // tp if sp else lg.act, logits_fp32=lg.logits_fp32,

@@ -98,7 +98,8 @@ PLAN_FLAGS = [
     "--request", "--model", "--gpu", "--nodes", "--gpus-per-node", "--intra-node-bandwidth-gbps", "--inter-node-bandwidth-gbps",
     "--intra-node-latency-us", "--inter-node-latency-us", "--global-batch-size", "--seq-len", "--precision", "--optimizer",
     "--tp", "--pp", "--dp", "--micro-batch-size", "--schedule", "--virtual-stages", "--recompute", "--sequence-parallel",
-    "--zero-stage", "--stage-layers", "--top-k", "--allow-tp-across-nodes", "--time-limit-s", "--num-workers", "--json",
+    "--zero-stage", "--stage-layers", "--top-k", "--allow-tp-across-nodes", "--time-limit-s", "--num-workers",
+    "--memory-headroom", "--json",
 ]
 ESTIMATE_FLAGS = [f for f in PLAN_FLAGS if f not in {"--top-k", "--time-limit-s", "--num-workers"}]
 
@@ -163,6 +164,8 @@ def _sample(flag) -> tuple[str | bool, object]:
                for a in typing.get_args(t)]
     if choices:
         return str(choices[-1]), choices[-1]
+    if flag.path == "options.memory_headroom":  # a fraction: 2.5 is out of range
+        return "0.1", 0.1
     return {"bool": (True, True), "int": ("2", 2), "float": ("2.5", 2.5), "list": ("3,5", [3, 5]),
             "str": ("some-id", "some-id")}[flag.kind]
 
