@@ -221,7 +221,7 @@ def plan(request: PlanRequest | dict) -> PlanResponse:
     if not plans:
         infeasible = _infeasibility(ctx, req, result)
     else:
-        plans = explain(ctx, plans, result)
+        plans = explain(ctx, plans, result, req)
     return PlanResponse(cost_model_version=version.COST_MODEL_VERSION, model=ctx.model, cluster=req.cluster, training=req.training,
                         plans=plans, solver=info, infeasible=infeasible)
 

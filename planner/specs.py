@@ -421,11 +421,42 @@ class CostInputs(_Spec):
     network: NetworkProfile | None = None
 
 
+class Alternative(_Spec):
+    """The plan with one setting changed, priced by the planner's own cost model (``planner.estimate_plan``
+    of ``parallel`` gives these figures): the best value of that setting other than the plan's."""
+
+    setting: Literal["tp", "pp", "micro_batch_size", "schedule", "recompute", "sequence_parallel", "zero_stage"]
+    value: int | str | bool = Field(description="The setting's value in this alternative (schedule: its name, v shown in parallel).")
+    parallel: ParallelConfig = Field(description="The configuration estimated (dp follows tp·pp; SP off at tp 1; ZeRO 0 at dp 1).")
+    cut: Literal["plan", "even"] = Field(description="plan: the plan's stage cut kept; even: an even cut (pp or v changed), "
+                                                     "not re-optimised, so an upper bound of that configuration's best time.")
+    step_time_s: float
+    peak_memory_gib: float
+    fits: bool
+    delta_step_time_s: float = Field(description="step_time_s − the plan's.")
+    delta_peak_memory_gib: float = Field(description="peak_memory_gib − the plan's.")
+    summary: str = Field(description='e.g. "ZeRO-1 instead of 2: same time, +5.9 GiB".')
+
+
+class RuledOut(_Spec):
+    """The nearest configuration faster than the plan that does not fit (fewest settings changed, then fastest)."""
+
+    parallel: ParallelConfig
+    settings_changed: list[str]
+    step_time_s: float
+    peak_memory_gib: float = Field(description="What it needs per GPU (GiB, reserve included).")
+    usable_memory_gib: float = Field(description="What fits: (1 − memory_headroom) × the GPU's memory.")
+    reason: str
+
+
 class Explanation(_Spec):
     binding_constraint: Literal["memory", "bubble", "communication", "compute"]
     summary: str
     runner_up: str | None = None
     details: list[str] = Field(default_factory=list)
+    alternatives: list[Alternative] = Field(default_factory=list, description="Plan 1 only: per setting a reader may question, "
+                                                                              "the best configuration differing in it alone.")
+    ruled_out: RuledOut | None = Field(default=None, description="Set when binding_constraint is memory: the configuration cited.")
 
 
 def _check_schema_version(data: object, what: str) -> None:
