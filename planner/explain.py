@@ -28,7 +28,7 @@ _PARTS = {
 
 #: Short readable names of the breakdown parts, for the explanation's details.
 _SHORT = {"compute_s": "compute", "tp_comm_s": "TP comm", "pp_bubble_s": "pipeline bubble", "pp_p2p_s": "pipeline p2p",
-          "dp_sync_s": "DP comm", "optimizer_s": "optimizer"}
+          "dp_sync_s": "DP sync", "optimizer_s": "optimizer"}
 
 #: The settings a reader questions, in the order they are explained.
 SETTINGS = ("tp", "pp", "micro_batch_size", "schedule", "recompute", "sequence_parallel", "zero_stage")
@@ -257,7 +257,7 @@ def explain(ctx, plans: list[Plan], result, request: PlanRequest | None = None) 
         kind, why = binding_constraint(plan, ruled)
         details = [f"{_SHORT[k]}: {getattr(plan.estimate.breakdown, k):.4g} s" for k in _PARTS]
         if plan.parallel.zero_stage == 3 and plan.parallel.dp > 1:
-            details.append("DP comm includes ZeRO-3's per-layer parameter gathers and gradient reduce-scatters beyond the "
+            details.append("DP sync includes ZeRO-3's per-layer parameter gathers and gradient reduce-scatters beyond the "
                            "layer's compute (compute running under them is not modeled as slowed down)")
         details += [a.summary for a in alts]
         runner = None
