@@ -100,6 +100,9 @@ def build_estimate(ctx: Context, cc: ClassCosts, n: list[int], ev: Evaluation) -
                               pp_p2p_s=p2p * ns, dp_sync_s=dp_sync * ns, optimizer_s=opt * ns)
     stages = [stage_memory(cc, n, i) for i in range(c.pp)]
     notes = []
+    gap = ctx.gap_note(c.micro_batch_size, c.tp, c.sequence_parallel)
+    if gap is not None:
+        notes.append(gap)
     if cc.m < c.pp and c.pp > 1:
         notes.append(f"fewer micro-batches ({cc.m}) than pipeline stages ({c.pp}): large bubble")
     usable_gib = (1.0 - ctx.memory_headroom) * ctx.gpu.memory_gib

@@ -129,9 +129,14 @@ class _Priced:
 
 def _price_all(ctx, request: PlanRequest, plan: Plan) -> dict[str, list[_Priced]]:
     out: dict[str, list[_Priced]] = {}
+    # with a profile, only the points it measured (as the search), unless the plan itself is extrapolated
+    covered_only = ctx.profile is not None and ctx.covers(plan.parallel.micro_batch_size, plan.parallel.tp,
+                                                          plan.parallel.sequence_parallel)
     for setting in SETTINGS:
         out[setting] = []
         for d in _variants(ctx, plan, setting):
+            if covered_only and not ctx.covers(d["micro_batch_size"], d["tp"], d["sequence_parallel"]):
+                continue
             try:
                 out[setting].append(_Priced(ctx, request, setting, d, plan))
             except MeshplanError:

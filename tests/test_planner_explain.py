@@ -144,3 +144,54 @@ def test_headroom_keeps_plans_off_the_last_gib_and_estimate_honours_it():
     # the plan records its headroom, and re-estimating it with its own inputs reproduces the verdict
     from planner.api import replay_request
     assert planner.estimate_plan(replay_request(tight)).estimate.fits
+
+
+# ---------------------------------------------------------------------------------------------
+# Profile coverage
+
+
+def slow_profile(model: str, req: dict, mbs: list[int], tps: list[int], factor: float = 3.0):
+    """A "measured" profile at some points only: every time ``factor`` × this model's analytic time there."""
+    from planner.analytic import analytic_profile
+    from planner.api import context
+    from planner.catalog import get_model
+    from planner.compute import analytic_time
+    from planner.specs import PlanRequest
+
+    ctx = context(PlanRequest.model_validate(req))
+    prof = analytic_profile(get_model(model), micro_batch_sizes=mbs, seq_len=req["training"]["seq_len"], tps=tps)
+    for lp in prof.layers:
+        f, b = analytic_time(ctx, lp, lp.kind, lp.micro_batch_size, lp.tp, lp.sequence_parallel)
+        lp.fwd_time_s, lp.bwd_time_s = factor * f, factor * b
+    return prof.model_copy(update={"source": "measured", "device": "h100"})
+
+
+def test_a_profile_at_mbs_1_only_restricts_the_search_and_says_so():
+    """Before: every micro-batch size the profile lacks was priced with the analytic H100 rates (3× faster
+    than this "measured" hardware), so the plan silently used mbs > 1 at analytic prices."""
+    req = body("tiny-gpt", 1, 32, 128)
+    prof = slow_profile("tiny-gpt", req, [1], [1, 2, 4])
+    r = planner.plan({**req, "profile": prof.model_dump()})
+    assert r.plans and all(p.parallel.micro_batch_size == 1 for p in r.plans)
+    assert all(not any("does not cover" in n for n in p.estimate.notes) for p in r.plans)
+    note = next(n for n in r.solver.notes if "restricted to the points the profile measured" in n)
+    assert "mbs 1 tp 1" in note
+    for a in r.plans[0].explanation.alternatives:  # alternatives stay inside the profile too
+        assert a.parallel.micro_batch_size == 1
+
+
+def test_a_point_the_profile_lacks_is_priced_by_the_measured_ratio_and_noted():
+    """``estimate`` of a configuration outside the profile scales the analytic time by measured ÷ analytic
+    at the covered points (3 here), and says so; the search, when no point is covered, notes it."""
+    req = body("tiny-gpt", 1, 32, 128)
+    prof = slow_profile("tiny-gpt", req, [1], [1, 2, 4])
+    pins = {"tp": 1, "pp": 1, "micro_batch_size": 2}
+    plain = planner.estimate({**req, "parallel": pins})
+    gap = planner.estimate({**req, "parallel": pins, "profile": prof.model_dump()})
+    assert gap.breakdown.compute_s == pytest.approx(3 * plain.breakdown.compute_s, rel=1e-3)  # whole ns per layer
+    note = next(n for n in gap.notes if "does not cover mbs 2, tp 1" in n)
+    assert "× 3 fwd / 3 bwd" in note and "extrapolated" in note
+    at_seq = body("tiny-gpt", 1, 32, 64)  # the profile has seq_len 128 only: nothing covered
+    r = planner.plan({**at_seq, "profile": prof.model_copy(update={"layers": prof.layers}).model_dump()})
+    assert any("covers none" in n for n in r.solver.notes)
+    assert all(any("does not cover" in n for n in p.estimate.notes) for p in r.plans)
