@@ -157,13 +157,14 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     # --- ZeRO-3: parameters gathered per micro-batch (fwd and bwd), gradients reduce-scattered;
     # prefetched on a side stream, so a layer costs max(compute + TP comm, its collectives)
     dp_link = "intra_node" if dp_group_in_node(ctx.cluster.gpus_per_node, ctx.num_gpus, dp, tp) else "inter_node"
-    fwd, bwd, z3_tmp = lg.fwd, lg.bwd, 0
+    fwd, bwd, z3_tmp, fwd_z3, bwd_z3 = lg.fwd, lg.bwd, 0, NOTHING, NOTHING
     if zero_stage == 3 and dp > 1:
         gather = [cm.time("all_gather", count * e, dp, dp_link) for count in lg.params]
         scatter = [cm.time("reduce_scatter", count * e, dp, dp_link) for count in lg.params]
         fwd = Affine(0, *(ns(max(w, t)) for w, t in zip(lg.work_f, gather)))
         bwd = Affine(0, *(ns(max(w, t + u)) for w, t, u in zip(lg.work_b, gather, scatter)))
         z3_tmp = 2 * p_blk * 2 * e  # two gathered layers (weights, gradients)
+        fwd_z3, bwd_z3 = Affine(*(a - b for a, b in zip(fwd, lg.fwd))), Affine(*(a - b for a, b in zip(bwd, lg.bwd)))
 
     # --- memory (bytes per GPU)
     per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp)
@@ -187,8 +188,7 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     shard, upd, hbm = dp if zero_stage >= 1 else 1, OPTIMIZER_STEP_BYTES[tr.optimizer], ctx.gpu.hbm_bandwidth_GBps * 1e9
 
     return SharedTerms(
-        fwd=fwd, bwd=bwd, fwd_tp=lg.fwd_tp, bwd_tp=lg.bwd_tp, fwd_z3=Affine(*(a - b for a, b in zip(fwd, lg.fwd))),
-        bwd_z3=Affine(*(a - b for a, b in zip(bwd, lg.bwd))),  # TP comm is within the layer time: never exposed beyond it
+        fwd=fwd, bwd=bwd, fwd_tp=lg.fwd_tp, bwd_tp=lg.bwd_tp, fwd_z3=fwd_z3, bwd_z3=bwd_z3,  # TP comm is within the layer time: never exposed beyond it
         states=Affine(0, math.ceil(p_blk * per), math.ceil(p_emb * per), math.ceil(p_head * per)), acts=lg.acts,
         sync=sync, post=post, opt=Affine(0, ns(p_blk / shard * upd / hbm), ns(p_emb / shard * upd / hbm), ns(p_head / shard * upd / hbm)),
         state_bytes=per_param, act=lg.act, p2p_bytes=lg.act // tp if sp else lg.act, logits_fp32=lg.logits_fp32,
