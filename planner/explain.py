@@ -160,13 +160,18 @@ def _best(priced: list[_Priced], want_fit: bool, faster_than_ns: int | None = No
     return best
 
 
+def _pct(rel: float) -> str:
+    """A relative difference, with enough digits that a real difference never reads as 0.0 %."""
+    return f"{abs(rel):.1%}" if abs(rel) >= 0.01 else f"{abs(rel) * 100:.2g}%"
+
+
 def _delta_text(e, ref) -> str:
     dt = e.step_time_s - ref.step_time_s
     rel = dt / ref.step_time_s if ref.step_time_s else 0.0
-    if abs(rel) < 5e-4:
+    if abs(dt) < 1e-9:  # whole nanoseconds: the same step time
         t = "same time"
     else:
-        t = f"{abs(rel):.1%} {'slower' if dt > 0 else 'faster'} ({e.step_time_s:.4g} s)"
+        t = f"{_pct(rel)} {'slower' if dt > 0 else 'faster'} ({e.step_time_s:.6g} s)"
     dm = e.peak_memory_gib - ref.peak_memory_gib
     return f"{t}, {dm:+.1f} GiB ({e.peak_memory_gib:.1f} GiB)"
 
@@ -219,7 +224,7 @@ def alternatives_and_ruled_out(ctx, request: PlanRequest, plan: Plan) -> tuple[l
         changed = [k for k in _CLASS if v.d[k] != getattr(plan.parallel, k)]
         room = f", {e.memory_headroom:.0%} of {e.gpu_memory_gib:g} GiB kept free" if e.memory_headroom else ""
         reason = (f"{_show(v.setting, _value(v.setting, v.d))} ({describe(v.cand)}) would be "
-                  f"{1 - e.step_time_s / plan.estimate.step_time_s:.1%} faster ({e.step_time_s:.4g} s) but does not fit: "
+                  f"{_pct(1 - e.step_time_s / plan.estimate.step_time_s)} faster ({e.step_time_s:.6g} s) but does not fit: "
                   f"needs {e.peak_memory_gib:.1f} GiB of {e.usable_memory_gib:.4g} GiB{room}")
         ruled = RuledOut(parallel=v.parallel(), settings_changed=changed, step_time_s=e.step_time_s, peak_memory_gib=e.peak_memory_gib,
                          usable_memory_gib=e.usable_memory_gib, reason=reason)
@@ -248,10 +253,10 @@ def runner_up_reason(best: Plan, other: Plan) -> str:
     diffs = {k: getattr(b.breakdown, k) - getattr(a.breakdown, k) for k in _PARTS}
     worst = max(diffs, key=lambda k: diffs[k])
     slower = b.step_time_s / a.step_time_s - 1 if a.step_time_s else 0.0
-    if abs(slower) < 5e-4:
+    if abs(b.step_time_s - a.step_time_s) < 1e-9:
         dm = b.peak_memory_gib - a.peak_memory_gib
         return f"{_describe(other)} is as fast ({b.step_time_s:.4g} s) and needs {dm:+.1f} GiB ({b.peak_memory_gib:.1f} GiB)"
-    return (f"{_describe(other)} is {slower:.1%} slower ({b.step_time_s:.4g} s vs {a.step_time_s:.4g} s), "
+    return (f"{_describe(other)} is {_pct(slower)} slower ({b.step_time_s:.6g} s vs {a.step_time_s:.6g} s), "
             f"mostly {_PARTS[worst]} (+{diffs[worst]:.3g} s)")
 
 
