@@ -185,11 +185,13 @@ def restrict_to_profile(ctx: Context, cands: list[Candidate]) -> tuple[list[Cand
     if len(covered) == len(cands):
         return cands, []
     if covered:
-        return covered, [f"search restricted to the points the profile measured ({ctx.profile_points}): "
-                         f"{len(cands) - len(covered)} of {len(cands)} classes left out; profile more micro-batch sizes "
-                         "and tp degrees to search them"]
-    return cands, [f"the profile covers none of the {len(cands)} classes (it covers {ctx.profile_points}): "
-                   "every plan is extrapolated from it, see each plan's notes"]
+        note = (f"search restricted to the points the profile measured ({ctx.profile_points}): "
+                f"{len(cands) - len(covered)} of {len(cands)} classes left out; profile more micro-batch sizes "
+                "and tp degrees to search them")
+        return covered, [note]
+    note = (f"the profile covers none of the {len(cands)} classes (it covers {ctx.profile_points}): "
+            "every plan is extrapolated from it, see each plan's notes")
+    return cands, [note]
 
 
 def fallback(ctx: Context, rest: list[QueueItem], top_k: int, pins: ParallelPins, max_classes: int = 64) -> list[ClassResult]:
