@@ -104,15 +104,8 @@ def check_tp(model: ModelSpec, tp: int, field: str = "tp") -> None:
 
 
 def tp_degrees(model: ModelSpec, max_tp: int) -> list[int]:
-    """The TP degrees ≤ ``max_tp`` that ``check_tp`` accepts."""
-    out = []
-    for t in range(1, max_tp + 1):
-        try:
-            check_tp(model, t)
-        except MeshplanError:
-            continue
-        out.append(t)
-    return out
+    """The TP degrees ≤ ``max_tp`` that ``check_tp`` accepts (``planner.rules.tp_divides_model``)."""
+    return [t for t in range(1, max_tp + 1) if rules.tp_divides_model(model, t) is None]
 
 
 def vocab_parallel(model: ModelSpec, tp: int) -> bool:

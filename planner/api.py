@@ -69,6 +69,7 @@ def context(request: PlanRequest) -> Context:
         training=request.training,
         profile=request.profile,
         network=request.network,
+        memory_headroom=request.options.memory_headroom,
     )
 
 
@@ -118,21 +119,26 @@ def build_estimate(ctx: Context, cc: ClassCosts, n: list[int], ev: Evaluation) -
     flops = model_flops_per_step(ctx)
     per_gpu = flops / step / ctx.num_gpus if step > 0 else 0.0
     # Breakdown on the busiest rank: its compute and TP comm, the rest of the makespan is bubble + p2p.
-    busy, tp_time = [], []
+    # ZeRO-3's per-layer gathers/reduce-scatters beyond the layer's compute are data-parallel communication
+    # (``dp_sync_s``), not compute; compute that runs under them is not slowed down in this model.
+    busy, tp_time, z3_time = [], [], []
     for r in range(c.pp):
         own = cc.rank_chunks(r)
         busy.append(cc.m * sum(n[ch] * (cc.f_layer + cc.b_layer) + cc.f_extra[ch] + cc.b_extra[ch] for ch in own))
         tp_time.append(
             cc.m * sum(n[ch] * (cc.f_layer_tp + cc.b_layer_tp) + cc.f_extra_tp[ch] + cc.b_extra_tp[ch] for ch in own)
         )
+        z3_time.append(
+            cc.m * sum(n[ch] * (cc.f_layer_z3 + cc.b_layer_z3) + cc.f_extra_z3[ch] + cc.b_extra_z3[ch] for ch in own)
+        )
     r = max(range(c.pp), key=lambda i: busy[i])
     p2p = min(sum(cc.lag[b] for b in ev.sim.critical_lags), max(0, ev.makespan_ns - busy[r]))
     bubble = max(0, ev.makespan_ns - busy[r] - p2p)
     end = rank_end_terms(cc, n, ev.end_rank)
-    dp_sync, opt = exposed_sync(end), end.optimizer
+    dp_sync, opt = exposed_sync(end) + z3_time[r], end.optimizer
     ns = 1e-9
     breakdown = TimeBreakdown(
-        compute_s=(busy[r] - tp_time[r]) * ns,
+        compute_s=(busy[r] - tp_time[r] - z3_time[r]) * ns,
         tp_comm_s=tp_time[r] * ns,
         pp_bubble_s=bubble * ns,
         pp_p2p_s=p2p * ns,
@@ -141,12 +147,21 @@ def build_estimate(ctx: Context, cc: ClassCosts, n: list[int], ev: Evaluation) -
     )
     stages = [stage_memory(cc, n, i) for i in range(c.pp)]
     notes = []
+    gap = ctx.gap_note(c.micro_batch_size, c.tp, c.sequence_parallel)
+    if gap is not None:
+        notes.append(gap)
     if cc.m < c.pp and c.pp > 1:
         notes.append(f"fewer micro-batches ({cc.m}) than pipeline stages ({c.pp}): large bubble")
+    usable_gib = (1.0 - ctx.memory_headroom) * ctx.gpu.memory_gib
     if not ev.fits:
+        room = (
+            f" ({ctx.memory_headroom:.0%} of {ctx.gpu.memory_gib:g} GiB kept free: options.memory_headroom)"
+            if ctx.memory_headroom
+            else ""
+        )
         notes.append(
             f"does not fit: rank {max(range(c.pp), key=lambda i: ev.memory_bytes[i])} needs "
-            f"{max(s.total_gib for s in stages):.1f} GiB of {ctx.gpu.memory_gib:g} GiB"
+            f"{max(s.total_gib for s in stages):.1f} GiB of {usable_gib:.4g} GiB{room}"
         )
     return Estimate(
         step_time_s=step,
@@ -161,6 +176,8 @@ def build_estimate(ctx: Context, cc: ClassCosts, n: list[int], ev: Evaluation) -
         gpus_used=c.tp * c.pp * c.dp,
         breakdown=breakdown,
         notes=notes,
+        memory_headroom=ctx.memory_headroom,
+        usable_memory_gib=usable_gib,
     )
 
 
@@ -197,7 +214,7 @@ def replay_request(plan: Plan) -> PlanRequest:
         parallel=ParallelPins(**plan.parallel.model_dump()),
         profile=plan.inputs.profile,
         network=plan.inputs.network,
-        options=SearchOptions(allow_tp_across_nodes=True),
+        options=SearchOptions(allow_tp_across_nodes=True, memory_headroom=plan.estimate.memory_headroom),
     )
 
 
@@ -297,7 +314,7 @@ def plan(request: PlanRequest | dict) -> PlanResponse:
     if not plans:
         infeasible = _infeasibility(ctx, req, result)
     else:
-        plans = explain(ctx, plans, result)
+        plans = explain(ctx, plans, result, req)
     return PlanResponse(
         cost_model_version=version.COST_MODEL_VERSION,
         model=ctx.model,
@@ -314,10 +331,13 @@ def _infeasibility(ctx: Context, req: PlanRequest, result: SearchResult) -> Infe
         field, reason, suggestion = explain_no_candidate(ctx, req.parallel)
         return Infeasibility(reason=reason, field=field, suggestion=suggestion)
     if result.min_memory is not None:
-        cand, gib = result.min_memory
+        cand, need = result.min_memory
+        gib = need / (1.0 - ctx.memory_headroom)  # the GPU size it fits on with the requested headroom
+        room = f" and {ctx.memory_headroom:.0%} headroom (options.memory_headroom)" if ctx.memory_headroom else ""
         per_node = ctx.cluster.gpus_per_node
         return Infeasibility(
-            reason=f"no configuration fits in {ctx.gpu.memory_gib:g} GiB per GPU; the smallest footprint ({describe(cand)}) needs {gib:.1f} GiB",
+            reason=f"no configuration fits in {ctx.gpu.memory_gib:g} GiB per GPU; the smallest footprint ({describe(cand)}) needs "
+            f"{need:.1f} GiB, i.e. a {gib:.1f} GiB GPU{room}",
             field="cluster.gpu",
             suggestion=f"use GPUs with at least {gib:.1f} GiB, more nodes than {ctx.cluster.num_nodes} (× {per_node} GPUs), "
             "a smaller micro-batch or sequence length, or unpin parallel settings",

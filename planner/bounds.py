@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterable, Iterator
 
 from planner.cost import Candidate, ClassCosts, Context, Live, boundary_lags, live_vectors_cached, num_microbatches
-from planner.memory import rank_activations, rank_buffers, rank_memory, rank_states, usable_bytes
+from planner.memory import rank_activations, rank_buffers, rank_memory, rank_states
 from planner.terms import SharedTerms, class_terms, end_terms, rank_end
 
 # ---------------------------------------------------------------------------------------------
@@ -73,7 +73,7 @@ def quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None = None) -> b
     Interleaved without a cut: True (unknown: cost it)."""
     if c.virtual_stages > 1 and cut is None:
         return True
-    s, m, usable = class_terms(ctx, c), num_microbatches(ctx, c), usable_bytes(ctx.gpu.memory_gib)
+    s, m, usable = class_terms(ctx, c), num_microbatches(ctx, c), ctx.usable_bytes
     if cut is None:
         live = live_vectors_cached(c.schedule, c.pp, 1, m)
         return caps_fit(layer_caps(s, c, live, ctx.model.num_layers, usable), 1, ctx.model.num_layers)

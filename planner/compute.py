@@ -48,12 +48,22 @@ class Context:
     network: NetworkProfile | None = None
     #: (kind, micro_batch_size, tp, sequence_parallel) -> LayerProfile; default: profile, else analytic.
     layer_fn: LayerFn | None = None
+    #: Fraction of the GPU's memory a plan leaves unused (``SearchOptions.memory_headroom``; 0 here: the
+    #: request's default is applied by ``planner.api.context``).
+    memory_headroom: float = 0.0
     #: Values derived once per context (layer profiles and times, shared terms, class costs), by key.
     memo: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     @cached_property
     def comm(self) -> comm_mod.CommModel:
         return comm_mod.CommModel.for_cluster(self.cluster, self.gpu, self.network)
+
+    @cached_property
+    def usable_bytes(self) -> int:
+        """Tensor bytes per GPU a plan may use (``memory.usable_bytes`` with this context's headroom)."""
+        from planner.memory import usable_bytes
+
+        return usable_bytes(self.gpu.memory_gib, self.memory_headroom)
 
     @property
     def num_gpus(self) -> int:
@@ -85,7 +95,7 @@ class Context:
     def _find_layer(self, kind: str, mbs: int, tp: int, sp: bool) -> LayerProfile:
         lp = None
         if self.profile is not None:
-            lp = self.profile.find(kind, mbs, self.training.seq_len, tp, sp)
+            lp = self._profile_index.get((kind, mbs, self.training.seq_len, tp, sp))
         if lp is None and self.layer_fn is not None:
             lp = self.layer_fn(kind, mbs, tp, sp)
         if lp is None:
@@ -101,6 +111,85 @@ class Context:
                 precision=self.training.precision,
             )
         return lp
+
+    # --- what the request's profile covers (a point it lacks is never priced silently as other hardware)
+
+    @cached_property
+    def _profile_index(self) -> dict[tuple, LayerProfile]:
+        assert self.profile is not None
+        return {
+            (lp.kind, lp.micro_batch_size, lp.seq_len, lp.tp, lp.sequence_parallel): lp
+            for lp in reversed(self.profile.layers)
+        }
+
+    @cached_property
+    def profile_kinds(self) -> frozenset[str]:
+        return frozenset(lp.kind for lp in self.profile.layers) if self.profile is not None else frozenset()
+
+    def covers(self, mbs: int, tp: int, sp: bool) -> bool:
+        """Whether the profile measured every layer kind it holds at (mbs, the request's seq_len, tp, sp);
+        True without a profile."""
+        if self.profile is None:
+            return True
+        key = ("covers", mbs, tp, sp)
+        hit = self.memo.get(key)
+        if hit is None:
+            seq = self.training.seq_len
+            hit = self.memo[key] = all((k, mbs, seq, tp, sp) in self._profile_index for k in self.profile_kinds)
+        return hit
+
+    @cached_property
+    def profile_points(self) -> str:
+        """The (mbs, tp, SP) points the profile covers at the request's seq_len, for notes."""
+        assert self.profile is not None
+        seq = self.training.seq_len
+        pts = sorted(
+            {(lp.micro_batch_size, lp.tp, lp.sequence_parallel) for lp in self.profile.layers if lp.seq_len == seq}
+        )
+        pts = [p for p in pts if self.covers(*p)]
+        if not pts:
+            return f"no point at seq_len {seq} (it has {sorted({lp.seq_len for lp in self.profile.layers})})"
+        return ", ".join(f"mbs {b} tp {t}{' SP' if s else ''}" for b, t, s in pts)
+
+    def time_ratio(self, kind: str) -> tuple[float, float, int] | None:
+        """(forward, backward, points): the profile's measured time ÷ this model's analytic time, summed over
+        its covered points of ``kind`` that have times (at the request's seq_len); None if it has none."""
+        key = ("ratio", kind)
+        if key not in self.memo:
+            mf = mb = af = ab = 0.0
+            k = 0
+            for lp in self.profile.layers if self.profile is not None else []:
+                if (
+                    lp.kind != kind
+                    or lp.seq_len != self.training.seq_len
+                    or lp.fwd_time_s is None
+                    or lp.bwd_time_s is None
+                ):
+                    continue
+                f, b = analytic_time(self, lp, kind, lp.micro_batch_size, lp.tp, lp.sequence_parallel)
+                mf, mb, af, ab, k = mf + lp.fwd_time_s, mb + lp.bwd_time_s, af + f, ab + b, k + 1
+            self.memo[key] = (mf / af, mb / ab, k) if k and af > 0 and ab > 0 else None
+        return self.memo[key]
+
+    def gap_note(self, mbs: int, tp: int, sp: bool) -> str | None:
+        """How a point the profile lacks was priced (None when it is covered or there is no profile)."""
+        if self.covers(mbs, tp, sp):
+            return None
+        point = f"mbs {mbs}, tp {tp}{', SP' if sp else ''}, seq_len {self.training.seq_len}"
+        scaled = []
+        for kind in sorted(self.profile_kinds):
+            r = self.time_ratio(kind)
+            if r is not None:
+                scaled.append(f"{kind} × {r[0]:.3g} fwd / {r[1]:.3g} bwd ({r[2]} points)")
+        how = (
+            (
+                "analytic FLOPs and memory for this model; times analytic scaled by the profile's measured ÷ analytic "
+                "ratio at its covered points: " + "; ".join(scaled)
+            )
+            if scaled
+            else "analytic costs (the profile has no measured times to scale them by)"
+        )
+        return f"the profile does not cover {point} (it covers {self.profile_points}): extrapolated — {how}"
 
 
 def gemm_shapes(
@@ -179,17 +268,25 @@ def layer_times(ctx: Context, kind: str, mbs: int, tp: int, sp: bool, recompute:
     return t
 
 
+def analytic_time(ctx: Context, lp: LayerProfile, kind: str, mbs: int, tp: int, sp: bool) -> tuple[float, float]:
+    """Forward and backward seconds of ``lp``'s FLOPs on the GEMM rooflines plus its elementwise bytes."""
+    seq = ctx.training.seq_len
+    hbm = ctx.gpu.hbm_bandwidth_GBps * 1e9
+    eff = gemm_efficiency(ctx, gemm_shapes(ctx.model, kind, mbs * seq, seq, mbs, tp))
+    elem = elementwise_bytes(ctx, kind, mbs, tp, sp)
+    return lp.fwd_flops / (ctx.peak * eff) + elem / hbm, lp.bwd_flops / (ctx.peak * eff) + 2 * elem / hbm
+
+
 def _layer_times(ctx: Context, kind: str, mbs: int, tp: int, sp: bool, recompute: str) -> LayerTimes:
     lp = ctx.layer(kind, mbs, tp, sp)
     seq = ctx.training.seq_len
-    hbm = ctx.gpu.hbm_bandwidth_GBps * 1e9
     if lp.fwd_time_s is not None and lp.bwd_time_s is not None:
         fwd, bwd = lp.fwd_time_s, lp.bwd_time_s
     else:
-        eff = gemm_efficiency(ctx, gemm_shapes(ctx.model, kind, mbs * seq, seq, mbs, tp))
-        elem = elementwise_bytes(ctx, kind, mbs, tp, sp)
-        fwd = lp.fwd_flops / (ctx.peak * eff) + elem / hbm
-        bwd = lp.bwd_flops / (ctx.peak * eff) + 2 * elem / hbm
+        fwd, bwd = analytic_time(ctx, lp, kind, mbs, tp, sp)
+        ratio = ctx.time_ratio(kind) if ctx.profile is not None and not ctx.covers(mbs, tp, sp) else None
+        if ratio is not None:  # a point the profile lacks: scaled to the profile's hardware (``Context.gap_note``)
+            fwd, bwd = fwd * ratio[0], bwd * ratio[1]
     extra = 0.0
     if kind == "transformer_block" and recompute == "full":
         extra = fwd

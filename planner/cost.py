@@ -21,7 +21,7 @@ from planner import config
 from planner.affine import Affine
 from planner.comm import boundary_crosses_nodes
 from planner.compute import Context
-from planner.memory import rank_memory, usable_bytes
+from planner.memory import rank_memory
 from planner.simulate import SimResult, chunk_ranks, rank_orders, simulate
 from planner.terms import EndTerms, SharedTerms, class_terms, end_terms, ns, rank_end
 
@@ -90,6 +90,11 @@ class ClassCosts:
     b_layer_tp: int
     f_extra_tp: list[int]
     b_extra_tp: list[int]
+    # The exposed ZeRO-3 gathers/reduce-scatters within the above (data-parallel communication, for the breakdown)
+    f_layer_z3: int
+    b_layer_z3: int
+    f_extra_z3: list[int]
+    b_extra_z3: list[int]
     #: per rank: its activation peaks, each the (chunk, copies alive) pairs (``live_vectors_cached``)
     live: Live
     usable_bytes: int
@@ -197,8 +202,12 @@ def _class_costs(ctx: Context, c: Candidate) -> ClassCosts:
         b_layer_tp=s.bwd_tp.layer,
         f_extra_tp=extras(s.fwd_tp),
         b_extra_tp=extras(s.bwd_tp),
+        f_layer_z3=s.fwd_z3.layer,
+        b_layer_z3=s.bwd_z3.layer,
+        f_extra_z3=extras(s.fwd_z3),
+        b_extra_z3=extras(s.bwd_z3),
         live=live_vectors_cached(c.schedule, c.pp, c.virtual_stages, m),
-        usable_bytes=usable_bytes(ctx.gpu.memory_gib),
+        usable_bytes=ctx.usable_bytes,
         flops_layer=s.flops_layer,
         flops_extra=per_chunk((s.flops_emb, s.flops_head)),
     )

@@ -63,6 +63,7 @@ def result_key(r: ClassResult) -> tuple:
 def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int = 3) -> SearchResult:
     t0 = time.perf_counter()
     cands = enumerate_candidates(ctx, pins, options)
+    cands, profile_notes = restrict_to_profile(ctx, cands)
     # Best-first on a cheap valid lower bound: a class is costed (ClassCosts, memory screen, exact
     # bound) only when its quick bound can still reach the k-th best plan, and solved only when its
     # exact bound can too. The first class whose quick bound exceeds it ends the search: every later
@@ -167,7 +168,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
             f"{pruned_memory} ruled out by memory bounds, {solved} solved with CP-SAT ({solves} solves), "
             f"{simulated} simulated at their one allowed cut (pinned, or interleaved's uniform split)"
         )
-    ]
+    ] + profile_notes
     top = found[0].evaluation if found else None
     if top is None:
         return SearchResult(
@@ -200,6 +201,29 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         notes,
         memory_blocked=blocked,
     )
+
+
+def restrict_to_profile(ctx: Context, cands: list[Candidate]) -> tuple[list[Candidate], list[str]]:
+    """With a profile: only the classes whose (micro-batch size, tp, SP) it measured (a point it lacks would be
+    priced for other hardware). When it covers none of them, all are kept and priced by extrapolation
+    (``Context.gap_note``), and the notes say so."""
+    if ctx.profile is None or not cands:
+        return cands, []
+    covered = [c for c in cands if ctx.covers(c.micro_batch_size, c.tp, c.sequence_parallel)]
+    if len(covered) == len(cands):
+        return cands, []
+    if covered:
+        note = (
+            f"search restricted to the points the profile measured ({ctx.profile_points}): "
+            f"{len(cands) - len(covered)} of {len(cands)} classes left out; profile more micro-batch sizes "
+            "and tp degrees to search them"
+        )
+        return covered, [note]
+    note = (
+        f"the profile covers none of the {len(cands)} classes (it covers {ctx.profile_points}): "
+        "every plan is extrapolated from it, see each plan's notes"
+    )
+    return cands, [note]
 
 
 def fallback(

@@ -40,6 +40,10 @@ class SharedTerms:
     #: the TP-communication part of ``fwd``/``bwd`` (for the breakdown)
     fwd_tp: Affine
     bwd_tp: Affine
+    #: the ZeRO-3 part of ``fwd``/``bwd``: its per-layer parameter gathers (and gradient reduce-scatters)
+    #: beyond the layer's compute + TP comm, i.e. the exposed data-parallel communication (for the breakdown)
+    fwd_z3: Affine
+    bwd_z3: Affine
     #: bytes: model states of the rank's parameters; saved activations per live micro-batch copy
     states: Affine
     acts: Affine
@@ -160,13 +164,14 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     # --- ZeRO-3: parameters gathered per micro-batch (fwd and bwd), gradients reduce-scattered;
     # prefetched on a side stream, so a layer costs max(compute + TP comm, its collectives)
     dp_link = "intra_node" if dp_group_in_node(ctx.cluster.gpus_per_node, ctx.num_gpus, dp, tp) else "inter_node"
-    fwd, bwd, z3_tmp = lg.fwd, lg.bwd, 0
+    fwd, bwd, z3_tmp, fwd_z3, bwd_z3 = lg.fwd, lg.bwd, 0, NOTHING, NOTHING
     if zero_stage == 3 and dp > 1:
         gather = [cm.time("all_gather", count * e, dp, dp_link) for count in lg.params]
         scatter = [cm.time("reduce_scatter", count * e, dp, dp_link) for count in lg.params]
         fwd = Affine(0, *(ns(max(w, t)) for w, t in zip(lg.work_f, gather)))
         bwd = Affine(0, *(ns(max(w, t + u)) for w, t, u in zip(lg.work_b, gather, scatter)))
         z3_tmp = 2 * p_blk * 2 * e  # two gathered layers (weights, gradients)
+        fwd_z3, bwd_z3 = Affine(*(a - b for a, b in zip(fwd, lg.fwd))), Affine(*(a - b for a, b in zip(bwd, lg.bwd)))
 
     # --- memory (bytes per GPU)
     per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp)
@@ -197,7 +202,9 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
         fwd=fwd,
         bwd=bwd,
         fwd_tp=lg.fwd_tp,
-        bwd_tp=lg.bwd_tp,  # TP comm is within the layer time: never exposed beyond it
+        bwd_tp=lg.bwd_tp,
+        fwd_z3=fwd_z3,
+        bwd_z3=bwd_z3,  # TP comm is within the layer time: never exposed beyond it
         states=Affine(0, math.ceil(p_blk * per), math.ceil(p_emb * per), math.ceil(p_head * per)),
         acts=lg.acts,
         sync=sync,

@@ -12,4 +12,6 @@ from __future__ import annotations
 
 #: 1: the first versioned model (schema 2 plans). 0 in a plan means "before versioning" (schema 1).
 #: 2: equal step times rank by peak memory, then simplicity (same estimates; another plan may win).
-COST_MODEL_VERSION = 2
+#: 3: memory headroom (options.memory_headroom, default 5 % of the GPU's memory: other plans may win, ``fits``
+#:    may change); ZeRO-3's exposed per-layer gathers counted as DP communication in the breakdown, not compute.
+COST_MODEL_VERSION = 3

@@ -193,6 +193,7 @@ PLAN_FLAGS = [
     "--allow-tp-across-nodes",
     "--time-limit-s",
     "--num-workers",
+    "--memory-headroom",
     "--json",
 ]
 ESTIMATE_FLAGS = [f for f in PLAN_FLAGS if f not in {"--top-k", "--time-limit-s", "--num-workers"}]
@@ -304,6 +305,8 @@ def _sample(flag, tmp_path: Path) -> tuple[str | bool, object]:
     ]
     if choices:
         return str(choices[-1]), choices[-1]
+    if flag.path == "options.memory_headroom":  # a fraction: 2.5 is out of range
+        return "0.1", 0.1
     return {
         "bool": (True, True),
         "int": ("2", 2),

@@ -49,6 +49,7 @@ from planner.specs.requests import (
     SearchOptions,
 )
 from planner.specs.results import (
+    Alternative,
     CostInputs,
     Estimate,
     Explanation,
@@ -58,6 +59,7 @@ from planner.specs.results import (
     PlanResponse,
     PositiveInt,
     Prediction,
+    RuledOut,
     RunReport,
     SolverInfo,
     SolverStatus,
@@ -70,6 +72,8 @@ from planner.specs.results import (
 )
 
 __all__ = [
+    "Alternative",
+    "RuledOut",
     "Activation",
     "ActivationBytes",
     "BANDWIDTH_FORMS",

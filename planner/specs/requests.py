@@ -16,6 +16,13 @@ class SearchOptions(Spec):
     allow_tp_across_nodes: bool = Field(default=False, description="Allow TP groups that span nodes.")
     time_limit_s: float = Field(default=10.0, gt=0, le=600, description="CP-SAT wall-time limit.")
     num_workers: int = Field(default=2, ge=1, le=64, description="CP-SAT search workers.")
+    memory_headroom: float = Field(
+        default=0.05,
+        ge=0,
+        le=0.5,
+        description="Fraction of each GPU's memory a plan leaves unused (0.05 = plans peak at "
+        "≤ 95 % of HBM; 0 = up to the last byte the model counts).",
+    )
 
 
 class PlanRequest(Spec):

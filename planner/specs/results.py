@@ -21,7 +21,12 @@ class TimeBreakdown(Spec):
     tp_comm_s: float
     pp_bubble_s: float
     pp_p2p_s: float
-    dp_sync_s: float
+    dp_sync_s: float = Field(
+        description="Exposed data-parallel communication: the gradient sync beyond its overlap with the last "
+        "backward, ZeRO-1/2's parameter all-gather, and ZeRO-3's per-layer parameter gathers and "
+        "gradient reduce-scatters beyond the layer's compute (compute under them is not slowed "
+        "down in this model, so compute_s is the same as without ZeRO-3)."
+    )
     optimizer_s: float
 
 
@@ -49,6 +54,16 @@ class Estimate(Spec):
     num_microbatches: int
     gpus_used: int
     breakdown: TimeBreakdown
+    memory_headroom: float = Field(
+        default=0.0,
+        description="The fraction of GPU memory kept free that ``fits`` was judged with "
+        "(options.memory_headroom; 0 in plans written before it existed).",
+    )
+    usable_memory_gib: float | None = Field(
+        default=None,
+        description="What a rank may peak at (GiB, reserve included) and "
+        "still fit: (1 − memory_headroom) × gpu_memory_gib.",
+    )
     notes: list[str] = Field(default_factory=list)
 
 
@@ -98,11 +113,52 @@ class CostInputs(Spec):
     network: NetworkProfile | None = None
 
 
+class Alternative(Spec):
+    """The plan with one setting changed, priced by the planner's own cost model (``planner.estimate_plan``
+    of ``parallel`` gives these figures): the best value of that setting other than the plan's."""
+
+    setting: Literal["tp", "pp", "micro_batch_size", "schedule", "recompute", "sequence_parallel", "zero_stage"]
+    value: int | str | bool = Field(
+        description="The setting's value in this alternative (schedule: its name, v shown in parallel)."
+    )
+    parallel: ParallelConfig = Field(
+        description="The configuration estimated (dp follows tp·pp; SP off at tp 1; ZeRO 0 at dp 1)."
+    )
+    cut: Literal["plan", "even"] = Field(
+        description="plan: the plan's stage cut kept; even: an even cut (pp or v changed), "
+        "not re-optimised, so an upper bound of that configuration's best time."
+    )
+    step_time_s: float
+    peak_memory_gib: float
+    fits: bool
+    delta_step_time_s: float = Field(description="step_time_s − the plan's.")
+    delta_peak_memory_gib: float = Field(description="peak_memory_gib − the plan's.")
+    summary: str = Field(description='e.g. "ZeRO-1 instead of 2: same time, +5.9 GiB".')
+
+
+class RuledOut(Spec):
+    """The nearest configuration faster than the plan that does not fit (fewest settings changed, then fastest)."""
+
+    parallel: ParallelConfig
+    settings_changed: list[str]
+    step_time_s: float
+    peak_memory_gib: float = Field(description="What it needs per GPU (GiB, reserve included).")
+    usable_memory_gib: float = Field(description="What fits: (1 − memory_headroom) × the GPU's memory.")
+    reason: str
+
+
 class Explanation(Spec):
     binding_constraint: Literal["memory", "bubble", "communication", "compute"]
     summary: str
     runner_up: str | None = None
     details: list[str] = Field(default_factory=list)
+    alternatives: list[Alternative] = Field(
+        default_factory=list,
+        description="Plan 1 only: per setting a reader may question, the best configuration differing in it alone.",
+    )
+    ruled_out: RuledOut | None = Field(
+        default=None, description="Set when binding_constraint is memory: the configuration cited."
+    )
 
 
 def _check_schema_version(data: object, what: str) -> None:
