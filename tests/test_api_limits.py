@@ -78,7 +78,12 @@ def test_solver_time_and_threads_are_capped(tmp_path):
         r = c.post("/v1/plans", json=plan_request(options={"time_limit_s": 500, "num_workers": 16}))
         assert r.status_code == 201
         assert solver.requests[0].options.time_limit_s == 2.0 and solver.requests[0].options.num_workers == 1
-        assert r.json()["request"]["options"] == {"time_limit_s": 2.0, "num_workers": 1, "allow_tp_across_nodes": False}
+        assert r.json()["request"]["options"] == {
+            "time_limit_s": 2.0,
+            "num_workers": 1,
+            "allow_tp_across_nodes": False,
+            "memory_headroom": 0.05,
+        }
         # Under the caps, the request's own values are kept.
         c.post("/v1/plans", json=plan_request(options={"time_limit_s": 0.5, "num_workers": 1}))
         assert solver.requests[1].options.time_limit_s == 0.5
