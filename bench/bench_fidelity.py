@@ -1,0 +1,399 @@
+"""Fidelity of the cost model on published, measured training runs (issue 11 §3).
+
+For every run of ``bench/data/published_runs.json`` (facts copied from public sources, one source URL
+per row): the planner's prediction for the run's OWN configuration (``planner.estimate_plan`` with
+the published parallel settings pinned; no search) against the measured figure, in the source's own
+metric and FLOP accounting (``planner.accounting``): tokens/s per GPU for torchtitan, TFLOP/s per GPU
+for Megatron-LM (its 96·B·s·L·h²·(1 + s/6h + V/16hL) count with recomputation). Then predicted peak
+memory against the published one, whether the model says the run fits, and which runs the model
+cannot express yet and why. Summary: MAPE, max |error| and Spearman rank correlation, overall and per
+source group, against the issue's targets.
+
+Spearman is taken over the achieved fraction of the GPU's peak in the source's own FLOP count (MFU
+in that accounting): within a group of different model sizes a ranking of tokens/s is trivial, a
+ranking of efficiency is what a planner must get right. Relative errors are the same in every metric
+of a row (all are proportional to 1 / step time).
+
+"Fits" is judged against the whole GPU (``memory_headroom`` 0): the runs did run.
+
+This measures today's model; nothing here is fitted. Run: ``python bench/bench_fidelity.py``
+(``--json out.json`` also writes the per-run results).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from planner import accounting  # noqa: E402
+from planner.api import estimate_plan  # noqa: E402
+from planner.catalog import GPUS, get_model  # noqa: E402
+from planner.config import SCHEDULE_INFO  # noqa: E402
+from planner.errors import MeshplanError  # noqa: E402
+from planner.specs import ClusterSpec, GpuSpec, ModelSpec, ParallelPins, PlanRequest, SearchOptions, TrainingSpec  # noqa: E402
+
+DATA = ROOT / "bench" / "data" / "published_runs.json"
+
+#: The issue's targets (issue 11 §3).
+TARGET_MAPE = 0.08
+TARGET_MAX = 0.20
+TARGET_SPEARMAN = 0.8
+TARGET_MEMORY = 0.10
+
+FEATURE_REASONS = {
+    "torch.compile": "torch.compile (compiler-fused kernels): no stack model for it yet (issue 11 §2)",
+    "async-tp": "asynchronous TP (TP collectives overlapped with the GEMMs): not modelled",
+    "parallel-residual": "parallel attention + MLP block (GPT-J residual): not a block the model has",
+}
+
+
+def load(path: Path = DATA) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+# ------------------------------------------------------------------------------------------------
+# What the model can express
+
+
+def reasons_not_expressible(row: dict[str, Any]) -> list[str]:
+    """Why the model cannot price this run as published (empty: it can)."""
+    out: list[str] = []
+    m, par, cl = row["measured"], row["parallel"], row["cluster"]
+    if m["metric"] is None:
+        if m["tflops_per_gpu"] is not None:
+            out.append("TFLOP/s figure with an unstated FLOP accounting (and secondary, unverified)")
+        else:
+            out.append("no measured throughput published")
+    if (par.get("ep") or 1) > 1:
+        out.append(f"MoE / expert parallelism (ep={par['ep']})")
+    if row["model"] is None:
+        out.append("architecture not published in the source")
+    if cl["gpu"] is None:
+        out.append(f"GPU not in the catalog ({cl['gpu_model']})")
+    if row["precision"] == "fp8":
+        out.append(f"FP8 ({row['precision_as_published']}): the cost model prices bf16/fp16/fp32 only")
+    elif row["precision"] is None:
+        out.append("precision not stated")
+    if (par.get("cp") or 1) > 1:
+        out.append(f"context parallelism (cp={par['cp']})")
+    for f in row["features"]:
+        out.append(FEATURE_REASONS[f])
+    if par["recompute"] == "selective-layer":
+        out.append(
+            "per-layer selective recomputation (every k-th block fully recomputed): not a recompute mode the model has"
+        )
+    elif par["recompute"] is None:
+        out.append("recomputation not stated")
+    if any(par.get(k) is None for k in ("tp", "pp", "dp")):
+        out.append("parallel degrees not stated")
+    if par["zero_stage"] is None:
+        out.append(f"ZeRO/FSDP stage not stated ({par['zero_as_published']})")
+    sched = par["schedule"]
+    if sched is not None and (sched not in SCHEDULE_INFO or not SCHEDULE_INFO[sched].priced):
+        out.append(f"pipeline schedule {sched!r} not priced")
+    elif sched is None and (par.get("pp") or 1) > 1:
+        out.append("pipeline schedule not stated")
+    if row["batch"]["global"] is None or row["batch"]["micro"] is None or row["seq_len"] is None:
+        out.append("batch, micro-batch or sequence length not stated")
+    return out
+
+
+def model_spec(row: dict[str, Any]) -> ModelSpec:
+    mod = row["model"]
+    if "catalog" in mod:
+        return get_model(mod["catalog"])
+    llama = mod["family"] == "llama"
+    return ModelSpec(
+        name=row["id"][:128],
+        family=mod["family"],
+        num_layers=mod["layers"],
+        hidden_size=mod["hidden"],
+        num_attention_heads=mod["heads"],
+        num_kv_heads=mod["kv_heads"],
+        ffn_hidden_size=mod["ffn"],
+        vocab_size=mod["vocab"],
+        activation="swiglu" if llama else "gelu",
+        norm="rmsnorm" if llama else "layernorm",
+        tie_embeddings=not llama,  # Megatron GPT shares input and output embeddings; Llama does not
+        max_seq_len=max(row["seq_len"], 1),
+    )
+
+
+def gpu_spec(gpu_id: str, extra: dict[str, Any]) -> str | GpuSpec:
+    if gpu_id in GPUS:
+        return gpu_id
+    fact = extra[gpu_id]
+    base = GPUS["h100-sxm5-80gb"]
+    return base.model_copy(
+        update={
+            "id": gpu_id,
+            "memory_gib": fact["memory_gib"],
+            "hbm_bandwidth_GBps": fact["hbm_bandwidth_GBps"],
+            "source": fact["source"][:500],
+        }
+    )
+
+
+def request(row: dict[str, Any], gpus: dict[str, Any]) -> PlanRequest:
+    cl, par, b = row["cluster"], row["parallel"], row["batch"]
+    n = cl["num_gpus"]
+    per_node = min(cl["gpus_per_node"] or 8, n)
+    return PlanRequest(
+        model=model_spec(row),
+        cluster=ClusterSpec(gpu=gpu_spec(cl["gpu"], gpus), num_nodes=n // per_node, gpus_per_node=per_node),
+        training=TrainingSpec(global_batch_size=b["global"], seq_len=row["seq_len"], precision=row["precision"]),
+        parallel=ParallelPins(
+            tp=par["tp"],
+            pp=par["pp"],
+            dp=par["dp"],
+            micro_batch_size=b["micro"],
+            schedule=par["schedule"],
+            virtual_stages=par["virtual_stages"] if (par["virtual_stages"] or 1) > 1 else None,
+            recompute=par["recompute"],
+            sequence_parallel=bool(par["sequence_parallel"]) and par["tp"] > 1,
+            zero_stage=par["zero_stage"],
+        ),
+        options=SearchOptions(allow_tp_across_nodes=True, memory_headroom=0.0),
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# The source's own metric
+
+
+def flops_per_step(row: dict[str, Any], model: ModelSpec) -> float:
+    """FLOPs of one step in the source's own accounting."""
+    acc = row["measured"]["tflops_accounting"]
+    gbs, s = row["batch"]["global"], row["seq_len"]
+    dims = dict(
+        layers=model.num_layers,
+        hidden=model.hidden_size,
+        heads=model.num_attention_heads,
+        kv_heads=model.num_kv_heads,
+        ffn=model.ffn_hidden_size,
+        vocab=model.vocab_size,
+        gated=model.activation == "swiglu",
+    )
+    if acc in ("megatron-recompute", "megatron-model"):
+        return accounting.megatron_flops(sequences=gbs, seq_len=s, recompute=acc == "megatron-recompute", **dims)
+    if acc == "torchtitan":
+        body, _ = accounting.decoder_params(tied=model.tie_embeddings, **dims)
+        per_token = accounting.torchtitan_flops_per_token(
+            params_no_embedding=body, layers=model.num_layers, hidden=model.hidden_size, seq_len=s
+        )
+        return per_token * gbs * s
+    raise ValueError(f"no FLOP accounting for {acc!r}")
+
+
+@dataclass
+class Result:
+    id: str
+    group: str
+    metric: str
+    measured: float
+    predicted: float
+    error: float  # (predicted - measured) / measured
+    measured_eff: float  # fraction of peak in the source's FLOP count
+    predicted_eff: float
+    step_time_s: float
+    measured_step_time_s: float
+    peak_memory_gib: float
+    measured_peak_gib: float | None
+    fits: bool
+    breakdown: dict[str, float]
+
+
+def evaluate(row: dict[str, Any], gpus: dict[str, Any]) -> Result:
+    req = request(row, gpus)
+    plan = estimate_plan(req)
+    est = plan.estimate
+    model = plan.model
+    n = row["cluster"]["num_gpus"]
+    gbs, s = row["batch"]["global"], row["seq_len"]
+    flops = flops_per_step(row, model)
+    gpu = plan.cluster.gpu
+    assert isinstance(gpu, GpuSpec)
+    peak = gpu.peak_flops(row["precision"]) / 1e12
+    m = row["measured"]
+    metric = m["metric"]
+    step = est.step_time_s
+    if metric == "tflops_per_gpu":
+        measured = float(m["tflops_per_gpu"])
+        predicted = accounting.tflops_per_gpu(flops, step, n)
+        measured_step = accounting.step_time_from_tflops(flops, measured, n)
+    else:
+        measured = float(m["tokens_per_s_per_gpu"])
+        predicted = accounting.tokens_per_s_per_gpu(gbs * s, step, n)
+        measured_step = gbs * s / (measured * n)
+    tflops_meas = accounting.tflops_per_gpu(flops, measured_step, n)
+    tflops_pred = accounting.tflops_per_gpu(flops, step, n)
+    return Result(
+        id=row["id"],
+        group=row["source_group"],
+        metric=metric,
+        measured=measured,
+        predicted=predicted,
+        error=(predicted - measured) / measured,
+        measured_eff=accounting.mfu(tflops_meas, peak),
+        predicted_eff=accounting.mfu(tflops_pred, peak),
+        step_time_s=step,
+        measured_step_time_s=measured_step,
+        peak_memory_gib=est.peak_memory_gib,
+        measured_peak_gib=m["peak_memory_gib"],
+        fits=est.fits,
+        breakdown=est.breakdown.model_dump(),
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# Summary
+
+
+@dataclass
+class Summary:
+    group: str
+    expressed: int
+    total: int
+    mape: float
+    max_error: float
+    spearman: float
+
+
+def summarise(group: str, results: list[Result], total: int) -> Summary:
+    pred = [r.predicted for r in results]
+    meas = [r.measured for r in results]
+    return Summary(
+        group=group,
+        expressed=len(results),
+        total=total,
+        mape=accounting.mape(pred, meas),
+        max_error=accounting.max_abs_error(pred, meas),
+        spearman=accounting.spearman([r.predicted_eff for r in results], [r.measured_eff for r in results]),
+    )
+
+
+def run(data: dict[str, Any]) -> tuple[list[Result], dict[str, list[str]], list[Summary]]:
+    results: list[Result] = []
+    skipped: dict[str, list[str]] = {}
+    for row in data["runs"]:
+        why = reasons_not_expressible(row)
+        if not why:
+            try:
+                results.append(evaluate(row, data["gpus"]))
+                continue
+            except MeshplanError as exc:
+                why = [f"the planner rejects it: {exc.field}: {exc.message}"]
+        skipped[row["id"]] = why
+    groups: dict[str, int] = {}
+    for row in data["runs"]:
+        groups[row["source_group"]] = groups.get(row["source_group"], 0) + 1
+    summaries = [summarise(g, [r for r in results if r.group == g], t) for g, t in groups.items()]
+    summaries.append(summarise("overall", results, len(data["runs"])))
+    return results, skipped, summaries
+
+
+def _pct(x: float) -> str:
+    return "   n/a" if math.isnan(x) else f"{100 * x:+6.1f}%"
+
+
+def _abs_pct(x: float) -> str:
+    return "  n/a" if math.isnan(x) else f"{100 * x:5.1f}%"
+
+
+def _rho(x: float) -> str:
+    return "  n/a" if math.isnan(x) else f"{x:5.2f}"
+
+
+def report(results: list[Result], skipped: dict[str, list[str]], summaries: list[Summary], data: dict[str, Any]) -> str:
+    lines = []
+    rows = {r["id"]: r for r in data["runs"]}
+    lines.append("Per run: the planner's estimate of the run's own configuration vs the published figure")
+    lines.append(
+        f"{'run':48} {'metric':9} {'measured':>9} {'predicted':>9} {'error':>7} {'MFU m/p':>11} "
+        f"{'step m/p s':>15} {'peak GiB m/p':>13} fits  compute/tp/bubble/dp s"
+    )
+    for r in results:
+        unit = "TFLOP/s" if r.metric == "tflops_per_gpu" else "tok/s/GPU"
+        mem = (
+            f"{r.measured_peak_gib:5.1f}/{r.peak_memory_gib:5.1f}"
+            if r.measured_peak_gib
+            else f"  n/a/{r.peak_memory_gib:5.1f}"
+        )
+        b = r.breakdown
+        lines.append(
+            f"{r.id:48} {unit:9} {r.measured:9.1f} {r.predicted:9.1f} {_pct(r.error)} "
+            f"{100 * r.measured_eff:4.1f}/{100 * r.predicted_eff:4.1f}% {r.measured_step_time_s:7.2f}/{r.step_time_s:7.2f} "
+            f"{mem:>13} {'yes ' if r.fits else 'NO  '} "
+            f"{b['compute_s']:.2f}/{b['tp_comm_s']:.2f}/{b['pp_bubble_s'] + b['pp_p2p_s']:.2f}/{b['dp_sync_s']:.2f}"
+        )
+    lines.append("")
+    lines.append(f"Not expressible yet ({len(skipped)} of {len(rows)} runs):")
+    for rid, why in skipped.items():
+        lines.append(f"  {rid:48} [{rows[rid]['source_group']}] {'; '.join(why)}")
+    lines.append("")
+    lines.append(
+        "Summary (error = predicted/measured − 1 in the source's metric; Spearman over MFU in the source's FLOP count)"
+    )
+    lines.append(f"{'source group':28} {'expressed':>9} {'MAPE':>6} {'max':>6} {'Spearman':>8}")
+    for s in summaries:
+        lines.append(
+            f"{s.group:28} {s.expressed:4d}/{s.total:<4d} {_abs_pct(s.mape)} {_abs_pct(s.max_error)} {_rho(s.spearman):>8}"
+        )
+    overall = summaries[-1]
+    mem = [r for r in results if r.measured_peak_gib]
+    mem_err = [abs(r.peak_memory_gib / r.measured_peak_gib - 1) for r in mem if r.measured_peak_gib]
+    no_fit = [r.id for r in results if not r.fits]
+    lines.append("")
+    lines.append("Targets (issue 11 §3), on the runs the model can express:")
+    checks = [
+        (f"MAPE ≤ {TARGET_MAPE:.0%}", f"{_abs_pct(overall.mape).strip()}", overall.mape <= TARGET_MAPE),
+        (f"max |error| ≤ {TARGET_MAX:.0%}", f"{_abs_pct(overall.max_error).strip()}", overall.max_error <= TARGET_MAX),
+        (f"Spearman ≥ {TARGET_SPEARMAN}", _rho(overall.spearman).strip(), overall.spearman >= TARGET_SPEARMAN),
+        (
+            f"peak memory within {TARGET_MEMORY:.0%} where published ({len(mem)} runs)",
+            ", ".join(f"{r.id}: {r.peak_memory_gib / r.measured_peak_gib - 1:+.0%}" for r in mem if r.measured_peak_gib)
+            or "none published",
+            bool(mem_err) and max(mem_err) <= TARGET_MEMORY,
+        ),
+        ("no published run predicted not to fit", f"{len(no_fit)} predicted not to fit", not no_fit),
+    ]
+    for name, value, ok in checks:
+        lines.append(f"  {'met    ' if ok else 'NOT MET'}  {name}: {value}")
+    if no_fit:
+        lines.append("    predicted not to fit: " + ", ".join(no_fit))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--json", type=Path, default=None, help="also write the per-run results and summaries here")
+    args = ap.parse_args(argv)
+    data = load(args.data)
+    results, skipped, summaries = run(data)
+    print(report(results, skipped, summaries, data))
+    if args.json is not None:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "results": [asdict(r) for r in results],
+                    "not_expressible": skipped,
+                    "summaries": [asdict(s) for s in summaries],
+                },
+                indent=1,
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
