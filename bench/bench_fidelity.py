@@ -75,8 +75,13 @@ def reasons_not_expressible(row: dict[str, Any]) -> list[str]:
             out.append("no measured throughput published")
     if (par.get("ep") or 1) > 1:
         out.append(f"MoE / expert parallelism (ep={par['ep']})")
-    if row["model"] is None:
+    mod = row["model"]
+    if mod is None:
         out.append("architecture not published in the source")
+    elif "catalog" not in mod:
+        missing = [k for k in ("family", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab") if mod.get(k) is None]
+        if missing:
+            out.append(f"architecture incomplete in the source (no {', '.join(missing)})")
     if cl["gpu"] is None:
         out.append(f"GPU not in the catalog ({cl['gpu_model']})")
     if row["precision"] == "fp8":
@@ -185,10 +190,13 @@ def flops_per_step(row: dict[str, Any], model: ModelSpec) -> float:
     )
     if acc in ("megatron-recompute", "megatron-model"):
         return accounting.megatron_flops(sequences=gbs, seq_len=s, recompute=acc == "megatron-recompute", **dims)
-    if acc == "torchtitan":
-        body, _ = accounting.decoder_params(tied=model.tie_embeddings, **dims)
+    if acc in ("torchtitan", "torchtitan-all-params"):
+        body, embedding = accounting.decoder_params(tied=model.tie_embeddings, **dims)
         per_token = accounting.torchtitan_flops_per_token(
-            params_no_embedding=body, layers=model.num_layers, hidden=model.hidden_size, seq_len=s
+            params=body + (embedding if acc == "torchtitan-all-params" else 0),
+            layers=model.num_layers,
+            hidden=model.hidden_size,
+            seq_len=s,
         )
         return per_token * gbs * s
     raise ValueError(f"no FLOP accounting for {acc!r}")

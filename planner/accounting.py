@@ -15,8 +15,8 @@ same metric, so each accounting is implemented once here, as its source defines 
   (one more forward of every layer, not of the logits): 96·B·s·L·h²·(1 + s/6h + V/16hL) for GPT. The
   Megatron-LM README tables of 2020 and the GPT-3 175B example (138 TFLOP/s, 44 % of peak) use it.
 - ``torchtitan_flops_per_token``: torchtitan's MFU numerator (``get_num_flop_per_token``,
-  torchtitan/models/utils.py): 6·N + 12·L·H·Q·s with N the parameters without the input embedding
-  and H·Q = heads × head dim.
+  torchtitan/models/utils.py): 6·N + 12·L·H·Q·s with H·Q = heads × head dim and N the parameters
+  without the input embedding (all parameters in its 2024-04 performance tables).
 - ``six_n_flops``: 6·N·tokens (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", §2.1).
 """
 
@@ -68,9 +68,12 @@ def decoder_params(
     return body, vocab * hidden
 
 
-def torchtitan_flops_per_token(*, params_no_embedding: float, layers: int, hidden: int, seq_len: int) -> float:
-    """torchtitan's FLOPs per token: 6·N + 12·L·(heads·head_dim)·s (see the module docstring)."""
-    return 6.0 * params_no_embedding + 12.0 * layers * hidden * seq_len
+def torchtitan_flops_per_token(*, params: float, layers: int, hidden: int, seq_len: int) -> float:
+    """torchtitan's FLOPs per token: 6·N + 12·L·(heads·head_dim)·s (see the module docstring). N is
+    the parameter count without the input embedding in torchtitan since mid-2024
+    (``get_num_params(model, exclude_embedding=True)``); its 2024-04 docs/performance.md counted all
+    parameters (its published MFUs reproduce only so): the caller passes the N its source used."""
+    return 6.0 * params + 12.0 * layers * hidden * seq_len
 
 
 def six_n_flops(*, params: float, tokens: float) -> float:

@@ -1,0 +1,354 @@
+"""The fidelity instrument (bench/bench_fidelity.py, planner/accounting.py, bench/data/published_runs.json):
+the FLOP accountings against the papers' own figures, the unit conversions, the statistics against
+hand examples, every published run either priced or given a reason, and the copied numbers against
+the shared source file. These guard the measuring instrument, not the cost model's accuracy."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from planner import accounting as A
+from planner.catalog import get_model
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("bench_fidelity", ROOT / "bench" / "bench_fidelity.py")
+assert _spec is not None and _spec.loader is not None
+bench = importlib.util.module_from_spec(_spec)
+sys.modules["bench_fidelity"] = bench  # dataclasses look their module up there
+_spec.loader.exec_module(bench)
+
+DATA = bench.load()
+RUNS = {r["id"]: r for r in DATA["runs"]}
+
+
+def _megatron_dims(row: dict) -> dict:
+    m = row["model"]
+    return dict(
+        layers=m["layers"],
+        hidden=m["hidden"],
+        heads=m["heads"],
+        kv_heads=m["kv_heads"],
+        ffn=m["ffn"],
+        vocab=m["vocab"],
+        gated=m["family"] == "llama",
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# FLOP accountings against the sources' own figures
+
+
+@pytest.mark.parametrize(
+    "run_id, published_tflops, seconds",
+    [
+        # Megatron-LM README "GPT-3 Example": 175B on 1024 A100, ~32 s per iteration, 138 TFLOP/s per GPU.
+        ("megatron_readme_gpt3_175b_example_1024", 138.0, 32.0),
+        # Megatron-LM 2020 tables.tex: 1B on one A100, 1.076 s per iteration, 149.8 TFLOP/s.
+        ("megatron_2020_dgxa100_1B", 149.8, 1.076),
+        ("megatron_2020_dgxa100_dp128_8B", 106.5, 1.38),
+    ],
+)
+def test_megatron_recompute_accounting_reproduces_published_tflops(run_id, published_tflops, seconds):
+    row = RUNS[run_id]
+    B, s = row["batch"]["global"], row["seq_len"]
+    L, h, V = row["model"]["layers"], row["model"]["hidden"], row["model"]["vocab"]
+    # Narayanan et al. SC'21, Appendix: F = 96·B·s·l·h²·(1 + s/6h + V/16lh), written out by hand.
+    hand = 96 * B * s * L * h**2 * (1 + s / (6 * h) + V / (16 * L * h))
+    code = A.megatron_flops(sequences=B, seq_len=s, recompute=True, **_megatron_dims(row))
+    assert code == pytest.approx(hand, rel=1e-12)
+    tflops = A.tflops_per_gpu(code, seconds, row["cluster"]["num_gpus"])
+    assert tflops == pytest.approx(published_tflops, rel=0.005)
+
+
+def test_megatron_model_flops_gpt_is_72_form():
+    # GPT-3 175B, one 2048-token sequence: 72·B·s·L·h²·(1 + s/6h + V/12hL) (no recomputation).
+    B, s, L, h, V = 1, 2048, 96, 12288, 51200
+    hand = 72 * B * s * L * h**2 * (1 + s / (6 * h) + V / (12 * h * L))
+    code = A.megatron_flops(
+        sequences=B, seq_len=s, layers=L, hidden=h, heads=96, kv_heads=96, ffn=4 * h, vocab=V, gated=False
+    )
+    assert code == pytest.approx(hand, rel=1e-12)
+    with_recompute = A.megatron_flops(
+        sequences=B,
+        seq_len=s,
+        layers=L,
+        hidden=h,
+        heads=96,
+        kv_heads=96,
+        ffn=4 * h,
+        vocab=V,
+        gated=False,
+        recompute=True,
+    )
+    assert with_recompute == pytest.approx(96 * B * s * L * h**2 * (1 + s / (6 * h) + V / (16 * h * L)), rel=1e-12)
+
+
+@pytest.mark.parametrize("model_id", ["llama3-8b", "llama2-70b", "gpt3-1.3b"])
+def test_megatron_model_flops_equals_matmul_count(model_id):
+    """The generalised (GQA, SwiGLU) count equals 3 × the forward matmul FLOPs counted by hand:
+    2 FLOPs per weight per token over every linear layer (q, k, v, o, MLP, logits) plus the two
+    s×s attention matmuls (2·2·s·h per token, full square), times 3 for forward + backward."""
+    m = get_model(model_id)
+    s, B = 4096, 3
+    h, g, a, f = m.hidden_size, m.num_kv_heads, m.num_attention_heads, m.ffn_hidden_size
+    gated = m.activation == "swiglu"
+    linear = h * h + 2 * h * (h * g // a) + h * h + (3 if gated else 2) * h * f
+    per_token_fwd = m.num_layers * (2 * linear + 4 * s * h) + 2 * h * m.vocab_size
+    hand = 3 * per_token_fwd * B * s
+    code = A.megatron_flops(
+        sequences=B,
+        seq_len=s,
+        layers=m.num_layers,
+        hidden=h,
+        heads=a,
+        kv_heads=g,
+        ffn=f,
+        vocab=m.vocab_size,
+        gated=gated,
+    )
+    assert code == pytest.approx(hand, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "run_id",
+    [
+        "torchtitan_2404_a100_8B_selective_op",
+        "torchtitan_2404_a100_70B_full",
+        "torchtitan_2404_a100_llama2_13b_no",
+        "torchtitan_2404_a100_llama2_70b_lbs2",
+        "torchtitan_2408_405b_128h100_none",
+    ],
+)
+def test_torchtitan_accounting_reproduces_published_mfu(run_id):
+    """torchtitan publishes tokens/s per GPU and MFU: its FLOPs per token (6·N + 12·L·h·s, N as the
+    table of that date counted it) times the published tokens/s over the GPU's peak gives its MFU."""
+    row = RUNS[run_id]
+    model = bench.model_spec(row)
+    flops = bench.flops_per_step(row, model)
+    per_token = flops / (row["batch"]["global"] * row["seq_len"])
+    peak = {"a100-sxm4-80gb": 312.0, "h100-sxm-96gb-hbm2e": 989.4}[row["cluster"]["gpu"]]
+    mfu = A.mfu(A.tokens_to_tflops(row["measured"]["tokens_per_s_per_gpu"], per_token), peak)
+    assert 100 * mfu == pytest.approx(row["measured"]["mfu_pct"], abs=0.15)
+
+
+def test_decoder_params_llama3_8b():
+    # Llama 3 8B (HF config: 32 layers, h 4096, 32 heads, 8 KV, f 14336, V 128256, untied): 8.03 B parameters.
+    m = get_model("llama3-8b")
+    body, emb = A.decoder_params(
+        layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=m.vocab_size, gated=True, tied=False
+    )
+    assert emb == 128256 * 4096
+    assert (body + emb) / 1e9 == pytest.approx(8.03, abs=0.01)
+
+
+def test_six_n_gpt3_training_compute():
+    # Brown et al. 2020, Table D.1: GPT-3 175B, 300 B tokens, 3.14e23 FLOPs of training compute.
+    assert A.six_n_flops(params=174.6e9, tokens=300e9) == pytest.approx(3.14e23, rel=0.005)
+
+
+# ------------------------------------------------------------------------------------------------
+# Unit conversions
+
+
+@pytest.mark.parametrize(
+    "tokens_s_gpu, flops_per_token, peak, tflops, mfu",
+    [
+        # torchtitan Llama 3 8B on A100: 2,973 tok/s/GPU × 61.1 GFLOP/token = 181.6 TFLOP/s = 58.2 % of 312.
+        (2973.0, 61.08e9, 312.0, 181.59, 0.5820),
+        (1000.0, 1e12, 1000.0, 1000.0, 1.0),
+    ],
+)
+def test_tokens_tflops_mfu_round_trip(tokens_s_gpu, flops_per_token, peak, tflops, mfu):
+    t = A.tokens_to_tflops(tokens_s_gpu, flops_per_token)
+    assert t == pytest.approx(tflops, rel=1e-3)
+    assert A.mfu(t, peak) == pytest.approx(mfu, rel=1e-3)
+    assert A.tflops_to_tokens(t, flops_per_token) == pytest.approx(tokens_s_gpu, rel=1e-12)
+
+
+def test_step_time_tflops_tokens_consistent():
+    flops, gpus, tokens = 4.51e18, 1024, 1536 * 2048
+    step = A.step_time_from_tflops(flops, 138.0, gpus)
+    assert A.tflops_per_gpu(flops, step, gpus) == pytest.approx(138.0, rel=1e-12)
+    assert A.tokens_per_s_per_gpu(tokens, step, gpus) == pytest.approx(tokens / step / gpus, rel=1e-12)
+    assert step == pytest.approx(31.9, abs=0.1)
+
+
+# ------------------------------------------------------------------------------------------------
+# Statistics
+
+
+@pytest.mark.parametrize(
+    "x, y, rho",
+    [
+        ([1, 2, 3, 4, 5], [5, 6, 7, 8, 7], 0.8207826816681233),  # scipy.stats.spearmanr's docs example (ties)
+        ([1, 2, 3, 4], [40, 30, 20, 10], -1.0),
+        ([3, 1, 2], [30, 10, 20], 1.0),
+        ([1, 2, 3, 4, 5], [2, 1, 4, 3, 5], 0.8),  # 1 − 6·Σd²/(n(n²−1)) = 1 − 6·4/120
+    ],
+)
+def test_spearman_hand_examples(x, y, rho):
+    assert A.spearman(x, y) == pytest.approx(rho, abs=1e-12)
+
+
+@pytest.mark.parametrize("x, y", [([1, 2], [2, 1]), ([1, 1, 1], [1, 2, 3])])
+def test_spearman_undefined_is_nan(x, y):
+    assert math.isnan(A.spearman(x, y))
+
+
+def test_ranks_ties_take_mean_rank():
+    assert A.ranks([10, 20, 20, 30]) == [1.0, 2.5, 2.5, 4.0]
+    assert A.ranks([3, 3, 3]) == [2.0, 2.0, 2.0]
+
+
+def test_mape_and_max_error():
+    pred, meas = [110.0, 90.0, 100.0], [100.0, 100.0, 100.0]
+    assert A.mape(pred, meas) == pytest.approx(0.2 / 3)
+    assert A.max_abs_error(pred, meas) == pytest.approx(0.10)
+    assert A.relative_errors([150.0], [100.0]) == [0.5]
+    with pytest.raises(ValueError):
+        A.mape([1.0], [1.0, 2.0])
+
+
+# ------------------------------------------------------------------------------------------------
+# The benchmark: every run priced or given a reason
+
+
+@pytest.fixture(scope="module")
+def outcome():
+    return bench.run(DATA)
+
+
+def test_every_run_expressed_or_given_a_reason(outcome):
+    results, skipped, summaries = outcome
+    expressed = {r.id for r in results}
+    assert expressed | set(skipped) == set(RUNS)
+    assert not expressed & set(skipped)
+    for rid, why in skipped.items():
+        assert why and all(w.strip() for w in why), rid
+    assert summaries[-1].group == "overall" and summaries[-1].total == len(RUNS)
+    assert summaries[-1].expressed == len(results) > 0
+
+
+@pytest.mark.parametrize(
+    "run_id, reason",
+    [
+        ("megatron_2020_dgx2_v100_1B", "GPU not in the catalog"),
+        ("mlperf_v3.1_nvidia_gpt3_64nodes", "FP8"),
+        ("torchtitan_2412_t2_8b_fsdp4_cp2", "context parallelism (cp=2)"),
+        ("mbridge_25.11_GPT_64gpu_BF16", "expert parallelism (ep=8)"),
+        ("torchtitan_2412_t1_8b_8gpu_FSDP_torchcompile", "torch.compile"),
+        ("torchtitan_asynctp_70B_bfloat16_asyncTP", "asynchronous TP"),
+        ("torchtitan_2404_a100_8B_selective_layer", "per-layer selective recomputation"),
+        ("deepseek_v3_pretrain", "'DualPipe' not priced"),
+        ("falcon_180b", "no measured throughput"),
+        ("gpt_neox_20b", "unstated FLOP accounting"),
+    ],
+)
+def test_reason_names_the_missing_feature(outcome, run_id, reason):
+    _, skipped, _ = outcome
+    assert any(reason in w for w in skipped[run_id]), skipped[run_id]
+
+
+@pytest.mark.parametrize(
+    "run_id, metric",
+    [
+        ("megatron_readme_gpt3_175b_example_1024", "tflops_per_gpu"),
+        ("megatron_2020_dgxa100_dp128_4B", "tflops_per_gpu"),
+        ("torchtitan_2404_a100_70B_full", "tokens_per_s_per_gpu"),
+        ("torchtitan_2408_405b_128h100_none", "tokens_per_s_per_gpu"),
+    ],
+)
+def test_expressed_runs_compare_in_the_sources_metric(outcome, run_id, metric):
+    results, _, _ = outcome
+    r = next(r for r in results if r.id == run_id)
+    row = RUNS[run_id]
+    assert r.metric == metric
+    assert r.measured == row["measured"][metric]
+    # predicted and measured in that metric are both proportional to 1 / step time
+    assert r.predicted / r.measured == pytest.approx(r.measured_step_time_s / r.step_time_s, rel=1e-9)
+    assert 0.05 < r.measured_eff < 1.0
+
+
+def test_report_marks_every_target(outcome):
+    text = bench.report(*outcome, DATA)
+    targets = [line for line in text.splitlines() if line.startswith(("  met", "  NOT MET"))]
+    assert len(targets) == 5
+    for group in {r["source_group"] for r in DATA["runs"]}:
+        assert group in text
+
+
+# ------------------------------------------------------------------------------------------------
+# The copied numbers against the shared source file
+
+
+def _shared_file() -> Path | None:
+    for base in (ROOT.parent, ROOT.parent.parent):
+        p = base / "shared" / "data" / "published-runs.json"
+        if p.exists():
+            return p
+    return None
+
+
+# (our field path, the shared file's field path)
+COPIED = [
+    ("measured.tflops_per_gpu", "measured.tflops_per_gpu"),
+    ("measured.tokens_per_s_per_gpu", "measured.tokens_per_sec_per_gpu"),
+    ("measured.mfu_pct", "measured.mfu_pct"),
+    ("measured.iteration_time_s", "measured.iteration_time_s"),
+    ("measured.peak_memory_gib", "measured.peak_memory_gib"),
+    ("cluster.num_gpus", "cluster.num_gpus"),
+    ("parallel.tp", "parallelism.tp"),
+    ("parallel.pp", "parallelism.pp"),
+    ("parallel.dp", "parallelism.dp"),
+    ("parallel.cp", "parallelism.cp"),
+    ("parallel.ep", "parallelism.ep"),
+    ("parallel.virtual_stages", "parallelism.virtual_pipeline_stages"),
+    ("batch.global", "batch.global_batch_size_sequences"),
+    ("batch.micro", "batch.micro_batch_size"),
+    ("seq_len", "architecture.seq_len"),
+    ("model.layers", "architecture.layers"),
+    ("model.hidden", "architecture.hidden_size"),
+    ("model.heads", "architecture.attention_heads"),
+    ("model.kv_heads", "architecture.kv_heads"),
+    ("model.ffn", "architecture.ffn_hidden_size"),
+    ("model.vocab", "architecture.vocab_size"),
+]
+
+
+def _get(d: dict, path: str):
+    for k in path.split("."):
+        if d is None:
+            return None
+        d = d.get(k)
+    return d
+
+
+def _bare(url: str | None) -> str:
+    return (url or "").removeprefix("https://").split(" ")[0]
+
+
+def test_copied_numbers_match_the_shared_file():
+    shared_path = _shared_file()
+    if shared_path is None:
+        pytest.skip("../shared/data/published-runs.json is not here (e.g. a Docker build): nothing to compare with")
+    shared = {r["id"]: r for r in json.loads(shared_path.read_text())}
+    assert set(shared) == set(RUNS)
+    for rid, ours in RUNS.items():
+        src = shared[rid]
+        assumed = {a.split(":", 1)[0] for a in ours["assumed"]}
+        assert ours["source_group_title"] == src["source_group"]
+        assert _bare(ours["source"]["url"]) == _bare(src["source"]["path_or_url"])
+        for our_field, their_field in COPIED:
+            mine, theirs = _get(ours, our_field), _get(src, their_field)
+            if our_field in assumed or (our_field.startswith("model.") and "model" in assumed):
+                continue
+            if theirs is None:
+                assert mine is None, f"{rid}: {our_field} = {mine} is not in the source and not listed as assumed"
+            else:
+                assert mine == theirs, f"{rid}: {our_field} = {mine}, the source says {theirs}"
