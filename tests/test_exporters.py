@@ -1134,3 +1134,13 @@ def test_exported_torchrun_script_gives_the_users_program_its_mesh(tmp_path, tp,
         for d in ("pp", "dp", "tp"):
             (group,) = [g for g in mesh_groups(plan.mesh, d) if out["rank"] in g]
             assert out["groups"][d] == group
+
+
+@pytest.mark.parametrize("model, has_bias", [("qwen2.5-7b", True), ("llama3-8b", False)])
+def test_megatron_builds_qkv_biases_where_the_model_has_them(model, has_bias):
+    plan = make_plan(
+        model, 1, 8, "h100-sxm5-80gb", tp=4, pp=1, dp=2, mbs=1, gbs=16, seq=4096, split=[28 if has_bias else 32]
+    )
+    words = shell_words(export(plan, "megatron", ExportOptions()).content)
+    assert ("--add-qkv-bias" in words) is has_bias
+    assert "--disable-bias-linear" in words  # the other linears stay bias-free

@@ -128,6 +128,8 @@ def model_args(plan: Plan) -> list[str]:
         args += ["--position-embedding-type", "rope", "--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear"]
     else:
         args += ["--position-embedding-type", "learned_absolute", "--normalization", "LayerNorm"]
+    if m.qkv_bias:  # Qwen2/2.5: biases on Q, K and V only (the other linears stay bias-free)
+        args.append("--add-qkv-bias")
     if not m.tie_embeddings:
         args.append("--untie-embeddings-and-output-weights")
     return args
