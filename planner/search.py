@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from planner.bounds import class_bound, cut_bound, fits_at, may_fit, quick_bound, quick_may_fit
@@ -95,7 +95,14 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
             heapq.heappush(heap, QueueItem(max(item.bound, cut_bound(ctx, item.cand, cut)), item.order, True))
         return None
 
-    found: list[ClassResult] = []
+    # Expert-like configurations (``expert_seeds``), evaluated at a balanced cut before the search: real
+    # plans of classes the search visits anyway, so the answer is never worse than them even when the
+    # time limit ends the search early, and their step times prune from the start. A seed stands for
+    # its class until the search solves that class (``admit`` keeps one result per class).
+    found: list[ClassResult] = expert_seeds(ctx, pins, cands)
+    found.sort(key=result_key)
+    seeded = {r.cand for r in found}
+    del found[top_k:]
     costed = pruned_memory = solved = simulated = solves = 0
     blocked: tuple[Candidate, int] | None = None
     all_proven = True
@@ -124,7 +131,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
             rest = [item] + sorted(heap)
             leave_open(item.bound)
             break
-        fixed = forced_cut(ctx, pins, cand)
+        fixed = one_cut(ctx, pins, cand)
         if pins.stage_layers is None and not quick_may_fit(ctx, cand, fixed):
             pruned_memory += 1
             block(cand, item.bound)
@@ -156,9 +163,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
             continue
         if res.status != Status.OPTIMAL and (kth is None or res.bound <= kth):
             leave_open(res.bound)
-        found.append(res)
-        found.sort(key=result_key)
-        del found[top_k:]
+        admit(found, res, top_k)
     if not found and not all_proven:
         found = fallback(ctx, unsolved + rest, top_k, pins)
     wall = time.perf_counter() - t0
@@ -166,7 +171,8 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         (
             f"{len(cands)} configuration classes (every stage cut of each), {costed} costed (the rest bounded out), "
             f"{pruned_memory} ruled out by memory bounds, {solved} solved with CP-SAT ({solves} solves), "
-            f"{simulated} simulated at their one allowed cut (pinned, or interleaved's uniform split)"
+            f"{simulated} simulated at their one allowed cut (pinned, one stage, or interleaved's uniform split), "
+            f"{len(seeded)} expert-like configurations evaluated first (their plans are a floor for the answer)"
         )
     ] + profile_notes
     top = found[0].evaluation if found else None
@@ -184,11 +190,9 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
             min_memory=min_memory(ctx, cands, pins) if all_proven else None,
         )
     best = top.objective_ns
-    if not all_proven:
-        notes.append(
-            f"time limit ({options.time_limit_s:g} s) reached before the proof completed; the bound is the smallest open lower bound"
-        )
     bound = best if all_proven else min(best, open_bound if open_bound is not None else best)
+    if not all_proven:
+        notes.append(time_limit_note(options, best, bound))
     return SearchResult(
         found,
         Status.OPTIMAL if all_proven else Status.FEASIBLE,
@@ -201,6 +205,82 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         notes,
         memory_blocked=blocked,
     )
+
+
+def time_limit_note(options: SearchOptions, best: int, bound: int) -> str:
+    """What a user reads when the time limit ended the search: not proven, by how much at most, what helps."""
+    gap = (best - bound) / best if best else 0.0
+    return (
+        f"NOT PROVEN OPTIMAL: the time limit (options.time_limit_s = {options.time_limit_s:g} s) ended the search; "
+        f"the best plan is at most {gap:.1%} slower than the best possible (step {best / 1e9:.4g} s, lower bound "
+        f"{bound / 1e9:.4g} s); it is never worse than the expert-like configurations evaluated first. To prove it: "
+        "raise options.time_limit_s (--time-limit-s), or pin settings you already know (tp, pp, schedule) to "
+        "shrink the search"
+    )
+
+
+def one_cut(ctx: Context, pins: ParallelPins, c: Candidate) -> list[int] | None:
+    """``space.forced_cut``, and the one cut of a one-stage class (all layers in its one chunk: nothing to
+    solve, so it is simulated at that cut rather than handed to CP-SAT — the same answer)."""
+    fixed = forced_cut(ctx, pins, c)
+    if fixed is None and c.chunks == 1:
+        return [ctx.model.num_layers]
+    return fixed
+
+
+def admit(found: list[ClassResult], res: ClassResult, top_k: int) -> None:
+    """Insert a class's result into the best-first list, one result per class (a solved class replaces
+    its seed unless the seed ranks before it: a time-limited solve may be worse)."""
+    same = [r for r in found if r.cand == res.cand]
+    if same and result_key(same[0]) <= result_key(res):
+        # the seed's cut is as good as the solved one: the class's best, with the solve's status and bound
+        found[found.index(same[0])] = replace(same[0], status=res.status, bound=res.bound)
+        return
+    found[:] = [r for r in found if r.cand != res.cand] + [res]
+    found.sort(key=result_key)
+    del found[top_k:]
+
+
+def expert_seeds(ctx: Context, pins: ParallelPins, cands: list[Candidate], max_evals: int = 8) -> list[ClassResult]:
+    """Expert-like (Megatron-LM-style) configurations among the classes, each at a balanced cut (its
+    uniform split when interleaved), simulated: TP = the largest degree within a node, the smallest
+    micro-batch size, sequence parallelism, the distributed optimizer (ZeRO-1) when dp > 1, selective
+    recomputation (full when selective fits nowhere, then none), PP the smallest that fits, 1F1B and
+    interleaved where the layers split evenly. At most ``max_evals`` simulations. Returns the ones that fit."""
+    if not cands:
+        return []
+    gpn = ctx.cluster.gpus_per_node
+    tps = {c.tp for c in cands}
+    tp = max((t for t in tps if t <= gpn), default=min(tps))
+    pool = [c for c in cands if c.tp == tp]
+    mbs = min(c.micro_batch_size for c in pool)
+    pool = [c for c in pool if c.micro_batch_size == mbs]
+    sp = any(c.sequence_parallel for c in pool)
+    pool = [c for c in pool if c.sequence_parallel == sp]
+    evals = 0
+    for recompute in ("selective", "full", "none"):
+        level = [c for c in pool if c.recompute == recompute]
+        for pp in sorted({c.pp for c in level}):
+            at = [c for c in level if c.pp == pp]
+            zero = 1 if any(c.zero_stage == 1 for c in at) else min(c.zero_stage for c in at)
+            out: list[ClassResult] = []
+            for c in sorted((c for c in at if c.zero_stage == zero), key=simplicity):
+                if evals >= max_evals:
+                    return out
+                fixed = one_cut(ctx, pins, c)
+                if pins.stage_layers is None and not quick_may_fit(ctx, c, fixed):
+                    continue
+                cc = class_costs(ctx, c)
+                if not (may_fit(cc) if fixed is None else fits_at(cc, fixed)):
+                    continue
+                n = fixed if fixed is not None else greedy_cut(cc)
+                evals += 1
+                ev = evaluate(cc, n)
+                if ev.fits:
+                    out.append(ClassResult(c, n, ev, Status.FEASIBLE, 0, 0, 0.0))
+            if out or evals >= max_evals:
+                return out
+    return []
 
 
 def restrict_to_profile(ctx: Context, cands: list[Candidate]) -> tuple[list[Candidate], list[str]]:
@@ -237,7 +317,7 @@ def fallback(
     for item in rest:
         if tried >= max_classes or len(found) >= top_k:
             break
-        fixed = forced_cut(ctx, pins, item.cand)
+        fixed = one_cut(ctx, pins, item.cand)
         if pins.stage_layers is None and not quick_may_fit(ctx, item.cand, fixed):
             continue
         cc = class_costs(ctx, item.cand)
