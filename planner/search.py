@@ -22,6 +22,7 @@ from typing import NamedTuple
 from planner.bounds import class_bound, cut_bound, fits_at, may_fit, quick_bound, quick_may_fit
 from planner.cost import Candidate, Context, class_costs, evaluate
 from planner.cutsolver import ClassResult, Status, greedy_cut, solve_class
+from planner.layout import even_stage_layers
 from planner.space import enumerate_candidates, forced_cut, min_memory, plan_key, simplicity
 from planner.specs import ParallelPins, SearchOptions
 
@@ -241,46 +242,62 @@ def admit(found: list[ClassResult], res: ClassResult, top_k: int) -> None:
     del found[top_k:]
 
 
-def expert_seeds(ctx: Context, pins: ParallelPins, cands: list[Candidate], max_evals: int = 8) -> list[ClassResult]:
-    """Expert-like (Megatron-LM-style) configurations among the classes, each at a balanced cut (its
-    uniform split when interleaved), simulated: TP = the largest degree within a node, the smallest
-    micro-batch size, sequence parallelism, the distributed optimizer (ZeRO-1) when dp > 1, selective
-    recomputation (full when selective fits nowhere, then none), PP the smallest that fits, 1F1B and
-    interleaved where the layers split evenly. At most ``max_evals`` simulations. Returns the ones that fit."""
+def expert_seeds(ctx: Context, pins: ParallelPins, cands: list[Candidate], max_evals: int = 16) -> list[ClassResult]:
+    """Expert-like (Megatron-LM-style) configurations among the classes, simulated: TP = the largest
+    degree within a node, sequence parallelism, the distributed optimizer (ZeRO-1) when dp > 1,
+    selective recomputation (full when selective fits nowhere, then none), micro-batch 1 (the smallest),
+    1F1B, and PP from 1 up until the recipe fits at the even split an expert would type; at that PP
+    also the other micro-batch sizes and interleaved where the layers split evenly. Each at the better
+    of the even split and a balanced cut (interleaved: its uniform split). At most ``max_evals``
+    classes are simulated. Returns those that fit (every one a plan of a class the search visits)."""
     if not cands:
         return []
     gpn = ctx.cluster.gpus_per_node
     tps = {c.tp for c in cands}
     tp = max((t for t in tps if t <= gpn), default=min(tps))
     pool = [c for c in cands if c.tp == tp]
-    mbs = min(c.micro_batch_size for c in pool)
-    pool = [c for c in pool if c.micro_batch_size == mbs]
     sp = any(c.sequence_parallel for c in pool)
     pool = [c for c in pool if c.sequence_parallel == sp]
+    out: list[ClassResult] = []
     evals = 0
+
+    def seed(c: Candidate) -> bool:
+        """Simulate one class at its cut(s); whether the even split (or its one cut) fits."""
+        nonlocal evals
+        fixed = one_cut(ctx, pins, c)
+        if pins.stage_layers is None and not quick_may_fit(ctx, c, fixed):
+            return False
+        cc = class_costs(ctx, c)
+        if not (may_fit(cc) if fixed is None else fits_at(cc, fixed)):
+            return False
+        evals += 1
+        tries = [fixed] if fixed is not None else [even_stage_layers(cc.num_layers, c.chunks), greedy_cut(cc)]
+        evs = [(evaluate(cc, n), n) for n in tries]
+        ev, n = min(evs, key=lambda e: (not e[0].fits, e[0].objective_ns, e[0].peak_memory_bytes))
+        if ev.fits:
+            out.append(ClassResult(c, n, ev, Status.FEASIBLE, 0, 0, 0.0))
+        return evs[0][0].fits
+
     for recompute in ("selective", "full", "none"):
         level = [c for c in pool if c.recompute == recompute]
         for pp in sorted({c.pp for c in level}):
             at = [c for c in level if c.pp == pp]
             zero = 1 if any(c.zero_stage == 1 for c in at) else min(c.zero_stage for c in at)
-            out: list[ClassResult] = []
-            for c in sorted((c for c in at if c.zero_stage == zero), key=simplicity):
+            # 1F1B first, then interleaved; each from the smallest micro-batch size up
+            order = sorted(
+                (c for c in at if c.zero_stage == zero and c.schedule != "gpipe"),
+                key=lambda c: (c.virtual_stages, c.micro_batch_size),
+            )
+            if not order or evals >= max_evals or not seed(order[0]):
+                continue  # the recipe does not fit at its even split: a deeper pipeline
+            for c in order[1:]:
                 if evals >= max_evals:
-                    return out
-                fixed = one_cut(ctx, pins, c)
-                if pins.stage_layers is None and not quick_may_fit(ctx, c, fixed):
-                    continue
-                cc = class_costs(ctx, c)
-                if not (may_fit(cc) if fixed is None else fits_at(cc, fixed)):
-                    continue
-                n = fixed if fixed is not None else greedy_cut(cc)
-                evals += 1
-                ev = evaluate(cc, n)
-                if ev.fits:
-                    out.append(ClassResult(c, n, ev, Status.FEASIBLE, 0, 0, 0.0))
-            if out or evals >= max_evals:
-                return out
-    return []
+                    break
+                seed(c)
+            return out
+        if out:
+            return out
+    return out
 
 
 def restrict_to_profile(ctx: Context, cands: list[Candidate]) -> tuple[list[Candidate], list[str]]:
