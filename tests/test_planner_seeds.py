@@ -76,3 +76,21 @@ def test_the_full_search_is_no_worse_than_the_time_limited_one(case):
     full = plan(body(*case, top_k=3))
     assert full.solver.status == "OPTIMAL"
     assert full.plans[0].estimate.step_time_s <= fast.plans[0].estimate.step_time_s
+
+
+def test_cli_says_plainly_when_the_time_limit_ended_the_search():
+    import os
+    import subprocess
+    import sys
+
+    args = ["--model", "gpt3-175b", "--gpu", "a100-sxm4-80gb", "--nodes", "128", "--gpus-per-node", "8"]
+    args += ["--global-batch-size", "1536", "--seq-len", "2048", "--time-limit-s", "0.001"]
+    out = subprocess.run(
+        [sys.executable, "-m", "api.cli", "plan", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+        check=True,
+    ).stdout
+    assert "solver: FEASIBLE" in out
+    assert "NOT PROVEN OPTIMAL" in out and "--time-limit-s" in out and "at most" in out
