@@ -105,6 +105,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     seeded = {r.cand for r in found}
     del found[top_k:]
     costed = pruned_memory = solved = simulated = solves = 0
+    learned: dict[tuple, dict] = {}  # critical-path chains shared by classes of equal timing (``timing_key``)
     blocked: tuple[Candidate, int] | None = None
     all_proven = True
     open_bound: int | None = None  # smallest bound among classes left unproven (time limit)
@@ -147,7 +148,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
             continue
         if kth is not None and lb > kth:
             continue
-        res = solve_class(cc, options, fixed=fixed, incumbent=kth, deadline=deadline)
+        res = solve_class(cc, options, fixed=fixed, incumbent=kth, deadline=deadline, learned=learned)
         if fixed is None:
             solved += 1
         else:
