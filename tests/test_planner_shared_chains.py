@@ -3,7 +3,9 @@ random instances (those of ``test_planner_exact``):
 
 * chains learned by one class's solve are reused by every later class with the same timing
   (``cutsolver.timing_key``: ZeRO 0/1/2 of one configuration differ only in memory and the end of step);
-* CP-SAT presolve (on from ``PRESOLVE_CHUNKS`` chunks) — forced on here for the small instances.
+* CP-SAT presolve (on from ``PRESOLVE_CHUNKS`` chunks) — forced on here for the small instances;
+* on classes too large to simulate every one-layer neighbour, only those off the chunks the critical
+  path dwells on (``NEIGHBOUR_BUDGET`` forced to 0 here).
 
 Every class solved in one shared ``learned`` pool, in enumeration order, must return the brute-force
 optimum of its own cuts (or INFEASIBLE exactly when no cut fits)."""
@@ -21,10 +23,14 @@ from planner.space import enumerate_candidates, forced_cut
 from planner.specs import SearchOptions
 
 
-@pytest.mark.parametrize("seed,presolve", [(s, s % 2 == 0) for s in range(12)])
-def test_shared_chains_and_presolve_keep_every_class_exact(seed: int, presolve: bool, monkeypatch) -> None:
+@pytest.mark.parametrize("seed,presolve,few_neighbours", [(s, s % 2 == 0, s % 3 == 0) for s in range(12)])
+def test_shared_chains_and_presolve_keep_every_class_exact(
+    seed: int, presolve: bool, few_neighbours: bool, monkeypatch
+) -> None:
     if presolve:
         monkeypatch.setattr(cutsolver, "PRESOLVE_CHUNKS", 1)
+    if few_neighbours:  # the large-class path: only the moves off the chunks the critical path dwells on
+        monkeypatch.setattr(cutsolver, "NEIGHBOUR_BUDGET", 0)
     ctx, pins = random_instance(seed)
     options = SearchOptions(time_limit_s=20, num_workers=1)
     learned: dict = {}
