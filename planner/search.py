@@ -9,7 +9,12 @@ bound equals it may still tie it and rank first on memory: ``space.plan_key``). 
 is OPTIMAL, every skipped one is proven slower, so the answer is proven optimal for the modeled space.
 
 Interleaved classes enumerated without a pinned schedule have one cut only, Megatron-LM's uniform
-split (``space.forced_cut``): they are memory-screened at that cut and simulated, no CP-SAT.
+split (``space.forced_cut``), and one-stage classes have one cut (``one_cut``): they are
+memory-screened at that cut and simulated, no CP-SAT.
+
+Expert-like configurations (``expert_seeds``, Megatron-LM's recipe) are simulated first: real plans
+of classes the search visits anyway, so they change no proven answer, but they prune from the start
+and the answer is never worse than them when the time limit ends the search (``time_limit_note``).
 """
 
 from __future__ import annotations
