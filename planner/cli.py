@@ -99,6 +99,9 @@ def _plan(request: PlanRequest, as_json: bool) -> None:
         f"{s.configurations_considered} configuration classes, {s.wall_time_s:.2f} s",
         soft_wrap=True,
     )
+    for note in s.notes if s.status != "OPTIMAL" else []:
+        if note.startswith("NOT PROVEN OPTIMAL"):  # the time limit ended the search: say so, with what helps
+            out.print(f"[bold yellow]{escape(note)}[/]", soft_wrap=True)
     if response.infeasible is not None:
         inf = response.infeasible
         out.print(

@@ -29,6 +29,14 @@ from planner.simulate import Op, rank_orders
 from planner.specs import SearchOptions
 from planner.terms import end_parts, end_terms
 
+# Each lazy round adds the critical paths of the solution's one-layer neighbours too (fewer rounds):
+# all 2(C − 1) of them while that costs ≤ NEIGHBOUR_BUDGET simulation steps, else only the moves off
+# the NEIGHBOUR_CHUNKS chunks the critical path dwells on most (OPT-175B, pp = 31, m = 256: 50 → 21
+# rounds, 5.8 → 2.7 s CPU). Either way only valid chains and real evaluations are added.
+NEIGHBOUR_BUDGET = 100_000
+NEIGHBOUR_CHUNKS = 2
+PRESOLVE_CHUNKS = 16  # CP-SAT presolve from this many chunks on (measured on the wide benchmark)
+
 
 class Status(StrEnum):
     OPTIMAL = "OPTIMAL"  # the best cut (of the class; of the space for a search)
@@ -218,15 +226,36 @@ def better(a: Evaluation, b: Evaluation | None) -> bool:
     return b is None or (a.objective_ns, a.peak_memory_bytes) < (b.objective_ns, b.peak_memory_bytes)
 
 
+def timing_key(cc: ClassCosts) -> tuple:
+    """What a chain's length depends on: the schedule's dependency graph (schedule, pp, v, m) and the
+    per-chunk times and lags. Classes with equal keys (e.g. ZeRO 0, 1 and 2 of one configuration: they
+    differ only in memory and the end of step) have the same chains as functions of the cut."""
+    c = cc.cand
+    return (
+        c.schedule,
+        c.pp,
+        c.virtual_stages,
+        cc.m,
+        cc.f_layer,
+        cc.b_layer,
+        tuple(cc.f_extra),
+        tuple(cc.b_extra),
+        tuple(cc.lag),
+    )
+
+
 def solve_class(
     cc: ClassCosts,
     options: SearchOptions,
     fixed: list[int] | None = None,
     incumbent: int | None = None,
     deadline: float | None = None,
+    learned: dict[tuple, dict[Chain, None]] | None = None,
 ) -> ClassResult:
     """The class's best cut (``fixed``: that cut only). ``incumbent``: the k-th best step time so far;
-    a class that cannot reach it is PRUNED (ties are solved: they may rank first on memory)."""
+    a class that cannot reach it is PRUNED (ties are solved: they may rank first on memory).
+    ``learned``: chains found by earlier solves, by ``timing_key``; this solve starts from those of its
+    key and adds its own (each is a valid lower bound of the makespan of every class with that key)."""
     t0 = time.perf_counter()
     deadline = deadline if deadline is not None else t0 + options.time_limit_s
     c, C, L = cc.cand, cc.chunks, cc.num_layers
@@ -256,13 +285,22 @@ def solve_class(
         cutoff = incumbent if cutoff is None else min(cutoff, incumbent)
     if cutoff is not None:
         model.add(M + cm.end <= cutoff)
+    pool: dict[Chain, None] = {}
+    if learned is not None and c.schedule != "gpipe":
+        pool = learned.setdefault(timing_key(cc), {})
+        for ch in pool:
+            cm.add_chain(ch)
     if c.schedule != "gpipe":
         for seed in seeds:
-            cm.add_chain(seed)
+            if seed not in pool:
+                cm.add_chain(seed)
+                pool[seed] = None
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = options.num_workers
-    # Presolve buys nothing on these small models and costs tens of ms per solve (measured).
-    solver.parameters.cp_model_presolve = False
+    # Presolve costs tens of ms per solve and buys nothing on small models, but on deep pipelines it
+    # pays many times over (OPT-175B on 992 A100, pp = 31, m = 128: 30 solves in 1.5 s CPU with it,
+    # 8.2 s without; bench/bench_plan_wide.py). Either way the solve is exact.
+    solver.parameters.cp_model_presolve = C >= PRESOLVE_CHUNKS
     best: tuple[list[int], Evaluation] | None = (hint, hint_ev) if hint_ev.fits else None
     bound = 0
     while True:
@@ -297,19 +335,28 @@ def solve_class(
             break  # slower than the plans already found: stop refining
         # Add the critical path of the solution and of its one-layer neighbours (fewer rounds).
         new_chains = {critical_chain(cc, ev): None}
-        affordable = 4 * C * cc.m * C <= 100_000  # neighbour simulations cost ~2·m·C steps each
-        for b in range(C - 1 if affordable else 0):
-            for a, z in ((b, b + 1), (b + 1, b)):
-                if sol[a] > 1 and time.perf_counter() < deadline:
-                    nb = list(sol)
-                    nb[a] -= 1
-                    nb[z] += 1
-                    nev = evaluate(cc, nb)
-                    if nev.fits and better(nev, best[1] if best else None):
-                        best = (nb, nev)
-                    new_chains[critical_chain(cc, nev)] = None
+        affordable = 4 * C * cc.m * C <= NEIGHBOUR_BUDGET  # neighbour simulations cost ~2·m·C steps each
+        if affordable:
+            moves = [m_ for b in range(C - 1) for m_ in ((b, b + 1), (b + 1, b))]
+        else:  # too long to simulate them all: move a layer off the chunk the critical path dwells on most
+            dwell = [0] * C
+            for _k, _j, on in ev.sim.critical_path:
+                dwell[on] += 1
+            top = sorted(range(C), key=lambda i: -dwell[i])[:NEIGHBOUR_CHUNKS]
+            moves = [(h, z) for h in top for z in (h - 1, h + 1) if 0 <= z < C]
+        for a, z in moves:
+            if sol[a] > 1 and time.perf_counter() < deadline:
+                nb = list(sol)
+                nb[a] -= 1
+                nb[z] += 1
+                nev = evaluate(cc, nb)
+                if nev.fits and better(nev, best[1] if best else None):
+                    best = (nb, nev)
+                new_chains[critical_chain(cc, nev)] = None
         for ch in new_chains:
-            cm.add_chain(ch)
+            if ch not in pool:
+                cm.add_chain(ch)
+                pool[ch] = None
     if best is None:
         return result(Status.UNKNOWN, bound=bound)
     proven = best[1].objective_ns <= bound

@@ -9,19 +9,25 @@ bound equals it may still tie it and rank first on memory: ``space.plan_key``). 
 is OPTIMAL, every skipped one is proven slower, so the answer is proven optimal for the modeled space.
 
 Interleaved classes enumerated without a pinned schedule have one cut only, Megatron-LM's uniform
-split (``space.forced_cut``): they are memory-screened at that cut and simulated, no CP-SAT.
+split (``space.forced_cut``), and one-stage classes have one cut (``one_cut``): they are
+memory-screened at that cut and simulated, no CP-SAT.
+
+Expert-like configurations (``expert_seeds``, Megatron-LM's recipe) are simulated first: real plans
+of classes the search visits anyway, so they change no proven answer, but they prune from the start
+and the answer is never worse than them when the time limit ends the search (``time_limit_note``).
 """
 
 from __future__ import annotations
 
 import heapq
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from planner.bounds import class_bound, cut_bound, fits_at, may_fit, quick_bound, quick_may_fit
 from planner.cost import Candidate, Context, class_costs, evaluate
 from planner.cutsolver import ClassResult, Status, greedy_cut, solve_class
+from planner.layout import even_stage_layers
 from planner.space import enumerate_candidates, forced_cut, min_memory, plan_key, simplicity
 from planner.specs import ParallelPins, SearchOptions
 
@@ -95,8 +101,16 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
             heapq.heappush(heap, QueueItem(max(item.bound, cut_bound(ctx, item.cand, cut)), item.order, True))
         return None
 
-    found: list[ClassResult] = []
+    # Expert-like configurations (``expert_seeds``), evaluated at a balanced cut before the search: real
+    # plans of classes the search visits anyway, so the answer is never worse than them even when the
+    # time limit ends the search early, and their step times prune from the start. A seed stands for
+    # its class until the search solves that class (``admit`` keeps one result per class).
+    found: list[ClassResult] = expert_seeds(ctx, pins, cands)
+    found.sort(key=result_key)
+    seeded = {r.cand for r in found}
+    del found[top_k:]
     costed = pruned_memory = solved = simulated = solves = 0
+    learned: dict[tuple, dict] = {}  # critical-path chains shared by classes of equal timing (``timing_key``)
     blocked: tuple[Candidate, int] | None = None
     all_proven = True
     open_bound: int | None = None  # smallest bound among classes left unproven (time limit)
@@ -124,7 +138,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
             rest = [item] + sorted(heap)
             leave_open(item.bound)
             break
-        fixed = forced_cut(ctx, pins, cand)
+        fixed = one_cut(ctx, pins, cand)
         if pins.stage_layers is None and not quick_may_fit(ctx, cand, fixed):
             pruned_memory += 1
             block(cand, item.bound)
@@ -139,7 +153,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
             continue
         if kth is not None and lb > kth:
             continue
-        res = solve_class(cc, options, fixed=fixed, incumbent=kth, deadline=deadline)
+        res = solve_class(cc, options, fixed=fixed, incumbent=kth, deadline=deadline, learned=learned)
         if fixed is None:
             solved += 1
         else:
@@ -156,9 +170,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
             continue
         if res.status != Status.OPTIMAL and (kth is None or res.bound <= kth):
             leave_open(res.bound)
-        found.append(res)
-        found.sort(key=result_key)
-        del found[top_k:]
+        admit(found, res, top_k)
     if not found and not all_proven:
         found = fallback(ctx, unsolved + rest, top_k, pins)
     wall = time.perf_counter() - t0
@@ -166,7 +178,8 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         (
             f"{len(cands)} configuration classes (every stage cut of each), {costed} costed (the rest bounded out), "
             f"{pruned_memory} ruled out by memory bounds, {solved} solved with CP-SAT ({solves} solves), "
-            f"{simulated} simulated at their one allowed cut (pinned, or interleaved's uniform split)"
+            f"{simulated} simulated at their one allowed cut (pinned, one stage, or interleaved's uniform split), "
+            f"{len(seeded)} expert-like configurations evaluated first (their plans are a floor for the answer)"
         )
     ] + profile_notes
     top = found[0].evaluation if found else None
@@ -184,11 +197,9 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
             min_memory=min_memory(ctx, cands, pins) if all_proven else None,
         )
     best = top.objective_ns
-    if not all_proven:
-        notes.append(
-            f"time limit ({options.time_limit_s:g} s) reached before the proof completed; the bound is the smallest open lower bound"
-        )
     bound = best if all_proven else min(best, open_bound if open_bound is not None else best)
+    if not all_proven:
+        notes.append(time_limit_note(options, best, bound))
     return SearchResult(
         found,
         Status.OPTIMAL if all_proven else Status.FEASIBLE,
@@ -201,6 +212,98 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         notes,
         memory_blocked=blocked,
     )
+
+
+def time_limit_note(options: SearchOptions, best: int, bound: int) -> str:
+    """What a user reads when the time limit ended the search: not proven, by how much at most, what helps."""
+    gap = (best - bound) / best if best else 0.0
+    return (
+        f"NOT PROVEN OPTIMAL: the time limit (options.time_limit_s = {options.time_limit_s:g} s) ended the search; "
+        f"the best plan is at most {gap:.1%} slower than the best possible (step {best / 1e9:.4g} s, lower bound "
+        f"{bound / 1e9:.4g} s); it is never worse than the expert-like configurations evaluated first. To prove it: "
+        "raise options.time_limit_s (--time-limit-s), or pin settings you already know (tp, pp, schedule) to "
+        "shrink the search"
+    )
+
+
+def one_cut(ctx: Context, pins: ParallelPins, c: Candidate) -> list[int] | None:
+    """``space.forced_cut``, and the one cut of a one-stage class (all layers in its one chunk: nothing to
+    solve, so it is simulated at that cut rather than handed to CP-SAT — the same answer)."""
+    fixed = forced_cut(ctx, pins, c)
+    if fixed is None and c.chunks == 1:
+        return [ctx.model.num_layers]
+    return fixed
+
+
+def admit(found: list[ClassResult], res: ClassResult, top_k: int) -> None:
+    """Insert a class's result into the best-first list, one result per class (a solved class replaces
+    its seed unless the seed ranks before it: a time-limited solve may be worse)."""
+    same = [r for r in found if r.cand == res.cand]
+    if same and result_key(same[0]) <= result_key(res):
+        # the seed's cut is as good as the solved one: the class's best, with the solve's status and bound
+        found[found.index(same[0])] = replace(same[0], status=res.status, bound=res.bound)
+        return
+    found[:] = [r for r in found if r.cand != res.cand] + [res]
+    found.sort(key=result_key)
+    del found[top_k:]
+
+
+def expert_seeds(ctx: Context, pins: ParallelPins, cands: list[Candidate], max_evals: int = 16) -> list[ClassResult]:
+    """Expert-like (Megatron-LM-style) configurations among the classes, simulated: TP = the largest
+    degree within a node, sequence parallelism, the distributed optimizer (ZeRO-1) when dp > 1,
+    selective recomputation (full when selective fits nowhere, then none), micro-batch 1 (the smallest),
+    1F1B, and PP from 1 up until the recipe fits at the even split an expert would type; at that PP
+    also the other micro-batch sizes and interleaved where the layers split evenly. Each at the better
+    of the even split and a balanced cut (interleaved: its uniform split). At most ``max_evals``
+    classes are simulated. Returns those that fit (every one a plan of a class the search visits)."""
+    if not cands:
+        return []
+    gpn = ctx.cluster.gpus_per_node
+    tps = {c.tp for c in cands}
+    tp = max((t for t in tps if t <= gpn), default=min(tps))
+    pool = [c for c in cands if c.tp == tp]
+    sp = any(c.sequence_parallel for c in pool)
+    pool = [c for c in pool if c.sequence_parallel == sp]
+    out: list[ClassResult] = []
+    evals = 0
+
+    def seed(c: Candidate) -> bool:
+        """Simulate one class at its cut(s); whether the even split (or its one cut) fits."""
+        nonlocal evals
+        fixed = one_cut(ctx, pins, c)
+        if pins.stage_layers is None and not quick_may_fit(ctx, c, fixed):
+            return False
+        cc = class_costs(ctx, c)
+        if not (may_fit(cc) if fixed is None else fits_at(cc, fixed)):
+            return False
+        evals += 1
+        tries = [fixed] if fixed is not None else [even_stage_layers(cc.num_layers, c.chunks), greedy_cut(cc)]
+        evs = [(evaluate(cc, n), n) for n in tries]
+        ev, n = min(evs, key=lambda e: (not e[0].fits, e[0].objective_ns, e[0].peak_memory_bytes))
+        if ev.fits:
+            out.append(ClassResult(c, n, ev, Status.FEASIBLE, 0, 0, 0.0))
+        return evs[0][0].fits
+
+    for recompute in ("selective", "full", "none"):
+        level = [c for c in pool if c.recompute == recompute]
+        for pp in sorted({c.pp for c in level}):
+            at = [c for c in level if c.pp == pp]
+            zero = 1 if any(c.zero_stage == 1 for c in at) else min(c.zero_stage for c in at)
+            # 1F1B first, then interleaved; each from the smallest micro-batch size up
+            order = sorted(
+                (c for c in at if c.zero_stage == zero and c.schedule != "gpipe"),
+                key=lambda c: (c.virtual_stages, c.micro_batch_size),
+            )
+            if not order or evals >= max_evals or not seed(order[0]):
+                continue  # the recipe does not fit at its even split: a deeper pipeline
+            for c in order[1:]:
+                if evals >= max_evals:
+                    break
+                seed(c)
+            return out
+        if out:
+            return out
+    return out
 
 
 def restrict_to_profile(ctx: Context, cands: list[Candidate]) -> tuple[list[Candidate], list[str]]:
@@ -237,7 +340,7 @@ def fallback(
     for item in rest:
         if tried >= max_classes or len(found) >= top_k:
             break
-        fixed = forced_cut(ctx, pins, item.cand)
+        fixed = one_cut(ctx, pins, item.cand)
         if pins.stage_layers is None and not quick_may_fit(ctx, item.cand, fixed):
             continue
         cc = class_costs(ctx, item.cand)
