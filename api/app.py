@@ -49,6 +49,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.store = store
     app.state.metrics = metrics
     app.state.pool = pool
+    app.state.plan_keys = plans.PlanKeys()
 
     problems.install(app)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)

@@ -26,16 +26,32 @@ Profiles are content-addressed the same way; runs get random ids.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
-from sqlalchemy import Boolean, Float, Integer, String, Text, create_engine, event, func, inspect, select, text
+from sqlalchemy import (
+    Boolean,
+    Float,
+    Integer,
+    String,
+    Text,
+    create_engine,
+    event,
+    func,
+    inspect,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import IntegrityError, NoSuchModuleError, OperationalError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
@@ -54,6 +70,8 @@ PG_CONNECT_TIMEOUT_S = 10  # libpq connect_timeout unless the URL sets one
 PG_SCHEMA_LOCK = 0x6D657368706C616E  # advisory lock key ("meshplan") held while migrating
 MIGRATIONS = Path(__file__).with_name("migrations")
 FIRST_REVISION = "0001"  # the schema create_all made before Alembic
+STORE_THREADS = 16  # the store's own thread pool (not the request pool /healthz or solves may wait on)
+R = TypeVar("R")
 
 
 def canonical_json(data: object) -> str:
@@ -80,6 +98,33 @@ def column_text(value: str) -> str:
     return value.replace("\x00", "\ufffd")
 
 
+def response_json(data: object) -> str:
+    """JSON exactly as FastAPI's ``JSONResponse`` renders it (compact, UTF-8 kept, no NaN)."""
+    return json.dumps(data, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":"))
+
+
+def plan_document(request: PlanRequest, response: PlanResponse) -> str:
+    """The tail of a ``StoredPlan`` body, ``"request":…,"response":…}``, byte for byte as FastAPI
+    serialises a ``StoredPlan`` (``response_model``: JSON mode, by alias, compact): stored once when
+    the plan is, so that a read only splices the head (``plan_body``) in front."""
+    both = {
+        "request": request.model_dump(mode="json", by_alias=True),
+        "response": response.model_dump(mode="json", by_alias=True),
+    }
+    return response_json(both)[1:]
+
+
+def plan_body(plan_id: str, created_at: str, cached: bool, row_version: int | None, document: str) -> bytes:
+    """The ``StoredPlan`` JSON body: its head (the fields that depend on who asks and when) spliced in
+    front of the stored ``document``; the same bytes as serialising the model."""
+    v, stale = _stale(row_version)
+    head = (
+        f'{{"id":{response_json(plan_id)},"created_at":{response_json(created_at)},'
+        f'"cached":{"true" if cached else "false"},"cost_model_version":{v},"stale":{"true" if stale else "false"},'
+    )
+    return (head + document).encode()
+
+
 def utc_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -103,6 +148,7 @@ class PlanRow(Base):
     request_json: Mapped[str] = mapped_column(Text)
     response_json: Mapped[str] = mapped_column(Text)
     cost_model_version: Mapped[int | None] = mapped_column(Integer, nullable=True)  # NULL: before versioning
+    document: Mapped[str | None] = mapped_column(Text, nullable=True)  # plan_document; NULL: before 0003
 
 
 class ProfileRow(Base):
@@ -286,8 +332,20 @@ class Store:
                 "check the URL, that the server is up, and that the file's folder is writable",
             ) from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)
+        self._executor: ThreadPoolExecutor | None = None
+        self._plans = PlanRow.__table__
+
+    async def call(self, fn: Callable[..., R], *args: object) -> R:
+        """Run ``fn(*args)`` (a store method: database access, (de)serialisation) in the store's own
+        thread pool, off the event loop and apart from the request and solver pools."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="meshplan-store")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(fn, *args))
 
     def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
         self.engine.dispose()
 
     def ping(self) -> None:
@@ -321,21 +379,48 @@ class Store:
             response=PlanResponse.model_validate_json(row.response_json),
         )
 
+    def get_plan_body(self, plan_id: str, cached: bool = True) -> bytes | None:
+        """The stored plan's ``StoredPlan`` JSON body (``cached`` as given): one lookup by key and the
+        stored document, nothing parsed or validated. A row stored before the document column gets
+        its document built from its JSON (the old way) and written back, once."""
+        t = self._plans
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(t.c.created_at, t.c.cost_model_version, t.c.document).where(t.c.id == plan_id)
+            ).first()
+        if row is None:
+            return None
+        created_at, row_version, document = row
+        if document is None:
+            stored = self.get_plan(plan_id)
+            if stored is None:
+                return None
+            document = plan_document(stored.request, stored.response)
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(update(t).where(t.c.id == plan_id, t.c.document.is_(None)).values(document=document))
+            except OperationalError:  # busy: the next read writes it back
+                pass
+        return plan_body(plan_id, created_at, cached, row_version, document)
+
+    def put_plan_body(self, plan_id: str, request: PlanRequest, response: PlanResponse) -> tuple[bytes, bool]:
+        """``put_plan``, answering with the ``StoredPlan`` JSON body (``cached`` false when this call
+        stored it, true when another writer had)."""
+        row, created = self._put_plan_row(plan_id, request, response)
+        if not created:
+            body = self.get_plan_body(plan_id)
+            if body is not None:
+                return body, False
+        return plan_body(plan_id, row.created_at, False, row.cost_model_version, row.document or ""), True
+
     def put_plan(self, plan_id: str, request: PlanRequest, response: PlanResponse) -> tuple[StoredPlan, bool]:
         """Store a solved plan under ``plan_id`` (``request_key`` of the request and of the response's
         cost-model version); returns (the stored plan, whether it is new)."""
-        row = PlanRow(
-            id=plan_id,
-            created_at=utc_now(),
-            request_json=canonical_json(request.model_dump(mode="json")),
-            response_json=response.model_dump_json(),
-            **_summary_of(response),
-        )
-        while not self._insert(row):
+        row, created = self._put_plan_row(plan_id, request, response)
+        if not created:
             existing = self.get_plan(plan_id)
-            if existing is not None:  # another writer stored it first
+            if existing is not None:
                 return existing, False
-            # ... and it was deleted in between: insert again.
         v, stale = _stale(response.cost_model_version)
         return StoredPlan(
             id=plan_id,
@@ -346,6 +431,26 @@ class Store:
             request=request,
             response=response,
         ), True
+
+    def _put_plan_row(self, plan_id: str, request: PlanRequest, response: PlanResponse) -> tuple[PlanRow, bool]:
+        """Insert the plan's row; (the row, True), or (the row we tried, False) when another writer
+        stored this id first."""
+        row = PlanRow(
+            id=plan_id,
+            created_at=utc_now(),
+            request_json=canonical_json(request.model_dump(mode="json")),
+            response_json=response.model_dump_json(),
+            document=plan_document(request, response),
+            **_summary_of(response),
+        )
+        while not self._insert(row):
+            with self.engine.connect() as conn:
+                if conn.execute(select(self._plans.c.id).where(self._plans.c.id == plan_id)).first() is not None:
+                    return row, False  # another writer stored it first
+            # ... and it was deleted in between: insert again (a fresh row object: the session
+            # that failed may have attached the old one).
+            row = PlanRow(**{c.key: getattr(row, c.key) for c in PlanRow.__table__.columns})
+        return row, True
 
     def list_plans(self, *, model: str | None, gpu: str | None, limit: int, offset: int) -> Page[PlanSummary]:
         query = select(PlanRow)
