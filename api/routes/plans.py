@@ -8,17 +8,17 @@ from collections import OrderedDict
 from typing import Annotated
 
 from fastapi import HTTPException, Path, Query, Request, Response
-from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import MetricsDep, PoolDep, SettingsDep, SolverDep, StoreDep, v1_router
-from api.problems import ProblemException, error_responses, not_found
+from api.problems import ProblemException, _field_of, error_responses, not_found
 from api.schemas import PLAN_REQUEST_EXAMPLES, Page, PlanSummary, ProblemError, StoredPlan
 from api.solver import bound_request, timed
 from api.store import Store, request_key
 from planner import version
 from planner.compare import PlanComparison, compare_plans
+from planner.errors import explain_error, field_info, is_union_tag, merge_union_errors, with_known_fields
 from planner.specs import Plan, PlanRequest
 
 router = v1_router("/plans", "plans")
@@ -84,37 +84,46 @@ class PlanKeys:
             self._keys.popitem(last=False)
 
 
+def _body_problem(errors: list[dict]) -> ProblemException:
+    """The answer ``api.problems`` gives to these errors of a body declared as ``PlanRequest``: the
+    same fields, messages and fixes (drawn from the declared fields) as FastAPI's own validation."""
+    out = []
+    for e in merge_union_errors(errors):
+        loc = tuple(e.get("loc", ()))
+        path = [p for p in loc[1:] if not is_union_tag(p)]
+        if e.get("type") == "extra_forbidden":
+            e = with_known_fields(e, PlanRequest, path)
+        field = _field_of(loc)
+        message, fix = explain_error(e, field, field_info(PlanRequest, path) if path else None)
+        out.append(ProblemError(field=field, message=message, fix=fix))
+    detail = "; ".join(f"{e.field}: {e.message}" for e in out[:5]) or "invalid request"
+    return ProblemException(422, detail, errors=out, title="Invalid request")
+
+
 def parse_plan_request(raw: bytes, content_type: str | None) -> PlanRequest:
-    """The body as FastAPI reads a JSON body parameter (the same errors, at ``body…``), so the
-    answers to bad bodies are unchanged while the work runs off the event loop."""
-    if not raw:
-        obj: object = None
-    else:
-        is_json = content_type is None
-        if content_type is not None:
+    """The body as FastAPI reads a JSON body parameter (strict content type: JSON only when the
+    request says so), with the same answers to bad bodies, but wherever this runs (off the loop)."""
+    obj: object = None
+    if raw:
+        obj = raw
+        if content_type:
             message = email.message.Message()
             message["content-type"] = content_type
             subtype = message.get_content_subtype()
-            is_json = message.get_content_maintype() == "application" and (
-                subtype == "json" or subtype.endswith("+json")
-            )
-        if is_json:
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as e:
-                error = {"type": "json_invalid", "loc": ("body", e.pos), "msg": "JSON decode error", "input": {}}
-                raise RequestValidationError([{**error, "ctx": {"error": e.msg}}], body=e.doc) from None
-            except Exception as e:  # not UTF-8: what FastAPI answers
-                raise HTTPException(status_code=400, detail="There was an error parsing the body") from e
-        else:
-            obj = raw
+            if message.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json")):
+                try:
+                    obj = json.loads(raw)
+                except json.JSONDecodeError as e:
+                    error = {"type": "json_invalid", "loc": ("body", e.pos), "msg": "JSON decode error", "input": {}}
+                    raise _body_problem([{**error, "ctx": {"error": e.msg}}]) from None
+                except Exception as e:  # not UTF-8: what FastAPI answers
+                    raise HTTPException(status_code=400, detail="There was an error parsing the body") from e
     if obj is None:
-        raise RequestValidationError([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
+        raise _body_problem([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
     try:
         return PlanRequest.model_validate(obj, from_attributes=True)
     except ValidationError as exc:
-        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
-        raise RequestValidationError(errors, body=obj) from None
+        raise _body_problem([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from None
 
 
 def _json(body: bytes, status_code: int) -> Response:
