@@ -98,31 +98,30 @@ def column_text(value: str) -> str:
     return value.replace("\x00", "\ufffd")
 
 
-def response_json(data: object) -> str:
-    """JSON exactly as FastAPI's ``JSONResponse`` renders it (compact, UTF-8 kept, no NaN)."""
-    return json.dumps(data, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":"))
+def _head(plan_id: str, created_at: str, cached: bool, v: int, stale: bool) -> str:
+    """The start of a ``StoredPlan`` body, up to ``"request":`` exclusive: the fields that depend on
+    who asks (``cached``) and when (``stale``: the server's cost model)."""
+    return (
+        f'{{"id":{json.dumps(plan_id)},"created_at":{json.dumps(created_at)},"cached":{json.dumps(cached)},'
+        f'"cost_model_version":{v},"stale":{json.dumps(stale)},'
+    )
 
 
-def plan_document(request: PlanRequest, response: PlanResponse) -> str:
-    """The tail of a ``StoredPlan`` body, ``"request":…,"response":…}``, byte for byte as FastAPI
-    serialises a ``StoredPlan`` (``response_model``: JSON mode, by alias, compact): stored once when
-    the plan is, so that a read only splices the head (``plan_body``) in front."""
-    both = {
-        "request": request.model_dump(mode="json", by_alias=True),
-        "response": response.model_dump(mode="json", by_alias=True),
-    }
-    return response_json(both)[1:]
+def plan_document(stored: StoredPlan) -> str:
+    """The rest of the ``StoredPlan`` body, ``"request":…,"response":…}``, byte for byte as FastAPI
+    serialises the model (``response_model``: pydantic's JSON, by alias): stored once with the plan,
+    so that a read only puts the head in front (``plan_body``)."""
+    full = stored.model_dump_json(by_alias=True)
+    head = _head(stored.id, stored.created_at, stored.cached, stored.cost_model_version, stored.stale)
+    if not full.startswith(head):  # the model's fields changed: _head must follow
+        raise RuntimeError(f"StoredPlan JSON does not start with {head!r}: {full[:200]!r}")
+    return full[len(head) :]
 
 
 def plan_body(plan_id: str, created_at: str, cached: bool, row_version: int | None, document: str) -> bytes:
-    """The ``StoredPlan`` JSON body: its head (the fields that depend on who asks and when) spliced in
-    front of the stored ``document``; the same bytes as serialising the model."""
-    v, stale = _stale(row_version)
-    head = (
-        f'{{"id":{response_json(plan_id)},"created_at":{response_json(created_at)},'
-        f'"cached":{"true" if cached else "false"},"cost_model_version":{v},"stale":{"true" if stale else "false"},'
-    )
-    return (head + document).encode()
+    """The ``StoredPlan`` JSON body: the head spliced in front of the stored ``document``; the same
+    bytes as serialising the model, without parsing or validating anything."""
+    return (_head(plan_id, created_at, cached, *_stale(row_version)) + document).encode()
 
 
 def utc_now() -> str:
@@ -395,7 +394,7 @@ class Store:
             stored = self.get_plan(plan_id)
             if stored is None:
                 return None
-            document = plan_document(stored.request, stored.response)
+            document = plan_document(stored)
             try:
                 with self.engine.begin() as conn:
                     conn.execute(update(t).where(t.c.id == plan_id, t.c.document.is_(None)).values(document=document))
@@ -435,12 +434,23 @@ class Store:
     def _put_plan_row(self, plan_id: str, request: PlanRequest, response: PlanResponse) -> tuple[PlanRow, bool]:
         """Insert the plan's row; (the row, True), or (the row we tried, False) when another writer
         stored this id first."""
+        created_at = utc_now()
+        v, stale = _stale(response.cost_model_version)
+        stored = StoredPlan(
+            id=plan_id,
+            created_at=created_at,
+            cached=False,
+            cost_model_version=v,
+            stale=stale,
+            request=request,
+            response=response,
+        )
         row = PlanRow(
             id=plan_id,
-            created_at=utc_now(),
+            created_at=created_at,
             request_json=canonical_json(request.model_dump(mode="json")),
             response_json=response.model_dump_json(),
-            document=plan_document(request, response),
+            document=plan_document(stored),
             **_summary_of(response),
         )
         while not self._insert(row):
