@@ -187,7 +187,9 @@ def run_wrk(url: str, path: str, args: argparse.Namespace, body: dict | None, fo
     out = done.stdout
     total = int(re.search(r"(\d+) requests in ([\d.]+\w+)", out).group(1))
     wall = _seconds(re.search(r"requests in ([\d.]+\w+)", out).group(1))
-    dist = dict(re.findall(r"^\s+(50|99)%\s+([\d.]+\w+)$", out, re.M))
+    dist = dict(re.findall(r"^\s+(50|99)%\s+([\d.]+\w+)\s*$", out, re.M))
+    if set(dist) != {"50", "99"}:
+        raise SystemExit(f"wrk did not report latencies:\n{out}\n{done.stderr}")
     errors: dict[str, int] = {}
     if m := re.search(r"Non-2xx or 3xx responses: (\d+)", out):
         errors["non-2xx"] = int(m.group(1))
