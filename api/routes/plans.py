@@ -11,10 +11,12 @@ from fastapi import HTTPException, Path, Query, Request, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import MetricsDep, PoolDep, SettingsDep, SolverDep, StoreDep, v1_router
+from api.deps import SolverDep, StoreDep, get_metrics, get_pool, get_settings, get_solver, get_store, resolve, v1_router
+from api.metrics import Metrics
 from api.problems import ProblemException, _field_of, error_responses, not_found
 from api.schemas import PLAN_REQUEST_EXAMPLES, Page, PlanSummary, ProblemError, StoredPlan
-from api.solver import bound_request, timed
+from api.settings import Settings
+from api.solver import Solver, SolverPool, bound_request, timed
 from api.store import Store, request_key
 from planner import version
 from planner.compare import PlanComparison, compare_plans
@@ -151,20 +153,16 @@ def _json(body: bytes, status_code: int) -> Response:
         }
     },
 )
-async def create_plan(
-    http: Request,
-    settings: SettingsDep,
-    store: StoreDep,
-    solver: SolverDep,
-    pool: PoolDep,
-    metrics: MetricsDep,
-) -> Response:
+async def create_plan(http: Request) -> Response:
     """Plan a training job. The id is the content hash of the request (with defaults filled in and
     the solver time capped by the server) and of the planner's cost-model version: the same request is
     answered from the store, not re-solved, until the cost model changes; then it is solved again
     (the older answer stays readable under its id, marked ``stale``)."""
-    # The body is a PlanRequest (documented as one below); it is read here, not by FastAPI, so that
-    # its parsing, validation and key run off the event loop, and a body seen before skips them.
+    # The body is a PlanRequest (documented as one above); it is read here, not by FastAPI, so that
+    # its parsing, validation and key run off the event loop, and a body seen before skips them. The
+    # dependencies are looked up, not solved by FastAPI per request (the hot path's largest cost).
+    settings: Settings = await resolve(http, get_settings)
+    store: Store = await resolve(http, get_store)
     raw = await http.body()
     ctype = http.headers.get("content-type")
     keys: PlanKeys = http.app.state.plan_keys
@@ -180,8 +178,11 @@ async def create_plan(
 
         request, key, body = await store.call(parse_and_look_up)
         keys.put(ctype, raw, key)
+    metrics: Metrics = await resolve(http, get_metrics)
     if body is None:
         assert request is not None and key is not None
+        solver: Solver = await resolve(http, get_solver)
+        pool: SolverPool = await resolve(http, get_pool)
         solve_request = await resolve_profile(request, store)
         plan_id, stored_request = key, request
 
@@ -240,8 +241,9 @@ def _pick(stored: StoredPlan, index: int, field: str = "query.index") -> Plan:
 
 
 @router.get("/{plan_id}", response_model=StoredPlan, responses=error_responses(401, 404, 422))
-async def get_plan(plan_id: PlanId, store: StoreDep) -> Response:
+async def get_plan(plan_id: PlanId, http: Request) -> Response:
     """The stored plan: its stored JSON document, looked up by id and sent as stored."""
+    store: Store = await resolve(http, get_store)
     body = await store.call(store.get_plan_body, plan_id)
     if body is None:
         raise not_found("plan", plan_id)
