@@ -269,6 +269,10 @@ def test_the_key_cache_is_bounded_and_keyed_by_content_type_and_body():
     keys.put("application/json", b"c", "C")  # b goes
     keys.put("application/json", b"0123456789", "big")  # over max_body: not kept
     assert [keys.get("application/json", k) for k in (b"a", b"b", b"c", b"0123456789")] == ["A", None, "C", None]
+    by_bytes = plans_route.PlanKeys(size=100, max_body=8, max_bytes=10)
+    for i in range(5):
+        by_bytes.put(None, bytes([i]) * 4, str(i))  # 4 bytes each: at most 2 fit in 10
+    assert [by_bytes.get(None, bytes([i]) * 4) for i in range(5)] == [None, None, None, "3", "4"]
 
 
 def test_openapi_still_documents_the_plan_request_body(tmp_path):

@@ -60,15 +60,17 @@ async def resolve_profile(request: PlanRequest, store: Store) -> PlanRequest:
 
 
 class PlanKeys:
-    """Raw request bodies already seen (with their content type) → their plan id, at most ``size``
-    of them, bodies up to ``max_body`` bytes: a repeated request is a dict lookup away from its key,
-    without parsing or validating it again. Sound because the key is a function of the body, of
-    the server's settings (fixed for an app) and of the cost-model version (part of the lookup);
-    only bodies that validated are kept."""
+    """Raw request bodies already seen (with their content type) → their plan id: at most ``size``
+    of them, bodies up to ``max_body`` bytes, ``max_bytes`` of bodies in all (least recently used
+    go first). A repeated request is a dict lookup away from its key, without parsing or validating
+    it again. Sound because the key is a function of the body, of the server's settings (fixed for
+    an app) and of the cost-model version (part of the lookup); only bodies that validated are kept."""
 
-    def __init__(self, size: int = 4096, max_body: int = 65536) -> None:
+    def __init__(self, size: int = 4096, max_body: int = 65536, max_bytes: int = 16 << 20) -> None:
         self.size = size
         self.max_body = max_body
+        self.max_bytes = max_bytes
+        self._bytes = 0
         self._keys: OrderedDict[tuple[int, str | None, bytes], str] = OrderedDict()
 
     def get(self, ctype: str | None, raw: bytes) -> str | None:
@@ -79,11 +81,14 @@ class PlanKeys:
         return key
 
     def put(self, ctype: str | None, raw: bytes, key: str) -> None:
-        if len(raw) > self.max_body:
+        seen = (version.COST_MODEL_VERSION, ctype, raw)
+        if len(raw) > self.max_body or seen in self._keys:
             return
-        self._keys[(version.COST_MODEL_VERSION, ctype, raw)] = key
-        if len(self._keys) > self.size:
-            self._keys.popitem(last=False)
+        self._keys[seen] = key
+        self._bytes += len(raw)
+        while len(self._keys) > self.size or self._bytes > self.max_bytes:
+            (_v, _c, old), _k = self._keys.popitem(last=False)
+            self._bytes -= len(old)
 
 
 def _body_problem(errors: list[dict]) -> ProblemException:
