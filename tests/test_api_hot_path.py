@@ -26,7 +26,7 @@ from sqlalchemy import create_engine, select, text
 from api.deps import get_solver, get_store
 from api.routes import plans as plans_route
 from api.schemas import StoredPlan
-from api.store import PlanRow, Store, migrate
+from api.store import STORE_THREADS, PlanRow, Store, migrate
 from planner.catalog import MODELS
 from planner.specs import PlanRequest, PlanResponse
 from tests.api_support import SlowSolver, make_app, plan_request
@@ -163,7 +163,7 @@ def _loop_running_here() -> bool:
 
 
 def test_healthz_and_readyz_answer_while_every_store_thread_is_held(tmp_path, monkeypatch):
-    """48 cache hits wait on the held store (more than its 16 threads and anyio's 40): /healthz and
+    """48 cache hits wait on the held store (more than its threads and anyio's 40): /healthz and
     /readyz still answer, and then every hit gets its plan. The body's key and the store's lookups
     ran off the event loop thread."""
     app = make_app(tmp_path)
@@ -186,7 +186,7 @@ def test_healthz_and_readyz_answer_while_every_store_thread_is_held(tmp_path, mo
         async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=300) as http:
             posts = [asyncio.create_task(http.post("/v1/plans", json=plan_request())) for _ in range(24)]
             gets = [asyncio.create_task(http.get(f"/v1/plans/{plan_id}")) for _ in range(24)]
-            while store.waiting < 16:  # every store thread is held
+            while store.waiting < STORE_THREADS:  # every store thread is held
                 await asyncio.sleep(0.01)
             # a hang guard, not a timing claim: these must answer while the store is held
             health = await asyncio.wait_for(http.get("/healthz"), 120)
