@@ -4,12 +4,17 @@ solves off the event loop with bounded concurrency.
 ``SolverPool`` holds ``concurrency`` worker threads and lets at most ``queue`` more solves wait for
 one (for at most ``queue_timeout_s``); past that a request is refused at once with 503 and a
 ``Retry-After``, so a burst of heavy requests cannot stall the server. Identical requests that
-arrive while one is being solved wait for that solve instead of starting another.
+arrive while one is being solved wait for that solve instead of starting another. Solver threads
+run at a lower CPU priority than the rest of the process (Linux), so solves filling the cores do
+not delay the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -143,7 +148,9 @@ class SolverPool:
                 raise
             raise self._saturated(f"no solver slot within {self.queue_timeout_s:g} s") from None
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="meshplan-solver")
+            self._executor = ThreadPoolExecutor(
+                self.concurrency, thread_name_prefix="meshplan-solver", initializer=_lower_priority
+            )
         future = asyncio.get_running_loop().run_in_executor(self._executor, fn)
         # The slot is freed when the thread finishes, even if the client went away meanwhile: the
         # number of solver threads busy never exceeds ``concurrency``.
@@ -160,6 +167,23 @@ class SolverPool:
         self._inflight[key] = task
         task.add_done_callback(lambda _t: self._inflight.pop(key, None))
         return await asyncio.shield(task), False
+
+
+SOLVER_NICENESS = 10
+
+
+def _lower_priority() -> None:
+    """A solver thread yields the CPU to the event loop and the store's threads: on Linux, where
+    niceness is per thread, it runs at nice +10 (and so do the threads it starts, e.g. CP-SAT's),
+    so on a machine whose cores the solves fill, /healthz and cache hits are still served first.
+    Elsewhere nothing changes (the call would lower the whole process)."""
+    if sys.platform != "linux":
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, max(os.getpriority(os.PRIO_PROCESS, tid), SOLVER_NICENESS))
+    except OSError:  # not permitted here: run at the process's priority
+        pass
 
 
 def timed(metrics: Metrics, kind: str, fn: Callable[[], R]) -> Callable[[], R]:

@@ -26,16 +26,32 @@ Profiles are content-addressed the same way; runs get random ids.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
-from sqlalchemy import Boolean, Float, Integer, String, Text, create_engine, event, func, inspect, select, text
+from sqlalchemy import (
+    Boolean,
+    Float,
+    Integer,
+    String,
+    Text,
+    create_engine,
+    event,
+    func,
+    inspect,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import IntegrityError, NoSuchModuleError, OperationalError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
@@ -54,6 +70,8 @@ PG_CONNECT_TIMEOUT_S = 10  # libpq connect_timeout unless the URL sets one
 PG_SCHEMA_LOCK = 0x6D657368706C616E  # advisory lock key ("meshplan") held while migrating
 MIGRATIONS = Path(__file__).with_name("migrations")
 FIRST_REVISION = "0001"  # the schema create_all made before Alembic
+STORE_THREADS = 16  # the store's own thread pool (not the request pool /healthz or solves may wait on)
+R = TypeVar("R")
 
 
 def canonical_json(data: object) -> str:
@@ -80,6 +98,32 @@ def column_text(value: str) -> str:
     return value.replace("\x00", "\ufffd")
 
 
+def _head(plan_id: str, created_at: str, cached: bool, v: int, stale: bool) -> str:
+    """The start of a ``StoredPlan`` body, up to ``"request":`` exclusive: the fields that depend on
+    who asks (``cached``) and when (``stale``: the server's cost model)."""
+    return (
+        f'{{"id":{json.dumps(plan_id)},"created_at":{json.dumps(created_at)},"cached":{json.dumps(cached)},'
+        f'"cost_model_version":{v},"stale":{json.dumps(stale)},'
+    )
+
+
+def plan_document(stored: StoredPlan) -> str:
+    """The rest of the ``StoredPlan`` body, ``"request":…,"response":…}``, byte for byte as FastAPI
+    serialises the model (``response_model``: pydantic's JSON, by alias): stored once with the plan,
+    so that a read only puts the head in front (``plan_body``)."""
+    full = stored.model_dump_json(by_alias=True)
+    head = _head(stored.id, stored.created_at, stored.cached, stored.cost_model_version, stored.stale)
+    if not full.startswith(head):  # the model's fields changed: _head must follow
+        raise RuntimeError(f"StoredPlan JSON does not start with {head!r}: {full[:200]!r}")
+    return full[len(head) :]
+
+
+def plan_body(plan_id: str, created_at: str, cached: bool, row_version: int | None, document: str) -> bytes:
+    """The ``StoredPlan`` JSON body: the head spliced in front of the stored ``document``; the same
+    bytes as serialising the model, without parsing or validating anything."""
+    return (_head(plan_id, created_at, cached, *_stale(row_version)) + document).encode()
+
+
 def utc_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -103,6 +147,7 @@ class PlanRow(Base):
     request_json: Mapped[str] = mapped_column(Text)
     response_json: Mapped[str] = mapped_column(Text)
     cost_model_version: Mapped[int | None] = mapped_column(Integer, nullable=True)  # NULL: before versioning
+    document: Mapped[str | None] = mapped_column(Text, nullable=True)  # plan_document; NULL: before 0003
 
 
 class ProfileRow(Base):
@@ -286,8 +331,20 @@ class Store:
                 "check the URL, that the server is up, and that the file's folder is writable",
             ) from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)
+        self._executor: ThreadPoolExecutor | None = None
+        self._plans = PlanRow.__table__
+
+    async def call(self, fn: Callable[..., R], *args: object) -> R:
+        """Run ``fn(*args)`` (a store method: database access, (de)serialisation) in the store's own
+        thread pool, off the event loop and apart from the request and solver pools."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="meshplan-store")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(fn, *args))
 
     def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
         self.engine.dispose()
 
     def ping(self) -> None:
@@ -321,21 +378,48 @@ class Store:
             response=PlanResponse.model_validate_json(row.response_json),
         )
 
+    def get_plan_body(self, plan_id: str, cached: bool = True) -> bytes | None:
+        """The stored plan's ``StoredPlan`` JSON body (``cached`` as given): one lookup by key and the
+        stored document, nothing parsed or validated. A row stored before the document column gets
+        its document built from its JSON (the old way) and written back, once."""
+        t = self._plans
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(t.c.created_at, t.c.cost_model_version, t.c.document).where(t.c.id == plan_id)
+            ).first()
+        if row is None:
+            return None
+        created_at, row_version, document = row
+        if document is None:
+            stored = self.get_plan(plan_id)
+            if stored is None:
+                return None
+            document = plan_document(stored)
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(update(t).where(t.c.id == plan_id, t.c.document.is_(None)).values(document=document))
+            except OperationalError:  # busy: the next read writes it back
+                pass
+        return plan_body(plan_id, created_at, cached, row_version, document)
+
+    def put_plan_body(self, plan_id: str, request: PlanRequest, response: PlanResponse) -> tuple[bytes, bool]:
+        """``put_plan``, answering with the ``StoredPlan`` JSON body (``cached`` false when this call
+        stored it, true when another writer had)."""
+        row, created = self._put_plan_row(plan_id, request, response)
+        if not created:
+            body = self.get_plan_body(plan_id)
+            if body is not None:
+                return body, False
+        return plan_body(plan_id, row.created_at, False, row.cost_model_version, row.document or ""), True
+
     def put_plan(self, plan_id: str, request: PlanRequest, response: PlanResponse) -> tuple[StoredPlan, bool]:
         """Store a solved plan under ``plan_id`` (``request_key`` of the request and of the response's
         cost-model version); returns (the stored plan, whether it is new)."""
-        row = PlanRow(
-            id=plan_id,
-            created_at=utc_now(),
-            request_json=canonical_json(request.model_dump(mode="json")),
-            response_json=response.model_dump_json(),
-            **_summary_of(response),
-        )
-        while not self._insert(row):
+        row, created = self._put_plan_row(plan_id, request, response)
+        if not created:
             existing = self.get_plan(plan_id)
-            if existing is not None:  # another writer stored it first
+            if existing is not None:
                 return existing, False
-            # ... and it was deleted in between: insert again.
         v, stale = _stale(response.cost_model_version)
         return StoredPlan(
             id=plan_id,
@@ -346,6 +430,37 @@ class Store:
             request=request,
             response=response,
         ), True
+
+    def _put_plan_row(self, plan_id: str, request: PlanRequest, response: PlanResponse) -> tuple[PlanRow, bool]:
+        """Insert the plan's row; (the row, True), or (the row we tried, False) when another writer
+        stored this id first."""
+        created_at = utc_now()
+        v, stale = _stale(response.cost_model_version)
+        stored = StoredPlan(
+            id=plan_id,
+            created_at=created_at,
+            cached=False,
+            cost_model_version=v,
+            stale=stale,
+            request=request,
+            response=response,
+        )
+        row = PlanRow(
+            id=plan_id,
+            created_at=created_at,
+            request_json=canonical_json(request.model_dump(mode="json")),
+            response_json=response.model_dump_json(),
+            document=plan_document(stored),
+            **_summary_of(response),
+        )
+        while not self._insert(row):
+            with self.engine.connect() as conn:
+                if conn.execute(select(self._plans.c.id).where(self._plans.c.id == plan_id)).first() is not None:
+                    return row, False  # another writer stored it first
+            # ... and it was deleted in between: insert again (a fresh row object: the session
+            # that failed may have attached the old one).
+            row = PlanRow(**{c.key: getattr(row, c.key) for c in PlanRow.__table__.columns})
+        return row, True
 
     def list_plans(self, *, model: str | None, gpu: str | None, limit: int, offset: int) -> Page[PlanSummary]:
         query = select(PlanRow)

@@ -1,0 +1,285 @@
+"""The plan cache's hot path (issue 12): a hit is a key lookup and the stored bytes sent back.
+
+- The bodies are byte for byte what FastAPI's serialisation of the ``StoredPlan`` model gives (the
+  old path, rebuilt here as a reference route), for a fresh answer, a hit, a GET, a row stored before
+  the document column, and text that JSON escapes.
+- A hit neither calls the planner nor parses the stored JSON back into models.
+- The body's parsing, its key and the store's work run off the event loop: ``/healthz`` and
+  ``/readyz`` answer while every store thread is held, and bad bodies get the same answers as
+  FastAPI's own body parsing gives (``POST /v1/estimates`` takes the same ``PlanRequest``).
+
+No timing is asserted anywhere (the load figures are ``bench/bench_api_load.py``'s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, select, text
+
+from api.deps import get_solver, get_store
+from api.routes import plans as plans_route
+from api.schemas import StoredPlan
+from api.store import STORE_THREADS, PlanRow, Store, migrate
+from planner.catalog import MODELS
+from planner.specs import PlanRequest, PlanResponse
+from tests.api_support import SlowSolver, make_app, plan_request
+
+
+def reference_body(store: Store, plan_id: str, cached: bool) -> bytes:
+    """The body the service sent before issue 12: the row parsed into a ``StoredPlan`` and returned
+    through a FastAPI route with ``response_model=StoredPlan`` (validation and serialisation)."""
+    ref = FastAPI()
+
+    @ref.get("/p", response_model=StoredPlan)
+    async def p() -> StoredPlan:
+        stored = store.get_plan(plan_id)
+        assert stored is not None
+        return stored.model_copy(update={"cached": cached})
+
+    with TestClient(ref) as client:
+        return client.get("/p").content
+
+
+def inline_model(name: str) -> dict:
+    return {**MODELS["tiny-gpt"].model_dump(mode="json"), "name": name}
+
+
+BODIES = [
+    ("catalog model", plan_request()),
+    ("inline model, text JSON escapes", plan_request(model=inline_model('модель "x"\\\n\t✓\x00'))),
+    ("pinned degrees", plan_request(parallel__tp=2, parallel__pp=2)),
+]
+
+
+@pytest.mark.parametrize(("case", "body"), BODIES, ids=[c for c, _ in BODIES])
+def test_answers_are_byte_identical_to_the_models_serialisation(tmp_path, case, body):
+    app = make_app(tmp_path)
+    store: Store = app.state.store
+    with TestClient(app) as client:
+        first = client.post("/v1/plans", json=body)
+        assert first.status_code == 201, first.text
+        plan_id = first.json()["id"]
+        hit = client.post("/v1/plans", json=body)
+        got = client.get(f"/v1/plans/{plan_id}")
+        assert (hit.status_code, got.status_code) == (200, 200)
+        assert hit.headers["content-type"] == got.headers["content-type"] == "application/json"
+        assert first.content == reference_body(store, plan_id, cached=False)
+        assert hit.content == got.content == reference_body(store, plan_id, cached=True)
+        assert json.loads(hit.content)["cached"] is True and json.loads(first.content)["cached"] is False
+
+
+def test_a_hit_does_not_call_the_planner_nor_parse_the_stored_json(tmp_path, monkeypatch):
+    app = make_app(tmp_path)
+    solver = SlowSolver()
+    app.dependency_overrides[get_solver] = lambda: solver
+    with TestClient(app) as client:
+        first = client.post("/v1/plans", json=plan_request())
+        assert first.status_code == 201 and len(solver.requests) == 1
+
+        def refuse(*_a, **_k):
+            raise AssertionError("the hot path parsed a stored answer back into a model")
+
+        monkeypatch.setattr(PlanResponse, "model_validate_json", refuse)
+        monkeypatch.setattr(PlanRequest, "model_validate_json", refuse)
+        monkeypatch.setattr(StoredPlan, "model_dump", refuse)
+        spelled_otherwise = json.dumps(dict(reversed(plan_request().items())))  # another spelling, same key
+        answers = [
+            client.post("/v1/plans", json=plan_request()),
+            client.post("/v1/plans", json=plan_request()),  # the raw body seen before: no parsing at all
+            client.post("/v1/plans", content=spelled_otherwise, headers={"content-type": "application/json"}),
+            client.get(f"/v1/plans/{first.json()['id']}"),
+        ]
+        assert [a.status_code for a in answers] == [200, 200, 200, 200]
+        assert len({a.content for a in answers}) == 1
+        assert len(solver.requests) == 1  # solved once, never again
+
+
+def test_a_row_stored_before_the_document_column_is_served_the_same_and_written_back(tmp_path):
+    """A database at revision 0002 (no ``document``) with a stored plan: after the upgrade the plan
+    is served byte-identical to the model's serialisation, and its document is stored on that read."""
+    donor = make_app(tmp_path / "donor")
+    with TestClient(donor) as client:
+        plan_id = client.post("/v1/plans", json=plan_request()).json()["id"]
+    with donor.state.store.engine.connect() as conn:
+        row = conn.execute(select(PlanRow.__table__).where(PlanRow.id == plan_id)).mappings().one()
+    (tmp_path / "old").mkdir()
+    url = f"sqlite:///{tmp_path / 'old' / 'meshplan.db'}"
+    engine = create_engine(url)
+    migrate(engine, "0002")
+    with engine.begin() as conn:
+        columns = [c for c in row if c != "document"]
+        conn.execute(
+            text(f"INSERT INTO plans ({', '.join(columns)}) VALUES ({', '.join(':' + c for c in columns)})"),
+            {c: row[c] for c in columns},
+        )
+    engine.dispose()
+
+    app = make_app(tmp_path / "old")  # upgrades to the head
+    store: Store = app.state.store
+    with store.engine.connect() as conn:
+        assert conn.execute(text("SELECT document FROM plans")).scalar() is None
+    with TestClient(app) as client:
+        got = client.get(f"/v1/plans/{plan_id}")
+        assert got.status_code == 200
+        assert got.content == reference_body(store, plan_id, cached=True)
+        with store.engine.connect() as conn:
+            assert conn.execute(text("SELECT document FROM plans")).scalar() is not None
+        assert client.get(f"/v1/plans/{plan_id}").content == got.content
+        assert client.post("/v1/plans", json=plan_request()).content == got.content
+
+
+class HeldStore(Store):
+    """The real store, whose plan lookups wait while ``gate`` is shut (a held lock), and which records
+    whether each ran on a thread with a running event loop."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.gate = threading.Event()
+        self.lock = threading.Lock()
+        self.waiting = 0
+        self.on_loop: list[bool] = []
+
+    def get_plan_body(self, plan_id: str, cached: bool = True) -> bytes | None:
+        with self.lock:
+            self.on_loop.append(_loop_running_here())
+            self.waiting += 1
+        self.gate.wait(300)
+        return super().get_plan_body(plan_id, cached)
+
+
+def _loop_running_here() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def test_healthz_and_readyz_answer_while_every_store_thread_is_held(tmp_path, monkeypatch):
+    """48 cache hits wait on the held store (more than its threads and anyio's 40): /healthz and
+    /readyz still answer, and then every hit gets its plan. The body's key and the store's lookups
+    ran off the event loop thread."""
+    app = make_app(tmp_path)
+    with TestClient(app) as client:
+        plan_id = client.post("/v1/plans", json=plan_request()).json()["id"]
+    store = HeldStore(f"sqlite:///{tmp_path / 'meshplan.db'}")
+    app.dependency_overrides[get_store] = lambda: store
+    app.state.plan_keys = plans_route.PlanKeys()  # the key is computed again (recorded below)
+    keyed_on_loop: list[bool] = []
+    real_key = plans_route.request_key
+
+    def recording_key(request):
+        keyed_on_loop.append(_loop_running_here())
+        return real_key(request)
+
+    monkeypatch.setattr(plans_route, "request_key", recording_key)
+
+    async def scenario() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=300) as http:
+            posts = [asyncio.create_task(http.post("/v1/plans", json=plan_request())) for _ in range(24)]
+            gets = [asyncio.create_task(http.get(f"/v1/plans/{plan_id}")) for _ in range(24)]
+            while store.waiting < STORE_THREADS:  # every store thread is held
+                await asyncio.sleep(0.01)
+            # a hang guard, not a timing claim: these must answer while the store is held
+            health = await asyncio.wait_for(http.get("/healthz"), 120)
+            ready = await asyncio.wait_for(http.get("/readyz"), 120)
+            assert (health.status_code, ready.status_code) == (200, 200)
+            assert not store.gate.is_set() and not any(t.done() for t in posts + gets)
+            store.gate.set()
+            return await asyncio.gather(*posts, *gets)
+
+    try:
+        answers = asyncio.run(scenario())
+    finally:
+        store.gate.set()
+        store.close()
+    assert [a.status_code for a in answers] == [200] * 48
+    assert len({a.content for a in answers}) == 1
+    assert store.on_loop and not any(store.on_loop)
+    assert keyed_on_loop and not any(keyed_on_loop)
+
+
+def test_concurrent_identical_requests_share_one_solve_and_the_joiners_are_marked_cached(tmp_path):
+    app = make_app(tmp_path)
+    gate = threading.Event()
+    solver = SlowSolver(gate=gate)
+    app.dependency_overrides[get_solver] = lambda: solver
+
+    async def scenario() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=300) as http:
+            tasks = [asyncio.create_task(http.post("/v1/plans", json=plan_request())) for _ in range(4)]
+            while not solver.requests:
+                await asyncio.sleep(0.01)
+            gate.set()  # a request that comes after the solve is a plain hit: 200 as well
+            return await asyncio.gather(*tasks)
+
+    answers = asyncio.run(scenario())
+    assert len(solver.requests) == 1
+    assert sorted(a.status_code for a in answers) == [200, 200, 200, 201]
+    store: Store = app.state.store
+    plan_id = answers[0].json()["id"]
+    for a in answers:
+        assert a.content == reference_body(store, plan_id, cached=a.status_code == 200)
+
+
+BAD_BODIES = [
+    ("invalid JSON", {"content": b"{not json", "headers": {"content-type": "application/json"}}),
+    ("empty body", {"content": b"", "headers": {"content-type": "application/json"}}),
+    ("text/plain", {"content": json.dumps(plan_request()).encode(), "headers": {"content-type": "text/plain"}}),
+    ("no content type", {"content": json.dumps(plan_request()).encode(), "headers": {}}),
+    ("not UTF-8", {"content": b'{"model": "\xff"}', "headers": {"content-type": "application/json"}}),
+    ("a list", {"json": [1, 2]}),
+    ("unknown field", {"json": {**plan_request(), "bogus": 1}}),
+    ("num_nodes 0", {"json": plan_request(cluster__num_nodes=0)}),
+    ("top_k 99", {"json": plan_request(top_k=99)}),
+    ("seq_len a string", {"json": plan_request(training__seq_len="abc")}),
+    ("no cluster", {"json": {k: v for k, v in plan_request().items() if k != "cluster"}}),
+    ("bad union member", {"json": plan_request(model={"name": "x"})}),
+]
+
+
+@pytest.mark.parametrize(("case", "kwargs"), BAD_BODIES, ids=[c for c, _ in BAD_BODIES])
+def test_bad_bodies_get_the_answer_fastapis_body_parsing_gives(tmp_path, case, kwargs):
+    """POST /v1/estimates declares the same PlanRequest body and lets FastAPI read it: the answers
+    (status, fields, messages, fixes) are the same, but for the path in ``instance``."""
+    with TestClient(make_app(tmp_path), raise_server_exceptions=False) as client:
+        ours = client.post("/v1/plans", **kwargs)
+        fastapis = client.post("/v1/estimates", **kwargs)
+    assert ours.status_code == fastapis.status_code and ours.status_code in (400, 422), ours.text
+    a, b = ours.json(), fastapis.json()
+    assert (a.pop("instance"), b.pop("instance")) == ("/v1/plans", "/v1/estimates")
+    assert a == b
+
+
+def test_the_key_cache_is_bounded_and_keyed_by_content_type_and_body():
+    keys = plans_route.PlanKeys(size=2, max_body=8)
+    keys.put("application/json", b"a", "A")
+    keys.put("application/json", b"b", "B")
+    assert keys.get("text/plain", b"a") is None  # another content type is another request
+    assert keys.get("application/json", b"a") == "A"  # a is now the most recent
+    keys.put("application/json", b"c", "C")  # b goes
+    keys.put("application/json", b"0123456789", "big")  # over max_body: not kept
+    assert [keys.get("application/json", k) for k in (b"a", b"b", b"c", b"0123456789")] == ["A", None, "C", None]
+    by_bytes = plans_route.PlanKeys(size=100, max_body=8, max_bytes=10)
+    for i in range(5):
+        by_bytes.put(None, bytes([i]) * 4, str(i))  # 4 bytes each: at most 2 fit in 10
+    assert [by_bytes.get(None, bytes([i]) * 4) for i in range(5)] == [None, None, None, "3", "4"]
+
+
+def test_openapi_still_documents_the_plan_request_body(tmp_path):
+    with TestClient(make_app(tmp_path)) as client:
+        op = client.get("/openapi.json").json()["paths"]["/v1/plans"]["post"]
+    body = op["requestBody"]
+    assert body["required"] is True
+    assert body["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/PlanRequest"}
+    assert set(body["content"]["application/json"]["examples"]) >= {"tiny"}
+    assert {"200", "201", "422"} <= set(op["responses"])
