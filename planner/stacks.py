@@ -1,0 +1,119 @@
+"""Training stacks as data (issue 11 §2): what the software that runs a plan fuses, overlaps and keeps.
+
+A request's ``training.stack`` is a preset id (``STACKS``) or an inline ``{base: <preset id>, ...overrides}``
+(``planner.specs.StackOverride``); ``resolve`` turns either into one ``Stack``. Each field feeds ONE
+place of the cost model:
+
+=========================  =====================================================================
+field                      read by
+=========================  =====================================================================
+``attention``              ``compute`` (kernel time: flash at published FlashAttention-2 rates;
+                           unfused: the two batched GEMMs + the s×s scores through HBM) and
+                           ``analytic.saved_activation_bytes`` (unfused keeps the s×s probabilities)
+``dropout``                ``compute`` (mask traffic) and ``analytic`` (1-byte masks kept)
+``activations``            ``analytic.saved_activation_bytes``: ``"zoo"`` = the bundled runtime's
+                           eager PyTorch tensors (pinned by tests/test_analytic_agreement.py);
+                           ``"te"`` = Megatron-core + Transformer Engine's fused kernels
+``overlap_grad_reduce``    ``terms.end_terms``: the DP gradient sync runs under the last backward
+=========================  =====================================================================
+
+Sources per preset are in ``source`` (and docs/planner.md, "Training stacks").
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Literal
+
+Attention = Literal["flash", "unfused"]
+ActivationFormula = Literal["zoo", "te"]
+
+#: The fields an inline stack may override (all but ``id``, ``title`` and ``source``).
+OVERRIDABLE = ("attention", "dropout", "activations", "overlap_grad_reduce")
+
+
+@dataclass(frozen=True)
+class Stack:
+    id: str
+    title: str
+    attention: Attention
+    dropout: bool
+    activations: ActivationFormula
+    overlap_grad_reduce: bool
+    source: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """One line for explanations: which stack a plan was priced for."""
+        return (
+            f"{self.id} ({self.attention} attention{', dropout' if self.dropout else ''}, "
+            f"{'Transformer Engine' if self.activations == 'te' else 'eager PyTorch'} activations, "
+            f"DP grad reduce {'overlapped with' if self.overlap_grad_reduce else 'after'} backward)"
+        )
+
+
+STACKS: dict[str, Stack] = {
+    s.id: s
+    for s in [
+        Stack(
+            id="meshplan",
+            title="meshplan's bundled runtime (runtime/, eager PyTorch, FSDP-style DP)",
+            attention="flash",
+            dropout=False,
+            activations="zoo",
+            overlap_grad_reduce=True,
+            source="runtime/models: F.scaled_dot_product_attention, composite nn.RMSNorm/LayerNorm, K/V repeated "
+            "to the query heads, no dropout (planner/analytic.py docstring; measured by tests/test_analytic_agreement.py)",
+        ),
+        Stack(
+            id="megatron",
+            title="Megatron-core + Transformer Engine (NeMo, Megatron-Bridge, Megatron-LM)",
+            attention="flash",
+            dropout=False,
+            activations="te",
+            overlap_grad_reduce=False,
+            source="TransformerEngine pytorch/module/layernorm_linear.py, layernorm_mlp.py (tensors saved); "
+            "Megatron-LM megatron/training/arguments.py (--overlap-grad-reduce off unless set); "
+            "Korthikanti et al. MLSys'23 §4 (34·s·b·h with dropout masks)",
+        ),
+        Stack(
+            id="torchtitan",
+            title="torchtitan (FSDP2, DTensor TP, SDPA)",
+            attention="flash",
+            dropout=False,
+            activations="zoo",
+            overlap_grad_reduce=True,
+            source="pytorch/torchtitan torchtitan/models/llama (SDPA flash, repeat_kv before SDPA, no dropout); "
+            "FSDP2 reduce-scatters gradients during backward (torchtitan docs/fsdp.md)",
+        ),
+        Stack(
+            id="deepspeed",
+            title="DeepSpeed (ZeRO, Megatron-DeepSpeed models)",
+            attention="flash",
+            dropout=False,
+            activations="zoo",
+            overlap_grad_reduce=False,
+            source="DeepSpeed config docs: zero_optimization.overlap_comm defaults to false",
+        ),
+    ]
+}
+DEFAULT_STACK = "meshplan"
+
+
+def resolve(value: Any) -> Stack:
+    """The stack of a request's ``training.stack``: a preset id, or an object (a ``StackOverride`` or
+    dict) with ``base`` and overrides of ``OVERRIDABLE`` fields. Validation of ids and values is the
+    spec's (``planner.specs.StackOverride``); this only applies what it accepted."""
+    if value is None:
+        return STACKS[DEFAULT_STACK]
+    if isinstance(value, str):
+        return STACKS[value]
+    data = value if isinstance(value, dict) else value.model_dump(exclude_none=True)
+    base = STACKS[data.get("base", DEFAULT_STACK)]
+    changes = {k: data[k] for k in OVERRIDABLE if data.get(k) is not None}
+    if not changes:
+        return base
+    label = ", ".join(f"{k}={v}" for k, v in changes.items())
+    return replace(base, id=f"{base.id}+{{{label}}}", **changes)
