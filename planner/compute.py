@@ -17,8 +17,6 @@ from functools import cached_property
 from typing import Any
 
 from planner import comm as comm_mod
-from planner.stacks import Stack
-from planner.stacks import resolve as resolve_stack
 from planner.specs import (
     BYTES_PER_ELEMENT,
     ClusterSpec,
@@ -29,6 +27,8 @@ from planner.specs import (
     Profile,
     TrainingSpec,
 )
+from planner.stacks import Stack
+from planner.stacks import resolve as resolve_stack
 
 #: Fraction of the dense datasheet peak a large GEMM reaches (cuBLAS, "maximum achievable matmul
 #: FLOPS" microbenchmarks: stas00/ml-engineering ``compute/accelerator`` table, mamf-finder:

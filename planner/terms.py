@@ -255,7 +255,7 @@ def end_terms(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int) -> EndTe
     emb, head = r == 0, r == c.pp - 1 and s.own_head(c)
     return EndTerms(
         s.sync.at(layers, emb, head),
-        s.bwd.at(n[r], r == 0, r == c.chunks - 1) if s.overlap_grad_reduce else 0,
+        (s.bwd if s.overlap_grad_reduce else NOTHING).at(n[r], r == 0, r == c.chunks - 1),
         s.opt.at(layers, emb, head),
         s.post.at(layers, emb, head),
     )
