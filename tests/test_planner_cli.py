@@ -177,6 +177,7 @@ PLAN_FLAGS = [
     "--seq-len",
     "--precision",
     "--optimizer",
+    "--stack",
     "--tp",
     "--pp",
     "--dp",
