@@ -22,8 +22,9 @@ Sources per preset are in ``source`` (and docs/planner.md, "Training stacks").
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
 
 Attention = Literal["flash", "unfused"]
 ActivationFormula = Literal["zoo", "te"]
@@ -32,8 +33,11 @@ ActivationFormula = Literal["zoo", "te"]
 OVERRIDABLE = ("attention", "dropout", "activations", "overlap_grad_reduce")
 
 
-@dataclass(frozen=True)
-class Stack:
+class Stack(BaseModel):
+    """One training stack (``meshplan stacks``, ``GET /v1/catalog/stacks``)."""
+
+    model_config = ConfigDict(frozen=True)
+
     id: str
     title: str
     attention: Attention
@@ -41,9 +45,6 @@ class Stack:
     activations: ActivationFormula
     overlap_grad_reduce: bool
     source: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     def describe(self) -> str:
         """One line for explanations: which stack a plan was priced for."""
@@ -116,4 +117,4 @@ def resolve(value: Any) -> Stack:
     if not changes:
         return base
     label = ", ".join(f"{k}={v}" for k, v in changes.items())
-    return replace(base, id=f"{base.id}+{{{label}}}", **changes)
+    return base.model_copy(update={"id": f"{base.id}+{{{label}}}", **changes})
