@@ -71,7 +71,7 @@ def stacks(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
     if as_json:
         typer.echo(json.dumps([s.model_dump() for s in STACKS.values()], indent=2))
         return
-    table = Table("id", "attention", "dropout", "activations", "DP grad overlap", "what")
+    table = Table("id", "attention", "dropout", "activations", "kernels", "DP grad overlap", "what")
     table.columns[0].no_wrap = True
     for s in STACKS.values():
         table.add_row(
@@ -79,6 +79,7 @@ def stacks(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
             s.attention,
             "yes" if s.dropout else "no",
             s.activations,
+            s.kernels,
             "yes" if s.overlap_grad_reduce else "no",
             s.title,
         )

@@ -99,22 +99,40 @@ def linear_times(ctx: Context, kind: str, tokens: int, tp: int) -> tuple[float, 
     return f, b, flops
 
 
+def op_bytes(ctx: Context) -> tuple[float, float, float]:
+    """Forward HBM bytes per element of (norm, SwiGLU product per FFN element, RoPE per q/k element) under
+    the stack's ``kernels``. ``fused`` (Transformer Engine / apex / Megatron kernels): each reads its input
+    and writes its output once — norm 2e, SwiGLU 3e (read both halves, write one), RoPE 2e. ``eager``
+    (the bundled runtime's PyTorch ops, runtime/models/transformer.py; one kernel per op, each reading and
+    writing its operands): composite RMSNorm = to-fp32 (e + 4), pow (8), mean (4), x·rstd (8), ·weight (8),
+    cast back (4 + e) = 32 + 2e; SwiGLU = silu (2e) + product (3e) = 5e; RoPE = to-fp32 (e + 4), four
+    products on halves (16), two sums on halves (12), stack (8), cast back (4 + e) = 44 + 2e. LayerNorm and
+    GELU are single native kernels in both (2e)."""
+    e = ctx.elt
+    if ctx.stack.kernels == "fused":
+        return 2.0 * e, 3.0 * e, 2.0 * e
+    norm = 32.0 + 2 * e if ctx.model.norm == "rmsnorm" else 2.0 * e
+    return norm, 5.0 * e, 44.0 + 2 * e
+
+
 def elementwise_bytes(ctx: Context, kind: str, mbs: int, tp: int, sp: bool) -> float:
-    """HBM bytes moved by the memory-bound (non-GEMM) ops of one forward pass, attention excluded."""
+    """HBM bytes moved by the memory-bound (non-GEMM) ops of one forward pass, attention excluded
+    (per-element costs: ``op_bytes``)."""
     m, e = ctx.model, ctx.elt
     tokens = mbs * ctx.training.seq_len
     stream = tokens // tp if sp else tokens  # residual-stream tokens on this rank
     h = m.hidden_size
+    norm, glu, rope = op_bytes(ctx)
     if kind == "embedding":
         return 2.0 * stream * h * e  # gather + write
     if kind == "lm_head":
         vocab = m.vocab_size // tp if m.vocab_size % tp == 0 else m.vocab_size
-        return 2.0 * stream * h * e + 3.0 * tokens * vocab * 4  # final norm; fp32 softmax cross-entropy
+        return norm * stream * h + 3.0 * tokens * vocab * 4  # final norm; fp32 softmax cross-entropy
     f = m.ffn_hidden_size // tp
-    b = 2 * 2 * stream * h * e + 2 * 3 * stream * h * e  # two norms, two residual adds
-    b += (3 if m.activation == "swiglu" else 2) * tokens * f * e
+    b = 2 * norm * stream * h + 2 * 3 * stream * h * e  # two norms, two residual adds (read 2, write 1)
+    b += (glu if m.activation == "swiglu" else 2 * e) * tokens * f
     if m.family == "llama":
-        b += 2 * tokens * (m.num_attention_heads + m.num_kv_heads) * m.head_dim // tp * e  # RoPE on q, k
+        b += rope * tokens * (m.num_attention_heads + m.num_kv_heads) * m.head_dim // tp  # RoPE on q, k
     if ctx.stack.dropout:
         b += 2 * stream * h  # two hidden dropouts (fused with the residual add): 1-byte masks written
     return float(b)

@@ -11,6 +11,8 @@ field                      read by
                            unfused: the two batched GEMMs + the s×s scores through HBM) and
                            ``analytic.saved_activation_bytes`` (unfused keeps the s×s probabilities)
 ``dropout``                ``compute`` (mask traffic) and ``analytic`` (1-byte masks kept)
+``kernels``                ``kernels.op_bytes``: HBM bytes of norms, SwiGLU and RoPE — ``"eager"``
+                           (one PyTorch kernel per op, fp32 upcasts) or ``"fused"`` (TE/apex kernels)
 ``activations``            ``analytic.saved_activation_bytes``: ``"zoo"`` = the bundled runtime's
                            eager PyTorch tensors (pinned by tests/test_analytic_agreement.py);
                            ``"te"`` = Megatron-core + Transformer Engine's fused kernels
@@ -28,9 +30,10 @@ from pydantic import BaseModel, ConfigDict
 
 Attention = Literal["flash", "unfused"]
 ActivationFormula = Literal["zoo", "te"]
+Kernels = Literal["eager", "fused"]
 
 #: The fields an inline stack may override (all but ``id``, ``title`` and ``source``).
-OVERRIDABLE = ("attention", "dropout", "activations", "overlap_grad_reduce")
+OVERRIDABLE = ("attention", "dropout", "activations", "kernels", "overlap_grad_reduce")
 
 
 class Stack(BaseModel):
@@ -43,6 +46,7 @@ class Stack(BaseModel):
     attention: Attention
     dropout: bool
     activations: ActivationFormula
+    kernels: Kernels
     overlap_grad_reduce: bool
     source: str
 
@@ -50,7 +54,7 @@ class Stack(BaseModel):
         """One line for explanations: which stack a plan was priced for."""
         return (
             f"{self.id} ({self.attention} attention{', dropout' if self.dropout else ''}, "
-            f"{'Transformer Engine' if self.activations == 'te' else 'eager PyTorch'} activations, "
+            f"{'Transformer Engine' if self.activations == 'te' else 'eager PyTorch'} activations, {self.kernels} kernels, "
             f"DP grad reduce {'overlapped with' if self.overlap_grad_reduce else 'after'} backward)"
         )
 
@@ -64,6 +68,7 @@ STACKS: dict[str, Stack] = {
             attention="flash",
             dropout=False,
             activations="zoo",
+            kernels="eager",
             overlap_grad_reduce=True,
             source="runtime/models: F.scaled_dot_product_attention, composite nn.RMSNorm/LayerNorm, K/V repeated "
             "to the query heads, no dropout (planner/analytic.py docstring; measured by tests/test_analytic_agreement.py)",
@@ -74,6 +79,7 @@ STACKS: dict[str, Stack] = {
             attention="flash",
             dropout=False,
             activations="te",
+            kernels="fused",
             overlap_grad_reduce=False,
             source="TransformerEngine pytorch/module/layernorm_linear.py, layernorm_mlp.py (tensors saved); "
             "Megatron-LM megatron/training/arguments.py (--overlap-grad-reduce off unless set); "
@@ -85,6 +91,7 @@ STACKS: dict[str, Stack] = {
             attention="flash",
             dropout=False,
             activations="zoo",
+            kernels="eager",
             overlap_grad_reduce=True,
             source="pytorch/torchtitan torchtitan/models/llama (SDPA flash, repeat_kv before SDPA, no dropout); "
             "FSDP2 reduce-scatters gradients during backward (torchtitan docs/fsdp.md)",
@@ -95,6 +102,7 @@ STACKS: dict[str, Stack] = {
             attention="flash",
             dropout=False,
             activations="zoo",
+            kernels="eager",
             overlap_grad_reduce=False,
             source="DeepSpeed config docs: zero_optimization.overlap_comm defaults to false",
         ),

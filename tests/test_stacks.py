@@ -60,7 +60,14 @@ def test_sm_count(gpu, sms):
 
 
 @pytest.mark.parametrize(
-    "field, value", [("attention", "unfused"), ("dropout", True), ("activations", "te"), ("overlap_grad_reduce", False)]
+    "field, value",
+    [
+        ("attention", "unfused"),
+        ("dropout", True),
+        ("activations", "te"),
+        ("kernels", "fused"),
+        ("overlap_grad_reduce", False),
+    ],
 )
 def test_override_changes_exactly_the_field_it_names(field, value):
     base = STACKS["meshplan"]

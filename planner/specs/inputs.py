@@ -275,6 +275,9 @@ class StackOverride(Spec):
     activations: Literal["zoo", "te"] | None = Field(
         default=None, description="Saved-activation formula: zoo (eager PyTorch) or te (Transformer Engine)."
     )
+    kernels: Literal["eager", "fused"] | None = Field(
+        default=None, description="Norm/SwiGLU/RoPE kernels: eager (one PyTorch op each) or fused (TE/apex)."
+    )
     overlap_grad_reduce: bool | None = Field(
         default=None, description="Whether the DP gradient reduction overlaps the last backward."
     )
