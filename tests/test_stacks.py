@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+import planner
 from planner.analytic import saved_activation_bytes
 from planner.catalog import get_model, sm_count
 from planner.kernels import wave_efficiency
@@ -123,3 +124,47 @@ def test_te_keeps_far_less_than_the_zoo_for_llama():
     h, f, a, g, t, T = 8192, 28672, 64, 8, 4, 4096
     assert te == pytest.approx(T * h / t * (12 + 4 * g / a + 6 * f / h) + 4 * T * a / t, rel=0.01)
     assert te < 0.55 * zoo
+
+
+REQ = {
+    "model": "llama3-8b",
+    "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
+    "training": {"global_batch_size": 32, "seq_len": 4096},
+}
+
+
+@pytest.mark.parametrize(
+    "stack, field, fix",
+    [
+        ("nope", "training.stack", "meshplan, megatron, torchtitan, deepspeed"),
+        ({"base": "megatron", "attention": "sdpa"}, "training.stack.attention", "flash, unfused"),
+        ({"base": "titan"}, "training.stack.base", "torchtitan"),
+        ({"base": "megatron", "fused": True}, "training.stack.fused", "attention"),
+    ],
+)
+def test_bad_stack_names_the_field_and_the_fix(stack, field, fix):
+    """One error per mistake, naming the field and the fix (what the CLI prints with exit 2 and the
+    service returns as a 422 problem body: both go through ``planner.errors.validation_errors``)."""
+    from pydantic import ValidationError
+
+    from planner.errors import validation_errors
+    from planner.specs import PlanRequest
+
+    with pytest.raises(ValidationError) as info:
+        PlanRequest.model_validate({**REQ, "training": {**REQ["training"], "stack": stack}})
+    errors = validation_errors(info.value, model=PlanRequest)
+    assert len(errors) == 1 and errors[0]["field"] == field and fix in errors[0]["fix"], errors
+
+
+def test_a_stack_moves_the_estimate_and_is_named_in_the_explanation():
+    """Same configuration, three stacks: TE's activations are smaller than the eager runtime's, unfused
+    attention is slower than flash; the plan's explanation says which stack priced it."""
+    pins = {"tp": 2, "pp": 1, "dp": 4, "micro_batch_size": 1, "sequence_parallel": True, "zero_stage": 1}
+    est = {}
+    for name, stack in [("meshplan", "meshplan"), ("megatron", "megatron"), ("unfused", {"attention": "unfused"})]:
+        req = {**REQ, "training": {**REQ["training"], "stack": stack}, "parallel": pins}
+        est[name] = planner.estimate_plan(req)
+    assert est["megatron"].estimate.peak_memory_gib < est["meshplan"].estimate.peak_memory_gib
+    assert est["unfused"].estimate.step_time_s > est["meshplan"].estimate.step_time_s
+    planned = planner.plan({**REQ, "training": {**REQ["training"], "stack": "megatron"}, "top_k": 1})
+    assert any("priced for the training stack megatron" in d for d in planned.plans[0].explanation.details)
