@@ -7,13 +7,13 @@ place of the cost model:
 =========================  =====================================================================
 field                      read by
 =========================  =====================================================================
-``attention``              ``compute`` (kernel time: flash at published FlashAttention-2 rates;
+``attention``              ``kernels.attention_time`` (flash at published FlashAttention-2 rates;
                            unfused: the two batched GEMMs + the s×s scores through HBM) and
-                           ``analytic.saved_activation_bytes`` (unfused keeps the s×s probabilities)
-``dropout``                ``compute`` (mask traffic) and ``analytic`` (1-byte masks kept)
+                           ``activations.saved_activation_bytes`` (unfused keeps the s×s probabilities)
+``dropout``                ``kernels`` (mask traffic) and ``activations`` (1-byte masks kept)
 ``kernels``                ``kernels.op_bytes``: HBM bytes of norms, SwiGLU and RoPE — ``"eager"``
                            (one PyTorch kernel per op, fp32 upcasts) or ``"fused"`` (TE/apex kernels)
-``activations``            ``analytic.saved_activation_bytes``: ``"zoo"`` = the bundled runtime's
+``activations``            ``activations.saved_activation_bytes``: ``"zoo"`` = the bundled runtime's
                            eager PyTorch tensors (pinned by tests/test_analytic_agreement.py);
                            ``"te"`` = Megatron-core + Transformer Engine's fused kernels
 ``overlap_grad_reduce``    ``terms.end_terms``: the DP gradient sync runs under the last backward
