@@ -33,6 +33,7 @@ from planner.catalog import ClusterPreset
 from planner.compare import PlanComparison
 from planner.config import ScheduleInfo
 from planner.specs import GpuSpec, ModelSpec, Plan, PlanRequest, Profile, RunReport
+from planner.stacks import Stack
 
 
 class MeshplanAPIError(Exception):
@@ -167,6 +168,9 @@ class MeshplanClient:
 
     def clusters(self) -> list[ClusterPreset]:
         return [ClusterPreset.model_validate(c) for c in self._send("GET", "/v1/catalog/clusters").json()]
+
+    def stacks(self) -> list[Stack]:
+        return [Stack.model_validate(x) for x in self._send("GET", "/v1/catalog/stacks").json()]
 
     def export_formats(self) -> list[ExportFormat]:
         return [ExportFormat.model_validate(f) for f in self._send("GET", "/v1/catalog/export-formats").json()]

@@ -148,6 +148,20 @@ def gpu_spec(gpu_id: str, extra: dict[str, Any]) -> str | GpuSpec:
     )
 
 
+#: Source groups whose runs predate FlashAttention (2022): Megatron-LM's 2020/2021 GPT runs materialise the
+#: s×s scores (fused scale-mask-softmax, then attention dropout 0.1; hidden dropout 0.1 —
+#: megatron/arguments.py defaults of the time) and keep apex fused LayerNorm's input like TE does.
+UNFUSED_ATTENTION_GROUPS = ("megatron-2020-tp", "megatron-2020-dp128", "megatron-2021-gpt3")
+
+
+def stack_of(row: dict[str, Any]) -> str | dict[str, Any]:
+    """The ``training.stack`` a run is priced with: its source's stack preset; the pre-FlashAttention
+    Megatron runs as ``megatron`` with unfused attention and dropout."""
+    if row["source_group"] in UNFUSED_ATTENTION_GROUPS:
+        return {"base": "megatron", "attention": "unfused", "dropout": True}
+    return row["stack"] if row["stack"] in ("megatron", "torchtitan", "deepspeed") else "meshplan"
+
+
 def request(row: dict[str, Any], gpus: dict[str, Any]) -> PlanRequest:
     cl, par, b = row["cluster"], row["parallel"], row["batch"]
     n = cl["num_gpus"]
@@ -155,7 +169,9 @@ def request(row: dict[str, Any], gpus: dict[str, Any]) -> PlanRequest:
     return PlanRequest(
         model=model_spec(row),
         cluster=ClusterSpec(gpu=gpu_spec(cl["gpu"], gpus), num_nodes=n // per_node, gpus_per_node=per_node),
-        training=TrainingSpec(global_batch_size=b["global"], seq_len=row["seq_len"], precision=row["precision"]),
+        training=TrainingSpec(
+            global_batch_size=b["global"], seq_len=row["seq_len"], precision=row["precision"], stack=stack_of(row)
+        ),
         parallel=ParallelPins(
             tp=par["tp"],
             pp=par["pp"],

@@ -1,4 +1,5 @@
-"""Analytic per-layer costs of the model zoo: FLOPs, parameters and activation memory, per GPU.
+"""Analytic per-layer costs of the model zoo: FLOPs, parameters and activation memory, per GPU
+(activation formulas: ``planner.activations``, this docstring's table for the zoo).
 
 Pure Python (no PyTorch): the planner prices layers with these formulas when no measured profile is
 given, and ``tests/test_analytic_agreement.py`` checks them against the profiler's meta/fake-device
@@ -75,21 +76,20 @@ from __future__ import annotations
 from typing import cast
 
 from planner import rules
+from planner.activations import LAYER_KINDS, output_activation_bytes, saved_activation_bytes
+from planner.activations import LSE_BYTES as LSE_BYTES  # re-exported: the formulas' old home
+from planner.activations import block_saved_terms as block_saved_terms
 from planner.errors import MeshplanError
 from planner.specs import (
     BYTES_PER_ELEMENT,
-    ActivationBytes,
     LayerKind,
     LayerProfile,
     ModelSpec,
     Precision,
     Profile,
 )
+from planner.stacks import Stack
 
-LAYER_KINDS: tuple[str, ...] = ("embedding", "transformer_block", "lm_head")
-
-#: Bytes of the fp32 log-sum-exp a fused attention kernel keeps per (query, head).
-LSE_BYTES = 4
 #: Backward ÷ forward FLOPs of a fused attention core (FlashAttention-2 backward: 5 s×s matmuls vs 2).
 FLASH_BWD_RATIO = 2.5
 
@@ -215,100 +215,6 @@ def model_flops_per_step(model: ModelSpec, tokens: int, seq_len: int) -> float:
 
 
 # ------------------------------------------------------------------------------------------------
-# Activations
-
-
-def _norm_saved(model: ModelSpec, tokens: float, e: int) -> float:
-    """Bytes a norm keeps for backward besides its output (see the module docstring): LayerNorm its
-    input and mean, 1/σ in the activation dtype; RMSNorm (composite, upcast to fp32) the fp32 input, the
-    fp32 normalised input and the fp32 1/rms."""
-    h = model.hidden_size
-    if model.norm == "layernorm":
-        return tokens * (h + 2) * e
-    return tokens * (2 * h + 1) * 4
-
-
-def block_saved_terms(
-    model: ModelSpec,
-    micro_batch_size: int,
-    seq_len: int,
-    tp: int = 1,
-    sequence_parallel: bool = False,
-    precision: str = "bf16",
-) -> dict[str, float]:
-    """Bytes saved for backward by one block with no recomputation, by tensor (see the module table)."""
-    e = BYTES_PER_ELEMENT[precision]
-    b, s, h, f = micro_batch_size, seq_len, model.hidden_size, model.ffn_hidden_size
-    T = b * s
-    sp = tp if sequence_parallel else 1
-    q = model.num_attention_heads * model.head_dim / tp  # local query width; K, V repeated to it
-    mlp_tensors = 4 if model.activation == "swiglu" else 2
-    rope = 2 * 2 * s * (model.head_dim // 2) * 4 if model.family == "llama" else 0
-    return {
-        "attn_norm_input": _norm_saved(model, T / sp, e),
-        "qkv_input": T * h * e,
-        "q_k_v": 3 * T * q * e,
-        "rope_tables": rope,
-        "attn_output": T * q * e,
-        "attn_logsumexp": b * s * (model.num_attention_heads / tp) * LSE_BYTES,
-        "mlp_norm_input": _norm_saved(model, T / sp, e),
-        "mlp_input": T * h * e,
-        "mlp_hidden": mlp_tensors * T * f / tp * e,
-    }
-
-
-def saved_activation_bytes(
-    model: ModelSpec,
-    kind: str,
-    micro_batch_size: int,
-    seq_len: int,
-    tp: int = 1,
-    sequence_parallel: bool = False,
-    precision: str = "bf16",
-) -> ActivationBytes:
-    e = BYTES_PER_ELEMENT[precision]
-    b, s, h = micro_batch_size, seq_len, model.hidden_size
-    T = b * s
-    sp = tp if sequence_parallel else 1
-    if kind == "embedding":
-        # embedding backward keeps the int64 token ids; GPT's positional lookup keeps its s position ids.
-        ids = T * 8 + (s * 8 if model.family == "gpt" else 0)
-        return ActivationBytes(none=ids, selective=ids, full=ids)
-    if kind == "lm_head":
-        # final norm input (sequence-sharded with SP) + the head's (gathered) input.
-        saved = int(_norm_saved(model, T / sp, e) + T * h * e)
-        return ActivationBytes(none=saved, selective=saved, full=saved)
-    if kind == "transformer_block":
-        terms = block_saved_terms(model, b, s, tp, sequence_parallel, precision)
-        none = sum(terms.values())
-        return ActivationBytes(
-            none=int(none),
-            selective=int(none - terms["attn_logsumexp"]),
-            full=int(T / sp * h * e),
-        )
-    raise MeshplanError("kind", f"unknown layer kind {kind!r}", f"use one of {', '.join(LAYER_KINDS)}")
-
-
-def output_activation_bytes(
-    model: ModelSpec,
-    kind: str,
-    micro_batch_size: int,
-    seq_len: int,
-    tp: int = 1,
-    sequence_parallel: bool = False,
-    precision: str = "bf16",
-) -> int:
-    """Bytes of the layer's output (what a pipeline stage boundary sends): hidden states [b, s/sp, h]
-    or, for the LM head, logits [b, s, V/t]."""
-    e = BYTES_PER_ELEMENT[precision]
-    T = micro_batch_size * seq_len
-    if kind == "lm_head":
-        return int(T * local_vocab(model, tp) * e)
-    sp = tp if sequence_parallel else 1
-    return int(T * model.hidden_size * e / sp)
-
-
-# ------------------------------------------------------------------------------------------------
 # Profiles
 
 
@@ -321,6 +227,7 @@ def layer_profile(
     tp: int = 1,
     sequence_parallel: bool = False,
     precision: Precision = "bf16",
+    stack: Stack | None = None,
 ) -> LayerProfile:
     """Analytic costs of one layer kind at one (micro-batch, sequence, TP, SP) point, per GPU."""
     if kind not in LAYER_KINDS:
@@ -353,7 +260,14 @@ def layer_profile(
         param_count=params,
         param_bytes=params * BYTES_PER_ELEMENT[precision],
         saved_activation_bytes=saved_activation_bytes(
-            model, kind, micro_batch_size, seq_len, tp, sequence_parallel, precision
+            model,
+            kind,
+            micro_batch_size,
+            seq_len,
+            tp,
+            sequence_parallel,
+            precision,
+            stack,
         ),
         output_activation_bytes=output_activation_bytes(
             model, kind, micro_batch_size, seq_len, tp, sequence_parallel, precision

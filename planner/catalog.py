@@ -75,6 +75,29 @@ GPUS: dict[str, GpuSpec] = {
 }
 
 
+#: Streaming multiprocessors per GPU (what a GEMM's output tiles are scheduled over, in waves;
+#: ``planner.compute``). A100: 108 SMs (NVIDIA A100 Tensor Core GPU Architecture whitepaper, 2020);
+#: H100 SXM5: 132 SMs (NVIDIA H100 Tensor Core GPU Architecture whitepaper, 2022: "132 SMs" for SXM5);
+#: H200: the same GH100 configuration as H100 SXM5 (132); B200: 2 dies × 74 enabled SMs = 148
+#: (Chips and Cheese, "Nvidia's B200: Keeping the CUDA Juggernaut Rolling", 2025).
+SM_COUNT: dict[str, int] = {
+    "a100-sxm4-40gb": 108,
+    "a100-sxm4-80gb": 108,
+    "h100-sxm5-80gb": 132,
+    "h200-sxm-141gb": 132,
+    "b200-sxm-192gb": 148,
+}
+
+
+def sm_count(gpu_id: str) -> int | None:
+    """SMs of a catalog GPU, or of a user GPU whose id starts with a catalog family (``a100``, ``h100``,
+    ``h200``, ``b200``); None when unknown (no wave quantization is charged then)."""
+    if gpu_id in SM_COUNT:
+        return SM_COUNT[gpu_id]
+    family = gpu_id.lower()[:4]
+    return next((n for k, n in SM_COUNT.items() if k.startswith(family)), None)
+
+
 def _gpt3(name: str, layers: int, hidden: int, heads: int) -> ModelSpec:
     # GPT-3 (Brown et al. 2020, Table 2.1): FFN 4·d, vocab 50257 (GPT-2 BPE), context 2048, tied
     # input/output embeddings, learned positions, LayerNorm, GELU.

@@ -64,6 +64,28 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Machine-readable ou
     show(table)
 
 
+def stacks(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """List the training stacks (give one as --stack, or inline as training.stack {base, ...overrides})."""
+    from planner.stacks import STACKS
+
+    if as_json:
+        typer.echo(json.dumps([s.model_dump() for s in STACKS.values()], indent=2))
+        return
+    table = Table("id", "attention", "dropout", "activations", "kernels", "DP grad overlap", "what")
+    table.columns[0].no_wrap = True
+    for s in STACKS.values():
+        table.add_row(
+            s.id,
+            s.attention,
+            "yes" if s.dropout else "no",
+            s.activations,
+            s.kernels,
+            "yes" if s.overlap_grad_reduce else "no",
+            s.title,
+        )
+    show(table)
+
+
 def clusters(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """List the cluster presets (give one as --cluster-preset): GPU, GPUs per node, links as stated and per GPU."""
     if as_json:
@@ -271,6 +293,7 @@ def register(app: typer.Typer) -> None:
     app.command("models")(models)
     app.command("gpus")(gpus)
     app.command("clusters")(clusters)
+    app.command("stacks")(stacks)
     app.command("plan")(plan_cmd)
     app.command("estimate")(estimate_cmd)
     app.command("diff")(diff)

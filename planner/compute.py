@@ -1,8 +1,11 @@
 """Compute time of one layer (one micro-batch, one GPU) and the planner's ``Context``.
 
-Compute per layer and micro-batch (see ``docs/planner.md`` for every constant):
-  time = FLOPs / (peak × efficiency(shapes)) + elementwise bytes / HBM bandwidth,
-  efficiency = Σ GEMM FLOPs / Σ roofline time of each GEMM at ``GEMM_EFFICIENCY`` of the peak;
+Compute per layer and micro-batch, per op (see ``docs/planner.md`` for every constant):
+  time = Σ linear GEMMs (forward; data and weight gradients), each max(FLOPs ÷ (peak × ``GEMM_EFFICIENCY``
+         × wave/tile efficiency over the SMs), bytes ÷ achieved HBM bandwidth)
+       + attention core by the stack's kernel (``attention_time``: flash at published rates; unfused:
+         batched GEMMs + the s×s scores through HBM)
+       + memory-bound ops (norms, activation, RoPE, residual adds, dropout) at achieved HBM bandwidth;
 measured ``fwd_time_s``/``bwd_time_s`` from a ``Profile`` replace the formula when present.
 """
 
@@ -14,6 +17,13 @@ from functools import cached_property
 from typing import Any
 
 from planner import comm as comm_mod
+from planner.kernels import (
+    FLASH_BWD_RATIO,
+    attention_core_flops,
+    attention_time,
+    elementwise_time,
+    linear_times,
+)
 from planner.specs import (
     BYTES_PER_ELEMENT,
     ClusterSpec,
@@ -24,6 +34,8 @@ from planner.specs import (
     Profile,
     TrainingSpec,
 )
+from planner.stacks import Stack
+from planner.stacks import resolve as resolve_stack
 
 #: Fraction of the dense datasheet peak a large GEMM reaches (cuBLAS, "maximum achievable matmul
 #: FLOPS" microbenchmarks: stas00/ml-engineering ``compute/accelerator`` table, mamf-finder:
@@ -78,6 +90,17 @@ class Context:
         return self.gpu.peak_flops(self.training.precision)
 
     @cached_property
+    def stack(self) -> Stack:
+        """The training stack the plan is priced for (``planner.stacks``)."""
+        return resolve_stack(self.training.stack)
+
+    @cached_property
+    def sm_count(self) -> int | None:
+        from planner.catalog import sm_count
+
+        return sm_count(self.gpu.id)
+
+    @cached_property
     def gemm_efficiency(self) -> float:
         gid = self.gpu.id.lower()
         for prefix, eff in GEMM_EFFICIENCY.items():
@@ -109,6 +132,7 @@ class Context:
                 tp=tp,
                 sequence_parallel=sp,
                 precision=self.training.precision,
+                stack=self.stack,
             )
         return lp
 
@@ -192,66 +216,6 @@ class Context:
         return f"the profile does not cover {point} (it covers {self.profile_points}): extrapolated — {how}"
 
 
-def gemm_shapes(
-    model: ModelSpec, kind: str, tokens: int, seq: int, mbs: int, tp: int
-) -> list[tuple[int, int, int, int]]:
-    """Forward GEMMs (M, N, K, count) of one layer on one TP rank."""
-    h, hd = model.hidden_size, model.head_dim
-    if kind == "transformer_block":
-        q, kv, f = model.num_attention_heads * hd // tp, model.num_kv_heads * hd // tp, model.ffn_hidden_size // tp
-        heads = mbs * model.num_attention_heads // tp
-        out = [
-            (tokens, q, h, 1),
-            (tokens, kv, h, 2),
-            (tokens, h, q, 1),
-            (tokens, f, h, 1),
-            (tokens, h, f, 1),
-            (seq, seq, hd, heads),
-            (seq, hd, seq, heads),
-        ]
-        if model.activation == "swiglu":
-            out.append((tokens, f, h, 1))
-        return out
-    if kind == "lm_head":
-        vocab = model.vocab_size // tp if model.vocab_size % tp == 0 else model.vocab_size
-        return [(tokens, vocab, h, 1)]
-    return []
-
-
-def gemm_efficiency(ctx: Context, shapes: list[tuple[int, int, int, int]]) -> float:
-    """Achieved fraction of peak over a list of GEMMs, each on its roofline."""
-    flops = time = 0.0
-    for mm, nn, kk, count in shapes:
-        fl = 2.0 * mm * nn * kk * count
-        by = (mm * kk + kk * nn + mm * nn) * ctx.elt * count
-        flops += fl
-        time += max(fl / (ctx.peak * ctx.gemm_efficiency), by / (ctx.gpu.hbm_bandwidth_GBps * 1e9))
-    return flops / time / ctx.peak if time > 0 else ctx.gemm_efficiency
-
-
-def elementwise_bytes(ctx: Context, kind: str, mbs: int, tp: int, sp: bool) -> float:
-    """HBM bytes moved by the memory-bound (non-GEMM) ops of one forward pass."""
-    m, e = ctx.model, ctx.elt
-    tokens = mbs * ctx.training.seq_len
-    stream = tokens // tp if sp else tokens  # residual-stream tokens on this rank
-    h = m.hidden_size
-    if kind == "embedding":
-        return 2.0 * stream * h * e  # gather + write
-    if kind == "lm_head":
-        vocab = m.vocab_size // tp if m.vocab_size % tp == 0 else m.vocab_size
-        return 2.0 * stream * h * e + 3.0 * tokens * vocab * 4  # final norm; fp32 softmax cross-entropy
-    f = m.ffn_hidden_size // tp
-    b = 2 * 2 * stream * h * e + 2 * 3 * stream * h * e  # two norms, two residual adds
-    b += (3 if m.activation == "swiglu" else 2) * tokens * f * e
-    if m.family == "llama":
-        b += 2 * tokens * (m.num_attention_heads + m.num_kv_heads) * m.head_dim // tp * e  # RoPE on q, k
-    return float(b)
-
-
-def attention_core_flops(model: ModelSpec, mbs: int, seq: int, tp: int) -> float:
-    return 4.0 * mbs * seq * seq * model.head_dim * model.num_attention_heads / tp
-
-
 @dataclass(frozen=True)
 class LayerTimes:
     fwd: float
@@ -268,13 +232,29 @@ def layer_times(ctx: Context, kind: str, mbs: int, tp: int, sp: bool, recompute:
     return t
 
 
-def analytic_time(ctx: Context, lp: LayerProfile, kind: str, mbs: int, tp: int, sp: bool) -> tuple[float, float]:
-    """Forward and backward seconds of ``lp``'s FLOPs on the GEMM rooflines plus its elementwise bytes."""
+def analytic_parts(
+    ctx: Context, lp: LayerProfile, kind: str, mbs: int, tp: int, sp: bool
+) -> tuple[float, float, float, float]:
+    """(forward, backward, attention-core forward, attention-core backward) seconds of ``lp``: its linear
+    FLOPs at the per-shape GEMM times (``linear_times``, scaled to ``lp``'s FLOPs), its attention core by
+    the stack's kernel (``attention_time``) and its memory-bound ops at achieved HBM bandwidth (backward
+    moves twice the forward's bytes)."""
     seq = ctx.training.seq_len
-    hbm = ctx.gpu.hbm_bandwidth_GBps * 1e9
-    eff = gemm_efficiency(ctx, gemm_shapes(ctx.model, kind, mbs * seq, seq, mbs, tp))
-    elem = elementwise_bytes(ctx, kind, mbs, tp, sp)
-    return lp.fwd_flops / (ctx.peak * eff) + elem / hbm, lp.bwd_flops / (ctx.peak * eff) + 2 * elem / hbm
+    af = ab = 0.0
+    if kind == "transformer_block":
+        af, ab = attention_time(ctx, mbs, tp)
+    att_flops = attention_core_flops(ctx.model, mbs, seq, tp) if kind == "transformer_block" else 0.0
+    lf, lb, lin_flops = linear_times(ctx, kind, mbs * seq, tp)
+    elem = elementwise_time(ctx, kind, mbs, tp, sp)
+    scale_f = max(0.0, lp.fwd_flops - att_flops) / lin_flops if lin_flops > 0 else 0.0
+    scale_b = max(0.0, lp.bwd_flops - FLASH_BWD_RATIO * att_flops) / (2 * lin_flops) if lin_flops > 0 else 0.0
+    return lf * scale_f + af + elem, lb * scale_b + ab + 2 * elem, af, ab
+
+
+def analytic_time(ctx: Context, lp: LayerProfile, kind: str, mbs: int, tp: int, sp: bool) -> tuple[float, float]:
+    """Forward and backward seconds of ``lp`` by the per-op model (``analytic_parts``)."""
+    f, b, _, _ = analytic_parts(ctx, lp, kind, mbs, tp, sp)
+    return f, b
 
 
 def _layer_times(ctx: Context, kind: str, mbs: int, tp: int, sp: bool, recompute: str) -> LayerTimes:
@@ -282,15 +262,17 @@ def _layer_times(ctx: Context, kind: str, mbs: int, tp: int, sp: bool, recompute
     seq = ctx.training.seq_len
     if lp.fwd_time_s is not None and lp.bwd_time_s is not None:
         fwd, bwd = lp.fwd_time_s, lp.bwd_time_s
+        att_share = min(1.0, attention_core_flops(ctx.model, mbs, seq, tp) / lp.fwd_flops) if lp.fwd_flops else 0.0
     else:
-        fwd, bwd = analytic_time(ctx, lp, kind, mbs, tp, sp)
+        fwd, bwd, af, _ = analytic_parts(ctx, lp, kind, mbs, tp, sp)
+        att_share = af / fwd if fwd > 0 else 0.0
         ratio = ctx.time_ratio(kind) if ctx.profile is not None and not ctx.covers(mbs, tp, sp) else None
         if ratio is not None:  # a point the profile lacks: scaled to the profile's hardware (``Context.gap_note``)
             fwd, bwd = fwd * ratio[0], bwd * ratio[1]
     extra = 0.0
     if kind == "transformer_block" and recompute == "full":
         extra = fwd
-    elif kind == "transformer_block" and recompute == "selective" and lp.fwd_flops > 0:
-        extra = fwd * min(1.0, attention_core_flops(ctx.model, mbs, seq, tp) / lp.fwd_flops)
+    elif kind == "transformer_block" and recompute == "selective":
+        extra = fwd * att_share  # the attention core's forward, rerun in backward
     flops_extra = lp.fwd_flops * (extra / fwd) if fwd > 0 else 0.0
     return LayerTimes(fwd, bwd + extra, lp.fwd_flops, lp.bwd_flops + flops_extra)

@@ -195,8 +195,11 @@ def merge_union_errors(errors: list[Any]) -> list[dict]:
             continue
         members = groups[item]
         nested = [e for i, e in members if len(e["loc"]) > i + 1]
+        literal = [e for _, e in members if e["type"] == "literal_error" and isinstance(e.get("input"), str)]
         if nested:
             merged += nested
+        elif literal:  # a string for an id-or-object field (``training.stack``): it was meant as one of the ids
+            merged += literal
         elif len(members) > 1 and all(e["type"] in _TYPE_WORDS for _, e in members):
             words = list(dict.fromkeys(_TYPE_WORDS[e["type"]] for _, e in members))
             merged.append(
@@ -338,4 +341,4 @@ def _plural(unit: str, n: Any) -> str:
 
 def is_union_tag(part: object) -> bool:
     # pydantic puts the union member's type name into loc (e.g. 'str', 'ModelSpec', 'function-after[...]').
-    return isinstance(part, str) and (part in {"str", "int", "ModelSpec", "GpuSpec"} or "[" in part)
+    return isinstance(part, str) and (part in {"str", "int", "ModelSpec", "GpuSpec", "StackOverride"} or "[" in part)

@@ -338,6 +338,7 @@ def explain(ctx, plans: list[Plan], result, request: PlanRequest | None = None) 
         alts, ruled = alternatives_and_ruled_out(ctx, request, plan) if i == 0 and request is not None else ([], None)
         kind, why = binding_constraint(plan, ruled)
         details = [f"{_SHORT[k]}: {getattr(plan.estimate.breakdown, k):.4g} s" for k in _PARTS]
+        details.append(f"priced for the training stack {ctx.stack.describe()}")
         if plan.parallel.zero_stage == 3 and plan.parallel.dp > 1:
             details.append(
                 "DP sync includes ZeRO-3's per-layer parameter gathers and gradient reduce-scatters beyond the "

@@ -58,6 +58,8 @@ class SharedTerms:
     recompute_tmp: int
     z3_tmp: int
     tie_embeddings: bool
+    #: whether the stack overlaps the DP gradient sync with the rank's last backward (``planner.stacks``)
+    overlap_grad_reduce: bool
     flops_layer: float  # model FLOPs (fwd+bwd incl. recompute) per micro-batch, per GPU
     flops_emb: float
     flops_head: float
@@ -217,6 +219,7 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
         recompute_tmp=lg.recompute_tmp,
         z3_tmp=z3_tmp,
         tie_embeddings=ctx.model.tie_embeddings,
+        overlap_grad_reduce=ctx.stack.overlap_grad_reduce,
         flops_layer=lg.flops[0],
         flops_emb=lg.flops[1],
         flops_head=lg.flops[2],
@@ -228,8 +231,8 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
 
 
 class EndTerms(NamedTuple, Generic[Count]):
-    """Pipeline rank r's end of step, ns: its DP gradient sync overlaps its last backward (chunk r),
-    then the optimizer step, then the ZeRO-1/2 parameter all-gather."""
+    """Pipeline rank r's end of step, ns: its DP gradient sync overlaps its last backward (chunk r) when
+    the stack overlaps it (``Stack.overlap_grad_reduce``; else ``overlap`` is 0), then the optimizer step, then the ZeRO-1/2 parameter all-gather."""
 
     sync: Count
     overlap: Count
@@ -252,7 +255,7 @@ def end_terms(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int) -> EndTe
     emb, head = r == 0, r == c.pp - 1 and s.own_head(c)
     return EndTerms(
         s.sync.at(layers, emb, head),
-        s.bwd.at(n[r], r == 0, r == c.chunks - 1),
+        (s.bwd if s.overlap_grad_reduce else NOTHING).at(n[r], r == 0, r == c.chunks - 1),
         s.opt.at(layers, emb, head),
         s.post.at(layers, emb, head),
     )

@@ -14,4 +14,6 @@ from __future__ import annotations
 #: 2: equal step times rank by peak memory, then simplicity (same estimates; another plan may win).
 #: 3: memory headroom (options.memory_headroom, default 5 % of the GPU's memory: other plans may win, ``fits``
 #:    may change); ZeRO-3's exposed per-layer gathers counted as DP communication in the breakdown, not compute.
-COST_MODEL_VERSION = 3
+#: 4: per-op compute (GEMM wave/tile quantization over SMs, attention by kernel, achieved HBM by size) and
+#:    training stacks (training.stack: attention kernel, dropout, activation formula, DP grad overlap).
+COST_MODEL_VERSION = 4

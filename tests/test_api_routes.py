@@ -13,6 +13,7 @@ from api.client import MeshplanAPIError, MeshplanClient
 from api.deps import get_solver
 from api.solver import PlannerSolver
 from planner.catalog import CLUSTER_PRESETS, GPUS, MODELS
+from planner.stacks import STACKS, Stack
 from tests.api_support import make_app, plan_request, profile_body, run_report_body
 
 PROBLEM = "application/problem+json"
@@ -237,6 +238,13 @@ def test_runs_store_and_list(client):
             ),
         ),
         (
+            "/v1/catalog/stacks",
+            lambda body: (
+                [x["id"] for x in body] == list(STACKS)
+                and [Stack.model_validate(x) for x in body] == list(STACKS.values())
+            ),
+        ),
+        (
             "/v1/catalog/export-formats",
             lambda body: all({"id", "media_type", "target", "target_version"} <= set(f) for f in body),
         ),
@@ -383,3 +391,9 @@ def test_readyz_is_503_when_the_store_does_not_answer(tmp_path):
     assert (ready.status_code, ready.json()["status"]) == (503, "unavailable")
     assert "OperationalError" in ready.json()["detail"] and "refused" not in ready.text
     assert healthy.status_code == 200  # the process itself is fine
+
+
+def test_stack_catalog_through_the_client(client):
+    """The client's ``stacks()`` reads GET /v1/catalog/stacks: every preset ``training.stack`` may name."""
+    assert MeshplanClient(http=client).stacks() == list(STACKS.values())
+    assert "/v1/catalog/stacks" in client.get("/openapi.json").json()["paths"]

@@ -131,6 +131,7 @@ TINY = ["--model", "tiny-gpt", "--gpu", "h100-sxm5-80gb", "--global-batch-size",
         ["models"],
         ["gpus"],
         ["clusters"],
+        ["stacks"],
         ["plan", *TINY, "--top-k", "1"],
         ["estimate", *TINY, "--tp", "2"],
         ["plan", "--help"],
@@ -177,6 +178,7 @@ PLAN_FLAGS = [
     "--seq-len",
     "--precision",
     "--optimizer",
+    "--stack",
     "--tp",
     "--pp",
     "--dp",
@@ -340,6 +342,7 @@ def test_every_flag_sets_its_request_field(tmp_path: Path) -> None:
     [
         ("models", lambda: list(__import__("planner.catalog").catalog.MODELS)),
         ("gpus", lambda: list(__import__("planner.catalog").catalog.GPUS)),
+        ("stacks", lambda: list(__import__("planner.stacks").stacks.STACKS)),
     ],
 )
 @pytest.mark.parametrize("columns", ["80", "40"])

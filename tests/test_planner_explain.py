@@ -5,6 +5,7 @@ estimate of it; every second of the breakdown lands in its column; the memory he
 from __future__ import annotations
 
 import functools
+import re
 
 import pytest
 
@@ -74,7 +75,8 @@ def test_a_memory_binding_cites_the_nearest_faster_configuration_that_does_not_f
 def test_the_cited_configurations_of_the_bench_instances():
     """What a reader sees for the two bench instances the issue names."""
     ex8 = planned("llama3-8b").plans[0].explanation
-    assert ex8.ruled_out is not None and ex8.ruled_out.settings_changed == ["tp", "dp", "sequence_parallel"]
+    # cost model 4 (eager norm/RoPE/SwiGLU bytes of the bundled runtime) moved the winner; was tp, dp, SP
+    assert ex8.ruled_out is not None and ex8.ruled_out.settings_changed == ["pp", "dp"]
     assert ex8.ruled_out.parallel.tp == 1
     ex70 = planned("llama3-70b").plans[0].explanation
     r = ex70.ruled_out
@@ -108,7 +110,11 @@ def test_each_alternative_is_the_planners_estimate_of_that_configuration(name):
 
 def test_zero_alternative_reads_as_the_issue_asks():
     alts = {a.setting: a for a in planned("llama3-8b").plans[0].explanation.alternatives}
-    assert alts["zero_stage"].summary.startswith("ZeRO-1 instead of ZeRO-2: same time, +5.9 GiB")
+    # cost model 4: ZeRO-3's gathers hide under the (now slower, eager-kernel) layers, so ZeRO-3 wins
+    assert re.match(
+        r"ZeRO-2 instead of ZeRO-3: [0-9.]+% slower \([0-9.]+ s\), \+0\.3 GiB \([0-9.]+ GiB\)$",
+        alts["zero_stage"].summary,
+    )
 
 
 # ---------------------------------------------------------------------------------------------

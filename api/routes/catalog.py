@@ -1,4 +1,4 @@
-"""``/v1/catalog``: the built-in models, GPUs, cluster presets, pipeline schedules and export formats."""
+"""``/v1/catalog``: the built-in models, GPUs, cluster presets, pipeline schedules, training stacks and export formats."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from api.schemas import ExportFormat
 from planner.catalog import CLUSTER_PRESETS, GPUS, MODELS, ClusterPreset
 from planner.config import SCHEDULES, ScheduleInfo
 from planner.specs import GpuSpec, ModelSpec
+from planner.stacks import STACKS, Stack
 
 router = v1_router("/catalog", "catalog")
 
@@ -39,3 +40,10 @@ async def list_schedules() -> list[ScheduleInfo]:
     """Every pipeline schedule a plan may name: ``priced`` ones the planner searches and estimates
     (``parallel.schedule`` pins accept only these), ``runnable`` ones the runtime executes."""
     return list(SCHEDULES)
+
+
+@router.get("/stacks", response_model=list[Stack])
+async def list_stacks() -> list[Stack]:
+    """Training stack presets a request can name as ``training.stack`` (or start an inline one from):
+    attention kernel, dropout, activation formula, DP gradient overlap, and their sources."""
+    return list(STACKS.values())

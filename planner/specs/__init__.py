@@ -32,6 +32,7 @@ from planner.specs.inputs import (
     ParallelConfig,
     ParallelPins,
     PeakTflops,
+    StackOverride,
     TrainingSpec,
     bandwidth_per_gpu_GBps,
 )
@@ -125,6 +126,7 @@ __all__ = [
     "TPRule",
     "TPStyle",
     "TimeBreakdown",
+    "StackOverride",
     "TrainingSpec",
     "bandwidth_per_gpu_GBps",
     "upgrade_plan_data",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -259,11 +260,39 @@ class ClusterSpec(Spec):
         return self.num_nodes * self.gpus_per_node
 
 
+StackId = Literal["meshplan", "megatron", "torchtitan", "deepspeed"]  # = planner.stacks.STACKS
+
+
+class StackOverride(Spec):
+    """A training stack given inline: a preset (``base``) with some of its fields overridden
+    (``planner.stacks``; ``meshplan stacks`` lists the presets and their fields)."""
+
+    base: StackId = Field(default="meshplan", description="The preset this stack starts from.")
+    attention: Literal["flash", "unfused"] | None = Field(
+        default=None, description="Attention kernel: flash (fused) or unfused (s×s scores in HBM)."
+    )
+    dropout: bool | None = Field(default=None, description="Attention and hidden dropout (masks kept and written).")
+    activations: Literal["zoo", "te"] | None = Field(
+        default=None, description="Saved-activation formula: zoo (eager PyTorch) or te (Transformer Engine)."
+    )
+    kernels: Literal["eager", "fused"] | None = Field(
+        default=None, description="Norm/SwiGLU/RoPE kernels: eager (one PyTorch op each) or fused (TE/apex)."
+    )
+    overlap_grad_reduce: bool | None = Field(
+        default=None, description="Whether the DP gradient reduction overlaps the last backward."
+    )
+
+
 class TrainingSpec(Spec):
     global_batch_size: int = Field(ge=1, le=10_000_000, description="Sequences per optimizer step.")
     seq_len: int = Field(ge=1, le=MAX_SEQ_LEN)
     precision: Precision = "bf16"
     optimizer: Optimizer = "adam"
+    stack: StackId | StackOverride = Field(
+        default="meshplan",
+        description="Training stack the plan is priced for: a preset id (see `meshplan stacks`) or an inline "
+        "{base, ...overrides} object.",
+    )
 
 
 # --------------------------------------------------------------------------------------------

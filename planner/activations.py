@@ -1,0 +1,178 @@
+"""Saved activation bytes per layer, per GPU, by training stack (``planner.stacks``): the bundled
+runtime's eager-PyTorch tensors (``block_saved_terms``; the table in ``planner.analytic``'s docstring,
+measured by tests/test_analytic_agreement.py) and Megatron-core + Transformer Engine's fused kernels
+(``te_block_saved_terms``), with the unfused-attention and dropout terms of Korthikanti et al. (MLSys'23,
+§4.1) where the stack has them."""
+
+from __future__ import annotations
+
+import typing
+
+from planner.errors import MeshplanError
+from planner.specs import BYTES_PER_ELEMENT, ActivationBytes, LayerKind, ModelSpec
+from planner.stacks import Stack
+
+LAYER_KINDS: tuple[str, ...] = typing.get_args(LayerKind)
+#: Bytes of the fp32 log-sum-exp a fused attention kernel keeps per (query, head).
+LSE_BYTES = 4
+
+
+def _norm_saved(model: ModelSpec, tokens: float, e: int) -> float:
+    """Bytes a norm keeps for backward besides its output (see the module docstring): LayerNorm its
+    input and mean, 1/σ in the activation dtype; RMSNorm (composite, upcast to fp32) the fp32 input, the
+    fp32 normalised input and the fp32 1/rms."""
+    h = model.hidden_size
+    if model.norm == "layernorm":
+        return tokens * (h + 2) * e
+    return tokens * (2 * h + 1) * 4
+
+
+def block_saved_terms(
+    model: ModelSpec,
+    micro_batch_size: int,
+    seq_len: int,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    precision: str = "bf16",
+) -> dict[str, float]:
+    """Bytes saved for backward by one block with no recomputation, by tensor (see the module table)."""
+    e = BYTES_PER_ELEMENT[precision]
+    b, s, h, f = micro_batch_size, seq_len, model.hidden_size, model.ffn_hidden_size
+    T = b * s
+    sp = tp if sequence_parallel else 1
+    q = model.num_attention_heads * model.head_dim / tp  # local query width; K, V repeated to it
+    mlp_tensors = 4 if model.activation == "swiglu" else 2
+    rope = 2 * 2 * s * (model.head_dim // 2) * 4 if model.family == "llama" else 0
+    return {
+        "attn_norm_input": _norm_saved(model, T / sp, e),
+        "qkv_input": T * h * e,
+        "q_k_v": 3 * T * q * e,
+        "rope_tables": rope,
+        "attn_output": T * q * e,
+        "attn_logsumexp": b * s * (model.num_attention_heads / tp) * LSE_BYTES,
+        "mlp_norm_input": _norm_saved(model, T / sp, e),
+        "mlp_input": T * h * e,
+        "mlp_hidden": mlp_tensors * T * f / tp * e,
+    }
+
+
+def saved_activation_bytes(
+    model: ModelSpec,
+    kind: str,
+    micro_batch_size: int,
+    seq_len: int,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    precision: str = "bf16",
+    stack: Stack | None = None,
+) -> ActivationBytes:
+    """Saved bytes per recompute mode under ``stack`` (``planner.stacks``; None: the bundled runtime's)."""
+    formula, attention, dropout = (
+        (stack.activations, stack.attention, stack.dropout) if stack else ("zoo", "flash", False)
+    )
+    e = BYTES_PER_ELEMENT[precision]
+    b, s, h = micro_batch_size, seq_len, model.hidden_size
+    T = b * s
+    sp = tp if sequence_parallel else 1
+    if kind == "embedding":
+        # embedding backward keeps the int64 token ids; GPT's positional lookup keeps its s position ids.
+        ids = T * 8 + (s * 8 if model.family == "gpt" else 0)
+        return ActivationBytes(none=ids, selective=ids, full=ids)
+    if kind == "lm_head":
+        # final norm input (sequence-sharded with SP) + the head's (gathered) input.
+        norm = T / sp * (h * e + 8) if formula == "te" else _norm_saved(model, T / sp, e)
+        saved = int(norm + T * h * e)
+        return ActivationBytes(none=saved, selective=saved, full=saved)
+    if kind == "transformer_block":
+        saved_terms = te_block_saved_terms if formula == "te" else block_saved_terms
+        terms = saved_terms(model, b, s, tp, sequence_parallel, precision)
+        if attention != "flash" or dropout:
+            terms = attention_extra_terms(
+                model, terms, b, s, tp, sequence_parallel, e, attention=attention, dropout=dropout
+            )
+        none = sum(terms.values())
+        return ActivationBytes(
+            none=int(none),
+            selective=int(none - terms["attn_logsumexp"] - terms.get("attn_scores", 0.0)),
+            full=int(T / sp * h * e),
+        )
+    raise MeshplanError("kind", f"unknown layer kind {kind!r}", f"use one of {', '.join(LAYER_KINDS)}")
+
+
+def output_activation_bytes(
+    model: ModelSpec,
+    kind: str,
+    micro_batch_size: int,
+    seq_len: int,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    precision: str = "bf16",
+) -> int:
+    """Bytes of the layer's output (what a pipeline stage boundary sends): hidden states [b, s/sp, h]
+    or, for the LM head, logits [b, s, V/t]."""
+    e = BYTES_PER_ELEMENT[precision]
+    T = micro_batch_size * seq_len
+    if kind == "lm_head":
+        from planner.analytic import local_vocab
+
+        return int(T * local_vocab(model, tp) * e)
+    sp = tp if sequence_parallel else 1
+    return int(T * model.hidden_size * e / sp)
+
+
+def te_block_saved_terms(
+    model: ModelSpec,
+    micro_batch_size: int,
+    seq_len: int,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    precision: str = "bf16",
+) -> dict[str, float]:
+    """Bytes one block saves under Megatron-core + Transformer Engine (stack ``activations="te"``): fused
+    LayerNorm/RMSNorm keeps its input in the activation dtype and fp32 statistics (μ and 1/σ; RMSNorm 1/rms
+    only), and its output — sequence-sharded with SP (re-gathered in backward, TE layernorm_linear.py),
+    whole without; Q at a/t heads, K and V at g/t heads (GQA-aware kernels); the attention output; the
+    fc1 output and the activation output (GeLU 2·T·f/t, SwiGLU 3·T·f/t: TE layernorm_mlp.py). For a GPT
+    block (g = a, f = 4h) with flash attention and no dropout this is (s·b·h/t)·32 with SP, i.e.
+    Korthikanti et al.'s 34 without the two dropout masks (``attention_extra_terms`` adds them)."""
+    e = BYTES_PER_ELEMENT[precision]
+    b, s, h, f, d = micro_batch_size, seq_len, model.hidden_size, model.ffn_hidden_size, model.head_dim
+    T = b * s
+    sp = tp if sequence_parallel else 1
+    stats = 8 if model.norm == "layernorm" else 4
+    norm = T / sp * (h * e + stats)
+    return {
+        "attn_norm_input": norm,
+        "qkv_input": T / sp * h * e,
+        "q_k_v": T * (model.num_attention_heads + 2 * model.num_kv_heads) * d / tp * e,
+        "attn_output": T * model.num_attention_heads * d / tp * e,
+        "attn_logsumexp": b * s * (model.num_attention_heads / tp) * LSE_BYTES,
+        "mlp_norm_input": norm,
+        "mlp_input": T / sp * h * e,
+        "mlp_hidden": (3 if model.activation == "swiglu" else 2) * T * f / tp * e,
+    }
+
+
+def attention_extra_terms(
+    model: ModelSpec,
+    terms: dict[str, float],
+    micro_batch_size: int,
+    seq_len: int,
+    tp: int,
+    sp: bool,
+    e: int,
+    *,
+    attention: str,
+    dropout: bool,
+) -> dict[str, float]:
+    """``terms`` for an unfused attention kernel and/or dropout (Korthikanti et al. §4.1): unfused keeps the
+    softmax output b·(a/t)·s²·e instead of the log-sum-exp, and with dropout also the 1-byte mask and the
+    dropout output (the 5·a·s²·b/t term); dropout keeps two 1-byte hidden masks (T·h, /t with SP)."""
+    out = dict(terms)
+    scores = micro_batch_size * model.num_attention_heads / tp * seq_len * seq_len
+    if attention == "unfused":
+        out["attn_logsumexp"] = 0.0
+        out["attn_scores"] = scores * e + (scores * (1 + e) if dropout else 0.0)
+    if dropout:
+        out["dropout_masks"] = 2 * micro_batch_size * seq_len / (tp if sp else 1) * model.hidden_size
+    return out

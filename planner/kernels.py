@@ -1,0 +1,202 @@
+"""Per-op kernel times of one layer (issue 11 §1): GEMMs by shape (wave and tile quantization over the
+GPU's SMs, on a cited large-GEMM ceiling), the attention core by the stack's kernel, memory-bound ops at
+achieved HBM bandwidth by transfer size. ``planner.compute`` sums them per layer; every constant is listed
+with its source in ``docs/planner.md``."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from planner.analytic import FLASH_BWD_RATIO
+from planner.specs import ModelSpec
+
+if TYPE_CHECKING:
+    from planner.compute import Context
+
+#: Output tile of a BF16/FP16 tensor-core GEMM kernel (CUTLASS/cuBLAS Ampere and Hopper kernels use
+#: 128×128 and 128×256 CTA tiles; NVIDIA "Matrix Multiplication Background User's Guide", §§2-3): the
+#: tiles ⌈M/128⌉·⌈N/128⌉ run in waves over the SMs (``catalog.SM_COUNT``, one CTA per SM), and a
+#: partial last wave or a padded edge tile does no useful work.
+TILE = (128, 128)
+#: Achieved fraction of the datasheet HBM bandwidth by bytes moved per kernel (Calculon,
+#: calculon-ai/calculon systems/a100_80g.json and h100_80g_nvl8.json ``mem1.MB_efficiency``):
+#: (lower bound in bytes, efficiency), largest first.
+HBM_EFFICIENCY = ((100e6, 0.90), (10e6, 0.75), (1e6, 0.60), (0.0, 0.30))
+#: FlashAttention-2 forward+backward, causal, BF16, TFLOP/s by sequence length (batch·seq = 16k,
+#: hidden 2048), with FlashAttention's causal FLOP count (half the square): Dao-AILab/flash-attention
+#: ``assets/flash2_a100_fwd_bwd_benchmark.png`` (head dim 64 and 128) and
+#: ``assets/flash2_h100_fwd_bwd_benchmark.png`` (head dim 128), by GPU family and head dim.
+FLASH_CAUSAL_TFLOPS: dict[tuple[str, int], tuple[tuple[int, float], ...]] = {
+    ("a100", 64): ((512, 88), (1024, 119), (2048, 140), (4096, 156), (8192, 165), (16384, 171)),
+    ("a100", 128): ((512, 99), (1024, 133), (2048, 155), (4096, 173), (8192, 182), (16384, 189)),
+    ("h100", 128): ((512, 163), (1024, 221), (2048, 265), (4096, 294), (8192, 308), (16384, 328)),
+}
+#: H200 has H100's SMs and clocks (catalog): it uses H100's attention rates.
+FLASH_FAMILY = {"a100": "a100", "h100": "h100", "h200": "h100"}
+
+
+def hbm_efficiency(nbytes: float) -> float:
+    return next(eff for lo, eff in HBM_EFFICIENCY if nbytes >= lo)
+
+
+def hbm_time(ctx: Context, nbytes: float) -> float:
+    """Seconds to move ``nbytes`` in one kernel at the achieved HBM bandwidth for that size."""
+    return nbytes / (ctx.gpu.hbm_bandwidth_GBps * 1e9 * hbm_efficiency(nbytes)) if nbytes > 0 else 0.0
+
+
+def wave_efficiency(m: int, n: int, sms: int | None, batch: int = 1) -> float:
+    """Useful fraction of the tensor-core work of an M×N output (``batch`` of them in one kernel) tiled
+    by ``TILE`` and scheduled in waves over ``sms`` SMs: (M·N ÷ padded tiles' area) × (tiles ÷ waves·SMs).
+    1.0 when the SM count is unknown."""
+    tm, tn = TILE
+    gm, gn = -(-m // tm), -(-n // tn)
+    pad = (m * n) / (gm * tm * gn * tn)
+    if sms is None:
+        return pad
+    tiles = gm * gn * batch
+    waves = -(-tiles // sms)
+    return pad * tiles / (waves * sms)
+
+
+def gemm_time(ctx: Context, m: int, n: int, k: int, count: int = 1, batched: bool = False) -> float:
+    """Seconds of ``count`` M×N×K GEMMs (one batched kernel when ``batched``): the larger of their FLOPs at
+    the large-GEMM ceiling × the wave/tile efficiency, and their operand and result bytes at achieved HBM."""
+    sms = ctx.sm_count
+    if batched:
+        eff, calls = wave_efficiency(m, n, sms, count), 1
+    else:
+        eff, calls = wave_efficiency(m, n, sms), count
+    fl = 2.0 * m * n * k * count
+    by = (m * k + k * n + m * n) * ctx.elt * count
+    return max(fl / (ctx.peak * ctx.gemm_efficiency * eff), calls * hbm_time(ctx, by / calls))
+
+
+def gemm_shapes(model: ModelSpec, kind: str, tokens: int, tp: int) -> list[tuple[int, int, int, int]]:
+    """Forward linear-layer GEMMs (M, N, K, count) of one layer on one TP rank (the attention core is
+    priced by its kernel: ``attention_time``)."""
+    h, hd = model.hidden_size, model.head_dim
+    if kind == "transformer_block":
+        q, kv, f = model.num_attention_heads * hd // tp, model.num_kv_heads * hd // tp, model.ffn_hidden_size // tp
+        out = [(tokens, q, h, 1), (tokens, kv, h, 2), (tokens, h, q, 1), (tokens, f, h, 1), (tokens, h, f, 1)]
+        if model.activation == "swiglu":
+            out.append((tokens, f, h, 1))
+        return out
+    if kind == "lm_head":
+        vocab = model.vocab_size // tp if model.vocab_size % tp == 0 else model.vocab_size
+        return [(tokens, vocab, h, 1)]
+    return []
+
+
+def linear_times(ctx: Context, kind: str, tokens: int, tp: int) -> tuple[float, float, float]:
+    """(forward s, backward s, forward FLOPs) of the layer's linear GEMMs: forward Y = X·W (M×N×K);
+    backward the data gradient (M×K×N) and the weight gradient (K×N×M, reduced over the tokens)."""
+    f = b = flops = 0.0
+    for m, n, k, c in gemm_shapes(ctx.model, kind, tokens, tp):
+        f += gemm_time(ctx, m, n, k, c)
+        b += gemm_time(ctx, m, k, n, c) + gemm_time(ctx, k, n, m, c)
+        flops += 2.0 * m * n * k * c
+    return f, b, flops
+
+
+def op_bytes(ctx: Context) -> tuple[float, float, float]:
+    """Forward HBM bytes per element of (norm, SwiGLU product per FFN element, RoPE per q/k element) under
+    the stack's ``kernels``. ``fused`` (Transformer Engine / apex / Megatron kernels): each reads its input
+    and writes its output once — norm 2e, SwiGLU 3e (read both halves, write one), RoPE 2e. ``eager``
+    (the bundled runtime's PyTorch ops, runtime/models/transformer.py; one kernel per op, each reading and
+    writing its operands): composite RMSNorm = to-fp32 (e + 4), pow (8), mean (4), x·rstd (8), ·weight (8),
+    cast back (4 + e) = 32 + 2e; SwiGLU = silu (2e) + product (3e) = 5e; RoPE = to-fp32 (e + 4), four
+    products on halves (16), two sums on halves (12), stack (8), cast back (4 + e) = 44 + 2e. LayerNorm and
+    GELU are single native kernels in both (2e)."""
+    e = ctx.elt
+    if ctx.stack.kernels == "fused":
+        return 2.0 * e, 3.0 * e, 2.0 * e
+    norm = 32.0 + 2 * e if ctx.model.norm == "rmsnorm" else 2.0 * e
+    return norm, 5.0 * e, 44.0 + 2 * e
+
+
+def elementwise_bytes(ctx: Context, kind: str, mbs: int, tp: int, sp: bool) -> float:
+    """HBM bytes moved by the memory-bound (non-GEMM) ops of one forward pass, attention excluded
+    (per-element costs: ``op_bytes``)."""
+    m, e = ctx.model, ctx.elt
+    tokens = mbs * ctx.training.seq_len
+    stream = tokens // tp if sp else tokens  # residual-stream tokens on this rank
+    h = m.hidden_size
+    norm, glu, rope = op_bytes(ctx)
+    if kind == "embedding":
+        return 2.0 * stream * h * e  # gather + write
+    if kind == "lm_head":
+        vocab = m.vocab_size // tp if m.vocab_size % tp == 0 else m.vocab_size
+        return norm * stream * h + 3.0 * tokens * vocab * 4  # final norm; fp32 softmax cross-entropy
+    f = m.ffn_hidden_size // tp
+    b = 2 * norm * stream * h + 2 * 3 * stream * h * e  # two norms, two residual adds (read 2, write 1)
+    b += (glu if m.activation == "swiglu" else 2 * e) * tokens * f
+    if m.family == "llama":
+        b += rope * tokens * (m.num_attention_heads + m.num_kv_heads) * m.head_dim // tp  # RoPE on q, k
+    if ctx.stack.dropout:
+        b += 2 * stream * h  # two hidden dropouts (fused with the residual add): 1-byte masks written
+    return float(b)
+
+
+def elementwise_time(ctx: Context, kind: str, mbs: int, tp: int, sp: bool) -> float:
+    """Forward seconds of the memory-bound ops, each kernel moving about one residual-stream tensor in and out."""
+    nbytes = elementwise_bytes(ctx, kind, mbs, tp, sp)
+    stream = mbs * ctx.training.seq_len // (tp if sp else 1)
+    return nbytes / (ctx.gpu.hbm_bandwidth_GBps * 1e9 * hbm_efficiency(2 * stream * ctx.model.hidden_size * ctx.elt))
+
+
+def attention_core_flops(model: ModelSpec, mbs: int, seq: int, tp: int) -> float:
+    return 4.0 * mbs * seq * seq * model.head_dim * model.num_attention_heads / tp
+
+
+def flash_rate(ctx: Context, head_dim: int, seq: int) -> float | None:
+    """FlashAttention-2 causal fwd+bwd TFLOP/s (FA's causal count) on this GPU, interpolated in log(seq)
+    and clamped to the table; None when no published table covers the GPU."""
+    fam = FLASH_FAMILY.get(ctx.gpu.id.lower()[:4])
+    if fam is None or ctx.training.precision == "fp32":
+        return None
+    dims = sorted(d for f, d in FLASH_CAUSAL_TFLOPS if f == fam)
+    d = next((x for x in dims if x >= head_dim), dims[-1])
+    table = FLASH_CAUSAL_TFLOPS[(fam, d)]
+    if seq <= table[0][0]:
+        return table[0][1] * seq / table[0][0]  # below the table: shorter kernels, proportionally slower
+    for (s0, r0), (s1, r1) in zip(table, table[1:]):
+        if seq <= s1:
+            w = math.log(seq / s0) / math.log(s1 / s0)
+            return r0 + w * (r1 - r0)
+    return table[-1][1]
+
+
+def attention_time(ctx: Context, mbs: int, tp: int) -> tuple[float, float]:
+    """(forward, backward) seconds of the attention core (QKᵀ, softmax, dropout, PV) of one block on one
+    TP rank, by the stack's kernel (``planner.stacks``):
+
+    * flash: the model's full-square FLOPs (4·b·s²·d·a/t forward, 2.5× backward) at the published
+      FlashAttention-2 causal rate for (GPU, head dim, s) — which counts half the square, so the time is
+      (FLOPs ÷ 2) ÷ rate; GPUs without a published table fall back to the two GEMMs at the GEMM ceiling;
+    * unfused: the two batched GEMMs per direction (QKᵀ, PV forward; four in backward) on their rooflines,
+      plus the b·(a/t)·s² scores read and written in HBM by the softmax (forward: read + write; backward:
+      read probabilities and gradient, write gradient) and, with dropout, by the dropout (read, write, and a
+      1-byte mask; backward: read gradient and mask, write)."""
+    m, seq = ctx.model, ctx.training.seq_len
+    d, heads = m.head_dim, mbs * m.num_attention_heads // tp
+    if heads == 0:
+        return 0.0, 0.0
+    flops = attention_core_flops(m, mbs, seq, tp)
+    if ctx.stack.attention == "flash":
+        rate = flash_rate(ctx, d, seq)
+        if rate is not None:
+            total = (1 + FLASH_BWD_RATIO) * flops / 2 / (rate * 1e12)
+            return total / (1 + FLASH_BWD_RATIO), total * FLASH_BWD_RATIO / (1 + FLASH_BWD_RATIO)
+        fwd = gemm_time(ctx, seq, seq, d, heads, True) + gemm_time(ctx, seq, d, seq, heads, True)
+        return fwd, FLASH_BWD_RATIO * fwd
+    fwd = gemm_time(ctx, seq, seq, d, heads, True) + gemm_time(ctx, seq, d, seq, heads, True)
+    bwd = gemm_time(ctx, seq, seq, d, heads, True) + 3 * gemm_time(ctx, seq, d, seq, heads, True)
+    scores = heads * seq * seq
+    e = ctx.elt
+    fwd += hbm_time(ctx, 2 * scores * e)
+    bwd += hbm_time(ctx, 3 * scores * e)
+    if ctx.stack.dropout:
+        fwd += hbm_time(ctx, 2 * scores * e + scores)
+        bwd += hbm_time(ctx, 2 * scores * e + scores)
+    return fwd, bwd
