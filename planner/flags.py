@@ -26,12 +26,14 @@ from planner.specs import PlanRequest
 #: Request fields that are not flags, and why (they stay settable through ``--request FILE``).
 NOT_FLAGS = {
     "profile_id": "stored profiles are resolved by the service only",
+    "calibration_id": "stored calibrations are resolved by the service only",
 }
 #: Fields that are whole documents: their flag takes a JSON/YAML file (``--profile FILE``). ``model`` takes
 #: a file too when its value is one (``--model my-model.yaml``), else a catalog id.
 DOCUMENT_FLAGS = {
     "profile": "Layer profile JSON/YAML file (from `meshplan profile model`); its measured times price the layers.",
     "network": "Network profile JSON/YAML file (from `meshplan profile cluster`); its fits price the collectives.",
+    "calibration": "Calibration JSON/YAML file (from `meshplan calibrate`); its residual constants price the plan.",
 }
 #: Flags whose name is not the field's own (public names kept from before the flags were generated).
 RENAMED = {"cluster.num_nodes": "--nodes", "cluster.preset": "--cluster-preset"}

@@ -191,6 +191,7 @@ PLAN_FLAGS = [
     "--stage-layers",
     "--profile",
     "--network",
+    "--calibration",
     "--top-k",
     "--allow-tp-across-nodes",
     "--time-limit-s",
@@ -267,7 +268,7 @@ def _sample(flag, tmp_path: Path) -> tuple[str | bool, object]:
 
     from planner.analytic import analytic_profile
     from planner.catalog import MODELS
-    from planner.specs import LinkFit, NetworkProfile
+    from planner.specs import Calibration, LinkFit, NetworkProfile, Residuals
 
     if flag.kind == "file":  # a document: the file's content becomes the request field
         doc = {
@@ -281,6 +282,9 @@ def _sample(flag, tmp_path: Path) -> tuple[str | bool, object]:
                         link="intra_node", collective="all_reduce", group_size=8, alpha_s=1e-5, beta_s_per_byte=1e-11
                     )
                 ],
+            ),
+            "calibration": lambda: Calibration(
+                gpu="cpu", residuals=Residuals(compute_scale=3.0, kernel_overhead_us=40)
             ),
         }
         value = doc[flag.path]().model_dump(mode="json", exclude_none=True)

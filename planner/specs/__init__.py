@@ -9,6 +9,7 @@ Canonical JSON field names are part of the public contract: other tools are writ
 """
 
 from planner.config import MAX_GPUS, MAX_LAYERS, MULTI_STAGE_SCHEDULES, Recompute, Schedule
+from planner.specs.calibration import Calibration, CalibrationRun, Residuals
 from planner.specs.common import (
     BYTES_PER_ELEMENT,
     MAX_GPUS_PER_NODE,
@@ -73,6 +74,9 @@ from planner.specs.results import (
 )
 
 __all__ = [
+    "Calibration",
+    "CalibrationRun",
+    "Residuals",
     "Alternative",
     "RuledOut",
     "Activation",

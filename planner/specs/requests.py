@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from planner.specs.calibration import Calibration
 from planner.specs.common import Spec
 from planner.specs.inputs import ClusterSpec, ModelSpec, ParallelPins, TrainingSpec
 from planner.specs.profiles import NetworkProfile, Profile
@@ -35,5 +36,12 @@ class PlanRequest(Spec):
     profile: Profile | None = None
     profile_id: str | None = Field(default=None, max_length=64, description="A stored profile (service only).")
     network: NetworkProfile | None = None
+    calibration: Calibration | None = Field(
+        default=None,
+        description="Residual constants fitted on the user's own runs (`meshplan calibrate`); replace the built-in ones.",
+    )
+    calibration_id: str | None = Field(
+        default=None, max_length=64, description="A stored calibration (service only: POST /v1/calibrations)."
+    )
     top_k: int = Field(default=3, ge=1, le=20)
     options: SearchOptions = Field(default_factory=SearchOptions)
