@@ -26,12 +26,14 @@ from planner.kernels import (
 )
 from planner.specs import (
     BYTES_PER_ELEMENT,
+    Calibration,
     ClusterSpec,
     GpuSpec,
     LayerProfile,
     ModelSpec,
     NetworkProfile,
     Profile,
+    Residuals,
     TrainingSpec,
 )
 from planner.stacks import Stack
@@ -63,6 +65,8 @@ class Context:
     #: Fraction of the GPU's memory a plan leaves unused (``SearchOptions.memory_headroom``; 0 here: the
     #: request's default is applied by ``planner.api.context``).
     memory_headroom: float = 0.0
+    #: The user's calibration (``PlanRequest.calibration``): its residuals replace the built-in ones.
+    calibration: Calibration | None = None
     #: Values derived once per context (layer profiles and times, shared terms, class costs), by key.
     memo: dict[Any, Any] = field(default_factory=dict, repr=False)
 
@@ -93,6 +97,12 @@ class Context:
     def stack(self) -> Stack:
         """The training stack the plan is priced for (``planner.stacks``)."""
         return resolve_stack(self.training.stack)
+
+    @cached_property
+    def residuals(self) -> Residuals:
+        """The residual constants this context prices with (``planner.specs.calibration``): the user's
+        calibration when given, else identity."""
+        return self.calibration.residuals if self.calibration is not None else Residuals()
 
     @cached_property
     def sm_count(self) -> int | None:
