@@ -54,6 +54,24 @@ GPUS: dict[str, GpuSpec] = {
             source=_H100_SRC,
         ),
         GpuSpec(
+            # Meta's Grand Teton H100 (torchtitan's H100 benchmarks): the SXM5 GH100 (132 SMs) with 96 GB
+            # HBM2e at 2.4 TB/s run at a 500 W power limit. Its tensor rate is "between SXM and NVL"
+            # (torchtitan docs/performance.md); taken as the datasheet rates of the two 132-SM parts
+            # interpolated linearly in board power: H100 NVL 400 W (BF16 835.5, FP8 1,670.5, TF32 417.5,
+            # FP32 60 TFLOPS dense) and H100 SXM5 700 W (989.4, 1,978.9, 494.7, 67) at 500 W: 1/3 of the way.
+            id="h100-sxm-96gb-hbm2e",
+            memory_gib=95.0,
+            peak_tflops=PeakTflops(fp32=62.3, tf32=443.2, bf16=886.8, fp16=886.8, fp8=1773.3),
+            hbm_bandwidth_GBps=2400.0,
+            nvlink_bandwidth_GBps=450.0,
+            nic_bandwidth_GBps=50.0,
+            source="torchtitan benchmarks/llama3_h100_202412_torchtitan.md ('96GB HBM2e with 2.4 TB/sec', "
+            "'400 Gb/s per GPU', 'default 500W power limit'); docs/performance.md (2024-08: 'H100(95GB)', peak "
+            "'between SXM and NVL'): capacity 95 GiB; tensor rates interpolated in board power between the H100 "
+            "NVL datasheet (400 W: BF16 1,671 / FP8 3,341 TFLOPS with sparsity) and the SXM5 datasheet (700 W); "
+            "NVLink 4 as SXM5",
+        ),
+        GpuSpec(
             id="h200-sxm-141gb",
             memory_gib=140.4,
             peak_tflops=PeakTflops(fp32=67.0, tf32=494.5, bf16=989.4, fp16=989.4, fp8=1978.9),
@@ -84,6 +102,7 @@ SM_COUNT: dict[str, int] = {
     "a100-sxm4-40gb": 108,
     "a100-sxm4-80gb": 108,
     "h100-sxm5-80gb": 132,
+    "h100-sxm-96gb-hbm2e": 132,
     "h200-sxm-141gb": 132,
     "b200-sxm-192gb": 148,
 }

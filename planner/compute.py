@@ -22,6 +22,7 @@ from planner.kernels import (
     attention_core_flops,
     attention_time,
     elementwise_time,
+    gemm_time,
     linear_times,
 )
 from planner.specs import (
@@ -267,6 +268,39 @@ def analytic_time(ctx: Context, lp: LayerProfile, kind: str, mbs: int, tp: int, 
     return f, b
 
 
+def selective_share(ctx: Context, mbs: int, tp: int, sp: bool, att_share: float) -> float:
+    """Fraction of a block's forward that ``recompute: selective`` reruns in backward, by the stack:
+
+    * torchtitan activations (``Stack.activations == "titan"``), op-level policy (``selective_ac = "op"``):
+      every op whose output the policy does not keep (``activations.titan_sac_op_terms``) — the even
+      ``aten.mm`` calls (wk, wo, w3; a GELU MLP's fc2) and all memory-bound ops (norms, RoPE, K/V repeat,
+      silu, products, residual adds); not the flash attention nor the odd mms;
+    * torchtitan per-layer (``selective_ac = k``): every k-th block's whole forward, 1/k on average;
+    * other stacks (Megatron's selective recompute): the attention core's forward (``att_share``)."""
+    st = ctx.stack
+    if st.activations != "titan":
+        return att_share
+    if st.selective_ac != "op":
+        return 1.0 / int(st.selective_ac)
+    key = ("sac_share", mbs, tp, sp)
+    hit = ctx.memo.get(key)
+    if hit is None:
+        lp = ctx.layer("transformer_block", mbs, tp, sp)
+        f, _, _, _ = analytic_parts(ctx, lp, "transformer_block", mbs, tp, sp)
+        m, tokens = ctx.model, mbs * ctx.training.seq_len
+        q, kv, ffn = (
+            m.num_attention_heads * m.head_dim // tp,
+            m.num_kv_heads * m.head_dim // tp,
+            m.ffn_hidden_size // tp,
+        )
+        h = m.hidden_size
+        even = gemm_time(ctx, tokens, kv, h) + gemm_time(ctx, tokens, h, q)
+        even += gemm_time(ctx, tokens, ffn, h) if m.activation == "swiglu" else gemm_time(ctx, tokens, h, ffn)
+        rerun = even + elementwise_time(ctx, "transformer_block", mbs, tp, sp)
+        hit = ctx.memo[key] = min(1.0, rerun / f) if f > 0 else 0.0
+    return float(hit)
+
+
 def _layer_times(ctx: Context, kind: str, mbs: int, tp: int, sp: bool, recompute: str) -> LayerTimes:
     lp = ctx.layer(kind, mbs, tp, sp)
     seq = ctx.training.seq_len
@@ -283,6 +317,6 @@ def _layer_times(ctx: Context, kind: str, mbs: int, tp: int, sp: bool, recompute
     if kind == "transformer_block" and recompute == "full":
         extra = fwd
     elif kind == "transformer_block" and recompute == "selective":
-        extra = fwd * att_share  # the attention core's forward, rerun in backward
+        extra = fwd * selective_share(ctx, mbs, tp, sp, att_share)
     flops_extra = lp.fwd_flops * (extra / fwd) if fwd > 0 else 0.0
     return LayerTimes(fwd, bwd + extra, lp.fwd_flops, lp.bwd_flops + flops_extra)

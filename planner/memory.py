@@ -8,8 +8,9 @@
 * activations: saved bytes per layer (from the profile or ``planner.analytic``) × copies alive at
   each of the schedule's activation peaks (1F1B: rank i holds min(pp − i, m); GPipe: m; interleaved:
   counted from the Megatron order), plus the embedding's and the LM head's;
-* buffers: fp32 logits for the loss on the last rank, p2p send/recv buffers, one layer's
-  rematerialised activations under recomputation, two gathered layers under ZeRO-3;
+* buffers: the loss's tensors on the last rank (``loss_buffer_bytes``), p2p send/recv buffers, one
+  layer's rematerialised activations under recomputation, ZeRO-3's gathered layers and gradient
+  buffers (``zero3_buffer_bytes``);
 * reserve: 1 GiB (CUDA context, NCCL and cuBLAS workspaces) + 5 % of the above (allocator
   fragmentation); a rank fits when its tensors are at most ``usable_bytes``.
 """
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Generic, NamedTuple
 
 from planner.affine import Count, total
 from planner.specs import BYTES_PER_ELEMENT, StageMemory
+from planner.stacks import Stack
 
 if TYPE_CHECKING:
     from planner.cost import Candidate, ClassCosts
@@ -38,6 +40,32 @@ OPTIMIZER_STATE_BYTES = {("adam", True): 12, ("adam", False): 8, ("sgd", True): 
 #: HBM bytes touched per parameter by one optimizer step (read grad, read+write master weights and
 #: states, write the 16-bit copy): Adam mixed = 2 + 8 + 8 + 8 + 2; SGD with momentum = 2 + 8 + 8 + 2.
 OPTIMIZER_STEP_BYTES = {"adam": 28, "sgd": 20}
+
+
+def loss_buffer_bytes(stack: Stack, tokens: int, vocab_local: int) -> int:
+    """Bytes the loss holds at its peak on the LM head's rank, beyond the saved activations.
+
+    * torchtitan (``activations="titan"``; train.py at 9dec370: ``cross_entropy(pred.flatten(0, 1).float(),
+      labels)``, then ``del pred`` before ``loss.backward()``): the backward of the loss holds three fp32
+      [T, V/t] tensors at once — log_softmax's output (kept for backward), nll_loss's dense gradient
+      (``zeros_like`` + scatter) and log_softmax's gradient; the forward holds less (bf16 logits + fp32
+      copy + log_softmax output = 10 bytes per logit against 12);
+    * other stacks: the fp32 logits of the loss (one [T, V/t] fp32 tensor)."""
+    per_logit = 12 if stack.activations == "titan" else 4
+    return tokens * vocab_local * per_logit
+
+
+def zero3_buffer_bytes(stack: Stack, block_params: int, elt: int) -> int:
+    """Bytes ZeRO-3 / FSDP holds beyond the shards, for one transformer block of ``block_params``:
+
+    * ``reduce_dtype="fp32"`` (FSDP2 as torchtitan runs it, ``reduce_dtype=torch.float32``): the block
+      being computed and the next one prefetched (FSDP2 always prefetches the next all-gather: torchtitan
+      docs/fsdp.md), unsharded in the training precision, plus one block's unsharded gradient in the
+      training precision and its fp32 copy, the reduce-scatter input: p·(3e + 4);
+    * otherwise two gathered blocks, weights and gradients: 4·p·e."""
+    if stack.reduce_dtype == "fp32":
+        return block_params * (3 * elt + 4)
+    return 2 * block_params * 2 * elt
 
 
 class StateBytes(NamedTuple):

@@ -12,11 +12,23 @@ field                      read by
                            ``activations.saved_activation_bytes`` (unfused keeps the s×s probabilities)
 ``dropout``                ``kernels`` (mask traffic) and ``activations`` (1-byte masks kept)
 ``kernels``                ``kernels.op_bytes``: HBM bytes of norms, SwiGLU and RoPE — ``"eager"``
-                           (one PyTorch kernel per op, fp32 upcasts) or ``"fused"`` (TE/apex kernels)
+                           (one PyTorch kernel per op, fp32 upcasts), ``"fused"`` (TE/apex kernels) or
+                           ``"compiled"`` (``torch.compile`` per block: Inductor fuses each chain of
+                           elementwise ops, residual adds into the next norm)
+``norm_kernel``            the norms alone (``"eager"`` / ``"fused"``; unset: as ``kernels``), e.g.
+                           torchtitan's Triton ``fused_rmsnorm`` in an otherwise eager block: ``op_bytes``
+                           and the titan activation formula
 ``activations``            ``activations.saved_activation_bytes``: ``"zoo"`` = the bundled runtime's
                            eager PyTorch tensors (pinned by tests/test_analytic_agreement.py);
-                           ``"te"`` = Megatron-core + Transformer Engine's fused kernels
+                           ``"te"`` = Megatron-core + Transformer Engine's fused kernels;
+                           ``"titan"`` = torchtitan's eager Llama block (op-level selective AC)
+``selective_ac``           what ``recompute: selective`` means for ``"titan"`` activations (torchtitan's
+                           ``selective_ac_option``): ``"op"`` = op-level policy; an int k = every k-th
+                           block fully recomputed, the others keep everything (``activations`` and
+                           ``compute``)
 ``overlap_grad_reduce``    ``terms.end_terms``: the DP gradient sync runs under the last backward
+``reduce_dtype``           ``memory.zero3_buffer_bytes``: the fp32 reduce-scatter input of FSDP2
+                           (torchtitan ``mixed_precision_reduce = "float32"``)
 =========================  =====================================================================
 
 Sources per preset are in ``source`` (and docs/planner.md, "Training stacks").
@@ -29,11 +41,23 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 Attention = Literal["flash", "unfused"]
-ActivationFormula = Literal["zoo", "te"]
-Kernels = Literal["eager", "fused"]
+ActivationFormula = Literal["zoo", "te", "titan"]
+#: torchtitan's ``selective_ac_option``: "op" or k (every k-th block fully recomputed).
+SelectiveAc = Literal["op"] | int
+Kernels = Literal["eager", "fused", "compiled"]
+NormKernel = Literal["eager", "fused"]
+ReduceDtype = Literal["param", "fp32"]
 
 #: The fields an inline stack may override (all but ``id``, ``title`` and ``source``).
-OVERRIDABLE = ("attention", "dropout", "activations", "kernels", "overlap_grad_reduce")
+OVERRIDABLE = (
+    "attention",
+    "dropout",
+    "activations",
+    "kernels",
+    "overlap_grad_reduce",
+    "selective_ac",
+    "norm_kernel",
+)
 
 
 class Stack(BaseModel):
@@ -49,15 +73,27 @@ class Stack(BaseModel):
     kernels: Kernels
     overlap_grad_reduce: bool
     source: str
+    selective_ac: SelectiveAc = "op"
+    norm_kernel: NormKernel | None = None
+    #: dtype of the DP gradient reduction: "param" (the training precision) or "fp32" (FSDP2's
+    #: ``MixedPrecisionPolicy(reduce_dtype=torch.float32)``, torchtitan's default)
+    reduce_dtype: ReduceDtype = "param"
+
+    @property
+    def norm_fused(self) -> bool:
+        """Whether the norms run as one fused kernel (``norm_kernel``; unset: as ``kernels``)."""
+        return (self.norm_kernel or self.kernels) != "eager"
 
     def describe(self) -> str:
         """One line for explanations: which stack a plan was priced for."""
         return (
             f"{self.id} ({self.attention} attention{', dropout' if self.dropout else ''}, "
-            f"{'Transformer Engine' if self.activations == 'te' else 'eager PyTorch'} activations, {self.kernels} kernels, "
+            f"{ACTIVATION_NAMES[self.activations]} activations, {self.kernels} kernels, "
             f"DP grad reduce {'overlapped with' if self.overlap_grad_reduce else 'after'} backward)"
         )
 
+
+ACTIVATION_NAMES = {"zoo": "eager PyTorch", "te": "Transformer Engine", "titan": "torchtitan eager"}
 
 STACKS: dict[str, Stack] = {
     s.id: s
@@ -90,11 +126,14 @@ STACKS: dict[str, Stack] = {
             title="torchtitan (FSDP2, DTensor TP, SDPA)",
             attention="flash",
             dropout=False,
-            activations="zoo",
+            activations="titan",
             kernels="eager",
             overlap_grad_reduce=True,
-            source="pytorch/torchtitan torchtitan/models/llama (SDPA flash, repeat_kv before SDPA, no dropout); "
-            "FSDP2 reduce-scatters gradients during backward (torchtitan docs/fsdp.md)",
+            reduce_dtype="fp32",
+            source="pytorch/torchtitan torchtitan/models/llama/model.py, models/norms.py (composite RMSNorm, complex "
+            "RoPE in fp32, repeat_kv before SDPA flash, no dropout) and parallelisms/parallelize_llama.py "
+            "(op-level selective AC _save_list, FSDP2 reduce_dtype float32) at 9dec370; FSDP2 reduce-scatters "
+            "gradients during backward (torchtitan docs/fsdp.md)",
         ),
         Stack(
             id="deepspeed",

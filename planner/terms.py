@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Generic, NamedTuple
 from planner.affine import Affine, Count, total
 from planner.comm import dp_group_in_node, tp_link
 from planner.compute import Context, layer_times
-from planner.memory import OPTIMIZER_STEP_BYTES, StateBytes, state_bytes
+from planner.memory import OPTIMIZER_STEP_BYTES, StateBytes, loss_buffer_bytes, state_bytes, zero3_buffer_bytes
 
 if TYPE_CHECKING:
     from planner.cost import Candidate
@@ -147,7 +147,7 @@ def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> L
         params=(lp_blk.param_count, lp_emb.param_count, lp_head.param_count),
         act=act,
         recompute_tmp={"none": 0, "selective": max(0, saved.none - saved.selective), "full": saved.none}[recompute],
-        logits_fp32=mbs * seq * vocab_local * 4,  # fp32 upcast for the loss
+        logits_fp32=loss_buffer_bytes(ctx.stack, mbs * seq, vocab_local),  # the loss's tensors (stack's)
         acts=Affine(
             0, int(saved.for_mode(recompute)), lp_emb.saved_activation_bytes.none, lp_head.saved_activation_bytes.none
         ),
@@ -172,7 +172,7 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
         scatter = [cm.time("reduce_scatter", count * e, dp, dp_link) for count in lg.params]
         fwd = Affine(0, *(ns(max(w, t)) for w, t in zip(lg.work_f, gather)))
         bwd = Affine(0, *(ns(max(w, t + u)) for w, t, u in zip(lg.work_b, gather, scatter)))
-        z3_tmp = 2 * p_blk * 2 * e  # two gathered layers (weights, gradients)
+        z3_tmp = zero3_buffer_bytes(ctx.stack, p_blk, e)  # gathered layers, gradient buffers (stack's)
         fwd_z3, bwd_z3 = Affine(*(a - b for a, b in zip(fwd, lg.fwd))), Affine(*(a - b for a, b in zip(bwd, lg.bwd)))
 
     # --- memory (bytes per GPU)

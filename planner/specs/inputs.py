@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -272,14 +272,25 @@ class StackOverride(Spec):
         default=None, description="Attention kernel: flash (fused) or unfused (s×s scores in HBM)."
     )
     dropout: bool | None = Field(default=None, description="Attention and hidden dropout (masks kept and written).")
-    activations: Literal["zoo", "te"] | None = Field(
-        default=None, description="Saved-activation formula: zoo (eager PyTorch) or te (Transformer Engine)."
+    activations: Literal["zoo", "te", "titan"] | None = Field(
+        default=None,
+        description="Saved-activation formula: zoo (eager PyTorch), te (Transformer Engine) or titan (torchtitan).",
     )
-    kernels: Literal["eager", "fused"] | None = Field(
-        default=None, description="Norm/SwiGLU/RoPE kernels: eager (one PyTorch op each) or fused (TE/apex)."
+    kernels: Literal["eager", "fused", "compiled"] | None = Field(
+        default=None,
+        description="Norm/SwiGLU/RoPE kernels: eager (one PyTorch op each), fused (TE/apex) or compiled "
+        "(torch.compile per block).",
     )
     overlap_grad_reduce: bool | None = Field(
         default=None, description="Whether the DP gradient reduction overlaps the last backward."
+    )
+    norm_kernel: Literal["eager", "fused"] | None = Field(
+        default=None, description="Norm kernels alone (eager or fused); unset: as kernels."
+    )
+    selective_ac: Literal["op"] | Annotated[int, Field(ge=1, le=1000)] | None = Field(
+        default=None,
+        description="What recompute 'selective' means with titan activations (torchtitan's selective_ac_option): "
+        "'op' (op-level policy) or k (every k-th block fully recomputed).",
     )
 
 
