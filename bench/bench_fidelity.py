@@ -49,7 +49,6 @@ TARGET_SPEARMAN = 0.8
 TARGET_MEMORY = 0.10
 
 FEATURE_REASONS = {
-    "torch.compile": "torch.compile (compiler-fused kernels): no stack model for it yet (issue 11 §2)",
     "async-tp": "asynchronous TP (TP collectives overlapped with the GEMMs): not modelled",
     "parallel-residual": "parallel attention + MLP block (GPT-J residual): not a block the model has",
 }
@@ -91,8 +90,9 @@ def reasons_not_expressible(row: dict[str, Any]) -> list[str]:
     if (par.get("cp") or 1) > 1:
         out.append(f"context parallelism (cp={par['cp']})")
     for f in row["features"]:
-        out.append(FEATURE_REASONS[f])
-    if par["recompute"] == "selective-layer":
+        if f in FEATURE_REASONS:
+            out.append(FEATURE_REASONS[f])
+    if par["recompute"] == "selective-layer" and row["stack"] != "torchtitan":
         out.append(
             "per-layer selective recomputation (every k-th block fully recomputed): not a recompute mode the model has"
         )
@@ -154,11 +154,35 @@ def gpu_spec(gpu_id: str, extra: dict[str, Any]) -> str | GpuSpec:
 UNFUSED_ATTENTION_GROUPS = ("megatron-2020-tp", "megatron-2020-dp128", "megatron-2021-gpt3")
 
 
+#: torchtitan's train configs at the commits of its published runs, where they differ from the preset:
+#: ``norm_type = "fused_rmsnorm"`` (Triton kernel) in train_configs/llama3_8b.toml and llama2_13b.toml at
+#: 1ea476e9 (2024-04, the A100 tables; llama2_70b/llama3_70b use the composite ``rmsnorm``);
+#: ``compile = true`` in train_configs/llama3_405b.toml at 9515a140 (2024-08, the commit that added the 405B
+#: table, whose "Optimizations: None" row names no Float8/AsyncTP); the default ``selective_ac_option = "2"``
+#: (torchtitan/config_manager.py at 1ea476e9) for the "selective layer" rows.
+TITAN_FUSED_NORM_RUNS = (
+    "torchtitan_2404_a100_8B_",
+    "torchtitan_2404_a100_llama2_13b_",
+)
+TITAN_COMPILED_GROUPS = ("torchtitan-2408-h100",)
+TITAN_SELECTIVE_LAYER_K = 2
+
+
 def stack_of(row: dict[str, Any]) -> str | dict[str, Any]:
     """The ``training.stack`` a run is priced with: its source's stack preset; the pre-FlashAttention
-    Megatron runs as ``megatron`` with unfused attention and dropout."""
+    Megatron runs as ``megatron`` with unfused attention and dropout; torchtitan runs with the kernels and
+    selective AC of their published configs (``TITAN_*``)."""
     if row["source_group"] in UNFUSED_ATTENTION_GROUPS:
         return {"base": "megatron", "attention": "unfused", "dropout": True}
+    if row["stack"] == "torchtitan":
+        over: dict[str, Any] = {}
+        if "torch.compile" in row["features"] or row["source_group"] in TITAN_COMPILED_GROUPS:
+            over["kernels"] = "compiled"
+        if row["id"].startswith(TITAN_FUSED_NORM_RUNS):
+            over["norm_kernel"] = "fused"
+        if row["parallel"]["recompute"] == "selective-layer":
+            over["selective_ac"] = TITAN_SELECTIVE_LAYER_K
+        return {"base": "torchtitan", **over} if over else "torchtitan"
     return row["stack"] if row["stack"] in ("megatron", "torchtitan", "deepspeed") else "meshplan"
 
 
@@ -179,7 +203,7 @@ def request(row: dict[str, Any], gpus: dict[str, Any]) -> PlanRequest:
             micro_batch_size=b["micro"],
             schedule=par["schedule"],
             virtual_stages=par["virtual_stages"] if (par["virtual_stages"] or 1) > 1 else None,
-            recompute=par["recompute"],
+            recompute="selective" if par["recompute"] == "selective-layer" else par["recompute"],
             sequence_parallel=bool(par["sequence_parallel"]) and par["tp"] > 1,
             zero_stage=par["zero_stage"],
         ),

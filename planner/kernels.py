@@ -34,6 +34,10 @@ FLASH_CAUSAL_TFLOPS: dict[tuple[str, int], tuple[tuple[int, float], ...]] = {
 }
 #: H200 has H100's SMs and clocks (catalog): it uses H100's attention rates.
 FLASH_FAMILY = {"a100": "a100", "h100": "h100", "h200": "h100"}
+#: Dense BF16 peak (TFLOP/s) of the part each ``FLASH_CAUSAL_TFLOPS`` table was measured on (A100 SXM4,
+#: H100 SXM5 datasheets): a GPU of the family with another tensor clock (e.g. a power-capped part,
+#: ``catalog``) gets the table × its peak ÷ this.
+FLASH_REFERENCE_PEAK = {"a100": 312.0, "h100": 989.4}
 
 
 def hbm_efficiency(nbytes: float) -> float:
@@ -107,12 +111,21 @@ def op_bytes(ctx: Context) -> tuple[float, float, float]:
     writing its operands): composite RMSNorm = to-fp32 (e + 4), pow (8), mean (4), x·rstd (8), ·weight (8),
     cast back (4 + e) = 32 + 2e; SwiGLU = silu (2e) + product (3e) = 5e; RoPE = to-fp32 (e + 4), four
     products on halves (16), two sums on halves (12), stack (8), cast back (4 + e) = 44 + 2e. LayerNorm and
-    GELU are single native kernels in both (2e)."""
+    GELU are single native kernels in both (2e). ``compiled`` (``torch.compile`` of each block, as
+    torchtitan's ``training.compile``: Inductor fuses each chain of pointwise ops and reductions into one
+    kernel that reads its inputs and writes its outputs once, torch/_inductor/scheduler.py): the fused
+    figures, and each residual add fused into the norm that reads its result (``elementwise_bytes``).
+    The stack's ``norm_kernel`` overrides the norm alone (e.g. torchtitan's Triton ``fused_rmsnorm``)."""
     e = ctx.elt
-    if ctx.stack.kernels == "fused":
-        return 2.0 * e, 3.0 * e, 2.0 * e
-    norm = 32.0 + 2 * e if ctx.model.norm == "rmsnorm" else 2.0 * e
-    return norm, 5.0 * e, 44.0 + 2 * e
+    st = ctx.stack
+    eager_norm = 32.0 + 2 * e if ctx.model.norm == "rmsnorm" else 2.0 * e
+    norm = 2.0 * e if st.norm_fused else eager_norm
+    if st.kernels in ("fused", "compiled"):
+        return norm, 3.0 * e, 2.0 * e
+    # torchtitan's eager RoPE (``apply_rotary_emb``: to fp32 (e + 4), one complex product (4 + 4), cast
+    # back (4 + e)) is 16 + 2e; the bundled runtime's rotate-half RoPE 44 + 2e (above)
+    rope = 16.0 + 2 * e if st.activations == "titan" else 44.0 + 2 * e
+    return norm, 5.0 * e, rope
 
 
 def elementwise_bytes(ctx: Context, kind: str, mbs: int, tp: int, sp: bool) -> float:
@@ -130,9 +143,14 @@ def elementwise_bytes(ctx: Context, kind: str, mbs: int, tp: int, sp: bool) -> f
         return norm * stream * h + 3.0 * tokens * vocab * 4  # final norm; fp32 softmax cross-entropy
     f = m.ffn_hidden_size // tp
     b = 2 * norm * stream * h + 2 * 3 * stream * h * e  # two norms, two residual adds (read 2, write 1)
+    if ctx.stack.kernels == "compiled":
+        b -= stream * h * e  # the first add fused into the MLP norm: its sum is not read back
     b += (glu if m.activation == "swiglu" else 2 * e) * tokens * f
     if m.family == "llama":
         b += rope * tokens * (m.num_attention_heads + m.num_kv_heads) * m.head_dim // tp  # RoPE on q, k
+    if ctx.stack.activations == "titan" and m.num_kv_heads < m.num_attention_heads:
+        # torchtitan's repeat_kv (expand + reshape) copies K and V to the query heads before SDPA
+        b += 2 * tokens * (m.num_kv_heads + m.num_attention_heads) * m.head_dim // tp * e
     if ctx.stack.dropout:
         b += 2 * stream * h  # two hidden dropouts (fused with the residual add): 1-byte masks written
     return float(b)
@@ -158,13 +176,14 @@ def flash_rate(ctx: Context, head_dim: int, seq: int) -> float | None:
     dims = sorted(d for f, d in FLASH_CAUSAL_TFLOPS if f == fam)
     d = next((x for x in dims if x >= head_dim), dims[-1])
     table = FLASH_CAUSAL_TFLOPS[(fam, d)]
+    clock = ctx.gpu.peak_flops("bf16") / 1e12 / FLASH_REFERENCE_PEAK[fam]
     if seq <= table[0][0]:
-        return table[0][1] * seq / table[0][0]  # below the table: shorter kernels, proportionally slower
+        return clock * table[0][1] * seq / table[0][0]  # below the table: shorter kernels, proportionally slower
     for (s0, r0), (s1, r1) in zip(table, table[1:]):
         if seq <= s1:
             w = math.log(seq / s0) / math.log(s1 / s0)
-            return r0 + w * (r1 - r0)
-    return table[-1][1]
+            return clock * (r0 + w * (r1 - r0))
+    return clock * table[-1][1]
 
 
 def attention_time(ctx: Context, mbs: int, tp: int) -> tuple[float, float]:

@@ -242,9 +242,7 @@ def test_every_run_expressed_or_given_a_reason(outcome):
         ("mlperf_v3.1_nvidia_gpt3_64nodes", "FP8"),
         ("torchtitan_2412_t2_8b_fsdp4_cp2", "context parallelism (cp=2)"),
         ("mbridge_25.11_GPT_64gpu_BF16", "expert parallelism (ep=8)"),
-        ("torchtitan_2412_t1_8b_8gpu_FSDP_torchcompile", "torch.compile"),
         ("torchtitan_asynctp_70B_bfloat16_asyncTP", "asynchronous TP"),
-        ("torchtitan_2404_a100_8B_selective_layer", "per-layer selective recomputation"),
         ("deepseek_v3_pretrain", "'DualPipe' not priced"),
         ("falcon_180b", "no measured throughput"),
         ("gpt_neox_20b", "unstated FLOP accounting"),
@@ -253,6 +251,26 @@ def test_every_run_expressed_or_given_a_reason(outcome):
 def test_reason_names_the_missing_feature(outcome, run_id, reason):
     _, skipped, _ = outcome
     assert any(reason in w for w in skipped[run_id]), skipped[run_id]
+
+
+@pytest.mark.parametrize(
+    "run_id, stack",
+    [
+        # torch.compile: the torchtitan stack with compiled kernels
+        ("torchtitan_2412_t1_8b_8gpu_FSDP_torchcompile", {"base": "torchtitan", "kernels": "compiled"}),
+        ("torchtitan_asynctp_8B_bfloat16_vanillaTP", {"base": "torchtitan", "kernels": "compiled"}),
+        # per-layer selective AC (torchtitan's default selective_ac_option "2"), fused_rmsnorm of its config
+        (
+            "torchtitan_2404_a100_8B_selective_layer",
+            {"base": "torchtitan", "norm_kernel": "fused", "selective_ac": 2},
+        ),
+        ("torchtitan_2412_t1_8b_8gpu_FSDP", "torchtitan"),
+    ],
+)
+def test_torchtitan_runs_are_priced_with_their_published_config(outcome, run_id, stack):
+    results, _, _ = outcome
+    assert run_id in {r.id for r in results}
+    assert bench.stack_of(RUNS[run_id]) == stack
 
 
 @pytest.mark.parametrize(
