@@ -84,16 +84,24 @@ class Stack(BaseModel):
         """Whether the norms run as one fused kernel (``norm_kernel``; unset: as ``kernels``)."""
         return (self.norm_kernel or self.kernels) != "eager"
 
+    def _selective_words(self) -> str:
+        if self.activations != "titan":
+            return ""
+        if self.selective_ac == "op":
+            return "selective AC per op, "
+        return f"selective AC every {self.selective_ac} blocks, "
+
     def describe(self) -> str:
         """One line for explanations: which stack a plan was priced for."""
         return (
             f"{self.id} ({self.attention} attention{', dropout' if self.dropout else ''}, "
             f"{ACTIVATION_NAMES[self.activations]} activations, {self.kernels} kernels, "
+            f"{self._selective_words()}"
             f"DP grad reduce {'overlapped with' if self.overlap_grad_reduce else 'after'} backward)"
         )
 
 
-ACTIVATION_NAMES = {"zoo": "eager PyTorch", "te": "Transformer Engine", "titan": "torchtitan eager"}
+ACTIVATION_NAMES = {"zoo": "eager PyTorch", "te": "Transformer Engine", "titan": "torchtitan"}
 
 STACKS: dict[str, Stack] = {
     s.id: s
