@@ -275,3 +275,30 @@ def test_titan_peak_memory_within_ten_percent_of_the_published(gpus, gbs, measur
     est = planner.estimate_plan(req).estimate
     assert est.peak_memory_gib == pytest.approx(measured_gib, rel=0.10)
     assert est.fits
+
+
+@pytest.mark.parametrize(
+    "mbs, recompute, selective_ac, ran",
+    [
+        (2, "selective", "op", False),  # published: OOM
+        (2, "selective", 2, False),  # published: OOM ("selective layer")
+        (1, "selective", "op", True),  # 355 tokens/s/GPU
+        (2, "full", "op", True),  # 353 tokens/s/GPU
+    ],
+)
+def test_titan_llama2_70b_on_64_a100_fits_where_it_ran_and_not_where_it_ran_out(mbs, recompute, selective_ac, ran):
+    """torchtitan docs/performance.md as first published (pytorch/torchtitan 395a5262, 2024-04): Llama 2 70B,
+    FSDP2 on 64 A100 80GB, seq 4096 — local batch 2 with selective (op or layer) AC ran out of memory,
+    local batch 1 with op-level selective AC and local batch 2 with full AC ran."""
+    req = {
+        "model": "llama2-70b",
+        "cluster": {"gpu": "a100-sxm4-80gb", "num_nodes": 8, "gpus_per_node": 8},
+        "training": {
+            "global_batch_size": 64 * mbs,
+            "seq_len": 4096,
+            "stack": {"base": "torchtitan", "selective_ac": selective_ac},
+        },
+        "parallel": {"tp": 1, "pp": 1, "dp": 64, "micro_batch_size": mbs, "zero_stage": 3, "recompute": recompute},
+        "options": {"memory_headroom": 0.0},
+    }
+    assert planner.estimate_plan(req).estimate.fits is ran
