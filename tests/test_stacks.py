@@ -140,6 +140,10 @@ REQ = {
         ({"base": "megatron", "attention": "sdpa"}, "training.stack.attention", "flash, unfused"),
         ({"base": "titan"}, "training.stack.base", "torchtitan"),
         ({"base": "megatron", "fused": True}, "training.stack.fused", "attention"),
+        ({"base": "torchtitan", "selective_ac": 0}, "training.stack.selective_ac", '"op"'),
+        ({"base": "torchtitan", "selective_ac": "layer"}, "training.stack.selective_ac", "every k-th block"),
+        ({"base": "torchtitan", "kernels": "inductor"}, "training.stack.kernels", "compiled"),
+        ({"base": "torchtitan", "norm_kernel": "triton"}, "training.stack.norm_kernel", "eager, fused"),
     ],
 )
 def test_bad_stack_names_the_field_and_the_fix(stack, field, fix):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -287,11 +287,22 @@ class StackOverride(Spec):
     norm_kernel: Literal["eager", "fused"] | None = Field(
         default=None, description="Norm kernels alone (eager or fused); unset: as kernels."
     )
-    selective_ac: Literal["op"] | Annotated[int, Field(ge=1, le=1000)] | None = Field(
+    selective_ac: Literal["op"] | int | None = Field(
         default=None,
         description="What recompute 'selective' means with titan activations (torchtitan's selective_ac_option): "
         "'op' (op-level policy) or k (every k-th block fully recomputed).",
     )
+
+    @field_validator("selective_ac", mode="before")
+    @classmethod
+    def _selective_ac(cls, v: object) -> object:
+        ok = v is None or v == "op" or (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1000)
+        if not ok:
+            raise ValueError(
+                f"must be 'op' or a whole number of blocks from 1 to 1000 (got {v!r}); set "
+                'training.stack.selective_ac to "op" (op-level policy) or k (every k-th block fully recomputed)'
+            )
+        return v
 
 
 class TrainingSpec(Spec):
