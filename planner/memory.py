@@ -61,7 +61,9 @@ def zero3_buffer_bytes(stack: Stack, block_params: int, elt: int) -> int:
     * ``reduce_dtype="fp32"`` (FSDP2 as torchtitan runs it, ``reduce_dtype=torch.float32``): the block
       being computed and the next one prefetched (FSDP2 always prefetches the next all-gather: torchtitan
       docs/fsdp.md), unsharded in the training precision, plus one block's unsharded gradient in the
-      training precision and its fp32 copy, the reduce-scatter input: p·(3e + 4);
+      training precision and its fp32 copy, the reduce-scatter input: p·(3e + 4). At the loss, the
+      "current" block is the last one, which torchtitan does not reshard after forward
+      (``reshard_after_forward = int(layer_id) < len(model.layers) - 1``, parallelize_llama.py);
     * otherwise two gathered blocks, weights and gradients: 4·p·e."""
     if stack.reduce_dtype == "fp32":
         return block_params * (3 * elt + 4)
