@@ -306,3 +306,104 @@ def test_titan_llama2_70b_on_64_a100_fits_where_it_ran_and_not_where_it_ran_out(
         "options": {"memory_headroom": 0.0},
     }
     assert planner.estimate_plan(req).estimate.fits is ran
+
+
+@pytest.mark.parametrize("b, s, h, a, g, f", [(2, 64, 256, 8, 2, 512), (1, 128, 256, 8, 8, 768)])
+def test_titan_formula_is_what_pytorch_saves(b, s, h, a, g, f):
+    """An eager block made of the ops torchtitan's Llama block runs (composite fp32 RMSNorm, RoPE as a
+    complex product, K/V repeated by expand + reshape, SDPA causal, SwiGLU), in bf16 on CPU: the bytes
+    autograd keeps (every saved tensor's storage, once; parameters and the RoPE table excluded) equal
+    ``titan_block_saved_terms``; under the op-level policy the mms and SDPA run in the order the
+    formula assumes (wq, wk, wv, SDPA, wo, w1, w3, w2: the odd mms are wq, wv, w1, w2)."""
+    torch = pytest.importorskip("torch")
+    from collections import defaultdict
+
+    from torch.nn import functional as F
+    from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+    from planner.activations import titan_block_saved_terms
+
+    torch.manual_seed(0)
+    bf16, d = torch.bfloat16, h // a
+
+    def lin(i, o):
+        return (torch.randn(o, i) / i**0.5).to(bf16).requires_grad_()
+
+    wq, wk, wv, wo, w1, w2, w3 = (
+        lin(h, a * d),
+        lin(h, g * d),
+        lin(h, g * d),
+        lin(a * d, h),
+        lin(h, f),
+        lin(f, h),
+        lin(h, f),
+    )
+    n1, n2 = (torch.ones(h, dtype=bf16, requires_grad=True) for _ in range(2))
+    cis = torch.polar(torch.ones(s, d // 2), torch.randn(s, d // 2)).view(1, s, 1, d // 2)
+
+    def norm(x, w):
+        z = x.float()
+        return (z * torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + 1e-5)).type_as(x) * w
+
+    def rope(t):
+        c = torch.view_as_complex(t.float().reshape(*t.shape[:-1], -1, 2))
+        return torch.view_as_real(c * cis).flatten(3).type_as(t)
+
+    def repeat(t):
+        return t[:, :, :, None, :].expand(b, s, g, a // g, d).reshape(b, s, a, d)
+
+    def block(x):
+        y = norm(x, n1)
+        q, k, v = (F.linear(y, w).view(b, s, -1, d) for w in (wq, wk, wv))
+        q, k, v = rope(q), repeat(rope(k)), repeat(v)
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        x = x + F.linear(o.transpose(1, 2).contiguous().view(b, s, -1), wo)
+        z = norm(x, n2)
+        return x + F.linear(F.silu(F.linear(z, w1)) * F.linear(z, w3), w2)
+
+    storages: dict[int, int] = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        storages[st.data_ptr()] = max(storages.get(st.data_ptr(), 0), st.nbytes())
+        return t
+
+    x = torch.randn(b, s, h, dtype=bf16, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        block(x)
+    skip = {t.untyped_storage().data_ptr() for t in (wq, wk, wv, wo, w1, w2, w3, n1, n2, cis)}
+    kept = sum(n for ptr, n in storages.items() if ptr not in skip)
+    m = ModelSpec(
+        name="titan-test",
+        family="llama",
+        num_layers=1,
+        hidden_size=h,
+        num_attention_heads=a,
+        num_kv_heads=g,
+        ffn_hidden_size=f,
+        vocab_size=1000,
+        activation="swiglu",
+        norm="rmsnorm",
+        tie_embeddings=False,
+        max_seq_len=s,
+    )
+    assert kept == sum(titan_block_saved_terms(m, b, s).values())
+
+    seen: list[str] = []
+
+    def context():
+        count: defaultdict[str, int] = defaultdict(int)
+
+        def policy(ctx, func, *args, **kwargs):
+            mode = "recompute" if ctx.is_recompute else "forward"
+            is_mm = func == torch.ops.aten.mm.default
+            count[mode] += is_mm
+            if mode == "forward" and (is_mm or "scaled_dot_product" in str(func)):
+                seen.append("mm" if is_mm else "sdpa")
+            keep = is_mm and count[mode] % 2 == 1
+            return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+        return create_selective_checkpoint_contexts(policy)
+
+    checkpoint(block, x, use_reentrant=False, context_fn=context).sum().backward()
+    assert seen == ["mm", "mm", "mm", "sdpa", "mm", "mm", "mm", "mm"]
