@@ -1,19 +1,23 @@
 """Fit the built-in residual constants on the published runs (issue 11 §3, fitting discipline).
 
 For every published run the cost model can express (``bench/bench_fidelity.py``'s mapping: its
-request, stack and measured step time), the residuals are fitted per (stack preset, GPU generation) —
-and per stack pooled over generations, the fallback for a generation without runs — with
-``planner.calibrate.fit_residuals`` on the physics-only model (identity residuals): ``compute_scale``
-always, ``comm_scale`` too where a row has at least ``MIN_RUNS_FOR_COMM`` runs from two or more source
-groups (``free_for``). Nothing else is fitted.
+request, stack and measured step time), ONE residual, ``compute_scale`` (``FREE``), is fitted per
+(stack preset, GPU generation), and per generation pooled over the stacks (``("*", generation)``: the
+fallback for a stack without runs on that generation; written only where runs of at least
+``MIN_POOLED_STACKS`` stacks pool, i.e. where a residual is seen to carry across stacks), with
+``planner.calibrate.fit_residuals`` on the physics-only model (identity residuals). Nothing else is fitted.
 
 Leave-one-source-group-out cross-validation (LOSGO): for each source group, the whole table is refitted
 without that group's runs and its runs are predicted with the row the planner would then use for them
-(their (stack, generation) row, else the stack's pooled row, else identity). Errors are in the sources'
-throughput metrics, as ``bench_fidelity`` reports them: measured step ÷ predicted step − 1.
+(``planner.calibrate.row_key``: their (stack, generation) row, else the generation's pooled row, else
+identity). Errors are in the sources' throughput metrics, as ``bench_fidelity`` reports them: measured
+step ÷ predicted step − 1. ``--alternatives`` also prints the in-sample and LOSGO figures of the other
+structures considered (a generation fallback from one stack, a per-stack fallback, none; ``comm_scale``
+fitted too where a row has ≥ 4 runs from ≥ 2 groups), so the choice can be re-checked after the physics
+changes.
 
 Run: ``python bench/fit_residuals.py`` (prints the table and the figures, and writes
-``planner/residuals_builtin.py``; ``--dry-run`` only prints). Deterministic; a few seconds.
+``planner/residuals_builtin.py``; ``--dry-run`` only prints). Deterministic; seconds.
 """
 
 from __future__ import annotations
@@ -36,11 +40,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 import bench_fidelity as fidelity  # noqa: E402
 
 from planner.calibrate import (  # noqa: E402
+    NOT_POOLED,
     FitResult,
     Observation,
     fit_residuals,
     generation,
     predict_step_time,
+    row_key,
     stack_preset,
 )
 from planner.errors import MeshplanError  # noqa: E402
@@ -48,7 +54,11 @@ from planner.specs import PlanRequest, Residuals  # noqa: E402
 from planner.stacks import resolve  # noqa: E402
 
 OUT = ROOT / "planner" / "residuals_builtin.py"
-#: A row fits ``comm_scale`` besides ``compute_scale`` only with this many runs from ≥ 2 source groups.
+#: The residuals fitted per row.
+FREE: tuple[str, ...] = ("compute_scale",)
+#: A generation's pooled row is written only when this many stacks' runs pool into it.
+MIN_POOLED_STACKS = 2
+#: ``--alternatives``: a row fits ``comm_scale`` too with this many runs from ≥ 2 source groups.
 MIN_RUNS_FOR_COMM = 4
 #: Significant digits of the residuals written (the figures are computed with the rounded values).
 DIGITS = 4
@@ -98,20 +108,30 @@ def round_sig(x: float, digits: int = DIGITS) -> float:
     return float(f"{x:.{digits}g}")
 
 
-def free_for(runs: Sequence[Run]) -> tuple[str, ...]:
-    groups = {r.group for r in runs}
-    if len(runs) >= MIN_RUNS_FOR_COMM and len(groups) >= 2:
-        return ("compute_scale", "comm_scale")
-    return ("compute_scale",)
+def free_for(runs: Sequence[Run], with_comm: bool = False) -> tuple[str, ...]:
+    if with_comm and len(runs) >= MIN_RUNS_FOR_COMM and len({r.group for r in runs}) >= 2:
+        return (*FREE, "comm_scale")
+    return FREE
 
 
-def row_keys(runs: Sequence[Run]) -> dict[Key, list[Run]]:
-    """The table's rows and their runs: (stack, generation) and (stack, "*"), in a stable order."""
+def row_keys(
+    runs: Sequence[Run], pooled: str = "generation", min_stacks: int = MIN_POOLED_STACKS
+) -> dict[Key, list[Run]]:
+    """The table's rows and their runs, in a stable order: (stack, generation), and the pooled rows —
+    ("*", generation) over the stacks (``NOT_POOLED`` excluded; only with ≥ ``min_stacks`` stacks), or
+    (stack, "*") over the generations (``--alternatives``), or none."""
     rows: dict[Key, list[Run]] = {}
     for r in sorted(runs, key=lambda r: (r.key, r.id)):
         rows.setdefault(r.key, []).append(r)
-    for r in sorted(runs, key=lambda r: (r.key[0], r.id)):
-        rows.setdefault((r.key[0], "*"), []).append(r)
+    if pooled == "generation":
+        pool: dict[Key, list[Run]] = {}
+        for r in sorted(runs, key=lambda r: (r.key[1], r.id)):
+            if r.key[0] not in NOT_POOLED:
+                pool.setdefault(("*", r.key[1]), []).append(r)
+        rows.update({k: v for k, v in pool.items() if len({r.key[0] for r in v}) >= min_stacks})
+    elif pooled == "stack":
+        for r in sorted(runs, key=lambda r: (r.key[0], r.id)):
+            rows.setdefault((r.key[0], "*"), []).append(r)
     return rows
 
 
@@ -119,22 +139,48 @@ def observations(runs: Sequence[Run]) -> list[Observation]:
     return [Observation(r.measured_step_s, request=r.request, label=r.id, group=r.group) for r in runs]
 
 
-def fit_table(runs: Sequence[Run]) -> dict[Key, tuple[Residuals, FitResult]]:
+@dataclass(frozen=True)
+class Structure:
+    """How the table is built: which rows are pooled, whether ``comm_scale`` is fitted too."""
+
+    pooled: str = "generation"  # "generation", "stack" or "none"
+    with_comm: bool = False
+    min_stacks: int = MIN_POOLED_STACKS  # of a ("*", generation) row
+
+    def describe(self) -> str:
+        fallback = {
+            "generation": f"(*, generation) fallback from ≥ {self.min_stacks} stack{'s' if self.min_stacks > 1 else ''}",
+            "stack": "(stack, *) fallback",
+            "none": "no fallback",
+        }[self.pooled]
+        return f"{fallback}, {'compute_scale + comm_scale' if self.with_comm else 'compute_scale'}"
+
+
+SHIPPED = Structure()
+ALTERNATIVES = [
+    Structure(p, c, k)
+    for c in (False, True)
+    for p, k in (("generation", MIN_POOLED_STACKS), ("generation", 1), ("stack", 1), ("none", 1))
+]
+
+
+def fit_table(runs: Sequence[Run], how: Structure = SHIPPED) -> dict[Key, tuple[Residuals, FitResult]]:
     """Every row's fitted residuals (rounded to ``DIGITS``), physics-only start, no inner CV."""
     table = {}
-    for key, rows in row_keys(runs).items():
-        res = fit_residuals(observations(rows), free=free_for(rows), cross_validate=False)
+    for key, rows in row_keys(runs, how.pooled, how.min_stacks).items():
+        res = fit_residuals(observations(rows), free=free_for(rows, how.with_comm), cross_validate=False)
         rounded = res.residuals.model_copy(update={f: round_sig(getattr(res.residuals, f)) for f in res.free})
         table[key] = (rounded, res)
     return table
 
 
 def lookup(table: dict[Key, Any], key: Key) -> Residuals:
-    """The row the planner uses (``planner.calibrate.builtin_residuals``' order)."""
-    for k in (key, (key[0], "*")):
-        if k in table:
-            return table[k][0]
-    return Residuals()
+    """The row the planner uses for a run (``planner.calibrate.row_key``; a (stack, "*") row of the
+    ``--alternatives`` is used after the generation's)."""
+    k = row_key(table, *key)
+    if k is None and (key[0], "*") in table:
+        k = (key[0], "*")
+    return table[k][0] if k is not None else Residuals()
 
 
 @dataclass
@@ -144,13 +190,15 @@ class Figures:
     losgo: dict[str, float]  # with the table fitted without the run's source group
 
 
-def figures(runs: Sequence[Run], table: dict[Key, Any], log: Callable[[str], None] = lambda s: None) -> Figures:
+def figures(
+    runs: Sequence[Run], table: dict[Key, Any], how: Structure = SHIPPED, log: Callable[[str], None] = lambda s: None
+) -> Figures:
     physics = {r.id: error(predict_step_time(r.request, Residuals()), r.measured_step_s) for r in runs}
     in_sample = {r.id: error(predict_step_time(r.request, lookup(table, r.key)), r.measured_step_s) for r in runs}
     losgo = {}
     for group in dict.fromkeys(r.group for r in runs):
         rest = [r for r in runs if r.group != group]
-        partial = fit_table(rest) if rest else {}
+        partial = fit_table(rest, how) if rest else {}
         for r in runs:
             if r.group == group:
                 losgo[r.id] = error(predict_step_time(r.request, lookup(partial, r.key)), r.measured_step_s)
@@ -178,6 +226,20 @@ def summary(runs: Sequence[Run], fig: Figures) -> list[tuple[str, int, float, fl
     return out
 
 
+def alternatives(runs: Sequence[Run]) -> str:
+    """In-sample and LOSGO MAPE of each structure considered (the shipped one marked)."""
+    lines = [
+        "Structures considered (MAPE over every expressed run):",
+        f"{'structure':62} {'in-sample':>9} {'LOSGO':>7}",
+    ]
+    for how in ALTERNATIVES:
+        fig = figures(runs, fit_table(runs, how), how)
+        ins, lo = mape(list(fig.in_sample.values())), mape(list(fig.losgo.values()))
+        mark = "  (shipped)" if how == SHIPPED else ""
+        lines.append(f"{how.describe():62} {100 * ins:8.1f}% {100 * lo:6.1f}%{mark}")
+    return "\n".join(lines)
+
+
 def module_text(
     table: dict[Key, tuple[Residuals, FitResult]], runs: Sequence[Run], fig: Figures, data_path: Path, date: str
 ) -> str:
@@ -187,8 +249,8 @@ def module_text(
         '"""Built-in residual constants of the cost model per (stack preset, GPU generation), fitted on published runs.',
         "",
         "GENERATED by ``python bench/fit_residuals.py`` — do not edit by hand; re-run it after the physics changes.",
-        "``planner.calibrate.builtin_residuals`` reads ``ROWS``: the (stack, generation) row, else the stack's row",
-        'pooled over generations (generation ``"*"``), else identity. ``FITS`` records, per row, the runs it was',
+        "``planner.calibrate.builtin_residuals`` reads ``ROWS``: the (stack, generation) row, else the generation's",
+        'row pooled over the published stacks (stack ``"*"``), else identity. ``FITS`` records, per row, the runs it was',
         "fitted on, the free residuals, and the errors in the sources' throughput metrics (mean |error|) with",
         "identity residuals (physics), with the row (in-sample) and leave-one-source-group-out (LOSGO: each",
         'run predicted by the table refitted without its source group). See docs/planner.md, "Residuals".',
@@ -234,7 +296,7 @@ def write(path: Path, text: str) -> None:
 
 def report(table: dict[Key, tuple[Residuals, FitResult]], runs: Sequence[Run], fig: Figures) -> str:
     rows_by_key = row_keys(runs)
-    lines = ["Built-in residuals per (stack, GPU generation); '*' = the stack pooled over generations (fallback)"]
+    lines = ["Built-in residuals per (stack, GPU generation); '*' = the generation pooled over the stacks (fallback)"]
     lines.append(
         f"{'stack':12} {'gen':9} {'runs':>4} {'groups':>6} {'compute_scale':>13} {'comm_scale':>10} "
         f"{'physics':>8} {'in-sample':>9} {'LOSGO':>7}"
@@ -271,12 +333,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=OUT, help="the module to write (default planner/residuals_builtin.py)")
     ap.add_argument("--dry-run", action="store_true", help="print only; write nothing")
     ap.add_argument("--date", default=datetime.now(UTC).date().isoformat(), help="the date recorded in the module")
+    ap.add_argument("--alternatives", action="store_true", help="also print the figures of the other structures")
     args = ap.parse_args(argv)
     data = fidelity.load(args.data)
     runs = expressed_runs(data)
     table = fit_table(runs)
     fig = figures(runs, table)
     print(report(table, runs, fig))
+    if args.alternatives:
+        print()
+        print(alternatives(runs))
     if not args.dry_run:
         write(args.out, module_text(table, runs, fig, args.data, args.date))
         print(f"\nwrote {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")

@@ -15,14 +15,14 @@ pinned (it is priced by ``planner.estimate``'s evaluation, ``predict_step_time``
 
 ``builtin_residuals(stack, gpu)`` is what ``Context.residuals`` uses without a calibration: the row of
 ``planner.residuals_builtin`` (written by ``python bench/fit_residuals.py``, fitted on published runs)
-for the stack's preset and the GPU's generation, else the stack's row pooled over generations, else
-identity.
+for the stack's preset and the GPU's generation, else the generation's row pooled over the published
+stacks (not for the bundled runtime, ``NOT_POOLED``), else identity (``row_key``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 
 #: GPU generation by the catalog id's product prefix (H200 is an H100 die with more and faster HBM).
 GENERATIONS = {"a100": "ampere", "h100": "hopper", "h200": "hopper", "b200": "blackwell"}
+#: Stacks the generation-pooled rows do not apply to: the bundled runtime ran none of the published runs;
+#: its residuals come from the user's own runs (``meshplan calibrate``).
+NOT_POOLED = ("meshplan",)
 #: The residual fields (``Residuals``), in order.
 FIELDS: tuple[str, ...] = tuple(Residuals.model_fields)
 #: Fields that multiply a term (identity 1) and fields that add to one (identity 0).
@@ -62,18 +65,25 @@ def stack_preset(stack_id: str) -> str:
     return stack_id.split("+", 1)[0]
 
 
+def row_key(rows: Container[tuple[str, str]], stack: str, gen: str | None) -> tuple[str, str] | None:
+    """The row of a residual table that prices ``stack`` (a preset id) on generation ``gen``: its own
+    (stack, generation) row, else the generation's row pooled over the published stacks (``("*", gen)``;
+    not for ``NOT_POOLED``), else None (identity). ``bench/fit_residuals.py`` cross-validates this rule."""
+    if gen is None:
+        return None
+    for key in ((stack, gen), ("*", gen)):
+        if key in rows and (key[0] != "*" or stack not in NOT_POOLED):
+            return key
+    return None
+
+
 @lru_cache(maxsize=256)
 def builtin_residuals(stack_id: str, gpu_id: str) -> Residuals:
-    """The built-in residuals for a stack on a GPU: the (stack preset, generation) row of
-    ``planner.residuals_builtin.ROWS``, else the (stack preset, ``"*"``) row (that stack pooled over the
-    generations it was fitted on), else identity."""
+    """The built-in residuals for a stack on a GPU: ``planner.residuals_builtin.ROWS`` at ``row_key``."""
     from planner.residuals_builtin import ROWS
 
-    stack, gen = stack_preset(stack_id), generation(gpu_id)
-    row = ROWS.get((stack, gen)) if gen is not None else None
-    if row is None:
-        row = ROWS.get((stack, "*"))
-    return Residuals(**row) if row is not None else Residuals()
+    key = row_key(ROWS, stack_preset(stack_id), generation(gpu_id))
+    return Residuals(**ROWS[key]) if key is not None else Residuals()
 
 
 # ------------------------------------------------------------------------------------------------

@@ -204,20 +204,29 @@ def test_comm_scale_moves_a_pure_communication_step_by_its_share():
 
 
 def test_builtin_lookup_by_stack_and_generation():
+    from planner.calibrate import row_key
     from planner.residuals_builtin import ROWS
 
     assert generation("h200-sxm-141gb") == generation("h100-sxm5-80gb") == "hopper"
     assert generation("a100-sxm4-40gb") == "ampere" and generation("cpu") is None
-    # the bundled runtime has no published runs: identity, whatever the GPU
-    for gpu in ("a100-sxm4-80gb", "h100-sxm5-80gb", "cpu"):
+    # the bundled runtime ran no published run: identity, whatever the GPU and whatever the table holds
+    for gpu in ("a100-sxm4-80gb", "h100-sxm5-80gb", "b200-sxm-192gb", "cpu"):
         assert builtin_residuals("meshplan", gpu) == Residuals()
     for (stack, gen), row in ROWS.items():
-        gpu = next(g for g, n in [("a100-sxm4-80gb", "ampere"), ("h100-sxm5-80gb", "hopper")] if gen in (n, "*"))
-        got = builtin_residuals(stack, gpu)
-        exact = ROWS.get((stack, generation(gpu)))
-        assert got == Residuals(**(exact if exact is not None else row))
-        # an inline stack on that preset uses the preset's row
-        assert builtin_residuals(f"{stack}+{{attention=unfused}}", gpu) == got
+        gpu = {"ampere": "a100-sxm4-80gb", "hopper": "h100-sxm5-80gb", "blackwell": "b200-sxm-192gb"}[gen]
+        if stack != "*":
+            assert builtin_residuals(stack, gpu) == Residuals(**row)
+            # an inline stack on that preset uses the preset's row
+            assert builtin_residuals(f"{stack}+{{attention=unfused}}", gpu) == Residuals(**row)
+        elif ("deepspeed", gen) not in ROWS:  # a published stack without its own row: the generation's
+            assert builtin_residuals("deepspeed", gpu) == Residuals(**row)
+    # the rule itself, on a table of my own: own row, else the generation's pooled row, else identity
+    rows = {("megatron", "ampere"): {}, ("*", "ampere"): {}, ("*", "hopper"): {}}
+    assert row_key(rows, "megatron", "ampere") == ("megatron", "ampere")
+    assert row_key(rows, "torchtitan", "ampere") == ("*", "ampere")
+    assert row_key(rows, "megatron", "hopper") == ("*", "hopper")
+    assert row_key(rows, "meshplan", "hopper") is None
+    assert row_key(rows, "megatron", "blackwell") is None and row_key(rows, "megatron", None) is None
 
 
 def test_context_uses_the_builtin_row_unless_calibrated():
