@@ -31,6 +31,7 @@ from planner.errors import MeshplanError
 from planner.specs import Calibration, CalibrationRun, Residuals
 
 if TYPE_CHECKING:
+    from planner.compute import Context
     from planner.specs import PlanRequest
 
 #: GPU generation by the catalog id's product prefix (H200 is an H100 die with more and faster HBM).
@@ -84,6 +85,34 @@ def builtin_residuals(stack_id: str, gpu_id: str) -> Residuals:
 
     key = row_key(ROWS, stack_preset(stack_id), generation(gpu_id))
     return Residuals(**ROWS[key]) if key is not None else Residuals()
+
+
+def describe_residuals(ctx: Context) -> str | None:
+    """One line for explanations: the residuals that priced the plan and where they come from (None for
+    identity without a calibration: the cited physics alone)."""
+    r = ctx.residuals
+    changed = ", ".join(
+        f"{f} {getattr(r, f):.4g}" for f in FIELDS if getattr(r, f) != Residuals.model_fields[f].default
+    )
+    cal = ctx.calibration
+    if cal is not None:
+        cv = f"; cross-validated error {cal.cross_validated_mape:.1%}" if cal.cross_validated_mape is not None else ""
+        return (
+            f"calibrated: residuals {changed or 'identity'} fitted on {len(cal.runs)} measured run"
+            f"{'s' if len(cal.runs) != 1 else ''} of {cal.gpu} ({cal.stack}){cv}"
+        )
+    if not changed:
+        return None
+    from planner.residuals_builtin import FITS, ROWS
+
+    key = row_key(ROWS, stack_preset(ctx.stack.id), generation(ctx.gpu.id))
+    fit = FITS.get(key, {}) if key is not None else {}
+    where = "the published stacks" if key is not None and key[0] == "*" else stack_preset(ctx.stack.id)
+    return (
+        f"built-in residuals for {where} on {generation(ctx.gpu.id)} GPUs: {changed}, fitted on "
+        f"{len(fit.get('runs', []))} published runs ({', '.join(fit.get('groups', []))}); leave-one-source-group-out "
+        f"error {fit.get('losgo_mape', float('nan')):.1%} (docs/planner.md, Residuals)"
+    )
 
 
 # ------------------------------------------------------------------------------------------------

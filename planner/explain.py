@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Literal
 
 from planner.bounds import class_bound
+from planner.calibrate import describe_residuals
 from planner.config import describe
 from planner.errors import MeshplanError
 from planner.layout import even_stage_layers
@@ -339,6 +340,9 @@ def explain(ctx, plans: list[Plan], result, request: PlanRequest | None = None) 
         kind, why = binding_constraint(plan, ruled)
         details = [f"{_SHORT[k]}: {getattr(plan.estimate.breakdown, k):.4g} s" for k in _PARTS]
         details.append(f"priced for the training stack {ctx.stack.describe()}")
+        residuals = describe_residuals(ctx)
+        if residuals is not None:
+            details.append(residuals)
         if plan.parallel.zero_stage == 3 and plan.parallel.dp > 1:
             details.append(
                 "DP sync includes ZeRO-3's per-layer parameter gathers and gradient reduce-scatters beyond the "

@@ -348,3 +348,19 @@ def test_fit_names_a_bad_measurement():
         fit_residuals(obs)
     assert info.value.field == "runs[0].measured_step_time_s"
     assert math.isfinite(predict_step_time(GPU_CONFIGS[0], Residuals()))
+
+
+def test_the_explanation_says_which_residuals_priced_the_plan():
+    from planner.residuals_builtin import ROWS
+
+    base = {"cluster": {"gpu": "a100-sxm4-80gb", "num_nodes": 1, "gpus_per_node": 8}, "top_k": 1}
+    for stack, expect in [("megatron", ("megatron", "ampere") in ROWS), ("meshplan", False)]:
+        req = {**base, "model": "gpt3-1.3b", "training": {"global_batch_size": 64, "seq_len": 2048, "stack": stack}}
+        lines = [d for d in planner.plan(req).plans[0].explanation.details if "residuals" in d]
+        if expect:
+            assert len(lines) == 1 and lines[0].startswith(
+                "built-in residuals for megatron on ampere GPUs: compute_scale"
+            )
+            assert "leave-one-source-group-out error" in lines[0]
+        else:
+            assert lines == []
