@@ -364,3 +364,71 @@ def test_the_explanation_says_which_residuals_priced_the_plan():
             assert "leave-one-source-group-out error" in lines[0]
         else:
             assert lines == []
+
+
+@pytest.mark.parametrize("seed", [0, 4, 9])
+def test_the_exact_search_stays_exact_with_residuals(seed):
+    """With every residual away from identity (the step overhead in the end term the bounds read) the
+    bounds stay below every cut's objective and the search returns the brute force's optimum."""
+    from planner.bounds import class_bound, quick_bound
+    from planner.bruteforce import brute_force, compositions
+    from planner.cost import class_costs, evaluate
+    from planner.search import search
+    from planner.space import enumerate_candidates
+    from planner.specs import SearchOptions
+    from tests.test_planner_exact import random_instance
+
+    ctx, pins = random_instance(seed)
+    ctx.calibration = Calibration(
+        gpu=ctx.gpu.id,
+        residuals=Residuals(
+            compute_scale=1.3, memory_scale=0.7, kernel_overhead_us=40.0, comm_scale=2.0, step_overhead_s=0.003
+        ),
+    )
+    for cand in enumerate_candidates(ctx, pins, SearchOptions()):
+        cc = class_costs(ctx, cand)
+        best = min(evaluate(cc, n).objective_ns for n in compositions(cc.num_layers, cc.chunks))
+        assert quick_bound(ctx, cand) <= class_bound(cc) <= best
+        assert cc.shared.opt.const == 3_000_000
+    found = search(ctx, pins, SearchOptions(), top_k=1)
+    brute, _ = brute_force(ctx, pins)
+    if brute:
+        assert found.objective_ns == brute[0].evaluation.objective_ns
+
+
+def _fit_script():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "bench"))
+    spec = importlib.util.spec_from_file_location("fit_residuals", root / "bench" / "fit_residuals.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["fit_residuals"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_shipped_table_is_what_the_script_fits_and_its_cv_leaves_groups_out():
+    """planner/residuals_builtin.py is the table bench/fit_residuals.py fits on the published runs with
+    this physics (else: re-run it), and each LOSGO prediction comes from a table fitted without the run's
+    source group."""
+    from planner import residuals_builtin
+
+    F = _fit_script()
+    runs = F.expressed_runs(F.fidelity.load())
+    table = F.fit_table(runs)
+    fresh = {k: v[0].model_dump(include=set(v[1].free)) for k, v in table.items()}
+    assert fresh == residuals_builtin.ROWS, "stale: re-run python bench/fit_residuals.py"
+    fig = F.figures(runs, table)
+    assert set(fig.losgo) == set(fig.in_sample) == {r.id for r in runs}
+    group = runs[0].group
+    rest = [r for r in runs if r.group != group]
+    partial = F.fit_table(rest)
+    assert all(r.group != group for rows in F.row_keys(rest).values() for r in rows)
+    for r in runs:
+        if r.group == group:
+            want = F.error(predict_step_time(r.request, F.lookup(partial, r.key)), r.measured_step_s)
+            assert fig.losgo[r.id] == pytest.approx(want, rel=1e-12)
