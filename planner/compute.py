@@ -104,10 +104,10 @@ class Context:
     def residuals(self) -> Residuals:
         """The residual constants this context prices with (``planner.specs.calibration``): the user's
         calibration when given, else the built-in row for (stack, GPU generation) fitted on published runs
-        (``planner.calibrate.builtin_residuals``), else identity."""
+        (``planner.residuals.builtin_residuals``), else identity."""
         if self.calibration is not None:
             return self.calibration.residuals
-        from planner.calibrate import builtin_residuals
+        from planner.residuals import builtin_residuals
 
         return builtin_residuals(self.stack.id, self.gpu.id)
 

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from typing import Literal
 
 from planner.bounds import class_bound
-from planner.calibrate import describe_residuals
 from planner.config import describe
 from planner.errors import MeshplanError
 from planner.layout import even_stage_layers
 from planner.memory import rank_memory
+from planner.residuals import describe_residuals
 from planner.specs import Alternative, Explanation, ParallelPins, Plan, PlanRequest, RuledOut
 
 _PARTS = {

@@ -1,5 +1,5 @@
 """The residual constants in the cost model (planner/compute.py, kernels.py, comm.py, terms.py) and the
-fitting routine (planner/calibrate.py): identity changes nothing, each residual moves exactly its own
+fitting routine (planner/calibrate.py) and which residuals price a request (planner/residuals.py): identity changes nothing, each residual moves exactly its own
 term (checked against the per-op parts computed by hand), the fit recovers residuals the model itself
 generated, and it refuses what it cannot determine."""
 
@@ -11,10 +11,11 @@ import pytest
 
 import planner
 from planner.api import context
-from planner.calibrate import Observation, builtin_residuals, fit_residuals, generation, predict_step_time
+from planner.calibrate import Observation, fit_residuals, predict_step_time
 from planner.compute import analytic_parts
 from planner.errors import MeshplanError
 from planner.kernels import attention_time, elementwise_time, kernel_counts, linear_times
+from planner.residuals import builtin_residuals, generation
 from planner.specs import Calibration, GpuSpec, PeakTflops, PlanRequest, Residuals
 
 CPU = GpuSpec(
@@ -204,7 +205,7 @@ def test_comm_scale_moves_a_pure_communication_step_by_its_share():
 
 
 def test_builtin_lookup_by_stack_and_generation():
-    from planner.calibrate import row_key
+    from planner.residuals import row_key
     from planner.residuals_builtin import ROWS
 
     assert generation("h200-sxm-141gb") == generation("h100-sxm5-80gb") == "hopper"
