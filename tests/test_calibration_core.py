@@ -433,3 +433,18 @@ def test_the_shipped_table_is_what_the_script_fits_and_its_cv_leaves_groups_out(
         if r.group == group:
             want = F.error(predict_step_time(r.request, F.lookup(partial, r.key)), r.measured_step_s)
             assert fig.losgo[r.id] == pytest.approx(want, rel=1e-12)
+
+
+def test_no_cross_validation_when_a_fold_cannot_determine_the_residuals():
+    res = fit_residuals(synthetic(Residuals(compute_scale=1.2), GPU_CONFIGS[:1]), free=("compute_scale",))
+    assert res.residuals.compute_scale == pytest.approx(1.2, rel=1e-3)
+    assert res.cross_validated_mape is None and res.cross_validation.startswith("none:")
+    assert res.observations[0].cross_validated_s is None
+
+
+def test_a_run_the_planner_rejects_is_named_by_its_index():
+    bad = request(tp=16, pp=1, dp=1, gbs=16)  # TP across nodes on one 8-GPU node
+    obs = [Observation(1.0, request=GPU_CONFIGS[0]), Observation(1.0, request=bad)]
+    with pytest.raises(MeshplanError) as info:
+        fit_residuals(obs)
+    assert info.value.field.startswith("runs[1].") and info.value.fix
