@@ -16,7 +16,11 @@ of a row (all are proportional to 1 / step time).
 
 "Fits" is judged against the whole GPU (``memory_headroom`` 0): the runs did run.
 
-This measures today's model; nothing here is fitted. Run: ``python bench/bench_fidelity.py``
+Three figures per run and per group: **physics only** (identity residuals: the cited constants alone),
+**with built-in residuals** (the planner as shipped: ``planner/residuals_builtin.py``, fitted on these runs
+by ``bench/fit_residuals.py``, at most two constants per stack and GPU generation) and **LOSGO**
+(leave-one-source-group-out: each run predicted by the residual table refitted without its source group,
+the out-of-sample figure the in-sample one is reported next to). Run: ``python bench/bench_fidelity.py``
 (``--json out.json`` also writes the per-run results).
 """
 
@@ -35,10 +39,20 @@ sys.path.insert(0, str(ROOT))
 
 from planner import accounting  # noqa: E402
 from planner.api import estimate_plan  # noqa: E402
+from planner.calibrate import predict_step_time  # noqa: E402
 from planner.catalog import GPUS, get_model  # noqa: E402
 from planner.config import SCHEDULE_INFO  # noqa: E402
 from planner.errors import MeshplanError  # noqa: E402
-from planner.specs import ClusterSpec, GpuSpec, ModelSpec, ParallelPins, PlanRequest, SearchOptions, TrainingSpec  # noqa: E402
+from planner.specs import (  # noqa: E402
+    ClusterSpec,
+    GpuSpec,
+    ModelSpec,
+    ParallelPins,
+    PlanRequest,
+    Residuals,
+    SearchOptions,
+    TrainingSpec,
+)
 
 DATA = ROOT / "bench" / "data" / "published_runs.json"
 
@@ -47,6 +61,7 @@ TARGET_MAPE = 0.08
 TARGET_MAX = 0.20
 TARGET_SPEARMAN = 0.8
 TARGET_MEMORY = 0.10
+TARGET_LOSGO = 0.10
 
 FEATURE_REASONS = {
     "async-tp": "asynchronous TP (TP collectives overlapped with the GEMMs): not modelled",
@@ -249,7 +264,8 @@ class Result:
     metric: str
     measured: float
     predicted: float
-    error: float  # (predicted - measured) / measured
+    error: float  # (predicted - measured) / measured, with the built-in residuals (the planner as shipped)
+    physics_error: float  # the same with identity residuals
     measured_eff: float  # fraction of peak in the source's FLOP count
     predicted_eff: float
     step_time_s: float
@@ -258,6 +274,7 @@ class Result:
     measured_peak_gib: float | None
     fits: bool
     breakdown: dict[str, float]
+    losgo_error: float | None = None  # by the residual table refitted without the run's source group
 
 
 def evaluate(row: dict[str, Any], gpus: dict[str, Any]) -> Result:
@@ -282,6 +299,7 @@ def evaluate(row: dict[str, Any], gpus: dict[str, Any]) -> Result:
         measured = float(m["tokens_per_s_per_gpu"])
         predicted = accounting.tokens_per_s_per_gpu(gbs * s, step, n)
         measured_step = gbs * s / (measured * n)
+    physics_step = predict_step_time(req, Residuals())
     tflops_meas = accounting.tflops_per_gpu(flops, measured_step, n)
     tflops_pred = accounting.tflops_per_gpu(flops, step, n)
     return Result(
@@ -291,6 +309,7 @@ def evaluate(row: dict[str, Any], gpus: dict[str, Any]) -> Result:
         measured=measured,
         predicted=predicted,
         error=(predicted - measured) / measured,
+        physics_error=measured_step / physics_step - 1,  # the metric is ∝ 1 / step time
         measured_eff=accounting.mfu(tflops_meas, peak),
         predicted_eff=accounting.mfu(tflops_pred, peak),
         step_time_s=step,
@@ -314,6 +333,12 @@ class Summary:
     mape: float
     max_error: float
     spearman: float
+    physics_mape: float = math.nan  # identity residuals
+    losgo_mape: float = math.nan  # leave-one-source-group-out
+
+
+def _mean_abs(xs: list[float]) -> float:
+    return sum(abs(x) for x in xs) / len(xs) if xs else math.nan
 
 
 def summarise(group: str, results: list[Result], total: int) -> Summary:
@@ -326,10 +351,38 @@ def summarise(group: str, results: list[Result], total: int) -> Summary:
         mape=accounting.mape(pred, meas),
         max_error=accounting.max_abs_error(pred, meas),
         spearman=accounting.spearman([r.predicted_eff for r in results], [r.measured_eff for r in results]),
+        physics_mape=_mean_abs([r.physics_error for r in results]),
+        losgo_mape=_mean_abs([r.losgo_error for r in results if r.losgo_error is not None])
+        if results and all(r.losgo_error is not None for r in results)
+        else math.nan,
     )
 
 
-def run(data: dict[str, Any]) -> tuple[list[Result], dict[str, list[str]], list[Summary]]:
+def cross_validate(data: dict[str, Any], results: list[Result]) -> list[str]:
+    """Fill every result's ``losgo_error`` (``bench/fit_residuals.py``: the residual table refitted
+    without the run's source group); notes when the shipped table is not the one these runs give."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import fit_residuals
+
+    from planner import residuals_builtin
+
+    runs = fit_residuals.expressed_runs(data)
+    table = fit_residuals.fit_table(runs)
+    fig = fit_residuals.figures(runs, table)
+    for r in results:
+        r.losgo_error = fig.losgo.get(r.id)
+    fresh = {k: v[0].model_dump(include=set(v[1].free)) for k, v in table.items()}
+    if fresh != residuals_builtin.ROWS:
+        return [
+            "planner/residuals_builtin.py is not the table these runs and this physics give "
+            f"(shipped {residuals_builtin.ROWS}, refitted {fresh}): re-run python bench/fit_residuals.py"
+        ]
+    return []
+
+
+def run(
+    data: dict[str, Any], notes: list[str] | None = None
+) -> tuple[list[Result], dict[str, list[str]], list[Summary]]:
     results: list[Result] = []
     skipped: dict[str, list[str]] = {}
     for row in data["runs"]:
@@ -341,6 +394,9 @@ def run(data: dict[str, Any]) -> tuple[list[Result], dict[str, list[str]], list[
             except MeshplanError as exc:
                 why = [f"the planner rejects it: {exc.field}: {exc.message}"]
         skipped[row["id"]] = why
+    stale = cross_validate(data, results)
+    if notes is not None:
+        notes.extend(stale)
     groups: dict[str, int] = {}
     for row in data["runs"]:
         groups[row["source_group"]] = groups.get(row["source_group"], 0) + 1
@@ -366,8 +422,8 @@ def report(results: list[Result], skipped: dict[str, list[str]], summaries: list
     rows = {r["id"]: r for r in data["runs"]}
     lines.append("Per run: the planner's estimate of the run's own configuration vs the published figure")
     lines.append(
-        f"{'run':48} {'metric':9} {'measured':>9} {'predicted':>9} {'error':>7} {'MFU m/p':>11} "
-        f"{'step m/p s':>15} {'peak GiB m/p':>13} fits  compute/tp/bubble/dp s"
+        f"{'run':48} {'metric':9} {'measured':>9} {'predicted':>9} {'error':>7} {'physics':>7} {'LOSGO':>7} "
+        f"{'MFU m/p':>11} {'step m/p s':>15} {'peak GiB m/p':>13} fits  compute/tp/bubble/dp s"
     )
     for r in results:
         unit = "TFLOP/s" if r.metric == "tflops_per_gpu" else "tok/s/GPU"
@@ -378,8 +434,8 @@ def report(results: list[Result], skipped: dict[str, list[str]], summaries: list
         )
         b = r.breakdown
         lines.append(
-            f"{r.id:48} {unit:9} {r.measured:9.1f} {r.predicted:9.1f} {_pct(r.error)} "
-            f"{100 * r.measured_eff:4.1f}/{100 * r.predicted_eff:4.1f}% {r.measured_step_time_s:7.2f}/{r.step_time_s:7.2f} "
+            f"{r.id:48} {unit:9} {r.measured:9.1f} {r.predicted:9.1f} {_pct(r.error)} {_pct(r.physics_error)} "
+            f"{_pct(math.nan if r.losgo_error is None else r.losgo_error)} {100 * r.measured_eff:4.1f}/{100 * r.predicted_eff:4.1f}% {r.measured_step_time_s:7.2f}/{r.step_time_s:7.2f} "
             f"{mem:>13} {'yes ' if r.fits else 'NO  '} "
             f"{b['compute_s']:.2f}/{b['tp_comm_s']:.2f}/{b['pp_bubble_s'] + b['pp_p2p_s']:.2f}/{b['dp_sync_s']:.2f}"
         )
@@ -389,14 +445,31 @@ def report(results: list[Result], skipped: dict[str, list[str]], summaries: list
         lines.append(f"  {rid:48} [{rows[rid]['source_group']}] {'; '.join(why)}")
     lines.append("")
     lines.append(
-        "Summary (error = predicted/measured − 1 in the source's metric; Spearman over MFU in the source's FLOP count)"
+        "Summary (error = predicted/measured − 1 in the source's metric; Spearman over MFU in the source's FLOP count)."
     )
-    lines.append(f"{'source group':28} {'expressed':>9} {'MAPE':>6} {'max':>6} {'Spearman':>8}")
+    lines.append(
+        "MAPE: with the built-in residuals (the planner as shipped, in-sample); physics: identity residuals; "
+        "LOSGO: residuals refitted without the group"
+    )
+    lines.append(
+        f"{'source group':28} {'expressed':>9} {'MAPE':>6} {'max':>6} {'Spearman':>8} {'physics':>7} {'LOSGO':>6}"
+    )
     for s in summaries:
         lines.append(
-            f"{s.group:28} {s.expressed:4d}/{s.total:<4d} {_abs_pct(s.mape)} {_abs_pct(s.max_error)} {_rho(s.spearman):>8}"
+            f"{s.group:28} {s.expressed:4d}/{s.total:<4d} {_abs_pct(s.mape)} {_abs_pct(s.max_error)} {_rho(s.spearman):>8} "
+            f"{_abs_pct(s.physics_mape):>7} {_abs_pct(s.losgo_mape):>6}"
         )
     overall = summaries[-1]
+    phys = [r.physics_error for r in results]
+    lines.append("")
+    lines.append(
+        f"Overall, physics only (identity residuals): MAPE {_abs_pct(overall.physics_mape).strip()}, "
+        f"max {_abs_pct(max((abs(e) for e in phys), default=math.nan)).strip()}"
+    )
+    lines.append(
+        f"Overall, with built-in residuals: MAPE {_abs_pct(overall.mape).strip()} in-sample, "
+        f"{_abs_pct(overall.losgo_mape).strip()} leave-one-source-group-out"
+    )
     mem = [r for r in results if r.measured_peak_gib]
     mem_err = [abs(r.peak_memory_gib / r.measured_peak_gib - 1) for r in mem if r.measured_peak_gib]
     no_fit = [r.id for r in results if not r.fits]
@@ -406,6 +479,11 @@ def report(results: list[Result], skipped: dict[str, list[str]], summaries: list
         (f"MAPE ≤ {TARGET_MAPE:.0%}", f"{_abs_pct(overall.mape).strip()}", overall.mape <= TARGET_MAPE),
         (f"max |error| ≤ {TARGET_MAX:.0%}", f"{_abs_pct(overall.max_error).strip()}", overall.max_error <= TARGET_MAX),
         (f"Spearman ≥ {TARGET_SPEARMAN}", _rho(overall.spearman).strip(), overall.spearman >= TARGET_SPEARMAN),
+        (
+            f"leave-one-source-group-out MAPE ≤ {TARGET_LOSGO:.0%} (next to the in-sample {_abs_pct(overall.mape).strip()})",
+            _abs_pct(overall.losgo_mape).strip(),
+            overall.losgo_mape <= TARGET_LOSGO,
+        ),
         (
             f"peak memory within {TARGET_MEMORY:.0%} where published ({len(mem)} runs)",
             ", ".join(f"{r.id}: {r.peak_memory_gib / r.measured_peak_gib - 1:+.0%}" for r in mem if r.measured_peak_gib)
@@ -427,8 +505,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="also write the per-run results and summaries here")
     args = ap.parse_args(argv)
     data = load(args.data)
-    results, skipped, summaries = run(data)
+    notes: list[str] = []
+    results, skipped, summaries = run(data, notes)
     print(report(results, skipped, summaries, data))
+    for note in notes:
+        print(f"NOTE: {note}")
     if args.json is not None:
         args.json.write_text(
             json.dumps(

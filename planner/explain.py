@@ -19,6 +19,7 @@ from planner.config import describe
 from planner.errors import MeshplanError
 from planner.layout import even_stage_layers
 from planner.memory import rank_memory
+from planner.residuals import describe_residuals
 from planner.specs import Alternative, Explanation, ParallelPins, Plan, PlanRequest, RuledOut
 
 _PARTS = {
@@ -339,6 +340,9 @@ def explain(ctx, plans: list[Plan], result, request: PlanRequest | None = None) 
         kind, why = binding_constraint(plan, ruled)
         details = [f"{_SHORT[k]}: {getattr(plan.estimate.breakdown, k):.4g} s" for k in _PARTS]
         details.append(f"priced for the training stack {ctx.stack.describe()}")
+        residuals = describe_residuals(ctx)
+        if residuals is not None:
+            details.append(residuals)
         if plan.parallel.zero_stage == 3 and plan.parallel.dp > 1:
             details.append(
                 "DP sync includes ZeRO-3's per-layer parameter gathers and gradient reduce-scatters beyond the "

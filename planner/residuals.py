@@ -1,0 +1,86 @@
+"""Which residual constants price a request (issue 11 §3-4; the constants: ``planner.specs.calibration``).
+
+``Context.residuals`` is the request's calibration when it has one; else ``builtin_residuals``: the row of
+``planner.residuals_builtin`` (written by ``python bench/fit_residuals.py``, fitted on published runs with
+``planner.calibrate``) for the stack's preset and the GPU's generation, else the generation's row pooled
+over the published stacks (not for the bundled runtime, ``NOT_POOLED``), else identity (``row_key``).
+``describe_residuals`` is the explanation's line saying which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from planner.specs import Residuals
+
+if TYPE_CHECKING:
+    from planner.compute import Context
+
+#: GPU generation by the catalog id's product prefix (H200 is an H100 die with more and faster HBM).
+GENERATIONS = {"a100": "ampere", "h100": "hopper", "h200": "hopper", "b200": "blackwell"}
+#: Stacks the generation-pooled rows do not apply to: the bundled runtime ran none of the published runs;
+#: its residuals come from the user's own runs (``meshplan calibrate``).
+NOT_POOLED = ("meshplan",)
+#: The residual fields (``Residuals``), in order.
+FIELDS: tuple[str, ...] = tuple(Residuals.model_fields)
+
+
+def generation(gpu_id: str) -> str | None:
+    """The GPU generation of a catalog (or catalog-prefixed) GPU id; None for others (e.g. a CPU)."""
+    return GENERATIONS.get(gpu_id.lower()[:4])
+
+
+def stack_preset(stack_id: str) -> str:
+    """The preset a stack id is built on (an inline stack's id is ``<base>+{overrides}``)."""
+    return stack_id.split("+", 1)[0]
+
+
+def row_key(rows: Container[tuple[str, str]], stack: str, gen: str | None) -> tuple[str, str] | None:
+    """The row of a residual table that prices ``stack`` (a preset id) on generation ``gen``: its own
+    (stack, generation) row, else the generation's row pooled over the published stacks (``("*", gen)``;
+    not for ``NOT_POOLED``), else None (identity). ``bench/fit_residuals.py`` cross-validates this rule."""
+    if gen is None:
+        return None
+    for key in ((stack, gen), ("*", gen)):
+        if key in rows and (key[0] != "*" or stack not in NOT_POOLED):
+            return key
+    return None
+
+
+@lru_cache(maxsize=256)
+def builtin_residuals(stack_id: str, gpu_id: str) -> Residuals:
+    """The built-in residuals for a stack on a GPU: ``planner.residuals_builtin.ROWS`` at ``row_key``."""
+    from planner.residuals_builtin import ROWS
+
+    key = row_key(ROWS, stack_preset(stack_id), generation(gpu_id))
+    return Residuals(**ROWS[key]) if key is not None else Residuals()
+
+
+def describe_residuals(ctx: Context) -> str | None:
+    """One line for explanations: the residuals that priced the plan and where they come from (None for
+    identity without a calibration: the cited physics alone)."""
+    r = ctx.residuals
+    changed = ", ".join(
+        f"{f} {getattr(r, f):.4g}" for f in FIELDS if getattr(r, f) != Residuals.model_fields[f].default
+    )
+    cal = ctx.calibration
+    if cal is not None:
+        cv = f"; cross-validated error {cal.cross_validated_mape:.1%}" if cal.cross_validated_mape is not None else ""
+        return (
+            f"calibrated: residuals {changed or 'identity'} fitted on {len(cal.runs)} measured run"
+            f"{'s' if len(cal.runs) != 1 else ''} of {cal.gpu} ({cal.stack}){cv}"
+        )
+    if not changed:
+        return None
+    from planner.residuals_builtin import FITS, ROWS
+
+    key = row_key(ROWS, stack_preset(ctx.stack.id), generation(ctx.gpu.id))
+    fit = FITS.get(key, {}) if key is not None else {}
+    where = "the published stacks" if key is not None and key[0] == "*" else stack_preset(ctx.stack.id)
+    return (
+        f"built-in residuals for {where} on {generation(ctx.gpu.id)} GPUs: {changed}, fitted on "
+        f"{len(fit.get('runs', []))} published runs ({', '.join(fit.get('groups', []))}); leave-one-source-group-out "
+        f"error {fit.get('losgo_mape', float('nan')):.1%} (docs/planner.md, Residuals)"
+    )
