@@ -117,6 +117,11 @@ class ExportFormat(BaseModel):
     media_type: str
     target: str
     target_version: str
+    stack: str = Field(
+        default="meshplan",
+        description="The training stack (GET /v1/catalog/stacks) the target runs: a plan priced for another "
+        "exports with a warning. Launchers run meshplan's runtime unless a command names another program.",
+    )
 
 
 class Health(BaseModel):
