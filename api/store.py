@@ -32,6 +32,7 @@ import asyncio
 import functools
 import hashlib
 import json
+import math
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -86,8 +87,31 @@ R = TypeVar("R")
 
 
 def canonical_json(data: object) -> str:
-    """One text per value: sorted keys, no whitespace, UTF-8 kept."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """One text per value: sorted keys, no whitespace, UTF-8 kept. A number JSON cannot hold (inf,
+    NaN: e.g. a body's ``1e999``) is a ``MeshplanError`` naming its path in ``data`` (HTTP 422)."""
+    try:
+        return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        path = non_finite_path(data)
+        if path is None:
+            raise
+        raise MeshplanError(
+            path or "body",
+            "not a finite number (JSON has no Infinity or NaN; 1e999 overflows to Infinity)",
+            "give a finite number",
+        ) from None
+
+
+def non_finite_path(value: object, path: str = "") -> str | None:
+    """The dotted path of the first number in ``value`` (dicts and lists) that is not finite."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = non_finite_path(item, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 def content_id(model_json: dict) -> str:
@@ -100,7 +124,10 @@ def request_key(request: PlanRequest, cost_model_version: int | None = None) -> 
     (key order, omitted defaults) share an id; after the cost model changes the same request gets a
     new id, so the old answer is not served as current."""
     v = version.COST_MODEL_VERSION if cost_model_version is None else cost_model_version
-    return content_id({"cost_model_version": v, "request": request.model_dump(mode="json")})
+    try:
+        return content_id({"request": request.model_dump(mode="json"), "cost_model_version": v})
+    except MeshplanError as exc:  # a number JSON cannot hold: name the request's own field
+        raise MeshplanError(exc.field.removeprefix("request."), exc.message, exc.fix) from None
 
 
 def column_text(value: str) -> str:

@@ -17,7 +17,7 @@ from api.solver import PlannerSolver
 from api.store import Store
 from planner.api import estimate_plan
 from planner.specs import Calibration, Plan, PlanRequest
-from tests.api_support import make_app, plan_request
+from tests.api_support import make_app, plan_request, profile_body
 from tests.pg_support import pg_server, pg_url  # noqa: F401 - fixtures
 
 PROBLEM = "application/problem+json"
@@ -304,12 +304,52 @@ def test_bad_input_is_a_problem_naming_the_field_and_nothing_stored_is_lost(
     assert client.get(f"/v1/calibrations/{stored['id']}").json() == stored
 
 
+NON_FINITE = [
+    # (path, body with the number 123.25 where the bad one goes, field named)
+    ("/v1/calibrations", calibration_body(in_sample_mape=123.25), "in_sample_mape"),
+    ("/v1/calibrations", calibration_body(residuals={"compute_scale": 123.25}), "residuals.compute_scale"),
+    (
+        "/v1/plans",
+        plan_request(calibration=calibration_body(cross_validated_mape=123.25)),
+        "calibration.cross_validated_mape",
+    ),
+    (
+        "/v1/plans",
+        plan_request(
+            calibration=calibration_body(runs=[{**calibration_body()["runs"][0], "measured_step_time_s": 123.25}])
+        ),
+        "calibration.runs.0.measured_step_time_s",
+    ),
+    (
+        "/v1/profiles",
+        {**profile_body(), "layers": [{**profile_body()["layers"][0], "fwd_time_s": 123.25}]},
+        "layers.0.fwd_time_s",
+    ),
+    (
+        "/v1/plans",
+        plan_request(
+            profile={
+                **profile_body("NVIDIA H100 80GB HBM3"),
+                "layers": [{**layer, "bwd_time_s": 123.25} for layer in profile_body()["layers"]],
+            }
+        ),
+        "profile.layers.0.bwd_time_s",
+    ),
+]
+
+
 @pytest.mark.parametrize("literal", ["Infinity", "-Infinity", "NaN", "1e999"])
-def test_numbers_json_cannot_hold_are_refused_not_500(client, literal):
-    raw = json.dumps(calibration_body()).replace('"in_sample_mape": 0.05', f'"in_sample_mape": {literal}')
-    r = client.post("/v1/calibrations", content=raw, headers={"content-type": "application/json"})
+@pytest.mark.parametrize(("path", "body", "field"), NON_FINITE)
+def test_numbers_json_cannot_hold_are_refused_not_500(client, literal, path, body, field):
+    """Python's JSON reader takes Infinity, NaN and 1e999 (→ inf); a field without an upper bound keeps
+    it, and the content hash (canonical JSON) cannot: a 422 naming the field, never a 500."""
+    raw = json.dumps(body).replace("123.25", literal)
+    assert literal in raw
+    r = client.post(path, content=raw, headers={"content-type": "application/json"})
     assert r.status_code == 422 and r.headers["content-type"] == PROBLEM, r.text
-    assert "in_sample_mape" in [e["field"] for e in r.json()["errors"]]
+    errors = r.json()["errors"]
+    assert field in [e["field"] for e in errors], errors
+    assert all(e["fix"] for e in errors)
 
 
 # ---- the Python client -------------------------------------------------------------------
