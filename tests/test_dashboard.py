@@ -806,5 +806,14 @@ def test_run_page_shows_predicted_against_measured_before_and_after_calibration(
         assert ratios["before"] == ratios["after"] == ratios["plan"] == "—"
         assert _svg_rects_with_area(page, "#run-calibration rect.bar") == 2
         assert "CPU" in page.inner_text("#calibration-not-comparable")
+    # The runs the calibration was fitted on, as it records them; this run (same measured step time) marked.
+    fit = page.eval_on_selector_all(
+        "#calibration-fit tbody tr",
+        "trs => trs.map(t => [t.dataset.thisRun || '', ...[...t.querySelectorAll('td')].map(td => td.textContent)])",
+    )
+    [recorded] = cal["runs"]
+    assert recorded["measured_step_time_s"] == run["measured_step_time_s"]
+    assert fit == [["true", "200.0 ms", "150.0 ms", "−25.0 %", "190.0 ms", "−5.0 %"]]
+    assert "9.0 %" in page.inner_text("#calibration-fit")  # its cross-validated error
     page.locator("#run-calibration").screenshot(path=str(artifacts_dir / f"dashboard-run-calibration-{kind}.png"))
     tab.assert_clean()

@@ -32,6 +32,48 @@ export function runRequest(r, { gpu, numNodes, gpusPerNode, precision, stack }) 
   };
 }
 
+/** The runs a calibration was fitted on, each predicted before and after it (as ``meshplan calibrate``
+ * recorded them), with this run's row marked when it is one of them (same measured step time). */
+function fitTable(cal, r) {
+  const runs = cal.runs || [];
+  const err = (p, m) => `${p >= m ? "+" : "−"}${fmt.num(Math.abs(p / m - 1) * 100, 1)} %`;
+  const mape = (x) => (x === null || x === undefined ? "not stated" : fmt.pct(x));
+  return h(
+    "div",
+    { id: "calibration-fit" },
+    h("h3", {}, `The runs it was fitted on (${cal.gpu}, ${cal.stack})`),
+    h("p", { class: "sub" }, `Mean error on them: ${mape(cal.in_sample_mape)} in sample, ${mape(cal.cross_validated_mape)} cross-validated (each run predicted by a fit that left it out).`),
+    runs.length
+      ? h(
+          "div",
+          { class: "table-scroll" },
+          h(
+            "table",
+            {},
+            h("thead", {}, h("tr", {}, ["Run", "Measured", "Predicted before", "error", "Predicted after", "error"].map((c, i) => h("th", { scope: "col", class: i ? "num" : null }, c)))),
+            h(
+              "tbody",
+              {},
+              runs.map((x) => {
+                const mine = x.measured_step_time_s === r.measured_step_time_s;
+                return h(
+                  "tr",
+                  { "data-this-run": mine ? "true" : null, class: mine ? "this-run" : null },
+                  h("th", { scope: "row" }, x.label, mine ? h("span", { class: "badge" }, "this run") : null),
+                  h("td", { class: "num" }, fmt.time(x.measured_step_time_s)),
+                  h("td", { class: "num" }, fmt.time(x.predicted_before_s)),
+                  h("td", { class: "num" }, err(x.predicted_before_s, x.measured_step_time_s)),
+                  h("td", { class: "num" }, fmt.time(x.predicted_after_s)),
+                  h("td", { class: "num" }, err(x.predicted_after_s, x.measured_step_time_s)),
+                );
+              }),
+            ),
+          ),
+        )
+      : empty("The calibration lists no runs."),
+  );
+}
+
 /** Predicted versus measured before and after calibration: the run's configuration estimated twice by
  * POST /v1/estimates, once with the built-in constants and once with a stored calibration
  * (``calibration_id``): the same request, so the difference is the calibration's. */
@@ -69,11 +111,12 @@ function calibrationBlock(r, calibrations, gpus, stacks) {
     const gpu = gpuSel.value;
     const request = runRequest(r, { gpu, numNodes: Number(nodes.value), gpusPerNode: Number(gpn.value), precision: precisionSel.value, stack: stackSel.value });
     put(out, loading("Estimating before and after calibration"));
-    let before, after;
+    let before, after, fitted;
     try {
-      [before, after] = await Promise.all([
+      [before, after, fitted] = await Promise.all([
         api("/v1/estimates", { method: "POST", body: request }),
         api("/v1/estimates", { method: "POST", body: { ...request, calibration_id: cal.id } }),
+        api(`/v1/calibrations/${encodeURIComponent(cal.id)}`),
       ]);
     } catch (err) {
       put(out, errorBox(err, "The run could not be re-priced"));
@@ -111,6 +154,7 @@ function calibrationBlock(r, calibrations, gpus, stacks) {
       chart,
       comparable ? null : h("p", { class: "note", id: "calibration-not-comparable" }, r.device === "cpu" ? `This run was on the CPU: its own prediction above was priced with the layer profile and network fit measured at the run, which the report does not carry; the estimates here are for ${gpu} and are not set against the CPU measurement.` : `This run was on ${r.device}, not ${gpu}: the estimates are not set against its measurement.`),
       cal.gpu !== gpu ? h("p", { class: "note" }, `The calibration was fitted on ${cal.gpu}; the estimates are for ${gpu}.`) : null,
+      fitTable(fitted, r),
     );
   });
   return h("div", {}, h("p", { class: "sub" }, "The run's configuration estimated with the built-in constants and with a stored calibration (POST /v1/estimates with calibration_id): the same request both times, so the difference is the calibration's."), form, out);
