@@ -726,6 +726,23 @@ def test_form_picks_the_training_stack_and_a_stored_calibration(tab, server, art
     assert page.locator("#exports .state-warning").count() == 0  # priced for the stack it runs
     tab.shot(artifacts_dir, "plan-stack")
 
+    # A what-if is priced like the plan: same stack, same calibration.
+    posted: list[dict] = []
+    page.on(
+        "request",
+        lambda q: (
+            posted.append(json.loads(q.post_data)) if q.method == "POST" and q.url.endswith("/v1/estimates") else None
+        ),
+    )
+    page.select_option("#whatif-knob", "recompute")
+    other = next(
+        x for x in ("full", "selective", "none") if x != stored["response"]["plans"][0]["parallel"]["recompute"]
+    )
+    page.select_option("#whatif-value", other)
+    page.click("#whatif button[type=submit]")
+    page.wait_for_selector("#whatif .whatif-table")
+    assert [(b["training"]["stack"], b.get("calibration_id")) for b in posted] == [("megatron", cal["id"])]
+
     # Editing the plan keeps its stack and calibration.
     page.click("text=Edit and re-plan")
     page.wait_for_selector("#f-model")
