@@ -29,7 +29,7 @@ CalibrationId = Annotated[str, Path(max_length=64, description="Calibration id: 
 #: An example body for the OpenAPI document (what `meshplan calibrate --out cal.json` writes).
 CALIBRATION_EXAMPLES = {
     "cpu": {
-        "summary": "Residuals fitted on three CPU runs of the bundled runtime",
+        "summary": "Residuals fitted on CPU runs of the bundled runtime (one run shown)",
         "value": {
             "gpu": "cpu",
             "stack": "meshplan",
