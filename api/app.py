@@ -19,7 +19,7 @@ from fastapi.staticfiles import StaticFiles
 from api import problems
 from api.body_limit import BodyLimitMiddleware
 from api.metrics import Metrics, MetricsMiddleware
-from api.routes import catalog, estimates, exports, health, plans, profiles, runs
+from api.routes import calibrations, catalog, estimates, exports, health, plans, profiles, runs
 from api.settings import Settings, load_settings
 from api.solver import SolverPool
 from api.store import Store
@@ -65,7 +65,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: counts 413s too
 
-    for module in (plans, exports, estimates, profiles, runs, catalog, health):
+    for module in (plans, exports, estimates, profiles, runs, calibrations, catalog, health):
         app.include_router(module.router)
     _mount_dashboard(app)
     return app

@@ -19,6 +19,7 @@ import httpx
 from pydantic import BaseModel, TypeAdapter
 
 from api.schemas import (
+    CalibrationSummary,
     ExportFormat,
     Page,
     PlanSummary,
@@ -32,7 +33,7 @@ from api.schemas import (
 from planner.catalog import ClusterPreset
 from planner.compare import PlanComparison
 from planner.config import ScheduleInfo
-from planner.specs import GpuSpec, ModelSpec, Plan, PlanRequest, Profile, RunReport
+from planner.specs import Calibration, GpuSpec, ModelSpec, Plan, PlanRequest, Profile, RunReport
 from planner.stacks import Stack
 
 
@@ -152,6 +153,26 @@ class MeshplanClient:
     def list_runs(self, *, limit: int = 50, offset: int = 0) -> Page[RunSummary]:
         return Page[RunSummary].model_validate_json(
             self._send("GET", "/v1/runs", params={"limit": limit, "offset": offset}).content
+        )
+
+    # ---- calibrations --------------------------------------------------------------------
+
+    def upload_calibration(self, calibration: Calibration | dict) -> Calibration:
+        """Store a calibration (``meshplan calibrate --out cal.json``); the answer carries its ``id``
+        (name it as a request's ``calibration_id``). Uploading it again returns the stored one."""
+        return Calibration.model_validate_json(self._send("POST", "/v1/calibrations", json=_body(calibration)).content)
+
+    def get_calibration(self, calibration_id: str) -> Calibration:
+        return Calibration.model_validate_json(self._send("GET", f"/v1/calibrations/{calibration_id}").content)
+
+    def list_calibrations(
+        self, *, gpu: str | None = None, stack: str | None = None, limit: int = 50, offset: int = 0
+    ) -> Page[CalibrationSummary]:
+        params = {
+            k: v for k, v in {"gpu": gpu, "stack": stack, "limit": limit, "offset": offset}.items() if v is not None
+        }
+        return Page[CalibrationSummary].model_validate_json(
+            self._send("GET", "/v1/calibrations", params=params).content
         )
 
     # ---- catalog -------------------------------------------------------------------------

@@ -98,11 +98,30 @@ class RunSummary(BaseModel):
     step_time_ratio: float | None = None
 
 
+class CalibrationSummary(BaseModel):
+    """One stored calibration in a list (``GET /v1/calibrations``)."""
+
+    id: str
+    created_at: str = Field(description="When the service stored it.")
+    gpu: str = Field(description="The GPU (catalog id, or 'cpu') the runs measured.")
+    stack: str = Field(description="The training stack the runs used.")
+    runs: int = Field(description="How many measured runs it was fitted on.")
+    in_sample_mape: float | None = Field(default=None, description="Mean |predicted/measured − 1| on those runs.")
+    cross_validated_mape: float | None = Field(
+        default=None, description="The same, each run predicted by a fit that left it out."
+    )
+
+
 class ExportFormat(BaseModel):
     id: str
     media_type: str
     target: str
     target_version: str
+    stack: str = Field(
+        default="meshplan",
+        description="The training stack (GET /v1/catalog/stacks) the target runs: a plan priced for another "
+        "exports with a warning. Launchers run meshplan's runtime unless a command names another program.",
+    )
 
 
 class Health(BaseModel):

@@ -1,4 +1,4 @@
-"""Persistence of plans, profiles and run reports (SQLAlchemy 2).
+"""Persistence of plans, profiles, run reports and calibrations (SQLAlchemy 2).
 
 Any SQLAlchemy URL works; the default is a SQLite file in WAL mode with ``synchronous=FULL``, so a
 write that returned (the request was acknowledged after its commit) survives ``kill -9`` and power
@@ -21,7 +21,9 @@ first revision, which is exactly that schema, and upgraded.
 Plans are keyed by the content hash of their canonical request and the planner's cost-model version
 (``request_key``): the same request maps to the same id until the cost model changes, and an answer of
 an older cost model is never served as current (it stays readable under its id, marked ``stale``).
-Profiles are content-addressed the same way; runs get random ids.
+Profiles and calibrations are content-addressed the same way (a calibration's own ``id`` and
+``created_at`` are left out of its hash) and never change once stored, so a plan keyed by a
+``profile_id``/``calibration_id`` stays the answer to that request; runs get random ids.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import asyncio
 import functools
 import hashlib
 import json
+import math
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -60,10 +63,19 @@ from sqlalchemy.pool import NullPool, StaticPool
 if TYPE_CHECKING:
     from alembic.config import Config
 
-from api.schemas import Page, PlanSummary, ProfileSummary, RunSummary, StoredPlan, StoredProfile, StoredRun
+from api.schemas import (
+    CalibrationSummary,
+    Page,
+    PlanSummary,
+    ProfileSummary,
+    RunSummary,
+    StoredPlan,
+    StoredProfile,
+    StoredRun,
+)
 from planner import version
 from planner.errors import MeshplanError
-from planner.specs import PlanRequest, PlanResponse, Profile, RunReport
+from planner.specs import Calibration, PlanRequest, PlanResponse, Profile, RunReport
 
 ID_LENGTH = 32  # hex digits of SHA-256 kept as the id (128 bits)
 PG_CONNECT_TIMEOUT_S = 10  # libpq connect_timeout unless the URL sets one
@@ -75,8 +87,31 @@ R = TypeVar("R")
 
 
 def canonical_json(data: object) -> str:
-    """One text per value: sorted keys, no whitespace, UTF-8 kept."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """One text per value: sorted keys, no whitespace, UTF-8 kept. A number JSON cannot hold (inf,
+    NaN: e.g. a body's ``1e999``) is a ``MeshplanError`` naming its path in ``data`` (HTTP 422)."""
+    try:
+        return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        path = non_finite_path(data)
+        if path is None:
+            raise
+        raise MeshplanError(
+            path or "body",
+            "not a finite number (JSON has no Infinity or NaN; 1e999 overflows to Infinity)",
+            "give a finite number",
+        ) from None
+
+
+def non_finite_path(value: object, path: str = "") -> str | None:
+    """The dotted path of the first number in ``value`` (dicts and lists) that is not finite."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = non_finite_path(item, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 def content_id(model_json: dict) -> str:
@@ -89,7 +124,10 @@ def request_key(request: PlanRequest, cost_model_version: int | None = None) -> 
     (key order, omitted defaults) share an id; after the cost model changes the same request gets a
     new id, so the old answer is not served as current."""
     v = version.COST_MODEL_VERSION if cost_model_version is None else cost_model_version
-    return content_id({"cost_model_version": v, "request": request.model_dump(mode="json")})
+    try:
+        return content_id({"request": request.model_dump(mode="json"), "cost_model_version": v})
+    except MeshplanError as exc:  # a number JSON cannot hold: name the request's own field
+        raise MeshplanError(exc.field.removeprefix("request."), exc.message, exc.fix) from None
 
 
 def column_text(value: str) -> str:
@@ -170,6 +208,24 @@ class RunRow(Base):
     predicted_step_time_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     step_time_ratio: Mapped[float | None] = mapped_column(Float, nullable=True)
     report_json: Mapped[str] = mapped_column(Text)
+
+
+class CalibrationRow(Base):
+    __tablename__ = "calibrations"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    created_at: Mapped[str] = mapped_column(String(32), index=True)
+    gpu: Mapped[str] = mapped_column(String(64), index=True)
+    stack: Mapped[str] = mapped_column(Text)  # up to 200 characters in the schema
+    runs: Mapped[int] = mapped_column(Integer)
+    in_sample_mape: Mapped[float | None] = mapped_column(Float, nullable=True)
+    cross_validated_mape: Mapped[float | None] = mapped_column(Float, nullable=True)
+    calibration_json: Mapped[str] = mapped_column(Text)
+
+
+def calibration_id(calibration: Calibration) -> str:
+    """The content hash of a calibration, without its ``id`` and ``created_at`` (set when stored):
+    the same fit uploaded twice, or uploaded again as fetched, has one id."""
+    return content_id(calibration.model_dump(mode="json", exclude={"id", "created_at"}))
 
 
 def make_engine(url: str) -> Engine:
@@ -532,6 +588,52 @@ class Store:
             for r in rows
         ]
         return Page[ProfileSummary](items=items, total=total, limit=limit, offset=offset)
+
+    # ---- calibrations --------------------------------------------------------------------
+
+    def put_calibration(self, calibration: Calibration) -> tuple[Calibration, bool]:
+        """Store a calibration under its content hash (``calibration_id``); returns it with its ``id``
+        (and ``created_at``, kept when the calibration has one), and whether it is new. A calibration
+        stored before is returned as stored, unchanged."""
+        cal_id = calibration_id(calibration)
+        now = utc_now()
+        stored = calibration.model_copy(update={"id": cal_id, "created_at": calibration.created_at or now})
+        row = CalibrationRow(
+            id=cal_id,
+            created_at=now,
+            gpu=column_text(stored.gpu),
+            stack=column_text(stored.stack),
+            runs=len(stored.runs),
+            in_sample_mape=stored.in_sample_mape,
+            cross_validated_mape=stored.cross_validated_mape,
+            calibration_json=canonical_json(stored.model_dump(mode="json")),
+        )
+        if not self._insert(row):
+            existing = self.get_calibration(cal_id)
+            if existing is not None:  # stored before (calibrations are never changed or deleted)
+                return existing, False
+        return stored, True
+
+    def get_calibration(self, cal_id: str) -> Calibration | None:
+        with self._session() as session:
+            row = session.get(CalibrationRow, cal_id)
+        return None if row is None else Calibration.model_validate_json(row.calibration_json)
+
+    def list_calibrations(
+        self, *, gpu: str | None, stack: str | None, limit: int, offset: int
+    ) -> Page[CalibrationSummary]:
+        query = select(CalibrationRow)
+        if gpu:
+            query = query.where(CalibrationRow.gpu == column_text(gpu))
+        if stack:
+            query = query.where(CalibrationRow.stack == column_text(stack))
+        with self._session() as session:
+            total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+            rows = session.scalars(
+                query.order_by(CalibrationRow.created_at.desc(), CalibrationRow.id).limit(limit).offset(offset)
+            ).all()
+        items = [CalibrationSummary(**{c: getattr(r, c) for c in CalibrationSummary.model_fields}) for r in rows]
+        return Page[CalibrationSummary](items=items, total=total, limit=limit, offset=offset)
 
     # ---- runs ----------------------------------------------------------------------------
 

@@ -139,6 +139,43 @@ def test_every_export_format_downloads(client, solved):
 
 
 @pytest.mark.parametrize(
+    ("fmt", "query", "target", "warned"),
+    [
+        ("megatron", "", "megatron", True),
+        ("torchtitan-toml", "", "torchtitan", True),
+        ("deepspeed", "", "deepspeed", True),
+        ("slurm", "partition=gpu", "meshplan", False),
+        ("meshplan", "", "meshplan", False),
+        ("torchrun", "command=train.py", None, False),  # the user's program: its stack is unknown
+    ],
+)
+def test_export_says_which_stack_the_plan_was_priced_for_and_warns_on_another(
+    client, solved, fmt, query, target, warned
+):
+    """The plan was priced for the default stack (meshplan); an export that runs another stack carries
+    the warning in the file (first in its box) and in ``X-Meshplan-Stack-Warning``."""
+    r = client.get(f"/v1/plans/{solved['id']}/export/{fmt}?{query}")
+    assert r.status_code == 200, r.text
+    assert r.headers["x-meshplan-plan-stack"] == solved["request"]["training"]["stack"] == "meshplan"
+    assert r.headers.get("x-meshplan-target-stack") == target
+    warning = r.headers.get("x-meshplan-stack-warning")
+    assert (warning is not None) is warned
+    if warned:
+        assert f"'{target}'" in warning and f"--stack {target}" in warning
+        if fmt == "deepspeed":  # JSON: the warnings are a list in the file's "meshplan" block
+            assert r.json()["meshplan"]["warnings"][0] == warning
+        else:
+
+            def norm(text: str) -> str:
+                return " ".join(text.replace("#", " ").replace('"', " ").split())
+
+            assert norm("WARNING: " + warning) in norm(r.text)
+        assert int(r.headers["x-meshplan-warnings"]) >= 1
+    stacks = {f["id"]: f["stack"] for f in client.get("/v1/catalog/export-formats").json()}
+    assert stacks[fmt] == (target or "meshplan")
+
+
+@pytest.mark.parametrize(
     ("query", "field"),
     [
         ("job_name=Not%20A%20Label", "query.job_name"),

@@ -652,3 +652,185 @@ def test_form_defaults_are_the_readme_quick_start_and_the_cli_defaults(tab):
     assert int(page.input_value("#f-top_k")) == PlanRequest.model_fields["top_k"].default
     assert float(page.input_value("#f-options-time_limit_s")) == SearchOptions.model_fields["time_limit_s"].default
     tab.assert_clean()
+
+
+# ---- training stacks and calibrations (issue 11 §2, §4) ------------------------------------
+
+
+def _store_calibration(base: str, **changes: object) -> dict:
+    body = {
+        "gpu": "h100-sxm5-80gb",
+        "stack": "meshplan",
+        "residuals": {"compute_scale": 1.3, "memory_scale": 1.2, "kernel_overhead_us": 20.0, "comm_scale": 1.5},
+        "runs": [
+            {
+                "label": "tiny-llama tp2 pp2",
+                "measured_step_time_s": 0.2,
+                "predicted_before_s": 0.15,
+                "predicted_after_s": 0.19,
+            }
+        ],
+        "in_sample_mape": 0.05,
+        "cross_validated_mape": 0.09,
+        **changes,
+    }
+    r = httpx.post(f"{base}/v1/calibrations", json=body, timeout=30)
+    assert r.status_code in (200, 201), r.text
+    return r.json()
+
+
+def test_form_picks_the_training_stack_and_a_stored_calibration(tab, server, artifacts_dir):
+    """The form offers the stacks of GET /v1/catalog/stacks (meshplan first chosen) and the stored
+    calibrations; the plan made with them names both, its explanation says which stack priced it, and
+    each export that runs another stack is flagged (and the download repeats the server's warning)."""
+    cal = _store_calibration(server, stack="megatron", notes=["dashboard form"])
+    stacks = [x["id"] for x in httpx.get(f"{server}/v1/catalog/stacks", timeout=30).json()]
+    page = tab.goto("/new")
+    assert page.eval_on_selector_all("#f-training-stack option", "os => os.map(o => o.value)") == stacks
+    assert page.input_value("#f-training-stack") == "meshplan"
+    assert page.input_value("#f-calibration_id") == ""  # none unless chosen
+    offered = page.eval_on_selector_all("#f-calibration_id option", "os => os.map(o => [o.value, o.textContent])")
+    [label] = [text for value, text in offered if value == cal["id"]]
+    assert "h100-sxm5-80gb" in label and "megatron" in label and "9.0 %" in label
+    page.select_option("#f-model", "tiny-gpt")
+    page.fill("#f-cluster-num_nodes", "1")
+    page.fill("#f-training-global_batch_size", "32")
+    page.fill("#f-training-seq_len", "128")
+    page.fill("#f-options-time_limit_s", "5")
+    page.select_option("#f-training-stack", "megatron")
+    page.select_option("#f-calibration_id", cal["id"])
+    page.click("#plan-submit")
+    page.wait_for_url(re.compile(r".*#/plans/[^/?]+$"), timeout=120_000)
+    page.wait_for_selector("#alternatives-table")
+    plan_id = page.url.rsplit("/", 1)[-1]
+    stored = httpx.get(f"{server}/v1/plans/{plan_id}", timeout=30).json()
+    assert stored["request"]["training"]["stack"] == "megatron" and stored["request"]["calibration_id"] == cal["id"]
+
+    priced = " ".join(page.inner_text("#priced-for").split())
+    assert "Priced for the training stack megatron" in priced and cal["id"] in priced
+    assert "priced for the training stack megatron" in page.inner_text("#why")  # the planner's explanation
+
+    formats = httpx.get(f"{server}/v1/catalog/export-formats", timeout=30).json()
+    flagged = page.eval_on_selector_all(
+        "#exports [data-format-warning]", "els => els.map(e => e.dataset.formatWarning)"
+    )
+    assert sorted(flagged) == sorted(f["id"] for f in formats if f["stack"] != "megatron") and "megatron" not in flagged
+    with page.expect_download():
+        page.click('#exports a[data-format="torchrun"]')
+    page.wait_for_selector("#exports .state-warning.stack-warning")
+    header = httpx.get(f"{server}/v1/plans/{plan_id}/export/torchrun", timeout=30).headers["x-meshplan-stack-warning"]
+    assert page.inner_text("#exports .state-warning.stack-warning") == f"Warning: {header}"
+    with page.expect_download():
+        page.click('#exports a[data-format="megatron"]')
+    page.wait_for_selector("#exports .note:has-text('Downloaded')")
+    assert page.locator("#exports .state-warning").count() == 0  # priced for the stack it runs
+    tab.shot(artifacts_dir, "plan-stack")
+
+    # A what-if is priced like the plan: same stack, same calibration.
+    posted: list[dict] = []
+    page.on(
+        "request",
+        lambda q: (
+            posted.append(json.loads(q.post_data)) if q.method == "POST" and q.url.endswith("/v1/estimates") else None
+        ),
+    )
+    page.select_option("#whatif-knob", "recompute")
+    other = next(
+        x for x in ("full", "selective", "none") if x != stored["response"]["plans"][0]["parallel"]["recompute"]
+    )
+    page.select_option("#whatif-value", other)
+    page.click("#whatif button[type=submit]")
+    page.wait_for_selector("#whatif .whatif-table")
+    assert [(b["training"]["stack"], b.get("calibration_id")) for b in posted] == [("megatron", cal["id"])]
+
+    # Editing the plan keeps its stack and calibration.
+    page.click("text=Edit and re-plan")
+    page.wait_for_selector("#f-model")
+    page.wait_for_function("!document.querySelector('main .state-loading')")
+    assert (page.input_value("#f-training-stack"), page.input_value("#f-calibration_id")) == ("megatron", cal["id"])
+    tab.assert_clean()
+
+
+def _estimate(request: dict, calibration: dict | None = None) -> float:
+    from planner.api import estimate_plan
+    from planner.specs import PlanRequest
+
+    return estimate_plan(PlanRequest.model_validate({**request, "calibration": calibration})).estimate.step_time_s
+
+
+@pytest.mark.parametrize("kind", ["gpu-run", "cpu-run"])
+def test_run_page_shows_predicted_against_measured_before_and_after_calibration(tab, server, artifacts_dir, kind):
+    """The run page re-prices the run's configuration with the built-in constants and with a chosen
+    stored calibration (POST /v1/estimates, calibration_id): its figures are planner.api.estimate_plan
+    of the same request without and with the calibration inline, set against the measurement only on the
+    hardware that ran."""
+    cal = _store_calibration(server, notes=[f"run page {kind}"])
+    report = RUN_REPORT | {"predicted_on": "h100-sxm5-80gb", "predicted_step_time_s": 0.16}
+    if kind == "gpu-run":
+        report |= {"device": "NVIDIA H100 80GB HBM3", "step_time_ratio": 0.8}
+    r = httpx.post(f"{server}/v1/runs", json=report, timeout=30)
+    assert r.status_code == 201, r.text
+    run = httpx.get(f"{server}/v1/runs/{r.json()['id']}", timeout=30).json()["report"]
+    posted: list[dict] = []
+    tab.page.on(
+        "request",
+        lambda q: (
+            posted.append(json.loads(q.post_data)) if q.method == "POST" and q.url.endswith("/v1/estimates") else None
+        ),
+    )
+    page = tab.goto(f"/runs/{r.json()['id']}")
+    page.select_option("#cal-pick", cal["id"])
+    assert (page.input_value("#cal-gpu"), page.input_value("#cal-nodes"), page.input_value("#cal-gpn")) == (
+        "h100-sxm5-80gb",
+        "1",
+        "4",
+    )
+    page.click("#calibrate-submit")
+    page.wait_for_selector("#calibration-table")
+
+    request = {
+        "model": "tiny-llama",
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 4},
+        "training": {"global_batch_size": 8, "seq_len": 128, "precision": "bf16", "stack": "meshplan"},
+        "parallel": run["parallel"],
+        "options": {"allow_tp_across_nodes": True},
+    }
+    assert sorted(posted, key=lambda b: "calibration_id" in b) == [request, {**request, "calibration_id": cal["id"]}]
+    shown = dict(
+        page.eval_on_selector_all(
+            "#calibration-table tbody tr",
+            "trs => trs.map(t => [t.dataset.row, +t.querySelector('td').dataset.seconds])",
+        )
+    )
+    before, after = _estimate(request), _estimate(request, cal)
+    assert shown == pytest.approx({"measured": 0.2, "plan": 0.16, "before": before, "after": after}, rel=1e-12)
+    ratios = dict(
+        page.eval_on_selector_all(
+            "#calibration-table tbody tr",
+            "trs => trs.map(t => [t.dataset.row, t.querySelectorAll('td')[1].textContent])",
+        )
+    )
+    if kind == "gpu-run":
+        assert 1e-4 < before / 0.2 < 0.1  # an H100 estimate of a tiny model far below the made-up measurement
+        assert (ratios["before"], ratios["after"], ratios["plan"]) == (
+            f"{before / 0.2:.3g}",
+            f"{after / 0.2:.3g}",
+            "0.80",
+        )
+        assert _svg_rects_with_area(page, "#run-calibration rect.bar") == 3
+        assert page.locator("#calibration-not-comparable").count() == 0
+    else:  # a CPU run is never set against an H100 estimate
+        assert ratios["before"] == ratios["after"] == ratios["plan"] == "—"
+        assert _svg_rects_with_area(page, "#run-calibration rect.bar") == 2
+        assert "CPU" in page.inner_text("#calibration-not-comparable")
+    # The runs the calibration was fitted on, as it records them; this run (same measured step time) marked.
+    fit = page.eval_on_selector_all(
+        "#calibration-fit tbody tr",
+        "trs => trs.map(t => [t.dataset.thisRun || '', ...[...t.querySelectorAll('td')].map(td => td.textContent)])",
+    )
+    [recorded] = cal["runs"]
+    assert recorded["measured_step_time_s"] == run["measured_step_time_s"]
+    assert fit == [["true", "200.0 ms", "150.0 ms", "−25.0 %", "190.0 ms", "−5.0 %"]]
+    assert "9.0 %" in page.inner_text("#calibration-fit")  # its cross-validated error
+    page.locator("#run-calibration").screenshot(path=str(artifacts_dir / f"dashboard-run-calibration-{kind}.png"))
+    tab.assert_clean()

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from api.exporters import FORMATS, ExportOptions, export, export_formats
+from api.exporters import FORMATS, ExportOptions, export, export_formats, stack_warning
 from api.exporters.megatron import layout_string
 from planner.catalog import GPUS, get_model
 from planner.errors import MeshplanError
@@ -220,8 +220,14 @@ OPTIONS = ExportOptions(
 PAIRS = [(c, f) for c in CASES for f in FORMATS if (c, f) not in ERRORS]
 
 
+def for_target(plan: Plan, fmt: str) -> Plan:
+    """``plan`` priced for the training stack the target runs (no stack warning): the golden files and
+    most checks are of plans priced for the stack that will run them."""
+    return plan.model_copy(update={"training": plan.training.model_copy(update={"stack": FORMATS[fmt].stack})})
+
+
 def _export(case: str, fmt: str, options: ExportOptions = OPTIONS):
-    return export(CASES[case], fmt, options)
+    return export(for_target(CASES[case], fmt), fmt, options)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -664,7 +670,7 @@ def test_inexpressible_parts_are_warned_in_output_and_result(case, fmt, needle):
     ],
 )
 def test_expressible_plans_export_without_warnings(case, fmt):
-    assert export(CASES[case], fmt, OPTIONS).warnings == []
+    assert export(for_target(CASES[case], fmt), fmt, OPTIONS).warnings == []
 
 
 def test_megatron_uses_first_last_flags_only_where_they_fit():
@@ -872,7 +878,7 @@ def test_megatron_interleaving_needs_enough_micro_batches(gbs, group, error):
             export(plan, "megatron", OPTIONS)
         assert err.value.field == "plan.estimate.num_microbatches"
         return
-    result = export(plan, "megatron", OPTIONS)
+    result = export(for_target(plan, "megatron"), "megatron", OPTIONS)
     words = shell_words(result.content)
     assert flag(words, "--microbatch-group-size-per-virtual-pipeline-stage") == group
     m, pp = plan.estimate.num_microbatches, plan.parallel.pp
@@ -1145,3 +1151,95 @@ def test_megatron_builds_qkv_biases_where_the_model_has_them(model, has_bias):
     words = shell_words(export(plan, "megatron", ExportOptions()).content)
     assert ("--add-qkv-bias" in words) is has_bias
     assert "--disable-bias-linear" in words  # the other linears stay bias-free
+
+
+# ------------------------------------------------------------------------------------------------
+# The training stack a plan was priced for, and the one the export runs (issue 11 §2)
+
+MEGATRON_UNFUSED = {"base": "megatron", "attention": "unfused"}
+STACK_CASES = [
+    # (stack the plan was priced for, format, --command, stack warned about or None)
+    ("meshplan", "megatron", None, "megatron"),
+    ("meshplan", "deepspeed", None, "deepspeed"),
+    ("meshplan", "torchtitan", None, "torchtitan"),
+    ("meshplan", "torchtitan-toml", None, "torchtitan"),
+    ("meshplan", "torchrun", None, None),
+    ("meshplan", "slurm", None, None),
+    ("meshplan", "kubeflow-pytorchjob", None, None),
+    ("meshplan", "kubeflow-trainjob", None, None),
+    ("meshplan", "meshplan", None, None),
+    ("megatron", "megatron", None, None),
+    ("megatron", "torchrun", None, "meshplan"),
+    ("megatron", "slurm", None, "meshplan"),
+    ("megatron", "kubeflow-trainjob", None, "meshplan"),
+    ("megatron", "meshplan", None, "meshplan"),
+    ("megatron", "slurm", "pretrain_gpt.py --foo", None),  # the user's program: its stack is unknown
+    ("megatron", "torchrun", "pretrain_gpt.py", None),
+    ("megatron", "meshplan", "pretrain_gpt.py", "meshplan"),  # the meshplan target ignores --command
+    ("torchtitan", "torchtitan-toml", None, None),
+    ("torchtitan", "deepspeed", None, "deepspeed"),
+    ("deepspeed", "deepspeed", None, None),
+    (MEGATRON_UNFUSED, "megatron", None, None),  # an inline stack counts as its base
+    (MEGATRON_UNFUSED, "torchrun", None, "meshplan"),
+]
+
+
+def _priced_for(stack: object) -> Plan:
+    plan = CASES["llama3-8b-zero3"]
+    return plan.model_copy(
+        update={"training": TrainingSpec.model_validate({**plan.training.model_dump(), "stack": stack})}
+    )
+
+
+@pytest.mark.parametrize("stack,fmt,command,warned", STACK_CASES)
+def test_exporting_a_plan_priced_for_another_stack_warns(stack, fmt, command, warned):
+    plan = _priced_for(stack)
+    options = OPTIONS.model_copy(update={"command": command})
+    result = export(plan, fmt, options)
+    base = stack if isinstance(stack, str) else stack["base"]
+    said = [w for w in result.warnings if "priced for the training stack" in w]
+    if warned is None:
+        assert said == [] and stack_warning(plan, FORMATS[fmt], options) is None
+        return
+    assert said == [result.warnings[0]], result.warnings  # one, first: it concerns every figure of the plan
+    assert f"'{base}'" in said[0] and f"'{warned}'" in said[0] and f"--stack {warned}" in said[0]
+    assert said[0].isascii()  # the service sends it as a header too
+    if FORMATS[fmt].comment is None:
+        assert parse(result.content, result.media_type)["meshplan"]["warnings"][0] == said[0]
+    else:
+        flat = " ".join(result.content.replace(FORMATS[fmt].comment, " ").split())
+        assert "WARNING: " + " ".join(said[0].split()) in flat
+    with pytest.raises(MeshplanError) as err:
+        export(plan, fmt, options.model_copy(update={"strict": True}))
+    assert "priced for the training stack" in err.value.message and err.value.fix
+
+
+def test_the_format_catalog_names_the_stack_each_target_runs():
+    from planner.stacks import STACKS
+
+    stacks = {f["id"]: f["stack"] for f in export_formats()}
+    assert set(stacks.values()) <= set(STACKS)
+    assert {k: stacks[k] for k in ("megatron", "deepspeed", "torchtitan", "torchtitan-toml", "meshplan", "slurm")} == {
+        "megatron": "megatron",
+        "deepspeed": "deepspeed",
+        "torchtitan": "torchtitan",
+        "torchtitan-toml": "torchtitan",
+        "meshplan": "meshplan",
+        "slurm": "meshplan",
+    }
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_cli_export_prints_the_stack_warning(tmp_path):
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(_priced_for("meshplan").model_dump_json())
+    run = _cli("export", "--plan", str(plan_file), "--format", "megatron")
+    assert run.returncode == 0, run.stderr
+    flat = " ".join(run.stderr.split())
+    assert "warning: the plan was priced for the training stack 'meshplan'" in flat and "--stack megatron" in flat
+    same = _cli("export", "--plan", str(plan_file), "--format", "torchrun")
+    assert same.returncode == 0 and "priced for the training stack" not in same.stderr
+    strict = _cli("export", "--plan", str(plan_file), "--format", "megatron", "--strict")
+    assert (
+        strict.returncode == 2 and "priced for the training stack" in strict.stderr and "Traceback" not in strict.stderr
+    )

@@ -4,6 +4,9 @@
 invariants, renders, and returns an ``ExportResult`` (text, media type, download filename, warnings).
 Something the target cannot express is either an error (``MeshplanError``) or a warning written
 prominently into the output and returned in ``warnings``; ``options.strict`` makes warnings errors.
+A plan priced for another training stack than the one the target runs (``Exporter.stack``: Megatron-LM,
+DeepSpeed, torchtitan; the launchers and ``meshplan`` run meshplan's runtime unless ``--command``
+names another program) exports with a warning saying so and how to re-plan (``stack_warning``).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 from planner.errors import MeshplanError
 from planner.specs import Plan
 
-from .base import Exporter, ExportResult, Notes, check_invariants
+from .base import Exporter, ExportResult, Notes, check_invariants, plan_stack, stack_warning
 from .deepspeed import DeepSpeedExporter
 from .kubeflow_pytorchjob import PyTorchJobExporter
 from .kubeflow_trainjob import TrainJobExporter
@@ -37,11 +40,20 @@ FORMATS: dict[str, Exporter] = {
     )
 }
 
-__all__ = ["FORMATS", "ExportOptions", "ExportResult", "Exporter", "export", "export_formats"]
+__all__ = [
+    "FORMATS",
+    "ExportOptions",
+    "ExportResult",
+    "Exporter",
+    "export",
+    "export_formats",
+    "plan_stack",
+    "stack_warning",
+]
 
 
 def export_formats() -> list[dict[str, str]]:
-    """``GET /v1/catalog/export-formats``: ``[{id, media_type, target, target_version}]``."""
+    """``GET /v1/catalog/export-formats``: ``[{id, media_type, target, target_version, stack}]``."""
     return [e.catalog_entry() for e in FORMATS.values()]
 
 
@@ -55,6 +67,9 @@ def export(plan: Plan, fmt: str, options: ExportOptions | None = None, *, out_na
     options = options or ExportOptions()
     check_invariants(plan)
     notes = Notes(out_name=out_name)
+    mismatch = stack_warning(plan, exporter, options)
+    if mismatch is not None:  # first: it concerns every number of the plan
+        notes.warn(mismatch)
     content = exporter.render(plan, options, notes)
     if options.strict and notes.warnings:
         raise MeshplanError(

@@ -77,6 +77,15 @@ class Exporter:
     extension: ClassVar[str]
     #: How a comment line starts in this format (None: no comments, e.g. JSON).
     comment: ClassVar[str | None] = "#"
+    #: The training stack (``planner.stacks`` preset id) whose software this target runs; a plan priced
+    #: for another stack exports with a warning (``stack_warning``). Launchers run meshplan's runtime.
+    stack: ClassVar[str] = "meshplan"
+    #: Whether ``--command`` replaces the program (launchers): then the stack is the user's, unknown.
+    runs_command: ClassVar[bool] = False
+
+    def runs_stack(self, options: ExportOptions) -> str | None:
+        """The stack this export runs: ``stack``, or None when it runs the user's ``--command``."""
+        return None if self.runs_command and options.command is not None else self.stack
 
     def render(self, plan: Plan, options: ExportOptions, notes: Notes) -> str:  # pragma: no cover
         raise NotImplementedError
@@ -90,7 +99,33 @@ class Exporter:
             "media_type": self.media_type,
             "target": self.target,
             "target_version": self.target_version,
+            "stack": self.stack,
         }
+
+
+# ------------------------------------------------------------------------------------------------
+# The training stack a plan was priced for, and the one an export runs
+
+
+def plan_stack(plan: Plan) -> str:
+    """The preset id of the training stack the plan was priced for (an inline stack's ``base``)."""
+    stack = plan.training.stack
+    return stack if isinstance(stack, str) else stack.base
+
+
+def stack_warning(plan: Plan, exporter: Exporter, options: ExportOptions) -> str | None:
+    """The warning for exporting a plan priced for one training stack to a target that runs another
+    (None when they agree, or the target runs the user's own ``--command``). Plain ASCII: the service
+    also sends it as an HTTP header."""
+    runs = exporter.runs_stack(options)
+    priced = plan_stack(plan)
+    if runs is None or runs == priced:
+        return None
+    return (
+        f"the plan was priced for the training stack '{priced}' but the {exporter.id} export runs '{runs}': "
+        f"its step time, memory and choice of configuration assume {priced}'s kernels, activation memory and "
+        f'overlap; re-plan with --stack {runs} (training.stack: "{runs}") to price it for the stack that runs it'
+    )
 
 
 # ------------------------------------------------------------------------------------------------

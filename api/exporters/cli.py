@@ -73,11 +73,11 @@ def export_command(
 
 
 def export_formats_command() -> None:
-    """List the export formats and the target version each was written for."""
+    """List the export formats, the training stack each runs and the target version each was written for."""
     from api.exporters import export_formats
 
     for f in export_formats():
-        typer.echo(f"{f['id']:<22} {f['media_type']:<22} {f['target_version']}")
+        typer.echo(f"{f['id']:<22} {f['media_type']:<22} {f['stack']:<11} {f['target_version']}")
 
 
 def register(app: typer.Typer) -> None:

@@ -124,6 +124,7 @@ class DeepSpeedExporter(Exporter):
     target_version = DEEPSPEED_VERSION
     media_type = "application/json"
     extension = "json"
+    stack = "deepspeed"
     comment = None
 
     def render(self, plan: Plan, options, notes: Notes) -> str:

@@ -113,6 +113,7 @@ class PyTorchJobExporter(Exporter):
     target_version = "training-operator v1.9 (kubeflow.org/v1)"
     media_type = "application/yaml"
     extension = "yaml"
+    runs_command = True  # --command replaces meshplan's runtime
 
     def render(self, plan: Plan, options: ExportOptions, notes: Notes) -> str:
         geom = geometry(plan, options)

@@ -32,6 +32,7 @@ class TrainJobExporter(Exporter):
     target_version = "Kubeflow Trainer v2, kubeflow/trainer@0015772c (2026)"
     media_type = "application/yaml"
     extension = "yaml"
+    runs_command = True  # --command replaces meshplan's runtime
 
     def render(self, plan: Plan, options: ExportOptions, notes: Notes) -> str:
         geom = geometry(plan, options)

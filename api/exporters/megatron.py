@@ -193,6 +193,7 @@ class MegatronExporter(Exporter):
     target_version = MEGATRON_VERSION
     media_type = "text/x-shellscript"
     extension = "sh"
+    stack = "megatron"
 
     def render(self, plan: Plan, options, notes: Notes) -> str:
         args = megatron_args(plan, notes)

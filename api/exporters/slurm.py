@@ -22,6 +22,7 @@ class SlurmExporter(Exporter):
     target_version = "Slurm 24.05+ (sbatch/srun), torch 2.13 torchrun"
     media_type = "text/x-shellscript"
     extension = "sbatch"
+    runs_command = True  # --command replaces meshplan's runtime
 
     def render(self, plan: Plan, options: ExportOptions, notes: Notes) -> str:
         geom = geometry(plan, options)

@@ -78,6 +78,7 @@ class TorchrunExporter(Exporter):
     target_version = TORCHRUN_VERSION
     media_type = "text/x-shellscript"
     extension = "sh"
+    runs_command = True  # --command replaces meshplan's runtime
 
     def render(self, plan: Plan, options: ExportOptions, notes: Notes) -> str:
         geom = geometry(plan, options)

@@ -143,6 +143,7 @@ class TorchtitanRecipeExporter(Exporter):
     target_version = "torchtitan 0.3.0"
     media_type = "text/x-python"
     extension = "py"
+    stack = "torchtitan"
 
     def module_name(self, options) -> str:
         return "meshplan_" + safe_identifier(options.job_name)
@@ -202,6 +203,7 @@ class TorchtitanTomlExporter(Exporter):
     target_version = "torchtitan 0.2.2 (last release with TOML job files)"
     media_type = "application/toml"
     extension = "toml"
+    stack = "torchtitan"
 
     def render(self, plan: Plan, options, notes: Notes) -> str:
         module, flavor = model_ids(plan, notes)

@@ -9,6 +9,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import MetricsDep, SettingsDep, SolverDep, StoreDep, v1_router
 from api.problems import error_responses
+from api.routes.calibrations import resolve_calibration
 from api.routes.plans import resolve_profile
 from api.schemas import ESTIMATE_EXAMPLES
 from api.solver import bound_request, timed
@@ -27,5 +28,5 @@ async def estimate(
 ) -> Plan:
     """Complete the pinned configuration with the planner's documented defaults and estimate it
     (no search: fast, and not stored)."""
-    request = await resolve_profile(bound_request(body, settings), store)
+    request = await resolve_calibration(await resolve_profile(bound_request(body, settings), store), store)
     return await run_in_threadpool(timed(metrics, "estimate", lambda: solver.estimate_plan(request)))

@@ -14,6 +14,7 @@ from starlette.concurrency import run_in_threadpool
 from api.deps import SolverDep, StoreDep, get_metrics, get_pool, get_settings, get_solver, get_store, resolve, v1_router
 from api.metrics import Metrics
 from api.problems import ProblemException, _field_of, error_responses, not_found
+from api.routes.calibrations import resolve_calibration
 from api.schemas import PLAN_REQUEST_EXAMPLES, Page, PlanSummary, ProblemError, StoredPlan
 from api.settings import Settings
 from api.solver import Solver, SolverPool, bound_request, timed
@@ -188,7 +189,7 @@ async def create_plan(http: Request) -> Response:
         assert request is not None and key is not None
         solver: Solver = await resolve(http, get_solver)
         pool: SolverPool = await resolve(http, get_pool)
-        solve_request = await resolve_profile(request, store)
+        solve_request = await resolve_calibration(await resolve_profile(request, store), store)
         plan_id, stored_request = key, request
 
         def solve_and_store() -> tuple[bytes, bool]:

@@ -81,10 +81,12 @@ export async function api(path, { method = "GET", body, query } = {}) {
   return res.json();
 }
 
-/** Download a file through fetch (so the bearer token is sent), saving it under its served name. */
-export async function download(href, fallbackName) {
+/** Download a file through fetch (so the bearer token is sent), saving it under its served name;
+ * ``onResponse(res)`` sees the answer first (e.g. its warning headers). */
+export async function download(href, fallbackName, onResponse) {
   const res = await fetch(href, { headers: headers({ Accept: "*/*" }) });
   if (!res.ok) throw await problemOf(res);
+  if (onResponse) onResponse(res);
   const disposition = res.headers.get("Content-Disposition") || "";
   const m = /filename\*?=(?:UTF-8'')?"?([^";]+)"?/i.exec(disposition);
   const name = m ? decodeURIComponent(m[1]) : fallbackName;

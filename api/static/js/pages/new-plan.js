@@ -5,6 +5,39 @@ import { api } from "../api.js";
 import { announce, errorBox, fmt, h, loading, put, setTitle } from "../dom.js";
 
 const CUSTOM = "__custom__";
+/** The value of a stack / calibration option that carries an inline object (from a plan being edited). */
+const INLINE = "__inline__";
+
+/** A picker's value: its option's value, or the inline object the option carries. */
+function pickedValue(sel) {
+  const opt = sel.selectedOptions[0];
+  if (!opt || opt.value !== INLINE) return sel.value;
+  return JSON.parse(opt.dataset.json);
+}
+
+/** Select ``value`` in ``sel``; an object (an inline stack or calibration) gets an option of its own. */
+function pick(sel, value, label) {
+  if (value === undefined || value === null) return;
+  if (typeof value !== "object") {
+    if (![...sel.options].some((o) => o.value === String(value))) sel.append(h("option", { value: String(value) }, `${value} (not stored on this server)`));
+    sel.value = String(value);
+    return;
+  }
+  for (const o of [...sel.options]) if (o.value === INLINE) o.remove();
+  const opt = h("option", { value: INLINE, dataset: { json: JSON.stringify(value) } }, label(value));
+  sel.append(opt);
+  sel.value = INLINE;
+}
+
+/** One line per stored calibration: what it was fitted on and how well it predicts. */
+export function calibrationLabel(c) {
+  const err = c.cross_validated_mape !== null && c.cross_validated_mape !== undefined
+    ? `cross-validated error ${fmt.pct(c.cross_validated_mape)}`
+    : c.in_sample_mape !== null && c.in_sample_mape !== undefined
+      ? `in-sample error ${fmt.pct(c.in_sample_mape)}`
+      : "no error stated";
+  return `${c.gpu} · ${c.stack} · ${c.runs} run${c.runs === 1 ? "" : "s"} · ${err} (${c.id})`;
+}
 
 /** Parameter count of a ModelSpec: blocks (attention, MLP, two norms; biases for GPT), token
  * embedding (+ learned positions for GPT), final norm and LM head; tied weights counted once. */
@@ -101,6 +134,12 @@ export function requestFromForm(form) {
       allow_tp_across_nodes: form.elements["options.allow_tp_across_nodes"].checked,
     },
   };
+  const stackSel = form.elements["training.stack"];
+  if (stackSel && stackSel.value) body.training.stack = pickedValue(stackSel);
+  const calSel = form.elements.calibration_id;
+  const cal = calSel ? pickedValue(calSel) : "";
+  if (cal && typeof cal === "object") body.calibration = cal;
+  else if (cal) body.calibration_id = cal;
   const profile = form.elements.profile_id.value;
   if (profile) body.profile_id = profile;
   return body;
@@ -125,6 +164,11 @@ function fillForm(form, req) {
   set("cluster.gpus_per_node", c.gpus_per_node);
   const t = req.training || {};
   for (const k of ["global_batch_size", "seq_len", "precision", "optimizer"]) set(`training.${k}`, t[k]);
+  if (form.elements["training.stack"]) pick(form.elements["training.stack"], t.stack, (x) => `${x.base || "meshplan"} with overrides: ${JSON.stringify(x)}`);
+  if (form.elements.calibration_id) {
+    if (req.calibration) pick(form.elements.calibration_id, req.calibration, (c) => `inline calibration from the plan: ${c.gpu} · ${c.stack}`);
+    else if (req.calibration_id) pick(form.elements.calibration_id, req.calibration_id);
+  }
   const p = req.parallel || {};
   for (const k of ["tp", "pp", "dp", "micro_batch_size", "virtual_stages", "schedule", "recompute", "zero_stage"]) set(`parallel.${k}`, p[k]);
   if (p.sequence_parallel !== undefined && p.sequence_parallel !== null) set("parallel.sequence_parallel", String(p.sequence_parallel));
@@ -200,11 +244,13 @@ function showErrors(form, summary, err, pasted) {
 export async function newPlanPage(root, { query }) {
   setTitle("New plan");
   root.append(h("h1", {}, "New plan"), loading("Loading the catalogs"));
-  const [models, gpus, schedules, profiles] = await Promise.all([
+  const [models, gpus, schedules, profiles, stacks, calibrations] = await Promise.all([
     api("/v1/catalog/models"),
     api("/v1/catalog/gpus"),
     api("/v1/catalog/schedules"),
     api("/v1/profiles", { query: { limit: 100 } }).catch(() => ({ items: [] })),
+    api("/v1/catalog/stacks").catch(() => []),
+    api("/v1/calibrations", { query: { limit: 100 } }).catch(() => ({ items: [] })),
   ]);
   const from = query.get("from");
   const base = from ? await api(`/v1/plans/${encodeURIComponent(from)}`).catch(() => null) : null;
@@ -262,6 +308,14 @@ export async function newPlanPage(root, { query }) {
         field("training.precision", "Precision", select([["bf16", "bf16"], ["fp16", "fp16"], ["fp32", "fp32"]], "bf16")),
         field("training.optimizer", "Optimizer", select([["adam", "Adam"], ["sgd", "SGD"]], "adam")),
       ),
+      stacks.length
+        ? field(
+            "training.stack",
+            "Training stack",
+            select(stacks.map((x) => [x.id, `${x.id} — ${x.title}`]), stacks.some((x) => x.id === "meshplan") ? "meshplan" : stacks[0].id),
+            "The software that will run the plan: its kernels, attention, activation memory and overlap price the plan. Export to a launcher of the same stack.",
+          )
+        : null,
     ),
     h(
       "fieldset",
@@ -298,6 +352,7 @@ export async function newPlanPage(root, { query }) {
         field("top_k", "Alternatives to keep (top k)", num({ min: 1, max: 20, value: 3 })),
         field("options.time_limit_s", "Solver time limit (s)", num({ min: 0.1, max: 600, step: "any", value: 10 })),
         field("profile_id", "Measured profile", select([["", "none (analytic costs)"], ...profiles.items.map((p) => [p.id, `${p.model} on ${p.device} (${p.source}, ${p.id})`])], "")),
+        field("calibration_id", "Calibration", select([["", "none (built-in constants)"], ...calibrations.items.map((c) => [c.id, calibrationLabel(c)])], ""), "Residual constants fitted on your own runs (meshplan calibrate, POST /v1/calibrations)."),
       ),
       h("div", { class: "field check" }, h("input", { type: "checkbox", id: "f-allow-tp", name: "options.allow_tp_across_nodes", "data-field": "options.allow_tp_across_nodes" }), h("label", { for: "f-allow-tp" }, "Allow tensor-parallel groups to span nodes")),
     ),

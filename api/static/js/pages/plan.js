@@ -146,8 +146,31 @@ function meshFigure(plan) {
   });
 }
 
+/** The preset id of a training stack as a request or plan names it (an inline stack's base). */
+export function stackId(stack) {
+  if (!stack) return "meshplan";
+  return typeof stack === "string" ? stack : stack.base || "meshplan";
+}
+
+/** What a plan was priced with: its training stack and, when given, the calibration. */
+function pricedWith(request, training) {
+  const stack = training.stack;
+  const inline = stack && typeof stack === "object";
+  const cal = request.calibration_id || (request.calibration && (request.calibration.id || "inline"));
+  return h(
+    "p",
+    { class: "sub", id: "priced-for" },
+    "Priced for the training stack ",
+    h("strong", { "data-stack": stackId(stack) }, stackId(stack)),
+    inline ? ` with overrides ${JSON.stringify(Object.fromEntries(Object.entries(stack).filter(([k]) => k !== "base")))}` : "",
+    cal ? [" · calibrated with ", request.calibration_id ? h("code", { "data-calibration": request.calibration_id }, request.calibration_id) : "an inline calibration", request.calibration ? ` (${request.calibration.gpu}, ${request.calibration.stack})` : ""] : " · built-in constants (no calibration)",
+    ".",
+  );
+}
+
 function exportsBlock(id, index, plan, formats) {
   const out = h("div", { class: "exports" });
+  const planStack = stackId(plan.training.stack);
   const msg = h("div", { role: "status", "aria-live": "polite" });
   const opts = {};
   const optFields = [
@@ -164,8 +187,9 @@ function exportsBlock(id, index, plan, formats) {
     e.preventDefault();
     put(msg, loading("Downloading"));
     try {
-      const saved = await download(href, name);
-      put(msg, h("p", { class: "note" }, `Downloaded ${saved}.`));
+      let warning = null;
+      const saved = await download(href, name, (res) => (warning = res.headers.get("X-Meshplan-Stack-Warning")));
+      put(msg, h("p", { class: "note" }, `Downloaded ${saved}.`), warning ? h("p", { class: "state state-warning stack-warning", role: "alert" }, `Warning: ${warning}`) : null);
     } catch (err) {
       put(msg, errorBox(err, "The export failed"));
     }
@@ -175,7 +199,16 @@ function exportsBlock(id, index, plan, formats) {
     const a = h("a", { href: hrefFor(f.id), class: "button secondary", "data-format": f.id }, `Download ${f.id}`);
     a.addEventListener("click", (e) => getFile(e, a.getAttribute("href"), `${id}.${f.id}`));
     links.push([a, f.id]);
-    list.append(h("li", {}, a, h("span", { class: "sub" }, ` ${f.target}${f.target_version ? " " + f.target_version : ""} · ${f.media_type}`)));
+    const other = f.stack && f.stack !== planStack;
+    list.append(
+      h(
+        "li",
+        {},
+        a,
+        h("span", { class: "sub" }, ` ${f.target}${f.target_version ? " " + f.target_version : ""} · ${f.media_type}${f.stack ? ` · runs ${f.stack}` : ""}`),
+        other ? h("span", { class: "stack-warning", "data-format-warning": f.id }, ` ⚠ This plan was priced for ${planStack}, not ${f.stack}: its figures assume another stack — re-plan with the training stack ${f.stack} before running it there.`) : null,
+      ),
+    );
   }
   const traceHref = url(`/v1/plans/${encodeURIComponent(id)}/trace`, { index });
   const traceA = h("a", { href: traceHref, class: "button secondary", "data-format": "trace" }, "Download trace JSON");
@@ -274,7 +307,7 @@ export async function planPage(root, { arg: id, query, isCurrent }) {
   const title = h(
     "div",
     { class: "page-head" },
-    h("div", {}, h("h1", {}, `${m.name} on ${c.num_nodes} × ${c.gpus_per_node} ${gpuId(c)}`), h("p", { class: "sub" }, `global batch ${fmt.num(t.global_batch_size)} × ${fmt.num(t.seq_len)} tokens · ${t.precision} · ${t.optimizer} · plan ${stored.id} · ${fmt.date(stored.created_at)}`)),
+    h("div", {}, h("h1", {}, `${m.name} on ${c.num_nodes} × ${c.gpus_per_node} ${gpuId(c)}`), h("p", { class: "sub" }, `global batch ${fmt.num(t.global_batch_size)} × ${fmt.num(t.seq_len)} tokens · ${t.precision} · ${t.optimizer} · plan ${stored.id} · ${fmt.date(stored.created_at)}`), pricedWith(stored.request, t)),
     h("a", { class: "button secondary", href: `#/new?from=${encodeURIComponent(stored.id)}` }, "Edit and re-plan"),
   );
   const requestDetails = h("details", { class: "raw" }, h("summary", {}, "Request JSON"), h("pre", { class: "code" }, JSON.stringify(stored.request, null, 2)));

@@ -42,7 +42,7 @@ export function changedConfig(par, knob, value, schedules = []) {
 
 function extras(req) {
   const out = {};
-  for (const k of ["profile", "profile_id", "network", "options"]) if (req[k] !== undefined && req[k] !== null) out[k] = req[k];
+  for (const k of ["profile", "profile_id", "network", "calibration", "calibration_id", "options"]) if (req[k] !== undefined && req[k] !== null) out[k] = req[k];
   return out;
 }
 
