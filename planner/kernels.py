@@ -104,15 +104,15 @@ def op_bytes(ctx: Context) -> tuple[float, float, float]:
     the stack's ``kernels``. ``fused`` (Transformer Engine / apex / Megatron kernels): each reads its input
     and writes its output once — norm 2e, SwiGLU 3e (read both halves, write one), RoPE 2e. ``eager``
     (the bundled runtime's PyTorch ops, runtime/models/transformer.py; one kernel per op, each reading and
-    writing its operands): composite RMSNorm = to-fp32 (e + 4), pow (8), mean (4), x·rstd (8), ·weight (8),
-    cast back (4 + e) = 32 + 2e; SwiGLU = silu (2e) + product (3e) = 5e; RoPE = to-fp32 (e + 4), four
-    products on halves (16), two sums on halves (12), stack (8), cast back (4 + e) = 44 + 2e. LayerNorm and
-    GELU are single native kernels in both (2e)."""
+    writing its operands): norms are single kernels — LayerNorm natively, RMSNorm through ``F.rms_norm``'s
+    fused kernel (``aten._fused_rms_norm``, pytorch/pytorch#153666) — so 2e, as fused; SwiGLU = silu (2e) +
+    product (3e) = 5e; RoPE = to-fp32 (e + 4), four products on halves (16), two sums on halves (12), stack
+    (8), cast back (4 + e) = 44 + 2e. (Before the fused RMSNorm the runtime's composite RMSNorm moved
+    to-fp32 (e + 4), pow (8), mean (4), x·rstd (8), ·weight (8), cast back (4 + e) = 32 + 2e.)"""
     e = ctx.elt
     if ctx.stack.kernels == "fused":
         return 2.0 * e, 3.0 * e, 2.0 * e
-    norm = 32.0 + 2 * e if ctx.model.norm == "rmsnorm" else 2.0 * e
-    return norm, 5.0 * e, 44.0 + 2 * e
+    return 2.0 * e, 5.0 * e, 44.0 + 2 * e
 
 
 def elementwise_bytes(ctx: Context, kind: str, mbs: int, tp: int, sp: bool) -> float:

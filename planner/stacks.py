@@ -14,7 +14,7 @@ field                      read by
 ``kernels``                ``kernels.op_bytes``: HBM bytes of norms, SwiGLU and RoPE — ``"eager"``
                            (one PyTorch kernel per op, fp32 upcasts) or ``"fused"`` (TE/apex kernels)
 ``activations``            ``activations.saved_activation_bytes``: ``"zoo"`` = the bundled runtime's
-                           eager PyTorch tensors (pinned by tests/test_analytic_agreement.py);
+                           tensors (fused RMSNorm, GQA SDPA; pinned by tests/test_analytic_agreement.py);
                            ``"te"`` = Megatron-core + Transformer Engine's fused kernels
 ``overlap_grad_reduce``    ``terms.end_terms``: the DP gradient sync runs under the last backward
 =========================  =====================================================================
@@ -64,14 +64,17 @@ STACKS: dict[str, Stack] = {
     for s in [
         Stack(
             id="meshplan",
-            title="meshplan's bundled runtime (runtime/, eager PyTorch, FSDP-style DP)",
+            title="meshplan's bundled runtime (runtime/: PyTorch, fused RMSNorm, GQA flash SDPA, FSDP2-style DP)",
             attention="flash",
             dropout=False,
             activations="zoo",
             kernels="eager",
             overlap_grad_reduce=True,
-            source="runtime/models: F.scaled_dot_product_attention, composite nn.RMSNorm/LayerNorm, K/V repeated "
-            "to the query heads, no dropout (planner/analytic.py docstring; measured by tests/test_analytic_agreement.py)",
+            source="runtime/models/transformer.py: F.scaled_dot_product_attention (flash) with enable_gqa, K/V kept "
+            "at the KV-head count; RMSNorm through F.rms_norm's fused kernel (aten._fused_rms_norm, "
+            "pytorch/pytorch#153666), keeping input + fp32 1/rms; nn.LayerNorm; RoPE and SwiGLU as eager PyTorch "
+            "ops; no dropout; --compile (torch.compile per block) is off by default and not priced "
+            "(planner/analytic.py docstring; measured by tests/test_analytic_agreement.py)",
         ),
         Stack(
             id="megatron",
