@@ -94,10 +94,15 @@ def apply_rope(x: torch.Tensor) -> torch.Tensor:
 class Attention(nn.Module):
     """Parameter-free causal attention core (the target of selective recomputation). Grouped-query
     attention runs on the K/V heads as they are (``enable_gqa``: each K/V head serves q_heads/kv_heads
-    query heads inside the kernel; the flash kernels on CUDA and CPU support it natively), so K and V are
-    never repeated to the query-head count nor kept at that size for backward."""
+    query heads inside the kernel), so K and V are neither repeated to the query-head count nor kept at
+    that size for backward. The flash kernels take GQA natively: CUDA's for fp16/bf16 (the runtime's CUDA
+    precision, FSDP2 mixed precision) and CPU's. CUDA in fp32 has no GQA-capable fused kernel (the
+    memory-efficient one lacks it; math would keep the s×s probabilities), so there K/V are repeated."""
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        rep = q.shape[1] // k.shape[1]  # [B, heads, T, head_dim]
+        if rep > 1 and q.device.type == "cuda" and q.dtype == torch.float32:
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
 
 
