@@ -1,5 +1,5 @@
 """Saved activation bytes per layer, per GPU, by training stack (``planner.stacks``): the bundled
-runtime's eager-PyTorch tensors (``block_saved_terms``; the table in ``planner.analytic``'s docstring,
+runtime's PyTorch tensors (``block_saved_terms``: fused RMSNorm, GQA attention on unrepeated K/V; the table in ``planner.analytic``'s docstring,
 measured by tests/test_analytic_agreement.py) and Megatron-core + Transformer Engine's fused kernels
 (``te_block_saved_terms``), torchtitan's Llama block in eager PyTorch (``titan_block_saved_terms``; its
 op-level selective checkpointing keeps ``titan_sac_op_terms``), with the unfused-attention and dropout terms
@@ -19,13 +19,14 @@ LSE_BYTES = 4
 
 
 def _norm_saved(model: ModelSpec, tokens: float, e: int) -> float:
-    """Bytes a norm keeps for backward besides its output (see the module docstring): LayerNorm its
-    input and mean, 1/σ in the activation dtype; RMSNorm (composite, upcast to fp32) the fp32 input, the
-    fp32 normalised input and the fp32 1/rms."""
+    """Bytes a norm keeps for backward besides its output (see ``planner.analytic``'s table): LayerNorm
+    (``nn.LayerNorm``) its input and mean, 1/σ in the activation dtype; RMSNorm (``runtime.models.RMSNorm``:
+    PyTorch's fused kernel, or the same saved set where there is none) its input in the activation dtype and
+    the fp32 1/rms."""
     h = model.hidden_size
     if model.norm == "layernorm":
         return tokens * (h + 2) * e
-    return tokens * (2 * h + 1) * 4
+    return tokens * (h * e + 4)
 
 
 def block_saved_terms(
@@ -41,13 +42,14 @@ def block_saved_terms(
     b, s, h, f = micro_batch_size, seq_len, model.hidden_size, model.ffn_hidden_size
     T = b * s
     sp = tp if sequence_parallel else 1
-    q = model.num_attention_heads * model.head_dim / tp  # local query width; K, V repeated to it
+    q = model.num_attention_heads * model.head_dim / tp  # local query width
+    kv = model.num_kv_heads * model.head_dim / tp  # local K/V width: GQA kernels take K, V unrepeated
     mlp_tensors = 4 if model.activation == "swiglu" else 2
     rope = 2 * 2 * s * (model.head_dim // 2) * 4 if model.family == "llama" else 0
     return {
         "attn_norm_input": _norm_saved(model, T / sp, e),
         "qkv_input": T * h * e,
-        "q_k_v": 3 * T * q * e,
+        "q_k_v": T * (q + 2 * kv) * e,
         "rope_tables": rope,
         "attn_output": T * q * e,
         "attn_logsumexp": b * s * (model.num_attention_heads / tp) * LSE_BYTES,

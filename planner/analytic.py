@@ -36,8 +36,8 @@ tensor                              elements                      sharded by
 =================================  ===========================  ===========================
 attn_norm input and statistics      see below                     t only with sequence parallel
 attn_norm output (QKV input)        T·h                           not sharded (gathered)
-Q; K; V (after RoPE, K/V repeated   T·h/t each                    t
-to the query heads)
+Q (after RoPE)                      T·a·d/t                       t
+K (after RoPE); V: not repeated     T·g·d/t each                  t
 RoPE cos/sin tables (Llama, fp32)   2 calls × 2 × s·d/2           not sharded
 attention output (= wo input)       T·h/t                         t
 softmax log-sum-exp (fp32)          b·s·a/t                       t
@@ -49,11 +49,13 @@ w2 input
 =================================  ===========================  ===========================
 
 Norms: ``nn.LayerNorm`` keeps its input and two per-token statistics (mean, 1/σ) in the activation
-dtype: T·(h + 2)·e bytes. ``nn.RMSNorm`` (PyTorch's composite ``rms_norm``) upcasts to fp32 and keeps
-the fp32 input, the fp32 normalised input and the fp32 1/rms: T·(2h + 1)·4 bytes whatever the
-training precision. The zoo's attention repeats K/V heads to the query-head count before the fused
-kernel (``repeat_interleave``), so GQA saves no activation memory there (a GQA-aware kernel would keep
-K and V at g/t heads).
+dtype: T·(h + 2)·e bytes. The zoo's ``RMSNorm`` (``runtime.models.transformer``) keeps what PyTorch's fused
+kernel keeps (``F.rms_norm`` → ``aten._fused_rms_norm`` on CUDA; the same saved set through its own
+autograd function where PyTorch has no fused kernel, e.g. CPU): its input in the activation dtype and the
+fp32 1/rms, T·(h·e + 4) bytes (the composite ``nn.RMSNorm`` on CPU kept T·(2h + 1)·4). Attention calls
+``F.scaled_dot_product_attention(..., enable_gqa=True)`` on K and V at the KV-head count (the flash
+kernels on CUDA and CPU handle the grouping), so GQA saves K/V memory: (a + 2g)·d/t per token instead of
+3·a·d/t.
 
 This is Korthikanti et al. (MLSys'23, "Reducing Activation Recomputation in Large Transformer
 Models", §4.1) redone for this block: their 34·s·b·h bytes are, without dropout masks (2·sbh) and with

@@ -107,9 +107,9 @@ def op_bytes(ctx: Context) -> tuple[float, float, float]:
     """Forward HBM bytes per element of (norm, SwiGLU product per FFN element, RoPE per q/k element) under
     the stack's ``kernels``. ``fused`` (Transformer Engine / apex / Megatron kernels): each reads its input
     and writes its output once — norm 2e, SwiGLU 3e (read both halves, write one), RoPE 2e. ``eager``
-    (the bundled runtime's PyTorch ops, runtime/models/transformer.py; one kernel per op, each reading and
-    writing its operands): composite RMSNorm = to-fp32 (e + 4), pow (8), mean (4), x·rstd (8), ·weight (8),
-    cast back (4 + e) = 32 + 2e; SwiGLU = silu (2e) + product (3e) = 5e; RoPE = to-fp32 (e + 4), four
+    (one PyTorch kernel per op, each reading and writing its operands; runtime/models/transformer.py):
+    composite RMSNorm (torchtitan's; the bundled runtime's RMSNorm is ``F.rms_norm``'s fused kernel, so its
+    preset sets ``norm_kernel = "fused"``) = to-fp32 (e + 4), pow (8), mean (4), x·rstd (8), ·weight (8), cast back (4 + e) = 32 + 2e; SwiGLU = silu (2e) + product (3e) = 5e; RoPE = to-fp32 (e + 4), four
     products on halves (16), two sums on halves (12), stack (8), cast back (4 + e) = 44 + 2e. LayerNorm and
     GELU are single native kernels in both (2e). ``compiled`` (``torch.compile`` of each block, as
     torchtitan's ``training.compile``: Inductor fuses each chain of pointwise ops and reductions into one

@@ -19,7 +19,7 @@ field                      read by
                            torchtitan's Triton ``fused_rmsnorm`` in an otherwise eager block: ``op_bytes``
                            and the titan activation formula
 ``activations``            ``activations.saved_activation_bytes``: ``"zoo"`` = the bundled runtime's
-                           eager PyTorch tensors (pinned by tests/test_analytic_agreement.py);
+                           PyTorch tensors (fused RMSNorm, GQA SDPA; pinned by tests/test_analytic_agreement.py);
                            ``"te"`` = Megatron-core + Transformer Engine's fused kernels;
                            ``"titan"`` = torchtitan's eager Llama block (op-level selective AC)
 ``selective_ac``           what ``recompute: selective`` means for ``"titan"`` activations (torchtitan's
@@ -108,14 +108,18 @@ STACKS: dict[str, Stack] = {
     for s in [
         Stack(
             id="meshplan",
-            title="meshplan's bundled runtime (runtime/, eager PyTorch, FSDP-style DP)",
+            title="meshplan's bundled runtime (runtime/: PyTorch, fused RMSNorm, GQA flash SDPA, FSDP2-style DP)",
             attention="flash",
             dropout=False,
             activations="zoo",
             kernels="eager",
+            norm_kernel="fused",
             overlap_grad_reduce=True,
-            source="runtime/models: F.scaled_dot_product_attention, composite nn.RMSNorm/LayerNorm, K/V repeated "
-            "to the query heads, no dropout (planner/analytic.py docstring; measured by tests/test_analytic_agreement.py)",
+            source="runtime/models/transformer.py: F.scaled_dot_product_attention (flash) with enable_gqa, K/V kept "
+            "at the KV-head count; RMSNorm through F.rms_norm's fused kernel (aten._fused_rms_norm, "
+            "pytorch/pytorch#153666), keeping input + fp32 1/rms; nn.LayerNorm; RoPE and SwiGLU as eager PyTorch "
+            "ops; no dropout; --compile (torch.compile per block) is off by default and not priced "
+            "(planner/analytic.py docstring; measured by tests/test_analytic_agreement.py)",
         ),
         Stack(
             id="megatron",

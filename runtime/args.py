@@ -14,10 +14,10 @@ from planner.errors import MeshplanError
 
 @dataclass(frozen=True)
 class WorkerArg:
-    """One option of the worker: ``--flag VALUE``."""
+    """One option of the worker: ``--flag VALUE``, or a bare ``--flag`` switch when ``type`` is bool."""
 
     flag: str
-    type: type  # int, float, str, or Path (a file or folder)
+    type: type  # int, float, str, Path (a file or folder), or bool (a switch, off by default)
     default: Any
     help: str
     min: float | None = None  # smallest accepted value (ints, floats)
@@ -55,12 +55,22 @@ WORKER_ARGS: tuple[WorkerArg, ...] = (
         "Network profile of this run's process group (`meshplan profile cluster`); "
         "default: a quick fit measured after the run.",
     ),
+    WorkerArg(
+        "--compile",
+        bool,
+        False,
+        "Compile each transformer block with torch.compile (after TP and recomputation, before data "
+        "parallelism, as torchtitan does); the first steps pay the compilation.",
+    ),
 )
 
 
 def parser(prog: str = "python -m runtime.train") -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description="Train a meshplan Plan on this rank.")
     for a in WORKER_ARGS:
+        if a.type is bool:
+            ap.add_argument(a.flag, action="store_true", default=a.default, help=a.help)
+            continue
         ap.add_argument(
             a.flag, type=str if a.type is Path else a.type, default=a.default, required=a.required, help=a.help
         )
@@ -75,12 +85,27 @@ def check(values: dict[str, Any]) -> None:
             raise MeshplanError(a.flag, f"must be ≥ {a.min:g} (got {value})", f"pass {a.flag} a value ≥ {a.min:g}")
 
 
+def check_with_plan(values: dict[str, Any], plan: Any) -> None:
+    """The worker options that depend on the plan (a ``planner.specs.Plan``), checked where ``check`` is."""
+    if values.get("compile") and plan.parallel.recompute == "selective":
+        # A compiled block traces the attention core's checkpoint hooks into its graph; backward then
+        # recomputes the core eagerly and torch.utils.checkpoint finds different saved tensors.
+        raise MeshplanError(
+            "--compile",
+            "per-block torch.compile does not support selective recomputation (the checkpointed attention "
+            "core inside a compiled block is recomputed with other tensors than it saved)",
+            "drop --compile, or plan with recompute none or full",
+        )
+
+
 def worker_argv(values: dict[str, Any]) -> list[str]:
     """``--flag value`` for every worker option set in ``values`` (keyed by ``dest``), in declaration
     order: what ``meshplan run`` hands to each worker."""
     argv = []
     for a in WORKER_ARGS:
         value = values.get(a.dest)
-        if value is not None:
+        if a.type is bool:
+            argv += [a.flag] if value else []
+        elif value is not None:
             argv += [a.flag, str(value)]
     return argv

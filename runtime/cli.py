@@ -15,7 +15,7 @@ from typing import Any
 import typer
 
 from planner.errors import MeshplanError
-from runtime.args import WORKER_ARGS, check, worker_argv
+from runtime.args import WORKER_ARGS, check, check_with_plan, worker_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,6 +68,7 @@ def run(**values: Any) -> None:
             )
         nproc_per_node = gpus // nnodes
     validate_plan(p, nproc_per_node * nnodes)  # same check the workers repeat, before any launch
+    check_with_plan(values, p)
     if nnodes > 1 and not rdzv_endpoint:
         raise MeshplanError(
             "rdzv_endpoint", "a multi-node run needs a rendezvous endpoint", "pass --rdzv-endpoint host:port (node 0)"

@@ -23,7 +23,7 @@ from planner.config import SCHEDULES
 from planner.layout import stage_ranks
 from planner.specs import Plan
 from runtime.models import Transformer, build_model, init_weights
-from runtime.parallelize import apply_dp, apply_recompute, apply_tp, mixed_precision
+from runtime.parallelize import apply_compile, apply_dp, apply_recompute, apply_tp, mixed_precision
 from runtime.validate import num_microbatches, validate_plan
 
 
@@ -109,6 +109,7 @@ class Job:
         *,
         device: torch.device | None = None,
         world_size: int | None = None,
+        compile_blocks: bool = False,
     ) -> Job:
         world = world_size if world_size is not None else dist.get_world_size()
         validate_plan(plan, world)  # identical on every rank: fails before any collective
@@ -129,8 +130,12 @@ class Job:
             if p.tp > 1:
                 apply_tp(module, mesh["tp"], plan.tp_plan, tie_embeddings=plan.model.tie_embeddings)
             apply_recompute(module, p.recompute)
+            if compile_blocks:
+                apply_compile(module)
             dp_wrapper = apply_dp(module, mesh["dp"], p, mp)
             chunks[c] = module
+        if compile_blocks:
+            notes.append("transformer blocks compiled with torch.compile (--compile)")
         schedule = _build_schedule(plan, mesh, chunks, device) if p.pp > 1 else None
         optimizers = [make_optimizer(m.parameters(), train, plan.training.optimizer) for m in chunks.values()]
         return cls(plan, train, device, mesh, chunks, optimizers, schedule, dp_wrapper, notes)

@@ -105,6 +105,16 @@ def apply_recompute(chunk: nn.Module, mode: str) -> None:
         checkpoint(block if mode == "full" else block.attn.core)
 
 
+def apply_compile(chunk: nn.Module) -> None:
+    """``torch.compile`` each transformer block's ``forward`` (torchtitan's per-block compile: one graph per
+    block, shared by the blocks of one shape). Applied after TP and recomputation and before data
+    parallelism, so the DP and recomputation hooks stay outside the compiled code; compiling the bound
+    ``forward`` (not wrapping the module) keeps module and parameter names, so plans, checkpoints and TP
+    rules see the same model compiled or not."""
+    for block in chunk.layers.values():
+        block.forward = torch.compile(block.forward)  # type: ignore[method-assign]
+
+
 def mixed_precision(precision: str, device_type: str):
     """bf16 compute with fp32 reductions on CUDA (FSDP2's policy); None (fp32) elsewhere."""
     if device_type != "cuda" or precision == "fp32":

@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 
 from planner.errors import MeshplanError
-from runtime.args import check, parser
+from runtime.args import check, check_with_plan, parser
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> None:
         check(vars(args))
         plan = load_plan(args.plan, args.plan_index)
         validate_plan(plan, world)
+        check_with_plan(vars(args), plan)
         if args.save_every and not args.checkpoint_dir:
             raise MeshplanError("save_every", "--save-every needs --checkpoint-dir", "give a folder to save to")
         if args.resume:
@@ -201,7 +202,7 @@ def run(plan, args) -> None:
         train = TrainConfig(
             seed=args.seed, lr=args.lr, max_grad_norm=args.max_grad_norm if args.max_grad_norm > 0 else None
         )
-        job = Job.build(plan, train)
+        job = Job.build(plan, train, compile_blocks=args.compile)
         vocab = plan.model.vocab_size
         data = (
             TokenFile(args.data, vocab, args.seed, args.data_dtype) if args.data else SyntheticTokens(vocab, args.seed)

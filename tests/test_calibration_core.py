@@ -108,14 +108,17 @@ def test_identity_residuals_leave_every_number_unchanged(req):
 H100_LLAMA = request()
 #: The forward/backward kernels of one Llama block under each stack, counted by hand from the op list:
 #: GEMMs q, k, v, o, gate, up, down = 7 (backward 2 each); flash attention 1 / 3; memory-bound: two norms,
-#: two residual adds, SwiGLU, RoPE on q and k — eager: 2·6 + 2 + 2 + 2·9 = 34, fused: 2 + 2 + 1 + 2 = 7
-#: (backward twice as many).
+#: two residual adds, SwiGLU, RoPE on q and k — eager with composite RMSNorm (torchtitan, 2404 configs
+#: aside): 2·6 + 2 + 2 + 2·9 = 34; the bundled runtime (eager, RMSNorm one fused kernel): 2 + 2 + 2 + 18 = 24;
+#: fused: 2 + 2 + 1 + 2 = 7 (backward twice as many).
 KERNELS = [
-    ("meshplan", "transformer_block", 7 + 1 + 34, 14 + 3 + 68),
+    ("meshplan", "transformer_block", 7 + 1 + 24, 14 + 3 + 48),
+    ("torchtitan", "transformer_block", 7 + 1 + 2 * 6 + 2 + 2 + 2 * 3 + 2, 14 + 3 + 2 * 24),
     ("megatron", "transformer_block", 7 + 1 + 7, 14 + 3 + 14),
     ("meshplan", "embedding", 1, 2),
-    # final RMSNorm (eager 6) + LM-head GEMM + 3 cross-entropy kernels; backward 2 GEMMs + twice the rest
-    ("meshplan", "lm_head", 6 + 1 + 3, 2 + 18),
+    # final RMSNorm (one fused kernel) + LM-head GEMM + 3 cross-entropy kernels; backward 2 GEMMs + twice the rest
+    ("meshplan", "lm_head", 1 + 1 + 3, 2 + 8),
+    ("torchtitan", "lm_head", 6 + 1 + 3, 2 + 18),
     ("megatron", "lm_head", 1 + 1 + 3, 2 + 8),
 ]
 

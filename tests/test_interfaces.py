@@ -34,6 +34,7 @@ WORKER_FLAGS = [
     "--max-grad-norm",
     "--profile",
     "--network",
+    "--compile",
 ]
 LAUNCH_FLAGS = ["--nproc-per-node", "--nnodes", "--node-rank", "--rdzv-endpoint"]
 
@@ -62,13 +63,17 @@ def test_meshplan_run_forwards_every_worker_option_to_the_worker():
     from runtime.train import parse_args
 
     samples = {int: "3", float: "0.25", str: "uint32", Path: "some/file.json"}
-    argv = [w for a in WORKER_ARGS for w in (a.flag, samples[a.type])]
+    argv = [w for a in WORKER_ARGS for w in ((a.flag,) if a.type is bool else (a.flag, samples[a.type]))]
     ctx = _click(runtime_cli.register, None).make_context("meshplan run", argv)
     launch = {p[2:].replace("-", "_") for p in LAUNCH_FLAGS}
     worker = parse_args(worker_argv({k: v for k, v in ctx.params.items() if k not in launch}))
     for a in WORKER_ARGS:
-        assert str(getattr(worker, a.dest)) == str(a.type(samples[a.type])), a.flag
+        expected = True if a.type is bool else a.type(samples[a.type])  # a switch given is on
+        assert str(getattr(worker, a.dest)) == str(expected), a.flag
     assert worker.max_grad_norm == 0.25  # was missing from `meshplan run`
+    # A switch not given stays off on the worker too (no "--compile False" that argparse would reject).
+    ctx = _click(runtime_cli.register, None).make_context("meshplan run", ["--plan", "p.json"])
+    assert parse_args(worker_argv({k: v for k, v in ctx.params.items() if k not in launch})).compile is False
 
 
 # ---- export options -------------------------------------------------------------------------

@@ -137,12 +137,17 @@ def test_equal_step_times_rank_lower_memory_first() -> None:
         "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
         "training": {"global_batch_size": 256, "seq_len": 8192},
     }
-    plans = plan({**req, "top_k": 3}).plans
-    first, second = (estimate_plan({**req, "parallel": p.parallel.model_dump()}).estimate for p in plans[1:3])
-    assert first.step_time_s == second.step_time_s == plans[1].estimate.step_time_s
+    # Since the bundled runtime's lean activations (fused RMSNorm, GQA without repeated K/V) more plans fit
+    # and the ZeRO-2/ZeRO-1 tie (tp1·pp2·dp4) ranks 7th and 8th rather than 2nd and 3rd: find it.
+    plans = plan({**req, "top_k": 8}).plans
+    ties = [(a, b) for a, b in zip(plans, plans[1:]) if a.estimate.step_time_s == b.estimate.step_time_s]
+    assert ties
+    tie = ties[0]
+    first, second = (estimate_plan({**req, "parallel": p.parallel.model_dump()}).estimate for p in tie)
+    assert first.step_time_s == second.step_time_s == tie[0].estimate.step_time_s
     assert plans[0].estimate.step_time_s < first.step_time_s
     assert first.peak_memory_gib < second.peak_memory_gib
-    assert [p.parallel.zero_stage for p in plans] == [3, 2, 1]
+    assert [p.parallel.zero_stage for p in tie] == [2, 1] and plans[0].parallel.zero_stage == 3
     assert plan({**req, "top_k": 1}).plans[0].parallel == plans[0].parallel
 
 

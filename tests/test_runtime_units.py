@@ -162,3 +162,128 @@ def test_a_hung_launch_is_killed_with_its_workers(tmp_path):
     while alive() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive()
+
+
+# ---- the lean model path: fused RMSNorm, GQA without repeated K/V, per-block torch.compile ----------
+
+
+def _saved_for_backward(fn):
+    """(shape, dtype) of every tensor autograd keeps while ``fn()`` runs, and ``fn()``'s result."""
+    kept = []
+
+    def pack(t):
+        kept.append((tuple(t.shape), t.dtype))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return kept, out
+
+
+@pytest.mark.parametrize(
+    "dtype, tol",
+    [(torch.float64, 1e-12), (torch.float32, 1e-5), (torch.bfloat16, 2e-2)],
+)
+def test_rms_norm_matches_torch_and_keeps_only_input_and_rstd(dtype, tol):
+    """runtime.models.RMSNorm computes torch.nn.RMSNorm's output and gradients, but keeps for backward
+    only its input (activation dtype) and the fp32 1/rms per token, as PyTorch's fused CUDA kernel does
+    (the composite CPU path keeps the fp32 input, the fp32 normalised input and 1/rms)."""
+    from runtime.models.transformer import RMSNorm
+
+    gen = torch.Generator().manual_seed(0)
+    ours, ref = RMSNorm(16).to(dtype), torch.nn.RMSNorm(16, eps=1e-5).to(dtype)
+    with torch.no_grad():
+        ours.weight.copy_(torch.randn(16, generator=gen))
+        ref.weight.copy_(ours.weight)
+    x = torch.randn(2, 8, 16, generator=gen).to(dtype).requires_grad_()
+    kept, y = _saved_for_backward(lambda: ours(x))
+    assert kept == [
+        ((2, 8, 16), dtype),
+        ((2, 8, 1), torch.float32 if dtype != torch.float64 else dtype),
+        ((16,), dtype),
+    ]
+    y_ref = ref(x)
+    g = torch.randn(y.shape, generator=gen).to(dtype)
+    torch.testing.assert_close(y, y_ref, atol=tol, rtol=tol)
+    for a, b in zip(torch.autograd.grad(y, (x, ours.weight), g), torch.autograd.grad(y_ref, (x, ref.weight), g)):
+        torch.testing.assert_close(a, b, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("model, tp", [("tiny-llama", 1), ("tiny-llama", 2), ("tiny-gpt", 1)])
+def test_gqa_attention_matches_repeated_kv_and_keeps_kv_unrepeated(model, tp):
+    """The attention block's output and gradients equal those of the same weights with K/V repeated to
+    the query heads (the textbook GQA), while the kernel keeps K and V at the KV-head count."""
+    import torch.nn.functional as F
+
+    from planner.catalog import MODELS
+    from runtime.models.transformer import apply_rope, build_layer
+
+    spec = MODELS[model]
+    block = build_layer(spec, "transformer_block", tp=tp, seed=0, dtype=torch.float64)
+    attn = block.attn
+    x = torch.randn(2, 16, spec.hidden_size, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    x.requires_grad_()
+
+    def repeated(x):
+        b, t = x.shape[:2]
+        q, k, v = (w(x).view(b, t, -1, spec.head_dim) for w in (attn.wq, attn.wk, attn.wv))
+        if attn.rope:
+            q, k = apply_rope(q), apply_rope(k)
+        rep = q.shape[2] // k.shape[2]
+        k, v = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        return attn.wo(o.transpose(1, 2).reshape(b, t, -1))
+
+    kept, y = _saved_for_backward(lambda: attn(x))
+    y_ref = repeated(x)
+    torch.testing.assert_close(y, y_ref, atol=1e-12, rtol=1e-10)
+    params = [x, *attn.parameters()]
+    for a, b in zip(torch.autograd.grad(y.sum(), params), torch.autograd.grad(y_ref.sum(), params)):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10)
+    kv_heads, heads = spec.num_kv_heads // tp, spec.num_attention_heads // tp
+    # The attention kernel's Q, K, V and output, [b, heads, s, d] (RoPE's tables are [1, s, 1, d/2]).
+    four_d = [s for s, _ in kept if len(s) == 4 and s[0] == 2 and s[2:] == (16, spec.head_dim)]
+    assert sorted(s[1] for s in four_d) == sorted([heads, kv_heads, kv_heads, heads])
+
+
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_compiled_blocks_train_like_eager(recompute):
+    """--compile (runtime.parallelize.apply_compile): the tiniest Llama compiled per block gives the eager
+    loss and gradients, keeps every parameter name, and compiles one graph for all its blocks. On CPU
+    the first run compiles with Inductor (slow on a loaded machine; later runs hit its cache)."""
+    torch._dynamo.reset()
+    from torch._dynamo.utils import counters
+
+    from planner.catalog import MODELS
+    from runtime.data import SyntheticTokens
+    from runtime.job import loss_fn
+    from runtime.models import build_model
+    from runtime.parallelize import apply_compile, apply_recompute
+
+    spec = MODELS["tiny-llama"]
+    eager, compiled = build_model(spec, seed=0), build_model(spec, seed=0)
+    for m in (eager, compiled):
+        apply_recompute(m, recompute)
+    apply_compile(compiled)
+    counters.clear()
+    x, y = SyntheticTokens(spec.vocab_size, seed=0).batch(0, 4, 32)
+    losses = []
+    for m in (eager, compiled):
+        loss = loss_fn(m(x), y)
+        loss.backward()
+        losses.append(float(loss.detach()))
+    assert losses[1] == pytest.approx(losses[0], abs=1e-5)
+    assert [n for n, _ in compiled.named_parameters()] == [n for n, _ in eager.named_parameters()]
+    for (name, a), b in zip(eager.named_parameters(), compiled.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, atol=1e-5, rtol=1e-4, msg=name)
+    assert counters["stats"]["unique_graphs"] == 1  # one graph serves all 8 blocks (no recompiles)
+
+
+def test_compile_refuses_selective_recompute():
+    from runtime.args import check_with_plan
+
+    check_with_plan({"compile": True}, make_plan("tiny-llama", recompute="full"))
+    check_with_plan({"compile": False}, make_plan("tiny-llama", recompute="selective"))
+    with pytest.raises(MeshplanError) as exc:
+        check_with_plan({"compile": True}, make_plan("tiny-llama", recompute="selective"))
+    assert exc.value.field == "--compile" and "selective" in exc.value.message

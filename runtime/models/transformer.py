@@ -26,8 +26,57 @@ NORM_EPS = 1e-5
 INIT_STD = 0.02
 
 
+#: Devices where ``F.rms_norm`` runs PyTorch's fused kernel (``aten._fused_rms_norm``, pytorch/pytorch#153666):
+#: one kernel each way, and autograd keeps only the input and the fp32 1/rms.
+FUSED_RMS_NORM_DEVICES = frozenset({"cuda"})
+
+
+class _RMSNormFunction(torch.autograd.Function):
+    """RMSNorm with the fused kernel's maths *and* saved tensors where PyTorch has no fused kernel (CPU in
+    torch 2.13: ``F.rms_norm`` decomposes there into upcast/pow/mean/rsqrt/mul and keeps the fp32 input, the
+    fp32 normalised input and 1/rms). Forward: ``aten._fused_rms_norm`` (output, fp32 1/rms) under no grad;
+    backward: PyTorch's own decomposition of ``aten._fused_rms_norm_backward``. Keeps the input (activation
+    dtype) and 1/rms (fp32) per token, exactly what the CUDA kernel's autograd keeps. Works on DTensors
+    (sequence-parallel norms): both ops have DTensor sharding rules."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+        out, rstd = torch.ops.aten._fused_rms_norm(x, [x.shape[-1]], weight, eps)
+        ctx.save_for_backward(x, rstd, weight)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        from torch._decomp.decompositions import _fused_rms_norm_backward
+
+        x, rstd, weight = ctx.saved_tensors
+        mask = [ctx.needs_input_grad[0], weight is not None and ctx.needs_input_grad[1]]
+        gx, gw = _fused_rms_norm_backward(grad, x, [x.shape[-1]], rstd, weight, mask)
+        return gx, gw, None
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm (Zhang & Sennrich 2019) that keeps only its input and the fp32 1/rms for backward on every
+    device: PyTorch's fused kernel on CUDA, ``_RMSNormFunction`` elsewhere. Same parameter name
+    (``weight``) and state dict as ``nn.RMSNorm``."""
+
+    def __init__(self, dim: int, eps: float = NORM_EPS) -> None:
+        super().__init__()
+        self.normalized_shape = (dim,)
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type in FUSED_RMS_NORM_DEVICES:
+            return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+        return _RMSNormFunction.apply(x, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}"
+
+
 def _norm(spec: ModelSpec, dim: int) -> nn.Module:
-    return nn.LayerNorm(dim, eps=NORM_EPS) if spec.norm == "layernorm" else nn.RMSNorm(dim, eps=NORM_EPS)
+    return nn.LayerNorm(dim, eps=NORM_EPS) if spec.norm == "layernorm" else RMSNorm(dim, eps=NORM_EPS)
 
 
 def apply_rope(x: torch.Tensor) -> torch.Tensor:
@@ -43,10 +92,18 @@ def apply_rope(x: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    """Parameter-free causal attention core (the target of selective recomputation)."""
+    """Parameter-free causal attention core (the target of selective recomputation). Grouped-query
+    attention runs on the K/V heads as they are (``enable_gqa``: each K/V head serves q_heads/kv_heads
+    query heads inside the kernel), so K and V are neither repeated to the query-head count nor kept at
+    that size for backward. The flash kernels take GQA natively: CUDA's for fp16/bf16 (the runtime's CUDA
+    precision, FSDP2 mixed precision) and CPU's. CUDA in fp32 has no GQA-capable fused kernel (the
+    memory-efficient one lacks it; math would keep the s×s probabilities), so there K/V are repeated."""
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        rep = q.shape[1] // k.shape[1]  # [B, heads, T, head_dim]
+        if rep > 1 and q.device.type == "cuda" and q.dtype == torch.float32:
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
 
 
 class SelfAttention(nn.Module):
@@ -71,9 +128,6 @@ class SelfAttention(nn.Module):
         v = self.wv(x).view(b, t, -1, self.head_dim)
         if self.rope:
             q, k = apply_rope(q), apply_rope(k)
-        rep = q.shape[2] // k.shape[2]  # GQA: each kv head serves `rep` query heads
-        if rep > 1:
-            k, v = k.repeat_interleave(rep, dim=2), v.repeat_interleave(rep, dim=2)
         out = self.core(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
         return self.wo(out.transpose(1, 2).reshape(b, t, -1))
 
