@@ -131,18 +131,19 @@ def test_usable_bytes_is_the_largest_that_fits() -> None:
 def test_equal_step_times_rank_lower_memory_first() -> None:
     """Llama 3 8B on 8 H100 (gbs 256, seq 8192): ZeRO-1 and ZeRO-2 take the same step; ZeRO-2 needs
     less memory, so it ranks before ZeRO-1 (it ranked after before). Checked with the planner's own
-    estimate of both configurations. (Since cost model 4 a ZeRO-3 plan is faster still and ranks first.)"""
+    estimate of both configurations. (Cost model 4 ranked a ZeRO-3 plan first; since the compute under
+    ZeRO-3's per-layer gathers is slowed by the overlap (planner.terms ``OVERLAP_SLOWDOWN``) it ranks third.)"""
     req = {
         "model": "llama3-8b",
         "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
         "training": {"global_batch_size": 256, "seq_len": 8192},
     }
     plans = plan({**req, "top_k": 3}).plans
-    first, second = (estimate_plan({**req, "parallel": p.parallel.model_dump()}).estimate for p in plans[1:3])
-    assert first.step_time_s == second.step_time_s == plans[1].estimate.step_time_s
-    assert plans[0].estimate.step_time_s < first.step_time_s
+    first, second = (estimate_plan({**req, "parallel": p.parallel.model_dump()}).estimate for p in plans[0:2])
+    assert first.step_time_s == second.step_time_s == plans[0].estimate.step_time_s
+    assert plans[2].estimate.step_time_s > first.step_time_s
     assert first.peak_memory_gib < second.peak_memory_gib
-    assert [p.parallel.zero_stage for p in plans] == [3, 2, 1]
+    assert [p.parallel.zero_stage for p in plans] == [2, 1, 3]
     assert plan({**req, "top_k": 1}).plans[0].parallel == plans[0].parallel
 
 
