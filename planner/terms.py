@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Generic, NamedTuple
 from planner.affine import Affine, Count, total
 from planner.comm import dp_group_in_node, dp_ranks_per_node, tp_link
 from planner.compute import Context, layer_times
+from planner.kernels import hbm_efficiency
 from planner.memory import OPTIMIZER_STEP_BYTES, StateBytes, state_bytes
 
 if TYPE_CHECKING:
@@ -31,6 +32,14 @@ NS = 1e9
 #: A100/H100/MI250/MI210 (Lee et al., "Characterizing Compute-Communication Overlap in GPU-Accelerated
 #: Distributed Deep Learning", arXiv 2507.03114).
 OVERLAP_SLOWDOWN = 0.189
+
+
+#: HBM bytes per parameter of the optimizer step besides the update (``memory.OPTIMIZER_STEP_BYTES``): the
+#: gradient-norm pass of gradient clipping reads the fp32 main gradients (4; Megatron-LM ``clip_grad`` 1.0 in
+#: its examples, torchtitan ``max_norm`` 1.0); with fp16 the loss-scale unscale and inf/NaN check reads and
+#: writes them (8; ``torch._amp_foreach_non_finite_check_and_unscale_``, Megatron-LM megatron/optimizer/optimizer.py).
+OPTIMIZER_EXTRA_BYTES = 4
+LOSS_SCALE_BYTES = 8
 
 
 def grad_bucket_params(dp: int) -> int:
@@ -236,7 +245,12 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
         sync, post = collective("reduce_scatter", e), collective("all_gather", e)
     else:
         sync = post = NOTHING
-    shard, upd, hbm = dp if zero_stage >= 1 else 1, OPTIMIZER_STEP_BYTES[tr.optimizer], ctx.gpu.hbm_bandwidth_GBps * 1e9
+    # optimizer step: memory-bound multi-tensor kernels over the (sharded) states at achieved HBM bandwidth
+    shard = dp if zero_stage >= 1 else 1
+    upd = (
+        OPTIMIZER_STEP_BYTES[tr.optimizer] + OPTIMIZER_EXTRA_BYTES + (LOSS_SCALE_BYTES if tr.precision == "fp16" else 0)
+    )
+    hbm = ctx.gpu.hbm_bandwidth_GBps * 1e9 * hbm_efficiency(p_blk / shard * upd)
 
     return SharedTerms(
         fwd=fwd,
