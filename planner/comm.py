@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
 from planner.specs import ClusterSpec, GpuSpec, NetworkProfile
@@ -205,6 +205,8 @@ class CommModel:
     network: NetworkProfile | None = None
     #: the measured table family (``TABLE_OF``) of the GPU
     table: str = "a100"
+    #: times already computed, by (collective, size, n, link, per_node)
+    _memo: dict[tuple[str, float, int, str, int], float] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def for_cluster(cls, cluster: ClusterSpec, gpu: GpuSpec, network: NetworkProfile | None = None) -> CommModel:
@@ -301,6 +303,13 @@ class CommModel:
         (``link`` = ``inter_node``) the group has ``per_node`` ranks on each node."""
         if n <= 1 or size_bytes <= 0:
             return 0.0
+        key = (collective, size_bytes, n, link, per_node)
+        t = self._memo.get(key)
+        if t is None:
+            t = self._memo[key] = self._time(collective, size_bytes, n, link, per_node)
+        return t
+
+    def _time(self, collective: str, size_bytes: float, n: int, link: str, per_node: int) -> float:
         fit = self.network.fit(link, collective) if self.network is not None else None
         if fit is not None:
             g = fit.group_size
