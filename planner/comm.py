@@ -349,11 +349,12 @@ def dp_group_in_node(gpus_per_node: int, num_gpus: int, dp: int, tp: int) -> boo
 
 @lru_cache(maxsize=65536)
 def dp_ranks_per_node(gpus_per_node: int, dp: int, tp: int) -> int:
-    """Ranks of one DP group (stride tp) on each node it spans: g/tp when tp divides the node (at most
-    dp), else 1 (TP fills or spans nodes, or the stride does not tile them)."""
+    """Ranks of one DP group (stride tp, ``dp`` consecutive strides) on the node that holds fewest of them,
+    the one whose NICs bound the group: gcd(dp, g/tp) when tp divides the node (g/tp when dp is a multiple
+    of it), else 1 (TP fills or spans nodes)."""
     g = gpus_per_node
     if tp <= g and g % tp == 0:
-        return max(1, min(dp, g // tp))
+        return math.gcd(dp, g // tp)
     return 1
 
 

@@ -216,10 +216,21 @@ def test_link_class(ranks, link) -> None:
 
 @pytest.mark.parametrize(
     "g,dp,tp,m",
-    [(8, 128, 1, 8), (8, 128, 2, 4), (8, 128, 8, 1), (8, 8, 16, 1), (8, 2, 2, 2), (16, 64, 4, 4), (8, 4, 3, 1)],
+    [
+        (8, 128, 1, 8),
+        (8, 128, 2, 4),
+        (8, 128, 8, 1),
+        (8, 8, 16, 1),
+        (8, 2, 2, 2),
+        (16, 64, 4, 4),
+        (8, 4, 3, 1),
+        (8, 12, 1, 4),  # ranks 0–11 on nodes of 8: 8 on one node, 4 on the next (whose 4 NICs bound it)
+        (8, 6, 2, 2),  # stride 2, 4 per node: groups of 6 split 4 + 2
+    ],
 )
 def test_dp_ranks_per_node(g, dp, tp, m) -> None:
-    """TP innermost: a DP group (stride tp) has g/tp ranks on each node (at most dp)."""
+    """TP innermost: a DP group (stride tp) has g/tp ranks on each node it fills; a group that straddles
+    nodes unevenly is bound by the node holding fewest of its ranks."""
     assert dp_ranks_per_node(g, dp, tp) == m
 
 
