@@ -164,9 +164,15 @@ def gpu_spec(gpu_id: str, extra: dict[str, Any]) -> str | GpuSpec:
 
 
 #: Source groups whose runs predate FlashAttention (2022): Megatron-LM's 2020/2021 GPT runs materialise the
-#: s×s scores (fused scale-mask-softmax, then attention dropout 0.1; hidden dropout 0.1 —
-#: megatron/arguments.py defaults of the time) and keep apex fused LayerNorm's input like TE does.
-UNFUSED_ATTENTION_GROUPS = ("megatron-2020-tp", "megatron-2020-dp128", "megatron-2021-gpt3")
+#: s×s scores, with attention dropout 0.1 and hidden dropout 0.1 (megatron/arguments.py defaults of the
+#: time), and keep apex fused LayerNorm's input like TE does. Their kernels differ:
+#: * 2020 (the README tables, commit 5281919 of 2020-09-11): one PyTorch kernel per op — ``nn.Softmax``
+#:   after ``masked_fill_`` of the causal mask, ``nn.Dropout`` and the residual add as separate kernels
+#:   (megatron/model/transformer.py, gpt2_model.py ``gpt2_attention_mask_func``): ``kernels: eager``;
+#: * 2021 (the GPT-3 175B example, 152aab30 of 2021-01-11): fused scale-mask-softmax, bias-GeLU and
+#:   bias-dropout-add kernels (megatron/model/fused_softmax.py, fused_bias_gelu.py, transformer.py):
+#:   ``kernels: fused``.
+UNFUSED_ATTENTION_GROUPS = {"megatron-2020-tp": "eager", "megatron-2020-dp128": "eager", "megatron-2021-gpt3": "fused"}
 
 
 #: torchtitan's train configs at the commits of its published runs, where they differ from the preset:
@@ -185,10 +191,11 @@ TITAN_SELECTIVE_LAYER_K = 2
 
 def stack_of(row: dict[str, Any]) -> str | dict[str, Any]:
     """The ``training.stack`` a run is priced with: its source's stack preset; the pre-FlashAttention
-    Megatron runs as ``megatron`` with unfused attention and dropout; torchtitan runs with the kernels and
+    Megatron runs as ``megatron`` with unfused attention, dropout and their era's kernels; torchtitan runs with the kernels and
     selective AC of their published configs (``TITAN_*``)."""
     if row["source_group"] in UNFUSED_ATTENTION_GROUPS:
-        return {"base": "megatron", "attention": "unfused", "dropout": True}
+        kernels = UNFUSED_ATTENTION_GROUPS[row["source_group"]]
+        return {"base": "megatron", "attention": "unfused", "dropout": True, "kernels": kernels}
     if row["stack"] == "torchtitan":
         over: dict[str, Any] = {}
         if "torch.compile" in row["features"] or row["source_group"] in TITAN_COMPILED_GROUPS:

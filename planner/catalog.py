@@ -81,6 +81,19 @@ GPUS: dict[str, GpuSpec] = {
             source="NVIDIA H200 datasheet, SXM: H100 compute rates; 141 GB HBM3e at 4.8 TB/s; NVLink 900 GB/s bidirectional; 400 Gb/s NIC per GPU",
         ),
         GpuSpec(
+            # DGX-2's V100 (SXM3, 300 W): no BF16 and no TF32; 16 per node on NVSwitch.
+            id="v100-sxm3-32gb",
+            memory_gib=31.75,
+            peak_tflops=PeakTflops(fp32=15.7, fp16=125.0),
+            hbm_bandwidth_GBps=900.0,
+            nvlink_bandwidth_GBps=150.0,
+            nic_bandwidth_GBps=6.25,
+            source="NVIDIA Tesla V100 datasheet (volta-v100-datasheet-update-us-1165301-r5): FP32 15.7, Tensor "
+            "(FP16) 125 TFLOPS; 32 GB HBM2 at 900 GB/s (32,510 MiB reported); NVLink 300 GB/s = 6 NVLink2 links × "
+            "25 GB/s per direction. NVIDIA DGX-2 datasheet: 16 V100 32GB on 12 NVSwitches (every GPU at its full "
+            "150 GB/s per direction), 8 × 100 Gb/s InfiniBand EDR per node = 6.25 GB/s per GPU",
+        ),
+        GpuSpec(
             id="b200-sxm-192gb",
             memory_gib=179.1,
             peak_tflops=PeakTflops(fp32=75.0, tf32=1100.0, bf16=2250.0, fp16=2250.0, fp8=4500.0),
@@ -96,9 +109,11 @@ GPUS: dict[str, GpuSpec] = {
 #: Streaming multiprocessors per GPU (what a GEMM's output tiles are scheduled over, in waves;
 #: ``planner.compute``). A100: 108 SMs (NVIDIA A100 Tensor Core GPU Architecture whitepaper, 2020);
 #: H100 SXM5: 132 SMs (NVIDIA H100 Tensor Core GPU Architecture whitepaper, 2022: "132 SMs" for SXM5);
-#: H200: the same GH100 configuration as H100 SXM5 (132); B200: 2 dies × 74 enabled SMs = 148
+#: H200: the same GH100 configuration as H100 SXM5 (132); V100: 80 SMs (NVIDIA Tesla V100 GPU Architecture
+#: whitepaper, 2017: "Tesla V100 ... 80 SMs"); B200: 2 dies × 74 enabled SMs = 148
 #: (Chips and Cheese, "Nvidia's B200: Keeping the CUDA Juggernaut Rolling", 2025).
 SM_COUNT: dict[str, int] = {
+    "v100-sxm3-32gb": 80,
     "a100-sxm4-40gb": 108,
     "a100-sxm4-80gb": 108,
     "h100-sxm5-80gb": 132,

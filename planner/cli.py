@@ -48,15 +48,16 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Machine-readable ou
     if as_json:
         typer.echo(json.dumps([g.model_dump() for g in GPUS.values()], indent=2))
         return
-    table = Table("id", "memory GiB", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GB/s", "NVLink GB/s", "NIC GB/s")
+    table = Table(
+        "id", "memory GiB", "bf16 TFLOP/s", "fp16 TFLOP/s", "fp8 TFLOP/s", "HBM GB/s", "NVLink GB/s", "NIC GB/s"
+    )
     table.columns[0].no_wrap = True
     for g in GPUS.values():
-        fp8 = f"{g.peak_tflops.fp8:g}" if g.peak_tflops.fp8 else "-"
+        p = g.peak_tflops
         table.add_row(
             g.id,
             f"{g.memory_gib:g}",
-            f"{g.peak_tflops.bf16:g}",
-            fp8,
+            *(f"{rate:g}" if rate else "-" for rate in (p.bf16, p.fp16, p.fp8)),
             f"{g.hbm_bandwidth_GBps:g}",
             f"{g.nvlink_bandwidth_GBps:g}",
             f"{g.nic_bandwidth_GBps:g}",

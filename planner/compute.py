@@ -44,9 +44,11 @@ from planner.stacks import resolve as resolve_stack
 
 #: Fraction of the dense datasheet peak a large GEMM reaches (cuBLAS, "maximum achievable matmul
 #: FLOPS" microbenchmarks: stas00/ml-engineering ``compute/accelerator`` table, mamf-finder:
-#: A100 SXM bf16 ≈ 268 of 312 TFLOPS, H100 SXM bf16 ≈ 792 of 989). Used for every GPU without a
-#: measured profile; shapes below the roofline ridge are charged by their bytes instead.
-GEMM_EFFICIENCY = {"a100": 0.86, "h100": 0.80, "h200": 0.80, "b200": 0.80}
+#: A100 SXM bf16 ≈ 268 of 312 TFLOPS, H100 SXM bf16 ≈ 792 of 989; V100 fp16 tensor cores: cuBLAS
+#: ``volta_h884gemm_128x128`` at 8192³ ≈ 101 of the 112 TFLOPS of a V100 PCIe, 90 %, NVIDIA developer
+#: forums topic 79781, 2019). Used for every GPU without a measured profile; shapes below the roofline
+#: ridge are charged by their bytes instead.
+GEMM_EFFICIENCY = {"a100": 0.86, "h100": 0.80, "h200": 0.80, "b200": 0.80, "v100": 0.90}
 DEFAULT_GEMM_EFFICIENCY = 0.80
 
 

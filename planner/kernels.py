@@ -152,7 +152,9 @@ def elementwise_bytes(ctx: Context, kind: str, mbs: int, tp: int, sp: bool) -> f
         # torchtitan's repeat_kv (expand + reshape) copies K and V to the query heads before SDPA
         b += 2 * tokens * (m.num_kv_heads + m.num_attention_heads) * m.head_dim // tp * e
     if ctx.stack.dropout:
-        b += 2 * stream * h  # two hidden dropouts (fused with the residual add): 1-byte masks written
+        # two hidden dropouts: fused with the residual add (apex/TE bias-dropout-add) they only write their
+        # 1-byte masks; eager (``torch.nn.Dropout``, one kernel each) they also read and write the tensor
+        b += 2 * stream * h * (1 if ctx.stack.kernels == "fused" else 2 * e + 1)
     return float(b)
 
 
@@ -196,7 +198,10 @@ def attention_time(ctx: Context, mbs: int, tp: int) -> tuple[float, float]:
     * unfused: the two batched GEMMs per direction (QKᵀ, PV forward; four in backward) on their rooflines,
       plus the b·(a/t)·s² scores read and written in HBM by the softmax (forward: read + write; backward:
       read probabilities and gradient, write gradient) and, with dropout, by the dropout (read, write, and a
-      1-byte mask; backward: read gradient and mask, write)."""
+      1-byte mask; backward: read gradient and mask, write); with ``eager`` kernels the causal mask is its
+      own pass over the scores (``masked_fill_``: read + write, both ways; Megatron-LM 2020
+      ``gpt2_attention_mask_func``) instead of part of a fused scale-mask-softmax; and the context is copied
+      back from [b, a, s, d] to [b, s, a·d] (``permute(...).contiguous()``: read + write, both ways)."""
     m, seq = ctx.model, ctx.training.seq_len
     d, heads = m.head_dim, mbs * m.num_attention_heads // tp
     if heads == 0:
@@ -215,6 +220,12 @@ def attention_time(ctx: Context, mbs: int, tp: int) -> tuple[float, float]:
     e = ctx.elt
     fwd += hbm_time(ctx, 2 * scores * e)
     bwd += hbm_time(ctx, 3 * scores * e)
+    if ctx.stack.kernels == "eager":  # the causal mask by its own kernel over the scores (masked_fill_), both ways
+        fwd += hbm_time(ctx, 2 * scores * e)
+        bwd += hbm_time(ctx, 2 * scores * e)
+    context = heads * seq * d * e  # the context [b, a, s, d] permuted back to [b, s, a·d] (a contiguous copy)
+    fwd += hbm_time(ctx, 2 * context)
+    bwd += hbm_time(ctx, 2 * context)
     if ctx.stack.dropout:
         fwd += hbm_time(ctx, 2 * scores * e + scores)
         bwd += hbm_time(ctx, 2 * scores * e + scores)

@@ -13,13 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 FITTED_ON = "2026-11-30"
-DATA = "bench/data/published_runs.json sha256:57d34061e232a0ec"
+DATA = "bench/data/published_runs.json sha256:21b93cdc80b53790"
 
 ROWS: dict[tuple[str, str], dict[str, float]] = {
-    ("megatron", "ampere"): {"compute_scale": 1.225},
-    ("torchtitan", "ampere"): {"compute_scale": 1.262},
-    ("torchtitan", "hopper"): {"compute_scale": 1.431},
-    ("*", "ampere"): {"compute_scale": 1.245},
+    ("megatron", "ampere"): {"compute_scale": 1.083},
+    ("torchtitan", "ampere"): {"compute_scale": 1.269},
+    ("torchtitan", "hopper"): {"compute_scale": 1.41},
+    ("*", "ampere"): {"compute_scale": 1.188},
 }
 
 FITS: dict[tuple[str, str], dict[str, Any]] = {
@@ -37,9 +37,9 @@ FITS: dict[tuple[str, str], dict[str, Any]] = {
             "megatron_2020_dgxa100_dp128_8B",
             "megatron_readme_gpt3_175b_example_1024",
         ],
-        "physics_mape": 0.159,
-        "in_sample_mape": 0.0513,
-        "losgo_mape": 0.0743,
+        "physics_mape": 0.0746,
+        "in_sample_mape": 0.0451,
+        "losgo_mape": 0.0465,
     },
     ("torchtitan", "ampere"): {
         "free": ("compute_scale",),
@@ -54,9 +54,9 @@ FITS: dict[tuple[str, str], dict[str, Any]] = {
             "torchtitan_2404_a100_llama2_70b_lbs1",
             "torchtitan_2404_a100_llama2_70b_lbs2",
         ],
-        "physics_mape": 0.2179,
-        "in_sample_mape": 0.066,
-        "losgo_mape": 0.2179,
+        "physics_mape": 0.2384,
+        "in_sample_mape": 0.0356,
+        "losgo_mape": 0.2384,
     },
     ("torchtitan", "hopper"): {
         "free": ("compute_scale",),
@@ -70,9 +70,9 @@ FITS: dict[tuple[str, str], dict[str, Any]] = {
             "torchtitan_asynctp_70B_bfloat16_vanillaTP",
             "torchtitan_asynctp_8B_bfloat16_vanillaTP",
         ],
-        "physics_mape": 0.3382,
-        "in_sample_mape": 0.0597,
-        "losgo_mape": 0.0941,
+        "physics_mape": 0.3161,
+        "in_sample_mape": 0.0447,
+        "losgo_mape": 0.0712,
     },
     ("*", "ampere"): {
         "free": ("compute_scale",),
@@ -96,20 +96,20 @@ FITS: dict[tuple[str, str], dict[str, Any]] = {
             "torchtitan_2404_a100_llama2_70b_lbs1",
             "torchtitan_2404_a100_llama2_70b_lbs2",
         ],
-        "physics_mape": 0.1868,
-        "in_sample_mape": 0.0582,
-        "losgo_mape": 0.1419,
+        "physics_mape": 0.1517,
+        "in_sample_mape": 0.0406,
+        "losgo_mape": 0.1368,
     },
 }
 
 #: Per source group and overall: (runs, physics MAPE, in-sample MAPE, LOSGO MAPE).
 SUMMARY: dict[str, tuple[int, float, float, float]] = {
-    "megatron-2021-gpt3": (1, 0.2658, 0.068, 0.08),
-    "megatron-2020-tp": (4, 0.2087, 0.0472, 0.0661),
-    "megatron-2020-dp128": (4, 0.0827, 0.0513, 0.0811),
-    "torchtitan-2412-h100": (4, 0.2807, 0.0423, 0.0981),
-    "torchtitan-2506-asynctp": (2, 0.385, 0.0832, 0.0839),
-    "torchtitan-2408-h100": (1, 0.4746, 0.0825, 0.0987),
-    "torchtitan-2404-a100": (8, 0.2179, 0.066, 0.2179),
-    "overall": (24, 0.2309, 0.0587, 0.128),
+    "megatron-2021-gpt3": (1, 0.1656, 0.0987, 0.1133),
+    "megatron-2020-tp": (4, 0.0483, 0.0141, 0.0167),
+    "megatron-2020-dp128": (4, 0.0782, 0.0627, 0.0597),
+    "torchtitan-2412-h100": (4, 0.2783, 0.0317, 0.0754),
+    "torchtitan-2506-asynctp": (2, 0.3756, 0.0805, 0.0835),
+    "torchtitan-2408-h100": (1, 0.3483, 0.0252, 0.0301),
+    "torchtitan-2404-a100": (8, 0.2384, 0.0356, 0.2384),
+    "overall": (24, 0.1996, 0.0418, 0.1177),
 }

@@ -16,14 +16,42 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, NamedTuple
 
 from planner.affine import Affine, Count, total
-from planner.comm import dp_group_in_node, tp_link
+from planner.comm import dp_group_in_node, dp_ranks_per_node, tp_link
 from planner.compute import Context, layer_times
+from planner.kernels import hbm_efficiency
 from planner.memory import OPTIMIZER_STEP_BYTES, StateBytes, loss_buffer_bytes, state_bytes, zero3_buffer_bytes
 
 if TYPE_CHECKING:
     from planner.cost import Candidate
 
 NS = 1e9
+
+#: Compute that runs under a collective runs slower: the NCCL kernels hold SMs (one CTA per channel) for
+#: the whole collective, whatever the link, and share HBM. The fraction of the overlapped time added to the
+#: compute: measured, compute overlapped with communication ran on average 18.9 % slower on
+#: A100/H100/MI250/MI210 (Lee et al., "Characterizing Compute-Communication Overlap in GPU-Accelerated
+#: Distributed Deep Learning", arXiv 2507.03114).
+OVERLAP_SLOWDOWN = 0.189
+
+
+#: HBM bytes per parameter of the optimizer step besides the update (``memory.OPTIMIZER_STEP_BYTES``): the
+#: gradient-norm pass of gradient clipping reads the fp32 main gradients (4; Megatron-LM ``clip_grad`` 1.0 in
+#: its examples, torchtitan ``max_norm`` 1.0); with fp16 the loss-scale unscale and inf/NaN check reads and
+#: writes them (8; ``torch._amp_foreach_non_finite_check_and_unscale_``, Megatron-LM megatron/optimizer/optimizer.py).
+OPTIMIZER_EXTRA_BYTES = 4
+LOSS_SCALE_BYTES = 8
+
+
+def grad_bucket_params(dp: int) -> int:
+    """Parameters per data-parallel gradient bucket: Megatron-core's default max(40M, 1M·dp)
+    (megatron/core/distributed/distributed_data_parallel_config.py ``bucket_size``); one collective each."""
+    return max(40_000_000, 1_000_000 * dp)
+
+
+def overlapped(work: float, comm: float, slowdown: float) -> float:
+    """Seconds of ``work`` run beside a collective of ``comm`` seconds on another stream: the longer of the
+    two, the work slowed by ``slowdown`` × the time they overlap."""
+    return max(work + slowdown * min(work, comm), comm)
 
 
 def ns(seconds: float) -> int:
@@ -60,6 +88,11 @@ class SharedTerms:
     tie_embeddings: bool
     #: whether the stack overlaps the DP gradient sync with the rank's last backward (``planner.stacks``)
     overlap_grad_reduce: bool
+    #: with ``overlap_grad_reduce``: the part of the last backward that hides the sync, (1 − σ)·bwd, and the
+    #: least an overlapped sync costs, σ·sync (σ = ``OVERLAP_SLOWDOWN``: the compute under the sync is
+    #: slowed by σ of the overlapped time); both NOTHING when the stack does not overlap it
+    hidden_bwd: Affine
+    sync_slowdown: Affine
     flops_layer: float  # model FLOPs (fwd+bwd incl. recompute) per micro-batch, per GPU
     flops_emb: float
     flops_head: float
@@ -120,16 +153,18 @@ def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> L
 
     # --- tensor-parallel communication (blocking, on the compute stream, Megatron-style)
     act = mbs * seq * model.hidden_size * ctx.elt  # one residual-stream tensor
-    link = tp_link(ctx.cluster.gpus_per_node, tp)
-    ar = cm.time("all_reduce", act, tp, link)
-    half = cm.time("reduce_scatter", act, tp, link)  # = all-gather
+    g = ctx.cluster.gpus_per_node
+    link = tp_link(g, tp)
+    per_node = min(tp, g)  # TP innermost: consecutive ranks fill a node
+    ar = cm.time("all_reduce", act, tp, link, per_node)
+    half = cm.time("reduce_scatter", act, tp, link, per_node)  # = all-gather
     blk_tp_f = 2 * ar
     blk_tp_b = 2 * ar + (2 * ar if recompute == "full" else 0.0)
     vocab_parallel = model.vocab_size % tp == 0
     if tp > 1 and vocab_parallel:
         emb_tp_f, emb_tp_b = (half, half) if sp else (ar, 0.0)
         head_tp_f, head_tp_b = (half, half) if sp else (0.0, ar)
-        head_tp_f += cm.time("all_reduce", mbs * seq * 3 * 4, tp, link)  # max/sum/target
+        head_tp_f += cm.time("all_reduce", mbs * seq * 3 * 4, tp, link, per_node)  # max/sum/target
     else:
         emb_tp_f = emb_tp_b = 0.0
         head_tp_f = head_tp_b = half if sp else 0.0
@@ -158,20 +193,28 @@ def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> L
 NOTHING = Affine()
 
 
+def scaled(a: Affine, factor: float) -> Affine:
+    return Affine(*(round(x * factor) for x in a))
+
+
 def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero_stage: int, dp: int) -> SharedTerms:
     lg = layer_group(ctx, mbs, tp, sp, recompute)
     tr, cm, e = ctx.training, ctx.comm, ctx.elt
     p_blk, p_emb, p_head = lg.params
 
     # --- ZeRO-3: parameters gathered per micro-batch (fwd and bwd), gradients reduce-scattered;
-    # prefetched on a side stream, so a layer costs max(compute + TP comm, its collectives)
-    dp_link = "intra_node" if dp_group_in_node(ctx.cluster.gpus_per_node, ctx.num_gpus, dp, tp) else "inter_node"
+    # prefetched on a side stream, so a layer costs the longer of its compute + TP comm (slowed while they
+    # overlap: ``overlapped``) and its collectives
+    g = ctx.cluster.gpus_per_node
+    dp_link = "intra_node" if dp_group_in_node(g, ctx.num_gpus, dp, tp) else "inter_node"
+    m = dp_ranks_per_node(g, dp, tp)
+    slow = OVERLAP_SLOWDOWN
     fwd, bwd, z3_tmp, fwd_z3, bwd_z3 = lg.fwd, lg.bwd, 0, NOTHING, NOTHING
     if zero_stage == 3 and dp > 1:
-        gather = [cm.time("all_gather", count * e, dp, dp_link) for count in lg.params]
-        scatter = [cm.time("reduce_scatter", count * e, dp, dp_link) for count in lg.params]
-        fwd = Affine(0, *(ns(max(w, t)) for w, t in zip(lg.work_f, gather)))
-        bwd = Affine(0, *(ns(max(w, t + u)) for w, t, u in zip(lg.work_b, gather, scatter)))
+        gather = [cm.time("all_gather", count * e, dp, dp_link, m) for count in lg.params]
+        scatter = [cm.time("reduce_scatter", count * e, dp, dp_link, m) for count in lg.params]
+        fwd = Affine(0, *(ns(overlapped(w, t, slow)) for w, t in zip(lg.work_f, gather)))
+        bwd = Affine(0, *(ns(overlapped(w, t + u, slow)) for w, t, u in zip(lg.work_b, gather, scatter)))
         z3_tmp = zero3_buffer_bytes(ctx.stack, p_blk, e)  # gathered layers, gradient buffers (stack's)
         fwd_z3, bwd_z3 = Affine(*(a - b for a, b in zip(fwd, lg.fwd))), Affine(*(a - b for a, b in zip(bwd, lg.bwd)))
 
@@ -179,14 +222,18 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp)
     per = per_param.total
 
-    # --- end of step: DP gradient sync (overlapped with the rank's last backward), optimizer step
+    # --- end of step: DP gradient sync (overlapped with the rank's last backward), optimizer step.
+    # The sync runs in gradient buckets (``grad_bucket_params``; the whole model when smaller): its time is
+    # the rank's bytes at the rate of one bucket's collective.
+    total = p_blk * ctx.model.num_layers + p_emb + p_head
+
     def collective(name: str, nbytes_per_param: float) -> Affine:
         if dp == 1:
             return NOTHING
-        one = cm.time(name, 1.0, dp, dp_link)
-        per_byte = cm.time(name, 2.0, dp, dp_link) - one
+        bucket = min(grad_bucket_params(dp), total) * nbytes_per_param
+        per_byte = cm.time(name, bucket, dp, dp_link, m) / bucket
         return Affine(
-            ns(one - per_byte),
+            0,
             ns(per_byte * p_blk * nbytes_per_param),
             ns(per_byte * p_emb * nbytes_per_param),
             ns(per_byte * p_head * nbytes_per_param),
@@ -198,7 +245,12 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
         sync, post = collective("reduce_scatter", e), collective("all_gather", e)
     else:
         sync = post = NOTHING
-    shard, upd, hbm = dp if zero_stage >= 1 else 1, OPTIMIZER_STEP_BYTES[tr.optimizer], ctx.gpu.hbm_bandwidth_GBps * 1e9
+    # optimizer step: memory-bound multi-tensor kernels over the (sharded) states at achieved HBM bandwidth
+    shard = dp if zero_stage >= 1 else 1
+    upd = (
+        OPTIMIZER_STEP_BYTES[tr.optimizer] + OPTIMIZER_EXTRA_BYTES + (LOSS_SCALE_BYTES if tr.precision == "fp16" else 0)
+    )
+    hbm = ctx.gpu.hbm_bandwidth_GBps * 1e9 * hbm_efficiency(p_blk / shard * upd)
 
     return SharedTerms(
         fwd=fwd,
@@ -226,6 +278,8 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
         z3_tmp=z3_tmp,
         tie_embeddings=ctx.model.tie_embeddings,
         overlap_grad_reduce=ctx.stack.overlap_grad_reduce,
+        hidden_bwd=scaled(bwd, 1 - slow) if ctx.stack.overlap_grad_reduce else NOTHING,
+        sync_slowdown=scaled(sync, slow) if ctx.stack.overlap_grad_reduce else NOTHING,
         flops_layer=lg.flops[0],
         flops_emb=lg.flops[1],
         flops_head=lg.flops[2],
@@ -237,21 +291,25 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
 
 
 class EndTerms(NamedTuple, Generic[Count]):
-    """Pipeline rank r's end of step, ns: its DP gradient sync overlaps its last backward (chunk r) when
-    the stack overlaps it (``Stack.overlap_grad_reduce``; else ``overlap`` is 0), then the optimizer step, then the ZeRO-1/2 parameter all-gather."""
+    """Pipeline rank r's end of step, ns: its DP gradient sync overlaps its last backward b (chunk r) when
+    the stack overlaps it (``Stack.overlap_grad_reduce``; else ``overlap`` and ``slowed`` are 0), then the
+    optimizer step, then the ZeRO-1/2 parameter all-gather. Overlapped compute runs σ slower over the time
+    it shares with the sync (``OVERLAP_SLOWDOWN``), so the sync costs max(0, sync − b) + σ·min(sync, b)
+    = max(σ·sync, sync − (1 − σ)·b): ``overlap`` = (1 − σ)·b and ``slowed`` = σ·sync."""
 
     sync: Count
     overlap: Count
     optimizer: Count
     post: Count
+    slowed: Count = 0  # type: ignore[assignment]
 
 
 def end_parts(t: EndTerms[Count]) -> list[Count]:
-    """The rank's end term is the max of these: ``max(0, sync − overlap) + optimizer + post``."""
+    """The rank's end term is the max of these: ``max(slowed, sync − overlap) + optimizer + post``."""
     done = t.optimizer + t.post
     if isinstance(t.sync, int) and t.sync == 0:  # nothing to sync
         return [done]
-    return [done, t.sync - t.overlap + done]
+    return [done + t.slowed, t.sync - t.overlap + done]
 
 
 def end_terms(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int) -> EndTerms[Count]:
@@ -261,9 +319,10 @@ def end_terms(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int) -> EndTe
     emb, head = r == 0, r == c.pp - 1 and s.own_head(c)
     return EndTerms(
         s.sync.at(layers, emb, head),
-        (s.bwd if s.overlap_grad_reduce else NOTHING).at(n[r], r == 0, r == c.chunks - 1),
+        s.hidden_bwd.at(n[r], r == 0, r == c.chunks - 1),
         s.opt.at(layers, emb, head),
         s.post.at(layers, emb, head),
+        s.sync_slowdown.at(layers, emb, head),
     )
 
 
@@ -272,5 +331,6 @@ def rank_end(t: EndTerms[int]) -> int:
 
 
 def exposed_sync(t: EndTerms[int]) -> int:
-    """The DP sync on the critical path (the sync beyond its overlap, and the ZeRO all-gather)."""
-    return max(0, t.sync - t.overlap) + t.post
+    """The DP sync on the critical path (the sync beyond its overlap or the slowdown of the compute under
+    it, and the ZeRO all-gather)."""
+    return max(t.slowed, t.sync - t.overlap) + t.post

@@ -6,6 +6,7 @@ from planner import version
 from planner.api import complete_pins, context, replay_request
 from planner.cost import class_costs, evaluate, rank_end_terms
 from planner.specs import Plan
+from planner.terms import exposed_sync
 
 
 def chrome_trace(plan: Plan) -> dict:
@@ -34,9 +35,9 @@ def chrome_trace(plan: Plan) -> dict:
             }
         )
     for r in range(cand.pp):
-        sync, overlap, opt, post = rank_end_terms(cc, n, r)
-        t = ev.makespan_ns
-        exposed = max(0, sync - overlap) + post
+        rank_terms = rank_end_terms(cc, n, r)
+        t, opt = ev.makespan_ns, rank_terms.optimizer
+        exposed = exposed_sync(rank_terms)
         if exposed:
             events.append(
                 {

@@ -238,7 +238,10 @@ def test_every_run_expressed_or_given_a_reason(outcome):
 @pytest.mark.parametrize(
     "run_id, reason",
     [
-        ("megatron_2020_dgx2_v100_1B", "GPU not in the catalog"),
+        (
+            "deepseek_v3_pretrain",
+            "GPU not in the catalog",
+        ),  # H800 (the DGX-2 V100 runs are expressed since cost model 5)
         ("mlperf_v3.1_nvidia_gpt3_64nodes", "FP8"),
         ("torchtitan_2412_t2_8b_fsdp4_cp2", "context parallelism (cp=2)"),
         ("mbridge_25.11_GPT_64gpu_BF16", "expert parallelism (ep=8)"),
@@ -278,6 +281,7 @@ def test_torchtitan_runs_are_priced_with_their_published_config(outcome, run_id,
     [
         ("megatron_readme_gpt3_175b_example_1024", "tflops_per_gpu"),
         ("megatron_2020_dgxa100_dp128_4B", "tflops_per_gpu"),
+        ("megatron_2020_dgx2_v100_8B", "tflops_per_gpu"),
         ("torchtitan_2404_a100_70B_full", "tokens_per_s_per_gpu"),
         ("torchtitan_2408_405b_128h100_none", "tokens_per_s_per_gpu"),
     ],

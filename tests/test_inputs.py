@@ -109,11 +109,13 @@ def test_the_same_cluster_stated_two_ways_gets_the_same_plan(first, second):
 
 def test_fewer_nics_make_cross_node_data_parallelism_slower():
     """The statement is not decorative: with one NIC per node (8× less per-GPU bandwidth than eight) the
-    cross-node gradient all-reduce no longer hides under the backward pass (exposed DP sync > 0)."""
+    cross-node gradient all-reduce no longer hides under the backward pass. (With eight, the sync hides
+    under the backward and costs only the slowdown of the compute under it, σ·sync, planner.terms
+    ``OVERLAP_SLOWDOWN``; with one it is exposed beyond the backward, several times that.)"""
     pins = {"tp": 8, "pp": 1, "micro_batch_size": 1}
     one = planner.estimate(_request({"preset": "h100-1nic-400g"}, **pins))
     eight = planner.estimate(_request({"preset": "dgx-h100"}, **pins))
-    assert one.breakdown.dp_sync_s > 0 == eight.breakdown.dp_sync_s
+    assert one.breakdown.dp_sync_s > 4 * eight.breakdown.dp_sync_s > 0
     assert one.step_time_s > eight.step_time_s
 
 
@@ -255,7 +257,8 @@ def test_network_file_prices_the_collectives(tmp_path: Path):
     measured = json.loads(slow.stdout)
     assert measured["inputs"]["network"]["backend"] == "gloo"
     # the gradient all-reduce at 1 ms + 1 ns/byte no longer hides under the backward pass
-    assert base["breakdown"]["dp_sync_s"] == 0 < measured["estimate"]["breakdown"]["dp_sync_s"]
+    # (base: hidden under the backward, only the slowdown of the compute under it, planner.terms OVERLAP_SLOWDOWN)
+    assert base["breakdown"]["dp_sync_s"] < 0.01 * measured["estimate"]["breakdown"]["dp_sync_s"]
     assert measured["estimate"]["step_time_s"] > base["step_time_s"] + 1e-3
 
 

@@ -131,14 +131,15 @@ def test_usable_bytes_is_the_largest_that_fits() -> None:
 def test_equal_step_times_rank_lower_memory_first() -> None:
     """Llama 3 8B on 8 H100 (gbs 256, seq 8192): ZeRO-1 and ZeRO-2 take the same step; ZeRO-2 needs
     less memory, so it ranks before ZeRO-1 (it ranked after before). Checked with the planner's own
-    estimate of both configurations. (Since cost model 4 a ZeRO-3 plan is faster still and ranks first.)"""
+    estimate of both configurations. (Cost model 4 ranked a ZeRO-3 plan first; since the compute under
+    ZeRO-3's per-layer gathers is slowed by the overlap (planner.terms ``OVERLAP_SLOWDOWN``) it ranks third.)"""
     req = {
         "model": "llama3-8b",
         "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
         "training": {"global_batch_size": 256, "seq_len": 8192},
     }
-    # Since the bundled runtime's lean activations (fused RMSNorm, GQA without repeated K/V) more plans fit
-    # and the ZeRO-2/ZeRO-1 tie (tp1·pp2·dp4) ranks 7th and 8th rather than 2nd and 3rd: find it.
+    # Where the ZeRO-2/ZeRO-1 tie ranks moves with the cost model (lean runtime activations, the overlap
+    # slowdown): find the first tie among the top 8.
     plans = plan({**req, "top_k": 8}).plans
     ties = [(a, b) for a, b in zip(plans, plans[1:]) if a.estimate.step_time_s == b.estimate.step_time_s]
     assert ties
@@ -147,7 +148,7 @@ def test_equal_step_times_rank_lower_memory_first() -> None:
     assert first.step_time_s == second.step_time_s == tie[0].estimate.step_time_s
     assert plans[0].estimate.step_time_s < first.step_time_s
     assert first.peak_memory_gib < second.peak_memory_gib
-    assert [p.parallel.zero_stage for p in tie] == [2, 1] and plans[0].parallel.zero_stage == 3
+    assert [p.parallel.zero_stage for p in tie] == [2, 1]
     assert plan({**req, "top_k": 1}).plans[0].parallel == plans[0].parallel
 
 

@@ -75,12 +75,15 @@ def test_a_memory_binding_cites_the_nearest_faster_configuration_that_does_not_f
 def test_the_cited_configurations_of_the_bench_instances():
     """What a reader sees for the two bench instances the issue names."""
     ex8 = planned("llama3-8b").plans[0].explanation
-    # cost model 4 (eager norm/RoPE/SwiGLU bytes of the bundled runtime) moved the winner; was tp, dp, SP.
-    # The lean runtime (fused RMSNorm, GQA on unrepeated K/V: 25 % fewer activation bytes per Llama 3 8B
-    # block) moved it again: TP1×DP8 ZeRO-3 without recompute fits, and the nearest faster configuration
-    # ruled out is a larger micro-batch (was pp, dp).
-    assert ex8.ruled_out is not None and ex8.ruled_out.settings_changed == ["micro_batch_size"]
-    assert ex8.ruled_out.parallel.tp == 1
+    # Which faster configuration is ruled out moves with the cost model (v4: pp, dp; lean runtime: mbs; with
+    # the overlap slowdown: PP1×DP8): whichever it is, it is faster than the plan, does not fit, and is the
+    # planner's own estimate of that configuration.
+    best = planned("llama3-8b").plans[0]
+    r8 = ex8.ruled_out
+    assert r8 is not None and 1 <= len(r8.settings_changed) <= 3
+    assert r8.step_time_s < best.estimate.step_time_s and r8.peak_memory_gib > r8.usable_memory_gib
+    e8 = estimate_of("llama3-8b", r8.parallel)
+    assert not e8.fits and e8.step_time_s == pytest.approx(r8.step_time_s, rel=1e-9)
     ex70 = planned("llama3-70b").plans[0].explanation
     r = ex70.ruled_out
     # not tp=1 pp=1 dp=64 mbs=8. Since the lean runtime: TP1 at PP8 (dp 8 and SP off follow from tp 1).
@@ -114,12 +117,12 @@ def test_each_alternative_is_the_planners_estimate_of_that_configuration(name):
 
 def test_zero_alternative_reads_as_the_issue_asks():
     alts = {a.setting: a for a in planned("llama3-8b").plans[0].explanation.alternatives}
-    # cost model 4: ZeRO-3's gathers hide under the (now slower, eager-kernel) layers, so ZeRO-3 wins.
-    # Since the lean runtime the winner runs without recomputation (TP1×DP8): ZeRO-2 would be slightly
-    # faster but its unsharded parameters no longer fit beside the activations.
+    # Which ZeRO stage wins moves with the cost model (v4: ZeRO-3; with the overlap slowdown and the lean
+    # runtime: ZeRO-2 at PP2): the summary reads the same way whichever it is.
+    winner = planned("llama3-8b").plans[0].parallel.zero_stage
     assert re.match(
-        r"ZeRO-2 instead of ZeRO-3: [0-9.]+% faster \([0-9.]+ s\), \+[0-9.]+ GiB \([0-9.]+ GiB\); "
-        r"does not fit \([0-9.]+ of [0-9.]+ GiB usable\)$",
+        rf"ZeRO-[0-3] instead of ZeRO-{winner}: (same time|[0-9.]+% (slower|faster) \([0-9.]+ s\)), "
+        r"[+-][0-9.]+ GiB \([0-9.]+ GiB\)(; does not fit \([0-9.]+ of [0-9.]+ GiB usable\))?$",
         alts["zero_stage"].summary,
     )
 
@@ -139,8 +142,11 @@ ZERO3_CASES = [  # (model, nodes, gbs, seq, pins, gathers exposed beyond compute
 @pytest.mark.parametrize("model,nodes,gbs,seq,pins,exposed", ZERO3_CASES)
 def test_zero3_parameter_gathers_are_communication_not_compute(model, nodes, gbs, seq, pins, exposed):
     """ZeRO-3's per-layer gathers beyond the layer's compute are DP communication (before: folded
-    into compute, e.g. 8B pp1·dp16: compute 13.2 s, DP sync 0). Compute under them is not modeled
-    as slowed down, so compute equals the ZeRO-1 plan's exactly; the columns add up to the step."""
+    into compute, e.g. 8B pp1·dp16: compute 13.2 s, DP sync 0). The compute under them is slowed by the
+    overlap (planner.terms ``OVERLAP_SLOWDOWN``): that too is charged to the DP sync, so compute equals the
+    ZeRO-1 plan's exactly and gathers that hide under the layers cost only that slowdown; the columns add up
+    to the step."""
+    from planner.terms import OVERLAP_SLOWDOWN
 
     def est(z):
         return planner.estimate({**body(model, nodes, gbs, seq), "parallel": {**pins, "zero_stage": z}})
@@ -150,7 +156,9 @@ def test_zero3_parameter_gathers_are_communication_not_compute(model, nodes, gbs
     assert b3.compute_s == pytest.approx(b1.compute_s, rel=1e-9) and b3.tp_comm_s == pytest.approx(
         b1.tp_comm_s, rel=1e-9
     )
-    assert (b3.dp_sync_s > 0) == exposed  # hidden entirely under a layer's compute: 0
+    assert b3.dp_sync_s > 0
+    if not exposed:  # hidden under every layer's compute: only the slowdown of the compute under them
+        assert b3.dp_sync_s <= OVERLAP_SLOWDOWN * (b1.compute_s + b1.tp_comm_s)
     total = b3.compute_s + b3.tp_comm_s + b3.pp_bubble_s + b3.pp_p2p_s + b3.dp_sync_s + b3.optimizer_s
     assert total == pytest.approx(z3.step_time_s, rel=1e-9)
 
@@ -160,12 +168,23 @@ def test_zero3_parameter_gathers_are_communication_not_compute(model, nodes, gbs
 
 
 def test_headroom_keeps_plans_off_the_last_gib_and_estimate_honours_it():
-    """With no headroom the 70B plan peaks at 98 % of HBM; the default (5 %) picks another plan below
-    95 %, and ``estimate`` of the headroom-0 plan says it does not fit under the default."""
-    tight = planned("llama3-70b", 0.0).plans[0]
-    roomy = planned("llama3-70b").plans[0]
+    """With no headroom the 70B plan (TP8, ZeRO-1 pinned) peaks at 99 % of HBM; the default (5 %) picks
+    another plan below 95 %, and ``estimate`` of the headroom-0 plan says it does not fit under the default.
+    (Unpinned, since cost model 5 prices TP all-reduces at nccl-tests' bus bandwidth and DP across nodes
+    over every NIC, the optimum is FSDP at 63 GiB, where the headroom does not bind.)"""
+
+    def plan_with(headroom: float):
+        case = CASES["llama3-70b"]
+        req = {
+            **case,
+            "parallel": {"tp": 8, "zero_stage": 1},
+            "options": {**case["options"], "memory_headroom": headroom},
+        }
+        return planner.plan(req).plans[0]
+
+    tight, roomy = plan_with(0.0), plan_with(0.05)
     gpu = tight.estimate.gpu_memory_gib
-    assert tight.estimate.peak_memory_gib / gpu > 0.97 and tight.estimate.memory_headroom == 0.0
+    assert tight.estimate.peak_memory_gib / gpu > 0.95 and tight.estimate.memory_headroom == 0.0
     assert roomy.estimate.peak_memory_gib <= 0.95 * gpu and roomy.estimate.memory_headroom == 0.05
     assert roomy.estimate.usable_memory_gib == pytest.approx(0.95 * gpu)
     assert roomy.parallel != tight.parallel and roomy.estimate.step_time_s >= tight.estimate.step_time_s

@@ -88,13 +88,14 @@ def test_search_matches_brute_force_with_interleaved(seed: int) -> None:
 
 
 def test_interleaving_wins_on_some_instances() -> None:
-    """The generator exercises the new space: interleaved 1F1B is the optimum on several seeds."""
+    """The generator exercises the new space: interleaved 1F1B is the optimum on several seeds (4 of 12
+    since cost model 5's collectives, 7 before)."""
     wins = 0
     for seed in SEEDS:
         ctx, pins = interleaved_instance(seed)
         got = search(ctx, pins, SearchOptions(num_workers=1), top_k=1)
         wins += bool(got.results) and got.results[0].cand.schedule == "interleaved-1f1b"
-    assert wins >= 5
+    assert wins >= 4
 
 
 @pytest.mark.parametrize("seed", range(0, 24, 2))
