@@ -2,17 +2,17 @@
 
 For every published run the cost model can express (``bench/bench_fidelity.py``'s mapping: its
 request, stack and measured step time), ONE residual, ``compute_scale`` (``FREE``), is fitted per
-(stack preset, GPU generation), and per generation pooled over the stacks (``("*", generation)``: the
-fallback for a stack without runs on that generation; written only where runs of at least
-``MIN_POOLED_STACKS`` stacks pool, i.e. where a residual is seen to carry across stacks), with
+(stack preset, GPU generation), and per stack pooled over its generations (``(stack, "*")``: the
+fallback for a stack without runs on that generation — in these runs the residual follows the stack far
+more than the generation), with
 ``planner.calibrate.fit_residuals`` on the physics-only model (identity residuals). Nothing else is fitted.
 
 Leave-one-source-group-out cross-validation (LOSGO): for each source group, the whole table is refitted
 without that group's runs and its runs are predicted with the row the planner would then use for them
-(``planner.residuals.row_key``: their (stack, generation) row, else the generation's pooled row, else
+(``planner.residuals.row_key``: their (stack, generation) row, else the stack's pooled row, else
 identity). Errors are in the sources' throughput metrics, as ``bench_fidelity`` reports them: measured
 step ÷ predicted step − 1. ``--alternatives`` also prints the in-sample and LOSGO figures of the other
-structures considered (a generation fallback from one stack, a per-stack fallback, none; ``comm_scale``
+structures considered (a generation fallback pooled over ≥ 2 or ≥ 1 stacks, none; ``comm_scale``
 fitted too where a row has ≥ 4 runs from ≥ 2 groups), so the choice can be re-checked after the physics
 changes.
 
@@ -41,7 +41,7 @@ import bench_fidelity as fidelity  # noqa: E402
 
 from planner.calibrate import FitResult, Observation, fit_residuals, predict_step_time  # noqa: E402
 from planner.errors import MeshplanError  # noqa: E402
-from planner.residuals import NOT_POOLED, generation, row_key, stack_preset  # noqa: E402
+from planner.residuals import generation, row_key, stack_preset  # noqa: E402
 from planner.specs import PlanRequest, Residuals  # noqa: E402
 from planner.stacks import resolve  # noqa: E402
 
@@ -106,19 +106,17 @@ def free_for(runs: Sequence[Run], with_comm: bool = False) -> tuple[str, ...]:
     return FREE
 
 
-def row_keys(
-    runs: Sequence[Run], pooled: str = "generation", min_stacks: int = MIN_POOLED_STACKS
-) -> dict[Key, list[Run]]:
+def row_keys(runs: Sequence[Run], pooled: str = "stack", min_stacks: int = MIN_POOLED_STACKS) -> dict[Key, list[Run]]:
     """The table's rows and their runs, in a stable order: (stack, generation), and the pooled rows —
-    ("*", generation) over the stacks (``NOT_POOLED`` excluded; only with ≥ ``min_stacks`` stacks), or
-    (stack, "*") over the generations (``--alternatives``), or none."""
+    (stack, "*") over the generations (shipped), or ("*", generation) over the stacks (``--alternatives``;
+    only with ≥ ``min_stacks`` stacks), or none."""
     rows: dict[Key, list[Run]] = {}
     for r in sorted(runs, key=lambda r: (r.key, r.id)):
         rows.setdefault(r.key, []).append(r)
     if pooled == "generation":
         pool: dict[Key, list[Run]] = {}
         for r in sorted(runs, key=lambda r: (r.key[1], r.id)):
-            if r.key[0] not in NOT_POOLED:
+            if r.key[0] != "meshplan":  # the bundled runtime ran no published run
                 pool.setdefault(("*", r.key[1]), []).append(r)
         rows.update({k: v for k, v in pool.items() if len({r.key[0] for r in v}) >= min_stacks})
     elif pooled == "stack":
@@ -135,7 +133,7 @@ def observations(runs: Sequence[Run]) -> list[Observation]:
 class Structure:
     """How the table is built: which rows are pooled, whether ``comm_scale`` is fitted too."""
 
-    pooled: str = "generation"  # "generation", "stack" or "none"
+    pooled: str = "stack"  # "stack", "generation" or "none"
     with_comm: bool = False
     min_stacks: int = MIN_POOLED_STACKS  # of a ("*", generation) row
 
@@ -152,7 +150,7 @@ SHIPPED = Structure()
 ALTERNATIVES = [
     Structure(p, c, k)
     for c in (False, True)
-    for p, k in (("generation", MIN_POOLED_STACKS), ("generation", 1), ("stack", 1), ("none", 1))
+    for p, k in (("stack", MIN_POOLED_STACKS), ("generation", MIN_POOLED_STACKS), ("generation", 1), ("none", 1))
 ]
 
 
@@ -167,11 +165,11 @@ def fit_table(runs: Sequence[Run], how: Structure = SHIPPED) -> dict[Key, tuple[
 
 
 def lookup(table: dict[Key, Any], key: Key) -> Residuals:
-    """The row the planner uses for a run (``planner.residuals.row_key``; a (stack, "*") row of the
-    ``--alternatives`` is used after the generation's)."""
+    """The row the planner uses for a run (``planner.residuals.row_key``; a ("*", generation) row of the
+    ``--alternatives`` after the run's own)."""
     k = row_key(table, *key)
-    if k is None and (key[0], "*") in table:
-        k = (key[0], "*")
+    if k is None and ("*", key[1]) in table:
+        k = ("*", key[1])
     return table[k][0] if k is not None else Residuals()
 
 

@@ -216,21 +216,23 @@ def test_builtin_lookup_by_stack_and_generation():
     # the bundled runtime ran no published run: identity, whatever the GPU and whatever the table holds
     for gpu in ("a100-sxm4-80gb", "h100-sxm5-80gb", "b200-sxm-192gb", "cpu"):
         assert builtin_residuals("meshplan", gpu) == Residuals()
+    gpus = {"volta": "v100-sxm3-32gb", "ampere": "a100-sxm4-80gb", "hopper": "h100-sxm5-80gb"}
     for (stack, gen), row in ROWS.items():
-        gpu = {"ampere": "a100-sxm4-80gb", "hopper": "h100-sxm5-80gb", "blackwell": "b200-sxm-192gb"}[gen]
-        if stack != "*":
-            assert builtin_residuals(stack, gpu) == Residuals(**row)
-            # an inline stack on that preset uses the preset's row
-            assert builtin_residuals(f"{stack}+{{attention=unfused}}", gpu) == Residuals(**row)
-        elif ("deepspeed", gen) not in ROWS:  # a published stack without its own row: the generation's
-            assert builtin_residuals("deepspeed", gpu) == Residuals(**row)
-    # the rule itself, on a table of my own: own row, else the generation's pooled row, else identity
-    rows = {("megatron", "ampere"): {}, ("*", "ampere"): {}, ("*", "hopper"): {}}
+        if gen == "*":  # a stack's pooled row prices it on a generation it has no row for
+            gen = next(g for g in ("blackwell", "hopper", "ampere", "volta") if (stack, g) not in ROWS)
+            gpu = {**gpus, "blackwell": "b200-sxm-192gb"}[gen]
+        else:
+            gpu = gpus[gen]
+        assert builtin_residuals(stack, gpu) == Residuals(**row)
+        # an inline stack on that preset uses the preset's row
+        assert builtin_residuals(f"{stack}+{{attention=unfused}}", gpu) == Residuals(**row)
+    # the rule itself, on a table of my own: own row, else the stack's pooled row, else identity
+    rows = {("megatron", "ampere"): {}, ("megatron", "*"): {}, ("torchtitan", "hopper"): {}}
     assert row_key(rows, "megatron", "ampere") == ("megatron", "ampere")
-    assert row_key(rows, "torchtitan", "ampere") == ("*", "ampere")
-    assert row_key(rows, "megatron", "hopper") == ("*", "hopper")
+    assert row_key(rows, "megatron", "hopper") == ("megatron", "*")
+    assert row_key(rows, "torchtitan", "ampere") is None
     assert row_key(rows, "meshplan", "hopper") is None
-    assert row_key(rows, "megatron", "blackwell") is None and row_key(rows, "megatron", None) is None
+    assert row_key(rows, "megatron", None) is None
 
 
 def test_context_uses_the_builtin_row_unless_calibrated():
