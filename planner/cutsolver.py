@@ -338,6 +338,8 @@ def solve_class(
         bound = max(bound, int(solver.best_objective_bound))
         if incumbent is not None and bound > incumbent and (best is None or best[1].objective_ns > incumbent):
             return result(Status.PRUNED, bound=bound)  # proven slower than the plans found: no need to simulate
+        if best is not None and bound >= best[1].objective_ns:
+            break  # a cut simulated earlier (e.g. a neighbour) reaches the bound: it is optimal
         sol = [solver.value(x) for x in n]
         ev = evaluate(cc, sol)
         if better(ev, best[1] if best else None):
