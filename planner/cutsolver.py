@@ -41,7 +41,19 @@ NEIGHBOUR_CHUNKS = 2
 #: Each lazy round also adds the window chains (``chains.window_counts``) longest at the solution, at
 #: most this many of those longer than the model's makespan there (separation: the model stays small).
 SEPARATE = 16
-PRESOLVE_CHUNKS = 16  # CP-SAT presolve from this many chunks on (measured on the wide benchmark)
+PRESOLVE_CHUNKS = 16
+#: Models of fewer chunks are solved by one CP-SAT worker unless ``options.num_workers`` is given
+#: explicitly: the lazy loop's models are small, and a portfolio of 2 workers cost ~1.3× the CPU and
+#: no less wall time on the wide benchmark (OPT-175B's three PP31 classes: 0.40–0.44 s CPU, 0.49–0.78 s
+#: wall with one worker; 0.45–0.78 s CPU, 0.72–6.9 s wall with two, on the shared 2-core machine).
+ONE_WORKER_CHUNKS = 64
+
+
+def workers(options: SearchOptions, chunks: int) -> int:
+    """CP-SAT workers for a class's model: the option when given explicitly or for large models, else 1."""
+    if "num_workers" in options.model_fields_set or chunks >= ONE_WORKER_CHUNKS:
+        return options.num_workers
+    return 1  # CP-SAT presolve from this many chunks on (measured on the wide benchmark)
 
 
 class Status(StrEnum):
@@ -312,7 +324,7 @@ def solve_class(
         add(priced(cc, list(pool)))
         learn(seeds)
     solver = cp_model.CpSolver()
-    solver.parameters.num_workers = options.num_workers
+    solver.parameters.num_workers = workers(options, C)
     # Presolve costs tens of ms per solve and buys nothing on small models, but on deep pipelines it
     # pays many times over (OPT-175B on 992 A100, pp = 31, m = 128: 30 solves in 1.5 s CPU with it,
     # 8.2 s without; bench/bench_plan_wide.py). Either way the solve is exact.

@@ -183,3 +183,19 @@ def test_counts_price_like_the_operations() -> None:
     for a in range(2):
         path, lags = window_path(2, cc.m, a, 1, True, False)
         assert counts_chain(cc, path_counts(2, path, lags)) == chain(cc, path, lags)
+
+
+@pytest.mark.parametrize(
+    "options,chunks,expected",
+    [
+        (SearchOptions(), 31, 1),  # default: one worker on the lazy loop's small models
+        (SearchOptions.model_validate({"time_limit_s": 5}), 8, 1),
+        (SearchOptions(num_workers=2), 31, 2),  # given explicitly: honoured
+        (SearchOptions.model_validate({"num_workers": 4}), 8, 4),
+        (SearchOptions(), 64, 2),  # large models: the option's default
+    ],
+)
+def test_cp_sat_workers(options: SearchOptions, chunks: int, expected: int) -> None:
+    from planner.cutsolver import workers
+
+    assert workers(options, chunks) == expected
