@@ -41,7 +41,7 @@ NEIGHBOUR_CHUNKS = 2
 #: Each lazy round also adds the window chains (``chains.window_counts``) longest at the solution, at
 #: most this many of those longer than the model's makespan there (separation: the model stays small).
 SEPARATE = 16
-PRESOLVE_CHUNKS = 16
+PRESOLVE_CHUNKS = 16  # CP-SAT presolve from this many chunks on (measured on the wide benchmark)
 #: Models of fewer chunks are solved by one CP-SAT worker unless ``options.num_workers`` is given
 #: explicitly: the lazy loop's models are small, and a portfolio of 2 workers cost ~1.3× the CPU and
 #: no less wall time on the wide benchmark (OPT-175B's three PP31 classes: 0.40–0.44 s CPU, 0.49–0.78 s
@@ -53,7 +53,7 @@ def workers(options: SearchOptions, chunks: int) -> int:
     """CP-SAT workers for a class's model: the option when given explicitly or for large models, else 1."""
     if "num_workers" in options.model_fields_set or chunks >= ONE_WORKER_CHUNKS:
         return options.num_workers
-    return 1  # CP-SAT presolve from this many chunks on (measured on the wide benchmark)
+    return 1
 
 
 class Status(StrEnum):
@@ -255,8 +255,8 @@ def solve_class(
     ``learned``: critical paths found by earlier solves, as operation counts by dependency graph
     (``chains.dag_key``: schedule, pp, v, m); this solve starts from those of its graph, priced with
     its own costs, and adds its own (each is a path of that graph: a valid lower bound of the makespan
-    of every class that has it, whatever its costs). 1F1B classes with one chunk per rank also start
-    from the window chains (``chains.window_counts``)."""
+    of every class that has it, whatever its costs). For 1F1B classes with one chunk per rank each round
+    also adds the window chains (``chains.window_counts``) longest at the solution (``SEPARATE``)."""
     t0 = time.perf_counter()
     deadline = deadline if deadline is not None else t0 + options.time_limit_s
     c, C, L = cc.cand, cc.chunks, cc.num_layers
