@@ -7,8 +7,8 @@ of published runs, each row with its source URL), nothing pinned, top_k 3, plus 
     python bench/bench_plan_wide.py --repeat 3     # min CPU time of 3 runs (a shared machine)
     python bench/bench_plan_wide.py -k gpt3        # only cases whose id contains the string
 
-Per case: CPU seconds of ``plan()`` (``time.process_time``: this process's CPU on every thread, so the
-two CP-SAT workers count), wall seconds, solver status, gap (objective vs bound) and the best plan.
+Per case: CPU seconds of ``plan()`` (``time.process_time``: this process's CPU on every thread, so every
+CP-SAT worker counts), wall seconds, solver status, gap (objective vs bound) and the best plan.
 At the end: median, p90, worst CPU time, how many were proven optimal, the machine's load average,
 and the runs that cannot be expressed with why. Targets (issue 12): every case OPTIMAL, median
 ≤ 0.3 s, worst ≤ 1 s.

@@ -92,19 +92,24 @@ def quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None = None) -> b
 # Lower bounds of the objective
 
 
-def busiest_rank_load(L: int, p: int, w: int, e_first: int, e_last: int) -> int:
+def busiest_rank_load(L: int, p: int, w: int, e_first: int, e_last: int, least: int = 1) -> int:
     """min over cuts of max over ranks of (layers·w + extras): the least F+B per micro-batch of the
     busiest pipeline rank, where rank 0 carries ``e_first`` and rank p−1 ``e_last`` (the embedding
-    and the LM head). Relaxes "≥ 1 layer per chunk", so it is a lower bound of the true value."""
+    and the LM head), every rank holding at least ``least`` layers (its v chunks of ≥ 1 layer each).
+    Exact for one chunk per rank (a rank's load is its layers' and its extras'); with v chunks per
+    rank it relaxes "≥ 1 layer per chunk" to "≥ v per rank", a lower bound. The floor matters: with
+    ≥ 0 layers the LM head's rank could be left with the head alone (OPT-175B, pp = 62: the bound
+    missed a whole layer of the busiest rank, and 15 classes went to CP-SAT only to be pruned)."""
     if p == 1:
         return L * w + e_first + e_last
+    floor_ = least * max(w, 0)
     if w <= 0:
-        return max(e_first, e_last)
+        return max(e_first, e_last) + floor_
 
     def capacity(t: int) -> int:  # most layers the ranks can take with loads ≤ t
         return (t - e_first) // w + (t - e_last) // w + (p - 2) * (t // w)
 
-    t = max(e_first, e_last, (L * w + e_first + e_last) // p)
+    t = max(e_first + floor_, e_last + floor_, floor_, (L * w + e_first + e_last) // p)
     while capacity(t) < L:  # next breakpoint: some rank takes one more layer (a few steps)
         t = min(((t - e) // w + 1) * w + e for e in {0, e_first, e_last})
     return t
@@ -133,7 +138,7 @@ def _pipe_bound(
     f0, b0, fl, bl = ends_extra
     if p == 1:
         f0, b0, fl, bl = f0 + fl, b0 + bl, 0, 0
-    load = busiest_rank_load(L, p, f_layer + b_layer, f0 + b0, fl + bl)  # ≤ F_k + B_k of the busiest rank k
+    load = busiest_rank_load(L, p, f_layer + b_layer, f0 + b0, fl + bl, v)  # ≤ F_k + B_k of the busiest rank k
     if v == 1:
         # Chains F(0, 0..i-1) → all of rank i → B(m-1, i-1..0), weighted so the cut cancels.
         pipe = total / (1.0 - (1.0 - 1.0 / m) ** p)

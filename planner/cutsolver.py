@@ -20,12 +20,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
 
+import numpy as np
 from ortools.sat.python import cp_model
 
+from planner import chains
 from planner.bounds import may_fit
+from planner.chains import Counts, as_arrays, dag_key, initial_counts, path_counts, price, window_counts, window_family
 from planner.cost import Candidate, ClassCosts, Evaluation, evaluate
 from planner.memory import memory_terms, peaks, rank_memory
-from planner.simulate import Op, rank_orders
+from planner.simulate import Op
 from planner.specs import SearchOptions
 from planner.terms import end_parts, end_terms
 
@@ -35,7 +38,22 @@ from planner.terms import end_parts, end_terms
 # rounds, 5.8 → 2.7 s CPU). Either way only valid chains and real evaluations are added.
 NEIGHBOUR_BUDGET = 100_000
 NEIGHBOUR_CHUNKS = 2
+#: Each lazy round also adds the window chains (``chains.window_counts``) longest at the solution, at
+#: most this many of those longer than the model's makespan there (separation: the model stays small).
+SEPARATE = 16
 PRESOLVE_CHUNKS = 16  # CP-SAT presolve from this many chunks on (measured on the wide benchmark)
+#: Models of fewer chunks are solved by one CP-SAT worker unless ``options.num_workers`` is given
+#: explicitly: the lazy loop's models are small, and a portfolio of 2 workers cost ~1.3× the CPU and
+#: no less wall time on the wide benchmark (OPT-175B's three PP31 classes: 0.40–0.44 s CPU, 0.49–0.78 s
+#: wall with one worker; 0.45–0.78 s CPU, 0.72–6.9 s wall with two, on the shared 2-core machine).
+ONE_WORKER_CHUNKS = 64
+
+
+def workers(options: SearchOptions, chunks: int) -> int:
+    """CP-SAT workers for a class's model: the option when given explicitly or for large models, else 1."""
+    if "num_workers" in options.model_fields_set or chunks >= ONE_WORKER_CHUNKS:
+        return options.num_workers
+    return 1
 
 
 class Status(StrEnum):
@@ -83,33 +101,25 @@ def critical_chain(cc: ClassCosts, ev: Evaluation) -> Chain:
     return chain(cc, ev.sim.critical_path, ev.sim.critical_lags)
 
 
+def critical_counts(cc: ClassCosts, ev: Evaluation) -> Counts:
+    """The simulation's critical path as operation counts (``chains.path_counts``): valid for every
+    class with the same dependency graph (``chains.dag_key``)."""
+    return path_counts(cc.chunks, ev.sim.critical_path, ev.sim.critical_lags)
+
+
 def initial_chains(cc: ClassCosts) -> list[Chain]:
-    """Per rank i: F(0) through chunks before i, every op of rank i, B(m-1) back through them."""
+    """Per rank i: F(0) through chunks before i, every op of rank i, B(m-1) back through them (and for
+    1F1B the steady-state shapes: ``chains.initial_counts``), priced for the class."""
     c = cc.cand
-    orders = rank_orders(c.schedule, c.pp, c.virtual_stages, cc.m)
-    cuts = []
-    for i in range(c.pp):
-        path = (
-            [("F", 0, ch) for ch in range(i)] + list(orders[i]) + [("B", cc.m - 1, ch) for ch in range(i - 1, -1, -1)]
-        )
-        lags = [b for b in list(range(i)) * 2 if cc.chunk_rank[b] != cc.chunk_rank[b + 1]]
-        cuts.append(chain(cc, path, lags))
-    if c.schedule == "1f1b" and c.virtual_stages == 1 and c.pp > 1:
-        # The shape simulations show: micro-batch 0 forward through every stage and backward down to
-        # stage k, then stage k's remaining operations (its steady state), then B(m-1) down to 0.
-        p = c.pp
-        for k in range(p):
-            ops = list(orders[k])
-            start = ops.index(("B", 0, k))
-            path = (
-                [("F", 0, ch) for ch in range(p)]
-                + [("B", 0, ch) for ch in range(p - 1, k, -1)]
-                + ops[start:]
-                + [("B", cc.m - 1, ch) for ch in range(k - 1, -1, -1)]
-            )
-            lags = list(range(p - 1)) + list(range(k, p - 1)) + list(range(k))
-            cuts.append(chain(cc, path, lags))
-    return cuts
+    return priced(cc, initial_counts(c.schedule, c.pp, c.virtual_stages, cc.m))
+
+
+def priced(cc: ClassCosts, counts: list[Counts] | tuple[Counts, ...]) -> list[Chain]:
+    """``chains.counts_chain`` of each, vectorised."""
+    if not counts:
+        return []
+    coef, const = price(cc, as_arrays(counts))
+    return [Chain(tuple(int(x) for x in row), int(k)) for row, k in zip(coef.tolist(), const.tolist())]
 
 
 def greedy_cut(cc: ClassCosts) -> list[int]:
@@ -145,14 +155,14 @@ def greedy_cut(cc: ClassCosts) -> list[int]:
 
 def local_search(
     cc: ClassCosts, start: list[int], max_evals: int = 60, deadline: float | None = None
-) -> tuple[list[int], Evaluation, list[Chain]]:
+) -> tuple[list[int], Evaluation, list[Counts]]:
     """Hill-climb over single-layer moves between chunks, scored by the exact objective (simulation);
-    returns the best fitting cut found and the critical-path cuts of every simulated cut."""
-    cuts: dict[Chain, None] = {}
+    returns the best fitting cut found and the critical paths (as counts) of every simulated cut."""
+    cuts: dict[Counts, None] = {}
 
     def score(n: list[int]) -> tuple[int, Evaluation]:
         ev = evaluate(cc, n)
-        cuts[critical_chain(cc, ev)] = None
+        cuts[critical_counts(cc, ev)] = None
         return (ev.objective_ns if ev.fits else ev.objective_ns + (1 << 50)), ev
 
     best_n = list(start)
@@ -190,9 +200,15 @@ class CutModel:
     n: list[cp_model.IntVar]
     makespan: cp_model.IntVar
     end: cp_model.IntVar
+    layers: int  # Σ n
 
     def add_chain(self, ch: Chain) -> None:
-        self.model.add(self.makespan >= sum(k * x for k, x in zip(ch.coef, self.n) if k) + ch.const)
+        # Σ n = L: subtracting λ·(Σ n − L) changes no value; with λ the most frequent coefficient (a
+        # chain passes most chunks once each way) the row keeps only the chunks it dwells on.
+        lam = max(set(ch.coef), key=ch.coef.count)
+        idx = [i for i, k in enumerate(ch.coef) if k != lam]
+        expr = cp_model.LinearExpr.weighted_sum([self.n[i] for i in idx], [ch.coef[i] - lam for i in idx])
+        self.model.add(self.makespan >= expr + (ch.const + lam * self.layers))
 
 
 def cut_model(cc: ClassCosts) -> CutModel:
@@ -201,7 +217,7 @@ def cut_model(cc: ClassCosts) -> CutModel:
     n = [model.new_int_var(1, L - C + 1, f"n{ch}") for ch in range(C)]
     model.add(sum(n) == L)
     horizon = 1 << 50  # ns, ~13 days: far above any step
-    cm = CutModel(model, n, model.new_int_var(0, horizon, "makespan"), model.new_int_var(0, horizon, "end"))
+    cm = CutModel(model, n, model.new_int_var(0, horizon, "makespan"), model.new_int_var(0, horizon, "end"), L)
     for r in range(c.pp):
         for part in end_parts(end_terms(s, c, n, r)):
             model.add(cm.end >= part)
@@ -226,36 +242,21 @@ def better(a: Evaluation, b: Evaluation | None) -> bool:
     return b is None or (a.objective_ns, a.peak_memory_bytes) < (b.objective_ns, b.peak_memory_bytes)
 
 
-def timing_key(cc: ClassCosts) -> tuple:
-    """What a chain's length depends on: the schedule's dependency graph (schedule, pp, v, m) and the
-    per-chunk times and lags. Classes with equal keys (e.g. ZeRO 0, 1 and 2 of one configuration: they
-    differ only in memory and the end of step) have the same chains as functions of the cut."""
-    c = cc.cand
-    return (
-        c.schedule,
-        c.pp,
-        c.virtual_stages,
-        cc.m,
-        cc.f_layer,
-        cc.b_layer,
-        tuple(cc.f_extra),
-        tuple(cc.b_extra),
-        tuple(cc.lag),
-    )
-
-
 def solve_class(
     cc: ClassCosts,
     options: SearchOptions,
     fixed: list[int] | None = None,
     incumbent: int | None = None,
     deadline: float | None = None,
-    learned: dict[tuple, dict[Chain, None]] | None = None,
+    learned: dict[tuple, dict[Counts, None]] | None = None,
 ) -> ClassResult:
     """The class's best cut (``fixed``: that cut only). ``incumbent``: the k-th best step time so far;
     a class that cannot reach it is PRUNED (ties are solved: they may rank first on memory).
-    ``learned``: chains found by earlier solves, by ``timing_key``; this solve starts from those of its
-    key and adds its own (each is a valid lower bound of the makespan of every class with that key)."""
+    ``learned``: critical paths found by earlier solves, as operation counts by dependency graph
+    (``chains.dag_key``: schedule, pp, v, m); this solve starts from those of its graph, priced with
+    its own costs, and adds its own (each is a path of that graph: a valid lower bound of the makespan
+    of every class that has it, whatever its costs). For 1F1B classes with one chunk per rank each round
+    also adds the window chains (``chains.window_counts``) longest at the solution (``SEPARATE``)."""
     t0 = time.perf_counter()
     deadline = deadline if deadline is not None else t0 + options.time_limit_s
     c, C, L = cc.cand, cc.chunks, cc.num_layers
@@ -274,34 +275,61 @@ def solve_class(
     model, n, M = cm.model, cm.n, cm.makespan
     if c.virtual_stages > 1 and incumbent is None:  # no plan yet: a good one early prunes the rest
         hint, hint_ev, seeds = local_search(cc, greedy_cut(cc), deadline=deadline)
+    elif incumbent is not None:  # the first solve may prune the class: simulate nothing before it
+        hint, hint_ev, seeds = greedy_cut(cc), None, []
     else:  # refine by cuts only
         hint = greedy_cut(cc)
         hint_ev = evaluate(cc, hint)
-        seeds = [critical_chain(cc, hint_ev)]
-    # Cutoffs (valid): the class optimum is no worse than its hint; a class slower than the k-th best
-    # plan found so far is of no interest. Both shrink CP-SAT's domains a lot.
-    cutoff = hint_ev.objective_ns if hint_ev.fits else None
+        seeds = [critical_counts(cc, hint_ev)]
+    # Cutoffs (valid): the class optimum is no worse than its hint (then than the best cut simulated);
+    # a class slower than the k-th best plan found so far is of no interest. Both shrink CP-SAT's
+    # domains a lot.
+    cutoff = hint_ev.objective_ns if hint_ev is not None and hint_ev.fits else None
     if incumbent is not None:
         cutoff = incumbent if cutoff is None else min(cutoff, incumbent)
     if cutoff is not None:
         model.add(M + cm.end <= cutoff)
-    pool: dict[Chain, None] = {}
-    if learned is not None and c.schedule != "gpipe":
-        pool = learned.setdefault(timing_key(cc), {})
-        for ch in pool:
-            cm.add_chain(ch)
+    pool: dict[Counts, None] = {}  # this graph's critical paths, shared with later classes
+    in_model: set[Chain] = set()
+
+    def add(chs: list[Chain]) -> None:
+        for ch in chs:
+            if ch not in in_model:
+                in_model.add(ch)
+                cm.add_chain(ch)
+
+    def learn(counts: list[Counts]) -> None:
+        pool.update(dict.fromkeys(counts))
+        add(priced(cc, counts))
+
+    family: tuple[np.ndarray, np.ndarray] | None = None  # the window chains, priced on first use
+
+    def separate(sol: list[int], makespan: int) -> None:
+        """Add the window chains longest at ``sol`` among those longer than the model's makespan there."""
+        nonlocal family
+        if not (c.schedule == "1f1b" and c.virtual_stages == 1 and c.pp > 1):
+            return
+        if family is None:
+            family = price(cc, window_family(c.pp, cc.m, chains.WINDOW))
+        coef, const = family
+        vals = coef @ np.array(sol, dtype=np.int64) + const
+        top = [int(i) for i in np.argsort(-vals)[:SEPARATE] if vals[i] > makespan]
+        add([Chain(tuple(int(x) for x in coef[i].tolist()), int(const[i])) for i in top])
+        counts = window_counts(c.pp, cc.m, chains.WINDOW)
+        pool.update(dict.fromkeys(counts[i] for i in top))  # later classes of this graph start with them
+
     if c.schedule != "gpipe":
-        for seed in seeds:
-            if seed not in pool:
-                cm.add_chain(seed)
-                pool[seed] = None
+        if learned is not None:
+            pool = learned.setdefault(dag_key(cc), {})
+        add(priced(cc, list(pool)))
+        learn(seeds)
     solver = cp_model.CpSolver()
-    solver.parameters.num_workers = options.num_workers
+    solver.parameters.num_workers = workers(options, C)
     # Presolve costs tens of ms per solve and buys nothing on small models, but on deep pipelines it
     # pays many times over (OPT-175B on 992 A100, pp = 31, m = 128: 30 solves in 1.5 s CPU with it,
     # 8.2 s without; bench/bench_plan_wide.py). Either way the solve is exact.
     solver.parameters.cp_model_presolve = C >= PRESOLVE_CHUNKS
-    best: tuple[list[int], Evaluation] | None = (hint, hint_ev) if hint_ev.fits else None
+    best: tuple[list[int], Evaluation] | None = (hint, hint_ev) if hint_ev is not None and hint_ev.fits else None
     bound = 0
     while True:
         iterations += 1
@@ -322,10 +350,15 @@ def solve_class(
         bound = max(bound, int(solver.best_objective_bound))
         if incumbent is not None and bound > incumbent and (best is None or best[1].objective_ns > incumbent):
             return result(Status.PRUNED, bound=bound)  # proven slower than the plans found: no need to simulate
+        if best is not None and bound >= best[1].objective_ns:
+            break  # a cut simulated earlier (e.g. a neighbour) reaches the bound: it is optimal
         sol = [solver.value(x) for x in n]
         ev = evaluate(cc, sol)
         if better(ev, best[1] if best else None):
             best = (sol, ev)
+        if best is not None and (cutoff is None or best[1].objective_ns < cutoff):
+            cutoff = best[1].objective_ns  # the class's optimum is no slower (ties kept: memory)
+            model.add(M + cm.end <= cutoff)
         if st == cp_model.OPTIMAL and ev.makespan_ns <= solver.value(M):
             bound = ev.objective_ns
             break
@@ -334,7 +367,8 @@ def solve_class(
         if incumbent is not None and bound > incumbent:
             break  # slower than the plans already found: stop refining
         # Add the critical path of the solution and of its one-layer neighbours (fewer rounds).
-        new_chains = {critical_chain(cc, ev): None}
+        separate(sol, solver.value(M))
+        new_chains = {critical_counts(cc, ev): None}
         affordable = 4 * C * cc.m * C <= NEIGHBOUR_BUDGET  # neighbour simulations cost ~2·m·C steps each
         if affordable:
             moves = [m_ for b in range(C - 1) for m_ in ((b, b + 1), (b + 1, b))]
@@ -352,11 +386,8 @@ def solve_class(
                 nev = evaluate(cc, nb)
                 if nev.fits and better(nev, best[1] if best else None):
                     best = (nb, nev)
-                new_chains[critical_chain(cc, nev)] = None
-        for ch in new_chains:
-            if ch not in pool:
-                cm.add_chain(ch)
-                pool[ch] = None
+                new_chains[critical_counts(cc, nev)] = None
+        learn(list(new_chains))
     if best is None:
         return result(Status.UNKNOWN, bound=bound)
     proven = best[1].objective_ns <= bound

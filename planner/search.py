@@ -110,7 +110,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     seeded = {r.cand for r in found}
     del found[top_k:]
     costed = pruned_memory = solved = simulated = solves = 0
-    learned: dict[tuple, dict] = {}  # critical-path chains shared by classes of equal timing (``timing_key``)
+    learned: dict[tuple, dict] = {}  # critical paths shared by classes of one dependency graph (``chains.dag_key``)
     blocked: tuple[Candidate, int] | None = None
     all_proven = True
     open_bound: int | None = None  # smallest bound among classes left unproven (time limit)

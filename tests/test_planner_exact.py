@@ -128,11 +128,13 @@ def test_class_bounds_are_valid(seed: int) -> None:
         (5, 5, 10, 0, 0),
         (8, 3, 7, 20, 20),
         (12, 4, 2, 0, 7),
+        (8, 6, 10, 1, 13),  # fewer than 2 layers per rank, an LM head of 1.3 layers (OPT-175B at pp = 62)
+        (7, 5, 10, 0, 14),
     ],
 )
 def test_busiest_rank_load_is_the_min_max_load(L: int, p: int, w: int, e_first: int, e_last: int) -> None:
-    """Equal to the brute-force min over cuts (≥ 0 layers per rank) of the max rank load, so at most
-    the min over real cuts (≥ 1 layer each)."""
+    """Equal to the brute-force min over real cuts (≥ 1 layer per rank) of the max rank load (and with
+    ``least=0`` to the min over cuts with ≥ 0 layers per rank, the relaxation used before issue 12)."""
     from itertools import product
 
     from planner.bounds import busiest_rank_load
@@ -142,5 +144,6 @@ def test_busiest_rank_load_is_the_min_max_load(L: int, p: int, w: int, e_first: 
         max(n * w + e for n, e in zip(cut, extras)) for cut in product(range(L + 1), repeat=p) if sum(cut) == L
     )
     real = min(max(n * w + e for n, e in zip(cut, extras)) for cut in compositions(L, p))
-    got = busiest_rank_load(L, p, w, e_first, e_last)
-    assert got == relaxed <= real
+    # one chunk per rank (≥ 1 layer each): exactly the min over real cuts; ≥ 0 layers: the relaxation
+    assert busiest_rank_load(L, p, w, e_first, e_last) == real
+    assert busiest_rank_load(L, p, w, e_first, e_last, least=0) == relaxed <= real

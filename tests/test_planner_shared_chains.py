@@ -1,8 +1,9 @@
 """Exact shortcuts of the cut solver (issue 12), checked against the brute force per class on seeded
 random instances (those of ``test_planner_exact``):
 
-* chains learned by one class's solve are reused by every later class with the same timing
-  (``cutsolver.timing_key``: ZeRO 0/1/2 of one configuration differ only in memory and the end of step);
+* critical paths learned by one class's solve (as operation counts) are reused by every later class with
+  the same dependency graph (``chains.dag_key``: schedule, pp, v, m), priced with its own costs, and the
+  window chains (``chains.window_counts``) are added by separation;
 * CP-SAT presolve (on from ``PRESOLVE_CHUNKS`` chunks) — forced on here for the small instances;
 * on classes too large to simulate every one-layer neighbour, only those off the chunks the critical
   path dwells on (``NEIGHBOUR_BUDGET`` forced to 0 here).
@@ -17,8 +18,9 @@ from test_planner_exact import random_instance
 
 import planner.cutsolver as cutsolver
 from planner.bruteforce import compositions
+from planner.chains import dag_key
 from planner.cost import class_costs, evaluate
-from planner.cutsolver import Status, solve_class, timing_key
+from planner.cutsolver import Status, solve_class
 from planner.space import enumerate_candidates, forced_cut
 from planner.specs import SearchOptions
 
@@ -57,7 +59,7 @@ def test_the_instances_have_classes_that_share_chains() -> None:
         keys: dict[tuple, int] = {}
         for cand in enumerate_candidates(ctx, pins, SearchOptions()):
             if forced_cut(ctx, pins, cand) is None and cand.chunks > 1 and cand.schedule != "gpipe":
-                k = timing_key(class_costs(ctx, cand))
+                k = dag_key(class_costs(ctx, cand))
                 keys[k] = keys.get(k, 0) + 1
         shared += sum(n - 1 for n in keys.values())
     assert shared >= 10
