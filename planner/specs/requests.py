@@ -16,7 +16,13 @@ from planner.specs.profiles import NetworkProfile, Profile
 class SearchOptions(Spec):
     allow_tp_across_nodes: bool = Field(default=False, description="Allow TP groups that span nodes.")
     time_limit_s: float = Field(default=10.0, gt=0, le=600, description="CP-SAT wall-time limit.")
-    num_workers: int = Field(default=2, ge=1, le=64, description="CP-SAT search workers.")
+    num_workers: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="CP-SAT search workers. Unset: one for models of fewer than 64 chunks (their solves are "
+        "short: a second worker costs CPU and saves no wall time), else 2.",
+    )
     memory_headroom: float = Field(
         default=0.05,
         ge=0,
