@@ -59,6 +59,38 @@ def host_spec(device: str = "cpu") -> GpuSpec:
     )
 
 
+def cpu_share(processes_per_node: int, cores: int) -> float:
+    """The fraction of a core each rank of a CPU run computes on: 1 while the node's processes (one
+    thread each, ``OMP_NUM_THREADS=1``) fit its cores, else cores ÷ processes — the kernel's scheduler
+    time-slices runnable processes fairly over the cores (Linux CFS, docs.kernel.org/scheduler/sched-design-CFS.html),
+    so every rank's CPU work, measured alone, takes processes ÷ cores as long."""
+    return min(1.0, cores / processes_per_node) if processes_per_node > 0 and cores > 0 else 1.0
+
+
+def shared_cpu_profile(profile: Profile, share: float) -> Profile:
+    """``profile`` (measured by one process alone) as each rank of a run sharing its cores sees it: every
+    measured time ÷ ``share`` (``cpu_share``). The identity at share 1."""
+    if share >= 1.0:
+        return profile
+    layers = [
+        lp.model_copy(
+            update={k: getattr(lp, k) / share for k in ("fwd_time_s", "bwd_time_s") if getattr(lp, k) is not None}
+        )
+        for lp in profile.layers
+    ]
+    return profile.model_copy(update={"layers": layers})
+
+
+def shared_cpu_spec(gpu: GpuSpec, share: float) -> GpuSpec:
+    """``host_spec`` of one process alone, as each rank sharing the cores gets it: rates × ``share``."""
+    if share >= 1.0:
+        return gpu
+    peak = {k: v * share for k, v in gpu.peak_tflops.model_dump().items() if v}
+    return gpu.model_copy(
+        update={"peak_tflops": type(gpu.peak_tflops)(**peak), "hbm_bandwidth_GBps": gpu.hbm_bandwidth_GBps * share}
+    )
+
+
 def _timed(fn) -> float:
     t0 = time.perf_counter()
     fn()
@@ -92,7 +124,11 @@ def local_prediction(
     )
     est = estimate_plan(request).estimate
     return Prediction(
-        predicted_on=device, basis=basis, step_time_s=est.step_time_s, peak_memory_gib=est.peak_memory_gib
+        predicted_on=device,
+        basis=basis,
+        step_time_s=est.step_time_s,
+        peak_memory_gib=est.peak_memory_gib,
+        request=request,
     )
 
 
