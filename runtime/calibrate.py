@@ -218,7 +218,10 @@ def table(calibration: Calibration):
 
 
 def calibrate_cmd(
-    runs: list[Path] = typer.Option(..., "--runs", help="RunReport files (`meshplan run --report`), one or more."),
+    runs: list[Path] = typer.Option(
+        ..., "--runs", help="RunReport files (`meshplan run --report`): --runs r1.json r2.json …"
+    ),
+    more_runs: list[Path] | None = typer.Argument(None, hidden=True, help="The files after the first of --runs."),
     profile: Path | None = typer.Option(
         None, "--profile", help="Layer profile (`meshplan profile model`) replacing each run's own."
     ),
@@ -235,6 +238,7 @@ def calibrate_cmd(
 
     prof = load_model(Profile, profile, "profile") if profile is not None else None
     net = load_model(NetworkProfile, network, "network") if network is not None else None
+    runs = [*runs, *(more_runs or [])]  # `--runs a.json b.json`: click gives --runs the first, the rest are arguments
     measured = load_runs(list(runs), prof, net)
     first = load_model(RunReport, runs[0], f"runs ({runs[0]})")
     cal = calibrate(measured, calibration_gpu(first))

@@ -91,6 +91,25 @@ def shared_cpu_spec(gpu: GpuSpec, share: float) -> GpuSpec:
     )
 
 
+def host_stack(stack: object) -> dict:
+    """The training stack of a run whose "GPU" is the host's processor: the plan's stack with the DP
+    gradient reduction *after* the backward (``overlap_grad_reduce`` off). Overlap needs an execution
+    resource left idle by the compute (a GPU's copy engines and NCCL's own SMs beside the compute kernels);
+    on a CPU run with one thread per rank the rank's core computes the backward, and gloo's collective
+    work runs on the same cores (gloo executes its algorithms on the calling host's threads:
+    github.com/pytorch/gloo, ``gloo/allreduce.cc``), so the reduction adds to the step instead of hiding
+    under it."""
+    from planner.stacks import DEFAULT_STACK
+
+    if stack is None:
+        data: dict = {"base": DEFAULT_STACK}
+    elif isinstance(stack, str):
+        data = {"base": stack}
+    else:
+        data = stack if isinstance(stack, dict) else stack.model_dump(exclude_none=True)  # type: ignore[attr-defined]
+    return {**data, "overlap_grad_reduce": False}
+
+
 def _timed(fn) -> float:
     t0 = time.perf_counter()
     fn()
@@ -112,7 +131,10 @@ def local_prediction(
     from planner.api import estimate_plan
     from planner.specs import PlanRequest, SearchOptions
 
-    training = plan.training.model_copy(update={"precision": precision})
+    update: dict = {"precision": precision}
+    if gpu.id.lower().startswith("cpu"):
+        update["stack"] = host_stack(plan.training.stack)
+    training = plan.training.model_validate({**plan.training.model_dump(), **update})
     request = PlanRequest(
         model=plan.model,
         cluster=plan.cluster.model_copy(update={"gpu": gpu}),

@@ -173,6 +173,7 @@ def predict_here(plan, args, job, device: str):
         basis.append(f"other terms from the {plan.gpu.id} datasheet")
     else:
         basis.append("optimizer/element-wise terms from a quick matmul and copy measurement of this host")
+        basis.append("DP gradient reduction after the backward (its cores compute and communicate)")
         local = int(os.environ.get("LOCAL_WORLD_SIZE", str(dist.get_world_size())))
         share = cpu_share(local, _cores())
         if share < 1.0:  # more single-threaded ranks than cores: each computed on a share of one
