@@ -174,7 +174,7 @@ def pipe_bound(s: SharedTerms, c: Candidate, m: int, num_layers: int, lag_sum: i
         firsts,
         lag_sum,
         ends,
-        s.post.const,
+        s.opt.const + s.post.const,
     )
 
 

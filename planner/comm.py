@@ -56,9 +56,13 @@ class CommModel:
     inter: Link
     gpus_per_node: int
     network: NetworkProfile | None = None
+    #: × every collective's and send/recv's seconds: the ``comm_scale`` residual (``Residuals``).
+    scale: float = 1.0
 
     @classmethod
-    def for_cluster(cls, cluster: ClusterSpec, gpu: GpuSpec, network: NetworkProfile | None = None) -> CommModel:
+    def for_cluster(
+        cls, cluster: ClusterSpec, gpu: GpuSpec, network: NetworkProfile | None = None, scale: float = 1.0
+    ) -> CommModel:
         intra_bw = cluster.intra_node_bandwidth_GBps or gpu.nvlink_bandwidth_GBps
         inter_bw = cluster.inter_node_bandwidth_GBps or gpu.nic_bandwidth_GBps
         intra_lat = (
@@ -67,14 +71,21 @@ class CommModel:
         inter_lat = (
             DEFAULT_INTER_LATENCY_S if cluster.inter_node_latency_us is None else cluster.inter_node_latency_us * 1e-6
         )
-        return cls(Link(intra_lat, intra_bw * 1e9), Link(inter_lat, inter_bw * 1e9), cluster.gpus_per_node, network)
+        return cls(
+            Link(intra_lat, intra_bw * 1e9), Link(inter_lat, inter_bw * 1e9), cluster.gpus_per_node, network, scale
+        )
 
     def link_class(self, ranks: list[int]) -> str:
         nodes = {r // self.gpus_per_node for r in ranks}
         return "intra_node" if len(nodes) == 1 else "inter_node"
 
     def time(self, collective: str, size_bytes: float, n: int, link: str) -> float:
-        """Seconds for one collective of ``size_bytes`` (per rank, unsharded) over ``n`` ranks."""
+        """Seconds for one collective of ``size_bytes`` (per rank, unsharded) over ``n`` ranks: the
+        model's (``unscaled_time``) × ``scale`` (the ``comm_scale`` residual; 1.0 leaves it as is)."""
+        return self.scale * self.unscaled_time(collective, size_bytes, n, link)
+
+    def unscaled_time(self, collective: str, size_bytes: float, n: int, link: str) -> float:
+        """Seconds for one collective by the α-β model (or the measured network fit), before residuals."""
         if n <= 1 or size_bytes <= 0:
             return 0.0
         steps, volume = _STEPS[collective](n), _VOLUME[collective](n)

@@ -22,7 +22,9 @@ from planner.kernels import (
     attention_core_flops,
     attention_time,
     elementwise_time,
+    kernel_counts,
     linear_times,
+    with_launches,
 )
 from planner.specs import (
     BYTES_PER_ELEMENT,
@@ -72,7 +74,7 @@ class Context:
 
     @cached_property
     def comm(self) -> comm_mod.CommModel:
-        return comm_mod.CommModel.for_cluster(self.cluster, self.gpu, self.network)
+        return comm_mod.CommModel.for_cluster(self.cluster, self.gpu, self.network, scale=self.residuals.comm_scale)
 
     @cached_property
     def usable_bytes(self) -> int:
@@ -101,8 +103,13 @@ class Context:
     @cached_property
     def residuals(self) -> Residuals:
         """The residual constants this context prices with (``planner.specs.calibration``): the user's
-        calibration when given, else identity."""
-        return self.calibration.residuals if self.calibration is not None else Residuals()
+        calibration when given, else the built-in row for (stack, GPU generation) fitted on published runs
+        (``planner.calibrate.builtin_residuals``), else identity."""
+        if self.calibration is not None:
+            return self.calibration.residuals
+        from planner.calibrate import builtin_residuals
+
+        return builtin_residuals(self.stack.id, self.gpu.id)
 
     @cached_property
     def sm_count(self) -> int | None:
@@ -258,7 +265,14 @@ def analytic_parts(
     elem = elementwise_time(ctx, kind, mbs, tp, sp)
     scale_f = max(0.0, lp.fwd_flops - att_flops) / lin_flops if lin_flops > 0 else 0.0
     scale_b = max(0.0, lp.bwd_flops - FLASH_BWD_RATIO * att_flops) / (2 * lin_flops) if lin_flops > 0 else 0.0
-    return lf * scale_f + af + elem, lb * scale_b + ab + 2 * elem, af, ab
+    # The residuals (``Context.residuals``), each on its own term: × GEMMs and attention core, × memory-bound
+    # ops, + launch overhead per kernel (``kernels.with_launches``). Identity residuals change nothing.
+    r = ctx.residuals
+    cs, ms = r.compute_scale, r.memory_scale
+    kf, kb = kernel_counts(ctx, kind, tp)
+    fwd = with_launches(ctx, cs * (lf * scale_f + af) + ms * elem, kf)
+    bwd = with_launches(ctx, cs * (lb * scale_b + ab) + ms * (2 * elem), kb)
+    return fwd, bwd, cs * af, cs * ab
 
 
 def analytic_time(ctx: Context, lp: LayerProfile, kind: str, mbs: int, tp: int, sp: bool) -> tuple[float, float]:

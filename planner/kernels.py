@@ -200,3 +200,69 @@ def attention_time(ctx: Context, mbs: int, tp: int) -> tuple[float, float]:
         fwd += hbm_time(ctx, 2 * scores * e + scores)
         bwd += hbm_time(ctx, 2 * scores * e + scores)
     return fwd, bwd
+
+
+# ------------------------------------------------------------------------------------------------
+# Kernels launched (the ``kernel_overhead_us`` residual acts per kernel)
+
+#: Devices whose host runs the ops itself (no asynchronous launch queue): a GpuSpec id starting with one
+#: of these (``runtime.report.host_spec`` names the host ``cpu``).
+HOST_DEVICES = ("cpu",)
+#: FlashAttention-2 kernels per call: forward 1; backward 3 (the dO·O row-sum preprocessing, the main
+#: backward kernel and the dQ accumulator conversion: Dao-AILab/flash-attention
+#: ``csrc/flash_attn/src/flash_bwd_launch_template.h``).
+FLASH_KERNELS = (1, 3)
+
+
+def runs_on_host(ctx: Context) -> bool:
+    """Whether the "GPU" is the host's processor: every kernel's launch overhead then adds to its time."""
+    return ctx.gpu.id.lower().startswith(HOST_DEVICES)
+
+
+def op_kernels(ctx: Context) -> tuple[int, int, int]:
+    """Forward kernels of (a norm, the activation of one FFN, RoPE on one tensor) under the stack's
+    ``kernels``, from the op list ``op_bytes`` prices: ``fused`` one each; ``eager`` composite RMSNorm 6
+    (to-fp32, pow, mean, x·rstd, ·weight, cast back), SwiGLU 2 (silu, product), RoPE 9 (to-fp32, four
+    products, two sums, stack, cast back); LayerNorm and GELU are one native kernel in both."""
+    m = ctx.model
+    act = 1 if m.activation != "swiglu" or ctx.stack.kernels == "fused" else 2
+    if ctx.stack.kernels == "fused":
+        return 1, act, 1
+    return (6 if m.norm == "rmsnorm" else 1), act, 9
+
+
+def kernel_counts(ctx: Context, kind: str, tp: int) -> tuple[int, int]:
+    """(forward, backward) kernels one layer of ``kind`` issues per micro-batch, counted from the ops the
+    per-op model prices: each linear GEMM call (``gemm_shapes``; backward: data and weight gradient), the
+    attention core by the stack's kernel (flash: ``FLASH_KERNELS``; unfused: QKᵀ, softmax, [dropout], PV
+    forward, four batched GEMMs and the softmax [and dropout] backward), and the memory-bound ops of
+    ``elementwise_bytes`` (``op_kernels``; two residual adds with the dropout fused into them, embedding
+    gather, fp32 cross-entropy in 3 kernels), whose backward issues twice the forward's kernels as it moves
+    twice its bytes. Communication kernels are priced by ``planner.comm``, not here."""
+    m = ctx.model
+    gemms = sum(c for *_, c in gemm_shapes(m, kind, 1, tp))
+    norm, act, rope = op_kernels(ctx)
+    att_f = att_b = 0
+    if kind == "transformer_block":
+        elem = 2 * norm + 2 + act + (2 * rope if m.family == "llama" else 0)
+        if ctx.stack.attention == "flash":
+            att_f, att_b = FLASH_KERNELS
+        else:
+            drop = 1 if ctx.stack.dropout else 0
+            att_f, att_b = 3 + drop, 5 + drop
+    elif kind == "embedding":
+        elem = 1
+    elif kind == "lm_head":
+        elem = norm + 3
+    else:
+        elem = 0
+    return gemms + att_f + elem, 2 * gemms + att_b + 2 * elem
+
+
+def with_launches(ctx: Context, device_s: float, kernels: int) -> float:
+    """Seconds of ``kernels`` kernels that keep the device busy ``device_s``, with the ``kernel_overhead_us``
+    residual per kernel: on a GPU launches are asynchronous, so the host's launches overlap the device's
+    work and the span is max(device, kernels × overhead) (host-bound when the kernels are small); on a host
+    device (``runs_on_host``) the processor that launches an op also runs it, so they add."""
+    host = kernels * ctx.residuals.kernel_overhead_us * 1e-6
+    return device_s + host if runs_on_host(ctx) else max(device_s, host)

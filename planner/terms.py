@@ -211,7 +211,13 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
         acts=lg.acts,
         sync=sync,
         post=post,
-        opt=Affine(0, ns(p_blk / shard * upd / hbm), ns(p_emb / shard * upd / hbm), ns(p_head / shard * upd / hbm)),
+        # + the ``step_overhead_s`` residual once per step (every rank's end term holds it; the step takes the max)
+        opt=Affine(
+            ns(ctx.residuals.step_overhead_s),
+            ns(p_blk / shard * upd / hbm),
+            ns(p_emb / shard * upd / hbm),
+            ns(p_head / shard * upd / hbm),
+        ),
         state_bytes=per_param,
         act=lg.act,
         p2p_bytes=lg.act // tp if sp else lg.act,
