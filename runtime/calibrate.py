@@ -20,8 +20,6 @@ import typer
 
 from planner.errors import MeshplanError
 from planner.specs import (
-    Calibration,
-    CalibrationRun,
     NetworkProfile,
     PlanRequest,
     Profile,
@@ -156,63 +154,81 @@ def calibration_gpu(report: RunReport) -> str:
     return report.device
 
 
-def price(request: PlanRequest, calibration: Calibration | None = None) -> float:
-    """The step time ``planner.estimate_plan`` predicts for ``request`` (with ``calibration`` applied)."""
-    from planner.api import estimate_plan
+def live_residuals(runs: list[MeasuredRun], fields: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The residual fields (of ``fields``, default all) that move at least one run's predicted step time:
+    with measured layer times, for example, the compute and kernel residuals do not act (the profile's
+    times replace the formula), and with one process ``comm_scale`` does not."""
+    from planner.calibrate import FIELDS, predict_step_time
 
-    return estimate_plan(request.model_copy(update={"calibration": calibration})).estimate.step_time_s
+    base = [predict_step_time(r.request, Residuals()) for r in runs]
+    probe = {
+        "compute_scale": 2.0,
+        "memory_scale": 2.0,
+        "kernel_overhead_us": 10.0,
+        "comm_scale": 2.0,
+        "step_overhead_s": 1.0,
+    }
+    live = []
+    for f in fields or FIELDS:
+        moved = Residuals(**{f: probe[f]})
+        if any(
+            abs(predict_step_time(r.request, moved) - b) > 1e-12 * max(b, 1e-9) for r, b in zip(runs, base, strict=True)
+        ):
+            live.append(f)
+    return tuple(live)
 
 
-def calibrate(runs: list[MeasuredRun], gpu: str) -> Calibration:
-    """Fit the residuals on ``runs`` (``planner.calibrate.fit_residuals``) and describe the result."""
-    from planner.calibrate import fit_residuals
+def calibrate(runs: list[MeasuredRun], gpu: str, free: tuple[str, ...] | None = None):
+    """Fit the residuals on ``runs`` (``planner.calibrate.fit_residuals``: Levenberg–Marquardt on the log
+    error, leave-one-out cross-validation). ``free``: the residuals to fit (default: every one the runs
+    depend on). Returns (the Calibration, the fit with each run's cross-validated prediction)."""
+    from planner.calibrate import FIELDS, Observation, fit_residuals
 
-    stack = runs[0].stack
-
-    def make(residuals: Residuals, fitted: list[CalibrationRun] | None = None, **extra) -> Calibration:
-        return Calibration(gpu=gpu, stack=stack, residuals=residuals, runs=fitted or [], **extra)
-
-    fit = fit_residuals(
-        [r.request for r in runs],
-        [r.measured_step_time_s for r in runs],
-        price=lambda request, residuals: price(request, make(residuals)),
-    )
-    before = [price(r.request) for r in runs]
-    after = [price(r.request, make(fit.residuals)) for r in runs]
-    records = [
-        CalibrationRun(
-            label=r.label, measured_step_time_s=r.measured_step_time_s, predicted_before_s=b, predicted_after_s=a
+    if free is not None:
+        unknown = [f for f in free if f not in FIELDS]
+        if unknown:
+            raise MeshplanError(
+                "free", f"not a residual constant: {', '.join(unknown)}", f"choose among {', '.join(FIELDS)}"
+            )
+    chosen = live_residuals(runs, free)
+    held = [f for f in (free or FIELDS) if f not in chosen]
+    if len(runs) < len(chosen):
+        raise MeshplanError(
+            "runs",
+            f"{len(runs)} run(s) cannot determine the {len(chosen)} residual constants they depend on "
+            f"({', '.join(chosen)})",
+            f"give at least {len(chosen)} runs of different configurations (one more for a cross-validated error), "
+            f"or fit fewer with --free (e.g. --free {','.join(chosen[-2:])})",
         )
-        for r, b, a in zip(runs, before, after, strict=True)
-    ]
+    observations = [Observation(r.measured_step_time_s, request=r.request, label=r.label) for r in runs]
+    fit = fit_residuals(observations, free=chosen)
     notes = [f"fitted by `meshplan calibrate` on {len(runs)} run report(s): {', '.join(r.path for r in runs)}"]
-    notes += list(getattr(fit, "notes", []))
-    return make(
-        fit.residuals,
-        records,
-        in_sample_mape=fit.in_sample_mape,
-        cross_validated_mape=fit.cross_validated_mape,
-        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        notes=notes,
-    )
+    notes.append(f"fitted {', '.join(fit.free) or 'nothing'} ({fit.cross_validation} cross-validation)")
+    if held:
+        notes.append(f"held at identity (the runs do not depend on them): {', '.join(held)}")
+    notes += fit.notes
+    cal = fit.calibration(gpu, runs[0].stack, created_at=datetime.now(UTC).isoformat(timespec="seconds"))
+    return cal.model_copy(update={"notes": notes}), fit
 
 
-def table(calibration: Calibration):
-    """The per-run table `meshplan calibrate` prints (a rich Table)."""
+def table(fit):
+    """The per-run table `meshplan calibrate` prints (a rich Table): measured, predicted before and after,
+    the error after, and the prediction of the fit that left the run out."""
     from rich.table import Table
 
-    t = Table("run", "measured s", "predicted before s", "error before", "predicted after s", "error after")
+    t = Table("run", "measured s", "before s", "error", "after s", "error", "left out s", "error")
     t.columns[0].no_wrap = True
-    for r in calibration.runs:
-        eb = r.predicted_before_s / r.measured_step_time_s - 1
-        ea = r.predicted_after_s / r.measured_step_time_s - 1
+    for o in fit.observations:
+        cv = o.cross_validated_s
         t.add_row(
-            r.label,
-            f"{r.measured_step_time_s:.4g}",
-            f"{r.predicted_before_s:.4g}",
-            f"{eb:+.1%}",
-            f"{r.predicted_after_s:.4g}",
-            f"{ea:+.1%}",
+            o.label,
+            f"{o.measured_s:.4g}",
+            f"{o.before_s:.4g}",
+            f"{o.before_s / o.measured_s - 1:+.1%}",
+            f"{o.after_s:.4g}",
+            f"{o.after_s / o.measured_s - 1:+.1%}",
+            "-" if cv is None else f"{cv:.4g}",
+            "-" if cv is None else f"{cv / o.measured_s - 1:+.1%}",
         )
     return t
 
@@ -229,6 +245,12 @@ def calibrate_cmd(
         None, "--network", help="Network profile (`meshplan profile cluster`) replacing each run's own fit."
     ),
     out: Path = typer.Option(..., "--out", help="Where to write the Calibration (JSON)."),
+    free: str | None = typer.Option(
+        None,
+        "--free",
+        help="Residuals to fit, comma-separated (default: every one the runs depend on): compute_scale, "
+        "memory_scale, kernel_overhead_us, comm_scale, step_overhead_s.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the Calibration as JSON instead of the table."),
 ) -> None:
     """Fit the cost model's residual constants on your own runs; apply them with --calibration FILE."""
@@ -241,15 +263,16 @@ def calibrate_cmd(
     runs = [*runs, *(more_runs or [])]  # `--runs a.json b.json`: click gives --runs the first, the rest are arguments
     measured = load_runs(list(runs), prof, net)
     first = load_model(RunReport, runs[0], f"runs ({runs[0]})")
-    cal = calibrate(measured, calibration_gpu(first))
+    chosen = tuple(f.strip() for f in free.split(",") if f.strip()) if free else None
+    cal, fit = calibrate(measured, calibration_gpu(first), chosen)
     out.write_text(cal.model_dump_json(indent=2))
     if as_json:
         typer.echo(json.dumps(cal.model_dump(mode="json"), indent=2))
         return
-    show(table(cal))
+    show(table(fit))
     c = console()
     c.print(calibration_note(cal), highlight=False, soft_wrap=True)
-    for note in cal.notes[1:]:
+    for note in cal.notes:
         c.print(f"note: {note}", highlight=False, soft_wrap=True)
     c.print(
         f"wrote {out}; apply it with `meshplan plan ... --calibration {out}` on {cal.gpu}",

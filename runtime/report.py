@@ -91,6 +91,21 @@ def shared_cpu_spec(gpu: GpuSpec, share: float) -> GpuSpec:
     )
 
 
+def shared_cpu_network(network: NetworkProfile | None, share: float, cores: int) -> NetworkProfile | None:
+    """A network fit as each rank sharing the cores sees it: α and β ÷ ``share`` (gloo runs its
+    collectives on the ranks' own cores) — when the fit was measured by no more processes per node than
+    there are cores (uncontended, e.g. ``meshplan profile cluster --nproc-per-node 2`` on 2 cores). A fit
+    measured by more processes than cores (the run's own, after an oversubscribed run) already holds the
+    contention and is kept."""
+    if network is None or share >= 1.0 or network.world_size // max(1, network.nodes) > cores:
+        return network
+    links = [
+        f.model_copy(update={"alpha_s": f.alpha_s / share, "beta_s_per_byte": f.beta_s_per_byte / share})
+        for f in network.links
+    ]
+    return network.model_copy(update={"links": links})
+
+
 def host_stack(stack: object) -> dict:
     """The training stack of a run whose "GPU" is the host's processor: the plan's stack with the DP
     gradient reduction *after* the backward (``overlap_grad_reduce`` off). Overlap needs an execution

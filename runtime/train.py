@@ -137,6 +137,7 @@ def predict_here(plan, args, job, device: str):
         cpu_share,
         host_spec,
         local_prediction,
+        shared_cpu_network,
         shared_cpu_profile,
         shared_cpu_spec,
     )
@@ -175,10 +176,14 @@ def predict_here(plan, args, job, device: str):
         basis.append("optimizer/element-wise terms from a quick matmul and copy measurement of this host")
         basis.append("DP gradient reduction after the backward (its cores compute and communicate)")
         local = int(os.environ.get("LOCAL_WORLD_SIZE", str(dist.get_world_size())))
-        share = cpu_share(local, _cores())
+        cores = _cores()
+        share = cpu_share(local, cores)
         if share < 1.0:  # more single-threaded ranks than cores: each computed on a share of one
             profile, gpu = shared_cpu_profile(profile, share), shared_cpu_spec(gpu, share)
-            basis.append(f"{local} processes on {_cores()} cores: each rank's CPU time × {1 / share:.3g}")
+            shared = shared_cpu_network(network, share, cores)
+            what = "layer and host times" + (", network fit" if shared is not network else "")
+            network = shared
+            basis.append(f"{local} processes on {cores} cores: each rank's {what} × {1 / share:.3g}")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     try:
         return local_prediction(

@@ -15,7 +15,8 @@ import pytest
 
 from planner.api import estimate_plan, plan, replay_request
 from planner.errors import MeshplanError
-from planner.specs import Calibration, CalibrationRun, GpuSpec, PeakTflops, Residuals
+from planner.specs import Calibration, CalibrationRun, GpuSpec, PeakTflops, PlanRequest, Residuals, RunReport
+from runtime.report import build_report
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -147,7 +148,7 @@ def test_the_request_file_carries_a_calibration_through_the_cli(tmp_path: Path) 
     assert b["estimate"]["step_time_s"] >= a["estimate"]["step_time_s"] + 0.5 - 1e-9
     assert b["inputs"]["calibration"]["gpu"] == "h100-sxm5-80gb"
     other = cli(*[("a100-sxm4-80gb" if x == "h100-sxm5-80gb" else x) for x in args], "--calibration", str(f))
-    assert other.returncode == 2 and "calibration.gpu" in other.stderr and "Traceback" not in other.stderr
+    assert other.returncode == 2 and "--calibration (gpu)" in other.stderr and "Traceback" not in other.stderr
 
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -155,3 +156,120 @@ def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "api.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# `meshplan calibrate` on run reports
+
+#: CPU plans of the tiny model as `meshplan run` re-prices them (a host "GPU"; the layers by the per-op
+#: model, so every residual acts): (processes, pins).
+CPU_PLANS = [
+    (1, {"tp": 1, "pp": 1, "dp": 1, "micro_batch_size": 8}),
+    (1, {"tp": 1, "pp": 1, "dp": 1, "micro_batch_size": 2}),
+    (2, {"tp": 1, "pp": 1, "dp": 2, "micro_batch_size": 4, "zero_stage": 0}),
+    (2, {"tp": 2, "pp": 1, "dp": 1, "micro_batch_size": 8}),
+    (2, {"tp": 1, "pp": 2, "dp": 1, "micro_batch_size": 2, "schedule": "1f1b"}),
+    (2, {"tp": 1, "pp": 1, "dp": 2, "micro_batch_size": 4, "zero_stage": 3}),
+]
+KNOWN = Residuals(compute_scale=3.0, kernel_overhead_us=40.0, comm_scale=20.0, step_overhead_s=0.02)
+
+
+def cpu_request(procs: int, pins: dict) -> PlanRequest:
+    return PlanRequest.model_validate(
+        {**TINY_CPU, "cluster": {**TINY_CPU["cluster"], "gpus_per_node": procs}, "parallel": pins}
+    )
+
+
+def synthetic_report(request: PlanRequest, measured: float, steps: int = 5, device: str = "cpu") -> RunReport:
+    """A RunReport as `meshplan run` writes it for ``request``'s plan on this CPU, measuring ``measured``."""
+    from planner.specs import Prediction
+
+    plan_ = estimate_plan(request)
+    local = Prediction(predicted_on=device, step_time_s=plan_.estimate.step_time_s, request=request)
+    return build_report(
+        plan_,
+        device=device,
+        torch_version="2.13.0+cpu",
+        losses=[5.0] * steps,
+        step_times=[measured] * steps,
+        peak_memory_bytes_per_rank=[1 << 30] * plan_.parallel.num_gpus,
+        local=local,
+    )
+
+
+def write_reports(tmp_path: Path, residuals: Residuals) -> list[Path]:
+    """One report per ``CPU_PLANS`` entry whose measured step time is what ``residuals`` predict."""
+    from planner.calibrate import predict_step_time
+
+    paths = []
+    for i, (procs, pins) in enumerate(CPU_PLANS):
+        request = cpu_request(procs, pins)
+        report = synthetic_report(request, predict_step_time(request, residuals))
+        path = tmp_path / f"run{i}.json"
+        path.write_text(report.model_dump_json())
+        paths.append(path)
+    return paths
+
+
+def test_calibrate_recovers_the_residuals_that_produced_the_times(tmp_path: Path) -> None:
+    """Runs whose times the model gives at KNOWN residuals: `meshplan calibrate` finds KNOWN again, and the
+    calibration it writes prices every run at its measured time (an independent check of the re-pricing,
+    the fit and the file: nothing else could land on these numbers)."""
+    paths = write_reports(tmp_path, KNOWN)
+    out = cli("calibrate", "--runs", *map(str, paths), "--out", str(tmp_path / "cal.json"))
+    assert out.returncode == 0, out.stderr
+    cal = Calibration.model_validate_json((tmp_path / "cal.json").read_text())
+    for field in ("compute_scale", "kernel_overhead_us", "comm_scale", "step_overhead_s"):
+        assert getattr(cal.residuals, field) == pytest.approx(getattr(KNOWN, field), rel=0.02), field
+    assert cal.gpu == "cpu" and cal.stack == "meshplan" and len(cal.runs) == len(CPU_PLANS)
+    assert cal.in_sample_mape is not None and cal.in_sample_mape < 0.005
+    for r in cal.runs:
+        assert r.predicted_after_s == pytest.approx(r.measured_step_time_s, rel=0.01)
+        assert r.predicted_before_s < 0.8 * r.measured_step_time_s  # identity is far from these times
+    for token in (
+        "measured s",
+        "before s",
+        "after s",
+        "left out s",
+        "tiny-gpt tp2 pp1 dp1 mbs8 on 2× cpu",
+        "calibrated on 6",
+    ):
+        assert token in out.stdout, token
+    # the file prices a plan it was not fitted on, through --calibration
+    request = cpu_request(2, {"tp": 2, "pp": 1, "dp": 1, "micro_batch_size": 8, "sequence_parallel": True})
+    from planner.calibrate import predict_step_time
+
+    priced = estimate_plan(request.model_copy(update={"calibration": cal}))
+    assert priced.estimate.step_time_s == pytest.approx(predict_step_time(request, KNOWN), rel=0.02)
+
+
+def _edit(path: Path, **changes) -> Path:
+    data = json.loads(path.read_text())
+    for dotted, value in changes.items():
+        node = data
+        *parents, last = dotted.split("__")
+        for p in parents:
+            node = node[p]
+        node[last] = value
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    "mutate, extra, field, fix",
+    [
+        (lambda ps, d: [d / "missing.json"], [], "runs", ""),
+        (lambda ps, d: [_edit(ps[0], local_prediction__request=None), ps[1]], [], "runs", "re-run the plan"),
+        (lambda ps, d: [_edit(ps[0], local_prediction=None), ps[1]], [], "runs", "re-run the plan"),
+        (lambda ps, d: [_edit(ps[0], steps=1, losses=[5.0], step_times_s=[0.1]), ps[1]], [], "runs", "--steps 5"),
+        (lambda ps, d: [_edit(ps[0], device="NVIDIA H100 80GB HBM3"), ps[1]], [], "runs", "calibrate the runs of each"),
+        (lambda ps, d: ps[:2], ["--free", "comm_speed"], "free", "choose among"),
+        (lambda ps, d: ps[:1], [], "runs", "at least"),
+    ],
+)
+def test_calibrate_bad_input_exits_2_naming_the_field_and_the_fix(tmp_path, mutate, extra, field, fix) -> None:
+    paths = mutate(write_reports(tmp_path, KNOWN), tmp_path)
+    out = cli("calibrate", "--runs", *map(str, paths), *extra, "--out", str(tmp_path / "cal.json"))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr and f"error: {field}" in out.stderr and fix in out.stderr, out.stderr
+    assert not (tmp_path / "cal.json").exists()
