@@ -46,6 +46,7 @@ class Case:
 
 CASES = [
     Case("1 process, mbs 8", 1, ("--tp", "1", "--pp", "1", "--micro-batch-size", "8"), "calibration"),
+    Case("1 process, mbs 2 × 4", 1, ("--tp", "1", "--pp", "1", "--micro-batch-size", "2"), "calibration"),
     Case(
         "dp2", 2, ("--tp", "1", "--pp", "1", "--dp", "2", "--micro-batch-size", "4", "--zero-stage", "0"), "calibration"
     ),
@@ -88,23 +89,16 @@ def meshplan(args: list[str], tmp: Path, *, capture: bool = True) -> str:
     return out.stdout or ""
 
 
-def measure_hardware(tmp: Path, *, repeats: int = 9) -> tuple[Path, Path]:
-    """This machine, alone: a layer profile (one process) and a 2-process gloo network fit."""
+def measure_hardware(tmp: Path, layers: str = "analytic", *, repeats: int = 9) -> tuple[Path, Path]:
+    """This machine, alone: a layer profile and a 2-process gloo network fit. ``layers="analytic"``: a
+    meta profile (FLOPs and bytes, no times), so the per-op model prices the layers on the host's
+    measured matmul and copy rates and the compute and kernel residuals act; ``"measured"``: CPU times
+    of one process (median of ``repeats``)."""
     prof, net = tmp / "profile.json", tmp / "network.json"
+    device = ["--device", "meta"] if layers == "analytic" else ["--device", "cpu", "--repeats", str(repeats)]
     meshplan(
-        ["profile", "model", "--model", MODEL, "--device", "cpu", "--dtype", "fp32", "--micro-batch-sizes", "2,4,8"]
-        + [
-            "--tp",
-            "1,2",
-            "--seq-len",
-            str(SEQ),
-            "--sequence-parallel",
-            "--repeats",
-            str(repeats),
-            "--no-progress",
-            "--out",
-            str(prof),
-        ],
+        ["profile", "model", "--model", MODEL, *device, "--dtype", "fp32", "--micro-batch-sizes", "2,4,8"]
+        + ["--tp", "1,2", "--seq-len", str(SEQ), "--sequence-parallel", "--no-progress", "--out", str(prof)],
         tmp,
     )
     meshplan(["profile", "cluster", "--nproc-per-node", "2", "--out", str(net)], tmp)
@@ -140,8 +134,12 @@ def measure(cases: list[Case], tmp: Path, prof: Path, net: Path, steps: int, rou
     return out
 
 
-def calibrate(paths: list[Path], out: Path, tmp: Path) -> tuple[Calibration, str]:
-    table = meshplan(["calibrate", "--runs", *map(str, paths), "--out", str(out)], tmp)
+#: The residuals fitted (``meshplan calibrate --free``): per-kernel host overhead, collectives, per step.
+FREE = "kernel_overhead_us,comm_scale,step_overhead_s"
+
+
+def calibrate(paths: list[Path], out: Path, tmp: Path, free: str = FREE) -> tuple[Calibration, str]:
+    table = meshplan(["calibrate", "--runs", *map(str, paths), "--free", free, "--out", str(out)], tmp)
     return Calibration.model_validate_json(out.read_text()), table
 
 
@@ -203,6 +201,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2, help="Measurements of every plan, interleaved.")
     parser.add_argument("--keep", type=Path, default=None, help="Keep the plans, reports and calibration here.")
+    parser.add_argument("--layers", choices=("analytic", "measured"), default="analytic")
+    parser.add_argument("--free", default=FREE, help="Residuals to fit (meshplan calibrate --free).")
     args = parser.parse_args()
     import torch
 
@@ -210,15 +210,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = args.keep or Path(d)
         tmp.mkdir(parents=True, exist_ok=True)
-        prof, net = measure_hardware(tmp)
+        prof, net = measure_hardware(tmp, args.layers)
         reports = measure(CASES, tmp, prof, net, args.steps, args.rounds)
         cal_paths = [reports[c.label] for c in CASES if c.role == "calibration"]
-        calibration, table = calibrate(cal_paths, tmp / "calibration.json", tmp)
+        calibration, table = calibrate(cal_paths, tmp / "calibration.json", tmp, args.free)
         print(
             f"{MODEL}, global batch {GBS} × {SEQ} tokens, fp32 AdamW, {args.steps} steps × {args.rounds} rounds; "
             f"torch {torch.__version__}, {len(os.sched_getaffinity(0))} cores\n"
         )
-        print("$ meshplan calibrate --runs " + " ".join(p.name for p in cal_paths) + " --out calibration.json")
+        print(
+            f"$ meshplan calibrate --runs {' '.join(p.name for p in cal_paths)} --free {args.free} --out calibration.json"
+        )
         print(table)
         result = rows(CASES, reports, calibration)
         print_table(result, calibration)
