@@ -203,7 +203,7 @@ def calibrate(runs: list[MeasuredRun], gpu: str, free: tuple[str, ...] | None = 
     observations = [Observation(r.measured_step_time_s, request=r.request, label=r.label) for r in runs]
     fit = fit_residuals(observations, free=chosen)
     notes = [f"fitted by `meshplan calibrate` on {len(runs)} run report(s): {', '.join(r.path for r in runs)}"]
-    notes.append(f"fitted {', '.join(fit.free) or 'nothing'} ({fit.cross_validation} cross-validation)")
+    notes.append(f"fitted {', '.join(fit.free) or 'nothing'}; cross-validation: {fit.cross_validation}")
     if held:
         notes.append(f"held at identity (the runs do not depend on them): {', '.join(held)}")
     notes += fit.notes
