@@ -279,3 +279,7 @@ def calibrate_cmd(
         highlight=False,
         soft_wrap=True,
     )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("calibrate")(calibrate_cmd)

@@ -120,7 +120,4 @@ run.__annotations__ = {p.name: p.annotation for p in run.__signature__.parameter
 
 
 def register(app: typer.Typer) -> None:
-    from runtime.calibrate import calibrate_cmd
-
     app.command("run")(run)
-    app.command("calibrate")(calibrate_cmd)
