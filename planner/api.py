@@ -127,11 +127,12 @@ def check_calibration(calibration: Calibration, gpu_id: str, stack_id: str) -> N
     the request's (the same preset; inline overrides of it are allowed)."""
     same = calibration.gpu.lower() == gpu_id.lower()
     if not same and calibration.gpu.lower() not in DEVICELESS | {"cpu"} and gpu_id.lower() != "cpu":
-        try:
-            check_profile_device(calibration.gpu, gpu_id)
-            same = True
-        except MeshplanError:
-            pass
+        for device, catalog_id in ((calibration.gpu, gpu_id), (gpu_id, calibration.gpu)):  # either may be a device name
+            try:
+                check_profile_device(device, catalog_id)
+                same = True
+            except MeshplanError:
+                pass
     if not same:
         raise MeshplanError(
             "calibration.gpu",
