@@ -327,3 +327,35 @@ def test_calibrated_on_real_cpu_runs_the_model_predicts_another_plan(tmp_path: P
     assert row.before_s < 0.5 * row.measured_s, row  # the uncalibrated model: far too fast here
     assert after < math.log(2.0), row
     assert after < 0.5 * before, row
+
+
+def _meta_profile(tmp: Path, model: str, mbs=(2, 4, 8), tps=(1, 2)) -> Path:
+    from planner.catalog import get_model
+    from profiler.model_profile import profile_model
+
+    prof = profile_model(get_model(model), device="meta", micro_batch_sizes=mbs, tps=tps, seq_len=64, dtype="fp32")
+    path = tmp / f"{model}-meta.json"
+    path.write_text(prof.model_dump_json())
+    return path
+
+
+@pytest.mark.parametrize(
+    "model, mbs, ok, fix",
+    [
+        ("tiny-gpt", (2, 4, 8), True, ""),  # FLOPs and bytes only: the per-op model prices it as before
+        ("tiny-llama", (2, 4, 8), False, "profile the run's model"),
+        ("tiny-gpt", (4,), False, "--micro-batch-sizes 8"),  # misses the runs' micro-batch sizes
+    ],
+)
+def test_calibrate_profile_replaces_the_runs_own(tmp_path: Path, model: str, mbs: tuple, ok: bool, fix: str) -> None:
+    paths = write_reports(tmp_path, KNOWN)
+    out = cli(
+        "calibrate", "--runs", *map(str, paths), "--profile", str(_meta_profile(tmp_path, model, mbs)),
+        "--out", str(tmp_path / "cal.json"), "--json",
+    )  # fmt: skip
+    if ok:
+        assert out.returncode == 0, out.stderr
+        cal = Calibration.model_validate_json(out.stdout)
+        assert cal.residuals.comm_scale == pytest.approx(KNOWN.comm_scale, rel=0.05)
+    else:
+        assert out.returncode == 2 and "error: profile" in out.stderr and fix in out.stderr, out.stderr
