@@ -235,9 +235,11 @@ def table(fit):
 
 def calibrate_cmd(
     runs: list[Path] = typer.Option(
-        ..., "--runs", help="RunReport files (`meshplan run --report`): --runs r1.json r2.json …"
+        ..., "--runs", metavar="FILE", help="RunReport files (`meshplan run --report`): --runs r1.json r2.json …"
     ),
-    more_runs: list[Path] | None = typer.Argument(None, hidden=True, help="The files after the first of --runs."),
+    more_runs: list[Path] | None = typer.Argument(
+        None, metavar="FILE", hidden=True, help="The files after the first of --runs."
+    ),
     profile: Path | None = typer.Option(
         None, "--profile", help="Layer profile (`meshplan profile model`) replacing each run's own."
     ),
