@@ -30,9 +30,10 @@ def _register() -> None:
     from api.exporters import cli as export_cli
     from planner import cli as planner_cli
     from profiler import cli as profiler_cli
+    from runtime import calibrate as calibrate_cli
     from runtime import cli as runtime_cli
 
-    for module in (planner_cli, profiler_cli, runtime_cli, export_cli, serve_cli):
+    for module in (planner_cli, profiler_cli, runtime_cli, calibrate_cli, export_cli, serve_cli):
         module.register(app)
 
 

@@ -16,6 +16,7 @@ from planner.memory import stage_memory
 from planner.search import SearchResult, search
 from planner.space import explain_no_candidate, validate_pins
 from planner.specs import (
+    Calibration,
     CostInputs,
     Estimate,
     Infeasibility,
@@ -24,11 +25,13 @@ from planner.specs import (
     Plan,
     PlanRequest,
     PlanResponse,
+    Residuals,
     SearchOptions,
     SolverInfo,
     SolverStatus,
     TimeBreakdown,
 )
+from planner.stacks import resolve as resolve_stack
 from planner.terms import exposed_sync
 
 #: Defaults of ``estimate`` for fields the request leaves out (``planner.config.FIELDS``; dp, virtual_stages
@@ -62,6 +65,15 @@ def context(request: PlanRequest) -> Context:
         )
     if request.profile is not None:
         check_profile_device(request.profile.device, gpu.id)
+    if request.calibration_id is not None and request.calibration is None:
+        raise MeshplanError(
+            "calibration_id",
+            "a stored calibration id is only resolved by the service",
+            "pass the Calibration itself as 'calibration' (`meshplan plan --calibration cal.json`), or send the "
+            "request to the service (POST /v1/plans), which resolves the id",
+        )
+    if request.calibration is not None:
+        check_calibration(request.calibration, gpu.id, resolve_stack(request.training.stack).id)
     return Context(
         model=model,
         gpu=gpu,
@@ -70,6 +82,7 @@ def context(request: PlanRequest) -> Context:
         profile=request.profile,
         network=request.network,
         memory_headroom=request.options.memory_headroom,
+        calibration=request.calibration,
     )
 
 
@@ -98,6 +111,60 @@ def check_profile_device(device: str, gpu_id: str) -> None:
         f"measure the profile on the cluster's GPU ({gpu_id}: `meshplan profile model --device cuda` there), "
         "set cluster.gpu to the profiled device, or use a meta/analytic profile (`--device meta`), which "
         "has no times",
+    )
+
+
+def _base_stack(stack_id: str) -> str:
+    """The preset a stack id is based on ('meshplan' of 'meshplan+{attention=unfused}')."""
+    return stack_id.split("+", 1)[0]
+
+
+def check_calibration(calibration: Calibration, gpu_id: str, stack_id: str) -> None:
+    """A calibration's residuals correct the cost model for the hardware and stack its runs measured:
+    applied to another GPU (a CPU fit on an H100, an A100 fit on an H100) they would move every number
+    by a factor that belongs to other hardware, silently. So the calibration's ``gpu`` must be the
+    cluster's (the same matching as a measured profile's device, ``check_profile_device``) and its stack
+    the request's (the same preset; inline overrides of it are allowed)."""
+    same = calibration.gpu.lower() == gpu_id.lower()
+    if not same and calibration.gpu.lower() not in DEVICELESS | {"cpu"} and gpu_id.lower() != "cpu":
+        for device, catalog_id in ((calibration.gpu, gpu_id), (gpu_id, calibration.gpu)):  # either may be a device name
+            try:
+                check_profile_device(device, catalog_id)
+                same = True
+            except MeshplanError:
+                pass
+    if not same:
+        raise MeshplanError(
+            "calibration.gpu",
+            f"the calibration was fitted on runs on {calibration.gpu!r}, but the cluster's GPU is {gpu_id!r}: its "
+            "residuals correct the model for that hardware, not this one",
+            f"calibrate on runs of the cluster's GPU (`meshplan run` there, then `meshplan calibrate --runs ...`), "
+            f"set cluster.gpu to {calibration.gpu!r}, or leave out the calibration",
+        )
+    if _base_stack(calibration.stack) != _base_stack(stack_id):
+        raise MeshplanError(
+            "calibration.stack",
+            f"the calibration was fitted on runs of the {calibration.stack!r} training stack, but the request is "
+            f"priced for {stack_id!r}: residuals are per stack",
+            f"set training.stack to {_base_stack(calibration.stack)!r}, calibrate on runs of "
+            f"{_base_stack(stack_id)!r}, or leave out the calibration",
+        )
+
+
+def calibration_note(calibration: Calibration) -> str:
+    """One line for a plan's notes and explanation: that it was calibrated, and on what."""
+    r = calibration.residuals
+    fields = ", ".join(f"{k}={v:.4g}" for k, v in r.model_dump().items() if v != Residuals().model_dump()[k])
+    ident = f" {calibration.id}" if calibration.id else ""
+    err = []
+    if calibration.in_sample_mape is not None:
+        err.append(f"in-sample error {calibration.in_sample_mape:.1%}")
+    if calibration.cross_validated_mape is not None:
+        err.append(f"cross-validated {calibration.cross_validated_mape:.1%}")
+    runs = len(calibration.runs)
+    return (
+        f"calibrated{ident} on {runs} measured run{'s' if runs != 1 else ''} on {calibration.gpu} "
+        f"({calibration.stack} stack)" + (f", {', '.join(err)}" if err else "") + f": residuals {fields or 'identity'}"
     )
 
 
@@ -150,6 +217,8 @@ def build_estimate(ctx: Context, cc: ClassCosts, n: list[int], ev: Evaluation) -
     gap = ctx.gap_note(c.micro_batch_size, c.tp, c.sequence_parallel)
     if gap is not None:
         notes.append(gap)
+    if ctx.calibration is not None:
+        notes.append(calibration_note(ctx.calibration))
     if cc.m < c.pp and c.pp > 1:
         notes.append(f"fewer micro-batches ({cc.m}) than pipeline stages ({c.pp}): large bubble")
     usable_gib = (1.0 - ctx.memory_headroom) * ctx.gpu.memory_gib
@@ -189,7 +258,12 @@ def make_plan(ctx: Context, request: PlanRequest, cc: ClassCosts, n: list[int], 
     """The Plan of one evaluated configuration: the full model and GPU specs, the mesh shape, the TP
     plan, the estimate, and the cost inputs and cost-model version that produced it."""
     parallel = parallel_config(cc.cand, n)
-    inputs = CostInputs(cost_model_version=version.COST_MODEL_VERSION, profile=ctx.profile, network=ctx.network)
+    inputs = CostInputs(
+        cost_model_version=version.COST_MODEL_VERSION,
+        profile=ctx.profile,
+        network=ctx.network,
+        calibration=ctx.calibration,
+    )
     return Plan(
         rank=rank,
         model=ctx.model,
@@ -214,6 +288,7 @@ def replay_request(plan: Plan) -> PlanRequest:
         parallel=ParallelPins(**plan.parallel.model_dump()),
         profile=plan.inputs.profile,
         network=plan.inputs.network,
+        calibration=plan.inputs.calibration,
         options=SearchOptions(allow_tp_across_nodes=True, memory_headroom=plan.estimate.memory_headroom),
     )
 
@@ -315,6 +390,16 @@ def plan(request: PlanRequest | dict) -> PlanResponse:
         infeasible = _infeasibility(ctx, req, result)
     else:
         plans = explain(ctx, plans, result, req)
+        if ctx.calibration is not None:  # unless the explanation already says it (planner.residuals)
+            note = calibration_note(ctx.calibration)
+            plans = [
+                p.model_copy(
+                    update={"explanation": p.explanation.model_copy(update={"details": [*p.explanation.details, note]})}
+                )
+                if p.explanation is not None and not any(d.startswith("calibrated") for d in p.explanation.details)
+                else p
+                for p in plans
+            ]
     return PlanResponse(
         cost_model_version=version.COST_MODEL_VERSION,
         model=ctx.model,

@@ -59,6 +59,72 @@ def host_spec(device: str = "cpu") -> GpuSpec:
     )
 
 
+def cpu_share(processes_per_node: int, cores: int) -> float:
+    """The fraction of a core each rank of a CPU run computes on: 1 while the node's processes (one
+    thread each, ``OMP_NUM_THREADS=1``) fit its cores, else cores ÷ processes — the kernel's scheduler
+    time-slices runnable processes fairly over the cores (Linux CFS, docs.kernel.org/scheduler/sched-design-CFS.html),
+    so every rank's CPU work, measured alone, takes processes ÷ cores as long."""
+    return min(1.0, cores / processes_per_node) if processes_per_node > 0 and cores > 0 else 1.0
+
+
+def shared_cpu_profile(profile: Profile, share: float) -> Profile:
+    """``profile`` (measured by one process alone) as each rank of a run sharing its cores sees it: every
+    measured time ÷ ``share`` (``cpu_share``). The identity at share 1."""
+    if share >= 1.0:
+        return profile
+    layers = [
+        lp.model_copy(
+            update={k: getattr(lp, k) / share for k in ("fwd_time_s", "bwd_time_s") if getattr(lp, k) is not None}
+        )
+        for lp in profile.layers
+    ]
+    return profile.model_copy(update={"layers": layers})
+
+
+def shared_cpu_spec(gpu: GpuSpec, share: float) -> GpuSpec:
+    """``host_spec`` of one process alone, as each rank sharing the cores gets it: rates × ``share``."""
+    if share >= 1.0:
+        return gpu
+    peak = {k: v * share for k, v in gpu.peak_tflops.model_dump().items() if v}
+    return gpu.model_copy(
+        update={"peak_tflops": type(gpu.peak_tflops)(**peak), "hbm_bandwidth_GBps": gpu.hbm_bandwidth_GBps * share}
+    )
+
+
+def shared_cpu_network(network: NetworkProfile | None, share: float, cores: int) -> NetworkProfile | None:
+    """A network fit as each rank sharing the cores sees it: α and β ÷ ``share`` (gloo runs its
+    collectives on the ranks' own cores) — when the fit was measured by no more processes per node than
+    there are cores (uncontended, e.g. ``meshplan profile cluster --nproc-per-node 2`` on 2 cores). A fit
+    measured by more processes than cores (the run's own, after an oversubscribed run) already holds the
+    contention and is kept."""
+    if network is None or share >= 1.0 or network.world_size // max(1, network.nodes) > cores:
+        return network
+    links = [
+        f.model_copy(update={"alpha_s": f.alpha_s / share, "beta_s_per_byte": f.beta_s_per_byte / share})
+        for f in network.links
+    ]
+    return network.model_copy(update={"links": links})
+
+
+def host_stack(stack: object) -> dict:
+    """The training stack of a run whose "GPU" is the host's processor: the plan's stack with the DP
+    gradient reduction *after* the backward (``overlap_grad_reduce`` off). Overlap needs an execution
+    resource left idle by the compute (a GPU's copy engines and NCCL's own SMs beside the compute kernels);
+    on a CPU run with one thread per rank the rank's core computes the backward, and gloo's collective
+    work runs on the same cores (gloo executes its algorithms on the calling host's threads:
+    github.com/pytorch/gloo, ``gloo/allreduce.cc``), so the reduction adds to the step instead of hiding
+    under it."""
+    from planner.stacks import DEFAULT_STACK
+
+    if stack is None:
+        data: dict = {"base": DEFAULT_STACK}
+    elif isinstance(stack, str):
+        data = {"base": stack}
+    else:
+        data = stack if isinstance(stack, dict) else stack.model_dump(exclude_none=True)  # type: ignore[attr-defined]
+    return {**data, "overlap_grad_reduce": False}
+
+
 def _timed(fn) -> float:
     t0 = time.perf_counter()
     fn()
@@ -80,7 +146,10 @@ def local_prediction(
     from planner.api import estimate_plan
     from planner.specs import PlanRequest, SearchOptions
 
-    training = plan.training.model_copy(update={"precision": precision})
+    update: dict = {"precision": precision}
+    if gpu.id.lower().startswith("cpu"):
+        update["stack"] = host_stack(plan.training.stack)
+    training = plan.training.model_validate({**plan.training.model_dump(), **update})
     request = PlanRequest(
         model=plan.model,
         cluster=plan.cluster.model_copy(update={"gpu": gpu}),
@@ -92,7 +161,11 @@ def local_prediction(
     )
     est = estimate_plan(request).estimate
     return Prediction(
-        predicted_on=device, basis=basis, step_time_s=est.step_time_s, peak_memory_gib=est.peak_memory_gib
+        predicted_on=device,
+        basis=basis,
+        step_time_s=est.step_time_s,
+        peak_memory_gib=est.peak_memory_gib,
+        request=request,
     )
 
 

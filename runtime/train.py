@@ -133,7 +133,15 @@ def predict_here(plan, args, job, device: str):
     from profiler.cluster import profile_network
     from profiler.model_profile import profile_model
     from runtime.parallelize import mixed_precision
-    from runtime.report import QUICK_NETWORK_SIZES, host_spec, local_prediction
+    from runtime.report import (
+        QUICK_NETWORK_SIZES,
+        cpu_share,
+        host_spec,
+        local_prediction,
+        shared_cpu_network,
+        shared_cpu_profile,
+        shared_cpu_spec,
+    )
 
     profile, network = load_hardware_inputs(args, plan)
     basis = []
@@ -167,6 +175,16 @@ def predict_here(plan, args, job, device: str):
         basis.append(f"other terms from the {plan.gpu.id} datasheet")
     else:
         basis.append("optimizer/element-wise terms from a quick matmul and copy measurement of this host")
+        basis.append("DP gradient reduction after the backward (its cores compute and communicate)")
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", str(dist.get_world_size())))
+        cores = _cores()
+        share = cpu_share(local, cores)
+        if share < 1.0:  # more single-threaded ranks than cores: each computed on a share of one
+            profile, gpu = shared_cpu_profile(profile, share), shared_cpu_spec(gpu, share)
+            shared = shared_cpu_network(network, share, cores)
+            what = "layer and host times" + (", network fit" if shared is not network else "")
+            network = shared
+            basis.append(f"{local} processes on {cores} cores: each rank's {what} × {1 / share:.3g}")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     try:
         return local_prediction(
@@ -174,6 +192,11 @@ def predict_here(plan, args, job, device: str):
         ), None
     except MeshplanError as exc:  # e.g. a schedule the runtime runs but the cost model does not price
         return None, f"no prediction for {device}: the cost model cannot price this plan ({exc.field}: {exc.message})"
+
+
+def _cores() -> int:
+    """The CPU cores this process may run on (its affinity mask; the machine's count elsewhere)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def run(plan, args) -> None:
@@ -239,11 +262,11 @@ def run(plan, args) -> None:
             notes = list(job.notes) + ([why_not] if why_not else [])
             if not cuda:
                 notes.append("CPU run: peak memory is the process's peak RSS (includes the PyTorch runtime)")
-                cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+                cores = _cores()
                 if dist.get_world_size() > cores:
                     notes.append(
-                        f"{dist.get_world_size()} processes shared {cores} CPU cores: the measured time includes "
-                        "that contention, which the prediction for this hardware does not model"
+                        f"{dist.get_world_size()} processes shared {cores} CPU cores: the prediction for this "
+                        f"hardware prices each rank's CPU work at {dist.get_world_size()}/{cores} of its time alone"
                     )
             if job.dp_wrapper:
                 notes.append(f"data parallelism: {job.dp_wrapper}")

@@ -6,9 +6,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
+from planner.specs.calibration import Calibration
 from planner.specs.common import SCHEMA_VERSION, Spec
 from planner.specs.inputs import ClusterSpec, GpuSpec, ModelSpec, ParallelConfig, TrainingSpec
 from planner.specs.profiles import NetworkProfile, Profile
+from planner.specs.requests import PlanRequest
 
 # --------------------------------------------------------------------------------------------
 # Results
@@ -100,7 +102,8 @@ class MeshLayout(Spec):
 
 class CostInputs(Spec):
     """What priced a plan besides its model, cluster and training: the layer and network profiles the
-    cost model read (null = the analytic defaults) and the cost model's version. With these,
+    cost model read (null = the analytic defaults), the calibration whose residual constants it applied
+    (null = none) and the cost model's version. With these,
     ``planner.estimate`` (``planner.api.replay_request``), the trace and the dashboard reproduce the
     plan's numbers exactly, as long as ``cost_model_version`` is the planner's current one."""
 
@@ -111,6 +114,7 @@ class CostInputs(Spec):
     )
     profile: Profile | None = None
     network: NetworkProfile | None = None
+    calibration: Calibration | None = None
 
 
 class Alternative(Spec):
@@ -310,6 +314,12 @@ class Prediction(Spec):
     peak_memory_gib: float | None = None
     step_time_ratio: float | None = Field(default=None, description="predicted ÷ measured (same hardware only).")
     memory_ratio: float | None = Field(default=None, description="predicted ÷ measured (same hardware only).")
+    request: PlanRequest | None = Field(
+        default=None,
+        description="The request that priced it (``planner.estimate_plan`` of it gives step_time_s): the plan's "
+        "configuration on this hardware's profiles, network fit and processor figures. `meshplan calibrate` "
+        "re-prices it; null in reports written before it was recorded.",
+    )
 
 
 class RunReport(Spec):
