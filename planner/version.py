@@ -16,4 +16,9 @@ from __future__ import annotations
 #:    may change); ZeRO-3's exposed per-layer gathers counted as DP communication in the breakdown, not compute.
 #: 4: per-op compute (GEMM wave/tile quantization over SMs, attention by kernel, achieved HBM by size) and
 #:    training stacks (training.stack: attention kernel, dropout, activation formula, DP grad overlap).
-COST_MODEL_VERSION = 4
+#: 5: collectives by nccl-tests bus bandwidth by size and NCCL's latency model, hierarchical multi-node, NVLS;
+#:    compute slowed under overlapped communication; optimizer step at achieved HBM; torchtitan's own
+#:    activations/FSDP2 buffers/loss peak, compiled kernels; the bundled runtime's lean kernels (fused
+#:    RMSNorm, GQA without repeated K/V); residual constants (built-in per stack and GPU generation, or the
+#:    request's calibration); V100.
+COST_MODEL_VERSION = 5

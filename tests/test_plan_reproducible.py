@@ -136,6 +136,7 @@ FINGERPRINTS = {
     2: "39f4d473ec81accb",  # 2 changed the ranking only
     3: "3b80216528bbe5ce",  # headroom (fields, fits), ZeRO-3 breakdown
     4: "ec211d1c323f9d6a",  # per-op compute, training stacks
+    5: "05ba4e7493449e39",  # collectives by size, overlap slowdown, lean runtime, torchtitan, residuals
 }
 
 REFERENCE = [
