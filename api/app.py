@@ -18,6 +18,7 @@ from fastapi.staticfiles import StaticFiles
 
 from api import problems
 from api.body_limit import BodyLimitMiddleware
+from api.hot_path import PlanCacheMiddleware
 from api.metrics import Metrics, MetricsMiddleware
 from api.routes import catalog, estimates, exports, health, plans, profiles, runs
 from api.settings import Settings, load_settings
@@ -62,6 +63,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.plan_keys = plans.PlanKeys()
 
     problems.install(app)
+    app.add_middleware(PlanCacheMiddleware)  # innermost: cache hits skip FastAPI's per-request work
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # outermost: counts 413s too
 

@@ -44,6 +44,7 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    bindparam,
     create_engine,
     event,
     func,
@@ -172,6 +173,13 @@ class RunRow(Base):
     report_json: Mapped[str] = mapped_column(Text)
 
 
+def _server_connect_args(url: str) -> dict:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+        return {"connect_timeout": PG_CONNECT_TIMEOUT_S}
+    return {}
+
+
 def make_engine(url: str) -> Engine:
     """An engine for ``url``; SQLite gets WAL, synchronous=FULL and a busy timeout (several uvicorn
     workers may share the file). Server databases get pre-pinged connections and enough of them for
@@ -179,10 +187,9 @@ def make_engine(url: str) -> Engine:
     the pool; PostgreSQL also gets a connect timeout."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        connect_args = {}
-        if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
-            connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
-        return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=40, connect_args=connect_args)
+        return create_engine(
+            url, pool_pre_ping=True, pool_size=5, max_overflow=40, connect_args=_server_connect_args(url)
+        )
     database = parsed.database or ""
     memory = database in ("", ":memory:")
     if not memory:
@@ -309,6 +316,25 @@ def _stale(row_version: int | None) -> tuple[int, bool]:
     return v, v != version.COST_MODEL_VERSION
 
 
+def make_read_engine(engine: Engine, url: str) -> Engine:
+    """The engine of the cache hits' one-statement reads (``Store.get_plan_body``). SQLite: the
+    store's engine (pysqlite begins no transaction for a SELECT). A server database: connections of
+    their own in autocommit, one per store thread, not pinged on checkout and not rolled back on
+    return, so a hit is one round trip (the store's engine would add a ``SELECT 1`` ping, a
+    ``BEGIN`` and a ``ROLLBACK``: four). A connection the server closed is replaced on the read
+    that finds it so (``Store._plan_row``)."""
+    if engine.dialect.name == "sqlite":
+        return engine
+    return create_engine(
+        url,
+        isolation_level="AUTOCOMMIT",
+        pool_size=STORE_THREADS,
+        max_overflow=0,
+        pool_reset_on_return=None,
+        connect_args=_server_connect_args(url),
+    )
+
+
 class Store:
     """Plans, profiles and runs. Every write commits before it returns."""
 
@@ -333,6 +359,11 @@ class Store:
         self._session = sessionmaker(self.engine, expire_on_commit=False)
         self._executor: ThreadPoolExecutor | None = None
         self._plans = PlanRow.__table__
+        self.read_engine = make_read_engine(self.engine, url)
+        t = self._plans
+        lookup = select(t.c.created_at, t.c.cost_model_version, t.c.document).where(t.c.id == bindparam("id"))
+        self._lookup_sql = str(lookup.compile(dialect=self.read_engine.dialect))
+        self._positional = self.read_engine.dialect.positional
 
     async def call(self, fn: Callable[..., R], *args: object) -> R:
         """Run ``fn(*args)`` (a store method: database access, (de)serialisation) in the store's own
@@ -345,6 +376,8 @@ class Store:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
+        if self.read_engine is not self.engine:
+            self.read_engine.dispose()
         self.engine.dispose()
 
     def ping(self) -> None:
@@ -383,10 +416,7 @@ class Store:
         stored document, nothing parsed or validated. A row stored before the document column gets
         its document built from its JSON (the old way) and written back, once."""
         t = self._plans
-        with self.engine.connect() as conn:
-            row = conn.execute(
-                select(t.c.created_at, t.c.cost_model_version, t.c.document).where(t.c.id == plan_id)
-            ).first()
+        row = self._plan_row(plan_id)
         if row is None:
             return None
         created_at, row_version, document = row
@@ -401,6 +431,29 @@ class Store:
             except OperationalError:  # busy: the next read writes it back
                 pass
         return plan_body(plan_id, created_at, cached, row_version, document)
+
+    def _plan_row(self, plan_id: str) -> tuple[str, int | None, str | None] | None:
+        """(created_at, cost_model_version, document) of a stored plan: one statement, compiled once,
+        on a DBAPI connection of the read engine (no ORM, no SQLAlchemy statement per call). A
+        connection the server has closed (restart, failover) is dropped and the read tried once more
+        on a fresh one."""
+        params = (plan_id,) if self._positional else {"id": plan_id}
+        for attempt in (1, 2):
+            conn = self.read_engine.raw_connection()
+            try:
+                cursor = conn.cursor()
+                try:
+                    cursor.execute(self._lookup_sql, params)
+                    return cursor.fetchone()
+                finally:
+                    cursor.close()
+            except self.read_engine.dialect.loaded_dbapi.Error as exc:
+                if attempt == 2 or not self.read_engine.dialect.is_disconnect(exc, conn.dbapi_connection, None):
+                    raise
+                conn.invalidate(exc)
+            finally:
+                conn.close()
+        return None  # not reached
 
     def put_plan_body(self, plan_id: str, request: PlanRequest, response: PlanResponse) -> tuple[bytes, bool]:
         """``put_plan``, answering with the ``StoredPlan`` JSON body (``cached`` false when this call
