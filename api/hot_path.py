@@ -18,13 +18,14 @@ the route's template as for any other request. Dependency overrides (tests) are 
 from __future__ import annotations
 
 import hmac
-from typing import Any
 
+from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.deps import get_metrics, get_settings, get_store, resolve
 from api.metrics import Metrics
+from api.routes import plans
 from api.settings import Settings
 from api.store import Store
 
@@ -38,16 +39,13 @@ class PlanCacheMiddleware:
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self._routes: dict[str, Any] | None = None  # the APIRoutes whose templates the metrics use
-
-    def _route(self, scope: Scope, name: str) -> Any:
-        if self._routes is None:
-            self._routes = {}
-            for route in getattr(scope.get("app"), "routes", ()):
-                for method in getattr(route, "methods", None) or ():
-                    if getattr(route, "path", None) in (PLANS, PLAN_PREFIX + "{plan_id}"):
-                        self._routes[f"{method} {route.path}"] = route
-        return self._routes.get(name)
+        # The routes FastAPI would have matched (it puts the same objects in ``scope["route"]``).
+        self._routes: dict[str, APIRoute] = {
+            f"{method} {route.path}": route
+            for route in plans.router.routes
+            if isinstance(route, APIRoute)
+            for method in route.methods
+        }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("root_path"):
@@ -72,8 +70,8 @@ class PlanCacheMiddleware:
         expected = settings.token
         if expected is None:
             return True
-        scheme, _, given = (request.headers.get("authorization") or "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(given.encode(), expected.encode())
+        scheme, _, given = (request.headers.get("authorization") or "").partition(" ")  # as HTTPBearer reads it
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected.encode())
 
     async def _stored(self, request: Request, plan_id: str) -> bytes | None:
         store: Store = await resolve(request, get_store)
@@ -115,7 +113,7 @@ class PlanCacheMiddleware:
         await self._send(scope, send, f"GET {PLAN_PREFIX}{{plan_id}}", body)
 
     async def _send(self, scope: Scope, send: Send, route: str, body: bytes) -> None:
-        scope["route"] = self._route(scope, route)  # the metrics label the route's template
+        scope["route"] = self._routes[route]  # the metrics label the route's template
         headers = [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})

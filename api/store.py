@@ -56,7 +56,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import IntegrityError, NoSuchModuleError, OperationalError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
-from sqlalchemy.pool import NullPool, StaticPool
+from sqlalchemy.pool import NullPool, QueuePool, StaticPool
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -173,13 +173,6 @@ class RunRow(Base):
     report_json: Mapped[str] = mapped_column(Text)
 
 
-def _server_connect_args(url: str) -> dict:
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
-        return {"connect_timeout": PG_CONNECT_TIMEOUT_S}
-    return {}
-
-
 def make_engine(url: str) -> Engine:
     """An engine for ``url``; SQLite gets WAL, synchronous=FULL and a busy timeout (several uvicorn
     workers may share the file). Server databases get pre-pinged connections and enough of them for
@@ -201,6 +194,13 @@ def make_engine(url: str) -> Engine:
     )
     _sqlite_pragmas(engine, memory)
     return engine
+
+
+def _server_connect_args(url: str) -> dict:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+        return {"connect_timeout": PG_CONNECT_TIMEOUT_S}
+    return {}
 
 
 def _sqlite_pragmas(engine: Engine, memory: bool) -> None:
@@ -320,7 +320,7 @@ def make_read_engine(engine: Engine, url: str) -> Engine:
     """The engine of the cache hits' one-statement reads (``Store.get_plan_body``). SQLite: the
     store's engine (pysqlite begins no transaction for a SELECT). A server database: connections of
     their own in autocommit, one per store thread, not pinged on checkout and not rolled back on
-    return, so a hit is one round trip (the store's engine would add a ``SELECT 1`` ping, a
+    return, so a hit is one round trip (the store's engine adds a pre-ping (psycopg: ``;``), a
     ``BEGIN`` and a ``ROLLBACK``: four). A connection the server closed is replaced on the read
     that finds it so (``Store._plan_row``)."""
     if engine.dialect.name == "sqlite":
@@ -435,10 +435,12 @@ class Store:
     def _plan_row(self, plan_id: str) -> tuple[str, int | None, str | None] | None:
         """(created_at, cost_model_version, document) of a stored plan: one statement, compiled once,
         on a DBAPI connection of the read engine (no ORM, no SQLAlchemy statement per call). A
-        connection the server has closed (restart, failover) is dropped and the read tried once more
-        on a fresh one."""
+        connection the server has closed (restart, failover) is dropped and the read tried on the
+        next one, until a fresh one (the pool holds at most ``pool.size()``)."""
         params = (plan_id,) if self._positional else {"id": plan_id}
-        for attempt in (1, 2):
+        pool = self.read_engine.pool
+        attempts = pool.size() + 1 if isinstance(pool, QueuePool) else 1
+        for attempt in range(1, attempts + 1):
             conn = self.read_engine.raw_connection()
             try:
                 cursor = conn.cursor()
@@ -448,7 +450,7 @@ class Store:
                 finally:
                     cursor.close()
             except self.read_engine.dialect.loaded_dbapi.Error as exc:
-                if attempt == 2 or not self.read_engine.dialect.is_disconnect(exc, conn.dbapi_connection, None):
+                if attempt == attempts or not self.read_engine.dialect.is_disconnect(exc, conn.dbapi_connection, None):
                     raise
                 conn.invalidate(exc)
             finally:
