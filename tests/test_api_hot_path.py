@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import threading
 
 import httpx
@@ -31,7 +33,7 @@ from api.settings import Settings
 from api.store import STORE_THREADS, PlanRow, Store, migrate, request_key
 from planner.catalog import MODELS
 from planner.specs import PlanRequest, PlanResponse
-from tests.api_support import SlowSolver, make_app, plan_request
+from tests.api_support import ROOT, SlowSolver, make_app, plan_request
 from tests.pg_support import pg_server, pg_url  # noqa: F401 - fixtures
 
 
@@ -501,3 +503,32 @@ def test_postgres_hits_survive_connections_the_server_closed(pg_server, pg_url):
         pg_server.admin(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}'")
         answers = [client.post("/v1/plans", json=plan_request()), client.get(f"/v1/plans/{plan_id}")]
     assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+
+
+FROZEN_AFTER_START = """
+import gc, sys
+from fastapi.testclient import TestClient
+from api.app import create_app
+from api.settings import Settings
+assert "planner.search" not in sys.modules  # imported by the first solve, unless start-up does
+with TestClient(create_app(Settings(database_url=sys.argv[1]))):
+    import planner.search
+    tracked = {id(o) for o in gc.get_objects()}
+    late = [m for m in ("planner.search", "planner.cutsolver") if id(vars(sys.modules[m])) in tracked]
+    print(late)
+"""
+
+
+def test_start_up_freezes_the_planners_modules_out_of_the_collector(tmp_path):
+    """The modules a solve imports are imported before ``gc.freeze()`` at start-up, so the collector's
+    full passes (which solves trigger, holding the interpreter: no request is answered meanwhile)
+    do not walk them. A fresh interpreter: in this one the test modules imported the planner long ago."""
+    done = subprocess.run(
+        [sys.executable, "-c", FROZEN_AFTER_START, f"sqlite:///{tmp_path / 'meshplan.db'}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
