@@ -27,12 +27,14 @@ Profiles are content-addressed the same way; runs get random ids.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import json
+import queue
+import threading
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -335,6 +337,51 @@ def make_read_engine(engine: Engine, url: str) -> Engine:
     )
 
 
+class StoreThreads:
+    """``size`` threads that run the store's calls for event loops: a call is a queue entry and a
+    future of the caller's loop, resolved with ``call_soon_threadsafe``. The least a thread hop costs
+    the event loop (``run_in_executor`` adds a ``concurrent.futures.Future`` with its lock and
+    condition and chains it to an asyncio future: a fifth of the loop's time per cache hit)."""
+
+    def __init__(self, size: int) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"meshplan-store_{i}", daemon=True) for i in range(size)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    async def run(self, fn: Callable[[], R]) -> R:
+        future = asyncio.get_running_loop().create_future()
+        self._queue.put((fn, future))
+        return await future
+
+    def shutdown(self) -> None:
+        """Stop the threads once the calls queued so far are done (not waited for)."""
+        for _ in self._threads:
+            self._queue.put(None)
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            fn, future = item
+            try:
+                result, error = fn(), None
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                result, error = None, exc
+            with contextlib.suppress(RuntimeError):  # the caller's loop has closed: nobody waits
+                future.get_loop().call_soon_threadsafe(_settle, future, result, error)
+            del item, fn, future, result, error
+
+
+def _settle(future: asyncio.Future, result: object, error: BaseException | None) -> None:
+    if future.cancelled():  # the caller went away
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
 class Store:
     """Plans, profiles and runs. Every write commits before it returns."""
 
@@ -357,7 +404,7 @@ class Store:
                 "check the URL, that the server is up, and that the file's folder is writable",
             ) from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)
-        self._executor: ThreadPoolExecutor | None = None
+        self._executor: StoreThreads | None = None
         self._plans = PlanRow.__table__
         self.read_engine = make_read_engine(self.engine, url)
         t = self._plans
@@ -367,14 +414,14 @@ class Store:
 
     async def call(self, fn: Callable[..., R], *args: object) -> R:
         """Run ``fn(*args)`` (a store method: database access, (de)serialisation) in the store's own
-        thread pool, off the event loop and apart from the request and solver pools."""
+        threads, off the event loop and apart from the request and solver pools."""
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="meshplan-store")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(fn, *args))
+            self._executor = StoreThreads(STORE_THREADS)
+        return await self._executor.run(functools.partial(fn, *args))
 
     def close(self) -> None:
         if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor.shutdown()
             self._executor = None
         if self.read_engine is not self.engine:
             self.read_engine.dispose()

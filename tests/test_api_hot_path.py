@@ -532,3 +532,32 @@ def test_start_up_freezes_the_planners_modules_out_of_the_collector(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_store_calls_return_results_and_errors_and_survive_a_caller_that_left(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'meshplan.db'}")
+    gate = threading.Event()
+
+    def held() -> str:
+        gate.wait(300)
+        return "late"
+
+    def fails() -> None:
+        raise KeyError("from the store thread")
+
+    async def scenario() -> list[object]:
+        left = asyncio.create_task(store.call(held))
+        await asyncio.sleep(0)
+        left.cancel()  # the caller goes away while its call runs
+        gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await left
+        with pytest.raises(KeyError, match="from the store thread"):
+            await store.call(fails)
+        return list(await asyncio.gather(*(store.call(pow, i, 2) for i in range(3 * STORE_THREADS))))
+
+    try:
+        assert asyncio.run(scenario()) == [i * i for i in range(3 * STORE_THREADS)]
+        assert asyncio.run(scenario()) == [i * i for i in range(3 * STORE_THREADS)]  # another event loop
+    finally:
+        store.close()
