@@ -31,13 +31,13 @@ import contextlib
 import functools
 import hashlib
 import json
-import queue
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from queue import SimpleQueue
+from threading import Thread
 from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import (
@@ -344,10 +344,8 @@ class StoreThreads:
     condition and chains it to an asyncio future: a fifth of the loop's time per cache hit)."""
 
     def __init__(self, size: int) -> None:
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._threads = [
-            threading.Thread(target=self._work, name=f"meshplan-store_{i}", daemon=True) for i in range(size)
-        ]
+        self._queue: SimpleQueue = SimpleQueue()
+        self._threads = [Thread(target=self._work, name=f"meshplan-store_{i}", daemon=True) for i in range(size)]
         for thread in self._threads:
             thread.start()
 
