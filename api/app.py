@@ -36,7 +36,7 @@ PRELOAD = ("planner.api", "planner.trace")  # what solves import (PlannerSolver 
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The app for ``settings`` (default: from the ``MESHPLAN_`` environment, validated now)."""
     settings = settings or load_settings()
-    store = Store(settings.database_url)
+    store = Store(settings.database_url, settings.store_threads)
     metrics = Metrics()
     pool = SolverPool(settings, metrics)
 

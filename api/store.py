@@ -73,7 +73,7 @@ PG_CONNECT_TIMEOUT_S = 10  # libpq connect_timeout unless the URL sets one
 PG_SCHEMA_LOCK = 0x6D657368706C616E  # advisory lock key ("meshplan") held while migrating
 MIGRATIONS = Path(__file__).with_name("migrations")
 FIRST_REVISION = "0001"  # the schema create_all made before Alembic
-STORE_THREADS = 16  # the store's own thread pool (not the request pool /healthz or solves may wait on)
+STORE_THREADS = 16  # default size of the store's own thread pool (MESHPLAN_STORE_THREADS)
 R = TypeVar("R")
 
 
@@ -318,7 +318,7 @@ def _stale(row_version: int | None) -> tuple[int, bool]:
     return v, v != version.COST_MODEL_VERSION
 
 
-def make_read_engine(engine: Engine, url: str) -> Engine:
+def make_read_engine(engine: Engine, url: str, threads: int = STORE_THREADS) -> Engine:
     """The engine of the cache hits' one-statement reads (``Store.get_plan_body``). SQLite: the
     store's engine (pysqlite begins no transaction for a SELECT). A server database: connections of
     their own in autocommit, one per store thread, not pinged on checkout and not rolled back on
@@ -330,7 +330,7 @@ def make_read_engine(engine: Engine, url: str) -> Engine:
     return create_engine(
         url,
         isolation_level="AUTOCOMMIT",
-        pool_size=STORE_THREADS,
+        pool_size=threads,
         max_overflow=0,
         pool_reset_on_return=None,
         connect_args=_server_connect_args(url),
@@ -383,8 +383,9 @@ def _settle(future: asyncio.Future, result: object, error: BaseException | None)
 class Store:
     """Plans, profiles and runs. Every write commits before it returns."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, threads: int = STORE_THREADS) -> None:
         self.url = url
+        self.threads = threads
         try:
             self.engine = make_engine(url)
             migrate(self.engine)
@@ -404,7 +405,7 @@ class Store:
         self._session = sessionmaker(self.engine, expire_on_commit=False)
         self._executor: StoreThreads | None = None
         self._plans = PlanRow.__table__
-        self.read_engine = make_read_engine(self.engine, url)
+        self.read_engine = make_read_engine(self.engine, url, threads)
         t = self._plans
         lookup = select(t.c.created_at, t.c.cost_model_version, t.c.document).where(t.c.id == bindparam("id"))
         self._lookup_sql = str(lookup.compile(dialect=self.read_engine.dialect))
@@ -414,7 +415,7 @@ class Store:
         """Run ``fn(*args)`` (a store method: database access, (de)serialisation) in the store's own
         threads, off the event loop and apart from the request and solver pools."""
         if self._executor is None:
-            self._executor = StoreThreads(STORE_THREADS)
+            self._executor = StoreThreads(self.threads)
         return await self._executor.run(functools.partial(fn, *args))
 
     def close(self) -> None:

@@ -144,8 +144,8 @@ class HeldStore(Store):
     """The real store, whose plan lookups wait while ``gate`` is shut (a held lock), and which records
     whether each ran on a thread with a running event loop."""
 
-    def __init__(self, url: str) -> None:
-        super().__init__(url)
+    def __init__(self, url: str, threads: int = STORE_THREADS) -> None:
+        super().__init__(url, threads)
         self.gate = threading.Event()
         self.lock = threading.Lock()
         self.waiting = 0
@@ -167,14 +167,15 @@ def _loop_running_here() -> bool:
     return True
 
 
-def test_healthz_and_readyz_answer_while_every_store_thread_is_held(tmp_path, monkeypatch):
+@pytest.mark.parametrize("threads", [4, STORE_THREADS])
+def test_healthz_and_readyz_answer_while_every_store_thread_is_held(tmp_path, monkeypatch, threads):
     """48 cache hits wait on the held store (more than its threads and anyio's 40): /healthz and
     /readyz still answer, and then every hit gets its plan. The body's key and the store's lookups
     ran off the event loop thread."""
     app = make_app(tmp_path)
     with TestClient(app) as client:
         plan_id = client.post("/v1/plans", json=plan_request()).json()["id"]
-    store = HeldStore(f"sqlite:///{tmp_path / 'meshplan.db'}")
+    store = HeldStore(f"sqlite:///{tmp_path / 'meshplan.db'}", threads)
     app.dependency_overrides[get_store] = lambda: store
     app.state.plan_keys = plans_route.PlanKeys()  # the key is computed again (recorded below)
     keyed_on_loop: list[bool] = []
@@ -191,7 +192,7 @@ def test_healthz_and_readyz_answer_while_every_store_thread_is_held(tmp_path, mo
         async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=300) as http:
             posts = [asyncio.create_task(http.post("/v1/plans", json=plan_request())) for _ in range(24)]
             gets = [asyncio.create_task(http.get(f"/v1/plans/{plan_id}")) for _ in range(24)]
-            while store.waiting < STORE_THREADS:  # every store thread is held
+            while store.waiting < threads:  # every store thread is held
                 await asyncio.sleep(0.01)
             # a hang guard, not a timing claim: these must answer while the store is held
             health = await asyncio.wait_for(http.get("/healthz"), 120)
