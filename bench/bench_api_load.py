@@ -330,6 +330,7 @@ def main() -> int:
     parser.add_argument("--seq-len", type=int, default=4096)
     parser.add_argument("--time-limit", type=float, default=2.0, help="options.time_limit_s of each solve")
     parser.add_argument("--solver-concurrency", type=int, default=2)
+    parser.add_argument("--store-threads", type=int, default=None, help="MESHPLAN_STORE_THREADS of the server")
     parser.add_argument("--repeat", type=int, default=1, help="run the phases this many times; targets on the medians")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args()
@@ -345,6 +346,8 @@ def main() -> int:
             "MESHPLAN_SOLVER_CONCURRENCY": str(args.solver_concurrency),
             "MESHPLAN_SOLVER_QUEUE": str(4 * max(args.clients, args.uncached_clients)),
         }
+        if args.store_threads is not None:
+            env["MESHPLAN_STORE_THREADS"] = str(args.store_threads)
         proc, url = start_server(tmp, args.server_root.resolve(), database_url, args.workers, env)
         stack.callback(proc.wait, 30)
         stack.callback(proc.terminate)
