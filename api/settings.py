@@ -54,6 +54,13 @@ class Settings(BaseSettings):
     solver_queue_timeout_s: float = Field(
         default=60.0, gt=0, le=3600, description="Longest wait for a solver slot before 503."
     )
+    store_threads: int = Field(
+        default=16,
+        ge=1,
+        le=256,
+        description="Threads per worker running the store's work (and, on a server database, "
+        "connections per worker for cache hits' reads).",
+    )
     host: str = Field(default="127.0.0.1", min_length=1, description="Bind address of `meshplan serve`.")
     port: int = Field(default=8000, ge=1, le=65535)
     workers: int = Field(default=1, ge=1, le=256, description="uvicorn worker processes.")

@@ -29,16 +29,18 @@ Profiles and calibrations are content-addressed the same way (a calibration's ow
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import json
 import math
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from queue import SimpleQueue
+from threading import Thread
 from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import (
@@ -47,6 +49,7 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    bindparam,
     create_engine,
     event,
     func,
@@ -58,7 +61,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import IntegrityError, NoSuchModuleError, OperationalError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
-from sqlalchemy.pool import NullPool, StaticPool
+from sqlalchemy.pool import NullPool, QueuePool, StaticPool
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -82,7 +85,7 @@ PG_CONNECT_TIMEOUT_S = 10  # libpq connect_timeout unless the URL sets one
 PG_SCHEMA_LOCK = 0x6D657368706C616E  # advisory lock key ("meshplan") held while migrating
 MIGRATIONS = Path(__file__).with_name("migrations")
 FIRST_REVISION = "0001"  # the schema create_all made before Alembic
-STORE_THREADS = 16  # the store's own thread pool (not the request pool /healthz or solves may wait on)
+STORE_THREADS = 16  # default size of the store's own thread pool (MESHPLAN_STORE_THREADS)
 R = TypeVar("R")
 
 
@@ -235,10 +238,9 @@ def make_engine(url: str) -> Engine:
     the pool; PostgreSQL also gets a connect timeout."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        connect_args = {}
-        if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
-            connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
-        return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=40, connect_args=connect_args)
+        return create_engine(
+            url, pool_pre_ping=True, pool_size=5, max_overflow=40, connect_args=_server_connect_args(url)
+        )
     database = parsed.database or ""
     memory = database in ("", ":memory:")
     if not memory:
@@ -250,6 +252,13 @@ def make_engine(url: str) -> Engine:
     )
     _sqlite_pragmas(engine, memory)
     return engine
+
+
+def _server_connect_args(url: str) -> dict:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+        return {"connect_timeout": PG_CONNECT_TIMEOUT_S}
+    return {}
 
 
 def _sqlite_pragmas(engine: Engine, memory: bool) -> None:
@@ -365,11 +374,74 @@ def _stale(row_version: int | None) -> tuple[int, bool]:
     return v, v != version.COST_MODEL_VERSION
 
 
+def make_read_engine(engine: Engine, url: str, threads: int = STORE_THREADS) -> Engine:
+    """The engine of the cache hits' one-statement reads (``Store.get_plan_body``). SQLite: the
+    store's engine (pysqlite begins no transaction for a SELECT). A server database: connections of
+    their own in autocommit, one per store thread, not pinged on checkout and not rolled back on
+    return, so a hit is one round trip (the store's engine adds a pre-ping (psycopg: ``;``), a
+    ``BEGIN`` and a ``ROLLBACK``: four). A connection the server closed is replaced on the read
+    that finds it so (``Store._plan_row``)."""
+    if engine.dialect.name == "sqlite":
+        return engine
+    return create_engine(
+        url,
+        isolation_level="AUTOCOMMIT",
+        pool_size=threads,
+        max_overflow=0,
+        pool_reset_on_return=None,
+        connect_args=_server_connect_args(url),
+    )
+
+
+class StoreThreads:
+    """``size`` threads that run the store's calls for event loops: a call is a queue entry and a
+    future of the caller's loop, resolved with ``call_soon_threadsafe``. The least a thread hop costs
+    the event loop (``run_in_executor`` adds a ``concurrent.futures.Future`` with its lock and
+    condition and chains it to an asyncio future: a fifth of the loop's time per cache hit)."""
+
+    def __init__(self, size: int) -> None:
+        self._queue: SimpleQueue = SimpleQueue()
+        self._threads = [Thread(target=self._work, name=f"meshplan-store_{i}", daemon=True) for i in range(size)]
+        for thread in self._threads:
+            thread.start()
+
+    async def run(self, fn: Callable[[], R]) -> R:
+        future = asyncio.get_running_loop().create_future()
+        self._queue.put((fn, future))
+        return await future
+
+    def shutdown(self) -> None:
+        """Stop the threads once the calls queued so far are done (not waited for)."""
+        for _ in self._threads:
+            self._queue.put(None)
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            fn, future = item
+            try:
+                result, error = fn(), None
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                result, error = None, exc
+            with contextlib.suppress(RuntimeError):  # the caller's loop has closed: nobody waits
+                future.get_loop().call_soon_threadsafe(_settle, future, result, error)
+            del item, fn, future, result, error
+
+
+def _settle(future: asyncio.Future, result: object, error: BaseException | None) -> None:
+    if future.cancelled():  # the caller went away
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
 class Store:
     """Plans, profiles and runs. Every write commits before it returns."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, threads: int = STORE_THREADS) -> None:
         self.url = url
+        self.threads = threads
         try:
             self.engine = make_engine(url)
             migrate(self.engine)
@@ -387,20 +459,27 @@ class Store:
                 "check the URL, that the server is up, and that the file's folder is writable",
             ) from None
         self._session = sessionmaker(self.engine, expire_on_commit=False)
-        self._executor: ThreadPoolExecutor | None = None
+        self._executor: StoreThreads | None = None
         self._plans = PlanRow.__table__
+        self.read_engine = make_read_engine(self.engine, url, threads)
+        t = self._plans
+        lookup = select(t.c.created_at, t.c.cost_model_version, t.c.document).where(t.c.id == bindparam("id"))
+        self._lookup_sql = str(lookup.compile(dialect=self.read_engine.dialect))
+        self._positional = self.read_engine.dialect.positional
 
     async def call(self, fn: Callable[..., R], *args: object) -> R:
         """Run ``fn(*args)`` (a store method: database access, (de)serialisation) in the store's own
-        thread pool, off the event loop and apart from the request and solver pools."""
+        threads, off the event loop and apart from the request and solver pools."""
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="meshplan-store")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(fn, *args))
+            self._executor = StoreThreads(self.threads)
+        return await self._executor.run(functools.partial(fn, *args))
 
     def close(self) -> None:
         if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor.shutdown()
             self._executor = None
+        if self.read_engine is not self.engine:
+            self.read_engine.dispose()
         self.engine.dispose()
 
     def ping(self) -> None:
@@ -439,10 +518,7 @@ class Store:
         stored document, nothing parsed or validated. A row stored before the document column gets
         its document built from its JSON (the old way) and written back, once."""
         t = self._plans
-        with self.engine.connect() as conn:
-            row = conn.execute(
-                select(t.c.created_at, t.c.cost_model_version, t.c.document).where(t.c.id == plan_id)
-            ).first()
+        row = self._plan_row(plan_id)
         if row is None:
             return None
         created_at, row_version, document = row
@@ -457,6 +533,31 @@ class Store:
             except OperationalError:  # busy: the next read writes it back
                 pass
         return plan_body(plan_id, created_at, cached, row_version, document)
+
+    def _plan_row(self, plan_id: str) -> tuple[str, int | None, str | None] | None:
+        """(created_at, cost_model_version, document) of a stored plan: one statement, compiled once,
+        on a DBAPI connection of the read engine (no ORM, no SQLAlchemy statement per call). A
+        connection the server has closed (restart, failover) is dropped and the read tried on the
+        next one, until a fresh one (the pool holds at most ``pool.size()``)."""
+        params = (plan_id,) if self._positional else {"id": plan_id}
+        pool = self.read_engine.pool
+        attempts = pool.size() + 1 if isinstance(pool, QueuePool) else 1
+        for attempt in range(1, attempts + 1):
+            conn = self.read_engine.raw_connection()
+            try:
+                cursor = conn.cursor()
+                try:
+                    cursor.execute(self._lookup_sql, params)
+                    return cursor.fetchone()
+                finally:
+                    cursor.close()
+            except self.read_engine.dialect.loaded_dbapi.Error as exc:
+                if attempt == attempts or not self.read_engine.dialect.is_disconnect(exc, conn.dbapi_connection, None):
+                    raise
+                conn.invalidate(exc)
+            finally:
+                conn.close()
+        return None  # not reached
 
     def put_plan_body(self, plan_id: str, request: PlanRequest, response: PlanResponse) -> tuple[bytes, bool]:
         """``put_plan``, answering with the ``StoredPlan`` JSON body (``cached`` false when this call

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import threading
 
 import httpx
@@ -23,13 +25,16 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, select, text
 
+from api.app import create_app
 from api.deps import get_solver, get_store
 from api.routes import plans as plans_route
 from api.schemas import StoredPlan
-from api.store import STORE_THREADS, PlanRow, Store, migrate
+from api.settings import Settings
+from api.store import STORE_THREADS, PlanRow, Store, migrate, request_key
 from planner.catalog import MODELS
 from planner.specs import PlanRequest, PlanResponse
-from tests.api_support import SlowSolver, make_app, plan_request
+from tests.api_support import ROOT, SlowSolver, make_app, plan_request
+from tests.pg_support import pg_server, pg_url  # noqa: F401 - fixtures
 
 
 def reference_body(store: Store, plan_id: str, cached: bool) -> bytes:
@@ -139,8 +144,8 @@ class HeldStore(Store):
     """The real store, whose plan lookups wait while ``gate`` is shut (a held lock), and which records
     whether each ran on a thread with a running event loop."""
 
-    def __init__(self, url: str) -> None:
-        super().__init__(url)
+    def __init__(self, url: str, threads: int = STORE_THREADS) -> None:
+        super().__init__(url, threads)
         self.gate = threading.Event()
         self.lock = threading.Lock()
         self.waiting = 0
@@ -162,14 +167,15 @@ def _loop_running_here() -> bool:
     return True
 
 
-def test_healthz_and_readyz_answer_while_every_store_thread_is_held(tmp_path, monkeypatch):
+@pytest.mark.parametrize("threads", [4, STORE_THREADS])
+def test_healthz_and_readyz_answer_while_every_store_thread_is_held(tmp_path, monkeypatch, threads):
     """48 cache hits wait on the held store (more than its threads and anyio's 40): /healthz and
     /readyz still answer, and then every hit gets its plan. The body's key and the store's lookups
     ran off the event loop thread."""
     app = make_app(tmp_path)
     with TestClient(app) as client:
         plan_id = client.post("/v1/plans", json=plan_request()).json()["id"]
-    store = HeldStore(f"sqlite:///{tmp_path / 'meshplan.db'}")
+    store = HeldStore(f"sqlite:///{tmp_path / 'meshplan.db'}", threads)
     app.dependency_overrides[get_store] = lambda: store
     app.state.plan_keys = plans_route.PlanKeys()  # the key is computed again (recorded below)
     keyed_on_loop: list[bool] = []
@@ -186,7 +192,7 @@ def test_healthz_and_readyz_answer_while_every_store_thread_is_held(tmp_path, mo
         async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=300) as http:
             posts = [asyncio.create_task(http.post("/v1/plans", json=plan_request())) for _ in range(24)]
             gets = [asyncio.create_task(http.get(f"/v1/plans/{plan_id}")) for _ in range(24)]
-            while store.waiting < STORE_THREADS:  # every store thread is held
+            while store.waiting < threads:  # every store thread is held
                 await asyncio.sleep(0.01)
             # a hang guard, not a timing claim: these must answer while the store is held
             health = await asyncio.wait_for(http.get("/healthz"), 120)
@@ -283,3 +289,276 @@ def test_openapi_still_documents_the_plan_request_body(tmp_path):
     assert body["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/PlanRequest"}
     assert set(body["content"]["application/json"]["examples"]) >= {"tiny"}
     assert {"200", "201", "422"} <= set(op["responses"])
+
+
+# ---- the hits answered before FastAPI's routing (api/hot_path.py) ----------------------------------
+
+TOKEN = "s3cret-token-0123456789abcdef"
+AUTH = [
+    ("none", {}, 401),
+    ("right", {"Authorization": f"Bearer {TOKEN}"}, 200),
+    ("right, lower-case scheme", {"Authorization": f"bearer {TOKEN}"}, 200),
+    ("wrong", {"Authorization": "Bearer not-the-token-0123456789"}, 401),
+    ("prefix of the token", {"Authorization": f"Bearer {TOKEN[:-1]}"}, 401),
+    ("token and more", {"Authorization": f"Bearer {TOKEN}x"}, 401),
+    ("spaces around the token", {"Authorization": f"Bearer  {TOKEN} "}, 200),  # as FastAPI's HTTPBearer reads it
+    ("wrong scheme", {"Authorization": f"Basic {TOKEN}"}, 401),
+    ("empty", {"Authorization": "Bearer "}, 401),
+]
+
+
+@pytest.mark.parametrize(("case", "headers", "status"), AUTH, ids=[c for c, _, _ in AUTH])
+def test_a_hit_needs_the_token_like_any_v1_request(tmp_path, case, headers, status):
+    """A body seen before and a stored id are answered from the store only with the right token;
+    otherwise the route's own 401 problem."""
+    app = make_app(tmp_path, api_token=TOKEN)
+    app.dependency_overrides[get_solver] = lambda: SlowSolver()
+    right = {"Authorization": f"Bearer {TOKEN}"}
+    with TestClient(app) as client:
+        first = client.post("/v1/plans", json=plan_request(), headers=right)
+        assert first.status_code == 201
+        plan_id = first.json()["id"]
+        answers = [
+            client.post("/v1/plans", json=plan_request(), headers=headers),
+            client.get(f"/v1/plans/{plan_id}", headers=headers),
+        ]
+    for r in answers:
+        assert r.status_code == status, r.text
+        if status == 401:
+            assert r.headers["content-type"] == "application/problem+json"
+            assert r.headers["www-authenticate"] == "Bearer"
+            assert "response" not in r.json()  # nothing of the plan
+        else:
+            assert r.json()["id"] == plan_id and r.json()["cached"] is True
+
+
+def test_hits_are_counted_under_their_route_template(tmp_path):
+    app = make_app(tmp_path)
+    app.dependency_overrides[get_solver] = lambda: SlowSolver()
+    with TestClient(app) as client:
+        plan_id = client.post("/v1/plans", json=plan_request()).json()["id"]
+        for _ in range(3):
+            assert client.post("/v1/plans", json=plan_request()).status_code == 200
+        for _ in range(2):
+            assert client.get(f"/v1/plans/{plan_id}").status_code == 200
+        assert client.get(f"/v1/plans/{'0' * 32}").status_code == 404  # not stored: the route's 404
+        text = client.get("/metrics").text
+    expected = [
+        'meshplan_http_requests_total{method="POST",route="/v1/plans",status="201"} 1.0',
+        'meshplan_http_requests_total{method="POST",route="/v1/plans",status="200"} 3.0',
+        'meshplan_http_requests_total{method="GET",route="/v1/plans/{plan_id}",status="200"} 2.0',
+        'meshplan_http_requests_total{method="GET",route="/v1/plans/{plan_id}",status="404"} 1.0',
+        'meshplan_plan_cache_total{result="hit"} 3.0',
+        'meshplan_plan_cache_total{result="miss"} 1.0',
+        'meshplan_http_request_duration_seconds_count{method="POST",route="/v1/plans"} 4.0',
+    ]
+    for line in expected:
+        assert line in text.splitlines(), line
+
+
+def test_a_body_sent_in_pieces_is_solved_once_then_a_hit(tmp_path):
+    """The hot path reads the whole body before it looks it up, and hands a body it has not seen on
+    to the route intact, however the client split it."""
+    app = make_app(tmp_path)
+    solver = SlowSolver()
+    app.dependency_overrides[get_solver] = lambda: solver
+    raw = json.dumps(plan_request()).encode()
+
+    async def scenario() -> list[httpx.Response]:
+        async def pieces():
+            for i in range(0, len(raw), 7):
+                yield raw[i : i + 7]
+
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            headers = {"content-type": "application/json"}
+            return [await http.post("/v1/plans", content=pieces(), headers=headers) for _ in range(2)]
+
+    first, second = asyncio.run(scenario())
+    assert (first.status_code, second.status_code) == (201, 200), first.text
+    assert first.json()["id"] == second.json()["id"] and len(solver.requests) == 1
+
+
+def test_a_body_seen_before_is_not_parsed_again(tmp_path, monkeypatch):
+    app = make_app(tmp_path)
+    app.dependency_overrides[get_solver] = lambda: SlowSolver()
+    with TestClient(app) as client:
+        first = client.post("/v1/plans", json=plan_request())
+
+        def refuse(*_a, **_k):
+            raise AssertionError("a body seen before was parsed again")
+
+        monkeypatch.setattr(plans_route, "parse_plan_request", refuse)
+        monkeypatch.setattr(plans_route, "request_key", refuse)
+        hits = [client.post("/v1/plans", json=plan_request()) for _ in range(3)]
+    assert [h.status_code for h in hits] == [200] * 3
+    assert {h.json()["id"] for h in hits} == {first.json()["id"]}
+
+
+def test_a_deleted_plan_is_not_served_from_the_key_cache(tmp_path):
+    app = make_app(tmp_path)
+    solver = SlowSolver()
+    app.dependency_overrides[get_solver] = lambda: solver
+    with TestClient(app) as client:
+        first = client.post("/v1/plans", json=plan_request())
+        plan_id = first.json()["id"]
+        assert client.delete(f"/v1/plans/{plan_id}").status_code == 204
+        assert client.get(f"/v1/plans/{plan_id}").status_code == 404
+        again = client.post("/v1/plans", json=plan_request())  # the key is known, the plan is not: solved
+    assert again.status_code == 201 and again.json()["id"] == plan_id and len(solver.requests) == 2
+
+
+# ---- the cache key covers the whole request, calibrations included ------------------------------
+
+CALIBRATION = {"gpu": "h100-sxm5-80gb", "residuals": {"compute_scale": 1.25}}
+KEYED = [
+    ("as is", plan_request()),
+    ("calibration_id", plan_request(calibration_id="0" * 32)),
+    ("another calibration_id", plan_request(calibration_id="1" * 32)),
+    ("inline calibration", plan_request(calibration=CALIBRATION)),
+    ("another inline calibration", plan_request(calibration={**CALIBRATION, "residuals": {"compute_scale": 1.5}})),
+    ("profile_id", plan_request(profile_id="0" * 32)),
+    ("network", plan_request(network={"backend": "nccl", "device": "h100", "world_size": 8})),
+    ("top_k", plan_request(top_k=1)),
+    ("memory headroom", plan_request(options__memory_headroom=0.1)),
+]
+
+
+def test_every_field_of_the_request_is_part_of_its_key():
+    """Requests that differ in any field (a calibration above all: a calibrated plan is another
+    plan) have different ids; spelling (key order, defaults written out) does not matter."""
+    keys = {case: request_key(PlanRequest.model_validate(body)) for case, body in KEYED}
+    assert len(set(keys.values())) == len(keys), keys
+    spelled = PlanRequest.model_validate({**dict(reversed(plan_request().items())), "calibration_id": None})
+    assert request_key(spelled) == keys["as is"]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"calibration_id": "0" * 32}, {"calibration": CALIBRATION}],
+    ids=["calibration_id", "inline calibration"],
+)
+def test_a_calibrated_request_does_not_hit_the_uncalibrated_plan(tmp_path, changes):
+    app = make_app(tmp_path)
+    solver = SlowSolver()
+    app.dependency_overrides[get_solver] = lambda: solver
+    with TestClient(app) as client:
+        plain = client.post("/v1/plans", json=plan_request())
+        assert plain.status_code == 201
+        calibrated = client.post("/v1/plans", json=plan_request(**changes))
+        # solved anew (201), or refused (422: no stored calibration with that id): never the plain plan
+        assert calibrated.status_code in (201, 422), calibrated.text
+        assert calibrated.json().get("id") != plain.json()["id"]
+        assert client.post("/v1/plans", json=plan_request()).json()["id"] == plain.json()["id"]
+
+
+# ---- PostgreSQL: a hit is one statement -------------------------------------------------------------
+
+
+def _statements(log: str) -> list[str]:
+    """The statements a PostgreSQL server logged (``log_statement = 'all'``): simple and extended
+    protocol alike (``statement: ...``, ``execute <name>: ...``)."""
+    found = []
+    for line in log.splitlines():
+        for marker in ("LOG:  statement: ", "LOG:  execute "):
+            if marker in line:
+                found.append(line.split(marker, 1)[1])
+    return found
+
+
+def test_postgres_hits_run_one_statement_each_and_no_ping(pg_server, pg_url):
+    """Each cache hit (POST of a body seen before, GET by id) sends PostgreSQL exactly the plan
+    lookup: no pre-ping (psycopg pings with an empty statement, ``;``), no ``BEGIN``/``ROLLBACK``
+    around it (before: those four statements per hit)."""
+    pg_server.admin(f"ALTER DATABASE \"{pg_url.rsplit('/', 1)[1]}\" SET log_statement = 'all'")
+    app = create_app(Settings(database_url=pg_url))
+    app.dependency_overrides[get_solver] = lambda: SlowSolver()
+    log = pg_server.root / "server.log"
+    with TestClient(app) as client:
+        plan_id = client.post("/v1/plans", json=plan_request()).json()["id"]
+        assert client.post("/v1/plans", json=plan_request()).status_code == 200  # connections made
+        start = log.stat().st_size
+        hits = [client.post("/v1/plans", json=plan_request()) for _ in range(10)]
+        hits += [client.get(f"/v1/plans/{plan_id}") for _ in range(10)]
+        with log.open() as f:
+            f.seek(start)
+            statements = _statements(f.read())
+    assert [h.status_code for h in hits] == [200] * 20
+    assert len(statements) == 20, statements
+    assert all(s.split(": ", 1)[1].startswith("SELECT plans.created_at") for s in statements), statements
+
+
+def test_postgres_hits_survive_connections_the_server_closed(pg_server, pg_url):
+    """Without a ping per hit, a pooled connection the server has closed (restart, failover,
+    ``pg_terminate_backend``) is found by the lookup itself: it is dropped and the hit answered on a
+    fresh connection, not failed."""
+    database = pg_url.rsplit("/", 1)[1]
+    app = create_app(Settings(database_url=pg_url))
+    app.dependency_overrides[get_solver] = lambda: SlowSolver()
+    with TestClient(app) as client:
+        plan_id = client.post("/v1/plans", json=plan_request()).json()["id"]
+        store: Store = app.state.store
+        with store.read_engine.connect() as a, store.read_engine.connect() as b:  # two pooled connections
+            a.exec_driver_sql("SELECT 1"), b.exec_driver_sql("SELECT 1")
+        assert store.read_engine.pool.checkedin() >= 2
+        pg_server.admin(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}'")
+        answers = [client.post("/v1/plans", json=plan_request()), client.get(f"/v1/plans/{plan_id}")]
+    assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+
+
+FROZEN_AFTER_START = """
+import gc, sys
+from fastapi.testclient import TestClient
+from api.app import create_app
+from api.settings import Settings
+assert "planner.search" not in sys.modules  # imported by the first solve, unless start-up does
+with TestClient(create_app(Settings(database_url=sys.argv[1]))):
+    import planner.search
+    tracked = {id(o) for o in gc.get_objects()}
+    late = [m for m in ("planner.search", "planner.cutsolver") if id(vars(sys.modules[m])) in tracked]
+    print(late)
+"""
+
+
+def test_start_up_freezes_the_planners_modules_out_of_the_collector(tmp_path):
+    """The modules a solve imports are imported before ``gc.freeze()`` at start-up, so the collector's
+    full passes (which solves trigger, holding the interpreter: no request is answered meanwhile)
+    do not walk them. A fresh interpreter: in this one the test modules imported the planner long ago."""
+    done = subprocess.run(
+        [sys.executable, "-c", FROZEN_AFTER_START, f"sqlite:///{tmp_path / 'meshplan.db'}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_store_calls_return_results_and_errors_and_survive_a_caller_that_left(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'meshplan.db'}")
+    gate = threading.Event()
+
+    def held() -> str:
+        gate.wait(300)
+        return "late"
+
+    def fails() -> None:
+        raise KeyError("from the store thread")
+
+    async def scenario() -> list[object]:
+        left = asyncio.create_task(store.call(held))
+        await asyncio.sleep(0)
+        left.cancel()  # the caller goes away while its call runs
+        gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await left
+        with pytest.raises(KeyError, match="from the store thread"):
+            await store.call(fails)
+        return list(await asyncio.gather(*(store.call(pow, i, 2) for i in range(3 * STORE_THREADS))))
+
+    try:
+        assert asyncio.run(scenario()) == [i * i for i in range(3 * STORE_THREADS)]
+        assert asyncio.run(scenario()) == [i * i for i in range(3 * STORE_THREADS)]  # another event loop
+    finally:
+        store.close()
