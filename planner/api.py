@@ -13,10 +13,10 @@ from planner.errors import MeshplanError
 from planner.explain import explain
 from planner.layout import even_stage_layers, mesh_layout, tp_plan
 from planner.memory import stage_memory
+from planner.residuals import calibration_note, check_calibration
 from planner.search import SearchResult, search
 from planner.space import explain_no_candidate, validate_pins
 from planner.specs import (
-    Calibration,
     CostInputs,
     Estimate,
     Infeasibility,
@@ -25,7 +25,6 @@ from planner.specs import (
     Plan,
     PlanRequest,
     PlanResponse,
-    Residuals,
     SearchOptions,
     SolverInfo,
     SolverStatus,
@@ -111,60 +110,6 @@ def check_profile_device(device: str, gpu_id: str) -> None:
         f"measure the profile on the cluster's GPU ({gpu_id}: `meshplan profile model --device cuda` there), "
         "set cluster.gpu to the profiled device, or use a meta/analytic profile (`--device meta`), which "
         "has no times",
-    )
-
-
-def _base_stack(stack_id: str) -> str:
-    """The preset a stack id is based on ('meshplan' of 'meshplan+{attention=unfused}')."""
-    return stack_id.split("+", 1)[0]
-
-
-def check_calibration(calibration: Calibration, gpu_id: str, stack_id: str) -> None:
-    """A calibration's residuals correct the cost model for the hardware and stack its runs measured:
-    applied to another GPU (a CPU fit on an H100, an A100 fit on an H100) they would move every number
-    by a factor that belongs to other hardware, silently. So the calibration's ``gpu`` must be the
-    cluster's (the same matching as a measured profile's device, ``check_profile_device``) and its stack
-    the request's (the same preset; inline overrides of it are allowed)."""
-    same = calibration.gpu.lower() == gpu_id.lower()
-    if not same and calibration.gpu.lower() not in DEVICELESS | {"cpu"} and gpu_id.lower() != "cpu":
-        for device, catalog_id in ((calibration.gpu, gpu_id), (gpu_id, calibration.gpu)):  # either may be a device name
-            try:
-                check_profile_device(device, catalog_id)
-                same = True
-            except MeshplanError:
-                pass
-    if not same:
-        raise MeshplanError(
-            "calibration.gpu",
-            f"the calibration was fitted on runs on {calibration.gpu!r}, but the cluster's GPU is {gpu_id!r}: its "
-            "residuals correct the model for that hardware, not this one",
-            f"calibrate on runs of the cluster's GPU (`meshplan run` there, then `meshplan calibrate --runs ...`), "
-            f"set cluster.gpu to {calibration.gpu!r}, or leave out the calibration",
-        )
-    if _base_stack(calibration.stack) != _base_stack(stack_id):
-        raise MeshplanError(
-            "calibration.stack",
-            f"the calibration was fitted on runs of the {calibration.stack!r} training stack, but the request is "
-            f"priced for {stack_id!r}: residuals are per stack",
-            f"set training.stack to {_base_stack(calibration.stack)!r}, calibrate on runs of "
-            f"{_base_stack(stack_id)!r}, or leave out the calibration",
-        )
-
-
-def calibration_note(calibration: Calibration) -> str:
-    """One line for a plan's notes and explanation: that it was calibrated, and on what."""
-    r = calibration.residuals
-    fields = ", ".join(f"{k}={v:.4g}" for k, v in r.model_dump().items() if v != Residuals().model_dump()[k])
-    ident = f" {calibration.id}" if calibration.id else ""
-    err = []
-    if calibration.in_sample_mape is not None:
-        err.append(f"in-sample error {calibration.in_sample_mape:.1%}")
-    if calibration.cross_validated_mape is not None:
-        err.append(f"cross-validated {calibration.cross_validated_mape:.1%}")
-    runs = len(calibration.runs)
-    return (
-        f"calibrated{ident} on {runs} measured run{'s' if runs != 1 else ''} on {calibration.gpu} "
-        f"({calibration.stack} stack)" + (f", {', '.join(err)}" if err else "") + f": residuals {fields or 'identity'}"
     )
 
 

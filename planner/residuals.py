@@ -15,7 +15,8 @@ from collections.abc import Container
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from planner.specs import Residuals
+from planner.errors import MeshplanError
+from planner.specs import Calibration, Residuals
 
 if TYPE_CHECKING:
     from planner.compute import Context
@@ -81,4 +82,59 @@ def describe_residuals(ctx: Context) -> str | None:
         f"built-in residuals for {stack_preset(ctx.stack.id)} on {gens}: {changed}, fitted on "
         f"{len(fit.get('runs', []))} published runs ({', '.join(fit.get('groups', []))}); leave-one-source-group-out "
         f"error {fit.get('losgo_mape', float('nan')):.1%} (docs/planner.md, Residuals)"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# A user's calibration (``PlanRequest.calibration``)
+
+
+def check_calibration(calibration: Calibration, gpu_id: str, stack_id: str) -> None:
+    """A calibration's residuals correct the cost model for the hardware and stack its runs measured:
+    applied to another GPU (a CPU fit on an H100, an A100 fit on an H100) they would move every number
+    by a factor that belongs to other hardware, silently. So the calibration's ``gpu`` must be the
+    cluster's (the same matching as a measured profile's device, ``check_profile_device``) and its stack
+    the request's (the same preset; inline overrides of it are allowed)."""
+    from planner.api import DEVICELESS, check_profile_device
+
+    same = calibration.gpu.lower() == gpu_id.lower()
+    if not same and calibration.gpu.lower() not in DEVICELESS | {"cpu"} and gpu_id.lower() != "cpu":
+        for device, catalog_id in ((calibration.gpu, gpu_id), (gpu_id, calibration.gpu)):  # either may be a device name
+            try:
+                check_profile_device(device, catalog_id)
+                same = True
+            except MeshplanError:
+                pass
+    if not same:
+        raise MeshplanError(
+            "calibration.gpu",
+            f"the calibration was fitted on runs on {calibration.gpu!r}, but the cluster's GPU is {gpu_id!r}: its "
+            "residuals correct the model for that hardware, not this one",
+            f"calibrate on runs of the cluster's GPU (`meshplan run` there, then `meshplan calibrate --runs ...`), "
+            f"set cluster.gpu to {calibration.gpu!r}, or leave out the calibration",
+        )
+    if stack_preset(calibration.stack) != stack_preset(stack_id):
+        raise MeshplanError(
+            "calibration.stack",
+            f"the calibration was fitted on runs of the {calibration.stack!r} training stack, but the request is "
+            f"priced for {stack_id!r}: residuals are per stack",
+            f"set training.stack to {stack_preset(calibration.stack)!r}, calibrate on runs of "
+            f"{stack_preset(stack_id)!r}, or leave out the calibration",
+        )
+
+
+def calibration_note(calibration: Calibration) -> str:
+    """One line for a plan's notes and explanation: that it was calibrated, and on what."""
+    r = calibration.residuals
+    fields = ", ".join(f"{k}={v:.4g}" for k, v in r.model_dump().items() if v != Residuals().model_dump()[k])
+    ident = f" {calibration.id}" if calibration.id else ""
+    err = []
+    if calibration.in_sample_mape is not None:
+        err.append(f"in-sample error {calibration.in_sample_mape:.1%}")
+    if calibration.cross_validated_mape is not None:
+        err.append(f"cross-validated {calibration.cross_validated_mape:.1%}")
+    runs = len(calibration.runs)
+    return (
+        f"calibrated{ident} on {runs} measured run{'s' if runs != 1 else ''} on {calibration.gpu} "
+        f"({calibration.stack} stack)" + (f", {', '.join(err)}" if err else "") + f": residuals {fields or 'identity'}"
     )

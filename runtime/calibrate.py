@@ -256,8 +256,8 @@ def calibrate_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the Calibration as JSON instead of the table."),
 ) -> None:
     """Fit the cost model's residual constants on your own runs; apply them with --calibration FILE."""
-    from planner.api import calibration_note
     from planner.io import load_model
+    from planner.residuals import calibration_note
     from planner.terminal import console, show
 
     prof = load_model(Profile, profile, "profile") if profile is not None else None

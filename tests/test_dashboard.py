@@ -812,11 +812,12 @@ def test_run_page_shows_predicted_against_measured_before_and_after_calibration(
     )
     if kind == "gpu-run":
         assert 1e-4 < before / 0.2 < 0.1  # an H100 estimate of a tiny model far below the made-up measurement
-        assert (ratios["before"], ratios["after"], ratios["plan"]) == (
-            f"{before / 0.2:.3g}",
-            f"{after / 0.2:.3g}",
-            "0.80",
-        )
+
+        # the page's ratio format (runs.js ratioText): two decimals from 0.1 up, three significant digits below
+        def ratio(x: float) -> str:
+            return f"{x:.2f}" if x >= 0.1 else f"{x:.3g}"
+
+        assert (ratios["before"], ratios["after"], ratios["plan"]) == (ratio(before / 0.2), ratio(after / 0.2), "0.80")
         assert _svg_rects_with_area(page, "#run-calibration rect.bar") == 3
         assert page.locator("#calibration-not-comparable").count() == 0
     else:  # a CPU run is never set against an H100 estimate

@@ -25,7 +25,8 @@ def body(model="llama3-8b", gpu="h100-sxm5-80gb", nodes=1, gpn=8, gbs=256, seq=8
 
 @pytest.fixture(scope="module")
 def llama70b() -> PlanResponse:
-    return planner.plan(body("llama3-70b", nodes=8, gbs=1024))
+    # optimality, not speed, is asserted: a time limit no loaded CI machine reaches (speed: bench/)
+    return planner.plan({**body("llama3-70b", nodes=8, gbs=1024), "options": {"time_limit_s": 300}})
 
 
 def test_llama70b_on_8_nodes_is_optimal_complete_and_explained(llama70b: PlanResponse) -> None:
