@@ -297,10 +297,18 @@ def kernel_counts(ctx: Context, kind: str, tp: int) -> tuple[int, int]:
     return gemms + att_f + elem, 2 * gemms + att_b + 2 * elem
 
 
+#: Host CPU time to launch one CUDA kernel from eager PyTorch: about 4–6 µs (susun-blog.com, "pegainfer
+#: (3)": kernels shorter than that leave the GPU idle unless CUDA graphs are used); the low end, as a
+#: floor. Not charged on a host device, whose per-op cost is the ``kernel_overhead_us`` residual alone.
+GPU_LAUNCH_US = 4.0
+
+
 def with_launches(ctx: Context, device_s: float, kernels: int) -> float:
-    """Seconds of ``kernels`` kernels that keep the device busy ``device_s``, with the ``kernel_overhead_us``
-    residual per kernel: on a GPU launches are asynchronous, so the host's launches overlap the device's
-    work and the span is max(device, kernels × overhead) (host-bound when the kernels are small); on a host
-    device (``runs_on_host``) the processor that launches an op also runs it, so they add."""
-    host = kernels * ctx.residuals.kernel_overhead_us * 1e-6
-    return device_s + host if runs_on_host(ctx) else max(device_s, host)
+    """Seconds of ``kernels`` kernels that keep the device busy ``device_s``, with ``GPU_LAUNCH_US`` (GPUs)
+    plus the ``kernel_overhead_us`` residual per kernel: on a GPU launches are asynchronous, so the host's
+    launches overlap the device's work and the span is max(device, kernels × overhead) (host-bound when the
+    kernels are small); on a host device (``runs_on_host``) the processor that launches an op also runs it,
+    so they add."""
+    on_host = runs_on_host(ctx)
+    host = kernels * ((0.0 if on_host else GPU_LAUNCH_US) + ctx.residuals.kernel_overhead_us) * 1e-6
+    return device_s + host if on_host else max(device_s, host)

@@ -144,7 +144,8 @@ TERM_CASES = [
     ("memory_scale", 2.5, "gpu", lambda dF, dB, e, kf, kb, v: (dF + v * e, dB + v * 2 * e)),
     # a GPU overlaps launches with the device: small overhead is hidden, a large one bounds the layer
     ("kernel_overhead_us", 1.0, "gpu", lambda dF, dB, e, kf, kb, v: (dF + e, dB + 2 * e)),
-    ("kernel_overhead_us", 1e5, "gpu", lambda dF, dB, e, kf, kb, v: (kf * v * 1e-6, kb * v * 1e-6)),
+    # host-bound: every kernel costs its launch (kernels.GPU_LAUNCH_US, cited) plus the residual
+    ("kernel_overhead_us", 1e5, "gpu", lambda dF, dB, e, kf, kb, v: (kf * (v + 4.0) * 1e-6, kb * (v + 4.0) * 1e-6)),
     # on a host device the processor that launches runs the op: they add
     (
         "kernel_overhead_us",
