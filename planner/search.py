@@ -101,6 +101,8 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
                 return item
             cut = forced_cut(ctx, pins, item.cand)
             assert cut is not None
+            if pins.stage_layers is None and not quick_may_fit(ctx, item.cand, cut):
+                return item._replace(settled=True)  # memory rules it out (the loop says so): no need to re-key
             heapq.heappush(heap, QueueItem(max(item.bound, cut_bound(ctx, item.cand, cut)), item.order, True))
         return None
 
