@@ -323,6 +323,7 @@ def solve_class(
             pool = learned.setdefault(dag_key(cc), {})
         add(priced(cc, list(pool)))
         learn(seeds)
+        separate(hint, 0)  # the window chains longest at the hint: what the first round would add
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = workers(options, C)
     # Presolve costs tens of ms per solve and buys nothing on small models, but on deep pipelines it

@@ -102,8 +102,10 @@ def test_compositions_count(total: int, parts: int, count: int) -> None:
 def test_class_bounds_are_valid(seed: int) -> None:
     """The cut-independent bounds used to skip classes (the quick one, before the class is costed, and
     the exact one) never exceed the class's true optimum, and
-    the memory screen never drops a class that has a fitting cut (the pre-costing screen is the same)."""
-    from planner.bounds import class_bound, may_fit, quick_bound, quick_may_fit
+    the memory screen never drops a class that has a fitting cut (the pre-costing screen is the same).
+    The search's bound over the fitting cuts (``fitting_bound``: the busiest rank within what each rank's
+    memory holds) is ≥ ``class_bound`` and ≤ the best fitting cut."""
+    from planner.bounds import class_bound, fitting_bound, may_fit, quick_bound, quick_may_fit
 
     ctx, pins = random_instance(seed)
     from planner.space import enumerate_candidates
@@ -114,6 +116,7 @@ def test_class_bounds_are_valid(seed: int) -> None:
         assert quick_bound(ctx, cand) <= class_bound(cc) <= min(e.objective_ns for e in evs)
         if any(e.fits for e in evs):
             assert may_fit(cc)
+            assert class_bound(cc) <= fitting_bound(cc) <= min(e.objective_ns for e in evs if e.fits)
         if cand.virtual_stages == 1:
             assert quick_may_fit(ctx, cand) == may_fit(cc)
 
@@ -147,3 +150,65 @@ def test_busiest_rank_load_is_the_min_max_load(L: int, p: int, w: int, e_first: 
     # one chunk per rank (≥ 1 layer each): exactly the min over real cuts; ≥ 0 layers: the relaxation
     assert busiest_rank_load(L, p, w, e_first, e_last) == real
     assert busiest_rank_load(L, p, w, e_first, e_last, least=0) == relaxed <= real
+
+
+@pytest.mark.parametrize(
+    "L,w,extras,caps,least",
+    [
+        (7, 5, [3, 4], [3, 7], 1),
+        (12, 4, [11, 0, 0, 2], [1, 2, 9, 9], 1),  # memory leaves the first ranks one or two layers
+        (12, 4, [11, 0, 0, 2], [1, 1, 1, 9], 1),
+        (9, 3, [1, 0, 13], [5, 5, 5], 1),
+        (10, 10, [0, 0, 0, 0, 14], [1, 1, 2, 3, 6], 1),
+        (8, 2, [0, 7], [2, 8], 2),  # two chunks per rank
+        (8, 2, [0, 7], [1, 8], 2),  # a rank cannot hold its chunks: no cut
+        (8, 2, [0, 7], [3, 4], 1),  # the caps cannot take every layer: no cut
+        (6, 7, [5, 0, 9], [6, 6, 6], 1),
+    ],
+)
+def test_capped_load_is_the_min_max_load_over_fitting_cuts(
+    L: int, w: int, extras: list[int], caps: list[int], least: int
+) -> None:
+    """``bounds.capped_load`` = the brute-force min over cuts with least ≤ n_i ≤ caps[i] of the max rank
+    load (None when there is no such cut); with roomy caps it is ``busiest_rank_load``."""
+    from itertools import product
+
+    from planner.bounds import busiest_rank_load, capped_load
+
+    loads = [
+        max(n * w + e for n, e in zip(cut, extras))
+        for cut in product(range(L + 1), repeat=len(caps))
+        if sum(cut) == L and all(least <= n <= c for n, c in zip(cut, caps))
+    ]
+    assert capped_load(L, w, extras, caps, least) == (min(loads) if loads else None)
+    if len(extras) > 1 and not any(extras[1:-1]):
+        roomy = capped_load(L, w, extras, [L] * len(extras), least)
+        assert roomy == busiest_rank_load(L, len(extras), w, extras[0], extras[-1], least)
+
+
+def test_fitting_bound_is_valid_when_memory_binds() -> None:
+    """``bounds.fitting_bound`` ≤ the best fitting cut of the class on 8 seeded instances, with the usable
+    memory set to levels at which the cuts' peak memories change (from only the leanest cut fitting to
+    most of them), and it is tighter than ``class_bound`` on some (the caps bind; with caps one layer
+    too small the bound cuts optima here)."""
+    from dataclasses import replace
+
+    from planner.bounds import class_bound, fitting_bound
+    from planner.memory import rank_memory
+    from planner.space import enumerate_candidates
+
+    tighter = checked = 0
+    for seed in range(8):
+        ctx, pins = random_instance(seed)
+        for cand in enumerate_candidates(ctx, pins, SearchOptions()):
+            base = class_costs(ctx, cand)
+            cuts = list(compositions(base.num_layers, base.chunks))
+            peaks = sorted({max(rank_memory(base, n, r) for r in range(cand.pp)) for n in cuts})
+            for usable in peaks[:: max(1, len(peaks) // 6)]:
+                cc = replace(base, usable_bytes=usable)
+                fit = [e.objective_ns for e in (evaluate(cc, n) for n in cuts) if e.fits]
+                assert fit, "the leanest cut fits at its own peak"
+                assert class_bound(cc) <= fitting_bound(cc) <= min(fit), (cand, usable)
+                tighter += fitting_bound(cc) > class_bound(cc)
+                checked += 1
+    assert checked and tighter, (checked, tighter)
