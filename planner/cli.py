@@ -122,6 +122,12 @@ def _plan(request: PlanRequest, as_json: bool) -> None:
         f"{s.configurations_considered} configuration classes, {s.wall_time_s:.2f} s",
         soft_wrap=True,
     )
+    from planner.stacks import resolve as resolve_stack
+
+    priced = f"priced for: {resolve_stack(request.training.stack).describe()}"
+    if request.calibration is not None:
+        priced += f"; calibrated on {len(request.calibration.runs)} runs of {request.calibration.gpu}"
+    out.print(escape(priced), soft_wrap=True, highlight=False)
     for note in s.notes if s.status != "OPTIMAL" else []:
         if note.startswith("NOT PROVEN OPTIMAL"):  # the time limit ended the search: say so, with what helps
             out.print(f"[bold yellow]{escape(note)}[/]", soft_wrap=True)

@@ -366,3 +366,29 @@ def test_catalog_tables_print_whole_ids_when_piped(command: str, ids, columns: s
         next(c.strip() for c in line.split("│") if c.strip()) for line in out.stdout.splitlines() if "│" in line
     ]
     assert first_cells == ids()
+
+
+@pytest.mark.parametrize(
+    "stack, words", [("meshplan", "priced for: meshplan ("), ("megatron", "priced for: megatron (")]
+)
+def test_plan_table_says_which_stack_priced_it(stack: str, words: str) -> None:
+    """The terminal answer names the training stack its numbers are for (JSON carries training.stack)."""
+    out = run(
+        "plan",
+        "--model",
+        "tiny-gpt",
+        "--gpu",
+        "h100-sxm5-80gb",
+        "--gpus-per-node",
+        "2",
+        "--global-batch-size",
+        "8",
+        "--seq-len",
+        "128",
+        "--top-k",
+        "1",
+        "--stack",
+        stack,
+    )
+    assert out.returncode == 0, out.stderr
+    assert words in out.stdout
