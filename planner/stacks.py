@@ -95,13 +95,14 @@ class Stack(BaseModel):
         """One line for explanations: which stack a plan was priced for."""
         return (
             f"{self.id} ({self.attention} attention{', dropout' if self.dropout else ''}, "
-            f"{ACTIVATION_NAMES[self.activations]} activations, {self.kernels} kernels, "
+            f"{ACTIVATION_NAMES[self.activations]} activations, {self.kernels} kernels"
+            f"{', fused norms' if self.norm_kernel == 'fused' and self.kernels == 'eager' else ''}, "
             f"{self._selective_words()}"
             f"DP grad reduce {'overlapped with' if self.overlap_grad_reduce else 'after'} backward)"
         )
 
 
-ACTIVATION_NAMES = {"zoo": "eager PyTorch", "te": "Transformer Engine", "titan": "torchtitan"}
+ACTIVATION_NAMES = {"zoo": "meshplan runtime", "te": "Transformer Engine", "titan": "torchtitan"}
 
 STACKS: dict[str, Stack] = {
     s.id: s

@@ -191,7 +191,7 @@ def test_output_holds_every_value_whole(cases, command, columns, stdout):
     assert "…" not in text and "..." not in text.replace("N,N,...", "")
     assert not _whole(values, text), (_whole(values, text), text)
     if stdout == "pty":  # tables fit the terminal; prose lines are left for the terminal to wrap (soft-wrapped)
-        prose = ("solver:", "why:", "runner-up:", "note:", "A: ", "B: ", "configuration:")
+        prose = ("solver:", "priced for:", "why:", "runner-up:", "note:", "A: ", "B: ", "configuration:")
         table = [
             line
             for line in text.splitlines()
