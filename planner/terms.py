@@ -161,15 +161,16 @@ def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> L
     # a host device's measured DTensor dispatch (``GpuSpec.host_dispatch``; none on a GPU): each blocking TP
     # collective's in-step cost beyond the network fit, and each DTensor linear beyond a plain one
     hd = host_dispatch(ctx) if tp > 1 else None
+    cs = ctx.residuals.compute_scale  # on a host the processor that computes also dispatches
     if hd is not None:
-        extra = (hd.tp_collective_us or 0.0) * 1e-6
+        extra = (hd.tp_collective_us or 0.0) * 1e-6 * ctx.residuals.comm_scale  # a collective: × comm_scale
         ar, half = ar + extra, half + extra
     blk_tp_f = 2 * ar
     blk_tp_b = 2 * ar + (2 * ar if recompute == "full" else 0.0)
     if hd is not None:
         lin = block_linears(model)
-        blk_tp_f += lin * hd.tp_linear_fwd_us * 1e-6
-        blk_tp_b += lin * (hd.tp_linear_bwd_us + (hd.tp_linear_fwd_us if recompute == "full" else 0.0)) * 1e-6
+        blk_tp_f += cs * lin * hd.tp_linear_fwd_us * 1e-6
+        blk_tp_b += cs * lin * (hd.tp_linear_bwd_us + (hd.tp_linear_fwd_us if recompute == "full" else 0.0)) * 1e-6
     vocab_parallel = model.vocab_size % tp == 0
     if tp > 1 and vocab_parallel:
         emb_tp_f, emb_tp_b = (half, half) if sp else (ar, 0.0)
@@ -232,7 +233,8 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     # every block and the chunk (``replicate``/``fully_shard``, any ZeRO stage) when dp > 1; per micro-batch
     hd = host_dispatch(ctx)
     if hd is not None and dp > 1:
-        hf, hb = ns(hd.fsdp_module_fwd_us * 1e-6), ns(hd.fsdp_module_bwd_us * 1e-6)
+        cs = ctx.residuals.compute_scale  # on a host the processor that computes also dispatches
+        hf, hb = ns(cs * hd.fsdp_module_fwd_us * 1e-6), ns(cs * hd.fsdp_module_bwd_us * 1e-6)
         fwd, bwd = fwd.plus(Affine(0, hf, hf, 0)), bwd.plus(Affine(0, hb, hb, 0))
 
     # --- memory (bytes per GPU)
@@ -276,7 +278,8 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
         for i, kind in enumerate(("transformer_block", "embedding", "lm_head")):
             n, sharded = param_tensors(ctx.model, kind)
             dt = n if dp > 1 else (sharded if tp > 1 else 0)
-            host_opt[i] = ns((dt * hd.adam_dtensor_us + (n - dt) * hd.adam_plain_us) * 1e-6)
+            us = dt * hd.adam_dtensor_us + (n - dt) * hd.adam_plain_us
+            host_opt[i] = ns(ctx.residuals.compute_scale * us * 1e-6)
 
     return SharedTerms(
         fwd=fwd,

@@ -116,3 +116,36 @@ def test_the_host_microbenchmark_measures_every_class() -> None:
     assert hd.op_fwd_us > 0 and hd.op_bwd_us > 0
     assert hd.adam_dtensor_us > hd.adam_plain_us > 0
     assert hd.tp_linear_fwd_us > 0 and hd.fsdp_module_fwd_us > 0
+
+
+@pytest.mark.parametrize(
+    "field, plan, residual",
+    [
+        ("adam_dtensor_us", "dp2", "compute_scale"),
+        ("fsdp_module_fwd_us", "dp2", "compute_scale"),
+        ("tp_linear_bwd_us", "tp2", "compute_scale"),
+        ("op_fwd_us", "one", "compute_scale"),
+        ("tp_collective_us", "tp2", "comm_scale"),
+    ],
+)
+def test_the_residual_of_the_work_scales_its_dispatch(field: str, plan: str, residual: str) -> None:
+    """On a host the processor that computes also dispatches: the compute residual (a calibration's
+    speed of this processor during the runs ÷ alone) scales the measured dispatch; a collective's in-step
+    cost is a collective's, scaled by ``comm_scale``."""
+    from planner.specs import Calibration, Residuals
+
+    def with_cal(**dispatch: float) -> float:
+        par = PLANS[plan]
+        n = par["tp"] * par["pp"] * par["dp"]
+        spec = CPU.model_copy(update={"host_dispatch": HostDispatch(**{**ZERO, **dispatch})})
+        request = PlanRequest(
+            model="tiny-gpt",
+            cluster={"gpu": spec.model_dump(), "num_nodes": 1, "gpus_per_node": n},
+            training={"global_batch_size": 8, "seq_len": 64, "precision": "fp32", "stack": "meshplan"},
+            parallel=par,
+            calibration=Calibration(gpu="cpu", residuals=Residuals(**{residual: 3.0})),
+        )
+        return estimate_plan(request).estimate.step_time_s
+
+    plain = step(plan, CPU, **{field: US}) - step(plan, CPU, **{field: 0.0})
+    assert with_cal(**{field: US}) - with_cal(**{field: 0.0}) == pytest.approx(3.0 * plain, rel=1e-3)
