@@ -45,8 +45,11 @@ def hbm_efficiency(nbytes: float) -> float:
 
 
 def hbm_time(ctx: Context, nbytes: float) -> float:
-    """Seconds to move ``nbytes`` in one kernel at the achieved HBM bandwidth for that size."""
-    return nbytes / (ctx.gpu.hbm_bandwidth_GBps * 1e9 * hbm_efficiency(nbytes)) if nbytes > 0 else 0.0
+    """Seconds to move ``nbytes`` in one kernel at the achieved HBM bandwidth for that size. A host device's
+    bandwidth is already an achieved rate (``runtime.report.host_spec``: a 64 MiB copy; smaller transfers
+    stay in its caches), so no GPU size curve applies to it."""
+    eff = 1.0 if runs_on_host(ctx) else hbm_efficiency(nbytes)
+    return nbytes / (ctx.gpu.hbm_bandwidth_GBps * 1e9 * eff) if nbytes > 0 else 0.0
 
 
 def wave_efficiency(m: int, n: int, sms: int | None, batch: int = 1) -> float:
@@ -71,6 +74,8 @@ def gemm_time(ctx: Context, m: int, n: int, k: int, count: int = 1, batched: boo
         eff, calls = wave_efficiency(m, n, sms, count), 1
     else:
         eff, calls = wave_efficiency(m, n, sms), count
+    if runs_on_host(ctx):  # the host's rate is an achieved matmul rate (host_spec), not tensor-core tiles
+        eff = 1.0 / ctx.gemm_efficiency
     fl = 2.0 * m * n * k * count
     by = (m * k + k * n + m * n) * ctx.elt * count
     return max(fl / (ctx.peak * ctx.gemm_efficiency * eff), calls * hbm_time(ctx, by / calls))

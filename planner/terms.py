@@ -162,12 +162,16 @@ def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> L
     # collective's in-step cost beyond the network fit, and each DTensor linear beyond a plain one
     hd = host_dispatch(ctx) if tp > 1 else None
     cs = ctx.residuals.compute_scale  # on a host the processor that computes also dispatches
-    if hd is not None:
-        extra = (hd.tp_collective_us or 0.0) * 1e-6 * ctx.residuals.comm_scale  # a collective: × comm_scale
+    extra = 0.0
+    if hd is not None:  # measured in the run itself, under its load: not scaled by a residual
+        extra = (hd.tp_collective_us or 0.0) * 1e-6
         ar, half = ar + extra, half + extra
     blk_tp_f = 2 * ar
     blk_tp_b = 2 * ar + (2 * ar if recompute == "full" else 0.0)
     if hd is not None:
+        if sp:  # each all-reduce is an all-gather and a reduce-scatter: two blocking collectives, not one
+            blk_tp_f += 2 * extra
+            blk_tp_b += 2 * extra + (2 * extra if recompute == "full" else 0.0)
         lin = block_linears(model)
         blk_tp_f += cs * lin * hd.tp_linear_fwd_us * 1e-6
         blk_tp_b += cs * lin * (hd.tp_linear_bwd_us + (hd.tp_linear_fwd_us if recompute == "full" else 0.0)) * 1e-6
@@ -272,12 +276,13 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     hbm = ctx.gpu.hbm_bandwidth_GBps * 1e9 * hbm_efficiency(p_blk / shard * upd)
 
     # + a host device's optimizer dispatch per parameter tensor (``GpuSpec.host_dispatch``): DTensors under
-    # the FSDP2 wrappers (dp > 1) and in TP-sharded linears, plain tensors otherwise
+    # the FSDP2 wrappers (dp > 1) and in TP-sharded modules, plain tensors otherwise
     host_opt = [0, 0, 0]
     if hd is not None:
         for i, kind in enumerate(("transformer_block", "embedding", "lm_head")):
             n, sharded = param_tensors(ctx.model, kind)
-            dt = n if dp > 1 else (sharded if tp > 1 else 0)
+            # with SP the block's norms are DTensors too (``SequenceParallel``): all its tensors
+            dt = n if dp > 1 or (tp > 1 and sp and kind == "transformer_block") else (sharded if tp > 1 else 0)
             us = dt * hd.adam_dtensor_us + (n - dt) * hd.adam_plain_us
             host_opt[i] = ns(ctx.residuals.compute_scale * us * 1e-6)
 

@@ -151,7 +151,7 @@ def predict_here(plan, args, job, device: str):
     elif network is not None:
         basis.append(f"network profile {args.network}")
     tp_coll = None
-    if job.device.type == "cpu" and dist.get_world_size() > 1:  # every rank takes part
+    if job.device.type == "cpu" and dist.get_world_size() > 1 and plan.parallel.tp > 1:  # every rank takes part
         from runtime.host_dispatch import tp_collective_us
 
         tp_coll = tp_collective_us()

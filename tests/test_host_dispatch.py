@@ -26,6 +26,7 @@ PLANS = {  # tiny-gpt, global batch 8 × 64, as bench/bench_calibration.py
     "dp2": {"tp": 1, "pp": 1, "dp": 2, "micro_batch_size": 4, "zero_stage": 0},
     "tp2": {"tp": 2, "pp": 1, "dp": 1, "micro_batch_size": 8, "sequence_parallel": False},
     "pp2": {"tp": 1, "pp": 2, "dp": 1, "micro_batch_size": 2, "schedule": "1f1b"},
+    "tp2sp": {"tp": 2, "pp": 1, "dp": 1, "micro_batch_size": 8, "sequence_parallel": True},
 }
 
 
@@ -59,6 +60,7 @@ US = 1000.0  # a large cost per class, so its effect stands far above rounding
         # AdamW per DTensor parameter: all of them under the FSDP2 wrappers; TP's sharded linears' only
         ("adam_dtensor_us", "dp2", ALL * US * 1e-6),
         ("adam_dtensor_us", "tp2", M.num_layers * SHARDED * US * 1e-6),
+        ("adam_dtensor_us", "tp2sp", M.num_layers * BLOCK * US * 1e-6),  # + the SequenceParallel norms
         ("adam_dtensor_us", "pp2", 0.0),
         ("adam_dtensor_us", "one", 0.0),
         ("adam_plain_us", "one", ALL * US * 1e-6),
@@ -77,6 +79,9 @@ US = 1000.0  # a large cost per class, so its effect stands far above rounding
         ("tp_collective_us", "tp2", (4 * M.num_layers + 2) * US * 1e-6),
         ("tp_collective_us", "dp2", 0.0),
         ("tp_collective_us", "one", 0.0),
+        # with SP each block all-reduce is an all-gather + a reduce-scatter: 4 per block each way; the
+        # embedding's and the head's one each way
+        ("tp_collective_us", "tp2sp", (8 * M.num_layers + 4) * US * 1e-6),
     ],
 )
 def test_each_dispatch_class_prices_the_plans_that_issue_it(field: str, plan: str, expected_s: float) -> None:
@@ -125,13 +130,12 @@ def test_the_host_microbenchmark_measures_every_class() -> None:
         ("fsdp_module_fwd_us", "dp2", "compute_scale"),
         ("tp_linear_bwd_us", "tp2", "compute_scale"),
         ("op_fwd_us", "one", "compute_scale"),
-        ("tp_collective_us", "tp2", "comm_scale"),
     ],
 )
 def test_the_residual_of_the_work_scales_its_dispatch(field: str, plan: str, residual: str) -> None:
     """On a host the processor that computes also dispatches: the compute residual (a calibration's
-    speed of this processor during the runs ÷ alone) scales the measured dispatch; a collective's in-step
-    cost is a collective's, scaled by ``comm_scale``."""
+    speed of this processor during the runs ÷ alone) scales the measured dispatch. (The in-step TP
+    collective is measured by the run's own ranks, under its load, and is not scaled.)"""
     from planner.specs import Calibration, Residuals
 
     def with_cal(**dispatch: float) -> float:
