@@ -112,7 +112,7 @@ class HostDispatch(Spec):
         default=None,
         ge=0,
         le=1e6,
-        description="A blocking DTensor all-reduce between compute, measured by the run's own ranks, beyond "
+        description="A blocking all-reduce between compute (as TP runs it), measured by the run's own ranks, beyond "
         "the same all-reduce back to back (None when the run had one process).",
     )
 
