@@ -166,12 +166,12 @@ def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> L
     if hd is not None:  # measured in the run itself, under its load: not scaled by a residual
         extra = (hd.tp_collective_us or 0.0) * 1e-6
         ar, half = ar + extra, half + extra
-    blk_tp_f = 2 * ar
-    blk_tp_b = 2 * ar + (2 * ar if recompute == "full" else 0.0)
+    # on a host with SP each block all-reduce is an all-gather and a reduce-scatter, two blocking
+    # collectives with their own latency (α-bound at these sizes), where a GPU ring all-reduce's time is theirs
+    blk_ar = 2 * half if hd is not None and sp else ar
+    blk_tp_f = 2 * blk_ar
+    blk_tp_b = 2 * blk_ar + (2 * blk_ar if recompute == "full" else 0.0)
     if hd is not None:
-        if sp:  # each all-reduce is an all-gather and a reduce-scatter: two blocking collectives, not one
-            blk_tp_f += 2 * extra
-            blk_tp_b += 2 * extra + (2 * extra if recompute == "full" else 0.0)
         lin = block_linears(model)
         blk_tp_f += cs * lin * hd.tp_linear_fwd_us * 1e-6
         blk_tp_b += cs * lin * (hd.tp_linear_bwd_us + (hd.tp_linear_fwd_us if recompute == "full" else 0.0)) * 1e-6
