@@ -23,6 +23,7 @@ from planner.kernels import (
     attention_time,
     elementwise_time,
     gemm_time,
+    host_layer_dispatch,
     kernel_counts,
     linear_times,
     with_launches,
@@ -273,8 +274,11 @@ def analytic_parts(
     r = ctx.residuals
     cs, ms = r.compute_scale, r.memory_scale
     kf, kb = kernel_counts(ctx, kind, tp)
-    fwd = with_launches(ctx, cs * (lf * scale_f + af) + ms * elem, kf)
-    bwd = with_launches(ctx, cs * (lb * scale_b + ab) + ms * (2 * elem), kb)
+    # + a host device's measured dispatch per op (``kernels.host_layer_dispatch``; zero on a GPU), × the
+    # compute residual: on a host the same processor dispatches and computes
+    hf, hb = (cs * x for x in host_layer_dispatch(ctx, kind, tp))
+    fwd = with_launches(ctx, cs * (lf * scale_f + af) + ms * elem, kf) + hf
+    bwd = with_launches(ctx, cs * (lb * scale_b + ab) + ms * (2 * elem), kb) + hb
     return fwd, bwd, cs * af, cs * ab
 
 

@@ -9,7 +9,7 @@ import math
 from typing import TYPE_CHECKING
 
 from planner.analytic import FLASH_BWD_RATIO
-from planner.specs import ModelSpec
+from planner.specs import HostDispatch, ModelSpec
 
 if TYPE_CHECKING:
     from planner.compute import Context
@@ -45,8 +45,11 @@ def hbm_efficiency(nbytes: float) -> float:
 
 
 def hbm_time(ctx: Context, nbytes: float) -> float:
-    """Seconds to move ``nbytes`` in one kernel at the achieved HBM bandwidth for that size."""
-    return nbytes / (ctx.gpu.hbm_bandwidth_GBps * 1e9 * hbm_efficiency(nbytes)) if nbytes > 0 else 0.0
+    """Seconds to move ``nbytes`` in one kernel at the achieved HBM bandwidth for that size. A host device's
+    bandwidth is already an achieved rate (``runtime.report.host_spec``: a 64 MiB copy; smaller transfers
+    stay in its caches), so no GPU size curve applies to it."""
+    eff = 1.0 if runs_on_host(ctx) else hbm_efficiency(nbytes)
+    return nbytes / (ctx.gpu.hbm_bandwidth_GBps * 1e9 * eff) if nbytes > 0 else 0.0
 
 
 def wave_efficiency(m: int, n: int, sms: int | None, batch: int = 1) -> float:
@@ -71,6 +74,8 @@ def gemm_time(ctx: Context, m: int, n: int, k: int, count: int = 1, batched: boo
         eff, calls = wave_efficiency(m, n, sms, count), 1
     else:
         eff, calls = wave_efficiency(m, n, sms), count
+    if runs_on_host(ctx):  # the host's rate is an achieved matmul rate (host_spec), not tensor-core tiles
+        eff = 1.0 / ctx.gemm_efficiency
     fl = 2.0 * m * n * k * count
     by = (m * k + k * n + m * n) * ctx.elt * count
     return max(fl / (ctx.peak * ctx.gemm_efficiency * eff), calls * hbm_time(ctx, by / calls))
@@ -312,3 +317,47 @@ def with_launches(ctx: Context, device_s: float, kernels: int) -> float:
     on_host = runs_on_host(ctx)
     host = kernels * ((0.0 if on_host else GPU_LAUNCH_US) + ctx.residuals.kernel_overhead_us) * 1e-6
     return device_s + host if on_host else max(device_s, host)
+
+
+# ------------------------------------------------------------------------------------------------
+# Host dispatch by class (a CPU "GPU" with measured ``GpuSpec.host_dispatch``)
+
+
+def host_dispatch(ctx: Context) -> HostDispatch | None:
+    """The host's measured dispatch costs when the "GPU" is the host's processor (``runs_on_host``) and
+    ``meshplan run`` measured them (``runtime.host_dispatch``); None otherwise (every GPU: identity)."""
+    return ctx.gpu.host_dispatch if runs_on_host(ctx) else None
+
+
+def block_linears(model: ModelSpec) -> int:
+    """The ``nn.Linear`` modules of one transformer block of the bundled runtime (``runtime.models``):
+    wq, wk, wv, wo, w1, w2 (+ w3 for SwiGLU) — each a ColwiseParallel/RowwiseParallel DTensor linear under TP."""
+    return 7 if model.activation == "swiglu" else 6
+
+
+def param_tensors(model: ModelSpec, kind: str) -> tuple[int, int]:
+    """(parameter tensors, of which in TP-sharded linears) of one layer of ``kind`` in the bundled runtime:
+    a block's two norms (weight, + bias for LayerNorm) and its linears (weight, + bias: every linear of a
+    GPT, Q/K/V of a ``qkv_bias`` model); the embedding's token (+ GPT's position) table; the LM head's
+    final norm and weight. The optimizer steps each tensor with its own ops (AdamW's per-tensor loop)."""
+    norm = 2 if model.norm == "layernorm" else 1
+    if kind == "transformer_block":
+        lin = block_linears(model)
+        bias = lin if model.family == "gpt" else (3 if model.qkv_bias else 0)
+        return 2 * norm + lin + bias, lin + bias
+    if kind == "embedding":
+        return (2 if model.family == "gpt" else 1), 0
+    if kind == "lm_head":
+        return norm + 1, 0
+    return 0, 0
+
+
+def host_layer_dispatch(ctx: Context, kind: str, tp: int) -> tuple[float, float]:
+    """(forward, backward) seconds of host dispatch one layer of ``kind`` adds per micro-batch beyond its
+    ops' compute: every op the per-op model counts (``kernel_counts`` forward ops, each with autograd and
+    a backward) at the measured plain-op cost. Zero without a measurement (``host_dispatch``)."""
+    hd = host_dispatch(ctx)
+    if hd is None:
+        return 0.0, 0.0
+    ops, _ = kernel_counts(ctx, kind, tp)
+    return ops * hd.op_fwd_us * 1e-6, ops * hd.op_bwd_us * 1e-6

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Generic, NamedTuple
 from planner.affine import Affine, Count, total
 from planner.comm import dp_group_in_node, dp_ranks_per_node, tp_link
 from planner.compute import Context, layer_times
-from planner.kernels import hbm_efficiency
+from planner.kernels import block_linears, hbm_efficiency, host_dispatch, param_tensors
 from planner.memory import OPTIMIZER_STEP_BYTES, StateBytes, loss_buffer_bytes, state_bytes, zero3_buffer_bytes
 
 if TYPE_CHECKING:
@@ -158,8 +158,23 @@ def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> L
     per_node = min(tp, g)  # TP innermost: consecutive ranks fill a node
     ar = cm.time("all_reduce", act, tp, link, per_node)
     half = cm.time("reduce_scatter", act, tp, link, per_node)  # = all-gather
-    blk_tp_f = 2 * ar
-    blk_tp_b = 2 * ar + (2 * ar if recompute == "full" else 0.0)
+    # a host device's measured DTensor dispatch (``GpuSpec.host_dispatch``; none on a GPU): each blocking TP
+    # collective's in-step cost beyond the network fit, and each DTensor linear beyond a plain one
+    hd = host_dispatch(ctx) if tp > 1 else None
+    cs = ctx.residuals.compute_scale  # on a host the processor that computes also dispatches
+    extra = 0.0
+    if hd is not None:  # measured in the run itself, under its load: not scaled by a residual
+        extra = (hd.tp_collective_us or 0.0) * 1e-6
+        ar, half = ar + extra, half + extra
+    # on a host with SP each block all-reduce is an all-gather and a reduce-scatter, two blocking
+    # collectives with their own latency (α-bound at these sizes), where a GPU ring all-reduce's time is theirs
+    blk_ar = 2 * half if hd is not None and sp else ar
+    blk_tp_f = 2 * blk_ar
+    blk_tp_b = 2 * blk_ar + (2 * blk_ar if recompute == "full" else 0.0)
+    if hd is not None:
+        lin = block_linears(model)
+        blk_tp_f += cs * lin * hd.tp_linear_fwd_us * 1e-6
+        blk_tp_b += cs * lin * (hd.tp_linear_bwd_us + (hd.tp_linear_fwd_us if recompute == "full" else 0.0)) * 1e-6
     vocab_parallel = model.vocab_size % tp == 0
     if tp > 1 and vocab_parallel:
         emb_tp_f, emb_tp_b = (half, half) if sp else (ar, 0.0)
@@ -218,6 +233,14 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
         z3_tmp = zero3_buffer_bytes(ctx.stack, p_blk, e)  # gathered layers, gradient buffers (stack's)
         fwd_z3, bwd_z3 = Affine(*(a - b for a, b in zip(fwd, lg.fwd))), Affine(*(a - b for a, b in zip(bwd, lg.bwd)))
 
+    # --- a host device's FSDP2 hooks (``GpuSpec.host_dispatch``; none on a GPU): the bundled runtime wraps
+    # every block and the chunk (``replicate``/``fully_shard``, any ZeRO stage) when dp > 1; per micro-batch
+    hd = host_dispatch(ctx)
+    if hd is not None and dp > 1:
+        cs = ctx.residuals.compute_scale  # on a host the processor that computes also dispatches
+        hf, hb = ns(cs * hd.fsdp_module_fwd_us * 1e-6), ns(cs * hd.fsdp_module_bwd_us * 1e-6)
+        fwd, bwd = fwd.plus(Affine(0, hf, hf, 0)), bwd.plus(Affine(0, hb, hb, 0))
+
     # --- memory (bytes per GPU)
     per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp)
     per = per_param.total
@@ -252,6 +275,17 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     )
     hbm = ctx.gpu.hbm_bandwidth_GBps * 1e9 * hbm_efficiency(p_blk / shard * upd)
 
+    # + a host device's optimizer dispatch per parameter tensor (``GpuSpec.host_dispatch``): DTensors under
+    # the FSDP2 wrappers (dp > 1) and in TP-sharded modules, plain tensors otherwise
+    host_opt = [0, 0, 0]
+    if hd is not None:
+        for i, kind in enumerate(("transformer_block", "embedding", "lm_head")):
+            n, sharded = param_tensors(ctx.model, kind)
+            # with SP the block's norms are DTensors too (``SequenceParallel``): all its tensors
+            dt = n if dp > 1 or (tp > 1 and sp and kind == "transformer_block") else (sharded if tp > 1 else 0)
+            us = dt * hd.adam_dtensor_us + (n - dt) * hd.adam_plain_us
+            host_opt[i] = ns(ctx.residuals.compute_scale * us * 1e-6)
+
     return SharedTerms(
         fwd=fwd,
         bwd=bwd,
@@ -266,9 +300,9 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
         # + the ``step_overhead_s`` residual once per step (every rank's end term holds it; the step takes the max)
         opt=Affine(
             ns(ctx.residuals.step_overhead_s),
-            ns(p_blk / shard * upd / hbm),
-            ns(p_emb / shard * upd / hbm),
-            ns(p_head / shard * upd / hbm),
+            ns(p_blk / shard * upd / hbm) + host_opt[0],
+            ns(p_emb / shard * upd / hbm) + host_opt[1],
+            ns(p_head / shard * upd / hbm) + host_opt[2],
         ),
         state_bytes=per_param,
         act=lg.act,

@@ -31,21 +31,30 @@ def _ratio(predicted: float | None, measured: float | None) -> float | None:
     return predicted / measured if predicted and measured and measured > 0 else None
 
 
-def host_spec(device: str = "cpu") -> GpuSpec:
+def host_spec(device: str = "cpu", *, tp_collective_us: float | None = None, dispatch: bool = True) -> GpuSpec:
     """This host's processor as a ``GpuSpec`` for re-pricing a plan on it, from quick measurements:
-    fp32 matmul FLOP/s (one thread per process, as runs use) and copy bandwidth; memory from the OS.
-    Link bandwidths are placeholders: the run's network fit prices communication."""
+    fp32 matmul FLOP/s (one thread per process, as runs use) and copy bandwidth; memory from the OS;
+    its framework dispatch costs by class (``runtime.host_dispatch``, measured in a one-process
+    subprocess; ``tp_collective_us`` measured by the run's ranks) unless ``dispatch`` is off or the
+    measurement fails. Link bandwidths are placeholders: the run's network fit prices communication."""
     import torch
+
+    from planner.specs import HostDispatch
+    from runtime.host_dispatch import measure_in_subprocess
+
+    measured = measure_in_subprocess() if dispatch else None
+    host = HostDispatch(**measured, tp_collective_us=tp_collective_us) if measured else None
 
     n = 512
     a = torch.randn(n, n)
     a @ a
-    t = min(_timed(lambda: a @ a) for _ in range(5))
+    # the fastest of many repeats: on a machine others share, the one least slowed by their work
+    t = min(_timed(lambda: a @ a) for _ in range(25))
     flops = 2 * n**3 / t
     x = torch.empty(1 << 24)  # 64 MiB
     y = torch.empty_like(x)
     y.copy_(x)
-    t = min(_timed(lambda: y.copy_(x)) for _ in range(3))
+    t = min(_timed(lambda: y.copy_(x)) for _ in range(10))
     bw = 2 * x.numel() * 4 / t
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
     return GpuSpec(
@@ -55,7 +64,10 @@ def host_spec(device: str = "cpu") -> GpuSpec:
         hbm_bandwidth_GBps=bw / 1e9,
         nvlink_bandwidth_GBps=bw / 1e9,
         nic_bandwidth_GBps=bw / 1e9,
-        source=f"measured by meshplan run: {n}×{n} fp32 matmul, 64 MiB copy; links from the run's network fit",
+        source=f"measured by meshplan run: {n}×{n} fp32 matmul, 64 MiB copy"
+        + (", dispatch by class (runtime.host_dispatch)" if host else "")
+        + "; links from the run's network fit",
+        host_dispatch=host,
     )
 
 
@@ -82,13 +94,18 @@ def shared_cpu_profile(profile: Profile, share: float) -> Profile:
 
 
 def shared_cpu_spec(gpu: GpuSpec, share: float) -> GpuSpec:
-    """``host_spec`` of one process alone, as each rank sharing the cores gets it: rates × ``share``."""
+    """``host_spec`` of one process alone, as each rank sharing the cores gets it: rates × ``share``, its
+    dispatch costs (host CPU work) ÷ ``share`` — except the TP collective's, measured by the run's own ranks."""
     if share >= 1.0:
         return gpu
     peak = {k: v * share for k, v in gpu.peak_tflops.model_dump().items() if v}
-    return gpu.model_copy(
-        update={"peak_tflops": type(gpu.peak_tflops)(**peak), "hbm_bandwidth_GBps": gpu.hbm_bandwidth_GBps * share}
-    )
+    update: dict = {"peak_tflops": type(gpu.peak_tflops)(**peak), "hbm_bandwidth_GBps": gpu.hbm_bandwidth_GBps * share}
+    if gpu.host_dispatch is not None:
+        hd = gpu.host_dispatch
+        update["host_dispatch"] = hd.model_copy(
+            update={k: v / share for k, v in hd.model_dump().items() if k != "tp_collective_us" and v is not None}
+        )
+    return gpu.model_copy(update=update)
 
 
 def shared_cpu_network(network: NetworkProfile | None, share: float, cores: int) -> NetworkProfile | None:

@@ -150,6 +150,11 @@ def predict_here(plan, args, job, device: str):
         basis.append(f"{network.backend} network fit measured after the run ({len(network.links)} link fits)")
     elif network is not None:
         basis.append(f"network profile {args.network}")
+    tp_coll = None
+    if job.device.type == "cpu" and dist.get_world_size() > 1 and plan.parallel.tp > 1:  # every rank takes part
+        from runtime.host_dispatch import tp_collective_us
+
+        tp_coll = tp_collective_us()
     if dist.get_rank() != 0:
         return None, None
     p, t = plan.parallel, plan.training
@@ -169,7 +174,7 @@ def predict_here(plan, args, job, device: str):
         basis.insert(0, f"{job.device.type} layer profile measured after the run (mbs={p.micro_batch_size}, tp={p.tp})")
     else:
         basis.insert(0, f"layer profile {args.profile} ({profile.device})")
-    gpu = host_spec(device) if job.device.type == "cpu" else None
+    gpu = host_spec(device, tp_collective_us=tp_coll) if job.device.type == "cpu" else None
     if gpu is None:  # a CUDA run: the plan's GPU figures for what the profiles do not cover
         gpu = plan.gpu.model_copy(update={"id": device})
         basis.append(f"other terms from the {plan.gpu.id} datasheet")

@@ -300,10 +300,11 @@ def _bench():
 @pytest.mark.slow
 def test_calibrated_on_real_cpu_runs_the_model_predicts_another_plan(tmp_path: Path) -> None:
     """`meshplan run` a one-process plan and tp2 of the tiny model here, `meshplan calibrate` on them, and
-    predict tp2 + SP, measured in the same test (a busy machine slows all three alike). Before calibration
-    the model is several times too fast on a multi-process CPU run (host-bound: framework dispatch per
-    collective, which the GPU model has no term for); calibrated it must land within a factor 2 and have
-    cut the error (in log terms) at least in half. bench/bench_calibration.py holds the full table."""
+    predict tp2 + SP, measured in the same test (a busy machine slows all three alike, so no bound here
+    depends on the load). Every run records the host's dispatch costs by class with its re-pricing
+    request (``GpuSpec.host_dispatch``; the TP runs their in-step collective); calibrated, tp2 + SP lands
+    within a factor 2 and no further off than before calibration (re-priced from two bench runs'
+    reports: −34 %, −7 %; bench/bench_calibration.py holds the full table)."""
     bench = _bench()
     cases = [
         bench.Case("one", 1, ("--tp", "1", "--pp", "1", "--micro-batch-size", "8"), "calibration"),
@@ -316,6 +317,11 @@ def test_calibrated_on_real_cpu_runs_the_model_predicts_another_plan(tmp_path: P
     ]
     prof, net = bench.measure_hardware(tmp_path)
     reports = bench.measure(cases, tmp_path, prof, net, steps=5, rounds=1)
+    for label, path in reports.items():
+        gpu = RunReport.model_validate_json(path.read_text()).local_prediction.request.cluster.gpu  # type: ignore[union-attr]
+        hd = gpu.host_dispatch
+        assert hd is not None and hd.adam_dtensor_us > hd.adam_plain_us > 0, (label, hd)
+        assert (hd.tp_collective_us is not None) == (label != "one"), (label, hd)
     calibration, table = bench.calibrate(
         [reports["one"], reports["tp2"]], tmp_path / "cal.json", tmp_path, "comm_scale,step_overhead_s"
     )
@@ -324,9 +330,8 @@ def test_calibrated_on_real_cpu_runs_the_model_predicts_another_plan(tmp_path: P
     import math
 
     before, after = abs(math.log(row.before_s / row.measured_s)), abs(math.log(row.after_s / row.measured_s))
-    assert row.before_s < 0.5 * row.measured_s, row  # the uncalibrated model: far too fast here
     assert after < math.log(2.0), row
-    assert after < 0.5 * before, row
+    assert after <= before + 0.05, row
 
 
 def _meta_profile(tmp: Path, model: str, mbs=(2, 4, 8), tps=(1, 2)) -> Path:

@@ -7,7 +7,9 @@ handful of *residual constants* (``Residuals``), each acting on ONE term of the 
 ==========================  =====================================================================
 field                       acts on
 ==========================  =====================================================================
-``compute_scale``           × the seconds of GEMMs and the attention core (``planner.kernels``)
+``compute_scale``           × the seconds of GEMMs and the attention core (``planner.kernels``); on a
+                            host device ("cpu…") also × its measured dispatch (``GpuSpec.host_dispatch``):
+                            the same processor computes and dispatches
 ``memory_scale``            × the seconds of memory-bound ops (norms, activation, RoPE, adds)
 ``kernel_overhead_us``      + host/launch microseconds per kernel a layer issues (forward, backward)
 ``comm_scale``              × the seconds of every collective and pipeline send/recv (``planner.comm``)

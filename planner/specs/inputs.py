@@ -94,6 +94,29 @@ class PeakTflops(Spec):
     fp8: float | None = Field(default=None, gt=0)
 
 
+class HostDispatch(Spec):
+    """Host-side framework dispatch of a CPU "GPU" (a ``GpuSpec`` whose id starts with ``cpu``), µs, by
+    dispatch class, measured on the host by ``meshplan run`` (``runtime.host_dispatch``). The cost model
+    adds them where a plan issues that class of work (``planner.kernels.host_dispatch``); absent (None)
+    on a GPU and on a host spec without the measurement."""
+
+    op_fwd_us: float = Field(ge=0, le=1e5, description="A plain op with autograd, forward (recording).")
+    op_bwd_us: float = Field(ge=0, le=1e5, description="The backward of one plain forward op.")
+    tp_linear_fwd_us: float = Field(ge=0, le=1e6, description="A TP (DTensor) linear beyond a plain one, forward.")
+    tp_linear_bwd_us: float = Field(ge=0, le=1e6, description="The same, backward.")
+    fsdp_module_fwd_us: float = Field(ge=0, le=1e6, description="An FSDP2-wrapped module's hooks, forward.")
+    fsdp_module_bwd_us: float = Field(ge=0, le=1e6, description="The same, backward.")
+    adam_plain_us: float = Field(ge=0, le=1e6, description="AdamW step per plain parameter tensor.")
+    adam_dtensor_us: float = Field(ge=0, le=1e6, description="AdamW step per DTensor parameter tensor.")
+    tp_collective_us: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e6,
+        description="A blocking all-reduce between compute (as TP runs it), measured by the run's own ranks, beyond "
+        "the same all-reduce back to back (None when the run had one process).",
+    )
+
+
 class GpuSpec(Spec):
     """One accelerator, from its vendor datasheet. Bandwidths are per GPU, one direction, GB/s."""
 
@@ -104,6 +127,9 @@ class GpuSpec(Spec):
     nvlink_bandwidth_GBps: float = Field(gt=0, description="Intra-node link, per GPU, one direction.")
     nic_bandwidth_GBps: float = Field(gt=0, description="Inter-node network, per GPU, one direction.")
     source: str = Field(default="", max_length=500, description="Where the numbers come from.")
+    host_dispatch: HostDispatch | None = Field(
+        default=None, description="A CPU host's measured dispatch costs (``meshplan run``); None on a GPU."
+    )
 
     def peak_flops(self, precision: str) -> float:
         """Peak FLOP/s for a training precision (fp32 training uses TF32 tensor cores when present)."""

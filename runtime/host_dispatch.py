@@ -1,0 +1,210 @@
+"""Host-side framework dispatch of this processor, measured (``planner.specs.HostDispatch``).
+
+On a CPU run the processor that dispatches an op also computes it, and for the tiny ops of small models
+the dispatch (Python, the dispatcher, autograd, DTensor's sharding propagation, FSDP2's hooks) is most of
+the step. Its size depends on the wrapper a plan uses, so it is measured here per dispatch class, on this
+host, in one process with a one-rank gloo group (the wrappers then run their whole host path; their
+collectives over one rank are the only part left out — priced by the network fit):
+
+* a plain op with autograd: forward (recording) and its backward, per op (a chain of small adds);
+* a tensor-parallel linear (``ColwiseParallel``/``RowwiseParallel``: DTensor weights, ``from_local`` /
+  ``to_local`` around it) beyond the same plain linear, forward and backward;
+* an FSDP2-wrapped module (``fully_shard``: pre/post-forward and backward hooks, unshard copy-in/out)
+  beyond the same plain module, forward and backward;
+* one AdamW step per parameter tensor over plain tensors and over DTensors.
+
+Each figure is the fastest of a few repeats (on a shared machine, the one least slowed by other work).
+Run as ``python -m runtime.host_dispatch`` (prints the JSON) or ``measure_in_subprocess()``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+N_OPS = 200
+N_LINEARS = 16
+N_PARAMS = 64
+REPEATS = 11
+
+
+def _best(fn, repeats: int = REPEATS) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _fwd_bwd_pair(build, repeats: int = REPEATS) -> tuple[tuple[float, float], tuple[float, float]]:
+    """Fastest forward and fastest backward seconds of ``build(False)`` and ``build(True)`` (each a
+    forward fn returning a scalar), measured alternately so that other work on a shared machine slows
+    both alike; the fastest of many short repeats is the one least slowed."""
+    fns = (build(False), build(True))
+    for f in fns:
+        f().backward()
+    best = [[float("inf")] * 2 for _ in fns]
+    for _ in range(repeats):
+        for i, f in enumerate(fns):
+            t0 = time.perf_counter()
+            loss = f()
+            t1 = time.perf_counter()
+            loss.backward()
+            t2 = time.perf_counter()
+            best[i] = [min(best[i][0], t1 - t0), min(best[i][1], t2 - t1)]
+    return (best[0][0], best[0][1]), (best[1][0], best[1][1])
+
+
+def measure() -> dict[str, float]:
+    """The dispatch costs of this host in µs (``HostDispatch`` fields). Needs no process group."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor, Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    torch.set_num_threads(1)
+    if not dist.is_initialized():
+        store = dist.HashStore()
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    mesh = init_device_mesh("cpu", (1,))
+    out: dict[str, float] = {}
+
+    # plain ops with autograd: a chain of N_OPS adds against none (the pair's first)
+    def chain(ops: bool):
+        x = torch.randn(8, 64, requires_grad=True)
+        b = torch.randn(8, 64)
+
+        def f():
+            y = x * 1.0
+            for _ in range(N_OPS if ops else 0):
+                y = y + b
+            return y.sum()
+
+        return f
+
+    (nf, nb), (cf, cb) = _fwd_bwd_pair(chain)
+    out["op_fwd_us"], out["op_bwd_us"] = max(0.0, cf - nf) / N_OPS * 1e6, max(0.0, cb - nb) / N_OPS * 1e6
+
+    # tensor-parallel linears vs plain ones (pairs colwise → rowwise, as attention and MLP)
+    def linears(tp: bool):
+        m = nn.Sequential(*[nn.Linear(64, 64) for _ in range(N_LINEARS)])
+        if tp:
+            plan = {str(i): ColwiseParallel() if i % 2 == 0 else RowwiseParallel() for i in range(N_LINEARS)}
+            parallelize_module(m, mesh, plan)
+        x = torch.randn(8, 64, requires_grad=True)
+        return lambda: m(x).sum()
+
+    (pf, pb), (tf, tb) = _fwd_bwd_pair(linears)
+    out["tp_linear_fwd_us"] = max(0.0, tf - pf) / N_LINEARS * 1e6
+    out["tp_linear_bwd_us"] = max(0.0, tb - pb) / N_LINEARS * 1e6
+
+    # FSDP2-wrapped modules vs plain ones
+    def blocks(wrap: bool):
+        m = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64)) for _ in range(N_LINEARS)])
+        if wrap:
+            for blk in m:
+                fully_shard(blk, mesh=mesh)
+            fully_shard(m, mesh=mesh)
+        x = torch.randn(8, 64, requires_grad=True)
+        return lambda: m(x).sum()
+
+    (pf, pb), (wf, wb) = _fwd_bwd_pair(blocks)
+    out["fsdp_module_fwd_us"] = max(0.0, wf - pf) / (N_LINEARS + 1) * 1e6
+    out["fsdp_module_bwd_us"] = max(0.0, wb - pb) / (N_LINEARS + 1) * 1e6
+
+    # AdamW per parameter tensor, plain and DTensor, alternately
+    def adam(dtensor: bool):
+        ps = [torch.randn(4, 4) for _ in range(N_PARAMS)]  # dispatch; the bytes are priced apart
+        if dtensor:
+            ps = [DTensor.from_local(p, mesh, [Replicate()]) for p in ps]
+        params = [nn.Parameter(p) for p in ps]
+        for p in params:
+            p.grad = torch.randn_like(p)
+        opt = torch.optim.AdamW(params, lr=1e-3)
+        opt.step()
+        return opt.step
+
+    steps = (adam(False), adam(True))
+    best = [float("inf")] * 2
+    for _ in range(REPEATS):
+        for i, fn in enumerate(steps):
+            best[i] = min(best[i], _best(fn, 1))
+    out["adam_plain_us"], out["adam_dtensor_us"] = (b / N_PARAMS * 1e6 for b in best)
+    return out
+
+
+def tp_collective_us(iters: int = 20, repeats: int = 3) -> float:
+    """A blocking all-reduce between compute, as TP runs it (a row-parallel linear's output), beyond the
+    same all-reduce back to back, µs: measured by every rank of the caller's process group together (on a
+    shared CPU the ranks' wake-up after the wait is part of it). Call on all ranks."""
+    import torch
+    import torch.distributed as dist
+
+    x = torch.randn(8, 64, requires_grad=True)
+    b = torch.randn(8, 64)
+
+    def loop(coll: bool) -> None:
+        for _ in range(iters):
+            y = x
+            for _ in range(N_OPS):
+                y = y + b
+            if coll:  # the run's own group; a DTensor's dispatch around it is in tp_linear_*_us
+                dist.all_reduce(y.detach())
+
+    t = torch.zeros(8, 64)
+
+    def raw() -> None:
+        for _ in range(iters):
+            dist.all_reduce(t)
+
+    def timed(fn) -> float:
+        dist.barrier()
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    loop(True)
+    with_coll, without, back_to_back = timed(lambda: loop(True)), timed(lambda: loop(False)), timed(raw)
+    return max(0.0, with_coll - without - back_to_back) / iters * 1e6
+
+
+def measure_in_subprocess(timeout: float = 300) -> dict[str, float] | None:
+    """``measure()`` in a fresh one-thread process (its own one-rank group, beside any group of the
+    caller); None if it fails."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    try:
+        res = subprocess.run(
+            [sys.executable, "-m", "runtime.host_dispatch"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if res.returncode:
+        return None
+    try:
+        return json.loads(res.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+
+
+if __name__ == "__main__":
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    print(json.dumps(measure()))

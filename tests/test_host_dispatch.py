@@ -1,0 +1,155 @@
+"""Host dispatch by class on a CPU "GPU" (``GpuSpec.host_dispatch``, measured by ``meshplan run``):
+each class prices exactly the plans that issue it, by the count of what they issue; a GPU is untouched."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.api import estimate_plan
+from planner.catalog import get_gpu, get_model
+from planner.kernels import param_tensors
+from planner.specs import GpuSpec, HostDispatch, PeakTflops, PlanRequest
+
+CPU = GpuSpec(
+    id="cpu",
+    memory_gib=16.0,
+    peak_tflops=PeakTflops(fp32=0.05),
+    hbm_bandwidth_GBps=5.0,
+    nvlink_bandwidth_GBps=1.0,
+    nic_bandwidth_GBps=1.0,
+    source="test host",
+)
+ZERO = dict.fromkeys(HostDispatch.model_fields, 0.0)
+
+PLANS = {  # tiny-gpt, global batch 8 × 64, as bench/bench_calibration.py
+    "one": {"tp": 1, "pp": 1, "dp": 1, "micro_batch_size": 8},
+    "dp2": {"tp": 1, "pp": 1, "dp": 2, "micro_batch_size": 4, "zero_stage": 0},
+    "tp2": {"tp": 2, "pp": 1, "dp": 1, "micro_batch_size": 8, "sequence_parallel": False},
+    "pp2": {"tp": 1, "pp": 2, "dp": 1, "micro_batch_size": 2, "schedule": "1f1b"},
+    "tp2sp": {"tp": 2, "pp": 1, "dp": 1, "micro_batch_size": 8, "sequence_parallel": True},
+}
+
+
+def step(plan: str, gpu: GpuSpec, **dispatch: float) -> float:
+    par = PLANS[plan]
+    n = par["tp"] * par["pp"] * par["dp"]
+    spec = gpu.model_copy(update={"host_dispatch": HostDispatch(**{**ZERO, **dispatch})}) if dispatch else gpu
+    request = PlanRequest(
+        model="tiny-gpt",
+        cluster={"gpu": spec.model_dump(), "num_nodes": 1, "gpus_per_node": n},
+        training={
+            "global_batch_size": 8,
+            "seq_len": 64,
+            "precision": "fp32",
+            "stack": {"base": "meshplan", "overlap_grad_reduce": False},
+        },
+        parallel=par,
+    )
+    return estimate_plan(request).estimate.step_time_s
+
+
+M = get_model("tiny-gpt")
+BLOCK, SHARDED = param_tensors(M, "transformer_block")
+ALL = M.num_layers * BLOCK + param_tensors(M, "embedding")[0] + param_tensors(M, "lm_head")[0]
+US = 1000.0  # a large cost per class, so its effect stands far above rounding
+
+
+@pytest.mark.parametrize(
+    "field, plan, expected_s",
+    [
+        # AdamW per DTensor parameter: all of them under the FSDP2 wrappers; TP's sharded linears' only
+        ("adam_dtensor_us", "dp2", ALL * US * 1e-6),
+        ("adam_dtensor_us", "tp2", M.num_layers * SHARDED * US * 1e-6),
+        ("adam_dtensor_us", "tp2sp", M.num_layers * BLOCK * US * 1e-6),  # + the SequenceParallel norms
+        ("adam_dtensor_us", "pp2", 0.0),
+        ("adam_dtensor_us", "one", 0.0),
+        ("adam_plain_us", "one", ALL * US * 1e-6),
+        ("adam_plain_us", "dp2", 0.0),
+        # FSDP2 hooks: every block and the chunk, forward (one micro-batch per rank)
+        ("fsdp_module_fwd_us", "dp2", (M.num_layers + 1) * US * 1e-6),
+        ("fsdp_module_bwd_us", "dp2", (M.num_layers + 1) * US * 1e-6),
+        ("fsdp_module_fwd_us", "tp2", 0.0),
+        ("fsdp_module_fwd_us", "pp2", 0.0),
+        # TP (DTensor) linears: six per GPT block (wq, wk, wv, wo, w1, w2)
+        ("tp_linear_fwd_us", "tp2", M.num_layers * 6 * US * 1e-6),
+        ("tp_linear_bwd_us", "tp2", M.num_layers * 6 * US * 1e-6),
+        ("tp_linear_fwd_us", "dp2", 0.0),
+        # blocking TP collectives: 2 per block forward and backward, the embedding's forward and the LM
+        # head's backward all-reduce (vocabulary-parallel, no SP)
+        ("tp_collective_us", "tp2", (4 * M.num_layers + 2) * US * 1e-6),
+        ("tp_collective_us", "dp2", 0.0),
+        ("tp_collective_us", "one", 0.0),
+        # with SP each block all-reduce is an all-gather + a reduce-scatter: 4 per block each way; the
+        # embedding's and the head's one each way
+        ("tp_collective_us", "tp2sp", (8 * M.num_layers + 4) * US * 1e-6),
+    ],
+)
+def test_each_dispatch_class_prices_the_plans_that_issue_it(field: str, plan: str, expected_s: float) -> None:
+    base = step(plan, CPU, **{field: 0.0})
+    assert step(plan, CPU, **{field: US}) - base == pytest.approx(expected_s, abs=2e-6)
+
+
+def test_per_op_dispatch_adds_per_forward_op_and_its_backward_on_every_plan() -> None:
+    from types import SimpleNamespace
+
+    from planner.kernels import kernel_counts
+    from planner.stacks import resolve
+
+    ctx = SimpleNamespace(model=M, stack=resolve({"base": "meshplan", "overlap_grad_reduce": False}))
+    ops = M.num_layers * kernel_counts(ctx, "transformer_block", 1)[0]
+    ops += kernel_counts(ctx, "embedding", 1)[0] + kernel_counts(ctx, "lm_head", 1)[0]
+    base = step("one", CPU)
+    assert step("one", CPU, op_fwd_us=US) - base == pytest.approx(ops * US * 1e-6, rel=1e-6)
+    assert step("one", CPU, op_bwd_us=US) - base == pytest.approx(ops * US * 1e-6, rel=1e-6)
+
+
+@pytest.mark.parametrize("plan", list(PLANS))
+def test_a_gpu_ignores_host_dispatch(plan: str) -> None:
+    """Only a host device ("cpu…") issues its ops from the processor that runs them: a GPU spec carrying
+    the figures prices exactly as without them."""
+    h100 = get_gpu("h100-sxm5-80gb")
+    assert step(plan, h100, **dict.fromkeys(ZERO, US)) == step(plan, h100)
+
+
+def test_the_host_microbenchmark_measures_every_class() -> None:
+    """``runtime.host_dispatch`` on this machine: every class measured, a DTensor dearer than a plain tensor."""
+    from runtime.host_dispatch import measure_in_subprocess
+
+    got = measure_in_subprocess()
+    assert got is not None
+    hd = HostDispatch(**got)
+    assert hd.op_fwd_us > 0 and hd.op_bwd_us > 0
+    assert hd.adam_dtensor_us > hd.adam_plain_us > 0
+    assert hd.tp_linear_fwd_us > 0 and hd.fsdp_module_fwd_us > 0
+
+
+@pytest.mark.parametrize(
+    "field, plan, residual",
+    [
+        ("adam_dtensor_us", "dp2", "compute_scale"),
+        ("fsdp_module_fwd_us", "dp2", "compute_scale"),
+        ("tp_linear_bwd_us", "tp2", "compute_scale"),
+        ("op_fwd_us", "one", "compute_scale"),
+    ],
+)
+def test_the_residual_of_the_work_scales_its_dispatch(field: str, plan: str, residual: str) -> None:
+    """On a host the processor that computes also dispatches: the compute residual (a calibration's
+    speed of this processor during the runs ÷ alone) scales the measured dispatch. (The in-step TP
+    collective is measured by the run's own ranks, under its load, and is not scaled.)"""
+    from planner.specs import Calibration, Residuals
+
+    def with_cal(**dispatch: float) -> float:
+        par = PLANS[plan]
+        n = par["tp"] * par["pp"] * par["dp"]
+        spec = CPU.model_copy(update={"host_dispatch": HostDispatch(**{**ZERO, **dispatch})})
+        request = PlanRequest(
+            model="tiny-gpt",
+            cluster={"gpu": spec.model_dump(), "num_nodes": 1, "gpus_per_node": n},
+            training={"global_batch_size": 8, "seq_len": 64, "precision": "fp32", "stack": "meshplan"},
+            parallel=par,
+            calibration=Calibration(gpu="cpu", residuals=Residuals(**{residual: 3.0})),
+        )
+        return estimate_plan(request).estimate.step_time_s
+
+    plain = step(plan, CPU, **{field: US}) - step(plan, CPU, **{field: 0.0})
+    assert with_cal(**{field: US}) - with_cal(**{field: 0.0}) == pytest.approx(3.0 * plain, rel=1e-3)
