@@ -335,16 +335,6 @@ def plan(request: PlanRequest | dict) -> PlanResponse:
         infeasible = _infeasibility(ctx, req, result)
     else:
         plans = explain(ctx, plans, result, req)
-        if ctx.calibration is not None:  # unless the explanation already says it (planner.residuals)
-            note = calibration_note(ctx.calibration)
-            plans = [
-                p.model_copy(
-                    update={"explanation": p.explanation.model_copy(update={"details": [*p.explanation.details, note]})}
-                )
-                if p.explanation is not None and not any(d.startswith("calibrated") for d in p.explanation.details)
-                else p
-                for p in plans
-            ]
     return PlanResponse(
         cost_model_version=version.COST_MODEL_VERSION,
         model=ctx.model,

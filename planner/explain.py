@@ -346,7 +346,7 @@ def explain(ctx, plans: list[Plan], result, request: PlanRequest | None = None) 
         if plan.parallel.zero_stage == 3 and plan.parallel.dp > 1:
             details.append(
                 "DP sync includes ZeRO-3's per-layer parameter gathers and gradient reduce-scatters beyond the "
-                "layer's compute (compute running under them is not modeled as slowed down)"
+                "layer's compute (compute running under them is slowed by the overlap: planner.terms.OVERLAP_SLOWDOWN)"
             )
         details += [a.summary for a in alts]
         runner = None

@@ -62,13 +62,8 @@ def describe_residuals(ctx: Context) -> str | None:
     changed = ", ".join(
         f"{f} {getattr(r, f):.4g}" for f in FIELDS if getattr(r, f) != Residuals.model_fields[f].default
     )
-    cal = ctx.calibration
-    if cal is not None:
-        cv = f"; cross-validated error {cal.cross_validated_mape:.1%}" if cal.cross_validated_mape is not None else ""
-        return (
-            f"calibrated: residuals {changed or 'identity'} fitted on {len(cal.runs)} measured run"
-            f"{'s' if len(cal.runs) != 1 else ''} of {cal.gpu} ({cal.stack}){cv}"
-        )
+    if ctx.calibration is not None:
+        return calibration_note(ctx.calibration)
     if not changed:
         return None
     from planner.residuals_builtin import FITS, ROWS
