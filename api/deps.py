@@ -74,17 +74,21 @@ MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 _bearer = HTTPBearer(auto_error=False, description="Needed when the server sets MESHPLAN_API_TOKEN.")
 
 
+def token_matches(expected: str | None, given: str | None) -> bool:
+    """Whether a request's bearer token (``given``; None when it sent none) passes the server's
+    (``expected``; None: no token configured). Constant-time, so response timing does not leak how much
+    of a guess was right. Used by ``require_token`` and the cache-hit path (``api.hot_path``)."""
+    if expected is None:
+        return True
+    return given is not None and hmac.compare_digest(given.encode(), expected.encode())
+
+
 async def require_token(
     settings: SettingsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:
-    """Every /v1 route: when a token is configured, the request must carry it (constant-time
-    comparison, so response timing does not leak how much of a guess was right)."""
-    expected = settings.token
-    if expected is None:
-        return
-    given = credentials.credentials if credentials is not None else ""
-    if credentials is None or not hmac.compare_digest(given.encode(), expected.encode()):
+    """Every /v1 route: when a token is configured, the request must carry it (``token_matches``)."""
+    if not token_matches(settings.token, credentials.credentials if credentials is not None else None):
         raise ProblemException(
             401,
             "missing or wrong API token; send 'Authorization: Bearer <token>' with the server's MESHPLAN_API_TOKEN",

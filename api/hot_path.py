@@ -17,13 +17,11 @@ the route's template as for any other request. Dependency overrides (tests) are 
 
 from __future__ import annotations
 
-import hmac
-
 from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.deps import get_metrics, get_settings, get_store, resolve
+from api.deps import get_metrics, get_settings, get_store, resolve, token_matches
 from api.metrics import Metrics
 from api.routes import plans
 from api.settings import Settings
@@ -67,11 +65,8 @@ class PlanCacheMiddleware:
         """The token check of ``api.deps.require_token`` (constant time); False sends the request on
         to the route, which answers 401."""
         settings: Settings = await resolve(request, get_settings)
-        expected = settings.token
-        if expected is None:
-            return True
         scheme, _, given = (request.headers.get("authorization") or "").partition(" ")  # as HTTPBearer reads it
-        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected.encode())
+        return token_matches(settings.token, given.strip() if scheme.lower() == "bearer" else None)
 
     async def _stored(self, request: Request, plan_id: str) -> bytes | None:
         store: Store = await resolve(request, get_store)
