@@ -118,6 +118,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     # their step times prune the CP-SAT classes before them in the queue (Llama 3 405B: 1.6 → 0.5 s).
     probed = probe(ctx, pins, heap, found, top_k, deadline=t0 + options.time_limit_s)
     costed = pruned_memory = solved = simulated = solves = 0
+    costs: dict[Candidate, tuple] = {}  # classes costed and re-keyed by their exact bound (``fitting_bound``)
     learned: dict[tuple, dict] = {}  # critical paths shared by classes of one dependency graph (``chains.dag_key``)
     blocked: tuple[Candidate, int] | None = None
     all_proven = True
@@ -153,14 +154,21 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
             pruned_memory += 1
             block(cand, item.bound)
             continue
-        cc = class_costs(ctx, cand)
-        costed += 1
-        lb = fitting_bound(cc)  # ranked plans fit: a bound over the fitting cuts
-        # Memory screen before any simulation: exact for a forced uniform cut, a bound otherwise.
-        if pins.stage_layers is None and not (may_fit(cc) if fixed is None else fits_at(cc, fixed)):
-            pruned_memory += 1
-            block(cand, lb)
-            continue
+        if cand in costs:
+            cc, lb = costs.pop(cand)  # re-keyed by its exact bound and back at the front
+        else:
+            cc = class_costs(ctx, cand)
+            costed += 1
+            lb = fitting_bound(cc)  # ranked plans fit: a bound over the fitting cuts
+            # Memory screen before any simulation: exact for a forced uniform cut, a bound otherwise.
+            if pins.stage_layers is None and not (may_fit(cc) if fixed is None else fits_at(cc, fixed)):
+                pruned_memory += 1
+                block(cand, lb)
+                continue
+            if lb > item.bound and fixed is None:  # back in the queue by the exact bound: better classes first
+                costs[cand] = (cc, lb)
+                heapq.heappush(heap, item._replace(bound=lb))
+                continue
         if kth is not None and lb > kth:
             continue
         res = solve_class(cc, options, fixed=fixed, incumbent=kth, deadline=deadline, learned=learned)

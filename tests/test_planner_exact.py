@@ -212,3 +212,71 @@ def test_fitting_bound_is_valid_when_memory_binds() -> None:
                 tighter += fitting_bound(cc) > class_bound(cc)
                 checked += 1
     assert checked and tighter, (checked, tighter)
+
+
+def _chain_lp(L, m, w, extras, lags, caps, least, steady):
+    """The LP relaxation of ``rank_chain_load`` solved by GLOP (an independent computation): min T over
+    real least ≤ n_i ≤ caps[i], Σ n = L, every rank chain (and steady-state chain) ≤ T."""
+    from ortools.linear_solver import pywraplp
+
+    solver = pywraplp.Solver.CreateSolver("GLOP")
+    n = [solver.NumVar(least, c, f"n{i}") for i, c in enumerate(caps)]
+    T = solver.NumVar(0, solver.infinity(), "T")
+    solver.Add(sum(n) == L)
+    for i in range(len(caps)):
+        before = sum(n[j] * w + extras[j] + lags[j] for j in range(i))
+        solver.Add(before + m * (n[i] * w + extras[i]) <= T)
+        if steady is not None:
+            a, c = steady[1][i]
+            solver.Add(steady[0] + a * n[i] + c <= T)
+    solver.Minimize(T)
+    assert solver.Solve() == pywraplp.Solver.OPTIMAL
+    return T.solution_value()
+
+
+@pytest.mark.parametrize(
+    "L,m,w,extras,lags,caps,steady",
+    [
+        (8, 4, 10, [3, 0, 9], [2, 2, 0], [8, 8, 8], None),
+        (12, 8, 7, [5, 0, 0, 20], [1, 1, 1, 0], [2, 3, 9, 9], None),  # memory leaves the first ranks few layers
+        (12, 4, 7, [5, 0, 0, 20], [0, 0, 0, 0], [12, 12, 12, 12], None),
+        (10, 2, 5, [0, 0], [4, 0], [3, 9], None),
+        (9, 6, 4, [2, 0, 11], [3, 3, 0], [9, 9, 9], (100, [(10, 2), (12, 0), (14, 9)])),  # 1F1B steady chains
+        (
+            16,
+            16,
+            3,
+            [1, 0, 0, 0, 6],
+            [1, 1, 1, 1, 0],
+            [2, 2, 4, 8, 16],
+            (60, [(20, 1), (20, 0), (21, 0), (22, 0), (23, 5)]),
+        ),
+    ],
+)
+def test_rank_chain_load_is_the_lp_relaxation(L, m, w, extras, lags, caps, steady) -> None:
+    """``bounds.rank_chain_load`` is the optimum of its LP relaxation (GLOP) to its tolerance, and no more
+    than the brute-force min over integer cuts of the same chains (a valid bound)."""
+    from itertools import product
+
+    from planner.bounds import rank_chain_load
+
+    got = rank_chain_load(L, m, w, extras, lags, caps, steady=steady)
+    lp = _chain_lp(L, m, w, extras, lags, caps, 1, steady)
+    assert got is not None and got <= lp + 1e-6 and got >= lp * (1 - 2e-4) - 1
+    best = None
+    for cut in product(*(range(1, c + 1) for c in caps)):
+        if sum(cut) != L:
+            continue
+        t = [n * w + e for n, e in zip(cut, extras)]
+        chains = [sum(t[j] + lags[j] for j in range(i)) + m * t[i] for i in range(len(caps))]
+        if steady is not None:
+            chains += [steady[0] + a * n + c for (a, c), n in zip(steady[1], cut)]
+        best = max(chains) if best is None else min(best, max(chains))
+    assert best is not None and got <= best
+
+
+def test_rank_chain_load_without_a_cut() -> None:
+    from planner.bounds import rank_chain_load
+
+    assert rank_chain_load(8, 4, 10, [0, 0], [0, 0], [3, 4]) is None  # the caps cannot take every layer
+    assert rank_chain_load(8, 4, 10, [0, 0], [0, 0], [0, 8]) is None  # a rank cannot hold one layer
