@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 
 from planner.cost import Candidate, ClassCosts, Context, Live, boundary_lags, live_vectors_cached, num_microbatches
 from planner.memory import rank_activations, rank_buffers, rank_memory, rank_states
-from planner.terms import SharedTerms, class_terms, end_terms, rank_end
+from planner.terms import SharedTerms, class_terms, end_terms, layer_group, rank_end
 
 # ---------------------------------------------------------------------------------------------
 # Memory screens
@@ -222,13 +222,14 @@ def rank_chain_load(
     caps: list[int],
     least: int = 1,
     steady: tuple[int, list[tuple[int, int]]] | None = None,
-    rtol: float = 1e-4,
+    rtol: float = 1e-3,
 ) -> int | None:
     """A lower bound of min over cuts (``least`` ≤ n_i ≤ ``caps[i]``, Σ n_i = L) of max over ranks i of the
     rank chain Σ_{j<i} (t_j + lags[j]) + m·t_i, with t_i = n_i·w + extras[i] and ``lags[j]`` the delay
     of boundary j there and back: F(0) through the stages before i, all of rank i's m·(F + B), B(m − 1)
-    back (one chunk per rank; ``cut_bound``'s chains). Its real relaxation, by bisection on the makespan
-    T to ``rtol``, returning the largest T found infeasible (≤ the relaxation's optimum ≤ the best cut).
+    back (one chunk per rank; ``cut_bound``'s chains). Its real relaxation, solved on the makespan T to
+    ``rtol`` (false position), returning the largest T found infeasible (≤ the relaxation's optimum ≤
+    the best cut).
     Feasibility of T is exact for the relaxation: the chains only grow with any n_j, so the feasible
     cuts are closed downwards and it suffices that the most layers T admits reach L; a rank's room
     only grows with the layers before it, so each takes all it can (its memory cap, its own chain,
@@ -245,13 +246,15 @@ def rank_chain_load(
     room_caps = [(c - least) * w for c in caps]
     need = (L - p * least) * w
 
-    def feasible(T: float) -> bool:
+    def margin(T: float) -> float | None:
+        """Layers (× w) T admits beyond L: ≥ 0 when T is feasible; None when a rank cannot hold even
+        its least layers."""
         thr = [0.0] * (p + 1)  # the largest prefix at rank k from which ranks k… fit at their least layers
         thr[p] = float("inf")
         for k in range(p - 1, -1, -1):
             thr[k] = min(T - m * e[k], thr[k + 1] - e[k] - lags[k])
         if thr[0] < 0:
-            return False
+            return None
         s = got = 0.0
         for i in range(p):
             room = min(room_caps[i], (T - s) / m - e[i], thr[i + 1] - s - lags[i] - e[i])
@@ -259,16 +262,36 @@ def rank_chain_load(
                 a, c = steady[1][i]
                 room = min(room, ((T - steady[0] - c) / a - least) * w)
                 if room < 0:
-                    return False
+                    return None
             got += room
             s += e[i] + room + lags[i]
-        return got >= need
+        return got - need
 
-    hi = float((m + 1) * sum(r + x + g for r, x, g in zip(room_caps, e, lags)) + 1)  # every rank at its cap: feasible
-    lo = 0.0
+    # Bracket: the same chains without caps, lags, floors or steady chains (the geometric profile,
+    # ``_pipe_bound``'s first term) are a lower bound; every rank at its cap is feasible.
+    lo = (need + sum(e)) / (1.0 - (1.0 - 1.0 / m) ** p)
+    g_lo = margin(lo)
+    if g_lo is not None and g_lo >= 0:
+        return int(lo)
+    top = float((m + 1) * sum(r + x + g for r, x, g in zip(room_caps, e, lags)) + 1)
+    hi = min(2 * lo, top)
+    while (g_hi := margin(hi)) is None or g_hi < 0:
+        if hi >= top:  # only by rounding: every rank at its cap takes the L layers
+            return int(lo)
+        lo, g_lo, hi = hi, g_hi, min(2 * hi, top)
+    # The margin grows with T, piecewise linearly (and flat where caps bind): false position, with a
+    # bisection whenever the last step moved the same end as the one before or the margin is flat there.
+    side = last = 0
     while hi - lo > rtol * hi:
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if feasible(mid) else (mid, hi)
+        if g_lo is None or g_hi <= 0 or side == last:
+            mid = (lo + hi) / 2
+        else:
+            mid = lo + (hi - lo) * (-g_lo) / (g_hi - g_lo)
+        last, g = side, margin(mid)
+        if g is not None and g >= 0:
+            hi, g_hi, side = mid, g, 1
+        else:
+            lo, g_lo, side = mid, g, -1
     return int(lo)
 
 
@@ -320,6 +343,32 @@ def quick_bound(ctx: Context, c: Candidate) -> int:
     """``class_bound`` without building the class (no pipeline lags): ≤ ``class_bound``, from the
     terms shared by every class with the same (mbs, tp, sp, recompute, ZeRO, dp); microseconds."""
     return pipe_bound(class_terms(ctx, c), c, num_microbatches(ctx, c), ctx.model.num_layers, 0)
+
+
+def lean_bound(ctx: Context, c: Candidate) -> int:
+    """≤ ``quick_bound``, from the layer times alone (``terms.layer_group``: one per (mbs, tp, SP,
+    recompute), not per ZeRO stage and dp): the chain and busiest-rank terms of ``_pipe_bound`` that only
+    grow with the layer times, with no ZeRO-3 gathers, no end of step and no p2p lags. The search's first
+    key (``search.next_class`` replaces it by ``quick_bound`` when the class nears the front)."""
+    lg = layer_group(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute)
+    m, p, v, L = num_microbatches(ctx, c), c.pp, c.virtual_stages, ctx.model.num_layers
+    f, b, ext = lg.fwd, lg.bwd, 0
+    w = f.layer + b.layer
+    emb, head = f.emb + b.emb, f.head + b.head
+    total = L * w + emb + head
+    if p == 1:
+        emb, head = emb + head, 0
+    load = busiest_rank_load(L, p, w, emb, head, v)
+    if v == 1:
+        pipe = total / (1.0 - (1.0 - 1.0 / m) ** p)
+        if c.schedule == "gpipe":
+            pipe = max(pipe, total + (m - 1) * max(total / p, load))
+        else:
+            pipe = max(pipe, total + max(0, m - p) * load)
+    else:
+        first = emb + (head if c.chunks == 1 else 0)
+        pipe = max(m * total / p + (w * (p * (p - 1) // 2) + (p - 1) * first) / p, m * load)
+    return int(math.floor(pipe)) + ext
 
 
 def cut_bound(ctx: Context, c: Candidate, cut: list[int]) -> int:

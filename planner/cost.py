@@ -123,16 +123,27 @@ def live_vectors_cached(schedule: str, pp: int, v: int, m: int) -> Live:
     if v == 1:  # closed forms: GPipe keeps all m, 1F1B keeps min(p - i, m) on rank i
         return tuple(((((i, m if schedule == "gpipe" else min(pp - i, m)),),)) for i in range(pp))
     out = []
-    for ops in rank_orders(schedule, pp, v, m):
-        alive: dict[int, int] = {}
+    for r, ops in enumerate(rank_orders(schedule, pp, v, m)):
+        alive = [0] * v  # copies alive of the rank's chunks r, r + pp, … (local index c // pp)
+        seen: tuple[int, ...] = ()  # local indices of the chunks forwarded so far, sorted
+        # each peak as the sorted (chunk, copies) of the chunks seen, memoised by the counts (the steady
+        # state repeats a few of them m·v times)
+        as_items: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, int], ...]] = {}
         peaks: set[tuple[tuple[int, int], ...]] = set()
         for idx, (kind, _, c) in enumerate(ops):
+            k = c // pp
             if kind == "F":
-                alive[c] = alive.get(c, 0) + 1
+                if k not in seen:
+                    seen = tuple(sorted((*seen, k)))
+                alive[k] += 1
                 if idx + 1 == len(ops) or ops[idx + 1][0] == "B":  # a local maximum
-                    peaks.add(tuple(sorted(alive.items())))
+                    key = (seen, tuple(alive))
+                    items = as_items.get(key)
+                    if items is None:
+                        items = as_items[key] = tuple((x * pp + r, alive[x]) for x in seen)
+                    peaks.add(items)
             else:
-                alive[c] -= 1
+                alive[k] -= 1
         dicts = [dict(p) for p in peaks]
         keep = [p for p in dicts if not any(q != p and all(q.get(c, 0) >= k for c, k in p.items()) for q in dicts)]
         out.append(tuple(tuple(sorted(p.items())) for p in keep))

@@ -6,6 +6,7 @@ with its source in ``docs/planner.md``."""
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from planner.analytic import FLASH_BWD_RATIO
@@ -40,6 +41,7 @@ FLASH_FAMILY = {"a100": "a100", "h100": "h100", "h200": "h100"}
 FLASH_REFERENCE_PEAK = {"a100": 312.0, "h100": 989.4}
 
 
+@lru_cache(maxsize=4096)
 def hbm_efficiency(nbytes: float) -> float:
     return next(eff for lo, eff in HBM_EFFICIENCY if nbytes >= lo)
 

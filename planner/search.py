@@ -19,20 +19,21 @@ and the answer is never worse than them when the time limit ends the search (``t
 
 from __future__ import annotations
 
-import heapq
 import time
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
 
-from planner.bounds import cut_bound, fits_at, fitting_bound, may_fit, quick_bound, quick_may_fit
+from planner.bounds import fits_at, fitting_bound, may_fit, quick_may_fit
 from planner.cost import Candidate, Context, class_costs, evaluate
 from planner.cutsolver import ClassResult, Status, greedy_cut, solve_class
+from planner.frontier import Frontier, Key, QueueItem
 from planner.layout import even_stage_layers
-from planner.space import enumerate_candidates, forced_cut, min_memory, plan_key, simplicity
+from planner.space import enumerate_candidates, forced_cut, min_memory, plan_key
 from planner.specs import ParallelPins, SearchOptions
 
 #: One-cut classes simulated before the best-first loop (``probe``).
 PROBES = 8
+#: One-cut classes ``probe`` looks at, at most (most of them may not fit: Llama 3 70B has thousands).
+PROBE_SCAN = 256
 
 
 @dataclass
@@ -52,18 +53,6 @@ class SearchResult:
     memory_blocked: tuple[Candidate, int] | None = None
 
 
-class QueueItem(NamedTuple):
-    """A class waiting in the best-first queue (a NamedTuple: compared as a tuple, at C speed)."""
-
-    bound: int  # a valid lower bound of its objective
-    order: tuple  # ``simplicity``: ties are visited simplest first (it ends with the candidate: unique)
-    settled: bool  # False: a one-cut class whose bound can still be tightened by ``cut_bound``
-
-    @property
-    def cand(self) -> Candidate:
-        return self.order[-1]
-
-
 def result_key(r: ClassResult) -> tuple:
     assert r.evaluation is not None
     return plan_key(r.evaluation, r.cand)
@@ -73,39 +62,12 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     t0 = time.perf_counter()
     cands = enumerate_candidates(ctx, pins, options)
     cands, profile_notes = restrict_to_profile(ctx, cands)
-    # Best-first on a cheap valid lower bound: a class is costed (ClassCosts, memory screen, exact
-    # bound) only when its quick bound can still reach the k-th best plan, and solved only when its
-    # exact bound can too. The first class whose quick bound exceeds it ends the search: every later
-    # one is bounded out. Classes with one allowed cut (interleaved's uniform split) are re-keyed by
-    # that cut's bound (``cut_bound``, tighter) when they reach the front of the queue, and pushed
-    # back (lazy: only the classes that get near the front pay for it).
-    memo: dict[tuple, int] = {}  # the interleaved quick bound does not depend on v: share it
-
-    def qbound(c: Candidate) -> int:
-        if c.virtual_stages == 1:
-            return quick_bound(ctx, c)
-        k = (c.tp, c.pp, c.dp, c.micro_batch_size, c.recompute, c.sequence_parallel, c.zero_stage)
-        if k not in memo:
-            memo[k] = quick_bound(ctx, c)
-        return memo[k]
-
-    heap = [
-        QueueItem(qbound(c), simplicity(c), c.virtual_stages == 1 or forced_cut(ctx, pins, c) is None) for c in cands
-    ]
-    heapq.heapify(heap)
-
-    def next_class() -> QueueItem | None:
-        while heap:
-            item = heapq.heappop(heap)
-            if item.settled:
-                return item
-            cut = forced_cut(ctx, pins, item.cand)
-            assert cut is not None
-            if pins.stage_layers is None and not quick_may_fit(ctx, item.cand, cut):
-                return item._replace(settled=True)  # memory rules it out (the loop says so): no need to re-key
-            heapq.heappush(heap, QueueItem(max(item.bound, cut_bound(ctx, item.cand, cut)), item.order, True))
-        return None
-
+    # Best-first on valid lower bounds (``frontier``: lean, then quick, then a one-cut class's cut bound,
+    # each computed when the class nears the front): a class is costed (ClassCosts, memory screen, exact
+    # bound) only when its bound can still reach the k-th best plan, pushed back when its exact bound is
+    # larger, and solved only when that can reach it too. The first class whose bound exceeds it ends the
+    # search: every later one is bounded out.
+    queue = Frontier(ctx, pins, cands)
     # Expert-like configurations (``expert_seeds``), evaluated at a balanced cut before the search: real
     # plans of classes the search visits anyway, so the answer is never worse than them even when the
     # time limit ends the search early, and their step times prune from the start. A seed stands for
@@ -116,7 +78,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     del found[top_k:]
     # Then the one-cut classes with the best quick bounds (``probe``): exact, a simulation each, and
     # their step times prune the CP-SAT classes before them in the queue (Llama 3 405B: 1.6 → 0.5 s).
-    probed = probe(ctx, pins, heap, found, top_k, deadline=t0 + options.time_limit_s)
+    probed = probe(ctx, pins, queue, found, top_k, deadline=t0 + options.time_limit_s)
     costed = pruned_memory = solved = simulated = solves = 0
     costs: dict[Candidate, tuple] = {}  # classes costed and re-keyed by their exact bound (``fitting_bound``)
     learned: dict[tuple, dict] = {}  # critical paths shared by classes of one dependency graph (``chains.dag_key``)
@@ -137,14 +99,14 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         if blocked is None or b < blocked[1]:
             blocked = (cand, b)
 
-    while (item := next_class()) is not None:
+    while (item := queue.pop()) is not None:
         cand = item.cand
         kth_ev = found[top_k - 1].evaluation if len(found) >= top_k else None
         kth = kth_ev.objective_ns if kth_ev is not None else None
         if kth is not None and item.bound > kth:
             break
         if time.perf_counter() >= deadline:
-            rest = [item] + sorted(heap)
+            rest = [item] + queue.remaining()
             leave_open(item.bound)
             break
         if cand in probed:
@@ -167,7 +129,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
                 continue
             if lb > item.bound and fixed is None:  # back in the queue by the exact bound: better classes first
                 costs[cand] = (cc, lb)
-                heapq.heappush(heap, item._replace(bound=lb))
+                queue.push(item._replace(bound=lb))
                 continue
         if kth is not None and lb > kth:
             continue
@@ -182,7 +144,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         if res.evaluation is None or not res.evaluation.fits:
             if res.status != Status.INFEASIBLE:
                 leave_open(lb)
-                unsolved.append(QueueItem(lb, item.order, True))
+                unsolved.append(QueueItem(lb, item.order, Key.SETTLED))
             else:
                 block(cand, lb)
             continue
@@ -254,7 +216,7 @@ def one_cut(ctx: Context, pins: ParallelPins, c: Candidate) -> list[int] | None:
 
 
 def probe(
-    ctx: Context, pins: ParallelPins, heap: list[QueueItem], found: list[ClassResult], top_k: int, deadline: float
+    ctx: Context, pins: ParallelPins, queue: Frontier, found: list[ClassResult], top_k: int, deadline: float
 ) -> set[Candidate]:
     """Simulate the one-cut classes (interleaved's uniform split, one stage) with the best quick bounds
     that pass the memory screens, at most ``PROBES``, and rank their plans into ``found``: a class with
@@ -266,11 +228,14 @@ def probe(
     kth = found[top_k - 1].evaluation.objective_ns if len(found) >= top_k else None  # type: ignore[union-attr]
     done: set[Candidate] = set()
     evals = 0
-    for item in sorted(heap):
-        if evals >= PROBES or (kth is not None and item.bound > kth) or time.perf_counter() >= deadline:
+    for i, item in enumerate(queue.by_quick_bound(lambda c: one_cut(ctx, pins, c) is not None)):
+        if i >= PROBE_SCAN or evals >= PROBES or (kth is not None and item.bound > kth):
+            break
+        if time.perf_counter() >= deadline:
             break
         fixed = one_cut(ctx, pins, item.cand)
-        if fixed is None or not quick_may_fit(ctx, item.cand, fixed):
+        assert fixed is not None
+        if not quick_may_fit(ctx, item.cand, fixed):
             continue
         cc = class_costs(ctx, item.cand)
         if not fits_at(cc, fixed):

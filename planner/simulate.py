@@ -7,6 +7,9 @@ one model chunk). An operation starts when its rank is free and its data depende
 * ``B(mb, c)`` needs ``B(mb, c+1)`` plus the lag of boundary ``c → c+1`` (the last chunk's backward
   needs its own forward).
 
+A shape simulated before replays the order its ranks ran in (``_ORDERS``): one pass, no waiting checks. A long 1F1B pipeline is simulated exactly from a short one once its steady state is
+periodic (``periodic_1f1b``: Llama 3 70B's 512 micro-batches from 28–30).
+
 Sends are asynchronous (a lag, not rank time). Times are integers (the planner uses nanoseconds) so
 the simulation, the brute force and the CP-SAT model compute exactly the same numbers.
 
@@ -18,6 +21,7 @@ when ``m == p``; needs ``m % p == 0``). Chunk ``c`` lives on rank ``c % p``.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -28,6 +32,7 @@ def chunk_ranks(pp: int, v: int) -> list[int]:
     return [c % pp for c in range(pp * v)]
 
 
+@lru_cache(maxsize=8)  # read only; both the live activations (``cost``) and a new shape's first simulation use it
 def rank_orders(schedule: str, pp: int, v: int, m: int) -> list[list[Op]]:
     """The operation order of every pipeline rank."""
     if schedule == "gpipe":
@@ -65,13 +70,13 @@ def rank_orders(schedule: str, pp: int, v: int, m: int) -> list[list[Op]]:
     raise ValueError(f"schedule {schedule!r} is not simulated")
 
 
-@lru_cache(maxsize=256)
-def _coded_orders(schedule: str, pp: int, v: int, m: int) -> tuple[tuple[int, ...], ...]:
-    chunks = pp * v
-    return tuple(
-        tuple(((0 if k == "F" else 1) * m + j) * chunks + c for k, j, c in order)
-        for order in rank_orders(schedule, pp, v, m)
-    )
+#: (op id, rank, previous op on the rank or -1, data dependency or -1, boundary its lag crosses or -1, key
+#: kind·chunks + c of its duration and lag); op id = ((kind·m) + j)·chunks + c, kind 0 = F, 1 = B.
+Step = tuple[int, int, int, int, int, int]
+#: The operation order of recently simulated schedule shapes (``_first_run``), replayed by ``_run``: each
+#: ~1 MB at pp = 8, m = 512.
+_ORDERS: OrderedDict[tuple[str, int, int, int], tuple[tuple[Step, ...], tuple[int, ...]]] = OrderedDict()
+ORDERS_KEPT = 32
 
 
 @dataclass
@@ -98,76 +103,142 @@ def simulate(
 ) -> SimResult:
     """Simulate one step. ``fwd``/``bwd``: duration of one micro-batch on each chunk (``pp*v``
     entries); ``lag``: p2p delay of each chunk boundary (``pp*v - 1`` entries, default 0).
-    ``record=False`` skips the per-operation timeline (the critical path is always kept)."""
+    ``record=False`` skips the per-operation timeline (the critical path is always kept), and lets a
+    long 1F1B pipeline be extrapolated from a shorter one once it is periodic (``periodic_1f1b``)."""
     chunks = pp * v
     if len(fwd) != chunks or len(bwd) != chunks:
         raise ValueError("fwd and bwd need one duration per chunk")
     lag = list(lag) if lag is not None else [0] * (chunks - 1)
+    if not record and schedule == "1f1b" and v == 1 and m >= 2 * (pp + probe_rounds(pp)) and min(fwd + bwd) > 0:
+        res = periodic_1f1b(pp, m, fwd, bwd, lag)
+        if res is not None:
+            return res
+    end, pred, pred_lag, out, last = _run(schedule, pp, v, m, fwd, bwd, lag, record)
+    free = [end[op] if op >= 0 else 0 for op in last]
+    makespan = max(end)
+    path, lags = _backtrack(end.index(makespan), m * chunks, chunks, pred, pred_lag)
+    return SimResult(makespan=makespan, ops=out, rank_finish=free, critical_path=path, critical_lags=lags)
+
+
+def _run(
+    schedule: str, pp: int, v: int, m: int, fwd: list[int], bwd: list[int], lag: list[int], record: bool
+) -> tuple[list[int], list[int], list[int], list[tuple[int, str, int, int, int, int]], tuple[int, ...]]:
+    """Every operation's end, binding predecessor and the boundary whose lag that edge carries (op ids as
+    in ``Step``), the timeline when ``record``, and each rank's last op (-1: none). An operation starts
+    when its rank's previous one has ended and its data (plus the lag, when the boundary joins two ranks)
+    has arrived. A shape simulated before replays its recorded order (``_ORDERS``: one pass, no waiting
+    checks); a new one runs the ranks' orders round-robin (``_first_run``) and records it."""
+    chunks = pp * v
     where = chunk_ranks(pp, v)
-    # Operation id: ((kind * m) + j) * chunks + c, kind 0 = F, 1 = B.
-    n_ops = 2 * m * chunks
-    end = [-1] * n_ops
-    pred = [-1] * n_ops  # binding predecessor id
-    pred_lag = [-1] * n_ops  # boundary whose lag the binding edge carries
-    fwd_gap = [lag[c - 1] if c > 0 and where[c - 1] != where[c] else -1 for c in range(chunks)]
-    bwd_gap = [lag[c] if c < chunks - 1 and where[c + 1] != where[c] else -1 for c in range(chunks)]
-    coded = _coded_orders(schedule, pp, v, m)
-    pos = [0] * pp
-    free = [0] * pp
-    last = [-1] * pp
-    out: list[tuple[int, str, int, int, int, int]] = []
-    remaining = n_ops
     mc = m * chunks
-    while remaining:
+    # Per (kind, chunk) key kind·chunks + c: the duration and the lag of the incoming data (-1: same rank)
+    dur = list(fwd) + list(bwd)
+    gap = [lag[c - 1] if c > 0 and where[c - 1] != where[c] else -1 for c in range(chunks)]
+    gap += [lag[c] if c < chunks - 1 and where[c + 1] != where[c] else -1 for c in range(chunks)]
+    shape = (schedule, pp, v, m)
+    if shape not in _ORDERS:
+        return _first_run(shape, dur, gap, record)
+    _ORDERS.move_to_end(shape)
+    steps, last = _ORDERS[shape]
+    end = [0] * (2 * mc + 1)  # end[-1] = 0: the start of a rank's first operation
+    pred = [-1] * (2 * mc)  # binding predecessor id
+    pred_lag = [-1] * (2 * mc)  # boundary whose lag the binding edge carries
+    out: list[tuple[int, str, int, int, int, int]] = []
+    for op, r, prev, dep, boundary, key in steps:
+        # the same rule as ``_first_run``'s (inline in both: this loop runs ~10⁵ times per plan)
+        start = end[prev]
+        if dep >= 0:
+            g = gap[key]
+            ready = end[dep] + g if g > 0 else end[dep]
+            if ready >= start:
+                start = ready
+                pred[op] = dep
+                if g >= 0:
+                    pred_lag[op] = boundary
+            else:
+                pred[op] = prev
+        else:
+            pred[op] = prev
+        finish = end[op] = start + dur[key]
+        if record:
+            out.append((r, "F" if op < mc else "B", (op % mc) // chunks, op % chunks, start, finish))
+    end.pop()
+    return end, pred, pred_lag, out, last
+
+
+def _first_run(
+    shape: tuple[str, int, int, int], dur: list[int], gap: list[int], record: bool
+) -> tuple[list[int], list[int], list[int], list[tuple[int, str, int, int, int, int]], tuple[int, ...]]:
+    """``_run`` of a shape not simulated before: the ranks' orders visited in sweeps up and down the ranks,
+    each rank running until it waits for data; the order it ran them in is recorded in ``_ORDERS`` (it
+    depends on the schedule only, not on durations; any order that respects the dependencies gives the
+    same times)."""
+    schedule, pp, v, m = shape
+    chunks = pp * v
+    mc = m * chunks
+    coded = [
+        [((0 if k == "F" else 1) * m + j) * chunks + c for k, j, c in order]
+        for order in rank_orders(schedule, pp, v, m)
+    ]
+    end = [-1] * (2 * mc) + [0]  # -1: not run yet; end[-1] = 0: the start of a rank's first operation
+    pred = [-1] * (2 * mc)
+    pred_lag = [-1] * (2 * mc)
+    out: list[tuple[int, str, int, int, int, int]] = []
+    pos = [0] * pp
+    last = [-1] * pp
+    steps: list[Step] = []
+    up, down = range(pp), range(pp - 1, -1, -1)
+    sweep = 0
+    while len(steps) < 2 * mc:
         progressed = False
-        for r in range(pp):
+        sweep += 1
+        for r in up if sweep % 2 else down:  # forwards flow up the ranks, backwards down: sweep both ways
             ops = coded[r]
             p_ = pos[r]
+            prev = last[r]
             while p_ < len(ops):
                 op = ops[p_]
                 c = op % chunks
-                if op < mc:  # forward
-                    if c > 0:
-                        dep = op - 1
-                        gap = fwd_gap[c]
-                        boundary = c - 1
-                    else:
-                        dep, gap, boundary = -1, -1, -1
-                    dur = fwd[c]
+                if op < mc:
+                    dep, boundary = (op - 1, c - 1) if c > 0 else (-1, -1)
                 else:
-                    if c < chunks - 1:
-                        dep = op + 1
-                        gap = bwd_gap[c]
-                        boundary = c
-                    else:
-                        dep, gap, boundary = op - mc, -1, -1
-                    dur = bwd[c]
+                    dep, boundary = (op + 1, c) if c < chunks - 1 else (op - mc, -1)
+                key = (op // mc) * chunks + c
+                start = end[prev]
                 if dep >= 0:
                     if end[dep] < 0:
-                        break
-                    ready = end[dep] + (gap if gap > 0 else 0)
+                        break  # its data is not there yet: the next rank
+                    g = gap[key]
+                    ready = end[dep] + g if g > 0 else end[dep]
+                    if ready >= start:
+                        start = ready
+                        pred[op] = dep
+                        if g >= 0:
+                            pred_lag[op] = boundary
+                    else:
+                        pred[op] = prev
                 else:
-                    ready = 0
-                start = free[r]
-                if dep >= 0 and ready >= start:
-                    start = ready
-                    pred[op] = dep
-                    pred_lag[op] = boundary if gap >= 0 else -1
-                else:
-                    pred[op] = last[r]
-                finish = start + dur
-                end[op] = free[r] = finish
-                last[r] = op
+                    pred[op] = prev
+                finish = end[op] = start + dur[key]
                 if record:
                     out.append((r, "F" if op < mc else "B", (op % mc) // chunks, c, start, finish))
+                steps.append((op, r, prev, dep, boundary, key))
+                prev = op
                 p_ += 1
-                remaining -= 1
                 progressed = True
             pos[r] = p_
+            last[r] = prev
         if not progressed:
             raise RuntimeError(f"schedule {schedule!r} deadlocked (pp={pp}, v={v}, m={m})")
-    makespan = max(free)
-    node = end.index(max(end))
+    _ORDERS[shape] = (tuple(steps), tuple(last))
+    if len(_ORDERS) > ORDERS_KEPT:
+        _ORDERS.popitem(last=False)
+    end.pop()
+    return end, pred, pred_lag, out, tuple(last)
+
+
+def _backtrack(node: int, mc: int, chunks: int, pred: list[int], pred_lag: list[int]) -> tuple[list[Op], list[int]]:
+    """The critical path ending at op ``node``: its binding predecessors back to the first operation."""
     path: list[Op] = []
     lags: list[int] = []
     while node >= 0:
@@ -176,7 +247,84 @@ def simulate(
             lags.append(pred_lag[node])
         node = pred[node]
     path.reverse()
-    return SimResult(makespan=makespan, ops=out, rank_finish=free, critical_path=path, critical_lags=lags)
+    return path, lags
+
+
+#: Longest period (in rounds) looked for (``periodic_1f1b``): ties between the slowest stages can make the
+#: steady state repeat every few rounds rather than every one (Llama 3 70B's TP4×PP8 cut: every 3).
+MAX_PERIOD = 6
+
+
+def probe_rounds(pp: int) -> int:
+    """Steady-state rounds simulated before a long 1F1B pipeline is extrapolated (``periodic_1f1b``)."""
+    return max(12, 2 * pp)
+
+
+def periodic_1f1b(pp: int, m: int, fwd: list[int], bwd: list[int], lag: list[int]) -> SimResult | None:
+    """1F1B with one chunk per rank and m micro-batches, exactly, from a simulation of p +
+    ``probe_rounds`` (+ < c) micro-batches, or 2, 4, … times as many rounds while that is at most m / 2;
+    None when none of them is periodic yet (then simulate all m).
+
+    Round k of the steady state is, on every rank r, F(k + p − 1 − r) then B(k) (rank r warms up with
+    p − 1 − r forwards). F of round k needs rank r − 1's F of round k − 1 and rank r's B of round k − 1;
+    B of round k needs rank r's F and rank r + 1's B of round k. So for 1 ≤ k ≤ K = m − p the ends of
+    round k, x(k), are a fixed max-plus function of x(k − 1) (the same durations every round): once
+    x(k*) = x(k* − c) + Λ (every component), x(k + c) = x(k) + Λ for every k ≥ k* − c, and every round
+    from k* − c + 1 on binds on the same predecessors as the one c rounds before. The long pipeline is
+    then a short one of ms micro-batches with J = m − ms (a multiple of c) more rounds: the same head,
+    rounds after k* repeating those c rounds earlier, and the short one's last rounds and cool-down
+    shifted by J micro-batches and J/c·Λ (its makespan and rank finishes; its critical path backtracks
+    through the repeated rounds). ``tests/test_planner_simulate.py`` checks it against the full simulation."""
+    rounds, found = probe_rounds(pp), None
+    while found is None and pp + rounds <= m // 2:  # longer probes while they cost at most half of m
+        probe = pp + rounds
+        end, pred, blag, _, _ = _run("1f1b", pp, 1, probe, fwd, bwd, lag, False)
+        found = _period(pp, probe, end)
+        rounds *= 2  # a bottleneck shared by ranks can take ~100 rounds to settle (Llama 3 70B, PP8)
+    if found is None:
+        return None
+    kstar, c, big = found
+    J = (m - probe) // c * c
+    ms = m - J  # probe … probe + c − 1: J rounds of the period
+    if ms != probe:
+        end, pred, blag, _, _ = _run("1f1b", pp, 1, ms, fwd, bwd, lag, False)
+    C, mcs = pp, ms * pp
+
+    # Backtrack the long pipeline's critical path through the short one's predecessors (inlined: m can be
+    # in the thousands)
+    last = end.index(max(end))  # B(ms − 1) on rank 0: every operation precedes it
+    kind, j, r = last // mcs, (last % mcs) // C + J, last % C
+    path: list[Op] = []
+    lags: list[int] = []
+    while True:
+        path.append(("B" if kind else "F", j, r))
+        k = j if kind else j - (pp - 1 - r)  # its round
+        shift = 0 if k <= kstar else min(J, -(-(k - kstar) // c) * c)
+        small = (kind * ms + j - shift) * C + r
+        if blag[small] >= 0:
+            lags.append(blag[small])
+        p_ = pred[small]
+        if p_ < 0:
+            break
+        kind, j, r = p_ // mcs, (p_ % mcs) // C + shift, p_ % C
+    path.reverse()
+    makespan = max(end)
+    finish = [end[mcs + (ms - 1) * C + r] + J // c * big for r in range(pp)]  # each rank ends with B(m − 1)
+    return SimResult(makespan + J // c * big, [], finish, critical_path=path, critical_lags=lags)
+
+
+def _period(pp: int, ms: int, end: list[int]) -> tuple[int, int, int] | None:
+    """(k*, c, Λ): the first round k* ≤ ms − p of a 1F1B simulation of ms micro-batches whose ends are
+    those of round k* − c plus Λ on every rank, c ≤ ``MAX_PERIOD``; None if none."""
+    C, mcs = pp, ms * pp
+    xs: list[list[int]] = []
+    for k in range(ms - pp + 1):  # round k's ends: F(k + p − 1 − r) and B(k) on every rank r
+        xs.append([end[(k + pp - 1 - r) * C + r] for r in range(pp)] + [end[mcs + k * C + r] for r in range(pp)])
+        for c in range(1, min(MAX_PERIOD, k) + 1):
+            d = {a - b for a, b in zip(xs[k], xs[k - c])}
+            if len(d) == 1:
+                return k, c, d.pop()
+    return None
 
 
 def gpipe_makespan(fwd: list[int], bwd: list[int], lag: list[int], m: int) -> int:

@@ -209,7 +209,10 @@ NOTHING = Affine()
 
 
 def scaled(a: Affine, factor: float) -> Affine:
-    return Affine(*(round(x * factor) for x in a))
+    if a == NOTHING:
+        return a
+    c, layer, emb, head = a
+    return Affine(round(c * factor), round(layer * factor), round(emb * factor), round(head * factor))
 
 
 def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero_stage: int, dp: int) -> SharedTerms:

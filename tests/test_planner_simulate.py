@@ -108,3 +108,45 @@ def test_interleaved_first_rank_memory_matches_megatron_factor() -> None:
 def test_interleaved_needs_divisible_microbatches() -> None:
     with pytest.raises(ValueError, match="divisible by pp"):
         rank_orders("interleaved-1f1b", 4, 2, 6)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_long_1f1b_extrapolated_from_its_periodic_steady_state_is_exact(seed: int) -> None:
+    """``periodic_1f1b`` (used for long 1F1B pipelines when no timeline is recorded) gives the full
+    simulation's makespan, rank finishes, critical path and lags exactly; and it is really used: most
+    random cases reach a periodic steady state within the probe."""
+    from planner.simulate import periodic_1f1b, probe_rounds
+
+    rng = random.Random(seed)
+    used = 0
+    for _ in range(60):
+        p = rng.randint(1, 8)
+        m = 2 * (p + probe_rounds(p)) + rng.randint(0, 90)
+        hi = rng.choice([5, 1000, 10**7])
+        f, b = [rng.randint(1, hi) for _ in range(p)], [rng.randint(1, hi) for _ in range(p)]
+        lag = [rng.choice([0, rng.randint(0, hi)]) for _ in range(p - 1)]
+        full = simulate("1f1b", p, 1, m, f, b, lag, record=True)  # the timeline: every operation simulated
+        fast = simulate("1f1b", p, 1, m, f, b, lag, record=False)
+        assert (fast.makespan, fast.rank_finish) == (full.makespan, full.rank_finish)
+        assert (fast.critical_path, fast.critical_lags) == (full.critical_path, full.critical_lags)
+        used += periodic_1f1b(p, m, f, b, lag) is not None
+    assert used >= 45, used
+
+
+def test_long_1f1b_with_a_period_of_several_rounds() -> None:
+    """Ties between the slowest stages (Llama 3 70B, TP4×PP8, cut [8, 9, 10, 11, 11, 10, 11, 10]) make the
+    steady state repeat every 3 rounds: still extrapolated, still exact; and uniform stages give the
+    paper's bubble (p − 1)/m at m = 512."""
+    from planner.simulate import _period, _run, periodic_1f1b, probe_rounds
+
+    f = [59906084, 67003920, 74448800, 81893680, 74448800, 81893680, 81893680, 81537671]
+    b = [113034986, 126743886, 140826540, 154909194, 140826540, 154909194, 154909194, 154777850]
+    lag = [1032525] * 7
+    ms = 8 + probe_rounds(8)
+    found = _period(8, ms, _run("1f1b", 8, 1, ms, f, b, lag, False)[0])
+    assert found is not None and found[1] == 3
+    fast = periodic_1f1b(8, 512, f, b, lag)
+    full = simulate("1f1b", 8, 1, 512, f, b, lag, record=True)
+    assert fast is not None and (fast.makespan, fast.critical_path) == (full.makespan, full.critical_path)
+    uniform = simulate("1f1b", 8, 1, 512, [30] * 8, [60] * 8, record=False)
+    assert (uniform.makespan - 512 * 90) * 512 == 7 * 512 * 90
