@@ -105,7 +105,7 @@ def test_class_bounds_are_valid(seed: int) -> None:
     the memory screen never drops a class that has a fitting cut (the pre-costing screen is the same).
     The search's bound over the fitting cuts (``fitting_bound``: the busiest rank within what each rank's
     memory holds) is ≥ ``class_bound`` and ≤ the best fitting cut."""
-    from planner.bounds import class_bound, fitting_bound, may_fit, quick_bound, quick_may_fit
+    from planner.bounds import class_bound, fitting_bound, lean_bound, may_fit, quick_bound, quick_may_fit
 
     ctx, pins = random_instance(seed)
     from planner.space import enumerate_candidates
@@ -113,7 +113,7 @@ def test_class_bounds_are_valid(seed: int) -> None:
     for cand in enumerate_candidates(ctx, pins, SearchOptions()):
         cc = class_costs(ctx, cand)
         evs = [evaluate(cc, n) for n in compositions(cc.num_layers, cc.chunks)]
-        assert quick_bound(ctx, cand) <= class_bound(cc) <= min(e.objective_ns for e in evs)
+        assert lean_bound(ctx, cand) <= quick_bound(ctx, cand) <= class_bound(cc) <= min(e.objective_ns for e in evs)
         if any(e.fits for e in evs):
             assert may_fit(cc)
             assert class_bound(cc) <= fitting_bound(cc) <= min(e.objective_ns for e in evs if e.fits)
@@ -280,3 +280,29 @@ def test_rank_chain_load_without_a_cut() -> None:
 
     assert rank_chain_load(8, 4, 10, [0, 0], [0, 0], [3, 4]) is None  # the caps cannot take every layer
     assert rank_chain_load(8, 4, 10, [0, 0], [0, 0], [0, 8]) is None  # a rank cannot hold one layer
+
+
+@pytest.mark.parametrize(
+    "model,gpu,nodes,gbs,seq",
+    [("llama3-8b", "h100-sxm5-80gb", 1, 256, 8192), ("llama3-70b", "h100-sxm5-80gb", 4, 512, 4096)],
+)
+def test_lean_bound_is_below_the_quick_bound_on_every_class(model, gpu, nodes, gbs, seq) -> None:
+    """The search's first key (``bounds.lean_bound``, from the layer times alone) never exceeds the quick
+    bound it is replaced by (ZeRO-3 gathers, host hooks and the end of step only add), on every class of
+    real instances (every ZeRO stage, schedule, v, recomputation)."""
+    from planner.api import context
+    from planner.bounds import lean_bound, quick_bound
+    from planner.space import enumerate_candidates
+    from planner.specs import PlanRequest
+
+    req = PlanRequest.model_validate(
+        {
+            "model": model,
+            "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": 8},
+            "training": {"global_batch_size": gbs, "seq_len": seq},
+        }
+    )
+    ctx = context(req)
+    cands = enumerate_candidates(ctx, req.parallel, req.options)
+    assert len(cands) > 500
+    assert all(lean_bound(ctx, c) <= quick_bound(ctx, c) for c in cands)
