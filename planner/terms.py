@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Generic, NamedTuple
 from planner.affine import Affine, Count, total
 from planner.comm import dp_group_in_node, dp_ranks_per_node, tp_link
 from planner.compute import Context, layer_times
-from planner.kernels import block_linears, hbm_efficiency, host_dispatch, param_tensors
+from planner.kernels import block_linears, hbm_efficiency, host_dispatch, host_slowdown, param_tensors
 from planner.memory import OPTIMIZER_STEP_BYTES, StateBytes, loss_buffer_bytes, state_bytes, zero3_buffer_bytes
 
 if TYPE_CHECKING:
@@ -297,9 +297,10 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
         acts=lg.acts,
         sync=sync,
         post=post,
-        # + the ``step_overhead_s`` residual once per step (every rank's end term holds it; the step takes the max)
+        # + the ``step_overhead_s`` residual once per step (every rank's end term holds it; the step takes the max),
+        # host work: slowed on a host whose ranks share its cores (``host_slowdown``)
         opt=Affine(
-            ns(ctx.residuals.step_overhead_s),
+            ns(ctx.residuals.step_overhead_s * host_slowdown(ctx)),
             ns(p_blk / shard * upd / hbm) + host_opt[0],
             ns(p_emb / shard * upd / hbm) + host_opt[1],
             ns(p_head / shard * upd / hbm) + host_opt[2],

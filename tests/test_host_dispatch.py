@@ -8,7 +8,7 @@ import pytest
 from planner.api import estimate_plan
 from planner.catalog import get_gpu, get_model
 from planner.kernels import param_tensors
-from planner.specs import GpuSpec, HostDispatch, PeakTflops, PlanRequest
+from planner.specs import GpuSpec, HostDispatch, NetworkProfile, PeakTflops, PlanRequest
 
 CPU = GpuSpec(
     id="cpu",
@@ -153,3 +153,109 @@ def test_the_residual_of_the_work_scales_its_dispatch(field: str, plan: str, res
 
     plain = step(plan, CPU, **{field: US}) - step(plan, CPU, **{field: 0.0})
     assert with_cal(**{field: US}) - with_cal(**{field: 0.0}) == pytest.approx(3.0 * plain, rel=1e-3)
+
+
+# ------------------------------------------------------------------------------------------------
+# More single-thread ranks than cores (``GpuSpec.cpu_share``, set by ``runtime.report.shared_cpu_spec``)
+
+
+def step_with(plan: str, gpu: GpuSpec, residuals: dict[str, float]) -> float:
+    from planner.specs import Calibration, Residuals
+
+    par = PLANS[plan]
+    n = par["tp"] * par["pp"] * par["dp"]
+    request = PlanRequest(
+        model="tiny-gpt",
+        cluster={"gpu": gpu.model_dump(), "num_nodes": 1, "gpus_per_node": n},
+        training={"global_batch_size": 8, "seq_len": 64, "precision": "fp32", "stack": "meshplan"},
+        parallel=par,
+        calibration=Calibration(gpu=gpu.id, residuals=Residuals(**residuals)),
+    )
+    return estimate_plan(request).estimate.step_time_s
+
+
+@pytest.mark.parametrize(
+    "residual, value, plan, share",
+    [
+        ("kernel_overhead_us", 20.0, "one", 0.5),
+        ("kernel_overhead_us", 20.0, "dp2", 0.5),
+        ("kernel_overhead_us", 20.0, "tp2", 0.25),
+        ("step_overhead_s", 0.01, "tp2", 0.5),
+        ("step_overhead_s", 0.01, "pp2", 0.25),
+        ("step_overhead_s", 0.01, "one", 1.0),
+    ],
+)
+def test_host_work_residuals_take_one_over_the_share_on_shared_cores(
+    residual: str, value: float, plan: str, share: float
+) -> None:
+    """A calibration's per-kernel and per-step residuals are host work of one rank with a core to itself
+    (fitted on such runs): on a host whose ranks share its cores they take 1/``cpu_share`` as long, as the
+    measured dispatch the runtime scales does; the other terms of the plan are the same."""
+    alone = step_with(plan, CPU, {residual: value}) - step_with(plan, CPU, {})
+    shared = CPU.model_copy(update={"cpu_share": share})
+    assert alone > 0
+    assert step_with(plan, shared, {residual: value}) - step_with(plan, shared, {}) == pytest.approx(
+        alone / share, rel=1e-6
+    )
+    assert step_with(plan, shared, {}) == step_with(plan, CPU, {})  # measured inputs are scaled by the runtime
+
+
+@pytest.mark.parametrize("plan", ["one", "tp2"])
+def test_a_gpu_ignores_cpu_share(plan: str) -> None:
+    h100 = get_gpu("h100-sxm5-80gb")
+    residuals = {"kernel_overhead_us": 20.0, "step_overhead_s": 0.01}
+    assert step_with(plan, h100.model_copy(update={"cpu_share": 0.5}), residuals) == step_with(plan, h100, residuals)
+
+
+@pytest.mark.parametrize(
+    "processes, cores, share",
+    [(1, 2, 1.0), (2, 2, 1.0), (4, 2, 0.5), (8, 2, 0.25), (3, 2, 2 / 3), (4, 0, 1.0), (0, 2, 1.0)],
+)
+def test_cpu_share_is_cores_over_processes_when_they_outnumber_them(processes: int, cores: int, share: float) -> None:
+    from runtime.report import cpu_share
+
+    assert cpu_share(processes, cores) == pytest.approx(share)
+
+
+def _network(world: int) -> NetworkProfile:
+    from planner.specs import LinkFit
+
+    fit = LinkFit(link="intra_node", collective="all_reduce", group_size=world, alpha_s=1e-4, beta_s_per_byte=1e-9)
+    return NetworkProfile(backend="gloo", device="cpu", world_size=world, nodes=1, links=[fit])
+
+
+@pytest.mark.parametrize(
+    "fit_world, share, cores, scaled",
+    [
+        (2, 0.5, 2, True),  # measured with a core per process: the 4-process run's ranks see it ÷ share
+        (2, 1.0, 2, False),  # the run fits its cores: as measured
+        (4, 0.5, 2, False),  # measured by 4 processes on 2 cores: holds the contention already
+        (8, 0.25, 2, False),
+        (2, 0.25, 4, True),
+    ],
+)
+def test_a_network_fit_is_scaled_only_when_measured_without_contention(
+    fit_world: int, share: float, cores: int, scaled: bool
+) -> None:
+    from runtime.report import shared_cpu_network
+
+    net = _network(fit_world)
+    got = shared_cpu_network(net, share, cores)
+    assert got is not None
+    factor = 1 / share if scaled else 1.0
+    assert got.links[0].alpha_s == pytest.approx(1e-4 * factor)
+    assert got.links[0].beta_s_per_byte == pytest.approx(1e-9 * factor)
+
+
+@pytest.mark.parametrize("share", [1.0, 0.5, 0.25])
+def test_shared_cpu_spec_scales_rates_and_dispatch_and_records_the_share(share: float) -> None:
+    from runtime.report import shared_cpu_spec
+
+    hd = HostDispatch(**{**dict.fromkeys(HostDispatch.model_fields, 100.0), "tp_collective_us": 700.0})
+    got = shared_cpu_spec(CPU.model_copy(update={"host_dispatch": hd}), share)
+    assert got.cpu_share == (None if share == 1.0 else share)
+    assert got.peak_tflops.fp32 == pytest.approx(0.05 * share)
+    assert got.hbm_bandwidth_GBps == pytest.approx(5.0 * share)
+    assert got.host_dispatch is not None
+    assert got.host_dispatch.op_fwd_us == pytest.approx(100.0 / share)
+    assert got.host_dispatch.tp_collective_us == 700.0  # measured by the run's own ranks, under its load

@@ -130,6 +130,15 @@ class GpuSpec(Spec):
     host_dispatch: HostDispatch | None = Field(
         default=None, description="A CPU host's measured dispatch costs (``meshplan run``); None on a GPU."
     )
+    cpu_share: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="A CPU host whose cores run more single-thread ranks than it has: the fraction of a core "
+        "each rank computes on (cores ÷ processes, set by ``meshplan run``). The host work the cost model adds "
+        "per rank beyond the measured figures (the ``kernel_overhead_us`` and ``step_overhead_s`` residuals) "
+        "takes 1/cpu_share as long. None: a core (or a GPU) per rank.",
+    )
 
     def peak_flops(self, precision: str) -> float:
         """Peak FLOP/s for a training precision (fp32 training uses TF32 tensor cores when present)."""
