@@ -320,12 +320,12 @@ def with_launches(ctx: Context, device_s: float, kernels: int) -> float:
 
 
 def host_slowdown(ctx: Context) -> float:
-    """How much longer a rank's host work takes than alone on a core: 1/``GpuSpec.cpu_share`` on a host
+    """How much longer a rank's host work takes than alone on a core: 1/``HostDispatch.cpu_share`` on a host
     device whose ranks share its cores (more single-thread ranks than cores: the scheduler time-slices them
     fairly), else 1. The measured inputs of such a run arrive already scaled (``runtime.report``); this
     scales the residuals fitted per rank alone (``kernel_overhead_us``, ``step_overhead_s``)."""
-    share = ctx.gpu.cpu_share if runs_on_host(ctx) else None
-    return 1.0 / share if share else 1.0
+    hd = host_dispatch(ctx)
+    return 1.0 / hd.cpu_share if hd is not None and hd.cpu_share else 1.0
 
 
 # ------------------------------------------------------------------------------------------------

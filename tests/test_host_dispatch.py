@@ -19,7 +19,7 @@ CPU = GpuSpec(
     nic_bandwidth_GBps=1.0,
     source="test host",
 )
-ZERO = dict.fromkeys(HostDispatch.model_fields, 0.0)
+ZERO = {**dict.fromkeys(HostDispatch.model_fields, 0.0), "cpu_share": None}
 
 PLANS = {  # tiny-gpt, global batch 8 × 64, as bench/bench_calibration.py
     "one": {"tp": 1, "pp": 1, "dp": 1, "micro_batch_size": 8},
@@ -108,7 +108,7 @@ def test_a_gpu_ignores_host_dispatch(plan: str) -> None:
     """Only a host device ("cpu…") issues its ops from the processor that runs them: a GPU spec carrying
     the figures prices exactly as without them."""
     h100 = get_gpu("h100-sxm5-80gb")
-    assert step(plan, h100, **dict.fromkeys(ZERO, US)) == step(plan, h100)
+    assert step(plan, h100, **{**dict.fromkeys(ZERO, US), "cpu_share": 0.5}) == step(plan, h100)
 
 
 def test_the_host_microbenchmark_measures_every_class() -> None:
@@ -191,20 +191,22 @@ def test_host_work_residuals_take_one_over_the_share_on_shared_cores(
     """A calibration's per-kernel and per-step residuals are host work of one rank with a core to itself
     (fitted on such runs): on a host whose ranks share its cores they take 1/``cpu_share`` as long, as the
     measured dispatch the runtime scales does; the other terms of the plan are the same."""
-    alone = step_with(plan, CPU, {residual: value}) - step_with(plan, CPU, {})
-    shared = CPU.model_copy(update={"cpu_share": share})
+    host = CPU.model_copy(update={"host_dispatch": HostDispatch(**ZERO)})
+    alone = step_with(plan, host, {residual: value}) - step_with(plan, host, {})
+    shared = CPU.model_copy(update={"host_dispatch": HostDispatch(**{**ZERO, "cpu_share": share})})
     assert alone > 0
     assert step_with(plan, shared, {residual: value}) - step_with(plan, shared, {}) == pytest.approx(
         alone / share, rel=1e-6
     )
-    assert step_with(plan, shared, {}) == step_with(plan, CPU, {})  # measured inputs are scaled by the runtime
+    assert step_with(plan, shared, {}) == step_with(plan, host, {})  # measured inputs are scaled by the runtime
 
 
 @pytest.mark.parametrize("plan", ["one", "tp2"])
 def test_a_gpu_ignores_cpu_share(plan: str) -> None:
     h100 = get_gpu("h100-sxm5-80gb")
     residuals = {"kernel_overhead_us": 20.0, "step_overhead_s": 0.01}
-    assert step_with(plan, h100.model_copy(update={"cpu_share": 0.5}), residuals) == step_with(plan, h100, residuals)
+    hd = HostDispatch(**{**ZERO, "cpu_share": 0.5})
+    assert step_with(plan, h100.model_copy(update={"host_dispatch": hd}), residuals) == step_with(plan, h100, residuals)
 
 
 @pytest.mark.parametrize(
@@ -251,9 +253,12 @@ def test_a_network_fit_is_scaled_only_when_measured_without_contention(
 def test_shared_cpu_spec_scales_rates_and_dispatch_and_records_the_share(share: float) -> None:
     from runtime.report import shared_cpu_spec
 
-    hd = HostDispatch(**{**dict.fromkeys(HostDispatch.model_fields, 100.0), "tp_collective_us": 700.0})
+    hd = HostDispatch(
+        **{**dict.fromkeys(HostDispatch.model_fields, 100.0), "tp_collective_us": 700.0, "cpu_share": None}
+    )
     got = shared_cpu_spec(CPU.model_copy(update={"host_dispatch": hd}), share)
-    assert got.cpu_share == (None if share == 1.0 else share)
+    assert got.host_dispatch is not None
+    assert got.host_dispatch.cpu_share == (None if share == 1.0 else share)
     assert got.peak_tflops.fp32 == pytest.approx(0.05 * share)
     assert got.hbm_bandwidth_GBps == pytest.approx(5.0 * share)
     assert got.host_dispatch is not None
