@@ -74,14 +74,17 @@ US = 1000.0  # a large cost per class, so its effect stands far above rounding
         ("tp_linear_fwd_us", "tp2", M.num_layers * 6 * US * 1e-6),
         ("tp_linear_bwd_us", "tp2", M.num_layers * 6 * US * 1e-6),
         ("tp_linear_fwd_us", "dp2", 0.0),
-        # blocking TP collectives: 2 per block forward and backward, the embedding's forward and the LM
-        # head's backward all-reduce (vocabulary-parallel, no SP)
-        ("tp_collective_us", "tp2", (4 * M.num_layers + 2) * US * 1e-6),
+        # blocking TP collectives, as the bundled runtime issues them (counted on its step:
+        # test_the_runtime_issues_the_tp_collectives_the_host_model_counts): per block 2 all-reduces forward
+        # (wo, w2) and one backward per column-parallel linear (wq, wk, wv, w1); the embedding's forward and
+        # the LM head's backward all-reduce (vocabulary-parallel, no SP)
+        ("tp_collective_us", "tp2", (6 * M.num_layers + 2) * US * 1e-6),
         ("tp_collective_us", "dp2", 0.0),
         ("tp_collective_us", "one", 0.0),
-        # with SP each block all-reduce is an all-gather + a reduce-scatter: 4 per block each way; the
-        # embedding's and the head's one each way
-        ("tp_collective_us", "tp2sp", (8 * M.num_layers + 4) * US * 1e-6),
+        # with SP: per block forward 2 all-gathers + 2 reduce-scatters; backward the 4 all-reduces and 2
+        # all-gathers; the embedding's and the head's one each way; the gradient clip's all-reduce of each SP
+        # norm tensor's Partial gradient (LayerNorm weight and bias: 4 per block, 2 for the final norm)
+        ("tp_collective_us", "tp2sp", (10 * M.num_layers + 4 + 4 * M.num_layers + 2) * US * 1e-6),
     ],
 )
 def test_each_dispatch_class_prices_the_plans_that_issue_it(field: str, plan: str, expected_s: float) -> None:
@@ -264,3 +267,33 @@ def test_shared_cpu_spec_scales_rates_and_dispatch_and_records_the_share(share: 
     assert got.host_dispatch is not None
     assert got.host_dispatch.op_fwd_us == pytest.approx(100.0 / share)
     assert got.host_dispatch.tp_collective_us == 700.0  # measured by the run's own ranks, under its load
+
+
+@pytest.mark.parametrize("plan", ["tp2", "tp2sp"])
+def test_the_runtime_issues_the_tp_collectives_the_host_model_counts(plan: str, tmp_path) -> None:
+    """Real 2-rank gloo step of the bundled runtime, its DTensor collectives counted as they are dispatched
+    (``runtime.host_dispatch.step_collectives``): as many as the host model prices with the in-step TP
+    collective (∂ step / ∂ ``tp_collective_us``), plus the LM head's output gather (priced by the network
+    fit alone). No timing is involved."""
+    import json
+    import os
+    import sys
+    from pathlib import Path
+
+    from runtime.testing import make_plan, run_process_group
+
+    root = Path(__file__).resolve().parents[1]
+    par = {k: v for k, v in PLANS[plan].items()}
+    path = tmp_path / "plan.json"
+    path.write_text(make_plan("tiny-gpt", global_batch_size=8, seq_len=64, **par).model_dump_json())
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    from runtime.train import _free_port
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port())]
+    out = run_process_group(
+        cmd + ["-m", "runtime.host_dispatch", "--count-collectives", str(path)], env=env, cwd=root, timeout=180
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    issued = sum(json.loads(out.stdout.strip().splitlines()[-1]).values())
+    priced = (step(plan, CPU, tp_collective_us=US) - step(plan, CPU, tp_collective_us=0.0)) / (US * 1e-6)
+    assert issued == round(priced) + 1, (issued, priced)
