@@ -1,7 +1,10 @@
 """Calibration from the user's own runs, proven on this CPU (issue 11 §4).
 
 1. Measure this machine once, alone: a layer profile of the tiny model (``profiler.model_profile``, one
-   process, one thread) and a gloo network fit of 2 processes (``meshplan profile cluster``).
+   process, one thread) and a gloo network fit at every process count the runs use (``meshplan profile
+   cluster --nproc-per-node N``: 2 and 4), as a user profiles their cluster at the scale they run. On
+   these 2 cores the 4-process fit is the oversubscribed one: a collective's steps wait for ranks the
+   scheduler has not running, which the 2-process fit (one core per rank) cannot show.
 2. Train real plans of the tiny model with ``meshplan run`` (torchrun, gloo, one thread per rank),
    each given those two files (``--profile``/``--network``): every ``RunReport`` carries the request that
    re-prices its plan on this hardware (``local_prediction.request``).
@@ -90,20 +93,25 @@ def meshplan(args: list[str], tmp: Path, *, capture: bool = True) -> str:
     return out.stdout or ""
 
 
-def measure_hardware(tmp: Path, layers: str = "analytic", *, repeats: int = 9) -> tuple[Path, Path]:
-    """This machine, alone: a layer profile and a 2-process gloo network fit. ``layers="analytic"``: a
-    meta profile (FLOPs and bytes, no times), so the per-op model prices the layers on the host's
-    measured matmul and copy rates and the compute and kernel residuals act; ``"measured"``: CPU times
-    of one process (median of ``repeats``)."""
-    prof, net = tmp / "profile.json", tmp / "network.json"
+def measure_hardware(
+    tmp: Path, layers: str = "analytic", *, repeats: int = 9, procs: tuple[int, ...] = (2,)
+) -> tuple[Path, dict[int, Path]]:
+    """This machine, alone: a layer profile and a gloo network fit per process count in ``procs`` (each
+    run is given the fit of its own count). ``layers="analytic"``: a meta profile (FLOPs and bytes, no
+    times), so the per-op model prices the layers on the host's measured matmul and copy rates and the
+    compute and kernel residuals act; ``"measured"``: CPU times of one process (median of ``repeats``)."""
+    prof = tmp / "profile.json"
     device = ["--device", "meta"] if layers == "analytic" else ["--device", "cpu", "--repeats", str(repeats)]
     meshplan(
         ["profile", "model", "--model", MODEL, *device, "--dtype", "fp32", "--micro-batch-sizes", "2,4,8"]
         + ["--tp", "1,2", "--seq-len", str(SEQ), "--sequence-parallel", "--no-progress", "--out", str(prof)],
         tmp,
     )
-    meshplan(["profile", "cluster", "--nproc-per-node", "2", "--out", str(net)], tmp)
-    return prof, net
+    nets = {}
+    for n in sorted(set(procs)):
+        nets[n] = tmp / f"network-{n}.json"
+        meshplan(["profile", "cluster", "--nproc-per-node", str(n), "--out", str(nets[n])], tmp)
+    return prof, nets
 
 
 def run_case(case: Case, tmp: Path, prof: Path, net: Path, steps: int, tag: str) -> RunReport:
@@ -132,14 +140,16 @@ def fastest_step(report: RunReport) -> float:
     return min(report.step_times_s[1:] or report.step_times_s)
 
 
-def measure(cases: list[Case], tmp: Path, prof: Path, net: Path, steps: int, rounds: int) -> dict[str, Path]:
+def measure(
+    cases: list[Case], tmp: Path, prof: Path, nets: dict[int, Path], steps: int, rounds: int
+) -> dict[str, Path]:
     """Every case ``rounds`` times, interleaved. Per case, a copy of its report with the fastest step of
     all its rounds as ``measured_step_time_s`` (``fastest_step``; the original reports stay beside it)."""
     reports: dict[str, list[tuple[float, Path]]] = {c.label: [] for c in cases}
     for r in range(rounds):
         for i, c in enumerate(cases):
             tag = f"case{i}-round{r}"
-            rep = run_case(c, tmp, prof, net, steps, tag)
+            rep = run_case(c, tmp, prof, nets[max(2, c.procs)], steps, tag)
             reports[c.label].append((fastest_step(rep), tmp / f"{tag}.report.json"))
     out = {}
     for i, c in enumerate(cases):
@@ -229,8 +239,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = args.keep or Path(d)
         tmp.mkdir(parents=True, exist_ok=True)
-        prof, net = measure_hardware(tmp, args.layers)
-        reports = measure(CASES, tmp, prof, net, args.steps, args.rounds)
+        prof, nets = measure_hardware(tmp, args.layers, procs=tuple(max(2, c.procs) for c in CASES))
+        reports = measure(CASES, tmp, prof, nets, args.steps, args.rounds)
         cal_paths = [reports[c.label] for c in CASES if c.role == "calibration"]
         calibration, table = calibrate(cal_paths, tmp / "calibration.json", tmp, args.free)
         print(

@@ -318,7 +318,16 @@ def with_launches(ctx: Context, device_s: float, kernels: int) -> float:
     so they add."""
     on_host = runs_on_host(ctx)
     host = kernels * ((0.0 if on_host else GPU_LAUNCH_US) + ctx.residuals.kernel_overhead_us) * 1e-6
-    return device_s + host if on_host else max(device_s, host)
+    return device_s + host * host_slowdown(ctx) if on_host else max(device_s, host)
+
+
+def host_slowdown(ctx: Context) -> float:
+    """How much longer a rank's host work takes than alone on a core: 1/``HostDispatch.cpu_share`` on a host
+    device whose ranks share its cores (more single-thread ranks than cores: the scheduler time-slices them
+    fairly), else 1. The measured inputs of such a run arrive already scaled (``runtime.report``); this
+    scales the residuals fitted per rank alone (``kernel_overhead_us``, ``step_overhead_s``)."""
+    hd = host_dispatch(ctx)
+    return 1.0 / hd.cpu_share if hd is not None and hd.cpu_share else 1.0
 
 
 # ------------------------------------------------------------------------------------------------

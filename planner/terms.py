@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Generic, NamedTuple
 from planner.affine import Affine, Count, total
 from planner.comm import dp_group_in_node, dp_ranks_per_node, tp_link
 from planner.compute import Context, layer_times
-from planner.kernels import block_linears, hbm_efficiency, host_dispatch, param_tensors
+from planner.kernels import block_linears, hbm_efficiency, host_dispatch, host_slowdown, param_tensors
 from planner.memory import OPTIMIZER_STEP_BYTES, StateBytes, loss_buffer_bytes, state_bytes, zero3_buffer_bytes
 
 if TYPE_CHECKING:
@@ -173,6 +173,10 @@ def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> L
     blk_tp_b = 2 * blk_ar + (2 * blk_ar if recompute == "full" else 0.0)
     if hd is not None:
         lin = block_linears(model)
+        # the bundled runtime's backward, as it runs (counted per step on this host): one all-reduce of the
+        # input gradient per column-parallel linear (each its own DTensor input: wq, wk, wv, w1 (+ w3)), and
+        # with SP the all-gathers of the row-parallel outputs' gradients
+        blk_tp_b = (lin - 2) * ar + (2 * half if sp else 0.0) + (blk_tp_f if recompute == "full" else 0.0)
         blk_tp_f += cs * lin * hd.tp_linear_fwd_us * 1e-6
         blk_tp_b += cs * lin * (hd.tp_linear_bwd_us + (hd.tp_linear_fwd_us if recompute == "full" else 0.0)) * 1e-6
     vocab_parallel = model.vocab_size % tp == 0
@@ -288,6 +292,12 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
             dt = n if dp > 1 or (tp > 1 and sp and kind == "transformer_block") else (sharded if tp > 1 else 0)
             us = dt * hd.adam_dtensor_us + (n - dt) * hd.adam_plain_us
             host_opt[i] = ns(ctx.residuals.compute_scale * us * 1e-6)
+        if tp > 1 and sp:  # SP norms' gradients stay Partial; the gradient clip all-reduces each tensor of them
+            norm = 2 if ctx.model.norm == "layernorm" else 1
+            t = cm.time("all_reduce", ctx.model.hidden_size * e, tp, tp_link(g, tp), min(tp, g))
+            t += (hd.tp_collective_us or 0.0) * 1e-6
+            host_opt[0] += ns(2 * norm * t)  # a block's two norms
+            host_opt[2] += ns(norm * t)  # the final norm
 
     return SharedTerms(
         fwd=fwd,
@@ -300,9 +310,10 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
         acts=lg.acts,
         sync=sync,
         post=post,
-        # + the ``step_overhead_s`` residual once per step (every rank's end term holds it; the step takes the max)
+        # + the ``step_overhead_s`` residual once per step (every rank's end term holds it; the step takes the max),
+        # host work: slowed on a host whose ranks share its cores (``host_slowdown``)
         opt=Affine(
-            ns(ctx.residuals.step_overhead_s),
+            ns(ctx.residuals.step_overhead_s * host_slowdown(ctx)),
             ns(p_blk / shard * upd / hbm) + host_opt[0],
             ns(p_emb / shard * upd / hbm) + host_opt[1],
             ns(p_head / shard * upd / hbm) + host_opt[2],

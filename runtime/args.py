@@ -52,7 +52,8 @@ WORKER_ARGS: tuple[WorkerArg, ...] = (
         "--network",
         Path,
         None,
-        "Network profile of this run's process group (`meshplan profile cluster`); "
+        "Network profile of this run's process group (`meshplan profile cluster` with the run's "
+        "--nproc-per-node: with more processes than cores a fit of fewer processes misses their contention); "
         "default: a quick fit measured after the run.",
     ),
     WorkerArg(

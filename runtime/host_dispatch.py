@@ -179,6 +179,57 @@ def tp_collective_us(iters: int = 20, repeats: int = 3) -> float:
     return max(0.0, with_coll - without - back_to_back) / iters * 1e6
 
 
+#: The functional collectives DTensor issues for tensor/sequence parallelism (``torch.ops._c10d_functional``).
+FUNCTIONAL_COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor")
+
+
+def step_collectives(job, inputs, targets) -> dict[str, int]:
+    """The functional collectives (DTensor's: TP and SP) one training step of ``job`` issues on this rank,
+    by name, counted as they are dispatched (forward, backward, gradient clip and optimizer step). Call on
+    every rank: the step is a real one."""
+    from collections import Counter
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    counts: Counter[str] = Counter()
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            ns, name = func.namespace, func._opname
+            if ns == "_c10d_functional" and name in FUNCTIONAL_COLLECTIVES:
+                counts[name] += 1
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        job.train_step(inputs, targets)
+    return dict(counts)
+
+
+def _count_main(plan_path: str) -> None:
+    """``torchrun ... -m runtime.host_dispatch --count-collectives plan.json``: one warm-up step, then rank 0
+    prints the collectives of the next step as JSON."""
+    import torch
+    import torch.distributed as dist
+
+    from planner.io import load_plan
+    from runtime.data import SyntheticTokens
+    from runtime.job import Job, TrainConfig
+
+    torch.set_num_threads(1)
+    plan = load_plan(plan_path, 0)
+    dist.init_process_group("gloo")
+    try:
+        job = Job.build(plan, TrainConfig(seed=0, lr=1e-3, max_grad_norm=1.0))
+        data = SyntheticTokens(plan.model.vocab_size, 0)
+        batches = [data.batch(i, plan.training.global_batch_size, plan.training.seq_len) for i in range(2)]
+        job.train_step(job.dp_slice(batches[0][0]), job.dp_slice(batches[0][1]))
+        counts = step_collectives(job, job.dp_slice(batches[1][0]), job.dp_slice(batches[1][1]))
+        if dist.get_rank() == 0:
+            print(json.dumps(counts), flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
 def measure_in_subprocess(timeout: float = 300) -> dict[str, float] | None:
     """``measure()`` in a fresh one-thread process (its own one-rank group, beside any group of the
     caller); None if it fails."""
@@ -207,4 +258,7 @@ if __name__ == "__main__":
     import warnings
 
     warnings.filterwarnings("ignore")
-    print(json.dumps(measure()))
+    if len(sys.argv) == 3 and sys.argv[1] == "--count-collectives":
+        _count_main(sys.argv[2])
+    else:
+        print(json.dumps(measure()))

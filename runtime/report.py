@@ -95,16 +95,18 @@ def shared_cpu_profile(profile: Profile, share: float) -> Profile:
 
 def shared_cpu_spec(gpu: GpuSpec, share: float) -> GpuSpec:
     """``host_spec`` of one process alone, as each rank sharing the cores gets it: rates × ``share``, its
-    dispatch costs (host CPU work) ÷ ``share`` — except the TP collective's, measured by the run's own ranks."""
+    dispatch costs (host CPU work) ÷ ``share`` — except the TP collective's, measured by the run's own ranks —
+    and ``host_dispatch.cpu_share`` = ``share``, so that the planner slows the host work it adds beyond these
+    measurements (the per-kernel and per-step residuals a calibration fitted on runs with a core per rank) alike."""
     if share >= 1.0:
         return gpu
     peak = {k: v * share for k, v in gpu.peak_tflops.model_dump().items() if v}
     update: dict = {"peak_tflops": type(gpu.peak_tflops)(**peak), "hbm_bandwidth_GBps": gpu.hbm_bandwidth_GBps * share}
     if gpu.host_dispatch is not None:
         hd = gpu.host_dispatch
-        update["host_dispatch"] = hd.model_copy(
-            update={k: v / share for k, v in hd.model_dump().items() if k != "tp_collective_us" and v is not None}
-        )
+        kept = ("tp_collective_us", "cpu_share")
+        scaled = {k: v / share for k, v in hd.model_dump().items() if k not in kept and v is not None}
+        update["host_dispatch"] = hd.model_copy(update={**scaled, "cpu_share": share})
     return gpu.model_copy(update=update)
 
 

@@ -317,8 +317,8 @@ def test_calibrated_on_real_cpu_runs_the_model_predicts_another_plan(tmp_path: P
             "tp2sp", 2, ("--tp", "2", "--pp", "1", "--micro-batch-size", "8", "--sequence-parallel"), "predicted"
         ),
     ]
-    prof, net = bench.measure_hardware(tmp_path)
-    reports = bench.measure(cases, tmp_path, prof, net, steps=5, rounds=1)
+    prof, nets = bench.measure_hardware(tmp_path)
+    reports = bench.measure(cases, tmp_path, prof, nets, steps=5, rounds=1)
     for label, path in reports.items():
         gpu = RunReport.model_validate_json(path.read_text()).local_prediction.request.cluster.gpu  # type: ignore[union-attr]
         hd = gpu.host_dispatch

@@ -8,7 +8,7 @@ import pytest
 from planner.api import estimate_plan
 from planner.catalog import get_gpu, get_model
 from planner.kernels import param_tensors
-from planner.specs import GpuSpec, HostDispatch, PeakTflops, PlanRequest
+from planner.specs import GpuSpec, HostDispatch, NetworkProfile, PeakTflops, PlanRequest
 
 CPU = GpuSpec(
     id="cpu",
@@ -19,7 +19,7 @@ CPU = GpuSpec(
     nic_bandwidth_GBps=1.0,
     source="test host",
 )
-ZERO = dict.fromkeys(HostDispatch.model_fields, 0.0)
+ZERO = {**dict.fromkeys(HostDispatch.model_fields, 0.0), "cpu_share": None}
 
 PLANS = {  # tiny-gpt, global batch 8 × 64, as bench/bench_calibration.py
     "one": {"tp": 1, "pp": 1, "dp": 1, "micro_batch_size": 8},
@@ -74,14 +74,17 @@ US = 1000.0  # a large cost per class, so its effect stands far above rounding
         ("tp_linear_fwd_us", "tp2", M.num_layers * 6 * US * 1e-6),
         ("tp_linear_bwd_us", "tp2", M.num_layers * 6 * US * 1e-6),
         ("tp_linear_fwd_us", "dp2", 0.0),
-        # blocking TP collectives: 2 per block forward and backward, the embedding's forward and the LM
-        # head's backward all-reduce (vocabulary-parallel, no SP)
-        ("tp_collective_us", "tp2", (4 * M.num_layers + 2) * US * 1e-6),
+        # blocking TP collectives, as the bundled runtime issues them (counted on its step:
+        # test_the_runtime_issues_the_tp_collectives_the_host_model_counts): per block 2 all-reduces forward
+        # (wo, w2) and one backward per column-parallel linear (wq, wk, wv, w1); the embedding's forward and
+        # the LM head's backward all-reduce (vocabulary-parallel, no SP)
+        ("tp_collective_us", "tp2", (6 * M.num_layers + 2) * US * 1e-6),
         ("tp_collective_us", "dp2", 0.0),
         ("tp_collective_us", "one", 0.0),
-        # with SP each block all-reduce is an all-gather + a reduce-scatter: 4 per block each way; the
-        # embedding's and the head's one each way
-        ("tp_collective_us", "tp2sp", (8 * M.num_layers + 4) * US * 1e-6),
+        # with SP: per block forward 2 all-gathers + 2 reduce-scatters; backward the 4 all-reduces and 2
+        # all-gathers; the embedding's and the head's one each way; the gradient clip's all-reduce of each SP
+        # norm tensor's Partial gradient (LayerNorm weight and bias: 4 per block, 2 for the final norm)
+        ("tp_collective_us", "tp2sp", (10 * M.num_layers + 4 + 4 * M.num_layers + 2) * US * 1e-6),
     ],
 )
 def test_each_dispatch_class_prices_the_plans_that_issue_it(field: str, plan: str, expected_s: float) -> None:
@@ -108,7 +111,7 @@ def test_a_gpu_ignores_host_dispatch(plan: str) -> None:
     """Only a host device ("cpu…") issues its ops from the processor that runs them: a GPU spec carrying
     the figures prices exactly as without them."""
     h100 = get_gpu("h100-sxm5-80gb")
-    assert step(plan, h100, **dict.fromkeys(ZERO, US)) == step(plan, h100)
+    assert step(plan, h100, **{**dict.fromkeys(ZERO, US), "cpu_share": 0.5}) == step(plan, h100)
 
 
 def test_the_host_microbenchmark_measures_every_class() -> None:
@@ -153,3 +156,144 @@ def test_the_residual_of_the_work_scales_its_dispatch(field: str, plan: str, res
 
     plain = step(plan, CPU, **{field: US}) - step(plan, CPU, **{field: 0.0})
     assert with_cal(**{field: US}) - with_cal(**{field: 0.0}) == pytest.approx(3.0 * plain, rel=1e-3)
+
+
+# ------------------------------------------------------------------------------------------------
+# More single-thread ranks than cores (``GpuSpec.cpu_share``, set by ``runtime.report.shared_cpu_spec``)
+
+
+def step_with(plan: str, gpu: GpuSpec, residuals: dict[str, float]) -> float:
+    from planner.specs import Calibration, Residuals
+
+    par = PLANS[plan]
+    n = par["tp"] * par["pp"] * par["dp"]
+    request = PlanRequest(
+        model="tiny-gpt",
+        cluster={"gpu": gpu.model_dump(), "num_nodes": 1, "gpus_per_node": n},
+        training={"global_batch_size": 8, "seq_len": 64, "precision": "fp32", "stack": "meshplan"},
+        parallel=par,
+        calibration=Calibration(gpu=gpu.id, residuals=Residuals(**residuals)),
+    )
+    return estimate_plan(request).estimate.step_time_s
+
+
+@pytest.mark.parametrize(
+    "residual, value, plan, share",
+    [
+        ("kernel_overhead_us", 20.0, "one", 0.5),
+        ("kernel_overhead_us", 20.0, "dp2", 0.5),
+        ("kernel_overhead_us", 20.0, "tp2", 0.25),
+        ("step_overhead_s", 0.01, "tp2", 0.5),
+        ("step_overhead_s", 0.01, "pp2", 0.25),
+        ("step_overhead_s", 0.01, "one", 1.0),
+    ],
+)
+def test_host_work_residuals_take_one_over_the_share_on_shared_cores(
+    residual: str, value: float, plan: str, share: float
+) -> None:
+    """A calibration's per-kernel and per-step residuals are host work of one rank with a core to itself
+    (fitted on such runs): on a host whose ranks share its cores they take 1/``cpu_share`` as long, as the
+    measured dispatch the runtime scales does; the other terms of the plan are the same."""
+    host = CPU.model_copy(update={"host_dispatch": HostDispatch(**ZERO)})
+    alone = step_with(plan, host, {residual: value}) - step_with(plan, host, {})
+    shared = CPU.model_copy(update={"host_dispatch": HostDispatch(**{**ZERO, "cpu_share": share})})
+    assert alone > 0
+    assert step_with(plan, shared, {residual: value}) - step_with(plan, shared, {}) == pytest.approx(
+        alone / share, rel=1e-6
+    )
+    assert step_with(plan, shared, {}) == step_with(plan, host, {})  # measured inputs are scaled by the runtime
+
+
+@pytest.mark.parametrize("plan", ["one", "tp2"])
+def test_a_gpu_ignores_cpu_share(plan: str) -> None:
+    h100 = get_gpu("h100-sxm5-80gb")
+    residuals = {"kernel_overhead_us": 20.0, "step_overhead_s": 0.01}
+    hd = HostDispatch(**{**ZERO, "cpu_share": 0.5})
+    assert step_with(plan, h100.model_copy(update={"host_dispatch": hd}), residuals) == step_with(plan, h100, residuals)
+
+
+@pytest.mark.parametrize(
+    "processes, cores, share",
+    [(1, 2, 1.0), (2, 2, 1.0), (4, 2, 0.5), (8, 2, 0.25), (3, 2, 2 / 3), (4, 0, 1.0), (0, 2, 1.0)],
+)
+def test_cpu_share_is_cores_over_processes_when_they_outnumber_them(processes: int, cores: int, share: float) -> None:
+    from runtime.report import cpu_share
+
+    assert cpu_share(processes, cores) == pytest.approx(share)
+
+
+def _network(world: int) -> NetworkProfile:
+    from planner.specs import LinkFit
+
+    fit = LinkFit(link="intra_node", collective="all_reduce", group_size=world, alpha_s=1e-4, beta_s_per_byte=1e-9)
+    return NetworkProfile(backend="gloo", device="cpu", world_size=world, nodes=1, links=[fit])
+
+
+@pytest.mark.parametrize(
+    "fit_world, share, cores, scaled",
+    [
+        (2, 0.5, 2, True),  # measured with a core per process: the 4-process run's ranks see it ÷ share
+        (2, 1.0, 2, False),  # the run fits its cores: as measured
+        (4, 0.5, 2, False),  # measured by 4 processes on 2 cores: holds the contention already
+        (8, 0.25, 2, False),
+        (2, 0.25, 4, True),
+    ],
+)
+def test_a_network_fit_is_scaled_only_when_measured_without_contention(
+    fit_world: int, share: float, cores: int, scaled: bool
+) -> None:
+    from runtime.report import shared_cpu_network
+
+    net = _network(fit_world)
+    got = shared_cpu_network(net, share, cores)
+    assert got is not None
+    factor = 1 / share if scaled else 1.0
+    assert got.links[0].alpha_s == pytest.approx(1e-4 * factor)
+    assert got.links[0].beta_s_per_byte == pytest.approx(1e-9 * factor)
+
+
+@pytest.mark.parametrize("share", [1.0, 0.5, 0.25])
+def test_shared_cpu_spec_scales_rates_and_dispatch_and_records_the_share(share: float) -> None:
+    from runtime.report import shared_cpu_spec
+
+    hd = HostDispatch(
+        **{**dict.fromkeys(HostDispatch.model_fields, 100.0), "tp_collective_us": 700.0, "cpu_share": None}
+    )
+    got = shared_cpu_spec(CPU.model_copy(update={"host_dispatch": hd}), share)
+    assert got.host_dispatch is not None
+    assert got.host_dispatch.cpu_share == (None if share == 1.0 else share)
+    assert got.peak_tflops.fp32 == pytest.approx(0.05 * share)
+    assert got.hbm_bandwidth_GBps == pytest.approx(5.0 * share)
+    assert got.host_dispatch is not None
+    assert got.host_dispatch.op_fwd_us == pytest.approx(100.0 / share)
+    assert got.host_dispatch.tp_collective_us == 700.0  # measured by the run's own ranks, under its load
+
+
+@pytest.mark.parametrize("plan", ["tp2", "tp2sp"])
+def test_the_runtime_issues_the_tp_collectives_the_host_model_counts(plan: str, tmp_path) -> None:
+    """Real 2-rank gloo step of the bundled runtime, its DTensor collectives counted as they are dispatched
+    (``runtime.host_dispatch.step_collectives``): as many as the host model prices with the in-step TP
+    collective (∂ step / ∂ ``tp_collective_us``), plus the LM head's output gather (priced by the network
+    fit alone). No timing is involved."""
+    import json
+    import os
+    import sys
+    from pathlib import Path
+
+    from runtime.testing import make_plan, run_process_group
+
+    root = Path(__file__).resolve().parents[1]
+    par = {k: v for k, v in PLANS[plan].items()}
+    path = tmp_path / "plan.json"
+    path.write_text(make_plan("tiny-gpt", global_batch_size=8, seq_len=64, **par).model_dump_json())
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    from runtime.train import _free_port
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port())]
+    out = run_process_group(
+        cmd + ["-m", "runtime.host_dispatch", "--count-collectives", str(path)], env=env, cwd=root, timeout=180
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    issued = sum(json.loads(out.stdout.strip().splitlines()[-1]).values())
+    priced = (step(plan, CPU, tp_collective_us=US) - step(plan, CPU, tp_collective_us=0.0)) / (US * 1e-6)
+    assert issued == round(priced) + 1, (issued, priced)

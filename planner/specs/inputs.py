@@ -115,6 +115,15 @@ class HostDispatch(Spec):
         description="A blocking all-reduce between compute (as TP runs it), measured by the run's own ranks, beyond "
         "the same all-reduce back to back (None when the run had one process).",
     )
+    cpu_share: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="The fraction of a core each rank computed on when the run had more single-thread ranks "
+        "than the host has cores (cores ÷ processes; the figures above are then as each rank saw them). The "
+        "host work the cost model adds beyond the measurements (the ``kernel_overhead_us`` and "
+        "``step_overhead_s`` residuals, fitted per rank alone) takes 1/cpu_share as long. None: a core per rank.",
+    )
 
 
 class GpuSpec(Spec):
