@@ -29,6 +29,7 @@ from planner.specs.common import (
     Precision,
     Spec,
 )
+from planner.specs.host import HostDispatch
 
 # --------------------------------------------------------------------------------------------
 # Model
@@ -92,38 +93,6 @@ class PeakTflops(Spec):
     bf16: float | None = Field(default=None, gt=0)
     fp16: float | None = Field(default=None, gt=0)
     fp8: float | None = Field(default=None, gt=0)
-
-
-class HostDispatch(Spec):
-    """Host-side framework dispatch of a CPU "GPU" (a ``GpuSpec`` whose id starts with ``cpu``), µs, by
-    dispatch class, measured on the host by ``meshplan run`` (``runtime.host_dispatch``). The cost model
-    adds them where a plan issues that class of work (``planner.kernels.host_dispatch``); absent (None)
-    on a GPU and on a host spec without the measurement."""
-
-    op_fwd_us: float = Field(ge=0, le=1e5, description="A plain op with autograd, forward (recording).")
-    op_bwd_us: float = Field(ge=0, le=1e5, description="The backward of one plain forward op.")
-    tp_linear_fwd_us: float = Field(ge=0, le=1e6, description="A TP (DTensor) linear beyond a plain one, forward.")
-    tp_linear_bwd_us: float = Field(ge=0, le=1e6, description="The same, backward.")
-    fsdp_module_fwd_us: float = Field(ge=0, le=1e6, description="An FSDP2-wrapped module's hooks, forward.")
-    fsdp_module_bwd_us: float = Field(ge=0, le=1e6, description="The same, backward.")
-    adam_plain_us: float = Field(ge=0, le=1e6, description="AdamW step per plain parameter tensor.")
-    adam_dtensor_us: float = Field(ge=0, le=1e6, description="AdamW step per DTensor parameter tensor.")
-    tp_collective_us: float | None = Field(
-        default=None,
-        ge=0,
-        le=1e6,
-        description="A blocking all-reduce between compute (as TP runs it), measured by the run's own ranks, beyond "
-        "the same all-reduce back to back (None when the run had one process).",
-    )
-    cpu_share: float | None = Field(
-        default=None,
-        gt=0,
-        le=1,
-        description="The fraction of a core each rank computed on when the run had more single-thread ranks "
-        "than the host has cores (cores ÷ processes; the figures above are then as each rank saw them). The "
-        "host work the cost model adds beyond the measurements (the ``kernel_overhead_us`` and "
-        "``step_overhead_s`` residuals, fitted per rank alone) takes 1/cpu_share as long. None: a core per rank.",
-    )
 
 
 class GpuSpec(Spec):
