@@ -304,9 +304,8 @@ def test_calibrated_on_real_cpu_runs_the_model_predicts_another_plan(tmp_path: P
     depends on the load). Every run records the host's dispatch costs by class with its re-pricing
     request (``GpuSpec.host_dispatch``; the TP runs their in-step collective); priced as a user would
     before running it (the tp2 run's request with SP on, so its host figures are the calibration's) and
-    calibrated, tp2 + SP lands
-    within a factor 4 and closer than before calibration (re-priced from two bench runs'
-    reports: −34 %, −7 %; bench/bench_calibration.py holds the full table)."""
+    calibrated, tp2 + SP lands within a factor 4, and the calibration prices the tp2 run it was fitted on
+    closer than the uncalibrated model (bench/bench_calibration.py holds the full table and the 15 % target)."""
     bench = _bench()
     cases = [
         bench.Case("one", 1, ("--tp", "1", "--pp", "1", "--micro-batch-size", "8"), "calibration"),
@@ -343,13 +342,19 @@ def test_calibrated_on_real_cpu_runs_the_model_predicts_another_plan(tmp_path: P
         estimate_plan(sp.model_copy(update={"calibration": calibration})).estimate.step_time_s,
         measured,
     )
-    before, after = abs(math.log(row[0] / measured)), abs(math.log(row[1] / measured))
+    after = abs(math.log(row[1] / measured))
     # Load-robust bounds (the 15 % target is the bench's, on a quiet machine): the in-step TP collective is
     # measured at one moment of a shared machine (0.3–1.8 ms per collective across runs), and in CI another
-    # pytest worker's processes share the cores, so the calibrated tp2 + SP has landed from −11 % (quiet) to
-    # 2.5× over (CI); uncalibrated it is 2.5–10× under. Calibration must bring it closer, within a factor 4.
+    # pytest worker's processes share the cores, so the calibrated tp2 + SP has landed from −12…+9 % (quiet,
+    # bench) to 2× over (CI). Since the host model counts the collectives SP issues, the uncalibrated price
+    # is no longer far under (−50 % quiet, +40 % in CI), so "closer than before" is not a property; what a
+    # user relies on is that the fit matches the runs it was given and predicts the unseen plan within 4×.
     assert after < math.log(4.0), row
-    assert after < before, row
+    tp2_run = RunReport.model_validate_json(reports["tp2"].read_text())
+    fitted = estimate_plan(tp2.model_copy(update={"calibration": calibration})).estimate.step_time_s
+    raw = estimate_plan(tp2).estimate.step_time_s
+    m2 = tp2_run.measured_step_time_s
+    assert abs(math.log(fitted / m2)) < abs(math.log(raw / m2)), (raw, fitted, m2)
 
 
 def _meta_profile(tmp: Path, model: str, mbs=(2, 4, 8), tps=(1, 2)) -> Path:
