@@ -165,16 +165,10 @@ def tp_collective_us(iters: int = 20, repeats: int = 3) -> float:
         for _ in range(iters):
             dist.all_reduce(t)
 
-    def timed(fn) -> float:
+    def timed(fn) -> float:  # every rank starts together, then ``_best`` (a warm-up, the fastest of repeats)
         dist.barrier()
-        best = float("inf")
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            best = min(best, time.perf_counter() - t0)
-        return best
+        return _best(fn, repeats)
 
-    loop(True)
     with_coll, without, back_to_back = timed(lambda: loop(True)), timed(lambda: loop(False)), timed(raw)
     return max(0.0, with_coll - without - back_to_back) / iters * 1e6
 

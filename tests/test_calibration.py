@@ -16,8 +16,9 @@ import pytest
 from planner.api import estimate_plan, plan, replay_request
 from planner.catalog import get_gpu
 from planner.errors import MeshplanError
-from planner.specs import Calibration, CalibrationRun, GpuSpec, PeakTflops, PlanRequest, Residuals, RunReport
+from planner.specs import Calibration, CalibrationRun, PlanRequest, Residuals, RunReport
 from runtime.report import build_report
+from tests.host_support import CPU
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,15 +28,6 @@ H100 = {
     "training": {"global_batch_size": 64, "seq_len": 4096},
     "parallel": {"tp": 4, "pp": 1, "micro_batch_size": 1},
 }
-CPU = GpuSpec(
-    id="cpu",
-    memory_gib=16.0,
-    peak_tflops=PeakTflops(fp32=0.05),
-    hbm_bandwidth_GBps=5.0,
-    nvlink_bandwidth_GBps=1.0,
-    nic_bandwidth_GBps=1.0,
-    source="test host",
-)
 GPU_H100 = get_gpu("h100-sxm5-80gb").model_dump()
 TINY_CPU = {
     "model": "tiny-gpt",

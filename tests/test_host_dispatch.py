@@ -8,17 +8,9 @@ import pytest
 from planner.api import estimate_plan
 from planner.catalog import get_gpu, get_model
 from planner.kernels import param_tensors
-from planner.specs import GpuSpec, HostDispatch, NetworkProfile, PeakTflops, PlanRequest
+from planner.specs import GpuSpec, HostDispatch, NetworkProfile, PlanRequest
+from tests.host_support import CPU
 
-CPU = GpuSpec(
-    id="cpu",
-    memory_gib=16.0,
-    peak_tflops=PeakTflops(fp32=0.05),
-    hbm_bandwidth_GBps=5.0,
-    nvlink_bandwidth_GBps=1.0,
-    nic_bandwidth_GBps=1.0,
-    source="test host",
-)
 ZERO = {**dict.fromkeys(HostDispatch.model_fields, 0.0), "cpu_share": None}
 
 PLANS = {  # tiny-gpt, global batch 8 × 64, as bench/bench_calibration.py
