@@ -96,9 +96,9 @@ def check_profile_device(device: str, gpu_id: str) -> None:
     appears in it and, where both state a memory size ('80GB', '80gb'), the sizes agree."""
     import re
 
-    if device.lower() in DEVICELESS:
-        return
     name = device.lower()
+    if name in DEVICELESS or name == gpu_id.lower():  # the latter: a GPU spec named for the profiled device
+        return
     model, *_ = gpu_id.lower().split("-")
     stated, listed = set(re.findall(r"(\d+)\s*gb", name)), set(re.findall(r"(\d+)\s*gb", gpu_id.lower()))
     same_model = model in re.split(r"[^a-z0-9]+", name) or model in name.replace(" ", "")

@@ -27,6 +27,13 @@ def same_hardware(device: str, gpu_id: str) -> bool:
     return product in device.lower().replace(" ", "").replace("-", "")
 
 
+def cuda_spec(plan_gpu: GpuSpec, device: str) -> GpuSpec:
+    """The GPU a CUDA run re-prices its plan on: the plan's catalog GPU when the run ran on it (its id keeps
+    the catalog's per-GPU tables: SM count, attention rates), else the plan's figures under the name of the
+    device the run measured (``torch.cuda.get_device_name()``), which its measured profile then matches."""
+    return plan_gpu if same_hardware(device, plan_gpu.id) else plan_gpu.model_copy(update={"id": device})
+
+
 def _ratio(predicted: float | None, measured: float | None) -> float | None:
     return predicted / measured if predicted and measured and measured > 0 else None
 

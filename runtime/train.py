@@ -136,6 +136,7 @@ def predict_here(plan, args, job, device: str):
     from runtime.report import (
         QUICK_NETWORK_SIZES,
         cpu_share,
+        cuda_spec,
         host_spec,
         local_prediction,
         shared_cpu_network,
@@ -176,7 +177,7 @@ def predict_here(plan, args, job, device: str):
         basis.insert(0, f"layer profile {args.profile} ({profile.device})")
     gpu = host_spec(device, tp_collective_us=tp_coll) if job.device.type == "cpu" else None
     if gpu is None:  # a CUDA run: the plan's GPU figures for what the profiles do not cover
-        gpu = plan.gpu.model_copy(update={"id": device})
+        gpu = cuda_spec(plan.gpu, device)
         basis.append(f"other terms from the {plan.gpu.id} datasheet")
     else:
         basis.append("optimizer/element-wise terms from a quick matmul and copy measurement of this host")

@@ -311,3 +311,48 @@ def test_context_length_is_the_family_versions(model, max_seq):
         assert err.value.field == "training.seq_len" and str(max_seq) in err.value.fix
     else:
         assert planner.estimate(long).step_time_s > 0
+
+
+# A CUDA run re-prices its plan with the profile it measured (``runtime.train.predict_here``): the GPU spec
+# it prices on must accept that profile — on an H200 the run named the spec 'NVIDIA H200' and was refused.
+DEVICE_MATCHES = [
+    # (profiled device, GPU spec id, accepted)
+    ("NVIDIA H200", "h200-sxm-141gb", True),
+    ("NVIDIA H100 80GB HBM3", "h100-sxm5-80gb", True),
+    ("NVIDIA H200", "NVIDIA H200", True),  # a spec named for the profiled device (a GPU not in the catalog)
+    ("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", True),
+    ("NVIDIA H100 PCIe 40GB", "h100-sxm5-80gb", False),
+    ("NVIDIA A100-SXM4-80GB", "h100-sxm5-80gb", False),
+    ("NVIDIA H200", "NVIDIA H100 80GB HBM3", False),
+    ("cpu", "h200-sxm-141gb", False),
+]
+
+
+@pytest.mark.parametrize("device, gpu_id, accepted", DEVICE_MATCHES)
+def test_profile_device_matches_the_gpu_it_prices(device: str, gpu_id: str, accepted: bool):
+    from planner.api import check_profile_device
+
+    if accepted:
+        check_profile_device(device, gpu_id)
+    else:
+        with pytest.raises(MeshplanError) as err:
+            check_profile_device(device, gpu_id)
+        assert err.value.field == "profile.device"
+
+
+@pytest.mark.parametrize(
+    "device, plan_gpu, expected_id",
+    [
+        ("NVIDIA H200", "h200-sxm-141gb", "h200-sxm-141gb"),  # ran on the plan's GPU: the catalog id stays
+        ("NVIDIA H100 80GB HBM3", "h100-sxm5-80gb", "h100-sxm5-80gb"),
+        ("NVIDIA A100-SXM4-80GB", "h100-sxm5-80gb", "NVIDIA A100-SXM4-80GB"),  # elsewhere: the device's name
+    ],
+)
+def test_a_cuda_run_reprices_on_the_gpu_it_ran_on(device: str, plan_gpu: str, expected_id: str):
+    from planner.api import check_profile_device
+    from planner.catalog import GPUS
+    from runtime.report import cuda_spec
+
+    spec = cuda_spec(GPUS[plan_gpu], device)
+    assert spec.id == expected_id
+    check_profile_device(device, spec.id)  # the run's own profile prices it
