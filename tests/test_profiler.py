@@ -159,3 +159,20 @@ def test_cuda_without_a_gpu_is_a_clear_error(tmp_path, capsys):
         main(["profile", "model", "--model", "tiny-gpt", "--device", "cuda", "--out", str(tmp_path / "p.json")])
     assert exc.value.code == 2
     assert "--device: no CUDA device" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("q_heads, kv_heads", [(8, 8), (8, 2), (32, 8), (4, 1)])
+def test_grouped_query_sdpa_counts_the_flops_of_repeated_kv(q_heads: int, kv_heads: int):
+    """The formulas given to every fused SDPA kernel count GQA as K/V repeated to the query's heads
+    (PyTorch 2.11's own assert equal heads; the H200 check failed on it)."""
+    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+    from profiler.flops import SDPA_CPU_MAPPING
+
+    b, s, d = 2, 64, 16
+    q, kv = (b, q_heads, s, d), (b, kv_heads, s, d)
+    fwd = {fn for op, fn in SDPA_CPU_MAPPING.items() if not str(op).endswith("_backward")}
+    bwd = {fn for op, fn in SDPA_CPU_MAPPING.items() if str(op).endswith("_backward")}
+    assert len(fwd) == len(bwd) == 1
+    assert next(iter(fwd))(q, kv, kv) == sdpa_flop_count(q, q, q) == 4 * b * q_heads * s * s * d
+    assert next(iter(bwd))(q, q, kv, kv) == sdpa_backward_flop_count(q, q, q, q)

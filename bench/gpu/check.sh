@@ -24,5 +24,8 @@ step run-mbs1 "${T_RUN:-100}" $PY -m api.cli run --plan "${PLAN1:-bench/gpu/plan
 step run-mbs2 "${T_RUN:-100}" $PY -m api.cli run --plan "${PLAN2:-bench/gpu/plan-mbs2.json}" --steps "${STEPS:-12}" --report "$OUT/run-mbs2.json"
 
 [ "${COMPILE:-1}" = 1 ] && step run-mbs1-compile "${T_COMPILE:-120}" $PY -m api.cli run --plan "${PLAN1:-bench/gpu/plan-mbs1.json}" --steps "${STEPS:-12}" --compile --report "$OUT/run-mbs1-compile.json"
+for p in "${PLAN1:-bench/gpu/plan-mbs1.json}" "${PLAN2:-bench/gpu/plan-mbs2.json}"; do  # one profiled step each
+  [ "${TRACE:-1}" = 1 ] && step "trace-$(basename "$p" .json | sed 's/^plan-//')" "${T_TRACE:-100}" $PY bench/gpu/trace_step.py --plan "$p" --out "$OUT/trace-$(basename "$p" .json | sed 's/^plan-//').json"
+done
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv 2>&1
 ls -la "$OUT"
