@@ -371,3 +371,18 @@ def dp_ranks_per_node(gpus_per_node: int, dp: int, tp: int) -> int:
 def tp_link(gpus_per_node: int, tp: int) -> str:
     """The link class of a TP group (TP innermost: inside a node iff tp divides the node)."""
     return "intra_node" if (tp <= gpus_per_node and gpus_per_node % tp == 0) else "inter_node"
+
+
+def layer_collectives(
+    cm: CommModel, name: str, params: tuple[int, int, int], nbytes: float, dp: int, link: str, per_node: int, host: bool
+) -> list[float]:
+    """Seconds of the DP collective of each layer (block, embedding, LM head) of ``params`` parameters at
+    ``nbytes`` each. On a host (``host``), one per FSDP2-wrapped module of the bundled runtime, as it issues
+    them (``planner.kernels.host_fsdp_hooks``): each block's, and the chunk's, which holds the embedding and
+    the LM head, one collective shared between the two by their parameters."""
+    t = [cm.time(name, count * nbytes, dp, link, per_node) for count in params]
+    emb, head = params[1], params[2]
+    if host and emb + head:
+        root = cm.time(name, (emb + head) * nbytes, dp, link, per_node)
+        t[1:] = [root * emb / (emb + head), root * head / (emb + head)]
+    return t

@@ -363,6 +363,21 @@ def param_tensors(model: ModelSpec, kind: str) -> tuple[int, int]:
     return 0, 0
 
 
+def host_fsdp_hooks(ctx: Context, kind: str) -> tuple[float, float]:
+    """(forward, backward) seconds of the FSDP2 hooks (``replicate``/``fully_shard``) of one layer of ``kind``
+    per micro-batch on a host: the bundled runtime wraps every block and the chunk (whose own tensors are the
+    embedding's and the LM head's; its module part is counted with the embedding), each wrapped module
+    costing its part plus a part per parameter tensor it holds (``param_tensors``; measured). Zero without a
+    measurement; older measurements without the per-tensor part priced per module alone."""
+    hd = host_dispatch(ctx)
+    if hd is None:
+        return 0.0, 0.0
+    n = param_tensors(ctx.model, kind)[0]
+    module = 0 if kind == "lm_head" else 1
+    per_f, per_b = hd.fsdp_param_fwd_us or 0.0, hd.fsdp_param_bwd_us or 0.0
+    return (module * hd.fsdp_module_fwd_us + n * per_f) * 1e-6, (module * hd.fsdp_module_bwd_us + n * per_b) * 1e-6
+
+
 def host_layer_dispatch(ctx: Context, kind: str, tp: int) -> tuple[float, float]:
     """(forward, backward) seconds of host dispatch one layer of ``kind`` adds per micro-batch beyond its
     ops' compute: every op the per-op model counts (``kernel_counts`` forward ops, each with autograd and

@@ -16,9 +16,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, NamedTuple
 
 from planner.affine import Affine, Count, total
-from planner.comm import dp_group_in_node, dp_ranks_per_node, tp_link
+from planner.comm import dp_group_in_node, dp_ranks_per_node, layer_collectives, tp_link
 from planner.compute import Context, layer_times
-from planner.kernels import block_linears, hbm_efficiency, host_dispatch, host_slowdown, param_tensors
+from planner.kernels import (
+    block_linears,
+    hbm_efficiency,
+    host_dispatch,
+    host_fsdp_hooks,
+    host_slowdown,
+    param_tensors,
+)
 from planner.memory import OPTIMIZER_STEP_BYTES, StateBytes, loss_buffer_bytes, state_bytes, zero3_buffer_bytes
 
 if TYPE_CHECKING:
@@ -224,29 +231,34 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     tr, cm, e = ctx.training, ctx.comm, ctx.elt
     p_blk, p_emb, p_head = lg.params
 
-    # --- ZeRO-3: parameters gathered per micro-batch (fwd and bwd), gradients reduce-scattered;
-    # prefetched on a side stream, so a layer costs the longer of its compute + TP comm (slowed while they
-    # overlap: ``overlapped``) and its collectives
+    # --- ZeRO-3: parameters gathered per micro-batch (fwd and bwd), gradients reduce-scattered; prefetched on a
+    # side stream, so a layer costs the longer of its compute + TP comm (slowed while they overlap: ``overlapped``)
+    # and its collectives — on a host their sum: FSDP2 calls gloo's collectives synchronously, the processor waits
     g = ctx.cluster.gpus_per_node
     dp_link = "intra_node" if dp_group_in_node(g, ctx.num_gpus, dp, tp) else "inter_node"
     m = dp_ranks_per_node(g, dp, tp)
     slow = OVERLAP_SLOWDOWN
+    hd = host_dispatch(ctx)
+
+    def per_module(name: str, nbytes: float) -> list[float]:  # on a host, one per FSDP2-wrapped module
+        return layer_collectives(cm, name, lg.params, nbytes, dp, dp_link, m, hd is not None)
+
     fwd, bwd, z3_tmp, fwd_z3, bwd_z3 = lg.fwd, lg.bwd, 0, NOTHING, NOTHING
     if zero_stage == 3 and dp > 1:
-        gather = [cm.time("all_gather", count * e, dp, dp_link, m) for count in lg.params]
-        scatter = [cm.time("reduce_scatter", count * e, dp, dp_link, m) for count in lg.params]
-        fwd = Affine(0, *(ns(overlapped(w, t, slow)) for w, t in zip(lg.work_f, gather)))
-        bwd = Affine(0, *(ns(overlapped(w, t + u, slow)) for w, t, u in zip(lg.work_b, gather, scatter)))
+        gather, scatter = per_module("all_gather", e), per_module("reduce_scatter", e)
+        join = (lambda w, t: w + t) if hd is not None else (lambda w, t: overlapped(w, t, slow))
+        fwd = Affine(0, *(ns(join(w, t)) for w, t in zip(lg.work_f, gather)))
+        bwd = Affine(0, *(ns(join(w, t + u)) for w, t, u in zip(lg.work_b, gather, scatter)))
         z3_tmp = zero3_buffer_bytes(ctx.stack, p_blk, e)  # gathered layers, gradient buffers (stack's)
         fwd_z3, bwd_z3 = Affine(*(a - b for a, b in zip(fwd, lg.fwd))), Affine(*(a - b for a, b in zip(bwd, lg.bwd)))
 
     # --- a host device's FSDP2 hooks (``GpuSpec.host_dispatch``; none on a GPU): the bundled runtime wraps
     # every block and the chunk (``replicate``/``fully_shard``, any ZeRO stage) when dp > 1; per micro-batch
-    hd = host_dispatch(ctx)
     if hd is not None and dp > 1:
         cs = ctx.residuals.compute_scale  # on a host the processor that computes also dispatches
-        hf, hb = ns(cs * hd.fsdp_module_fwd_us * 1e-6), ns(cs * hd.fsdp_module_bwd_us * 1e-6)
-        fwd, bwd = fwd.plus(Affine(0, hf, hf, 0)), bwd.plus(Affine(0, hb, hb, 0))
+        hooks = [host_fsdp_hooks(ctx, kind) for kind in ("transformer_block", "embedding", "lm_head")]
+        fwd = fwd.plus(Affine(0, *(ns(cs * f) for f, _ in hooks)))
+        bwd = bwd.plus(Affine(0, *(ns(cs * b) for _, b in hooks)))
 
     # --- memory (bytes per GPU)
     per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp)
@@ -260,6 +272,8 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     def collective(name: str, nbytes_per_param: float) -> Affine:
         if dp == 1:
             return NOTHING
+        if hd is not None:  # the runtime's FSDP2 wrappers: a blocking collective per wrapped module
+            return Affine(0, *map(ns, per_module(name, nbytes_per_param)))
         bucket = min(grad_bucket_params(dp), total) * nbytes_per_param
         per_byte = cm.time(name, bucket, dp, dp_link, m) / bucket
         return Affine(
@@ -291,6 +305,7 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
             # with SP the block's norms are DTensors too (``SequenceParallel``): all its tensors
             dt = n if dp > 1 or (tp > 1 and sp and kind == "transformer_block") else (sharded if tp > 1 else 0)
             us = dt * hd.adam_dtensor_us + (n - dt) * hd.adam_plain_us
+            us += dt * (hd.clip_dtensor_us or 0.0) + (n - dt) * (hd.clip_plain_us or 0.0)  # the gradient clip
             host_opt[i] = ns(ctx.residuals.compute_scale * us * 1e-6)
         if tp > 1 and sp:  # SP norms' gradients stay Partial; the gradient clip all-reduces each tensor of them
             norm = 2 if ctx.model.norm == "layernorm" else 1

@@ -10,8 +10,9 @@ collectives over one rank are the only part left out — priced by the network f
 * a tensor-parallel linear (``ColwiseParallel``/``RowwiseParallel``: DTensor weights, ``from_local`` /
   ``to_local`` around it) beyond the same plain linear, forward and backward;
 * an FSDP2-wrapped module (``fully_shard``: pre/post-forward and backward hooks, unshard copy-in/out)
-  beyond the same plain module, forward and backward;
-* one AdamW step per parameter tensor over plain tensors and over DTensors.
+  beyond the same plain module, forward and backward: a part per module and a part per parameter tensor
+  it holds (modules of 2 and 8 tensors);
+* one AdamW step, and the gradient clip, per parameter tensor over plain tensors and over DTensors.
 
 Each figure is the fastest of a few repeats (on a shared machine, the one least slowed by other work).
 Run as ``python -m runtime.host_dispatch`` (prints the JSON) or ``measure_in_subprocess()``.
@@ -28,6 +29,7 @@ import time
 N_OPS = 200
 N_LINEARS = 16
 N_PARAMS = 64
+FSDP_LINEARS = 4
 REPEATS = 11
 
 
@@ -106,38 +108,58 @@ def measure() -> dict[str, float]:
     out["tp_linear_fwd_us"] = max(0.0, tf - pf) / N_LINEARS * 1e6
     out["tp_linear_bwd_us"] = max(0.0, tb - pb) / N_LINEARS * 1e6
 
-    # FSDP2-wrapped modules vs plain ones
-    def blocks(wrap: bool):
-        m = nn.Sequential(*[nn.Sequential(nn.Linear(64, 64)) for _ in range(N_LINEARS)])
-        if wrap:
-            for blk in m:
-                fully_shard(blk, mesh=mesh)
-            fully_shard(m, mesh=mesh)
-        x = torch.randn(8, 64, requires_grad=True)
-        return lambda: m(x).sum()
+    # FSDP2-wrapped modules vs plain ones, each module holding 1 and FSDP_LINEARS linears (2 and 2·FSDP_LINEARS
+    # parameter tensors): FSDP2 sets up each tensor's unsharded view before the forward and copies each
+    # gradient into the reduction buffer and back out as a DTensor after the backward, so its hooks cost a
+    # part per module and a part per tensor (the slope between the two)
+    def wrapped(linears: int):
+        def blocks(wrap: bool):
+            m = nn.Sequential(*[nn.Sequential(*[nn.Linear(64, 64) for _ in range(linears)]) for _ in range(N_LINEARS)])
+            if wrap:
+                for blk in m:
+                    fully_shard(blk, mesh=mesh)
+                fully_shard(m, mesh=mesh)
+            x = torch.randn(8, 64, requires_grad=True)
+            return lambda: m(x).sum()
 
-    (pf, pb), (wf, wb) = _fwd_bwd_pair(blocks)
-    out["fsdp_module_fwd_us"] = max(0.0, wf - pf) / (N_LINEARS + 1) * 1e6
-    out["fsdp_module_bwd_us"] = max(0.0, wb - pb) / (N_LINEARS + 1) * 1e6
+        (pf, pb), (wf, wb) = _fwd_bwd_pair(blocks)
+        return max(0.0, wf - pf) / (N_LINEARS + 1) * 1e6, max(0.0, wb - pb) / (N_LINEARS + 1) * 1e6
 
-    # AdamW per parameter tensor, plain and DTensor, alternately
-    def adam(dtensor: bool):
+    one, many = wrapped(1), wrapped(FSDP_LINEARS)
+    for i, d in enumerate(("fwd", "bwd")):
+        per_tensor = max(0.0, many[i] - one[i]) / (2 * (FSDP_LINEARS - 1))
+        out[f"fsdp_param_{d}_us"] = per_tensor
+        out[f"fsdp_module_{d}_us"] = max(0.0, one[i] - 2 * per_tensor)
+
+    # AdamW and the runtime's gradient clip (``runtime.job.clip_grad_norm``) per parameter tensor, plain and
+    # DTensor, alternately
+    def params_with_grads(dtensor: bool) -> list[nn.Parameter]:
         ps = [torch.randn(4, 4) for _ in range(N_PARAMS)]  # dispatch; the bytes are priced apart
         if dtensor:
             ps = [DTensor.from_local(p, mesh, [Replicate()]) for p in ps]
         params = [nn.Parameter(p) for p in ps]
         for p in params:
             p.grad = torch.randn_like(p)
-        opt = torch.optim.AdamW(params, lr=1e-3)
+        return params
+
+    def adam(dtensor: bool):
+        opt = torch.optim.AdamW(params_with_grads(dtensor), lr=1e-3)
         opt.step()
         return opt.step
 
-    steps = (adam(False), adam(True))
-    best = [float("inf")] * 2
-    for _ in range(REPEATS):
-        for i, fn in enumerate(steps):
-            best[i] = min(best[i], _best(fn, 1))
-    out["adam_plain_us"], out["adam_dtensor_us"] = (b / N_PARAMS * 1e6 for b in best)
+    def clip(dtensor: bool):
+        from runtime.job import clip_grad_norm
+
+        params = params_with_grads(dtensor)
+        return lambda: clip_grad_norm(params, 1.0)
+
+    for name, make in (("adam", adam), ("clip", clip)):
+        steps = (make(False), make(True))
+        best = [float("inf")] * 2
+        for _ in range(REPEATS):
+            for i, fn in enumerate(steps):
+                best[i] = min(best[i], _best(fn, 1))
+        out[f"{name}_plain_us"], out[f"{name}_dtensor_us"] = (b / N_PARAMS * 1e6 for b in best)
     return out
 
 
@@ -175,11 +197,15 @@ def tp_collective_us(iters: int = 20, repeats: int = 3) -> float:
 
 #: The functional collectives DTensor issues for tensor/sequence parallelism (``torch.ops._c10d_functional``).
 FUNCTIONAL_COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor")
+#: The c10d collectives FSDP2 (``replicate``/``fully_shard``) and the step's loss all-reduce issue
+#: (``torch.ops.c10d``: ``dist.all_reduce``, ``all_gather_single``, ``reduce_scatter_single``).
+C10D_COLLECTIVES = ("allreduce_", "_allgather_base_", "_reduce_scatter_base_")
 
 
 def step_collectives(job, inputs, targets) -> dict[str, int]:
-    """The functional collectives (DTensor's: TP and SP) one training step of ``job`` issues on this rank,
-    by name, counted as they are dispatched (forward, backward, gradient clip and optimizer step). Call on
+    """The collectives one training step of ``job`` issues on this rank, by op name, counted as they are
+    dispatched (forward, backward, gradient clip and optimizer step): DTensor's functional ones (TP and SP,
+    ``FUNCTIONAL_COLLECTIVES``) and c10d's (data parallelism and the loss, ``C10D_COLLECTIVES``). Call on
     every rank: the step is a real one."""
     from collections import Counter
 
@@ -190,7 +216,9 @@ def step_collectives(job, inputs, targets) -> dict[str, int]:
     class Count(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             ns, name = func.namespace, func._opname
-            if ns == "_c10d_functional" and name in FUNCTIONAL_COLLECTIVES:
+            if (ns == "_c10d_functional" and name in FUNCTIONAL_COLLECTIVES) or (
+                ns == "c10d" and name in C10D_COLLECTIVES
+            ):
                 counts[name] += 1
             return func(*args, **(kwargs or {}))
 

@@ -19,15 +19,18 @@ PLANS = {  # tiny-gpt, global batch 8 × 64, as bench/bench_calibration.py
     "tp2": {"tp": 2, "pp": 1, "dp": 1, "micro_batch_size": 8, "sequence_parallel": False},
     "pp2": {"tp": 1, "pp": 2, "dp": 1, "micro_batch_size": 2, "schedule": "1f1b"},
     "tp2sp": {"tp": 2, "pp": 1, "dp": 1, "micro_batch_size": 8, "sequence_parallel": True},
+    "dp2z3": {"tp": 1, "pp": 1, "dp": 2, "micro_batch_size": 4, "zero_stage": 3},
+    "dp2z1": {"tp": 1, "pp": 1, "dp": 2, "micro_batch_size": 4, "zero_stage": 1},
 }
 
 
-def step(plan: str, gpu: GpuSpec, **dispatch: float) -> float:
+def step(plan: str, gpu: GpuSpec, network: NetworkProfile | None = None, **dispatch: float) -> float:
     par = PLANS[plan]
     n = par["tp"] * par["pp"] * par["dp"]
     spec = gpu.model_copy(update={"host_dispatch": HostDispatch(**{**ZERO, **dispatch})}) if dispatch else gpu
     request = PlanRequest(
         model="tiny-gpt",
+        network=network,
         cluster={"gpu": spec.model_dump(), "num_nodes": 1, "gpus_per_node": n},
         training={
             "global_batch_size": 8,
@@ -62,6 +65,19 @@ US = 1000.0  # a large cost per class, so its effect stands far above rounding
         ("fsdp_module_bwd_us", "dp2", (M.num_layers + 1) * US * 1e-6),
         ("fsdp_module_fwd_us", "tp2", 0.0),
         ("fsdp_module_fwd_us", "pp2", 0.0),
+        # ... and per parameter tensor the wrapped modules hold: all of them (one micro-batch per rank)
+        ("fsdp_param_fwd_us", "dp2", ALL * US * 1e-6),
+        ("fsdp_param_bwd_us", "dp2", ALL * US * 1e-6),
+        ("fsdp_param_fwd_us", "dp2z3", ALL * US * 1e-6),
+        ("fsdp_param_bwd_us", "tp2", 0.0),
+        ("fsdp_param_fwd_us", "one", 0.0),
+        # the gradient clip per gradient tensor: DTensors as AdamW's (FSDP2: all; TP: the sharded linears')
+        ("clip_dtensor_us", "dp2", ALL * US * 1e-6),
+        ("clip_dtensor_us", "tp2", M.num_layers * SHARDED * US * 1e-6),
+        ("clip_dtensor_us", "one", 0.0),
+        ("clip_plain_us", "one", ALL * US * 1e-6),
+        ("clip_plain_us", "tp2", (ALL - M.num_layers * SHARDED) * US * 1e-6),
+        ("clip_plain_us", "dp2", 0.0),
         # TP (DTensor) linears: six per GPT block (wq, wk, wv, wo, w1, w2)
         ("tp_linear_fwd_us", "tp2", M.num_layers * 6 * US * 1e-6),
         ("tp_linear_bwd_us", "tp2", M.num_layers * 6 * US * 1e-6),
@@ -116,6 +132,11 @@ def test_the_host_microbenchmark_measures_every_class() -> None:
     assert hd.op_fwd_us > 0 and hd.op_bwd_us > 0
     assert hd.adam_dtensor_us > hd.adam_plain_us > 0
     assert hd.tp_linear_fwd_us > 0 and hd.fsdp_module_fwd_us > 0
+    # FSDP2 sets up each parameter tensor's view and copies each gradient: a cost per tensor, both ways
+    assert hd.fsdp_param_fwd_us is not None and hd.fsdp_param_fwd_us > 0
+    assert hd.fsdp_param_bwd_us is not None and hd.fsdp_param_bwd_us > 0
+    assert hd.clip_dtensor_us is not None and hd.clip_plain_us is not None
+    assert hd.clip_dtensor_us > hd.clip_plain_us > 0
 
 
 @pytest.mark.parametrize(
@@ -286,6 +307,74 @@ def test_the_runtime_issues_the_tp_collectives_the_host_model_counts(plan: str, 
         cmd + ["-m", "runtime.host_dispatch", "--count-collectives", str(path)], env=env, cwd=root, timeout=180
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    issued = sum(json.loads(out.stdout.strip().splitlines()[-1]).values())
+    from runtime.host_dispatch import FUNCTIONAL_COLLECTIVES
+
+    counts = json.loads(out.stdout.strip().splitlines()[-1])
+    issued = sum(n for name, n in counts.items() if name in FUNCTIONAL_COLLECTIVES)
     priced = (step(plan, CPU, tp_collective_us=US) - step(plan, CPU, tp_collective_us=0.0)) / (US * 1e-6)
     assert issued == round(priced) + 1, (issued, priced)
+
+
+# ------------------------------------------------------------------------------------------------
+# Data parallelism on a host: the FSDP2 wrappers' collectives, one per wrapped module, blocking
+
+
+def _dp_network(alpha_s: float) -> NetworkProfile:
+    """A 2-rank gloo fit whose every collective costs ``alpha_s`` whatever its size."""
+    from planner.specs import LinkFit
+
+    links = [
+        LinkFit(link="intra_node", collective=c, group_size=2, alpha_s=alpha_s, beta_s_per_byte=0.0)
+        for c in ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
+    ]
+    return NetworkProfile(backend="gloo", device="cpu", world_size=2, nodes=1, links=links)
+
+
+#: The DP collectives of one step of the bundled runtime on 2 ranks (one micro-batch each; counted on a real
+#: step by ``test_the_runtime_issues_the_dp_collectives_the_host_model_counts``): FSDP2 groups the
+#: parameters of each wrapped module (every block, and the chunk for the embedding and the LM head) and
+#: issues one collective per group — ZeRO-0 (``replicate``) an all-reduce of its gradients; ZeRO-1/2
+#: (``fully_shard``, kept unsharded after the forward) an all-gather before the forward and a reduce-scatter
+#: after the backward; ZeRO-3 (resharded after the forward) an all-gather both ways and the reduce-scatter.
+DP_COLLECTIVES = {"dp2": M.num_layers + 1, "dp2z1": 2 * (M.num_layers + 1), "dp2z3": 3 * (M.num_layers + 1)}
+
+
+@pytest.mark.parametrize("plan", list(DP_COLLECTIVES))
+def test_a_host_prices_one_blocking_dp_collective_per_wrapped_module(plan: str) -> None:
+    """On a host gloo's collectives block the processor that computes (FSDP2 calls them synchronously), so
+    each adds its whole time to the step, and there is one per FSDP2-wrapped module, not one per 40M-parameter
+    gradient bucket (was: one all-reduce for dp2; ZeRO-3's gathers hidden behind the compute)."""
+    alpha = 0.05  # far above every other term's rounding
+    cpu = CPU.model_copy(update={"host_dispatch": HostDispatch(**ZERO)})
+    added = step(plan, cpu, _dp_network(alpha)) - step(plan, cpu, _dp_network(0.0))
+    assert added / alpha == pytest.approx(DP_COLLECTIVES[plan], abs=1e-3)
+
+
+@pytest.mark.parametrize("plan", list(DP_COLLECTIVES))
+def test_the_runtime_issues_the_dp_collectives_the_host_model_counts(plan: str, tmp_path) -> None:
+    """Real 2-rank gloo step of the bundled runtime, its c10d collectives counted as they are dispatched
+    (``runtime.host_dispatch.step_collectives``): as many as the host model prices (∂ step / ∂ α of the
+    network fit), plus the loss's all-reduce (one per step, with the per-step work). No timing is involved."""
+    import json
+    import os
+    import sys
+    from pathlib import Path
+
+    from runtime.host_dispatch import C10D_COLLECTIVES
+    from runtime.testing import make_plan, run_process_group
+    from runtime.train import _free_port
+
+    root = Path(__file__).resolve().parents[1]
+    path = tmp_path / "plan.json"
+    path.write_text(make_plan("tiny-gpt", global_batch_size=8, seq_len=64, **PLANS[plan]).model_dump_json())
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port())]
+    out = run_process_group(
+        cmd + ["-m", "runtime.host_dispatch", "--count-collectives", str(path)], env=env, cwd=root, timeout=180
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    counts = json.loads(out.stdout.strip().splitlines()[-1])
+    issued = sum(n for name, n in counts.items() if name in C10D_COLLECTIVES)
+    cpu = CPU.model_copy(update={"host_dispatch": HostDispatch(**ZERO)})
+    priced = (step(plan, cpu, _dp_network(0.05)) - step(plan, cpu, _dp_network(0.0))) / 0.05
+    assert issued == round(priced) + 1, (counts, priced)

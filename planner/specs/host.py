@@ -19,6 +19,26 @@ class HostDispatch(Spec):
     tp_linear_bwd_us: float = Field(ge=0, le=1e6, description="The same, backward.")
     fsdp_module_fwd_us: float = Field(ge=0, le=1e6, description="An FSDP2-wrapped module's hooks, forward.")
     fsdp_module_bwd_us: float = Field(ge=0, le=1e6, description="The same, backward.")
+    fsdp_param_fwd_us: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e6,
+        description="Per parameter tensor an FSDP2-wrapped module holds, forward (its unsharded view set up); "
+        "with it, ``fsdp_module_*_us`` is the module's own part (no parameters). None: not measured (older runs, "
+        "whose ``fsdp_module_*_us`` were measured on modules of two tensors).",
+    )
+    fsdp_param_bwd_us: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e6,
+        description="The same, backward (its gradient copied into the reduction buffer and back out as a DTensor).",
+    )
+    clip_plain_us: float | None = Field(
+        default=None, ge=0, le=1e6, description="Gradient-norm clipping per plain gradient tensor (None: not measured)."
+    )
+    clip_dtensor_us: float | None = Field(
+        default=None, ge=0, le=1e6, description="Gradient-norm clipping per DTensor gradient (None: not measured)."
+    )
     adam_plain_us: float = Field(ge=0, le=1e6, description="AdamW step per plain parameter tensor.")
     adam_dtensor_us: float = Field(ge=0, le=1e6, description="AdamW step per DTensor parameter tensor.")
     tp_collective_us: float | None = Field(
