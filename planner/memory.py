@@ -45,13 +45,16 @@ OPTIMIZER_STEP_BYTES = {"adam": 28, "sgd": 20}
 def loss_buffer_bytes(stack: Stack, tokens: int, vocab_local: int) -> int:
     """Bytes the loss holds at its peak on the LM head's rank, beyond the saved activations.
 
-    * torchtitan (``activations="titan"``; train.py at 9dec370: ``cross_entropy(pred.flatten(0, 1).float(),
-      labels)``, then ``del pred`` before ``loss.backward()``): the backward of the loss holds three fp32
-      [T, V/t] tensors at once — log_softmax's output (kept for backward), nll_loss's dense gradient
-      (``zeros_like`` + scatter) and log_softmax's gradient; the forward holds less (bf16 logits + fp32
-      copy + log_softmax output = 10 bytes per logit against 12);
+    * ``loss="upcast"`` (torchtitan, train.py at 9dec370: ``cross_entropy(pred.flatten(0, 1).float(),
+      labels)``, then ``del pred`` before ``loss.backward()``; the bundled runtime's ``runtime.job.loss_fn``
+      is the same): the backward of the loss holds three fp32 [T, V/t] tensors at once — log_softmax's
+      output (kept for backward), nll_loss's dense gradient (``zeros_like`` + scatter) and log_softmax's
+      gradient; the forward holds less (bf16 logits + fp32 copy + log_softmax output = 10 bytes per logit
+      against 12). Measured for the bundled runtime on an H200 (``bench/gpu/memory_phases.py``): the
+      step's peak is in the first block's backward after the loss's, 11.7 GiB above the saved activations
+      for 1.05 G logits (12 bytes each);
     * other stacks: the fp32 logits of the loss (one [T, V/t] fp32 tensor)."""
-    per_logit = 12 if stack.activations == "titan" else 4
+    per_logit = 12 if stack.loss == "upcast" else 4
     return tokens * vocab_local * per_logit
 
 
@@ -83,12 +86,30 @@ class StateBytes(NamedTuple):
 
 
 @lru_cache(maxsize=256)
-def state_bytes(precision: str, optimizer: str, zero_stage: int, dp: int) -> StateBytes:
-    """Weights and gradients in the training precision; optimizer states per ``OPTIMIZER_STATE_BYTES``
-    (mixed precision = any precision but fp32 keeps fp32 master weights); sharded by dp per ZeRO stage."""
+def state_bytes(precision: str, optimizer: str, zero_stage: int, dp: int, layout: str = "master") -> StateBytes:
+    """Bytes per parameter of weights, gradients and optimizer states on one GPU, sharded by dp per ZeRO
+    stage, as the stack holds them (``Stack.param_layout``):
+
+    * ``"master"`` (and any fp32 training): weights and gradients in the training precision, optimizer
+      states per ``OPTIMIZER_STATE_BYTES`` (mixed precision = any precision but fp32 keeps fp32 master
+      weights there);
+    * ``"fsdp2"`` with mixed precision (FSDP2's ``MixedPrecisionPolicy(param_dtype=bf16,
+      reduce_dtype=fp32)``, as the bundled runtime applies it): the fp32 parameters are the master weights
+      (4 bytes, sharded from ZeRO-1 on: ``fully_shard``), their bf16 copy stays unsharded from forward to
+      backward below ZeRO-3 (2 bytes; ZeRO-3 reshards after forward: ``zero3_buffer_bytes``), fp32 gradients
+      (4 bytes; whole below ZeRO-3, where the runtime accumulates the micro-batches' before one reduction:
+      ``runtime.job.defer_gradient_sync``; sharded at ZeRO-3), the optimizer's moments only (``OPTIMIZER_STATE_BYTES`` of fp32 training). Measured for ZeRO-0 on an H200: 18 bytes
+      per parameter (docs/validation.md "On a GPU")."""
+    d = dp
+    if layout == "fsdp2" and precision != "fp32":
+        k = OPTIMIZER_STATE_BYTES[(optimizer, False)]
+        if zero_stage == 0:
+            return StateBytes(4 + 2, 4, k)
+        if zero_stage < 3:  # the gradients accumulate whole until the step's reduce-scatter (runtime.job)
+            return StateBytes(4 / d + 2, 4, k / d)
+        return StateBytes(4 / d, 4 / d, k / d)
     e = BYTES_PER_ELEMENT[precision]
     k = OPTIMIZER_STATE_BYTES[(optimizer, precision != "fp32")]
-    d = dp
     return StateBytes(*{0: (e, e, k), 1: (e, e, k / d), 2: (e, e / d, k / d), 3: (e / d, e / d, k / d)}[zero_stage])
 
 

@@ -29,6 +29,14 @@ field                      read by
 ``overlap_grad_reduce``    ``terms.end_terms``: the DP gradient sync runs under the last backward
 ``reduce_dtype``           ``memory.zero3_buffer_bytes``: the fp32 reduce-scatter input of FSDP2
                            (torchtitan ``mixed_precision_reduce = "float32"``)
+``param_layout``           ``memory.state_bytes`` under mixed precision: ``"master"`` = 16-bit weights and
+                           gradients, fp32 master weights in the optimizer (Megatron, DeepSpeed; ZeRO's
+                           2 + 2 + 12 bytes); ``"fsdp2"`` = FSDP2's ``MixedPrecisionPolicy``: fp32
+                           parameters and gradients, a bf16 copy of the parameters unsharded from
+                           forward to backward unless resharded (ZeRO-3)
+``loss``                   ``memory.loss_buffer_bytes``: ``"fp32_logits"`` = one fp32 [T, V/t] tensor;
+                           ``"upcast"`` = ``cross_entropy(logits.float(), …)`` (torchtitan, the bundled
+                           runtime): three fp32 tensors at the loss's backward
 =========================  =====================================================================
 
 Sources per preset are in ``source`` (and docs/planner.md, "Training stacks").
@@ -47,6 +55,8 @@ SelectiveAc = Literal["op"] | int
 Kernels = Literal["eager", "fused", "compiled"]
 NormKernel = Literal["eager", "fused"]
 ReduceDtype = Literal["param", "fp32"]
+ParamLayout = Literal["master", "fsdp2"]
+LossKind = Literal["fp32_logits", "upcast"]
 
 #: The fields an inline stack may override (all but ``id``, ``title`` and ``source``).
 OVERRIDABLE = (
@@ -78,6 +88,10 @@ class Stack(BaseModel):
     #: dtype of the DP gradient reduction: "param" (the training precision) or "fp32" (FSDP2's
     #: ``MixedPrecisionPolicy(reduce_dtype=torch.float32)``, torchtitan's default)
     reduce_dtype: ReduceDtype = "param"
+    #: where the fp32 master weights live under mixed precision (``memory.state_bytes``)
+    param_layout: ParamLayout = "master"
+    #: what the loss holds at its backward (``memory.loss_buffer_bytes``)
+    loss: LossKind = "fp32_logits"
 
     @property
     def norm_fused(self) -> bool:
@@ -116,7 +130,14 @@ STACKS: dict[str, Stack] = {
             kernels="eager",
             norm_kernel="fused",
             overlap_grad_reduce=True,
-            source="runtime/models/transformer.py: F.scaled_dot_product_attention (flash) with enable_gqa, K/V kept "
+            reduce_dtype="fp32",
+            param_layout="fsdp2",
+            loss="upcast",
+            source="runtime/parallelize.py: DP (and, on CUDA, one process too) through FSDP2 replicate/fully_shard with "
+            "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): fp32 parameters and gradients, bf16 copies "
+            "kept unsharded from forward to backward below ZeRO-3; runtime/job.py loss_fn: cross_entropy(logits.float()) "
+            "(both measured on an H200: docs/validation.md 'On a GPU'); "
+            "runtime/models/transformer.py: F.scaled_dot_product_attention (flash) with enable_gqa, K/V kept "
             "at the KV-head count; RMSNorm through F.rms_norm's fused kernel (aten._fused_rms_norm, "
             "pytorch/pytorch#153666), keeping input + fp32 1/rms; nn.LayerNorm; RoPE and SwiGLU as eager PyTorch "
             "ops; no dropout; --compile (torch.compile per block) is off by default and not priced "
@@ -143,6 +164,7 @@ STACKS: dict[str, Stack] = {
             kernels="eager",
             overlap_grad_reduce=True,
             reduce_dtype="fp32",
+            loss="upcast",
             source="pytorch/torchtitan torchtitan/models/llama/model.py, models/norms.py (composite RMSNorm, complex "
             "RoPE in fp32, repeat_kv before SDPA flash, no dropout) and parallelisms/parallelize_llama.py "
             "(op-level selective AC _save_list, FSDP2 reduce_dtype float32) at 9dec370; FSDP2 reduce-scatters "

@@ -261,7 +261,7 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
         bwd = bwd.plus(Affine(0, *(ns(cs * b) for _, b in hooks)))
 
     # --- memory (bytes per GPU)
-    per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp)
+    per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp, ctx.stack.param_layout)
     per = per_param.total
 
     # --- end of step: DP gradient sync (overlapped with the rank's last backward), optimizer step.

@@ -21,4 +21,7 @@ from __future__ import annotations
 #:    activations/FSDP2 buffers/loss peak, compiled kernels; the bundled runtime's lean kernels (fused
 #:    RMSNorm, GQA without repeated K/V); residual constants (built-in per stack and GPU generation, or the
 #:    request's calibration); V100.
-COST_MODEL_VERSION = 5
+#: 6: the bundled runtime's (``meshplan`` stack's) states as FSDP2's mixed-precision policy holds them (fp32
+#:    parameters and gradients, bf16 copies unsharded below ZeRO-3), its loss's three fp32 logit tensors and
+#:    fp32 gradient reduction (measured on an H200); ZeRO-3 gradients reduce-scattered per micro-batch.
+COST_MODEL_VERSION = 6

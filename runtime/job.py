@@ -43,6 +43,17 @@ def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(0, 1))
 
 
+def defer_gradient_sync(zero_stage: int) -> bool:
+    """Whether the micro-batches' gradients are accumulated before one DP reduction (FSDP2's
+    ``set_requires_gradient_sync(False)`` until the last): below ZeRO-3, whose gradients stay whole until
+    the step's one reduction (``replicate``; ``fully_shard`` without resharding after forward), as the cost
+    model prices them (``planner.terms``: one sync per step; ``memory.state_bytes``: whole fp32 gradients).
+    ZeRO-3 reduce-scatters each micro-batch's gradients as its backward runs (priced per micro-batch):
+    deferring would accumulate them unsharded, in fp32 under the mixed-precision policy — 4 bytes per
+    parameter that the sharding exists to save."""
+    return zero_stage < 3
+
+
 def make_optimizer(params, train: TrainConfig, kind: str = "adam") -> torch.optim.Optimizer:
     params = list(params)
     if kind == "sgd":
@@ -172,8 +183,9 @@ class Job:
         if self.schedule is None:
             (model,) = self.chunks.values()
             local = torch.zeros((), device=self.device)
+            defer = defer_gradient_sync(self.plan.parallel.zero_stage)
             for i, (x, y) in enumerate(zip(inputs.chunk(n), targets.chunk(n))):
-                if hasattr(model, "set_requires_gradient_sync"):
+                if defer and hasattr(model, "set_requires_gradient_sync"):
                     model.set_requires_gradient_sync(i == n - 1)  # reduce once, after the last
                 loss = loss_fn(model(x), y) / n
                 loss.backward()

@@ -21,6 +21,10 @@ PLANS = {  # tiny-gpt, global batch 8 × 64, as bench/bench_calibration.py
     "tp2sp": {"tp": 2, "pp": 1, "dp": 1, "micro_batch_size": 8, "sequence_parallel": True},
     "dp2z3": {"tp": 1, "pp": 1, "dp": 2, "micro_batch_size": 4, "zero_stage": 3},
     "dp2z1": {"tp": 1, "pp": 1, "dp": 2, "micro_batch_size": 4, "zero_stage": 1},
+    # two micro-batches per rank: ZeRO-0 accumulates them before its one all-reduce, ZeRO-3 reduce-scatters
+    # each (runtime.job.defer_gradient_sync; it deferred ZeRO-3's too, accumulating unsharded gradients)
+    "dp2m2": {"tp": 1, "pp": 1, "dp": 2, "micro_batch_size": 2, "zero_stage": 0},
+    "dp2z3m2": {"tp": 1, "pp": 1, "dp": 2, "micro_batch_size": 2, "zero_stage": 3},
 }
 
 
@@ -336,7 +340,13 @@ def _dp_network(alpha_s: float) -> NetworkProfile:
 #: issues one collective per group — ZeRO-0 (``replicate``) an all-reduce of its gradients; ZeRO-1/2
 #: (``fully_shard``, kept unsharded after the forward) an all-gather before the forward and a reduce-scatter
 #: after the backward; ZeRO-3 (resharded after the forward) an all-gather both ways and the reduce-scatter.
-DP_COLLECTIVES = {"dp2": M.num_layers + 1, "dp2z1": 2 * (M.num_layers + 1), "dp2z3": 3 * (M.num_layers + 1)}
+DP_COLLECTIVES = {
+    "dp2": M.num_layers + 1,
+    "dp2z1": 2 * (M.num_layers + 1),
+    "dp2z3": 3 * (M.num_layers + 1),
+    "dp2m2": M.num_layers + 1,
+    "dp2z3m2": 2 * 3 * (M.num_layers + 1),
+}
 
 
 @pytest.mark.parametrize("plan", list(DP_COLLECTIVES))

@@ -137,6 +137,7 @@ FINGERPRINTS = {
     3: "3b80216528bbe5ce",  # headroom (fields, fits), ZeRO-3 breakdown
     4: "ec211d1c323f9d6a",  # per-op compute, training stacks
     5: "05ba4e7493449e39",  # collectives by size, overlap slowdown, lean runtime, torchtitan, residuals
+    6: "9bb46020d67bf4b7",  # the bundled runtime's FSDP2 mixed-precision states and loss (meshplan stack)
 }
 
 REFERENCE = [

@@ -118,6 +118,40 @@ def test_zero_bytes_per_parameter(precision: str, optimizer: str, zero: int, dp:
     assert tuple(state_bytes(precision, optimizer, zero, dp)) == pytest.approx(expect)
 
 
+@pytest.mark.parametrize(
+    "precision,optimizer,zero,dp,expect",
+    [
+        # ZeRO-0 (replicate): fp32 parameters + their bf16 copy, fp32 gradients, Adam's two moments — 18 bytes,
+        # as measured on an H200 (after build 10.41 GiB = 2.796 B × 4; + AdamW 20.83; + fp32 gradients
+        # 10.41; + bf16 copies 5.21: bench/gpu/h200/memory-mbs1.json)
+        ("bf16", "adam", 0, 1, (6, 4, 8)),
+        ("bf16", "adam", 0, 4, (6, 4, 8)),
+        ("bf16", "adam", 1, 4, (3, 4, 2)),  # fully_shard: sharded fp32 + whole bf16 copy; whole fp32 gradients
+        ("fp16", "sgd", 2, 4, (3, 4, 1)),
+        ("bf16", "adam", 3, 8, (0.5, 0.5, 1)),  # 16/d: the same total as ZeRO's 2 + 2 + 12
+        ("fp32", "adam", 1, 2, (4, 4, 4)),  # no mixed-precision policy in fp32: as "master"
+    ],
+)
+def test_fsdp2_bytes_per_parameter(precision: str, optimizer: str, zero: int, dp: int, expect: tuple) -> None:
+    """The bundled runtime's states (``Stack.param_layout = "fsdp2"``): FSDP2's MixedPrecisionPolicy keeps the
+    fp32 parameters as master weights and the gradients in fp32 (reduce_dtype), not ZeRO's 16-bit copies."""
+    assert tuple(state_bytes(precision, optimizer, zero, dp, "fsdp2")) == pytest.approx(expect)
+
+
+def test_the_bundled_runtime_is_priced_with_its_own_states_and_loss() -> None:
+    from planner.memory import loss_buffer_bytes
+    from planner.stacks import STACKS
+
+    meshplan, megatron = STACKS["meshplan"], STACKS["megatron"]
+    assert (meshplan.param_layout, meshplan.loss, meshplan.reduce_dtype) == ("fsdp2", "upcast", "fp32")
+    assert (
+        loss_buffer_bytes(meshplan, 8192, 128256)
+        == 12 * 8192 * 128256
+        == loss_buffer_bytes(STACKS["torchtitan"], 8192, 128256)
+    )
+    assert loss_buffer_bytes(megatron, 8192, 128256) == 4 * 8192 * 128256
+
+
 def test_usable_bytes_is_the_largest_that_fits() -> None:
     for gib in (1.003, 24.0, 79.6, 80.0, 141.0):
         u = usable_bytes(gib)
@@ -129,14 +163,16 @@ def test_usable_bytes_is_the_largest_that_fits() -> None:
 
 
 def test_equal_step_times_rank_lower_memory_first() -> None:
-    """Llama 3 8B on 8 H100 (gbs 256, seq 8192): ZeRO-1 and ZeRO-2 take the same step; ZeRO-2 needs
-    less memory, so it ranks before ZeRO-1 (it ranked after before). Checked with the planner's own
-    estimate of both configurations. (Cost model 4 ranked a ZeRO-3 plan first; since the compute under
-    ZeRO-3's per-layer gathers is slowed by the overlap (planner.terms ``OVERLAP_SLOWDOWN``) it ranks third.)"""
+    """Llama 3 8B on 8 H100 (gbs 256, seq 8192), priced for Megatron: ZeRO-1 and ZeRO-2 take the same
+    step; ZeRO-2 needs less memory, so it ranks before ZeRO-1 (it ranked after before). Checked with the
+    planner's own estimate of both configurations. (Cost model 4 ranked a ZeRO-3 plan first; since the
+    compute under ZeRO-3's per-layer gathers is slowed by the overlap (planner.terms ``OVERLAP_SLOWDOWN``) it
+    ranks third. Megatron, since cost model 6: the bundled runtime holds ZeRO-1 and ZeRO-2 alike —
+    ``memory.state_bytes`` ``"fsdp2"`` — so for the default stack the two tie in memory too.)"""
     req = {
         "model": "llama3-8b",
         "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
-        "training": {"global_batch_size": 256, "seq_len": 8192},
+        "training": {"global_batch_size": 256, "seq_len": 8192, "stack": "megatron"},
     }
     # Where the ZeRO-2/ZeRO-1 tie ranks moves with the cost model (lean runtime activations, the overlap
     # slowdown): find the first tie among the top 8.

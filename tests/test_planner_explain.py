@@ -171,10 +171,12 @@ def test_headroom_keeps_plans_off_the_last_gib_and_estimate_honours_it():
     """With no headroom the 70B plan (TP8, ZeRO-1 pinned) peaks at 99 % of HBM; the default (5 %) picks
     another plan below 95 %, and ``estimate`` of the headroom-0 plan says it does not fit under the default.
     (Unpinned, since cost model 5 prices TP all-reduces at nccl-tests' bus bandwidth and DP across nodes
-    over every NIC, the optimum is FSDP at 63 GiB, where the headroom does not bind.)"""
+    over every NIC, the optimum is FSDP at 63 GiB, where the headroom does not bind. Priced for Megatron:
+    since cost model 6 the default stack's ZeRO-1 holds the bundled runtime's FSDP2 states, and its best
+    TP8 ZeRO-1 plan peaks at 92 %.)"""
+    case = {**CASES["llama3-70b"], "training": {**CASES["llama3-70b"]["training"], "stack": "megatron"}}
 
     def plan_with(headroom: float):
-        case = CASES["llama3-70b"]
         req = {
             **case,
             "parallel": {"tp": 8, "zero_stage": 1},
@@ -188,9 +190,10 @@ def test_headroom_keeps_plans_off_the_last_gib_and_estimate_honours_it():
     assert roomy.estimate.peak_memory_gib <= 0.95 * gpu and roomy.estimate.memory_headroom == 0.05
     assert roomy.estimate.usable_memory_gib == pytest.approx(0.95 * gpu)
     assert roomy.parallel != tight.parallel and roomy.estimate.step_time_s >= tight.estimate.step_time_s
-    default = estimate_of("llama3-70b", tight.parallel)
+    default = planner.estimate({**case, "parallel": tight.parallel.model_dump()})
     assert not default.fits and any("options.memory_headroom" in n for n in default.notes)
-    assert estimate_of("llama3-70b", tight.parallel, headroom=0.0).fits
+    zero = {**case, "parallel": tight.parallel.model_dump(), "options": {**case["options"], "memory_headroom": 0.0}}
+    assert planner.estimate(zero).fits
     # the plan records its headroom, and re-estimating it with its own inputs reproduces the verdict
     from planner.api import replay_request
 
