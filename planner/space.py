@@ -144,13 +144,25 @@ def enumerate_candidates(ctx: Context, pins: ParallelPins, options: SearchOption
                                 or rules.sequence_parallel_splits_seq(sp, tp, seq)
                             ):
                                 continue
-                            zs = [pins.zero_stage] if pins.zero_stage is not None else ([0, 1, 2, 3] if dp > 1 else [0])
+                            zs = [pins.zero_stage] if pins.zero_stage is not None else zero_stages(ctx, dp)
                             for z in zs:
                                 out.append(Candidate(tp, pp, dp, mbs, s, v, rc, sp, z))
     if not out and short_1f1b and pins.schedule == "1f1b":
         why = min(short_1f1b, key=lambda x: x[:3])[3]
         raise why if pins.micro_batch_size is not None else rules.with_field(why, "parallel.schedule")
     return out
+
+
+def zero_stages(ctx: Context, dp: int) -> list[int]:
+    """The ZeRO stages the search visits at ``dp``. ZeRO-2 is left out where the stack holds it as ZeRO-1:
+    the bundled runtime under mixed precision (``Stack.param_layout == "fsdp2"``) wraps both in
+    ``fully_shard`` kept unsharded after the forward, and ``memory.state_bytes`` and ``terms`` price them
+    alike, so it would be the same plan twice. A pinned ``zero_stage: 2`` is still priced."""
+    if dp == 1:
+        return [0]
+    if ctx.stack.param_layout == "fsdp2" and ctx.training.precision != "fp32":
+        return [0, 1, 3]
+    return [0, 1, 2, 3]
 
 
 def forced_cut(ctx: Context, pins: ParallelPins, c: Candidate) -> list[int] | None:

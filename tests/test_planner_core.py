@@ -27,7 +27,7 @@ from planner.memory import (
 )
 from planner.search import result_key, search
 from planner.space import enumerate_candidates, forced_cut
-from planner.specs import SearchOptions
+from planner.specs import PlanRequest, SearchOptions
 
 INSTANCES = [("exact", s) for s in range(0, 16, 3)] + [("interleaved", s) for s in range(0, 24, 5)]
 
@@ -224,3 +224,28 @@ def test_planner_modules_stay_small() -> None:
     sizes = {str(p.relative_to(folder)): len(p.read_text().splitlines()) for p in folder.rglob("*.py")}
     assert {"space.py", "bounds.py", "cutsolver.py", "search.py", "terms.py", "compute.py"} <= set(sizes)
     assert {name: n for name, n in sizes.items() if n > 400} == {}
+
+
+@pytest.mark.parametrize(
+    "stack, precision, stages",
+    [("meshplan", "bf16", [0, 1, 3]), ("meshplan", "fp32", [0, 1, 2, 3]), ("megatron", "bf16", [0, 1, 2, 3])],
+)
+def test_the_search_visits_the_zero_stages_the_stack_distinguishes(stack: str, precision: str, stages: list[int]):
+    """The bundled runtime under mixed precision holds ZeRO-2 as ZeRO-1 (same wrapper, states and price): the
+    planner returned the same plan twice, as ZeRO-1 and ZeRO-2, in its top 3. Pinned, ZeRO-2 is still priced
+    — the same as ZeRO-1."""
+    from planner.space import zero_stages
+
+    req = {
+        "model": "llama3-8b",
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
+        "training": {"global_batch_size": 256, "seq_len": 8192, "stack": stack, "precision": precision},
+    }
+    from planner.api import context
+
+    assert zero_stages(context(PlanRequest.model_validate(req)), 8) == stages
+    assert zero_stages(context(PlanRequest.model_validate(req)), 1) == [0]
+    if stages == [0, 1, 3]:
+        pinned = {"tp": 1, "pp": 1, "dp": 8, "micro_batch_size": 1}
+        z1, z2 = (estimate_plan({**req, "parallel": {**pinned, "zero_stage": z}}).estimate for z in (1, 2))
+        assert (z1.step_time_s, z1.peak_memory_gib) == (z2.step_time_s, z2.peak_memory_gib)
