@@ -195,6 +195,79 @@ def tp_collective_us(iters: int = 20, repeats: int = 3) -> float:
     return max(0.0, with_coll - without - back_to_back) / iters * 1e6
 
 
+def tp_functional_us(
+    tp_mesh, tokens: int, hidden: int, ffn: int, *, batches: int = 31, iters: int = 8, samples: dict | None = None
+) -> dict[str, float]:
+    """The in-step cost of one TP collective as the bundled runtime's DTensor linears issue it, µs, measured
+    by every rank of the run together on its own TP mesh (``HostDispatch.tp_all_reduce_us``/``tp_all_gather_us``,
+    and ``tp_collective_bytes`` the size measured). A row-parallel linear's Partial output becomes Replicate
+    through ``_c10d_functional.all_reduce`` (``Partial._reduce_value``: an ``AsyncCollectiveTensor`` waited
+    on by the next op); with SP the activations are gathered before and reduce-scattered after
+    (``all_gather_tensor``/``reduce_scatter_tensor``). Here each of ``iters`` column → row-parallel pairs of
+    local matmuls of the plan's shapes (``tokens`` × ``hidden`` → ``ffn``/tp → ``hidden``) is followed by
+    that collective, against the same matmuls without it: the whole collective as the step sees it — its
+    dispatch, the wait for the other ranks (on a shared CPU their wake-up) and the transfer. DTensor's own
+    dispatch around it is not in it: ``tp_linear_*_us``, measured on a one-rank mesh, where DTensor skips
+    the collective. The three variants alternate within each of ``batches`` batches (order rotated, every
+    rank starting together), and each figure is the median over batches of its difference from the
+    batch's plain one, the largest over ranks: other work on the cores slows a batch, not the statistic.
+    Call on all ranks (every rank of the default group; each on the TP mesh it belongs to). ``samples``, if
+    given, receives this rank's per-batch figures (s per collective) by kind."""
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    tp = tp_mesh.size()
+    local = max(1, ffn // tp)
+    gen = torch.Generator().manual_seed(0)
+    w1 = torch.randn(hidden, local, generator=gen) / hidden**0.5
+    w2 = torch.randn(local, hidden, generator=gen) / local**0.5
+    x = torch.randn(tokens, hidden, generator=gen)
+    sp = tokens % tp == 0
+    shard = x[: tokens // tp].clone()
+    group = (tp_mesh, 0)  # as DTensor names its mesh dimension
+
+    def run(kind: str) -> float:
+        y = shard if kind == "sp" else x
+        for _ in range(iters):
+            if kind == "sp":
+                y = funcol.all_gather_tensor(y, 0, group)
+            y = torch.relu(y @ w1) @ w2
+            if kind == "ar":
+                y = funcol.all_reduce(y, "sum", group)
+            elif kind == "sp":
+                y = funcol.reduce_scatter_tensor(y, "sum", 0, group)
+            y = y * 0.5
+        return float(y.sum())  # waits for the last one
+
+    kinds = ["plain", "ar"] + (["sp"] if sp else [])
+    for k in kinds:  # warm-up
+        run(k)
+    diffs: dict[str, list[float]] = {k: [] for k in kinds[1:]}
+    for b in range(batches):
+        t: dict[str, float] = {}
+        for k in kinds[b % len(kinds) :] + kinds[: b % len(kinds)]:
+            dist.barrier()
+            t0 = time.perf_counter()
+            run(k)
+            t[k] = time.perf_counter() - t0
+        diffs["ar"].append((t["ar"] - t["plain"]) / iters)
+        if sp:
+            diffs["sp"].append((t["sp"] - t["plain"]) / (2 * iters))  # an all-gather and a reduce-scatter
+    if samples is not None:
+        samples.update(diffs)
+    med = torch.tensor([max(0.0, statistics.median(diffs[k])) * 1e6 for k in ("ar", "sp") if k in diffs])
+    dist.all_reduce(med, op=dist.ReduceOp.MAX)
+    ar_us = float(med[0])
+    return {
+        "tp_all_reduce_us": ar_us,
+        "tp_all_gather_us": float(med[1]) if sp else ar_us,
+        "tp_collective_bytes": float(tokens * hidden * x.element_size()),
+    }
+
+
 #: The functional collectives DTensor issues for tensor/sequence parallelism (``torch.ops._c10d_functional``).
 FUNCTIONAL_COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor")
 #: The c10d collectives FSDP2 (``replicate``/``fully_shard``) and the step's loss all-reduce issue
@@ -252,6 +325,24 @@ def _count_main(plan_path: str) -> None:
         dist.destroy_process_group()
 
 
+def _tp_main(tokens: int, hidden: int, ffn: int, tp: int) -> None:
+    """``torchrun ... -m runtime.host_dispatch --tp-collectives TOKENS HIDDEN FFN TP``: every rank measures
+    ``tp_functional_us`` on its TP group of a (world ÷ TP, TP) mesh; rank 0 prints it as JSON."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    try:
+        mesh = init_device_mesh("cpu", (dist.get_world_size() // tp, tp), mesh_dim_names=("dp", "tp"))
+        got = tp_functional_us(mesh["tp"], tokens, hidden, ffn)
+        if dist.get_rank() == 0:
+            print(json.dumps(got), flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
 def measure_in_subprocess(timeout: float = 300) -> dict[str, float] | None:
     """``measure()`` in a fresh one-thread process (its own one-rank group, beside any group of the
     caller); None if it fails."""
@@ -282,5 +373,7 @@ if __name__ == "__main__":
     warnings.filterwarnings("ignore")
     if len(sys.argv) == 3 and sys.argv[1] == "--count-collectives":
         _count_main(sys.argv[2])
+    elif len(sys.argv) == 6 and sys.argv[1] == "--tp-collectives":
+        _tp_main(*map(int, sys.argv[2:]))
     else:
         print(json.dumps(measure()))
