@@ -196,75 +196,81 @@ def tp_collective_us(iters: int = 20, repeats: int = 3) -> float:
 
 
 def tp_functional_us(
-    tp_mesh, tokens: int, hidden: int, ffn: int, *, batches: int = 31, iters: int = 8, samples: dict | None = None
+    tp_mesh, tokens: int, hidden: int, ffn: int, *, batches: int = 21, pairs: int = 6, samples: dict | None = None
 ) -> dict[str, float]:
     """The in-step cost of one TP collective as the bundled runtime's DTensor linears issue it, µs, measured
     by every rank of the run together on its own TP mesh (``HostDispatch.tp_all_reduce_us``/``tp_all_gather_us``,
-    and ``tp_collective_bytes`` the size measured). A row-parallel linear's Partial output becomes Replicate
-    through ``_c10d_functional.all_reduce`` (``Partial._reduce_value``: an ``AsyncCollectiveTensor`` waited
-    on by the next op); with SP the activations are gathered before and reduce-scattered after
-    (``all_gather_tensor``/``reduce_scatter_tensor``). Here each of ``iters`` column → row-parallel pairs of
-    local matmuls of the plan's shapes (``tokens`` × ``hidden`` → ``ffn``/tp → ``hidden``) is followed by
-    that collective, against the same matmuls without it: the whole collective as the step sees it — its
-    dispatch, the wait for the other ranks (on a shared CPU their wake-up) and the transfer. DTensor's own
-    dispatch around it is not in it: ``tp_linear_*_us``, measured on a one-rank mesh, where DTensor skips
-    the collective. The three variants alternate within each of ``batches`` batches (order rotated, every
-    rank starting together), and each figure is the median over batches of its difference from the
-    batch's plain one, the largest over ranks: other work on the cores slows a batch, not the statistic.
-    Call on all ranks (every rank of the default group; each on the TP mesh it belongs to). ``samples``, if
-    given, receives this rank's per-batch figures (s per collective) by kind."""
+    and ``tp_collective_bytes`` the size measured): ``pairs`` column → row-parallel pairs of linears of the
+    plan's shapes (``tokens`` × ``hidden`` → ``ffn`` → ``hidden``, ``ColwiseParallel``/``RowwiseParallel``),
+    forward and backward, on the TP mesh against the same DTensor linears on a one-rank mesh with the same
+    local shapes (``ffn``/tp), where DTensor skips the collectives. The difference is the collectives alone,
+    as the step sees them: per pair the row-parallel output's all-reduce forward and the column-parallel
+    input's backward (``_c10d_functional.all_reduce``), or with SP (``Shard(0)`` activations) an all-gather
+    and a reduce-scatter each way — their dispatch, the wait for the other ranks (on shared cores their
+    wake-up, and the spread of the DTensor work between them) and the transfer. DTensor's own dispatch is in
+    both, so not here: ``tp_linear_*_us`` (not counted twice). The variants alternate within each of
+    ``batches`` batches (order rotated, every rank starting together); each figure is the median over
+    batches of the batch's difference, the largest over ranks: other work on the cores slows a batch, not the
+    statistic. Call on all ranks (every rank of the default group; each on the TP mesh it belongs to).
+    ``samples``, if given, receives this rank's per-batch figures (s per collective) by kind."""
     import statistics
 
     import torch
     import torch.distributed as dist
-    import torch.distributed._functional_collectives as funcol
+    import torch.nn as nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     tp = tp_mesh.size()
-    local = max(1, ffn // tp)
-    gen = torch.Generator().manual_seed(0)
-    w1 = torch.randn(hidden, local, generator=gen) / hidden**0.5
-    w2 = torch.randn(local, hidden, generator=gen) / local**0.5
-    x = torch.randn(tokens, hidden, generator=gen)
+    world = dist.get_world_size()
+    one = init_device_mesh("cpu", (world, 1), mesh_dim_names=("ranks", "one"))["one"]  # every rank alone
     sp = tokens % tp == 0
-    shard = x[: tokens // tp].clone()
-    group = (tp_mesh, 0)  # as DTensor names its mesh dimension
+    torch.manual_seed(0)
 
-    def run(kind: str) -> float:
-        y = shard if kind == "sp" else x
-        for _ in range(iters):
-            if kind == "sp":
-                y = funcol.all_gather_tensor(y, 0, group)
-            y = torch.relu(y @ w1) @ w2
-            if kind == "ar":
-                y = funcol.all_reduce(y, "sum", group)
-            elif kind == "sp":
-                y = funcol.reduce_scatter_tensor(y, "sum", 0, group)
-            y = y * 0.5
-        return float(y.sum())  # waits for the last one
+    def model(mesh, width: int, seq_parallel: bool):
+        m = nn.Sequential(
+            *[nn.Sequential(nn.Linear(hidden, width), nn.ReLU(), nn.Linear(width, hidden)) for _ in range(pairs)]
+        )
+        kw_in, kw_out = ({"input_layouts": Shard(0)}, {"output_layouts": Shard(0)}) if seq_parallel else ({}, {})
+        for blk in m:
+            parallelize_module(blk, mesh, {"0": ColwiseParallel(**kw_in), "2": RowwiseParallel(**kw_out)})
+        return m
 
-    kinds = ["plain", "ar"] + (["sp"] if sp else [])
-    for k in kinds:  # warm-up
-        run(k)
-    diffs: dict[str, list[float]] = {k: [] for k in kinds[1:]}
+    local = max(1, ffn // tp)
+    x_full = torch.randn(tokens, hidden, requires_grad=True)
+    x_shard = torch.randn(tokens // tp, hidden, requires_grad=True)
+    variants = {  # kind: (on the TP mesh with its input, on one rank with its input, collectives per run)
+        "ar": ((model(tp_mesh, ffn, False), x_full), (model(one, local, False), x_full), 2 * pairs),
+    }
+    if sp:
+        variants["sp"] = ((model(tp_mesh, ffn, True), x_shard), (model(one, local, True), x_full), 4 * pairs)
+    runs = [(k, i, *variants[k][i]) for k in variants for i in (0, 1)]
+
+    def run(m, x) -> None:
+        m(x).sum().backward()
+
+    for _, _, m, x in runs:  # warm-up
+        run(m, x)
+    diffs: dict[str, list[float]] = {k: [] for k in variants}
     for b in range(batches):
-        t: dict[str, float] = {}
-        for k in kinds[b % len(kinds) :] + kinds[: b % len(kinds)]:
+        t: dict[tuple[str, int], float] = {}
+        for k, i, m, x in runs[b % len(runs) :] + runs[: b % len(runs)]:
             dist.barrier()
             t0 = time.perf_counter()
-            run(k)
-            t[k] = time.perf_counter() - t0
-        diffs["ar"].append((t["ar"] - t["plain"]) / iters)
-        if sp:
-            diffs["sp"].append((t["sp"] - t["plain"]) / (2 * iters))  # an all-gather and a reduce-scatter
+            run(m, x)
+            t[k, i] = time.perf_counter() - t0
+        for k, (_, _, n) in variants.items():
+            diffs[k].append((t[k, 0] - t[k, 1]) / n)
     if samples is not None:
         samples.update(diffs)
-    med = torch.tensor([max(0.0, statistics.median(diffs[k])) * 1e6 for k in ("ar", "sp") if k in diffs])
+    med = torch.tensor([max(0.0, statistics.median(diffs[k])) * 1e6 for k in variants])
     dist.all_reduce(med, op=dist.ReduceOp.MAX)
     ar_us = float(med[0])
     return {
         "tp_all_reduce_us": ar_us,
         "tp_all_gather_us": float(med[1]) if sp else ar_us,
-        "tp_collective_bytes": float(tokens * hidden * x.element_size()),
+        "tp_collective_bytes": float(tokens * hidden * x_full.element_size()),
     }
 
 
