@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, NamedTuple
 
 from planner.affine import Affine, Count, total
-from planner.comm import dp_group_in_node, dp_ranks_per_node, layer_collectives, tp_link
+from planner.comm import dp_group_in_node, dp_ranks_per_node, layer_collectives
 from planner.compute import Context, layer_times
+from planner.host_comm import tp_collective
 from planner.kernels import (
     block_linears,
     hbm_efficiency,
@@ -150,7 +151,7 @@ def layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> La
 
 
 def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> LayerGroup:
-    model, seq, cm = ctx.model, ctx.training.seq_len, ctx.comm
+    model, seq = ctx.model, ctx.training.seq_len
     blk = layer_times(ctx, "transformer_block", mbs, tp, sp, recompute)
     emb = layer_times(ctx, "embedding", mbs, tp, sp, "none")
     head = layer_times(ctx, "lm_head", mbs, tp, sp, "none")
@@ -160,19 +161,13 @@ def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> L
 
     # --- tensor-parallel communication (blocking, on the compute stream, Megatron-style)
     act = mbs * seq * model.hidden_size * ctx.elt  # one residual-stream tensor
-    g = ctx.cluster.gpus_per_node
-    link = tp_link(g, tp)
-    per_node = min(tp, g)  # TP innermost: consecutive ranks fill a node
-    ar = cm.time("all_reduce", act, tp, link, per_node)
-    half = cm.time("reduce_scatter", act, tp, link, per_node)  # = all-gather
-    # a host device's measured DTensor dispatch (``GpuSpec.host_dispatch``; none on a GPU): each blocking TP
-    # collective's in-step cost beyond the network fit, and each DTensor linear beyond a plain one
+    # one blocking TP collective (on a host device, as the run measured it in the step: ``host_comm``)
+    ar = tp_collective(ctx, "all_reduce", act, tp)
+    half = tp_collective(ctx, "reduce_scatter", act, tp)  # = all-gather
+    # a host device's measured DTensor dispatch (``GpuSpec.host_dispatch``; none on a GPU): each DTensor
+    # linear beyond a plain one
     hd = host_dispatch(ctx) if tp > 1 else None
     cs = ctx.residuals.compute_scale  # on a host the processor that computes also dispatches
-    extra = 0.0
-    if hd is not None:  # measured in the run itself, under its load: not scaled by a residual
-        extra = (hd.tp_collective_us or 0.0) * 1e-6
-        ar, half = ar + extra, half + extra
     # on a host with SP each block all-reduce is an all-gather and a reduce-scatter, two blocking
     # collectives with their own latency (α-bound at these sizes), where a GPU ring all-reduce's time is theirs
     blk_ar = 2 * half if hd is not None and sp else ar
@@ -190,7 +185,7 @@ def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> L
     if tp > 1 and vocab_parallel:
         emb_tp_f, emb_tp_b = (half, half) if sp else (ar, 0.0)
         head_tp_f, head_tp_b = (half, half) if sp else (0.0, ar)
-        head_tp_f += cm.time("all_reduce", mbs * seq * 3 * 4, tp, link, per_node)  # max/sum/target
+        head_tp_f += tp_collective(ctx, "all_reduce", mbs * seq * 3 * 4, tp, in_step_extra=False)  # max/sum/target
     else:
         emb_tp_f = emb_tp_b = 0.0
         head_tp_f = head_tp_b = half if sp else 0.0
@@ -309,8 +304,7 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
             host_opt[i] = ns(ctx.residuals.compute_scale * us * 1e-6)
         if tp > 1 and sp:  # SP norms' gradients stay Partial; the gradient clip all-reduces each tensor of them
             norm = 2 if ctx.model.norm == "layernorm" else 1
-            t = cm.time("all_reduce", ctx.model.hidden_size * e, tp, tp_link(g, tp), min(tp, g))
-            t += (hd.tp_collective_us or 0.0) * 1e-6
+            t = tp_collective(ctx, "all_reduce", ctx.model.hidden_size * e, tp)
             host_opt[0] += ns(2 * norm * t)  # a block's two norms
             host_opt[2] += ns(norm * t)  # the final norm
 

@@ -195,6 +195,85 @@ def tp_collective_us(iters: int = 20, repeats: int = 3) -> float:
     return max(0.0, with_coll - without - back_to_back) / iters * 1e6
 
 
+def tp_functional_us(
+    tp_mesh, tokens: int, hidden: int, ffn: int, *, batches: int = 21, pairs: int = 6, samples: dict | None = None
+) -> dict[str, float]:
+    """The in-step cost of one TP collective as the bundled runtime's DTensor linears issue it, µs, measured
+    by every rank of the run together on its own TP mesh (``HostDispatch.tp_all_reduce_us``/``tp_all_gather_us``,
+    and ``tp_collective_bytes`` the size measured): ``pairs`` column → row-parallel pairs of linears of the
+    plan's shapes (``tokens`` × ``hidden`` → ``ffn`` → ``hidden``, ``ColwiseParallel``/``RowwiseParallel``),
+    forward and backward, on the TP mesh against the same DTensor linears on a one-rank mesh with the same
+    local shapes (``ffn``/tp), where DTensor skips the collectives. The difference is the collectives alone,
+    as the step sees them: per pair the row-parallel output's all-reduce forward and the column-parallel
+    input's backward (``_c10d_functional.all_reduce``), or with SP (``Shard(0)`` activations) an all-gather
+    and a reduce-scatter each way — their dispatch, the wait for the other ranks (on shared cores their
+    wake-up, and the spread of the DTensor work between them) and the transfer. DTensor's own dispatch is in
+    both, so not here: ``tp_linear_*_us`` (not counted twice). The variants alternate within each of
+    ``batches`` batches (order rotated, every rank starting together); each figure is the median over
+    batches of the batch's difference, the largest over ranks: other work on the cores slows a batch, not the
+    statistic. Call on all ranks (every rank of the default group; each on the TP mesh it belongs to).
+    ``samples``, if given, receives this rank's per-batch figures (s per collective) by kind."""
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    tp = tp_mesh.size()
+    world = dist.get_world_size()
+    one = init_device_mesh("cpu", (world, 1), mesh_dim_names=("ranks", "one"))["one"]  # every rank alone
+    sp = tokens % tp == 0
+    torch.manual_seed(0)
+
+    def model(mesh, width: int, seq_parallel: bool):
+        m = nn.Sequential(
+            *[nn.Sequential(nn.Linear(hidden, width), nn.ReLU(), nn.Linear(width, hidden)) for _ in range(pairs)]
+        )
+        kw_in, kw_out = ({"input_layouts": Shard(0)}, {"output_layouts": Shard(0)}) if seq_parallel else ({}, {})
+        for blk in m:
+            parallelize_module(blk, mesh, {"0": ColwiseParallel(**kw_in), "2": RowwiseParallel(**kw_out)})
+        return m
+
+    local = max(1, ffn // tp)
+    x_full = torch.randn(tokens, hidden, requires_grad=True)
+    x_shard = torch.randn(tokens // tp, hidden, requires_grad=True)
+    variants = {  # kind: (on the TP mesh with its input, on one rank with its input, collectives per run)
+        "ar": ((model(tp_mesh, ffn, False), x_full), (model(one, local, False), x_full), 2 * pairs),
+    }
+    if sp:
+        variants["sp"] = ((model(tp_mesh, ffn, True), x_shard), (model(one, local, True), x_full), 4 * pairs)
+    runs = [(k, i, *variants[k][i]) for k in variants for i in (0, 1)]
+
+    def run(m, x) -> None:
+        m(x).sum().backward()
+
+    for _, _, m, x in runs:  # warm-up
+        run(m, x)
+    diffs: dict[str, list[float]] = {k: [] for k in variants}
+    for b in range(batches):
+        t: dict[tuple[str, int], float] = {}
+        for k, i, m, x in runs[b % len(runs) :] + runs[: b % len(runs)]:
+            dist.barrier()
+            t0 = time.perf_counter()
+            run(m, x)
+            t[k, i] = time.perf_counter() - t0
+        for k, (_, _, n) in variants.items():
+            diffs[k].append((t[k, 0] - t[k, 1]) / n)
+    if samples is not None:
+        samples.update(diffs)
+    med = torch.tensor([max(0.0, statistics.median(diffs[k])) * 1e6 for k in variants])
+    dist.all_reduce(med, op=dist.ReduceOp.MAX)
+    ar_us = float(med[0])
+    return {
+        "tp_all_reduce_us": ar_us,
+        "tp_all_gather_us": float(med[1]) if sp else ar_us,
+        "tp_collective_bytes": float(tokens * hidden * x_full.element_size()),
+    }
+
+
 #: The functional collectives DTensor issues for tensor/sequence parallelism (``torch.ops._c10d_functional``).
 FUNCTIONAL_COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor")
 #: The c10d collectives FSDP2 (``replicate``/``fully_shard``) and the step's loss all-reduce issue
@@ -252,6 +331,24 @@ def _count_main(plan_path: str) -> None:
         dist.destroy_process_group()
 
 
+def _tp_main(tokens: int, hidden: int, ffn: int, tp: int) -> None:
+    """``torchrun ... -m runtime.host_dispatch --tp-collectives TOKENS HIDDEN FFN TP``: every rank measures
+    ``tp_functional_us`` on its TP group of a (world ÷ TP, TP) mesh; rank 0 prints it as JSON."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    try:
+        mesh = init_device_mesh("cpu", (dist.get_world_size() // tp, tp), mesh_dim_names=("dp", "tp"))
+        got = tp_functional_us(mesh["tp"], tokens, hidden, ffn)
+        if dist.get_rank() == 0:
+            print(json.dumps(got), flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
 def measure_in_subprocess(timeout: float = 300) -> dict[str, float] | None:
     """``measure()`` in a fresh one-thread process (its own one-rank group, beside any group of the
     caller); None if it fails."""
@@ -282,5 +379,7 @@ if __name__ == "__main__":
     warnings.filterwarnings("ignore")
     if len(sys.argv) == 3 and sys.argv[1] == "--count-collectives":
         _count_main(sys.argv[2])
+    elif len(sys.argv) == 6 and sys.argv[1] == "--tp-collectives":
+        _tp_main(*map(int, sys.argv[2:]))
     else:
         print(json.dumps(measure()))

@@ -38,19 +38,26 @@ def _ratio(predicted: float | None, measured: float | None) -> float | None:
     return predicted / measured if predicted and measured and measured > 0 else None
 
 
-def host_spec(device: str = "cpu", *, tp_collective_us: float | None = None, dispatch: bool = True) -> GpuSpec:
+def host_spec(
+    device: str = "cpu",
+    *,
+    tp_collective_us: float | None = None,
+    tp_collectives: dict[str, float] | None = None,
+    dispatch: bool = True,
+) -> GpuSpec:
     """This host's processor as a ``GpuSpec`` for re-pricing a plan on it, from quick measurements:
     fp32 matmul FLOP/s (one thread per process, as runs use) and copy bandwidth; memory from the OS;
     its framework dispatch costs by class (``runtime.host_dispatch``, measured in a one-process
-    subprocess; ``tp_collective_us`` measured by the run's ranks) unless ``dispatch`` is off or the
-    measurement fails. Link bandwidths are placeholders: the run's network fit prices communication."""
+    subprocess; the TP collectives, ``tp_collectives`` (``host_dispatch.tp_functional_us``) or the older
+    ``tp_collective_us``, measured by the run's ranks) unless ``dispatch`` is off or the measurement fails.
+    Link bandwidths are placeholders: the run's network fit prices communication."""
     import torch
 
     from planner.specs import HostDispatch
     from runtime.host_dispatch import measure_in_subprocess
 
     measured = measure_in_subprocess() if dispatch else None
-    host = HostDispatch(**measured, tp_collective_us=tp_collective_us) if measured else None
+    host = HostDispatch(**measured, tp_collective_us=tp_collective_us, **(tp_collectives or {})) if measured else None
 
     n = 512
     a = torch.randn(n, n)
@@ -102,7 +109,7 @@ def shared_cpu_profile(profile: Profile, share: float) -> Profile:
 
 def shared_cpu_spec(gpu: GpuSpec, share: float) -> GpuSpec:
     """``host_spec`` of one process alone, as each rank sharing the cores gets it: rates × ``share``, its
-    dispatch costs (host CPU work) ÷ ``share`` — except the TP collective's, measured by the run's own ranks —
+    dispatch costs (host CPU work) ÷ ``share`` — except the TP collectives', measured by the run's own ranks —
     and ``host_dispatch.cpu_share`` = ``share``, so that the planner slows the host work it adds beyond these
     measurements (the per-kernel and per-step residuals a calibration fitted on runs with a core per rank) alike."""
     if share >= 1.0:
@@ -111,7 +118,7 @@ def shared_cpu_spec(gpu: GpuSpec, share: float) -> GpuSpec:
     update: dict = {"peak_tflops": type(gpu.peak_tflops)(**peak), "hbm_bandwidth_GBps": gpu.hbm_bandwidth_GBps * share}
     if gpu.host_dispatch is not None:
         hd = gpu.host_dispatch
-        kept = ("tp_collective_us", "cpu_share")
+        kept = ("tp_collective_us", "tp_all_reduce_us", "tp_all_gather_us", "tp_collective_bytes", "cpu_share")
         scaled = {k: v / share for k, v in hd.model_dump().items() if k not in kept and v is not None}
         update["host_dispatch"] = hd.model_copy(update={**scaled, "cpu_share": share})
     return gpu.model_copy(update=update)

@@ -153,9 +153,11 @@ def predict_here(plan, args, job, device: str):
         basis.append(f"network profile {args.network}")
     tp_coll = None
     if job.device.type == "cpu" and dist.get_world_size() > 1 and plan.parallel.tp > 1:  # every rank takes part
-        from runtime.host_dispatch import tp_collective_us
+        from runtime.host_dispatch import tp_functional_us
 
-        tp_coll = tp_collective_us()
+        m = plan.model  # on the run's own TP mesh, at its activation's size
+        tokens = plan.parallel.micro_batch_size * plan.training.seq_len
+        tp_coll = tp_functional_us(job.mesh["tp"], tokens, m.hidden_size, m.ffn_hidden_size)
     if dist.get_rank() != 0:
         return None, None
     p, t = plan.parallel, plan.training
@@ -175,7 +177,7 @@ def predict_here(plan, args, job, device: str):
         basis.insert(0, f"{job.device.type} layer profile measured after the run (mbs={p.micro_batch_size}, tp={p.tp})")
     else:
         basis.insert(0, f"layer profile {args.profile} ({profile.device})")
-    gpu = host_spec(device, tp_collective_us=tp_coll) if job.device.type == "cpu" else None
+    gpu = host_spec(device, tp_collectives=tp_coll) if job.device.type == "cpu" else None
     if gpu is None:  # a CUDA run: the plan's GPU figures for what the profiles do not cover
         gpu = cuda_spec(plan.gpu, device)
         basis.append(f"other terms from the {plan.gpu.id} datasheet")

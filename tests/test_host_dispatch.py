@@ -11,7 +11,11 @@ from planner.kernels import param_tensors
 from planner.specs import GpuSpec, HostDispatch, NetworkProfile, PlanRequest
 from tests.host_support import CPU
 
-ZERO = {**dict.fromkeys(HostDispatch.model_fields, 0.0), "cpu_share": None}
+#: every class 0, none of the optional measurements (the TP class: priced by the network fit, as older runs)
+ZERO = {
+    **dict.fromkeys(HostDispatch.model_fields, 0.0),
+    **dict.fromkeys(("cpu_share", "tp_all_reduce_us", "tp_all_gather_us", "tp_collective_bytes")),
+}
 
 PLANS = {  # tiny-gpt, global batch 8 × 64, as bench/bench_calibration.py
     "one": {"tp": 1, "pp": 1, "dp": 1, "micro_batch_size": 8},
@@ -141,6 +145,31 @@ def test_the_host_microbenchmark_measures_every_class() -> None:
     assert hd.fsdp_param_bwd_us is not None and hd.fsdp_param_bwd_us > 0
     assert hd.clip_dtensor_us is not None and hd.clip_plain_us is not None
     assert hd.clip_dtensor_us > hd.clip_plain_us > 0
+    # the TP collectives as DTensor issues them, measured by the ranks of a 2-process run on their TP mesh
+    # (``tp_functional_us``, as ``meshplan run`` measures them after a TP run), at the activation's size
+    tp = _torchrun(2, ["-m", "runtime.host_dispatch", "--tp-collectives", "512", "64", "256", "2"])
+    hd = HostDispatch(**{**got, **tp})
+    assert hd.tp_collective_bytes == 512 * 64 * 4
+    assert hd.tp_all_reduce_us is not None and hd.tp_all_reduce_us > 0
+    assert hd.tp_all_gather_us is not None and hd.tp_all_gather_us > 0
+
+
+def _torchrun(procs: int, args: list[str]) -> dict:
+    """The JSON the last line of rank 0 prints, of ``torchrun --nproc-per-node procs ARGS`` (gloo, one thread)."""
+    import json
+    import os
+    import sys
+    from pathlib import Path
+
+    from runtime.testing import run_process_group
+    from runtime.train import _free_port
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(procs)]
+    out = run_process_group(cmd + ["--master-port", str(_free_port()), *args], env=env, cwd=root, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize(
@@ -173,6 +202,53 @@ def test_the_residual_of_the_work_scales_its_dispatch(field: str, plan: str, res
 
     plain = step(plan, CPU, **{field: US}) - step(plan, CPU, **{field: 0.0})
     assert with_cal(**{field: US}) - with_cal(**{field: 0.0}) == pytest.approx(3.0 * plain, rel=1e-3)
+
+
+# ------------------------------------------------------------------------------------------------
+# TP collectives on a host, as the run measured them in its step (``tp_all_reduce_us``, ``tp_all_gather_us``)
+
+#: The TP collectives of one step of the bundled runtime priced with each measured class: without SP the
+#: 6 all-reduces per block (above), the embedding's and the LM head's, and the head's loss statistics; with SP
+#: per block 4 all-reduces (backward, column-parallel inputs) + 6 all-gathers/reduce-scatters, the embedding's
+#: and the head's 2 each, the head's loss statistics and the gradient clip's 34 norm all-reduces. Their sums
+#: are the functional collectives the runtime issues (``test_the_runtime_issues_the_tp_collectives_...``).
+TP_CLASS = {
+    "tp2": {"tp_all_reduce_us": 6 * M.num_layers + 3, "tp_all_gather_us": 0},
+    "tp2sp": {
+        "tp_all_reduce_us": 4 * M.num_layers + 1 + 4 * M.num_layers + 2,
+        "tp_all_gather_us": 6 * M.num_layers + 4,
+    },
+    "dp2": {"tp_all_reduce_us": 0, "tp_all_gather_us": 0},
+    "one": {"tp_all_reduce_us": 0, "tp_all_gather_us": 0},
+    "pp2": {"tp_all_reduce_us": 0, "tp_all_gather_us": 0},
+}
+TP_MEASURED = {"tp_all_reduce_us": US, "tp_all_gather_us": US, "tp_collective_bytes": 64 * 8 * 64 * 4}
+
+
+@pytest.mark.parametrize("plan, field", [(p, f) for p in TP_CLASS for f in ("tp_all_reduce_us", "tp_all_gather_us")])
+def test_a_host_prices_each_tp_collective_at_its_measured_in_step_cost(plan: str, field: str) -> None:
+    """With the run's own measurement, every TP collective the plan issues costs its measured class (one
+    more µs of the class: one more µs per collective of it), whatever the network fit says."""
+    net = _dp_network(1e-4)  # no per-byte slope: the head's small all-reduce costs the class too
+    base = step(plan, CPU, net, **TP_MEASURED)
+    added = step(plan, CPU, net, **{**TP_MEASURED, field: 2 * US}) - base
+    assert added / (US * 1e-6) == pytest.approx(TP_CLASS[plan][field], abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    "plan, measured, moves",
+    [
+        ("tp2", True, False),  # the measured TP collectives take no comm_scale
+        ("tp2sp", True, False),
+        ("tp2", False, True),  # without the measurement (older runs): the network fit × comm_scale
+        ("dp2", True, True),  # FSDP2's c10d collectives: the network fit × comm_scale
+    ],
+)
+def test_comm_scale_moves_only_the_collectives_the_run_did_not_measure(plan: str, measured: bool, moves: bool) -> None:
+    dispatch = {**ZERO, **(TP_MEASURED if measured else {}), "tp_collective_us": 500.0}
+    host = CPU.model_copy(update={"host_dispatch": HostDispatch(**dispatch)})
+    one, five = step_with(plan, host, {"comm_scale": 1.0}), step_with(plan, host, {"comm_scale": 5.0})
+    assert (five > one * 1.01) if moves else (five == one), (one, five)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -284,6 +360,7 @@ def test_shared_cpu_spec_scales_rates_and_dispatch_and_records_the_share(share: 
     assert got.host_dispatch is not None
     assert got.host_dispatch.op_fwd_us == pytest.approx(100.0 / share)
     assert got.host_dispatch.tp_collective_us == 700.0  # measured by the run's own ranks, under its load
+    assert got.host_dispatch.tp_all_reduce_us == got.host_dispatch.tp_all_gather_us == 100.0  # as well
 
 
 @pytest.mark.parametrize("plan", ["tp2", "tp2sp"])
@@ -317,6 +394,8 @@ def test_the_runtime_issues_the_tp_collectives_the_host_model_counts(plan: str, 
     issued = sum(n for name, n in counts.items() if name in FUNCTIONAL_COLLECTIVES)
     priced = (step(plan, CPU, tp_collective_us=US) - step(plan, CPU, tp_collective_us=0.0)) / (US * 1e-6)
     assert issued == round(priced) + 1, (issued, priced)
+    # the measured class (``tp_all_reduce_us``, ``tp_all_gather_us``) prices every one of them
+    assert issued == sum(TP_CLASS[plan].values()), counts
 
 
 # ------------------------------------------------------------------------------------------------

@@ -48,6 +48,31 @@ class HostDispatch(Spec):
         description="A blocking all-reduce between compute (as TP runs it), measured by the run's own ranks, beyond "
         "the same all-reduce back to back (None when the run had one process).",
     )
+    tp_all_reduce_us: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e6,
+        description="One TP all-reduce as the runtime's DTensor linears issue it (a functional collective, "
+        "``_c10d_functional.all_reduce``, and its wait), between compute, whole: its dispatch, the wait for the "
+        "other ranks and the transfer of ``tp_collective_bytes``; measured by the run's own ranks on its TP mesh, "
+        "under its load (``runtime.host_dispatch.tp_functional_us``). With it every TP collective of a host is "
+        "priced from these figures, not by the network fit × ``comm_scale`` (+ ``tp_collective_us``). None: "
+        "not measured (a run without TP, older runs).",
+    )
+    tp_all_gather_us: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e6,
+        description="The same for one sequence-parallel all-gather or reduce-scatter of the activation (the mean "
+        "of the pair). None: as ``tp_all_reduce_us``.",
+    )
+    tp_collective_bytes: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e12,
+        description="The activation size the TP collectives were measured at (bytes, unsharded); other sizes "
+        "are priced from it with the network fit's per-byte slope.",
+    )
     cpu_share: float | None = Field(
         default=None,
         gt=0,

@@ -1,0 +1,39 @@
+"""One tensor-parallel collective's time, as a step sees it: on a GPU the α-β model or network fit ×
+``comm_scale``; on a host device (a CPU "GPU") with the run's own measurement (``HostDispatch.tp_all_reduce_us``,
+``tp_all_gather_us``) that measured in-step cost, unscaled.
+
+On a host the functional collectives DTensor issues cost several times a plain c10d collective of the same
+size in the step (their dispatch, the wait for the other ranks and their wake-up on shared cores), and more
+than the network fit, which times c10d collectives back to back. One ``comm_scale`` for both classes priced
+either TP's or FSDP2's collectives wrong; measured by the run's ranks, the TP class needs no residual and
+``comm_scale`` is left to the c10d collectives (data parallelism, pipelines).
+"""
+
+from __future__ import annotations
+
+from planner.comm import tp_link
+from planner.compute import Context
+from planner.kernels import host_dispatch
+
+
+def tp_collective(ctx: Context, name: str, size_bytes: float, tp: int, *, in_step_extra: bool = True) -> float:
+    """Seconds of one blocking TP collective ``name`` (``all_reduce``; ``reduce_scatter`` = all-gather) of
+    ``size_bytes`` (unsharded) over the ``tp`` ranks of a TP group. On a host with the measured class: the
+    measured figure at ``tp_collective_bytes``, moved to ``size_bytes`` by the network fit's per-byte slope
+    (unscaled). On a host without it (older runs): the network fit × ``comm_scale`` + ``tp_collective_us``
+    (with ``in_step_extra``). Elsewhere the model's ``CommModel.time``."""
+    g = ctx.cluster.gpus_per_node
+    link, per_node = tp_link(g, tp), min(tp, g)
+    cm = ctx.comm
+    hd = host_dispatch(ctx) if tp > 1 else None
+    if hd is not None and hd.tp_all_reduce_us is not None:
+        us = hd.tp_all_reduce_us
+        if name != "all_reduce" and hd.tp_all_gather_us is not None:
+            us = hd.tp_all_gather_us
+        ref = hd.tp_collective_bytes or size_bytes
+        slope = cm.unscaled_time(name, size_bytes, tp, link, per_node) - cm.unscaled_time(name, ref, tp, link, per_node)
+        return max(0.0, us * 1e-6 + slope)
+    t = cm.time(name, size_bytes, tp, link, per_node)
+    if hd is not None and in_step_extra:  # measured in the run itself, under its load: not scaled by a residual
+        t += (hd.tp_collective_us or 0.0) * 1e-6
+    return t
