@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
@@ -374,15 +375,16 @@ def tp_link(gpus_per_node: int, tp: int) -> str:
 
 
 def layer_collectives(
-    cm: CommModel, name: str, params: tuple[int, int, int], nbytes: float, dp: int, link: str, per_node: int, host: bool
+    time: Callable[[float], float], params: tuple[int, int, int], nbytes: float, host: bool
 ) -> list[float]:
     """Seconds of the DP collective of each layer (block, embedding, LM head) of ``params`` parameters at
-    ``nbytes`` each. On a host (``host``), one per FSDP2-wrapped module of the bundled runtime, as it issues
-    them (``planner.kernels.host_fsdp_hooks``): each block's, and the chunk's, which holds the embedding and
-    the LM head, one collective shared between the two by their parameters."""
-    t = [cm.time(name, count * nbytes, dp, link, per_node) for count in params]
+    ``nbytes`` each, ``time`` the seconds of one collective of so many bytes. On a host (``host``), one per
+    FSDP2-wrapped module of the bundled runtime, as it issues them (``planner.kernels.host_fsdp_hooks``): each
+    block's, and the chunk's, which holds the embedding and the LM head, one collective shared between the two
+    by their parameters."""
+    t = [time(count * nbytes) for count in params]
     emb, head = params[1], params[2]
     if host and emb + head:
-        root = cm.time(name, (emb + head) * nbytes, dp, link, per_node)
+        root = time((emb + head) * nbytes)
         t[1:] = [root * emb / (emb + head), root * head / (emb + head)]
     return t

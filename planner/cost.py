@@ -21,6 +21,7 @@ from planner import config
 from planner.affine import Affine
 from planner.comm import boundary_crosses_nodes
 from planner.compute import Context
+from planner.host_comm import p2p
 from planner.memory import rank_memory
 from planner.simulate import SimResult, chunk_ranks, rank_orders, simulate
 from planner.terms import EndTerms, SharedTerms, class_terms, end_terms, ns, rank_end
@@ -163,8 +164,8 @@ def boundary_lags(ctx: Context, c: Candidate, p2p_bytes: int) -> list[int]:
     lags = ctx.memo.get(key)
     if lags is None:
         where, g, block = chunk_ranks(c.pp, c.virtual_stages), ctx.cluster.gpus_per_node, c.dp * c.tp
-        t_intra = ns(ctx.comm.time("send_recv", p2p_bytes, 2, "intra_node"))
-        t_inter = ns(ctx.comm.time("send_recv", p2p_bytes, 2, "inter_node"))
+        t_intra = ns(p2p(ctx, p2p_bytes, "intra_node"))  # on a host as the run measured it (``host_comm``)
+        t_inter = ns(p2p(ctx, p2p_bytes, "inter_node"))
         lags = ctx.memo[key] = [
             0 if i == j else (t_inter if boundary_crosses_nodes(g, block, i, j) else t_intra)
             for i, j in pairwise(where)

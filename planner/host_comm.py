@@ -37,3 +37,38 @@ def tp_collective(ctx: Context, name: str, size_bytes: float, tp: int, *, in_ste
     if hd is not None and in_step_extra:  # measured in the run itself, under its load: not scaled by a residual
         t += (hd.tp_collective_us or 0.0) * 1e-6
     return t
+
+
+#: The measured DP class of each collective FSDP2 issues (``HostDispatch``).
+DP_FIELDS = {
+    "all_reduce": "dp_all_reduce_us",
+    "all_gather": "dp_all_gather_us",
+    "reduce_scatter": "dp_reduce_scatter_us",
+}
+
+
+def _measured(ctx: Context, us: float, ref: float | None, name: str, size: float, n: int, link: str, per: int) -> float:
+    """A measured in-step figure at ``ref`` bytes, moved to ``size`` by the network fit's per-byte slope (unscaled)."""
+    cm = ctx.comm
+    slope = cm.unscaled_time(name, size, n, link, per) - cm.unscaled_time(name, ref or size, n, link, per)
+    return max(0.0, us * 1e-6 + slope)
+
+
+def dp_collective(ctx: Context, name: str, size_bytes: float, dp: int, link: str, per_node: int) -> float:
+    """Seconds of one data-parallel collective ``name`` of ``size_bytes`` over ``dp`` ranks. On a host with the
+    run's measurement of that class (``HostDispatch.dp_*_us``, FSDP2's per wrapped module, as issued in the step):
+    the measured figure, unscaled. Elsewhere (a GPU, older runs) the network fit × ``comm_scale``."""
+    hd = host_dispatch(ctx) if dp > 1 else None
+    us = getattr(hd, DP_FIELDS.get(name, ""), None) if hd is not None else None
+    if hd is None or us is None:
+        return ctx.comm.time(name, size_bytes, dp, link, per_node)
+    return _measured(ctx, us, hd.dp_collective_bytes, name, size_bytes, dp, link, per_node)
+
+
+def p2p(ctx: Context, size_bytes: float, link: str) -> float:
+    """Seconds of one pipeline send/recv of ``size_bytes``. On a host with the run's measurement
+    (``HostDispatch.p2p_us``): the measured figure, unscaled. Elsewhere the network fit × ``comm_scale``."""
+    hd = host_dispatch(ctx)
+    if hd is None or hd.p2p_us is None:
+        return ctx.comm.time("send_recv", size_bytes, 2, link)
+    return _measured(ctx, hd.p2p_us, hd.p2p_bytes, "send_recv", size_bytes, 2, link, 1)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Generic, NamedTuple
 from planner.affine import Affine, Count, total
 from planner.comm import dp_group_in_node, dp_ranks_per_node, layer_collectives
 from planner.compute import Context, layer_times
-from planner.host_comm import tp_collective
+from planner.host_comm import dp_collective, tp_collective
 from planner.kernels import (
     block_linears,
     hbm_efficiency,
@@ -236,7 +236,9 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     hd = host_dispatch(ctx)
 
     def per_module(name: str, nbytes: float) -> list[float]:  # on a host, one per FSDP2-wrapped module
-        return layer_collectives(cm, name, lg.params, nbytes, dp, dp_link, m, hd is not None)
+        return layer_collectives(
+            lambda b: dp_collective(ctx, name, b, dp, dp_link, m), lg.params, nbytes, hd is not None
+        )
 
     fwd, bwd, z3_tmp, fwd_z3, bwd_z3 = lg.fwd, lg.bwd, 0, NOTHING, NOTHING
     if zero_stage == 3 and dp > 1:

@@ -274,6 +274,156 @@ def tp_functional_us(
     }
 
 
+def _interleaved(runs, batches: int) -> dict:
+    """Seconds of each ``runs`` entry (key: fn), alternating within each of ``batches`` batches (order rotated,
+    every rank starting together after a barrier): key → per-batch seconds; each fn returns its parts' seconds."""
+    import torch.distributed as dist
+
+    keys = list(runs)
+    for k in keys:  # warm-up
+        runs[k]()
+    out: dict = {k: [] for k in keys}
+    for b in range(batches):
+        for k in keys[b % len(keys) :] + keys[: b % len(keys)]:
+            dist.barrier()
+            out[k].append(runs[k]())
+    return out
+
+
+def _median_max(values: list[float]) -> float:
+    """The median of this rank's per-batch figures (s), the largest over ranks, in µs (≥ 0)."""
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([max(0.0, statistics.median(values)) * 1e6])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t[0])
+
+
+def dp_collectives_us(
+    dp_mesh,
+    tokens: int,
+    hidden: int,
+    width: int,
+    module_params: int,
+    zero_stage: int,
+    *,
+    batches: int = 21,
+    modules: int = 4,
+) -> dict[str, float]:
+    """The in-step cost of one data-parallel collective as the bundled runtime's FSDP2 wrappers issue it (one
+    blocking c10d collective per wrapped module: ``replicate`` an all-reduce of its gradients, ``fully_shard`` an
+    all-gather of its parameters in the forward (ZeRO-3: again in the backward) and a reduce-scatter of its
+    gradients), µs, measured by every rank of the run together on its own DP mesh (``HostDispatch.dp_*_us``,
+    ``dp_collective_bytes`` the module size measured): ``modules`` modules of about ``module_params`` parameters
+    each (column → row pairs ``hidden`` → ``width`` → ``hidden`` on ``tokens`` rows, the plan's block), wrapped
+    as the plan wraps its blocks (``runtime.parallelize.apply_dp``), forward and backward on the DP mesh against
+    the same wrapped modules on a one-rank mesh, where the wrappers run their whole host path (hooks, copies: in
+    ``fsdp_*_us``, so not counted twice) and their collectives over one rank cost nothing to wait for. The
+    difference is the collectives as the step sees them: dispatch, the wait for the other ranks (their spread on
+    shared cores) and the transfer. Median of interleaved batches, largest over ranks. Call on all ranks."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.distributed.device_mesh import init_device_mesh
+
+    world = dist.get_world_size()
+    one = init_device_mesh("cpu", (world, 1), mesh_dim_names=("ranks", "one"))["one"]
+    pair = 2 * hidden * width + width + hidden
+    reps = max(1, round(module_params / pair))
+    torch.manual_seed(0)
+
+    def model(mesh):
+        m = nn.Sequential(
+            *[
+                nn.Sequential(
+                    *[nn.Sequential(nn.Linear(hidden, width), nn.ReLU(), nn.Linear(width, hidden)) for _ in range(reps)]
+                )
+                for _ in range(modules)
+            ]
+        )
+        if zero_stage == 0:
+            from torch.distributed._composable.replicate_with_fsdp import replicate
+
+            for blk in m:
+                replicate(blk, mesh=mesh)
+            replicate(m, mesh=mesh)
+        else:
+            from torch.distributed.fsdp import fully_shard
+
+            for blk in m:
+                fully_shard(blk, mesh=mesh, reshard_after_forward=zero_stage == 3)
+            fully_shard(m, mesh=mesh, reshard_after_forward=zero_stage == 3)
+        return m
+
+    x = torch.randn(tokens, hidden, requires_grad=True)
+
+    def timed(m):
+        def run() -> tuple[float, float]:
+            t0 = time.perf_counter()
+            loss = m(x).sum()
+            t1 = time.perf_counter()
+            loss.backward()
+            return t1 - t0, time.perf_counter() - t1
+
+        return run
+
+    got = _interleaved({"dp": timed(model(dp_mesh)), "one": timed(model(one))}, batches)
+    fwd = [(a[0] - b[0]) / modules for a, b in zip(got["dp"], got["one"])]
+    bwd = [(a[1] - b[1]) / modules for a, b in zip(got["dp"], got["one"])]
+    out = {"dp_collective_bytes": float(reps * pair * x.element_size())}
+    if zero_stage == 0:
+        out["dp_all_reduce_us"] = _median_max(bwd)
+    else:  # the forward holds the all-gathers; ZeRO-3's backward gathers again before it reduce-scatters
+        out["dp_all_gather_us"] = _median_max(fwd)
+        out["dp_reduce_scatter_us"] = _median_max([b - f for f, b in zip(fwd, bwd)] if zero_stage == 3 else bwd)
+    return out
+
+
+def p2p_us(pp_mesh, tokens: int, hidden: int, width: int, nbytes: int, *, batches: int = 21) -> dict[str, float]:
+    """The in-step cost of one pipeline send/recv between adjacent stages, µs, as the runtime's stages issue
+    them (c10d point-to-point on the pipeline group, ``torch.distributed.pipelining``), measured by every rank
+    of the run on its own pipeline mesh (``HostDispatch.p2p_us``, ``p2p_bytes`` the size measured): stages
+    paired (0, 1), (2, 3), …; each computes a layer's worth of work (``tokens`` × ``hidden`` → ``width`` →
+    ``hidden``) then sends ``nbytes`` to its partner and receives as much back, against the same work alone;
+    per transfer half the difference — its dispatch, the wait for the partner (their spread on shared cores)
+    and the transfer. Median of interleaved batches, largest over ranks. Call on all ranks."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+
+    group, me = pp_mesh.get_group(), pp_mesh.get_local_rank()
+    ranks = dist.get_process_group_ranks(group)
+    partner = ranks[me ^ 1] if (me ^ 1) < len(ranks) else None
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(hidden, width), nn.ReLU(), nn.Linear(width, hidden))
+    x = torch.randn(tokens, hidden)
+    buf = torch.zeros(max(1, nbytes // 4))
+    out = torch.empty_like(buf)
+
+    def run(exchange: bool):
+        def fn() -> float:
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                m(x)
+            if exchange and partner is not None:
+                if me % 2 == 0:
+                    dist.send(buf, partner, group=group)
+                    dist.recv(out, partner, group=group)
+                else:
+                    dist.recv(out, partner, group=group)
+                    dist.send(buf, partner, group=group)
+            return time.perf_counter() - t0
+
+        return fn
+
+    got = _interleaved({"p2p": run(True), "alone": run(False)}, batches)
+    diffs = [(a - b) / 2 for a, b in zip(got["p2p"], got["alone"])] if partner is not None else [0.0]
+    return {"p2p_us": _median_max(diffs), "p2p_bytes": float(buf.numel() * buf.element_size())}
+
+
 #: The functional collectives DTensor issues for tensor/sequence parallelism (``torch.ops._c10d_functional``).
 FUNCTIONAL_COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor")
 #: The c10d collectives FSDP2 (``replicate``/``fully_shard``) and the step's loss all-reduce issue
@@ -349,6 +499,26 @@ def _tp_main(tokens: int, hidden: int, ffn: int, tp: int) -> None:
         dist.destroy_process_group()
 
 
+def _c10d_main(tokens: int, hidden: int, width: int, params: int, zero_stage: int) -> None:
+    """``torchrun ... -m runtime.host_dispatch --c10d-collectives TOKENS HIDDEN WIDTH PARAMS ZERO``: every rank
+    measures ``dp_collectives_us`` (all ranks one DP mesh) and ``p2p_us`` (the same ranks as pipeline stages,
+    a ``TOKENS`` × ``HIDDEN`` fp32 activation); rank 0 prints both as JSON."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    try:
+        mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("dp",))
+        got = dp_collectives_us(mesh, tokens, hidden, width, params, zero_stage)
+        got.update(p2p_us(mesh, tokens, hidden, width, tokens * hidden * 4))
+        if dist.get_rank() == 0:
+            print(json.dumps(got), flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
 def measure_in_subprocess(timeout: float = 300) -> dict[str, float] | None:
     """``measure()`` in a fresh one-thread process (its own one-rank group, beside any group of the
     caller); None if it fails."""
@@ -381,5 +551,7 @@ if __name__ == "__main__":
         _count_main(sys.argv[2])
     elif len(sys.argv) == 6 and sys.argv[1] == "--tp-collectives":
         _tp_main(*map(int, sys.argv[2:]))
+    elif len(sys.argv) == 7 and sys.argv[1] == "--c10d-collectives":
+        _c10d_main(*map(int, sys.argv[2:]))
     else:
         print(json.dumps(measure()))

@@ -118,7 +118,11 @@ def shared_cpu_spec(gpu: GpuSpec, share: float) -> GpuSpec:
     update: dict = {"peak_tflops": type(gpu.peak_tflops)(**peak), "hbm_bandwidth_GBps": gpu.hbm_bandwidth_GBps * share}
     if gpu.host_dispatch is not None:
         hd = gpu.host_dispatch
-        kept = ("tp_collective_us", "tp_all_reduce_us", "tp_all_gather_us", "tp_collective_bytes", "cpu_share")
+        kept = (
+            *("tp_collective_us", "tp_all_reduce_us", "tp_all_gather_us", "tp_collective_bytes", "cpu_share"),
+            *("dp_all_reduce_us", "dp_all_gather_us", "dp_reduce_scatter_us", "dp_collective_bytes"),
+            *("p2p_us", "p2p_bytes"),
+        )
         scaled = {k: v / share for k, v in hd.model_dump().items() if k not in kept and v is not None}
         update["host_dispatch"] = hd.model_copy(update={**scaled, "cpu_share": share})
     return gpu.model_copy(update=update)

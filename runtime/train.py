@@ -124,6 +124,26 @@ def load_hardware_inputs(args, plan):
     return profile, network
 
 
+def c10d_in_step(plan, job) -> dict[str, float]:
+    """The run's c10d collectives as its step issues them, measured by its ranks on its own meshes
+    (``runtime.host_dispatch``): FSDP2's per wrapped module at the plan's block size (dp > 1) and the
+    pipeline's send/recv at its activation size (pp > 1). Call on every rank."""
+    from planner.analytic import block_params
+    from runtime.host_dispatch import dp_collectives_us, p2p_us
+
+    p, m = plan.parallel, plan.model
+    tokens = p.micro_batch_size * plan.training.seq_len
+    width = max(1, m.ffn_hidden_size // p.tp)
+    out: dict[str, float] = {}
+    if p.dp > 1:
+        params = block_params(m, p.tp)
+        out.update(dp_collectives_us(job.mesh["dp"], tokens, m.hidden_size, width, params, p.zero_stage))
+    if p.pp > 1:
+        act = tokens * m.hidden_size * 4 // (p.tp if p.sequence_parallel else 1)
+        out.update(p2p_us(job.mesh["pp"], tokens, m.hidden_size, width, act))
+    return out
+
+
 def predict_here(plan, args, job, device: str):
     """The plan priced for this run's hardware (every rank calls it: the network fit is collective).
     Returns (Prediction or None, a note saying why there is none) on rank 0, (None, None) elsewhere."""
@@ -158,6 +178,8 @@ def predict_here(plan, args, job, device: str):
         m = plan.model  # on the run's own TP mesh, at its activation's size
         tokens = plan.parallel.micro_batch_size * plan.training.seq_len
         tp_coll = tp_functional_us(job.mesh["tp"], tokens, m.hidden_size, m.ffn_hidden_size)
+    if job.device.type == "cpu" and dist.get_world_size() > 1 and (plan.parallel.dp > 1 or plan.parallel.pp > 1):
+        tp_coll = {**(tp_coll or {}), **c10d_in_step(plan, job)}  # every rank takes part
     if dist.get_rank() != 0:
         return None, None
     p, t = plan.parallel, plan.training

@@ -15,6 +15,9 @@ from tests.host_support import CPU
 ZERO = {
     **dict.fromkeys(HostDispatch.model_fields, 0.0),
     **dict.fromkeys(("cpu_share", "tp_all_reduce_us", "tp_all_gather_us", "tp_collective_bytes")),
+    # ... and none of the c10d classes (priced by the network fit × comm_scale, as older runs)
+    **dict.fromkeys(("dp_all_reduce_us", "dp_all_gather_us", "dp_reduce_scatter_us", "dp_collective_bytes")),
+    **dict.fromkeys(("p2p_us", "p2p_bytes")),
 }
 
 PLANS = {  # tiny-gpt, global batch 8 × 64, as bench/bench_calibration.py
@@ -152,6 +155,19 @@ def test_the_host_microbenchmark_measures_every_class() -> None:
     assert hd.tp_collective_bytes == 512 * 64 * 4
     assert hd.tp_all_reduce_us is not None and hd.tp_all_reduce_us > 0
     assert hd.tp_all_gather_us is not None and hd.tp_all_gather_us > 0
+    # the c10d collectives as FSDP2 and the pipeline issue them, measured by the ranks of a 2-process run on their
+    # DP / pipeline mesh (``dp_collectives_us``, ``p2p_us``, as ``meshplan run`` measures them after a dp / pp run),
+    # at a block's size (tiny-gpt: 50,240 parameters) and the activation's
+    for zero, fields in ((0, ("dp_all_reduce_us",)), (3, ("dp_all_gather_us", "dp_reduce_scatter_us"))):
+        c10d = _torchrun(
+            2, ["-m", "runtime.host_dispatch", "--c10d-collectives", "256", "64", "256", "50240", str(zero)]
+        )
+        hd = HostDispatch(**{**got, **c10d})
+        assert hd.dp_collective_bytes == 2 * (2 * 64 * 256 + 256 + 64) * 4  # the modules measured: 2 MLP pairs
+        assert hd.p2p_bytes == 256 * 64 * 4
+        assert hd.p2p_us is not None and hd.p2p_us > 0
+        for f in fields:
+            assert (getattr(hd, f) or 0.0) > 0, (f, c10d)
 
 
 def _torchrun(procs: int, args: list[str]) -> dict:
@@ -241,11 +257,16 @@ def test_a_host_prices_each_tp_collective_at_its_measured_in_step_cost(plan: str
         ("tp2", True, False),  # the measured TP collectives take no comm_scale
         ("tp2sp", True, False),
         ("tp2", False, True),  # without the measurement (older runs): the network fit × comm_scale
-        ("dp2", True, True),  # FSDP2's c10d collectives: the network fit × comm_scale
+        ("dp2", True, False),  # FSDP2's c10d collectives, measured in the step (``DP_MEASURED``)
+        ("dp2z3", True, False),
+        ("pp2", True, False),  # the pipeline's send/recv, measured (``p2p_us``)
+        ("dp2", False, True),  # without the measurements (older runs): the network fit × comm_scale
+        ("dp2z3", False, True),
+        ("pp2", False, True),
     ],
 )
 def test_comm_scale_moves_only_the_collectives_the_run_did_not_measure(plan: str, measured: bool, moves: bool) -> None:
-    dispatch = {**ZERO, **(TP_MEASURED if measured else {}), "tp_collective_us": 500.0}
+    dispatch = {**ZERO, **({**TP_MEASURED, **DP_MEASURED} if measured else {}), "tp_collective_us": 500.0}
     host = CPU.model_copy(update={"host_dispatch": HostDispatch(**dispatch)})
     one, five = step_with(plan, host, {"comm_scale": 1.0}), step_with(plan, host, {"comm_scale": 5.0})
     assert (five > one * 1.01) if moves else (five == one), (one, five)
@@ -350,7 +371,11 @@ def test_shared_cpu_spec_scales_rates_and_dispatch_and_records_the_share(share: 
     from runtime.report import shared_cpu_spec
 
     hd = HostDispatch(
-        **{**dict.fromkeys(HostDispatch.model_fields, 100.0), "tp_collective_us": 700.0, "cpu_share": None}
+        **{
+            **dict.fromkeys(HostDispatch.model_fields, 100.0),
+            **dict.fromkeys(("tp_collective_us", "dp_all_gather_us", "p2p_us"), 700.0),
+            "cpu_share": None,
+        }
     )
     got = shared_cpu_spec(CPU.model_copy(update={"host_dispatch": hd}), share)
     assert got.host_dispatch is not None
@@ -361,6 +386,8 @@ def test_shared_cpu_spec_scales_rates_and_dispatch_and_records_the_share(share: 
     assert got.host_dispatch.op_fwd_us == pytest.approx(100.0 / share)
     assert got.host_dispatch.tp_collective_us == 700.0  # measured by the run's own ranks, under its load
     assert got.host_dispatch.tp_all_reduce_us == got.host_dispatch.tp_all_gather_us == 100.0  # as well
+    assert got.host_dispatch.dp_all_gather_us == got.host_dispatch.p2p_us == 700.0  # and the c10d classes
+    assert got.host_dispatch.dp_all_reduce_us == got.host_dispatch.dp_collective_bytes == 100.0
 
 
 @pytest.mark.parametrize("plan", ["tp2", "tp2sp"])
@@ -467,3 +494,61 @@ def test_the_runtime_issues_the_dp_collectives_the_host_model_counts(plan: str, 
     cpu = CPU.model_copy(update={"host_dispatch": HostDispatch(**ZERO)})
     priced = (step(plan, cpu, _dp_network(0.05)) - step(plan, cpu, _dp_network(0.0))) / 0.05
     assert issued == round(priced) + 1, (counts, priced)
+    # the measured classes (``dp_all_reduce_us``, ``dp_all_gather_us``, ``dp_reduce_scatter_us``) price every one
+    assert issued == sum(DP_CLASS[plan].values()) + 1, counts
+
+
+# ------------------------------------------------------------------------------------------------
+# c10d collectives on a host, as the run measured them in its step (``dp_*_us`` per wrapped module, ``p2p_us``)
+
+#: The DP collectives of one step (``DP_COLLECTIVES``) by class: ZeRO-0 all-reduces; ZeRO-1 one all-gather and
+#: one reduce-scatter per wrapped module; ZeRO-3 two all-gathers (forward, backward) and the reduce-scatter, per
+#: micro-batch.
+W = M.num_layers + 1  # wrapped modules: every block and the chunk
+DP_CLASS = {
+    "dp2": {"dp_all_reduce_us": W, "dp_all_gather_us": 0, "dp_reduce_scatter_us": 0},
+    "dp2z1": {"dp_all_reduce_us": 0, "dp_all_gather_us": W, "dp_reduce_scatter_us": W},
+    "dp2z3": {"dp_all_reduce_us": 0, "dp_all_gather_us": 2 * W, "dp_reduce_scatter_us": W},
+    "dp2m2": {"dp_all_reduce_us": W, "dp_all_gather_us": 0, "dp_reduce_scatter_us": 0},
+    "dp2z3m2": {"dp_all_reduce_us": 0, "dp_all_gather_us": 4 * W, "dp_reduce_scatter_us": 2 * W},
+}
+DP_MEASURED = {
+    **dict.fromkeys(("dp_all_reduce_us", "dp_all_gather_us", "dp_reduce_scatter_us", "p2p_us"), US),
+    "dp_collective_bytes": 50_240 * 4,
+    "p2p_bytes": 2 * 64 * 64 * 4,
+}
+
+
+@pytest.mark.parametrize("plan, field", [(p, f) for p in DP_CLASS for f in DP_CLASS[p]])
+def test_a_host_prices_each_dp_collective_at_its_measured_in_step_cost(plan: str, field: str) -> None:
+    """With the run's own measurement, every DP collective the FSDP2 wrappers issue costs its measured class
+    (one more µs of the class: one more µs per collective of it), whatever the network fit says (was: the
+    network fit × comm_scale, the measurement ignored)."""
+    net = _dp_network(1e-4)  # no per-byte slope: the chunk's larger collective costs the class too
+    base = step(plan, CPU, net, **DP_MEASURED)
+    added = step(plan, CPU, net, **{**DP_MEASURED, field: 2 * US}) - base
+    assert added / (US * 1e-6) == pytest.approx(DP_CLASS[plan][field], abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    "plan, measured_us, fit_alpha_s",
+    [
+        # a measured class prices as a network fit whose every such collective costs it, the fit ignored
+        ("dp2", 800.0, 1e-4),
+        ("dp2z3", 2500.0, 3e-5),
+        ("pp2", 300.0, 2e-3),
+        ("pp2", 4000.0, 1e-5),
+    ],
+)
+def test_a_measured_c10d_class_prices_as_a_fit_of_that_cost(plan: str, measured_us: float, fit_alpha_s: float) -> None:
+    """The independent computation: a plan priced with the measured class (``dp_*_us`` / ``p2p_us``, on a fit of
+    another α and no per-byte slope) takes exactly the step of the same plan without the measurement on a
+    fit whose collectives and sends cost the measured figure."""
+    measured = {
+        **DP_MEASURED,
+        **dict.fromkeys(("dp_all_reduce_us", "dp_all_gather_us", "dp_reduce_scatter_us"), measured_us),
+    }
+    measured["p2p_us"] = measured_us
+    got = step(plan, CPU, _dp_network(fit_alpha_s), **measured)
+    assert got == pytest.approx(step(plan, CPU, _dp_network(measured_us * 1e-6), **ZERO), rel=1e-6)
+    assert got != pytest.approx(step(plan, CPU, _dp_network(fit_alpha_s), **ZERO), rel=1e-3)

@@ -73,6 +73,43 @@ class HostDispatch(Spec):
         description="The activation size the TP collectives were measured at (bytes, unsharded); other sizes "
         "are priced from it with the network fit's per-byte slope.",
     )
+    dp_all_reduce_us: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e6,
+        description="One data-parallel all-reduce as the runtime's FSDP2 wrappers issue it (``replicate``: one "
+        "blocking c10d collective per wrapped module), between compute, whole: its dispatch, the wait for the other "
+        "ranks and the transfer of ``dp_collective_bytes``; measured by the run's own ranks on its DP mesh, under "
+        "its load (``runtime.host_dispatch.dp_collectives_us``: wrapped modules of the plan's block size against the "
+        "same on a one-rank mesh, so the hooks in ``fsdp_*_us`` are not counted twice). With it every DP all-reduce "
+        "of a host is priced from it, not by the network fit × ``comm_scale``. None: not measured (no such "
+        "collective in the run, older runs).",
+    )
+    dp_all_gather_us: float | None = Field(
+        default=None, ge=0, le=1e6, description="The same for one ``fully_shard`` parameter all-gather."
+    )
+    dp_reduce_scatter_us: float | None = Field(
+        default=None, ge=0, le=1e6, description="The same for one ``fully_shard`` gradient reduce-scatter."
+    )
+    dp_collective_bytes: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e12,
+        description="The module size the DP collectives were measured at (bytes); other sizes are priced from it "
+        "with the network fit's per-byte slope.",
+    )
+    p2p_us: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e6,
+        description="One pipeline send/recv between adjacent stages (c10d point-to-point on the pipeline group), "
+        "between compute, whole, at ``p2p_bytes``; measured by the run's own ranks on its pipeline mesh "
+        "(``runtime.host_dispatch.p2p_us``). With it a host's pipeline lags are priced from it, not by the network "
+        "fit × ``comm_scale``. None: not measured.",
+    )
+    p2p_bytes: float | None = Field(
+        default=None, gt=0, le=1e12, description="The activation size ``p2p_us`` was measured at (bytes)."
+    )
     cpu_share: float | None = Field(
         default=None,
         gt=0,
