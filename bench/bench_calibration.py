@@ -165,8 +165,11 @@ def measure(
     return out
 
 
-#: The residuals fitted (``meshplan calibrate --free``): per-kernel host overhead, collectives, per step.
-FREE = "kernel_overhead_us,comm_scale,step_overhead_s"
+#: The residuals fitted (``meshplan calibrate --free``): per-kernel host overhead and per step. Not ``comm_scale``:
+#: every collective these runs issue on a host is priced at the class the run measured in its step (TP's,
+#: FSDP2's per wrapped module, the pipeline's send/recv: ``planner.host_comm``), so no calibration run depends on
+#: it (``meshplan calibrate --free ...,comm_scale`` holds it at 1 and says so).
+FREE = "kernel_overhead_us,step_overhead_s"
 
 
 def calibrate(paths: list[Path], out: Path, tmp: Path, free: str = FREE) -> tuple[Calibration, str]:

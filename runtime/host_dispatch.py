@@ -499,10 +499,10 @@ def _tp_main(tokens: int, hidden: int, ffn: int, tp: int) -> None:
         dist.destroy_process_group()
 
 
-def _c10d_main(tokens: int, hidden: int, width: int, params: int, zero_stage: int) -> None:
-    """``torchrun ... -m runtime.host_dispatch --c10d-collectives TOKENS HIDDEN WIDTH PARAMS ZERO``: every rank
-    measures ``dp_collectives_us`` (all ranks one DP mesh) and ``p2p_us`` (the same ranks as pipeline stages,
-    a ``TOKENS`` × ``HIDDEN`` fp32 activation); rank 0 prints both as JSON."""
+def _c10d_main(tokens: int, hidden: int, width: int, params: int, zero_stage: int, tp: int = 1) -> None:
+    """``torchrun ... -m runtime.host_dispatch --c10d-collectives TOKENS HIDDEN WIDTH PARAMS ZERO [TP]``: every rank
+    measures ``dp_collectives_us`` on its DP group of a (world ÷ TP, TP) mesh and ``p2p_us`` (the same groups as
+    pipeline stages, a ``TOKENS`` × ``HIDDEN`` fp32 activation); rank 0 prints both as JSON."""
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -510,9 +510,9 @@ def _c10d_main(tokens: int, hidden: int, width: int, params: int, zero_stage: in
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     try:
-        mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("dp",))
-        got = dp_collectives_us(mesh, tokens, hidden, width, params, zero_stage)
-        got.update(p2p_us(mesh, tokens, hidden, width, tokens * hidden * 4))
+        mesh = init_device_mesh("cpu", (dist.get_world_size() // tp, tp), mesh_dim_names=("dp", "tp"))
+        got = dp_collectives_us(mesh["dp"], tokens, hidden, width, params, zero_stage)
+        got.update(p2p_us(mesh["dp"], tokens, hidden, width, tokens * hidden * 4))
         if dist.get_rank() == 0:
             print(json.dumps(got), flush=True)
     finally:
@@ -551,7 +551,7 @@ if __name__ == "__main__":
         _count_main(sys.argv[2])
     elif len(sys.argv) == 6 and sys.argv[1] == "--tp-collectives":
         _tp_main(*map(int, sys.argv[2:]))
-    elif len(sys.argv) == 7 and sys.argv[1] == "--c10d-collectives":
+    elif len(sys.argv) in (7, 8) and sys.argv[1] == "--c10d-collectives":
         _c10d_main(*map(int, sys.argv[2:]))
     else:
         print(json.dumps(measure()))
