@@ -1,12 +1,13 @@
-"""One tensor-parallel collective's time, as a step sees it: on a GPU the α-β model or network fit ×
-``comm_scale``; on a host device (a CPU "GPU") with the run's own measurement (``HostDispatch.tp_all_reduce_us``,
-``tp_all_gather_us``) that measured in-step cost, unscaled.
+"""One collective's time as a step sees it — a tensor-parallel one (``tp_collective``), a data-parallel one of
+FSDP2's (``dp_collective``), a pipeline send/recv (``p2p``): on a GPU the α-β model or network fit × ``comm_scale``;
+on a host device (a CPU "GPU") with the run's own measurement of the class (``HostDispatch.tp_all_reduce_us``,
+``tp_all_gather_us``, ``dp_*_us``, ``p2p_us``) that measured in-step cost, unscaled.
 
-On a host the functional collectives DTensor issues cost several times a plain c10d collective of the same
-size in the step (their dispatch, the wait for the other ranks and their wake-up on shared cores), and more
-than the network fit, which times c10d collectives back to back. One ``comm_scale`` for both classes priced
-either TP's or FSDP2's collectives wrong; measured by the run's ranks, the TP class needs no residual and
-``comm_scale`` is left to the c10d collectives (data parallelism, pipelines).
+On a host every collective costs several times the network fit in the step (its dispatch, the wait for the
+other ranks and their wake-up on shared cores, the spread of their work between), and how much moves with the
+load of the run's moment; the network fit times collectives back to back. One ``comm_scale`` fitted on some runs
+priced the others' collectives at another moment's load; measured by each run's ranks, no class needs the
+residual (older runs without a class: the network fit × ``comm_scale``, as before).
 """
 
 from __future__ import annotations
