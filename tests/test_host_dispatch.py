@@ -390,34 +390,38 @@ def test_shared_cpu_spec_scales_rates_and_dispatch_and_records_the_share(share: 
     assert got.host_dispatch.dp_all_reduce_us == got.host_dispatch.dp_collective_bytes == 100.0
 
 
-@pytest.mark.parametrize("plan", ["tp2", "tp2sp"])
-def test_the_runtime_issues_the_tp_collectives_the_host_model_counts(plan: str, tmp_path) -> None:
-    """Real 2-rank gloo step of the bundled runtime, its DTensor collectives counted as they are dispatched
-    (``runtime.host_dispatch.step_collectives``): as many as the host model prices with the in-step TP
-    collective (∂ step / ∂ ``tp_collective_us``), plus the LM head's output gather (priced by the network
-    fit alone). No timing is involved."""
+def counted_collectives(plan: str, tmp_path) -> dict[str, int]:
+    """The collectives one real 2-rank gloo step of ``PLANS[plan]`` dispatches, by name
+    (``python -m runtime.host_dispatch --count-collectives`` under torchrun)."""
     import json
     import os
     import sys
     from pathlib import Path
 
     from runtime.testing import make_plan, run_process_group
-
-    root = Path(__file__).resolve().parents[1]
-    par = {k: v for k, v in PLANS[plan].items()}
-    path = tmp_path / "plan.json"
-    path.write_text(make_plan("tiny-gpt", global_batch_size=8, seq_len=64, **par).model_dump_json())
-    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
     from runtime.train import _free_port
 
+    root = Path(__file__).resolve().parents[1]
+    path = tmp_path / "plan.json"
+    path.write_text(make_plan("tiny-gpt", global_batch_size=8, seq_len=64, **PLANS[plan]).model_dump_json())
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port())]
     out = run_process_group(
         cmd + ["-m", "runtime.host_dispatch", "--count-collectives", str(path)], env=env, cwd=root, timeout=180
     )
     assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("plan", ["tp2", "tp2sp"])
+def test_the_runtime_issues_the_tp_collectives_the_host_model_counts(plan: str, tmp_path) -> None:
+    """Real 2-rank gloo step of the bundled runtime, its DTensor collectives counted as they are dispatched
+    (``runtime.host_dispatch.step_collectives``): as many as the host model prices with the in-step TP
+    collective (∂ step / ∂ ``tp_collective_us``), plus the LM head's output gather (priced by the network
+    fit alone). No timing is involved."""
     from runtime.host_dispatch import FUNCTIONAL_COLLECTIVES
 
-    counts = json.loads(out.stdout.strip().splitlines()[-1])
+    counts = counted_collectives(plan, tmp_path)
     issued = sum(n for name, n in counts.items() if name in FUNCTIONAL_COLLECTIVES)
     priced = (step(plan, CPU, tp_collective_us=US) - step(plan, CPU, tp_collective_us=0.0)) / (US * 1e-6)
     assert issued == round(priced) + 1, (issued, priced)
@@ -471,25 +475,9 @@ def test_the_runtime_issues_the_dp_collectives_the_host_model_counts(plan: str, 
     """Real 2-rank gloo step of the bundled runtime, its c10d collectives counted as they are dispatched
     (``runtime.host_dispatch.step_collectives``): as many as the host model prices (∂ step / ∂ α of the
     network fit), plus the loss's all-reduce (one per step, with the per-step work). No timing is involved."""
-    import json
-    import os
-    import sys
-    from pathlib import Path
-
     from runtime.host_dispatch import C10D_COLLECTIVES
-    from runtime.testing import make_plan, run_process_group
-    from runtime.train import _free_port
 
-    root = Path(__file__).resolve().parents[1]
-    path = tmp_path / "plan.json"
-    path.write_text(make_plan("tiny-gpt", global_batch_size=8, seq_len=64, **PLANS[plan]).model_dump_json())
-    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port())]
-    out = run_process_group(
-        cmd + ["-m", "runtime.host_dispatch", "--count-collectives", str(path)], env=env, cwd=root, timeout=180
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    counts = json.loads(out.stdout.strip().splitlines()[-1])
+    counts = counted_collectives(plan, tmp_path)
     issued = sum(n for name, n in counts.items() if name in C10D_COLLECTIVES)
     cpu = CPU.model_copy(update={"host_dispatch": HostDispatch(**ZERO)})
     priced = (step(plan, cpu, _dp_network(0.05)) - step(plan, cpu, _dp_network(0.0))) / 0.05
