@@ -85,6 +85,12 @@ class StateBytes(NamedTuple):
         return self.weights + self.gradients + self.optimizer
 
 
+def fsdp2_mixed_precision(layout: str, precision: str) -> bool:
+    """Whether the states are FSDP2's under its mixed-precision policy (``state_bytes``): there ZeRO-1 and
+    ZeRO-2 are one wrapper with one layout (``space.zero_stages``)."""
+    return layout == "fsdp2" and precision != "fp32"
+
+
 @lru_cache(maxsize=256)
 def state_bytes(precision: str, optimizer: str, zero_stage: int, dp: int, layout: str = "master") -> StateBytes:
     """Bytes per parameter of weights, gradients and optimizer states on one GPU, sharded by dp per ZeRO
@@ -101,7 +107,7 @@ def state_bytes(precision: str, optimizer: str, zero_stage: int, dp: int, layout
       ``runtime.job.defer_gradient_sync``; sharded at ZeRO-3), the optimizer's moments only (``OPTIMIZER_STATE_BYTES`` of fp32 training). Measured for ZeRO-0 on an H200: 18 bytes
       per parameter (docs/validation.md "On a GPU")."""
     d = dp
-    if layout == "fsdp2" and precision != "fp32":
+    if fsdp2_mixed_precision(layout, precision):
         k = OPTIMIZER_STATE_BYTES[(optimizer, False)]
         if zero_stage == 0:
             return StateBytes(4 + 2, 4, k)

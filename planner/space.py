@@ -13,7 +13,7 @@ from planner.config import PRICED_SCHEDULES
 from planner.cost import Candidate, ClassCosts, Context, Evaluation, class_costs
 from planner.errors import MeshplanError
 from planner.layout import even_stage_layers
-from planner.memory import rank_memory, with_reserve_gib
+from planner.memory import fsdp2_mixed_precision, rank_memory, with_reserve_gib
 from planner.specs import MULTI_STAGE_SCHEDULES, ParallelPins, SearchOptions
 
 #: Schedules the planner models (``planner.config.SCHEDULES``: zero-bubble schedules are runtime-only).
@@ -160,7 +160,7 @@ def zero_stages(ctx: Context, dp: int) -> list[int]:
     alike, so it would be the same plan twice. A pinned ``zero_stage: 2`` is still priced."""
     if dp == 1:
         return [0]
-    if ctx.stack.param_layout == "fsdp2" and ctx.training.precision != "fp32":
+    if fsdp2_mixed_precision(ctx.stack.param_layout, ctx.training.precision):
         return [0, 1, 3]
     return [0, 1, 2, 3]
 
