@@ -296,8 +296,8 @@ def test_calibrated_on_real_cpu_runs_the_model_predicts_another_plan(tmp_path: P
     depends on the load). Every run records the host's dispatch costs by class with its re-pricing
     request (``GpuSpec.host_dispatch``; the TP runs their in-step TP collectives); priced as a user would
     before running it (the tp2 run's request with SP on, so its host figures are the calibration's) and
-    calibrated, tp2 + SP lands within a factor 4, and the calibration prices the tp2 run it was fitted on
-    closer than the uncalibrated model (bench/bench_calibration.py holds the full table and the 15 % target)."""
+    calibrated, tp2 + SP lands within a factor 4, and the calibration prices the runs it was fitted on, together,
+    no worse than the uncalibrated model (bench/bench_calibration.py holds the full table and the 15 % target)."""
     bench = _bench()
     cases = [
         bench.Case("one", 1, ("--tp", "1", "--pp", "1", "--micro-batch-size", "8"), "calibration"),
@@ -343,11 +343,21 @@ def test_calibrated_on_real_cpu_runs_the_model_predicts_another_plan(tmp_path: P
     # is no longer far under (−50 % quiet, +40 % in CI), so "closer than before" is not a property; what a
     # user relies on is that the fit matches the runs it was given and predicts the unseen plan within 4×.
     assert after < math.log(4.0), row
-    tp2_run = RunReport.model_validate_json(reports["tp2"].read_text())
-    fitted = estimate_plan(tp2.model_copy(update={"calibration": calibration})).estimate.step_time_s
-    raw = estimate_plan(tp2).estimate.step_time_s
-    m2 = tp2_run.measured_step_time_s
-    assert abs(math.log(fitted / m2)) < abs(math.log(raw / m2)), (raw, fitted, m2)
+
+    # The fit minimises Σ log²(predicted ÷ measured) over the runs it was given, starting from the uncalibrated
+    # model, so together they are priced no worse than before. (Not each run: one free residual shared by a
+    # run the model over-prices and one it under-prices moves one of them away; CI saw tp2 go +54 → +71 %.)
+    def sq_log_error(cal: object) -> float:
+        total = 0.0
+        for label in ("one", "tp2"):
+            run = RunReport.model_validate_json(reports[label].read_text())
+            req = run.local_prediction.request  # type: ignore[union-attr]
+            assert req is not None
+            pred = estimate_plan(req.model_copy(update={"calibration": cal})).estimate.step_time_s
+            total += math.log(pred / run.measured_step_time_s) ** 2
+        return total
+
+    assert sq_log_error(calibration) <= sq_log_error(None) + 1e-6, (sq_log_error(None), sq_log_error(calibration))
 
 
 def _meta_profile(tmp: Path, model: str, mbs=(2, 4, 8), tps=(1, 2)) -> Path:
