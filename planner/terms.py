@@ -18,14 +18,13 @@ from typing import TYPE_CHECKING, Generic, NamedTuple
 from planner.affine import Affine, Count, total
 from planner.comm import dp_group_in_node, dp_ranks_per_node, layer_collectives
 from planner.compute import Context, layer_times
-from planner.host_comm import dp_collective, tp_collective
+from planner.host_comm import dp_collective, host_step_end, tp_collective
 from planner.kernels import (
     block_linears,
     hbm_efficiency,
     host_dispatch,
     host_fsdp_hooks,
     host_slowdown,
-    param_tensors,
 )
 from planner.memory import OPTIMIZER_STEP_BYTES, StateBytes, loss_buffer_bytes, state_bytes, zero3_buffer_bytes
 
@@ -293,22 +292,10 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     )
     hbm = ctx.gpu.hbm_bandwidth_GBps * 1e9 * hbm_efficiency(p_blk / shard * upd)
 
-    # + a host device's optimizer dispatch per parameter tensor (``GpuSpec.host_dispatch``): DTensors under
-    # the FSDP2 wrappers (dp > 1) and in TP-sharded modules, plain tensors otherwise
-    host_opt = [0, 0, 0]
-    if hd is not None:
-        for i, kind in enumerate(("transformer_block", "embedding", "lm_head")):
-            n, sharded = param_tensors(ctx.model, kind)
-            # with SP the block's norms are DTensors too (``SequenceParallel``): all its tensors
-            dt = n if dp > 1 or (tp > 1 and sp and kind == "transformer_block") else (sharded if tp > 1 else 0)
-            us = dt * hd.adam_dtensor_us + (n - dt) * hd.adam_plain_us
-            us += dt * (hd.clip_dtensor_us or 0.0) + (n - dt) * (hd.clip_plain_us or 0.0)  # the gradient clip
-            host_opt[i] = ns(ctx.residuals.compute_scale * us * 1e-6)
-        if tp > 1 and sp:  # SP norms' gradients stay Partial; the gradient clip all-reduces each tensor of them
-            norm = 2 if ctx.model.norm == "layernorm" else 1
-            t = tp_collective(ctx, "all_reduce", ctx.model.hidden_size * e, tp)
-            host_opt[0] += ns(2 * norm * t)  # a block's two norms
-            host_opt[2] += ns(norm * t)  # the final norm
+    # + a host device's optimizer and gradient-clip dispatch, and the step-end collectives (none on a GPU)
+    host_opt, host_once = host_step_end(
+        ctx, tp, sp, dp, zero_stage, lambda b: dp_collective(ctx, "all_reduce", b, dp, dp_link, m)
+    )
 
     return SharedTerms(
         fwd=fwd,
@@ -324,7 +311,7 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
         # + the ``step_overhead_s`` residual once per step (every rank's end term holds it; the step takes the max),
         # host work: slowed on a host whose ranks share its cores (``host_slowdown``)
         opt=Affine(
-            ns(ctx.residuals.step_overhead_s * host_slowdown(ctx)),
+            ns(ctx.residuals.step_overhead_s * host_slowdown(ctx)) + host_once,
             ns(p_blk / shard * upd / hbm) + host_opt[0],
             ns(p_emb / shard * upd / hbm) + host_opt[1],
             ns(p_head / shard * upd / hbm) + host_opt[2],

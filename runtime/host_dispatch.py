@@ -432,27 +432,29 @@ C10D_COLLECTIVES = ("allreduce_", "_allgather_base_", "_reduce_scatter_base_")
 
 
 def step_collectives(job, inputs, targets) -> dict[str, int]:
-    """The collectives one training step of ``job`` issues on this rank, by op name, counted as they are
-    dispatched (forward, backward, gradient clip and optimizer step): DTensor's functional ones (TP and SP,
-    ``FUNCTIONAL_COLLECTIVES``) and c10d's (data parallelism and the loss, ``C10D_COLLECTIVES``). Call on
-    every rank: the step is a real one."""
+    """The collectives one training step of ``job`` issues on this rank, by op name, counted as the profiler
+    records them (forward, backward, gradient clip and optimizer step, at any depth: also those DTensor issues
+    inside another op's dispatch, e.g. an optimizer op that reads a Partial gradient): DTensor's functional
+    ones (TP and SP, ``FUNCTIONAL_COLLECTIVES``) and c10d's (data parallelism, the loss and the Partial
+    gradients' reduction, ``C10D_COLLECTIVES``; not the c10d call each functional one makes). Call on every
+    rank: the step is a real one."""
     from collections import Counter
 
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.profiler import ProfilerActivity, profile
 
-    counts: Counter[str] = Counter()
-
-    class Count(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            ns, name = func.namespace, func._opname
-            if (ns == "_c10d_functional" and name in FUNCTIONAL_COLLECTIVES) or (
-                ns == "c10d" and name in C10D_COLLECTIVES
-            ):
-                counts[name] += 1
-            return func(*args, **(kwargs or {}))
-
-    with Count():
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
         job.train_step(inputs, targets)
+    counts: Counter[str] = Counter()
+    for ev in prof.events():
+        ns, _, name = ev.name.partition("::")
+        if ns == "_c10d_functional" and name in FUNCTIONAL_COLLECTIVES:
+            counts[name] += 1
+        elif ns == "c10d" and name in C10D_COLLECTIVES:
+            parent = ev.cpu_parent
+            while parent is not None and not parent.name.startswith("_c10d_functional::"):
+                parent = parent.cpu_parent
+            if parent is None:  # issued by the step itself, not inside a functional collective
+                counts[name] += 1
     return dict(counts)
 
 

@@ -176,7 +176,8 @@ class Job:
     # ---------------------------------------------------------------- one step
     def forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Forward and backward of this rank's share of the global batch (``inputs``/``targets``
-        are this DP rank's rows); gradients equal those of the mean loss over the global batch.
+        are this DP rank's rows); gradients equal those of the mean loss over the global batch,
+        complete on every rank (no DTensor gradient left Partial: ``reduce_partial_grads``).
         Returns the global mean loss (same on every rank)."""
         inputs, targets = inputs.to(self.device), targets.to(self.device)
         n = self.num_microbatches
@@ -196,6 +197,7 @@ class Job:
             kwargs = {"target": targets, "losses": losses} if self.has_last else {}
             self.schedule.step(*args, return_outputs=False, **kwargs)
             local = torch.stack(losses).mean().detach() if self.has_last else torch.zeros((), device=self.device)
+        reduce_partial_grads([q for _, q in self.named_parameters()])
         p = self.plan.parallel
         dist.all_reduce(local)  # every last-stage rank holds its DP replica's loss, tp times over
         return local / (p.dp * p.tp)
@@ -240,6 +242,43 @@ def _build_schedule(plan: Plan, mesh, chunks: dict[int, nn.Module], device: torc
     if p.virtual_stages == 1:
         return cls(stages[0], n, loss_fn=loss_fn, scale_grads=True)
     return cls(stages, n, loss_fn=loss_fn, scale_grads=True)
+
+
+def reduce_partial_grads(params: list[torch.Tensor]) -> int:
+    """Sum every ``Partial`` DTensor gradient over its mesh now, one all-reduce per (mesh, placements, dtype)
+    for all of them (Megatron all-reduces its sequence-parallel norms' gradients once per step the same way),
+    and leave it ``Replicate``. Sequence parallelism leaves its norms' gradients Partial(sum) (their inputs
+    are sharded by sequence); left so, every op that reads one later redistributes it again: the gradient
+    clip once per tensor and AdamW once per op on it (``lerp_``, ``mul_``, ``addcmul_``): measured on tp2 + SP
+    of the tiny model, 103 more blocking all-reduces per step than TP's own. Returns the collectives issued."""
+    from torch.distributed.tensor import DTensor, Replicate
+
+    groups: dict[tuple, list[torch.Tensor]] = defaultdict(list)
+    for p in params:
+        g = p.grad
+        if isinstance(g, DTensor) and any(pl.is_partial() for pl in g.placements):
+            groups[(g.device_mesh, tuple(g.placements), g.dtype)].append(p)
+    issued = 0
+    with torch.no_grad():
+        for (mesh, placements, _), members in groups.items():
+            if any(pl.is_partial() and getattr(pl, "reduce_op", "sum") != "sum" for pl in placements):
+                for p in members:  # not a sum: DTensor's own redistribution, one per tensor
+                    p.grad = p.grad.redistribute(mesh, [Replicate() if pl.is_partial() else pl for pl in placements])
+                    issued += 1
+                continue
+            pieces = [p.grad.to_local() for p in members]
+            flat = torch.cat([t.reshape(-1) for t in pieces])
+            for dim, pl in enumerate(placements):
+                if pl.is_partial():
+                    dist.all_reduce(flat, group=mesh.get_group(dim))
+                    issued += 1
+            done = tuple(Replicate() if pl.is_partial() else pl for pl in placements)
+            for p, t, part in zip(members, pieces, flat.split([t.numel() for t in pieces]), strict=True):
+                g = p.grad
+                p.grad = DTensor.from_local(
+                    part.view_as(t), mesh, done, run_check=False, shape=g.shape, stride=g.stride()
+                )
+    return issued
 
 
 def clip_grad_norm(params: list[torch.Tensor], max_norm: float | None, pp_group=None) -> float:

@@ -96,14 +96,16 @@ US = 1000.0  # a large cost per class, so its effect stands far above rounding
         # blocking TP collectives, as the bundled runtime issues them (counted on its step:
         # test_the_runtime_issues_the_tp_collectives_the_host_model_counts): per block 2 all-reduces forward
         # (wo, w2) and one backward per column-parallel linear (wq, wk, wv, w1); the embedding's forward and
-        # the LM head's backward all-reduce (vocabulary-parallel, no SP)
-        ("tp_collective_us", "tp2", (6 * M.num_layers + 2) * US * 1e-6),
+        # the LM head's backward all-reduce (vocabulary-parallel, no SP); the gradient clip's all-reduce of the
+        # partial norm of the TP-sharded gradients
+        ("tp_collective_us", "tp2", (6 * M.num_layers + 2 + 1) * US * 1e-6),
         ("tp_collective_us", "dp2", 0.0),
         ("tp_collective_us", "one", 0.0),
         # with SP: per block forward 2 all-gathers + 2 reduce-scatters; backward the 4 all-reduces and 2
-        # all-gathers; the embedding's and the head's one each way; the gradient clip's all-reduce of each SP
-        # norm tensor's Partial gradient (LayerNorm weight and bias: 4 per block, 2 for the final norm)
-        ("tp_collective_us", "tp2sp", (10 * M.num_layers + 4 + 4 * M.num_layers + 2) * US * 1e-6),
+        # all-gathers; the embedding's and the head's one each way; one all-reduce of every SP norm's Partial
+        # gradient per step (``runtime.job.reduce_partial_grads``; was one per tensor in the clip and three more
+        # in AdamW, which read them Partial); the gradient clip's
+        ("tp_collective_us", "tp2sp", (10 * M.num_layers + 4 + 1 + 1) * US * 1e-6),
     ],
 )
 def test_each_dispatch_class_prices_the_plans_that_issue_it(field: str, plan: str, expected_s: float) -> None:
@@ -224,14 +226,15 @@ def test_the_residual_of_the_work_scales_its_dispatch(field: str, plan: str, res
 # TP collectives on a host, as the run measured them in its step (``tp_all_reduce_us``, ``tp_all_gather_us``)
 
 #: The TP collectives of one step of the bundled runtime priced with each measured class: without SP the
-#: 6 all-reduces per block (above), the embedding's and the LM head's, and the head's loss statistics; with SP
-#: per block 4 all-reduces (backward, column-parallel inputs) + 6 all-gathers/reduce-scatters, the embedding's
-#: and the head's 2 each, the head's loss statistics and the gradient clip's 34 norm all-reduces. Their sums
-#: are the functional collectives the runtime issues (``test_the_runtime_issues_the_tp_collectives_...``).
+#: 6 all-reduces per block (above), the embedding's and the LM head's, the head's loss statistics and the
+#: gradient clip's partial norm; with SP per block 4 all-reduces (backward, column-parallel inputs) + 6
+#: all-gathers/reduce-scatters, the embedding's and the head's 2 each, the head's loss statistics, the one
+#: all-reduce of the norms' Partial gradients and the clip's. Their sums are the collectives the runtime
+#: issues on its TP group (``test_the_runtime_issues_the_tp_collectives_...``).
 TP_CLASS = {
-    "tp2": {"tp_all_reduce_us": 6 * M.num_layers + 3, "tp_all_gather_us": 0},
+    "tp2": {"tp_all_reduce_us": 6 * M.num_layers + 3 + 1, "tp_all_gather_us": 0},
     "tp2sp": {
-        "tp_all_reduce_us": 4 * M.num_layers + 1 + 4 * M.num_layers + 2,
+        "tp_all_reduce_us": 4 * M.num_layers + 1 + 1 + 1,
         "tp_all_gather_us": 6 * M.num_layers + 4,
     },
     "dp2": {"tp_all_reduce_us": 0, "tp_all_gather_us": 0},
@@ -422,7 +425,8 @@ def test_the_runtime_issues_the_tp_collectives_the_host_model_counts(plan: str, 
     from runtime.host_dispatch import FUNCTIONAL_COLLECTIVES
 
     counts = counted_collectives(plan, tmp_path)
-    issued = sum(n for name, n in counts.items() if name in FUNCTIONAL_COLLECTIVES)
+    # DTensor's functional collectives, and the c10d all-reduce of SP's Partial norm gradients (all but the loss's)
+    issued = sum(n for name, n in counts.items() if name in FUNCTIONAL_COLLECTIVES) + counts["allreduce_"] - 1
     priced = (step(plan, CPU, tp_collective_us=US) - step(plan, CPU, tp_collective_us=0.0)) / (US * 1e-6)
     assert issued == round(priced) + 1, (issued, priced)
     # the measured class (``tp_all_reduce_us``, ``tp_all_gather_us``) prices every one of them
@@ -450,12 +454,13 @@ def _dp_network(alpha_s: float) -> NetworkProfile:
 #: issues one collective per group — ZeRO-0 (``replicate``) an all-reduce of its gradients; ZeRO-1/2
 #: (``fully_shard``, kept unsharded after the forward) an all-gather before the forward and a reduce-scatter
 #: after the backward; ZeRO-3 (resharded after the forward) an all-gather both ways and the reduce-scatter.
+#: With sharded gradients (ZeRO >= 1) the gradient clip all-reduces their partial norm once per step.
 DP_COLLECTIVES = {
     "dp2": M.num_layers + 1,
-    "dp2z1": 2 * (M.num_layers + 1),
-    "dp2z3": 3 * (M.num_layers + 1),
+    "dp2z1": 2 * (M.num_layers + 1) + 1,
+    "dp2z3": 3 * (M.num_layers + 1) + 1,
     "dp2m2": M.num_layers + 1,
-    "dp2z3m2": 2 * 3 * (M.num_layers + 1),
+    "dp2z3m2": 2 * 3 * (M.num_layers + 1) + 1,
 }
 
 
@@ -478,7 +483,8 @@ def test_the_runtime_issues_the_dp_collectives_the_host_model_counts(plan: str, 
     from runtime.host_dispatch import C10D_COLLECTIVES
 
     counts = counted_collectives(plan, tmp_path)
-    issued = sum(n for name, n in counts.items() if name in C10D_COLLECTIVES)
+    # c10d's, and the gradient clip's functional all-reduce of the sharded gradients' partial norm
+    issued = sum(n for name, n in counts.items() if name in C10D_COLLECTIVES) + counts.get("all_reduce", 0)
     cpu = CPU.model_copy(update={"host_dispatch": HostDispatch(**ZERO)})
     priced = (step(plan, cpu, _dp_network(0.05)) - step(plan, cpu, _dp_network(0.0))) / 0.05
     assert issued == round(priced) + 1, (counts, priced)
@@ -491,14 +497,14 @@ def test_the_runtime_issues_the_dp_collectives_the_host_model_counts(plan: str, 
 
 #: The DP collectives of one step (``DP_COLLECTIVES``) by class: ZeRO-0 all-reduces; ZeRO-1 one all-gather and
 #: one reduce-scatter per wrapped module; ZeRO-3 two all-gathers (forward, backward) and the reduce-scatter, per
-#: micro-batch.
+#: micro-batch; with ZeRO >= 1 the gradient clip's all-reduce of the partial norm.
 W = M.num_layers + 1  # wrapped modules: every block and the chunk
 DP_CLASS = {
     "dp2": {"dp_all_reduce_us": W, "dp_all_gather_us": 0, "dp_reduce_scatter_us": 0},
-    "dp2z1": {"dp_all_reduce_us": 0, "dp_all_gather_us": W, "dp_reduce_scatter_us": W},
-    "dp2z3": {"dp_all_reduce_us": 0, "dp_all_gather_us": 2 * W, "dp_reduce_scatter_us": W},
+    "dp2z1": {"dp_all_reduce_us": 1, "dp_all_gather_us": W, "dp_reduce_scatter_us": W},
+    "dp2z3": {"dp_all_reduce_us": 1, "dp_all_gather_us": 2 * W, "dp_reduce_scatter_us": W},
     "dp2m2": {"dp_all_reduce_us": W, "dp_all_gather_us": 0, "dp_reduce_scatter_us": 0},
-    "dp2z3m2": {"dp_all_reduce_us": 0, "dp_all_gather_us": 4 * W, "dp_reduce_scatter_us": 2 * W},
+    "dp2z3m2": {"dp_all_reduce_us": 1, "dp_all_gather_us": 4 * W, "dp_reduce_scatter_us": 2 * W},
 }
 DP_MEASURED = {
     **dict.fromkeys(("dp_all_reduce_us", "dp_all_gather_us", "dp_reduce_scatter_us", "p2p_us"), US),
