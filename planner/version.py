@@ -24,4 +24,6 @@ from __future__ import annotations
 #: 6: the bundled runtime's (``meshplan`` stack's) states as FSDP2's mixed-precision policy holds them (fp32
 #:    parameters and gradients, bf16 copies unsharded below ZeRO-3), its loss's three fp32 logit tensors and
 #:    fp32 gradient reduction (measured on an H200); ZeRO-3 gradients reduce-scattered per micro-batch.
-COST_MODEL_VERSION = 6
+#: 7: a host's (CPU "GPU") step-end collectives as the runtime issues them: the SP norms' Partial gradients
+#:    reduced once per step (was: per tensor in the clip), the gradient clip's partial-norm all-reduce.
+COST_MODEL_VERSION = 7

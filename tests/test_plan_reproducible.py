@@ -138,7 +138,31 @@ FINGERPRINTS = {
     4: "ec211d1c323f9d6a",  # per-op compute, training stacks
     5: "05ba4e7493449e39",  # collectives by size, overlap slowdown, lean runtime, torchtitan, residuals
     6: "9bb46020d67bf4b7",  # the bundled runtime's FSDP2 mixed-precision states and loss (meshplan stack)
+    7: "05469663d6878f93",  # a host's step-end collectives (SP norms' gradients once per step, the clip's); host references added
 }
+
+
+def host_body(**parallel) -> dict:
+    """tiny-gpt on a CPU "GPU" with every host dispatch class measured (1 ms each collective, 100 µs each
+    dispatch class): the host model's numbers, which no GPU reference reaches."""
+    from planner.specs import HostDispatch
+    from tests.host_support import CPU
+
+    fields = dict.fromkeys(HostDispatch.model_fields, 100.0)
+    fields.update(cpu_share=None, tp_collective_us=None, tp_collective_bytes=64 * 8 * 64 * 4)
+    fields.update(dict.fromkeys(("tp_all_reduce_us", "tp_all_gather_us", "dp_all_reduce_us", "p2p_us"), 1000.0))
+    fields.update(dp_all_gather_us=1000.0, dp_reduce_scatter_us=1000.0, dp_collective_bytes=50_240 * 4)
+    fields.update(p2p_bytes=2 * 64 * 64 * 4)
+    gpu = CPU.model_copy(update={"host_dispatch": HostDispatch(**fields)}).model_dump(mode="json")
+    n = parallel.get("tp", 1) * parallel.get("pp", 1) * parallel.get("dp", 1)
+    return {
+        "model": "tiny-gpt",
+        "cluster": {"gpu": gpu, "num_nodes": 1, "gpus_per_node": n},
+        "training": {"global_batch_size": 8, "seq_len": 64, "precision": "fp32"},
+        "parallel": parallel,
+        "options": {"time_limit_s": 20, "num_workers": 1},
+    }
+
 
 REFERENCE = [
     body(
@@ -160,6 +184,9 @@ REFERENCE = [
         **body("llama3-8b", nodes=2, gbs=64, seq=4096, tp=4, pp=2, micro_batch_size=1),
         "network": slow_network(16, 2).model_dump(),
     },
+    host_body(tp=2, pp=1, dp=1, micro_batch_size=8, sequence_parallel=True),
+    host_body(tp=1, pp=1, dp=2, micro_batch_size=4, zero_stage=3),
+    host_body(tp=1, pp=2, dp=1, micro_batch_size=2, schedule="1f1b"),
 ]
 
 
