@@ -227,12 +227,12 @@ def test_readme_quick_start_matches_examples_request():
 
 
 def test_readme_says_what_was_validated_where():
-    """The README says plainly which figures come from GPUs (none yet) and which from this CPU
-    machine, and links the validation notes and the coming fidelity benchmark."""
+    """The README says plainly which figures come from GPUs (one lent H200, no multi-GPU run) and which
+    from this CPU machine, and links the validation notes and the fidelity benchmark."""
     text = README.read_text()
     section = text[text.index("## What has been validated where") :]
     section = " ".join(section[: section.index("\n## ", 5)].split())
-    assert "No figure in this repository comes from a GPU" in section
+    assert "One GPU so far" in section and "no multi-GPU run has been measured" in section
     assert "On this CPU machine" in section and "[docs/validation.md](docs/validation.md)" in section
     assert "bench/bench_fidelity.py" in section
     assert (ROOT / "docs" / "validation.md").is_file()
