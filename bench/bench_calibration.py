@@ -15,9 +15,10 @@
 The calibration and the predicted runs are measured in the same invocation, interleaved (one round of
 every plan, then the next), so a machine that is busier during one part of it loads both; each plan's
 step time is its fastest step after the warm-up over all rounds (``fastest_step``: on a machine that
-others share, the step least slowed by their work). Three rounds by default: with two, one slow round of
-ZeRO-3 or dp2 (±30 % on these shared cores) was enough to miss the target. Run:
-``python bench/bench_calibration.py [--steps 8] [--rounds 3]``.
+others share, the step least slowed by their work). Five rounds by default (≈ 11 minutes): with two, one
+slow round of ZeRO-3 or dp2 (±30 % on these shared cores) was enough to miss the target, and with three a
+calibration run measured slow in all its rounds (dp2's fastest step 0.071–0.102 s across invocations) still
+moved every prediction. Run: ``python bench/bench_calibration.py [--steps 8] [--rounds 5]``.
 """
 
 from __future__ import annotations
@@ -233,7 +234,7 @@ def print_table(table: list[Row], calibration: Calibration) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=3, help="Measurements of every plan, interleaved.")
+    parser.add_argument("--rounds", type=int, default=5, help="Measurements of every plan, interleaved.")
     parser.add_argument("--keep", type=Path, default=None, help="Keep the plans, reports and calibration here.")
     parser.add_argument("--layers", choices=("analytic", "measured"), default="analytic")
     parser.add_argument("--free", default=FREE, help="Residuals to fit (meshplan calibrate --free).")
