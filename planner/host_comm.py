@@ -79,15 +79,15 @@ def p2p(ctx: Context, size_bytes: float, link: str) -> float:
 
 def host_step_end(
     ctx: Context, tp: int, sp: bool, dp: int, zero_stage: int, dp_all_reduce: Callable[[float], float]
-) -> tuple[list[int], int]:
-    """A host's work at the end of a step (none on a GPU: ``([0, 0, 0], 0)``), ns: per (block, embedding, LM
+) -> tuple[list[float], float]:
+    """A host's work at the end of a step (none on a GPU: ``([0, 0, 0], 0)``), seconds: per (block, embedding, LM
     head), AdamW's and the gradient clip's dispatch per parameter tensor (DTensors under the FSDP2 wrappers,
     dp > 1, and in TP-sharded modules, plain tensors otherwise) and the SP norms' gradient reductions; and once
     per rank and step, the collectives issued once (``dp_all_reduce(bytes)``: one on the run's DP group)."""
     hd = host_dispatch(ctx)
-    per_kind, once = [0, 0, 0], 0.0
+    per_kind, once = [0.0, 0.0, 0.0], 0.0
     if hd is None:
-        return per_kind, 0
+        return per_kind, once
     e = ctx.elt
     for i, kind in enumerate(("transformer_block", "embedding", "lm_head")):
         n, sharded = param_tensors(ctx.model, kind)
@@ -95,22 +95,22 @@ def host_step_end(
         dt = n if dp > 1 or (tp > 1 and sp and kind == "transformer_block") else (sharded if tp > 1 else 0)
         us = dt * hd.adam_dtensor_us + (n - dt) * hd.adam_plain_us
         us += dt * (hd.clip_dtensor_us or 0.0) + (n - dt) * (hd.clip_plain_us or 0.0)  # the gradient clip
-        per_kind[i] = round(ctx.residuals.compute_scale * us * 1e-6 * 1e9)
+        per_kind[i] = ctx.residuals.compute_scale * us * 1e-6
     if tp > 1 and sp:  # SP norms' gradients come out Partial(sum) over TP
         tensors = 2 if ctx.model.norm == "layernorm" else 1  # per norm
         if dp > 1:  # the FSDP2 wrappers reduce each tensor's after its module's backward
             t = tp_collective(ctx, "all_reduce", ctx.model.hidden_size * e, tp)
-            per_kind[0] += round(2 * tensors * t * 1e9)  # a block's two norms
-            per_kind[2] += round(tensors * t * 1e9)  # the final norm
+            per_kind[0] += 2 * tensors * t  # a block's two norms
+            per_kind[2] += tensors * t  # the final norm
         else:  # one all-reduce of them all (``runtime.job.reduce_partial_grads``): a block's two norms' bytes each
             norm = tensors * ctx.model.hidden_size * e
             first = tp_collective(ctx, "all_reduce", norm, tp)
             once += first
-            per_kind[0] += round((tp_collective(ctx, "all_reduce", 3 * norm, tp) - first) * 1e9)
+            per_kind[0] += tp_collective(ctx, "all_reduce", 3 * norm, tp) - first
     # the gradient clip's norm of DTensor gradients sharded by TP or by ZeRO >= 1: one all-reduce of the partial
     # norm (DTensor issues it inside ``linalg_vector_norm``; counted on the runtime's step)
     if tp > 1:
         once += tp_collective(ctx, "all_reduce", 4, tp)
     elif dp > 1 and zero_stage >= 1:
         once += dp_all_reduce(4)
-    return per_kind, round(once * 1e9)
+    return per_kind, once

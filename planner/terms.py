@@ -311,10 +311,10 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
         # + the ``step_overhead_s`` residual once per step (every rank's end term holds it; the step takes the max),
         # host work: slowed on a host whose ranks share its cores (``host_slowdown``)
         opt=Affine(
-            ns(ctx.residuals.step_overhead_s * host_slowdown(ctx)) + host_once,
-            ns(p_blk / shard * upd / hbm) + host_opt[0],
-            ns(p_emb / shard * upd / hbm) + host_opt[1],
-            ns(p_head / shard * upd / hbm) + host_opt[2],
+            ns(ctx.residuals.step_overhead_s * host_slowdown(ctx)) + ns(host_once),
+            ns(p_blk / shard * upd / hbm) + ns(host_opt[0]),
+            ns(p_emb / shard * upd / hbm) + ns(host_opt[1]),
+            ns(p_head / shard * upd / hbm) + ns(host_opt[2]),
         ),
         state_bytes=per_param,
         act=lg.act,
