@@ -77,6 +77,13 @@ def p2p(ctx: Context, size_bytes: float, link: str) -> float:
     return _measured(ctx, hd.p2p_us, hd.p2p_bytes, "send_recv", size_bytes, 2, link, 1)
 
 
+def pipeline_action(ctx: Context) -> float:
+    """Seconds a host adds to each pipeline-schedule action (a micro-batch's forward or backward on a chunk) of a
+    pipelined plan: the run's measurement (``HostDispatch.pp_action_us``), unscaled; 0 on a GPU and unmeasured."""
+    hd = host_dispatch(ctx)
+    return (hd.pp_action_us or 0.0) * 1e-6 if hd is not None else 0.0
+
+
 def host_step_end(
     ctx: Context, tp: int, sp: bool, dp: int, zero_stage: int, dp_all_reduce: Callable[[float], float]
 ) -> tuple[list[float], float]:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Generic, NamedTuple
 
 from planner.affine import Affine, Count, total
 from planner.comm import dp_group_in_node, dp_ranks_per_node, layer_collectives
 from planner.compute import Context, layer_times
-from planner.host_comm import dp_collective, host_step_end, tp_collective
+from planner.host_comm import dp_collective, host_step_end, pipeline_action, tp_collective
 from planner.kernels import (
     block_linears,
     hbm_efficiency,
@@ -118,7 +118,18 @@ def shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero
 
 
 def class_terms(ctx: Context, c: Candidate) -> SharedTerms:
-    return shared_terms(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp)
+    """``shared_terms`` of the class; pipelined on a host, every chunk's forward and backward per micro-batch
+    + the schedule's measured host work per action (``host_comm.pipeline_action``)."""
+    s = shared_terms(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp)
+    action = ns(pipeline_action(ctx)) if c.pp * c.virtual_stages > 1 else 0
+    if not action:
+        return s
+    key = ("piped", c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp)
+    piped = ctx.memo.get(key)
+    if piped is None:
+        more = Affine(const=action)
+        piped = ctx.memo[key] = replace(s, fwd=s.fwd.plus(more), bwd=s.bwd.plus(more))
+    return piped
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,4 +26,6 @@ from __future__ import annotations
 #:    fp32 gradient reduction (measured on an H200); ZeRO-3 gradients reduce-scattered per micro-batch.
 #: 7: a host's (CPU "GPU") step-end collectives as the runtime issues them: the SP norms' Partial gradients
 #:    reduced once per step (was: per tensor in the clip), the gradient clip's partial-norm all-reduce.
-COST_MODEL_VERSION = 7
+#: 8: a host's pipeline-schedule actions: the run's measured host work per forward and backward of every chunk of
+#:    a pipelined plan (``HostDispatch.pp_action_us``).
+COST_MODEL_VERSION = 8

@@ -424,6 +424,68 @@ def p2p_us(pp_mesh, tokens: int, hidden: int, width: int, nbytes: int, *, batche
     return {"p2p_us": _median_max(diffs), "p2p_bytes": float(buf.numel() * buf.element_size())}
 
 
+def pp_action_us(
+    pp_mesh,
+    model,
+    tp: int,
+    micro_batch_size: int,
+    seq_len: int,
+    schedule: str,
+    chunks: list[int],
+    total: int,
+    microbatches: int,
+    *,
+    batches: int = 21,
+) -> dict[str, float]:
+    """The host work of one pipeline-schedule action (a micro-batch's forward or backward on a chunk) beyond
+    the chunk's own compute, µs, as the runtime runs its schedule (``torch.distributed.pipelining``, the plan's
+    ``schedule`` over its ``total`` chunks, this rank's ``chunks``, ``microbatches`` of ``micro_batch_size`` ×
+    ``seq_len``): each chunk one transformer block of ``model`` at its TP-sharded width; per rank its CPU time
+    (``time.thread_time``: not its waits, which the cost model simulates) of one schedule step against the same
+    blocks' forward and backward called directly for the same micro-batches, over the actions it ran (two per
+    micro-batch and chunk). What it holds: the schedule's bookkeeping, its send/recv posted and completed, the
+    loss and ``scale_grads``, and how much slower the compute runs interleaved with them than back to back
+    (measured on this 2-core host: 5–15 %, and its stages' sum 20–30 % over one process). Median of
+    interleaved batches, largest over ranks (``HostDispatch.pp_action_us``). Call on every rank."""
+    import torch
+
+    from runtime.job import build_schedule
+    from runtime.models.transformer import build_layer
+
+    torch.manual_seed(0)
+    blocks = {c: build_layer(model, "transformer_block", tp=tp, seed=c) for c in chunks}
+    shape = (micro_batch_size, seq_len, model.hidden_size)
+
+    def loss(out, target):
+        return out.float().pow(2).mean()
+
+    sched = build_schedule(schedule, pp_mesh.get_group(), blocks, total, microbatches, torch.device("cpu"), loss)
+    first, last = 0 in blocks, total - 1 in blocks
+    x = torch.randn(microbatches * shape[0], *shape[1:])
+    target = torch.zeros(microbatches * shape[0], 1)
+
+    def scheduled() -> float:
+        t0 = time.thread_time()
+        sched.step(*((x,) if first else ()), **({"target": target, "losses": []} if last else {}))
+        return time.thread_time() - t0
+
+    def direct() -> float:
+        t0 = time.thread_time()
+        for _ in range(microbatches):
+            for c, block in blocks.items():
+                out = block(torch.randn(shape, requires_grad=c > 0))
+                if c == total - 1:
+                    (loss(out, None) / microbatches).backward()
+                else:
+                    out.backward(torch.ones_like(out))
+        return time.thread_time() - t0
+
+    got = _interleaved({"scheduled": scheduled, "direct": direct}, batches)
+    actions = 2 * microbatches * len(blocks)
+    diffs = [(a - b) / actions for a, b in zip(got["scheduled"], got["direct"])]
+    return {"pp_action_us": _median_max(diffs)}
+
+
 #: The functional collectives DTensor issues for tensor/sequence parallelism (``torch.ops._c10d_functional``).
 FUNCTIONAL_COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor")
 #: The c10d collectives FSDP2 (``replicate``/``fully_shard``) and the step's loss all-reduce issue
@@ -503,8 +565,10 @@ def _tp_main(tokens: int, hidden: int, ffn: int, tp: int) -> None:
 
 def _c10d_main(tokens: int, hidden: int, width: int, params: int, zero_stage: int, tp: int = 1) -> None:
     """``torchrun ... -m runtime.host_dispatch --c10d-collectives TOKENS HIDDEN WIDTH PARAMS ZERO [TP]``: every rank
-    measures ``dp_collectives_us`` on its DP group of a (world ÷ TP, TP) mesh and ``p2p_us`` (the same groups as
-    pipeline stages, a ``TOKENS`` × ``HIDDEN`` fp32 activation); rank 0 prints both as JSON."""
+    measures ``dp_collectives_us`` on its DP group of a (world ÷ TP, TP) mesh, ``p2p_us`` (the same groups as
+    pipeline stages, a ``TOKENS`` × ``HIDDEN`` fp32 activation) and ``pp_action_us`` (1F1B over them, a tiny-gpt
+    block per stage, ``TOKENS`` ÷ 64 sequences of 64 per micro-batch, two micro-batches per stage); rank 0 prints
+    them as JSON."""
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -515,6 +579,11 @@ def _c10d_main(tokens: int, hidden: int, width: int, params: int, zero_stage: in
         mesh = init_device_mesh("cpu", (dist.get_world_size() // tp, tp), mesh_dim_names=("dp", "tp"))
         got = dp_collectives_us(mesh["dp"], tokens, hidden, width, params, zero_stage)
         got.update(p2p_us(mesh["dp"], tokens, hidden, width, tokens * hidden * 4))
+        from planner.catalog import get_model
+
+        spec = get_model("tiny-gpt")  # its block: the pipeline actions' compute
+        stages, me = mesh["dp"].size(), [mesh["dp"].get_local_rank()]
+        got.update(pp_action_us(mesh["dp"], spec, 1, max(1, tokens // 64), 64, "1f1b", me, stages, 2 * stages))
         if dist.get_rank() == 0:
             print(json.dumps(got), flush=True)
     finally:

@@ -231,17 +231,23 @@ def _default_device() -> torch.device:
 
 
 def _build_schedule(plan: Plan, mesh, chunks: dict[int, nn.Module], device: torch.device):
+    p = plan.parallel
+    return build_schedule(
+        p.schedule, mesh.get_group("pp"), chunks, p.pp * p.virtual_stages, num_microbatches(plan), device
+    )
+
+
+def build_schedule(schedule: str, group, chunks: dict[int, nn.Module], total: int, n: int, device, loss=loss_fn):
+    """The ``torch.distributed.pipelining`` schedule ``schedule`` (a ``planner.config.SCHEDULES`` id) of this
+    rank's ``chunks`` (chunk index → module) of ``total`` over the pipeline process group ``group``, ``n``
+    micro-batches, ``loss(output, target)`` on the last chunk, gradients scaled by 1/n."""
     from torch.distributed import pipelining
 
-    p = plan.parallel
-    group = mesh.get_group("pp")
-    total = p.pp * p.virtual_stages
     stages = [pipelining.PipelineStage(m, c, total, device, group=group) for c, m in chunks.items()]
-    cls = getattr(pipelining, _SCHEDULES[p.schedule])
-    n = num_microbatches(plan)
-    if p.virtual_stages == 1:
-        return cls(stages[0], n, loss_fn=loss_fn, scale_grads=True)
-    return cls(stages, n, loss_fn=loss_fn, scale_grads=True)
+    cls = getattr(pipelining, _SCHEDULES[schedule])
+    if total == len(dist.get_process_group_ranks(group)):  # one chunk per rank
+        return cls(stages[0], n, loss_fn=loss, scale_grads=True)
+    return cls(stages, n, loss_fn=loss, scale_grads=True)
 
 
 def reduce_partial_grads(params: list[torch.Tensor]) -> None:

@@ -126,10 +126,11 @@ def load_hardware_inputs(args, plan):
 
 def c10d_in_step(plan, job) -> dict[str, float]:
     """The run's c10d collectives as its step issues them, measured by its ranks on its own meshes
-    (``runtime.host_dispatch``): FSDP2's per wrapped module at the plan's block size (dp > 1) and the
-    pipeline's send/recv at its activation size (pp > 1). Call on every rank."""
+    (``runtime.host_dispatch``): FSDP2's per wrapped module at the plan's block size (dp > 1); the pipeline's
+    send/recv at its activation size and its schedule's actions (pp > 1). Call on every rank."""
     from planner.analytic import block_params
-    from runtime.host_dispatch import dp_collectives_us, p2p_us
+    from runtime.host_dispatch import dp_collectives_us, p2p_us, pp_action_us
+    from runtime.validate import num_microbatches
 
     p, m = plan.parallel, plan.model
     tokens = p.micro_batch_size * plan.training.seq_len
@@ -141,6 +142,11 @@ def c10d_in_step(plan, job) -> dict[str, float]:
     if p.pp > 1:
         act = tokens * m.hidden_size * 4 // (p.tp if p.sequence_parallel else 1)
         out.update(p2p_us(job.mesh["pp"], tokens, m.hidden_size, width, act))
+        total, n = p.pp * p.virtual_stages, num_microbatches(plan)
+        seq = plan.training.seq_len
+        out.update(
+            pp_action_us(job.mesh["pp"], m, p.tp, p.micro_batch_size, seq, p.schedule, list(job.chunks), total, n)
+        )
     return out
 
 

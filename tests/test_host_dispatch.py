@@ -17,7 +17,7 @@ ZERO = {
     **dict.fromkeys(("cpu_share", "tp_all_reduce_us", "tp_all_gather_us", "tp_collective_bytes")),
     # ... and none of the c10d classes (priced by the network fit × comm_scale, as older runs)
     **dict.fromkeys(("dp_all_reduce_us", "dp_all_gather_us", "dp_reduce_scatter_us", "dp_collective_bytes")),
-    **dict.fromkeys(("p2p_us", "p2p_bytes")),
+    **dict.fromkeys(("p2p_us", "p2p_bytes", "pp_action_us")),
 }
 
 PLANS = {  # tiny-gpt, global batch 8 × 64, as bench/bench_calibration.py
@@ -25,6 +25,8 @@ PLANS = {  # tiny-gpt, global batch 8 × 64, as bench/bench_calibration.py
     "dp2": {"tp": 1, "pp": 1, "dp": 2, "micro_batch_size": 4, "zero_stage": 0},
     "tp2": {"tp": 2, "pp": 1, "dp": 1, "micro_batch_size": 8, "sequence_parallel": False},
     "pp2": {"tp": 1, "pp": 2, "dp": 1, "micro_batch_size": 2, "schedule": "1f1b"},
+    "pp2m8": {"tp": 1, "pp": 2, "dp": 1, "micro_batch_size": 1, "schedule": "1f1b"},
+    "pp2gpipe": {"tp": 1, "pp": 2, "dp": 1, "micro_batch_size": 2, "schedule": "gpipe"},
     "tp2sp": {"tp": 2, "pp": 1, "dp": 1, "micro_batch_size": 8, "sequence_parallel": True},
     "dp2z3": {"tp": 1, "pp": 1, "dp": 2, "micro_batch_size": 4, "zero_stage": 3},
     "dp2z1": {"tp": 1, "pp": 1, "dp": 2, "micro_batch_size": 4, "zero_stage": 1},
@@ -168,6 +170,8 @@ def test_the_host_microbenchmark_measures_every_class() -> None:
         assert hd.dp_collective_bytes == 2 * (2 * 64 * 256 + 256 + 64) * 4  # the modules measured: 2 MLP pairs
         assert hd.p2p_bytes == 256 * 64 * 4
         assert hd.p2p_us is not None and hd.p2p_us > 0
+        # a schedule step does more on a rank than its blocks' calls (the bookkeeping, the sends and receives)
+        assert hd.pp_action_us is not None and hd.pp_action_us > 0
         for f in fields:
             assert (getattr(hd, f) or 0.0) > 0, (f, c10d)
 
@@ -252,6 +256,28 @@ def test_a_host_prices_each_tp_collective_at_its_measured_in_step_cost(plan: str
     base = step(plan, CPU, net, **TP_MEASURED)
     added = step(plan, CPU, net, **{**TP_MEASURED, field: 2 * US}) - base
     assert added / (US * 1e-6) == pytest.approx(TP_CLASS[plan][field], abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    "plan, actions",
+    [
+        # 1F1B and GPipe over p stages and m micro-batches, every action the same added cost: the critical path
+        # runs m forwards and m backwards on one stage and p − 1 of each on the others, 2(m + p − 1) actions
+        ("pp2", 2 * (4 + 2 - 1)),
+        ("pp2m8", 2 * (8 + 2 - 1)),
+        ("pp2gpipe", 2 * (4 + 2 - 1)),
+        ("one", 0),  # no pipeline: no schedule actions
+        ("dp2", 0),
+        ("tp2", 0),
+    ],
+)
+def test_a_host_adds_the_measured_schedule_action_to_every_pipeline_action(plan: str, actions: int) -> None:
+    """``pp_action_us`` (the run's schedule, measured on its pipeline mesh) is host work on a rank's own
+    timeline, on every forward and backward of every chunk: the step grows by it × the actions of the
+    critical path (the bubble with them), and not at all without a pipeline."""
+    base = step(plan, CPU, **DP_MEASURED)
+    added = step(plan, CPU, **{**DP_MEASURED, "pp_action_us": US}) - base
+    assert added / (US * 1e-6) == pytest.approx(actions, abs=1e-3)
 
 
 @pytest.mark.parametrize(
@@ -391,6 +417,7 @@ def test_shared_cpu_spec_scales_rates_and_dispatch_and_records_the_share(share: 
     assert got.host_dispatch.tp_all_reduce_us == got.host_dispatch.tp_all_gather_us == 100.0  # as well
     assert got.host_dispatch.dp_all_gather_us == got.host_dispatch.p2p_us == 700.0  # and the c10d classes
     assert got.host_dispatch.dp_all_reduce_us == got.host_dispatch.dp_collective_bytes == 100.0
+    assert got.host_dispatch.pp_action_us == pytest.approx(100.0 / share)  # the ranks' CPU time: slowed alike
 
 
 def counted_collectives(plan: str, tmp_path) -> dict[str, int]:

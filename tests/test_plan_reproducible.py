@@ -139,6 +139,7 @@ FINGERPRINTS = {
     5: "05ba4e7493449e39",  # collectives by size, overlap slowdown, lean runtime, torchtitan, residuals
     6: "9bb46020d67bf4b7",  # the bundled runtime's FSDP2 mixed-precision states and loss (meshplan stack)
     7: "05469663d6878f93",  # a host's step-end collectives (SP norms' gradients once per step, the clip's); host references added
+    8: "44543f1f6496d10d",  # a host's pipeline-schedule actions (the pp2 host reference)
 }
 
 

@@ -110,6 +110,17 @@ class HostDispatch(Spec):
     p2p_bytes: float | None = Field(
         default=None, gt=0, le=1e12, description="The activation size ``p2p_us`` was measured at (bytes)."
     )
+    pp_action_us: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e6,
+        description="One pipeline-schedule action (a micro-batch's forward or backward on a chunk) beyond the "
+        "chunk's own compute, the rank's CPU time: the schedule's bookkeeping, its send/recv posted and completed, "
+        "the loss and gradient scaling, and the compute's slowdown interleaved with them; measured by the run's "
+        "own ranks running its schedule over one block per chunk against the same calls made directly "
+        "(``runtime.host_dispatch.pp_action_us``). The cost model adds it to every chunk's forward and backward "
+        "of a pipelined plan. None: not measured (no pipeline in the run, older runs).",
+    )
     cpu_share: float | None = Field(
         default=None,
         gt=0,
