@@ -14,7 +14,8 @@ collectives over one rank are the only part left out — priced by the network f
   it holds (modules of 2 and 8 tensors);
 * one AdamW step, and the gradient clip, per parameter tensor over plain tensors and over DTensors.
 
-Each figure is the fastest of a few repeats (on a shared machine, the one least slowed by other work).
+Each figure is the fastest of ``ROUNDS`` samples, taken round-robin over the classes (``_round_robin``): on a
+shared machine, the one least slowed by other work, each class's samples spread over the whole measurement.
 Run as ``python -m runtime.host_dispatch`` (prints the JSON) or ``measure_in_subprocess()``.
 """
 
@@ -31,6 +32,7 @@ N_LINEARS = 16
 N_PARAMS = 64
 FSDP_LINEARS = 4
 REPEATS = 11
+ROUNDS = 31
 
 
 def _best(fn, repeats: int = REPEATS) -> float:
@@ -43,23 +45,35 @@ def _best(fn, repeats: int = REPEATS) -> float:
     return best
 
 
-def _fwd_bwd_pair(build, repeats: int = REPEATS) -> tuple[tuple[float, float], tuple[float, float]]:
-    """Fastest forward and fastest backward seconds of ``build(False)`` and ``build(True)`` (each a
-    forward fn returning a scalar), measured alternately so that other work on a shared machine slows
-    both alike; the fastest of many short repeats is the one least slowed."""
+def _fwd_bwd_sampler(build):
+    """One sample of ``build(False)`` and ``build(True)`` (each a forward fn returning a scalar): seconds of
+    (plain forward, plain backward, other forward, other backward), after a warm-up of each."""
     fns = (build(False), build(True))
     for f in fns:
         f().backward()
-    best = [[float("inf")] * 2 for _ in fns]
-    for _ in range(repeats):
-        for i, f in enumerate(fns):
+
+    def sample() -> tuple[float, ...]:
+        out: list[float] = []
+        for f in fns:
             t0 = time.perf_counter()
             loss = f()
             t1 = time.perf_counter()
             loss.backward()
-            t2 = time.perf_counter()
-            best[i] = [min(best[i][0], t1 - t0), min(best[i][1], t2 - t1)]
-    return (best[0][0], best[0][1]), (best[1][0], best[1][1])
+            out += [t1 - t0, time.perf_counter() - t1]
+        return tuple(out)
+
+    return sample
+
+
+def _round_robin(samplers: dict, rounds: int = ROUNDS) -> dict[str, tuple[float, ...]]:
+    """The fastest of ``rounds`` samples of every sampler (name: fn returning a tuple of seconds), element-wise,
+    taken round-robin: each class's samples spread over the whole measurement (a few seconds), so that a burst
+    of other work on a shared machine slows some samples of every class, not all the samples of one."""
+    best = {k: tuple(fn()) for k, fn in samplers.items()}
+    for _ in range(rounds - 1):
+        for k, fn in samplers.items():
+            best[k] = tuple(min(a, b) for a, b in zip(best[k], fn()))
+    return best
 
 
 def measure() -> dict[str, float]:
@@ -92,9 +106,6 @@ def measure() -> dict[str, float]:
 
         return f
 
-    (nf, nb), (cf, cb) = _fwd_bwd_pair(chain)
-    out["op_fwd_us"], out["op_bwd_us"] = max(0.0, cf - nf) / N_OPS * 1e6, max(0.0, cb - nb) / N_OPS * 1e6
-
     # tensor-parallel linears vs plain ones (pairs colwise → rowwise, as attention and MLP)
     def linears(tp: bool):
         m = nn.Sequential(*[nn.Linear(64, 64) for _ in range(N_LINEARS)])
@@ -103,10 +114,6 @@ def measure() -> dict[str, float]:
             parallelize_module(m, mesh, plan)
         x = torch.randn(8, 64, requires_grad=True)
         return lambda: m(x).sum()
-
-    (pf, pb), (tf, tb) = _fwd_bwd_pair(linears)
-    out["tp_linear_fwd_us"] = max(0.0, tf - pf) / N_LINEARS * 1e6
-    out["tp_linear_bwd_us"] = max(0.0, tb - pb) / N_LINEARS * 1e6
 
     # FSDP2-wrapped modules vs plain ones, each module holding 1 and FSDP_LINEARS linears (2 and 2·FSDP_LINEARS
     # parameter tensors): FSDP2 sets up each tensor's unsharded view before the forward and copies each
@@ -122,17 +129,10 @@ def measure() -> dict[str, float]:
             x = torch.randn(8, 64, requires_grad=True)
             return lambda: m(x).sum()
 
-        (pf, pb), (wf, wb) = _fwd_bwd_pair(blocks)
-        return max(0.0, wf - pf) / (N_LINEARS + 1) * 1e6, max(0.0, wb - pb) / (N_LINEARS + 1) * 1e6
-
-    one, many = wrapped(1), wrapped(FSDP_LINEARS)
-    for i, d in enumerate(("fwd", "bwd")):
-        per_tensor = max(0.0, many[i] - one[i]) / (2 * (FSDP_LINEARS - 1))
-        out[f"fsdp_param_{d}_us"] = per_tensor
-        out[f"fsdp_module_{d}_us"] = max(0.0, one[i] - 2 * per_tensor)
+        return blocks
 
     # AdamW and the runtime's gradient clip (``runtime.job.clip_grad_norm``) per parameter tensor, plain and
-    # DTensor, alternately
+    # DTensor
     def params_with_grads(dtensor: bool) -> list[nn.Parameter]:
         ps = [torch.randn(4, 4) for _ in range(N_PARAMS)]  # dispatch; the bytes are priced apart
         if dtensor:
@@ -153,13 +153,37 @@ def measure() -> dict[str, float]:
         params = params_with_grads(dtensor)
         return lambda: clip_grad_norm(params, 1.0)
 
-    for name, make in (("adam", adam), ("clip", clip)):
-        steps = (make(False), make(True))
-        best = [float("inf")] * 2
-        for _ in range(REPEATS):
-            for i, fn in enumerate(steps):
-                best[i] = min(best[i], _best(fn, 1))
-        out[f"{name}_plain_us"], out[f"{name}_dtensor_us"] = (b / N_PARAMS * 1e6 for b in best)
+    def steps(make):
+        fns = (make(False), make(True))
+        for fn in fns:  # warm-up
+            fn()
+        return lambda: tuple(_best(fn, 1) for fn in fns)
+
+    best = _round_robin(
+        {
+            "chain": _fwd_bwd_sampler(chain),
+            "linears": _fwd_bwd_sampler(linears),
+            "fsdp1": _fwd_bwd_sampler(wrapped(1)),
+            "fsdp_many": _fwd_bwd_sampler(wrapped(FSDP_LINEARS)),
+            "adam": steps(adam),
+            "clip": steps(clip),
+        }
+    )
+    nf, nb, cf, cb = best["chain"]
+    out["op_fwd_us"], out["op_bwd_us"] = max(0.0, cf - nf) / N_OPS * 1e6, max(0.0, cb - nb) / N_OPS * 1e6
+    pf, pb, tf, tb = best["linears"]
+    out["tp_linear_fwd_us"] = max(0.0, tf - pf) / N_LINEARS * 1e6
+    out["tp_linear_bwd_us"] = max(0.0, tb - pb) / N_LINEARS * 1e6
+    one, many = (
+        [max(0.0, w - p) / (N_LINEARS + 1) * 1e6 for p, w in zip(best[k][:2], best[k][2:])]
+        for k in ("fsdp1", "fsdp_many")
+    )
+    for i, d in enumerate(("fwd", "bwd")):
+        per_tensor = max(0.0, many[i] - one[i]) / (2 * (FSDP_LINEARS - 1))
+        out[f"fsdp_param_{d}_us"] = per_tensor
+        out[f"fsdp_module_{d}_us"] = max(0.0, one[i] - 2 * per_tensor)
+    for name in ("adam", "clip"):
+        out[f"{name}_plain_us"], out[f"{name}_dtensor_us"] = (x / N_PARAMS * 1e6 for x in best[name])
     return out
 
 
