@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
 from datetime import UTC, datetime
 
 from planner.specs import GpuSpec, NetworkProfile, Plan, Prediction, Profile, RunReport
+from runtime.host_dispatch import timed
 
 GIB = 1024**3
 #: Message sizes (bytes) of the quick network fit a run measures when no --network is given.
@@ -63,12 +63,12 @@ def host_spec(
     a = torch.randn(n, n)
     a @ a
     # the fastest of many repeats: on a machine others share, the one least slowed by their work
-    t = min(_timed(lambda: a @ a) for _ in range(25))
+    t = min(timed(lambda: a @ a) for _ in range(25))
     flops = 2 * n**3 / t
     x = torch.empty(1 << 24)  # 64 MiB
     y = torch.empty_like(x)
     y.copy_(x)
-    t = min(_timed(lambda: y.copy_(x)) for _ in range(10))
+    t = min(timed(lambda: y.copy_(x)) for _ in range(10))
     bw = 2 * x.numel() * 4 / t
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
     return GpuSpec(
@@ -160,12 +160,6 @@ def host_stack(stack: object) -> dict:
     else:
         data = stack if isinstance(stack, dict) else stack.model_dump(exclude_none=True)  # type: ignore[attr-defined]
     return {**data, "overlap_grad_reduce": False}
-
-
-def _timed(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
 
 
 def local_prediction(
