@@ -18,7 +18,7 @@ step time is its fastest step after the warm-up over all rounds (``fastest_step`
 others share, the step least slowed by their work). Five rounds by default (≈ 11 minutes): with two, one
 slow round of ZeRO-3 or dp2 (±30 % on these shared cores) was enough to miss the target, and with three a
 calibration run measured slow in all its rounds (dp2's fastest step 0.071–0.102 s across invocations) still
-moved every prediction. Run: ``python bench/bench_calibration.py [--steps 8] [--rounds 5]``.
+moved every prediction. Run: ``python bench/bench_calibration.py [--steps 20] [--rounds 5]``.
 """
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ def print_table(table: list[Row], calibration: Calibration) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5, help="Measurements of every plan, interleaved.")
     parser.add_argument("--keep", type=Path, default=None, help="Keep the plans, reports and calibration here.")
     parser.add_argument("--layers", choices=("analytic", "measured"), default="analytic")

@@ -33,6 +33,10 @@ N_PARAMS = 64
 FSDP_LINEARS = 4
 REPEATS = 11
 ROUNDS = 31
+#: Interleaved batches of each in-step class a run measures (collectives, the schedule's actions): with 21 the same
+#: class moved ±20 % between runs minutes apart (tiny-gpt dp2's all-reduce 1,433–2,149 µs, tp2's 1,604–2,249), as
+#: much as the step's error budget; ≈ 1–3 s a class at 61.
+BATCHES = 61
 
 
 def _best(fn, repeats: int = REPEATS) -> float:
@@ -227,7 +231,7 @@ def tp_collective_us(iters: int = 20, repeats: int = 3) -> float:
 
 
 def tp_functional_us(
-    tp_mesh, tokens: int, hidden: int, ffn: int, *, batches: int = 21, pairs: int = 6, samples: dict | None = None
+    tp_mesh, tokens: int, hidden: int, ffn: int, *, batches: int = BATCHES, pairs: int = 6
 ) -> dict[str, float]:
     """The in-step cost of one TP collective as the bundled runtime's DTensor linears issue it, µs, measured
     by every rank of the run together on its own TP mesh (``HostDispatch.tp_all_reduce_us``/``tp_all_gather_us``,
@@ -240,12 +244,9 @@ def tp_functional_us(
     and a reduce-scatter each way — their dispatch, the wait for the other ranks (on shared cores their
     wake-up, and the spread of the DTensor work between them) and the transfer. DTensor's own dispatch is in
     both, so not here: ``tp_linear_*_us`` (not counted twice). The variants alternate within each of
-    ``batches`` batches (order rotated, every rank starting together); each figure is the median over
-    batches of the batch's difference, the largest over ranks: other work on the cores slows a batch, not the
-    statistic. Call on all ranks (every rank of the default group; each on the TP mesh it belongs to).
-    ``samples``, if given, receives this rank's per-batch figures (s per collective) by kind."""
-    import statistics
-
+    ``batches`` batches (order rotated, every rank starting together); each figure is the difference of the
+    batches' differences, the largest over ranks (``_median_difference``). Call on all ranks (every rank
+    of the default group; each on the TP mesh it belongs to)."""
     import torch
     import torch.distributed as dist
     import torch.nn as nn
@@ -278,29 +279,19 @@ def tp_functional_us(
         variants["sp"] = ((model(tp_mesh, ffn, True), x_shard), (model(one, local, True), x_full), 4 * pairs)
     runs = [(k, i, *variants[k][i]) for k in variants for i in (0, 1)]
 
-    def run(m, x) -> None:
-        m(x).sum().backward()
-
-    for _, _, m, x in runs:  # warm-up
-        run(m, x)
-    diffs: dict[str, list[float]] = {k: [] for k in variants}
-    for b in range(batches):
-        t: dict[tuple[str, int], float] = {}
-        for k, i, m, x in runs[b % len(runs) :] + runs[: b % len(runs)]:
-            dist.barrier()
+    def run(m, x):
+        def fn() -> float:
             t0 = time.perf_counter()
-            run(m, x)
-            t[k, i] = time.perf_counter() - t0
-        for k, (_, _, n) in variants.items():
-            diffs[k].append((t[k, 0] - t[k, 1]) / n)
-    if samples is not None:
-        samples.update(diffs)
-    med = torch.tensor([max(0.0, statistics.median(diffs[k])) * 1e6 for k in variants])
-    dist.all_reduce(med, op=dist.ReduceOp.MAX)
-    ar_us = float(med[0])
+            m(x).sum().backward()
+            return time.perf_counter() - t0
+
+        return fn
+
+    got = _interleaved({(k, i): run(m, x) for k, i, m, x in runs}, batches)
+    med = {k: _median_difference(got, (k, 0), (k, 1), n) for k, (_, _, n) in variants.items()}
     return {
-        "tp_all_reduce_us": ar_us,
-        "tp_all_gather_us": float(med[1]) if sp else ar_us,
+        "tp_all_reduce_us": med["ar"],
+        "tp_all_gather_us": med.get("sp", med["ar"]),
         "tp_collective_bytes": float(tokens * hidden * x_full.element_size()),
     }
 
@@ -321,14 +312,28 @@ def _interleaved(runs, batches: int) -> dict:
     return out
 
 
-def _median_max(values: list[float]) -> float:
-    """The median of this rank's per-batch figures (s), the largest over ranks, in µs (≥ 0)."""
+def median_difference(got: dict, key, base, per: float, part: int | None = None) -> float:
+    """µs per unit of what ``key`` does beyond ``base`` on this rank (``_interleaved`` results; ``part``: that
+    element of each sample): the median over batches of the batch's difference ÷ ``per`` (≥ 0). Both variants of
+    a batch ran at the same moment, so a busier moment slows both; the median leaves out the batches where it
+    slowed one. Not the difference of each variant's fastest batch: a collective's cost includes the wait for a
+    rank the machine slowed, and a step of many collectives pays it on some of them; priced from the fastest
+    batches, tp2 came out 25 % under its fastest step of 100 (``bench/bench_calibration.py``)."""
     import statistics
 
+    def value(v):
+        return v if part is None else v[part]
+
+    diffs = [value(a) - value(b) for a, b in zip(got[key], got[base])]
+    return max(0.0, statistics.median(diffs) / per) * 1e6
+
+
+def _median_difference(got: dict, key, base, per: float, part: int | None = None) -> float:
+    """``median_difference`` on every rank, the largest (call on every rank of the default group)."""
     import torch
     import torch.distributed as dist
 
-    t = torch.tensor([max(0.0, statistics.median(values)) * 1e6])
+    t = torch.tensor([median_difference(got, key, base, per, part)])
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return float(t[0])
 
@@ -341,7 +346,7 @@ def dp_collectives_us(
     module_params: int,
     zero_stage: int,
     *,
-    batches: int = 21,
+    batches: int = BATCHES,
     modules: int = 4,
 ) -> dict[str, float]:
     """The in-step cost of one data-parallel collective as the bundled runtime's FSDP2 wrappers issue it (one
@@ -354,7 +359,9 @@ def dp_collectives_us(
     the same wrapped modules on a one-rank mesh, where the wrappers run their whole host path (hooks, copies: in
     ``fsdp_*_us``, so not counted twice) and their collectives over one rank cost nothing to wait for. The
     difference is the collectives as the step sees them: dispatch, the wait for the other ranks (their spread on
-    shared cores) and the transfer. Median of interleaved batches, largest over ranks. Call on all ranks."""
+    shared cores) and the transfer. ``BATCHES`` interleaved batches, the median of their differences
+    (``_median_difference``).
+    Call on all ranks."""
     import torch
     import torch.distributed as dist
     import torch.nn as nn
@@ -392,35 +399,39 @@ def dp_collectives_us(
     x = torch.randn(tokens, hidden, requires_grad=True)
 
     def timed(m):
-        def run() -> tuple[float, float]:
+        def run() -> tuple[float, float, float]:
             t0 = time.perf_counter()
             loss = m(x).sum()
             t1 = time.perf_counter()
             loss.backward()
-            return t1 - t0, time.perf_counter() - t1
+            t2 = time.perf_counter()
+            return t1 - t0, t2 - t1, (t2 - t1) - (t1 - t0)
 
         return run
 
     got = _interleaved({"dp": timed(model(dp_mesh)), "one": timed(model(one))}, batches)
-    fwd = [(a[0] - b[0]) / modules for a, b in zip(got["dp"], got["one"])]
-    bwd = [(a[1] - b[1]) / modules for a, b in zip(got["dp"], got["one"])]
+    fwd = _median_difference(got, "dp", "one", modules, part=0)
+    bwd = _median_difference(got, "dp", "one", modules, part=1)
     out = {"dp_collective_bytes": float(reps * pair * x.element_size())}
     if zero_stage == 0:
-        out["dp_all_reduce_us"] = _median_max(bwd)
+        out["dp_all_reduce_us"] = bwd
     else:  # the forward holds the all-gathers; ZeRO-3's backward gathers again before it reduce-scatters
-        out["dp_all_gather_us"] = _median_max(fwd)
-        out["dp_reduce_scatter_us"] = _median_max([b - f for f, b in zip(fwd, bwd)] if zero_stage == 3 else bwd)
+        out["dp_all_gather_us"] = fwd
+        # per batch the backward's difference less the forward's
+        out["dp_reduce_scatter_us"] = _median_difference(got, "dp", "one", modules, part=2) if zero_stage == 3 else bwd
     return out
 
 
-def p2p_us(pp_mesh, tokens: int, hidden: int, width: int, nbytes: int, *, batches: int = 21) -> dict[str, float]:
+def p2p_us(pp_mesh, tokens: int, hidden: int, width: int, nbytes: int, *, batches: int = BATCHES) -> dict[str, float]:
     """The in-step cost of one pipeline send/recv between adjacent stages, µs, as the runtime's stages issue
     them (c10d point-to-point on the pipeline group, ``torch.distributed.pipelining``), measured by every rank
     of the run on its own pipeline mesh (``HostDispatch.p2p_us``, ``p2p_bytes`` the size measured): stages
     paired (0, 1), (2, 3), …; each computes a layer's worth of work (``tokens`` × ``hidden`` → ``width`` →
     ``hidden``) then sends ``nbytes`` to its partner and receives as much back, against the same work alone;
     per transfer half the difference — its dispatch, the wait for the partner (their spread on shared cores)
-    and the transfer. Median of interleaved batches, largest over ranks. Call on all ranks."""
+    and the transfer. ``BATCHES`` interleaved batches, the median of their differences
+    (``_median_difference``). Call on all
+    ranks."""
     import torch
     import torch.distributed as dist
     import torch.nn as nn
@@ -451,8 +462,8 @@ def p2p_us(pp_mesh, tokens: int, hidden: int, width: int, nbytes: int, *, batche
         return fn
 
     got = _interleaved({"p2p": run(True), "alone": run(False)}, batches)
-    diffs = [(a - b) / 2 for a, b in zip(got["p2p"], got["alone"])] if partner is not None else [0.0]
-    return {"p2p_us": _median_max(diffs), "p2p_bytes": float(buf.numel() * buf.element_size())}
+    us = _median_difference(got, "p2p", "alone", 2)  # every rank takes part; one without a partner measures 0
+    return {"p2p_us": us, "p2p_bytes": float(buf.numel() * buf.element_size())}
 
 
 def pp_action_us(
@@ -466,7 +477,7 @@ def pp_action_us(
     total: int,
     microbatches: int,
     *,
-    batches: int = 21,
+    batches: int = BATCHES,
 ) -> dict[str, float]:
     """The host work of one pipeline-schedule action (a micro-batch's forward or backward on a chunk) beyond
     the chunk's own compute, µs, as the runtime runs its schedule (``torch.distributed.pipelining``, the plan's
@@ -476,8 +487,9 @@ def pp_action_us(
     blocks' forward and backward called directly for the same micro-batches, over the actions it ran (two per
     micro-batch and chunk). What it holds: the schedule's bookkeeping, its send/recv posted and completed, the
     loss and ``scale_grads``, and how much slower the compute runs interleaved with them than back to back
-    (measured on this 2-core host: 5–15 %, and its stages' sum 20–30 % over one process). Median of
-    interleaved batches, largest over ranks (``HostDispatch.pp_action_us``). Call on every rank."""
+    (measured on this 2-core host: 5–15 %, and its stages' sum 20–30 % over one process). ``BATCHES``
+    interleaved batches, the median of their differences (``_median_difference``; ``HostDispatch.pp_action_us``).
+    Call on every rank."""
     import torch
 
     from runtime.job import build_schedule
@@ -515,9 +527,7 @@ def pp_action_us(
         return time.thread_time() - t0
 
     got = _interleaved({"scheduled": scheduled, "direct": direct}, batches)
-    actions = 2 * microbatches * len(blocks)
-    diffs = [(a - b) / actions for a, b in zip(got["scheduled"], got["direct"])]
-    return {"pp_action_us": _median_max(diffs)}
+    return {"pp_action_us": _median_difference(got, "scheduled", "direct", 2 * microbatches * len(blocks))}
 
 
 #: The functional collectives DTensor issues for tensor/sequence parallelism (``torch.ops._c10d_functional``).

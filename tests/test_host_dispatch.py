@@ -573,3 +573,26 @@ def test_a_measured_c10d_class_prices_as_a_fit_of_that_cost(plan: str, measured_
     got = step(plan, CPU, _dp_network(fit_alpha_s), **measured)
     assert got == pytest.approx(step(plan, CPU, _dp_network(measured_us * 1e-6), **ZERO), rel=1e-6)
     assert got != pytest.approx(step(plan, CPU, _dp_network(fit_alpha_s), **ZERO), rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("got", "part", "per", "us"),
+    [
+        # a busier moment slowed both variants of a batch: their difference stands
+        ({"with": [2.0, 10.0, 3.0], "alone": [1.0, 9.0, 2.0]}, None, 1, 1e6),
+        # a moment that slowed one variant of one batch does not move the median
+        ({"with": [2.0, 9.0, 2.1], "alone": [1.0, 1.0, 1.1]}, None, 2, 0.5e6),
+        # per element of (forward, backward) samples
+        ({"with": [(1.0, 4.0), (2.0, 3.5), (1.0, 4.0)], "alone": [(0.5, 3.0), (0.8, 2.0), (0.5, 3.5)]}, 1, 2, 0.5e6),
+        # never negative: the collective's variant caught the quieter moments
+        ({"with": [1.0, 1.0], "alone": [1.2, 1.3]}, None, 1, 0.0),
+    ],
+)
+def test_a_measured_class_is_the_median_of_its_batches_differences(
+    got: dict, part: int | None, per: float, us: float
+) -> None:
+    """The in-step classes a run measures (collectives, the schedule's actions): the two variants of each batch ran
+    at the same moment; the figure is the median over batches of their difference, per unit."""
+    from runtime.host_dispatch import median_difference
+
+    assert median_difference(got, "with", "alone", per, part) == pytest.approx(us)
