@@ -13,12 +13,18 @@
    before and after calibration, and the error. Target: every predicted plan within 15 %.
 
 The calibration and the predicted runs are measured in the same invocation, interleaved (one round of
-every plan, then the next), so a machine that is busier during one part of it loads both; each plan's
-step time is its fastest step after the warm-up over all rounds (``fastest_step``: on a machine that
-others share, the step least slowed by their work). Five rounds by default (≈ 11 minutes): with two, one
-slow round of ZeRO-3 or dp2 (±30 % on these shared cores) was enough to miss the target, and with three a
-calibration run measured slow in all its rounds (dp2's fastest step 0.071–0.102 s across invocations) still
-moved every prediction. Run: ``python bench/bench_calibration.py [--steps 20] [--rounds 5]``.
+every plan, then the next), so a machine that is busier during one part of it loads both. Each round is a run
+of its own (a fresh ``torchrun``) that measures its own host classes; its measurement is its fastest step
+after the warm-up (``fastest_step``: on a machine that others share, the step least slowed by their work),
+priced with those classes. The calibration is fitted on every run of the calibration plans, and a plan's
+figures are the medians over its runs of its fastest step and of its prediction; the table prints the
+spread of the runs' own errors beside them. Twenty steps a run, five rounds (≈ 14 minutes). Why: a run's
+fastest of seven steps is 0–9 % over its fastest of nineteen (medians over 20 runs: one process 0–2 %,
+ZeRO-3 9 %, tp2 + SP 8 %, dp2 × tp2 7 %), so with eight steps the multi-process plans, whose steps vary more,
+were measured slower than the one-process runs that settle the residuals; and the one run of a plan with
+the fastest step of all its rounds carried that run's classes, however far from the others' (tp2 + SP: one
+step 10 % faster than any other of its run, beside TP classes 20 % over the other runs', read +33 %).
+Run: ``python bench/bench_calibration.py [--steps 20] [--rounds 5]``.
 """
 
 from __future__ import annotations
@@ -145,24 +151,20 @@ def fastest_step(report: RunReport) -> float:
 
 def measure(
     cases: list[Case], tmp: Path, prof: Path, nets: dict[int, Path], steps: int, rounds: int
-) -> dict[str, Path]:
-    """Every case ``rounds`` times, interleaved. Per case, a copy of its report with the fastest step of
-    all its rounds as ``measured_step_time_s`` (``fastest_step``; the original reports stay beside it)."""
-    reports: dict[str, list[tuple[float, Path]]] = {c.label: [] for c in cases}
+) -> dict[str, list[Path]]:
+    """Every case ``rounds`` times, interleaved. Per case, one report per run: a copy with the run's fastest step
+    as ``measured_step_time_s`` (``fastest_step``; the original reports stay beside them), each priced with
+    the host classes that run measured."""
+    out: dict[str, list[Path]] = {c.label: [] for c in cases}
     for r in range(rounds):
         for i, c in enumerate(cases):
             tag = f"case{i}-round{r}"
             rep = run_case(c, tmp, prof, nets[max(2, c.procs)], steps, tag)
-            reports[c.label].append((fastest_step(rep), tmp / f"{tag}.report.json"))
-    out = {}
-    for i, c in enumerate(cases):
-        fastest, path = min(reports[c.label])
-        rep = RunReport.model_validate_json(path.read_text())
-        t = fastest
-        tokens = rep.global_batch_size * rep.seq_len / t
-        best = tmp / f"case{i}.json"
-        best.write_text(rep.model_copy(update={"measured_step_time_s": t, "tokens_per_s": tokens}).model_dump_json())
-        out[c.label] = best
+            t = fastest_step(rep)
+            tokens = rep.global_batch_size * rep.seq_len / t
+            run = tmp / f"{tag}.fastest.json"
+            run.write_text(rep.model_copy(update={"measured_step_time_s": t, "tokens_per_s": tokens}).model_dump_json())
+            out[c.label].append(run)
     return out
 
 
@@ -188,34 +190,46 @@ def predict(report: RunReport, calibration: Calibration | None) -> float:
 
 @dataclass(frozen=True)
 class Row:
+    """A plan over its runs: the medians of each run's fastest step and of its predictions (each priced with
+    its own run's host classes), and the spread of the runs' own errors."""
+
     label: str
     role: str
     procs: int
     measured_s: float
     before_s: float
     after_s: float
+    run_errors: tuple[float, ...]
 
     @property
     def error(self) -> float:
         return self.after_s / self.measured_s - 1
 
 
-def rows(cases: list[Case], reports: dict[str, Path], calibration: Calibration) -> list[Row]:
+def rows(cases: list[Case], runs: dict[str, list[Path]], calibration: Calibration) -> list[Row]:
     out = []
     for c in cases:
-        rep = RunReport.model_validate_json(reports[c.label].read_text())
-        out.append(
-            Row(c.label, c.role, c.procs, rep.measured_step_time_s, predict(rep, None), predict(rep, calibration))
-        )
+        reps = [RunReport.model_validate_json(p.read_text()) for p in runs[c.label]]
+        measured = [r.measured_step_time_s for r in reps]
+        before = [predict(r, None) for r in reps]
+        after = [predict(r, calibration) for r in reps]
+        errors = tuple(a / m - 1 for a, m in zip(after, measured))
+        med = statistics.median
+        out.append(Row(c.label, c.role, c.procs, med(measured), med(before), med(after), errors))
     return out
 
 
 def print_table(table: list[Row], calibration: Calibration) -> None:
-    print(f"{'plan':26s} {'role':12s} {'procs':>5s} {'measured s':>11s} {'before s':>9s} {'after s':>9s} {'error':>7s}")
+    runs = "runs' own errors"
+    print(
+        f"{'plan':26s} {'role':12s} {'procs':>5s} {'measured s':>11s} {'before s':>9s} {'after s':>9s} {'error':>7s}"
+        f"  {runs:>17s}"
+    )
     for r in table:
+        spread = f"{min(r.run_errors):+.0%} … {max(r.run_errors):+.0%}"
         print(
             f"{r.label:26s} {r.role:12s} {r.procs:5d} {r.measured_s:11.4f} {r.before_s:9.4f} {r.after_s:9.4f} "
-            f"{r.error:+7.1%}"
+            f"{r.error:+7.1%}  {spread:>17s}"
         )
     predicted = [abs(r.error) for r in table if r.role == "predicted"]
     res = calibration.residuals
@@ -246,8 +260,8 @@ def main() -> None:
         tmp = args.keep or Path(d)
         tmp.mkdir(parents=True, exist_ok=True)
         prof, nets = measure_hardware(tmp, args.layers, procs=tuple(max(2, c.procs) for c in CASES))
-        reports = measure(CASES, tmp, prof, nets, args.steps, args.rounds)
-        cal_paths = [reports[c.label] for c in CASES if c.role == "calibration"]
+        runs = measure(CASES, tmp, prof, nets, args.steps, args.rounds)
+        cal_paths = [p for c in CASES if c.role == "calibration" for p in runs[c.label]]
         calibration, table = calibrate(cal_paths, tmp / "calibration.json", tmp, args.free)
         print(
             f"{MODEL}, global batch {GBS} × {SEQ} tokens, fp32 AdamW, {args.steps} steps × {args.rounds} rounds; "
@@ -257,7 +271,7 @@ def main() -> None:
             f"$ meshplan calibrate --runs {' '.join(p.name for p in cal_paths)} --free {args.free} --out calibration.json"
         )
         print(table)
-        result = rows(CASES, reports, calibration)
+        result = rows(CASES, runs, calibration)
         print_table(result, calibration)
         print(f"({time.perf_counter() - t0:.0f} s)")
         if args.keep:

@@ -309,7 +309,7 @@ def test_calibrated_on_real_cpu_runs_the_model_predicts_another_plan(tmp_path: P
         ),
     ]
     prof, nets = bench.measure_hardware(tmp_path)
-    reports = bench.measure(cases, tmp_path, prof, nets, steps=5, rounds=1)
+    reports = {label: runs[0] for label, runs in bench.measure(cases, tmp_path, prof, nets, steps=5, rounds=1).items()}
     for label, path in reports.items():
         gpu = RunReport.model_validate_json(path.read_text()).local_prediction.request.cluster.gpu  # type: ignore[union-attr]
         hd = gpu.host_dispatch
