@@ -180,7 +180,7 @@ def live_residuals(runs: list[MeasuredRun], fields: tuple[str, ...] | None = Non
 
 def calibrate(runs: list[MeasuredRun], gpu: str, free: tuple[str, ...] | None = None):
     """Fit the residuals on ``runs`` (``planner.calibrate.fit_residuals``: Levenberg–Marquardt on the log
-    error, leave-one-out cross-validation). ``free``: the residuals to fit (default: every one the runs
+    error, leave-one-out cross-validation; runs of the same configuration left out together). ``free``: the residuals to fit (default: every one the runs
     depend on). Returns (the Calibration, the fit with each run's cross-validated prediction)."""
     from planner.calibrate import FIELDS, Observation, fit_residuals
 
@@ -200,7 +200,14 @@ def calibrate(runs: list[MeasuredRun], gpu: str, free: tuple[str, ...] | None = 
             f"give at least {len(chosen)} runs of different configurations (one more for a cross-validated error), "
             f"or fit fewer with --free (e.g. --free {','.join(chosen[-2:])})",
         )
-    observations = [Observation(r.measured_step_time_s, request=r.request, label=r.label) for r in runs]
+    # runs of one configuration (a plan run several times) are left out together in cross-validation: leaving out
+    # one of them alone would leave its twins in, and the error would not be that of an unseen plan
+    labels = [r.label for r in runs]
+    repeated = len(set(labels)) < len(labels)
+    observations = [
+        Observation(r.measured_step_time_s, request=r.request, label=r.label, group=r.label if repeated else None)
+        for r in runs
+    ]
     fit = fit_residuals(observations, free=chosen)
     notes = [f"fitted by `meshplan calibrate` on {len(runs)} run report(s): {', '.join(r.path for r in runs)}"]
     notes.append(f"fitted {', '.join(fit.free) or 'nothing'}; cross-validation: {fit.cross_validation}")

@@ -530,6 +530,47 @@ def pp_action_us(
     return {"pp_action_us": _median_difference(got, "scheduled", "direct", 2 * microbatches * len(blocks))}
 
 
+def time_sliced_share(model, tp: int, micro_batch_size: int, seq_len: int, *, batches: int = 5) -> float:
+    """The fraction of a core each rank computes on when a node's ranks outnumber its cores, measured
+    (``HostDispatch.cpu_share``): the plan's transformer block (at its TP width, one micro-batch), forward and
+    backward ≈ 0.3 s of it, by rank 0 alone (the other ranks parked in a barrier, asleep in gloo) and then by
+    every rank at once; rank 0's time alone ÷ its time together, the median of ``batches``, ≤ 1. Fair time
+    slicing alone would give cores ÷ ranks (``runtime.report.cpu_share``); a rank switched in and out also
+    finds its caches cold: on this 2-core host 4 ranks ran a tiny-gpt block 2.4× as long as one alone, not 2×
+    (each rank's CPU time per block +19 %). Call on every rank."""
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+
+    from runtime.models.transformer import build_layer
+
+    torch.manual_seed(0)
+    block = build_layer(model, "transformer_block", tp=tp, seed=0)
+    x = torch.randn(micro_batch_size, seq_len, model.hidden_size, requires_grad=True)
+
+    def work(n: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            block(x).sum().backward()
+        return time.perf_counter() - t0
+
+    work(3)  # warm-up; then ≈ 0.3 s of blocks (many of the scheduler's time slices), rank 0's count on every rank
+    one = work(3) / 3
+    n = torch.tensor([max(3, round(0.3 / max(one, 1e-6)))])
+    dist.broadcast(n, 0)
+    ratios = []
+    for _ in range(batches):
+        dist.barrier()
+        alone = work(int(n)) if dist.get_rank() == 0 else 0.0
+        dist.barrier()
+        together = work(int(n))
+        ratios.append(alone / together)
+    share = torch.tensor([min(1.0, statistics.median(ratios))])
+    dist.broadcast(share, 0)
+    return float(share[0])
+
+
 #: The functional collectives DTensor issues for tensor/sequence parallelism (``torch.ops._c10d_functional``).
 FUNCTIONAL_COLLECTIVES = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor")
 #: The c10d collectives FSDP2 (``replicate``/``fully_shard``) and the step's loss all-reduce issue
@@ -634,6 +675,24 @@ def _c10d_main(tokens: int, hidden: int, width: int, params: int, zero_stage: in
         dist.destroy_process_group()
 
 
+def _share_main(tp: int = 1, micro_batch_size: int = 1) -> None:
+    """``torchrun ... -m runtime.host_dispatch --cpu-share [TP [MBS]]``: every rank measures ``time_sliced_share``
+    with tiny-gpt's block (``MBS`` sequences of 64); rank 0 prints ``{"cpu_share": ...}``."""
+    import torch
+    import torch.distributed as dist
+
+    from planner.catalog import get_model
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    try:
+        share = time_sliced_share(get_model("tiny-gpt"), tp, micro_batch_size, 64)
+        if dist.get_rank() == 0:
+            print(json.dumps({"cpu_share": share}), flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
 def measure_in_subprocess(timeout: float = 300) -> dict[str, float] | None:
     """``measure()`` in a fresh one-thread process (its own one-rank group, beside any group of the
     caller); None if it fails."""
@@ -668,5 +727,7 @@ if __name__ == "__main__":
         _tp_main(*map(int, sys.argv[2:]))
     elif len(sys.argv) in (7, 8) and sys.argv[1] == "--c10d-collectives":
         _c10d_main(*map(int, sys.argv[2:]))
+    elif len(sys.argv) in (2, 3, 4) and sys.argv[1] == "--cpu-share":
+        _share_main(*map(int, sys.argv[2:]))
     else:
         print(json.dumps(measure()))

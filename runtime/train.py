@@ -186,6 +186,14 @@ def predict_here(plan, args, job, device: str):
         tp_coll = tp_functional_us(job.mesh["tp"], tokens, m.hidden_size, m.ffn_hidden_size)
     if job.device.type == "cpu" and dist.get_world_size() > 1 and (plan.parallel.dp > 1 or plan.parallel.pp > 1):
         tp_coll = {**(tp_coll or {}), **c10d_in_step(plan, job)}  # every rank takes part
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", str(dist.get_world_size())))
+    cores = _cores()
+    share = cpu_share(local, cores)
+    if job.device.type == "cpu" and share < 1.0:  # more ranks than cores: the share they get, measured (every rank)
+        from runtime.host_dispatch import time_sliced_share
+
+        p = plan.parallel
+        share = time_sliced_share(plan.model, p.tp, p.micro_batch_size, plan.training.seq_len)
     if dist.get_rank() != 0:
         return None, None
     p, t = plan.parallel, plan.training
@@ -212,15 +220,15 @@ def predict_here(plan, args, job, device: str):
     else:
         basis.append("optimizer/element-wise terms from a quick matmul and copy measurement of this host")
         basis.append("DP gradient reduction after the backward (its cores compute and communicate)")
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", str(dist.get_world_size())))
-        cores = _cores()
-        share = cpu_share(local, cores)
         if share < 1.0:  # more single-threaded ranks than cores: each computed on a share of one
             profile, gpu = shared_cpu_profile(profile, share), shared_cpu_spec(gpu, share)
             shared = shared_cpu_network(network, share, cores)
             what = "layer and host times" + (", network fit" if shared is not network else "")
             network = shared
-            basis.append(f"{local} processes on {cores} cores: each rank's {what} × {1 / share:.3g}")
+            basis.append(
+                f"{local} processes on {cores} cores: each rank's {what} × {1 / share:.3g} (the time-sliced share "
+                "measured: a block's forward and backward by one rank alone against every rank at once)"
+            )
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     try:
         return local_prediction(
@@ -302,7 +310,7 @@ def run(plan, args) -> None:
                 if dist.get_world_size() > cores:
                     notes.append(
                         f"{dist.get_world_size()} processes shared {cores} CPU cores: the prediction for this "
-                        f"hardware prices each rank's CPU work at {dist.get_world_size()}/{cores} of its time alone"
+                        "hardware prices each rank's CPU work at its time alone ÷ the share of a core it measured"
                     )
             if job.dp_wrapper:
                 notes.append(f"data parallelism: {job.dp_wrapper}")

@@ -242,6 +242,23 @@ def test_calibrate_recovers_the_residuals_that_produced_the_times(tmp_path: Path
     assert priced.estimate.step_time_s == pytest.approx(predict_step_time(request, KNOWN), rel=0.02)
 
 
+@pytest.mark.parametrize(("copies", "how"), [(1, "leave-one-out"), (2, "leave-one-group-out")])
+def test_runs_of_one_plan_are_left_out_together(tmp_path: Path, copies: int, how: str) -> None:
+    """A user who ran each plan several times (as bench/bench_calibration.py does) gets the error of a plan the
+    fit never saw: the runs of one configuration are left out together, not one by one beside their twins."""
+    import shutil
+
+    paths = write_reports(tmp_path, KNOWN)
+    for k in range(1, copies):
+        paths += [Path(shutil.copy(p, tmp_path / f"{p.stem}-again{k}.json")) for p in paths[: len(CPU_PLANS)]]
+    out = cli("calibrate", "--runs", *map(str, paths), "--out", str(tmp_path / "cal.json"))
+    assert out.returncode == 0, out.stderr
+    cal = Calibration.model_validate_json((tmp_path / "cal.json").read_text())
+    assert len(cal.runs) == copies * len(CPU_PLANS)
+    assert any(f"cross-validation: {how}" in n for n in cal.notes), cal.notes
+    assert cal.cross_validated_mape is not None and cal.cross_validated_mape < 0.01
+
+
 def _edit(path: Path, **changes) -> Path:
     data = json.loads(path.read_text())
     for dotted, value in changes.items():
