@@ -180,8 +180,8 @@ def live_residuals(runs: list[MeasuredRun], fields: tuple[str, ...] | None = Non
 
 def calibrate(runs: list[MeasuredRun], gpu: str, free: tuple[str, ...] | None = None):
     """Fit the residuals on ``runs`` (``planner.calibrate.fit_residuals``: Levenberg–Marquardt on the log
-    error, leave-one-out cross-validation; runs of the same configuration left out together). ``free``: the residuals to fit (default: every one the runs
-    depend on). Returns (the Calibration, the fit with each run's cross-validated prediction)."""
+    error, leave-one-out cross-validation; runs of the same configuration left out together). ``free``: the
+    residuals to fit (default: every one the runs depend on). Returns (the Calibration, the fit with each run's cross-validated prediction)."""
     from planner.calibrate import FIELDS, Observation, fit_residuals
 
     if free is not None:

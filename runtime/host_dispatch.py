@@ -244,7 +244,7 @@ def tp_functional_us(
     and a reduce-scatter each way — their dispatch, the wait for the other ranks (on shared cores their
     wake-up, and the spread of the DTensor work between them) and the transfer. DTensor's own dispatch is in
     both, so not here: ``tp_linear_*_us`` (not counted twice). The variants alternate within each of
-    ``batches`` batches (order rotated, every rank starting together); each figure is the difference of the
+    ``batches`` batches (order rotated, every rank starting together); each figure is the median of the
     batches' differences, the largest over ranks (``_median_difference``). Call on all ranks (every rank
     of the default group; each on the TP mesh it belongs to)."""
     import torch
@@ -398,7 +398,7 @@ def dp_collectives_us(
 
     x = torch.randn(tokens, hidden, requires_grad=True)
 
-    def timed(m):
+    def sampler(m):
         def run() -> tuple[float, float, float]:
             t0 = time.perf_counter()
             loss = m(x).sum()
@@ -409,7 +409,7 @@ def dp_collectives_us(
 
         return run
 
-    got = _interleaved({"dp": timed(model(dp_mesh)), "one": timed(model(one))}, batches)
+    got = _interleaved({"dp": sampler(model(dp_mesh)), "one": sampler(model(one))}, batches)
     fwd = _median_difference(got, "dp", "one", modules, part=0)
     bwd = _median_difference(got, "dp", "one", modules, part=1)
     out = {"dp_collective_bytes": float(reps * pair * x.element_size())}
@@ -462,7 +462,8 @@ def p2p_us(pp_mesh, tokens: int, hidden: int, width: int, nbytes: int, *, batche
         return fn
 
     got = _interleaved({"p2p": run(True), "alone": run(False)}, batches)
-    us = _median_difference(got, "p2p", "alone", 2)  # every rank takes part; one without a partner measures 0
+    # every rank takes part; one without a partner times the same work twice (≈ 0)
+    us = _median_difference(got, "p2p", "alone", 2)
     return {"p2p_us": us, "p2p_bytes": float(buf.numel() * buf.element_size())}
 
 
