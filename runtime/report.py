@@ -200,6 +200,18 @@ def local_prediction(
     )
 
 
+def job_step_times(per_rank: list[list[float]]) -> list[float]:
+    """The job's time for each step from every rank's own durations of it (``per_rank[r][i]``, each rank timing
+    its steps back to back): the mean over ranks. Summed over steps it is the job's time, as each rank's own
+    durations sum to its time; the slowest rank's duration of each step is not: a rank that finished a step
+    early waits for its partners in the next one, so the skew between ranks is counted in a step that gained
+    nothing from it (dp2 × tp2 on 2 cores: the mean of the slowest ranks' steps 7-12 % above the job's period,
+    ``docs/validation.md``). Each rank's durations are its own clock's, so no clocks need to agree."""
+    if not per_rank:
+        return []
+    return [sum(ds) / len(ds) for ds in zip(*per_rank, strict=True)]
+
+
 def measured_step_time(step_times: list[float]) -> float:
     """Median step time after the first (warm-up) step; the only step if there is one."""
     if not step_times:

@@ -252,7 +252,7 @@ def run(plan, args) -> None:
     from runtime import checkpoint
     from runtime.data import SyntheticTokens, TokenFile
     from runtime.job import Job, TrainConfig
-    from runtime.report import build_report, summary
+    from runtime.report import build_report, job_step_times, summary
 
     # Harmless here (the loss never modifies the logits in place); printed once per rank otherwise.
     warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
@@ -297,9 +297,10 @@ def run(plan, args) -> None:
                 (args.save_every and done % args.save_every == 0) or done == start + args.steps
             ):
                 checkpoint.save(job, args.checkpoint_dir, done)
-        # Step time is the slowest rank's; peak memory is per rank.
-        t = torch.tensor(times, dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        # A step's time is the mean of the ranks' own durations of it (runtime.report.job_step_times: the job's
+        # period, step by step); peak memory is per rank.
+        per_rank: list[list[float]] = [[] for _ in range(dist.get_world_size())]
+        dist.all_gather_object(per_rank, times)
         peaks: list[int] = [0] * dist.get_world_size()
         dist.all_gather_object(peaks, _peak_memory_bytes(job.device))
         device = torch.cuda.get_device_name() if cuda else "cpu"
@@ -321,7 +322,7 @@ def run(plan, args) -> None:
                 device=device,
                 torch_version=torch.__version__,
                 losses=losses,
-                step_times=t.tolist(),
+                step_times=job_step_times(per_rank),
                 peak_memory_bytes_per_rank=peaks,
                 resumed_from_step=start if args.resume else None,
                 notes=notes,

@@ -9,7 +9,7 @@ import torch
 
 from planner.errors import MeshplanError
 from runtime.data import SyntheticTokens, TokenFile
-from runtime.report import build_report, measured_step_time
+from runtime.report import build_report, job_step_times, measured_step_time
 from runtime.testing import make_plan
 
 
@@ -43,6 +43,41 @@ def test_token_file_windows_and_errors(tmp_path):
 )
 def test_measured_step_time_is_the_median_after_warmup(times, expected):
     assert measured_step_time(times) == expected
+
+
+def _skewed_ranks(period: float, skews: list[list[float]]) -> list[list[float]]:
+    """Each rank's own durations of its steps when the job finishes step i at (i + 1) × period and rank r
+    ``skews[r][i]`` seconds later (the ranks start together at 0)."""
+    ends = [[(i + 1) * period + s for i, s in enumerate(rank)] for rank in skews]
+    return [[e - prev for e, prev in zip(rank, [0.0, *rank[:-1]], strict=True)] for rank in ends]
+
+
+@pytest.mark.parametrize(
+    "skews",
+    [
+        [[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]],  # in lockstep
+        [[0.0, 0.04, 0.0, 0.04], [0.04, 0.0, 0.04, 0.0]],  # the late rank alternates (dp2 × tp2 on 2 cores)
+        [[0.0, 0.03, 0.01, 0.0], [0.02, 0.0, 0.0, 0.05], [0.0, 0.0, 0.04, 0.01]],  # three ranks, uneven
+    ],
+)
+def test_a_jobs_step_times_add_up_to_its_time_however_its_ranks_drift(skews):
+    """The job's step times sum to the time its ranks took (their mean), step after step, for any skew
+    between ranks; the slowest rank's duration of each step, which the report took before, counts the
+    skew again every step a late rank catches up in."""
+    period = 0.4
+    per_rank = _skewed_ranks(period, skews)
+    got = job_step_times(per_rank)
+    assert len(got) == len(skews[0])
+    for i in range(len(got)):  # every prefix: the mean over ranks of each rank's time to the end of step i
+        assert sum(got[: i + 1]) == pytest.approx(sum(sum(d[: i + 1]) for d in per_rank) / len(per_rank))
+    assert sum(got) / len(got) == pytest.approx(period + sum(s[-1] for s in skews) / len(skews) / len(got))
+    slowest = [max(ds) for ds in zip(*per_rank, strict=True)]
+    drift = any(any(s) for s in skews)
+    assert (sum(slowest) > sum(got) + 0.01) == drift  # the old statistic: above the job's time when ranks drift
+
+
+def test_a_jobs_step_times_of_one_rank_are_its_own():
+    assert job_step_times([[0.5, 0.25]]) == [0.5, 0.25] and job_step_times([]) == []
 
 
 @pytest.mark.parametrize(
