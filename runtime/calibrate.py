@@ -192,11 +192,12 @@ def calibrate(runs: list[MeasuredRun], gpu: str, free: tuple[str, ...] | None = 
             )
     chosen = live_residuals(runs, free)
     held = [f for f in (free or FIELDS) if f not in chosen]
-    if len(runs) < len(chosen):
+    configs = len({r.label for r in runs})  # runs of one configuration repeat one equation: they count once
+    if configs < len(chosen):
         raise MeshplanError(
             "runs",
-            f"{len(runs)} run(s) cannot determine the {len(chosen)} residual constants they depend on "
-            f"({', '.join(chosen)})",
+            f"{len(runs)} run(s) of {configs} configuration(s) cannot determine the {len(chosen)} residual constants "
+            f"they depend on ({', '.join(chosen)})",
             f"give at least {len(chosen)} runs of different configurations (one more for a cross-validated error), "
             f"or fit fewer with --free (e.g. --free {','.join(chosen[-2:])})",
         )

@@ -606,92 +606,76 @@ def step_collectives(job, inputs, targets) -> dict[str, int]:
     return dict(counts)
 
 
-def _count_main(plan_path: str) -> None:
-    """``torchrun ... -m runtime.host_dispatch --count-collectives plan.json``: one warm-up step, then rank 0
-    prints the collectives of the next step as JSON."""
+def _on_ranks(measure, *args) -> None:
+    """A torchrun entry point: ``measure(*args)`` on every rank of a gloo group (one thread per rank); rank 0
+    prints the dict it returns as JSON. The ranks meet in a barrier before the group is destroyed: a rank that
+    tears it down while its partner still completes the pipeline schedule's last send/recv aborts ("terminate
+    called without an active exception"; ``--c10d-collectives`` on 2 ranks: 6 of 26 runs without the barrier,
+    0 of 28 with it)."""
     import torch
     import torch.distributed as dist
 
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    try:
+        got = measure(*args)
+        if dist.get_rank() == 0:
+            print(json.dumps(got), flush=True)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _count(plan_path: str) -> dict[str, int]:
+    """``torchrun ... -m runtime.host_dispatch --count-collectives plan.json``: one warm-up step, then the
+    collectives of the next step."""
     from planner.io import load_plan
     from runtime.data import SyntheticTokens
     from runtime.job import Job, TrainConfig
 
-    torch.set_num_threads(1)
     plan = load_plan(plan_path, 0)
-    dist.init_process_group("gloo")
-    try:
-        job = Job.build(plan, TrainConfig(seed=0, lr=1e-3, max_grad_norm=1.0))
-        data = SyntheticTokens(plan.model.vocab_size, 0)
-        batches = [data.batch(i, plan.training.global_batch_size, plan.training.seq_len) for i in range(2)]
-        job.train_step(job.dp_slice(batches[0][0]), job.dp_slice(batches[0][1]))
-        counts = step_collectives(job, job.dp_slice(batches[1][0]), job.dp_slice(batches[1][1]))
-        if dist.get_rank() == 0:
-            print(json.dumps(counts), flush=True)
-    finally:
-        dist.destroy_process_group()
+    job = Job.build(plan, TrainConfig(seed=0, lr=1e-3, max_grad_norm=1.0))
+    data = SyntheticTokens(plan.model.vocab_size, 0)
+    batches = [data.batch(i, plan.training.global_batch_size, plan.training.seq_len) for i in range(2)]
+    job.train_step(job.dp_slice(batches[0][0]), job.dp_slice(batches[0][1]))
+    return step_collectives(job, job.dp_slice(batches[1][0]), job.dp_slice(batches[1][1]))
 
 
-def _tp_main(tokens: int, hidden: int, ffn: int, tp: int) -> None:
-    """``torchrun ... -m runtime.host_dispatch --tp-collectives TOKENS HIDDEN FFN TP``: every rank measures
-    ``tp_functional_us`` on its TP group of a (world ÷ TP, TP) mesh; rank 0 prints it as JSON."""
-    import torch
+def _tp(tokens: int, hidden: int, ffn: int, tp: int) -> dict[str, float]:
+    """``torchrun ... -m runtime.host_dispatch --tp-collectives TOKENS HIDDEN FFN TP``: ``tp_functional_us`` on
+    each rank's TP group of a (world ÷ TP, TP) mesh."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    try:
-        mesh = init_device_mesh("cpu", (dist.get_world_size() // tp, tp), mesh_dim_names=("dp", "tp"))
-        got = tp_functional_us(mesh["tp"], tokens, hidden, ffn)
-        if dist.get_rank() == 0:
-            print(json.dumps(got), flush=True)
-    finally:
-        dist.destroy_process_group()
+    mesh = init_device_mesh("cpu", (dist.get_world_size() // tp, tp), mesh_dim_names=("dp", "tp"))
+    return tp_functional_us(mesh["tp"], tokens, hidden, ffn)
 
 
-def _c10d_main(tokens: int, hidden: int, width: int, params: int, zero_stage: int, tp: int = 1) -> None:
-    """``torchrun ... -m runtime.host_dispatch --c10d-collectives TOKENS HIDDEN WIDTH PARAMS ZERO [TP]``: every rank
-    measures ``dp_collectives_us`` on its DP group of a (world ÷ TP, TP) mesh, ``p2p_us`` (the same groups as
+def _c10d(tokens: int, hidden: int, width: int, params: int, zero_stage: int, tp: int = 1) -> dict[str, float]:
+    """``torchrun ... -m runtime.host_dispatch --c10d-collectives TOKENS HIDDEN WIDTH PARAMS ZERO [TP]``:
+    ``dp_collectives_us`` on each rank's DP group of a (world ÷ TP, TP) mesh, ``p2p_us`` (the same groups as
     pipeline stages, a ``TOKENS`` × ``HIDDEN`` fp32 activation) and ``pp_action_us`` (1F1B over them, a tiny-gpt
-    block per stage, ``TOKENS`` ÷ 64 sequences of 64 per micro-batch, two micro-batches per stage); rank 0 prints
-    them as JSON."""
-    import torch
+    block per stage, ``TOKENS`` ÷ 64 sequences of 64 per micro-batch, two micro-batches per stage)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    try:
-        mesh = init_device_mesh("cpu", (dist.get_world_size() // tp, tp), mesh_dim_names=("dp", "tp"))
-        got = dp_collectives_us(mesh["dp"], tokens, hidden, width, params, zero_stage)
-        got.update(p2p_us(mesh["dp"], tokens, hidden, width, tokens * hidden * 4))
-        from planner.catalog import get_model
-
-        spec = get_model("tiny-gpt")  # its block: the pipeline actions' compute
-        stages, me = mesh["dp"].size(), [mesh["dp"].get_local_rank()]
-        got.update(pp_action_us(mesh["dp"], spec, 1, max(1, tokens // 64), 64, "1f1b", me, stages, 2 * stages))
-        if dist.get_rank() == 0:
-            print(json.dumps(got), flush=True)
-    finally:
-        dist.destroy_process_group()
-
-
-def _share_main(tp: int = 1, micro_batch_size: int = 1) -> None:
-    """``torchrun ... -m runtime.host_dispatch --cpu-share [TP [MBS]]``: every rank measures ``time_sliced_share``
-    with tiny-gpt's block (``MBS`` sequences of 64); rank 0 prints ``{"cpu_share": ...}``."""
-    import torch
-    import torch.distributed as dist
 
     from planner.catalog import get_model
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    try:
-        share = time_sliced_share(get_model("tiny-gpt"), tp, micro_batch_size, 64)
-        if dist.get_rank() == 0:
-            print(json.dumps({"cpu_share": share}), flush=True)
-    finally:
-        dist.destroy_process_group()
+    mesh = init_device_mesh("cpu", (dist.get_world_size() // tp, tp), mesh_dim_names=("dp", "tp"))
+    got = dp_collectives_us(mesh["dp"], tokens, hidden, width, params, zero_stage)
+    got.update(p2p_us(mesh["dp"], tokens, hidden, width, tokens * hidden * 4))
+    spec = get_model("tiny-gpt")  # its block: the pipeline actions' compute
+    stages, me = mesh["dp"].size(), [mesh["dp"].get_local_rank()]
+    got.update(pp_action_us(mesh["dp"], spec, 1, max(1, tokens // 64), 64, "1f1b", me, stages, 2 * stages))
+    return got
+
+
+def _share(tp: int = 1, micro_batch_size: int = 1) -> dict[str, float]:
+    """``torchrun ... -m runtime.host_dispatch --cpu-share [TP [MBS]]``: ``time_sliced_share`` with tiny-gpt's
+    block (``MBS`` sequences of 64), as ``{"cpu_share": ...}``."""
+    from planner.catalog import get_model
+
+    return {"cpu_share": time_sliced_share(get_model("tiny-gpt"), tp, micro_batch_size, 64)}
 
 
 def measure_in_subprocess(timeout: float = 300) -> dict[str, float] | None:
@@ -723,12 +707,12 @@ if __name__ == "__main__":
 
     warnings.filterwarnings("ignore")
     if len(sys.argv) == 3 and sys.argv[1] == "--count-collectives":
-        _count_main(sys.argv[2])
+        _on_ranks(_count, sys.argv[2])
     elif len(sys.argv) == 6 and sys.argv[1] == "--tp-collectives":
-        _tp_main(*map(int, sys.argv[2:]))
+        _on_ranks(_tp, *map(int, sys.argv[2:]))
     elif len(sys.argv) in (7, 8) and sys.argv[1] == "--c10d-collectives":
-        _c10d_main(*map(int, sys.argv[2:]))
+        _on_ranks(_c10d, *map(int, sys.argv[2:]))
     elif len(sys.argv) in (2, 3, 4) and sys.argv[1] == "--cpu-share":
-        _share_main(*map(int, sys.argv[2:]))
+        _on_ranks(_share, *map(int, sys.argv[2:]))
     else:
         print(json.dumps(measure()))

@@ -271,6 +271,14 @@ def _edit(path: Path, **changes) -> Path:
     return path
 
 
+def _copies(path: Path, d: Path, n: int) -> list[Path]:
+    """``n`` reports of one configuration (the runs of a plan run ``n`` times)."""
+    out = [d / f"copy{i}.json" for i in range(n)]
+    for p in out:
+        p.write_text(path.read_text())
+    return out
+
+
 @pytest.mark.parametrize(
     "mutate, extra, field, fix",
     [
@@ -281,6 +289,7 @@ def _edit(path: Path, **changes) -> Path:
         (lambda ps, d: [_edit(ps[0], device="NVIDIA H100 80GB HBM3"), ps[1]], [], "runs", "calibrate the runs of each"),
         (lambda ps, d: ps[:2], ["--free", "comm_speed"], "free", "choose among"),
         (lambda ps, d: ps[:1], [], "runs", "at least"),
+        (lambda ps, d: _copies(ps[0], d, 4), [], "runs", "runs of different configurations"),  # one plan, 4 runs
     ],
 )
 def test_calibrate_bad_input_exits_2_naming_the_field_and_the_fix(tmp_path, mutate, extra, field, fix) -> None:
