@@ -181,7 +181,8 @@ def live_residuals(runs: list[MeasuredRun], fields: tuple[str, ...] | None = Non
 def calibrate(runs: list[MeasuredRun], gpu: str, free: tuple[str, ...] | None = None):
     """Fit the residuals on ``runs`` (``planner.calibrate.fit_residuals``: Levenberg–Marquardt on the log
     error, leave-one-out cross-validation; runs of the same configuration left out together). ``free``: the
-    residuals to fit (default: every one the runs depend on). Returns (the Calibration, the fit with each run's cross-validated prediction)."""
+    residuals to fit (default: every one the runs depend on). Returns (the Calibration, the fit with each run's
+    cross-validated prediction)."""
     from planner.calibrate import FIELDS, Observation, fit_residuals
 
     if free is not None:
@@ -203,8 +204,7 @@ def calibrate(runs: list[MeasuredRun], gpu: str, free: tuple[str, ...] | None = 
         )
     # runs of one configuration (a plan run several times) are left out together in cross-validation: leaving out
     # one of them alone would leave its twins in, and the error would not be that of an unseen plan
-    labels = [r.label for r in runs]
-    repeated = len(set(labels)) < len(labels)
+    repeated = configs < len(runs)
     observations = [
         Observation(r.measured_step_time_s, request=r.request, label=r.label, group=r.label if repeated else None)
         for r in runs
