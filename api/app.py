@@ -30,7 +30,7 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 VERSION = "0.1.0"
 SWITCH_INTERVAL_S = 0.001
 GC_FULL_PASS_EVERY = 1000  # middle-generation passes per full pass (CPython's default: 10)
-PRELOAD = ("planner.api", "planner.trace")  # what solves import (PlannerSolver imports them on first use)
+PRELOAD = ("planner.api", "planner.answer.trace")  # what solves import (PlannerSolver imports them on first use)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
-from planner.errors import InvalidInput, MeshplanError, validation_errors
+from planner.specs.errors import InvalidInput, MeshplanError, validation_errors
 
 app = typer.Typer(
     name="meshplan",

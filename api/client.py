@@ -30,11 +30,11 @@ from api.schemas import (
     StoredProfile,
     StoredRun,
 )
-from planner.catalog import ClusterPreset
-from planner.compare import PlanComparison
-from planner.config import ScheduleInfo
+from planner.answer.compare import PlanComparison
 from planner.specs import Calibration, GpuSpec, ModelSpec, Plan, PlanRequest, Profile, RunReport
-from planner.stacks import Stack
+from planner.specs.catalog import ClusterPreset
+from planner.specs.config import ScheduleInfo
+from planner.specs.stacks import Stack
 
 
 class MeshplanAPIError(Exception):

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.schemas import Problem, ProblemError
-from planner.errors import (
+from planner.specs.errors import (
     MeshplanError,
     explain_error,
     field_info,

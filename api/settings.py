@@ -11,8 +11,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from planner.errors import MeshplanError
 from planner.specs import MAX_GPUS, MAX_LAYERS
+from planner.specs.errors import MeshplanError
 
 ENV_PREFIX = "MESHPLAN_"
 

@@ -24,15 +24,15 @@ from api.metrics import Metrics
 from api.problems import ProblemException
 from api.schemas import ProblemError
 from api.settings import Settings
-from planner.catalog import get_model
 from planner.specs import Plan, PlanRequest, PlanResponse
+from planner.specs.catalog import get_model
 
 R = TypeVar("R")
 
 
 class Solver(Protocol):
     """What the service needs from the planner (``planner.plan``, ``planner.estimate_plan``,
-    ``planner.trace.chrome_trace``). Tests may swap in another implementation."""
+    ``planner.answer.trace.chrome_trace``). Tests may swap in another implementation."""
 
     def plan(self, request: PlanRequest) -> PlanResponse: ...
 
@@ -55,7 +55,7 @@ class PlannerSolver:
         return planner.estimate_plan(request)
 
     def trace(self, plan: Plan) -> dict:
-        from planner.trace import chrome_trace
+        from planner.answer.trace import chrome_trace
 
         return chrome_trace(plan)
 

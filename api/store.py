@@ -76,9 +76,8 @@ from api.schemas import (
     StoredProfile,
     StoredRun,
 )
-from planner import version
-from planner.errors import MeshplanError
-from planner.specs import Calibration, PlanRequest, PlanResponse, Profile, RunReport
+from planner.specs import Calibration, PlanRequest, PlanResponse, Profile, RunReport, version
+from planner.specs.errors import MeshplanError
 
 ID_LENGTH = 32  # hex digits of SHA-256 kept as the id (128 bits)
 PG_CONNECT_TIMEOUT_S = 10  # libpq connect_timeout unless the URL sets one

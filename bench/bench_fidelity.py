@@ -3,7 +3,7 @@
 For every run of ``bench/data/published_runs.json`` (facts copied from public sources, one source URL
 per row): the planner's prediction for the run's OWN configuration (``planner.estimate_plan`` with
 the published parallel settings pinned; no search) against the measured figure, in the source's own
-metric and FLOP accounting (``planner.accounting``): tokens/s per GPU for torchtitan, TFLOP/s per GPU
+metric and FLOP accounting (``planner.answer.accounting``): tokens/s per GPU for torchtitan, TFLOP/s per GPU
 for Megatron-LM (its 96·B·s·L·h²·(1 + s/6h + V/16hL) count with recomputation). Then predicted peak
 memory against the published one, whether the model says the run fits, and which runs the model
 cannot express yet and why. Summary: MAPE, max |error| and Spearman rank correlation, overall and per
@@ -37,12 +37,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from planner import accounting  # noqa: E402
+from planner.answer import accounting  # noqa: E402
+from planner.answer.calibrate import predict_step_time  # noqa: E402
 from planner.api import estimate_plan  # noqa: E402
-from planner.calibrate import predict_step_time  # noqa: E402
-from planner.catalog import GPUS, get_model  # noqa: E402
-from planner.config import SCHEDULE_INFO  # noqa: E402
-from planner.errors import MeshplanError  # noqa: E402
 from planner.specs import (  # noqa: E402
     ClusterSpec,
     GpuSpec,
@@ -53,6 +50,9 @@ from planner.specs import (  # noqa: E402
     SearchOptions,
     TrainingSpec,
 )
+from planner.specs.catalog import GPUS, get_model  # noqa: E402
+from planner.specs.config import SCHEDULE_INFO  # noqa: E402
+from planner.specs.errors import MeshplanError  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "published_runs.json"
 
@@ -371,7 +371,7 @@ def cross_validate(data: dict[str, Any], results: list[Result]) -> list[str]:
     sys.path.insert(0, str(ROOT / "bench"))
     import fit_residuals
 
-    from planner import residuals_builtin
+    from planner.pricing import residuals_builtin
 
     runs = fit_residuals.expressed_runs(data)
     table = fit_residuals.fit_table(runs)

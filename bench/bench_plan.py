@@ -24,10 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import planner.space  # noqa: E402
-from planner.api import context, plan  # noqa: E402
-from planner.bruteforce import brute_force  # noqa: E402
-from planner.space import enumerate_candidates, forced_cut  # noqa: E402
+import planner.search.space  # noqa: E402
+from planner.answer.request import context  # noqa: E402
+from planner.api import plan
+from planner.search.bruteforce import brute_force  # noqa: E402
+from planner.search.space import enumerate_candidates, forced_cut  # noqa: E402
 from planner.specs import PlanRequest  # noqa: E402
 
 INSTANCES = [
@@ -48,7 +49,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     if args.no_interleaved:
-        planner.space.DEFAULT_SCHEDULES = ("gpipe", "1f1b")
+        planner.search.space.DEFAULT_SCHEDULES = ("gpipe", "1f1b")
     print(
         f"{'instance':58s} {'plan s':>7s} {'cpu s':>6s} {'status':>8s} {'classes':>8s} {'costed':>7s} {'solved':>7s} {'sim':>4s} {'cuts':>10s} {'step s':>8s} {'MFU':>6s}  brute force"
     )

@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from planner import estimate_plan  # noqa: E402
-from planner.catalog import get_model  # noqa: E402
 from planner.specs import ClusterSpec, GpuSpec, NetworkProfile, ParallelPins, PeakTflops, PlanRequest, TrainingSpec  # noqa: E402
+from planner.specs.catalog import get_model  # noqa: E402
 
 MODEL = "tiny-gpt"
 GBS, SEQ = 8, 64

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from planner.catalog import MODELS  # noqa: E402
 from planner.specs import NetworkProfile  # noqa: E402
+from planner.specs.catalog import MODELS  # noqa: E402
 from profiler.model_profile import profile_model  # noqa: E402
 
 

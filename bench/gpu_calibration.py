@@ -3,15 +3,15 @@
 ``bench/gpu/check.sh`` ran on a lent GPU (``bench/gpu/h200/``: an H200); this prints, from its files:
 
 1. **GEMM by shape**: every measured bf16 GEMM (Llama 3 8B/70B linears at TP 1–8, squares) against
-   ``planner.kernels.gemm_time`` on the catalog GPU (the datasheet peak × ``compute.GEMM_EFFICIENCY`` × the
+   ``planner.pricing.gpu.gemm_time`` on the catalog GPU (the datasheet peak × ``device.GEMM_EFFICIENCY`` × the
    wave/tile efficiency), summarised per (model, TP, tokens);
-2. **attention**: SDPA's causal forward + backward by backend against ``kernels.flash_rate`` (the published
+2. **attention**: SDPA's causal forward + backward by backend against ``gpu.flash_rate`` (the published
    FlashAttention-2 table of the GPU's family, which the ``flash`` stacks are priced with);
-3. **HBM**: copies by size against ``kernels.hbm_time`` (datasheet bandwidth × ``HBM_EFFICIENCY`` by size),
-   and the host's launch rate against ``kernels.GPU_LAUNCH_US``;
+3. **HBM**: copies by size against ``gpu.hbm_time`` (datasheet bandwidth × ``HBM_EFFICIENCY`` by size),
+   and the host's launch rate against ``gpu.GPU_LAUNCH_US``;
 4. **the calibration**: ``compute_scale`` fitted on the GEMMs, ``memory_scale`` on the copies of at least
    ``MIN_COPY_BYTES`` (smaller ones run from the 60 MB L2 or at the launch rate), ``kernel_overhead_us`` =
-   the measured launch beyond ``GPU_LAUNCH_US`` (``planner.calibrate.fit_residuals``, leave-one-out error);
+   the measured launch beyond ``GPU_LAUNCH_US`` (``planner.answer.calibrate.fit_residuals``, leave-one-out error);
    written as a ``Calibration`` (``--out``; ``meshplan plan --calibration`` / ``POST /v1/calibrations``);
 5. **the runs**: the bundled runtime's one-GPU runs (``RunReport``) against the plan's prediction without
    and with that calibration, and priced with the layer profile measured on the GPU (``--profile``);
@@ -33,11 +33,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from planner import kernels  # noqa: E402
-from planner.api import context, estimate_plan  # noqa: E402
-from planner.calibrate import Observation, fit_residuals  # noqa: E402
-from planner.catalog import GPUS  # noqa: E402
+from planner.answer.calibrate import Observation, fit_residuals  # noqa: E402
+from planner.answer.request import context  # noqa: E402
+from planner.api import estimate_plan  # noqa: E402
+from planner.pricing import gpu as kernels  # noqa: E402
 from planner.specs import Calibration, ModelSpec, PlanRequest, Profile, Residuals, RunReport  # noqa: E402
+from planner.specs.catalog import GPUS  # noqa: E402
 
 #: Copies below this many bytes moved are not HBM-bound on an H100/H200 (50/60 MB L2, ~6 µs launches).
 MIN_COPY_BYTES = 128 << 20
@@ -62,7 +63,7 @@ def pct(x: float) -> str:
 
 
 def gemm_table(ctx, gemms: list[dict]) -> list[Observation]:
-    print("\n## GEMM by shape (bf16): measured vs planner.kernels.gemm_time\n")
+    print("\n## GEMM by shape (bf16): measured vs planner.pricing.gpu.gemm_time\n")
     print("| group | shapes | measured TFLOP/s (time-weighted) | model TFLOP/s | model ÷ measured time − 1 |")
     print("|---|---|---|---|---|")
     groups: dict[str, list[tuple[dict, float]]] = {}
@@ -98,7 +99,7 @@ def attention_table(ctx, rows: list[dict]) -> None:
 
 
 def copy_table(ctx, copies: list[dict], launch: dict) -> list[Observation]:
-    print("\n## HBM copies (y.copy_(x), bytes read + written) vs planner.kernels.hbm_time\n")
+    print("\n## HBM copies (y.copy_(x), bytes read + written) vs planner.pricing.gpu.hbm_time\n")
     print("| bytes moved | measured GB/s | model GB/s | model ÷ measured time − 1 |")
     print("|---|---|---|---|")
     obs = []

@@ -3,20 +3,20 @@ by kernel and sequence length, HBM bandwidth by transfer size, and the host's ke
 
 Runs with PyTorch alone (no meshplan import), so that it runs on a bare GPU machine:
 ``python bench/gpu_microbench.py --out h200.json``. ``bench/gpu_calibration.py`` then compares every
-measurement with what ``planner.kernels`` prices for the same op on the catalog GPU and fits a calibration
+measurement with what ``planner.pricing.gpu`` prices for the same op on the catalog GPU and fits a calibration
 (``planner.specs.Calibration``) for that GPU from them.
 
 What is measured (bf16, CUDA events, the median of three timed loops of ≥ ``--loop-ms`` each after a warm-up):
 
 * GEMMs: the linear layers of Llama 3 8B and 70B blocks on one TP rank (TP 1, 2, 4, 8) at 4,096 and 16,384
   tokens per micro-batch, forward (tokens × out × in) and both backward GEMMs (data gradient, weight
-  gradient), and square products 1,024…16,384 — the shapes ``planner.kernels.gemm_shapes`` prices.
+  gradient), and square products 1,024…16,384 — the shapes ``planner.workload.ops.gemm_shapes`` prices.
 * Attention: ``torch.nn.functional.scaled_dot_product_attention``, causal, forward and forward + backward,
   at batch · seq = 16,384 tokens and hidden 2,048 (head dim 64 and 128), seq 512…16,384 — the setup of
-  FlashAttention-2's published benchmark (``planner.kernels.FLASH_CAUSAL_TFLOPS``), by SDPA backend.
-* HBM: ``y.copy_(x)`` from 64 KiB to 2 GiB (bytes read + written) — ``planner.kernels.HBM_EFFICIENCY``.
+  FlashAttention-2's published benchmark (``planner.pricing.gpu.FLASH_CAUSAL_TFLOPS``), by SDPA backend.
+* HBM: ``y.copy_(x)`` from 64 KiB to 2 GiB (bytes read + written) — ``planner.pricing.gpu.HBM_EFFICIENCY``.
 * Launch: a one-element in-place add launched 5,000 times back to back: the host's µs per kernel
-  (``planner.kernels.GPU_LAUNCH_US``).
+  (``planner.pricing.gpu.GPU_LAUNCH_US``).
 
 ``--device cpu --quick`` is a dry run of the script on small shapes (no figure of it means anything).
 """

@@ -1,7 +1,7 @@
 """Planner commands: `meshplan models`, `gpus`, `clusters`, `plan`, `estimate`, `diff`.
 
-The flags of ``plan``/``estimate`` are generated from ``PlanRequest`` (``planner.flags``); tables are
-printed whole at any terminal width (``planner.terminal.show``).
+The flags of ``plan``/``estimate`` are generated from ``PlanRequest`` (``planner.answer.flags``); tables are
+printed whole at any terminal width (``planner.answer.terminal.show``).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from planner.catalog import CLUSTER_PRESETS, GPUS, MODELS
-from planner.flags import FLAG_OF, FLAGS, PLAN_ONLY, command
+from planner.answer.flags import FLAG_OF, FLAGS, PLAN_ONLY, command
+from planner.answer.terminal import console, show
 from planner.specs import PlanRequest
-from planner.terminal import console, show
+from planner.specs.catalog import CLUSTER_PRESETS, GPUS, MODELS
 
 
 def models(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
@@ -67,7 +67,7 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Machine-readable ou
 
 def stacks(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """List the training stacks (give one as --stack, or inline as training.stack {base, ...overrides})."""
-    from planner.stacks import STACKS
+    from planner.specs.stacks import STACKS
 
     if as_json:
         typer.echo(json.dumps([s.model_dump() for s in STACKS.values()], indent=2))
@@ -122,7 +122,7 @@ def _plan(request: PlanRequest, as_json: bool) -> None:
         f"{s.configurations_considered} configuration classes, {s.wall_time_s:.2f} s",
         soft_wrap=True,
     )
-    from planner.stacks import resolve as resolve_stack
+    from planner.specs.stacks import resolve as resolve_stack
 
     priced = f"priced for: {resolve_stack(request.training.stack).describe()}"
     if request.calibration is not None:
@@ -188,7 +188,7 @@ def _plan(request: PlanRequest, as_json: bool) -> None:
 
 def _estimate(request: PlanRequest, as_json: bool) -> None:
     from planner.api import estimate_plan
-    from planner.config import describe
+    from planner.specs.config import describe
 
     p = estimate_plan(request)
     if as_json:
@@ -266,8 +266,8 @@ def diff(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output (a PlanComparison)."),
 ) -> None:
     """Show two plans side by side: settings, step time by cause, memory per pipeline stage."""
-    from planner.compare import compare_plans
-    from planner.io import plan_from_data, read_document
+    from planner.answer.compare import compare_plans
+    from planner.answer.io import plan_from_data, read_document
 
     a = plan_from_data(read_document(plan_a, "PLAN_A"), "PLAN_A", index)
     b = plan_from_data(read_document(plan_b, "PLAN_B"), "PLAN_B", other_index)

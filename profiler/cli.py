@@ -12,8 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from planner.errors import MeshplanError
 from planner.specs import ModelSpec
+from planner.specs.errors import MeshplanError
 
 console = Console()
 profile_app = typer.Typer(help="Measure per-layer costs of a model, or the network of a cluster.", no_args_is_help=True)
@@ -33,8 +33,8 @@ def _int_list(text: str, option: str) -> list[int]:
 
 def resolve_model(value: str) -> ModelSpec:
     """A catalog id, or the path of a ModelSpec JSON/YAML file."""
-    from planner.catalog import MODELS, get_model
-    from planner.io import load_model
+    from planner.answer.io import load_model
+    from planner.specs.catalog import MODELS, get_model
 
     if value in MODELS:
         return MODELS[value]

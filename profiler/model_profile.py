@@ -14,7 +14,7 @@ all-gather in front of attention, MLP and LM head is stood in for by a ``repeat`
 attention and MLP by keeping the first s/t positions, so norms run on s/t tokens and the gathered
 QKV/FFN inputs are kept whole, as in the DTensor runtime.
 
-The vocabulary is split only when t divides it (``planner.layout.tp_plan``); otherwise embedding and
+The vocabulary is split only when t divides it (``planner.specs.layout.tp_plan``); otherwise embedding and
 LM head are measured at full width.
 """
 
@@ -28,10 +28,9 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 from torch import nn
 
-from planner import rules
-from planner.analytic import LAYER_KINDS, check_tp, layer_profile, vocab_parallel
-from planner.errors import MeshplanError
-from planner.specs import ActivationBytes, LayerProfile, ModelSpec, Profile
+from planner.specs import ActivationBytes, LayerProfile, ModelSpec, Profile, rules
+from planner.specs.errors import MeshplanError
+from planner.workload.analytic import LAYER_KINDS, check_tp, layer_profile, vocab_parallel
 from profiler.activations import RECOMPUTE_MODES, SavedTensorBytes, saved_bytes
 from profiler.flops import flop_counter
 from profiler.timing import peak_memory, time_fwd_bwd

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.errors import MeshplanError
+from planner.specs.errors import MeshplanError
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ user's own runs.
 Each ``RunReport`` that ``meshplan run --report`` wrote carries the request that re-prices the run's
 plan on the hardware it ran on (``local_prediction.request``: the layer profile and network fit measured
 there, the host's figures). ``calibrate`` re-prices every run with it (``--profile``/``--network`` replace
-the measured ones), fits the residuals on the measured step times (``planner.calibrate.fit_residuals``)
+the measured ones), fits the residuals on the measured step times (``planner.answer.calibrate.fit_residuals``)
 and returns a ``Calibration`` with, per run, the prediction before and after. ``--calibration cal.json``
 (``PlanRequest.calibration``) then applies it to ``meshplan plan``/``estimate`` on that hardware.
 """
@@ -18,7 +18,6 @@ from pathlib import Path
 
 import typer
 
-from planner.errors import MeshplanError
 from planner.specs import (
     NetworkProfile,
     PlanRequest,
@@ -26,6 +25,7 @@ from planner.specs import (
     Residuals,
     RunReport,
 )
+from planner.specs.errors import MeshplanError
 
 #: Fewest steps a run needs: its first (warm-up) step is not measured.
 MIN_STEPS = 2
@@ -59,7 +59,7 @@ def run_label(report: RunReport) -> str:
 
 
 def _stack_id(request: PlanRequest) -> str:
-    from planner.stacks import resolve
+    from planner.specs.stacks import resolve
 
     return resolve(request.training.stack).id.split("+", 1)[0]
 
@@ -126,7 +126,7 @@ def load_runs(
     paths: list[str | Path], profile: Profile | None = None, network: NetworkProfile | None = None
 ) -> list[MeasuredRun]:
     """The reports at ``paths`` as runs to calibrate on; they must share hardware and stack."""
-    from planner.io import load_model
+    from planner.answer.io import load_model
 
     if not paths:
         raise MeshplanError(
@@ -158,7 +158,7 @@ def live_residuals(runs: list[MeasuredRun], fields: tuple[str, ...] | None = Non
     """The residual fields (of ``fields``, default all) that move at least one run's predicted step time:
     with measured layer times, for example, the compute and kernel residuals do not act (the profile's
     times replace the formula), and with one process ``comm_scale`` does not."""
-    from planner.calibrate import FIELDS, predict_step_time
+    from planner.answer.calibrate import FIELDS, predict_step_time
 
     base = [predict_step_time(r.request, Residuals()) for r in runs]
     probe = {
@@ -179,11 +179,11 @@ def live_residuals(runs: list[MeasuredRun], fields: tuple[str, ...] | None = Non
 
 
 def calibrate(runs: list[MeasuredRun], gpu: str, free: tuple[str, ...] | None = None):
-    """Fit the residuals on ``runs`` (``planner.calibrate.fit_residuals``: Levenberg–Marquardt on the log
+    """Fit the residuals on ``runs`` (``planner.answer.calibrate.fit_residuals``: Levenberg–Marquardt on the log
     error, leave-one-out cross-validation; runs of the same configuration left out together). ``free``: the
     residuals to fit (default: every one the runs depend on). Returns (the Calibration, the fit with each run's
     cross-validated prediction)."""
-    from planner.calibrate import FIELDS, Observation, fit_residuals
+    from planner.answer.calibrate import FIELDS, Observation, fit_residuals
 
     if free is not None:
         unknown = [f for f in free if f not in FIELDS]
@@ -264,9 +264,9 @@ def calibrate_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the Calibration as JSON instead of the table."),
 ) -> None:
     """Fit the cost model's residual constants on your own runs; apply them with --calibration FILE."""
-    from planner.io import load_model
-    from planner.residuals import calibration_note
-    from planner.terminal import console, show
+    from planner.answer.io import load_model
+    from planner.answer.residual_notes import calibration_note
+    from planner.answer.terminal import console, show
 
     prof = load_model(Profile, profile, "profile") if profile is not None else None
     net = load_model(NetworkProfile, network, "network") if network is not None else None

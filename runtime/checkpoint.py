@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner.errors import MeshplanError
+from planner.specs.errors import MeshplanError
 
 # PyTorch is imported where a checkpoint is read or written, so that `resolve` (which `meshplan run`
 # and every rank call before launching anything) costs no torch import.

@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from planner.errors import MeshplanError
+from planner.specs.errors import MeshplanError
 from runtime.args import WORKER_ARGS, check, check_with_plan, worker_argv
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +53,7 @@ LAUNCH_OPTIONS = {
 
 def run(**values: Any) -> None:
     """Run a plan with PyTorch (DeviceMesh, DTensor TP, pipelining, FSDP2); compare with a prediction for this hardware."""
-    from planner.io import load_plan
+    from planner.answer.io import load_plan
     from runtime.validate import validate_plan
 
     nproc_per_node, nnodes = values.pop("nproc_per_node"), values.pop("nnodes")

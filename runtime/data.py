@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from planner.errors import MeshplanError
+from planner.specs.errors import MeshplanError
 
 
 def _generator(seed: int, step: int) -> torch.Generator:

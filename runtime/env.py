@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from planner.errors import MeshplanError
+from planner.specs.errors import MeshplanError
 
 MESH_DIMS = ("pp", "dp", "tp")
 
@@ -119,8 +119,8 @@ def layout_from_env(env: Mapping[str, str] | None = None) -> Layout:
 
 
 def plan_from_env(env: Mapping[str, str] | None = None):
-    """The ``Plan`` at ``$MESHPLAN_PLAN`` (``planner.io.load_plan``), checked against the layout variables."""
-    from planner.io import load_plan
+    """The ``Plan`` at ``$MESHPLAN_PLAN`` (``planner.answer.io.load_plan``), checked against the layout variables."""
+    from planner.answer.io import load_plan
 
     env = os.environ if env is None else env
     layout = layout_from_env(env)

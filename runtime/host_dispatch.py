@@ -629,7 +629,7 @@ def _on_ranks(measure, *args) -> None:
 def _count(plan_path: str) -> dict[str, int]:
     """``torchrun ... -m runtime.host_dispatch --count-collectives plan.json``: one warm-up step, then the
     collectives of the next step."""
-    from planner.io import load_plan
+    from planner.answer.io import load_plan
     from runtime.data import SyntheticTokens
     from runtime.job import Job, TrainConfig
 
@@ -659,7 +659,7 @@ def _c10d(tokens: int, hidden: int, width: int, params: int, zero_stage: int, tp
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from planner.catalog import get_model
+    from planner.specs.catalog import get_model
 
     mesh = init_device_mesh("cpu", (dist.get_world_size() // tp, tp), mesh_dim_names=("dp", "tp"))
     got = dp_collectives_us(mesh["dp"], tokens, hidden, width, params, zero_stage)
@@ -673,7 +673,7 @@ def _c10d(tokens: int, hidden: int, width: int, params: int, zero_stage: int, tp
 def _share(tp: int = 1, micro_batch_size: int = 1) -> dict[str, float]:
     """``torchrun ... -m runtime.host_dispatch --cpu-share [TP [MBS]]``: ``time_sliced_share`` with tiny-gpt's
     block (``MBS`` sequences of 64), as ``{"cpu_share": ...}``."""
-    from planner.catalog import get_model
+    from planner.specs.catalog import get_model
 
     return {"cpu_share": time_sliced_share(get_model("tiny-gpt"), tp, micro_batch_size, 64)}
 

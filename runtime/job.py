@@ -19,9 +19,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from planner.config import SCHEDULES
-from planner.layout import stage_ranks
 from planner.specs import Plan
+from planner.specs.config import SCHEDULES
+from planner.specs.layout import stage_ranks
 from runtime.models import Transformer, build_model, init_weights
 from runtime.parallelize import apply_compile, apply_dp, apply_recompute, apply_tp, mixed_precision
 from runtime.validate import num_microbatches, validate_plan
@@ -47,7 +47,7 @@ def defer_gradient_sync(zero_stage: int) -> bool:
     """Whether the micro-batches' gradients are accumulated before one DP reduction (FSDP2's
     ``set_requires_gradient_sync(False)`` until the last): below ZeRO-3, whose gradients stay whole until
     the step's one reduction (``replicate``; ``fully_shard`` without resharding after forward), as the cost
-    model prices them (``planner.terms``: one sync per step; ``memory.state_bytes``: whole fp32 gradients).
+    model prices them (``planner.compose.terms``: one sync per step; ``memory.state_bytes``: whole fp32 gradients).
     ZeRO-3 reduce-scatters each micro-batch's gradients as its backward runs (priced per micro-batch):
     deferring would accumulate them unsharded, in fp32 under the mixed-precision policy — 4 bytes per
     parameter that the sharding exists to save."""
@@ -95,7 +95,7 @@ def build_mesh(plan: Plan, device_type: str):
     return init_device_mesh(device_type, tuple(plan.mesh.shape), mesh_dim_names=tuple(plan.mesh.dim_names))
 
 
-#: Schedule id → torch.distributed.pipelining class (planner.config.SCHEDULES: the runnable ones).
+#: Schedule id → torch.distributed.pipelining class (planner.specs.config.SCHEDULES: the runnable ones).
 _SCHEDULES = {s.id: s.torch_class for s in SCHEDULES if s.torch_class is not None}
 
 
@@ -238,7 +238,7 @@ def _build_schedule(plan: Plan, mesh, chunks: dict[int, nn.Module], device: torc
 
 
 def build_schedule(schedule: str, group, chunks: dict[int, nn.Module], total: int, n: int, device, loss=loss_fn):
-    """The ``torch.distributed.pipelining`` schedule ``schedule`` (a ``planner.config.SCHEDULES`` id) of this
+    """The ``torch.distributed.pipelining`` schedule ``schedule`` (a ``planner.specs.config.SCHEDULES`` id) of this
     rank's ``chunks`` (chunk index → module) of ``total`` over the pipeline process group ``group``, ``n``
     micro-batches, ``loss(output, target)`` on the last chunk, gradients scaled by 1/n."""
     from torch.distributed import pipelining

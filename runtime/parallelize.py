@@ -22,8 +22,8 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from planner.config import SCHEDULES
 from planner.specs import ParallelConfig, TPRule
+from planner.specs.config import SCHEDULES
 
 _LAYOUTS = {"replicate": Replicate(), "shard_seq": Shard(1), "shard_last": Shard(-1)}
 #: Schedules whose split backward (input and weight gradients apart) breaks FSDP2's default

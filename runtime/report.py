@@ -151,7 +151,7 @@ def host_stack(stack: object) -> dict:
     work runs on the same cores (gloo executes its algorithms on the calling host's threads:
     github.com/pytorch/gloo, ``gloo/allreduce.cc``), so the reduction adds to the step instead of hiding
     under it."""
-    from planner.stacks import DEFAULT_STACK
+    from planner.specs.stacks import DEFAULT_STACK
 
     if stack is None:
         data: dict = {"base": DEFAULT_STACK}

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import torch
 
-from planner.catalog import GPUS, get_model
-from planner.layout import even_stage_layers, mesh_layout, tp_plan
 from planner.specs import (
     ClusterSpec,
     CostInputs,
@@ -18,6 +16,8 @@ from planner.specs import (
     TimeBreakdown,
     TrainingSpec,
 )
+from planner.specs.catalog import GPUS, get_model
+from planner.specs.layout import even_stage_layers, mesh_layout, tp_plan
 
 
 def make_plan(

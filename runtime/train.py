@@ -17,7 +17,7 @@ import time
 import warnings
 from pathlib import Path
 
-from planner.errors import MeshplanError
+from planner.specs.errors import MeshplanError
 from runtime.args import check, check_with_plan, parser
 
 
@@ -74,7 +74,7 @@ def _peak_memory_bytes(device) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    from planner.io import load_plan
+    from planner.answer.io import load_plan
     from runtime.validate import validate_plan
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def load_hardware_inputs(args, plan):
     """``--profile``/``--network`` files, checked against the plan (model, TP degree, micro-batch)."""
-    from planner.io import load_model
+    from planner.answer.io import load_model
     from planner.specs import NetworkProfile, Profile
 
     profile = load_model(Profile, args.profile, "profile") if args.profile else None
@@ -128,7 +128,7 @@ def c10d_in_step(plan, job) -> dict[str, float]:
     """The run's c10d collectives as its step issues them, measured by its ranks on its own meshes
     (``runtime.host_dispatch``): FSDP2's per wrapped module at the plan's block size (dp > 1); the pipeline's
     send/recv at its activation size and its schedule's actions (pp > 1). Call on every rank."""
-    from planner.analytic import block_params
+    from planner.workload.analytic import block_params
     from runtime.host_dispatch import dp_collectives_us, p2p_us, pp_action_us
     from runtime.validate import num_microbatches
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import fnmatch
 
-from planner import rules
-from planner.errors import MeshplanError
-from planner.layout import mesh_layout
-from planner.specs import Plan
+from planner.specs import Plan, rules
+from planner.specs.errors import MeshplanError
+from planner.specs.layout import mesh_layout
 
 
 def num_microbatches(plan: Plan) -> int:
@@ -48,7 +47,7 @@ def module_names(plan: Plan) -> list[str]:
 
 def validate_plan(plan: Plan, world_size: int) -> None:
     """Raise ``MeshplanError`` for the first problem that would stop (or silently corrupt) the run:
-    the job's shape, then the configuration's rules (``planner.rules.runnable``, shared with the
+    the job's shape, then the configuration's rules (``planner.specs.rules.runnable``, shared with the
     planner and the exporters), then what only this runtime cannot do."""
     p, m = plan.parallel, plan.model
     wrong_size = rules.degrees_product(
@@ -67,7 +66,7 @@ def validate_plan(plan: Plan, world_size: int) -> None:
         raise MeshplanError(
             "mesh.shape",
             f"mesh {plan.mesh.dim_names}={plan.mesh.shape} does not match parallel (pp, dp, tp) = {expected.shape}",
-            "use the mesh that `meshplan plan` wrote (planner.layout.mesh_layout)",
+            "use the mesh that `meshplan plan` wrote (planner.specs.layout.mesh_layout)",
         )
     rules.check(rules.runnable(m, plan.training, p))
     if m.tie_embeddings and p.pp > 1:
@@ -97,5 +96,5 @@ def _validate_tp_plan(plan: Plan) -> None:
             raise MeshplanError(
                 f"tp_plan.{i}.style",
                 f"rule {rule.pattern!r} is sequence_parallel but parallel.sequence_parallel is false",
-                "regenerate tp_plan with planner.layout.tp_plan, or set sequence_parallel to true",
+                "regenerate tp_plan with planner.specs.layout.tp_plan, or set sequence_parallel to true",
             )

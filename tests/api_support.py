@@ -16,9 +16,8 @@ import httpx
 
 from api.app import create_app
 from api.settings import Settings
-from planner import version
-from planner.catalog import MODELS
-from planner.specs import PlanRequest, PlanResponse, SolverInfo
+from planner.specs import PlanRequest, PlanResponse, SolverInfo, version
+from planner.specs.catalog import MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
 

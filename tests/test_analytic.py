@@ -1,9 +1,12 @@
-"""planner.analytic against independent figures: published parameter counts, the papers' formulas
+"""planner.workload.analytic against independent figures: published parameter counts, the papers' formulas
 (Megatron-LM FLOPs, Korthikanti et al. activation memory) and tensor-parallel invariants."""
 
 import pytest
 
-from planner.analytic import (
+from planner.specs import Profile
+from planner.specs.catalog import MODELS
+from planner.specs.errors import MeshplanError
+from planner.workload.analytic import (
     LAYER_KINDS,
     analytic_profile,
     block_saved_terms,
@@ -13,9 +16,6 @@ from planner.analytic import (
     num_parameters,
     tp_degrees,
 )
-from planner.catalog import MODELS
-from planner.errors import MeshplanError
-from planner.specs import Profile
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ from functools import cache
 
 import pytest
 
-from planner.analytic import layer_profile
-from planner.catalog import MODELS
+from planner.specs.catalog import MODELS
+from planner.workload.analytic import layer_profile
 from profiler.model_profile import profile_model
 
 # (model, seq_len, micro-batch sizes, TP degrees, dtype)
@@ -107,7 +107,7 @@ def test_measured_values_are_not_trivial():
     ],
 )
 def test_catalog_parameter_counts_match_the_published_ones(model, published, rel):
-    from planner.analytic import num_parameters
+    from planner.workload.analytic import num_parameters
 
     assert num_parameters(MODELS[model]) == pytest.approx(published, rel=rel, abs=0)
     if MODELS[model].qkv_bias:

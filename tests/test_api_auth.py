@@ -75,7 +75,7 @@ def test_openapi_declares_the_bearer_scheme(secured):
 @pytest.mark.parametrize(("value", "ok"), [("", True), ("short", False), (TOKEN, True)])
 def test_token_setting_is_validated(tmp_path, monkeypatch, value, ok):
     from api.settings import load_settings
-    from planner.errors import MeshplanError
+    from planner.specs.errors import MeshplanError
 
     monkeypatch.setenv("MESHPLAN_API_TOKEN", value)
     if ok:

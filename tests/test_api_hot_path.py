@@ -31,8 +31,8 @@ from api.routes import plans as plans_route
 from api.schemas import StoredPlan
 from api.settings import Settings
 from api.store import STORE_THREADS, PlanRow, Store, migrate, request_key
-from planner.catalog import MODELS
 from planner.specs import PlanRequest, PlanResponse
+from planner.specs.catalog import MODELS
 from tests.api_support import ROOT, SlowSolver, make_app, plan_request
 from tests.pg_support import pg_server, pg_url  # noqa: F401 - fixtures
 
@@ -515,7 +515,7 @@ assert "planner.search" not in sys.modules  # imported by the first solve, unles
 with TestClient(create_app(Settings(database_url=sys.argv[1]))):
     import planner.search
     tracked = {id(o) for o in gc.get_objects()}
-    late = [m for m in ("planner.search", "planner.cutsolver") if id(vars(sys.modules[m])) in tracked]
+    late = [m for m in ("planner.search", "planner.search.cutsolver") if id(vars(sys.modules[m])) in tracked]
     print(late)
 """
 

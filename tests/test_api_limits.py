@@ -16,7 +16,7 @@ from api.deps import get_solver
 from api.metrics import Metrics
 from api.problems import ProblemException
 from api.solver import SolverPool
-from planner.catalog import MODELS
+from planner.specs.catalog import MODELS
 from tests.api_support import SlowSolver, make_app, make_settings, plan_request, profile_body, wait_until
 
 PROBLEM = "application/problem+json"

@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 from api.client import MeshplanAPIError, MeshplanClient
 from api.deps import get_solver
 from api.solver import PlannerSolver
-from planner.catalog import CLUSTER_PRESETS, GPUS, MODELS
-from planner.stacks import STACKS, Stack
+from planner.specs.catalog import CLUSTER_PRESETS, GPUS, MODELS
+from planner.specs.stacks import STACKS, Stack
 from tests.api_support import make_app, plan_request, profile_body, run_report_body
 
 PROBLEM = "application/problem+json"
@@ -302,8 +302,8 @@ def test_read_only_routes(client, path, check):
 def test_schedule_catalog_says_what_the_planner_prices_and_the_runtime_runs(client):
     """GET /v1/catalog/schedules (and the client's ``schedules()``) lists every schedule a plan may name;
     the planner accepts a pinned schedule exactly when it is ``priced`` (else 422 naming the field)."""
-    from planner.config import SCHEDULES
     from planner.specs import ParallelConfig
+    from planner.specs.config import SCHEDULES
 
     body = client.get("/v1/catalog/schedules").json()
     assert [s["id"] for s in body] == list(ParallelConfig.model_fields["schedule"].annotation.__args__)

@@ -8,8 +8,8 @@ from sqlalchemy import text
 
 from api.settings import load_settings
 from api.store import Store, request_key
-from planner.errors import MeshplanError
 from planner.specs import PlanRequest, Profile, RunReport
+from planner.specs.errors import MeshplanError
 from tests.api_support import SlowSolver, plan_request, profile_body, run_report_body
 
 

@@ -32,8 +32,7 @@ from api.store import (
     migrate,
     request_key,
 )
-from planner import version
-from planner.specs import PlanRequest
+from planner.specs import PlanRequest, version
 from tests.api_support import plan_request
 from tests.pg_support import pg_server, pg_url  # noqa: F401 - fixtures
 

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from planner.api import estimate_plan, plan, replay_request
-from planner.catalog import get_gpu
-from planner.errors import MeshplanError
+from planner.answer.request import replay_request
+from planner.api import estimate_plan, plan
 from planner.specs import Calibration, CalibrationRun, PlanRequest, Residuals, RunReport
+from planner.specs.catalog import get_gpu
+from planner.specs.errors import MeshplanError
 from runtime.report import build_report
 from tests.host_support import CPU
 
@@ -198,7 +199,7 @@ def synthetic_report(request: PlanRequest, measured: float, steps: int = 5, devi
 
 def write_reports(tmp_path: Path, residuals: Residuals) -> list[Path]:
     """One report per ``CPU_PLANS`` entry whose measured step time is what ``residuals`` predict."""
-    from planner.calibrate import predict_step_time
+    from planner.answer.calibrate import predict_step_time
 
     paths = []
     for i, (procs, pins) in enumerate(CPU_PLANS):
@@ -236,7 +237,7 @@ def test_calibrate_recovers_the_residuals_that_produced_the_times(tmp_path: Path
         assert token in out.stdout, token
     # the file prices a plan it was not fitted on, through --calibration
     request = cpu_request(2, {"tp": 2, "pp": 1, "dp": 1, "micro_batch_size": 8, "sequence_parallel": True})
-    from planner.calibrate import predict_step_time
+    from planner.answer.calibrate import predict_step_time
 
     priced = estimate_plan(request.model_copy(update={"calibration": cal}))
     assert priced.estimate.step_time_s == pytest.approx(predict_step_time(request, KNOWN), rel=0.02)
@@ -387,7 +388,7 @@ def test_calibrated_on_real_cpu_runs_the_model_predicts_another_plan(tmp_path: P
 
 
 def _meta_profile(tmp: Path, model: str, mbs=(2, 4, 8), tps=(1, 2)) -> Path:
-    from planner.catalog import get_model
+    from planner.specs.catalog import get_model
     from profiler.model_profile import profile_model
 
     prof = profile_model(get_model(model), device="meta", micro_batch_sizes=mbs, tps=tps, seq_len=64, dtype="fp32")

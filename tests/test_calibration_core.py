@@ -10,13 +10,14 @@ import math
 import pytest
 
 import planner
-from planner.api import context
-from planner.calibrate import Observation, fit_residuals, predict_step_time
-from planner.compute import analytic_parts
-from planner.errors import MeshplanError
-from planner.kernels import attention_time, elementwise_time, kernel_counts, linear_times
-from planner.residuals import builtin_residuals, generation
+from planner.answer.calibrate import Observation, fit_residuals, predict_step_time
+from planner.answer.request import context
+from planner.pricing.gpu import attention_time, elementwise_time, linear_times
+from planner.pricing.layer_times import analytic_parts
+from planner.pricing.residuals import builtin_residuals, generation
 from planner.specs import Calibration, GpuSpec, PeakTflops, PlanRequest, Residuals
+from planner.specs.errors import MeshplanError
+from planner.workload.ops import kernel_counts
 
 CPU = GpuSpec(
     id="cpu",
@@ -61,10 +62,10 @@ def ctx_with(req: PlanRequest, residuals: Residuals):
 
 
 def block_parts(ctx, kind: str = "transformer_block", mbs: int = 1, tp: int = 2, sp: bool = False):
-    """The per-op parts of one layer, computed directly from planner.kernels (no residuals involved):
+    """The per-op parts of one layer, computed directly from planner.workload.ops and planner.pricing.gpu (no residuals involved):
     linear GEMMs scaled to the layer's FLOPs, the attention core, the memory-bound ops."""
-    from planner.analytic import FLASH_BWD_RATIO
-    from planner.kernels import attention_core_flops
+    from planner.workload.analytic import FLASH_BWD_RATIO
+    from planner.workload.ops import attention_core_flops
 
     lp = ctx.layer(kind, mbs, tp, sp)
     seq = ctx.training.seq_len
@@ -209,8 +210,8 @@ def test_comm_scale_moves_a_pure_communication_step_by_its_share():
 
 
 def test_builtin_lookup_by_stack_and_generation():
-    from planner.residuals import row_key
-    from planner.residuals_builtin import ROWS
+    from planner.pricing.residuals import row_key
+    from planner.pricing.residuals_builtin import ROWS
 
     assert generation("h200-sxm-141gb") == generation("h100-sxm5-80gb") == "hopper"
     assert generation("a100-sxm4-40gb") == "ampere" and generation("cpu") is None
@@ -358,7 +359,7 @@ def test_fit_names_a_bad_measurement():
 
 
 def test_the_explanation_says_which_residuals_priced_the_plan():
-    from planner.residuals_builtin import ROWS
+    from planner.pricing.residuals_builtin import ROWS
 
     base = {"cluster": {"gpu": "a100-sxm4-80gb", "num_nodes": 1, "gpus_per_node": 8}, "top_k": 1}
     for stack, expect in [("megatron", ("megatron", "ampere") in ROWS), ("meshplan", False)]:
@@ -377,11 +378,11 @@ def test_the_explanation_says_which_residuals_priced_the_plan():
 def test_the_exact_search_stays_exact_with_residuals(seed):
     """With every residual away from identity (the step overhead in the end term the bounds read) the
     bounds stay below every cut's objective and the search returns the brute force's optimum."""
-    from planner.bounds import class_bound, quick_bound
-    from planner.bruteforce import brute_force, compositions
-    from planner.cost import class_costs, evaluate
+    from planner.compose.cost import class_costs, evaluate
     from planner.search import search
-    from planner.space import enumerate_candidates
+    from planner.search.bounds import class_bound, quick_bound
+    from planner.search.bruteforce import brute_force, compositions
+    from planner.search.space import enumerate_candidates
     from planner.specs import SearchOptions
     from tests.test_planner_exact import random_instance
 
@@ -422,7 +423,7 @@ def test_the_shipped_table_is_what_the_script_fits_and_its_cv_leaves_groups_out(
     """planner/residuals_builtin.py is the table bench/fit_residuals.py fits on the published runs with
     this physics (else: re-run it), and each LOSGO prediction comes from a table fitted without the run's
     source group."""
-    from planner import residuals_builtin
+    from planner.pricing import residuals_builtin
 
     F = _fit_script()
     runs = F.expressed_runs(F.fidelity.load())

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.catalog import CLUSTER_PRESETS, GPUS, MODELS
+from planner.specs.catalog import CLUSTER_PRESETS, GPUS, MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

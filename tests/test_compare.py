@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 import planner
 from api.client import MeshplanAPIError, MeshplanClient
-from planner.compare import PlanComparison, compare_plans
+from planner.answer.compare import PlanComparison, compare_plans
 from planner.specs import Plan, PlanResponse, TimeBreakdown
 from tests.api_support import make_app, plan_request
 
@@ -23,7 +23,7 @@ PROBLEM = "application/problem+json"
 
 
 def _expected(a: Plan, b: Plan) -> dict[str, tuple]:
-    """What the comparison must say, read off the plans directly (written apart from planner.compare)."""
+    """What the comparison must say, read off the plans directly (written apart from planner.answer.compare)."""
     out = {
         "tp": (a.parallel.tp, b.parallel.tp),
         "pp": (a.parallel.pp, b.parallel.pp),

@@ -20,8 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from planner.layout import mesh_groups
 from planner.specs import MeshLayout
+from planner.specs.layout import mesh_groups
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
@@ -319,7 +319,7 @@ def test_edit_and_replan_prefills_the_form(tab, llama_plan):
 
 
 def _bad_tiny_llama() -> str:
-    from planner.catalog import MODELS
+    from planner.specs.catalog import MODELS
 
     return json.dumps({**MODELS["tiny-llama"].model_dump(mode="json"), "num_layers": 0})
 
@@ -411,7 +411,7 @@ def test_keyboard_reaches_the_form_with_a_visible_focus(tab):
 def test_schedule_choices_are_the_schedules_the_planner_prices(tab, server):
     """The form offers exactly the priced schedules of GET /v1/catalog/schedules (a runtime-only
     zero-bubble schedule would be refused by the planner with 422)."""
-    from planner.config import PRICED_SCHEDULES
+    from planner.specs.config import PRICED_SCHEDULES
 
     catalog = httpx.get(f"{server}/v1/catalog/schedules", timeout=30).json()
     priced = [s["id"] for s in catalog if s["priced"]]
@@ -432,8 +432,8 @@ def test_unknown_plan_is_an_error_state(tab):
 def _tiny_profiles() -> tuple[dict, dict]:
     """The planner's analytic profile of tiny-llama, and a 'measured' one that differs from it by known
     factors (FLOPs ×1.1, parameters ×1, activations ×1.25) and carries timings."""
-    from planner.analytic import analytic_profile
-    from planner.catalog import MODELS
+    from planner.specs.catalog import MODELS
+    from planner.workload.analytic import analytic_profile
 
     analytic = analytic_profile(MODELS["tiny-llama"], micro_batch_sizes=[1, 2], seq_len=128, tps=[1, 2]).model_dump(
         mode="json"

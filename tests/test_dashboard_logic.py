@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from planner.analytic import num_parameters
-from planner.catalog import MODELS
-from planner.config import SCHEDULES
-from planner.layout import mesh_groups
 from planner.specs import MeshLayout
+from planner.specs.catalog import MODELS
+from planner.specs.config import SCHEDULES
+from planner.specs.layout import mesh_groups
+from planner.workload.analytic import num_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 STATIC = ROOT / "api" / "static"
@@ -145,7 +145,7 @@ def test_labels_on_coloured_blocks_pick_the_readable_ink(page, fill, ink):
 
 @pytest.mark.parametrize("shape", [[2, 2, 2], [4, 2, 8], [1, 16, 1], [3, 1, 2], [1, 1, 1]])
 def test_mesh_groups_in_the_browser_are_the_planners(page, shape):
-    """The dashboard derives the rank groups from the plan's mesh shape exactly as planner.layout does
+    """The dashboard derives the rank groups from the plan's mesh shape exactly as planner.specs.layout does
     (and as init_device_mesh forms them)."""
     mesh = MeshLayout(dim_names=["pp", "dp", "tp"], shape=shape)
     for dim in mesh.dim_names:

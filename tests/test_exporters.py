@@ -25,9 +25,6 @@ from pydantic import ValidationError
 
 from api.exporters import FORMATS, ExportOptions, export, export_formats, stack_warning
 from api.exporters.megatron import layout_string
-from planner.catalog import GPUS, get_model
-from planner.errors import MeshplanError
-from planner.layout import mesh_layout, stage_ranks, tp_plan
 from planner.specs import (
     ClusterSpec,
     CostInputs,
@@ -40,6 +37,9 @@ from planner.specs import (
     TimeBreakdown,
     TrainingSpec,
 )
+from planner.specs.catalog import GPUS, get_model
+from planner.specs.errors import MeshplanError
+from planner.specs.layout import mesh_layout, stage_ranks, tp_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden" / "exports"
@@ -717,7 +717,7 @@ def _broken(plan: Plan, **changes) -> Plan:
             {"training": {"global_batch_size": 250}},
             "plan.parallel.micro_batch_size",
         ),  # 125 micro-batches: not whole rounds of the interleaved schedule
-        ({"parallel": {"micro_batch_size": 3}}, "plan.training.global_batch_size"),  # planner.rules.batch_divides
+        ({"parallel": {"micro_batch_size": 3}}, "plan.training.global_batch_size"),  # planner.specs.rules.batch_divides
         ({"parallel": {"stage_layers": [8, 11, 11, 10, 10, 10, 11, 8]}}, "plan.parallel.stage_layers"),
         ({"parallel": {"dp": 4}, "estimate": {"gpus_used": 128, "num_microbatches": 64}}, "plan.parallel"),
     ],
@@ -1116,8 +1116,8 @@ dist.destroy_process_group()
 def test_exported_torchrun_script_gives_the_users_program_its_mesh(tmp_path, tp, pp, dp, split):
     """The torchrun export, run as written with --command pointing at the user's own program: each of
     the tp×pp×dp gloo processes builds its DeviceMesh from the environment with runtime.env, and the
-    groups are those of planner.layout.mesh_groups for the plan's mesh."""
-    from planner.layout import mesh_groups
+    groups are those of planner.specs.layout.mesh_groups for the plan's mesh."""
+    from planner.specs.layout import mesh_groups
 
     plan = make_plan(
         "tiny-llama", 1, tp * pp * dp, "a100-sxm4-40gb", tp=tp, pp=pp, dp=dp, mbs=1, gbs=4 * dp, seq=64, split=split
@@ -1215,7 +1215,7 @@ def test_exporting_a_plan_priced_for_another_stack_warns(stack, fmt, command, wa
 
 
 def test_the_format_catalog_names_the_stack_each_target_runs():
-    from planner.stacks import STACKS
+    from planner.specs.stacks import STACKS
 
     stacks = {f["id"]: f["stack"] for f in export_formats()}
     assert set(stacks.values()) <= set(STACKS)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from planner import accounting as A
-from planner.catalog import get_model
+from planner.answer import accounting as A
+from planner.specs.catalog import get_model
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("bench_fidelity", ROOT / "bench" / "bench_fidelity.py")

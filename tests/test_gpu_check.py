@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from planner import kernels
-from planner.api import context, estimate_plan
+from planner.answer.request import context
+from planner.api import estimate_plan
+from planner.pricing import gpu as kernels
 from planner.specs import Calibration, ModelSpec, RunReport
 
 ROOT = Path(__file__).resolve().parents[1]

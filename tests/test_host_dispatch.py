@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from planner.api import estimate_plan
-from planner.catalog import get_gpu, get_model
-from planner.kernels import param_tensors
 from planner.specs import GpuSpec, HostDispatch, NetworkProfile, PlanRequest
+from planner.specs.catalog import get_gpu, get_model
+from planner.workload.ops import param_tensors
 from tests.host_support import CPU
 
 #: every class 0, none of the optional measurements (the TP class: priced by the network fit, as older runs)
@@ -118,8 +118,8 @@ def test_each_dispatch_class_prices_the_plans_that_issue_it(field: str, plan: st
 def test_per_op_dispatch_adds_per_forward_op_and_its_backward_on_every_plan() -> None:
     from types import SimpleNamespace
 
-    from planner.kernels import kernel_counts
-    from planner.stacks import resolve
+    from planner.specs.stacks import resolve
+    from planner.workload.ops import kernel_counts
 
     ctx = SimpleNamespace(model=M, stack=resolve({"base": "meshplan", "overlap_grad_reduce": False}))
     ops = M.num_layers * kernel_counts(ctx, "transformer_block", 1)[0]

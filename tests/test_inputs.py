@@ -15,11 +15,11 @@ import pytest
 import yaml
 
 import planner
-from planner.analytic import analytic_profile
-from planner.catalog import CLUSTER_PRESETS, GPUS, MODELS, get_gpu
-from planner.comm import CommModel
-from planner.errors import MeshplanError
+from planner.pricing.comm import CommModel
 from planner.specs import ClusterSpec, LinkFit, NetworkProfile, PlanRequest
+from planner.specs.catalog import CLUSTER_PRESETS, GPUS, MODELS, get_gpu
+from planner.specs.errors import MeshplanError
+from planner.workload.analytic import analytic_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -110,7 +110,7 @@ def test_the_same_cluster_stated_two_ways_gets_the_same_plan(first, second):
 def test_fewer_nics_make_cross_node_data_parallelism_slower():
     """The statement is not decorative: with one NIC per node (8× less per-GPU bandwidth than eight) the
     cross-node gradient all-reduce no longer hides under the backward pass. (With eight, the sync hides
-    under the backward and costs only the slowdown of the compute under it, σ·sync, planner.terms
+    under the backward and costs only the slowdown of the compute under it, σ·sync, planner.compose.terms
     ``OVERLAP_SLOWDOWN``; with one it is exposed beyond the backward, several times that.)"""
     pins = {"tp": 8, "pp": 1, "micro_batch_size": 1}
     one = planner.estimate(_request({"preset": "h100-1nic-400g"}, **pins))
@@ -143,8 +143,8 @@ def test_presets_are_their_datasheets():
     ],
 )
 def test_bad_bandwidth_statements_name_the_flag_and_the_fix(cluster, flag, words):
-    from planner import flags as request_flags
-    from planner.errors import InvalidInput
+    from planner.answer import flags as request_flags
+    from planner.specs.errors import InvalidInput
 
     values = {"model": "llama3-8b", "training.global_batch_size": "8", "training.seq_len": "128"}
     values.update({f"cluster.{k}": str(v) for k, v in cluster.items()})
@@ -257,7 +257,7 @@ def test_network_file_prices_the_collectives(tmp_path: Path):
     measured = json.loads(slow.stdout)
     assert measured["inputs"]["network"]["backend"] == "gloo"
     # the gradient all-reduce at 1 ms + 1 ns/byte no longer hides under the backward pass
-    # (base: hidden under the backward, only the slowdown of the compute under it, planner.terms OVERLAP_SLOWDOWN)
+    # (base: hidden under the backward, only the slowdown of the compute under it, planner.compose.terms OVERLAP_SLOWDOWN)
     assert base["breakdown"]["dp_sync_s"] < 0.01 * measured["estimate"]["breakdown"]["dp_sync_s"]
     assert measured["estimate"]["step_time_s"] > base["step_time_s"] + 1e-3
 
@@ -330,7 +330,7 @@ DEVICE_MATCHES = [
 
 @pytest.mark.parametrize("device, gpu_id, accepted", DEVICE_MATCHES)
 def test_profile_device_matches_the_gpu_it_prices(device: str, gpu_id: str, accepted: bool):
-    from planner.api import check_profile_device
+    from planner.answer.request import check_profile_device
 
     if accepted:
         check_profile_device(device, gpu_id)
@@ -349,8 +349,8 @@ def test_profile_device_matches_the_gpu_it_prices(device: str, gpu_id: str, acce
     ],
 )
 def test_a_cuda_run_reprices_on_the_gpu_it_ran_on(device: str, plan_gpu: str, expected_id: str):
-    from planner.api import check_profile_device
-    from planner.catalog import GPUS
+    from planner.answer.request import check_profile_device
+    from planner.specs.catalog import GPUS
     from runtime.report import cuda_spec
 
     spec = cuda_spec(GPUS[plan_gpu], device)

@@ -14,7 +14,7 @@ import typer.main
 from fastapi.testclient import TestClient
 
 from api.exporters import ExportOptions, export
-from planner.io import plan_from_data
+from planner.answer.io import plan_from_data
 from runtime.args import WORKER_ARGS, worker_argv
 from tests.api_support import make_app, plan_request
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from planner.catalog import MODELS
-from planner.errors import MeshplanError
-from planner.layout import tp_plan
 from planner.specs import ParallelConfig
+from planner.specs.catalog import MODELS
+from planner.specs.errors import MeshplanError
+from planner.specs.layout import tp_plan
 from runtime.models import build_layer, build_model
 
 TINY = ["tiny-gpt", "tiny-llama"]

@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 
 import planner
-from planner.analytic import analytic_profile
-from planner.api import replay_request
-from planner.catalog import get_model
-from planner.errors import MeshplanError
-from planner.io import load_plan
-from planner.layout import mesh_groups, mesh_layout
+from planner.answer.io import load_plan
+from planner.answer.request import replay_request
+from planner.answer.trace import chrome_trace
 from planner.specs import SCHEMA_VERSION, CostInputs, LinkFit, NetworkProfile, Plan, PlanResponse
-from planner.trace import chrome_trace
-from planner.version import COST_MODEL_VERSION
+from planner.specs.catalog import get_model
+from planner.specs.errors import MeshplanError
+from planner.specs.layout import mesh_groups, mesh_layout
+from planner.specs.version import COST_MODEL_VERSION
+from planner.workload.analytic import analytic_profile
 
 
 def body(model="llama3-8b", gpu="h100-sxm5-80gb", nodes=1, gpn=8, gbs=64, seq=4096, **parallel) -> dict:
@@ -129,7 +129,7 @@ def test_estimate_of_a_plan_reproduces_it_with_its_profile_and_network():
 
 
 #: sha256 (first 16 hex digits) of the reference estimates below, per cost-model version. A change that
-#: moves any of these numbers must bump planner.version.COST_MODEL_VERSION and add its fingerprint here
+#: moves any of these numbers must bump planner.specs.version.COST_MODEL_VERSION and add its fingerprint here
 #: (stored answers of the old version are then re-solved instead of served).
 FINGERPRINTS = {
     1: "39f4d473ec81accb",
@@ -208,7 +208,7 @@ def test_cost_model_version_changes_with_the_numbers():
     got = fingerprint([planner.estimate(r).model_dump(mode="json", exclude={"notes"}) for r in REFERENCE])
     assert FINGERPRINTS.get(COST_MODEL_VERSION) == got, (
         f"the reference estimates moved (fingerprint {got}) under COST_MODEL_VERSION={COST_MODEL_VERSION}: "
-        "bump planner.version.COST_MODEL_VERSION and record the new fingerprint in FINGERPRINTS"
+        "bump planner.specs.version.COST_MODEL_VERSION and record the new fingerprint in FINGERPRINTS"
     )
 
 

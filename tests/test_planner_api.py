@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 import planner
-from planner.analytic import analytic_profile
-from planner.catalog import get_model
-from planner.errors import MeshplanError
-from planner.layout import mesh_layout, tp_plan
+from planner.answer.trace import chrome_trace
 from planner.specs import LinkFit, NetworkProfile, PlanRequest, PlanResponse
-from planner.trace import chrome_trace
+from planner.specs.catalog import get_model
+from planner.specs.errors import MeshplanError
+from planner.specs.layout import mesh_layout, tp_plan
+from planner.workload.analytic import analytic_profile
 
 
 def body(model="llama3-8b", gpu="h100-sxm5-80gb", nodes=1, gpn=8, gbs=256, seq=8192, **parallel) -> dict:
@@ -202,8 +202,8 @@ def test_plan_never_returns_1f1b_with_fewer_microbatches_than_stages() -> None:
     for p in r.plans:
         if p.parallel.schedule == "1f1b":
             assert p.estimate.num_microbatches >= p.parallel.pp
-    from planner.api import context
-    from planner.space import enumerate_candidates
+    from planner.answer.request import context
+    from planner.search.space import enumerate_candidates
     from planner.specs import PlanRequest
 
     req = PlanRequest.model_validate(body("llama3-8b", gbs=8, seq=2048))

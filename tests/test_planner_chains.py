@@ -1,4 +1,4 @@
-"""Chains as operation counts (``planner.chains``, issue 12): the window chains are real paths of the
+"""Chains as operation counts (``planner.search.chains``, issue 12): the window chains are real paths of the
 1F1B dependency graph, so their lengths never exceed the simulated makespan of any cut; the fast
 counting equals the operation-by-operation walk; pricing counts equals ``cutsolver.chain`` of the
 operations; and the cut solver, seeded with them and sharing critical paths across classes of one
@@ -13,9 +13,10 @@ import random
 import pytest
 from test_planner_exact import random_instance
 
-from planner.bruteforce import compositions
-from planner.catalog import get_gpu
-from planner.chains import (
+from planner.compose.cost import Candidate, Context, class_costs, evaluate
+from planner.compose.simulate import rank_orders, simulate
+from planner.search.bruteforce import compositions
+from planner.search.chains import (
     counts_chain,
     dag_key,
     fast_window_counts,
@@ -24,10 +25,9 @@ from planner.chains import (
     window_counts,
     window_path,
 )
-from planner.cost import Candidate, Context, class_costs, evaluate
-from planner.cutsolver import Status, chain, critical_counts, priced, solve_class
-from planner.simulate import rank_orders, simulate
+from planner.search.cutsolver import Status, chain, critical_counts, priced, solve_class
 from planner.specs import ClusterSpec, GpuSpec, ModelSpec, SearchOptions, TrainingSpec
+from planner.specs.catalog import get_gpu
 
 
 def edges_ok(p: int, m: int, path: list, lags: list[int]) -> bool:
@@ -196,6 +196,6 @@ def test_counts_price_like_the_operations() -> None:
     ],
 )
 def test_cp_sat_workers(options: SearchOptions, chunks: int, expected: int) -> None:
-    from planner.cutsolver import workers
+    from planner.search.cutsolver import workers
 
     assert workers(options, chunks) == expected

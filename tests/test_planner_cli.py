@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.io import load_plan
+from planner.answer.io import load_plan
 from planner.specs import Plan, PlanResponse
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -239,7 +240,7 @@ def _leaf_paths(model: type, prefix: str = "") -> list[str]:
 
 
 def test_every_request_field_is_a_flag_or_has_a_reason_not_to_be() -> None:
-    from planner import flags as request_flags
+    from planner.answer import flags as request_flags
     from planner.specs import PlanRequest
 
     paths = _leaf_paths(PlanRequest)
@@ -255,7 +256,7 @@ def test_every_request_field_is_a_flag_or_has_a_reason_not_to_be() -> None:
         for p in paths
         if p not in request_flags.FLAG_OF and not excluded(p) and not any(q.startswith(p + ".") for q in paths)
     ]
-    assert not missing, f"request fields without a flag (and not in planner.flags.NOT_FLAGS): {missing}"
+    assert not missing, f"request fields without a flag (and not in planner.answer.flags.NOT_FLAGS): {missing}"
     assert set(request_flags.FLAG_OF) <= set(paths), "a flag sets no request field"
     assert all(p in paths for p in request_flags.NOT_FLAGS), "NOT_FLAGS names a field the request does not have"
     assert len(set(request_flags.FLAG_OF.values())) == len(request_flags.FLAG_OF), "two fields share a flag"
@@ -266,9 +267,9 @@ def _sample(flag, tmp_path: Path) -> tuple[str | bool, object]:
     """A valid command-line value for ``flag`` and the request value it must become."""
     import typing
 
-    from planner.analytic import analytic_profile
-    from planner.catalog import MODELS
     from planner.specs import Calibration, LinkFit, NetworkProfile, Residuals
+    from planner.specs.catalog import MODELS
+    from planner.workload.analytic import analytic_profile
 
     if flag.kind == "file":  # a document: the file's content becomes the request field
         doc = {
@@ -299,8 +300,8 @@ def _sample(flag, tmp_path: Path) -> tuple[str | bool, object]:
     if flag.path in special:
         return special[flag.path], special[flag.path]
 
-    from planner.errors import field_info
     from planner.specs import PlanRequest
+    from planner.specs.errors import field_info
 
     info = field_info(PlanRequest, flag.path.split("."))
     choices = [
@@ -323,7 +324,7 @@ def _sample(flag, tmp_path: Path) -> tuple[str | bool, object]:
 
 
 def test_every_flag_sets_its_request_field(tmp_path: Path) -> None:
-    from planner import flags as request_flags
+    from planner.answer import flags as request_flags
 
     base = {
         "model": "tiny-gpt",
@@ -344,9 +345,9 @@ def test_every_flag_sets_its_request_field(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "command, ids",
     [
-        ("models", lambda: list(__import__("planner.catalog").catalog.MODELS)),
-        ("gpus", lambda: list(__import__("planner.catalog").catalog.GPUS)),
-        ("stacks", lambda: list(__import__("planner.stacks").stacks.STACKS)),
+        ("models", lambda: list(importlib.import_module("planner.specs.catalog").MODELS)),
+        ("gpus", lambda: list(importlib.import_module("planner.specs.catalog").GPUS)),
+        ("stacks", lambda: list(importlib.import_module("planner.specs.stacks").STACKS)),
     ],
 )
 @pytest.mark.parametrize("columns", ["80", "40"])

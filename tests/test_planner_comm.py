@@ -9,10 +9,10 @@ import math
 
 import pytest
 
-from planner.catalog import get_gpu
-from planner.comm import CommModel, dp_ranks_per_node
+from planner.compose.terms import EndTerms, end_parts, exposed_sync, overlapped
+from planner.pricing.comm import CommModel, dp_ranks_per_node
 from planner.specs import ClusterSpec, LinkFit, NetworkProfile
-from planner.terms import EndTerms, end_parts, exposed_sync, overlapped
+from planner.specs.catalog import get_gpu
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")

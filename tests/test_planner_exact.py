@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-from planner.bruteforce import brute_force, compositions
-from planner.catalog import get_gpu
-from planner.cost import Context, class_costs, evaluate
+from planner.compose.cost import Context, class_costs, evaluate
 from planner.search import search
+from planner.search.bruteforce import brute_force, compositions
 from planner.specs import ClusterSpec, GpuSpec, ModelSpec, ParallelPins, SearchOptions, TrainingSpec
+from planner.specs.catalog import get_gpu
 
 
 def random_instance(seed: int) -> tuple[Context, ParallelPins]:
@@ -105,10 +105,10 @@ def test_class_bounds_are_valid(seed: int) -> None:
     the memory screen never drops a class that has a fitting cut (the pre-costing screen is the same).
     The search's bound over the fitting cuts (``fitting_bound``: the busiest rank within what each rank's
     memory holds) is ≥ ``class_bound`` and ≤ the best fitting cut."""
-    from planner.bounds import class_bound, fitting_bound, lean_bound, may_fit, quick_bound, quick_may_fit
+    from planner.search.bounds import class_bound, fitting_bound, lean_bound, may_fit, quick_bound, quick_may_fit
 
     ctx, pins = random_instance(seed)
-    from planner.space import enumerate_candidates
+    from planner.search.space import enumerate_candidates
 
     for cand in enumerate_candidates(ctx, pins, SearchOptions()):
         cc = class_costs(ctx, cand)
@@ -140,7 +140,7 @@ def test_busiest_rank_load_is_the_min_max_load(L: int, p: int, w: int, e_first: 
     ``least=0`` to the min over cuts with ≥ 0 layers per rank, the relaxation used before issue 12)."""
     from itertools import product
 
-    from planner.bounds import busiest_rank_load
+    from planner.search.bounds import busiest_rank_load
 
     extras = [e_first + (e_last if p == 1 else 0)] + [0] * (p - 2) + ([e_last] if p > 1 else [])
     relaxed = min(
@@ -173,7 +173,7 @@ def test_capped_load_is_the_min_max_load_over_fitting_cuts(
     load (None when there is no such cut); with roomy caps it is ``busiest_rank_load``."""
     from itertools import product
 
-    from planner.bounds import busiest_rank_load, capped_load
+    from planner.search.bounds import busiest_rank_load, capped_load
 
     loads = [
         max(n * w + e for n, e in zip(cut, extras))
@@ -193,9 +193,9 @@ def test_fitting_bound_is_valid_when_memory_binds() -> None:
     too small the bound cuts optima here)."""
     from dataclasses import replace
 
-    from planner.bounds import class_bound, fitting_bound
-    from planner.memory import rank_memory
-    from planner.space import enumerate_candidates
+    from planner.compose.memory import rank_memory
+    from planner.search.bounds import class_bound, fitting_bound
+    from planner.search.space import enumerate_candidates
 
     tighter = checked = 0
     for seed in range(8):
@@ -258,7 +258,7 @@ def test_rank_chain_load_is_the_lp_relaxation(L, m, w, extras, lags, caps, stead
     than the brute-force min over integer cuts of the same chains (a valid bound)."""
     from itertools import product
 
-    from planner.bounds import rank_chain_load
+    from planner.search.bounds import rank_chain_load
 
     got = rank_chain_load(L, m, w, extras, lags, caps, steady=steady)
     lp = _chain_lp(L, m, w, extras, lags, caps, 1, steady)
@@ -276,7 +276,7 @@ def test_rank_chain_load_is_the_lp_relaxation(L, m, w, extras, lags, caps, stead
 
 
 def test_rank_chain_load_without_a_cut() -> None:
-    from planner.bounds import rank_chain_load
+    from planner.search.bounds import rank_chain_load
 
     assert rank_chain_load(8, 4, 10, [0, 0], [0, 0], [3, 4]) is None  # the caps cannot take every layer
     assert rank_chain_load(8, 4, 10, [0, 0], [0, 0], [0, 8]) is None  # a rank cannot hold one layer
@@ -290,9 +290,9 @@ def test_lean_bound_is_below_the_quick_bound_on_every_class(model, gpu, nodes, g
     """The search's first key (``bounds.lean_bound``, from the layer times alone) never exceeds the quick
     bound it is replaced by (ZeRO-3 gathers, host hooks and the end of step only add), on every class of
     real instances (every ZeRO stage, schedule, v, recomputation)."""
-    from planner.api import context
-    from planner.bounds import lean_bound, quick_bound
-    from planner.space import enumerate_candidates
+    from planner.answer.request import context
+    from planner.search.bounds import lean_bound, quick_bound
+    from planner.search.space import enumerate_candidates
     from planner.specs import PlanRequest
 
     req = PlanRequest.model_validate(

@@ -10,7 +10,7 @@ import re
 import pytest
 
 import planner
-from planner.config import CLASS_FIELDS
+from planner.specs.config import CLASS_FIELDS
 
 H100 = "h100-sxm5-80gb"
 
@@ -143,10 +143,10 @@ ZERO3_CASES = [  # (model, nodes, gbs, seq, pins, gathers exposed beyond compute
 def test_zero3_parameter_gathers_are_communication_not_compute(model, nodes, gbs, seq, pins, exposed):
     """ZeRO-3's per-layer gathers beyond the layer's compute are DP communication (before: folded
     into compute, e.g. 8B pp1·dp16: compute 13.2 s, DP sync 0). The compute under them is slowed by the
-    overlap (planner.terms ``OVERLAP_SLOWDOWN``): that too is charged to the DP sync, so compute equals the
+    overlap (planner.compose.terms ``OVERLAP_SLOWDOWN``): that too is charged to the DP sync, so compute equals the
     ZeRO-1 plan's exactly and gathers that hide under the layers cost only that slowdown; the columns add up
     to the step."""
-    from planner.terms import OVERLAP_SLOWDOWN
+    from planner.compose.terms import OVERLAP_SLOWDOWN
 
     def est(z):
         return planner.estimate({**body(model, nodes, gbs, seq), "parallel": {**pins, "zero_stage": z}})
@@ -195,7 +195,7 @@ def test_headroom_keeps_plans_off_the_last_gib_and_estimate_honours_it():
     zero = {**case, "parallel": tight.parallel.model_dump(), "options": {**case["options"], "memory_headroom": 0.0}}
     assert planner.estimate(zero).fits
     # the plan records its headroom, and re-estimating it with its own inputs reproduces the verdict
-    from planner.api import replay_request
+    from planner.answer.request import replay_request
 
     assert planner.estimate_plan(replay_request(tight)).estimate.fits
 
@@ -206,11 +206,11 @@ def test_headroom_keeps_plans_off_the_last_gib_and_estimate_honours_it():
 
 def slow_profile(model: str, req: dict, mbs: list[int], tps: list[int], factor: float = 3.0):
     """A "measured" profile at some points only: every time ``factor`` × this model's analytic time there."""
-    from planner.analytic import analytic_profile
-    from planner.api import context
-    from planner.catalog import get_model
-    from planner.compute import analytic_time
+    from planner.answer.request import context
+    from planner.pricing.layer_times import analytic_time
     from planner.specs import PlanRequest
+    from planner.specs.catalog import get_model
+    from planner.workload.analytic import analytic_profile
 
     ctx = context(PlanRequest.model_validate(req))
     prof = analytic_profile(get_model(model), micro_batch_sizes=mbs, seq_len=req["training"]["seq_len"], tps=tps)

@@ -8,18 +8,17 @@ import random
 
 import pytest
 
-from planner.bounds import interleaved_peak_copies, quick_may_fit
-from planner.bruteforce import brute_force
-from planner.catalog import get_gpu
-from planner.cost import (
+from planner.compose.cost import (
     Context,
     class_costs,
     evaluate,
     live_vectors_cached,
 )
-from planner.memory import rank_memory
+from planner.compose.memory import rank_memory
 from planner.search import search
-from planner.space import enumerate_candidates, forced_cut
+from planner.search.bounds import interleaved_peak_copies, quick_may_fit
+from planner.search.bruteforce import brute_force
+from planner.search.space import enumerate_candidates, forced_cut
 from planner.specs import (
     ClusterSpec,
     GpuSpec,
@@ -28,6 +27,7 @@ from planner.specs import (
     SearchOptions,
     TrainingSpec,
 )
+from planner.specs.catalog import get_gpu
 
 SEEDS = range(24)
 
@@ -174,7 +174,7 @@ def test_cut_bound_is_valid(seed: int) -> None:
     """The bound that orders and skips one-cut classes never exceeds that cut's simulated objective,
     and the quick bound holds too (so the best-first order stays a valid proof). Seeds ≥ 100: the
     exactness test's instances (slow links: large p2p lags), schedule unpinned."""
-    from planner.bounds import cut_bound, cut_end, quick_bound
+    from planner.search.bounds import cut_bound, cut_end, quick_bound
 
     if seed >= 100:
         from test_planner_exact import random_instance
@@ -198,7 +198,7 @@ def test_cut_end_is_the_evaluated_end_term(tie: bool, stack: str, stages: set[in
     """Over every ZeRO stage the stack distinguishes (``space.zero_stages``: the bundled runtime's ZeRO-2 is
     its ZeRO-1), recompute, tp/sp and dp: the end term computed from the shared terms equals the
     evaluation's (the bound relies on it being exact, never larger)."""
-    from planner.bounds import cut_end
+    from planner.search.bounds import cut_end
 
     ctx = _ctx(12)
     ctx = Context(
@@ -218,7 +218,7 @@ def test_cut_end_is_the_evaluated_end_term(tie: bool, stack: str, stages: set[in
 
 def test_interleaved_quick_bound_does_not_depend_on_v() -> None:
     """The search shares one quick bound across the v of an interleaved class (``search.qbound``)."""
-    from planner.bounds import quick_bound
+    from planner.search.bounds import quick_bound
 
     ctx = _ctx(24)
     by_key: dict[tuple, set[int]] = {}

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from planner import estimate, plan
-from planner.catalog import get_model
-from planner.layout import even_stage_layers
+from planner.specs.catalog import get_model
+from planner.specs.layout import even_stage_layers
 
 CASES = [
     # model, gpu, nodes, gpus per node, global batch, seq

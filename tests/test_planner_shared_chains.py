@@ -16,12 +16,12 @@ from __future__ import annotations
 import pytest
 from test_planner_exact import random_instance
 
-import planner.cutsolver as cutsolver
-from planner.bruteforce import compositions
-from planner.chains import dag_key
-from planner.cost import class_costs, evaluate
-from planner.cutsolver import Status, solve_class
-from planner.space import enumerate_candidates, forced_cut
+import planner.search.cutsolver as cutsolver
+from planner.compose.cost import class_costs, evaluate
+from planner.search.bruteforce import compositions
+from planner.search.chains import dag_key
+from planner.search.cutsolver import Status, solve_class
+from planner.search.space import enumerate_candidates, forced_cut
 from planner.specs import SearchOptions
 
 

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from planner.cost import live_vectors
-from planner.simulate import gpipe_makespan, path_length, rank_orders, simulate
+from planner.compose.cost import live_vectors
+from planner.compose.simulate import gpipe_makespan, path_length, rank_orders, simulate
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
@@ -115,7 +115,7 @@ def test_long_1f1b_extrapolated_from_its_periodic_steady_state_is_exact(seed: in
     """``periodic_1f1b`` (used for long 1F1B pipelines when no timeline is recorded) gives the full
     simulation's makespan, rank finishes, critical path and lags exactly; and it is really used: most
     random cases reach a periodic steady state within the probe."""
-    from planner.simulate import periodic_1f1b, probe_rounds
+    from planner.compose.simulate import periodic_1f1b, probe_rounds
 
     rng = random.Random(seed)
     used = 0
@@ -137,7 +137,7 @@ def test_long_1f1b_with_a_period_of_several_rounds() -> None:
     """Ties between the slowest stages (Llama 3 70B, TP4×PP8, cut [8, 9, 10, 11, 11, 10, 11, 10]) make the
     steady state repeat every 3 rounds: still extrapolated, still exact; and uniform stages give the
     paper's bubble (p − 1)/m at m = 512."""
-    from planner.simulate import _period, _run, periodic_1f1b, probe_rounds
+    from planner.compose.simulate import _period, _run, periodic_1f1b, probe_rounds
 
     f = [59906084, 67003920, 74448800, 81893680, 74448800, 81893680, 81893680, 81537671]
     b = [113034986, 126743886, 140826540, 154909194, 140826540, 154909194, 154909194, 154777850]

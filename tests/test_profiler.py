@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from planner.analytic import layer_profile
-from planner.catalog import MODELS
 from planner.specs import Profile
+from planner.specs.catalog import MODELS
+from planner.workload.analytic import layer_profile
 from profiler.activations import SavedTensorBytes
 from profiler.model_profile import profile_model
 

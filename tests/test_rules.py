@@ -11,12 +11,11 @@ from pydantic import Field, ValidationError, create_model
 
 import planner
 from api.exporters import export
-from planner import config, rules
-from planner.api import ESTIMATE_DEFAULTS
-from planner.catalog import MODELS
-from planner.cost import Candidate
-from planner.errors import MeshplanError
-from planner.specs import ParallelConfig, ParallelPins
+from planner.answer.request import ESTIMATE_DEFAULTS
+from planner.compose.cost import Candidate
+from planner.specs import ParallelConfig, ParallelPins, config, rules
+from planner.specs.catalog import MODELS
+from planner.specs.errors import MeshplanError
 from runtime.testing import make_plan
 from runtime.validate import validate_plan
 

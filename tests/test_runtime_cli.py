@@ -163,7 +163,10 @@ BAD_LAUNCHES = [
     (
         "tp-kv-heads",
         lambda: make_plan(
-            __import__("planner.catalog").catalog.MODELS["tiny-llama"].model_copy(update={"num_kv_heads": 1}), tp=2
+            __import__("planner.specs.catalog")
+            .specs.catalog.MODELS["tiny-llama"]
+            .model_copy(update={"num_kv_heads": 1}),
+            tp=2,
         ),
         2,
         "parallel.tp",
@@ -272,7 +275,7 @@ def test_checks_before_launch_do_not_import_torch(tmp_path):
     launched or joined; that path must not pay PyTorch's import (seconds of CPU per process)."""
     code = (
         "import sys, runtime.cli, runtime.train\nfrom runtime.checkpoint import resolve\n"
-        "from runtime.validate import validate_plan\nfrom planner.io import load_plan\n"
+        "from runtime.validate import validate_plan\nfrom planner.answer.io import load_plan\n"
         "print('torch' in sys.modules)"
     )
     out = subprocess.run(

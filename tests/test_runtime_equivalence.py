@@ -88,7 +88,7 @@ CASES = [
 
 
 def _model(name: str):
-    from planner.catalog import MODELS
+    from planner.specs.catalog import MODELS
 
     if name == "tiny-gpt-tied":
         return MODELS["tiny-gpt"].model_copy(update={"tie_embeddings": True})

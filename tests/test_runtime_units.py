@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from planner.errors import MeshplanError
+from planner.specs.errors import MeshplanError
 from runtime.data import SyntheticTokens, TokenFile
 from runtime.report import build_report, job_step_times, measured_step_time
 from runtime.testing import make_plan
@@ -250,7 +250,7 @@ def test_gqa_attention_matches_repeated_kv_and_keeps_kv_unrepeated(model, tp):
     the query heads (the textbook GQA), while the kernel keeps K and V at the KV-head count."""
     import torch.nn.functional as F
 
-    from planner.catalog import MODELS
+    from planner.specs.catalog import MODELS
     from runtime.models.transformer import apply_rope, build_layer
 
     spec = MODELS[model]
@@ -289,7 +289,7 @@ def test_compiled_blocks_train_like_eager(recompute):
     torch._dynamo.reset()
     from torch._dynamo.utils import counters
 
-    from planner.catalog import MODELS
+    from planner.specs.catalog import MODELS
     from runtime.data import SyntheticTokens
     from runtime.job import loss_fn
     from runtime.models import build_model

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from planner.errors import MeshplanError
 from planner.specs import TPRule
+from planner.specs.errors import MeshplanError
 from runtime.testing import make_plan
 from runtime.validate import module_names, validate_plan
 
@@ -23,7 +23,7 @@ def _mutate(plan, **changes):
 
 
 def _gqa_kv1():
-    from planner.catalog import MODELS
+    from planner.specs.catalog import MODELS
 
     return MODELS["tiny-llama"].model_copy(update={"num_kv_heads": 1})
 
@@ -63,7 +63,10 @@ BAD = [
     (
         "tied-pp",
         lambda: make_plan(
-            __import__("planner.catalog").catalog.MODELS["tiny-gpt"].model_copy(update={"tie_embeddings": True}), pp=2
+            __import__("planner.specs.catalog")
+            .specs.catalog.MODELS["tiny-gpt"]
+            .model_copy(update={"tie_embeddings": True}),
+            pp=2,
         ),
         2,
         "model.tie_embeddings",
@@ -123,7 +126,7 @@ def test_good_plans_pass(par, world):
 
 
 def test_module_names_match_the_built_model():
-    from planner.catalog import MODELS
+    from planner.specs.catalog import MODELS
     from runtime.models import build_model
 
     for name in ("tiny-gpt", "tiny-llama"):

@@ -3,10 +3,10 @@
 import pytest
 from pydantic import ValidationError
 
-from planner.catalog import GPUS, MODELS, get_gpu, get_model
-from planner.errors import MeshplanError, validation_errors
-from planner.layout import even_stage_layers, mesh_groups, mesh_layout, rank_coords, stage_ranks, tp_plan
 from planner.specs import ModelSpec, ParallelConfig
+from planner.specs.catalog import GPUS, MODELS, get_gpu, get_model
+from planner.specs.errors import MeshplanError, validation_errors
+from planner.specs.layout import even_stage_layers, mesh_groups, mesh_layout, rank_coords, stage_ranks, tp_plan
 
 TINY = MODELS["tiny-gpt"].model_dump()
 

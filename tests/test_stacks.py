@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 import planner
-from planner.analytic import saved_activation_bytes
-from planner.catalog import get_model, sm_count
-from planner.kernels import wave_efficiency
+from planner.pricing.gpu import wave_efficiency
 from planner.specs import ModelSpec, TrainingSpec
-from planner.stacks import OVERRIDABLE, STACKS, resolve
+from planner.specs.catalog import get_model, sm_count
+from planner.specs.stacks import OVERRIDABLE, STACKS, resolve
+from planner.workload.analytic import saved_activation_bytes
 
 GPT = ModelSpec(
     name="gpt-test",
@@ -161,11 +161,11 @@ REQ = {
 )
 def test_bad_stack_names_the_field_and_the_fix(stack, field, fix):
     """One error per mistake, naming the field and the fix (what the CLI prints with exit 2 and the
-    service returns as a 422 problem body: both go through ``planner.errors.validation_errors``)."""
+    service returns as a 422 problem body: both go through ``planner.specs.errors.validation_errors``)."""
     from pydantic import ValidationError
 
-    from planner.errors import validation_errors
     from planner.specs import PlanRequest
+    from planner.specs.errors import validation_errors
 
     with pytest.raises(ValidationError) as info:
         PlanRequest.model_validate({**REQ, "training": {**REQ["training"], "stack": stack}})
@@ -246,8 +246,8 @@ def test_titan_per_layer_selective_ac_averages_full_and_none():
     others keep everything — per block on average (full + (k − 1)·none) / k; its recompute reruns 1/k of
     the forward; op-level SAC reruns the even mms and the memory-bound ops, more than Megatron's
     attention-core-only selective recompute and less than a whole forward."""
-    from planner.api import context
-    from planner.compute import layer_times, selective_share
+    from planner.answer.request import context
+    from planner.pricing.layer_times import layer_times, selective_share
 
     m = get_model("llama3-8b")
     op = saved_activation_bytes(m, "transformer_block", 1, 8192, 1, False, "bf16", STACKS["torchtitan"])
@@ -334,7 +334,7 @@ def test_titan_formula_is_what_pytorch_saves(b, s, h, a, g, f):
     from torch.nn import functional as F
     from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
-    from planner.activations import titan_block_saved_terms
+    from planner.workload.activations import titan_block_saved_terms
 
     torch.manual_seed(0)
     bf16, d = torch.bfloat16, h // a

@@ -11,8 +11,8 @@ names another program) exports with a warning saying so and how to re-plan (``st
 
 from __future__ import annotations
 
-from planner.errors import MeshplanError
 from planner.specs import Plan
+from planner.specs.errors import MeshplanError
 
 from .base import Exporter, ExportResult, Notes, check_invariants, plan_stack, stack_warning
 from .deepspeed import DeepSpeedExporter

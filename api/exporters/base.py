@@ -16,10 +16,9 @@ from typing import ClassVar
 
 from pydantic import BaseModel, Field
 
-from planner import rules
-from planner.errors import MeshplanError
-from planner.layout import stage_ranks
-from planner.specs import Plan
+from planner.specs import Plan, rules
+from planner.specs.errors import MeshplanError
+from planner.specs.layout import stage_ranks
 
 from .options import ExportOptions
 
@@ -77,7 +76,7 @@ class Exporter:
     extension: ClassVar[str]
     #: How a comment line starts in this format (None: no comments, e.g. JSON).
     comment: ClassVar[str | None] = "#"
-    #: The training stack (``planner.stacks`` preset id) whose software this target runs; a plan priced
+    #: The training stack (``planner.specs.stacks`` preset id) whose software this target runs; a plan priced
     #: for another stack exports with a warning (``stack_warning``). Launchers run meshplan's runtime.
     stack: ClassVar[str] = "meshplan"
     #: Whether ``--command`` replaces the program (launchers): then the stack is the user's, unknown.
@@ -134,7 +133,7 @@ def stack_warning(plan: Plan, exporter: Exporter, options: ExportOptions) -> str
 
 def check_invariants(plan: Plan) -> None:
     """The plan's arithmetic must hold before anything is exported: degrees multiply to the GPUs
-    used, the configuration keeps the rules every target needs (``planner.rules.runnable``: the layer
+    used, the configuration keeps the rules every target needs (``planner.specs.rules.runnable``: the layer
     split sums to the model's layers, the global batch splits into micro-batches, TP divides the
     heads, 1F1B has ≥ pp micro-batches…), the estimate's micro-batch count agrees, and the mesh matches
     the degrees. Raises ``MeshplanError`` naming the field (under ``plan.``)."""
@@ -165,7 +164,7 @@ def check_invariants(plan: Plan) -> None:
         raise MeshplanError(
             "plan.mesh",
             f"mesh {plan.mesh.dim_names}={plan.mesh.shape} does not match (pp, dp, tp) = ({p.pp}, {p.dp}, {p.tp})",
-            "rebuild the mesh with planner.layout.mesh_layout(parallel)",
+            "rebuild the mesh with planner.specs.layout.mesh_layout(parallel)",
         )
 
 

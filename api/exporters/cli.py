@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from planner.io import load_plan
+from planner.answer.io import load_plan
 
 #: The flag of each ExportOptions field (tests/test_exporters.py checks that every field has its flag,
 #: with the same default, and nothing else is forwarded).
@@ -55,7 +55,7 @@ def export_command(
 
     from api.exporters import export
     from api.exporters.options import ExportOptions
-    from planner.errors import explain
+    from planner.specs.errors import explain
 
     given = locals()
     try:

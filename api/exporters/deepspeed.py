@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 
-from planner.errors import MeshplanError
 from planner.specs import Plan
+from planner.specs.errors import MeshplanError
 
 from .base import Exporter, Notes, geometry, header_lines, rank_layer_counts
 

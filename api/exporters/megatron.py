@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import shlex
 
-from planner.errors import MeshplanError
 from planner.specs import Plan
+from planner.specs.errors import MeshplanError
 
 from .base import Exporter, Notes, comment_block, header_lines, rank_layer_counts
 

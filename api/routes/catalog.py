@@ -5,10 +5,10 @@ from __future__ import annotations
 from api.deps import v1_router
 from api.routes.exports import export_formats
 from api.schemas import ExportFormat
-from planner.catalog import CLUSTER_PRESETS, GPUS, MODELS, ClusterPreset
-from planner.config import SCHEDULES, ScheduleInfo
 from planner.specs import GpuSpec, ModelSpec
-from planner.stacks import STACKS, Stack
+from planner.specs.catalog import CLUSTER_PRESETS, GPUS, MODELS, ClusterPreset
+from planner.specs.config import SCHEDULES, ScheduleInfo
+from planner.specs.stacks import STACKS, Stack
 
 router = v1_router("/catalog", "catalog")
 

@@ -19,10 +19,9 @@ from api.schemas import PLAN_REQUEST_EXAMPLES, Page, PlanSummary, ProblemError, 
 from api.settings import Settings
 from api.solver import Solver, SolverPool, bound_request, timed
 from api.store import Store, request_key
-from planner import version
-from planner.compare import PlanComparison, compare_plans
-from planner.errors import explain_error, field_info, is_union_tag, merge_union_errors, with_known_fields
-from planner.specs import Plan, PlanRequest
+from planner.answer.compare import PlanComparison, compare_plans
+from planner.specs import Plan, PlanRequest, version
+from planner.specs.errors import explain_error, field_info, is_union_tag, merge_union_errors, with_known_fields
 
 router = v1_router("/plans", "plans")
 
@@ -285,7 +284,7 @@ async def compare(
     other_index: Annotated[int, Query(ge=0, le=19, description="Which plan of the other response (0 = best).")] = 0,
 ) -> PlanComparison:
     """Plan ``index`` of ``plan_id`` beside plan ``other_index`` of ``other_id``: settings, step time by
-    cause and memory per pipeline stage, with B − A and B ÷ A (``planner.compare``)."""
+    cause and memory per pipeline stage, with B − A and B ÷ A (``planner.answer.compare``)."""
     a = _pick(await _get(store, plan_id), index)
     b = _pick(await _get(store, other_id), other_index, "query.other_index")
     return compare_plans(a, b, f"{plan_id}#{index}", f"{other_id}#{other_index}")

@@ -8,7 +8,6 @@ Outputs: ``Estimate``, ``Plan`` (pure data: what the runtime, the exporters and 
 Canonical JSON field names are part of the public contract: other tools are written against them.
 """
 
-from planner.config import MAX_GPUS, MAX_LAYERS, MULTI_STAGE_SCHEDULES, Recompute, Schedule
 from planner.specs.calibration import Calibration, CalibrationRun, Residuals
 from planner.specs.common import (
     BYTES_PER_ELEMENT,
@@ -25,6 +24,7 @@ from planner.specs.common import (
     Precision,
     Spec,
 )
+from planner.specs.config import MAX_GPUS, MAX_LAYERS, MULTI_STAGE_SCHEDULES, Recompute, Schedule
 from planner.specs.inputs import (
     BANDWIDTH_FORMS,
     ClusterSpec,

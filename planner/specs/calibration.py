@@ -1,18 +1,18 @@
 """Residual constants of the cost model and the calibrations that carry them (issue 11 §3-4).
 
-The per-op model (``planner.kernels``, ``planner.comm``, ``planner.terms``) prices a step from cited
+The per-op model (``planner.pricing.gpu``, ``planner.pricing.comm``, ``planner.compose.terms``) prices a step from cited
 datasheets and microbenchmarks. What it still misses on a given stack and GPU generation is carried by a
 handful of *residual constants* (``Residuals``), each acting on ONE term of the model:
 
 ==========================  =====================================================================
 field                       acts on
 ==========================  =====================================================================
-``compute_scale``           × the seconds of GEMMs and the attention core (``planner.kernels``); on a
+``compute_scale``           × the seconds of GEMMs and the attention core (``planner.pricing.gpu``); on a
                             host device ("cpu…") also × its measured dispatch (``GpuSpec.host_dispatch``):
                             the same processor computes and dispatches
 ``memory_scale``            × the seconds of memory-bound ops (norms, activation, RoPE, adds)
 ``kernel_overhead_us``      + host/launch microseconds per kernel a layer issues (forward, backward)
-``comm_scale``              × the seconds of every collective and pipeline send/recv (``planner.comm``)
+``comm_scale``              × the seconds of every collective and pipeline send/recv (``planner.pricing.comm``)
 ``step_overhead_s``         + fixed seconds per optimizer step (host work, synchronisation)
 ==========================  =====================================================================
 

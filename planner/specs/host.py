@@ -10,7 +10,7 @@ from planner.specs.common import Spec
 class HostDispatch(Spec):
     """Host-side framework dispatch of a CPU "GPU" (a ``GpuSpec`` whose id starts with ``cpu``), µs, by
     dispatch class, measured on the host by ``meshplan run`` (``runtime.host_dispatch``). The cost model
-    adds them where a plan issues that class of work (``planner.kernels.host_dispatch``); absent (None)
+    adds them where a plan issues that class of work (``planner.pricing.host.host_dispatch``); absent (None)
     on a GPU and on a host spec without the measurement."""
 
     op_fwd_us: float = Field(ge=0, le=1e5, description="A plain op with autograd, forward (recording).")

@@ -7,16 +7,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from planner import rules
-from planner.config import (
-    MAX_GPUS,
-    MAX_LAYERS,
-    Recompute,
-    Schedule,
-    check_fields,
-    config_field,
-    pin_field,
-)
+from planner.specs import rules
 from planner.specs.common import (
     MAX_GPUS_PER_NODE,
     MAX_HIDDEN,
@@ -28,6 +19,15 @@ from planner.specs.common import (
     Optimizer,
     Precision,
     Spec,
+)
+from planner.specs.config import (
+    MAX_GPUS,
+    MAX_LAYERS,
+    Recompute,
+    Schedule,
+    check_fields,
+    config_field,
+    pin_field,
 )
 from planner.specs.host import HostDispatch
 
@@ -203,7 +203,7 @@ class ClusterSpec(Spec):
     def _apply_preset(cls, data: object) -> object:
         if not isinstance(data, dict) or data.get("preset") is None:
             return data
-        from planner.catalog import CLUSTER_PRESETS  # the catalog imports this module
+        from planner.specs.catalog import CLUSTER_PRESETS  # the catalog imports this module
 
         preset = CLUSTER_PRESETS.get(data["preset"]) if isinstance(data["preset"], str) else None
         if preset is None:
@@ -222,7 +222,7 @@ class ClusterSpec(Spec):
     @classmethod
     def _check_preset(cls, preset: str | None) -> str | None:
         if preset is not None:
-            from planner.catalog import get_cluster_preset
+            from planner.specs.catalog import get_cluster_preset
 
             get_cluster_preset(preset)
         return preset
@@ -264,12 +264,12 @@ class ClusterSpec(Spec):
         return self.num_nodes * self.gpus_per_node
 
 
-StackId = Literal["meshplan", "megatron", "torchtitan", "deepspeed"]  # = planner.stacks.STACKS
+StackId = Literal["meshplan", "megatron", "torchtitan", "deepspeed"]  # = planner.specs.stacks.STACKS
 
 
 class StackOverride(Spec):
     """A training stack given inline: a preset (``base``) with some of its fields overridden
-    (``planner.stacks``; ``meshplan stacks`` lists the presets and their fields)."""
+    (``planner.specs.stacks``; ``meshplan stacks`` lists the presets and their fields)."""
 
     base: StackId = Field(default="meshplan", description="The preset this stack starts from.")
     attention: Literal["flash", "unfused"] | None = Field(
@@ -328,7 +328,7 @@ class TrainingSpec(Spec):
 class ParallelConfig(Spec):
     """A complete parallel configuration. ``stage_layers`` lists the transformer layers of each model
     chunk in pipeline order (``pp × virtual_stages`` entries; chunk c sits on pipeline rank
-    ``c % pp`` for looped schedules, and V-shaped for ``zbv-zero-bubble``). Fields: ``planner.config.FIELDS``."""
+    ``c % pp`` for looped schedules, and V-shaped for ``zbv-zero-bubble``). Fields: ``planner.specs.config.FIELDS``."""
 
     tp: int = config_field("tp")
     pp: int = config_field("pp")

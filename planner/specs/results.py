@@ -88,7 +88,7 @@ class TPRule(Spec):
 
 class MeshLayout(Spec):
     """The device mesh: ``dim_names``/``shape`` in row-major order (last dim innermost, i.e. ranks
-    adjacent). The rank groups follow from the shape: ``planner.layout.mesh_groups``."""
+    adjacent). The rank groups follow from the shape: ``planner.specs.layout.mesh_groups``."""
 
     dim_names: list[str] = Field(min_length=1, max_length=8)
     shape: list[int] = Field(min_length=1, max_length=8)
@@ -104,12 +104,12 @@ class CostInputs(Spec):
     """What priced a plan besides its model, cluster and training: the layer and network profiles the
     cost model read (null = the analytic defaults), the calibration whose residual constants it applied
     (null = none) and the cost model's version. With these,
-    ``planner.estimate`` (``planner.api.replay_request``), the trace and the dashboard reproduce the
+    ``planner.estimate`` (``planner.answer.request.replay_request``), the trace and the dashboard reproduce the
     plan's numbers exactly, as long as ``cost_model_version`` is the planner's current one."""
 
     cost_model_version: int = Field(
         ge=0,
-        description="planner.version.COST_MODEL_VERSION that priced the plan; "
+        description="planner.specs.version.COST_MODEL_VERSION that priced the plan; "
         "0 = unknown (a plan written before schema 2).",
     )
     profile: Profile | None = None
@@ -177,7 +177,7 @@ def _check_schema_version(data: object, what: str) -> None:
 def _check_schema1_groups(mesh: dict) -> None:
     """A schema-1 mesh listed its rank groups; they must be the ones its shape implies (they are
     derived now), or the plan would silently run on another layout."""
-    from planner.layout import mesh_groups  # the layout imports this module
+    from planner.specs.layout import mesh_groups  # the layout imports this module
 
     try:
         layout = MeshLayout.model_validate({"dim_names": mesh.get("dim_names"), "shape": mesh.get("shape")})
@@ -246,7 +246,7 @@ class Plan(Spec):
     @model_validator(mode="after")
     def _resolve_gpu(self) -> Plan:
         if isinstance(self.cluster.gpu, str):
-            from planner.catalog import get_gpu  # the catalog imports this module
+            from planner.specs.catalog import get_gpu  # the catalog imports this module
 
             self.cluster = self.cluster.model_copy(update={"gpu": get_gpu(self.cluster.gpu)})
         return self
@@ -283,7 +283,7 @@ class PlanResponse(Spec):
     schema_version: int = SCHEMA_VERSION
     cost_model_version: int = Field(
         ge=0,
-        description="planner.version.COST_MODEL_VERSION that answered (plans or "
+        description="planner.specs.version.COST_MODEL_VERSION that answered (plans or "
         "infeasibility); 0 = unknown (written before schema 2).",
     )
     model: ModelSpec

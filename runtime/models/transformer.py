@@ -1,6 +1,6 @@
 """The model zoo: one decoder-only transformer covering the GPT and Llama families.
 
-Module names are a contract (``planner.layout.tp_plan`` matches them, checkpoints are keyed by them):
+Module names are a contract (``planner.specs.layout.tp_plan`` matches them, checkpoints are keyed by them):
 ``embed.tok`` (+ ``embed.pos`` for GPT), ``layers.<i>.{attn_norm, attn.{wq,wk,wv,wo,core}, mlp_norm,
 mlp.{w1,w2[,w3]}}``, ``norm``, ``head``. Any of ``embed``/``norm``/``head`` may be ``None`` (a
 pipeline stage); ``forward`` skips them.
@@ -255,7 +255,7 @@ def build_layer(
 ) -> nn.Module:
     """One layer of ``kind`` ("embedding", "transformer_block", "lm_head") at its TP-sharded width
     (heads/tp, kv_heads/tp, ffn/tp, vocab/tp), e.g. for the profiler."""
-    from planner.errors import MeshplanError
+    from planner.specs.errors import MeshplanError
 
     makers = {"embedding": Embedding, "transformer_block": Block, "lm_head": LMHead}
     if kind not in makers:

@@ -1,0 +1,167 @@
+"""From a request to what prices it: the ``Context`` (catalog ids resolved, inputs checked), the
+configuration an estimate evaluates (``complete_pins``), and the request that re-prices a plan."""
+
+from __future__ import annotations
+
+from planner.answer.residual_notes import check_calibration
+from planner.compose.context import Context
+from planner.compose.cost import Candidate
+from planner.search.space import validate_pins
+from planner.specs import ParallelPins, Plan, PlanRequest, SearchOptions, rules
+from planner.specs.catalog import get_gpu, get_model
+from planner.specs.config import SCHEDULE_INFO, estimate_defaults
+from planner.specs.errors import MeshplanError
+from planner.specs.layout import even_stage_layers
+from planner.specs.stacks import resolve as resolve_stack
+
+#: Defaults of ``estimate`` for fields the request leaves out (``planner.specs.config.FIELDS``; dp, virtual_stages
+#: and stage_layers are derived, see ``complete_pins``).
+ESTIMATE_DEFAULTS = estimate_defaults()
+
+
+def parse_request(request: PlanRequest | dict) -> PlanRequest:
+    if isinstance(request, PlanRequest):
+        return request
+    return PlanRequest.model_validate(request)
+
+
+def context(request: PlanRequest) -> Context:
+    if request.profile_id is not None and request.profile is None:
+        raise MeshplanError(
+            "profile_id", "a stored profile id is only resolved by the service", "pass the Profile itself as 'profile'"
+        )
+    model = get_model(request.model)
+    gpu = get_gpu(request.cluster.gpu)
+    rules.check(rules.seq_len_fits(model, request.training.seq_len))
+    try:
+        gpu.peak_flops(request.training.precision)
+    except ValueError as exc:
+        raise MeshplanError("training.precision", str(exc), "choose a precision the GPU supports") from None
+    if request.profile is not None and request.profile.model.name != model.name:
+        raise MeshplanError(
+            "profile.model",
+            f"the profile is of {request.profile.model.name!r}, not {model.name!r}",
+            "profile the requested model",
+        )
+    if request.profile is not None:
+        check_profile_device(request.profile.device, gpu.id)
+    if request.calibration_id is not None and request.calibration is None:
+        raise MeshplanError(
+            "calibration_id",
+            "a stored calibration id is only resolved by the service",
+            "pass the Calibration itself as 'calibration' (`meshplan plan --calibration cal.json`), or send the "
+            "request to the service (POST /v1/plans), which resolves the id",
+        )
+    if request.calibration is not None:
+        check_calibration(request.calibration, gpu.id, resolve_stack(request.training.stack).id)
+    return Context(
+        model=model,
+        gpu=gpu,
+        cluster=request.cluster,
+        training=request.training,
+        profile=request.profile,
+        network=request.network,
+        memory_headroom=request.options.memory_headroom,
+        calibration=request.calibration,
+    )
+
+
+#: Profile devices that measured no time (FLOPs and bytes only): they fit any GPU.
+DEVICELESS = {"meta", "analytic"}
+
+
+def check_profile_device(device: str, gpu_id: str) -> None:
+    """A profile measured on one device prices layers with that device's times: it must be the cluster's
+    GPU. ``device`` is what the profiler recorded (``torch.cuda.get_device_name()``, e.g. 'NVIDIA H100
+    80GB HBM3', or 'cpu'); it matches ``gpu_id`` when the id's model ('h100' of 'h100-sxm5-80gb')
+    appears in it and, where both state a memory size ('80GB', '80gb'), the sizes agree."""
+    import re
+
+    name = device.lower()
+    if name in DEVICELESS or name == gpu_id.lower():  # the latter: a GPU spec named for the profiled device
+        return
+    model, *_ = gpu_id.lower().split("-")
+    stated, listed = set(re.findall(r"(\d+)\s*gb", name)), set(re.findall(r"(\d+)\s*gb", gpu_id.lower()))
+    same_model = model in re.split(r"[^a-z0-9]+", name) or model in name.replace(" ", "")
+    if same_model and (not (stated and listed) or stated & listed):
+        return
+    raise MeshplanError(
+        "profile.device",
+        f"the profile was measured on {device!r}, but the cluster's GPU is {gpu_id!r}: its times are not this GPU's",
+        f"measure the profile on the cluster's GPU ({gpu_id}: `meshplan profile model --device cuda` there), "
+        "set cluster.gpu to the profiled device, or use a meta/analytic profile (`--device meta`), which "
+        "has no times",
+    )
+
+
+def replay_request(plan: Plan) -> PlanRequest:
+    """The request that re-estimates ``plan`` with the inputs that priced it: ``estimate_plan`` of it
+    gives the plan's own estimate when ``plan.inputs.cost_model_version`` is the current one. TP
+    across nodes is allowed (the plan's own layout is being priced, not searched)."""
+    return PlanRequest(
+        model=plan.model,
+        cluster=plan.cluster,
+        training=plan.training,
+        parallel=ParallelPins(**plan.parallel.model_dump()),
+        profile=plan.inputs.profile,
+        network=plan.inputs.network,
+        calibration=plan.inputs.calibration,
+        options=SearchOptions(allow_tp_across_nodes=True, memory_headroom=plan.estimate.memory_headroom),
+    )
+
+
+def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[int]]:
+    """The configuration ``estimate`` evaluates: the pins plus ``ESTIMATE_DEFAULTS``; dp fills the
+    cluster; stage_layers default to an even split (remainder to the middle chunks)."""
+    pins = request.parallel
+    validate_pins(ctx, pins, request.options)
+    d = ESTIMATE_DEFAULTS
+    schedule = pins.schedule or d["schedule"]
+    v = pins.virtual_stages or SCHEDULE_INFO[schedule].fixed_virtual_stages or 2
+    tp = pins.tp or d["tp"]
+    if pins.pp is not None:
+        pp = pins.pp
+    elif pins.stage_layers is not None:
+        pp = max(1, len(pins.stage_layers) // v)
+    else:
+        pp = d["pp"]
+    n_gpus = ctx.num_gpus
+    if pins.dp is not None:
+        dp = pins.dp
+    else:
+        rules.check(rules.degrees_divide(tp, pp, None, n_gpus))
+        dp = n_gpus // (tp * pp)
+    rules.check(rules.degrees_product(tp, pp, dp, n_gpus))
+    mbs = pins.micro_batch_size or d["micro_batch_size"]
+    gbs = ctx.training.global_batch_size
+    rules.check(rules.batch_divides(gbs, dp, mbs))
+    m = gbs // (dp * mbs)
+    rules.check(
+        rules.schedule_priced(schedule),
+        rules.virtual_stages_fit(schedule, v),
+        rules.interleaving_needs_pipeline(pp, v),
+        rules.interleaved_microbatches_priced(schedule, pp, m),
+    )
+    short = rules.one_f_one_b_microbatches(schedule, pp, m, gbs, dp)
+    if short is not None:
+        raise short if pins.micro_batch_size is not None else rules.with_field(short, "parallel.schedule")
+    L = ctx.model.num_layers
+    rules.check(rules.pp_fits_layers(pp, v, L))
+    sp = bool((pins.sequence_parallel if pins.sequence_parallel is not None else d["sequence_parallel"]) and tp > 1)
+    rules.check(rules.sequence_parallel_splits_seq(sp, tp, ctx.training.seq_len))
+    cand = Candidate(
+        tp,
+        pp,
+        dp,
+        mbs,
+        schedule,
+        v,
+        pins.recompute or d["recompute"],
+        sp,
+        pins.zero_stage if pins.zero_stage is not None else d["zero_stage"],
+    )
+    if pins.stage_layers is not None:
+        rules.check(rules.stage_layers_count(pins.stage_layers, pp, v))
+    n = list(pins.stage_layers) if pins.stage_layers is not None else even_stage_layers(L, pp * v)
+    rules.check(rules.stage_layers_nonempty(n, ends_may_be_empty=False))
+    return cand, n

@@ -1,0 +1,36 @@
+"""The ``Context`` of one request: its inputs and device (``planner.pricing.device.Device``) and the terms
+composed from them so far, each cache keyed by what its terms depend on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from planner.pricing.device import Device
+
+if TYPE_CHECKING:
+    from planner.compose.cost import Candidate, ClassCosts
+    from planner.compose.terms import LayerGroup, SharedTerms
+
+#: (micro-batch size, tp, sequence parallel, recompute): one ``LayerGroup``.
+GroupKey = tuple[int, int, bool, str]
+#: (micro-batch size, tp, sequence parallel, recompute, ZeRO stage, dp): one ``SharedTerms``.
+SharedKey = tuple[int, int, bool, str, int, int]
+#: (ranks per pipeline stage, pp, virtual stages, p2p bytes): the lags of a class's chunk boundaries.
+LagKey = tuple[int, int, int, int]
+
+
+def _cache() -> dict:
+    return field(default_factory=dict, init=False, repr=False, compare=False)
+
+
+@dataclass
+class Context(Device):
+    """Everything fixed across candidates (``Inputs``, ``Device``) and the terms composed so far."""
+
+    groups: dict[GroupKey, LayerGroup] = _cache()
+    shared: dict[SharedKey, SharedTerms] = _cache()
+    #: ``shared`` with a host's measured pipeline-schedule work added (``terms.class_terms``).
+    piped: dict[SharedKey, SharedTerms] = _cache()
+    lags: dict[LagKey, list[int]] = _cache()
+    classes: dict[Candidate, ClassCosts] = _cache()

@@ -1,0 +1,267 @@
+"""The cost model of one configuration class: its integer coefficients (``ClassCosts``) and the exact
+objective of a complete configuration (class + stage cut, ``evaluate``).
+
+A *class* (``Candidate``) fixes everything but the stage cut: tp, pp, dp, micro-batch size,
+schedule, virtual stages, recomputation, sequence parallelism and ZeRO stage. Given the class,
+every quantity the objective needs is an integer affine function of the layer counts ``n_c`` of
+the chunks, built by one function each from the class's ``terms.SharedTerms``: chunk times
+(``chunk_times``), a rank's end of step (``terms.end_terms``) and its memory (``memory.memory_terms``).
+The simulation (``evaluate``), the brute force, the bounds and the CP-SAT model consume those very
+functions: times in nanoseconds, memory in bytes. Per-layer compute is ``planner.pricing.layer_times``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from itertools import pairwise
+
+from planner.compose.affine import Affine
+from planner.compose.context import Context
+from planner.compose.memory import rank_memory
+from planner.compose.simulate import SimResult, chunk_ranks, rank_orders, simulate
+from planner.compose.terms import EndTerms, SharedTerms, class_terms, end_terms, ns, rank_end
+from planner.pricing.comm import boundary_crosses_nodes
+from planner.pricing.host_comm import p2p
+from planner.specs import config
+
+__all__ = [
+    "Candidate",
+    "ClassCosts",
+    "Context",
+    "Evaluation",
+    "Live",
+    "boundary_lags",
+    "class_costs",
+    "evaluate",
+    "live_vectors",
+    "live_vectors_cached",
+    "num_microbatches",
+    "rank_end_terms",
+    "rank_memory",
+]
+
+
+@dataclass(frozen=True, order=True)
+class Candidate:
+    """A configuration class: a complete ParallelConfig minus ``stage_layers`` (the fields of
+    ``planner.specs.config.FIELDS``, checked below). A plain frozen dataclass: hashed and sorted in the search."""
+
+    tp: int
+    pp: int
+    dp: int
+    micro_batch_size: int
+    schedule: str
+    virtual_stages: int
+    recompute: str
+    sequence_parallel: bool
+    zero_stage: int
+
+    @property
+    def chunks(self) -> int:
+        return self.pp * self.virtual_stages
+
+    def describe(self) -> str:
+        return config.describe(self)
+
+
+config.check_fields(Candidate, class_only=True)
+
+
+@dataclass
+class ClassCosts:
+    """One class's integer coefficients. Chunk c's forward per micro-batch is ``n_c·f_layer +
+    f_extra[c]`` ns (the embedding on chunk 0, the LM head on the last), likewise backward;
+    end-of-step and memory terms come from ``shared`` through ``terms.end_terms`` and
+    ``memory.memory_terms``."""
+
+    cand: Candidate
+    shared: SharedTerms
+    m: int
+    num_layers: int
+    chunk_rank: list[int]
+    f_layer: int
+    b_layer: int
+    f_extra: list[int]
+    b_extra: list[int]
+    lag: list[int]  # p2p delay of each chunk boundary c → c+1
+    # The TP-communication part of the above, for the breakdown
+    f_layer_tp: int
+    b_layer_tp: int
+    f_extra_tp: list[int]
+    b_extra_tp: list[int]
+    # The exposed ZeRO-3 gathers/reduce-scatters within the above (data-parallel communication, for the breakdown)
+    f_layer_z3: int
+    b_layer_z3: int
+    f_extra_z3: list[int]
+    b_extra_z3: list[int]
+    #: per rank: its activation peaks, each the (chunk, copies alive) pairs (``live_vectors_cached``)
+    live: Live
+    usable_bytes: int
+    flops_layer: float  # model FLOPs (fwd+bwd incl. recompute) per layer per micro-batch, per GPU
+    flops_extra: list[float]
+
+    @property
+    def chunks(self) -> int:
+        return len(self.chunk_rank)
+
+    def rank_chunks(self, r: int) -> list[int]:
+        return self.ranks[r]
+
+    @cached_property
+    def ranks(self) -> list[list[int]]:
+        """Per pipeline rank, its chunks (rank r holds chunks r, r + pp, r + 2·pp, …)."""
+        return [list(range(r, self.chunks, self.cand.pp)) for r in range(self.cand.pp)]
+
+
+#: Per rank, the activation peaks of its schedule, each as (chunk, copies alive) pairs.
+Live = tuple[tuple[tuple[tuple[int, int], ...], ...], ...]
+
+
+@lru_cache(maxsize=4096)
+def live_vectors_cached(schedule: str, pp: int, v: int, m: int) -> Live:
+    if v == 1:  # closed forms: GPipe keeps all m, 1F1B keeps min(p - i, m) on rank i
+        return tuple(((((i, m if schedule == "gpipe" else min(pp - i, m)),),)) for i in range(pp))
+    out = []
+    for r, ops in enumerate(rank_orders(schedule, pp, v, m)):
+        alive = [0] * v  # copies alive of the rank's chunks r, r + pp, … (local index c // pp)
+        seen: tuple[int, ...] = ()  # local indices of the chunks forwarded so far, sorted
+        # each peak as the sorted (chunk, copies) of the chunks seen, memoised by the counts (the steady
+        # state repeats a few of them m·v times)
+        as_items: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, int], ...]] = {}
+        peaks: set[tuple[tuple[int, int], ...]] = set()
+        for idx, (kind, _, c) in enumerate(ops):
+            k = c // pp
+            if kind == "F":
+                if k not in seen:
+                    seen = tuple(sorted((*seen, k)))
+                alive[k] += 1
+                if idx + 1 == len(ops) or ops[idx + 1][0] == "B":  # a local maximum
+                    key = (seen, tuple(alive))
+                    items = as_items.get(key)
+                    if items is None:
+                        items = as_items[key] = tuple((x * pp + r, alive[x]) for x in seen)
+                    peaks.add(items)
+            else:
+                alive[k] -= 1
+        dicts = [dict(p) for p in peaks]
+        keep = [p for p in dicts if not any(q != p and all(q.get(c, 0) >= k for c, k in p.items()) for q in dicts)]
+        out.append(tuple(tuple(sorted(p.items())) for p in keep))
+    return tuple(out)
+
+
+def live_vectors(schedule: str, pp: int, v: int, m: int) -> list[list[dict[int, int]]]:
+    """Per rank, the non-dominated sets {chunk: activation copies alive} at the peaks of its order."""
+    return [[dict(p) for p in rank] for rank in live_vectors_cached(schedule, pp, v, m)]
+
+
+def boundary_lags(ctx: Context, c: Candidate, p2p_bytes: int) -> list[int]:
+    """The p2p delay of every chunk boundary c → c+1, ns: 0 on one rank, else one send of
+    ``p2p_bytes`` over NVLink or, when some rank pair of the boundary sits on two nodes, the network.
+    (Shared between calls: read only.)"""
+    key = (c.dp * c.tp, c.pp, c.virtual_stages, p2p_bytes)
+    lags = ctx.lags.get(key)
+    if lags is None:
+        where, g, block = chunk_ranks(c.pp, c.virtual_stages), ctx.cluster.gpus_per_node, c.dp * c.tp
+        t_intra = ns(p2p(ctx, p2p_bytes, "intra_node"))  # on a host as the run measured it (``host_comm``)
+        t_inter = ns(p2p(ctx, p2p_bytes, "inter_node"))
+        lags = ctx.lags[key] = [
+            0 if i == j else (t_inter if boundary_crosses_nodes(g, block, i, j) else t_intra)
+            for i, j in pairwise(where)
+        ]
+    return lags
+
+
+def num_microbatches(ctx: Context, c: Candidate) -> int:
+    return ctx.training.global_batch_size // (c.dp * c.micro_batch_size)
+
+
+def class_costs(ctx: Context, c: Candidate) -> ClassCosts:
+    """Build (and cache) the integer cost coefficients of one class from its shared terms."""
+    cc = ctx.classes.get(c)
+    if cc is None:
+        cc = ctx.classes[c] = _class_costs(ctx, c)
+    return cc
+
+
+def _class_costs(ctx: Context, c: Candidate) -> ClassCosts:
+    s = class_terms(ctx, c)
+    m = num_microbatches(ctx, c)
+    last = c.chunks - 1
+
+    def per_chunk(a: tuple[float, float]) -> list[float]:  # (embedding, LM head) extras on chunks 0 and last
+        out = [0.0] * c.chunks
+        out[0] += a[0]
+        out[last] += a[1]
+        return out
+
+    def extras(a: Affine) -> list[int]:
+        return a.per_chunk([0] * c.chunks)
+
+    return ClassCosts(
+        cand=c,
+        shared=s,
+        m=m,
+        num_layers=ctx.model.num_layers,
+        chunk_rank=chunk_ranks(c.pp, c.virtual_stages),
+        f_layer=s.fwd.layer,
+        b_layer=s.bwd.layer,
+        f_extra=extras(s.fwd),
+        b_extra=extras(s.bwd),
+        lag=list(boundary_lags(ctx, c, s.p2p_bytes)),
+        f_layer_tp=s.fwd_tp.layer,
+        b_layer_tp=s.bwd_tp.layer,
+        f_extra_tp=extras(s.fwd_tp),
+        b_extra_tp=extras(s.bwd_tp),
+        f_layer_z3=s.fwd_z3.layer,
+        b_layer_z3=s.bwd_z3.layer,
+        f_extra_z3=extras(s.fwd_z3),
+        b_extra_z3=extras(s.bwd_z3),
+        live=live_vectors_cached(c.schedule, c.pp, c.virtual_stages, m),
+        usable_bytes=ctx.usable_bytes,
+        flops_layer=s.flops_layer,
+        flops_extra=per_chunk((s.flops_emb, s.flops_head)),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact evaluation of a complete configuration
+
+
+@dataclass
+class Evaluation:
+    objective_ns: int  # step time
+    makespan_ns: int
+    end_ns: int  # max over ranks of exposed DP sync + optimizer (+ ZeRO-1/2 parameter all-gather)
+    end_rank: int
+    memory_bytes: list[int]  # per pipeline rank
+    fits: bool
+    sim: SimResult
+
+    @property
+    def peak_memory_bytes(self) -> int:
+        return max(self.memory_bytes)
+
+
+def chunk_times(cc: ClassCosts, n: Sequence[int]) -> tuple[list[int], list[int]]:
+    fwd = [n[c] * cc.f_layer + cc.f_extra[c] for c in range(cc.chunks)]
+    bwd = [n[c] * cc.b_layer + cc.b_extra[c] for c in range(cc.chunks)]
+    return fwd, bwd
+
+
+def rank_end_terms(cc: ClassCosts, n: Sequence[int], r: int) -> EndTerms[int]:
+    """(sync, overlap, optimizer, post) of pipeline rank r, ns."""
+    return end_terms(cc.shared, cc.cand, n, r)
+
+
+def evaluate(cc: ClassCosts, n: Sequence[int], record: bool = False) -> Evaluation:
+    """The exact objective of class + cut: simulated makespan + the slowest rank's end of step."""
+    fwd, bwd = chunk_times(cc, n)
+    c = cc.cand
+    sim = simulate(c.schedule, c.pp, c.virtual_stages, cc.m, fwd, bwd, cc.lag, record=record)
+    ends = [rank_end(rank_end_terms(cc, n, r)) for r in range(c.pp)]
+    end_rank = max(range(c.pp), key=lambda r: ends[r])
+    mem = [rank_memory(cc, n, r) for r in range(c.pp)]
+    fits = max(mem) <= cc.usable_bytes
+    return Evaluation(sim.makespan + ends[end_rank], sim.makespan, ends[end_rank], end_rank, mem, fits, sim)

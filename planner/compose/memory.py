@@ -1,0 +1,185 @@
+"""Memory per pipeline rank, per GPU: the one formula the search constrains, the bounds screen with and
+``Estimate.memory_per_stage`` itemises.
+
+* weights, gradients, optimizer states: parameters on the rank × bytes per parameter under the ZeRO
+  stage (``state_bytes``; Rajbhandari et al. 2020; 16-bit weights and gradients, K = 12 bytes of fp32
+  master weights and Adam moments, K = 8 in fp32 training; ZeRO-1 shards K, ZeRO-2 also the
+  gradients, ZeRO-3 everything, by dp);
+* activations: saved bytes per layer (from the profile or ``planner.workload.analytic``) × copies alive at
+  each of the schedule's activation peaks (1F1B: rank i holds min(pp − i, m); GPipe: m; interleaved:
+  counted from the Megatron order), plus the embedding's and the LM head's;
+* buffers: the loss's tensors on the last rank (``loss_buffer_bytes``), p2p send/recv buffers, one
+  layer's rematerialised activations under recomputation, ZeRO-3's gathered layers and gradient
+  buffers (``zero3_buffer_bytes``);
+* reserve: 1 GiB (CUDA context, NCCL and cuBLAS workspaces) + 5 % of the above (allocator
+  fragmentation); a rank fits when its tensors are at most ``usable_bytes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import TYPE_CHECKING, Generic, NamedTuple
+
+from planner.compose.affine import Count, total
+from planner.pricing.device import (  # noqa: F401 (re-exported: the memory a device keeps from tensors)
+    DEFAULT_MEMORY_HEADROOM,
+    FIXED_RESERVE_BYTES,
+    FRAGMENTATION,
+    GIB,
+    reserve_bytes,
+    usable_bytes,
+    with_reserve_gib,
+)
+from planner.specs import BYTES_PER_ELEMENT, StageMemory
+from planner.specs.stacks import Stack
+
+if TYPE_CHECKING:
+    from planner.compose.cost import Candidate, ClassCosts
+    from planner.compose.terms import SharedTerms
+
+#: Bytes of optimizer state per parameter beyond weights and gradients (ZeRO paper's K), by
+#: (optimizer, mixed precision).
+OPTIMIZER_STATE_BYTES = {("adam", True): 12, ("adam", False): 8, ("sgd", True): 8, ("sgd", False): 4}
+#: HBM bytes touched per parameter by one optimizer step (read grad, read+write master weights and
+#: states, write the 16-bit copy): Adam mixed = 2 + 8 + 8 + 8 + 2; SGD with momentum = 2 + 8 + 8 + 2.
+OPTIMIZER_STEP_BYTES = {"adam": 28, "sgd": 20}
+
+
+def loss_buffer_bytes(stack: Stack, tokens: int, vocab_local: int) -> int:
+    """Bytes the loss holds at its peak on the LM head's rank, beyond the saved activations.
+
+    * ``loss="upcast"`` (torchtitan, train.py at 9dec370: ``cross_entropy(pred.flatten(0, 1).float(),
+      labels)``, then ``del pred`` before ``loss.backward()``; the bundled runtime's ``runtime.job.loss_fn``
+      is the same): the backward of the loss holds three fp32 [T, V/t] tensors at once — log_softmax's
+      output (kept for backward), nll_loss's dense gradient (``zeros_like`` + scatter) and log_softmax's
+      gradient; the forward holds less (bf16 logits + fp32 copy + log_softmax output = 10 bytes per logit
+      against 12). Measured for the bundled runtime on an H200 (``bench/gpu/memory_phases.py``): the
+      step's peak is in the first block's backward after the loss's, 11.7 GiB above the saved activations
+      for 1.05 G logits (12 bytes each);
+    * other stacks: the fp32 logits of the loss (one [T, V/t] fp32 tensor)."""
+    per_logit = 12 if stack.loss == "upcast" else 4
+    return tokens * vocab_local * per_logit
+
+
+def zero3_buffer_bytes(stack: Stack, block_params: int, elt: int) -> int:
+    """Bytes ZeRO-3 / FSDP holds beyond the shards, for one transformer block of ``block_params``:
+
+    * ``reduce_dtype="fp32"`` (FSDP2 as torchtitan runs it, ``reduce_dtype=torch.float32``): the block
+      being computed and the next one prefetched (FSDP2 always prefetches the next all-gather: torchtitan
+      docs/fsdp.md), unsharded in the training precision, plus one block's unsharded gradient in the
+      training precision and its fp32 copy, the reduce-scatter input: p·(3e + 4). At the loss, the
+      "current" block is the last one, which torchtitan does not reshard after forward
+      (``reshard_after_forward = int(layer_id) < len(model.layers) - 1``, parallelize_llama.py);
+    * otherwise two gathered blocks, weights and gradients: 4·p·e."""
+    if stack.reduce_dtype == "fp32":
+        return block_params * (3 * elt + 4)
+    return 2 * block_params * 2 * elt
+
+
+class StateBytes(NamedTuple):
+    """Bytes per parameter on one GPU, by kind, under a ZeRO stage."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer
+
+
+def fsdp2_mixed_precision(layout: str, precision: str) -> bool:
+    """Whether the states are FSDP2's under its mixed-precision policy (``state_bytes``): there ZeRO-1 and
+    ZeRO-2 are one wrapper with one layout (``space.zero_stages``)."""
+    return layout == "fsdp2" and precision != "fp32"
+
+
+@lru_cache(maxsize=256)
+def state_bytes(precision: str, optimizer: str, zero_stage: int, dp: int, layout: str = "master") -> StateBytes:
+    """Bytes per parameter of weights, gradients and optimizer states on one GPU, sharded by dp per ZeRO
+    stage, as the stack holds them (``Stack.param_layout``):
+
+    * ``"master"`` (and any fp32 training): weights and gradients in the training precision, optimizer
+      states per ``OPTIMIZER_STATE_BYTES`` (mixed precision = any precision but fp32 keeps fp32 master
+      weights there);
+    * ``"fsdp2"`` with mixed precision (FSDP2's ``MixedPrecisionPolicy(param_dtype=bf16,
+      reduce_dtype=fp32)``, as the bundled runtime applies it): the fp32 parameters are the master weights
+      (4 bytes, sharded from ZeRO-1 on: ``fully_shard``), their bf16 copy stays unsharded from forward to
+      backward below ZeRO-3 (2 bytes; ZeRO-3 reshards after forward: ``zero3_buffer_bytes``), fp32 gradients
+      (4 bytes; whole below ZeRO-3, where the runtime accumulates the micro-batches' before one reduction:
+      ``runtime.job.defer_gradient_sync``; sharded at ZeRO-3), the optimizer's moments only (``OPTIMIZER_STATE_BYTES`` of fp32 training). Measured for ZeRO-0 on an H200: 18 bytes
+      per parameter (docs/validation.md "On a GPU")."""
+    d = dp
+    if fsdp2_mixed_precision(layout, precision):
+        k = OPTIMIZER_STATE_BYTES[(optimizer, False)]
+        if zero_stage == 0:
+            return StateBytes(4 + 2, 4, k)
+        if zero_stage < 3:  # the gradients accumulate whole until the step's reduce-scatter (runtime.job)
+            return StateBytes(4 / d + 2, 4, k / d)
+        return StateBytes(4 / d, 4 / d, k / d)
+    e = BYTES_PER_ELEMENT[precision]
+    k = OPTIMIZER_STATE_BYTES[(optimizer, precision != "fp32")]
+    return StateBytes(*{0: (e, e, k), 1: (e, e, k / d), 2: (e, e / d, k / d), 3: (e / d, e / d, k / d)}[zero_stage])
+
+
+class MemoryTerms(NamedTuple, Generic[Count]):
+    """Tensor bytes of one pipeline rank: ``states + activations[i] + buffers`` at its i-th peak."""
+
+    states: Count
+    activations: list[Count]  # per activation peak of the rank's schedule
+    buffers: int
+
+
+def peaks(t: MemoryTerms[Count]) -> list[Count]:
+    """The rank's tensor bytes at each activation peak."""
+    return [t.states + a + t.buffers for a in t.activations]
+
+
+def rank_states(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int) -> Count:
+    """Model states of rank r of class ``c`` at the cut ``n``: rank r holds chunks r, r + pp, …, the
+    embedding on rank 0 and the LM head (unless tied to it) on rank pp − 1."""
+    return s.states.at(total(n[r :: c.pp]), r == 0, r == c.pp - 1 and s.own_head(c))
+
+
+def rank_buffers(s: SharedTerms, c: Candidate, r: int) -> int:
+    """Buffers that do not scale with the cut: one rematerialised layer, two ZeRO-3-gathered layers,
+    p2p send/recv, and the fp32 logits on the LM head's rank (pp − 1)."""
+    return s.recompute_tmp + s.z3_tmp + (2 * s.p2p_bytes if c.pp > 1 else 0) + (s.logits_fp32 if r == c.pp - 1 else 0)
+
+
+def rank_activations(s: SharedTerms, c: Candidate, n: Sequence[Count], peak: tuple[tuple[int, int], ...]) -> Count:
+    """Saved activations at one activation peak, (chunk, copies alive) pairs: the embedding's with
+    chunk 0, the LM head's with the last chunk."""
+    last = c.chunks - 1
+    return total([k * s.acts.at(n[ch], ch == 0, ch == last) for ch, k in peak])
+
+
+def memory_terms(
+    s: SharedTerms, c: Candidate, n: Sequence[Count], r: int, live: tuple[tuple[tuple[int, int], ...], ...]
+) -> MemoryTerms[Count]:
+    """Rank r of class ``c`` at the cut ``n``; ``live``: the rank's activation peaks
+    (``cost.live_vectors_cached``)."""
+    return MemoryTerms(rank_states(s, c, n, r), [rank_activations(s, c, n, vec) for vec in live], rank_buffers(s, c, r))
+
+
+def rank_memory(cc: ClassCosts, n: Sequence[int], r: int) -> int:
+    """Peak tensor bytes of rank r (what must fit in ``usable_bytes``)."""
+    s, c = cc.shared, cc.cand  # = max(peaks(memory_terms(...))), without building the terms
+    return rank_states(s, c, n, r) + max([rank_activations(s, c, n, vec) for vec in cc.live[r]]) + rank_buffers(s, c, r)
+
+
+def stage_memory(cc: ClassCosts, n: list[int], r: int) -> StageMemory:
+    t = memory_terms(cc.shared, cc.cand, n, r, cc.live[r])
+    tensors = max(peaks(t))
+    per = cc.shared.state_bytes  # the states split in the ratio of their bytes per parameter
+    s = per.total
+    return StageMemory(
+        weights_gib=t.states * per.weights / s / GIB if s else 0.0,
+        gradients_gib=t.states * per.gradients / s / GIB if s else 0.0,
+        optimizer_gib=t.states * per.optimizer / s / GIB if s else 0.0,
+        activations_gib=max(t.activations) / GIB,
+        buffers_gib=t.buffers / GIB,
+        reserve_gib=reserve_bytes(tensors) / GIB,
+        total_gib=with_reserve_gib(tensors),
+    )

@@ -1,0 +1,390 @@
+"""The integer terms a configuration class shares with every class of the same (micro-batch size, tp,
+sequence parallelism, recomputation, ZeRO stage, dp) — ``shared_terms``, computed once each — and the
+one formula of a pipeline rank's end-of-step term built from them (``end_terms``).
+
+Every term is ``affine.Affine``: a constant, a coefficient per transformer layer, and the extras of the
+embedding and the LM head, so a chunk's or a rank's value is affine in its layer count. The same
+functions take a cut (ints: ``cost.evaluate``, the bounds) or CP-SAT variables (the cut solver's
+model): one formula, whatever consumes it. Times are integer nanoseconds, memory integer bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Generic, NamedTuple
+
+from planner.compose.affine import Affine, Count, total
+from planner.compose.context import Context
+from planner.compose.memory import OPTIMIZER_STEP_BYTES, StateBytes, loss_buffer_bytes, state_bytes, zero3_buffer_bytes
+from planner.pricing.comm import dp_group_in_node, dp_ranks_per_node, layer_collectives
+from planner.pricing.gpu import hbm_efficiency
+from planner.pricing.host import host_dispatch, host_fsdp_hooks, host_slowdown
+from planner.pricing.host_comm import dp_collective, host_step_end, pipeline_action, tp_collective
+from planner.pricing.layer_times import layer_times
+from planner.workload.ops import block_linears
+
+if TYPE_CHECKING:
+    from planner.compose.cost import Candidate
+
+NS = 1e9
+
+#: Compute that runs under a collective runs slower: the NCCL kernels hold SMs (one CTA per channel) for
+#: the whole collective, whatever the link, and share HBM. The fraction of the overlapped time added to the
+#: compute: measured, compute overlapped with communication ran on average 18.9 % slower on
+#: A100/H100/MI250/MI210 (Lee et al., "Characterizing Compute-Communication Overlap in GPU-Accelerated
+#: Distributed Deep Learning", arXiv 2507.03114).
+OVERLAP_SLOWDOWN = 0.189
+
+
+#: HBM bytes per parameter of the optimizer step besides the update (``memory.OPTIMIZER_STEP_BYTES``): the
+#: gradient-norm pass of gradient clipping reads the fp32 main gradients (4; Megatron-LM ``clip_grad`` 1.0 in
+#: its examples, torchtitan ``max_norm`` 1.0); with fp16 the loss-scale unscale and inf/NaN check reads and
+#: writes them (8; ``torch._amp_foreach_non_finite_check_and_unscale_``, Megatron-LM megatron/optimizer/optimizer.py).
+OPTIMIZER_EXTRA_BYTES = 4
+LOSS_SCALE_BYTES = 8
+
+
+def grad_bucket_params(dp: int) -> int:
+    """Parameters per data-parallel gradient bucket: Megatron-core's default max(40M, 1M·dp)
+    (megatron/core/distributed/distributed_data_parallel_config.py ``bucket_size``); one collective each."""
+    return max(40_000_000, 1_000_000 * dp)
+
+
+def overlapped(work: float, comm: float, slowdown: float) -> float:
+    """Seconds of ``work`` run beside a collective of ``comm`` seconds on another stream: the longer of the
+    two, the work slowed by ``slowdown`` × the time they overlap."""
+    return max(work + slowdown * min(work, comm), comm)
+
+
+def ns(seconds: float) -> int:
+    return round(seconds * NS)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedTerms:
+    """The parts of a class's costs that do not depend on pp, the schedule or the cut."""
+
+    #: ns per micro-batch of a chunk: compute + blocking TP comm (+ ZeRO-3 gathers beyond it)
+    fwd: Affine
+    bwd: Affine  # including recomputation
+    #: the TP-communication part of ``fwd``/``bwd`` (for the breakdown)
+    fwd_tp: Affine
+    bwd_tp: Affine
+    #: the ZeRO-3 part of ``fwd``/``bwd``: its per-layer parameter gathers (and gradient reduce-scatters)
+    #: beyond the layer's compute + TP comm, i.e. the exposed data-parallel communication (for the breakdown)
+    fwd_z3: Affine
+    bwd_z3: Affine
+    #: bytes: model states of the rank's parameters; saved activations per live micro-batch copy
+    states: Affine
+    acts: Affine
+    #: ns at the end of the step: DP gradient sync, optimizer step, ZeRO-1/2 parameter all-gather
+    sync: Affine
+    opt: Affine
+    post: Affine
+    state_bytes: StateBytes  # per parameter, by kind
+    act: int  # one residual-stream tensor, bytes
+    p2p_bytes: int  # one pipeline send (the activation, sequence-sharded with SP)
+    logits_fp32: int
+    recompute_tmp: int
+    z3_tmp: int
+    tie_embeddings: bool
+    #: whether the stack overlaps the DP gradient sync with the rank's last backward (``planner.specs.stacks``)
+    overlap_grad_reduce: bool
+    #: with ``overlap_grad_reduce``: the part of the last backward that hides the sync, (1 − σ)·bwd, and the
+    #: least an overlapped sync costs, σ·sync (σ = ``OVERLAP_SLOWDOWN``: the compute under the sync is
+    #: slowed by σ of the overlapped time); both NOTHING when the stack does not overlap it
+    hidden_bwd: Affine
+    sync_slowdown: Affine
+    flops_layer: float  # model FLOPs (fwd+bwd incl. recompute) per micro-batch, per GPU
+    flops_emb: float
+    flops_head: float
+
+    def own_head(self, c: Candidate) -> bool:
+        """Whether the LM head has parameters of its own (tied to the embedding on a single chunk)."""
+        return not self.tie_embeddings or c.pp * c.virtual_stages > 1
+
+
+def shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero_stage: int, dp: int) -> SharedTerms:
+    key = (mbs, tp, sp, recompute, zero_stage, dp)
+    s = ctx.shared.get(key)
+    if s is None:
+        s = ctx.shared[key] = _shared_terms(ctx, mbs, tp, sp, recompute, zero_stage, dp)
+    return s
+
+
+def class_terms(ctx: Context, c: Candidate) -> SharedTerms:
+    """``shared_terms`` of the class; pipelined on a host, every chunk's forward and backward per micro-batch
+    + the schedule's measured host work per action (``host_comm.pipeline_action``)."""
+    s = shared_terms(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp)
+    action = ns(pipeline_action(ctx)) if c.pp * c.virtual_stages > 1 else 0
+    if not action:
+        return s
+    key = (c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp)
+    piped = ctx.piped.get(key)
+    if piped is None:
+        more = Affine(const=action)
+        piped = ctx.piped[key] = replace(s, fwd=s.fwd.plus(more), bwd=s.bwd.plus(more))
+    return piped
+
+
+@dataclass(frozen=True, slots=True)
+class LayerGroup:
+    """Per micro-batch, one GPU, for one (micro-batch size, tp, sequence parallelism, recomputation):
+    the block, embedding and LM head (in that order) — their compute + blocking TP comm (s), the TP
+    part, parameters and the layer profiles. What ``shared_terms`` builds on for every ZeRO stage and dp."""
+
+    work_f: tuple[float, float, float]
+    work_b: tuple[float, float, float]
+    fwd: Affine  # ``work_f`` in ns (the chunk terms without ZeRO-3)
+    bwd: Affine
+    fwd_tp: Affine  # the TP part, ns
+    bwd_tp: Affine
+    params: tuple[int, int, int]
+    act: int  # one residual-stream tensor, bytes
+    recompute_tmp: int
+    logits_fp32: int
+    acts: Affine
+    flops: tuple[float, float, float]
+
+
+def layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> LayerGroup:
+    key = (mbs, tp, sp, recompute)
+    lg = ctx.groups.get(key)
+    if lg is None:
+        lg = ctx.groups[key] = _layer_group(ctx, mbs, tp, sp, recompute)
+    return lg
+
+
+def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> LayerGroup:
+    model, seq = ctx.model, ctx.training.seq_len
+    blk = layer_times(ctx, "transformer_block", mbs, tp, sp, recompute)
+    emb = layer_times(ctx, "embedding", mbs, tp, sp, "none")
+    head = layer_times(ctx, "lm_head", mbs, tp, sp, "none")
+    lp_blk = ctx.layer("transformer_block", mbs, tp, sp)
+    lp_emb = ctx.layer("embedding", mbs, tp, sp)
+    lp_head = ctx.layer("lm_head", mbs, tp, sp)
+
+    # --- tensor-parallel communication (blocking, on the compute stream, Megatron-style)
+    act = mbs * seq * model.hidden_size * ctx.elt  # one residual-stream tensor
+    # one blocking TP collective (on a host device, as the run measured it in the step: ``host_comm``)
+    ar = tp_collective(ctx, "all_reduce", act, tp)
+    half = tp_collective(ctx, "reduce_scatter", act, tp)  # = all-gather
+    # a host device's measured DTensor dispatch (``GpuSpec.host_dispatch``; none on a GPU): each DTensor
+    # linear beyond a plain one
+    hd = host_dispatch(ctx) if tp > 1 else None
+    cs = ctx.residuals.compute_scale  # on a host the processor that computes also dispatches
+    # on a host with SP each block all-reduce is an all-gather and a reduce-scatter, two blocking
+    # collectives with their own latency (α-bound at these sizes), where a GPU ring all-reduce's time is theirs
+    blk_ar = 2 * half if hd is not None and sp else ar
+    blk_tp_f = 2 * blk_ar
+    blk_tp_b = 2 * blk_ar + (2 * blk_ar if recompute == "full" else 0.0)
+    if hd is not None:
+        lin = block_linears(model)
+        # the bundled runtime's backward, as it runs (counted per step on this host): one all-reduce of the
+        # input gradient per column-parallel linear (each its own DTensor input: wq, wk, wv, w1 (+ w3)), and
+        # with SP the all-gathers of the row-parallel outputs' gradients
+        blk_tp_b = (lin - 2) * ar + (2 * half if sp else 0.0) + (blk_tp_f if recompute == "full" else 0.0)
+        blk_tp_f += cs * lin * hd.tp_linear_fwd_us * 1e-6
+        blk_tp_b += cs * lin * (hd.tp_linear_bwd_us + (hd.tp_linear_fwd_us if recompute == "full" else 0.0)) * 1e-6
+    vocab_parallel = model.vocab_size % tp == 0
+    if tp > 1 and vocab_parallel:
+        emb_tp_f, emb_tp_b = (half, half) if sp else (ar, 0.0)
+        head_tp_f, head_tp_b = (half, half) if sp else (0.0, ar)
+        head_tp_f += tp_collective(ctx, "all_reduce", mbs * seq * 3 * 4, tp, in_step_extra=False)  # max/sum/target
+    else:
+        emb_tp_f = emb_tp_b = 0.0
+        head_tp_f = head_tp_b = half if sp else 0.0
+    vocab_local = model.vocab_size // tp if vocab_parallel else model.vocab_size
+    saved = lp_blk.saved_activation_bytes
+    work_f = (blk.fwd + blk_tp_f, emb.fwd + emb_tp_f, head.fwd + head_tp_f)
+    work_b = (blk.bwd + blk_tp_b, emb.bwd + emb_tp_b, head.bwd + head_tp_b)
+    return LayerGroup(
+        work_f=work_f,
+        work_b=work_b,
+        fwd=Affine(0, *map(ns, work_f)),
+        bwd=Affine(0, *map(ns, work_b)),
+        fwd_tp=Affine(0, ns(blk_tp_f), ns(emb_tp_f), ns(head_tp_f)),
+        bwd_tp=Affine(0, ns(blk_tp_b), ns(emb_tp_b), ns(head_tp_b)),
+        params=(lp_blk.param_count, lp_emb.param_count, lp_head.param_count),
+        act=act,
+        recompute_tmp={"none": 0, "selective": max(0, saved.none - saved.selective), "full": saved.none}[recompute],
+        logits_fp32=loss_buffer_bytes(ctx.stack, mbs * seq, vocab_local),  # the loss's tensors (stack's)
+        acts=Affine(
+            0, int(saved.for_mode(recompute)), lp_emb.saved_activation_bytes.none, lp_head.saved_activation_bytes.none
+        ),
+        flops=(blk.flops_fwd + blk.flops_bwd, emb.flops_fwd + emb.flops_bwd, head.flops_fwd + head.flops_bwd),
+    )
+
+
+NOTHING = Affine()
+
+
+def scaled(a: Affine, factor: float) -> Affine:
+    if a == NOTHING:
+        return a
+    c, layer, emb, head = a
+    return Affine(round(c * factor), round(layer * factor), round(emb * factor), round(head * factor))
+
+
+def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero_stage: int, dp: int) -> SharedTerms:
+    lg = layer_group(ctx, mbs, tp, sp, recompute)
+    tr, cm, e = ctx.training, ctx.comm, ctx.elt
+    p_blk, p_emb, p_head = lg.params
+
+    # --- ZeRO-3: parameters gathered per micro-batch (fwd and bwd), gradients reduce-scattered; prefetched on a
+    # side stream, so a layer costs the longer of its compute + TP comm (slowed while they overlap: ``overlapped``)
+    # and its collectives — on a host their sum: FSDP2 calls gloo's collectives synchronously, the processor waits
+    g = ctx.cluster.gpus_per_node
+    dp_link = "intra_node" if dp_group_in_node(g, ctx.num_gpus, dp, tp) else "inter_node"
+    m = dp_ranks_per_node(g, dp, tp)
+    slow = OVERLAP_SLOWDOWN
+    hd = host_dispatch(ctx)
+
+    def per_module(name: str, nbytes: float) -> list[float]:  # on a host, one per FSDP2-wrapped module
+        return layer_collectives(
+            lambda b: dp_collective(ctx, name, b, dp, dp_link, m), lg.params, nbytes, hd is not None
+        )
+
+    fwd, bwd, z3_tmp, fwd_z3, bwd_z3 = lg.fwd, lg.bwd, 0, NOTHING, NOTHING
+    if zero_stage == 3 and dp > 1:
+        gather, scatter = per_module("all_gather", e), per_module("reduce_scatter", e)
+        join = (lambda w, t: w + t) if hd is not None else (lambda w, t: overlapped(w, t, slow))
+        fwd = Affine(0, *(ns(join(w, t)) for w, t in zip(lg.work_f, gather)))
+        bwd = Affine(0, *(ns(join(w, t + u)) for w, t, u in zip(lg.work_b, gather, scatter)))
+        z3_tmp = zero3_buffer_bytes(ctx.stack, p_blk, e)  # gathered layers, gradient buffers (stack's)
+        fwd_z3, bwd_z3 = Affine(*(a - b for a, b in zip(fwd, lg.fwd))), Affine(*(a - b for a, b in zip(bwd, lg.bwd)))
+
+    # --- a host device's FSDP2 hooks (``GpuSpec.host_dispatch``; none on a GPU): the bundled runtime wraps
+    # every block and the chunk (``replicate``/``fully_shard``, any ZeRO stage) when dp > 1; per micro-batch
+    if hd is not None and dp > 1:
+        cs = ctx.residuals.compute_scale  # on a host the processor that computes also dispatches
+        hooks = [host_fsdp_hooks(ctx, kind) for kind in ("transformer_block", "embedding", "lm_head")]
+        fwd = fwd.plus(Affine(0, *(ns(cs * f) for f, _ in hooks)))
+        bwd = bwd.plus(Affine(0, *(ns(cs * b) for _, b in hooks)))
+
+    # --- memory (bytes per GPU)
+    per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp, ctx.stack.param_layout)
+    per = per_param.total
+
+    # --- end of step: DP gradient sync (overlapped with the rank's last backward), optimizer step.
+    # The sync runs in gradient buckets (``grad_bucket_params``; the whole model when smaller): its time is
+    # the rank's bytes at the rate of one bucket's collective.
+    total = p_blk * ctx.model.num_layers + p_emb + p_head
+
+    def collective(name: str, nbytes_per_param: float) -> Affine:
+        if dp == 1:
+            return NOTHING
+        if hd is not None:  # the runtime's FSDP2 wrappers: a blocking collective per wrapped module
+            return Affine(0, *map(ns, per_module(name, nbytes_per_param)))
+        bucket = min(grad_bucket_params(dp), total) * nbytes_per_param
+        per_byte = cm.time(name, bucket, dp, dp_link, m) / bucket
+        return Affine(
+            0,
+            ns(per_byte * p_blk * nbytes_per_param),
+            ns(per_byte * p_emb * nbytes_per_param),
+            ns(per_byte * p_head * nbytes_per_param),
+        )
+
+    if zero_stage == 0:
+        sync, post = collective("all_reduce", e), NOTHING
+    elif zero_stage in (1, 2):
+        sync, post = collective("reduce_scatter", e), collective("all_gather", e)
+    else:
+        sync = post = NOTHING
+    # optimizer step: memory-bound multi-tensor kernels over the (sharded) states at achieved HBM bandwidth
+    shard = dp if zero_stage >= 1 else 1
+    upd = (
+        OPTIMIZER_STEP_BYTES[tr.optimizer] + OPTIMIZER_EXTRA_BYTES + (LOSS_SCALE_BYTES if tr.precision == "fp16" else 0)
+    )
+    hbm = ctx.gpu.hbm_bandwidth_GBps * 1e9 * hbm_efficiency(p_blk / shard * upd)
+
+    # + a host device's optimizer and gradient-clip dispatch, and the step-end collectives (none on a GPU)
+    host_opt, host_once = host_step_end(
+        ctx, tp, sp, dp, zero_stage, lambda b: dp_collective(ctx, "all_reduce", b, dp, dp_link, m)
+    )
+
+    return SharedTerms(
+        fwd=fwd,
+        bwd=bwd,
+        fwd_tp=lg.fwd_tp,
+        bwd_tp=lg.bwd_tp,
+        fwd_z3=fwd_z3,
+        bwd_z3=bwd_z3,  # TP comm is within the layer time: never exposed beyond it
+        states=Affine(0, math.ceil(p_blk * per), math.ceil(p_emb * per), math.ceil(p_head * per)),
+        acts=lg.acts,
+        sync=sync,
+        post=post,
+        # + the ``step_overhead_s`` residual once per step (every rank's end term holds it; the step takes the max),
+        # host work: slowed on a host whose ranks share its cores (``host_slowdown``)
+        opt=Affine(
+            ns(ctx.residuals.step_overhead_s * host_slowdown(ctx)) + ns(host_once),
+            ns(p_blk / shard * upd / hbm) + ns(host_opt[0]),
+            ns(p_emb / shard * upd / hbm) + ns(host_opt[1]),
+            ns(p_head / shard * upd / hbm) + ns(host_opt[2]),
+        ),
+        state_bytes=per_param,
+        act=lg.act,
+        p2p_bytes=lg.act // tp if sp else lg.act,
+        logits_fp32=lg.logits_fp32,
+        recompute_tmp=lg.recompute_tmp,
+        z3_tmp=z3_tmp,
+        tie_embeddings=ctx.model.tie_embeddings,
+        overlap_grad_reduce=ctx.stack.overlap_grad_reduce,
+        hidden_bwd=scaled(bwd, 1 - slow) if ctx.stack.overlap_grad_reduce else NOTHING,
+        sync_slowdown=scaled(sync, slow) if ctx.stack.overlap_grad_reduce else NOTHING,
+        flops_layer=lg.flops[0],
+        flops_emb=lg.flops[1],
+        flops_head=lg.flops[2],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The end of the step on one pipeline rank
+
+
+class EndTerms(NamedTuple, Generic[Count]):
+    """Pipeline rank r's end of step, ns: its DP gradient sync overlaps its last backward b (chunk r) when
+    the stack overlaps it (``Stack.overlap_grad_reduce``; else ``overlap`` and ``slowed`` are 0), then the
+    optimizer step, then the ZeRO-1/2 parameter all-gather. Overlapped compute runs σ slower over the time
+    it shares with the sync (``OVERLAP_SLOWDOWN``), so the sync costs max(0, sync − b) + σ·min(sync, b)
+    = max(σ·sync, sync − (1 − σ)·b): ``overlap`` = (1 − σ)·b and ``slowed`` = σ·sync."""
+
+    sync: Count
+    overlap: Count
+    optimizer: Count
+    post: Count
+    slowed: Count = 0  # type: ignore[assignment]
+
+
+def end_parts(t: EndTerms[Count]) -> list[Count]:
+    """The rank's end term is the max of these: ``max(slowed, sync − overlap) + optimizer + post``."""
+    done = t.optimizer + t.post
+    if isinstance(t.sync, int) and t.sync == 0:  # nothing to sync
+        return [done]
+    return [done + t.slowed, t.sync - t.overlap + done]
+
+
+def end_terms(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int) -> EndTerms[Count]:
+    """The end terms of rank r of class ``c`` at the cut ``n`` (rank r holds chunks r, r + pp, …;
+    the embedding is on rank 0, the LM head on rank pp − 1)."""
+    layers = total(n[r :: c.pp])
+    emb, head = r == 0, r == c.pp - 1 and s.own_head(c)
+    return EndTerms(
+        s.sync.at(layers, emb, head),
+        s.hidden_bwd.at(n[r], r == 0, r == c.chunks - 1),
+        s.opt.at(layers, emb, head),
+        s.post.at(layers, emb, head),
+        s.sync_slowdown.at(layers, emb, head),
+    )
+
+
+def rank_end(t: EndTerms[int]) -> int:
+    return max(end_parts(t))
+
+
+def exposed_sync(t: EndTerms[int]) -> int:
+    """The DP sync on the critical path (the sync beyond its overlap or the slowdown of the compute under
+    it, and the ZeRO all-gather)."""
+    return max(t.slowed, t.sync - t.overlap) + t.post

@@ -1,0 +1,191 @@
+"""Per-op kernel times of one layer (issue 11 §1): GEMMs by shape (wave and tile quantization over the
+GPU's SMs, on a cited large-GEMM ceiling), the attention core by the stack's kernel, memory-bound ops at
+achieved HBM bandwidth by transfer size, kernel launches. ``planner.pricing.layer_times`` sums them per
+layer; every constant is listed with its source in ``docs/planner.md``."""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from planner.pricing.host import host_slowdown, runs_on_host
+from planner.workload.analytic import FLASH_BWD_RATIO
+from planner.workload.ops import attention_core_flops, elementwise_bytes, gemm_shapes
+
+if TYPE_CHECKING:
+    from planner.pricing.device import Device
+
+
+#: Output tile of a BF16/FP16 tensor-core GEMM kernel (CUTLASS/cuBLAS Ampere and Hopper kernels use
+#: 128×128 and 128×256 CTA tiles; NVIDIA "Matrix Multiplication Background User's Guide", §§2-3): the
+#: tiles ⌈M/128⌉·⌈N/128⌉ run in waves over the SMs (``catalog.SM_COUNT``, one CTA per SM), and a
+#: partial last wave or a padded edge tile does no useful work.
+TILE = (128, 128)
+
+
+#: Achieved fraction of the datasheet HBM bandwidth by bytes moved per kernel (Calculon,
+#: calculon-ai/calculon systems/a100_80g.json and h100_80g_nvl8.json ``mem1.MB_efficiency``):
+#: (lower bound in bytes, efficiency), largest first.
+HBM_EFFICIENCY = ((100e6, 0.90), (10e6, 0.75), (1e6, 0.60), (0.0, 0.30))
+
+
+#: FlashAttention-2 forward+backward, causal, BF16, TFLOP/s by sequence length (batch·seq = 16k,
+#: hidden 2048), with FlashAttention's causal FLOP count (half the square): Dao-AILab/flash-attention
+#: ``assets/flash2_a100_fwd_bwd_benchmark.png`` (head dim 64 and 128) and
+#: ``assets/flash2_h100_fwd_bwd_benchmark.png`` (head dim 128), by GPU family and head dim.
+FLASH_CAUSAL_TFLOPS: dict[tuple[str, int], tuple[tuple[int, float], ...]] = {
+    ("a100", 64): ((512, 88), (1024, 119), (2048, 140), (4096, 156), (8192, 165), (16384, 171)),
+    ("a100", 128): ((512, 99), (1024, 133), (2048, 155), (4096, 173), (8192, 182), (16384, 189)),
+    ("h100", 128): ((512, 163), (1024, 221), (2048, 265), (4096, 294), (8192, 308), (16384, 328)),
+}
+
+
+#: H200 has H100's SMs and clocks (catalog): it uses H100's attention rates.
+FLASH_FAMILY = {"a100": "a100", "h100": "h100", "h200": "h100"}
+
+
+#: Dense BF16 peak (TFLOP/s) of the part each ``FLASH_CAUSAL_TFLOPS`` table was measured on (A100 SXM4,
+#: H100 SXM5 datasheets): a GPU of the family with another tensor clock (e.g. a power-capped part,
+#: ``catalog``) gets the table × its peak ÷ this.
+FLASH_REFERENCE_PEAK = {"a100": 312.0, "h100": 989.4}
+
+
+@lru_cache(maxsize=4096)
+def hbm_efficiency(nbytes: float) -> float:
+    return next(eff for lo, eff in HBM_EFFICIENCY if nbytes >= lo)
+
+
+def hbm_time(ctx: Device, nbytes: float) -> float:
+    """Seconds to move ``nbytes`` in one kernel at the achieved HBM bandwidth for that size. A host device's
+    bandwidth is already an achieved rate (``runtime.report.host_spec``: a 64 MiB copy; smaller transfers
+    stay in its caches), so no GPU size curve applies to it."""
+    eff = 1.0 if runs_on_host(ctx) else hbm_efficiency(nbytes)
+    return nbytes / (ctx.gpu.hbm_bandwidth_GBps * 1e9 * eff) if nbytes > 0 else 0.0
+
+
+def wave_efficiency(m: int, n: int, sms: int | None, batch: int = 1) -> float:
+    """Useful fraction of the tensor-core work of an M×N output (``batch`` of them in one kernel) tiled
+    by ``TILE`` and scheduled in waves over ``sms`` SMs: (M·N ÷ padded tiles' area) × (tiles ÷ waves·SMs).
+    1.0 when the SM count is unknown."""
+    tm, tn = TILE
+    gm, gn = -(-m // tm), -(-n // tn)
+    pad = (m * n) / (gm * tm * gn * tn)
+    if sms is None:
+        return pad
+    tiles = gm * gn * batch
+    waves = -(-tiles // sms)
+    return pad * tiles / (waves * sms)
+
+
+def gemm_time(ctx: Device, m: int, n: int, k: int, count: int = 1, batched: bool = False) -> float:
+    """Seconds of ``count`` M×N×K GEMMs (one batched kernel when ``batched``): the larger of their FLOPs at
+    the large-GEMM ceiling × the wave/tile efficiency, and their operand and result bytes at achieved HBM."""
+    sms = ctx.sm_count
+    if batched:
+        eff, calls = wave_efficiency(m, n, sms, count), 1
+    else:
+        eff, calls = wave_efficiency(m, n, sms), count
+    if runs_on_host(ctx):  # the host's rate is an achieved matmul rate (host_spec), not tensor-core tiles
+        eff = 1.0 / ctx.gemm_efficiency
+    fl = 2.0 * m * n * k * count
+    by = (m * k + k * n + m * n) * ctx.elt * count
+    return max(fl / (ctx.peak * ctx.gemm_efficiency * eff), calls * hbm_time(ctx, by / calls))
+
+
+def linear_times(ctx: Device, kind: str, tokens: int, tp: int) -> tuple[float, float, float]:
+    """(forward s, backward s, forward FLOPs) of the layer's linear GEMMs: forward Y = X·W (M×N×K);
+    backward the data gradient (M×K×N) and the weight gradient (K×N×M, reduced over the tokens)."""
+    f = b = flops = 0.0
+    for m, n, k, c in gemm_shapes(ctx.model, kind, tokens, tp):
+        f += gemm_time(ctx, m, n, k, c)
+        b += gemm_time(ctx, m, k, n, c) + gemm_time(ctx, k, n, m, c)
+        flops += 2.0 * m * n * k * c
+    return f, b, flops
+
+
+def elementwise_time(ctx: Device, kind: str, mbs: int, tp: int, sp: bool) -> float:
+    """Forward seconds of the memory-bound ops, each kernel moving about one residual-stream tensor in and out."""
+    nbytes = elementwise_bytes(ctx, kind, mbs, tp, sp)
+    stream = mbs * ctx.training.seq_len // (tp if sp else 1)
+    return nbytes / (ctx.gpu.hbm_bandwidth_GBps * 1e9 * hbm_efficiency(2 * stream * ctx.model.hidden_size * ctx.elt))
+
+
+def flash_rate(ctx: Device, head_dim: int, seq: int) -> float | None:
+    """FlashAttention-2 causal fwd+bwd TFLOP/s (FA's causal count) on this GPU, interpolated in log(seq)
+    and clamped to the table; None when no published table covers the GPU."""
+    fam = FLASH_FAMILY.get(ctx.gpu.id.lower()[:4])
+    if fam is None or ctx.training.precision == "fp32":
+        return None
+    dims = sorted(d for f, d in FLASH_CAUSAL_TFLOPS if f == fam)
+    d = next((x for x in dims if x >= head_dim), dims[-1])
+    table = FLASH_CAUSAL_TFLOPS[(fam, d)]
+    clock = ctx.gpu.peak_flops("bf16") / 1e12 / FLASH_REFERENCE_PEAK[fam]
+    if seq <= table[0][0]:
+        return clock * table[0][1] * seq / table[0][0]  # below the table: shorter kernels, proportionally slower
+    for (s0, r0), (s1, r1) in zip(table, table[1:]):
+        if seq <= s1:
+            w = math.log(seq / s0) / math.log(s1 / s0)
+            return clock * (r0 + w * (r1 - r0))
+    return clock * table[-1][1]
+
+
+def attention_time(ctx: Device, mbs: int, tp: int) -> tuple[float, float]:
+    """(forward, backward) seconds of the attention core (QKᵀ, softmax, dropout, PV) of one block on one
+    TP rank, by the stack's kernel (``planner.specs.stacks``):
+
+    * flash: the model's full-square FLOPs (4·b·s²·d·a/t forward, 2.5× backward) at the published
+      FlashAttention-2 causal rate for (GPU, head dim, s) — which counts half the square, so the time is
+      (FLOPs ÷ 2) ÷ rate; GPUs without a published table fall back to the two GEMMs at the GEMM ceiling;
+    * unfused: the two batched GEMMs per direction (QKᵀ, PV forward; four in backward) on their rooflines,
+      plus the b·(a/t)·s² scores read and written in HBM by the softmax (forward: read + write; backward:
+      read probabilities and gradient, write gradient) and, with dropout, by the dropout (read, write, and a
+      1-byte mask; backward: read gradient and mask, write); with ``eager`` kernels the causal mask is its
+      own pass over the scores (``masked_fill_``: read + write, both ways; Megatron-LM 2020
+      ``gpt2_attention_mask_func``) instead of part of a fused scale-mask-softmax; and the context is copied
+      back from [b, a, s, d] to [b, s, a·d] (``permute(...).contiguous()``: read + write, both ways)."""
+    m, seq = ctx.model, ctx.training.seq_len
+    d, heads = m.head_dim, mbs * m.num_attention_heads // tp
+    if heads == 0:
+        return 0.0, 0.0
+    flops = attention_core_flops(m, mbs, seq, tp)
+    if ctx.stack.attention == "flash":
+        rate = flash_rate(ctx, d, seq)
+        if rate is not None:
+            total = (1 + FLASH_BWD_RATIO) * flops / 2 / (rate * 1e12)
+            return total / (1 + FLASH_BWD_RATIO), total * FLASH_BWD_RATIO / (1 + FLASH_BWD_RATIO)
+        fwd = gemm_time(ctx, seq, seq, d, heads, True) + gemm_time(ctx, seq, d, seq, heads, True)
+        return fwd, FLASH_BWD_RATIO * fwd
+    fwd = gemm_time(ctx, seq, seq, d, heads, True) + gemm_time(ctx, seq, d, seq, heads, True)
+    bwd = gemm_time(ctx, seq, seq, d, heads, True) + 3 * gemm_time(ctx, seq, d, seq, heads, True)
+    scores = heads * seq * seq
+    e = ctx.elt
+    fwd += hbm_time(ctx, 2 * scores * e)
+    bwd += hbm_time(ctx, 3 * scores * e)
+    if ctx.stack.kernels == "eager":  # the causal mask by its own kernel over the scores (masked_fill_), both ways
+        fwd += hbm_time(ctx, 2 * scores * e)
+        bwd += hbm_time(ctx, 2 * scores * e)
+    context = heads * seq * d * e  # the context [b, a, s, d] permuted back to [b, s, a·d] (a contiguous copy)
+    fwd += hbm_time(ctx, 2 * context)
+    bwd += hbm_time(ctx, 2 * context)
+    if ctx.stack.dropout:
+        fwd += hbm_time(ctx, 2 * scores * e + scores)
+        bwd += hbm_time(ctx, 2 * scores * e + scores)
+    return fwd, bwd
+
+
+#: Host CPU time to launch one CUDA kernel from eager PyTorch: about 4–6 µs (susun-blog.com, "pegainfer
+#: (3)": kernels shorter than that leave the GPU idle unless CUDA graphs are used); the low end, as a
+#: floor. Not charged on a host device, whose per-op cost is the ``kernel_overhead_us`` residual alone.
+GPU_LAUNCH_US = 4.0
+
+
+def with_launches(ctx: Device, device_s: float, kernels: int) -> float:
+    """Seconds of ``kernels`` kernels that keep the device busy ``device_s``, with ``GPU_LAUNCH_US`` (GPUs)
+    plus the ``kernel_overhead_us`` residual per kernel: on a GPU launches are asynchronous, so the host's
+    launches overlap the device's work and the span is max(device, kernels × overhead) (host-bound when the
+    kernels are small); on a host device (``runs_on_host``) the processor that launches an op also runs it,
+    so they add."""
+    on_host = runs_on_host(ctx)
+    host = kernels * ((0.0 if on_host else GPU_LAUNCH_US) + ctx.residuals.kernel_overhead_us) * 1e-6
+    return device_s + host * host_slowdown(ctx) if on_host else max(device_s, host)

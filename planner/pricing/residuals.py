@@ -1,0 +1,51 @@
+"""Which built-in residual constants price a request (issue 11 §3-4; the constants: ``planner.specs.calibration``).
+
+``Device.residuals`` is the request's calibration when it has one; else ``builtin_residuals``: the row of
+``planner.pricing.residuals_builtin`` (written by ``python bench/fit_residuals.py``, fitted on published runs with
+``planner.answer.calibrate``) for the stack's preset and the GPU's generation, else the stack's row pooled over
+the generations it ran on (``(stack, "*")``: in the published runs the residual follows the stack far more
+than the generation — Megatron 1.02 on V100 and 1.08 on A100, torchtitan 1.27 on A100 and 1.41 on
+H100), else identity (``row_key``; the bundled runtime ran no published run, so it has no row).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container
+from functools import lru_cache
+
+from planner.specs import Residuals
+
+#: GPU generation by the catalog id's product prefix (H200 is an H100 die with more and faster HBM).
+GENERATIONS = {"v100": "volta", "a100": "ampere", "h100": "hopper", "h200": "hopper", "b200": "blackwell"}
+
+
+#: The residual fields (``Residuals``), in order.
+FIELDS: tuple[str, ...] = tuple(Residuals.model_fields)
+
+
+def generation(gpu_id: str) -> str | None:
+    """The GPU generation of a catalog (or catalog-prefixed) GPU id; None for others (e.g. a CPU)."""
+    return GENERATIONS.get(gpu_id.lower()[:4])
+
+
+def stack_preset(stack_id: str) -> str:
+    """The preset a stack id is built on (an inline stack's id is ``<base>+{overrides}``)."""
+    return stack_id.split("+", 1)[0]
+
+
+def row_key(rows: Container[tuple[str, str]], stack: str, gen: str | None) -> tuple[str, str] | None:
+    """The row of a residual table that prices ``stack`` (a preset id) on generation ``gen``: its own
+    (stack, generation) row, else the stack's row pooled over generations (``(stack, "*")``), else None
+    (identity). ``bench/fit_residuals.py`` cross-validates this rule."""
+    if gen is None:
+        return None
+    return next((k for k in ((stack, gen), (stack, "*")) if k in rows), None)
+
+
+@lru_cache(maxsize=256)
+def builtin_residuals(stack_id: str, gpu_id: str) -> Residuals:
+    """The built-in residuals for a stack on a GPU: ``planner.pricing.residuals_builtin.ROWS`` at ``row_key``."""
+    from planner.pricing.residuals_builtin import ROWS
+
+    key = row_key(ROWS, stack_preset(stack_id), generation(gpu_id))
+    return Residuals(**ROWS[key]) if key is not None else Residuals()

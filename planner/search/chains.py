@@ -1,0 +1,235 @@
+"""Chains of a pipeline schedule's dependency graph, kept as operation counts so that one chain serves
+every class with the same graph (``dag_key``: schedule, pp, v, m) whatever its costs.
+
+A chain is a path of operations, each after the previous one on its rank or depending on it (a
+forward on the previous chunk, a backward on the next one, the last chunk's forward before its
+backward). Its length — Σ of its operations' durations plus the p2p lags of the rank boundaries it
+crosses — is a lower bound of the makespan of every cut (``cutsolver.Chain``, affine in the cut).
+As counts (forwards per chunk, backwards per chunk, crossings per boundary) it is independent of the
+class, and ``counts_chain`` prices it for one class with the class's own coefficients (the same sum
+as ``cutsolver.chain`` of its operations).
+
+**Window chains** (1F1B, one chunk per rank; ``window_counts``): the critical paths that uneven
+stages produce are cycles through a few adjacent stages — a heavy stage (forward and backward
+alternating on it), or two adjacent stages whose zig-zag (forward a→b, backward b→a: one F and one
+B of each per turn, the boundary's lag twice) is longer than either alone. The window chain of
+stages a..b: micro-batch 0 forward (to b, or through the pipeline and back up to b: ``deep``), the
+steady-state cycle through a..b, then out by stage a's cooldown and the last backward up to stage 0,
+or by the last micro-batch forward through every later stage and backward through all (``down``).
+Seeding the cut solver with them proves most 1F1B classes (optimal or pruned) in one or a few
+rounds instead of tens (OPT-175B on 992 A100, pp = 31: 15 rounds → 1 for a pruned class).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from planner.compose.simulate import Op, chunk_ranks, rank_orders
+
+if TYPE_CHECKING:
+    from planner.compose.cost import ClassCosts
+    from planner.search.cutsolver import Chain
+
+#: Window chains cover every window of at most this many adjacent stages (wider cycles are found
+#: lazily, from simulations). 2 measured best on the wide benchmark: 1 leaves more rounds, 3 makes
+#: every CP-SAT solve slower than the rounds it saves.
+WINDOW = 2
+
+#: (forwards per chunk, backwards per chunk, crossings per chunk boundary) of a chain of operations.
+Counts = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+
+
+def dag_key(cc: ClassCosts) -> tuple[str, int, int, int]:
+    """What a chain (as counts) depends on: the schedule's dependency graph."""
+    c = cc.cand
+    return (c.schedule, c.pp, c.virtual_stages, cc.m)
+
+
+def path_counts(chunks: int, path: list[Op], lags: list[int]) -> Counts:
+    """The counts of a chain of operations crossing the boundaries ``lags`` (with multiplicity)."""
+    fc, bc, lc = [0] * chunks, [0] * chunks, [0] * max(0, chunks - 1)
+    for k, _, c in path:
+        (fc if k == "F" else bc)[c] += 1
+    for x in lags:
+        lc[x] += 1
+    return tuple(fc), tuple(bc), tuple(lc)
+
+
+def counts_chain(cc: ClassCosts, counts: Counts) -> Chain:
+    """The chain's length for class ``cc`` as a function of the cut: Σ coef[c]·n_c + const (ns)."""
+    from planner.search.cutsolver import Chain
+
+    fc, bc, lc = counts
+    coef = tuple(f * cc.f_layer + b * cc.b_layer for f, b in zip(fc, bc))
+    const = sum(f * e for f, e in zip(fc, cc.f_extra)) + sum(b * e for b, e in zip(bc, cc.b_extra))
+    return Chain(coef, const + sum(x * g for x, g in zip(lc, cc.lag)))
+
+
+@lru_cache(maxsize=256)
+def initial_counts(schedule: str, p: int, v: int, m: int) -> tuple[Counts, ...]:
+    """The rank chains every solve starts from: per rank i, F(0) through the chunks before i, every
+    operation of rank i, B(m−1) back through them; for 1F1B with one chunk per rank also the
+    steady-state shapes: micro-batch 0 forward through every stage and backward down to stage k, then
+    stage k's remaining operations, then B(m−1) down to stage 0."""
+    orders = rank_orders(schedule, p, v, m)
+    where = chunk_ranks(p, v)
+    out: dict[Counts, None] = {}
+    for i in range(p):
+        path = [("F", 0, ch) for ch in range(i)] + list(orders[i]) + [("B", m - 1, ch) for ch in range(i - 1, -1, -1)]
+        lags = [b for b in list(range(i)) * 2 if where[b] != where[b + 1]]
+        out[path_counts(p * v, path, lags)] = None
+    if schedule == "1f1b" and v == 1 and p > 1:
+        for k in range(p):
+            ops = list(orders[k])
+            start = ops.index(("B", 0, k))
+            path = (
+                [("F", 0, ch) for ch in range(p)]
+                + [("B", 0, ch) for ch in range(p - 1, k, -1)]
+                + ops[start:]
+                + [("B", m - 1, ch) for ch in range(k - 1, -1, -1)]
+            )
+            lags = list(range(p - 1)) + list(range(k, p - 1)) + list(range(k))
+            out[path_counts(p, path, lags)] = None
+    return tuple(out)
+
+
+def price(cc: ClassCosts, family: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``counts_chain`` of every chain of a family (forward, backward and crossing counts as int64
+    matrices, one row per chain) at once: (coefficients, one row per chain; constants)."""
+    fc, bc, lc = family
+    coef = fc * cc.f_layer + bc * cc.b_layer
+    const = fc @ np.array(cc.f_extra, dtype=np.int64) + bc @ np.array(cc.b_extra, dtype=np.int64)
+    if lc.shape[1]:
+        const = const + lc @ np.array(cc.lag, dtype=np.int64)
+    return coef, const
+
+
+def as_arrays(counts: Sequence[Counts]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return tuple(np.array([k[i] for k in counts], dtype=np.int64).reshape(len(counts), -1) for i in range(3))  # type: ignore[return-value]
+
+
+def window_path(p: int, m: int, a: int, b: int, deep: bool, down: bool) -> tuple[list[Op], list[int]]:
+    """The window chain of stages a..b of 1F1B (p stages, m micro-batches) as operations, and the
+    boundaries its data edges cross: at a forward on a stage other than b it follows the data (down;
+    the last stage's forward to its backward), at b it stays on the rank; at a backward on a stage
+    other than a it follows the data up, at a it stays on the rank. The reference for ``window_counts``."""
+    orders = rank_orders("1f1b", p, 1, m)
+    pos = [{(k, j): i for i, (k, j, _) in enumerate(order)} for order in orders]
+    op: Op = ("F", 0, 0)
+    path: list[Op] = [op]
+    lags: list[int] = []
+    while True:
+        nxt, crossed = _step(p, m, a, b, deep, down, op, lambda c, i: orders[c][i] if i < 2 * m else None, pos)
+        if nxt is None:
+            return path, lags
+        if crossed is not None:
+            lags.append(crossed)
+        path.append(nxt)
+        op = nxt
+
+
+def _step(
+    p: int,
+    m: int,
+    a: int,
+    b: int,
+    deep: bool,
+    down: bool,
+    op: Op,
+    at: Callable[[int, int], Op | None],
+    pos: list[dict[tuple[str, int], int]] | None,
+) -> tuple[Op | None, int | None]:
+    """The window chain's next operation after ``op`` and the boundary crossed to reach it (if any)."""
+    k, j, c = op
+    on_rank = at(c, pos[c][(k, j)] + 1) if pos is not None else at(c, _index(p, m, c, k, j) + 1)
+    data: Op | None
+    if k == "F":
+        data = ("F", j, c + 1) if c < p - 1 else ("B", j, c)
+        use = (deep and j == 0) or (down and j == m - 1) or c != b or on_rank is None
+    else:
+        data = ("B", j, c - 1) if c > 0 else None
+        use = data is not None and (c != a or on_rank is None)
+    nxt = data if use else on_rank
+    crossed = min(c, nxt[2]) if nxt is not None and use and nxt[2] != c else None
+    return nxt, crossed
+
+
+def _warm(p: int, m: int, c: int) -> int:
+    return min(p - c - 1, m)
+
+
+def _index(p: int, m: int, c: int, k: str, j: int) -> int:
+    """Position of F(j)/B(j) in rank c's 1F1B order (``simulate.rank_orders``): warm-up forwards,
+    then forward/backward pairs, then the cooldown backwards."""
+    w = _warm(p, m, c)
+    if k == "F":
+        return j if j < w else w + 2 * (j - w)
+    return w + 2 * j + 1 if j < m - w else m + j
+
+
+def _op(p: int, m: int, c: int, i: int) -> Op | None:
+    """The operation at position i of rank c's 1F1B order (None past its end)."""
+    if i >= 2 * m:
+        return None
+    w = _warm(p, m, c)
+    if i < w:
+        return ("F", i, c)
+    t = i - w
+    if t < 2 * (m - w):
+        return ("F", w + t // 2, c) if t % 2 == 0 else ("B", t // 2, c)
+    return ("B", i - m, c)
+
+
+def fast_window_counts(p: int, m: int, a: int, b: int, deep: bool, down: bool) -> Counts:
+    """``path_counts`` of ``window_path`` in O(p) steps: the steady-state turns are regular (from B(i)
+    on stage a: F(w_a + i + 1) down to b, B(i + d) back up to a, d = b − a + 1) while the forward's
+    micro-batch stays below m − 2, so all but the last few are added at once."""
+    fc, bc, lc = [0] * p, [0] * p, [0] * max(0, p - 1)
+    d, wa = b - a + 1, _warm(p, m, a)
+    op: Op | None = ("F", 0, 0)
+    skipped = False
+    fc[0] = 1
+    while op is not None:
+        k, j, c = op
+        if k == "B" and c == a and not skipped and _op(p, m, a, _index(p, m, a, "B", j) + 1) is not None:
+            # a turn point: regular turns from B(i) while w_a + i + 1 ≤ m − 3
+            turns = max(0, (m - 4 - wa - j) // d + 1) if m - 4 - wa - j >= 0 else 0
+            if turns:
+                skipped = True
+                for s in range(a, b + 1):
+                    fc[s] += turns
+                    bc[s] += turns
+                for s in range(a, b):
+                    lc[s] += 2 * turns
+                op = ("B", j + turns * d, a)
+                continue
+        nxt, crossed = _step(p, m, a, b, deep, down, op, lambda cc_, i: _op(p, m, cc_, i), None)
+        if crossed is not None:
+            lc[crossed] += 1
+        if nxt is not None:
+            (fc if nxt[0] == "F" else bc)[nxt[2]] += 1
+        op = nxt
+    return tuple(fc), tuple(bc), tuple(lc)
+
+
+@lru_cache(maxsize=64)
+def window_family(p: int, m: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``window_counts`` as int64 matrices (for ``price``), cached."""
+    return as_arrays(window_counts(p, m, width))
+
+
+@lru_cache(maxsize=64)
+def window_counts(p: int, m: int, width: int) -> tuple[Counts, ...]:
+    """The distinct window chains of 1F1B with p stages and m micro-batches: every window of at most
+    ``width`` adjacent stages, both entries, both exits (cached: they depend on (p, m) only)."""
+    out: dict[Counts, None] = {}
+    for a in range(p):
+        for b in range(a, min(p, a + width)):
+            for deep in (False, True):
+                for down in (False, True):
+                    out[fast_window_counts(p, m, a, b, deep, down)] = None
+    return tuple(out)

@@ -1,0 +1,395 @@
+"""The exact stage cut of one class, with OR-Tools CP-SAT (lazy constraint generation).
+
+The model has one integer variable per chunk (its layer count) and
+
+* ``D ≥`` each of ``terms.end_parts`` per rank (the exact max of the end of step);
+* ``memory.peaks ≤ usable`` per rank and activation peak (exact, linear) — the very
+  functions ``cost.evaluate`` uses, given CP-SAT variables instead of ints;
+* ``M ≥ length(chain)`` for chains of operations of the schedule's dependency graph. Every chain is a
+  lower bound of the makespan for *every* cut, so the model's optimum is a lower bound; the solution
+  is simulated, and while the simulation is longer than ``M`` the critical path found by the
+  simulation is added as a new chain. When they agree the cut is optimal. GPipe starts from its
+  exact closed form, so it needs no extra chain.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import NamedTuple
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from planner.compose.cost import Candidate, ClassCosts, Evaluation, evaluate
+from planner.compose.memory import memory_terms, peaks, rank_memory
+from planner.compose.simulate import Op
+from planner.compose.terms import end_parts, end_terms
+from planner.search import chains
+from planner.search.bounds import may_fit
+from planner.search.chains import Counts, as_arrays, dag_key, initial_counts, path_counts, price
+from planner.specs import SearchOptions
+
+# Each lazy round adds the critical paths of the solution's one-layer neighbours too (fewer rounds):
+# all 2(C − 1) of them while that costs ≤ NEIGHBOUR_BUDGET simulation steps, else only the moves off
+# the NEIGHBOUR_CHUNKS chunks the critical path dwells on most (OPT-175B, pp = 31, m = 256: 50 → 21
+# rounds, 5.8 → 2.7 s CPU). Either way only valid chains and real evaluations are added.
+NEIGHBOUR_BUDGET = 100_000
+NEIGHBOUR_CHUNKS = 2
+#: Each lazy round also adds the window chains (``chains.window_counts``) longest at the solution, at
+#: most this many of those longer than the model's makespan there (separation: the model stays small).
+SEPARATE = 16
+PRESOLVE_CHUNKS = 16  # CP-SAT presolve from this many chunks on (measured on the wide benchmark)
+#: Models of fewer chunks are solved by one CP-SAT worker unless ``options.num_workers`` is given
+#: explicitly: the lazy loop's models are small, and a portfolio of 2 workers cost ~1.3× the CPU and
+#: no less wall time on the wide benchmark (OPT-175B's three PP31 classes: 0.40–0.44 s CPU, 0.49–0.78 s
+#: wall with one worker; 0.45–0.78 s CPU, 0.72–6.9 s wall with two, on the shared 2-core machine).
+ONE_WORKER_CHUNKS = 64
+
+
+def workers(options: SearchOptions, chunks: int) -> int:
+    """CP-SAT workers for a class's model: the option when given explicitly or for large models, else 1."""
+    if "num_workers" in options.model_fields_set or chunks >= ONE_WORKER_CHUNKS:
+        return options.num_workers
+    return 1
+
+
+class Status(StrEnum):
+    OPTIMAL = "OPTIMAL"  # the best cut (of the class; of the space for a search)
+    FEASIBLE = "FEASIBLE"  # a fitting cut, not proven best (time limit)
+    INFEASIBLE = "INFEASIBLE"  # no cut fits
+    UNKNOWN = "UNKNOWN"  # the time limit ran out before a fitting cut was found
+    PRUNED = "PRUNED"  # proven unable to rank before the incumbent
+
+
+@dataclass
+class ClassResult:
+    cand: Candidate
+    stage_layers: list[int] | None
+    evaluation: Evaluation | None
+    status: Status
+    bound: int
+    iterations: int
+    wall_s: float
+
+
+class Chain(NamedTuple):
+    """A chain's length as an affine function of the layer counts: Σ coef[c]·n_c + const (ns)."""
+
+    coef: tuple[int, ...]
+    const: int
+
+
+def chain(cc: ClassCosts, path: list[Op], lags: list[int]) -> Chain:
+    """The length of a chain of operations (crossing the boundaries ``lags``) as a function of the cut."""
+    coef = [0] * cc.chunks
+    const = 0
+    for kind, _, ch in path:
+        if kind == "F":
+            coef[ch] += cc.f_layer
+            const += cc.f_extra[ch]
+        else:
+            coef[ch] += cc.b_layer
+            const += cc.b_extra[ch]
+    const += sum(cc.lag[b] for b in lags)
+    return Chain(tuple(coef), const)
+
+
+def critical_chain(cc: ClassCosts, ev: Evaluation) -> Chain:
+    return chain(cc, ev.sim.critical_path, ev.sim.critical_lags)
+
+
+def critical_counts(cc: ClassCosts, ev: Evaluation) -> Counts:
+    """The simulation's critical path as operation counts (``chains.path_counts``): valid for every
+    class with the same dependency graph (``chains.dag_key``)."""
+    return path_counts(cc.chunks, ev.sim.critical_path, ev.sim.critical_lags)
+
+
+def initial_chains(cc: ClassCosts) -> list[Chain]:
+    """Per rank i: F(0) through chunks before i, every op of rank i, B(m-1) back through them (and for
+    1F1B the steady-state shapes: ``chains.initial_counts``), priced for the class."""
+    c = cc.cand
+    return priced(cc, initial_counts(c.schedule, c.pp, c.virtual_stages, cc.m))
+
+
+def priced(cc: ClassCosts, counts: list[Counts] | tuple[Counts, ...]) -> list[Chain]:
+    """``chains.counts_chain`` of each, vectorised."""
+    if not counts:
+        return []
+    coef, const = price(cc, as_arrays(counts))
+    return [Chain(tuple(int(x) for x in row), int(k)) for row, k in zip(coef.tolist(), const.tolist())]
+
+
+def greedy_cut(cc: ClassCosts) -> list[int]:
+    """A balanced cut: add layers one by one to the chunk whose F+B stays smallest (memory permitting)."""
+    C, L = cc.chunks, cc.num_layers
+    n = [1] * C
+    heap = [((2) * (cc.f_layer + cc.b_layer) + cc.f_extra[c] + cc.b_extra[c], c) for c in range(C)]
+    heapq.heapify(heap)
+    left = L - C
+    blocked: list[tuple[int, int]] = []
+    while left > 0 and heap:
+        t, c = heapq.heappop(heap)
+        n[c] += 1
+        if rank_memory(cc, n, cc.chunk_rank[c]) > cc.usable_bytes:
+            n[c] -= 1
+            blocked.append((t, c))
+            continue
+        left -= 1
+        heapq.heappush(heap, (t + cc.f_layer + cc.b_layer, c))
+    if left > 0:  # memory could not take them: place the rest evenly anyway (infeasible hint)
+        for _t, c in sorted(blocked):
+            if left == 0:
+                break
+            n[c] += 1
+            left -= 1
+        i = 0
+        while left > 0:
+            n[i % C] += 1
+            left -= 1
+            i += 1
+    return n
+
+
+def local_search(
+    cc: ClassCosts, start: list[int], max_evals: int = 60, deadline: float | None = None
+) -> tuple[list[int], Evaluation, list[Counts]]:
+    """Hill-climb over single-layer moves between chunks, scored by the exact objective (simulation);
+    returns the best fitting cut found and the critical paths (as counts) of every simulated cut."""
+    cuts: dict[Counts, None] = {}
+
+    def score(n: list[int]) -> tuple[int, Evaluation]:
+        ev = evaluate(cc, n)
+        cuts[critical_counts(cc, ev)] = None
+        return (ev.objective_ns if ev.fits else ev.objective_ns + (1 << 50)), ev
+
+    best_n = list(start)
+    best_s, best_ev = score(best_n)
+    evals = 1
+    max_evals = min(max_evals, max(1, 200_000 // (2 * cc.m * cc.chunks)))  # ~0.5 s of simulation at most
+    improved = True
+    while improved and evals < max_evals:
+        improved = False
+        for a in range(cc.chunks):
+            for b in range(cc.chunks):
+                if a == b or best_n[a] <= 1:
+                    continue
+                if deadline is not None and time.perf_counter() >= deadline:
+                    return best_n, best_ev, list(cuts)
+                n = list(best_n)
+                n[a] -= 1
+                n[b] += 1
+                sc, ev = score(n)
+                evals += 1
+                if sc < best_s:
+                    best_n, best_s, best_ev, improved = n, sc, ev, True
+                    break
+            if improved or evals >= max_evals:
+                break
+    return best_n, best_ev, list(cuts)
+
+
+@dataclass
+class CutModel:
+    """The CP-SAT model of one class: layer counts ``n``, makespan ``M`` (≥ every chain added) and
+    end of step ``D``; the objective ``M + D``."""
+
+    model: cp_model.CpModel
+    n: list[cp_model.IntVar]
+    makespan: cp_model.IntVar
+    end: cp_model.IntVar
+    layers: int  # Σ n
+
+    def add_chain(self, ch: Chain) -> None:
+        # Σ n = L: subtracting λ·(Σ n − L) changes no value; with λ the most frequent coefficient (a
+        # chain passes most chunks once each way) the row keeps only the chunks it dwells on.
+        lam = max(set(ch.coef), key=ch.coef.count)
+        idx = [i for i, k in enumerate(ch.coef) if k != lam]
+        expr = cp_model.LinearExpr.weighted_sum([self.n[i] for i in idx], [ch.coef[i] - lam for i in idx])
+        self.model.add(self.makespan >= expr + (ch.const + lam * self.layers))
+
+
+def cut_model(cc: ClassCosts) -> CutModel:
+    c, C, L, s = cc.cand, cc.chunks, cc.num_layers, cc.shared
+    model = cp_model.CpModel()
+    n = [model.new_int_var(1, L - C + 1, f"n{ch}") for ch in range(C)]
+    model.add(sum(n) == L)
+    horizon = 1 << 50  # ns, ~13 days: far above any step
+    cm = CutModel(model, n, model.new_int_var(0, horizon, "makespan"), model.new_int_var(0, horizon, "end"), L)
+    for r in range(c.pp):
+        for part in end_parts(end_terms(s, c, n, r)):
+            model.add(cm.end >= part)
+        for peak in peaks(memory_terms(s, c, n, r, cc.live[r])):  # memory at every activation peak
+            model.add(peak <= cc.usable_bytes)
+    if c.schedule == "gpipe":  # its exact closed form (simulate.gpipe_makespan)
+        mf = model.new_int_var(0, horizon, "max_f")
+        mb = model.new_int_var(0, horizon, "max_b")
+        for ch in range(C):
+            model.add(mf >= n[ch] * cc.f_layer + cc.f_extra[ch])
+            model.add(mb >= n[ch] * cc.b_layer + cc.b_extra[ch])
+        const = sum(cc.f_extra) + sum(cc.b_extra) + 2 * sum(cc.lag) + L * (cc.f_layer + cc.b_layer)
+        model.add(cm.makespan >= const + (cc.m - 1) * (mf + mb))
+    for ch_ in initial_chains(cc):
+        cm.add_chain(ch_)
+    model.minimize(cm.makespan + cm.end)
+    return cm
+
+
+def better(a: Evaluation, b: Evaluation | None) -> bool:
+    """Whether cut evaluation ``a`` ranks before ``b`` within a class (step time, then peak memory)."""
+    return b is None or (a.objective_ns, a.peak_memory_bytes) < (b.objective_ns, b.peak_memory_bytes)
+
+
+def solve_class(
+    cc: ClassCosts,
+    options: SearchOptions,
+    fixed: list[int] | None = None,
+    incumbent: int | None = None,
+    deadline: float | None = None,
+    learned: dict[tuple, dict[Counts, None]] | None = None,
+) -> ClassResult:
+    """The class's best cut (``fixed``: that cut only). ``incumbent``: the k-th best step time so far;
+    a class that cannot reach it is PRUNED (ties are solved: they may rank first on memory).
+    ``learned``: critical paths found by earlier solves, as operation counts by dependency graph
+    (``chains.dag_key``: schedule, pp, v, m); this solve starts from those of its graph, priced with
+    its own costs, and adds its own (each is a path of that graph: a valid lower bound of the makespan
+    of every class that has it, whatever its costs). For 1F1B classes with one chunk per rank each round
+    also adds the window chains (``chains.window_counts``) longest at the solution (``SEPARATE``)."""
+    t0 = time.perf_counter()
+    deadline = deadline if deadline is not None else t0 + options.time_limit_s
+    c, C, L = cc.cand, cc.chunks, cc.num_layers
+    iterations = 0
+
+    def result(status: Status, n: list[int] | None = None, ev: Evaluation | None = None, bound: int = 0) -> ClassResult:
+        return ClassResult(c, n, ev, status, bound, iterations, time.perf_counter() - t0)
+
+    if fixed is not None:
+        ev = evaluate(cc, fixed)
+        return result(Status.OPTIMAL if ev.fits else Status.INFEASIBLE, fixed, ev, ev.objective_ns)
+    if C > L or not may_fit(cc):
+        return result(Status.INFEASIBLE)
+
+    cm = cut_model(cc)
+    model, n, M = cm.model, cm.n, cm.makespan
+    if c.virtual_stages > 1 and incumbent is None:  # no plan yet: a good one early prunes the rest
+        hint, hint_ev, seeds = local_search(cc, greedy_cut(cc), deadline=deadline)
+    elif incumbent is not None:  # the first solve may prune the class: simulate nothing before it
+        hint, hint_ev, seeds = greedy_cut(cc), None, []
+    else:  # refine by cuts only
+        hint = greedy_cut(cc)
+        hint_ev = evaluate(cc, hint)
+        seeds = [critical_counts(cc, hint_ev)]
+    # Cutoffs (valid): the class optimum is no worse than its hint (then than the best cut simulated);
+    # a class slower than the k-th best plan found so far is of no interest. Both shrink CP-SAT's
+    # domains a lot.
+    cutoff = hint_ev.objective_ns if hint_ev is not None and hint_ev.fits else None
+    if incumbent is not None:
+        cutoff = incumbent if cutoff is None else min(cutoff, incumbent)
+    if cutoff is not None:
+        model.add(M + cm.end <= cutoff)
+    pool: dict[Counts, None] = {}  # this graph's critical paths, shared with later classes
+    in_model: set[Chain] = set()
+
+    def add(chs: list[Chain]) -> None:
+        for ch in chs:
+            if ch not in in_model:
+                in_model.add(ch)
+                cm.add_chain(ch)
+
+    def learn(counts: list[Counts]) -> None:
+        pool.update(dict.fromkeys(counts))
+        add(priced(cc, counts))
+
+    family: tuple[np.ndarray, np.ndarray] | None = None  # the window chains, priced on first use
+
+    def separate(sol: list[int], makespan: int) -> None:
+        """Add the window chains longest at ``sol`` among those longer than the model's makespan there."""
+        nonlocal family
+        if not (c.schedule == "1f1b" and c.virtual_stages == 1 and c.pp > 1):
+            return
+        if family is None:
+            family = price(cc, chains.window_family(c.pp, cc.m, chains.WINDOW))
+        coef, const = family
+        vals = coef @ np.array(sol, dtype=np.int64) + const
+        top = [int(i) for i in np.argsort(-vals)[:SEPARATE] if vals[i] > makespan]
+        add([Chain(tuple(int(x) for x in coef[i].tolist()), int(const[i])) for i in top])
+        counts = chains.window_counts(c.pp, cc.m, chains.WINDOW)
+        pool.update(dict.fromkeys(counts[i] for i in top))  # later classes of this graph start with them
+
+    if c.schedule != "gpipe":
+        if learned is not None:
+            pool = learned.setdefault(dag_key(cc), {})
+        add(priced(cc, list(pool)))
+        learn(seeds)
+        separate(hint, 0)  # the window chains longest at the hint: what the first round would add
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = workers(options, C)
+    # Presolve costs tens of ms per solve and buys nothing on small models, but on deep pipelines it
+    # pays many times over (OPT-175B on 992 A100, pp = 31, m = 128: 30 solves in 1.5 s CPU with it,
+    # 8.2 s without; bench/bench_plan_wide.py). Either way the solve is exact.
+    solver.parameters.cp_model_presolve = C >= PRESOLVE_CHUNKS
+    best: tuple[list[int], Evaluation] | None = (hint, hint_ev) if hint_ev is not None and hint_ev.fits else None
+    bound = 0
+    while True:
+        iterations += 1
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            break
+        solver.parameters.max_time_in_seconds = left
+        model.clear_hints()
+        for x, h in zip(n, best[0] if best else hint):
+            model.add_hint(x, h)
+        st = solver.solve(model)
+        if st == cp_model.INFEASIBLE:  # no cut reaches the cutoff
+            if best is not None and cutoff is not None and best[1].objective_ns <= cutoff:
+                return result(Status.OPTIMAL, best[0], best[1], best[1].objective_ns)
+            return result(Status.PRUNED, bound=incumbent) if incumbent is not None else result(Status.INFEASIBLE)
+        if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            break
+        bound = max(bound, int(solver.best_objective_bound))
+        if incumbent is not None and bound > incumbent and (best is None or best[1].objective_ns > incumbent):
+            return result(Status.PRUNED, bound=bound)  # proven slower than the plans found: no need to simulate
+        if best is not None and bound >= best[1].objective_ns:
+            break  # a cut simulated earlier (e.g. a neighbour) reaches the bound: it is optimal
+        sol = [solver.value(x) for x in n]
+        ev = evaluate(cc, sol)
+        if better(ev, best[1] if best else None):
+            best = (sol, ev)
+        if best is not None and (cutoff is None or best[1].objective_ns < cutoff):
+            cutoff = best[1].objective_ns  # the class's optimum is no slower (ties kept: memory)
+            model.add(M + cm.end <= cutoff)
+        if st == cp_model.OPTIMAL and ev.makespan_ns <= solver.value(M):
+            bound = ev.objective_ns
+            break
+        if st != cp_model.OPTIMAL:
+            break
+        if incumbent is not None and bound > incumbent:
+            break  # slower than the plans already found: stop refining
+        # Add the critical path of the solution and of its one-layer neighbours (fewer rounds).
+        separate(sol, solver.value(M))
+        new_chains = {critical_counts(cc, ev): None}
+        affordable = 4 * C * cc.m * C <= NEIGHBOUR_BUDGET  # neighbour simulations cost ~2·m·C steps each
+        if affordable:
+            moves = [m_ for b in range(C - 1) for m_ in ((b, b + 1), (b + 1, b))]
+        else:  # too long to simulate them all: move a layer off the chunk the critical path dwells on most
+            dwell = [0] * C
+            for _k, _j, on in ev.sim.critical_path:
+                dwell[on] += 1
+            top = sorted(range(C), key=lambda i: -dwell[i])[:NEIGHBOUR_CHUNKS]
+            moves = [(h, z) for h in top for z in (h - 1, h + 1) if 0 <= z < C]
+        for a, z in moves:
+            if sol[a] > 1 and time.perf_counter() < deadline:
+                nb = list(sol)
+                nb[a] -= 1
+                nb[z] += 1
+                nev = evaluate(cc, nb)
+                if nev.fits and better(nev, best[1] if best else None):
+                    best = (nb, nev)
+                new_chains[critical_counts(cc, nev)] = None
+        learn(list(new_chains))
+    if best is None:
+        return result(Status.UNKNOWN, bound=bound)
+    proven = best[1].objective_ns <= bound
+    return result(Status.OPTIMAL if proven else Status.FEASIBLE, best[0], best[1], bound)

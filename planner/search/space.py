@@ -1,0 +1,255 @@
+"""The search space: configuration classes (``cost.Candidate``), which ones the pins allow
+(``validate_pins``, ``enumerate_candidates``), the one cut a class may be forced to (``forced_cut``),
+why a request leaves no class at all (``explain_no_candidate``), and the order of plans
+(``plan_key``: step time, then peak memory, then the simpler configuration).
+"""
+
+from __future__ import annotations
+
+import math
+
+from planner.compose.cost import Candidate, ClassCosts, Context, Evaluation, class_costs
+from planner.compose.memory import fsdp2_mixed_precision, rank_memory, with_reserve_gib
+from planner.specs import MULTI_STAGE_SCHEDULES, ParallelPins, SearchOptions, rules
+from planner.specs.config import PRICED_SCHEDULES
+from planner.specs.errors import MeshplanError
+from planner.specs.layout import even_stage_layers
+
+#: Schedules the planner models (``planner.specs.config.SCHEDULES``: zero-bubble schedules are runtime-only).
+SEARCHED_SCHEDULES = PRICED_SCHEDULES
+#: Schedules searched when ``parallel.schedule`` is not pinned. Interleaved 1F1B is then searched as
+#: Megatron-LM supports it: uniform chunks (num_layers divisible by pp·v, the even cut only), each
+#: such class simulated at that one cut. Pinning ``schedule=interleaved-1f1b`` (or ``stage_layers``)
+#: searches its free cuts with CP-SAT instead (docs/planner.md).
+DEFAULT_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+RECOMPUTE = ("none", "selective", "full")
+#: Largest number of virtual stages searched when not pinned (Megatron uses 2–8 in practice).
+MAX_VIRTUAL_STAGES = 8
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def tp_options(ctx: Context, allow_across: bool) -> list[int]:
+    """The TP degrees the rules allow on this cluster (``planner.specs.rules``: divides the GPUs and the
+    model's heads, kv heads and FFN; inside a node unless ``allow_across``)."""
+    gpn = ctx.cluster.gpus_per_node
+    return [
+        t
+        for t in divisors(ctx.num_gpus)
+        if rules.tp_within_node(t, gpn, allow_across) is None and rules.tp_divides_model(ctx.model, t) is None
+    ]
+
+
+def validate_pins(ctx: Context, pins: ParallelPins, options: SearchOptions) -> None:
+    """Reject pins that no configuration can satisfy, naming the field and the fix (``planner.specs.rules``)."""
+    m, n = ctx.model, ctx.num_gpus
+    gbs = ctx.training.global_batch_size
+    if pins.tp is not None:
+        rules.check(
+            rules.tp_divides_model(m, pins.tp),
+            rules.tp_divides_gpus(pins.tp, n),
+            rules.tp_within_node(pins.tp, ctx.cluster.gpus_per_node, options.allow_tp_across_nodes),
+        )
+    if pins.pp is not None:
+        rules.check(rules.pp_fits_layers(pins.pp, 1, m.num_layers))
+    if None not in (pins.tp, pins.pp, pins.dp):
+        rules.check(rules.degrees_product(pins.tp, pins.pp, pins.dp, n))  # type: ignore[arg-type]
+    rules.check(
+        rules.degrees_divide(pins.tp, pins.pp, pins.dp, n),
+        rules.batch_divides(gbs, pins.dp, None),
+        rules.batch_divides(gbs, None, pins.micro_batch_size),
+        rules.batch_divides(gbs, pins.dp, pins.micro_batch_size),
+        rules.schedule_priced(pins.schedule) if pins.schedule is not None else None,
+        rules.virtual_stages_fit(pins.schedule, pins.virtual_stages),
+        rules.sequence_parallel_needs_tp(pins.sequence_parallel, pins.tp),
+        rules.sequence_parallel_splits_seq(pins.sequence_parallel, pins.tp, ctx.training.seq_len),
+    )
+    if pins.stage_layers is not None:
+        rules.check(
+            rules.stage_layers_sum(pins.stage_layers, m.num_layers),
+            rules.stage_layers_nonempty(pins.stage_layers, ends_may_be_empty=False),
+            rules.stage_layers_count(pins.stage_layers, pins.pp, pins.virtual_stages),
+        )
+
+
+def enumerate_candidates(ctx: Context, pins: ParallelPins, options: SearchOptions) -> list[Candidate]:
+    """Every class allowed by the pins (stage cuts are searched per class)."""
+    validate_pins(ctx, pins, options)
+    n, L = ctx.num_gpus, ctx.model.num_layers
+    gbs, seq = ctx.training.global_batch_size, ctx.training.seq_len
+    out: list[Candidate] = []
+    short_1f1b: list[tuple[int, int, int, MeshplanError]] = []  # (pp, dp, -m, why) of 1F1B classes dropped for m < pp
+    tps = [pins.tp] if pins.tp is not None else tp_options(ctx, options.allow_tp_across_nodes)
+    for tp in tps:
+        for pp in (
+            [pins.pp]
+            if pins.pp is not None
+            else [p for p in divisors(n // tp) if rules.pp_fits_layers(p, 1, L) is None]
+        ):
+            if (n // tp) % pp:
+                continue
+            dp = n // (tp * pp)
+            if pins.dp is not None and dp != pins.dp:
+                continue
+            if rules.batch_divides(gbs, dp, None):
+                continue
+            mbss = [pins.micro_batch_size] if pins.micro_batch_size is not None else divisors(gbs // dp)
+            for mbs in mbss:
+                if rules.batch_divides(gbs, dp, mbs):
+                    continue
+                m = gbs // (dp * mbs)
+                scheds: list[tuple[str, int]] = []
+                for s in [pins.schedule] if pins.schedule is not None else list(DEFAULT_SCHEDULES):
+                    if s in MULTI_STAGE_SCHEDULES:
+                        if rules.interleaving_needs_pipeline(pp, 2) or rules.interleaved_microbatches_priced(s, pp, m):
+                            continue
+                        vs = (
+                            [pins.virtual_stages]
+                            if pins.virtual_stages is not None
+                            else range(2, MAX_VIRTUAL_STAGES + 1)
+                        )
+                        # Unpinned: Megatron's virtual pipeline needs uniform chunks (L divisible by pp·v).
+                        uniform = pins.schedule is None
+                        scheds += [
+                            (s, v)
+                            for v in vs
+                            if rules.virtual_stages_fit(s, v) is None
+                            and rules.pp_fits_layers(pp, v, L) is None
+                            and (not uniform or L % (pp * v) == 0)
+                        ]
+                    elif pins.virtual_stages in (None, 1):
+                        if pp == 1 and s != "1f1b" and pins.schedule is None:
+                            continue  # one stage: every schedule is the same; keep one
+                        short = rules.one_f_one_b_microbatches(s, pp, m, gbs, dp)
+                        if short is not None:  # GPipe covers those classes
+                            short_1f1b.append((pp, dp, -m, short))
+                            continue
+                        scheds.append((s, 1))
+                for s, v in scheds:
+                    if pins.stage_layers is not None and len(pins.stage_layers) != pp * v:
+                        continue
+                    for rc in [pins.recompute] if pins.recompute is not None else RECOMPUTE:
+                        sps = (
+                            [pins.sequence_parallel]
+                            if pins.sequence_parallel is not None
+                            else ([False, True] if tp > 1 else [False])
+                        )
+                        for sp in sps:
+                            if sp and (
+                                rules.sequence_parallel_needs_tp(sp, tp)
+                                or rules.sequence_parallel_splits_seq(sp, tp, seq)
+                            ):
+                                continue
+                            zs = [pins.zero_stage] if pins.zero_stage is not None else zero_stages(ctx, dp)
+                            for z in zs:
+                                out.append(Candidate(tp, pp, dp, mbs, s, v, rc, sp, z))
+    if not out and short_1f1b and pins.schedule == "1f1b":
+        why = min(short_1f1b, key=lambda x: x[:3])[3]
+        raise why if pins.micro_batch_size is not None else rules.with_field(why, "parallel.schedule")
+    return out
+
+
+def zero_stages(ctx: Context, dp: int) -> list[int]:
+    """The ZeRO stages the search visits at ``dp``. ZeRO-2 is left out where the stack holds it as ZeRO-1:
+    the bundled runtime under mixed precision (``Stack.param_layout == "fsdp2"``) wraps both in
+    ``fully_shard`` kept unsharded after the forward, and ``memory.state_bytes`` and ``terms`` price them
+    alike, so it would be the same plan twice. A pinned ``zero_stage: 2`` is still priced."""
+    if dp == 1:
+        return [0]
+    if fsdp2_mixed_precision(ctx.stack.param_layout, ctx.training.precision):
+        return [0, 1, 3]
+    return [0, 1, 2, 3]
+
+
+def forced_cut(ctx: Context, pins: ParallelPins, c: Candidate) -> list[int] | None:
+    """The one cut a class is evaluated at, or None when its cut is searched: the pinned
+    ``stage_layers``; else, for interleaved classes enumerated without a pinned schedule, the even
+    split (Megatron-LM's virtual pipeline requires every chunk to hold num_layers / (pp·v) layers)."""
+    if pins.stage_layers is not None:
+        return list(pins.stage_layers)
+    if pins.schedule is None and c.virtual_stages > 1:
+        L = ctx.model.num_layers
+        return [L // c.chunks] * c.chunks if L % c.chunks == 0 else even_stage_layers(L, c.chunks)
+    return None
+
+
+def explain_no_candidate(ctx: Context, pins: ParallelPins) -> tuple[str, str, str]:
+    """(field, reason, suggestion) when the pins and the batch leave no class at all."""
+    gbs, n = ctx.training.global_batch_size, ctx.num_gpus
+    why = rules.interleaved_microbatches_priced(pins.schedule, pins.pp, None)
+    if why is not None:
+        return why.field, why.message, why.fix
+    dps = [d for d in divisors(n) if gbs % d == 0]
+    better = ((gbs + n - 1) // n) * n
+    return (
+        "training.global_batch_size",
+        f"no data-parallel degree compatible with the pins divides the global batch size {gbs} (usable dp: {dps})",
+        f"use a global batch size divisible by the data-parallel degree, e.g. {better}, or pin tp/pp so dp divides {gbs}",
+    )
+
+
+def simplicity(c: Candidate) -> tuple:
+    """The last tie-break of ``plan_key`` (equal step time and peak memory): prefer the simpler plan
+    (less recomputation, lower ZeRO stage, plainer schedule, fewer pipeline stages, smaller TP)."""
+    return (
+        RECOMPUTE.index(c.recompute),
+        c.zero_stage,
+        SEARCHED_SCHEDULES.index(c.schedule) if c.schedule != "1f1b" else -1,
+        c.virtual_stages,
+        c.pp,
+        c.tp,
+        c.sequence_parallel,
+        -c.micro_batch_size,
+        c,
+    )
+
+
+PlanKey = tuple[int, int, tuple]
+
+
+def plan_key(ev: Evaluation, c: Candidate) -> PlanKey:
+    """The order of plans, best first: step time, then peak memory per GPU (of equally fast plans
+    the one that leaves the most room), then ``simplicity``. The search and the brute force rank by it."""
+    return ev.objective_ns, ev.peak_memory_bytes, simplicity(c)
+
+
+def min_memory(
+    ctx: Context, cands: list[Candidate], pins: ParallelPins | None = None
+) -> tuple[Candidate, float] | None:
+    """The class and cut (its forced one, else memory-balanced) needing the least memory per GPU
+    (GiB, with the reserve): what the infeasibility explanation reports when nothing fits."""
+    best: tuple[Candidate, float] | None = None
+    for cand in cands:
+        cc = class_costs(ctx, cand)
+        if cc.chunks > cc.num_layers:
+            continue
+        n = forced_cut(ctx, pins, cand) if pins is not None else None
+        if n is None:
+            n = (
+                balanced_memory_cut(cc)
+                if cc.chunks * cc.num_layers <= 2_000
+                else even_stage_layers(cc.num_layers, cc.chunks)
+            )
+        gib = with_reserve_gib(max(rank_memory(cc, n, r) for r in range(cand.pp)))
+        if best is None or gib < best[1]:
+            best = (cand, gib)
+    return best
+
+
+def balanced_memory_cut(cc: ClassCosts) -> list[int]:
+    """Layers added one by one to the chunk whose rank's memory stays smallest."""
+    C, L = cc.chunks, cc.num_layers
+    n = [1] * C
+    for _ in range(L - C):
+        best_c, best_v = 0, None
+        for ch in range(C):
+            n[ch] += 1
+            val = rank_memory(cc, n, cc.chunk_rank[ch])
+            n[ch] -= 1
+            if best_v is None or val < best_v:
+                best_c, best_v = ch, val
+        n[best_c] += 1
+    return n

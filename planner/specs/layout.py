@@ -1,0 +1,115 @@
+"""How a ParallelConfig lands on ranks and modules: the device-mesh layout and the tensor-parallel plan.
+
+Mesh: dims ``("pp", "dp", "tp")`` in row-major order, TP innermost (adjacent ranks, so a TP group of
+size ≤ gpus_per_node that divides it stays inside one node), PP outermost (the Megatron order
+tp-dp-pp). Global rank r has coordinates ``unravel(r, (pp, dp, tp))``. A Plan carries only the mesh's
+names and shape; ``mesh_groups`` derives the rank groups of a dimension (as ``init_device_mesh`` does).
+
+TP plan: Megatron column/row splits on the model zoo's module names (see ``runtime/models``):
+``embed.tok`` (+ ``embed.pos`` for GPT), ``layers.<i>.attn_norm``, ``layers.<i>.attn.{wq,wk,wv,wo}``,
+``layers.<i>.mlp_norm``, ``layers.<i>.mlp.{w1,w2,w3}`` (w3 only for SwiGLU), ``norm``, ``head``.
+With sequence parallelism, the norms run sequence-sharded and the residual stream is Shard(1) between
+blocks (the torchtitan pattern).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from planner.specs import MeshLayout, ModelSpec, ParallelConfig, TPLayout, TPRule, TPStyle
+from planner.specs.config import SCHEDULE_INFO
+
+MESH_DIMS = ("pp", "dp", "tp")
+
+
+def rank_coords(rank: int, pp: int, dp: int, tp: int) -> tuple[int, int, int]:
+    """(pp_rank, dp_rank, tp_rank) of a global rank."""
+    return rank // (dp * tp), (rank // tp) % dp, rank % tp
+
+
+def mesh_layout(parallel: ParallelConfig) -> MeshLayout:
+    return MeshLayout(dim_names=list(MESH_DIMS), shape=[parallel.pp, parallel.dp, parallel.tp])
+
+
+def mesh_groups(mesh: MeshLayout, dim: str) -> list[list[int]]:
+    """The global ranks of each group along ``dim`` of a row-major mesh: ranks that differ only in that
+    coordinate, each group in coordinate order, groups in row-major order of the other coordinates
+    (the groups ``init_device_mesh`` forms; e.g. ``mesh_groups(m, "tp")`` are the TP groups)."""
+    if dim not in mesh.dim_names:
+        raise ValueError(f"mesh has no dimension {dim!r} (it has {mesh.dim_names})")
+    d = mesh.dim_names.index(dim)
+    strides = [math.prod(mesh.shape[i + 1 :]) for i in range(len(mesh.shape))]
+    others = [range(n) for i, n in enumerate(mesh.shape) if i != d]
+    groups = []
+    for coords in itertools.product(*others):
+        base = sum(c * strides[i] for i, c in zip([i for i in range(len(mesh.shape)) if i != d], coords))
+        groups.append([base + x * strides[d] for x in range(mesh.shape[d])])
+    return groups
+
+
+def tp_plan(model: ModelSpec, parallel: ParallelConfig) -> list[TPRule]:
+    """The per-module tensor-parallel plan for the model zoo (empty when tp = 1)."""
+    if parallel.tp == 1:
+        return []
+    sp = parallel.sequence_parallel
+    seq: TPLayout = "shard_seq"
+    rep: TPLayout = "replicate"
+    rules: list[TPRule] = []
+    # Vocabulary-parallel embedding and LM head when the vocabulary splits evenly.
+    vocab_parallel = model.vocab_size % parallel.tp == 0
+    if vocab_parallel:
+        rules.append(TPRule(pattern="embed.tok", style="rowwise", input_layouts=[rep], output_layouts=[rep]))
+    if sp:
+        rules.append(
+            TPRule(pattern="embed", style="prepare_output", output_layouts=[rep], desired_output_layouts=[seq])
+        )
+    norm_style: TPStyle = "sequence_parallel" if sp else "replicate"
+    rules += [
+        TPRule(pattern="layers.*.attn_norm", style=norm_style),
+        TPRule(pattern="layers.*.mlp_norm", style=norm_style),
+    ]
+    if sp:
+        rules += [
+            TPRule(pattern="layers.*.attn", style="prepare_input", input_layouts=[seq], desired_input_layouts=[rep]),
+            TPRule(pattern="layers.*.mlp", style="prepare_input", input_layouts=[seq], desired_input_layouts=[rep]),
+        ]
+    out: list[TPLayout] | None = [seq] if sp else None
+    rules += [
+        TPRule(pattern="layers.*.attn.wq", style="colwise"),
+        TPRule(pattern="layers.*.attn.wk", style="colwise"),
+        TPRule(pattern="layers.*.attn.wv", style="colwise"),
+        TPRule(pattern="layers.*.attn.wo", style="rowwise", output_layouts=out),
+        TPRule(pattern="layers.*.mlp.w1", style="colwise"),
+    ]
+    if model.activation == "swiglu":
+        rules.append(TPRule(pattern="layers.*.mlp.w3", style="colwise"))
+    rules.append(TPRule(pattern="layers.*.mlp.w2", style="rowwise", output_layouts=out))
+    rules.append(TPRule(pattern="norm", style=norm_style))
+    if vocab_parallel:
+        rules.append(
+            TPRule(pattern="head", style="colwise", input_layouts=[seq] if sp else [rep], output_layouts=[rep])
+        )
+    elif sp:
+        # Head stays replicated: gather the sequence back before it.
+        rules.append(TPRule(pattern="head", style="prepare_input", input_layouts=[seq], desired_input_layouts=[rep]))
+    return rules
+
+
+def stage_ranks(parallel: ParallelConfig) -> list[int]:
+    """Pipeline rank holding each model chunk, in chunk order (looped, or V-shaped for ZBV)."""
+    pp, v = parallel.pp, parallel.virtual_stages
+    if SCHEDULE_INFO[parallel.schedule].placement == "v":
+        return [c if c < pp else 2 * pp - 1 - c for c in range(pp * v)]
+    return [c % pp for c in range(pp * v)]
+
+
+def even_stage_layers(num_layers: int, chunks: int) -> list[int]:
+    """An even split of layers over chunks, the remainder going to the middle chunks (the first and
+    last carry the embedding and the LM head)."""
+    base, extra = divmod(num_layers, chunks)
+    counts = [base] * chunks
+    order = sorted(range(chunks), key=lambda c: (c in (0, chunks - 1), abs(c - (chunks - 1) / 2)))
+    for c in order[:extra]:
+        counts[c] += 1
+    return counts
