@@ -18,12 +18,21 @@ from typing import TYPE_CHECKING, Generic, NamedTuple
 from planner.compose.affine import Affine, Count, total
 from planner.compose.context import Context
 from planner.compose.memory import OPTIMIZER_STEP_BYTES, StateBytes, loss_buffer_bytes, state_bytes, zero3_buffer_bytes
-from planner.pricing.comm import dp_group_in_node, dp_ranks_per_node, layer_collectives
-from planner.pricing.gpu import hbm_efficiency
-from planner.pricing.host import host_dispatch, host_fsdp_hooks, host_slowdown
-from planner.pricing.host_comm import dp_collective, host_step_end, pipeline_action, tp_collective
+from planner.pricing.comm import dp_group_in_node, dp_ranks_per_node
+from planner.pricing.gpu import optimizer_step_times
+from planner.pricing.host import host_slowdown
+from planner.pricing.host_comm import (
+    block_tp_comm,
+    dp_collective,
+    dp_layer_collectives,
+    dp_sync_times,
+    fsdp_hook_times,
+    host_step_end,
+    pipeline_action,
+    prefetch_overlaps,
+    tp_collective,
+)
 from planner.pricing.layer_times import layer_times
-from planner.workload.ops import block_linears
 
 if TYPE_CHECKING:
     from planner.compose.cost import Candidate
@@ -171,23 +180,7 @@ def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> L
     # one blocking TP collective (on a host device, as the run measured it in the step: ``host_comm``)
     ar = tp_collective(ctx, "all_reduce", act, tp)
     half = tp_collective(ctx, "reduce_scatter", act, tp)  # = all-gather
-    # a host device's measured DTensor dispatch (``GpuSpec.host_dispatch``; none on a GPU): each DTensor
-    # linear beyond a plain one
-    hd = host_dispatch(ctx) if tp > 1 else None
-    cs = ctx.residuals.compute_scale  # on a host the processor that computes also dispatches
-    # on a host with SP each block all-reduce is an all-gather and a reduce-scatter, two blocking
-    # collectives with their own latency (α-bound at these sizes), where a GPU ring all-reduce's time is theirs
-    blk_ar = 2 * half if hd is not None and sp else ar
-    blk_tp_f = 2 * blk_ar
-    blk_tp_b = 2 * blk_ar + (2 * blk_ar if recompute == "full" else 0.0)
-    if hd is not None:
-        lin = block_linears(model)
-        # the bundled runtime's backward, as it runs (counted per step on this host): one all-reduce of the
-        # input gradient per column-parallel linear (each its own DTensor input: wq, wk, wv, w1 (+ w3)), and
-        # with SP the all-gathers of the row-parallel outputs' gradients
-        blk_tp_b = (lin - 2) * ar + (2 * half if sp else 0.0) + (blk_tp_f if recompute == "full" else 0.0)
-        blk_tp_f += cs * lin * hd.tp_linear_fwd_us * 1e-6
-        blk_tp_b += cs * lin * (hd.tp_linear_bwd_us + (hd.tp_linear_fwd_us if recompute == "full" else 0.0)) * 1e-6
+    blk_tp_f, blk_tp_b = block_tp_comm(ctx, tp, sp, recompute, ar, half)  # a host's as its runtime issues them
     vocab_parallel = model.vocab_size % tp == 0
     if tp > 1 and vocab_parallel:
         emb_tp_f, emb_tp_b = (half, half) if sp else (ar, 0.0)
@@ -230,39 +223,34 @@ def scaled(a: Affine, factor: float) -> Affine:
 
 def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero_stage: int, dp: int) -> SharedTerms:
     lg = layer_group(ctx, mbs, tp, sp, recompute)
-    tr, cm, e = ctx.training, ctx.comm, ctx.elt
+    tr, e = ctx.training, ctx.elt
     p_blk, p_emb, p_head = lg.params
 
     # --- ZeRO-3: parameters gathered per micro-batch (fwd and bwd), gradients reduce-scattered; prefetched on a
     # side stream, so a layer costs the longer of its compute + TP comm (slowed while they overlap: ``overlapped``)
-    # and its collectives — on a host their sum: FSDP2 calls gloo's collectives synchronously, the processor waits
+    # and its collectives — or their sum where the device runs them synchronously (``host_comm.prefetch_overlaps``)
     g = ctx.cluster.gpus_per_node
     dp_link = "intra_node" if dp_group_in_node(g, ctx.num_gpus, dp, tp) else "inter_node"
     m = dp_ranks_per_node(g, dp, tp)
     slow = OVERLAP_SLOWDOWN
-    hd = host_dispatch(ctx)
 
     def per_module(name: str, nbytes: float) -> list[float]:  # on a host, one per FSDP2-wrapped module
-        return layer_collectives(
-            lambda b: dp_collective(ctx, name, b, dp, dp_link, m), lg.params, nbytes, hd is not None
-        )
+        return dp_layer_collectives(ctx, name, nbytes, dp, dp_link, m, lg.params)
 
     fwd, bwd, z3_tmp, fwd_z3, bwd_z3 = lg.fwd, lg.bwd, 0, NOTHING, NOTHING
     if zero_stage == 3 and dp > 1:
         gather, scatter = per_module("all_gather", e), per_module("reduce_scatter", e)
-        join = (lambda w, t: w + t) if hd is not None else (lambda w, t: overlapped(w, t, slow))
+        join = (lambda w, t: overlapped(w, t, slow)) if prefetch_overlaps(ctx) else (lambda w, t: w + t)
         fwd = Affine(0, *(ns(join(w, t)) for w, t in zip(lg.work_f, gather)))
         bwd = Affine(0, *(ns(join(w, t + u)) for w, t, u in zip(lg.work_b, gather, scatter)))
         z3_tmp = zero3_buffer_bytes(ctx.stack, p_blk, e)  # gathered layers, gradient buffers (stack's)
         fwd_z3, bwd_z3 = Affine(*(a - b for a, b in zip(fwd, lg.fwd))), Affine(*(a - b for a, b in zip(bwd, lg.bwd)))
 
-    # --- a host device's FSDP2 hooks (``GpuSpec.host_dispatch``; none on a GPU): the bundled runtime wraps
-    # every block and the chunk (``replicate``/``fully_shard``, any ZeRO stage) when dp > 1; per micro-batch
-    if hd is not None and dp > 1:
-        cs = ctx.residuals.compute_scale  # on a host the processor that computes also dispatches
-        hooks = [host_fsdp_hooks(ctx, kind) for kind in ("transformer_block", "embedding", "lm_head")]
-        fwd = fwd.plus(Affine(0, *(ns(cs * f) for f, _ in hooks)))
-        bwd = bwd.plus(Affine(0, *(ns(cs * b) for _, b in hooks)))
+    # --- a host device's FSDP2 hooks per micro-batch (``host_comm.fsdp_hook_times``; none on a GPU)
+    hooks = fsdp_hook_times(ctx, dp)
+    if hooks is not None:
+        fwd = fwd.plus(Affine(0, *map(ns, hooks[0])))
+        bwd = bwd.plus(Affine(0, *map(ns, hooks[1])))
 
     # --- memory (bytes per GPU)
     per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp, ctx.stack.param_layout)
@@ -276,16 +264,8 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     def collective(name: str, nbytes_per_param: float) -> Affine:
         if dp == 1:
             return NOTHING
-        if hd is not None:  # the runtime's FSDP2 wrappers: a blocking collective per wrapped module
-            return Affine(0, *map(ns, per_module(name, nbytes_per_param)))
-        bucket = min(grad_bucket_params(dp), total) * nbytes_per_param
-        per_byte = cm.time(name, bucket, dp, dp_link, m) / bucket
-        return Affine(
-            0,
-            ns(per_byte * p_blk * nbytes_per_param),
-            ns(per_byte * p_emb * nbytes_per_param),
-            ns(per_byte * p_head * nbytes_per_param),
-        )
+        bucket = min(grad_bucket_params(dp), total)
+        return Affine(0, *map(ns, dp_sync_times(ctx, name, nbytes_per_param, dp, dp_link, m, lg.params, bucket)))
 
     if zero_stage == 0:
         sync, post = collective("all_reduce", e), NOTHING
@@ -298,7 +278,7 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     upd = (
         OPTIMIZER_STEP_BYTES[tr.optimizer] + OPTIMIZER_EXTRA_BYTES + (LOSS_SCALE_BYTES if tr.precision == "fp16" else 0)
     )
-    hbm = ctx.gpu.hbm_bandwidth_GBps * 1e9 * hbm_efficiency(p_blk / shard * upd)
+    step = optimizer_step_times(ctx, lg.params, shard, upd)
 
     # + a host device's optimizer and gradient-clip dispatch, and the step-end collectives (none on a GPU)
     host_opt, host_once = host_step_end(
@@ -320,9 +300,9 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
         # host work: slowed on a host whose ranks share its cores (``host_slowdown``)
         opt=Affine(
             ns(ctx.residuals.step_overhead_s * host_slowdown(ctx)) + ns(host_once),
-            ns(p_blk / shard * upd / hbm) + ns(host_opt[0]),
-            ns(p_emb / shard * upd / hbm) + ns(host_opt[1]),
-            ns(p_head / shard * upd / hbm) + ns(host_opt[2]),
+            ns(step[0]) + ns(host_opt[0]),
+            ns(step[1]) + ns(host_opt[1]),
+            ns(step[2]) + ns(host_opt[2]),
         ),
         state_bytes=per_param,
         act=lg.act,

@@ -189,3 +189,11 @@ def with_launches(ctx: Device, device_s: float, kernels: int) -> float:
     on_host = runs_on_host(ctx)
     host = kernels * ((0.0 if on_host else GPU_LAUNCH_US) + ctx.residuals.kernel_overhead_us) * 1e-6
     return device_s + host * host_slowdown(ctx) if on_host else max(device_s, host)
+
+
+def optimizer_step_times(ctx: Device, params: tuple[int, int, int], shard: int, step_bytes: float) -> list[float]:
+    """Seconds of one optimizer step over each layer's (block, embedding, LM head) parameters, sharded ``shard``
+    ways, touching ``step_bytes`` of HBM per parameter: memory-bound multi-tensor kernels at the achieved HBM
+    bandwidth of a block's transfer."""
+    hbm = ctx.gpu.hbm_bandwidth_GBps * 1e9 * hbm_efficiency(params[0] / shard * step_bytes)
+    return [p / shard * step_bytes / hbm for p in params]

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from planner.pricing.comm import tp_link
+from planner.pricing.comm import layer_collectives, tp_link
 from planner.pricing.device import Device
-from planner.pricing.host import host_dispatch
-from planner.workload.ops import param_tensors
+from planner.pricing.host import host_dispatch, host_fsdp_hooks
+from planner.workload.ops import block_linears, param_tensors
 
 
 def tp_collective(ctx: Device, name: str, size_bytes: float, tp: int, *, in_step_extra: bool = True) -> float:
@@ -122,3 +122,76 @@ def host_step_end(
     elif dp > 1 and zero_stage >= 1:
         once += dp_all_reduce(4)
     return per_kind, once
+
+
+# ------------------------------------------------------------------------------------------------
+# What a class's layers spend in collectives, by device: a GPU's model (bucketed, overlapped on side streams)
+# or a host's, as the bundled runtime issues them there and the run measured them
+
+
+def block_tp_comm(ctx: Device, tp: int, sp: bool, recompute: str, ar: float, half: float) -> tuple[float, float]:
+    """(forward, backward) seconds of one block's blocking TP collectives, ``ar`` one all-reduce of the residual
+    stream and ``half`` one reduce-scatter (= all-gather): two per direction, Megatron-style (with SP an
+    all-gather and a reduce-scatter each, a GPU ring all-reduce's time; on a host two collectives with their own
+    latency), again in backward under full recomputation. On a host with measured DTensor dispatch
+    (``GpuSpec.host_dispatch``), the bundled runtime's backward as it runs (counted per step on this host): one
+    all-reduce of the input gradient per column-parallel linear (each its own DTensor input: wq, wk, wv, w1
+    (+ w3)), with SP the all-gathers of the row-parallel outputs' gradients; and each DTensor linear's dispatch
+    beyond a plain one, × the compute residual (the processor that computes also dispatches)."""
+    hd = host_dispatch(ctx) if tp > 1 else None
+    cs = ctx.residuals.compute_scale
+    blk_ar = 2 * half if hd is not None and sp else ar
+    fwd = 2 * blk_ar
+    bwd = 2 * blk_ar + (2 * blk_ar if recompute == "full" else 0.0)
+    if hd is not None:
+        lin = block_linears(ctx.model)
+        bwd = (lin - 2) * ar + (2 * half if sp else 0.0) + (fwd if recompute == "full" else 0.0)
+        fwd += cs * lin * hd.tp_linear_fwd_us * 1e-6
+        bwd += cs * lin * (hd.tp_linear_bwd_us + (hd.tp_linear_fwd_us if recompute == "full" else 0.0)) * 1e-6
+    return fwd, bwd
+
+
+def dp_layer_collectives(
+    ctx: Device, name: str, nbytes: float, dp: int, link: str, per_node: int, params: tuple[int, int, int]
+) -> list[float]:
+    """Seconds of one DP collective ``name`` of each layer's (block, embedding, LM head) parameters at ``nbytes``
+    each (``comm.layer_collectives``; on a host one per FSDP2-wrapped module, as the runtime issues them)."""
+    host = host_dispatch(ctx) is not None
+    return layer_collectives(lambda b: dp_collective(ctx, name, b, dp, link, per_node), params, nbytes, host)
+
+
+def prefetch_overlaps(ctx: Device) -> bool:
+    """Whether ZeRO-3's per-layer gathers and reduce-scatters run beside the layer's compute (a GPU: prefetched
+    on a side stream) or add to it (a host: FSDP2 calls gloo's collectives synchronously, the processor waits)."""
+    return host_dispatch(ctx) is None
+
+
+def fsdp_hook_times(ctx: Device, dp: int) -> tuple[list[float], list[float]] | None:
+    """(forward, backward) seconds per layer (block, embedding, LM head) and micro-batch of a host's FSDP2 hooks:
+    the bundled runtime wraps every block and the chunk (``replicate``/``fully_shard``, any ZeRO stage) when
+    dp > 1 (``host.host_fsdp_hooks``), × the compute residual. None on a GPU (or dp = 1)."""
+    if host_dispatch(ctx) is None or dp <= 1:
+        return None
+    cs = ctx.residuals.compute_scale  # on a host the processor that computes also dispatches
+    hooks = [host_fsdp_hooks(ctx, kind) for kind in ("transformer_block", "embedding", "lm_head")]
+    return [cs * f for f, _ in hooks], [cs * b for _, b in hooks]
+
+
+def dp_sync_times(
+    ctx: Device,
+    name: str,
+    nbytes_per_param: float,
+    dp: int,
+    link: str,
+    per_node: int,
+    params: tuple[int, int, int],
+    bucket_params: int,
+) -> list[float]:
+    """Seconds per layer (block, embedding, LM head) of the end-of-step DP collective ``name`` over its
+    parameters: in gradient buckets of ``bucket_params`` parameters (a layer's bytes at the rate of one
+    bucket's collective); on a host the runtime's FSDP2 wrappers, a blocking collective per wrapped module."""
+    if host_dispatch(ctx) is not None:
+        return dp_layer_collectives(ctx, name, nbytes_per_param, dp, link, per_node, params)
+    bucket = bucket_params * nbytes_per_param
+    per_byte = ctx.comm.time(name, bucket, dp, link, per_node) / bucket
+    return [per_byte * p * nbytes_per_param for p in params]

@@ -18,7 +18,7 @@ from planner.pricing.gpu import attention_time, elementwise_time, gemm_time, lin
 from planner.pricing.host import host_layer_dispatch
 from planner.specs import LayerProfile
 from planner.workload.analytic import FLASH_BWD_RATIO
-from planner.workload.ops import attention_core_flops, kernel_counts
+from planner.workload.ops import attention_core_flops, kernel_counts, rerun_linears
 
 if TYPE_CHECKING:
     from planner.pricing.device import Device
@@ -94,15 +94,10 @@ def selective_share(ctx: Device, mbs: int, tp: int, sp: bool, att_share: float) 
     if hit is None:
         lp = ctx.layer("transformer_block", mbs, tp, sp)
         f, _, _, _ = analytic_parts(ctx, lp, "transformer_block", mbs, tp, sp)
-        m, tokens = ctx.model, mbs * ctx.training.seq_len
-        q, kv, ffn = (
-            m.num_attention_heads * m.head_dim // tp,
-            m.num_kv_heads * m.head_dim // tp,
-            m.ffn_hidden_size // tp,
-        )
-        h = m.hidden_size
-        even = gemm_time(ctx, tokens, kv, h) + gemm_time(ctx, tokens, h, q)
-        even += gemm_time(ctx, tokens, ffn, h) if m.activation == "swiglu" else gemm_time(ctx, tokens, h, ffn)
+        tokens = mbs * ctx.training.seq_len
+        even = 0.0
+        for lin in rerun_linears(ctx.model, tp):  # the even mm calls (``ops.rerun_linears``)
+            even += gemm_time(ctx, tokens, lin.n, lin.k)
         r = ctx.residuals  # the same residuals as the forward it is a share of
         rerun = r.compute_scale * even + r.memory_scale * elementwise_time(ctx, "transformer_block", mbs, tp, sp)
         hit = ctx.sac_cache[key] = min(1.0, rerun / f) if f > 0 else 0.0

@@ -91,6 +91,7 @@ from planner.specs.stacks import Stack
 from planner.workload.activations import LAYER_KINDS, output_activation_bytes, saved_activation_bytes
 from planner.workload.activations import LSE_BYTES as LSE_BYTES  # re-exported: the formulas' old home
 from planner.workload.activations import block_saved_terms as block_saved_terms
+from planner.workload.ops import attention_core_flops, linear_flops, params
 
 #: Backward ÷ forward FLOPs of a fused attention core (FlashAttention-2 backward: 5 s×s matmuls vs 2).
 FLASH_BWD_RATIO = 2.5
@@ -124,43 +125,20 @@ def local_vocab(model: ModelSpec, tp: int) -> int:
 # Parameters
 
 
-def _norm_params(model: ModelSpec) -> int:
-    # LayerNorm: weight + bias; RMSNorm: weight only.
-    return 2 * model.hidden_size if model.norm == "layernorm" else model.hidden_size
-
-
-def _has_bias(model: ModelSpec) -> bool:
-    # GPT-2/3 linears carry biases (Radford et al. 2019); Llama's do not (Touvron et al. 2023).
-    return model.family == "gpt"
-
-
 def block_params(model: ModelSpec, tp: int = 1) -> int:
-    """Parameters of one transformer block held by one TP rank."""
-    h, d, f = model.hidden_size, model.head_dim, model.ffn_hidden_size
-    q, kv = model.num_attention_heads * d // tp, model.num_kv_heads * d // tp
-    bias = _has_bias(model)
-    attn = h * q + 2 * h * kv + q * h  # wq, wk, wv (column-parallel), wo (row-parallel)
-    if bias or model.qkv_bias:
-        attn += q + 2 * kv  # column-parallel biases are split t ways
-    if bias:
-        attn += h  # the row-parallel bias is replicated
-    n_in = 2 if model.activation == "swiglu" else 1  # w1 (+ w3) column-parallel, w2 row-parallel
-    mlp = n_in * h * (f // tp) + (f // tp) * h
-    if bias:
-        mlp += n_in * (f // tp) + h
-    return 2 * _norm_params(model) + attn + mlp
+    """Parameters of one transformer block held by one TP rank (its ops: ``ops.params``)."""
+    return params(model, "transformer_block", tp)
 
 
 def embedding_params(model: ModelSpec, tp: int = 1) -> int:
     """Token embedding (vocabulary-parallel when t divides V) + learned positions for GPT (replicated)."""
-    pos = model.max_seq_len * model.hidden_size if model.family == "gpt" else 0
-    return local_vocab(model, tp) * model.hidden_size + pos
+    return params(model, "embedding", tp)
 
 
 def lm_head_params(model: ModelSpec, tp: int = 1) -> int:
     """Final norm + output projection (no bias). With tied embeddings the head still holds the matrix
     on its pipeline stage (Megatron-LM keeps a copy and all-reduces its gradient)."""
-    return _norm_params(model) + local_vocab(model, tp) * model.hidden_size
+    return params(model, "lm_head", tp)
 
 
 def num_parameters(model: ModelSpec) -> int:
@@ -176,15 +154,11 @@ def num_parameters(model: ModelSpec) -> int:
 
 
 def block_forward_flops(model: ModelSpec, micro_batch_size: int, seq_len: int, tp: int = 1) -> tuple[float, float]:
-    """(linear, attention-core) forward FLOPs of one block on one TP rank."""
-    b, s, h, f = micro_batch_size, seq_len, model.hidden_size, model.ffn_hidden_size
-    tokens = b * s
-    q = model.num_attention_heads * model.head_dim / tp
-    kv = model.num_kv_heads * model.head_dim / tp
-    n_ffn = 3 if model.activation == "swiglu" else 2
-    linear = 2 * tokens * (h * q + 2 * h * kv + q * h) + 2 * tokens * n_ffn * h * f / tp
-    core = 4 * b * s * s * q  # QKᵀ and PV: 2 matmuls of 2·b·s²·d per local head
-    return float(linear), float(core)
+    """(linear, attention-core) forward FLOPs of one block on one TP rank (its ops: ``ops.linear_flops``,
+    ``ops.attention_core_flops``)."""
+    tokens = micro_batch_size * seq_len
+    linear = linear_flops(model, "transformer_block", tokens, tp)
+    return float(linear), attention_core_flops(model, micro_batch_size, seq_len, tp)
 
 
 def layer_flops(model: ModelSpec, kind: str, micro_batch_size: int, seq_len: int, tp: int = 1) -> tuple[float, float]:
@@ -193,7 +167,7 @@ def layer_flops(model: ModelSpec, kind: str, micro_batch_size: int, seq_len: int
     if kind == "embedding":
         return 0.0, 0.0
     if kind == "lm_head":
-        fwd = 2.0 * tokens * model.hidden_size * local_vocab(model, tp)
+        fwd = float(linear_flops(model, "lm_head", tokens, tp))
         return fwd, 2.0 * fwd
     if kind == "transformer_block":
         linear, core = block_forward_flops(model, micro_batch_size, seq_len, tp)

@@ -1,9 +1,12 @@
-"""A layer's ops as the per-op model counts them (issue 11 §1): its linear GEMMs by shape, the attention
-core's FLOPs, the bytes of its memory-bound ops under the stack's kernels, the kernels it launches and its
-parameter tensors. Plain data of (model, stack, configuration): ``planner.pricing`` prices them on a device."""
+"""A layer's ops — one list per layer kind — as the per-op model counts them (issue 11 §1): its linears (the
+GEMMs, by shape, and their parameters), the attention core, its other parameter tensors (norms, tables) and its
+memory-bound ops with their bytes and kernels under the stack's kernels. Plain data of (model, stack,
+configuration): FLOPs, parameter counts, parameter tensors, GEMM shapes, memory-bound bytes and kernel counts
+are all read off these lists (``planner.workload.analytic``), and ``planner.pricing`` prices them on a device."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from planner.specs import ModelSpec
@@ -12,20 +15,127 @@ if TYPE_CHECKING:
     from planner.workload.inputs import Inputs
 
 
-def gemm_shapes(model: ModelSpec, kind: str, tokens: int, tp: int) -> list[tuple[int, int, int, int]]:
-    """Forward linear-layer GEMMs (M, N, K, count) of one layer on one TP rank (the attention core is
-    priced by its kernel: ``attention_time``)."""
+@dataclass(frozen=True, slots=True)
+class Linear:
+    """One linear of a layer on one TP rank, Y = X·W: ``n`` output and ``k`` input features here, so its forward
+    is a tokens × n × k GEMM and its weight holds n·k parameters (+ ``bias``). Linears of one ``gemm`` are one
+    priced GEMM of that many calls (K and V); ``call`` is its place in the forward's call order; ``sharded``: a
+    TP-sharded linear of the bundled runtime (a DTensor under TP)."""
+
+    name: str
+    n: int
+    k: int
+    bias: int
+    gemm: str
+    call: int
+    sharded: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class MemOp:
+    """A memory-bound op of one forward pass: the HBM bytes it moves and the kernels it launches."""
+
+    name: str
+    nbytes: float
+    kernels: int
+
+
+def _local_vocab(model: ModelSpec, tp: int) -> int:
+    return model.vocab_size // tp if model.vocab_size % tp == 0 else model.vocab_size
+
+
+def linears(model: ModelSpec, kind: str, tp: int) -> tuple[Linear, ...]:
+    """The linears of one layer of ``kind`` on one TP rank: a block's wq, wk, wv (column-parallel), wo
+    (row-parallel), w1 (+ w3 for SwiGLU; column-parallel) and w2 (row-parallel) — with biases on every linear of
+    a GPT (column-parallel biases split t ways, row-parallel ones replicated) and on Q/K/V of a ``qkv_bias``
+    model; the LM head's output projection (vocabulary-parallel when t divides V)."""
     h, hd = model.hidden_size, model.head_dim
-    if kind == "transformer_block":
-        q, kv, f = model.num_attention_heads * hd // tp, model.num_kv_heads * hd // tp, model.ffn_hidden_size // tp
-        out = [(tokens, q, h, 1), (tokens, kv, h, 2), (tokens, h, q, 1), (tokens, f, h, 1), (tokens, h, f, 1)]
-        if model.activation == "swiglu":
-            out.append((tokens, f, h, 1))
-        return out
     if kind == "lm_head":
-        vocab = model.vocab_size // tp if model.vocab_size % tp == 0 else model.vocab_size
-        return [(tokens, vocab, h, 1)]
-    return []
+        return (Linear("output", _local_vocab(model, tp), h, 0, "output", 0, sharded=False),)
+    if kind != "transformer_block":
+        return ()
+    q, kv, f = model.num_attention_heads * hd // tp, model.num_kv_heads * hd // tp, model.ffn_hidden_size // tp
+    gpt = model.family == "gpt"
+    qkv = gpt or model.qkv_bias
+
+    def b(size: int, on: bool) -> int:
+        return size if on else 0
+
+    out = [
+        Linear("wq", q, h, b(q, qkv), "wq", 0),
+        Linear("wk", kv, h, b(kv, qkv), "kv", 1),
+        Linear("wv", kv, h, b(kv, qkv), "kv", 2),
+        Linear("wo", h, q, b(h, gpt), "wo", 3),
+        Linear("w1", f, h, b(f, gpt), "w1", 4),
+    ]
+    if model.activation == "swiglu":  # w2(silu(w1(x)) · w3(x)): w3 called before w2
+        return (*out, Linear("w2", h, f, b(h, gpt), "w2", 6), Linear("w3", f, h, b(f, gpt), "w3", 5))
+    return (*out, Linear("w2", h, f, b(h, gpt), "w2", 5))
+
+
+def other_params(model: ModelSpec, kind: str, tp: int) -> tuple[int, ...]:
+    """The sizes of a layer's parameter tensors outside its linears: a block's two norms and the LM head's final
+    norm (weight, + bias for LayerNorm); the embedding's token table (vocabulary-parallel when t > 1 divides V)
+    and a GPT's learned positions (replicated)."""
+    h = model.hidden_size
+    norm = (h, h) if model.norm == "layernorm" else (h,)
+    if kind == "transformer_block":
+        return norm + norm
+    if kind == "lm_head":
+        return norm
+    if kind == "embedding":
+        vocab = model.vocab_size // tp if tp > 1 and model.vocab_size % tp == 0 else model.vocab_size
+        return (vocab * h, model.max_seq_len * h) if model.family == "gpt" else (vocab * h,)
+    return ()
+
+
+def gemm_shapes(model: ModelSpec, kind: str, tokens: int, tp: int) -> list[tuple[int, int, int, int]]:
+    """Forward linear-layer GEMMs (M, N, K, count) of one layer on one TP rank (``linears``, one per ``gemm``;
+    the attention core is priced by its kernel: ``attention_time``)."""
+    out: dict[str, list[int]] = {}
+    for lin in linears(model, kind, tp):
+        if lin.gemm in out:
+            out[lin.gemm][3] += 1
+        else:
+            out[lin.gemm] = [tokens, lin.n, lin.k, 1]
+    return [(m, n, k, c) for m, n, k, c in out.values()]
+
+
+def linear_flops(model: ModelSpec, kind: str, tokens: int, tp: int) -> int:
+    """Forward FLOPs of a layer's linears on one TP rank: 2·tokens·n·k each."""
+    return sum(2 * tokens * lin.n * lin.k for lin in linears(model, kind, tp))
+
+
+def params(model: ModelSpec, kind: str, tp: int = 1) -> int:
+    """Parameters of one layer of ``kind`` held by one TP rank: its linears' weights and biases and its other
+    tensors (``linears``, ``other_params``)."""
+    return sum(lin.n * lin.k + lin.bias for lin in linears(model, kind, tp)) + sum(other_params(model, kind, tp))
+
+
+def param_tensors(model: ModelSpec, kind: str) -> tuple[int, int]:
+    """(parameter tensors, of which in TP-sharded linears) of one layer of ``kind`` in the bundled runtime
+    (``linears``: a weight, + a bias; ``other_params``). The optimizer steps each tensor with its own ops (AdamW's
+    per-tensor loop)."""
+    lins = linears(model, kind, 1)
+    sharded = sum(1 + (lin.bias > 0) for lin in lins if lin.sharded)
+    return len(other_params(model, kind, 1)) + sum(1 + (lin.bias > 0) for lin in lins), sharded
+
+
+def block_linears(model: ModelSpec) -> int:
+    """The ``nn.Linear`` modules of one transformer block of the bundled runtime (``runtime.models``): each a
+    ColwiseParallel/RowwiseParallel DTensor linear under TP."""
+    return len(linears(model, "transformer_block", 1))
+
+
+def rerun_linears(model: ModelSpec, tp: int) -> tuple[Linear, ...]:
+    """The linears torchtitan's op-level selective checkpointing reruns in backward: the even ``aten.mm`` calls
+    of a block in call order (wk, wo, w3; a GELU MLP's fc2), whose outputs its policy does not keep."""
+    return tuple(sorted(linears(model, "transformer_block", tp), key=lambda lin: lin.call)[1::2])
+
+
+def attention_core_flops(model: ModelSpec, mbs: int, seq: int, tp: int) -> float:
+    """Forward FLOPs of the attention core (QKᵀ and PV: 2 matmuls of 2·b·s²·d per local head)."""
+    return 4.0 * mbs * seq * seq * model.head_dim * model.num_attention_heads / tp
 
 
 def op_bytes(ctx: Inputs) -> tuple[float, float, float]:
@@ -53,40 +163,6 @@ def op_bytes(ctx: Inputs) -> tuple[float, float, float]:
     return norm, 5.0 * e, rope
 
 
-def elementwise_bytes(ctx: Inputs, kind: str, mbs: int, tp: int, sp: bool) -> float:
-    """HBM bytes moved by the memory-bound (non-GEMM) ops of one forward pass, attention excluded
-    (per-element costs: ``op_bytes``)."""
-    m, e = ctx.model, ctx.elt
-    tokens = mbs * ctx.training.seq_len
-    stream = tokens // tp if sp else tokens  # residual-stream tokens on this rank
-    h = m.hidden_size
-    norm, glu, rope = op_bytes(ctx)
-    if kind == "embedding":
-        return 2.0 * stream * h * e  # gather + write
-    if kind == "lm_head":
-        vocab = m.vocab_size // tp if m.vocab_size % tp == 0 else m.vocab_size
-        return norm * stream * h + 3.0 * tokens * vocab * 4  # final norm; fp32 softmax cross-entropy
-    f = m.ffn_hidden_size // tp
-    b = 2 * norm * stream * h + 2 * 3 * stream * h * e  # two norms, two residual adds (read 2, write 1)
-    if ctx.stack.kernels == "compiled":
-        b -= stream * h * e  # the first add fused into the MLP norm: its sum is not read back
-    b += (glu if m.activation == "swiglu" else 2 * e) * tokens * f
-    if m.family == "llama":
-        b += rope * tokens * (m.num_attention_heads + m.num_kv_heads) * m.head_dim // tp  # RoPE on q, k
-    if ctx.stack.activations == "titan" and m.num_kv_heads < m.num_attention_heads:
-        # torchtitan's repeat_kv (expand + reshape) copies K and V to the query heads before SDPA
-        b += 2 * tokens * (m.num_kv_heads + m.num_attention_heads) * m.head_dim // tp * e
-    if ctx.stack.dropout:
-        # two hidden dropouts: fused with the residual add (apex/TE bias-dropout-add) they only write their
-        # 1-byte masks; eager (``torch.nn.Dropout``, one kernel each) they also read and write the tensor
-        b += 2 * stream * h * (1 if ctx.stack.kernels == "fused" else 2 * e + 1)
-    return float(b)
-
-
-def attention_core_flops(model: ModelSpec, mbs: int, seq: int, tp: int) -> float:
-    return 4.0 * mbs * seq * seq * model.head_dim * model.num_attention_heads / tp
-
-
 #: FlashAttention-2 kernels per call: forward 1; backward 3 (the dO·O row-sum preprocessing, the main
 #: backward kernel and the dQ accumulator conversion: Dao-AILab/flash-attention
 #: ``csrc/flash_attn/src/flash_bwd_launch_template.h``).
@@ -109,56 +185,67 @@ def op_kernels(ctx: Inputs) -> tuple[int, int, int]:
     return norm, act, rope
 
 
-def kernel_counts(ctx: Inputs, kind: str, tp: int) -> tuple[int, int]:
-    """(forward, backward) kernels one layer of ``kind`` issues per micro-batch, counted from the ops the
-    per-op model prices: each linear GEMM call (``gemm_shapes``; backward: data and weight gradient), the
-    attention core by the stack's kernel (flash: ``FLASH_KERNELS``; unfused: QKᵀ, softmax, [dropout], PV
-    forward, four batched GEMMs and the softmax [and dropout] backward), and the memory-bound ops of
-    ``elementwise_bytes`` (``op_kernels``; two residual adds with the dropout fused into them — one when
-    compiled chains fuse an add into the next norm —, a K/V repeat copy each for K and V where the stack
-    repeats them (torchtitan's ``repeat_kv``), embedding gather, fp32 cross-entropy in 3 kernels), whose
-    backward issues twice the forward's kernels as it moves twice their bytes. Communication kernels are
-    priced by ``planner.pricing.comm``, not here."""
-    m, st = ctx.model, ctx.stack
-    gemms = sum(c for *_, c in gemm_shapes(m, kind, 1, tp))
-    norm, act, rope = op_kernels(ctx)
-    att_f = att_b = 0
-    if kind == "transformer_block":
-        adds = 1 if str(st.kernels) == "compiled" else 2
-        repeat = 2 if getattr(st, "activations", None) == "titan" and m.num_kv_heads < m.num_attention_heads else 0
-        elem = 2 * norm + adds + act + (2 * rope if m.family == "llama" else 0) + repeat
-        if st.attention == "flash":
-            att_f, att_b = FLASH_KERNELS
-        else:
-            drop = 1 if st.dropout else 0
-            att_f, att_b = 3 + drop, 5 + drop
-    elif kind == "embedding":
-        elem = 1
-    elif kind == "lm_head":
-        elem = norm + 3
-    else:
-        elem = 0
-    return gemms + att_f + elem, 2 * gemms + att_b + 2 * elem
-
-
-def block_linears(model: ModelSpec) -> int:
-    """The ``nn.Linear`` modules of one transformer block of the bundled runtime (``runtime.models``):
-    wq, wk, wv, wo, w1, w2 (+ w3 for SwiGLU) — each a ColwiseParallel/RowwiseParallel DTensor linear under TP."""
-    return 7 if model.activation == "swiglu" else 6
-
-
-def param_tensors(model: ModelSpec, kind: str) -> tuple[int, int]:
-    """(parameter tensors, of which in TP-sharded linears) of one layer of ``kind`` in the bundled runtime:
-    a block's two norms (weight, + bias for LayerNorm) and its linears (weight, + bias: every linear of a
-    GPT, Q/K/V of a ``qkv_bias`` model); the embedding's token (+ GPT's position) table; the LM head's
-    final norm and weight. The optimizer steps each tensor with its own ops (AdamW's per-tensor loop)."""
-    norm = 2 if model.norm == "layernorm" else 1
-    if kind == "transformer_block":
-        lin = block_linears(model)
-        bias = lin if model.family == "gpt" else (3 if model.qkv_bias else 0)
-        return 2 * norm + lin + bias, lin + bias
+def memory_ops(ctx: Inputs, kind: str, mbs: int, tp: int, sp: bool) -> tuple[MemOp, ...]:
+    """The memory-bound (non-GEMM) ops of one forward pass of a layer, attention excluded, with their bytes
+    (per element: ``op_bytes``) and kernels (``op_kernels``): a block's two norms, two residual adds (read 2,
+    write 1; compiled chains fuse the first into the MLP norm, whose sum is then not read back), the MLP's
+    activation, RoPE on q and k (Llama family), torchtitan's repeat_kv copies of K and V to the query heads
+    before SDPA, and two hidden dropouts (fused with the residual add — apex/TE bias-dropout-add — they only
+    write their 1-byte masks; eager, ``torch.nn.Dropout``, they also read and write the tensor; kernels fused
+    into the adds either way); the embedding's gather; the LM head's final norm and fp32 softmax cross-entropy
+    (3 kernels). Tokens of the residual stream are split by TP under sequence parallelism."""
+    m, e, st = ctx.model, ctx.elt, ctx.stack
+    tokens = mbs * ctx.training.seq_len
+    stream = tokens // tp if sp else tokens  # residual-stream tokens on this rank
+    h = m.hidden_size
+    norm, glu, rope = op_bytes(ctx)
+    k_norm, k_act, k_rope = op_kernels(ctx)
     if kind == "embedding":
-        return (2 if model.family == "gpt" else 1), 0
+        return (MemOp("gather", 2.0 * stream * h * e, 1),)
     if kind == "lm_head":
-        return norm + 1, 0
-    return 0, 0
+        vocab = _local_vocab(m, tp)
+        return (MemOp("norm", norm * stream * h, k_norm), MemOp("cross_entropy", 3.0 * tokens * vocab * 4, 3))
+    if kind != "transformer_block":
+        return ()
+    f = m.ffn_hidden_size // tp
+    compiled = st.kernels == "compiled"
+    ops = [
+        MemOp("norm", norm * stream * h, k_norm),
+        MemOp("norm", norm * stream * h, k_norm),
+        MemOp("add", 3 * stream * h * e - (stream * h * e if compiled else 0), 0 if compiled else 1),
+        MemOp("add", 3 * stream * h * e, 1),
+        MemOp("activation", (glu if m.activation == "swiglu" else 2 * e) * tokens * f, k_act),
+    ]
+    heads = m.num_attention_heads + m.num_kv_heads
+    if m.family == "llama":
+        ops.append(MemOp("rope", rope * tokens * heads * m.head_dim // tp, 2 * k_rope))
+    if st.activations == "titan" and m.num_kv_heads < m.num_attention_heads:
+        ops.append(MemOp("repeat_kv", 2 * tokens * heads * m.head_dim // tp * e, 2))
+    if st.dropout:
+        ops.append(MemOp("dropout", 2 * stream * h * (1 if st.kernels == "fused" else 2 * e + 1), 0))
+    return tuple(ops)
+
+
+def elementwise_bytes(ctx: Inputs, kind: str, mbs: int, tp: int, sp: bool) -> float:
+    """HBM bytes moved by the memory-bound ops of one forward pass (``memory_ops``)."""
+    return float(sum(op.nbytes for op in memory_ops(ctx, kind, mbs, tp, sp)))
+
+
+def attention_kernels(ctx: Inputs) -> tuple[int, int]:
+    """(forward, backward) kernels of a block's attention core by the stack's kernel: flash ``FLASH_KERNELS``;
+    unfused QKᵀ, softmax, [dropout], PV forward, four batched GEMMs and the softmax [and dropout] backward."""
+    if ctx.stack.attention == "flash":
+        return FLASH_KERNELS
+    drop = 1 if ctx.stack.dropout else 0
+    return 3 + drop, 5 + drop
+
+
+def kernel_counts(ctx: Inputs, kind: str, tp: int) -> tuple[int, int]:
+    """(forward, backward) kernels one layer of ``kind`` issues per micro-batch, read off its ops: each linear
+    (backward: data and weight gradient), the attention core (``attention_kernels``) and the memory-bound ops
+    (``memory_ops``), whose backward issues twice the forward's kernels as it moves twice their bytes.
+    Communication kernels are priced by ``planner.pricing.comm``, not here."""
+    gemms = len(linears(ctx.model, kind, tp))
+    att_f, att_b = attention_kernels(ctx) if kind == "transformer_block" else (0, 0)
+    elem = sum(op.kernels for op in memory_ops(ctx, kind, 1, tp, False))
+    return gemms + att_f + elem, 2 * gemms + att_b + 2 * elem
