@@ -116,12 +116,13 @@ def test_each_dispatch_class_prices_the_plans_that_issue_it(field: str, plan: st
 
 
 def test_per_op_dispatch_adds_per_forward_op_and_its_backward_on_every_plan() -> None:
-    from types import SimpleNamespace
-
-    from planner.specs.stacks import resolve
+    from planner.specs import ClusterSpec, TrainingSpec
+    from planner.workload.inputs import Inputs
     from planner.workload.ops import kernel_counts
 
-    ctx = SimpleNamespace(model=M, stack=resolve({"base": "meshplan", "overlap_grad_reduce": False}))
+    stack = {"base": "meshplan", "overlap_grad_reduce": False}
+    training = TrainingSpec(global_batch_size=8, seq_len=64, precision="fp32", stack=stack)
+    ctx = Inputs(model=M, gpu=CPU, cluster=ClusterSpec(gpu=CPU, num_nodes=1, gpus_per_node=1), training=training)
     ops = M.num_layers * kernel_counts(ctx, "transformer_block", 1)[0]
     ops += kernel_counts(ctx, "embedding", 1)[0] + kernel_counts(ctx, "lm_head", 1)[0]
     base = step("one", CPU)
