@@ -216,7 +216,7 @@ def consumer(check: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
         [str(python), str(CHECKS / f"{check}.py"), str(items_path), str(out_path)],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=500,  # under pytest-timeout's 600 s, so a hang reports as this check
         env=env,
         cwd=workdir,
     )
