@@ -191,13 +191,21 @@ def _items(check: str, workdir: Path) -> list[dict]:
     return items
 
 
-_RESULTS: dict[str, dict[str, dict]] = {}
+#: check → its results, or why it could not run (reported by every test that needs it, without rerunning).
+_RESULTS: dict[str, dict[str, dict] | str] = {}
 
 
 def consumer(check: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     """``{item id: {"ok", "facts" | "error"}}`` from ``tests/consumers/<check>.py`` in its environment."""
-    if check in _RESULTS:
-        return _RESULTS[check]
+    if check not in _RESULTS:
+        _RESULTS[check] = _run(check, tmp_path_factory)
+    results = _RESULTS[check]
+    if isinstance(results, str):
+        pytest.fail(results)
+    return results
+
+
+def _run(check: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict] | str:
     venv, group = VENVS[check]
     python = Path(venv) / "bin" / "python"
     if not python.exists():
@@ -206,30 +214,31 @@ def consumer(check: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
             f"run `make consumers` (pyproject.toml dependency group {group!r})"
         )
         if REQUIRE:
-            pytest.fail(why + " — MESHPLAN_REQUIRE_CONSUMERS=1 (.ci/run) needs them")
+            return why + " — MESHPLAN_REQUIRE_CONSUMERS=1 (.ci/run) needs them"
         pytest.skip(why + "; CI installs them")
     workdir = tmp_path_factory.mktemp(check)
     items_path, out_path = workdir / "items.json", workdir / "out.json"
     items_path.write_text(json.dumps(_items(check, workdir)))
     env = os.environ | {"TORCH_EXTENSIONS_DIR": str(Path(venv) / "torch_extensions"), "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.run(
-        [str(python), str(CHECKS / f"{check}.py"), str(items_path), str(out_path)],
-        capture_output=True,
-        text=True,
-        timeout=500,  # under pytest-timeout's 600 s, so a hang reports as this check
-        env=env,
-        cwd=workdir,
-    )
-    assert proc.returncode == 0 and out_path.exists(), f"{check} crashed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    try:
+        proc = subprocess.run(
+            [str(python), str(CHECKS / f"{check}.py"), str(items_path), str(out_path)],
+            capture_output=True,
+            text=True,
+            timeout=500,  # under pytest-timeout's 600 s, so a hang reports as this check
+            env=env,
+            cwd=workdir,
+        )
+    except subprocess.TimeoutExpired:
+        return f"{check} ran over 500 s in {venv}"
+    if proc.returncode != 0 or not out_path.exists():
+        return f"{check} crashed in {venv}:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     out = json.loads(out_path.read_text())
     pins = _pins(group)
     for package, got in out["versions"].items():
-        if package in pins:  # a stale environment fails, naming the fix
-            assert got == pins[package], (
-                f"{venv} has {package} {got}, pyproject.toml pins {pins[package]}: run `make consumers`"
-            )
-    _RESULTS[check] = {r["id"]: r for r in out["results"]}
-    return _RESULTS[check]
+        if package in pins and got != pins[package]:  # a stale environment fails, naming the fix
+            return f"{venv} has {package} {got}, pyproject.toml pins {pins[package]}: run `make consumers`"
+    return {r["id"]: r for r in out["results"]}
 
 
 def accepted(results: dict[str, dict], item: str) -> dict[str, Any]:
