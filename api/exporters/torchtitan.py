@@ -8,9 +8,9 @@
   ``pipeline_parallel_schedule``, ``module_fqns_per_model_part``, ``pipeline_parallel_microbatch_size``,
   ``data_parallel_replicate_degree``/``data_parallel_shard_degree``, ``fsdp_reshard_after_forward``),
   ``training.*`` (``local_batch_size``, ``global_batch_size``, ``seq_len``,
-  ``mixed_precision_param``, and with a pipeline ``disable_cuda_graphs = True``: 0.3.0's config check
-  refuses pipeline parallelism while CUDA graphs are on, its default) and ``activation_checkpoint`` (``SelectiveAC.Config()``,
-  ``FullAC.Config()`` or ``None``). 0.3.0 renamed the head module ``output`` → ``lm_head``.
+  ``mixed_precision_param``; with a pipeline also ``disable_cuda_graphs = True``: 0.3.0's config check
+  refuses pipeline parallelism while CUDA graphs are on, its default) and ``activation_checkpoint``
+  (``SelectiveAC.Config()``, ``FullAC.Config()`` or ``None``). 0.3.0 renamed the head module ``output`` → ``lm_head``.
 - ``torchtitan-toml`` — torchtitan 0.2.2, the last release that reads a TOML job file
   (``--job.config_file``): ``[model] name/flavor``, ``[parallelism]`` (same degree/schedule keys, always
   sequence parallel with TP, DDP only without other parallelism), ``[training]`` ``local_batch_size``,
