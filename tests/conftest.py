@@ -16,6 +16,7 @@ LONG_FILES = (
     "test_dashboard.py",
     "test_api_postgres.py",
     "test_profiler_cluster.py",
+    "test_consumers.py",
 )
 
 

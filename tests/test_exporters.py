@@ -561,6 +561,7 @@ FROZEN_KEYS = {
         "p.pipeline_parallel_schedule",
         "p.pipeline_parallel_microbatch_size",
         "p.module_fqns_per_model_part",
+        "config.training.disable_cuda_graphs",  # with a pipeline: 0.3.0 refuses pp > 1 under CUDA graphs
         "config.training.local_batch_size",
         "config.training.global_batch_size",
         "config.training.seq_len",

@@ -8,8 +8,9 @@
   ``pipeline_parallel_schedule``, ``module_fqns_per_model_part``, ``pipeline_parallel_microbatch_size``,
   ``data_parallel_replicate_degree``/``data_parallel_shard_degree``, ``fsdp_reshard_after_forward``),
   ``training.*`` (``local_batch_size``, ``global_batch_size``, ``seq_len``,
-  ``mixed_precision_param``) and ``activation_checkpoint`` (``SelectiveAC.Config()``,
-  ``FullAC.Config()`` or ``None``). 0.3.0 renamed the head module ``output`` → ``lm_head``.
+  ``mixed_precision_param``; with a pipeline also ``disable_cuda_graphs = True``: 0.3.0's config check
+  refuses pipeline parallelism while CUDA graphs are on, its default) and ``activation_checkpoint``
+  (``SelectiveAC.Config()``, ``FullAC.Config()`` or ``None``). 0.3.0 renamed the head module ``output`` → ``lm_head``.
 - ``torchtitan-toml`` — torchtitan 0.2.2, the last release that reads a TOML job file
   (``--job.config_file``): ``[model] name/flavor``, ``[parallelism]`` (same degree/schedule keys, always
   sequence parallel with TP, DDP only without other parallelism), ``[training]`` ``local_batch_size``,
@@ -162,6 +163,14 @@ class TorchtitanRecipeExporter(Exporter):
             lines.append("    p.module_fqns_per_model_part = [")
             lines += [f"        {part!r}," for part in model_parts(plan, "lm_head")]
             lines.append("    ]")
+        if plan.parallel.pp > 1:
+            # Trainer.Config refuses a pipeline while CUDA graphs are on (their default): "CUDA graphs do
+            # not support pipeline parallelism yet. Set --training.disable_cuda_graphs."
+            train = {"disable_cuda_graphs": True} | train
+            notes.note(
+                "torchtitan 0.3.0 cannot capture CUDA graphs with pipeline parallelism: the recipe sets "
+                "training.disable_cuda_graphs = True, as its config check asks"
+            )
         lines += [f"    config.training.{k} = {v!r}" for k, v in train.items()]
         ac_expr = {"selective": "SelectiveAC.Config()", "full": "FullAC.Config()", "none": "None"}[ac]
         lines += [f"    config.activation_checkpoint = {ac_expr}", "    return config"]

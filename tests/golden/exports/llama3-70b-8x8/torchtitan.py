@@ -13,6 +13,8 @@
 # note: torchtitan's selective recomputation is per-op (saves matmul/attention outputs by policy),
 #   not Megatron's attention-core recomputation: activation memory may differ somewhat from the
 #   plan
+# note: torchtitan 0.3.0 cannot capture CUDA graphs with pipeline parallelism: the recipe sets
+#   training.disable_cuda_graphs = True, as its config check asks
 
 from torchtitan.distributed.activation_checkpoint import SelectiveAC
 from torchtitan.models.llama3.config_registry import llama3_70b
@@ -41,6 +43,7 @@ def meshplan_llama3_70b() -> Trainer.Config:
         ['layers.60', 'layers.61', 'layers.62', 'layers.63', 'layers.64', 'layers.65', 'layers.66', 'layers.67', 'layers.68', 'layers.69', 'layers.70'],
         ['layers.71', 'layers.72', 'layers.73', 'layers.74', 'layers.75', 'layers.76', 'layers.77', 'layers.78', 'layers.79', 'norm', 'lm_head'],
     ]
+    config.training.disable_cuda_graphs = True
     config.training.local_batch_size = 128
     config.training.global_batch_size = 256
     config.training.seq_len = 8192

@@ -5,6 +5,8 @@
 # recompute=full sequence_parallel=true zero_stage=0 precision=bf16
 # Save as meshplan_llama_train.py on PYTHONPATH, then on every node:
 #   torchrun --nnodes 4 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:29500 --rdzv-id llama-train -m torchtitan.train --module meshplan_llama_train --config meshplan_llama3_70b
+# note: torchtitan 0.3.0 cannot capture CUDA graphs with pipeline parallelism: the recipe sets
+#   training.disable_cuda_graphs = True, as its config check asks
 
 from torchtitan.distributed.activation_checkpoint import FullAC
 from torchtitan.models.llama3.config_registry import llama3_70b
@@ -32,6 +34,7 @@ def meshplan_llama3_70b() -> Trainer.Config:
         ['layers.61', 'layers.62', 'layers.63', 'layers.64', 'layers.65', 'layers.66', 'layers.67', 'layers.68', 'layers.69', 'layers.70'],
         ['layers.71', 'layers.72', 'layers.73', 'layers.74', 'layers.75', 'layers.76', 'layers.77', 'layers.78', 'layers.79', 'norm', 'lm_head'],
     ]
+    config.training.disable_cuda_graphs = True
     config.training.local_batch_size = 32
     config.training.global_batch_size = 32
     config.training.seq_len = 8192

@@ -1,0 +1,154 @@
+"""megatron-core 0.16.1 reads the ``megatron`` export (a bash array of ``pretrain_gpt.py`` arguments).
+Megatron-LM's own argument parser (``megatron/training/arguments.py``) needs Python ≥ 3.12, so the
+array is sourced with bash as a user does, and each flag becomes the megatron-core field that
+Megatron-LM's ``core_transformer_config_from_args`` fills from it (``FLAGS``, ``SWITCHES``; a flag in
+neither fails the check, so a new flag must be mapped here). Then megatron-core's own code validates:
+``TransformerConfig.__post_init__`` (degrees, heads, sequence parallelism, recompute, virtual stages,
+uneven first/last stages, ``PipelineParallelLayerLayout``), ``DistributedDataParallelConfig``,
+``OptimizerConfig``, ``ConstantNumMicroBatchesCalculator`` (the global batch splits into micro-batches ×
+data-parallel size), and the layers each (pipeline rank, virtual stage) builds
+(``get_num_layers_to_build``, or the layout's own table). Item: ``{"id", "path", "world_size"}``."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from _common import run
+from megatron.core import parallel_state
+from megatron.core.distributed import DistributedDataParallelConfig
+from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
+from megatron.core.optimizer import OptimizerConfig
+from megatron.core.transformer.enums import LayerType
+from megatron.core.transformer.transformer_block import get_num_layers_to_build
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+#: flag → (config, field, type). Configs: tc = TransformerConfig, ddp = DistributedDataParallelConfig,
+#: opt = OptimizerConfig, batch = the micro-batch calculator, model = GPT model/training level (read
+#: by Megatron-LM outside these configs; kept as facts).
+FLAGS: dict[str, tuple[str, str, type]] = {
+    "--num-layers": ("tc", "num_layers", int),
+    "--hidden-size": ("tc", "hidden_size", int),
+    "--ffn-hidden-size": ("tc", "ffn_hidden_size", int),
+    "--num-attention-heads": ("tc", "num_attention_heads", int),
+    "--num-query-groups": ("tc", "num_query_groups", int),
+    "--tensor-model-parallel-size": ("tc", "tensor_model_parallel_size", int),
+    "--pipeline-model-parallel-size": ("tc", "pipeline_model_parallel_size", int),
+    "--num-virtual-stages-per-pipeline-rank": ("tc", "virtual_pipeline_model_parallel_size", int),
+    "--decoder-first-pipeline-num-layers": ("tc", "num_layers_in_first_pipeline_stage", int),
+    "--decoder-last-pipeline-num-layers": ("tc", "num_layers_in_last_pipeline_stage", int),
+    "--pipeline-model-parallel-layout": ("tc", "pipeline_model_parallel_layout", str),
+    "--microbatch-group-size-per-virtual-pipeline-stage": ("tc", "microbatch_group_size_per_vp_stage", int),
+    "--recompute-granularity": ("tc", "recompute_granularity", str),
+    "--recompute-method": ("tc", "recompute_method", str),
+    "--recompute-num-layers": ("tc", "recompute_num_layers", int),
+    "--normalization": ("tc", "normalization", str),
+    "--data-parallel-sharding-strategy": ("ddp", "data_parallel_sharding_strategy", str),
+    "--optimizer": ("opt", "optimizer", str),
+    "--micro-batch-size": ("batch", "micro_batch_size", int),
+    "--global-batch-size": ("batch", "global_batch_size", int),
+    "--seq-length": ("model", "seq_length", int),
+    "--max-position-embeddings": ("model", "max_position_embeddings", int),
+    "--position-embedding-type": ("model", "position_embedding_type", str),
+    "--ckpt-format": ("model", "ckpt_format", str),
+}
+#: switch → the fields it sets.
+SWITCHES: dict[str, list[tuple[str, str, Any]]] = {
+    "--group-query-attention": [("model", "group_query_attention", True)],
+    "--sequence-parallel": [("tc", "sequence_parallel", True)],
+    "--swiglu": [("tc", "gated_linear_unit", True), ("tc", "activation_func", F.silu)],
+    "--disable-bias-linear": [("tc", "add_bias_linear", False)],
+    "--add-qkv-bias": [("tc", "add_qkv_bias", True)],
+    "--untie-embeddings-and-output-weights": [("model", "untie_embeddings_and_output_weights", True)],
+    "--use-distributed-optimizer": [
+        ("ddp", "use_distributed_optimizer", True),
+        ("opt", "use_distributed_optimizer", True),
+    ],
+    "--use-megatron-fsdp": [("ddp", "use_megatron_fsdp", True)],
+    "--bf16": [("tc", "bf16", True), ("tc", "params_dtype", torch.bfloat16), ("opt", "bf16", True)],
+    "--fp16": [("tc", "fp16", True), ("tc", "params_dtype", torch.float16), ("opt", "fp16", True)],
+}
+
+
+def megatron_args(path: str) -> list[str]:
+    """The array as a user's script sees it after ``source``."""
+    out = subprocess.run(
+        ["bash", "-c", 'source "$1" && printf "%s\\0" "${MESHPLAN_MEGATRON_ARGS[@]}"', "_", path],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return out.split("\0")[:-1]
+
+
+def configs(args: list[str]) -> dict[str, dict[str, Any]]:
+    cfg: dict[str, dict[str, Any]] = {"tc": {}, "ddp": {}, "opt": {}, "batch": {}, "model": {}}
+    i = 0
+    while i < len(args):
+        flag = args[i]
+        if flag in FLAGS:
+            kind, name, typ = FLAGS[flag]
+            cfg[kind][name] = typ(args[i + 1])
+            i += 2
+        elif flag in SWITCHES:
+            for kind, name, value in SWITCHES[flag]:
+                cfg[kind][name] = value
+            i += 1
+        else:
+            raise ValueError(
+                f"{flag}: no megatron-core field is mapped for this flag (tests/consumers/megatron_core.py)"
+            )
+    if not cfg["model"].get("group_query_attention"):
+        cfg["tc"].pop("num_query_groups", None)  # Megatron-LM reads --num-query-groups only with GQA
+    # Megatron-LM: the pipeline's p2p dtype is the parameters' dtype.
+    cfg["tc"]["pipeline_dtype"] = cfg["tc"].get("params_dtype", torch.float32)
+    return cfg
+
+
+def check(item: dict[str, Any]) -> dict[str, Any]:
+    cfg = configs(megatron_args(item["path"]))
+    tc = TransformerConfig(**cfg["tc"])
+    ddp = DistributedDataParallelConfig(**cfg["ddp"])
+    OptimizerConfig(**cfg["opt"])
+    tp, pp = tc.tensor_model_parallel_size, tc.pipeline_model_parallel_size
+    if item["world_size"] % (tp * pp):
+        raise ValueError(f"world size {item['world_size']} is not a multiple of tp × pp = {tp * pp}")
+    dp = item["world_size"] // (tp * pp)
+    calc = ConstantNumMicroBatchesCalculator(
+        cfg["batch"]["global_batch_size"], cfg["batch"]["micro_batch_size"], dp, False, 0
+    )
+    layout = tc.pipeline_model_parallel_layout
+    vp = tc.virtual_pipeline_model_parallel_size or 1
+    parallel_state.set_virtual_pipeline_model_parallel_world_size(vp if vp > 1 else None)
+    try:
+        chunks = []  # layers of each model chunk, in chunk order vp_stage × pp + pp_rank
+        for v in range(vp):
+            for r in range(pp):
+                if layout is not None:
+                    chunks.append(layout.get_num_layers_to_build(layer_type=LayerType.decoder, vp_stage=v, pp_rank=r))
+                else:
+                    chunks.append(get_num_layers_to_build(tc, vp_stage=v if vp > 1 else None, pp_rank=r))
+    finally:
+        parallel_state.set_virtual_pipeline_model_parallel_world_size(None)
+    return {
+        "tp": tp,
+        "pp": pp,
+        "dp": dp,
+        "virtual_stages": vp,
+        "chunk_layers": chunks,
+        "num_microbatches": calc.get(),
+        "sequence_parallel": tc.sequence_parallel,
+        "recompute_granularity": tc.recompute_granularity,
+        "recompute_method": tc.recompute_method,
+        "params_dtype": str(tc.params_dtype),
+        "use_distributed_optimizer": ddp.use_distributed_optimizer,
+        "data_parallel_sharding_strategy": ddp.data_parallel_sharding_strategy,
+        "num_layers": tc.num_layers,
+        "microbatch_group_size_per_vp_stage": tc.microbatch_group_size_per_vp_stage,
+    }
+
+
+if __name__ == "__main__":
+    run(check, ["megatron-core", "torch"])
