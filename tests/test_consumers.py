@@ -33,8 +33,8 @@ from api.exporters.base import geometry, rank_layer_counts
 from api.exporters.torchtitan import TT_SCHEDULES
 from planner.api import estimate_plan
 from planner.api import plan as search_plans
-from planner.errors import MeshplanError
 from planner.specs import Plan
+from planner.specs.errors import MeshplanError
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKS = ROOT / "tests" / "consumers"
