@@ -15,7 +15,7 @@ and the runs that cannot be expressed with why. Targets (issue 12): every case O
 
 The ``large:`` family (issue 26, ``LARGE``): 80–130-layer models of 500B–1T parameters (prime-rich and
 prime layer counts: 105 = 3·5·7, 97, 101, 113, 127) on 1,000–16,384 A100 or H100, on each of the training
-stacks (``planner.stacks``), nothing pinned, top 3: the requests a planner exists for.
+stacks (``planner.specs.stacks``), nothing pinned, top 3: the requests a planner exists for.
 
     python bench/bench_plan_wide.py -k large:     # only the large family
 """
