@@ -72,6 +72,23 @@ def test_a_pin_outside_the_stack_names_the_stack_the_field_and_what_it_offers(
     assert answer.plans if entry == "plan" else answer.step_time_s > 0
 
 
+@pytest.mark.parametrize(
+    "pins,model,stack,words,runner",
+    [
+        ({"tp": 2, "dp": 2}, "gpt3-1.3b", "meshplan", "model.tie_embeddings", "megatron"),
+        ({"tp": 2, "dp": 2, "zero_stage": 2}, "llama3-8b", "deepspeed", "with pp > 1 it runs ZeRO 0, 1", "torchtitan"),
+    ],
+    ids=["meshplan tied", "deepspeed ZeRO-2"],
+)
+def test_pinned_tp_and_dp_that_leave_a_pipeline_the_stack_does_not_run_are_refused(pins, model, stack, words, runner):
+    """pp unpinned but fixed by tp × dp: the error is on dp (pp = GPUs / (tp × dp)), not "no dp divides the batch"."""
+    with pytest.raises(MeshplanError) as err:
+        planner.plan(request(stack, model, **pins))
+    assert err.value.field == "parallel.dp" and "pp=2" in err.value.message and words in err.value.message
+    assert "tp × dp = 8 (pp = 1)" in err.value.fix
+    assert planner.plan(request(runner, model, **pins)).plans[0].parallel.pp == 2
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(

@@ -76,6 +76,15 @@ def validate_pins(ctx: Context, pins: ParallelPins, options: SearchOptions) -> N
             tie_embeddings=m.tie_embeddings,
         ),
     )
+    if pins.pp is None and pins.tp is not None and pins.dp is not None:  # pp follows from tp and dp
+        pp = n // (pins.tp * pins.dp)
+        err = rules.stack_runs(ctx.stack, zero_stage=pins.zero_stage, pp=pp, tie_embeddings=m.tie_embeddings)
+        if err is not None:
+            raise MeshplanError(
+                "parallel.dp",
+                f"tp={pins.tp} and dp={pins.dp} on {n} GPUs leave pp={pp}: {err.message}",
+                f"pin tp and dp with tp × dp = {n} (pp = 1), or: {err.fix}",
+            )
     if pins.stage_layers is not None:
         rules.check(
             rules.stage_layers_sum(pins.stage_layers, m.num_layers),
