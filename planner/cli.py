@@ -66,7 +66,8 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Machine-readable ou
 
 
 def stacks(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
-    """List the training stacks (give one as --stack, or inline as training.stack {base, ...overrides})."""
+    """List the training stacks (give one as --stack, or inline as training.stack {base, ...overrides}): what each
+    prices (kernels, activations, overlap) and what it runs (version, ZeRO, schedules, SP, recompute)."""
     from planner.specs.stacks import STACKS
 
     if as_json:
@@ -85,6 +86,23 @@ def stacks(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
             s.title,
         )
     show(table)
+    # What each stack runs (issue 27): the search enumerates only this; a pin outside it is an error.
+    runs = Table("id", "version", "ZeRO", "ZeRO with pp > 1", "schedules", "SP", "recompute", "pp > 1 tied embeddings")
+    runs.columns[0].no_wrap = True
+    for s in STACKS.values():
+        runs.add_row(
+            s.id,
+            s.version,
+            ", ".join(map(str, s.zero_stages)),
+            ", ".join(map(str, s.pipeline_zero_stages)),
+            ", ".join(s.schedules),
+            "yes" if s.sequence_parallel else "no",
+            ", ".join(s.recompute),
+            "yes" if s.pp_with_tied_embeddings else "no",
+        )
+    show(runs)
+    for s in STACKS.values():
+        console().print(f"{s.id}: {s.data_parallel}. Source: {s.runs_source}", highlight=False, soft_wrap=True)
 
 
 def clusters(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:

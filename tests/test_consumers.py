@@ -141,12 +141,11 @@ def options(case: str) -> ExportOptions:
 
 def deepspeed_refusal(plan: Plan) -> str | None:
     """Why DeepSpeed cannot run the plan at all (the exporter refuses it): ``PipelineEngine`` asserts
-    "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"; AutoTP has no ZeRO-3."""
+    "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism" (AutoTP runs every ZeRO stage since
+    DeepSpeed 0.19.4: ``runtime/engine.py``)."""
     p = plan.parallel
     if p.pp > 1 and p.zero_stage >= 2:
         return "incompatible with pipeline"
-    if p.tp > 1 and p.zero_stage == 3:
-        return "AutoTP"
     return None
 
 
@@ -281,7 +280,7 @@ def _check_torchtitan(plan: Plan, facts: dict[str, Any], head: str) -> None:
         assert (facts["local_batch_size"], accumulation) == (p.micro_batch_size, m)
     if p.zero_stage in (1, 2, 3):
         assert facts["dp_shard"] == p.dp
-        assert facts["fsdp_reshard_after_forward"] == ("default" if p.zero_stage == 3 else "never")
+        assert facts["fsdp_reshard_after_forward"] == ("always" if p.zero_stage == 3 else "never")
     assert facts["mixed_precision_param"] == ("float32" if t.precision == "fp32" else "bfloat16")
 
 

@@ -630,6 +630,34 @@ def test_plans_a_target_cannot_run_are_refused(case, fmt, field):
     assert err.value.field == field and err.value.fix
 
 
+@pytest.mark.parametrize("tp,pp,zero,refused", [(2, 1, 3, False), (2, 1, 2, False), (1, 2, 2, True), (1, 2, 1, False)])
+def test_deepspeed_refuses_only_a_pipeline_with_zero_2_or_3(tp, pp, zero, refused):
+    """DeepSpeed 0.19.8 runs AutoTP with every ZeRO stage (ZeRO-3 since 0.19.4: ``runtime/engine.py`` "AutoTP +
+    ZeRO stage 3 is supported for both inference and training"); only ``PipelineEngine`` refuses ZeRO-2/3."""
+    plan = make_plan(
+        "llama3-8b",
+        1,
+        8,
+        H100,
+        tp=tp,
+        pp=pp,
+        dp=8 // (tp * pp),
+        mbs=1,
+        gbs=64,
+        seq=4096,
+        split=[32 // pp] * pp,
+        zero=zero,
+    )
+    if not refused:
+        assert json.loads(export(for_target(plan, "deepspeed"), "deepspeed", OPTIONS).content)["zero_optimization"] == {
+            "stage": zero
+        }
+        return
+    with pytest.raises(MeshplanError) as err:
+        export(plan, "deepspeed", OPTIONS)
+    assert err.value.field == "plan.parallel.zero_stage" and "pp=1" in err.value.fix
+
+
 @pytest.mark.parametrize(
     "case,fmt,needle",
     [
@@ -890,7 +918,7 @@ def test_megatron_interleaving_needs_enough_micro_batches(gbs, group, error):
 
 def test_a_real_planner_plan_for_llama3_70b_exports_to_every_target():
     """The done-when check: planner.plan's best plan for Llama 3 70B on 8 × 8 H100 exports everywhere
-    (DeepSpeed may refuse only pipeline + ZeRO-2/3 and AutoTP + ZeRO-3, which it cannot run)."""
+    (DeepSpeed may refuse only pipeline + ZeRO-2/3, which it cannot run)."""
     import planner
 
     if not hasattr(planner, "plan"):
@@ -910,7 +938,7 @@ def test_a_real_planner_plan_for_llama3_70b_exports_to_every_target():
             result = export(plan, fmt, OPTIONS)
         except MeshplanError as err:
             assert fmt == "deepspeed" and err.field == "plan.parallel.zero_stage"
-            assert plan.parallel.pp > 1 or (plan.parallel.tp > 1 and plan.parallel.zero_stage == 3)
+            assert plan.parallel.pp > 1 and plan.parallel.zero_stage >= 2
             continue
         parse(result.content, result.media_type)
         got = recount(plan, fmt, result.content)

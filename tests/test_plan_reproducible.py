@@ -140,6 +140,7 @@ FINGERPRINTS = {
     6: "9bb46020d67bf4b7",  # the bundled runtime's FSDP2 mixed-precision states and loss (meshplan stack)
     7: "05469663d6878f93",  # a host's step-end collectives (SP norms' gradients once per step, the clip's); host references added
     8: "44543f1f6496d10d",  # a host's pipeline-schedule actions (the pp2 host reference)
+    9: "44543f1f6496d10d",  # 9 changed the search space only (what the stack runs); GPT-3 reference untied
 }
 
 
@@ -165,6 +166,9 @@ def host_body(**parallel) -> dict:
     }
 
 
+#: GPT-3 1.3B with its own LM head (the catalog's ties it to the embedding).
+GPT3_UNTIED = get_model("gpt3-1.3b").model_copy(update={"tie_embeddings": False}).model_dump(mode="json")
+
 REFERENCE = [
     body(
         "llama3-70b",
@@ -180,7 +184,8 @@ REFERENCE = [
         zero_stage=1,
     ),
     body("llama3-8b", nodes=2, gbs=128, seq=4096, tp=1, pp=1, micro_batch_size=2, recompute="full", zero_stage=3),
-    body("gpt3-1.3b", gpu="a100-sxm4-80gb", gbs=64, seq=2048, tp=2, pp=2, micro_batch_size=4, schedule="gpipe"),
+    # untied since cost model 9: the meshplan stack (the bundled runtime) runs no pp > 1 on tied embeddings
+    body(GPT3_UNTIED, gpu="a100-sxm4-80gb", gbs=64, seq=2048, tp=2, pp=2, micro_batch_size=4, schedule="gpipe"),
     {
         **body("llama3-8b", nodes=2, gbs=64, seq=4096, tp=4, pp=2, micro_batch_size=1),
         "network": slow_network(16, 2).model_dump(),

@@ -347,7 +347,8 @@ def test_every_flag_sets_its_request_field(tmp_path: Path) -> None:
     [
         ("models", lambda: list(importlib.import_module("planner.specs.catalog").MODELS)),
         ("gpus", lambda: list(importlib.import_module("planner.specs.catalog").GPUS)),
-        ("stacks", lambda: list(importlib.import_module("planner.specs.stacks").STACKS)),
+        # two tables: what each stack prices, then what it runs (issue 27)
+        ("stacks", lambda: list(importlib.import_module("planner.specs.stacks").STACKS) * 2),
     ],
 )
 @pytest.mark.parametrize("columns", ["80", "40"])

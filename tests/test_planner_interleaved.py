@@ -193,10 +193,12 @@ def test_cut_bound_is_valid(seed: int) -> None:
 
 
 @pytest.mark.parametrize("tie", [False, True])
-@pytest.mark.parametrize("stack, stages", [("meshplan", {0, 1, 3}), ("megatron", {0, 1, 2, 3})])
+@pytest.mark.parametrize(
+    "stack, stages", [("meshplan", {0, 1, 3}), ("deepspeed", {0, 1, 2, 3}), ("torchtitan", {0, 2, 3})]
+)
 def test_cut_end_is_the_evaluated_end_term(tie: bool, stack: str, stages: set[int]) -> None:
-    """Over every ZeRO stage the stack distinguishes (``space.zero_stages``: the bundled runtime's ZeRO-2 is
-    its ZeRO-1), recompute, tp/sp and dp: the end term computed from the shared terms equals the
+    """Over every ZeRO stage the stack runs and distinguishes (``space.zero_stages``: the bundled runtime's ZeRO-2
+    is its ZeRO-1; torchtitan has no ZeRO-1; ``Stack.zero_stages``), recompute, tp/sp and dp: the end term computed from the shared terms equals the
     evaluation's (the bound relies on it being exact, never larger)."""
     from planner.search.bounds import cut_end
 

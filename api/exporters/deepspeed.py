@@ -4,7 +4,8 @@ Checked against DeepSpeed 0.19.8 (sdist source): ``train_batch_size`` = ``train_
 × ``gradient_accumulation_steps`` × data-parallel size (asserted by ``PipelineEngine``);
 ``zero_optimization.stage``; ``bf16``/``fp16`` blocks; ``activation_checkpointing``; the ``pipeline``
 block's ``activation_checkpoint_interval``; ``tensor_parallel.autotp_size`` (AutoTP training,
-DeepSpeed ≥ 0.16.4). ``PipelineEngine`` asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline
+DeepSpeed ≥ 0.16.4; with ZeRO-3 since 0.19.4: ``runtime/engine.py`` "AutoTP + ZeRO stage 3 is supported for both
+inference and training"). ``PipelineEngine`` asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline
 parallelism", so such a plan is refused. ``PipelineModule(partition_method=...)`` takes "uniform",
 "parameters" or "type:<regex>" — no explicit boundaries — so the exact boundaries (``parts``) are
 given for a ``_partition_layers`` override. DeepSpeed's pipeline runs one 1F1B-style schedule and
@@ -87,14 +88,8 @@ def deepspeed_config(plan: Plan, notes: Notes) -> dict:
             "split its layers itself (Megatron-DeepSpeed style)"
             if p.pp > 1
             else f"tensor parallelism (tp={p.tp}) uses DeepSpeed AutoTP (tensor_parallel.autotp_size), which supports "
-            "Hugging Face models and ZeRO ≤ 2"
+            "Hugging Face models (with any ZeRO stage: ZeRO-3 since DeepSpeed 0.19.4)"
         )
-        if p.zero_stage == 3:
-            raise MeshplanError(
-                "plan.parallel.zero_stage",
-                f"DeepSpeed AutoTP (tp={p.tp}) does not support ZeRO-3",
-                "re-plan with zero_stage ≤ 2 or tp=1, or export to megatron or torchtitan",
-            )
     if p.sequence_parallel:
         notes.warn(
             "Megatron-style sequence parallelism has no DeepSpeed config key (DeepSpeed's "

@@ -101,7 +101,9 @@ def common_settings(plan: Plan, notes: Notes, release: str) -> tuple[dict, dict,
                     "resharding after forward (ZeRO-2-like), which also shards gradients"
                 )
         else:
-            par["fsdp_reshard_after_forward"] = "default"
+            # ZeRO-3 reshards every module after forward: torchtitan 0.3.0's "default" does not with a pipeline
+            # ("not pp_enabled") and never does for the embedding, final norm and output (distributed/fsdp.py)
+            par["fsdp_reshard_after_forward"] = "always"
     par["pipeline_parallel_degree"] = p.pp
     if p.pp > 1:
         par["pipeline_parallel_schedule"] = TT_SCHEDULES[p.schedule]

@@ -160,6 +160,7 @@ def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[i
         sp,
         pins.zero_stage if pins.zero_stage is not None else d["zero_stage"],
     )
+    rules.check(rules.stack_runs_config(ctx.stack, ctx.model, cand))  # what the training stack runs (issue 27)
     if pins.stage_layers is not None:
         rules.check(rules.stage_layers_count(pins.stage_layers, pp, v))
     n = list(pins.stage_layers) if pins.stage_layers is not None else even_stage_layers(L, pp * v)

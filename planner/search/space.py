@@ -1,5 +1,5 @@
-"""The search space: configuration classes (``cost.Candidate``), which ones the pins allow
-(``validate_pins``, ``enumerate_candidates``), the one cut a class may be forced to (``forced_cut``),
+"""The search space: configuration classes (``cost.Candidate``), which ones the pins and the request's
+training stack allow (``validate_pins``, ``enumerate_candidates``: only what ``ctx.stack`` runs), the one cut a class may be forced to (``forced_cut``),
 why a request leaves no class at all (``explain_no_candidate``), and the order of plans
 (``plan_key``: step time, then peak memory, then the simpler configuration).
 """
@@ -66,7 +66,25 @@ def validate_pins(ctx: Context, pins: ParallelPins, options: SearchOptions) -> N
         rules.virtual_stages_fit(pins.schedule, pins.virtual_stages),
         rules.sequence_parallel_needs_tp(pins.sequence_parallel, pins.tp),
         rules.sequence_parallel_splits_seq(pins.sequence_parallel, pins.tp, ctx.training.seq_len),
+        rules.stack_runs(  # what the request's training stack runs (issue 27)
+            ctx.stack,
+            schedule=pins.schedule,
+            zero_stage=pins.zero_stage,
+            sequence_parallel=pins.sequence_parallel,
+            recompute=pins.recompute,
+            pp=pins.pp,
+            tie_embeddings=m.tie_embeddings,
+        ),
     )
+    if pins.pp is None and pins.tp is not None and pins.dp is not None:  # pp follows from tp and dp
+        pp = n // (pins.tp * pins.dp)
+        err = rules.stack_runs(ctx.stack, zero_stage=pins.zero_stage, pp=pp, tie_embeddings=m.tie_embeddings)
+        if err is not None:
+            raise MeshplanError(
+                "parallel.dp",
+                f"tp={pins.tp} and dp={pins.dp} on {n} GPUs leave pp={pp}: {err.message}",
+                f"pin tp and dp with tp × dp = {n} (pp = 1), or: {err.fix}",
+            )
     if pins.stage_layers is not None:
         rules.check(
             rules.stage_layers_sum(pins.stage_layers, m.num_layers),
@@ -145,7 +163,9 @@ def enumerate_candidates(ctx: Context, pins: ParallelPins, options: SearchOption
                                 continue
                             zs = [pins.zero_stage] if pins.zero_stage is not None else zero_stages(ctx, dp)
                             for z in zs:
-                                out.append(Candidate(tp, pp, dp, mbs, s, v, rc, sp, z))
+                                cand = Candidate(tp, pp, dp, mbs, s, v, rc, sp, z)
+                                if rules.stack_runs_config(ctx.stack, ctx.model, cand) is None:  # issue 27
+                                    out.append(cand)
     if not out and short_1f1b and pins.schedule == "1f1b":
         why = min(short_1f1b, key=lambda x: x[:3])[3]
         raise why if pins.micro_batch_size is not None else rules.with_field(why, "parallel.schedule")

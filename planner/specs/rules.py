@@ -7,7 +7,9 @@ another surface maps them (``prefixed``: the exporters' ``plan.…``; ``with_fie
 
 Callers: the ``ParallelConfig`` validator (``planner.specs``), pin validation and enumeration
 (``planner.search``), estimate completion (``planner.answer.request.complete_pins``), the runtime's
-``runtime.validate.validate_plan`` and the exporters' ``check_invariants``. The rules a complete
+``runtime.validate.validate_plan`` and the exporters' ``check_invariants``. What a training stack runs
+(``stack_runs``, ``stack_runs_config``: issue 27) is written beside the stacks' data in ``planner.specs.stacks``
+and re-exported here. The rules a complete
 configuration must satisfy to run at all are ``runnable``; what only the planner's cost model needs
 (every chunk holds a layer, interleaved micro-batches in whole rounds of pp, a priced schedule, TP
 inside a node) are separate rules that only the planner calls.
@@ -20,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from planner.specs.config import MULTI_STAGE_SCHEDULES, PRICED_SCHEDULES, SCHEDULE_INFO
 from planner.specs.errors import MeshplanError
+from planner.specs.stacks import stack_runs as stack_runs  # what the training stack runs: beside its data
+from planner.specs.stacks import stack_runs_config as stack_runs_config
 
 if TYPE_CHECKING:
     from planner.specs import ModelSpec

@@ -39,14 +39,27 @@ field                      read by
                            runtime): three fp32 tensors at the loss's backward
 =========================  =====================================================================
 
-Sources per preset are in ``source`` (and docs/planner.md, "Training stacks").
+What a stack RUNS (issue 27 §1) is data beside what it costs: ``version`` (the release the preset
+describes), ``zero_stages`` and ``pipeline_zero_stages`` (the data-parallel sharding it runs, without and
+with pipeline parallelism; ``data_parallel`` names its modes), ``schedules``, ``sequence_parallel``,
+``recompute`` and ``pp_with_tied_embeddings``. The search enumerates only configurations the request's
+stack runs and a pin outside them is an error naming the stack, the field and what the stack offers
+(``planner.specs.rules.stack_runs``). An inline stack (``StackOverride``) inherits them from its base:
+overriding kernels does not change what the software runs. ``meshplan`` is exactly what ``runtime/``
+runs (``runtime/parallelize.py`` ``apply_dp``/``apply_recompute``, ``runtime/job.py`` schedules,
+``runtime/validate.py``).
+
+Sources per preset are in ``source`` and ``runs_source`` (and docs/planner.md, "Training stacks").
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
+
+from planner.specs.config import RUNNABLE_SCHEDULES, Recompute, Schedule
+from planner.specs.errors import MeshplanError
 
 Attention = Literal["flash", "unfused"]
 ActivationFormula = Literal["zoo", "te", "titan"]
@@ -92,6 +105,27 @@ class Stack(BaseModel):
     param_layout: ParamLayout = "master"
     #: what the loss holds at its backward (``memory.loss_buffer_bytes``)
     loss: LossKind = "fp32_logits"
+    # ---- what the stack runs (issue 27 §1): the search enumerates only these; a pin outside is an error
+    #: The release of the software this preset describes.
+    version: str = Field(description="The release of the software this preset describes.")
+    #: ZeRO stages (``parallel.zero_stage``) it runs without pipeline parallelism.
+    zero_stages: tuple[int, ...] = Field(description="ZeRO stages (parallel.zero_stage) it runs with pp = 1.")
+    #: ZeRO stages it runs with pp > 1 (a subset of ``zero_stages``).
+    pipeline_zero_stages: tuple[int, ...] = Field(description="ZeRO stages it runs with pp > 1.")
+    #: What each ZeRO stage is in this stack (its data-parallel modes, named as it names them).
+    data_parallel: str = Field(description="What each ZeRO stage is in this stack.")
+    #: Pipeline schedules it runs (``planner.specs.config.SCHEDULES`` ids).
+    schedules: tuple[Schedule, ...] = Field(description="Pipeline schedules it runs (GET /v1/catalog/schedules ids).")
+    #: Whether it runs Megatron-style sequence parallelism with TP.
+    sequence_parallel: bool = Field(description="Whether it runs sequence parallelism (with tp > 1).")
+    #: Recompute granularities it runs (``parallel.recompute``).
+    recompute: tuple[Recompute, ...] = Field(description="Activation recomputation it runs (parallel.recompute).")
+    #: Whether it runs pp > 1 on a model whose input and output embeddings are tied.
+    pp_with_tied_embeddings: bool = Field(
+        description="Whether it runs pp > 1 on a model with tied input/output embeddings."
+    )
+    #: Where the capabilities come from (files at the version).
+    runs_source: str = Field(description="Where the capabilities come from (files at the version).")
 
     @property
     def norm_fused(self) -> bool:
@@ -142,6 +176,21 @@ STACKS: dict[str, Stack] = {
             "pytorch/pytorch#153666), keeping input + fp32 1/rms; nn.LayerNorm; RoPE and SwiGLU as eager PyTorch "
             "ops; no dropout; --compile (torch.compile per block) is off by default and not priced "
             "(planner/analytic.py docstring; measured by tests/test_analytic_agreement.py)",
+            version="meshplan 0.1 runtime (runtime/, PyTorch 2.13)",
+            zero_stages=(0, 1, 2, 3),
+            pipeline_zero_stages=(0, 1, 2, 3),
+            data_parallel="ZeRO-0: FSDP2 replicate; ZeRO-1/2: fully_shard(reshard_after_forward=False) (gradients and "
+            "optimizer states sharded); ZeRO-3: fully_shard (parameters resharded after forward)",
+            schedules=RUNNABLE_SCHEDULES,  # type: ignore[arg-type]  # the runtime runs every runnable schedule
+            sequence_parallel=True,
+            recompute=("none", "selective", "full"),
+            pp_with_tied_embeddings=False,
+            runs_source="runtime/parallelize.py apply_dp (zero_stage 0 → replicate, 1–2 → fully_shard without "
+            "resharding after forward, 3 → fully_shard), apply_recompute (none; selective = the attention core; full "
+            "= each block), apply_tp (SequenceParallel rules of the plan's tp_plan); runtime/job.py build_schedule "
+            "(every planner.specs.config.SCHEDULES entry with a torch.distributed.pipelining class); "
+            "runtime/validate.py validate_plan (refuses tie_embeddings with pp > 1: the embedding and the LM head "
+            "must share a stage)",
         ),
         Stack(
             id="megatron",
@@ -154,6 +203,26 @@ STACKS: dict[str, Stack] = {
             source="TransformerEngine pytorch/module/layernorm_linear.py, layernorm_mlp.py (tensors saved); "
             "Megatron-LM megatron/training/arguments.py (--overlap-grad-reduce off unless set); "
             "Korthikanti et al. MLSys'23 §4 (34·s·b·h with dropout masks)",
+            version="Megatron-core 0.16.1 (DDP, distributed optimizer)",
+            zero_stages=(0, 1),
+            pipeline_zero_stages=(0, 1),
+            data_parallel="ZeRO-0: DistributedDataParallel (gradients all-reduced); ZeRO-1: "
+            "--use-distributed-optimizer (optimizer states and fp32 master weights sharded, gradients "
+            "reduce-scattered into a full buffer). Megatron-FSDP (--use-megatron-fsdp "
+            "--data-parallel-sharding-strategy optim_grads[_params]) is another data-parallel engine that this "
+            "preset does not price",
+            schedules=("1f1b", "interleaved-1f1b"),
+            sequence_parallel=True,
+            recompute=("none", "selective", "full"),
+            pp_with_tied_embeddings=True,
+            runs_source="NVIDIA/Megatron-LM core_v0.16.1: megatron/training/arguments.py (--use-distributed-optimizer; "
+            "--use-megatron-fsdp and --data-parallel-sharding-strategy are the separate Megatron-FSDP path; "
+            "--recompute-granularity full|selective; --sequence-parallel; --num-virtual-stages-per-pipeline-rank, "
+            "interleaving with pp = 2 allowed since p2p overlap is on unless --no-overlap-p2p-communication); "
+            "megatron/core/pipeline_parallel/schedules.py get_forward_backward_func (no pipelining, 1F1B "
+            "without interleaving, interleaved 1F1B: no GPipe, no zero-bubble); "
+            "megatron/core/distributed/finalize_model_grads.py _allreduce_word_embedding_grads (tied embeddings "
+            "kept in sync across the first and last pipeline stages)",
         ),
         Stack(
             id="torchtitan",
@@ -169,20 +238,142 @@ STACKS: dict[str, Stack] = {
             "RoPE in fp32, repeat_kv before SDPA flash, no dropout) and parallelisms/parallelize_llama.py "
             "(op-level selective AC _save_list, FSDP2 reduce_dtype float32) at 9dec370; FSDP2 reduce-scatters "
             "gradients during backward (torchtitan docs/fsdp.md)",
+            version="torchtitan 0.3.0",
+            zero_stages=(0, 2, 3),
+            pipeline_zero_stages=(0, 2, 3),
+            data_parallel="ZeRO-0: data_parallel_replicate_degree = dp, shard degree 1 (FSDP2 over a replicate mesh); "
+            "ZeRO-2: FSDP2 fully_shard, fsdp_reshard_after_forward 'never'; ZeRO-3: fully_shard resharded after "
+            "forward ('always'; 'default' is 'always' without PP, 'never' with PP). No optimizer-state-only "
+            "sharding (ZeRO-1); HSDP (replicate × shard) is not in the planner's space",
+            schedules=RUNNABLE_SCHEDULES,  # type: ignore[arg-type]  # GPipe, 1F1B, Interleaved1F1B, zero-bubble
+            sequence_parallel=True,
+            recompute=("none", "selective", "full"),
+            pp_with_tied_embeddings=False,
+            runs_source="torchtitan 0.3.0 (wheel source): torchtitan/distributed/fsdp.py "
+            "(get_fsdp_reshard_after_forward_policy: always / never / default), models/llama3/parallelize.py (FSDP "
+            "over ['dp_replicate', 'fsdp'] meshes), distributed/pipeline_parallel.py (get_schedule_class: "
+            "torch.distributed.pipelining's GPipe, 1F1B, Interleaved1F1B, InterleavedZeroBubble, ZBVZeroBubble), "
+            "distributed/activation_checkpoint.py (SelectiveAC, FullAC), config/configs.py "
+            "(enable_sequence_parallel), models/common/decoder.py ('Weight tying is not supported with Pipeline "
+            "Parallel.')",
         ),
         Stack(
             id="deepspeed",
-            title="DeepSpeed (ZeRO, Megatron-DeepSpeed models)",
+            title="DeepSpeed (ZeRO, PipelineModule, AutoTP)",
             attention="flash",
             dropout=False,
             activations="zoo",
             kernels="eager",
             overlap_grad_reduce=False,
             source="DeepSpeed config docs: zero_optimization.overlap_comm defaults to false",
+            version="DeepSpeed 0.19.8",
+            zero_stages=(0, 1, 2, 3),
+            pipeline_zero_stages=(0, 1),
+            data_parallel="zero_optimization.stage 0–3 (ZeRO-1 optimizer states, ZeRO-2 + gradients, ZeRO-3 + "
+            "parameters); PipelineEngine only with stage 0 or 1",
+            schedules=("1f1b",),
+            sequence_parallel=False,
+            recompute=("none", "full"),
+            pp_with_tied_embeddings=True,
+            runs_source="DeepSpeed 0.19.8 (sdist source): deepspeed/runtime/pipe/engine.py ('ZeRO-2 and ZeRO-3 are "
+            "incompatible with pipeline parallelism'), runtime/pipe/schedule.py (TrainSchedule, 1F1B-style: no "
+            "GPipe, no interleaving), runtime/pipe/module.py (TiedLayerSpec: tied weights across stages; "
+            "activation_checkpoint_interval: whole layers), runtime/engine.py _configure_tensor_parallel_states "
+            "('AutoTP + ZeRO stage 3 is supported for both inference and training', since 0.19.4: #8168); Megatron-style sequence parallelism and "
+            "attention-only (selective) recomputation are model code (Megatron-DeepSpeed), not DeepSpeed",
         ),
     ]
 }
 DEFAULT_STACK = "meshplan"
+
+
+# --------------------------------------------------------------------------------------------
+# What the training stack runs (issue 27 §1)
+
+
+def _stack_name(stack: Stack) -> str:
+    return f"the training stack {stack.id!r} ({stack.version})"
+
+
+def _others(offers: Any, what: str) -> str:
+    """``training.stack`` presets that run it (for the fix), or '' when none does."""
+    ids = [s.id for s in STACKS.values() if offers(s)]
+    return f", or plan for a stack that runs {what} (training.stack: {' / '.join(ids)})" if ids else ""
+
+
+def stack_runs(
+    stack: Stack,
+    *,
+    schedule: str | None = None,
+    zero_stage: int | None = None,
+    sequence_parallel: bool | None = None,
+    recompute: str | None = None,
+    pp: int | None = None,
+    tie_embeddings: bool = False,
+) -> MeshplanError | None:
+    """The configuration (or the pinned part of one: None = not given) is one the request's training
+    stack runs (``planner.specs.stacks.Stack``: ``schedules``, ``zero_stages``, ``pipeline_zero_stages``,
+    ``sequence_parallel``, ``recompute``, ``pp_with_tied_embeddings``)."""
+    if schedule is not None and schedule not in stack.schedules:
+        return MeshplanError(
+            "parallel.schedule",
+            f"{_stack_name(stack)} does not run the pipeline schedule {schedule!r}: it runs {', '.join(stack.schedules)}",
+            f"pin parallel.schedule to one of {', '.join(stack.schedules)} or leave it unpinned"
+            + _others(lambda s: schedule in s.schedules, f"schedule {schedule!r}"),
+        )
+    if zero_stage is not None and zero_stage not in stack.zero_stages:
+        return MeshplanError(
+            "parallel.zero_stage",
+            f"{_stack_name(stack)} does not run ZeRO-{zero_stage}: it runs ZeRO {', '.join(map(str, stack.zero_stages))} "
+            "(`meshplan stacks` says what each is)",
+            f"pin parallel.zero_stage to one of {', '.join(map(str, stack.zero_stages))} or leave it unpinned"
+            + _others(lambda s: zero_stage in s.zero_stages, f"ZeRO-{zero_stage}"),
+        )
+    if zero_stage is not None and pp is not None and pp > 1 and zero_stage not in stack.pipeline_zero_stages:
+        return MeshplanError(
+            "parallel.zero_stage",
+            f"{_stack_name(stack)} does not run ZeRO-{zero_stage} with pipeline parallelism (pp={pp}): with pp > 1 it runs ZeRO "
+            f"{', '.join(map(str, stack.pipeline_zero_stages))}",
+            f"pin parallel.zero_stage to one of {', '.join(map(str, stack.pipeline_zero_stages))}, or pp to 1"
+            + _others(lambda s: zero_stage in s.pipeline_zero_stages, f"ZeRO-{zero_stage} with pp > 1"),
+        )
+    if sequence_parallel and not stack.sequence_parallel:
+        return MeshplanError(
+            "parallel.sequence_parallel",
+            f"{_stack_name(stack)} does not run sequence parallelism",
+            "set parallel.sequence_parallel to false or leave it unpinned"
+            + _others(lambda s: s.sequence_parallel, "sequence parallelism"),
+        )
+    if recompute is not None and recompute not in stack.recompute:
+        return MeshplanError(
+            "parallel.recompute",
+            f"{_stack_name(stack)} does not run recompute {recompute!r}: it runs {', '.join(stack.recompute)}",
+            f"pin parallel.recompute to one of {', '.join(stack.recompute)} or leave it unpinned"
+            + _others(lambda s: recompute in s.recompute, f"recompute {recompute!r}"),
+        )
+    if tie_embeddings and pp is not None and pp > 1 and not stack.pp_with_tied_embeddings:
+        return MeshplanError(
+            "parallel.pp",
+            f"{_stack_name(stack)} does not run pipeline parallelism (pp={pp}) on a model with tied input and output embeddings "
+            "(model.tie_embeddings): the embedding and the LM head must share a stage",
+            "pin parallel.pp to 1 or leave it unpinned, or set model.tie_embeddings to false"
+            + _others(lambda s: s.pp_with_tied_embeddings, "pp > 1 with tied embeddings"),
+        )
+    return None
+
+
+def stack_runs_config(stack: Stack, model: Any, config: Any) -> MeshplanError | None:
+    """``stack_runs`` of a complete configuration (a ``ParallelConfig`` or ``Candidate``)."""
+    c = config
+    return stack_runs(
+        stack,
+        schedule=c.schedule,
+        zero_stage=c.zero_stage,
+        sequence_parallel=c.sequence_parallel,
+        recompute=c.recompute,
+        pp=c.pp,
+        tie_embeddings=model.tie_embeddings,
+    )
 
 
 def resolve(value: Any) -> Stack:

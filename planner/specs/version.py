@@ -28,4 +28,7 @@ from __future__ import annotations
 #:    reduced once per step (was: per tensor in the clip), the gradient clip's partial-norm all-reduce.
 #: 8: a host's pipeline-schedule actions: the run's measured host work per forward and backward of every chunk of
 #:    a pipelined plan (``HostDispatch.pp_action_us``).
-COST_MODEL_VERSION = 8
+#: 9: the search enumerates only what the request's training stack runs (``Stack.zero_stages``, ``schedules``,
+#:    ``sequence_parallel``, ``recompute``, ``pp_with_tied_embeddings``: issue 27): no cost changes, but
+#:    another plan may win (e.g. no ZeRO-2/3 for ``megatron``, no pp > 1 on tied embeddings for ``meshplan``).
+COST_MODEL_VERSION = 9

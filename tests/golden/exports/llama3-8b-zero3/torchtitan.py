@@ -18,7 +18,7 @@ def meshplan_llama3_8b() -> Trainer.Config:
     p.tensor_parallel_degree = 1
     p.data_parallel_replicate_degree = 1
     p.data_parallel_shard_degree = 16
-    p.fsdp_reshard_after_forward = 'default'
+    p.fsdp_reshard_after_forward = 'always'
     p.pipeline_parallel_degree = 1
     config.training.local_batch_size = 2
     config.training.global_batch_size = 128

@@ -1,0 +1,117 @@
+"""Issue 27 §1, property: for every training stack, seeded random requests (models of 1B–1T parameters, 8–16,384
+GPUs) — every plan the planner returns exports to that stack's own targets without refusal (and to the
+target named like the stack without a warning that a part of the plan is not what it runs), and the bundled
+runtime (``runtime.validate.validate_plan``) accepts every plan of the ``meshplan`` stack.
+
+``MESHPLAN_STACK_PROPERTY_N`` sets the requests per stack (default 200, the issue's floor; each search is kept
+small: micro-batch size pinned to 1, top_k 1, a 1 s CP-SAT limit, and enough GPUs for the model's states, so
+that nearly every request has a plan to check)."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+
+import pytest
+
+import planner
+from api.exporters import FORMATS, ExportOptions, export
+from planner.specs import ModelSpec
+from planner.specs.rules import stack_runs_config
+from planner.specs.stacks import STACKS
+from planner.workload.analytic import num_parameters
+from runtime.validate import validate_plan
+
+N = int(os.environ.get("MESHPLAN_STACK_PROPERTY_N", "200"))
+OPTIONS = ExportOptions(image="nvcr.io/nvidia/pytorch:26.01-py3", job_name="prop", partition="gpu")
+#: (hidden, heads): shapes of published models; the layer count sets the size.
+SHAPES = [(2048, 16), (3072, 24), (4096, 32), (5120, 40), (6144, 48), (8192, 64), (12288, 96), (16384, 128), (20480, 160), (25600, 200)]  # fmt: skip
+GPUS = ["h100-sxm5-80gb", "a100-sxm4-80gb", "h200-sxm-141gb"]
+#: Words of the exporters' warnings that a part of the plan is not what the target runs (a schedule, a ZeRO
+#: stage, SP, a recompute granularity): none may appear in the export to the stack's own target (its id).
+NOT_RUN = (
+    "has no GPipe",
+    "ZeRO-2 maps to",
+    "zero-bubble",
+    "(ZeRO-1)",
+    "no interleaved or V-shaped",
+    "sequence parallelism has no",
+    "selective recomputation",
+)
+
+
+def random_model(rng: random.Random) -> ModelSpec:
+    """A Llama- or GPT-shaped model of 10^U(9, 12) parameters (12–200 layers), GQA or not, tied or not."""
+    target = 10 ** rng.uniform(9, 12)
+    llama = rng.random() < 0.7
+
+    def shape(h: int) -> tuple[int, int]:
+        ffn = (h * 8 // 3 + 255) // 256 * 256 if llama else 4 * h
+        return ffn, round(target / (4 * h * h + (3 if llama else 2) * h * ffn))
+
+    h, heads = rng.choice([s for s in SHAPES if 12 <= shape(s[0])[1] <= 200])
+    ffn, layers = shape(h)
+    return ModelSpec(
+        name=f"random-{h}x{layers}",
+        family="llama" if llama else "gpt",
+        num_layers=layers,
+        hidden_size=h,
+        num_attention_heads=heads,
+        num_kv_heads=rng.choice([heads, 8]) if llama else heads,
+        ffn_hidden_size=ffn,
+        vocab_size=rng.choice([32000, 50304, 128256]),
+        activation="swiglu" if llama else "gelu",
+        norm="rmsnorm" if llama else "layernorm",
+        tie_embeddings=rng.random() < 0.4,
+        max_seq_len=8192,
+    )
+
+
+def random_request(rng: random.Random, stack: str) -> dict:
+    model = random_model(rng)
+    # at least the GPUs that hold the model's 16-bit weights, gradients and fp32 Adam states (16 B per
+    # parameter) in about half of an 80 GB GPU; then up to 16,384
+    need = math.ceil(num_parameters(model) * 16 / 40e9 / 8)
+    nodes = 2 ** rng.randint(max(0, math.ceil(math.log2(need))), 11)
+    gpus = nodes * 8
+    gbs = min(4096, max(64, 2 ** rng.randint(int(math.log2(gpus)) - 3, int(math.log2(gpus)) + 1)))
+    return {
+        "model": model.model_dump(),
+        "cluster": {"gpu": rng.choice(GPUS), "num_nodes": nodes, "gpus_per_node": 8},
+        "training": {"global_batch_size": gbs, "seq_len": rng.choice([2048, 4096, 8192]), "stack": stack},
+        "parallel": {"micro_batch_size": 1},
+        "top_k": 1,
+        "options": {"time_limit_s": 1, "num_workers": 1},
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stack", list(STACKS))
+def test_every_plan_runs_on_its_stack(stack: str) -> None:
+    rng = random.Random(f"issue-27-{stack}")
+    targets = [fmt for fmt, e in FORMATS.items() if e.stack == stack]
+    assert targets, stack
+    planned, refused = 0, []
+    for i in range(N):
+        req = random_request(rng, stack)
+        for plan in planner.plan(req).plans:
+            planned += 1
+            p = plan.parallel
+            where = f"request {i} ({plan.model.name}, {p.num_gpus} GPUs): {p}"
+            assert stack_runs_config(STACKS[stack], plan.model, p) is None, where
+            for fmt in targets:
+                try:
+                    warnings = export(plan, fmt, OPTIONS).warnings
+                except Exception as err:  # noqa: BLE001 — every refusal is collected and reported
+                    refused.append(f"{fmt} refused {where}: {err}")
+                    continue
+                if fmt == stack:
+                    refused += [f"{fmt} warned {where}: {w}" for w in warnings if any(x in w for x in NOT_RUN)]
+            if stack == "meshplan":
+                try:
+                    validate_plan(plan, p.num_gpus)
+                except Exception as err:  # noqa: BLE001
+                    refused.append(f"runtime.validate refused {where}: {err}")
+    assert not refused, f"{len(refused)} refusals, e.g.\n" + "\n".join(refused[:5])
+    assert planned >= 0.8 * N, f"only {planned} of {N} requests were answered with a plan"
