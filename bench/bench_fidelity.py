@@ -22,6 +22,11 @@ by ``bench/fit_residuals.py``, at most two constants per stack and GPU generatio
 (leave-one-source-group-out: each run predicted by the residual table refitted without its source group,
 the out-of-sample figure the in-sample one is reported next to). Run: ``python bench/bench_fidelity.py``
 (``--json out.json`` also writes the per-run results).
+
+``--free`` also plans every expressed run left free (issue 27 §4: nothing pinned; the run's model, cluster,
+batch, sequence length, precision and stack; the default memory headroom, as a new user would) and prints
+the speedup the planner claims over the experts' own configuration under the same cost model (the expert
+step ÷ the free step), each claim above ``FREE_CLAIM`` marked for an explanation.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 from planner.answer import accounting  # noqa: E402
 from planner.answer.calibrate import predict_step_time  # noqa: E402
 from planner.api import estimate_plan  # noqa: E402
+from planner.api import plan as search_plan  # noqa: E402
 from planner.specs import (  # noqa: E402
     ClusterSpec,
     GpuSpec,
@@ -51,7 +57,7 @@ from planner.specs import (  # noqa: E402
     TrainingSpec,
 )
 from planner.specs.catalog import GPUS, get_model  # noqa: E402
-from planner.specs.config import SCHEDULE_INFO  # noqa: E402
+from planner.specs.config import SCHEDULE_INFO, describe  # noqa: E402
 from planner.specs.errors import MeshplanError  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "published_runs.json"
@@ -329,6 +335,59 @@ def evaluate(row: dict[str, Any], gpus: dict[str, Any]) -> Result:
 
 
 # ------------------------------------------------------------------------------------------------
+# Left free (issue 27 §4)
+
+#: A free plan claimed faster than the experts' configuration by more than this wants its mechanism explained.
+FREE_CLAIM = 1.15
+
+
+@dataclass
+class Free:
+    id: str
+    stack: str
+    expert_step_s: float
+    free_step_s: float | None
+    speedup: float | None
+    status: str
+    configuration: str
+    #: the free plan's time breakdown (``TimeBreakdown``), beside the experts' in ``Result.breakdown``
+    breakdown: dict[str, float] | None = None
+
+
+def free_plan(row: dict[str, Any], gpus: dict[str, Any], expert_step_s: float) -> Free:
+    """The run planned with nothing pinned, under its own stack, against the experts' configuration."""
+    req = request(row, gpus).model_copy(update={"parallel": ParallelPins(), "options": SearchOptions(), "top_k": 1})
+    stack = str(req.training.stack if isinstance(req.training.stack, str) else req.training.stack.base)
+    resp = search_plan(req)
+    if not resp.plans:
+        return Free(row["id"], stack, expert_step_s, None, None, resp.solver.status, "no plan")
+    best = resp.plans[0]
+    step = best.estimate.step_time_s
+    configuration = describe(best.parallel)
+    speedup = expert_step_s / step
+    breakdown = best.estimate.breakdown.model_dump()
+    return Free(row["id"], stack, expert_step_s, step, speedup, resp.solver.status, configuration, breakdown)
+
+
+def free_report(frees: list[Free]) -> str:
+    lines = [
+        "",
+        "Left free under each run's stack (issue 27 §4): the experts' step ÷ the free plan's, same cost model",
+        f"{'run':<52} {'stack':<10} {'expert s':>9} {'free s':>9} {'speedup':>8}  status    free configuration",
+    ]
+    for f in frees:
+        free = f"{f.free_step_s:9.4g}" if f.free_step_s is not None else f"{'—':>9}"
+        speed = f"{f.speedup:7.3f}×" if f.speedup is not None else f"{'—':>8}"
+        mark = "  ← explain" if f.speedup is not None and f.speedup > FREE_CLAIM else ""
+        lines.append(
+            f"{f.id:<52} {f.stack:<10} {f.expert_step_s:9.4g} {free} {speed}  {f.status:<9} {f.configuration}{mark}"
+        )
+    claims = [f for f in frees if f.speedup is not None and f.speedup > FREE_CLAIM]
+    lines.append(f"claims above {FREE_CLAIM}×: {len(claims)} of {len(frees)}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------
 # Summary
 
 
@@ -510,6 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--json", type=Path, default=None, help="also write the per-run results and summaries here")
+    ap.add_argument("--free", action="store_true", help="also plan every expressed run left free (issue 27 §4)")
     args = ap.parse_args(argv)
     data = load(args.data)
     notes: list[str] = []
@@ -517,6 +577,11 @@ def main(argv: list[str] | None = None) -> int:
     print(report(results, skipped, summaries, data))
     for note in notes:
         print(f"NOTE: {note}")
+    frees: list[Free] = []
+    if args.free:
+        rows = {row["id"]: row for row in data["runs"]}
+        frees = [free_plan(rows[r.id], data["gpus"], r.step_time_s) for r in results]
+        print(free_report(frees))
     if args.json is not None:
         args.json.write_text(
             json.dumps(
@@ -524,6 +589,7 @@ def main(argv: list[str] | None = None) -> int:
                     "results": [asdict(r) for r in results],
                     "not_expressible": skipped,
                     "summaries": [asdict(s) for s in summaries],
+                    **({"free": [asdict(f) for f in frees]} if args.free else {}),
                 },
                 indent=1,
             )
