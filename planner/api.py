@@ -69,7 +69,7 @@ def plan(request: PlanRequest | dict) -> PlanResponse:
 
 def _infeasibility(ctx: Context, req: PlanRequest, result: SearchResult) -> Infeasibility:
     if result.classes == 0:
-        field, reason, suggestion = explain_no_candidate(ctx, req.parallel)
+        field, reason, suggestion = explain_no_candidate(ctx, req.parallel, req.options.allow_tp_across_nodes)
         return Infeasibility(reason=reason, field=field, suggestion=suggestion)
     if result.min_memory is not None:
         cand, need = result.min_memory

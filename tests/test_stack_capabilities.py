@@ -253,3 +253,30 @@ def test_the_stack_catalog_shows_what_each_stack_runs(client):
         assert got["pp_with_tied_embeddings"] == s.pp_with_tied_embeddings
     assert body["megatron"]["schedules"] == ["1f1b", "interleaved-1f1b"]
     assert body["torchtitan"]["zero_stages"] == [0, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "stack, gbs, answers",
+    [
+        ("meshplan", 7, False),  # tied: pp = 1, dp = 8 ÷ tp ∈ {2, 4, 8}: none divides 7
+        ("torchtitan", 7, False),
+        ("meshplan", 8, True),
+        ("megatron", 7, True),  # runs pp > 1 on tied models: dp = 1 divides 7
+    ],
+)
+def test_a_batch_no_dp_divides_because_the_stack_keeps_a_tied_model_on_one_stage(stack: str, gbs: int, answers: bool):
+    """When the stack keeps a tied model on one pipeline stage, the explanation says so (not 'pin tp/pp'), lists
+    the data-parallel degrees left and a batch that plans, and names the stacks that pipeline tied models."""
+    tied = get_model("tiny-gpt").model_copy(update={"tie_embeddings": True}).model_dump()
+    body = request(stack, tied) | {"training": {"global_batch_size": gbs, "seq_len": 64, "stack": stack}}
+    resp = planner.plan(body)
+    assert bool(resp.plans) == answers
+    if answers:
+        return
+    why = resp.infeasible
+    assert why is not None and why.field == "training.global_batch_size"
+    assert f"'{stack}' does not run pipeline parallelism on a model with tied embeddings" in why.reason
+    assert "[2, 4, 8]" in why.reason and "training.stack: megatron, deepspeed" in why.suggestion
+    suggested = int(why.suggestion.split("(e.g. ")[1].split(")")[0])
+    again = planner.plan(body | {"training": {**body["training"], "global_batch_size": suggested}})
+    assert again.plans, "the suggested batch plans"

@@ -14,6 +14,7 @@ from planner.specs import MULTI_STAGE_SCHEDULES, ParallelPins, SearchOptions, ru
 from planner.specs.config import PRICED_SCHEDULES
 from planner.specs.errors import MeshplanError
 from planner.specs.layout import even_stage_layers
+from planner.specs.stacks import STACKS
 
 #: Schedules the planner models (``planner.specs.config.SCHEDULES``: zero-bubble schedules are runtime-only).
 SEARCHED_SCHEDULES = PRICED_SCHEDULES
@@ -196,12 +197,27 @@ def forced_cut(ctx: Context, pins: ParallelPins, c: Candidate) -> list[int] | No
     return None
 
 
-def explain_no_candidate(ctx: Context, pins: ParallelPins) -> tuple[str, str, str]:
+def explain_no_candidate(ctx: Context, pins: ParallelPins, allow_tp_across: bool = False) -> tuple[str, str, str]:
     """(field, reason, suggestion) when the pins and the batch leave no class at all."""
     gbs, n = ctx.training.global_batch_size, ctx.num_gpus
     why = rules.interleaved_microbatches_priced(pins.schedule, pins.pp, None)
     if why is not None:
         return why.field, why.message, why.fix
+    st = ctx.stack
+    tied_on_one_stage = ctx.model.tie_embeddings and not st.pp_with_tied_embeddings
+    if tied_on_one_stage and pins.pp in (None, 1) and pins.dp is None and tp_options(ctx, allow_tp_across):
+        # the stack keeps a tied model on one pipeline stage: dp = GPUs ÷ tp, and none of those divides the batch
+        dps = sorted({n // t for t in tp_options(ctx, allow_tp_across) if pins.tp in (None, t)})
+        nearest = min((-(-gbs // d) * d for d in dps), default=gbs)
+        runs = ", ".join(s.id for s in STACKS.values() if s.pp_with_tied_embeddings)
+        return (
+            "training.global_batch_size",
+            f"the training stack {st.id!r} does not run pipeline parallelism on a model with tied embeddings "
+            f"(model.tie_embeddings), so pp = 1 and dp = GPUs ÷ tp ∈ {dps}: none divides the global batch size {gbs}",
+            f"use a global batch size divisible by one of {dps} (e.g. {nearest}), "
+            f"set model.tie_embeddings to false, or plan for a stack that runs pp > 1 on tied models "
+            f"(training.stack: {runs})",
+        )
     dps = [d for d in divisors(n) if gbs % d == 0]
     better = ((gbs + n - 1) // n) * n
     return (
