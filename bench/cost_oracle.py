@@ -28,20 +28,13 @@ from planner import plan  # noqa: E402
 from planner.answer.request import context  # noqa: E402
 from planner.compose.cost import class_costs, evaluate  # noqa: E402
 from planner.search.space import enumerate_candidates  # noqa: E402
-from planner.specs import GpuSpec, HostDispatch, PeakTflops, PlanRequest  # noqa: E402
+from planner.specs import HostDispatch, PlanRequest  # noqa: E402
 from planner.specs.layout import even_stage_layers  # noqa: E402
+from tests.host_support import CPU  # noqa: E402
 
-#: A host "GPU" with every measured dispatch class set (distinct values, so a class priced in the wrong
-#: place shows).
-HOST = GpuSpec(
-    id="cpu",
-    memory_gib=16.0,
-    peak_tflops=PeakTflops(fp32=0.05),
-    hbm_bandwidth_GBps=5.0,
-    nvlink_bandwidth_GBps=1.0,
-    nic_bandwidth_GBps=1.0,
-    source="oracle host",
-)
+#: A host "GPU" (the tests' slow host), to which every measured dispatch class is added (distinct values, so a
+#: class priced in the wrong place shows).
+HOST = CPU
 
 
 def _host_dispatch() -> HostDispatch:

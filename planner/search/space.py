@@ -67,15 +67,7 @@ def validate_pins(ctx: Context, pins: ParallelPins, options: SearchOptions) -> N
         rules.virtual_stages_fit(pins.schedule, pins.virtual_stages),
         rules.sequence_parallel_needs_tp(pins.sequence_parallel, pins.tp),
         rules.sequence_parallel_splits_seq(pins.sequence_parallel, pins.tp, ctx.training.seq_len),
-        rules.stack_runs(  # what the request's training stack runs (issue 27)
-            ctx.stack,
-            schedule=pins.schedule,
-            zero_stage=pins.zero_stage,
-            sequence_parallel=pins.sequence_parallel,
-            recompute=pins.recompute,
-            pp=pins.pp,
-            tie_embeddings=m.tie_embeddings,
-        ),
+        rules.stack_runs_config(ctx.stack, m, pins),  # what the request's training stack runs (issue 27)
     )
     if pins.pp is None and pins.tp is not None and pins.dp is not None:  # pp follows from tp and dp
         pp = n // (pins.tp * pins.dp)
@@ -205,9 +197,9 @@ def explain_no_candidate(ctx: Context, pins: ParallelPins, allow_tp_across: bool
         return why.field, why.message, why.fix
     st = ctx.stack
     tied_on_one_stage = ctx.model.tie_embeddings and not st.pp_with_tied_embeddings
-    if tied_on_one_stage and pins.pp in (None, 1) and pins.dp is None and tp_options(ctx, allow_tp_across):
-        # the stack keeps a tied model on one pipeline stage: dp = GPUs ÷ tp, and none of those divides the batch
-        dps = sorted({n // t for t in tp_options(ctx, allow_tp_across) if pins.tp in (None, t)})
+    # the stack keeps a tied model on one pipeline stage: dp = GPUs ÷ tp, and none of those divides the batch
+    dps = sorted({n // t for t in tp_options(ctx, allow_tp_across) if pins.tp in (None, t)})
+    if tied_on_one_stage and pins.pp in (None, 1) and pins.dp is None and dps:
         nearest = min((-(-gbs // d) * d for d in dps), default=gbs)
         runs = ", ".join(s.id for s in STACKS.values() if s.pp_with_tied_embeddings)
         return (

@@ -363,7 +363,8 @@ def stack_runs(
 
 
 def stack_runs_config(stack: Stack, model: Any, config: Any) -> MeshplanError | None:
-    """``stack_runs`` of a complete configuration (a ``ParallelConfig`` or ``Candidate``)."""
+    """``stack_runs`` of a configuration (a ``ParallelConfig`` or ``Candidate``) or of the pinned part of one
+    (``ParallelPins``: an unpinned field is None and not checked)."""
     c = config
     return stack_runs(
         stack,
