@@ -170,7 +170,7 @@ def measure(
 
 #: The residuals fitted (``meshplan calibrate --free``): per-kernel host overhead and per step. Not ``comm_scale``:
 #: every collective these runs issue on a host is priced at the class the run measured in its step (TP's,
-#: FSDP2's per wrapped module, the pipeline's send/recv: ``planner.pricing.host_comm``), so no calibration run depends on
+#: FSDP2's per wrapped module, the pipeline's send/recv: ``planner.pricing.collectives``), so no calibration run depends on
 #: it (``meshplan calibrate --free ...,comm_scale`` holds it at 1 and says so).
 FREE = "kernel_overhead_us,step_overhead_s"
 

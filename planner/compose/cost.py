@@ -22,8 +22,8 @@ from planner.compose.context import Context
 from planner.compose.memory import rank_memory
 from planner.compose.simulate import SimResult, chunk_ranks, rank_orders, simulate
 from planner.compose.terms import EndTerms, SharedTerms, class_terms, end_terms, ns, rank_end
+from planner.pricing.collectives import p2p
 from planner.pricing.comm import boundary_crosses_nodes
-from planner.pricing.host_comm import p2p
 from planner.specs import config
 
 __all__ = [
@@ -164,7 +164,7 @@ def boundary_lags(ctx: Context, c: Candidate, p2p_bytes: int) -> list[int]:
     lags = ctx.lags.get(key)
     if lags is None:
         where, g, block = chunk_ranks(c.pp, c.virtual_stages), ctx.cluster.gpus_per_node, c.dp * c.tp
-        t_intra = ns(p2p(ctx, p2p_bytes, "intra_node"))  # on a host as the run measured it (``host_comm``)
+        t_intra = ns(p2p(ctx, p2p_bytes, "intra_node"))  # on a host as the run measured it (``pricing.collectives``)
         t_inter = ns(p2p(ctx, p2p_bytes, "inter_node"))
         lags = ctx.lags[key] = [
             0 if i == j else (t_inter if boundary_crosses_nodes(g, block, i, j) else t_intra)

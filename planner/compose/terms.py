@@ -18,21 +18,29 @@ from typing import TYPE_CHECKING, Generic, NamedTuple
 from planner.compose.affine import Affine, Count, total
 from planner.compose.context import Context
 from planner.compose.memory import OPTIMIZER_STEP_BYTES, StateBytes, loss_buffer_bytes, state_bytes, zero3_buffer_bytes
-from planner.pricing.comm import dp_group_in_node, dp_ranks_per_node
+from planner.pricing.collectives import Groups, per_kind_seconds, pipeline_action, step_reduction_seconds
 from planner.pricing.gpu import optimizer_step_times
-from planner.pricing.host import host_slowdown
-from planner.pricing.host_comm import (
-    block_tp_comm,
-    dp_collective,
-    dp_layer_collectives,
-    dp_sync_times,
+from planner.pricing.host import (
+    dtensor_linear_dispatch,
     fsdp_hook_times,
-    host_step_end,
-    pipeline_action,
+    host_dispatch,
+    host_slowdown,
+    host_step_dispatch,
     prefetch_overlaps,
-    tp_collective,
 )
 from planner.pricing.layer_times import layer_times
+from planner.workload.collectives import (
+    MEGATRON,
+    NO_REDUCTIONS,
+    RUNTIME,
+    Issuing,
+    Op,
+    dp_layer_comms,
+    dp_sync,
+    step_reductions,
+    tp_comms,
+)
+from planner.workload.ops import block_linears
 
 if TYPE_CHECKING:
     from planner.compose.cost import Candidate
@@ -125,7 +133,7 @@ def shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero
 
 def class_terms(ctx: Context, c: Candidate) -> SharedTerms:
     """``shared_terms`` of the class; pipelined on a host, every chunk's forward and backward per micro-batch
-    + the schedule's measured host work per action (``host_comm.pipeline_action``)."""
+    + the schedule's measured host work per action (``collectives.pipeline_action``)."""
     s = shared_terms(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp)
     action = ns(pipeline_action(ctx)) if c.pp * c.virtual_stages > 1 else 0
     if not action:
@@ -166,6 +174,12 @@ def layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> La
     return lg
 
 
+def issuing(ctx: Context) -> Issuing:
+    """How the plan's collectives are issued (``planner.workload.collectives``): as the bundled runtime issues them
+    on a host with measured dispatch, Megatron-style elsewhere."""
+    return RUNTIME if host_dispatch(ctx) is not None else MEGATRON
+
+
 def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> LayerGroup:
     model, seq = ctx.model, ctx.training.seq_len
     blk = layer_times(ctx, "transformer_block", mbs, tp, sp, recompute)
@@ -175,21 +189,18 @@ def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> L
     lp_emb = ctx.layer("embedding", mbs, tp, sp)
     lp_head = ctx.layer("lm_head", mbs, tp, sp)
 
-    # --- tensor-parallel communication (blocking, on the compute stream, Megatron-style)
+    # --- tensor-parallel communication (blocking, on the compute stream): what the stack issues, priced here
     act = mbs * seq * model.hidden_size * ctx.elt  # one residual-stream tensor
-    # one blocking TP collective (on a host device, as the run measured it in the step: ``host_comm``)
-    ar = tp_collective(ctx, "all_reduce", act, tp)
-    half = tp_collective(ctx, "reduce_scatter", act, tp)  # = all-gather
-    blk_tp_f, blk_tp_b = block_tp_comm(ctx, tp, sp, recompute, ar, half)  # a host's as its runtime issues them
-    vocab_parallel = model.vocab_size % tp == 0
-    if tp > 1 and vocab_parallel:
-        emb_tp_f, emb_tp_b = (half, half) if sp else (ar, 0.0)
-        head_tp_f, head_tp_b = (half, half) if sp else (0.0, ar)
-        head_tp_f += tp_collective(ctx, "all_reduce", mbs * seq * 3 * 4, tp, in_step_extra=False)  # max/sum/target
-    else:
-        emb_tp_f = emb_tp_b = 0.0
-        head_tp_f = head_tp_b = half if sp else 0.0
-    vocab_local = model.vocab_size // tp if vocab_parallel else model.vocab_size
+    comms = tp_comms(model, issuing(ctx), act, tp, sp, recompute, mbs * seq)
+    g = Groups(tp, 1, "intra_node", 1)  # the TP group alone
+    (blk_tp_f, emb_tp_f, head_tp_f), (blk_tp_b, emb_tp_b, head_tp_b) = (
+        per_kind_seconds(ctx, comms.fwd, g),
+        per_kind_seconds(ctx, comms.bwd, g),
+    )
+    if tp > 1:  # a host's DTensor dispatch of the block's sharded linears beyond plain ones (none on a GPU)
+        more_f, more_b = dtensor_linear_dispatch(ctx, block_linears(model), recompute)
+        blk_tp_f, blk_tp_b = blk_tp_f + more_f, blk_tp_b + more_b
+    vocab_local = model.vocab_size // tp if model.vocab_size % tp == 0 else model.vocab_size
     saved = lp_blk.saved_activation_bytes
     work_f = (blk.fwd + blk_tp_f, emb.fwd + emb_tp_f, head.fwd + head_tp_f)
     work_b = (blk.bwd + blk_tp_b, emb.bwd + emb_tp_b, head.bwd + head_tp_b)
@@ -228,25 +239,22 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
 
     # --- ZeRO-3: parameters gathered per micro-batch (fwd and bwd), gradients reduce-scattered; prefetched on a
     # side stream, so a layer costs the longer of its compute + TP comm (slowed while they overlap: ``overlapped``)
-    # and its collectives — or their sum where the device runs them synchronously (``host_comm.prefetch_overlaps``)
-    g = ctx.cluster.gpus_per_node
-    dp_link = "intra_node" if dp_group_in_node(g, ctx.num_gpus, dp, tp) else "inter_node"
-    m = dp_ranks_per_node(g, dp, tp)
+    # and its collectives — or their sum where the device runs them synchronously (``host.prefetch_overlaps``)
+    how = issuing(ctx)
+    g = Groups.of(ctx, tp, dp)
     slow = OVERLAP_SLOWDOWN
-
-    def per_module(name: str, nbytes: float) -> list[float]:  # on a host, one per FSDP2-wrapped module
-        return dp_layer_collectives(ctx, name, nbytes, dp, dp_link, m, lg.params)
 
     fwd, bwd, z3_tmp, fwd_z3, bwd_z3 = lg.fwd, lg.bwd, 0, NOTHING, NOTHING
     if zero_stage == 3 and dp > 1:
-        gather, scatter = per_module("all_gather", e), per_module("reduce_scatter", e)
+        gather = per_kind_seconds(ctx, dp_layer_comms(how, "all_gather", lg.params, e), g)
+        scatter = per_kind_seconds(ctx, dp_layer_comms(how, "reduce_scatter", lg.params, e), g)
         join = (lambda w, t: overlapped(w, t, slow)) if prefetch_overlaps(ctx) else (lambda w, t: w + t)
         fwd = Affine(0, *(ns(join(w, t)) for w, t in zip(lg.work_f, gather)))
         bwd = Affine(0, *(ns(join(w, t + u)) for w, t, u in zip(lg.work_b, gather, scatter)))
         z3_tmp = zero3_buffer_bytes(ctx.stack, p_blk, e)  # gathered layers, gradient buffers (stack's)
         fwd_z3, bwd_z3 = Affine(*(a - b for a, b in zip(fwd, lg.fwd))), Affine(*(a - b for a, b in zip(bwd, lg.bwd)))
 
-    # --- a host device's FSDP2 hooks per micro-batch (``host_comm.fsdp_hook_times``; none on a GPU)
+    # --- a host device's FSDP2 hooks per micro-batch (``collectives.fsdp_hook_times``; none on a GPU)
     hooks = fsdp_hook_times(ctx, dp)
     if hooks is not None:
         fwd = fwd.plus(Affine(0, *map(ns, hooks[0])))
@@ -256,23 +264,19 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp, ctx.stack.param_layout)
     per = per_param.total
 
-    # --- end of step: DP gradient sync (overlapped with the rank's last backward), optimizer step.
-    # The sync runs in gradient buckets (``grad_bucket_params``; the whole model when smaller): its time is
-    # the rank's bytes at the rate of one bucket's collective.
+    # --- end of step: DP gradient sync (overlapped with the rank's last backward), optimizer step, ZeRO-1/2's
+    # parameter all-gather. In gradient buckets (``grad_bucket_params``; the whole model when smaller): the rank's
+    # bytes at the rate of one bucket's collective — or as the stack issues them (``workload.collectives``).
     total = p_blk * ctx.model.num_layers + p_emb + p_head
 
-    def collective(name: str, nbytes_per_param: float) -> Affine:
-        if dp == 1:
+    def collective(name: Op | None) -> Affine:
+        if dp == 1 or name is None:
             return NOTHING
         bucket = min(grad_bucket_params(dp), total)
-        return Affine(0, *map(ns, dp_sync_times(ctx, name, nbytes_per_param, dp, dp_link, m, lg.params, bucket)))
+        return Affine(0, *map(ns, per_kind_seconds(ctx, dp_layer_comms(how, name, lg.params, e, bucket), g)))
 
-    if zero_stage == 0:
-        sync, post = collective("all_reduce", e), NOTHING
-    elif zero_stage in (1, 2):
-        sync, post = collective("reduce_scatter", e), collective("all_gather", e)
-    else:
-        sync = post = NOTHING
+    sync_op, post_op = dp_sync(zero_stage)
+    sync, post = collective(sync_op), collective(post_op)
     # optimizer step: memory-bound multi-tensor kernels over the (sharded) states at achieved HBM bandwidth
     shard = dp if zero_stage >= 1 else 1
     upd = (
@@ -280,10 +284,12 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     )
     step = optimizer_step_times(ctx, lg.params, shard, upd)
 
-    # + a host device's optimizer and gradient-clip dispatch, and the step-end collectives (none on a GPU)
-    host_opt, host_once = host_step_end(
-        ctx, tp, sp, dp, zero_stage, lambda b: dp_collective(ctx, "all_reduce", b, dp, dp_link, m)
-    )
+    # + a host device's optimizer and gradient-clip dispatch (none on a GPU), and the reductions at the step's end
+    # as the stack issues them
+    host_opt = host_step_dispatch(ctx, tp, sp, dp)
+    reductions = step_reductions(ctx.model, e, tp, sp, dp, zero_stage) if how.step_reductions else NO_REDUCTIONS
+    red, host_once = step_reduction_seconds(ctx, reductions, g)
+    host_opt = [a + b for a, b in zip(host_opt, red)]
 
     return SharedTerms(
         fwd=fwd,

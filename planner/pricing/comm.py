@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
@@ -372,19 +371,3 @@ def dp_ranks_per_node(gpus_per_node: int, dp: int, tp: int) -> int:
 def tp_link(gpus_per_node: int, tp: int) -> str:
     """The link class of a TP group (TP innermost: inside a node iff tp divides the node)."""
     return "intra_node" if (tp <= gpus_per_node and gpus_per_node % tp == 0) else "inter_node"
-
-
-def layer_collectives(
-    time: Callable[[float], float], params: tuple[int, int, int], nbytes: float, host: bool
-) -> list[float]:
-    """Seconds of the DP collective of each layer (block, embedding, LM head) of ``params`` parameters at
-    ``nbytes`` each, ``time`` the seconds of one collective of so many bytes. On a host (``host``), one per
-    FSDP2-wrapped module of the bundled runtime, as it issues them (``planner.pricing.host.host_fsdp_hooks``): each
-    block's, and the chunk's, which holds the embedding and the LM head, one collective shared between the two
-    by their parameters."""
-    t = [time(count * nbytes) for count in params]
-    emb, head = params[1], params[2]
-    if host and emb + head:
-        root = time((emb + head) * nbytes)
-        t[1:] = [root * emb / (emb + head), root * head / (emb + head)]
-    return t

@@ -61,3 +61,49 @@ def host_layer_dispatch(ctx: Device, kind: str, tp: int) -> tuple[float, float]:
         return 0.0, 0.0
     ops, _ = kernel_counts(ctx, kind, tp)
     return ops * hd.op_fwd_us * 1e-6, ops * hd.op_bwd_us * 1e-6
+
+
+def host_step_dispatch(ctx: Device, tp: int, sp: bool, dp: int) -> list[float]:
+    """Seconds per layer kind (block, embedding, LM head) of a host's AdamW and gradient-clip dispatch at the end
+    of a step, per parameter tensor: DTensors under the FSDP2 wrappers (dp > 1) and in TP-sharded modules (with SP
+    the block's norms too: ``SequenceParallel``), plain tensors otherwise; × the compute residual. Zeros on a GPU."""
+    hd = host_dispatch(ctx)
+    per_kind = [0.0, 0.0, 0.0]
+    if hd is None:
+        return per_kind
+    for i, kind in enumerate(("transformer_block", "embedding", "lm_head")):
+        n, sharded = param_tensors(ctx.model, kind)
+        dt = n if dp > 1 or (tp > 1 and sp and kind == "transformer_block") else (sharded if tp > 1 else 0)
+        us = dt * hd.adam_dtensor_us + (n - dt) * hd.adam_plain_us
+        us += dt * (hd.clip_dtensor_us or 0.0) + (n - dt) * (hd.clip_plain_us or 0.0)  # the gradient clip
+        per_kind[i] = ctx.residuals.compute_scale * us * 1e-6
+    return per_kind
+
+
+def dtensor_linear_dispatch(ctx: Device, linears: int, recompute: str) -> tuple[float, float]:
+    """(forward, backward) seconds a host adds per block for its ``linears`` DTensor linears (TP-sharded) beyond
+    plain ones (``HostDispatch.tp_linear_*_us``), again in backward under full recomputation, × the compute
+    residual (the processor that computes also dispatches). Zeros on a GPU."""
+    hd = host_dispatch(ctx)
+    if hd is None:
+        return 0.0, 0.0
+    cs = ctx.residuals.compute_scale
+    again = hd.tp_linear_fwd_us if recompute == "full" else 0.0
+    return cs * linears * hd.tp_linear_fwd_us * 1e-6, cs * linears * (hd.tp_linear_bwd_us + again) * 1e-6
+
+
+def prefetch_overlaps(ctx: Device) -> bool:
+    """Whether ZeRO-3's per-layer gathers and reduce-scatters run beside the layer's compute (a GPU: prefetched
+    on a side stream) or add to it (a host: FSDP2 calls gloo's collectives synchronously, the processor waits)."""
+    return host_dispatch(ctx) is None
+
+
+def fsdp_hook_times(ctx: Device, dp: int) -> tuple[list[float], list[float]] | None:
+    """(forward, backward) seconds per layer (block, embedding, LM head) and micro-batch of a host's FSDP2 hooks:
+    the bundled runtime wraps every block and the chunk (``replicate``/``fully_shard``, any ZeRO stage) when
+    dp > 1 (``host_fsdp_hooks``), × the compute residual. None on a GPU (or dp = 1)."""
+    if host_dispatch(ctx) is None or dp <= 1:
+        return None
+    cs = ctx.residuals.compute_scale  # on a host the processor that computes also dispatches
+    hooks = [host_fsdp_hooks(ctx, kind) for kind in ("transformer_block", "embedding", "lm_head")]
+    return [cs * f for f, _ in hooks], [cs * b for _, b in hooks]

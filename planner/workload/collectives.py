@@ -1,0 +1,185 @@
+"""The collectives a configuration issues, as data: per layer (block, embedding, LM head) and micro-batch
+its blocking tensor-parallel ones, ZeRO-3's parameter gathers and gradient reduce-scatters, and per step
+the data-parallel gradient sync and the small reductions at its end — each a ``Collective`` (axis, op,
+bytes, count). What they cost on a device is ``planner.pricing.collectives``; where they overlap compute,
+``planner.compose.terms``.
+
+How many a layer issues is the software's, not the device's: ``Issuing`` says how the stack that runs the
+plan issues them (``planner.specs.stacks.Stack``):
+
+* ``tp = "megatron"``: one collective per Megatron column/row pair and direction (QKV fused, the row-parallel
+  output all-reduced; Megatron-LM ``megatron/core/tensor_parallel/mappings.py``), again in backward under
+  full recomputation; with sequence parallelism an all-gather and a reduce-scatter in place of each
+  all-reduce (``sp_pairs``; else priced as the one all-reduce of the same bytes).
+* ``tp = "per_linear"``: DTensor's ``ColwiseParallel`` on each column-parallel linear as its own module (the
+  bundled runtime, ``runtime/parallelize.py``): the input gradient of every one of them (wq, wk, wv, w1
+  (+ w3)) is all-reduced on its own in backward; with SP the row-parallel outputs' gradients all-gathered.
+* ``dp = "buckets"``: the gradient sync runs in buckets (Megatron-core DDP, DeepSpeed); ``"modules"``: one
+  collective per FSDP2-wrapped module (the bundled runtime wraps every block and the chunk, whose own
+  tensors are the embedding's and the LM head's: one collective shared by the two).
+* ``step_reductions``: the bundled runtime's reductions at the step's end — the SP norms' gradients (Partial
+  over TP) and the gradient clip's norm of sharded gradients (``runtime/job.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from planner.specs import ModelSpec
+from planner.workload.ops import block_linears
+
+Axis = Literal["tp", "dp", "pp", "cp", "ep"]
+Op = Literal["all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all"]
+
+#: The layer kinds in the order every per-layer triple of the planner uses.
+KINDS = ("transformer_block", "embedding", "lm_head")
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    """``count`` collectives ``op`` over the ``axis`` group, each of ``nbytes`` (the full, unsharded buffer,
+    as nccl-tests counts it)."""
+
+    axis: Axis
+    op: Op
+    nbytes: float
+    #: how many (a fraction: this layer's share of a collective it shares with another layer)
+    count: float = 1
+    #: issued in buckets of so many bytes: ``nbytes`` move at the rate of one bucket's collective
+    bucket: float | None = None
+    #: whether a host's per-collective in-step extra of older measurements applies (``HostDispatch.tp_collective_us``;
+    #: the loss's three-float all-reduce was not among the collectives it was measured on)
+    in_step_extra: bool = True
+
+
+Comms = tuple[Collective, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Issuing:
+    """How the software that runs a plan issues its collectives (module docstring)."""
+
+    tp: Literal["megatron", "per_linear"]
+    sp_pairs: bool
+    dp: Literal["buckets", "modules"]
+    step_reductions: bool
+
+
+#: Megatron-core, DeepSpeed, torchtitan as the model prices them; the bundled runtime as it runs.
+MEGATRON = Issuing(tp="megatron", sp_pairs=False, dp="buckets", step_reductions=False)
+RUNTIME = Issuing(tp="per_linear", sp_pairs=True, dp="modules", step_reductions=True)
+
+
+@dataclass(frozen=True, slots=True)
+class TpComms:
+    """The blocking TP collectives per micro-batch of each layer kind (``KINDS`` order), forward and backward."""
+
+    fwd: tuple[Comms, Comms, Comms]
+    bwd: tuple[Comms, Comms, Comms]
+
+
+def _pair(act: float, sp_pairs: bool, sp: bool, n: int) -> Comms:
+    """``n`` Megatron TP exchanges of the residual stream: all-reduces, or with SP an all-gather and a
+    reduce-scatter each (one all-reduce's bytes when ``sp_pairs`` is off)."""
+    if sp and sp_pairs:
+        return (Collective("tp", "reduce_scatter", act, 2 * n),)  # an all-gather costs a reduce-scatter's time
+    return (Collective("tp", "all_reduce", act, n),)
+
+
+def tp_comms(
+    model: ModelSpec, issuing: Issuing, act: float, tp: int, sp: bool, recompute: str, mbs_seq: int
+) -> TpComms:
+    """The TP collectives of a block, the embedding and the LM head per micro-batch, ``act`` the bytes of one
+    residual-stream tensor; none with ``tp = 1``."""
+    if tp == 1:
+        return TpComms(((), (), ()), ((), (), ()))
+    full = recompute == "full"
+    blk_b: Comms
+    emb_f: Comms
+    emb_b: Comms
+    head_f: Comms
+    head_b: Comms
+    blk_f = _pair(act, issuing.sp_pairs, sp, 2)
+    if issuing.tp == "per_linear":
+        lin = block_linears(model)
+        blk_b = (Collective("tp", "all_reduce", act, lin - 2),)  # each column-parallel linear's input gradient
+        if sp:
+            blk_b += (Collective("tp", "all_gather", act, 2),)  # the row-parallel outputs' gradients
+        if full:
+            blk_b += blk_f
+    else:
+        blk_b = _pair(act, issuing.sp_pairs, sp, 4 if full else 2)
+    rs, ag = Collective("tp", "reduce_scatter", act), Collective("tp", "all_gather", act)
+    if model.vocab_size % tp == 0:  # vocab-parallel embedding and LM head
+        emb_f, emb_b = ((rs,), (ag,)) if sp else ((Collective("tp", "all_reduce", act),), ())
+        head_f, head_b = ((ag,), (rs,)) if sp else ((), (Collective("tp", "all_reduce", act),))
+        # the vocab-parallel cross-entropy's max, sum and target logit per token (fp32)
+        head_f += (Collective("tp", "all_reduce", mbs_seq * 3 * 4, in_step_extra=False),)
+    else:
+        emb_f = emb_b = ()
+        head_f, head_b = ((ag,), (rs,)) if sp else ((), ())
+    return TpComms((blk_f, emb_f, head_f), (blk_b, emb_b, head_b))
+
+
+def dp_layer_comms(
+    issuing: Issuing, op: Op, params: tuple[int, int, int], nbytes_per_param: float, bucket_params: int | None = None
+) -> tuple[Comms, Comms, Comms]:
+    """A DP collective ``op`` over each layer kind's parameters at ``nbytes_per_param`` each: ZeRO-3's per-layer
+    parameter gathers and gradient reduce-scatters (``bucket_params`` None) or the end-of-step gradient sync.
+    Issued per FSDP2-wrapped module (``Issuing.dp == "modules"``): each block's, and the chunk's, which holds the
+    embedding and the LM head — one collective of both, each layer its share by parameters. Else per layer, or
+    at the end of the step in buckets of ``bucket_params`` parameters."""
+    blk, emb, head = params
+    if issuing.dp == "modules":
+        root = (emb + head) * nbytes_per_param
+        share = [(Collective("dp", op, root, p / (emb + head)),) if emb + head else () for p in (emb, head)]
+        return (Collective("dp", op, blk * nbytes_per_param),), share[0], share[1]
+    bucket = None if bucket_params is None else bucket_params * nbytes_per_param
+    return tuple((Collective("dp", op, p * nbytes_per_param, bucket=bucket),) for p in params)  # type: ignore[return-value]
+
+
+def dp_sync(zero_stage: int) -> tuple[Op | None, Op | None]:
+    """The end-of-step DP collectives: (the gradient sync, the parameter all-gather after the optimizer step)."""
+    if zero_stage == 0:
+        return "all_reduce", None
+    if zero_stage in (1, 2):
+        return "reduce_scatter", "all_gather"
+    return None, None
+
+
+@dataclass(frozen=True, slots=True)
+class StepReductions:
+    """The bundled runtime's reductions at the end of a step: per layer kind (``KINDS``), once per rank, and one
+    all-reduce whose bytes grow with the rank's blocks (``coalesced``: ``base`` bytes + ``per_block`` per block)."""
+
+    per_kind: tuple[Comms, Comms, Comms]
+    once: Comms
+    coalesced: tuple[float, float] | None = None
+
+
+NO_REDUCTIONS = StepReductions(((), (), ()), ())
+
+
+def step_reductions(model: ModelSpec, elt: int, tp: int, sp: bool, dp: int, zero_stage: int) -> StepReductions:
+    """The SP norms' gradients come out Partial(sum) over TP: with dp > 1 the FSDP2 wrappers reduce each
+    tensor's after its module's backward (a block's two norms, the final norm's); else one all-reduce of them
+    all (``runtime.job.reduce_partial_grads``). The gradient clip's norm of DTensor gradients sharded by TP or
+    by ZeRO ≥ 1: one all-reduce of the partial norm (DTensor issues it inside ``linalg_vector_norm``)."""
+    blk: Comms = ()
+    head: Comms = ()
+    coalesced = None
+    if tp > 1 and sp:
+        tensors = 2 if model.norm == "layernorm" else 1  # per norm
+        norm = tensors * model.hidden_size * elt
+        if dp > 1:
+            blk = (Collective("tp", "all_reduce", model.hidden_size * elt, 2 * tensors),)
+            head = (Collective("tp", "all_reduce", model.hidden_size * elt, tensors),)
+        else:  # the final norm's once, a block's two norms per block
+            coalesced = (norm, 2 * norm)
+    once: Comms = ()
+    if tp > 1:
+        once = (Collective("tp", "all_reduce", 4),)
+    elif dp > 1 and zero_stage >= 1:
+        once = (Collective("dp", "all_reduce", 4),)
+    return StepReductions((blk, (), head), once, coalesced)
