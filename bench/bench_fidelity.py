@@ -17,7 +17,7 @@ of a row (all are proportional to 1 / step time).
 "Fits" is judged against the whole GPU (``memory_headroom`` 0): the runs did run.
 
 Three figures per run and per group: **physics only** (identity residuals: the cited constants alone),
-**with built-in residuals** (the planner as shipped: ``planner/residuals_builtin.py``, fitted on these runs
+**with built-in residuals** (the planner as shipped: ``planner/pricing/residuals_builtin.py``, fitted on these runs
 by ``bench/fit_residuals.py``, at most two constants per stack and GPU generation) and **LOSGO**
 (leave-one-source-group-out: each run predicted by the residual table refitted without its source group,
 the out-of-sample figure the in-sample one is reported next to). Run: ``python bench/bench_fidelity.py``
@@ -440,7 +440,7 @@ def cross_validate(data: dict[str, Any], results: list[Result]) -> list[str]:
     fresh = {k: v[0].model_dump(include=set(v[1].free)) for k, v in table.items()}
     if fresh != residuals_builtin.ROWS:
         return [
-            "planner/residuals_builtin.py is not the table these runs and this physics give "
+            "planner/pricing/residuals_builtin.py is not the table these runs and this physics give "
             f"(shipped {residuals_builtin.ROWS}, refitted {fresh}): re-run python bench/fit_residuals.py"
         ]
     return []

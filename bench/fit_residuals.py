@@ -17,7 +17,7 @@ fitted too where a row has ≥ 4 runs from ≥ 2 groups), so the choice can be r
 changes.
 
 Run: ``python bench/fit_residuals.py`` (prints the table and the figures, and writes
-``planner/residuals_builtin.py``; ``--dry-run`` only prints). Deterministic; seconds.
+``planner/pricing/residuals_builtin.py``; ``--dry-run`` only prints). Deterministic; seconds.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from planner.specs import PlanRequest, Residuals  # noqa: E402
 from planner.specs.errors import MeshplanError  # noqa: E402
 from planner.specs.stacks import resolve  # noqa: E402
 
-OUT = ROOT / "planner" / "residuals_builtin.py"
+OUT = ROOT / "planner" / "pricing" / "residuals_builtin.py"
 #: The residuals fitted per row.
 FREE: tuple[str, ...] = ("compute_scale",)
 #: A generation's pooled row is written only when this many stacks' runs pool into it.
@@ -320,7 +320,9 @@ def report(table: dict[Key, tuple[Residuals, FitResult]], runs: Sequence[Run], f
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=fidelity.DATA)
-    ap.add_argument("--out", type=Path, default=OUT, help="the module to write (default planner/residuals_builtin.py)")
+    ap.add_argument(
+        "--out", type=Path, default=OUT, help="the module to write (default planner/pricing/residuals_builtin.py)"
+    )
     ap.add_argument("--dry-run", action="store_true", help="print only; write nothing")
     ap.add_argument("--date", default=datetime.now(UTC).date().isoformat(), help="the date recorded in the module")
     ap.add_argument("--alternatives", action="store_true", help="also print the figures of the other structures")

@@ -197,8 +197,8 @@ def test_step_overhead_is_added_once_per_step(pp):
 
 def test_comm_scale_moves_a_pure_communication_step_by_its_share():
     """A configuration whose only communication is TP: scaling comm by k moves the step by (k − 1) × the
-    TP time of the breakdown (pp = 1, no DP)."""
-    req = request(tp=8, pp=1, dp=1, gbs=8)
+    TP time of the breakdown (pp = 1, no DP; Megatron's stack: no step-end reductions beside the layers')."""
+    req = request(stack="megatron", tp=8, pp=1, dp=1, gbs=8)
     plan = planner.estimate_plan(req)
     tp_s = plan.estimate.breakdown.tp_comm_s
     assert tp_s > 0
@@ -394,11 +394,17 @@ def test_the_exact_search_stays_exact_with_residuals(seed):
             compute_scale=1.3, memory_scale=0.7, kernel_overhead_us=40.0, comm_scale=2.0, step_overhead_s=0.003
         ),
     )
+    bare, _ = random_instance(seed)
+    bare.calibration = ctx.calibration.model_copy(
+        update={"residuals": ctx.calibration.residuals.model_copy(update={"step_overhead_s": 0.0})}
+    )
     for cand in enumerate_candidates(ctx, pins, SearchOptions()):
         cc = class_costs(ctx, cand)
+        no_overhead = class_costs(bare, cand)
         best = min(evaluate(cc, n).objective_ns for n in compositions(cc.num_layers, cc.chunks))
         assert quick_bound(ctx, cand) <= class_bound(cc) <= best
-        assert cc.shared.opt.const == 3_000_000
+        # the step overhead, once per step (beside the stack's step-end reductions)
+        assert cc.shared.opt.const - no_overhead.shared.opt.const == 3_000_000
     found = search(ctx, pins, SearchOptions(), top_k=1)
     brute, _ = brute_force(ctx, pins)
     if brute:
@@ -421,7 +427,7 @@ def _fit_script():
 
 
 def test_the_shipped_table_is_what_the_script_fits_and_its_cv_leaves_groups_out():
-    """planner/residuals_builtin.py is the table bench/fit_residuals.py fits on the published runs with
+    """planner/pricing/residuals_builtin.py is the table bench/fit_residuals.py fits on the published runs with
     this physics (else: re-run it), and each LOSGO prediction comes from a table fitted without the run's
     source group."""
     from planner.pricing import residuals_builtin

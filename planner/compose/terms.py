@@ -23,20 +23,17 @@ from planner.pricing.gpu import optimizer_step_times
 from planner.pricing.host import (
     dtensor_linear_dispatch,
     fsdp_hook_times,
-    host_dispatch,
     host_slowdown,
     host_step_dispatch,
     prefetch_overlaps,
 )
 from planner.pricing.layer_times import layer_times
 from planner.workload.collectives import (
-    MEGATRON,
     NO_REDUCTIONS,
-    RUNTIME,
-    Issuing,
     Op,
     dp_layer_comms,
     dp_sync,
+    issuing,
     step_reductions,
     tp_comms,
 )
@@ -174,12 +171,6 @@ def layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> La
     return lg
 
 
-def issuing(ctx: Context) -> Issuing:
-    """How the plan's collectives are issued (``planner.workload.collectives``): as the bundled runtime issues them
-    on a host with measured dispatch, Megatron-style elsewhere."""
-    return RUNTIME if host_dispatch(ctx) is not None else MEGATRON
-
-
 def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> LayerGroup:
     model, seq = ctx.model, ctx.training.seq_len
     blk = layer_times(ctx, "transformer_block", mbs, tp, sp, recompute)
@@ -191,7 +182,7 @@ def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> L
 
     # --- tensor-parallel communication (blocking, on the compute stream): what the stack issues, priced here
     act = mbs * seq * model.hidden_size * ctx.elt  # one residual-stream tensor
-    comms = tp_comms(model, issuing(ctx), act, tp, sp, recompute, mbs * seq)
+    comms = tp_comms(model, issuing(ctx.stack), act, tp, sp, recompute, mbs * seq)
     g = Groups(tp, 1, "intra_node", 1)  # the TP group alone
     (blk_tp_f, emb_tp_f, head_tp_f), (blk_tp_b, emb_tp_b, head_tp_b) = (
         per_kind_seconds(ctx, comms.fwd, g),
@@ -240,7 +231,7 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     # --- ZeRO-3: parameters gathered per micro-batch (fwd and bwd), gradients reduce-scattered; prefetched on a
     # side stream, so a layer costs the longer of its compute + TP comm (slowed while they overlap: ``overlapped``)
     # and its collectives — or their sum where the device runs them synchronously (``host.prefetch_overlaps``)
-    how = issuing(ctx)
+    how = issuing(ctx.stack)
     g = Groups.of(ctx, tp, dp)
     slow = OVERLAP_SLOWDOWN
 

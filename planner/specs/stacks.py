@@ -34,6 +34,7 @@ field                      read by
                            2 + 2 + 12 bytes); ``"fsdp2"`` = FSDP2's ``MixedPrecisionPolicy``: fp32
                            parameters and gradients, a bf16 copy of the parameters unsharded from
                            forward to backward unless resharded (ZeRO-3)
+``tp_collectives`` etc.    ``workload.collectives``: how it issues TP, DP and step-end collectives
 ``loss``                   ``memory.loss_buffer_bytes``: ``"fp32_logits"`` = one fp32 [T, V/t] tensor;
                            ``"upcast"`` = ``cross_entropy(logits.float(), …)`` (torchtitan, the bundled
                            runtime): three fp32 tensors at the loss's backward
@@ -45,9 +46,8 @@ with pipeline parallelism; ``data_parallel`` names its modes), ``schedules``, ``
 ``recompute`` and ``pp_with_tied_embeddings``. The search enumerates only configurations the request's
 stack runs and a pin outside them is an error naming the stack, the field and what the stack offers
 (``planner.specs.rules.stack_runs``). An inline stack (``StackOverride``) inherits them from its base:
-overriding kernels does not change what the software runs. ``meshplan`` is exactly what ``runtime/``
-runs (``runtime/parallelize.py`` ``apply_dp``/``apply_recompute``, ``runtime/job.py`` schedules,
-``runtime/validate.py``).
+overriding kernels does not change what the software runs. ``meshplan`` is exactly what ``runtime/`` runs
+(``runtime/parallelize.py`` ``apply_dp``/``apply_recompute``, ``runtime/job.py`` schedules, ``validate.py``).
 
 Sources per preset are in ``source`` and ``runs_source`` (and docs/planner.md, "Training stacks").
 """
@@ -105,6 +105,9 @@ class Stack(BaseModel):
     param_layout: ParamLayout = "master"
     #: what the loss holds at its backward (``memory.loss_buffer_bytes``)
     loss: LossKind = "fp32_logits"
+    tp_collectives: Literal["megatron", "per_linear"] = "megatron"
+    dp_collectives: Literal["buckets", "modules"] = "buckets"
+    step_reductions: bool = False
     # ---- what the stack runs (issue 27 §1): the search enumerates only these; a pin outside is an error
     #: The release of the software this preset describes.
     version: str = Field(description="The release of the software this preset describes.")
@@ -135,9 +138,8 @@ class Stack(BaseModel):
     def _selective_words(self) -> str:
         if self.activations != "titan":
             return ""
-        if self.selective_ac == "op":
-            return "selective AC per op, "
-        return f"selective AC every {self.selective_ac} blocks, "
+        every = "per op" if self.selective_ac == "op" else f"every {self.selective_ac} blocks"
+        return f"selective AC {every}, "
 
     def describe(self) -> str:
         """One line for explanations: which stack a plan was priced for."""
@@ -167,6 +169,9 @@ STACKS: dict[str, Stack] = {
             reduce_dtype="fp32",
             param_layout="fsdp2",
             loss="upcast",
+            tp_collectives="per_linear",
+            dp_collectives="modules",
+            step_reductions=True,
             source="runtime/parallelize.py: DP (and, on CUDA, one process too) through FSDP2 replicate/fully_shard with "
             "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): fp32 parameters and gradients, bf16 copies "
             "kept unsharded from forward to backward below ZeRO-3; runtime/job.py loss_fn: cross_entropy(logits.float()) "

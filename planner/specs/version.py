@@ -31,4 +31,10 @@ from __future__ import annotations
 #: 9: the search enumerates only what the request's training stack runs (``Stack.zero_stages``, ``schedules``,
 #:    ``sequence_parallel``, ``recompute``, ``pp_with_tied_embeddings``: issue 27): no cost changes, but
 #:    another plan may win (e.g. no ZeRO-2/3 for ``megatron``, no pp > 1 on tied embeddings for ``meshplan``).
-COST_MODEL_VERSION = 9
+#: 10: the collectives a configuration issues are the stack's (``Stack.tp_collectives``, ``dp_collectives``,
+#:    ``step_reductions``; ``planner.workload.collectives``), on every device: the bundled runtime's pattern (an
+#:    input-gradient all-reduce per column-parallel linear, one DP collective per FSDP2-wrapped module, its step-end
+#:    reductions) was priced only on a host with measured dispatch, Megatron's everywhere else; sequence
+#:    parallelism's all-gathers and reduce-scatters are priced as the separate calls they are (each its own
+#:    latency), no longer as one all-reduce of the same bytes.
+COST_MODEL_VERSION = 10

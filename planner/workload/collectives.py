@@ -4,13 +4,15 @@ the data-parallel gradient sync and the small reductions at its end — each a `
 bytes, count). What they cost on a device is ``planner.pricing.collectives``; where they overlap compute,
 ``planner.compose.terms``.
 
-How many a layer issues is the software's, not the device's: ``Issuing`` says how the stack that runs the
-plan issues them (``planner.specs.stacks.Stack``):
+How many a layer issues is the software's, not the device's: the stack that runs the plan says how it issues
+them (``planner.specs.stacks.Stack``: ``tp_collectives``, ``dp_collectives``, ``step_reductions``; ``issuing``):
 
 * ``tp = "megatron"``: one collective per Megatron column/row pair and direction (QKV fused, the row-parallel
   output all-reduced; Megatron-LM ``megatron/core/tensor_parallel/mappings.py``), again in backward under
   full recomputation; with sequence parallelism an all-gather and a reduce-scatter in place of each
-  all-reduce (``sp_pairs``; else priced as the one all-reduce of the same bytes).
+  all-reduce (``_gather_along_first_dim``, ``_reduce_scatter_along_first_dim``: two NCCL calls, each with
+  its own latency). torchtitan's DTensor plan is this pattern too: with its sequence parallelism
+  (``PrepareModuleInput``) the column-parallel linears' Partial input gradients add up before one reduction.
 * ``tp = "per_linear"``: DTensor's ``ColwiseParallel`` on each column-parallel linear as its own module (the
   bundled runtime, ``runtime/parallelize.py``): the input gradient of every one of them (wq, wk, wv, w1
   (+ w3)) is all-reduced on its own in backward; with SP the row-parallel outputs' gradients all-gathered.
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from planner.specs import ModelSpec
+from planner.specs.stacks import Stack
 from planner.workload.ops import block_linears
 
 Axis = Literal["tp", "dp", "pp", "cp", "ep"]
@@ -61,14 +64,13 @@ class Issuing:
     """How the software that runs a plan issues its collectives (module docstring)."""
 
     tp: Literal["megatron", "per_linear"]
-    sp_pairs: bool
     dp: Literal["buckets", "modules"]
     step_reductions: bool
 
 
-#: Megatron-core, DeepSpeed, torchtitan as the model prices them; the bundled runtime as it runs.
-MEGATRON = Issuing(tp="megatron", sp_pairs=False, dp="buckets", step_reductions=False)
-RUNTIME = Issuing(tp="per_linear", sp_pairs=True, dp="modules", step_reductions=True)
+def issuing(stack: Stack) -> Issuing:
+    """How ``stack`` issues its collectives."""
+    return Issuing(stack.tp_collectives, stack.dp_collectives, stack.step_reductions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +81,10 @@ class TpComms:
     bwd: tuple[Comms, Comms, Comms]
 
 
-def _pair(act: float, sp_pairs: bool, sp: bool, n: int) -> Comms:
+def _pair(act: float, sp: bool, n: int) -> Comms:
     """``n`` Megatron TP exchanges of the residual stream: all-reduces, or with SP an all-gather and a
-    reduce-scatter each (one all-reduce's bytes when ``sp_pairs`` is off)."""
-    if sp and sp_pairs:
+    reduce-scatter each."""
+    if sp:
         return (Collective("tp", "reduce_scatter", act, 2 * n),)  # an all-gather costs a reduce-scatter's time
     return (Collective("tp", "all_reduce", act, n),)
 
@@ -100,7 +102,7 @@ def tp_comms(
     emb_b: Comms
     head_f: Comms
     head_b: Comms
-    blk_f = _pair(act, issuing.sp_pairs, sp, 2)
+    blk_f = _pair(act, sp, 2)
     if issuing.tp == "per_linear":
         lin = block_linears(model)
         blk_b = (Collective("tp", "all_reduce", act, lin - 2),)  # each column-parallel linear's input gradient
@@ -109,7 +111,7 @@ def tp_comms(
         if full:
             blk_b += blk_f
     else:
-        blk_b = _pair(act, issuing.sp_pairs, sp, 4 if full else 2)
+        blk_b = _pair(act, sp, 4 if full else 2)
     rs, ag = Collective("tp", "reduce_scatter", act), Collective("tp", "all_gather", act)
     if model.vocab_size % tp == 0:  # vocab-parallel embedding and LM head
         emb_f, emb_b = ((rs,), (ag,)) if sp else ((Collective("tp", "all_reduce", act),), ())
