@@ -1,6 +1,7 @@
 """The plan's layout as a launched program sees it: the ``MESHPLAN_*`` variables every launcher export
 sets (``api.exporters.base.layout_env``; docs/exports.md), read back into a ``Layout``, the plan, and a
-DeviceMesh with the runtime's dims ``("pp", "dp", "tp")``:
+DeviceMesh with the runtime's dims ``("pp", "dp", "tp")`` (``("pp", "dp", "cp", "tp")`` when ``MESHPLAN_CP`` > 1:
+``planner.specs.layout``):
 
     from runtime.env import mesh_from_env, layout_from_env
     layout = layout_from_env()          # tp, pp, dp, micro_batch_size, schedule, stage_layers, ...
@@ -15,9 +16,11 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from planner.specs.config import CP_COMM_INFO
 from planner.specs.errors import MeshplanError
+from planner.specs.layout import mesh_dims
 
-MESH_DIMS = ("pp", "dp", "tp")
+MESH_DIMS = ("pp", "dp", "tp")  # without context parallelism; see Layout.mesh_dims
 
 
 @dataclass(frozen=True)
@@ -37,14 +40,21 @@ class Layout:
     sequence_parallel: bool
     zero_stage: int
     precision: str
+    cp: int = 1
+    cp_comm: str = "p2p"
 
     @property
     def world_size(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
 
     @property
-    def mesh_shape(self) -> tuple[int, int, int]:
-        return (self.pp, self.dp, self.tp)
+    def mesh_dims(self) -> tuple[str, ...]:
+        return mesh_dims(self.cp)
+
+    @property
+    def mesh_shape(self) -> tuple[int, ...]:
+        sizes = {"pp": self.pp, "dp": self.dp, "cp": self.cp, "tp": self.tp}
+        return tuple(sizes[d] for d in self.mesh_dims)
 
 
 def _get(env: Mapping[str, str], name: str) -> str:
@@ -85,6 +95,11 @@ def layout_from_env(env: Mapping[str, str] | None = None) -> Layout:
     sp = _get(env, "MESHPLAN_SEQUENCE_PARALLEL")
     if sp not in ("0", "1"):
         raise MeshplanError("MESHPLAN_SEQUENCE_PARALLEL", f"{sp!r} is not 0 or 1", "set it to 0 or 1")
+    cp_comm = env.get("MESHPLAN_CP_COMM") or "p2p"  # both absent in exports written before issue 24: no CP
+    if cp_comm not in CP_COMM_INFO:
+        raise MeshplanError(
+            "MESHPLAN_CP_COMM", f"{cp_comm!r} is not a cp_comm", f"set it to one of {', '.join(CP_COMM_INFO)}"
+        )
     layout = Layout(
         plan_path=env.get("MESHPLAN_PLAN") or None,
         tp=_int(env, "MESHPLAN_TP"),
@@ -101,6 +116,8 @@ def layout_from_env(env: Mapping[str, str] | None = None) -> Layout:
         sequence_parallel=sp == "1",
         zero_stage=_int(env, "MESHPLAN_ZERO_STAGE", 0),
         precision=_get(env, "MESHPLAN_PRECISION"),
+        cp=_int(env, "MESHPLAN_CP") if env.get("MESHPLAN_CP") else 1,
+        cp_comm=cp_comm,
     )
     if layout.micro_batch_size * layout.num_microbatches * layout.dp != layout.global_batch_size:
         raise MeshplanError(
@@ -126,20 +143,27 @@ def plan_from_env(env: Mapping[str, str] | None = None):
     layout = layout_from_env(env)
     plan = load_plan(_get(env, "MESHPLAN_PLAN"))
     p = plan.parallel
-    if (p.tp, p.pp, p.dp, p.micro_batch_size) != (layout.tp, layout.pp, layout.dp, layout.micro_batch_size):
+    if (p.tp, p.cp, p.pp, p.dp, p.micro_batch_size) != (
+        layout.tp,
+        layout.cp,
+        layout.pp,
+        layout.dp,
+        layout.micro_batch_size,
+    ):
         raise MeshplanError(
             "MESHPLAN_PLAN",
-            f"the plan file has tp={p.tp} pp={p.pp} dp={p.dp} mbs={p.micro_batch_size}, "
-            f"the environment tp={layout.tp} pp={layout.pp} dp={layout.dp} mbs={layout.micro_batch_size}",
+            f"the plan file has tp={p.tp} cp={p.cp} pp={p.pp} dp={p.dp} mbs={p.micro_batch_size}, the environment "
+            f"tp={layout.tp} cp={layout.cp} pp={layout.pp} dp={layout.dp} mbs={layout.micro_batch_size}",
             "point MESHPLAN_PLAN at the plan that was exported",
         )
     return plan
 
 
 def mesh_from_env(device_type: str | None = None, env: Mapping[str, str] | None = None):
-    """``init_device_mesh(device_type, (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))`` from the
-    layout variables, as ``runtime.job.build_mesh`` does for a plan. Initialises the default process
-    group (nccl on CUDA, else gloo) when the program has not. The world size must be tp × pp × dp."""
+    """``init_device_mesh(device_type, (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))`` (with ``cp`` between dp
+    and tp when MESHPLAN_CP > 1) from the layout variables, as ``runtime.job.build_mesh`` does for a plan.
+    Initialises the default process group (nccl on CUDA, else gloo) when the program has not. The world size
+    must be tp × cp × pp × dp."""
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -152,10 +176,10 @@ def mesh_from_env(device_type: str | None = None, env: Mapping[str, str] | None 
     if world != layout.world_size:
         raise MeshplanError(
             "WORLD_SIZE",
-            f"{world} processes but the plan's layout needs tp×pp×dp = "
-            f"{layout.tp}×{layout.pp}×{layout.dp} = {layout.world_size}",
+            f"{world} processes but the plan's layout needs tp×cp×pp×dp = "
+            f"{layout.tp}×{layout.cp}×{layout.pp}×{layout.dp} = {layout.world_size}",
             f"launch {layout.world_size} processes (the exported script's torchrun does)",
         )
     if device_type == "cuda":
         torch.cuda.set_device(int(env.get("LOCAL_RANK", "0")))
-    return init_device_mesh(device_type, layout.mesh_shape, mesh_dim_names=MESH_DIMS)
+    return init_device_mesh(device_type, layout.mesh_shape, mesh_dim_names=layout.mesh_dims)

@@ -1,8 +1,8 @@
 """A Plan made executable on this rank: the device mesh, this rank's model chunks with the plan's
 parallelisms applied, the pipeline schedule, and the optimizer.
 
-    validate (same on every rank, before any process-group work) → init_device_mesh("pp","dp","tp")
-    → per local chunk: prune a seeded full model at stage_layers → TP → recompute → DP
+    validate (same on every rank, before any process-group work) → init_device_mesh("pp","dp",["cp",]"tp")
+    → per local chunk: prune a seeded full model at stage_layers → CP → TP → recompute → DP (over dp × cp)
     → PipelineStage + the plan's schedule → AdamW
 
 One code path serves every combination (pp=1 runs the micro-batches itself, without a schedule).
@@ -22,6 +22,7 @@ from torch import nn
 from planner.specs import Plan
 from planner.specs.config import SCHEDULES
 from planner.specs.layout import stage_ranks
+from runtime.context_parallel import CPContext, apply_cp
 from runtime.models import Transformer, build_model, init_weights
 from runtime.parallelize import apply_compile, apply_dp, apply_recompute, apply_tp, mixed_precision
 from runtime.validate import num_microbatches, validate_plan
@@ -110,6 +111,7 @@ class Job:
     schedule: object | None
     dp_wrapper: str | None
     notes: list[str] = field(default_factory=list)
+    cp: CPContext | None = None  # context parallelism (cp > 1): this rank's share of each sequence
 
     # ---------------------------------------------------------------- construction
     @classmethod
@@ -134,22 +136,27 @@ class Job:
         elif plan.training.precision == "fp16":
             notes.append("fp16 requested; ran bf16 compute (the runtime has no loss scaling)")
         chunks, dp_wrapper = {}, None
+        cp = CPContext(mesh.get_group("cp"), p.cp_comm) if p.cp > 1 else None
+        # Dense layers' data parallelism spans dp × cp: the cp ranks of a replica hold the same weights.
+        dp_mesh = mesh["dp", "cp"]._flatten("dp_cp") if cp is not None else mesh["dp"]
         for c, r in enumerate(stage_ranks(p)):
             if r != pp_rank:
                 continue
             module = build_chunk(plan, c, seed=train.seed, device=device)
+            if cp is not None:
+                apply_cp(module, cp)
             if p.tp > 1:
                 apply_tp(module, mesh["tp"], plan.tp_plan, tie_embeddings=plan.model.tie_embeddings)
             apply_recompute(module, p.recompute)
             if compile_blocks:
                 apply_compile(module)
-            dp_wrapper = apply_dp(module, mesh["dp"], p, mp)
+            dp_wrapper = apply_dp(module, dp_mesh, p, mp)
             chunks[c] = module
         if compile_blocks:
             notes.append("transformer blocks compiled with torch.compile (--compile)")
         schedule = _build_schedule(plan, mesh, chunks, device) if p.pp > 1 else None
         optimizers = [make_optimizer(m.parameters(), train, plan.training.optimizer) for m in chunks.values()]
-        return cls(plan, train, device, mesh, chunks, optimizers, schedule, dp_wrapper, notes)
+        return cls(plan, train, device, mesh, chunks, optimizers, schedule, dp_wrapper, notes, cp)
 
     # ---------------------------------------------------------------- properties
     @property
@@ -178,8 +185,12 @@ class Job:
         """Forward and backward of this rank's share of the global batch (``inputs``/``targets``
         are this DP rank's rows); gradients equal those of the mean loss over the global batch,
         complete on every rank (no DTensor gradient left Partial: ``reduce_partial_grads``).
-        Returns the global mean loss (same on every rank)."""
+        Returns the global mean loss (same on every rank). Under context parallelism each rank keeps its
+        share of every sequence (``CPContext.shard``); its loss is the mean over its tokens, the same count
+        on every cp rank, so the mean over dp × cp (the DP reduction's) is the global mean."""
         inputs, targets = inputs.to(self.device), targets.to(self.device)
+        if self.cp is not None:
+            inputs, targets = self.cp.shard(inputs), self.cp.shard(targets)
         n = self.num_microbatches
         if self.schedule is None:
             (model,) = self.chunks.values()
@@ -199,8 +210,8 @@ class Job:
             local = torch.stack(losses).mean().detach() if self.has_last else torch.zeros((), device=self.device)
         reduce_partial_grads([q for _, q in self.named_parameters()])
         p = self.plan.parallel
-        dist.all_reduce(local)  # every last-stage rank holds its DP replica's loss, tp times over
-        return local / (p.dp * p.tp)
+        dist.all_reduce(local)  # every last-stage rank holds its DP replica's loss (its cp share), tp times over
+        return local / (p.dp * p.cp * p.tp)
 
     def clip_grad_norm(self) -> float:
         """Clip to ``train.max_grad_norm``; returns the global norm (NaN when clipping is off)."""

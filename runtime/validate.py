@@ -58,6 +58,7 @@ def validate_plan(plan: Plan, world_size: int) -> None:
         "the job has",
         "processes",
         f"launch {p.num_gpus} processes (--nproc-per-node × --nnodes), or re-plan for {world_size} GPUs",
+        cp=p.cp,
     )
     if wrong_size is not None:  # the launch, not one degree, is at fault: reported on the whole triple
         raise rules.with_field(wrong_size, "parallel")
@@ -65,10 +66,11 @@ def validate_plan(plan: Plan, world_size: int) -> None:
     if plan.mesh.dim_names != expected.dim_names or plan.mesh.shape != expected.shape:
         raise MeshplanError(
             "mesh.shape",
-            f"mesh {plan.mesh.dim_names}={plan.mesh.shape} does not match parallel (pp, dp, tp) = {expected.shape}",
+            f"mesh {plan.mesh.dim_names}={plan.mesh.shape} does not match parallel "
+            f"({', '.join(expected.dim_names)}) = {expected.shape}",
             "use the mesh that `meshplan plan` wrote (planner.specs.layout.mesh_layout)",
         )
-    rules.check(rules.runnable(m, plan.training, p))
+    rules.check(rules.runnable(m, plan.training, p), rules.cp_runnable(p.cp, p.cp_comm))
     if m.tie_embeddings and p.pp > 1:
         raise MeshplanError(
             "model.tie_embeddings",

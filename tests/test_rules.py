@@ -147,7 +147,9 @@ def test_pins_use_the_same_rules(pins, expected):
 def test_classes_follow_the_field_table():
     names = [f.name for f in config.FIELDS]
     assert list(ParallelConfig.model_fields) == names == list(ParallelPins.model_fields)
-    assert [f.name for f in dataclasses.fields(Candidate)] == [n for n in names if n != "stage_layers"]
+    # The search keeps cp = 1 (CP is not priced yet): a Candidate holds neither cp nor cp_comm.
+    assert [f.name for f in dataclasses.fields(Candidate)] == [f.name for f in config.FIELDS if f.in_class]
+    assert [f.name for f in config.FIELDS if not f.in_class] == ["cp", "cp_comm", "stage_layers"]
     for f in config.FIELDS:
         info, pin = ParallelConfig.model_fields[f.name], ParallelPins.model_fields[f.name]
         assert info.description == f.description and pin.default is None
@@ -155,6 +157,8 @@ def test_classes_follow_the_field_table():
     assert ESTIMATE_DEFAULTS == {
         "tp": 1,
         "pp": 1,
+        "cp": 1,
+        "cp_comm": "p2p",
         "micro_batch_size": 1,
         "schedule": "1f1b",
         "recompute": "none",

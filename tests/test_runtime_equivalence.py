@@ -37,6 +37,10 @@ CASES = [
     ("dp2-zero1", 2, "tiny-gpt", dict(dp=2, zero_stage=1, micro_batch_size=2)),
     ("dp2-zero2", 2, "tiny-llama", dict(dp=2, zero_stage=2)),
     ("dp2-zero3-selective", 2, "tiny-gpt", dict(dp=2, zero_stage=3, recompute="selective")),
+    # context parallelism (issue 24): each exchange, load-balanced causal chunks (2·cp chunks of 32 tokens)
+    ("cp2-p2p", 2, "tiny-llama", dict(cp=2, cp_comm="p2p", micro_batch_size=4)),
+    ("cp2-all-gather", 2, "tiny-gpt", dict(cp=2, cp_comm="all_gather", micro_batch_size=4)),
+    ("cp2-a2a", 2, "tiny-llama", dict(cp=2, cp_comm="a2a", micro_batch_size=4)),
     # world 4: pairs
     ("tp2xpp2-1f1b", 4, "tiny-gpt", dict(tp=2, pp=2, schedule="1f1b", micro_batch_size=2)),
     (
@@ -69,6 +73,13 @@ CASES = [
     ("pp4-gpipe-embed-and-head-alone", 4, "tiny-gpt", dict(pp=4, schedule="gpipe", stage_layers=[0, 4, 4, 0])),
     ("tp4", 4, "tiny-gpt", dict(tp=4, micro_batch_size=4)),
     ("dp4-zero2-full", 4, "tiny-llama", dict(dp=4, zero_stage=2, recompute="full")),
+    ("cp4-p2p", 4, "tiny-llama", dict(cp=4, cp_comm="p2p", micro_batch_size=4)),
+    ("cp4-a2a-selective", 4, "tiny-llama", dict(cp=4, cp_comm="a2a", recompute="selective", micro_batch_size=4)),
+    ("cp2xtp2-sp-p2p", 4, "tiny-llama", dict(cp=2, tp=2, sequence_parallel=True, micro_batch_size=4)),
+    ("cp2xtp2-a2a", 4, "tiny-llama", dict(cp=2, tp=2, cp_comm="a2a", micro_batch_size=4)),
+    ("cp2xpp2-1f1b-all-gather", 4, "tiny-gpt", dict(cp=2, pp=2, cp_comm="all_gather", schedule="1f1b")),
+    ("cp2xdp2-zero3-p2p", 4, "tiny-llama", dict(cp=2, dp=2, zero_stage=3, micro_batch_size=2)),
+    ("cp2xdp2-zero0-a2a-full", 4, "tiny-gpt", dict(cp=2, dp=2, zero_stage=0, cp_comm="a2a", recompute="full")),
     # world 8: all three
     ("tp2xpp2xdp2-sp-zero3-1f1b", 8, "tiny-llama", dict(tp=2, pp=2, dp=2, sequence_parallel=True, zero_stage=3)),
     (

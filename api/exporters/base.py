@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from planner.specs import Plan, rules
 from planner.specs.errors import MeshplanError
-from planner.specs.layout import stage_ranks
+from planner.specs.layout import mesh_layout, stage_ranks
 
 from .options import ExportOptions
 
@@ -138,17 +138,18 @@ def check_invariants(plan: Plan) -> None:
     heads, 1F1B has ≥ pp micro-batches…), the estimate's micro-batch count agrees, and the mesh matches
     the degrees. Raises ``MeshplanError`` naming the field (under ``plan.``)."""
     p, est = plan.parallel, plan.estimate
-    world = p.tp * p.pp * p.dp
+    world = p.num_gpus
+    named = f"tp × cp × pp × dp = {p.tp}×{p.cp}×{p.pp}×{p.dp}" if p.cp > 1 else f"tp × pp × dp = {p.tp}×{p.pp}×{p.dp}"
     if world != est.gpus_used:
         raise MeshplanError(
             "plan.parallel",
-            f"tp × pp × dp = {p.tp}×{p.pp}×{p.dp} = {world} but the plan uses {est.gpus_used} GPUs",
-            "re-plan, or correct parallel.tp/pp/dp or estimate.gpus_used so they agree",
+            f"{named} = {world} but the plan uses {est.gpus_used} GPUs",
+            "re-plan, or correct parallel.tp/cp/pp/dp or estimate.gpus_used so they agree",
         )
     if world > plan.cluster.num_gpus:
         raise MeshplanError(
             "plan.parallel",
-            f"tp × pp × dp = {world} exceeds the cluster's {plan.cluster.num_gpus} GPUs",
+            f"{named} = {world} exceeds the cluster's {plan.cluster.num_gpus} GPUs",
             "re-plan for this cluster",
         )
     rules.check(rules.prefixed(rules.runnable(plan.model, plan.training, p), "plan."))
@@ -160,10 +161,12 @@ def check_invariants(plan: Plan) -> None:
             f"= {p.micro_batch_size}×{est.num_microbatches}×{p.dp} = {gbs}",
             "re-plan so the global batch is a multiple of micro_batch_size × dp",
         )
-    if plan.mesh.shape != [p.pp, p.dp, p.tp] or plan.mesh.dim_names != ["pp", "dp", "tp"]:
+    want = mesh_layout(p)
+    if plan.mesh.shape != want.shape or plan.mesh.dim_names != want.dim_names:
         raise MeshplanError(
             "plan.mesh",
-            f"mesh {plan.mesh.dim_names}={plan.mesh.shape} does not match (pp, dp, tp) = ({p.pp}, {p.dp}, {p.tp})",
+            f"mesh {plan.mesh.dim_names}={plan.mesh.shape} does not match ({', '.join(want.dim_names)}) = "
+            f"({', '.join(map(str, want.shape))})",
             "rebuild the mesh with planner.specs.layout.mesh_layout(parallel)",
         )
 
@@ -220,6 +223,8 @@ LAYOUT_ENV = (
     "MESHPLAN_TP",
     "MESHPLAN_PP",
     "MESHPLAN_DP",
+    "MESHPLAN_CP",
+    "MESHPLAN_CP_COMM",
     "MESHPLAN_MICRO_BATCH_SIZE",
     "MESHPLAN_NUM_MICROBATCHES",
     "MESHPLAN_GLOBAL_BATCH_SIZE",
@@ -243,6 +248,8 @@ def layout_env(plan: Plan, plan_path: str) -> dict[str, str]:
         p.tp,
         p.pp,
         p.dp,
+        p.cp,
+        p.cp_comm,
         p.micro_batch_size,
         plan.estimate.num_microbatches,
         t.global_batch_size,

@@ -70,12 +70,25 @@ def deepspeed_config(plan: Plan, notes: Notes) -> dict:
             "'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism'",
             "re-plan with zero_stage pinned to 0 or 1 (or pp=1), or export to megatron or torchtitan",
         )
+    if p.cp > 1 and p.cp_comm != "a2a":
+        raise MeshplanError(
+            "plan.parallel.cp_comm",
+            f"DeepSpeed runs context parallelism only as Ulysses all-to-all (sequence_parallel_size with "
+            f"deepspeed.sequence.layer.DistributedAttention), not {p.cp_comm!r}",
+            "re-plan with cp_comm 'a2a', or export to megatron (every exchange) or torchtitan (p2p, all_gather)",
+        )
     cfg: dict = {
         "train_batch_size": t.global_batch_size,
         "train_micro_batch_size_per_gpu": p.micro_batch_size,
         "gradient_accumulation_steps": plan.estimate.num_microbatches,
         "zero_optimization": {"stage": p.zero_stage},
     }
+    if p.cp > 1:
+        cfg["sequence_parallel_size"] = p.cp
+        notes.note(
+            f"context parallelism cp={p.cp} (a2a) is DeepSpeed-Ulysses: sequence_parallel_size={p.cp}; the model must "
+            "wrap its attention in deepspeed.sequence.layer.DistributedAttention"
+        )
     if t.precision == "bf16":
         cfg["bf16"] = {"enabled": True}
     elif t.precision == "fp16":

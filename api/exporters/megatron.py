@@ -24,6 +24,7 @@ schedule Megatron runs and a warning.
 
 from __future__ import annotations
 
+import math
 import shlex
 
 from planner.specs import Plan
@@ -144,6 +145,7 @@ def megatron_args(plan: Plan, notes: Notes) -> list[str]:
         str(p.pp),
     ]
     args += pipeline_args(plan, notes)
+    args += context_parallel_args(plan, notes)
     if p.sequence_parallel:
         args.append("--sequence-parallel")
     args += ["--micro-batch-size", str(p.micro_batch_size), "--global-batch-size", str(t.global_batch_size)]
@@ -173,6 +175,24 @@ def megatron_args(plan: Plan, notes: Notes) -> list[str]:
     if t.optimizer == "sgd":
         args += ["--optimizer", "sgd"]
     return args + model_args(plan)
+
+
+def context_parallel_args(plan: Plan, notes: Notes) -> list[str]:
+    """``--context-parallel-size`` and ``--cp-comm-type`` (the plan's names are Megatron's). ``a2a+p2p`` needs
+    ``--hierarchical-context-parallel-sizes A P``: all-to-all over the cp ranks inside a node (the mesh puts cp
+    just outside tp: a node of g GPUs holds g / tp consecutive cp ranks), ring across nodes."""
+    p = plan.parallel
+    if p.cp == 1:
+        return []
+    args = ["--context-parallel-size", str(p.cp), "--cp-comm-type", p.cp_comm]
+    if p.cp_comm == "a2a+p2p":
+        a2a = math.gcd(p.cp, max(1, plan.cluster.gpus_per_node // p.tp))
+        args += ["--hierarchical-context-parallel-sizes", str(a2a), str(p.cp // a2a)]
+        notes.note(
+            f"a2a+p2p: all-to-all over the {a2a} cp ranks inside a node, ring over {p.cp // a2a} "
+            "(--hierarchical-context-parallel-sizes)"
+        )
+    return args
 
 
 def render_array(name: str, args: list[str]) -> str:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import tomli_w
 
 from planner.specs import Plan
+from planner.specs.errors import MeshplanError
 
 from .base import Exporter, Notes, chunk_layer_ranges, comment_block, geometry, header_lines, safe_identifier
 from .torchrun import rdzv_endpoint
@@ -69,6 +70,27 @@ def model_ids(plan: Plan, notes: Notes) -> tuple[str, str]:
     return "llama3", "debugmodel"
 
 
+#: The plan's cp_comm → torchtitan's ``context_parallel_rotate_method`` (torch's names: "alltoall" rotates K/V
+#: around the ring, "allgather" all-gathers them).
+TT_CP_ROTATE = {"p2p": "alltoall", "all_gather": "allgather"}
+
+
+def context_parallel(plan: Plan) -> dict:
+    """``context_parallel_degree`` (FSDP then shards over dp_shard × cp) and the rotate method; torchtitan
+    has no Ulysses (a2a) exchange: a clear refusal rather than another exchange."""
+    p = plan.parallel
+    if p.cp == 1:
+        return {}
+    if p.cp_comm not in TT_CP_ROTATE:
+        raise MeshplanError(
+            "plan.parallel.cp_comm",
+            f"torchtitan runs context parallelism with K/V rotation ('p2p') or all-gather ('all_gather'), not "
+            f"{p.cp_comm!r}",
+            "re-plan with cp_comm 'p2p' or 'all_gather', or export to megatron (a2a, a2a+p2p) or deepspeed (a2a)",
+        )
+    return {"context_parallel_degree": p.cp, "context_parallel_rotate_method": TT_CP_ROTATE[p.cp_comm]}
+
+
 def common_settings(plan: Plan, notes: Notes, release: str) -> tuple[dict, dict, str]:
     """(parallelism, training, activation-checkpoint mode) for either release."""
     p, t = plan.parallel, plan.training
@@ -104,6 +126,7 @@ def common_settings(plan: Plan, notes: Notes, release: str) -> tuple[dict, dict,
             # ZeRO-3 reshards every module after forward: torchtitan 0.3.0's "default" does not with a pipeline
             # ("not pp_enabled") and never does for the embedding, final norm and output (distributed/fsdp.py)
             par["fsdp_reshard_after_forward"] = "always"
+    par |= context_parallel(plan)
     par["pipeline_parallel_degree"] = p.pp
     if p.pp > 1:
         par["pipeline_parallel_schedule"] = TT_SCHEDULES[p.schedule]

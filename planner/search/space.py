@@ -48,6 +48,7 @@ def validate_pins(ctx: Context, pins: ParallelPins, options: SearchOptions) -> N
     """Reject pins that no configuration can satisfy, naming the field and the fix (``planner.specs.rules``)."""
     m, n = ctx.model, ctx.num_gpus
     gbs = ctx.training.global_batch_size
+    rules.check(rules.cp_priced(pins.cp))  # the search keeps cp = 1: a pinned cp > 1 is refused, not priced as 1
     if pins.tp is not None:
         rules.check(
             rules.tp_divides_model(m, pins.tp),

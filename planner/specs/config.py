@@ -120,6 +120,59 @@ MULTI_STAGE_SCHEDULES: frozenset[str] = frozenset(s.id for s in SCHEDULES if s.n
 Recompute = Literal["none", "selective", "full"]
 
 # --------------------------------------------------------------------------------------------
+# Context parallelism (issue 24)
+
+
+@dataclass(frozen=True)
+class CpCommInfo:
+    """One context-parallel exchange (``parallel.cp_comm``; Megatron's ``--cp-comm-type`` names)."""
+
+    id: str
+    #: The bundled runtime runs it (``runtime/context_parallel.py``); else export-only.
+    runnable: bool
+    #: Heads (and KV heads) per TP rank must divide by cp (the exchange splits heads).
+    splits_heads: bool
+    description: str
+
+
+CP_COMMS: tuple[CpCommInfo, ...] = (
+    CpCommInfo(
+        "p2p",
+        True,
+        False,
+        "Ring: K/V rotate over the cp ranks (cp − 1 hops), blockwise attention merged by "
+        "log-sum-exp (Ring Attention; Megatron p2p; torch's 'alltoall' rotation).",
+    ),
+    CpCommInfo(
+        "all_gather",
+        True,
+        False,
+        "All-gather K/V before attention, reduce-scatter dK/dV after "
+        "(Llama 3; Megatron all_gather; torch's 'allgather' rotation).",
+    ),
+    CpCommInfo(
+        "a2a",
+        True,
+        True,
+        "Ulysses: all-to-all Q/K/V from sequence- to head-sharded, attention over the whole "
+        "sequence, all-to-all back (DeepSpeed-Ulysses; Megatron a2a).",
+    ),
+    CpCommInfo(
+        "a2a+p2p",
+        False,
+        True,
+        "Hierarchical: a2a inside a node, ring across nodes (Megatron "
+        "hierarchical_context_parallel_sizes); export-only: the bundled runtime does not run it.",
+    ),
+)
+CP_COMM_INFO: dict[str, CpCommInfo] = {c.id: c for c in CP_COMMS}
+CpComm = Literal["p2p", "all_gather", "a2a", "a2a+p2p"]
+if typing.get_args(CpComm) != tuple(CP_COMM_INFO):
+    raise TypeError(f"CpComm {typing.get_args(CpComm)} differs from CP_COMMS {tuple(CP_COMM_INFO)}")
+#: The exchanges the bundled runtime runs.
+RUNNABLE_CP_COMMS: tuple[str, ...] = tuple(c.id for c in CP_COMMS if c.runnable)
+
+# --------------------------------------------------------------------------------------------
 # Fields
 
 REQUIRED: Any = ...
@@ -159,6 +212,23 @@ FIELDS: tuple[ConfigField, ...] = (
         estimate="the GPUs left: num_gpus / (tp × pp)",
         ge=1,
         le=MAX_GPUS,
+    ),
+    ConfigField(
+        "cp",
+        int,
+        "Context-parallel degree: the sequence split over cp ranks (load-balanced causal chunks). The planner "
+        "does not price it yet (cp > 1 is refused there); the runtime and the exporters run it.",
+        1,
+        in_class=False,
+        ge=1,
+        le=MAX_GPUS,
+    ),
+    ConfigField(
+        "cp_comm",
+        CpComm,
+        "Context-parallel exchange (used when cp > 1; see planner.specs.config.CP_COMMS).",
+        "p2p",
+        in_class=False,
     ),
     ConfigField("micro_batch_size", int, "Sequences per micro-batch.", 1, required=True, ge=1, le=1_000_000),
     ConfigField("schedule", Schedule, "Pipeline schedule (see GET /v1/catalog/schedules).", "1f1b"),
@@ -271,10 +341,12 @@ def describe(config: Any, num_microbatches: int | None = None) -> str:
     ``TP8+SP×PP2×DP4, mbs 1 (16 micro-batches), 1f1b, recompute none, ZeRO-1, stages [40, 40]``."""
     c = config
     sp = "+SP" if c.sequence_parallel else ""
+    cp = getattr(c, "cp", 1)
+    cps = f"×CP{cp}({c.cp_comm})" if cp > 1 else ""
     m = f" ({num_microbatches} micro-batches)" if num_microbatches is not None else ""
     v = f" v={c.virtual_stages}" if c.virtual_stages > 1 else ""
     stages = getattr(c, "stage_layers", None)
     return (
-        f"TP{c.tp}{sp}×PP{c.pp}×DP{c.dp}, mbs {c.micro_batch_size}{m}, {c.schedule}{v}, recompute {c.recompute}, "
+        f"TP{c.tp}{sp}{cps}×PP{c.pp}×DP{c.dp}, mbs {c.micro_batch_size}{m}, {c.schedule}{v}, recompute {c.recompute}, "
         f"ZeRO-{c.zero_stage}" + (f", stages {list(stages)}" if stages is not None else "")
     )

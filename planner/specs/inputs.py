@@ -23,6 +23,7 @@ from planner.specs.common import (
 from planner.specs.config import (
     MAX_GPUS,
     MAX_LAYERS,
+    CpComm,
     Recompute,
     Schedule,
     check_fields,
@@ -333,6 +334,8 @@ class ParallelConfig(Spec):
     tp: int = config_field("tp")
     pp: int = config_field("pp")
     dp: int = config_field("dp")
+    cp: int = config_field("cp")
+    cp_comm: CpComm = config_field("cp_comm")
     micro_batch_size: int = config_field("micro_batch_size")
     schedule: Schedule = config_field("schedule")
     virtual_stages: int = config_field("virtual_stages")
@@ -353,7 +356,7 @@ class ParallelConfig(Spec):
 
     @property
     def num_gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
 
 
 class ParallelPins(Spec):
@@ -363,6 +366,8 @@ class ParallelPins(Spec):
     tp: int | None = pin_field("tp")
     pp: int | None = pin_field("pp")
     dp: int | None = pin_field("dp")
+    cp: int | None = pin_field("cp")
+    cp_comm: CpComm | None = pin_field("cp_comm")
     micro_batch_size: int | None = pin_field("micro_batch_size")
     schedule: Schedule | None = pin_field("schedule")
     virtual_stages: int | None = pin_field("virtual_stages")

@@ -1,9 +1,13 @@
 """How a ParallelConfig lands on ranks and modules: the device-mesh layout and the tensor-parallel plan.
 
-Mesh: dims ``("pp", "dp", "tp")`` in row-major order, TP innermost (adjacent ranks, so a TP group of
-size ≤ gpus_per_node that divides it stays inside one node), PP outermost (the Megatron order
-tp-dp-pp). Global rank r has coordinates ``unravel(r, (pp, dp, tp))``. A Plan carries only the mesh's
-names and shape; ``mesh_groups`` derives the rank groups of a dimension (as ``init_device_mesh`` does).
+Mesh: dims ``("pp", "dp", "cp", "tp")`` in row-major order, TP innermost (adjacent ranks, so a TP group of
+size ≤ gpus_per_node that divides it stays inside one node), then CP, then DP, PP outermost: Megatron's
+order tp-cp-(ep)-dp-pp. The ``cp`` dim is present only when cp > 1 (a plan without context parallelism
+keeps the mesh ``("pp", "dp", "tp")`` of earlier plans). Global rank r has coordinates
+``unravel(r, shape)``. A Plan carries only the mesh's names and shape; ``mesh_groups`` derives the rank
+groups of a dimension (as ``init_device_mesh`` does). Dense layers' data parallelism (DP/ZeRO/FSDP)
+runs over the flattened ``("dp", "cp")`` sub-mesh: cp ranks hold the same weights and their gradients
+reduce over dp × cp, as in Megatron (the DP-CP group) and torchtitan (FSDP over dp_shard·cp).
 
 TP plan: Megatron column/row splits on the model zoo's module names (see ``runtime/models``):
 ``embed.tok`` (+ ``embed.pos`` for GPT), ``layers.<i>.attn_norm``, ``layers.<i>.attn.{wq,wk,wv,wo}``,
@@ -20,16 +24,23 @@ import math
 from planner.specs import MeshLayout, ModelSpec, ParallelConfig, TPLayout, TPRule, TPStyle
 from planner.specs.config import SCHEDULE_INFO
 
-MESH_DIMS = ("pp", "dp", "tp")
+MESH_DIMS = ("pp", "dp", "cp", "tp")
+
+
+def mesh_dims(cp: int) -> tuple[str, ...]:
+    """The mesh's dimension names: ``MESH_DIMS``, without ``cp`` when cp = 1."""
+    return MESH_DIMS if cp > 1 else tuple(d for d in MESH_DIMS if d != "cp")
 
 
 def rank_coords(rank: int, pp: int, dp: int, tp: int) -> tuple[int, int, int]:
-    """(pp_rank, dp_rank, tp_rank) of a global rank."""
+    """(pp_rank, dp_rank, tp_rank) of a global rank (a mesh without cp)."""
     return rank // (dp * tp), (rank // tp) % dp, rank % tp
 
 
 def mesh_layout(parallel: ParallelConfig) -> MeshLayout:
-    return MeshLayout(dim_names=list(MESH_DIMS), shape=[parallel.pp, parallel.dp, parallel.tp])
+    sizes = {"pp": parallel.pp, "dp": parallel.dp, "cp": parallel.cp, "tp": parallel.tp}
+    dims = mesh_dims(parallel.cp)
+    return MeshLayout(dim_names=list(dims), shape=[sizes[d] for d in dims])
 
 
 def mesh_groups(mesh: MeshLayout, dim: str) -> list[list[int]]:

@@ -8,10 +8,10 @@ another surface maps them (``prefixed``: the exporters' ``plan.…``; ``with_fie
 Callers: the ``ParallelConfig`` validator (``planner.specs``), pin validation and enumeration
 (``planner.search``), estimate completion (``planner.answer.request.complete_pins``), the runtime's
 ``runtime.validate.validate_plan`` and the exporters' ``check_invariants``. What a training stack runs
-(``stack_runs``, ``stack_runs_config``: issue 27) is written beside the stacks' data in ``planner.specs.stacks``
-and re-exported here. The rules a complete
-configuration must satisfy to run at all are ``runnable``; what only the planner's cost model needs
-(every chunk holds a layer, interleaved micro-batches in whole rounds of pp, a priced schedule, TP
+(``stack_runs``, ``stack_runs_config``: issue 27) is checked in ``planner.specs.stack_rules`` against the stacks' data
+and re-exported here, as are the rules of
+the sequence's splits (``planner.specs.seq_rules``: SP and CP). The rules a complete configuration must satisfy to
+run at all are ``runnable``; what only the planner's cost model needs (every chunk holds a layer, interleaved micro-batches in whole rounds of pp, a priced schedule, TP
 inside a node) are separate rules that only the planner calls.
 """
 
@@ -22,8 +22,17 @@ from typing import TYPE_CHECKING, Any
 
 from planner.specs.config import MULTI_STAGE_SCHEDULES, PRICED_SCHEDULES, SCHEDULE_INFO
 from planner.specs.errors import MeshplanError
-from planner.specs.stacks import stack_runs as stack_runs  # what the training stack runs: beside its data
-from planner.specs.stacks import stack_runs_config as stack_runs_config
+from planner.specs.seq_rules import (  # noqa: F401 (re-exported: the sequence's splits, SP and CP)
+    cp_priced,
+    cp_runnable,
+    cp_splits_heads,
+    cp_splits_seq,
+    seq_len_fits,
+    sequence_parallel_needs_tp,
+    sequence_parallel_splits_seq,
+)
+from planner.specs.stack_rules import stack_runs as stack_runs  # what the training stack runs
+from planner.specs.stack_rules import stack_runs_config as stack_runs_config
 
 if TYPE_CHECKING:
     from planner.specs import ModelSpec
@@ -57,15 +66,23 @@ def prefixed(err: Err, prefix: str) -> Err:
 
 
 def degrees_product(
-    tp: int, pp: int, dp: int, total: int, where: str = "the cluster has", unit: str = "GPUs", fix: str | None = None
+    tp: int,
+    pp: int,
+    dp: int,
+    total: int,
+    where: str = "the cluster has",
+    unit: str = "GPUs",
+    fix: str | None = None,
+    cp: int = 1,
 ) -> Err:
-    """tp × pp × dp is the number of GPUs (processes) the configuration runs on."""
-    prod = tp * pp * dp
+    """tp × cp × pp × dp is the number of GPUs (processes) the configuration runs on."""
+    prod = tp * cp * pp * dp
     if prod == total:
         return None
+    named = f"tp × cp × pp × dp = {tp}×{cp}×{pp}×{dp}" if cp > 1 else f"tp × pp × dp = {tp}×{pp}×{dp}"
     return MeshplanError(
         "parallel.dp",
-        f"tp × pp × dp = {tp}×{pp}×{dp} = {prod} but {where} {total} {unit}",
+        f"{named} = {prod} but {where} {total} {unit}",
         fix or f"choose degrees whose product is {total}",
     )
 
@@ -112,7 +129,7 @@ def batch_divides(gbs: int, dp: int | None, mbs: int | None) -> Err:
 
 
 # --------------------------------------------------------------------------------------------
-# Tensor and sequence parallelism
+# Tensor parallelism
 
 
 def _tp_shapes(model: ModelSpec) -> tuple[tuple[str, int], ...]:
@@ -173,37 +190,6 @@ def tp_within_node(tp: int, gpus_per_node: int, allow_across_nodes: bool) -> Err
             "choose a divisor of gpus_per_node",
         )
     return None
-
-
-def sequence_parallel_needs_tp(sequence_parallel: bool | None, tp: int | None) -> Err:
-    if sequence_parallel and tp == 1:
-        return MeshplanError(
-            "parallel.sequence_parallel",
-            "sequence parallelism needs tp > 1",
-            "set sequence_parallel to false or tp > 1",
-        )
-    return None
-
-
-def sequence_parallel_splits_seq(sequence_parallel: bool | None, tp: int | None, seq_len: int) -> Err:
-    """Sequence parallelism shards the sequence over the TP ranks evenly."""
-    if sequence_parallel and tp is not None and seq_len % tp:
-        return MeshplanError(
-            "training.seq_len",
-            f"sequence parallelism splits seq_len={seq_len} over tp={tp} unevenly",
-            "use a seq_len divisible by tp, or set sequence_parallel to false",
-        )
-    return None
-
-
-def seq_len_fits(model: ModelSpec, seq_len: int) -> Err:
-    if seq_len <= model.max_seq_len:
-        return None
-    return MeshplanError(
-        "training.seq_len",
-        f"seq_len={seq_len} exceeds the model's max_seq_len={model.max_seq_len}",
-        f"use seq_len ≤ {model.max_seq_len}",
-    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -388,6 +374,8 @@ def runnable(model: ModelSpec, training: Any, parallel: Any) -> Err:
         seq_len_fits(m, t.seq_len),
         tp_divides_model(m, p.tp),
         sequence_parallel_splits_seq(p.sequence_parallel, p.tp, t.seq_len),
+        cp_splits_seq(p.cp, t.seq_len, p.tp, p.sequence_parallel),
+        cp_splits_heads(m, p.tp, p.cp, p.cp_comm),
         batch_divides(gbs, p.dp, mbs),
     )
     if err is not None:

@@ -58,8 +58,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from planner.specs.config import RUNNABLE_SCHEDULES, Recompute, Schedule
-from planner.specs.errors import MeshplanError
+from planner.specs.config import RUNNABLE_CP_COMMS, RUNNABLE_SCHEDULES, CpComm, Recompute, Schedule
 
 Attention = Literal["flash", "unfused"]
 ActivationFormula = Literal["zoo", "te", "titan"]
@@ -127,6 +126,10 @@ class Stack(BaseModel):
     pp_with_tied_embeddings: bool = Field(
         description="Whether it runs pp > 1 on a model with tied input/output embeddings."
     )
+    #: Context-parallel exchanges it runs (``parallel.cp_comm`` with cp > 1; empty: no CP).
+    cp_comms: tuple[CpComm, ...] = Field(
+        description="Context-parallel exchanges it runs (parallel.cp_comm with cp > 1)."
+    )
     #: Where the capabilities come from (files at the version).
     runs_source: str = Field(description="Where the capabilities come from (files at the version).")
 
@@ -190,6 +193,7 @@ STACKS: dict[str, Stack] = {
             sequence_parallel=True,
             recompute=("none", "selective", "full"),
             pp_with_tied_embeddings=False,
+            cp_comms=RUNNABLE_CP_COMMS,  # type: ignore[arg-type]  # runtime/context_parallel.py: p2p, all_gather, a2a
             runs_source="runtime/parallelize.py apply_dp (zero_stage 0 → replicate, 1–2 → fully_shard without "
             "resharding after forward, 3 → fully_shard), apply_recompute (none; selective = the attention core; full "
             "= each block), apply_tp (SequenceParallel rules of the plan's tp_plan); runtime/job.py build_schedule "
@@ -220,7 +224,10 @@ STACKS: dict[str, Stack] = {
             sequence_parallel=True,
             recompute=("none", "selective", "full"),
             pp_with_tied_embeddings=True,
-            runs_source="NVIDIA/Megatron-LM core_v0.16.1: megatron/training/arguments.py (--use-distributed-optimizer; "
+            cp_comms=("p2p", "all_gather", "a2a", "a2a+p2p"),
+            runs_source="NVIDIA/Megatron-LM core_v0.16.1 (--context-parallel-size, --cp-comm-type p2p|all_gather|a2a|a2a+p2p "
+            "with --hierarchical-context-parallel-sizes: megatron/core/transformer/transformer_config.py cp_comm_type): "
+            "megatron/training/arguments.py (--use-distributed-optimizer; "
             "--use-megatron-fsdp and --data-parallel-sharding-strategy are the separate Megatron-FSDP path; "
             "--recompute-granularity full|selective; --sequence-parallel; --num-virtual-stages-per-pipeline-rank, "
             "interleaving with pp = 2 allowed since p2p overlap is on unless --no-overlap-p2p-communication); "
@@ -254,7 +261,9 @@ STACKS: dict[str, Stack] = {
             sequence_parallel=True,
             recompute=("none", "selective", "full"),
             pp_with_tied_embeddings=False,
-            runs_source="torchtitan 0.3.0 (wheel source): torchtitan/distributed/fsdp.py "
+            cp_comms=("p2p", "all_gather"),
+            runs_source="torchtitan 0.3.0 (wheel source; parallelism.context_parallel_degree with "
+            "context_parallel_rotate_method 'alltoall' = ring KV rotation, 'allgather' = all-gathered KV): torchtitan/distributed/fsdp.py "
             "(get_fsdp_reshard_after_forward_policy: always / never / default), models/llama3/parallelize.py (FSDP "
             "over ['dp_replicate', 'fsdp'] meshes), distributed/pipeline_parallel.py (get_schedule_class: "
             "torch.distributed.pipelining's GPipe, 1F1B, Interleaved1F1B, InterleavedZeroBubble, ZBVZeroBubble), "
@@ -280,7 +289,8 @@ STACKS: dict[str, Stack] = {
             sequence_parallel=False,
             recompute=("none", "full"),
             pp_with_tied_embeddings=True,
-            runs_source="DeepSpeed 0.19.8 (sdist source): deepspeed/runtime/pipe/engine.py ('ZeRO-2 and ZeRO-3 are "
+            cp_comms=("a2a",),
+            runs_source="DeepSpeed 0.19.8 (deepspeed/sequence/layer.py DistributedAttention: Ulysses all-to-all only) (sdist source): deepspeed/runtime/pipe/engine.py ('ZeRO-2 and ZeRO-3 are "
             "incompatible with pipeline parallelism'), runtime/pipe/schedule.py (TrainSchedule, 1F1B-style: no "
             "GPipe, no interleaving), runtime/pipe/module.py (TiedLayerSpec: tied weights across stages; "
             "activation_checkpoint_interval: whole layers), runtime/engine.py _configure_tensor_parallel_states "
@@ -290,96 +300,6 @@ STACKS: dict[str, Stack] = {
     ]
 }
 DEFAULT_STACK = "meshplan"
-
-
-# --------------------------------------------------------------------------------------------
-# What the training stack runs (issue 27 §1)
-
-
-def _stack_name(stack: Stack) -> str:
-    return f"the training stack {stack.id!r} ({stack.version})"
-
-
-def _others(offers: Any, what: str) -> str:
-    """``training.stack`` presets that run it (for the fix), or '' when none does."""
-    ids = [s.id for s in STACKS.values() if offers(s)]
-    return f", or plan for a stack that runs {what} (training.stack: {' / '.join(ids)})" if ids else ""
-
-
-def stack_runs(
-    stack: Stack,
-    *,
-    schedule: str | None = None,
-    zero_stage: int | None = None,
-    sequence_parallel: bool | None = None,
-    recompute: str | None = None,
-    pp: int | None = None,
-    tie_embeddings: bool = False,
-) -> MeshplanError | None:
-    """The configuration (or the pinned part of one: None = not given) is one the request's training
-    stack runs (``planner.specs.stacks.Stack``: ``schedules``, ``zero_stages``, ``pipeline_zero_stages``,
-    ``sequence_parallel``, ``recompute``, ``pp_with_tied_embeddings``)."""
-    if schedule is not None and schedule not in stack.schedules:
-        return MeshplanError(
-            "parallel.schedule",
-            f"{_stack_name(stack)} does not run the pipeline schedule {schedule!r}: it runs {', '.join(stack.schedules)}",
-            f"pin parallel.schedule to one of {', '.join(stack.schedules)} or leave it unpinned"
-            + _others(lambda s: schedule in s.schedules, f"schedule {schedule!r}"),
-        )
-    if zero_stage is not None and zero_stage not in stack.zero_stages:
-        return MeshplanError(
-            "parallel.zero_stage",
-            f"{_stack_name(stack)} does not run ZeRO-{zero_stage}: it runs ZeRO {', '.join(map(str, stack.zero_stages))} "
-            "(`meshplan stacks` says what each is)",
-            f"pin parallel.zero_stage to one of {', '.join(map(str, stack.zero_stages))} or leave it unpinned"
-            + _others(lambda s: zero_stage in s.zero_stages, f"ZeRO-{zero_stage}"),
-        )
-    if zero_stage is not None and pp is not None and pp > 1 and zero_stage not in stack.pipeline_zero_stages:
-        return MeshplanError(
-            "parallel.zero_stage",
-            f"{_stack_name(stack)} does not run ZeRO-{zero_stage} with pipeline parallelism (pp={pp}): with pp > 1 it runs ZeRO "
-            f"{', '.join(map(str, stack.pipeline_zero_stages))}",
-            f"pin parallel.zero_stage to one of {', '.join(map(str, stack.pipeline_zero_stages))}, or pp to 1"
-            + _others(lambda s: zero_stage in s.pipeline_zero_stages, f"ZeRO-{zero_stage} with pp > 1"),
-        )
-    if sequence_parallel and not stack.sequence_parallel:
-        return MeshplanError(
-            "parallel.sequence_parallel",
-            f"{_stack_name(stack)} does not run sequence parallelism",
-            "set parallel.sequence_parallel to false or leave it unpinned"
-            + _others(lambda s: s.sequence_parallel, "sequence parallelism"),
-        )
-    if recompute is not None and recompute not in stack.recompute:
-        return MeshplanError(
-            "parallel.recompute",
-            f"{_stack_name(stack)} does not run recompute {recompute!r}: it runs {', '.join(stack.recompute)}",
-            f"pin parallel.recompute to one of {', '.join(stack.recompute)} or leave it unpinned"
-            + _others(lambda s: recompute in s.recompute, f"recompute {recompute!r}"),
-        )
-    if tie_embeddings and pp is not None and pp > 1 and not stack.pp_with_tied_embeddings:
-        return MeshplanError(
-            "parallel.pp",
-            f"{_stack_name(stack)} does not run pipeline parallelism (pp={pp}) on a model with tied input and output embeddings "
-            "(model.tie_embeddings): the embedding and the LM head must share a stage",
-            "pin parallel.pp to 1 or leave it unpinned, or set model.tie_embeddings to false"
-            + _others(lambda s: s.pp_with_tied_embeddings, "pp > 1 with tied embeddings"),
-        )
-    return None
-
-
-def stack_runs_config(stack: Stack, model: Any, config: Any) -> MeshplanError | None:
-    """``stack_runs`` of a configuration (a ``ParallelConfig`` or ``Candidate``) or of the pinned part of one
-    (``ParallelPins``: an unpinned field is None and not checked)."""
-    c = config
-    return stack_runs(
-        stack,
-        schedule=c.schedule,
-        zero_stage=c.zero_stage,
-        sequence_parallel=c.sequence_parallel,
-        recompute=c.recompute,
-        pp=c.pp,
-        tie_embeddings=model.tie_embeddings,
-    )
 
 
 def resolve(value: Any) -> Stack:

@@ -79,11 +79,13 @@ def _norm(spec: ModelSpec, dim: int) -> nn.Module:
     return nn.LayerNorm(dim, eps=NORM_EPS) if spec.norm == "layernorm" else RMSNorm(dim, eps=NORM_EPS)
 
 
-def apply_rope(x: torch.Tensor) -> torch.Tensor:
-    """Rotary position embedding (Su et al. 2021) on ``x`` of shape [B, T, heads, head_dim]."""
+def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+    """Rotary position embedding (Su et al. 2021) on ``x`` of shape [B, T, heads, head_dim]; ``positions``
+    [T] are the tokens' positions in the sequence (default 0..T-1; context parallelism gives its own)."""
     _, t, _, hd = x.shape
     inv_freq = 1.0 / (ROPE_THETA ** (torch.arange(0, hd, 2, device=x.device, dtype=torch.float32) / hd))
-    angles = torch.outer(torch.arange(t, device=x.device, dtype=torch.float32), inv_freq)  # [T, hd/2]
+    pos = torch.arange(t, device=x.device) if positions is None else positions
+    angles = torch.outer(pos.to(torch.float32), inv_freq)  # [T, hd/2]
     cos, sin = angles.cos()[None, :, None, :], angles.sin()[None, :, None, :]
     xf = x.float().unflatten(-1, (hd // 2, 2))
     x1, x2 = xf[..., 0], xf[..., 1]
@@ -97,9 +99,14 @@ class Attention(nn.Module):
     query heads inside the kernel), so K and V are neither repeated to the query-head count nor kept at
     that size for backward. The flash kernels take GQA natively: CUDA's for fp16/bf16 (the runtime's CUDA
     precision, FSDP2 mixed precision) and CPU's. CUDA in fp32 has no GQA-capable fused kernel (the
-    memory-efficient one lacks it; math would keep the s×s probabilities), so there K/V are repeated."""
+    memory-efficient one lacks it; math would keep the s×s probabilities), so there K/V are repeated.
+    Under context parallelism (``cp``: ``runtime.context_parallel.CPContext``) the context's exchange runs it."""
+
+    cp = None
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self.cp is not None:
+            return self.cp.attention(q, k, v)
         rep = q.shape[1] // k.shape[1]  # [B, heads, T, head_dim]
         if rep > 1 and q.device.type == "cuda" and q.dtype == torch.float32:
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
@@ -107,6 +114,8 @@ class Attention(nn.Module):
 
 
 class SelfAttention(nn.Module):
+    cp = None  # context parallelism: RoPE at the local tokens' global positions
+
     def __init__(self, spec: ModelSpec, *, tp: int = 1) -> None:
         super().__init__()
         d, hd, bias = spec.hidden_size, spec.head_dim, spec.family == "gpt"
@@ -127,7 +136,8 @@ class SelfAttention(nn.Module):
         k = self.wk(x).view(b, t, -1, self.head_dim)
         v = self.wv(x).view(b, t, -1, self.head_dim)
         if self.rope:
-            q, k = apply_rope(q), apply_rope(k)
+            pos = None if self.cp is None else self.cp.positions(t, x.device)
+            q, k = apply_rope(q, pos), apply_rope(k, pos)
         out = self.core(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
         return self.wo(out.transpose(1, 2).reshape(b, t, -1))
 
@@ -164,7 +174,10 @@ class Block(nn.Module):
 
 
 class Embedding(nn.Module):
-    """Token embedding, plus learned positions for GPT."""
+    """Token embedding, plus learned positions for GPT (at the local tokens' positions under context
+    parallelism, ``cp``)."""
+
+    cp = None
 
     def __init__(self, spec: ModelSpec, *, tp: int = 1) -> None:
         super().__init__()
@@ -174,7 +187,10 @@ class Embedding(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         h = self.tok(ids)
         if self.pos is not None:
-            h = h + self.pos(torch.arange(ids.shape[1], device=ids.device))
+            t = ids.shape[1]
+            h = h + self.pos(
+                torch.arange(t, device=ids.device) if self.cp is None else self.cp.positions(t, ids.device)
+            )
         return h
 
 

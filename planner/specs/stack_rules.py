@@ -1,0 +1,113 @@
+"""What a training stack runs (issue 27 §1), checked against a configuration: the data is each
+``planner.specs.stacks.Stack``'s capability fields; ``planner.specs.rules`` re-exports these checks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.specs.errors import MeshplanError
+from planner.specs.stacks import STACKS, Stack
+
+
+def _stack_name(stack: Stack) -> str:
+    return f"the training stack {stack.id!r} ({stack.version})"
+
+
+def _others(offers: Any, what: str) -> str:
+    """``training.stack`` presets that run it (for the fix), or '' when none does."""
+    ids = [s.id for s in STACKS.values() if offers(s)]
+    return f", or plan for a stack that runs {what} (training.stack: {' / '.join(ids)})" if ids else ""
+
+
+def stack_runs(
+    stack: Stack,
+    *,
+    schedule: str | None = None,
+    zero_stage: int | None = None,
+    sequence_parallel: bool | None = None,
+    recompute: str | None = None,
+    pp: int | None = None,
+    tie_embeddings: bool = False,
+    cp: int | None = None,
+    cp_comm: str | None = None,
+) -> MeshplanError | None:
+    """The configuration (or the pinned part of one: None = not given) is one the request's training
+    stack runs (``planner.specs.stacks.Stack``: ``schedules``, ``zero_stages``, ``pipeline_zero_stages``,
+    ``sequence_parallel``, ``recompute``, ``pp_with_tied_embeddings``, ``cp_comms``)."""
+    if schedule is not None and schedule not in stack.schedules:
+        return MeshplanError(
+            "parallel.schedule",
+            f"{_stack_name(stack)} does not run the pipeline schedule {schedule!r}: it runs {', '.join(stack.schedules)}",
+            f"pin parallel.schedule to one of {', '.join(stack.schedules)} or leave it unpinned"
+            + _others(lambda s: schedule in s.schedules, f"schedule {schedule!r}"),
+        )
+    if zero_stage is not None and zero_stage not in stack.zero_stages:
+        return MeshplanError(
+            "parallel.zero_stage",
+            f"{_stack_name(stack)} does not run ZeRO-{zero_stage}: it runs ZeRO {', '.join(map(str, stack.zero_stages))} "
+            "(`meshplan stacks` says what each is)",
+            f"pin parallel.zero_stage to one of {', '.join(map(str, stack.zero_stages))} or leave it unpinned"
+            + _others(lambda s: zero_stage in s.zero_stages, f"ZeRO-{zero_stage}"),
+        )
+    if zero_stage is not None and pp is not None and pp > 1 and zero_stage not in stack.pipeline_zero_stages:
+        return MeshplanError(
+            "parallel.zero_stage",
+            f"{_stack_name(stack)} does not run ZeRO-{zero_stage} with pipeline parallelism (pp={pp}): with pp > 1 it runs ZeRO "
+            f"{', '.join(map(str, stack.pipeline_zero_stages))}",
+            f"pin parallel.zero_stage to one of {', '.join(map(str, stack.pipeline_zero_stages))}, or pp to 1"
+            + _others(lambda s: zero_stage in s.pipeline_zero_stages, f"ZeRO-{zero_stage} with pp > 1"),
+        )
+    if sequence_parallel and not stack.sequence_parallel:
+        return MeshplanError(
+            "parallel.sequence_parallel",
+            f"{_stack_name(stack)} does not run sequence parallelism",
+            "set parallel.sequence_parallel to false or leave it unpinned"
+            + _others(lambda s: s.sequence_parallel, "sequence parallelism"),
+        )
+    if recompute is not None and recompute not in stack.recompute:
+        return MeshplanError(
+            "parallel.recompute",
+            f"{_stack_name(stack)} does not run recompute {recompute!r}: it runs {', '.join(stack.recompute)}",
+            f"pin parallel.recompute to one of {', '.join(stack.recompute)} or leave it unpinned"
+            + _others(lambda s: recompute in s.recompute, f"recompute {recompute!r}"),
+        )
+    if tie_embeddings and pp is not None and pp > 1 and not stack.pp_with_tied_embeddings:
+        return MeshplanError(
+            "parallel.pp",
+            f"{_stack_name(stack)} does not run pipeline parallelism (pp={pp}) on a model with tied input and output embeddings "
+            "(model.tie_embeddings): the embedding and the LM head must share a stage",
+            "pin parallel.pp to 1 or leave it unpinned, or set model.tie_embeddings to false"
+            + _others(lambda s: s.pp_with_tied_embeddings, "pp > 1 with tied embeddings"),
+        )
+    if cp is not None and cp > 1 and not stack.cp_comms:
+        return MeshplanError(
+            "parallel.cp",
+            f"{_stack_name(stack)} does not run context parallelism (cp={cp})",
+            "set parallel.cp to 1 or leave it unpinned" + _others(lambda s: bool(s.cp_comms), "context parallelism"),
+        )
+    if cp is not None and cp > 1 and cp_comm is not None and cp_comm not in stack.cp_comms:
+        return MeshplanError(
+            "parallel.cp_comm",
+            f"{_stack_name(stack)} does not run the context-parallel exchange {cp_comm!r}: it runs "
+            f"{', '.join(stack.cp_comms)}",
+            f"set parallel.cp_comm to one of {', '.join(stack.cp_comms)}"
+            + _others(lambda s: cp_comm in s.cp_comms, f"cp_comm {cp_comm!r}"),
+        )
+    return None
+
+
+def stack_runs_config(stack: Stack, model: Any, config: Any) -> MeshplanError | None:
+    """``stack_runs`` of a configuration (a ``ParallelConfig`` or ``Candidate``) or of the pinned part of one
+    (``ParallelPins``: an unpinned field is None and not checked)."""
+    c = config
+    return stack_runs(
+        stack,
+        schedule=c.schedule,
+        zero_stage=c.zero_stage,
+        sequence_parallel=c.sequence_parallel,
+        recompute=c.recompute,
+        pp=c.pp,
+        tie_embeddings=model.tie_embeddings,
+        cp=getattr(c, "cp", None),  # a Candidate has none: the search keeps cp = 1
+        cp_comm=getattr(c, "cp_comm", None),
+    )
