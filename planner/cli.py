@@ -41,6 +41,33 @@ def models(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
             str(m.max_seq_len),
         )
     show(table)
+    _moe_table()
+
+
+def _moe_table() -> None:
+    """The catalog's mixtures of experts, one line each (prose: the table above is at its width): experts, which
+    layers, total and active parameters (``planner.workload.analytic``)."""
+    from planner.workload.analytic import num_active_parameters, num_parameters
+
+    out = console()
+    for m in MODELS.values():
+        e = m.moe
+        if e is None:
+            continue
+        layers = sum(m.is_moe_layer(i) for i in range(m.num_layers))
+        shared = f" + {e.shared_experts} shared" if e.shared_experts else ""
+        out.print(
+            f"{m.name}: {e.num_experts} experts{shared} of {e.expert_ffn_hidden_size}, top-{e.top_k}, "
+            f"{layers}/{m.num_layers} MoE layers; {num_parameters(m) / 1e9:.1f}B total, "
+            f"{num_active_parameters(m) / 1e9:.1f}B active",
+            highlight=False,
+            soft_wrap=True,
+        )
+    out.print(
+        "note: mixtures of experts are listed, not yet planned: expert-parallel pricing is not available (model.moe)",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def gpus(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:

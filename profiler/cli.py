@@ -32,13 +32,18 @@ def _int_list(text: str, option: str) -> list[int]:
 
 
 def resolve_model(value: str) -> ModelSpec:
-    """A catalog id, or the path of a ModelSpec JSON/YAML file."""
-    from planner.answer.io import load_model
+    """A catalog id, or the path of a ModelSpec JSON/YAML file or of a Hugging Face config.json."""
+    from planner.answer.flags import hf_model_file
+    from planner.answer.io import load_model, read_document
     from planner.specs.catalog import MODELS, get_model
+    from planner.specs.hf import is_hf_config
 
     if value in MODELS:
         return MODELS[value]
     if Path(value).suffix in {".json", ".yaml", ".yml"} or os.sep in value or Path(value).exists():
+        data = read_document(value, "--model")
+        if is_hf_config(data):
+            return hf_model_file(data, value, "--model")
         return load_model(ModelSpec, value, "--model")
     return get_model(value, field="--model")
 

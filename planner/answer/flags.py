@@ -19,6 +19,7 @@ import typer
 from pydantic import BaseModel
 
 from planner.specs import PlanRequest
+from planner.specs.hf import is_hf_config
 
 # ---------------------------------------------------------------------------------------------
 # The request's flags, from PlanRequest
@@ -109,6 +110,8 @@ def _read_spec(flag: Flag, path: str) -> dict:
 
     cls = next(iter(_models_in(PlanRequest.model_fields[flag.path].annotation)))
     data = read_document(path, flag.name)
+    if flag.path == "model" and is_hf_config(data):
+        return hf_model_file(data, path, flag.name).model_dump(mode="json", exclude_none=True)
     try:
         return cls.model_validate(data).model_dump(mode="json", exclude_none=True)
     except ValidationError as exc:
@@ -122,6 +125,29 @@ def _read_spec(flag: Flag, path: str) -> dict:
                 for e in validation_errors(exc, model=cls)
             ]
         ) from None
+
+
+def hf_model_file(data: Any, path: str, given_by: str) -> Any:
+    """The ModelSpec of a Hugging Face config.json file (``planner.specs.hf``), named by its ``_name_or_path``,
+    else by the file (its folder's name for a ``config.json``); its errors name the file and the flag."""
+    from pathlib import Path
+
+    from pydantic import ValidationError
+
+    from planner.specs.errors import MeshplanError
+    from planner.specs.hf import from_hf_config
+
+    p = Path(path)
+    name = p.resolve().parent.name if p.stem == "config" else p.stem
+    try:
+        return from_hf_config(data, None if data.get("_name_or_path") else name or None)
+    except ValidationError as exc:  # the ModelSpec it reads into is invalid
+        first = exc.errors(include_url=False)[0]
+        what = f"{first['msg']} at {'.'.join(map(str, first['loc'])) or 'the model'}"
+        raise MeshplanError(f"{given_by} {path}", what, "correct the config.json, or give a ModelSpec") from None
+    except ValueError as exc:
+        what, _, fix = str(exc).partition("; ")
+        raise MeshplanError(f"{given_by} {path}", what, fix) from None
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:

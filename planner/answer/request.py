@@ -7,7 +7,7 @@ from planner.answer.residual_notes import check_calibration
 from planner.compose.context import Context
 from planner.compose.cost import Candidate
 from planner.search.space import validate_pins
-from planner.specs import ParallelPins, Plan, PlanRequest, SearchOptions, rules
+from planner.specs import ModelSpec, ParallelPins, Plan, PlanRequest, SearchOptions, rules
 from planner.specs.catalog import get_gpu, get_model
 from planner.specs.config import SCHEDULE_INFO, estimate_defaults
 from planner.specs.errors import MeshplanError
@@ -31,6 +31,7 @@ def context(request: PlanRequest) -> Context:
             "profile_id", "a stored profile id is only resolved by the service", "pass the Profile itself as 'profile'"
         )
     model = get_model(request.model)
+    check_priced(model)
     gpu = get_gpu(request.cluster.gpu)
     rules.check(rules.seq_len_fits(model, request.training.seq_len))
     try:
@@ -64,6 +65,26 @@ def context(request: PlanRequest) -> Context:
         memory_headroom=request.options.memory_headroom,
         calibration=request.calibration,
     )
+
+
+def check_priced(model: ModelSpec) -> None:
+    """Refuse a model whose blocks the cost model does not price yet, rather than price them as dense blocks:
+    mixture-of-experts MLPs (expert parallelism, the router, the tokens' all-to-all and grouped expert GEMMs come
+    with the MoE pricing of issue 23) and latent attention (its activations and kernels)."""
+    if model.moe is not None:
+        raise MeshplanError(
+            "model.moe",
+            f"{model.name!r} is a mixture of experts ({model.moe.num_experts} experts, top-{model.moe.top_k}), and "
+            "expert-parallel pricing (EP/ETP, the router, token dispatch/combine all-to-all, grouped expert "
+            "GEMMs) is not yet available; meshplan will not price its experts as a dense MLP",
+            "plan a dense model for now; `meshplan models` lists the MoE models with their total and active parameters",
+        )
+    if model.mla is not None:
+        raise MeshplanError(
+            "model.mla",
+            f"{model.name!r} uses multi-head latent attention, whose activations and kernels are not priced yet",
+            "plan a model with multi-head or grouped-query attention (drop mla) for now",
+        )
 
 
 #: Profile devices that measured no time (FLOPs and bytes only): they fit any GPU.

@@ -38,6 +38,7 @@ from planner.specs.inputs import (
     TrainingSpec,
     bandwidth_per_gpu_GBps,
 )
+from planner.specs.model import MlaSpec, MoeSpec
 from planner.specs.profiles import (
     ActivationBytes,
     Collective,
@@ -108,6 +109,8 @@ __all__ = [
     "Schedule",
     "MeshLayout",
     "ModelSpec",
+    "MoeSpec",
+    "MlaSpec",
     "NetworkProfile",
     "Norm",
     "Optimizer",

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from planner.specs import GpuSpec, ModelSpec, PeakTflops, Spec
+from planner.specs.catalog_moe import MOE_MODELS
 from planner.specs.errors import UnknownCatalogIdError
 
 _A100_SRC = (
@@ -234,6 +235,8 @@ MODELS: dict[str, ModelSpec] = {
             tie_embeddings=False,
             max_seq_len=128,
         ),
+        # Mixtures of experts (planner.specs.catalog_moe).
+        *MOE_MODELS,
     ]
 }
 

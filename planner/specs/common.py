@@ -22,7 +22,7 @@ BYTES_PER_ELEMENT: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
 # Sane upper bounds: far above any real model or cluster, low enough to refuse nonsense early.
 MAX_HIDDEN = 131_072
 MAX_VOCAB = 4_194_304
-MAX_SEQ_LEN = 1_048_576
+MAX_SEQ_LEN = 16_777_216
 MAX_GPUS_PER_NODE = 64
 
 

@@ -194,7 +194,8 @@ def merge_union_errors(errors: list[Any]) -> list[dict]:
             merged.append(item)
             continue
         members = groups[item]
-        nested = [e for i, e in members if len(e["loc"]) > i + 1]
+        # errors inside the object, and those of the object's own validators (a ModelSpec's shape checks)
+        nested = [e for i, e in members if len(e["loc"]) > i + 1 or e["type"] == "value_error"]
         literal = [e for _, e in members if e["type"] == "literal_error" and isinstance(e.get("input"), str)]
         if nested:
             merged += nested

@@ -10,19 +10,13 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from planner.specs import rules
 from planner.specs.common import (
     MAX_GPUS_PER_NODE,
-    MAX_HIDDEN,
     MAX_SEQ_LEN,
-    MAX_VOCAB,
-    Activation,
-    Family,
-    Norm,
     Optimizer,
     Precision,
     Spec,
 )
 from planner.specs.config import (
     MAX_GPUS,
-    MAX_LAYERS,
     CpComm,
     Recompute,
     Schedule,
@@ -31,56 +25,7 @@ from planner.specs.config import (
     pin_field,
 )
 from planner.specs.host import HostDispatch
-
-# --------------------------------------------------------------------------------------------
-# Model
-
-
-class ModelSpec(Spec):
-    """A decoder-only transformer (GPT or Llama family)."""
-
-    name: str = Field(min_length=1, max_length=128, description="Model id, e.g. 'llama3-70b'.")
-    family: Family = Field(
-        description="'gpt' (LayerNorm, GELU, learned positions) or 'llama' (RMSNorm, SwiGLU, RoPE, GQA)."
-    )
-    num_layers: int = Field(ge=1, le=MAX_LAYERS, description="Transformer blocks.")
-    hidden_size: int = Field(ge=1, le=MAX_HIDDEN)
-    num_attention_heads: int = Field(ge=1, le=4096)
-    num_kv_heads: int = Field(ge=1, le=4096, description="Key/value heads (GQA); equal to num_attention_heads for MHA.")
-    ffn_hidden_size: int = Field(ge=1, le=8 * MAX_HIDDEN)
-    vocab_size: int = Field(ge=1, le=MAX_VOCAB)
-    activation: Activation
-    norm: Norm
-    tie_embeddings: bool = False
-    qkv_bias: bool = Field(
-        default=False,
-        description="Biases on the query/key/value projections only (Qwen2/2.5); "
-        "GPT has biases on every linear whatever this says.",
-    )
-    max_seq_len: int = Field(
-        ge=1,
-        le=MAX_SEQ_LEN,
-        description="Longest context the model was trained for (its config's max_position_embeddings).",
-    )
-
-    @model_validator(mode="after")
-    def _check_shapes(self) -> ModelSpec:
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"num_attention_heads={self.num_attention_heads} must divide hidden_size={self.hidden_size}; "
-                "choose a head count that divides the hidden size"
-            )
-        if self.num_attention_heads % self.num_kv_heads:
-            raise ValueError(
-                f"num_kv_heads={self.num_kv_heads} must divide num_attention_heads={self.num_attention_heads}; "
-                "use a divisor of the head count (equal to it for multi-head attention)"
-            )
-        return self
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
+from planner.specs.model import ModelSpec as ModelSpec  # its own module; re-exported here
 
 # --------------------------------------------------------------------------------------------
 # Hardware

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Any
+
+from pydantic import Field, field_validator
 
 from planner.specs.calibration import Calibration
 from planner.specs.common import Spec
+from planner.specs.hf import from_hf_config
 from planner.specs.inputs import ClusterSpec, ModelSpec, ParallelPins, TrainingSpec
 from planner.specs.profiles import NetworkProfile, Profile
 
@@ -35,7 +38,11 @@ class SearchOptions(Spec):
 class PlanRequest(Spec):
     """The body of ``planner.plan``/``planner.estimate`` and ``POST /v1/plans``/``/v1/estimates``."""
 
-    model: str | ModelSpec = Field(description="A catalog id (see `meshplan models`) or an inline ModelSpec.")
+    model: str | ModelSpec = Field(
+        description="A catalog id (see `meshplan models`), an inline ModelSpec, or a Hugging Face config.json as "
+        '{"hf_config": {...}, "name": optional id} (model_type llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, '
+        "deepseek_v3, gpt_oss, olmoe), read into a ModelSpec."
+    )
     cluster: ClusterSpec
     training: TrainingSpec
     parallel: ParallelPins = Field(default_factory=ParallelPins, description="Pinned parallel settings.")
@@ -51,3 +58,20 @@ class PlanRequest(Spec):
     )
     top_k: int = Field(default=3, ge=1, le=20)
     options: SearchOptions = Field(default_factory=SearchOptions)
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _hf_config(cls, value: Any) -> Any:
+        """``{"hf_config": {...}, "name": ...}`` → the ModelSpec it describes (``planner.specs.hf``)."""
+        if not (isinstance(value, dict) and "hf_config" in value):
+            return value
+        extra = set(value) - {"hf_config", "name"}
+        if extra:
+            raise ValueError(
+                f"a Hugging Face model takes hf_config and name, not {', '.join(sorted(extra))}; "
+                "give {'hf_config': <config.json>, 'name': <optional id>}"
+            )
+        config, name = value["hf_config"], value.get("name")
+        if not isinstance(config, dict):
+            raise ValueError("hf_config must be the config.json object; give the parsed JSON object")
+        return from_hf_config(config, name if isinstance(name, str) else None)

@@ -91,7 +91,7 @@ from planner.specs.stacks import Stack
 from planner.workload.activations import LAYER_KINDS, output_activation_bytes, saved_activation_bytes
 from planner.workload.activations import LSE_BYTES as LSE_BYTES  # re-exported: the formulas' old home
 from planner.workload.activations import block_saved_terms as block_saved_terms
-from planner.workload.ops import attention_core_flops, linear_flops, params
+from planner.workload.ops import active_params, attention_core_flops, block_kinds, linear_flops, params
 
 #: Backward ÷ forward FLOPs of a fused attention core (FlashAttention-2 backward: 5 s×s matmuls vs 2).
 FLASH_BWD_RATIO = 2.5
@@ -142,8 +142,26 @@ def lm_head_params(model: ModelSpec, tp: int = 1) -> int:
 
 
 def num_parameters(model: ModelSpec) -> int:
-    """Total parameters of the model (tied embedding/head weights counted once)."""
-    total = embedding_params(model) + model.num_layers * block_params(model) + lm_head_params(model)
+    """Total parameters of the model (tied embedding/head weights counted once): embedding, each block of its
+    kind (``ops.block_kinds``: a dense model's L identical blocks, a MoE model's dense and MoE blocks), LM head."""
+    if model.moe is None:
+        blocks = model.num_layers * block_params(model)
+    else:
+        blocks = sum(params(model, kind) for kind in block_kinds(model))
+    total = embedding_params(model) + blocks + lm_head_params(model)
+    if model.tie_embeddings:
+        total -= model.vocab_size * model.hidden_size
+    return total
+
+
+def num_active_parameters(model: ModelSpec) -> int:
+    """Parameters one token uses (``ops.active_params``): ``num_parameters`` with each MoE layer's routed experts
+    counted for the top-k a token visits; embedding and LM head counted, as the published active counts do
+    (Mixtral's 12.9B, DeepSeek-V3's 37B). A dense model's equal ``num_parameters``."""
+    if model.moe is None:
+        return num_parameters(model)
+    blocks = sum(active_params(model, kind) for kind in block_kinds(model))
+    total = embedding_params(model) + blocks + lm_head_params(model)
     if model.tie_embeddings:
         total -= model.vocab_size * model.hidden_size
     return total
@@ -183,11 +201,24 @@ def model_flops_per_step(model: ModelSpec, tokens: int, seq_len: int) -> float:
     12·T·L·h²·[(1 + g/a + s/h)·(q/h) + (f/h)·γ + V/(2·L·h)] with q = a·d, γ = 3/2 for SwiGLU else 1,
     i.e. 3 × the forward matmul FLOPs, attention core counted as a full s×s square.
     """
+    if model.moe is not None or model.mla is not None:
+        return _op_list_flops_per_step(model, tokens, seq_len)
     h, L, a, g = model.hidden_size, model.num_layers, model.num_attention_heads, model.num_kv_heads
     q = a * model.head_dim
     gamma = 1.5 if model.activation == "swiglu" else 1.0
     bracket = (1 + g / a + seq_len / h) * (q / h) + (model.ffn_hidden_size / h) * gamma + model.vocab_size / (2 * L * h)
     return 12.0 * tokens * L * h * h * bracket
+
+
+def _op_list_flops_per_step(model: ModelSpec, tokens: int, seq_len: int) -> float:
+    """``model_flops_per_step`` read off the op lists, for blocks the closed form does not cover (MoE, latent
+    attention): 3 × the forward FLOPs of every block (its linears, routed experts at top-k, and the attention
+    core as a full s×s square) and of the LM head. The same accounting as Megatron's (router included)."""
+    sequences = tokens / seq_len
+    fwd = float(linear_flops(model, "lm_head", tokens, 1))
+    for kind in block_kinds(model):
+        fwd += linear_flops(model, kind, tokens, 1) + sequences * attention_core_flops(model, 1, seq_len, 1)
+    return 3.0 * fwd
 
 
 # ------------------------------------------------------------------------------------------------

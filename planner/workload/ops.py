@@ -29,6 +29,20 @@ class Linear:
     gemm: str
     call: int
     sharded: bool = True
+    #: A grouped linear (a MoE layer's routed experts): ``experts`` weights of n × k, of which each token passes
+    #: through ``routed`` (its top-k). 1 and 1 for every other linear.
+    experts: int = 1
+    routed: int = 1
+
+    @property
+    def params(self) -> int:
+        """Parameters held: every expert's weight and bias."""
+        return (self.n * self.k + self.bias) * self.experts
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses: the experts it is routed to."""
+        return (self.n * self.k + self.bias) * self.routed
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +54,19 @@ class MemOp:
     kernels: int
 
 
+#: The layer kind of a block whose MLP is a mixture of experts (``planner.workload.moe``); dense blocks are
+#: ``"transformer_block"``. ``block_kinds(model)`` is the sequence of a model's blocks.
+MOE_BLOCK = "moe_block"
+
+
+def block_kinds(model: ModelSpec) -> tuple[str, ...]:
+    """The kind of each of the model's blocks, first to last: ``"transformer_block"`` for every block of a dense
+    model; a MoE model's dense leading layers and every ``moe_layer_freq``-th layer after them (``MOE_BLOCK``)."""
+    if model.moe is None:
+        return ("transformer_block",) * model.num_layers
+    return tuple(MOE_BLOCK if model.is_moe_layer(i) else "transformer_block" for i in range(model.num_layers))
+
+
 def _local_vocab(model: ModelSpec, tp: int) -> int:
     return model.vocab_size // tp if model.vocab_size % tp == 0 else model.vocab_size
 
@@ -48,12 +75,24 @@ def linears(model: ModelSpec, kind: str, tp: int) -> tuple[Linear, ...]:
     """The linears of one layer of ``kind`` on one TP rank: a block's wq, wk, wv (column-parallel), wo
     (row-parallel), w1 (+ w3 for SwiGLU; column-parallel) and w2 (row-parallel) — with biases on every linear of
     a GPT (column-parallel biases split t ways, row-parallel ones replicated) and on Q/K/V of a ``qkv_bias``
-    model; the LM head's output projection (vocabulary-parallel when t divides V)."""
-    h, hd = model.hidden_size, model.head_dim
+    model; the LM head's output projection (vocabulary-parallel when t divides V). A block of latent attention
+    (``model.mla``) or of a ``moe_block`` takes its attention or its MLP from ``planner.workload.moe``."""
+    h = model.hidden_size
     if kind == "lm_head":
         return (Linear("output", _local_vocab(model, tp), h, 0, "output", 0, sharded=False),)
+    if kind == MOE_BLOCK or (kind == "transformer_block" and model.mla is not None):
+        from planner.workload.moe import block_linears_of
+
+        return block_linears_of(model, kind, tp)
     if kind != "transformer_block":
         return ()
+    return dense_block_linears(model, tp)
+
+
+def dense_block_linears(model: ModelSpec, tp: int) -> tuple[Linear, ...]:
+    """A block's multi-head / grouped-query attention (wq, wk, wv, wo: the first four) and dense MLP linears on
+    one TP rank (``linears``); wo has a bias on a GPT and with ``attention_out_bias``."""
+    h, hd = model.hidden_size, model.head_dim
     q, kv, f = model.num_attention_heads * hd // tp, model.num_kv_heads * hd // tp, model.ffn_hidden_size // tp
     gpt = model.family == "gpt"
     qkv = gpt or model.qkv_bias
@@ -65,7 +104,7 @@ def linears(model: ModelSpec, kind: str, tp: int) -> tuple[Linear, ...]:
         Linear("wq", q, h, b(q, qkv), "wq", 0),
         Linear("wk", kv, h, b(kv, qkv), "kv", 1),
         Linear("wv", kv, h, b(kv, qkv), "kv", 2),
-        Linear("wo", h, q, b(h, gpt), "wo", 3),
+        Linear("wo", h, q, b(h, gpt or model.attention_out_bias), "wo", 3),
         Linear("w1", f, h, b(f, gpt), "w1", 4),
     ]
     if model.activation == "swiglu":  # w2(silu(w1(x)) · w3(x)): w3 called before w2
@@ -79,7 +118,11 @@ def other_params(model: ModelSpec, kind: str, tp: int) -> tuple[int, ...]:
     and a GPT's learned positions (replicated)."""
     h = model.hidden_size
     norm = (h, h) if model.norm == "layernorm" else (h,)
-    if kind == "transformer_block":
+    if kind in ("transformer_block", MOE_BLOCK):
+        if model.mla is not None or model.qk_norm is not None or model.attention_sinks:
+            from planner.workload.moe import attention_other_params
+
+            return norm + norm + attention_other_params(model)
         return norm + norm
     if kind == "lm_head":
         return norm
@@ -95,21 +138,27 @@ def gemm_shapes(model: ModelSpec, kind: str, tokens: int, tp: int) -> list[tuple
     out: dict[str, list[int]] = {}
     for lin in linears(model, kind, tp):
         if lin.gemm in out:
-            out[lin.gemm][3] += 1
-        else:
-            out[lin.gemm] = [tokens, lin.n, lin.k, 1]
+            out[lin.gemm][3] += lin.experts
+        else:  # a grouped linear: one GEMM per expert of its average share of the routed tokens
+            out[lin.gemm] = [tokens * lin.routed // lin.experts, lin.n, lin.k, lin.experts]
     return [(m, n, k, c) for m, n, k, c in out.values()]
 
 
 def linear_flops(model: ModelSpec, kind: str, tokens: int, tp: int) -> int:
-    """Forward FLOPs of a layer's linears on one TP rank: 2·tokens·n·k each."""
-    return sum(2 * tokens * lin.n * lin.k for lin in linears(model, kind, tp))
+    """Forward FLOPs of a layer's linears on one TP rank: 2·tokens·n·k each (× the experts a token is routed to)."""
+    return sum(2 * tokens * lin.n * lin.k * lin.routed for lin in linears(model, kind, tp))
 
 
 def params(model: ModelSpec, kind: str, tp: int = 1) -> int:
     """Parameters of one layer of ``kind`` held by one TP rank: its linears' weights and biases and its other
     tensors (``linears``, ``other_params``)."""
-    return sum(lin.n * lin.k + lin.bias for lin in linears(model, kind, tp)) + sum(other_params(model, kind, tp))
+    return sum(lin.params for lin in linears(model, kind, tp)) + sum(other_params(model, kind, tp))
+
+
+def active_params(model: ModelSpec, kind: str) -> int:
+    """Parameters of one layer of ``kind`` that one token uses: ``params`` with each grouped linear counted for
+    the experts a token is routed to (its top-k) instead of all of them."""
+    return sum(lin.active_params for lin in linears(model, kind, 1)) + sum(other_params(model, kind, 1))
 
 
 def param_tensors(model: ModelSpec, kind: str) -> tuple[int, int]:
@@ -134,7 +183,11 @@ def rerun_linears(model: ModelSpec, tp: int) -> tuple[Linear, ...]:
 
 
 def attention_core_flops(model: ModelSpec, mbs: int, seq: int, tp: int) -> float:
-    """Forward FLOPs of the attention core (QKᵀ and PV: 2 matmuls of 2·b·s²·d per local head)."""
+    """Forward FLOPs of the attention core (QKᵀ and PV: 2 matmuls of 2·b·s²·d per local head; with latent
+    attention QKᵀ over the query/key head width and PV over the value head width)."""
+    if model.mla is not None:
+        widths = model.mla.qk_head_dim + model.mla.v_head_dim
+        return 2.0 * mbs * seq * seq * widths * model.num_attention_heads / tp
     return 4.0 * mbs * seq * seq * model.head_dim * model.num_attention_heads / tp
 
 

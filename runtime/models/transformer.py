@@ -255,8 +255,29 @@ def init_weights(module: nn.Module, spec: ModelSpec, seed: int) -> None:
             p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32).mul_(std).to(p.dtype))
 
 
+def check_buildable(spec: ModelSpec) -> None:
+    """Refuse a spec with parts the zoo does not build yet (mixture-of-experts MLPs, latent attention, QK-norm,
+    attention sinks, an attention output bias) rather than build a different, dense model."""
+    from planner.specs.errors import MeshplanError
+
+    for field, on in (
+        ("moe", spec.moe is not None),
+        ("mla", spec.mla is not None),
+        ("qk_norm", spec.qk_norm is not None),
+        ("attention_sinks", spec.attention_sinks),
+        ("attention_out_bias", spec.attention_out_bias),
+    ):
+        if on:
+            raise MeshplanError(
+                f"model.{field}",
+                f"the model zoo (runtime.models) does not build {field} yet, so {spec.name!r} cannot be built",
+                "use a dense GPT/Llama model without it",
+            )
+
+
 def build_model(spec: ModelSpec, *, seed: int | None = None, device=None, dtype=None) -> Transformer:
     """The full model of ``spec``; with ``seed`` its weights are the layout-independent seeded init."""
+    check_buildable(spec)
     with torch.device(device or "cpu"):
         model = Transformer(spec)
     if dtype is not None:
@@ -273,6 +294,7 @@ def build_layer(
     (heads/tp, kv_heads/tp, ffn/tp, vocab/tp), e.g. for the profiler."""
     from planner.specs.errors import MeshplanError
 
+    check_buildable(spec)
     makers = {"embedding": Embedding, "transformer_block": Block, "lm_head": LMHead}
     if kind not in makers:
         raise MeshplanError("kind", f"unknown layer kind {kind!r}", f"use one of {', '.join(makers)}")

@@ -1,0 +1,211 @@
+"""The model a request describes: ``ModelSpec`` — a decoder-only transformer, dense or a mixture of experts
+(``MoeSpec``), with standard or multi-head latent attention (``MlaSpec``).
+
+Dense models leave ``moe``, ``mla`` and the attention extras unset and validate (and serialise) exactly as
+before. A validator writes "what is wrong; how to fix it", which ``planner.specs.errors`` turns into a message
+and a fix naming the field."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+
+from planner.specs.common import MAX_HIDDEN, MAX_SEQ_LEN, MAX_VOCAB, Activation, Family, Norm, Spec
+from planner.specs.config import MAX_LAYERS
+
+Router = Literal["softmax", "sigmoid"]
+
+#: ModelSpec's fields beyond a dense GPT/Llama and their defaults: left out of its dump when at the default, so
+#: a dense model serialises (and hashes, in the service's store) exactly as before they existed.
+_EXTRAS: dict[str, Any] = {
+    "attention_head_dim": None,
+    "qk_norm": None,
+    "attention_out_bias": False,
+    "attention_sinks": False,
+    "mla": None,
+    "moe": None,
+}
+
+
+class MoeSpec(Spec):
+    """Mixture-of-experts MLPs (Shazeer et al. 2017; GShard; Switch; DeepSeekMoE): each MoE layer replaces the
+    dense MLP by a router (a linear of h → num_experts), ``num_experts`` routed SwiGLU experts of which each
+    token visits ``top_k``, and ``shared_experts`` experts every token visits. Which layers are MoE: layer i
+    (from 0) is when i ≥ ``first_dense_layers`` and (i − first_dense_layers + 1) is a multiple of
+    ``moe_layer_freq`` (1: every layer after the dense ones; 2: every other layer, as Llama 4 Maverick's
+    ``interleave_moe_layer_step``); the other layers keep the dense MLP of ``ffn_hidden_size``."""
+
+    num_experts: int = Field(ge=1, le=65_536, description="Routed experts per MoE layer.")
+    top_k: int = Field(ge=1, le=1024, description="Routed experts each token visits.")
+    expert_ffn_hidden_size: int = Field(ge=1, le=8 * MAX_HIDDEN, description="FFN width of one routed expert.")
+    shared_experts: int = Field(default=0, ge=0, le=64, description="Experts every token visits (DeepSeek, Llama 4).")
+    shared_expert_ffn_hidden_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=8 * MAX_HIDDEN,
+        description="FFN width of one shared expert; unset: expert_ffn_hidden_size.",
+    )
+    first_dense_layers: int = Field(default=0, ge=0, le=MAX_LAYERS, description="Leading layers with a dense MLP.")
+    moe_layer_freq: int = Field(default=1, ge=1, le=MAX_LAYERS, description="Every n-th layer after those is MoE.")
+    router: Router = Field(
+        default="softmax", description="Gate scores: softmax (Mixtral, Qwen) or sigmoid (DeepSeek-V3)."
+    )
+    router_groups: int | None = Field(
+        default=None, ge=1, le=65_536, description="Group-limited routing: expert groups (DeepSeek-V3 n_group)."
+    )
+    router_topk_groups: int | None = Field(
+        default=None, ge=1, le=65_536, description="Groups a token may route to (DeepSeek-V3 topk_group)."
+    )
+    router_bias: bool = Field(default=False, description="A bias on the router linear (gpt-oss).")
+    expert_bias: bool = Field(default=False, description="Biases on the experts' linears (gpt-oss).")
+    capacity_factor: float | None = Field(
+        default=None, gt=0, le=64, description="Tokens an expert takes, × its fair share; null: dropless."
+    )
+
+    @property
+    def shared_ffn(self) -> int:
+        return self.shared_expert_ffn_hidden_size or self.expert_ffn_hidden_size
+
+    @model_validator(mode="after")
+    def _check_routing(self) -> MoeSpec:
+        if self.top_k > self.num_experts:
+            raise ValueError(
+                f"top_k={self.top_k} exceeds num_experts={self.num_experts}; route each token to at most "
+                "num_experts experts (top_k ≤ num_experts)"
+            )
+        if (self.router_groups is None) != (self.router_topk_groups is None):
+            raise ValueError(
+                "router_groups and router_topk_groups go together; give both (group-limited routing) or neither"
+            )
+        if self.router_groups is not None and self.router_topk_groups is not None:
+            if self.num_experts % self.router_groups:
+                raise ValueError(
+                    f"router_groups={self.router_groups} does not divide num_experts={self.num_experts}; "
+                    "use a divisor of num_experts"
+                )
+            if self.router_topk_groups > self.router_groups:
+                raise ValueError(
+                    f"router_topk_groups={self.router_topk_groups} exceeds router_groups={self.router_groups}; "
+                    "use at most router_groups"
+                )
+            reachable = self.router_topk_groups * (self.num_experts // self.router_groups)
+            if self.top_k > reachable:
+                raise ValueError(
+                    f"top_k={self.top_k} exceeds the {reachable} experts of router_topk_groups="
+                    f"{self.router_topk_groups} groups; raise router_topk_groups or lower top_k"
+                )
+        return self
+
+
+class MlaSpec(Spec):
+    """Multi-head latent attention (DeepSeek-V2/V3, arXiv 2405.04434 §2.1): queries through a low-rank
+    bottleneck of ``q_lora_rank`` (null: a full-rank query projection), keys and values through one of
+    ``kv_lora_rank`` shared by all heads, plus a decoupled RoPE key of ``qk_rope_head_dim``; each head's query
+    and key are qk_nope_head_dim + qk_rope_head_dim wide, its value ``v_head_dim``."""
+
+    q_lora_rank: int | None = Field(default=None, ge=1, le=MAX_HIDDEN, description="Query bottleneck; null: none.")
+    kv_lora_rank: int = Field(ge=1, le=MAX_HIDDEN, description="Key/value latent width.")
+    qk_rope_head_dim: int = Field(ge=0, le=4096, description="Per-head rotary part of queries and keys.")
+    qk_nope_head_dim: int = Field(ge=0, le=4096, description="Per-head non-rotary part of queries and keys.")
+    v_head_dim: int = Field(ge=1, le=4096, description="Per-head value width.")
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+class ModelSpec(Spec):
+    """A decoder-only transformer (GPT or Llama family), dense or a mixture of experts (``moe``)."""
+
+    name: str = Field(min_length=1, max_length=128, description="Model id, e.g. 'llama3-70b'.")
+    family: Family = Field(
+        description="'gpt' (LayerNorm, GELU, learned positions) or 'llama' (RMSNorm, SwiGLU, RoPE, GQA)."
+    )
+    num_layers: int = Field(ge=1, le=MAX_LAYERS, description="Transformer blocks.")
+    hidden_size: int = Field(ge=1, le=MAX_HIDDEN)
+    num_attention_heads: int = Field(ge=1, le=4096)
+    num_kv_heads: int = Field(ge=1, le=4096, description="Key/value heads (GQA); equal to num_attention_heads for MHA.")
+    ffn_hidden_size: int = Field(ge=1, le=8 * MAX_HIDDEN, description="FFN width of the dense layers.")
+    vocab_size: int = Field(ge=1, le=MAX_VOCAB)
+    activation: Activation
+    norm: Norm
+    tie_embeddings: bool = False
+    qkv_bias: bool = Field(
+        default=False,
+        description="Biases on the query/key/value projections only (Qwen2/2.5); "
+        "GPT has biases on every linear whatever this says.",
+    )
+    max_seq_len: int = Field(
+        ge=1,
+        le=MAX_SEQ_LEN,
+        description="Longest context the model was trained for (its config's max_position_embeddings).",
+    )
+    attention_head_dim: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="Width of one attention head when the query width (heads × head dim) is not hidden_size "
+        "(Qwen3, gpt-oss, Llama 4: HF head_dim); unset: hidden_size / num_attention_heads.",
+    )
+    qk_norm: Literal["head", "projection"] | None = Field(
+        default=None,
+        description="RMSNorm on queries and keys: per head (Qwen3) or over the whole projection (OLMoE).",
+    )
+    attention_out_bias: bool = Field(default=False, description="A bias on the attention output projection (gpt-oss).")
+    attention_sinks: bool = Field(default=False, description="A learned sink logit per head (gpt-oss).")
+    mla: MlaSpec | None = Field(default=None, description="Multi-head latent attention (DeepSeek-V3); null: MHA/GQA.")
+    moe: MoeSpec | None = Field(default=None, description="Mixture-of-experts MLPs; null: a dense model.")
+
+    @model_validator(mode="after")
+    def _check_shapes(self) -> ModelSpec:
+        if self.attention_head_dim is None and self.mla is None and self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"num_attention_heads={self.num_attention_heads} must divide hidden_size={self.hidden_size}; "
+                "choose a head count that divides the hidden size, or give attention_head_dim"
+            )
+        if self.num_attention_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_kv_heads={self.num_kv_heads} must divide num_attention_heads={self.num_attention_heads}; "
+                "use a divisor of the head count (equal to it for multi-head attention)"
+            )
+        if self.moe is not None:
+            if self.family != "llama" or self.activation != "swiglu":
+                raise ValueError(
+                    f"moe is given on a {self.family} model with {self.activation} MLPs; mixture-of-experts models "
+                    "are of the llama family with SwiGLU experts: set family 'llama' and activation 'swiglu', or "
+                    "drop moe"
+                )
+            if self.moe.first_dense_layers >= self.num_layers:
+                raise ValueError(
+                    f"moe.first_dense_layers={self.moe.first_dense_layers} leaves no MoE layer of num_layers="
+                    f"{self.num_layers}; use fewer dense layers than num_layers, or drop moe"
+                )
+        if self.mla is not None and self.num_kv_heads != self.num_attention_heads:
+            raise ValueError(
+                f"mla is given with num_kv_heads={self.num_kv_heads} ≠ num_attention_heads="
+                f"{self.num_attention_heads}; latent attention decompresses keys and values for every head: set "
+                "num_kv_heads to num_attention_heads"
+            )
+        return self
+
+    @model_serializer(mode="wrap")
+    def _drop_default_extras(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        for name, default in _EXTRAS.items():
+            if name in data and data[name] == default:
+                del data[name]
+        return data
+
+    @property
+    def head_dim(self) -> int:
+        if self.attention_head_dim is not None:
+            return self.attention_head_dim
+        return self.hidden_size // self.num_attention_heads
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether layer ``index`` (from 0) has MoE MLPs (``MoeSpec``'s rule)."""
+        moe = self.moe
+        if moe is None or index < moe.first_dense_layers:
+            return False
+        return (index - moe.first_dense_layers + 1) % moe.moe_layer_freq == 0

@@ -1,0 +1,100 @@
+"""The op lists of the blocks a dense GPT/Llama block does not cover (``planner.workload.ops.linears`` asks here):
+multi-head latent attention (``ModelSpec.mla``) and mixture-of-experts MLPs (``ModelSpec.moe``, layer kind
+``MOE_BLOCK``). Parameters (total and active), FLOPs and GEMM shapes of these blocks are read off these lists like
+every other block's.
+
+Latent attention (DeepSeek-V2/V3, arXiv 2405.04434 §2.1; HF ``modeling_deepseek_v3``): ``wq_a`` (h → q_lora_rank)
+and ``wkv_a`` (h → kv_lora_rank + qk_rope_head_dim, the shared latent and the rotary key) are replicated under TP,
+as Megatron-core's down projections; ``wq_b`` (q_lora_rank → heads·(nope + rope)), ``wkv_b`` (kv_lora_rank →
+heads·(nope + v)) are column-parallel and ``wo`` (heads·v → h) row-parallel. Without ``q_lora_rank`` the query is
+one column-parallel ``wq`` (h → heads·(nope + rope)).
+
+A MoE MLP: the ``router`` (h → E, replicated), the routed experts as three grouped linears (``experts_w1``,
+``experts_w3``: h → f; ``experts_w2``: f → h; each E weights of which a token passes through its top-k) and the
+shared experts as one SwiGLU MLP of shared_experts × their width (as DeepSeek-V3's ``DeepseekV3MLP`` of
+``moe_intermediate_size × n_shared_experts``). Expert and shared widths are split by TP here (expert tensor
+parallelism = TP, Megatron-core's default); expert parallelism is not modelled yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from planner.specs import ModelSpec
+from planner.workload.ops import MOE_BLOCK, Linear, dense_block_linears
+
+
+def mla_linears(model: ModelSpec, tp: int) -> tuple[Linear, ...]:
+    """A latent-attention block's attention linears on one TP rank, in call order."""
+    mla = model.mla
+    if mla is None:
+        return ()
+    h, heads = model.hidden_size, model.num_attention_heads // tp
+    out = []
+    if mla.q_lora_rank is not None:
+        out.append(Linear("wq_a", mla.q_lora_rank, h, 0, "wq_a", 0, sharded=False))
+        out.append(Linear("wq_b", heads * mla.qk_head_dim, mla.q_lora_rank, 0, "wq_b", 1))
+    else:
+        out.append(Linear("wq", heads * mla.qk_head_dim, h, 0, "wq", 0))
+    c = len(out)
+    out.append(Linear("wkv_a", mla.kv_lora_rank + mla.qk_rope_head_dim, h, 0, "wkv_a", c, sharded=False))
+    out.append(Linear("wkv_b", heads * (mla.qk_nope_head_dim + mla.v_head_dim), mla.kv_lora_rank, 0, "wkv_b", c + 1))
+    out.append(Linear("wo", h, heads * mla.v_head_dim, 0, "wo", c + 2))
+    return tuple(out)
+
+
+def moe_linears(model: ModelSpec, tp: int, call: int = 0) -> tuple[Linear, ...]:
+    """A MoE MLP's linears on one TP rank, in call order from ``call``: the router, the routed experts (grouped)
+    and the shared experts."""
+    moe = model.moe
+    if moe is None:
+        return ()
+    h, e, k = model.hidden_size, moe.num_experts, moe.top_k
+    f = moe.expert_ffn_hidden_size // tp
+
+    def eb(size: int) -> int:
+        return size if moe.expert_bias else 0
+
+    out = [
+        Linear("router", e, h, e if moe.router_bias else 0, "router", call, sharded=False),
+        Linear("experts_w1", f, h, eb(f), "experts_w1", call + 1, experts=e, routed=k),
+        Linear("experts_w3", f, h, eb(f), "experts_w3", call + 2, experts=e, routed=k),
+        Linear("experts_w2", h, f, eb(h), "experts_w2", call + 3, experts=e, routed=k),
+    ]
+    if moe.shared_experts:
+        fs = moe.shared_experts * moe.shared_ffn // tp
+        out += [
+            Linear("shared_w1", fs, h, 0, "shared_w1", call + 4),
+            Linear("shared_w3", fs, h, 0, "shared_w3", call + 5),
+            Linear("shared_w2", h, fs, 0, "shared_w2", call + 6),
+        ]
+    return tuple(out)
+
+
+def block_linears_of(model: ModelSpec, kind: str, tp: int) -> tuple[Linear, ...]:
+    """The linears of a block with latent attention or MoE MLPs (``kind``: ``"transformer_block"`` for a dense
+    MLP, ``MOE_BLOCK``): its attention (latent, else ``dense_block_linears``' first four) then its MLP."""
+    dense = dense_block_linears(model, tp)
+    attention = mla_linears(model, tp) if model.mla is not None else dense[:4]
+    if kind == MOE_BLOCK:
+        return attention + moe_linears(model, tp, len(attention))
+    shift = len(attention) - 4  # the dense MLP's calls follow the attention's
+    return attention + tuple(replace(lin, call=lin.call + shift) for lin in dense[4:])
+
+
+def attention_other_params(model: ModelSpec) -> tuple[int, ...]:
+    """A block's attention parameter tensors outside its linears (replicated under TP): latent attention's norms
+    of the query and key/value latents; query and key RMSNorms, per head (Qwen3: head_dim each) or over the
+    projection (OLMoE: heads·d and kv_heads·d); a sink logit per head (gpt-oss)."""
+    out: list[int] = []
+    if model.mla is not None:
+        if model.mla.q_lora_rank is not None:
+            out.append(model.mla.q_lora_rank)
+        out.append(model.mla.kv_lora_rank)
+    if model.qk_norm == "head":
+        out += [model.head_dim, model.head_dim]
+    elif model.qk_norm == "projection":
+        out += [model.num_attention_heads * model.head_dim, model.num_kv_heads * model.head_dim]
+    if model.attention_sinks:
+        out.append(model.num_attention_heads)
+    return tuple(out)
