@@ -1,7 +1,9 @@
 """Fidelity of the cost model on published, measured training runs (issue 11 §3).
 
-For every run of ``bench/data/published_runs.json`` (facts copied from public sources, one source URL
-per row): the planner's prediction for the run's OWN configuration (``planner.estimate_plan`` with
+For every run of ``bench/data/published_runs.json`` and ``bench/data/added_runs.json`` (facts copied from
+public sources, one source URL per row, every value the source does not state listed under ``assumed``;
+the second file holds the runs added for issue 27 §3, read with the first by default, ``--data`` picks
+files): the planner's prediction for the run's OWN configuration (``planner.estimate_plan`` with
 the published parallel settings pinned; no search) against the measured figure, in the source's own
 metric and FLOP accounting (``planner.answer.accounting``): tokens/s per GPU for torchtitan, TFLOP/s per GPU
 for Megatron-LM (its 96·B·s·L·h²·(1 + s/6h + V/16hL) count with recomputation). Then predicted peak
@@ -61,6 +63,9 @@ from planner.specs.config import SCHEDULE_INFO, describe  # noqa: E402
 from planner.specs.errors import MeshplanError  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "published_runs.json"
+#: Runs added for issue 27 §3 (same schema; sources other than those held out, see tests/test_fidelity.py).
+ADDED = ROOT / "bench" / "data" / "added_runs.json"
+DATA_FILES = (DATA, ADDED)
 
 #: The issue's targets (issue 11 §3).
 TARGET_MAPE = 0.08
@@ -78,6 +83,25 @@ FEATURE_REASONS = {
 def load(path: Path = DATA) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(path.read_text())
     return data
+
+
+def load_all(paths: tuple[Path, ...] | list[Path] = DATA_FILES) -> dict[str, Any]:
+    """The runs of several data files as one (``runs`` in file order, ``gpus`` merged), with ``files``:
+    each file's name and the ids of its runs (the summary counts per file)."""
+    merged: dict[str, Any] = {"gpus": {}, "runs": [], "files": {}}
+    for path in paths:
+        data = load(path)
+        for gpu_id, fact in data.get("gpus", {}).items():
+            if gpu_id in merged["gpus"] and merged["gpus"][gpu_id] != fact:
+                raise ValueError(f"{path.name}: GPU {gpu_id!r} differs from an earlier file's")
+            merged["gpus"][gpu_id] = fact
+        ids = [row["id"] for row in data["runs"]]
+        clash = set(ids) & {row["id"] for row in merged["runs"]}
+        if clash:
+            raise ValueError(f"{path.name}: run ids already in an earlier file: {sorted(clash)}")
+        merged["runs"].extend(data["runs"])
+        merged["files"][path.name] = ids
+    return merged
 
 
 # ------------------------------------------------------------------------------------------------
@@ -471,6 +495,14 @@ def run(
     return results, skipped, summaries
 
 
+def file_summaries(results: list[Result], data: dict[str, Any]) -> list[Summary]:
+    """One summary per data file (``load_all``'s ``files``), named by the file."""
+    by_id = {r.id: r for r in results}
+    return [
+        summarise(name, [by_id[i] for i in ids if i in by_id], len(ids)) for name, ids in data.get("files", {}).items()
+    ]
+
+
 def _pct(x: float) -> str:
     return "   n/a" if math.isnan(x) else f"{100 * x:+6.1f}%"
 
@@ -527,6 +559,11 @@ def report(results: list[Result], skipped: dict[str, list[str]], summaries: list
         )
     overall = summaries[-1]
     phys = [r.physics_error for r in results]
+    for f in file_summaries(results, data):
+        lines.append(
+            f"{'file ' + f.group:28} {f.expressed:4d}/{f.total:<4d} {_abs_pct(f.mape)} {_abs_pct(f.max_error)} {_rho(f.spearman):>8} "
+            f"{_abs_pct(f.physics_mape):>7} {_abs_pct(f.losgo_mape):>6}"
+        )
     lines.append("")
     lines.append(
         f"Overall, physics only (identity residuals): MAPE {_abs_pct(overall.physics_mape).strip()}, "
@@ -567,11 +604,17 @@ def report(results: list[Result], skipped: dict[str, list[str]], summaries: list
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument(
+        "--data",
+        type=Path,
+        action="append",
+        default=None,
+        help="a data file to read (repeatable; default: published_runs.json and added_runs.json)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="also write the per-run results and summaries here")
     ap.add_argument("--free", action="store_true", help="also plan every expressed run left free (issue 27 §4)")
     args = ap.parse_args(argv)
-    data = load(args.data)
+    data = load_all(args.data or DATA_FILES)
     notes: list[str] = []
     results, skipped, summaries = run(data, notes)
     print(report(results, skipped, summaries, data))
@@ -589,6 +632,7 @@ def main(argv: list[str] | None = None) -> int:
                     "results": [asdict(r) for r in results],
                     "not_expressible": skipped,
                     "summaries": [asdict(s) for s in summaries],
+                    "file_summaries": [asdict(s) for s in file_summaries(results, data)],
                     **({"free": [asdict(f) for f in frees]} if args.free else {}),
                 },
                 indent=1,

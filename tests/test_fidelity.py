@@ -25,6 +25,7 @@ _spec.loader.exec_module(bench)
 
 DATA = bench.load()
 RUNS = {r["id"]: r for r in DATA["runs"]}
+ADDED = bench.load(bench.ADDED)
 
 
 def _megatron_dims(row: dict) -> dict:
@@ -374,3 +375,105 @@ def test_copied_numbers_match_the_shared_file():
                 assert mine is None, f"{rid}: {our_field} = {mine} is not in the source and not listed as assumed"
             else:
                 assert mine == theirs, f"{rid}: {our_field} = {mine}, the source says {theirs}"
+
+
+# ------------------------------------------------------------------------------------------------
+# The added runs (issue 27 §3): same schema, sourced, assumptions listed, nothing held out, no duplicates
+
+#: Sources kept out of the dev set (issue 27 §3: the independent check), as they would be cited.
+HELD_OUT = (
+    "narayanan",
+    "2104.04473",  # Narayanan et al. SC21
+    "sc21",
+    "korthikanti",
+    "2205.05198",  # Korthikanti et al. 2022
+    "megascale",
+    "2402.15627",
+    "bloom",
+    "bigscience",
+    "2211.05100",
+    "llama 3 herd",
+    "2407.21783",
+)
+
+
+def _cited(row: dict) -> str:
+    src = row["source"]
+    return " ".join(
+        str(x) for x in (src["url"], src["reference"], src["location"], src["commit"], row["source_group_title"])
+    ).lower()
+
+
+def test_added_rows_have_the_published_schema():
+    template = DATA["runs"][0]
+    assert ADDED["runs"]
+    for row in ADDED["runs"]:
+        assert set(row) == set(template), row["id"]
+        for part in ("model", "cluster", "parallel", "batch", "measured", "source"):
+            assert set(row[part]) == set(template[part]), (row["id"], part)
+
+
+def test_added_rows_cite_a_source_and_list_their_assumptions():
+    for row in ADDED["runs"]:
+        src = row["source"]
+        assert src["url"].startswith("https://"), row["id"]
+        assert src["location"] and src["reference"] and src["commit"], row["id"]
+        assert isinstance(row["assumed"], list) and row["assumed"], row["id"]
+        for a in row["assumed"]:
+            field, _, basis = a.partition(":")
+            assert field.strip() and basis.strip(), (row["id"], a)
+        m = row["measured"]
+        assert m["metric"] in ("tokens_per_s_per_gpu", "tflops_per_gpu") and m[m["metric"]] is not None, row["id"]
+
+
+def test_added_rows_use_no_held_out_source():
+    for row in ADDED["runs"]:
+        cited = _cited(row)
+        assert not [h for h in HELD_OUT if h in cited], row["id"]
+        # the Megatron-LM README's tables are held out (its repository may be cited for code, not for its README)
+        assert not ("megatron-lm" in cited and "readme" in cited), row["id"]
+
+
+def _fingerprint(row: dict) -> tuple:
+    m, c, p, b = row["model"], row["cluster"], row["parallel"], row["batch"]
+    return (
+        tuple(sorted((m or {}).items())),
+        row["seq_len"],
+        c["gpu"],
+        c["num_gpus"],
+        p["tp"],
+        p["pp"],
+        p["dp"],
+        p["zero_stage"],
+        b["global"],
+        b["micro"],
+        row["precision"],
+        row["measured"]["tokens_per_s_per_gpu"],
+        row["measured"]["tflops_per_gpu"],
+    )
+
+
+def test_added_rows_duplicate_nothing():
+    ids = [r["id"] for r in ADDED["runs"]]
+    assert len(ids) == len(set(ids))
+    assert not set(ids) & set(RUNS)
+    published = {_fingerprint(r) for r in DATA["runs"]}
+    prints = [_fingerprint(r) for r in ADDED["runs"]]
+    assert len(prints) == len(set(prints))
+    assert not set(prints) & published
+
+
+def test_added_rows_are_expressible_and_accepted():
+    """Every added run is one the model prices today (dense, bf16/fp16, no CP/MoE/TP overlap) and its
+    request builds (the planner's own validation of the pins runs in ``bench.run``)."""
+    for row in ADDED["runs"]:
+        assert bench.reasons_not_expressible(row) == [], row["id"]
+        bench.request(row, ADDED["gpus"])
+
+
+def test_load_all_reads_both_files_and_counts_per_file():
+    data = bench.load_all()
+    assert set(data["files"]) == {"published_runs.json", "added_runs.json"}
+    assert data["files"]["published_runs.json"] == [r["id"] for r in DATA["runs"]]
+    assert data["files"]["added_runs.json"] == [r["id"] for r in ADDED["runs"]]
+    assert len(data["runs"]) == len(DATA["runs"]) + len(ADDED["runs"])
