@@ -82,6 +82,7 @@ def host_spec(
         + (", dispatch by class (runtime.host_dispatch)" if host else "")
         + "; links from the run's network fit",
         host_dispatch=host,
+        kind="host",
     )
 
 
@@ -178,7 +179,7 @@ def local_prediction(
     from planner.specs import PlanRequest, SearchOptions
 
     update: dict = {"precision": precision}
-    if gpu.id.lower().startswith("cpu"):
+    if gpu.on_host:
         update["stack"] = host_stack(plan.training.stack)
     training = plan.training.model_validate({**plan.training.model_dump(), **update})
     request = PlanRequest(

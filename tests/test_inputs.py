@@ -356,3 +356,33 @@ def test_a_cuda_run_reprices_on_the_gpu_it_ran_on(device: str, plan_gpu: str, ex
     spec = cuda_spec(GPUS[plan_gpu], device)
     assert spec.id == expected_id
     check_profile_device(device, spec.id)  # the run's own profile prices it
+
+
+@pytest.mark.parametrize(
+    "gpu_id, kind, on_host",
+    [
+        ("cpu", None, True),  # a host recorded before GpuSpec.kind: its id says so
+        ("CPU-epyc", None, True),
+        ("h100-sxm5-80gb", None, False),
+        ("my-workstation", "host", True),  # the field decides, whatever the id
+        ("cpu-named-gpu", "gpu", False),
+    ],
+)
+def test_the_device_kind_is_a_field_of_the_gpu_spec(gpu_id, kind, on_host):
+    from planner.specs import GpuSpec
+
+    body = {
+        "id": gpu_id,
+        "memory_gib": 16,
+        "peak_tflops": {"fp32": 0.1},
+        "hbm_bandwidth_GBps": 10,
+        "nvlink_bandwidth_GBps": 10,
+        "nic_bandwidth_GBps": 10,
+    }
+    if kind is not None:
+        body["kind"] = kind
+    gpu = GpuSpec.model_validate(body)
+    assert gpu.on_host is on_host
+    # unset, it is not written (request hashes of runs recorded before the field are unchanged)
+    assert ("kind" in gpu.model_dump()) is (kind is not None)
+    assert GpuSpec.model_validate_json(gpu.model_dump_json()).on_host is on_host

@@ -12,14 +12,10 @@ if TYPE_CHECKING:
     from planner.pricing.device import Device
 
 
-#: Devices whose host runs the ops itself (no asynchronous launch queue): a GpuSpec id starting with one
-#: of these (``runtime.report.host_spec`` names the host ``cpu``).
-HOST_DEVICES = ("cpu",)
-
-
 def runs_on_host(ctx: Device) -> bool:
-    """Whether the "GPU" is the host's processor: every kernel's launch overhead then adds to its time."""
-    return ctx.gpu.id.lower().startswith(HOST_DEVICES)
+    """Whether the "GPU" is the host's processor (``GpuSpec.kind``): every kernel's launch overhead then adds to
+    its time (no asynchronous launch queue)."""
+    return ctx.gpu.on_host
 
 
 def host_slowdown(ctx: Device) -> float:

@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from planner.specs import rules
 from planner.specs.common import (
@@ -41,6 +48,11 @@ class PeakTflops(Spec):
     fp8: float | None = Field(default=None, gt=0)
 
 
+#: The id prefix of a host device recorded before ``GpuSpec.kind`` existed (``runtime.report.host_spec`` names it
+#: ``cpu``): read only when ``kind`` is unset.
+HOST_ID_PREFIX = "cpu"
+
+
 class GpuSpec(Spec):
     """One accelerator, from its vendor datasheet. Bandwidths are per GPU, one direction, GB/s."""
 
@@ -54,6 +66,26 @@ class GpuSpec(Spec):
     host_dispatch: HostDispatch | None = Field(
         default=None, description="A CPU host's measured dispatch costs (``meshplan run``); None on a GPU."
     )
+    kind: Literal["gpu", "host"] | None = Field(
+        default=None,
+        description="'host': the device is a host's processor (a CPU run of `meshplan run`: it runs the ops "
+        "itself, every kernel's dispatch adds to its time); 'gpu' otherwise. Unset: 'host' for an id starting "
+        "with 'cpu' (runs recorded before this field), else 'gpu'.",
+    )
+
+    @property
+    def on_host(self) -> bool:
+        """Whether the device is a host's processor (``kind``)."""
+        if self.kind is not None:
+            return self.kind == "host"
+        return self.id.lower().startswith(HOST_ID_PREFIX)
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_kind(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("kind", "") is None:  # unset: as before the field existed (request hashes unchanged)
+            del data["kind"]
+        return data
 
     def peak_flops(self, precision: str) -> float:
         """Peak FLOP/s for a training precision (fp32 training uses TF32 tensor cores when present)."""
