@@ -128,8 +128,8 @@ def reasons_not_expressible(row: dict[str, Any]) -> list[str]:
             out.append(f"architecture incomplete in the source (no {', '.join(missing)})")
     if cl["gpu"] is None:
         out.append(f"GPU not in the catalog ({cl['gpu_model']})")
-    if row["precision"] == "fp8":
-        out.append(f"FP8 ({row['precision_as_published']}): the cost model prices bf16/fp16/fp32 only")
+    if row["precision"] == "fp8" and fp8_recipe(row) is None:
+        out.append(f"FP8 ({row['precision_as_published']}): recipe not stated")
     elif row["precision"] is None:
         out.append("precision not stated")
     if (par.get("cp") or 1) > 1:
@@ -155,6 +155,21 @@ def reasons_not_expressible(row: dict[str, Any]) -> list[str]:
     if row["batch"]["global"] is None or row["batch"]["micro"] is None or row["seq_len"] is None:
         out.append("batch, micro-batch or sequence length not stated")
     return out
+
+
+def fp8_recipe(row: dict[str, Any]) -> str | None:
+    """The FP8 recipe of an FP8 run, from how its source states its precision: torchtitan's "Float8" rows before
+    torchao's rowwise recipe (2024) and "float8 tensorwise" are tensorwise (dynamic per-tensor scales, the
+    float8 converter's default); Megatron-Bridge "FP8-CS" is Transformer Engine current scaling; NeMo /
+    MLPerf "FP8" (hybrid, amax history) is TE's default DelayedScaling."""
+    if row["precision"] != "fp8":
+        return None
+    text = (row.get("precision_as_published") or "").lower()
+    if row["stack"] == "torchtitan":
+        return "rowwise" if "rowwise" in text else "tensorwise"
+    if row["stack"] == "megatron":
+        return "current" if "fp8-cs" in text else "delayed"
+    return None
 
 
 def model_spec(row: dict[str, Any]) -> ModelSpec:
@@ -246,7 +261,11 @@ def request(row: dict[str, Any], gpus: dict[str, Any]) -> PlanRequest:
         model=model_spec(row),
         cluster=ClusterSpec(gpu=gpu_spec(cl["gpu"], gpus), num_nodes=n // per_node, gpus_per_node=per_node),
         training=TrainingSpec(
-            global_batch_size=b["global"], seq_len=row["seq_len"], precision=row["precision"], stack=stack_of(row)
+            global_batch_size=b["global"],
+            seq_len=row["seq_len"],
+            precision=row["precision"],
+            fp8_recipe=fp8_recipe(row),
+            stack=stack_of(row),
         ),
         parallel=ParallelPins(
             tp=par["tp"],

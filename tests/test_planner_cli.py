@@ -178,6 +178,7 @@ PLAN_FLAGS = [
     "--global-batch-size",
     "--seq-len",
     "--precision",
+    "--fp8-recipe",
     "--optimizer",
     "--stack",
     "--tp",
@@ -335,9 +336,12 @@ def test_every_flag_sets_its_request_field(tmp_path: Path) -> None:
     }
     f = tmp_path / "req.json"
     f.write_text(json.dumps(base))
+    fp8 = tmp_path / "req-fp8.json"  # a recipe needs FP8 training
+    fp8.write_text(json.dumps({**base, "training": {**base["training"], "precision": "fp8", "stack": "torchtitan"}}))
     for flag in request_flags.FLAGS:
         text, expected = _sample(flag, tmp_path)
-        request = request_flags.request_from(str(f), {flag.path: text}).model_dump(mode="json")
+        body = fp8 if flag.path == "training.fp8_recipe" else f
+        request = request_flags.request_from(str(body), {flag.path: text}).model_dump(mode="json")
         value = request
         for key in flag.path.split("."):
             value = value[key]

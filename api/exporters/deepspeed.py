@@ -89,6 +89,13 @@ def deepspeed_config(plan: Plan, notes: Notes) -> dict:
             f"context parallelism cp={p.cp} (a2a) is DeepSpeed-Ulysses: sequence_parallel_size={p.cp}; the model must "
             "wrap its attention in deepspeed.sequence.layer.DistributedAttention"
         )
+    if t.precision == "fp8":
+        raise MeshplanError(
+            "training.precision",
+            "DeepSpeed has no FP8 training recipe of its own (its config has bf16/fp16 only; FP8 linears come from "
+            "Transformer Engine modules in the model code, which this export cannot add)",
+            'export to megatron or torchtitan, or re-plan with training.precision "bf16"',
+        )
     if t.precision == "bf16":
         cfg["bf16"] = {"enabled": True}
     elif t.precision == "fp16":

@@ -29,6 +29,8 @@ import shlex
 
 from planner.specs import Plan
 from planner.specs.errors import MeshplanError
+from planner.specs.fp8 import recipe_of
+from planner.specs.stacks import resolve as resolve_stack
 
 from .base import Exporter, Notes, comment_block, header_lines, rank_layer_counts
 
@@ -172,9 +174,33 @@ def megatron_args(plan: Plan, notes: Notes) -> list[str]:
         args.append("--bf16")
     elif t.precision == "fp16":
         args.append("--fp16")
+    elif t.precision == "fp8":
+        args += ["--bf16", *fp8_args(plan, notes)]
     if t.optimizer == "sgd":
         args += ["--optimizer", "sgd"]
     return args + model_args(plan)
+
+
+#: The plan's FP8 recipes as Megatron-LM's ``--fp8-recipe`` names them (megatron/training/arguments.py: choices
+#: tensorwise, delayed, mxfp8, blockwise; its ``tensorwise`` is Transformer Engine's Float8CurrentScaling, the
+#: same per-tensor current scaling as torchao's tensorwise). ``--fp8-format hybrid``: E4M3 forward, E5M2
+#: gradients; MXFP8 is E4M3 throughout (TE ``MXFP8BlockScaling``).
+MEGATRON_FP8 = {"delayed": "delayed", "current": "tensorwise", "tensorwise": "tensorwise", "mxfp8": "mxfp8"}
+
+
+def fp8_args(plan: Plan, notes: Notes) -> list[str]:
+    """``--fp8-format`` and ``--fp8-recipe`` of an FP8 plan; a recipe Megatron does not run is refused."""
+    recipe = recipe_of(plan.training, resolve_stack(plan.training.stack))
+    if recipe not in MEGATRON_FP8:
+        raise MeshplanError(
+            "training.fp8_recipe",
+            f"Megatron-LM has no FP8 recipe {recipe!r} (--fp8-recipe: delayed, tensorwise (current scaling), mxfp8, "
+            "blockwise)",
+            "re-plan with training.fp8_recipe delayed, current or mxfp8 (training.stack: megatron)",
+        )
+    if recipe == "tensorwise":
+        notes.note("torchao's tensorwise recipe exported as Megatron's --fp8-recipe tensorwise (TE current scaling)")
+    return ["--fp8-format", "e4m3" if recipe == "mxfp8" else "hybrid", "--fp8-recipe", MEGATRON_FP8[recipe]]
 
 
 def context_parallel_args(plan: Plan, notes: Notes) -> list[str]:

@@ -32,6 +32,8 @@ import tomli_w
 
 from planner.specs import Plan
 from planner.specs.errors import MeshplanError
+from planner.specs.fp8 import recipe_of
+from planner.specs.stacks import resolve as resolve_stack
 
 from .base import Exporter, Notes, chunk_layer_ranges, comment_block, geometry, header_lines, safe_identifier
 from .torchrun import rdzv_endpoint
@@ -141,13 +143,42 @@ def common_settings(plan: Plan, notes: Notes, release: str) -> tuple[dict, dict,
         notes.warn("torchtitan has no fp16 mixed precision: exported as bf16 (mixed_precision_param = bfloat16)")
         train["mixed_precision_param"] = "bfloat16"
     else:
-        train["mixed_precision_param"] = "bfloat16" if t.precision == "bf16" else "float32"
+        train["mixed_precision_param"] = "float32" if t.precision == "fp32" else "bfloat16"  # fp8: bf16 + FP8 linears
     if p.recompute == "selective":
         notes.note(
             "torchtitan's selective recomputation is per-op (saves matmul/attention outputs by policy), "
             "not Megatron's attention-core recomputation: activation memory may differ somewhat from the plan"
         )
     return par, train, p.recompute
+
+
+def fp8_settings(plan: Plan, notes: Notes) -> tuple[list[str], dict]:
+    """(``[model] converters``, the ``[quantize.linear.<converter>]`` table) of an FP8 plan: torchao's float8
+    converter with ``recipe_name`` tensorwise / rowwise, FP8 FSDP all-gathers with tensorwise and ZeRO-3 /
+    ZeRO-2 (``enable_fsdp_float8_all_gather``, with the amax all-reduce once per step:
+    ``precompute_float8_dynamic_scale_for_fsdp``), the output layer left in BF16 (``filter_fqns``); MXFP8: the
+    ``mx`` converter (torchtitan docs/float8.md, docs/mxfp8.md). A recipe torchtitan does not run is refused."""
+    t = plan.training
+    if t.precision != "fp8":
+        return [], {}
+    recipe = recipe_of(t, resolve_stack(t.stack))
+    if recipe == "mxfp8":
+        return ["mx"], {"mx": {"recipe_name": "mxfp8", "filter_fqns": ["output"]}}
+    if recipe not in ("tensorwise", "rowwise"):
+        raise MeshplanError(
+            "training.fp8_recipe",
+            f"torchtitan (torchao float8) has no FP8 recipe {recipe!r}: it runs tensorwise, rowwise (and mxfp8 via the "
+            "mx converter)",
+            "re-plan with training.fp8_recipe tensorwise or rowwise (training.stack: torchtitan)",
+        )
+    table: dict = {"recipe_name": recipe, "filter_fqns": ["output"]}
+    if recipe == "tensorwise" and plan.parallel.dp > 1 and plan.parallel.zero_stage >= 2:
+        table |= {"enable_fsdp_float8_all_gather": True, "precompute_float8_dynamic_scale_for_fsdp": True}
+    notes.note(
+        f"FP8 ({recipe}): torchao float8 linears in the transformer blocks, the output layer in BF16; torch.compile "
+        "on (torchtitan: 'required for competitive performance', it fuses the casts the plan prices)"
+    )
+    return ["float8"], {"float8": table}
 
 
 def launch_line(plan: Plan, options, extra: str) -> str:
@@ -197,6 +228,12 @@ class TorchtitanRecipeExporter(Exporter):
                 "training.disable_cuda_graphs = True, as its config check asks"
             )
         lines += [f"    config.training.{k} = {v!r}" for k, v in train.items()]
+        converters, quantize = fp8_settings(plan, notes)
+        if converters:
+            lines.append(f"    config.model.converters = {converters!r}")
+            for conv, table in quantize.items():
+                lines += [f"    config.quantize.linear.{conv}.{k} = {v!r}" for k, v in table.items()]
+            lines.append("    config.compile.enable = True")
         ac_expr = {"selective": "SelectiveAC.Config()", "full": "FullAC.Config()", "none": "None"}[ac]
         lines += [f"    config.activation_checkpoint = {ac_expr}", "    return config"]
         imports = [
@@ -251,6 +288,11 @@ class TorchtitanTomlExporter(Exporter):
             "parallelism": par,
             "activation_checkpoint": {"mode": ac} | ({"selective_ac_option": "op"} if ac == "selective" else {}),
         }
+        converters, quantize = fp8_settings(plan, notes)
+        if converters:
+            doc["model"]["converters"] = converters
+            doc["quantize"] = {"linear": quantize}
+            doc["compile"] = {"enable": True, "components": ["model", "loss"]}
         launch = launch_line(plan, options, f"--job.config_file {self.filename(plan, options)}")
         head = comment_block(
             "#", header_lines(plan, self) + ["Run on every node:", "  " + launch], notes.warnings, notes.info

@@ -8,9 +8,10 @@ from planner.compose.context import Context
 from planner.compose.cost import Candidate
 from planner.search.space import validate_pins
 from planner.specs import ModelSpec, ParallelPins, Plan, PlanRequest, SearchOptions, rules
-from planner.specs.catalog import get_gpu, get_model
+from planner.specs.catalog import GPUS, get_gpu, get_model
 from planner.specs.config import SCHEDULE_INFO, estimate_defaults
 from planner.specs.errors import MeshplanError
+from planner.specs.fp8 import check_fp8
 from planner.specs.layout import even_stage_layers
 from planner.specs.stacks import resolve as resolve_stack
 
@@ -34,6 +35,7 @@ def context(request: PlanRequest) -> Context:
     check_priced(model)
     gpu = get_gpu(request.cluster.gpu)
     rules.check(rules.seq_len_fits(model, request.training.seq_len))
+    check_fp8(request.training, gpu, resolve_stack(request.training.stack), GPUS)  # FP8 on this GPU and stack
     try:
         gpu.peak_flops(request.training.precision)
     except ValueError as exc:

@@ -37,6 +37,7 @@ from planner.workload.collectives import (
     step_reductions,
     tp_comms,
 )
+from planner.workload.fp8 import fp8_state_bytes, gathered_params
 from planner.workload.ops import block_linears
 
 if TYPE_CHECKING:
@@ -237,7 +238,8 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
 
     fwd, bwd, z3_tmp, fwd_z3, bwd_z3 = lg.fwd, lg.bwd, 0, NOTHING, NOTHING
     if zero_stage == 3 and dp > 1:
-        gather = per_kind_seconds(ctx, dp_layer_comms(how, "all_gather", lg.params, e), g)
+        gathered = gathered_params(ctx, lg.params, tp)  # FP8 weights gathered in FP8 where the stack does
+        gather = per_kind_seconds(ctx, dp_layer_comms(how, "all_gather", gathered, e), g)
         scatter = per_kind_seconds(ctx, dp_layer_comms(how, "reduce_scatter", lg.params, e), g)
         join = (lambda w, t: overlapped(w, t, slow)) if prefetch_overlaps(ctx) else (lambda w, t: w + t)
         fwd = Affine(0, *(ns(join(w, t)) for w, t in zip(lg.work_f, gather)))
@@ -264,7 +266,8 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
         if dp == 1 or name is None:
             return NOTHING
         bucket = min(grad_bucket_params(dp), total)
-        return Affine(0, *map(ns, per_kind_seconds(ctx, dp_layer_comms(how, name, lg.params, e, bucket), g)))
+        params = gathered_params(ctx, lg.params, tp) if name == "all_gather" else lg.params
+        return Affine(0, *map(ns, per_kind_seconds(ctx, dp_layer_comms(how, name, params, e, bucket), g)))
 
     sync_op, post_op = dp_sync(zero_stage)
     sync, post = collective(sync_op), collective(post_op)
@@ -289,7 +292,10 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
         bwd_tp=lg.bwd_tp,
         fwd_z3=fwd_z3,
         bwd_z3=bwd_z3,  # TP comm is within the layer time: never exposed beyond it
-        states=Affine(0, math.ceil(p_blk * per), math.ceil(p_emb * per), math.ceil(p_head * per)),
+        # + FP8 training's cached FP8 weights and scaling state per block (``workload.fp8.fp8_state_bytes``)
+        states=Affine(
+            0, math.ceil(p_blk * per) + fp8_state_bytes(ctx, tp), math.ceil(p_emb * per), math.ceil(p_head * per)
+        ),
         acts=lg.acts,
         sync=sync,
         post=post,

@@ -89,7 +89,13 @@ class Device(Inputs):
 
     @cached_property
     def peak(self) -> float:
-        return self.gpu.peak_flops(self.training.precision)
+        """Peak FLOP/s of the 16-bit (or fp32) work; FP8 GEMMs use ``fp8_peak``."""
+        return self.gpu.peak_flops(self.compute_precision)
+
+    @cached_property
+    def fp8_peak(self) -> float:
+        """Peak FLOP/s of an FP8 GEMM (the datasheet's dense FP8 rate; ``check_fp8`` refused a GPU without)."""
+        return self.gpu.peak_flops("fp8")
 
     @cached_property
     def residuals(self) -> Residuals:

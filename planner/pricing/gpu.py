@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 from planner.pricing.host import host_slowdown, runs_on_host
 from planner.workload.analytic import FLASH_BWD_RATIO
-from planner.workload.ops import attention_core_flops, elementwise_bytes, gemm_shapes
+from planner.workload.fp8 import cast_ops, fp8_gemm_shapes
+from planner.workload.ops import MemOp, attention_core_flops, elementwise_bytes
 
 if TYPE_CHECKING:
     from planner.pricing.device import Device
@@ -78,9 +79,28 @@ def wave_efficiency(m: int, n: int, sms: int | None, batch: int = 1) -> float:
     return pad * tiles / (waves * sms)
 
 
-def gemm_time(ctx: Device, m: int, n: int, k: int, count: int = 1, batched: bool = False) -> float:
+#: Fraction of the dense FP8 datasheet peak a large FP8 GEMM reaches (``torch._scaled_mm``, mamf-finder's
+#: best-shape search: stas00/ml-engineering ``compute/accelerator`` README: H100 SXM FP8 1,402.6 of 1,979
+#: TFLOPS = 0.709, H200 1,453.4 = 0.734, against BF16 794.5 of 989 = 0.803: an FP8 GEMM is 1.77× a BF16 one
+#: at its best shape, not 2×). Blackwell: no published measurement; taken as H100's.
+FP8_GEMM_EFFICIENCY = {"h100": 0.709, "h200": 0.734}
+DEFAULT_FP8_GEMM_EFFICIENCY = 0.709
+
+
+def fp8_gemm_efficiency(ctx: Device) -> float:
+    gid = ctx.gpu.id.lower()
+    return next((eff for fam, eff in FP8_GEMM_EFFICIENCY.items() if gid.startswith(fam)), DEFAULT_FP8_GEMM_EFFICIENCY)
+
+
+def gemm_time(ctx: Device, m: int, n: int, k: int, count: int = 1, batched: bool = False, fp8: bool = False) -> float:
     """Seconds of ``count`` M×N×K GEMMs (one batched kernel when ``batched``): the larger of their FLOPs at
-    the large-GEMM ceiling × the wave/tile efficiency, and their operand and result bytes at achieved HBM."""
+    the large-GEMM ceiling × the wave/tile efficiency, and their operand and result bytes at achieved HBM.
+    ``fp8``: FP8 operands (1 byte each) and a 16-bit result, at the FP8 peak × ``FP8_GEMM_EFFICIENCY``."""
+    if fp8 and not runs_on_host(ctx):
+        fl = 2.0 * m * n * k * count
+        by = (m * k + k * n + 2 * m * n) * count
+        eff = wave_efficiency(m, n, ctx.sm_count)
+        return max(fl / (ctx.fp8_peak * fp8_gemm_efficiency(ctx) * eff), count * hbm_time(ctx, by / count))
     sms = ctx.sm_count
     if batched:
         eff, calls = wave_efficiency(m, n, sms, count), 1
@@ -97,11 +117,23 @@ def linear_times(ctx: Device, kind: str, tokens: int, tp: int) -> tuple[float, f
     """(forward s, backward s, forward FLOPs) of the layer's linear GEMMs: forward Y = X·W (M×N×K);
     backward the data gradient (M×K×N) and the weight gradient (K×N×M, reduced over the tokens)."""
     f = b = flops = 0.0
-    for m, n, k, c in gemm_shapes(ctx.model, kind, tokens, tp):
-        f += gemm_time(ctx, m, n, k, c)
-        b += gemm_time(ctx, m, k, n, c) + gemm_time(ctx, k, n, m, c)
+    for m, n, k, c, fp8 in fp8_gemm_shapes(ctx, kind, tokens, tp):  # ``fp8``: the linear runs in FP8
+        f += gemm_time(ctx, m, n, k, c, fp8=fp8)
+        b += gemm_time(ctx, m, k, n, c, fp8=fp8) + gemm_time(ctx, k, n, m, c, fp8=fp8)
         flops += 2.0 * m * n * k * c
     return f, b, flops
+
+
+def ops_time(ctx: Device, ops: tuple[MemOp, ...]) -> float:
+    """Seconds of memory-bound ops, each kernel's bytes at the achieved HBM bandwidth for its size."""
+    return sum(hbm_time(ctx, op.nbytes / op.kernels) * op.kernels for op in ops if op.kernels)
+
+
+def cast_times(ctx: Device, kind: str, mbs: int, tp: int) -> tuple[float, float, int, int]:
+    """(forward s, backward s, forward kernels, backward kernels) of a layer's FP8 casts, transposes and amax
+    reductions (``planner.workload.fp8.cast_ops``); zero without FP8."""
+    f, b = cast_ops(ctx, kind, mbs, tp)
+    return ops_time(ctx, f), ops_time(ctx, b), sum(op.kernels for op in f), sum(op.kernels for op in b)
 
 
 def elementwise_time(ctx: Device, kind: str, mbs: int, tp: int, sp: bool) -> float:

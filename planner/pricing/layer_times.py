@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from planner.pricing.gpu import attention_time, elementwise_time, gemm_time, linear_times, with_launches
+from planner.pricing.gpu import attention_time, cast_times, elementwise_time, gemm_time, linear_times, with_launches
 from planner.pricing.host import host_layer_dispatch
 from planner.specs import LayerProfile
 from planner.workload.analytic import FLASH_BWD_RATIO
@@ -61,11 +61,14 @@ def analytic_parts(
     r = ctx.residuals
     cs, ms = r.compute_scale, r.memory_scale
     kf, kb = kernel_counts(ctx, kind, tp)
+    # FP8 training: the casts, transposes and amax reductions around the FP8 GEMMs (memory-bound, × memory residual)
+    cf, cb, ckf, ckb = cast_times(ctx, kind, mbs, tp)
+    elem_f, elem_b, kf, kb = elem + cf, 2 * elem + cb, kf + ckf, kb + ckb
     # + a host device's measured dispatch per op (``host.host_layer_dispatch``; zero on a GPU), × the
     # compute residual: on a host the same processor dispatches and computes
     hf, hb = (cs * x for x in host_layer_dispatch(ctx, kind, tp))
-    fwd = with_launches(ctx, cs * (lf * scale_f + af) + ms * elem, kf) + hf
-    bwd = with_launches(ctx, cs * (lb * scale_b + ab) + ms * (2 * elem), kb) + hb
+    fwd = with_launches(ctx, cs * (lf * scale_f + af) + ms * elem_f, kf) + hf
+    bwd = with_launches(ctx, cs * (lb * scale_b + ab) + ms * elem_b, kb) + hb
     return fwd, bwd, cs * af, cs * ab
 
 
@@ -97,7 +100,7 @@ def selective_share(ctx: Device, mbs: int, tp: int, sp: bool, att_share: float) 
         tokens = mbs * ctx.training.seq_len
         even = 0.0
         for lin in rerun_linears(ctx.model, tp):  # the even mm calls (``ops.rerun_linears``)
-            even += gemm_time(ctx, tokens, lin.n, lin.k)
+            even += gemm_time(ctx, tokens, lin.n, lin.k, fp8=ctx.fp8_recipe is not None)
         r = ctx.residuals  # the same residuals as the forward it is a share of
         rerun = r.compute_scale * even + r.memory_scale * elementwise_time(ctx, "transformer_block", mbs, tp, sp)
         hit = ctx.sac_cache[key] = min(1.0, rerun / f) if f > 0 else 0.0

@@ -13,11 +13,19 @@ SCHEMA_VERSION = 2
 Family = Literal["gpt", "llama"]
 Activation = Literal["gelu", "swiglu"]
 Norm = Literal["layernorm", "rmsnorm"]
-Precision = Literal["bf16", "fp16", "fp32"]
+#: ``fp8``: BF16 mixed precision with the transformer blocks' linears in FP8 (``training.fp8_recipe``;
+#: ``planner.specs.fp8``): tensors, weights and activations stay 16-bit, only those GEMMs' operands are FP8.
+Precision = Literal["bf16", "fp16", "fp32", "fp8"]
+#: FP8 scaling recipes: torchao's ``tensorwise`` / ``rowwise`` (dynamic scales per tensor / per row),
+#: Transformer Engine's ``delayed`` (DelayedScaling: amax history) / ``current`` (Float8CurrentScaling),
+#: ``mxfp8`` (MXFP8BlockScaling, 1×32 blocks with E8M0 scales: Blackwell tensor cores).
+Fp8Recipe = Literal["tensorwise", "rowwise", "delayed", "current", "mxfp8"]
 Optimizer = Literal["adam", "sgd"]
 LayerKind = Literal["embedding", "transformer_block", "lm_head"]
 
-BYTES_PER_ELEMENT: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
+#: Bytes of a tensor element of the training precision; FP8 training keeps BF16 tensors (its FP8 GEMM
+#: operands are priced per linear: ``planner.workload.fp8``).
+BYTES_PER_ELEMENT: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 2}
 
 # Sane upper bounds: far above any real model or cluster, low enough to refuse nonsense early.
 MAX_HIDDEN = 131_072

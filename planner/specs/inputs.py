@@ -18,6 +18,7 @@ from planner.specs import rules
 from planner.specs.common import (
     MAX_GPUS_PER_NODE,
     MAX_SEQ_LEN,
+    Fp8Recipe,
     Optimizer,
     Precision,
     Spec,
@@ -90,7 +91,7 @@ class GpuSpec(Spec):
     def peak_flops(self, precision: str) -> float:
         """Peak FLOP/s for a training precision (fp32 training uses TF32 tensor cores when present)."""
         p = self.peak_tflops
-        value = {"bf16": p.bf16, "fp16": p.fp16, "fp32": p.tf32 or p.fp32}[precision]
+        value = {"bf16": p.bf16, "fp16": p.fp16, "fp32": p.tf32 or p.fp32, "fp8": p.fp8}[precision]
         if value is None:
             raise ValueError(f"GPU {self.id!r} has no {precision} rate")
         return value * 1e12
@@ -291,12 +292,35 @@ class TrainingSpec(Spec):
     global_batch_size: int = Field(ge=1, le=10_000_000, description="Sequences per optimizer step.")
     seq_len: int = Field(ge=1, le=MAX_SEQ_LEN)
     precision: Precision = "bf16"
+    fp8_recipe: Fp8Recipe | None = Field(
+        default=None,
+        description="FP8 scaling recipe with precision 'fp8': tensorwise / rowwise (torchao), delayed / current "
+        "(Transformer Engine), mxfp8 (Blackwell); unset: the stack's default (planner.specs.fp8).",
+    )
     optimizer: Optimizer = "adam"
     stack: StackId | StackOverride = Field(
         default="meshplan",
         description="Training stack the plan is priced for: a preset id (see `meshplan stacks`) or an inline "
         "{base, ...overrides} object.",
     )
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_recipe(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """``fp8_recipe`` is left out of a dump when unset, so a request without FP8 serialises (and hashes, in
+        the service's store) as before the field existed."""
+        data: dict[str, Any] = handler(self)
+        if data.get("fp8_recipe", 0) is None:
+            del data["fp8_recipe"]
+        return data
+
+    @model_validator(mode="after")
+    def _fp8_recipe_needs_fp8(self) -> TrainingSpec:
+        if self.fp8_recipe is not None and self.precision != "fp8":
+            raise ValueError(
+                f"training.fp8_recipe {self.fp8_recipe!r} is set but training.precision is {self.precision!r}; "
+                'set training.precision to "fp8" or drop training.fp8_recipe'
+            )
+        return self
 
 
 # --------------------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from planner.specs.common import Fp8Recipe
 from planner.specs.config import RUNNABLE_CP_COMMS, RUNNABLE_SCHEDULES, CpComm, Recompute, Schedule
 
 Attention = Literal["flash", "unfused"]
@@ -130,6 +131,13 @@ class Stack(BaseModel):
     cp_comms: tuple[CpComm, ...] = Field(
         description="Context-parallel exchanges it runs (parallel.cp_comm with cp > 1)."
     )
+    #: FP8 recipes it runs (``training.fp8_recipe`` with precision ``fp8``; the first is its default; empty:
+    #: no FP8) and those whose FSDP weight all-gather it runs in FP8 (``planner.specs.fp8``).
+    fp8_recipes: tuple[Fp8Recipe, ...] = ()
+    fp8_all_gather: tuple[Fp8Recipe, ...] = ()
+    #: How it overlaps TP collectives with the GEMMs (``parallel.tp_comm_overlap``): Transformer Engine's
+    #: userbuffers (``--tp-comm-overlap``), torchtitan's async TP (``enable_async_tensor_parallel``); None: not.
+    tp_overlap: Literal["userbuffers", "async_tp"] | None = None
     #: Where the capabilities come from (files at the version).
     runs_source: str = Field(description="Where the capabilities come from (files at the version).")
 
@@ -225,6 +233,10 @@ STACKS: dict[str, Stack] = {
             recompute=("none", "selective", "full"),
             pp_with_tied_embeddings=True,
             cp_comms=("p2p", "all_gather", "a2a", "a2a+p2p"),
+            # --fp8-format hybrid --fp8-recipe delayed (default) | tensorwise (TE Float8CurrentScaling) | mxfp8
+            # | blockwise (megatron/training/arguments.py); FP8 parameters (--fp8-param-gather) are opt-in
+            fp8_recipes=("delayed", "current", "mxfp8"),
+            tp_overlap="userbuffers",  # --tp-comm-overlap (needs --sequence-parallel: arguments.py)
             runs_source="NVIDIA/Megatron-LM core_v0.16.1 (--context-parallel-size, --cp-comm-type p2p|all_gather|a2a|a2a+p2p "
             "with --hierarchical-context-parallel-sizes: megatron/core/transformer/transformer_config.py cp_comm_type): "
             "megatron/training/arguments.py (--use-distributed-optimizer; "
@@ -262,6 +274,12 @@ STACKS: dict[str, Stack] = {
             recompute=("none", "selective", "full"),
             pp_with_tied_embeddings=False,
             cp_comms=("p2p", "all_gather"),
+            # [model] converters = ["float8"], [float8] recipe_name tensorwise (default) | rowwise; ["mx"] for MXFP8
+            # (torchtitan docs/float8.md, components/quantization/); FP8 FSDP all-gather only with tensorwise
+            # (enable_fsdp_float8_all_gather; torchao: rowwise keeps the gathers in high precision)
+            fp8_recipes=("tensorwise", "rowwise", "mxfp8"),
+            fp8_all_gather=("tensorwise",),
+            tp_overlap="async_tp",  # [parallelism] enable_async_tensor_parallel, with [compile] (torch.compile)
             runs_source="torchtitan 0.3.0 (wheel source; parallelism.context_parallel_degree with "
             "context_parallel_rotate_method 'alltoall' = ring KV rotation, 'allgather' = all-gathered KV): torchtitan/distributed/fsdp.py "
             "(get_fsdp_reshard_after_forward_policy: always / never / default), models/llama3/parallelize.py (FSDP "

@@ -37,4 +37,8 @@ from __future__ import annotations
 #:    reductions) was priced only on a host with measured dispatch, Megatron's everywhere else; sequence
 #:    parallelism's all-gathers and reduce-scatters are priced as the separate calls they are (each its own
 #:    latency), no longer as one all-reduce of the same bytes.
-COST_MODEL_VERSION = 10
+#: 11: FP8 training (``training.precision: "fp8"``, ``training.fp8_recipe``; ``planner.specs.fp8``,
+#:    ``planner.workload.fp8``): a block's linears at the FP8 peak × a measured FP8 GEMM ceiling with FP8
+#:    operand bytes, casts/transposes/amax passes as memory-bound ops, FP8 FSDP weight all-gathers (torchtitan
+#:    tensorwise), cached FP8 weights and scaling state in memory. Every bf16/fp16 number as in 10.
+COST_MODEL_VERSION = 11

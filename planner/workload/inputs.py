@@ -18,6 +18,7 @@ from planner.specs import (
     Profile,
     TrainingSpec,
 )
+from planner.specs.fp8 import recipe_of
 from planner.specs.stacks import Stack
 from planner.specs.stacks import resolve as resolve_stack
 from planner.workload.analytic import layer_profile
@@ -55,6 +56,16 @@ class Inputs:
     @property
     def elt(self) -> int:
         return BYTES_PER_ELEMENT[self.training.precision]
+
+    @property
+    def compute_precision(self) -> str:
+        """The precision of everything but the FP8 GEMMs: BF16 under FP8 training (``planner.specs.fp8``)."""
+        return "bf16" if self.training.precision == "fp8" else self.training.precision
+
+    @cached_property
+    def fp8_recipe(self) -> str | None:
+        """The FP8 recipe the request runs (``planner.specs.fp8.recipe_of``); None unless precision is fp8."""
+        return recipe_of(self.training, self.stack)
 
     @cached_property
     def stack(self) -> Stack:

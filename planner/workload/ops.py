@@ -33,6 +33,9 @@ class Linear:
     #: through ``routed`` (its top-k). 1 and 1 for every other linear.
     experts: int = 1
     routed: int = 1
+    #: Whether its three GEMMs (output, input gradient, weight gradient) run in FP8 (``planner.workload.fp8``:
+    #: a block's linears under ``training.precision: "fp8"``); False in the op lists of ``linears``.
+    fp8: bool = False
 
     @property
     def params(self) -> int:

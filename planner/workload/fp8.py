@@ -1,0 +1,115 @@
+"""What FP8 training (``training.precision: "fp8"``, ``planner.specs.fp8``) changes in a layer's ops: which linears
+run their GEMMs in FP8 (``fp8_linears``: the ``Linear`` entries of ``planner.workload.ops.linears`` with ``fp8``
+set), the casts and amax reductions around them as memory-bound ops (``cast_ops``), the bytes its FSDP weight
+all-gathers move (``gathered_params``) and the device memory it adds (``fp8_state_bytes``). Priced by
+``planner.pricing.gpu`` (FP8 GEMMs at the FP8 peak) like every other op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from planner.specs.fp8 import RECIPES
+from planner.workload.ops import MOE_BLOCK, Linear, MemOp, linears
+
+if TYPE_CHECKING:
+    from planner.workload.inputs import Inputs
+
+#: Block kinds whose linears run in FP8 (the LM head and the embedding stay 16-bit: ``planner.specs.fp8``).
+FP8_KINDS = ("transformer_block", MOE_BLOCK)
+
+#: Linears that read the same input tensor as an earlier one: it is cast to FP8 once (Transformer Engine's fused
+#: QKV and FC1 GEMMs; under torch.compile the identical amax and cast of torchao's separate wq/wk/wv are one).
+SHARED_INPUT = {"wk": "wq", "wv": "wq", "w3": "w1", "shared_w3": "shared_w1"}
+
+
+def _converted(lin: Linear) -> bool:
+    """The linears a recipe converts: a block's dense linears; the router (tiny, precision-sensitive) and
+    grouped experts (their own converters, not priced here) stay 16-bit."""
+    return lin.experts == 1 and lin.name != "router"
+
+
+def fp8_linears(ctx: Inputs, kind: str, tp: int) -> tuple[Linear, ...]:
+    """The layer's linears (``ops.linears``) with ``fp8`` set on those whose GEMMs run in FP8 under the request's
+    recipe (none unless ``training.precision`` is fp8)."""
+    lins = linears(ctx.model, kind, tp)
+    if ctx.fp8_recipe is None or kind not in FP8_KINDS:
+        return lins
+    return tuple(replace(lin, fp8=True) if _converted(lin) else lin for lin in lins)
+
+
+def fp8_gemm_shapes(ctx: Inputs, kind: str, tokens: int, tp: int) -> list[tuple[int, int, int, int, bool]]:
+    """Forward GEMMs (M, N, K, count, fp8) of one layer on one TP rank, as ``ops.gemm_shapes`` with each GEMM's
+    precision."""
+    out: dict[str, list] = {}
+    for lin in fp8_linears(ctx, kind, tp):
+        if lin.gemm in out:
+            out[lin.gemm][3] += lin.experts
+        else:
+            out[lin.gemm] = [tokens * lin.routed // lin.experts, lin.n, lin.k, lin.experts, lin.fp8]
+    return [(m, n, k, c, f) for m, n, k, c, f in out.values()]
+
+
+def cast_ops(ctx: Inputs, kind: str, mbs: int, tp: int) -> tuple[tuple[MemOp, ...], tuple[MemOp, ...]]:
+    """(forward, backward) memory-bound ops of the FP8 casts of one layer per micro-batch (T tokens; bytes per
+    element of the 16-bit tensor cast: ``planner.specs.fp8.RecipeFacts``). Forward: each distinct input (T × k)
+    and, unless the recipe caches FP8 weights across micro-batches, each weight (n × k), at amax + cast bytes.
+    Backward: each output gradient (T × n) cast; the other orientation the weight-gradient and input-gradient
+    GEMMs need — FP8 transposes (read 1, write 1) of the inputs, output gradients and weights for one-orientation
+    recipes, second casts for rowwise/MXFP8. Kernels: an amax pass and a cast each (one fused kernel under
+    ``compiled`` kernels or without an amax pass)."""
+    recipe = ctx.fp8_recipe
+    lins = [lin for lin in fp8_linears(ctx, kind, tp) if lin.fp8]
+    if recipe is None or not lins:
+        return (), ()
+    r = RECIPES[recipe]
+    tokens = mbs * ctx.training.seq_len
+    a = r.amax_bytes + r.cast_bytes
+    per_cast = 1 if r.amax_bytes == 0 or ctx.stack.kernels == "compiled" else 2
+    inputs = sum(tokens * lin.k for lin in lins if SHARED_INPUT.get(lin.name) not in {x.name for x in lins})
+    n_inputs = sum(1 for lin in lins if SHARED_INPUT.get(lin.name) not in {x.name for x in lins})
+    grads = sum(tokens * lin.n for lin in lins)
+    weights = sum(lin.n * lin.k for lin in lins)
+    fwd = [MemOp("fp8_cast_input", a * inputs, per_cast * n_inputs)]
+    if not r.weight_cached:
+        fwd.append(MemOp("fp8_cast_weight", a * weights, per_cast * len(lins)))
+    bwd = [MemOp("fp8_cast_grad", a * grads, per_cast * len(lins))]
+    if r.orientations == 1:  # FP8 transposes of the saved input, the output gradient and the weight
+        bwd.append(MemOp("fp8_transpose", 2.0 * (inputs + grads), n_inputs + len(lins)))
+        if not r.weight_cached:
+            bwd.append(MemOp("fp8_transpose_weight", 2.0 * weights, len(lins)))
+    else:  # a second cast along the other axis
+        bwd.append(MemOp("fp8_cast_other_axis", a * (inputs + grads), per_cast * (n_inputs + len(lins))))
+        if not r.weight_cached:
+            bwd.append(MemOp("fp8_cast_weight_other_axis", a * weights, per_cast * len(lins)))
+    return tuple(fwd), tuple(bwd)
+
+
+def fp8_all_gather(ctx: Inputs) -> bool:
+    """Whether the stack all-gathers FSDP-sharded weights in FP8 under this recipe (torchtitan tensorwise:
+    ``enable_fsdp_float8_all_gather``; ``Stack.fp8_all_gather``)."""
+    return ctx.fp8_recipe is not None and ctx.fp8_recipe in ctx.stack.fp8_all_gather
+
+
+def gathered_params(ctx: Inputs, params: tuple[int, int, int], tp: int) -> tuple[int, int, int]:
+    """(block, embedding, LM head) parameters as 16-bit-equivalent elements an FSDP weight all-gather moves: with
+    FP8 all-gather a block's FP8 linears travel at 1 byte a weight, half a 16-bit element (their biases and
+    the norms stay 16-bit)."""
+    if not fp8_all_gather(ctx):
+        return params
+    fp8_weights = sum(lin.n * lin.k for lin in fp8_linears(ctx, "transformer_block", tp) if lin.fp8)
+    blk, emb, head = params
+    return blk - fp8_weights // 2, emb, head
+
+
+def fp8_state_bytes(ctx: Inputs, tp: int) -> int:
+    """Device bytes one block adds under FP8 training on one TP rank: the FP8 weight and its transpose kept
+    across micro-batches (recipes with ``weight_cached``: 2 bytes a weight) and each FP8 linear's scaling state."""
+    recipe = ctx.fp8_recipe
+    if recipe is None:
+        return 0
+    r = RECIPES[recipe]
+    lins = [lin for lin in fp8_linears(ctx, "transformer_block", tp) if lin.fp8]
+    cached = 2 * sum(lin.n * lin.k for lin in lins) if r.weight_cached else 0
+    return cached + r.scale_state_bytes * len(lins)
