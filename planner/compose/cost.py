@@ -86,6 +86,9 @@ class ClassCosts:
     f_extra: list[int]
     b_extra: list[int]
     lag: list[int]  # p2p delay of each chunk boundary c → c+1
+    # blocking pipeline sends within ``f_extra``/``b_extra`` (``Stack.p2p_blocking``; the breakdown's p2p)
+    f_extra_pp: list[int]
+    b_extra_pp: list[int]
     # The TP-communication part of the above, for the breakdown
     f_layer_tp: int
     b_layer_tp: int
@@ -199,6 +202,15 @@ def _class_costs(ctx: Context, c: Candidate) -> ClassCosts:
     def extras(a: Affine) -> list[int]:
         return a.per_chunk([0] * c.chunks)
 
+    lag = list(boundary_lags(ctx, c, s.p2p_bytes))
+    f_pp, b_pp = [0] * c.chunks, [0] * c.chunks
+    if c.schedule in ctx.stack.p2p_blocking:
+        # each forward ends with its send to the next chunk, each backward with its send to the previous one,
+        # both ends waiting for the transfer (the stack synchronises on it): on the action, no lag after it
+        f_pp, b_pp, lag = lag + [0], [0] + lag, [0] * len(lag)
+    f_extra = [a + b for a, b in zip(extras(s.fwd), f_pp)]
+    b_extra = [a + b for a, b in zip(extras(s.bwd), b_pp)]
+
     return ClassCosts(
         cand=c,
         shared=s,
@@ -207,9 +219,11 @@ def _class_costs(ctx: Context, c: Candidate) -> ClassCosts:
         chunk_rank=chunk_ranks(c.pp, c.virtual_stages),
         f_layer=s.fwd.layer,
         b_layer=s.bwd.layer,
-        f_extra=extras(s.fwd),
-        b_extra=extras(s.bwd),
-        lag=list(boundary_lags(ctx, c, s.p2p_bytes)),
+        f_extra=f_extra,
+        b_extra=b_extra,
+        lag=lag,
+        f_extra_pp=f_pp,
+        b_extra_pp=b_pp,
         f_layer_tp=s.fwd_tp.layer,
         b_layer_tp=s.bwd_tp.layer,
         f_extra_tp=extras(s.fwd_tp),

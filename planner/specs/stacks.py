@@ -35,6 +35,7 @@ field                      read by
                            parameters and gradients, a bf16 copy of the parameters unsharded from
                            forward to backward unless resharded (ZeRO-3)
 ``tp_collectives`` etc.    ``workload.collectives``: how it issues TP, DP and step-end collectives
+``p2p_blocking``           ``compose.cost``: schedules whose pipeline sends block both ends (Megatron 1F1B)
 ``loss``                   ``memory.loss_buffer_bytes``: ``"fp32_logits"`` = one fp32 [T, V/t] tensor;
                            ``"upcast"`` = ``cross_entropy(logits.float(), …)`` (torchtitan, the bundled
                            runtime): three fp32 tensors at the loss's backward
@@ -108,6 +109,8 @@ class Stack(BaseModel):
     tp_collectives: Literal["megatron", "per_linear"] = "megatron"
     dp_collectives: Literal["buckets", "modules"] = "buckets"
     step_reductions: bool = False
+    #: schedules whose pipeline send/recv block both ends (``compose.cost``: on the action, not an async lag)
+    p2p_blocking: tuple[Schedule, ...] = ()
     # ---- what the stack runs (issue 27 §1): the search enumerates only these; a pin outside is an error
     #: The release of the software this preset describes.
     version: str = Field(description="The release of the software this preset describes.")
@@ -217,6 +220,10 @@ STACKS: dict[str, Stack] = {
             activations="te",
             kernels="fused",
             overlap_grad_reduce=False,
+            # non-interleaved 1F1B: overlap_p2p_comm forced False, batched isend/irecv then wait then
+            # torch.cuda.synchronize() (batch_p2p_sync) per transfer: megatron/core/pipeline_parallel/
+            # p2p_communication.py, megatron/training/arguments.py; interleaved overlaps them (default on)
+            p2p_blocking=("1f1b",),
             source="TransformerEngine pytorch/module/layernorm_linear.py, layernorm_mlp.py (tensors saved); "
             "Megatron-LM megatron/training/arguments.py (--overlap-grad-reduce off unless set); "
             "Korthikanti et al. MLSys'23 §4 (34·s·b·h with dropout masks)",

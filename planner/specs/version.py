@@ -41,4 +41,7 @@ from __future__ import annotations
 #:    ``planner.workload.fp8``): a block's linears at the FP8 peak × a measured FP8 GEMM ceiling with FP8
 #:    operand bytes, casts/transposes/amax passes as memory-bound ops, FP8 FSDP weight all-gathers (torchtitan
 #:    tensorwise), cached FP8 weights and scaling state in memory. Every bf16/fp16 number as in 10.
-COST_MODEL_VERSION = 11
+#: 12: pipeline sends that block both ends where the stack synchronises on them (``Stack.p2p_blocking``:
+#:    Megatron's non-interleaved 1F1B, ``batch_p2p_sync``) are on the sending and receiving actions, not an
+#:    asynchronous lag.
+COST_MODEL_VERSION = 12

@@ -1,0 +1,68 @@
+"""Pipeline sends where the stack blocks on them (``Stack.p2p_blocking``, cost model 12): Megatron's non-interleaved
+1F1B waits for every transfer (``batch_p2p_sync``), so the send is on the sending and the receiving action;
+interleaved 1F1B and torch.distributed.pipelining overlap them (an asynchronous lag in the simulation)."""
+
+from __future__ import annotations
+
+import pytest
+
+import planner
+from planner.answer.request import complete_pins, context
+from planner.compose.cost import boundary_lags, class_costs, evaluate
+from planner.specs import PlanRequest
+
+
+def request(stack: str, schedule: str, v: int = 1) -> PlanRequest:
+    return PlanRequest.model_validate(
+        {
+            "model": "llama3-8b",
+            "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 4, "gpus_per_node": 8},
+            "training": {"global_batch_size": 64, "seq_len": 4096, "stack": stack},
+            "parallel": {"tp": 8, "pp": 4, "dp": 1, "micro_batch_size": 1, "schedule": schedule, "virtual_stages": v},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "stack, schedule, v, blocking",
+    [
+        ("megatron", "1f1b", 1, True),
+        ("megatron", "interleaved-1f1b", 2, False),
+        ("torchtitan", "1f1b", 1, False),
+        ("meshplan", "1f1b", 1, False),
+    ],
+)
+def test_blocking_sends_are_on_both_ends_of_every_boundary(stack, schedule, v, blocking):
+    req = request(stack, schedule, v)
+    ctx = context(req)
+    cand, n = complete_pins(ctx, req)
+    cc = class_costs(ctx, cand)
+    shared = cc.shared
+    sends = boundary_lags(ctx, cand, shared.p2p_bytes)
+    assert all(t > 0 for t in sends)  # pp = 4 over 4 nodes: every boundary a network transfer
+    if blocking:
+        assert cc.lag == [0] * len(sends)
+        assert cc.f_extra_pp == sends + [0] and cc.b_extra_pp == [0] + sends  # forward sends on, gradients back
+    else:
+        assert cc.lag == sends and not any(cc.f_extra_pp) and not any(cc.b_extra_pp)
+    estimate = planner.estimate(req)
+    assert estimate.breakdown.pp_p2p_s > 0
+
+
+def test_a_blocking_send_costs_at_least_what_an_asynchronous_one_does():
+    """The same configuration with the sends as lags (asynchronous) cannot be slower than blocking on them."""
+    req = request("megatron", "1f1b")
+    ctx = context(req)
+    cand, n = complete_pins(ctx, req)
+    cc = class_costs(ctx, cand)
+    blocking = evaluate(cc, n).objective_ns
+    lags = [f for f in cc.f_extra_pp if f]
+    async_cc = type(cc)(
+        **{
+            **{k: getattr(cc, k) for k in cc.__dataclass_fields__},
+            "f_extra": [a - b for a, b in zip(cc.f_extra, cc.f_extra_pp)],
+            "b_extra": [a - b for a, b in zip(cc.b_extra, cc.b_extra_pp)],
+            "lag": lags,
+        }
+    )
+    assert blocking >= evaluate(async_cc, n).objective_ns
