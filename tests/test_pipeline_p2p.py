@@ -66,3 +66,22 @@ def test_a_blocking_send_costs_at_least_what_an_asynchronous_one_does():
         }
     )
     assert blocking >= evaluate(async_cc, n).objective_ns
+
+
+@pytest.mark.parametrize(
+    "stack, precision, wire",
+    [
+        ("megatron", "bf16", 4),  # accumulate_allreduce_grads_in_fp32
+        ("megatron", "fp16", 2),
+        ("torchtitan", "bf16", 4),  # FSDP2 reduce_dtype=float32
+        ("meshplan", "bf16", 4),
+        ("deepspeed", "bf16", 2),  # communication_data_type = the training dtype
+    ],
+)
+def test_gradients_travel_in_the_dtype_the_stack_reduces_in(stack, precision, wire):
+    """The DP sync of a ZeRO-0 plan moves the rank's gradients at ``wire`` bytes each: at twice the bytes the
+    exposed sync of a bandwidth-bound all-reduce is about twice as long (within the latency term)."""
+    from planner.specs.stacks import STACKS
+    from planner.workload.collectives import grad_bytes
+
+    assert grad_bytes(STACKS[stack], precision, 2) == wire

@@ -33,6 +33,7 @@ from planner.workload.collectives import (
     Op,
     dp_layer_comms,
     dp_sync,
+    grad_bytes,
     issuing,
     step_reductions,
     tp_comms,
@@ -233,6 +234,7 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     # side stream, so a layer costs the longer of its compute + TP comm (slowed while they overlap: ``overlapped``)
     # and its collectives — or their sum where the device runs them synchronously (``host.prefetch_overlaps``)
     how = issuing(ctx.stack)
+    ge = grad_bytes(ctx.stack, tr.precision, e)  # gradients on the wire (fp32 where the stack reduces in fp32)
     g = Groups.of(ctx, tp, dp)
     slow = OVERLAP_SLOWDOWN
 
@@ -240,7 +242,7 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     if zero_stage == 3 and dp > 1:
         gathered = gathered_params(ctx, lg.params, tp)  # FP8 weights gathered in FP8 where the stack does
         gather = per_kind_seconds(ctx, dp_layer_comms(how, "all_gather", gathered, e), g)
-        scatter = per_kind_seconds(ctx, dp_layer_comms(how, "reduce_scatter", lg.params, e), g)
+        scatter = per_kind_seconds(ctx, dp_layer_comms(how, "reduce_scatter", lg.params, ge), g)
         join = (lambda w, t: overlapped(w, t, slow)) if prefetch_overlaps(ctx) else (lambda w, t: w + t)
         fwd = Affine(0, *(ns(join(w, t)) for w, t in zip(lg.work_f, gather)))
         bwd = Affine(0, *(ns(join(w, t + u)) for w, t, u in zip(lg.work_b, gather, scatter)))
@@ -266,8 +268,15 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
         if dp == 1 or name is None:
             return NOTHING
         bucket = min(grad_bucket_params(dp), total)
-        params = gathered_params(ctx, lg.params, tp) if name == "all_gather" else lg.params
-        return Affine(0, *map(ns, per_kind_seconds(ctx, dp_layer_comms(how, name, params, e, bucket), g)))
+        if name == "all_gather":  # the updated parameters
+            return Affine(
+                0,
+                *map(
+                    ns,
+                    per_kind_seconds(ctx, dp_layer_comms(how, name, gathered_params(ctx, lg.params, tp), e, bucket), g),
+                ),
+            )
+        return Affine(0, *map(ns, per_kind_seconds(ctx, dp_layer_comms(how, name, lg.params, ge, bucket), g)))
 
     sync_op, post_op = dp_sync(zero_stage)
     sync, post = collective(sync_op), collective(post_op)

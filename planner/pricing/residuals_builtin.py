@@ -18,10 +18,10 @@ DATA = "bench/data/published_runs.json sha256:21b93cdc80b53790"
 ROWS: dict[tuple[str, str], dict[str, float]] = {
     ("megatron", "ampere"): {"compute_scale": 1.081},
     ("megatron", "volta"): {"compute_scale": 1.024},
-    ("torchtitan", "ampere"): {"compute_scale": 1.269},
-    ("torchtitan", "hopper"): {"compute_scale": 1.375},
+    ("torchtitan", "ampere"): {"compute_scale": 1.259},
+    ("torchtitan", "hopper"): {"compute_scale": 1.364},
     ("megatron", "*"): {"compute_scale": 1.062},
-    ("torchtitan", "*"): {"compute_scale": 1.328},
+    ("torchtitan", "*"): {"compute_scale": 1.318},
 }
 
 FITS: dict[tuple[str, str], dict[str, Any]] = {
@@ -69,9 +69,9 @@ FITS: dict[tuple[str, str], dict[str, Any]] = {
             "torchtitan_2404_a100_llama2_70b_lbs1",
             "torchtitan_2404_a100_llama2_70b_lbs2",
         ],
-        "physics_mape": 0.2384,
-        "in_sample_mape": 0.0356,
-        "losgo_mape": 0.0688,
+        "physics_mape": 0.2274,
+        "in_sample_mape": 0.0344,
+        "losgo_mape": 0.0683,
     },
     ("torchtitan", "hopper"): {
         "free": ("compute_scale",),
@@ -94,9 +94,9 @@ FITS: dict[tuple[str, str], dict[str, Any]] = {
             "torchtitan_asynctp_8B_float8_rowwise_vanillaTP",
             "torchtitan_asynctp_8B_float8_tensorwise_vanillaTP",
         ],
-        "physics_mape": 0.2689,
-        "in_sample_mape": 0.0862,
-        "losgo_mape": 0.1142,
+        "physics_mape": 0.2594,
+        "in_sample_mape": 0.0858,
+        "losgo_mape": 0.113,
     },
     ("megatron", "*"): {
         "free": ("compute_scale",),
@@ -149,9 +149,9 @@ FITS: dict[tuple[str, str], dict[str, Any]] = {
             "torchtitan_asynctp_8B_float8_rowwise_vanillaTP",
             "torchtitan_asynctp_8B_float8_tensorwise_vanillaTP",
         ],
-        "physics_mape": 0.2587,
-        "in_sample_mape": 0.0693,
-        "losgo_mape": 0.0991,
+        "physics_mape": 0.2487,
+        "in_sample_mape": 0.0687,
+        "losgo_mape": 0.0981,
     },
 }
 
@@ -160,9 +160,9 @@ SUMMARY: dict[str, tuple[int, float, float, float]] = {
     "megatron-2021-gpt3": (1, 0.1504, 0.0846, 0.0977),
     "megatron-2020-tp": (8, 0.033, 0.0141, 0.0291),
     "megatron-2020-dp128": (4, 0.0782, 0.063, 0.0603),
-    "torchtitan-2412-h100": (8, 0.2375, 0.0364, 0.0832),
-    "torchtitan-2506-asynctp": (6, 0.3398, 0.1551, 0.1679),
-    "torchtitan-2408-h100": (2, 0.1813, 0.0787, 0.0775),
-    "torchtitan-2404-a100": (8, 0.2384, 0.0356, 0.0688),
-    "overall": (37, 0.1875, 0.0571, 0.0797),
+    "torchtitan-2412-h100": (8, 0.2318, 0.0349, 0.0771),
+    "torchtitan-2506-asynctp": (6, 0.3342, 0.1551, 0.17),
+    "torchtitan-2408-h100": (2, 0.1454, 0.0813, 0.0852),
+    "torchtitan-2404-a100": (8, 0.2274, 0.0344, 0.0683),
+    "overall": (37, 0.181, 0.0567, 0.0791),
 }

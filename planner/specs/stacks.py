@@ -27,8 +27,10 @@ field                      read by
                            block fully recomputed, the others keep everything (``activations`` and
                            ``compute``)
 ``overlap_grad_reduce``    ``terms.end_terms``: the DP gradient sync runs under the last backward
-``reduce_dtype``           ``memory.zero3_buffer_bytes``: the fp32 reduce-scatter input of FSDP2
-                           (torchtitan ``mixed_precision_reduce = "float32"``)
+``reduce_dtype``           the gradients' dtype on the wire (``workload.collectives.grad_bytes``) and
+                           ``memory.zero3_buffer_bytes``: ``"fp32"`` = FSDP2 ``reduce_dtype=float32``
+                           (torchtitan ``mixed_precision_reduce``); ``"fp32_bf16"`` = fp32 under bf16
+                           (Megatron's ``accumulate_allreduce_grads_in_fp32``), the 16-bit type under fp16
 ``param_layout``           ``memory.state_bytes`` under mixed precision: ``"master"`` = 16-bit weights and
                            gradients, fp32 master weights in the optimizer (Megatron, DeepSpeed; ZeRO's
                            2 + 2 + 12 bytes); ``"fsdp2"`` = FSDP2's ``MixedPrecisionPolicy``: fp32
@@ -68,7 +70,7 @@ ActivationFormula = Literal["zoo", "te", "titan"]
 SelectiveAc = Literal["op"] | int
 Kernels = Literal["eager", "fused", "compiled"]
 NormKernel = Literal["eager", "fused"]
-ReduceDtype = Literal["param", "fp32"]
+ReduceDtype = Literal["param", "fp32", "fp32_bf16"]
 ParamLayout = Literal["master", "fsdp2"]
 LossKind = Literal["fp32_logits", "upcast"]
 
@@ -220,6 +222,9 @@ STACKS: dict[str, Stack] = {
             activations="te",
             kernels="fused",
             overlap_grad_reduce=False,
+            # bf16: main grads fp32, all-reduced / reduce-scattered in fp32 unless --grad-reduce-in-bf16
+            # (megatron/training/arguments.py accumulate_allreduce_grads_in_fp32); fp16: 16-bit
+            reduce_dtype="fp32_bf16",
             # non-interleaved 1F1B: overlap_p2p_comm forced False, batched isend/irecv then wait then
             # torch.cuda.synchronize() (batch_p2p_sync) per transfer: megatron/core/pipeline_parallel/
             # p2p_communication.py, megatron/training/arguments.py; interleaved overlaps them (default on)

@@ -44,4 +44,7 @@ from __future__ import annotations
 #: 12: pipeline sends that block both ends where the stack synchronises on them (``Stack.p2p_blocking``:
 #:    Megatron's non-interleaved 1F1B, ``batch_p2p_sync``) are on the sending and receiving actions, not an
 #:    asynchronous lag.
-COST_MODEL_VERSION = 12
+#: 13: DP gradients on the wire in the dtype the stack reduces in (``Stack.reduce_dtype``,
+#:    ``workload.collectives.grad_bytes``): fp32 under FSDP2's ``reduce_dtype=float32`` (torchtitan, the bundled
+#:    runtime) and Megatron-core under bf16 (``accumulate_allreduce_grads_in_fp32``); was the training dtype.
+COST_MODEL_VERSION = 13

@@ -141,6 +141,15 @@ def dp_layer_comms(
     return tuple((Collective("dp", op, p * nbytes_per_param, bucket=bucket),) for p in params)  # type: ignore[return-value]
 
 
+def grad_bytes(stack: Stack, precision: str, elt: int) -> int:
+    """Bytes per gradient element on the wire of the DP gradient collectives: fp32 where the stack reduces in fp32
+    (FSDP2's ``MixedPrecisionPolicy(reduce_dtype=torch.float32)``: torchtitan, the bundled runtime; Megatron-core
+    under bf16, ``accumulate_allreduce_grads_in_fp32``), else the training dtype's ``elt``."""
+    if stack.reduce_dtype == "fp32" or (stack.reduce_dtype == "fp32_bf16" and precision == "bf16"):
+        return 4
+    return elt
+
+
 def dp_sync(zero_stage: int) -> tuple[Op | None, Op | None]:
     """The end-of-step DP collectives: (the gradient sync, the parameter all-gather after the optimizer step)."""
     if zero_stage == 0:
