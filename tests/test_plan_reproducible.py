@@ -141,6 +141,8 @@ FINGERPRINTS = {
     7: "05469663d6878f93",  # a host's step-end collectives (SP norms' gradients once per step, the clip's); host references added
     8: "44543f1f6496d10d",  # a host's pipeline-schedule actions (the pp2 host reference)
     9: "44543f1f6496d10d",  # 9 changed the search space only (what the stack runs); GPT-3 reference untied
+    10: "4f9a6571a166a0ea",  # the stack's collectives on every device
+    11: "fc2d51616839e0ab",  # context parallelism: the breakdown's cp_comm_s (0 on the cp = 1 references)
 }
 
 

@@ -30,6 +30,11 @@ class TimeBreakdown(Spec):
         "down in this model, so compute_s is the same as without ZeRO-3)."
     )
     optimizer_s: float
+    cp_comm_s: float = Field(
+        default=0.0,
+        description="Exposed context-parallel communication: the ring's K/V steps beyond the attention blocks they "
+        "run beside, and the all-gathers / all-to-alls the attention waits for (0 without context parallelism).",
+    )
 
 
 class StageMemory(Spec):

@@ -37,4 +37,9 @@ from __future__ import annotations
 #:    reductions) was priced only on a host with measured dispatch, Megatron's everywhere else; sequence
 #:    parallelism's all-gathers and reduce-scatters are priced as the separate calls they are (each its own
 #:    latency), no longer as one all-reduce of the same bytes.
-COST_MODEL_VERSION = 10
+#: 11: context parallelism priced and searched (issue 24): ``parallel.cp`` / ``cp_comm`` are part of a class; a CP
+#:    class is its layers at the local s / cp tokens with cp× the local attention square, its DP/ZeRO group over
+#:    dp × cp, and the exchange's exposed time (the ring's steps beyond the attention blocks they overlap; all-gathers
+#:    and all-to-alls blocking); all-to-all priced (bus (n − 1)/n); ``TimeBreakdown.cp_comm_s``. Requests below
+#:    16,384 tokens whose classes without CP fit are unchanged. (Another change may also claim 11: merge in order.)
+COST_MODEL_VERSION = 11
