@@ -37,3 +37,5 @@ class Context(Device):
     #: The context-parallel views (``context_parallel.cp_view``), by cp, and the CP classes' terms.
     views: dict[int, Context] = _cache()
     cp_terms: dict[tuple, SharedTerms] = _cache()
+    #: (mbs, tp, cp, cp_comm, recompute) -> the exchange's exposed (forward, backward) seconds per block
+    cp_exposed: dict[tuple[int, int, int, str, str], tuple[float, float]] = _cache()

@@ -64,6 +64,14 @@ def rerun_share(ctx: Context, recompute: str) -> float:
 
 def cp_exposed(ctx: Context, c: Candidate) -> tuple[float, float]:
     """(forward, backward) seconds per block and micro-batch the CP exchange adds to the block (module docstring)."""
+    key = (c.micro_batch_size, c.tp, c.cp, c.cp_comm, c.recompute)
+    hit = ctx.cp_exposed.get(key)
+    if hit is None:
+        hit = ctx.cp_exposed[key] = _cp_exposed(ctx, c)
+    return hit
+
+
+def _cp_exposed(ctx: Context, c: Candidate) -> tuple[float, float]:
     view = cp_view(ctx, c.cp)
     grp = CpGroup.of(ctx, c.tp, c.cp, c.cp_comm)
     comms = cp_block_comms(

@@ -96,14 +96,23 @@ def validate_pins(ctx: Context, pins: ParallelPins, options: SearchOptions) -> N
 
 
 def enumerate_candidates(ctx: Context, pins: ParallelPins, options: SearchOptions) -> list[Candidate]:
-    """Every class allowed by the pins (stage cuts are searched per class)."""
+    """Every class allowed by the pins (stage cuts are searched per class). Context parallelism (unpinned) below
+    ``CP_MIN_SEQ`` tokens only when classes without it exist and none fits (``cp_options``)."""
     validate_pins(ctx, pins, options)
+    if pins.cp is None and ctx.training.seq_len < CP_MIN_SEQ:
+        plain = _enumerate(ctx, pins, options, with_cp=False)
+        if cp1_fits(ctx, pins, plain) is not False:
+            return plain
+    return _enumerate(ctx, pins, options, with_cp=True)
+
+
+def _enumerate(ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp: bool) -> list[Candidate]:
     n, L = ctx.num_gpus, ctx.model.num_layers
     gbs, seq = ctx.training.global_batch_size, ctx.training.seq_len
     out: list[Candidate] = []
     short_1f1b: list[tuple[int, int, int, MeshplanError]] = []  # (pp, dp, -m, why) of 1F1B classes dropped for m < pp
     tps = [pins.tp] if pins.tp is not None else tp_options(ctx, options.allow_tp_across_nodes)
-    for tp, pp, cp, cp_comms in degrees(ctx, pins, tps, n):
+    for tp, pp, cp, cp_comms in degrees(ctx, pins, tps, n, with_cp):
         dp = n // (tp * pp * cp)
         if pins.dp is not None and dp != pins.dp:
             continue
@@ -159,8 +168,6 @@ def enumerate_candidates(ctx: Context, pins: ParallelPins, options: SearchOption
                                 cand = Candidate(tp, pp, dp, mbs, s, v, rc, sp, z, cp=cp, cp_comm=cm)
                                 if rules.stack_runs_config(ctx.stack, ctx.model, cand) is None:  # issue 27
                                     out.append(cand)
-    if pins.cp is None and seq < CP_MIN_SEQ and any(c.cp > 1 for c in out) and cp1_fits(ctx, pins, out) is not False:
-        out = [c for c in out if c.cp == 1]
     if not out and short_1f1b and pins.schedule == "1f1b":
         why = min(short_1f1b, key=lambda x: x[:3])[3]
         raise why if pins.micro_batch_size is not None else rules.with_field(why, "parallel.schedule")
@@ -171,6 +178,12 @@ def enumerate_candidates(ctx: Context, pins: ParallelPins, options: SearchOption
 #: bound: ``cp_options``). Megatron-Bridge / NeMo long-context recipes turn CP on from 16K–32K tokens, Llama 3 only
 #: in its long-context phase (131,072); below this a split sequence's blocks are small and their exchange latency-bound.
 CP_MIN_SEQ = 16_384
+
+
+#: Fewest tokens per CP rank searched (unpinned): below it a rank's attention blocks run flash attention at less
+#: than ~60 % of its long-sequence rate (``pricing.gpu.FLASH_CAUSAL_TFLOPS``: 221 of 328 TFLOP/s at 1K on H100)
+#: and each ring step is latency-bound; Llama 3 kept 8K tokens per CP rank (131,072 / 16). A policy, not a bound.
+CP_MIN_LOCAL_SEQ = 1024
 
 
 def cp1_fits(ctx: Context, pins: ParallelPins, cands: list[Candidate]) -> bool | None:
@@ -194,7 +207,7 @@ def cp1_fits(ctx: Context, pins: ParallelPins, cands: list[Candidate]) -> bool |
 
 
 def degrees(
-    ctx: Context, pins: ParallelPins, tps: list[int], n: int
+    ctx: Context, pins: ParallelPins, tps: list[int], n: int, with_cp: bool = True
 ) -> Iterator[tuple[int, int, int, tuple[str, ...]]]:
     """(tp, pp, cp, the cp exchanges) of every class: pp divides the GPUs left by tp, cp (``cp_options``) those
     left by tp·pp; dp is the rest."""
@@ -207,11 +220,13 @@ def degrees(
         )
         for pp in pps:
             if (n // tp) % pp == 0:
-                for cp, comms in cp_options(ctx, pins, tp, n // (tp * pp)):
+                for cp, comms in cp_options(ctx, pins, tp, n // (tp * pp), with_cp):
                     yield tp, pp, cp, comms
 
 
-def cp_options(ctx: Context, pins: ParallelPins, tp: int, rest: int) -> list[tuple[int, tuple[str, ...]]]:
+def cp_options(
+    ctx: Context, pins: ParallelPins, tp: int, rest: int, with_cp: bool = True
+) -> list[tuple[int, tuple[str, ...]]]:
     """The context-parallel degrees (with their exchanges) searched at ``tp`` with ``rest`` GPUs for cp × dp:
     the pinned one, else 1 and every divisor of ``rest`` where the stack runs CP (``Stack.cp_comms``) with flash
     attention, the sequence splits into 2·cp chunks and, for the exchanges that split heads, the heads divide.
@@ -226,11 +241,11 @@ def cp_options(ctx: Context, pins: ParallelPins, tp: int, rest: int) -> list[tup
     only when classes without it exist and none fits (``cp1_fits``)."""
     one: list[tuple[int, tuple[str, ...]]] = [(1, (pins.cp_comm or "p2p",))]
     st, seq = ctx.stack, ctx.training.seq_len
-    if pins.cp == 1 or (pins.cp is None and (not st.cp_comms or st.attention != "flash")):
+    if pins.cp == 1 or (pins.cp is None and (not with_cp or not st.cp_comms or st.attention != "flash")):
         return one
     out = [] if pins.cp is not None else one
     for cp in [pins.cp] if pins.cp is not None else divisors(rest)[1:]:
-        if rest % cp or rules.cp_splits_seq(cp, seq):
+        if rest % cp or rules.cp_splits_seq(cp, seq) or (pins.cp is None and seq // cp < CP_MIN_LOCAL_SEQ):
             continue
         comms = [pins.cp_comm] if pins.cp_comm is not None else list(st.cp_comms)
         comms = [c for c in comms if rules.cp_splits_heads(ctx.model, tp, cp, c) is None]
