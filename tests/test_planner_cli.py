@@ -183,6 +183,8 @@ PLAN_FLAGS = [
     "--tp",
     "--pp",
     "--dp",
+    "--cp",
+    "--cp-comm",
     "--micro-batch-size",
     "--schedule",
     "--virtual-stages",

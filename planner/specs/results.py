@@ -126,7 +126,7 @@ class Alternative(Spec):
     """The plan with one setting changed, priced by the planner's own cost model (``planner.estimate_plan``
     of ``parallel`` gives these figures): the best value of that setting other than the plan's."""
 
-    setting: Literal["tp", "pp", "micro_batch_size", "schedule", "recompute", "sequence_parallel", "zero_stage"]
+    setting: Literal["tp", "cp", "pp", "micro_batch_size", "schedule", "recompute", "sequence_parallel", "zero_stage"]
     value: int | str | bool = Field(
         description="The setting's value in this alternative (schedule: its name, v shown in parallel)."
     )
