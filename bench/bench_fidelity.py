@@ -61,6 +61,7 @@ from planner.specs import (  # noqa: E402
 from planner.specs.catalog import GPUS, get_model  # noqa: E402
 from planner.specs.config import SCHEDULE_INFO, describe  # noqa: E402
 from planner.specs.errors import MeshplanError  # noqa: E402
+from planner.specs.stacks import resolve as resolve_stack  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "published_runs.json"
 #: Runs added for issue 27 §3 (same schema; sources other than those held out, see tests/test_fidelity.py).
@@ -132,8 +133,8 @@ def reasons_not_expressible(row: dict[str, Any]) -> list[str]:
         out.append(f"FP8 ({row['precision_as_published']}): recipe not stated")
     elif row["precision"] is None:
         out.append("precision not stated")
-    if (par.get("cp") or 1) > 1:
-        out.append(f"context parallelism (cp={par['cp']})")
+    if (par.get("cp") or 1) > 1 and cp_comm_of(row) not in resolve_stack(stack_of(row)).cp_comms:
+        out.append(f"context parallelism (cp={par['cp']}) with an exchange its stack does not run ({cp_comm_of(row)})")
     for f in row["features"]:
         if f in FEATURE_REASONS:
             out.append(FEATURE_REASONS[f])
@@ -253,6 +254,13 @@ def stack_of(row: dict[str, Any]) -> str | dict[str, Any]:
     return row["stack"] if row["stack"] in ("megatron", "torchtitan", "deepspeed") else "meshplan"
 
 
+def cp_comm_of(row: dict[str, Any]) -> str:
+    """The context-parallel exchange a run used, by its stack's default: torchtitan's
+    ``context_parallel_rotate_method`` "allgather" (its default in the 2024-12 benchmarks), Megatron/NeMo's
+    ``cp_comm_type`` "p2p"."""
+    return "all_gather" if row["stack"] == "torchtitan" else "p2p"
+
+
 def request(row: dict[str, Any], gpus: dict[str, Any]) -> PlanRequest:
     cl, par, b = row["cluster"], row["parallel"], row["batch"]
     n = cl["num_gpus"]
@@ -271,6 +279,8 @@ def request(row: dict[str, Any], gpus: dict[str, Any]) -> PlanRequest:
             tp=par["tp"],
             pp=par["pp"],
             dp=par["dp"],
+            cp=par.get("cp") or 1,
+            cp_comm=cp_comm_of(row),  # type: ignore[arg-type]
             micro_batch_size=b["micro"],
             schedule=par["schedule"],
             virtual_stages=par["virtual_stages"] if (par["virtual_stages"] or 1) > 1 else None,

@@ -252,9 +252,12 @@ def _estimate(request: PlanRequest, as_json: bool) -> None:
         "yes" if e.fits else "[bold red]NO[/]",
     )
     show(table, out)
-    parts = Table("compute", "TP comm", "PP bubble", "PP p2p", "DP sync", "optimizer")
+    parts = Table("compute", "TP comm", "CP comm", "PP bubble", "PP p2p", "DP sync", "optimizer")
     parts.add_row(
-        *(f"{x:.4g}" for x in (b.compute_s, b.tp_comm_s, b.pp_bubble_s, b.pp_p2p_s, b.dp_sync_s, b.optimizer_s))
+        *(
+            f"{x:.4g}"
+            for x in (b.compute_s, b.tp_comm_s, b.cp_comm_s, b.pp_bubble_s, b.pp_p2p_s, b.dp_sync_s, b.optimizer_s)
+        )
     )
     show(parts, out)
     for note in e.notes:

@@ -56,7 +56,7 @@ def _check(comparison: PlanComparison, a: Plan, b: Plan) -> None:
     assert step.ratio == pytest.approx(b.estimate.step_time_s / a.estimate.step_time_s)
     # the time rows are the whole breakdown: they add up to each plan's step time
     causes = [r for r in comparison.time if r.name in TimeBreakdown.model_fields]
-    assert len(causes) == len(TimeBreakdown.model_fields) == 6
+    assert len(causes) == len(TimeBreakdown.model_fields) == 7  # cp_comm_s since cost model 11
     assert sum(r.a for r in causes) == pytest.approx(a.estimate.step_time_s, rel=1e-6)
     assert sum(r.b for r in causes) == pytest.approx(b.estimate.step_time_s, rel=1e-6)
 

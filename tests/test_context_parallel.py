@@ -108,15 +108,17 @@ def _request(parallel: dict) -> dict:
 
 @pytest.mark.parametrize("fn", [planner.estimate, planner.plan], ids=["estimate", "plan"])
 @pytest.mark.parametrize("pins", [dict(cp=2), dict(cp=4, cp_comm="a2a"), dict(cp=2, tp=2)])
-def test_the_planner_refuses_to_price_cp(fn, pins):
-    """The cost model does not price CP yet: a pinned cp > 1 is an error naming the field, never a plan
-    priced as cp = 1."""
-    with pytest.raises(MeshplanError) as err:
-        fn(_request(pins))
-    assert err.value.field == "parallel.cp" and "not yet priced" in err.value.message
+def test_the_planner_prices_a_pinned_cp(fn, pins):
+    """A pinned cp > 1 is priced (issue 24): the plan keeps it, and its exposed exchange is in the breakdown."""
+    out = fn(_request(pins))
+    plan = out if fn is planner.estimate else out.plans[0]
+    est = plan if fn is planner.estimate else plan.estimate
+    if fn is planner.plan:
+        assert plan.parallel.cp == pins["cp"] and "cp" in plan.mesh.dim_names
+    assert est.breakdown.cp_comm_s > 0
 
 
-def test_the_search_keeps_cp_1():
+def test_the_search_keeps_cp_1_when_pinned():
     response = planner.plan(_request({"cp": 1, "cp_comm": "a2a"}))
     assert response.plans and all(p.parallel.cp == 1 for p in response.plans)
     assert all("cp" not in p.mesh.dim_names for p in response.plans)

@@ -244,7 +244,7 @@ def test_every_run_expressed_or_given_a_reason(outcome):
             "GPU not in the catalog",
         ),  # H800 (the DGX-2 V100 runs are expressed since cost model 5)
         ("mlperf_v3.1_nvidia_gpt3_64nodes", "architecture incomplete"),  # FP8 is expressed since cost model 11
-        ("torchtitan_2412_t2_8b_fsdp4_cp2", "context parallelism (cp=2)"),
+        # (torchtitan_2412_t2_8b_fsdp4_cp2: expressed since FP8 (11) and CP (14) are priced)
         ("mbridge_25.11_GPT_64gpu_BF16", "expert parallelism (ep=8)"),
         ("torchtitan_asynctp_70B_bfloat16_asyncTP", "asynchronous TP"),
         ("deepseek_v3_pretrain", "'DualPipe' not priced"),
@@ -255,6 +255,12 @@ def test_every_run_expressed_or_given_a_reason(outcome):
 def test_reason_names_the_missing_feature(outcome, run_id, reason):
     _, skipped, _ = outcome
     assert any(reason in w for w in skipped[run_id]), skipped[run_id]
+
+
+def test_context_parallelism_is_no_longer_a_reason(outcome):
+    """Cost model 11 prices CP: a CP run is held back only by what else it uses (here FP8)."""
+    _, skipped, _ = outcome
+    assert not any("context parallelism" in w for why in skipped.values() for w in why)
 
 
 @pytest.mark.parametrize(

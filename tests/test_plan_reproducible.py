@@ -145,6 +145,7 @@ FINGERPRINTS = {
     11: "4f9a6571a166a0ea",  # 11 (FP8) leaves every bf16 reference as it was; FP8: tests/test_fp8.py
     12: "4f9a6571a166a0ea",  # 12 (Megatron 1F1B's blocking sends): no reference runs it; tests/test_pipeline_p2p.py
     13: "9a393195164df926",  # DP gradients on the wire in the stack's reduce dtype (fp32 under FSDP2, Megatron bf16)
+    14: "c1288079e9ca2e71",  # context parallelism: the breakdown's cp_comm_s (0 on the cp = 1 references)
 }
 
 

@@ -12,6 +12,7 @@ import pytest
 import planner
 from planner.specs.config import CLASS_FIELDS
 from planner.specs.errors import MeshplanError
+from planner.specs.stacks import resolve as resolve_stack
 
 H100 = "h100-sxm5-80gb"
 
@@ -106,6 +107,7 @@ def test_each_alternative_is_the_planners_estimate_of_that_configuration(name):
         | ({"schedule"} if p.pp > 1 else set())
         | ({"sequence_parallel"} if p.tp > 1 else set())
         | ({"zero_stage"} if p.dp > 1 else set())
+        | ({"cp"} if resolve_stack(best.training.stack).cp_comms else set())  # context parallelism (issue 24)
     )
     if p.pp > 1 and "schedule" not in {a.setting for a in alts}:
         # no other schedule runs this plan (e.g. one micro-batch per pipeline: 1F1B needs as many as stages)

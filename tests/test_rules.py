@@ -147,9 +147,9 @@ def test_pins_use_the_same_rules(pins, expected):
 def test_classes_follow_the_field_table():
     names = [f.name for f in config.FIELDS]
     assert list(ParallelConfig.model_fields) == names == list(ParallelPins.model_fields)
-    # The search keeps cp = 1 (CP is not priced yet): a Candidate holds neither cp nor cp_comm.
+    # A class holds cp and cp_comm (searched, issue 24); only the stage cut is not part of it.
     assert [f.name for f in dataclasses.fields(Candidate)] == [f.name for f in config.FIELDS if f.in_class]
-    assert [f.name for f in config.FIELDS if not f.in_class] == ["cp", "cp_comm", "stage_layers"]
+    assert [f.name for f in config.FIELDS if not f.in_class] == ["stage_layers"]
     for f in config.FIELDS:
         info, pin = ParallelConfig.model_fields[f.name], ParallelPins.model_fields[f.name]
         assert info.description == f.description and pin.default is None

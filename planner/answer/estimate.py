@@ -29,7 +29,7 @@ def build_estimate(ctx: Context, cc: ClassCosts, n: list[int], ev: Evaluation) -
     # Breakdown on the busiest rank: its compute and TP comm, the rest of the makespan is bubble + p2p.
     # ZeRO-3's per-layer gathers/reduce-scatters beyond the layer's compute are data-parallel communication
     # (``dp_sync_s``), not compute; compute that runs under them is not slowed down in this model.
-    busy, tp_time, z3_time, pp_time = [], [], [], []
+    busy, tp_time, z3_time, pp_time, cp_time = [], [], [], [], []
     for r in range(c.pp):
         own = cc.rank_chunks(r)
         busy.append(cc.m * sum(n[ch] * (cc.f_layer + cc.b_layer) + cc.f_extra[ch] + cc.b_extra[ch] for ch in own))
@@ -40,6 +40,7 @@ def build_estimate(ctx: Context, cc: ClassCosts, n: list[int], ev: Evaluation) -
             cc.m * sum(n[ch] * (cc.f_layer_z3 + cc.b_layer_z3) + cc.f_extra_z3[ch] + cc.b_extra_z3[ch] for ch in own)
         )
         pp_time.append(cc.m * sum(cc.f_extra_pp[ch] + cc.b_extra_pp[ch] for ch in own))  # blocking sends
+        cp_time.append(cc.m * sum(n[ch] * (cc.f_layer_cp + cc.b_layer_cp) for ch in own))
     r = max(range(c.pp), key=lambda i: busy[i])
     p2p = min(sum(cc.lag[b] for b in ev.sim.critical_lags), max(0, ev.makespan_ns - busy[r]))
     bubble = max(0, ev.makespan_ns - busy[r] - p2p)
@@ -48,12 +49,13 @@ def build_estimate(ctx: Context, cc: ClassCosts, n: list[int], ev: Evaluation) -
     dp_sync, opt = exposed_sync(end) + z3_time[r], end.optimizer
     ns = 1e-9
     breakdown = TimeBreakdown(
-        compute_s=(busy[r] - tp_time[r] - z3_time[r] - pp_time[r]) * ns,
+        compute_s=(busy[r] - tp_time[r] - z3_time[r] - pp_time[r] - cp_time[r]) * ns,
         tp_comm_s=tp_time[r] * ns,
         pp_bubble_s=bubble * ns,
         pp_p2p_s=p2p * ns,
         dp_sync_s=dp_sync * ns,
         optimizer_s=opt * ns,
+        cp_comm_s=cp_time[r] * ns,
     )
     stages = [stage_memory(cc, n, i) for i in range(c.pp)]
     notes = []
@@ -85,7 +87,7 @@ def build_estimate(ctx: Context, cc: ClassCosts, n: list[int], ev: Evaluation) -
         gpu_memory_gib=ctx.gpu.memory_gib,
         fits=ev.fits,
         num_microbatches=cc.m,
-        gpus_used=c.tp * c.pp * c.dp,
+        gpus_used=c.tp * c.cp * c.pp * c.dp,
         breakdown=breakdown,
         notes=notes,
         memory_headroom=ctx.memory_headroom,

@@ -29,6 +29,7 @@ _PARTS = {
     "pp_p2p_s": "pipeline send/recv",
     "dp_sync_s": "data-parallel communication",
     "optimizer_s": "optimizer step",
+    "cp_comm_s": "context-parallel communication",
 }
 
 #: Short readable names of the breakdown parts, for the explanation's details.
@@ -39,12 +40,14 @@ _SHORT = {
     "pp_p2p_s": "pipeline p2p",
     "dp_sync_s": "DP sync",
     "optimizer_s": "optimizer",
+    "cp_comm_s": "CP comm",
 }
 
 #: The settings a reader questions, in the order they are explained.
-Setting = Literal["tp", "pp", "micro_batch_size", "schedule", "recompute", "sequence_parallel", "zero_stage"]
+Setting = Literal["tp", "cp", "pp", "micro_batch_size", "schedule", "recompute", "sequence_parallel", "zero_stage"]
 SETTINGS: tuple[Setting, ...] = (
     "tp",
+    "cp",
     "pp",
     "micro_batch_size",
     "schedule",
@@ -56,6 +59,8 @@ _CLASS = (
     "tp",
     "pp",
     "dp",
+    "cp",
+    "cp_comm",
     "micro_batch_size",
     "schedule",
     "virtual_stages",
@@ -65,6 +70,7 @@ _CLASS = (
 )
 _NAMES = {
     "tp": "TP",
+    "cp": "CP",
     "pp": "PP",
     "micro_batch_size": "micro-batch",
     "schedule": "schedule",
@@ -100,9 +106,11 @@ def _variants(ctx, plan: Plan, setting: str) -> Iterator[dict]:
     gbs = ctx.training.global_batch_size
     values: list  # the setting's other values (schedule: (name, virtual stages) pairs)
     if setting == "tp":
-        values = [t for t in _divisors(n_gpus // p.pp) if t != p.tp]
+        values = [t for t in _divisors(n_gpus // (p.pp * p.cp)) if t != p.tp]
+    elif setting == "cp":  # context parallelism where the stack runs it (dp gives or takes the ranks)
+        values = [c for c in _divisors(n_gpus // (p.tp * p.pp)) if c != p.cp] if ctx.stack.cp_comms else []
     elif setting == "pp":
-        values = [q for q in _divisors(n_gpus // p.tp) if q != p.pp and q <= L]
+        values = [q for q in _divisors(n_gpus // (p.tp * p.cp)) if q != p.pp and q <= L]
     elif setting == "micro_batch_size":
         values = [b for b in _divisors(gbs // p.dp) if b != p.micro_batch_size]
     elif setting == "schedule":
@@ -122,7 +130,9 @@ def _variants(ctx, plan: Plan, setting: str) -> Iterator[dict]:
             d["schedule"], d["virtual_stages"] = val
         else:
             d[setting] = val
-        d["dp"] = n_gpus // (d["tp"] * d["pp"])
+        d["dp"] = n_gpus // (d["tp"] * d["pp"] * d["cp"])
+        if d["cp"] > 1 and d["cp_comm"] not in ctx.stack.cp_comms:
+            d["cp_comm"] = ctx.stack.cp_comms[0]
         if d["tp"] == 1:
             d["sequence_parallel"] = False
         if d["dp"] == 1:
@@ -303,7 +313,7 @@ def binding_constraint(
     e = plan.estimate
     b = e.breakdown
     step = e.step_time_s or 1.0
-    comm = b.tp_comm_s + b.pp_p2p_s + b.dp_sync_s
+    comm = b.tp_comm_s + b.pp_p2p_s + b.dp_sync_s + b.cp_comm_s
     if ruled is not None:
         return "memory", f"this plan peaks at {e.peak_memory_gib:.1f} of {e.gpu_memory_gib:g} GiB; {ruled.reason}"
     if b.pp_bubble_s / step >= 0.15:
@@ -314,7 +324,9 @@ def binding_constraint(
     if comm / step >= 0.25:
         return (
             "communication",
-            f"communication on the critical path is {comm / step:.0%} of the step (TP {b.tp_comm_s:.3g} s, p2p {b.pp_p2p_s:.3g} s, DP {b.dp_sync_s:.3g} s)",
+            f"communication on the critical path is {comm / step:.0%} of the step (TP {b.tp_comm_s:.3g} s, p2p {b.pp_p2p_s:.3g} s, DP {b.dp_sync_s:.3g} s"
+            + (f", CP {b.cp_comm_s:.3g} s" if b.cp_comm_s else "")
+            + ")",
         )
     return "compute", f"compute is {b.compute_s / step:.0%} of the step at {e.mfu:.0%} MFU"
 

@@ -148,13 +148,14 @@ def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[i
         pp = max(1, len(pins.stage_layers) // v)
     else:
         pp = d["pp"]
-    n_gpus = ctx.num_gpus
+    n_gpus, cp = ctx.num_gpus, pins.cp or 1
+    cp_comm = pins.cp_comm or d["cp_comm"]
     if pins.dp is not None:
         dp = pins.dp
     else:
-        rules.check(rules.degrees_divide(tp, pp, None, n_gpus))
-        dp = n_gpus // (tp * pp)
-    rules.check(rules.degrees_product(tp, pp, dp, n_gpus))
+        rules.check(rules.degrees_divide(tp, pp, None, n_gpus // cp))
+        dp = n_gpus // (tp * pp * cp)
+    rules.check(rules.degrees_product(tp, pp, dp, n_gpus, cp=cp))
     mbs = pins.micro_batch_size or d["micro_batch_size"]
     gbs = ctx.training.global_batch_size
     rules.check(rules.batch_divides(gbs, dp, mbs))
@@ -171,7 +172,11 @@ def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[i
     L = ctx.model.num_layers
     rules.check(rules.pp_fits_layers(pp, v, L))
     sp = bool((pins.sequence_parallel if pins.sequence_parallel is not None else d["sequence_parallel"]) and tp > 1)
-    rules.check(rules.sequence_parallel_splits_seq(sp, tp, ctx.training.seq_len))
+    rules.check(
+        rules.sequence_parallel_splits_seq(sp, tp, ctx.training.seq_len),
+        rules.cp_splits_seq(cp, ctx.training.seq_len, tp, sp),
+        rules.cp_splits_heads(ctx.model, tp, cp, cp_comm),
+    )
     cand = Candidate(
         tp,
         pp,
@@ -182,6 +187,8 @@ def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[i
         pins.recompute or d["recompute"],
         sp,
         pins.zero_stage if pins.zero_stage is not None else d["zero_stage"],
+        cp=cp,
+        cp_comm=cp_comm,
     )
     rules.check(rules.stack_runs_config(ctx.stack, ctx.model, cand))  # what the training stack runs (issue 27)
     if pins.stage_layers is not None:

@@ -34,3 +34,8 @@ class Context(Device):
     piped: dict[SharedKey, SharedTerms] = _cache()
     lags: dict[LagKey, list[int]] = _cache()
     classes: dict[Candidate, ClassCosts] = _cache()
+    #: The context-parallel views (``context_parallel.cp_view``), by cp, and the CP classes' terms.
+    views: dict[int, Context] = _cache()
+    cp_terms: dict[tuple, SharedTerms] = _cache()
+    #: (mbs, tp, cp, cp_comm, recompute) -> the exchange's exposed (forward, backward) seconds per block
+    cp_exposed: dict[tuple[int, int, int, str, str], tuple[float, float]] = _cache()

@@ -13,15 +13,16 @@ functions: times in nanoseconds, memory in bytes. Per-layer compute is ``planner
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from itertools import pairwise
 
 from planner.compose.affine import Affine
 from planner.compose.context import Context
+from planner.compose.context_parallel import class_terms
 from planner.compose.memory import rank_memory
 from planner.compose.simulate import SimResult, chunk_ranks, rank_orders, simulate
-from planner.compose.terms import EndTerms, SharedTerms, class_terms, end_terms, ns, rank_end
+from planner.compose.terms import EndTerms, SharedTerms, end_terms, ns, rank_end
 from planner.pricing.collectives import p2p
 from planner.pricing.comm import boundary_crosses_nodes
 from planner.specs import config
@@ -51,6 +52,9 @@ class Candidate:
     tp: int
     pp: int
     dp: int
+    #: context parallelism (keyword-only, default none: a class is written positionally without them)
+    cp: int = field(default=1, kw_only=True)
+    cp_comm: str = field(default="p2p", kw_only=True)
     micro_batch_size: int
     schedule: str
     virtual_stages: int
@@ -104,6 +108,9 @@ class ClassCosts:
     usable_bytes: int
     flops_layer: float  # model FLOPs (fwd+bwd incl. recompute) per layer per micro-batch, per GPU
     flops_extra: list[float]
+    # The exposed context-parallel exchange within ``f_layer``/``b_layer`` (for the breakdown)
+    f_layer_cp: int = 0
+    b_layer_cp: int = 0
 
     @property
     def chunks(self) -> int:
@@ -163,10 +170,10 @@ def boundary_lags(ctx: Context, c: Candidate, p2p_bytes: int) -> list[int]:
     """The p2p delay of every chunk boundary c → c+1, ns: 0 on one rank, else one send of
     ``p2p_bytes`` over NVLink or, when some rank pair of the boundary sits on two nodes, the network.
     (Shared between calls: read only.)"""
-    key = (c.dp * c.tp, c.pp, c.virtual_stages, p2p_bytes)
+    key = (c.dp * c.cp * c.tp, c.pp, c.virtual_stages, p2p_bytes)
     lags = ctx.lags.get(key)
     if lags is None:
-        where, g, block = chunk_ranks(c.pp, c.virtual_stages), ctx.cluster.gpus_per_node, c.dp * c.tp
+        where, g, block = chunk_ranks(c.pp, c.virtual_stages), ctx.cluster.gpus_per_node, c.dp * c.cp * c.tp
         t_intra = ns(p2p(ctx, p2p_bytes, "intra_node"))  # on a host as the run measured it (``pricing.collectives``)
         t_inter = ns(p2p(ctx, p2p_bytes, "inter_node"))
         lags = ctx.lags[key] = [
@@ -236,6 +243,8 @@ def _class_costs(ctx: Context, c: Candidate) -> ClassCosts:
         usable_bytes=ctx.usable_bytes,
         flops_layer=s.flops_layer,
         flops_extra=per_chunk((s.flops_emb, s.flops_head)),
+        f_layer_cp=s.fwd_cp.layer,
+        b_layer_cp=s.bwd_cp.layer,
     )
 
 

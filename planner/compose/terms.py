@@ -116,6 +116,9 @@ class SharedTerms:
     flops_layer: float  # model FLOPs (fwd+bwd incl. recompute) per micro-batch, per GPU
     flops_emb: float
     flops_head: float
+    #: the context-parallel exchange's exposed part of ``fwd``/``bwd`` (``compose.context_parallel``; for the breakdown)
+    fwd_cp: Affine = Affine()
+    bwd_cp: Affine = Affine()
 
     def own_head(self, c: Candidate) -> bool:
         """Whether the LM head has parameters of its own (tied to the embedding on a single chunk)."""

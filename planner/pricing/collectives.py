@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.pricing.comm import dp_group_in_node, dp_ranks_per_node, tp_link
+from planner.pricing.context_parallel import CpGroup, cp_collective
 from planner.pricing.device import Device
 from planner.pricing.host import host_dispatch
 from planner.workload.collectives import Collective, Comms, StepReductions
@@ -95,6 +96,7 @@ class Groups:
     dp: int
     dp_link: str
     per_node: int
+    cp: CpGroup | None = None  # the CP group (``pricing.context_parallel``) when cp > 1
 
     @classmethod
     def of(cls, ctx: Device, tp: int, dp: int) -> Groups:
@@ -106,7 +108,7 @@ class Groups:
 def collective_seconds(ctx: Device, c: Collective, g: Groups) -> float:
     """Seconds of one collective ``c`` (its ``count`` not applied): TP ones at ``tp_collective`` (all-gathers
     at a reduce-scatter's time, the model's one figure for either), DP ones at ``dp_collective`` (issued in
-    buckets: its bytes at the rate of one bucket's collective)."""
+    buckets: its bytes at the rate of one bucket's collective), CP ones at ``context_parallel.cp_collective``."""
     if c.axis == "tp":
         op = "all_reduce" if c.op == "all_reduce" else "reduce_scatter"
         return tp_collective(ctx, op, c.nbytes, g.tp, in_step_extra=c.in_step_extra)
@@ -114,6 +116,8 @@ def collective_seconds(ctx: Device, c: Collective, g: Groups) -> float:
         if c.bucket is None:
             return dp_collective(ctx, c.op, c.nbytes, g.dp, g.dp_link, g.per_node)
         return ctx.comm.time(c.op, c.bucket, g.dp, g.dp_link, g.per_node) / c.bucket * c.nbytes
+    if c.axis == "cp" and g.cp is not None:
+        return cp_collective(ctx, c, g.cp)
     raise ValueError(f"no pricing for {c.axis} collectives")
 
 

@@ -114,12 +114,15 @@ _BUS = {
     "all_gather": lambda n: (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
     "send_recv": lambda n: 1.0,
+    # nccl-tests doc/PERFORMANCE.md: alltoall busbw = algbw·(n−1)/n (each rank keeps 1/n of its buffer)
+    "all_to_all": lambda n: (n - 1) / n,
 }
 _STEPS = {
     "all_reduce": lambda n: 2 * (n - 1),
     "all_gather": lambda n: n - 1,
     "reduce_scatter": lambda n: n - 1,
     "send_recv": lambda n: 1,
+    "all_to_all": lambda n: n - 1,
 }
 
 
@@ -292,7 +295,7 @@ class CommModel:
             return self.latency(collective, n) + bus / rate
         m = max(1, min(per_node, n))
         ring = self.ring_rate(size_bytes)
-        if collective == "send_recv":  # one pair, one NIC
+        if collective in ("send_recv", "all_to_all"):  # one pair, one NIC; an all-to-all's own share, its own NIC
             m = 1
         # The node's m NICs carry its share, the NVLink ring the rest: the slower bounds the rate, and the
         # ring curve's size efficiency applies to both (one pipeline of chunks).

@@ -163,6 +163,15 @@ def flash_rate(ctx: Device, head_dim: int, seq: int) -> float | None:
 
 
 def attention_time(ctx: Device, mbs: int, tp: int) -> tuple[float, float]:
+    """``local_attention_time`` × ``ctx.cp``: under context parallelism (a view whose seq_len is each rank's
+    s / cp tokens) a rank's queries attend over all s keys, causal and load-balanced (rank i holds chunks i and
+    2·cp − 1 − i), so it does 1/cp of the whole square: cp blocks of the local one, each at the local length's
+    kernel rate (Megatron/TE ``context_parallel.py``: one flash call per KV block)."""
+    f, b = local_attention_time(ctx, mbs, tp)
+    return f * ctx.cp, b * ctx.cp
+
+
+def local_attention_time(ctx: Device, mbs: int, tp: int) -> tuple[float, float]:
     """(forward, backward) seconds of the attention core (QKᵀ, softmax, dropout, PV) of one block on one
     TP rank, by the stack's kernel (``planner.specs.stacks``):
 

@@ -124,5 +124,9 @@ def _layer_times(ctx: Device, kind: str, mbs: int, tp: int, sp: bool, recompute:
         extra = fwd
     elif kind == "transformer_block" and recompute == "selective":
         extra = fwd * selective_share(ctx, mbs, tp, sp, att_share)
-    flops_extra = lp.fwd_flops * (extra / fwd) if fwd > 0 else 0.0
-    return LayerTimes(fwd, bwd + extra, lp.fwd_flops, lp.bwd_flops + flops_extra)
+    flops_f, flops_b = lp.fwd_flops, lp.bwd_flops
+    if kind == "transformer_block" and ctx.cp > 1:  # the local layer's square, cp× (``gpu.attention_time``)
+        more = (ctx.cp - 1) * attention_core_flops(ctx.model, mbs, seq, tp)
+        flops_f, flops_b = flops_f + more, flops_b + FLASH_BWD_RATIO * more
+    flops_extra = flops_f * (extra / fwd) if fwd > 0 else 0.0
+    return LayerTimes(fwd, bwd + extra, flops_f, flops_b + flops_extra)

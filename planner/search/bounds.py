@@ -11,9 +11,10 @@ import math
 from collections.abc import Iterable, Iterator
 
 from planner.compose.context import Context
+from planner.compose.context_parallel import class_terms, cp_view
 from planner.compose.cost import Candidate, ClassCosts, Live, boundary_lags, live_vectors_cached, num_microbatches
 from planner.compose.memory import rank_activations, rank_buffers, rank_memory, rank_states
-from planner.compose.terms import SharedTerms, class_terms, end_terms, layer_group, rank_end
+from planner.compose.terms import SharedTerms, end_terms, layer_group, rank_end
 
 # ---------------------------------------------------------------------------------------------
 # Memory screens
@@ -351,7 +352,7 @@ def lean_bound(ctx: Context, c: Candidate) -> int:
     recompute), not per ZeRO stage and dp): the chain and busiest-rank terms of ``_pipe_bound`` that only
     grow with the layer times, with no ZeRO-3 gathers, no end of step and no p2p lags. The search's first
     key (``search.next_class`` replaces it by ``quick_bound`` when the class nears the front)."""
-    lg = layer_group(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute)
+    lg = layer_group(cp_view(ctx, c.cp), c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute)  # no CP comm
     m, p, v, L = num_microbatches(ctx, c), c.pp, c.virtual_stages, ctx.model.num_layers
     f, b, ext = lg.fwd, lg.bwd, 0
     w = f.layer + b.layer

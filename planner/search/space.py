@@ -7,6 +7,7 @@ why a request leaves no class at all (``explain_no_candidate``), and the order o
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 from planner.compose.cost import Candidate, ClassCosts, Context, Evaluation, class_costs
 from planner.compose.memory import fsdp2_mixed_precision, rank_memory, with_reserve_gib
@@ -48,7 +49,14 @@ def validate_pins(ctx: Context, pins: ParallelPins, options: SearchOptions) -> N
     """Reject pins that no configuration can satisfy, naming the field and the fix (``planner.specs.rules``)."""
     m, n = ctx.model, ctx.num_gpus
     gbs = ctx.training.global_batch_size
-    rules.check(rules.cp_priced(pins.cp))  # the search keeps cp = 1: a pinned cp > 1 is refused, not priced as 1
+    if pins.cp is not None and pins.cp > 1:  # the other degrees share the GPUs left: n ÷ cp
+        if n % pins.cp:
+            raise MeshplanError("parallel.cp", f"cp={pins.cp} does not divide the {n} GPUs", f"use a cp dividing {n}")
+        rules.check(
+            rules.cp_splits_seq(pins.cp, ctx.training.seq_len, pins.tp or 1, bool(pins.sequence_parallel)),
+            rules.cp_splits_heads(m, pins.tp, pins.cp, pins.cp_comm) if pins.tp and pins.cp_comm else None,
+        )
+        n //= pins.cp
     if pins.tp is not None:
         rules.check(
             rules.tp_divides_model(m, pins.tp),
@@ -88,81 +96,161 @@ def validate_pins(ctx: Context, pins: ParallelPins, options: SearchOptions) -> N
 
 
 def enumerate_candidates(ctx: Context, pins: ParallelPins, options: SearchOptions) -> list[Candidate]:
-    """Every class allowed by the pins (stage cuts are searched per class)."""
+    """Every class allowed by the pins (stage cuts are searched per class). Context parallelism (unpinned) below
+    ``CP_MIN_SEQ`` tokens only when classes without it exist and none fits (``cp_options``)."""
     validate_pins(ctx, pins, options)
+    if pins.cp is None and ctx.training.seq_len < CP_MIN_SEQ:
+        plain = _enumerate(ctx, pins, options, with_cp=False)
+        if cp1_fits(ctx, pins, plain) is not False:
+            return plain
+    return _enumerate(ctx, pins, options, with_cp=True)
+
+
+def _enumerate(ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp: bool) -> list[Candidate]:
     n, L = ctx.num_gpus, ctx.model.num_layers
     gbs, seq = ctx.training.global_batch_size, ctx.training.seq_len
     out: list[Candidate] = []
     short_1f1b: list[tuple[int, int, int, MeshplanError]] = []  # (pp, dp, -m, why) of 1F1B classes dropped for m < pp
     tps = [pins.tp] if pins.tp is not None else tp_options(ctx, options.allow_tp_across_nodes)
-    for tp in tps:
-        for pp in (
-            [pins.pp]
-            if pins.pp is not None
-            else [p for p in divisors(n // tp) if rules.pp_fits_layers(p, 1, L) is None]
-        ):
-            if (n // tp) % pp:
-                continue
-            dp = n // (tp * pp)
-            if pins.dp is not None and dp != pins.dp:
-                continue
-            if rules.batch_divides(gbs, dp, None):
-                continue
-            mbss = [pins.micro_batch_size] if pins.micro_batch_size is not None else divisors(gbs // dp)
-            for mbs in mbss:
-                if rules.batch_divides(gbs, dp, mbs):
-                    continue
-                m = gbs // (dp * mbs)
-                scheds: list[tuple[str, int]] = []
-                for s in [pins.schedule] if pins.schedule is not None else list(DEFAULT_SCHEDULES):
-                    if s in MULTI_STAGE_SCHEDULES:
-                        if rules.interleaving_needs_pipeline(pp, 2) or rules.interleaved_microbatches_priced(s, pp, m):
-                            continue
-                        vs = (
-                            [pins.virtual_stages]
-                            if pins.virtual_stages is not None
-                            else range(2, MAX_VIRTUAL_STAGES + 1)
-                        )
-                        # Unpinned: Megatron's virtual pipeline needs uniform chunks (L divisible by pp·v).
-                        uniform = pins.schedule is None
-                        scheds += [
-                            (s, v)
-                            for v in vs
-                            if rules.virtual_stages_fit(s, v) is None
-                            and rules.pp_fits_layers(pp, v, L) is None
-                            and (not uniform or L % (pp * v) == 0)
-                        ]
-                    elif pins.virtual_stages in (None, 1):
-                        if pp == 1 and s != "1f1b" and pins.schedule is None:
-                            continue  # one stage: every schedule is the same; keep one
-                        short = rules.one_f_one_b_microbatches(s, pp, m, gbs, dp)
-                        if short is not None:  # GPipe covers those classes
-                            short_1f1b.append((pp, dp, -m, short))
-                            continue
-                        scheds.append((s, 1))
-                for s, v in scheds:
-                    if pins.stage_layers is not None and len(pins.stage_layers) != pp * v:
+    for tp, pp, cp, cp_comms in degrees(ctx, pins, tps, n, with_cp):
+        dp = n // (tp * pp * cp)
+        if pins.dp is not None and dp != pins.dp:
+            continue
+        if rules.batch_divides(gbs, dp, None):
+            continue
+        mbss = [pins.micro_batch_size] if pins.micro_batch_size is not None else divisors(gbs // dp)
+        for mbs in mbss:
+            if rules.batch_divides(gbs, dp, mbs) or (cp > 1 and pins.micro_batch_size is None and mbs % cp == 0):
+                continue  # cp | mbs: dominated by cp = 1 at dp·cp and mbs / cp (``cp_options``)
+            m = gbs // (dp * mbs)
+            scheds: list[tuple[str, int]] = []
+            for s in [pins.schedule] if pins.schedule is not None else list(DEFAULT_SCHEDULES):
+                if s in MULTI_STAGE_SCHEDULES:
+                    if rules.interleaving_needs_pipeline(pp, 2) or rules.interleaved_microbatches_priced(s, pp, m):
                         continue
-                    for rc in [pins.recompute] if pins.recompute is not None else RECOMPUTE:
-                        sps = (
-                            [pins.sequence_parallel]
-                            if pins.sequence_parallel is not None
-                            else ([False, True] if tp > 1 else [False])
-                        )
-                        for sp in sps:
-                            if sp and (
-                                rules.sequence_parallel_needs_tp(sp, tp)
-                                or rules.sequence_parallel_splits_seq(sp, tp, seq)
-                            ):
-                                continue
-                            zs = [pins.zero_stage] if pins.zero_stage is not None else zero_stages(ctx, dp)
-                            for z in zs:
-                                cand = Candidate(tp, pp, dp, mbs, s, v, rc, sp, z)
+                    vs = [pins.virtual_stages] if pins.virtual_stages is not None else range(2, MAX_VIRTUAL_STAGES + 1)
+                    # Unpinned: Megatron's virtual pipeline needs uniform chunks (L divisible by pp·v).
+                    uniform = pins.schedule is None
+                    scheds += [
+                        (s, v)
+                        for v in vs
+                        if rules.virtual_stages_fit(s, v) is None
+                        and rules.pp_fits_layers(pp, v, L) is None
+                        and (not uniform or L % (pp * v) == 0)
+                    ]
+                elif pins.virtual_stages in (None, 1):
+                    if pp == 1 and s != "1f1b" and pins.schedule is None:
+                        continue  # one stage: every schedule is the same; keep one
+                    short = rules.one_f_one_b_microbatches(s, pp, m, gbs, dp)
+                    if short is not None:  # GPipe covers those classes
+                        short_1f1b.append((pp, dp, -m, short))
+                        continue
+                    scheds.append((s, 1))
+            for s, v in scheds:
+                if pins.stage_layers is not None and len(pins.stage_layers) != pp * v:
+                    continue
+                for rc in [pins.recompute] if pins.recompute is not None else RECOMPUTE:
+                    sps = (
+                        [pins.sequence_parallel]
+                        if pins.sequence_parallel is not None
+                        else ([False, True] if tp > 1 else [False])
+                    )
+                    for sp in sps:
+                        if sp and (
+                            rules.sequence_parallel_needs_tp(sp, tp)
+                            or rules.sequence_parallel_splits_seq(sp, tp, seq)
+                            or rules.cp_splits_seq(cp, seq, tp, sp)
+                        ):
+                            continue
+                        zs = [pins.zero_stage] if pins.zero_stage is not None else zero_stages(ctx, dp)
+                        for z in zs:
+                            for cm in cp_comms:
+                                cand = Candidate(tp, pp, dp, mbs, s, v, rc, sp, z, cp=cp, cp_comm=cm)
                                 if rules.stack_runs_config(ctx.stack, ctx.model, cand) is None:  # issue 27
                                     out.append(cand)
     if not out and short_1f1b and pins.schedule == "1f1b":
         why = min(short_1f1b, key=lambda x: x[:3])[3]
         raise why if pins.micro_batch_size is not None else rules.with_field(why, "parallel.schedule")
+    return out
+
+
+#: Shortest sequence at which context parallelism is searched while some class without it fits (a policy, not a
+#: bound: ``cp_options``). Megatron-Bridge / NeMo long-context recipes turn CP on from 16K–32K tokens, Llama 3 only
+#: in its long-context phase (131,072); below this a split sequence's blocks are small and their exchange latency-bound.
+CP_MIN_SEQ = 16_384
+
+
+#: Fewest tokens per CP rank searched (unpinned): below it a rank's attention blocks run flash attention at less
+#: than ~60 % of its long-sequence rate (``pricing.gpu.FLASH_CAUSAL_TFLOPS``: 221 of 328 TFLOP/s at 1K on H100)
+#: and each ring step is latency-bound; Llama 3 kept 8K tokens per CP rank (131,072 / 16). A policy, not a bound.
+CP_MIN_LOCAL_SEQ = 1024
+
+
+def cp1_fits(ctx: Context, pins: ParallelPins, cands: list[Candidate]) -> bool | None:
+    """Whether some class without context parallelism fits (at its forced cut, else the even one), trying the
+    leanest first (full recomputation, the highest ZeRO stage, the most model-parallel ranks); None when there is
+    no such class (the batch does not split over the GPUs without CP: that is the request's problem to report)."""
+    if not any(c.cp == 1 for c in cands):
+        return None
+    lean = sorted(
+        (c for c in cands if c.cp == 1),
+        key=lambda c: (c.recompute != "full", -c.zero_stage, -c.tp * c.pp, c.virtual_stages),
+    )
+    for c in lean[:64]:
+        cc = class_costs(ctx, c)
+        if cc.chunks > cc.num_layers:
+            continue
+        n = forced_cut(ctx, pins, c) or even_stage_layers(cc.num_layers, cc.chunks)
+        if max(rank_memory(cc, n, r) for r in range(c.pp)) <= cc.usable_bytes:
+            return True
+    return False
+
+
+def degrees(
+    ctx: Context, pins: ParallelPins, tps: list[int], n: int, with_cp: bool = True
+) -> Iterator[tuple[int, int, int, tuple[str, ...]]]:
+    """(tp, pp, cp, the cp exchanges) of every class: pp divides the GPUs left by tp, cp (``cp_options``) those
+    left by tp·pp; dp is the rest."""
+    L = ctx.model.num_layers
+    for tp in tps:
+        pps = (
+            [pins.pp]
+            if pins.pp is not None
+            else [p for p in divisors(n // tp) if rules.pp_fits_layers(p, 1, L) is None]
+        )
+        for pp in pps:
+            if (n // tp) % pp == 0:
+                for cp, comms in cp_options(ctx, pins, tp, n // (tp * pp), with_cp):
+                    yield tp, pp, cp, comms
+
+
+def cp_options(
+    ctx: Context, pins: ParallelPins, tp: int, rest: int, with_cp: bool = True
+) -> list[tuple[int, tuple[str, ...]]]:
+    """The context-parallel degrees (with their exchanges) searched at ``tp`` with ``rest`` GPUs for cp × dp:
+    the pinned one, else 1 and every divisor of ``rest`` where the stack runs CP (``Stack.cp_comms``) with flash
+    attention, the sequence splits into 2·cp chunks and, for the exchanges that split heads, the heads divide.
+
+    Only micro-batch sizes that cp does not divide are enumerated with cp > 1 (``enumerate_candidates``): a class
+    (dp, cp, mbs = k·cp) does the same per-rank work as the cp = 1 class (dp·cp, mbs = k) — GEMMs of the same
+    b·s/cp tokens, the same activation and state bytes, the same DP/ZeRO group and micro-batch count — with
+    attention no faster (its kernel runs at the local length s/cp, ``pricing.gpu.flash_rate`` grows with the
+    length) and the exchange on top: it never wins. So cp > 1 is searched where the batch cannot be split
+    further: fewer sequences per micro-batch than cp (long context, where a micro-batch of one sequence does
+    not fit or leaves too few micro-batches to fill the pipeline). Below ``CP_MIN_SEQ`` tokens cp > 1 is kept
+    only when classes without it exist and none fits (``cp1_fits``)."""
+    one: list[tuple[int, tuple[str, ...]]] = [(1, (pins.cp_comm or "p2p",))]
+    st, seq = ctx.stack, ctx.training.seq_len
+    if pins.cp == 1 or (pins.cp is None and (not with_cp or not st.cp_comms or st.attention != "flash")):
+        return one
+    out = [] if pins.cp is not None else one
+    for cp in [pins.cp] if pins.cp is not None else divisors(rest)[1:]:
+        if rest % cp or rules.cp_splits_seq(cp, seq) or (pins.cp is None and seq // cp < CP_MIN_LOCAL_SEQ):
+            continue
+        comms = [pins.cp_comm] if pins.cp_comm is not None else list(st.cp_comms)
+        comms = [c for c in comms if rules.cp_splits_heads(ctx.model, tp, cp, c) is None]
+        if comms:
+            out.append((cp, tuple(comms)))
     return out
 
 

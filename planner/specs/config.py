@@ -216,10 +216,9 @@ FIELDS: tuple[ConfigField, ...] = (
     ConfigField(
         "cp",
         int,
-        "Context-parallel degree: the sequence split over cp ranks (load-balanced causal chunks). The planner "
-        "does not price it yet (cp > 1 is refused there); the runtime and the exporters run it.",
+        "Context-parallel degree: the sequence split over cp ranks (load-balanced causal chunks); searched where "
+        "the training stack runs CP (its cp_comms).",
         1,
-        in_class=False,
         ge=1,
         le=MAX_GPUS,
     ),
@@ -228,7 +227,6 @@ FIELDS: tuple[ConfigField, ...] = (
         CpComm,
         "Context-parallel exchange (used when cp > 1; see planner.specs.config.CP_COMMS).",
         "p2p",
-        in_class=False,
     ),
     ConfigField("micro_batch_size", int, "Sequences per micro-batch.", 1, required=True, ge=1, le=1_000_000),
     ConfigField("schedule", Schedule, "Pipeline schedule (see GET /v1/catalog/schedules).", "1f1b"),

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from planner.specs.config import MULTI_STAGE_SCHEDULES, PRICED_SCHEDULES, SCHEDULE_INFO
 from planner.specs.errors import MeshplanError
 from planner.specs.seq_rules import (  # noqa: F401 (re-exported: the sequence's splits, SP and CP)
-    cp_priced,
     cp_runnable,
     cp_splits_heads,
     cp_splits_seq,

@@ -86,18 +86,6 @@ def cp_splits_heads(model: ModelSpec, tp: int, cp: int, cp_comm: str) -> Err:
     return None
 
 
-def cp_priced(cp: int | None) -> Err:
-    """The planner's cost model does not price context parallelism yet: cp > 1 is refused, not priced as cp = 1."""
-    if cp is None or cp == 1:
-        return None
-    return MeshplanError(
-        "parallel.cp",
-        f"cp={cp}: context parallelism is not yet priced by the planner's cost model",
-        "leave parallel.cp unpinned or 1 (the search keeps cp = 1); to run CP, write the plan by hand "
-        "(runtime.testing.make_plan(..., cp=N)) and run or export it",
-    )
-
-
 def cp_runnable(cp: int, cp_comm: str) -> Err:
     """The bundled runtime runs the exchange (``CP_COMMS`` marks the export-only ones)."""
     if cp == 1 or cp_comm in RUNNABLE_CP_COMMS:

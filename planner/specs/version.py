@@ -47,4 +47,9 @@ from __future__ import annotations
 #: 13: DP gradients on the wire in the dtype the stack reduces in (``Stack.reduce_dtype``,
 #:    ``workload.collectives.grad_bytes``): fp32 under FSDP2's ``reduce_dtype=float32`` (torchtitan, the bundled
 #:    runtime) and Megatron-core under bf16 (``accumulate_allreduce_grads_in_fp32``); was the training dtype.
-COST_MODEL_VERSION = 13
+#: 14: context parallelism priced and searched (issue 24): ``parallel.cp`` / ``cp_comm`` are part of a class; a CP
+#:    class is its layers at the local s / cp tokens with cp× the local attention square, its DP/ZeRO group over
+#:    dp × cp, and the exchange's exposed time (the ring's steps beyond the attention blocks they overlap; all-gathers
+#:    and all-to-alls blocking); all-to-all priced (bus (n − 1)/n); ``TimeBreakdown.cp_comm_s``. Requests below
+#:    16,384 tokens whose classes without CP fit are unchanged.
+COST_MODEL_VERSION = 14

@@ -45,6 +45,9 @@ class Inputs:
     memory_headroom: float = 0.0
     #: The user's calibration (``PlanRequest.calibration``): its residuals replace the built-in ones.
     calibration: Calibration | None = None
+    #: The context-parallel degree this view prices (``planner.compose.context_parallel.cp_view``): 1, or cp
+    #: with ``training.seq_len`` each rank's s / cp tokens, whose queries attend over cp× the local keys.
+    cp: int = 1
     #: The layers found so far (``layer``) and which points the profile covers (``covers``).
     layer_cache: dict[LayerKey, LayerProfile] = field(default_factory=dict, init=False, repr=False, compare=False)
     covers_cache: dict[tuple[int, int, bool], bool] = field(default_factory=dict, init=False, repr=False, compare=False)

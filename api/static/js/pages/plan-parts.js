@@ -15,6 +15,7 @@ export const MEMORY_PARTS = [
 export const TIME_PARTS = [
   ["compute_s", "compute", "#0072B2"],
   ["tp_comm_s", "tensor-parallel comm.", "#E69F00"],
+  ["cp_comm_s", "context-parallel comm.", "#F0E442"],
   ["pp_bubble_s", "pipeline bubble", "#D55E00"],
   ["pp_p2p_s", "pipeline send/recv", "#CC79A7"],
   ["dp_sync_s", "data-parallel sync", "#56B4E9"],

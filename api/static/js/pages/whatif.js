@@ -56,7 +56,7 @@ function compareTable(cur, next, curLabel, nextLabel) {
     ["Peak memory", (p) => p.estimate.peak_memory_gib, fmt.gib, true],
     ["Fits in memory", (p) => (p.estimate.fits ? "yes" : "NO")],
     ["Pipeline bubble", (p) => p.estimate.breakdown.pp_bubble_s, fmt.time, true],
-    ["Communication", (p) => p.estimate.breakdown.tp_comm_s + p.estimate.breakdown.pp_p2p_s + p.estimate.breakdown.dp_sync_s, fmt.time, true],
+    ["Communication", (p) => p.estimate.breakdown.tp_comm_s + (p.estimate.breakdown.cp_comm_s || 0) + p.estimate.breakdown.pp_p2p_s + p.estimate.breakdown.dp_sync_s, fmt.time, true],
   ];
   return h("div", { class: "table-scroll" }, h(
     "table",

@@ -1,0 +1,130 @@
+"""A class's terms under context parallelism (``Candidate.cp`` > 1): the class at the local sequence, the DP/ZeRO
+group over dp × cp, and the CP exchange's exposed time added to every block (``class_terms``).
+
+* **The local view** (``cp_view``): a rank holds s / cp tokens of each sequence, so every GEMM, memory-bound op,
+  TP collective, pipeline send, loss buffer and saved activation is the layer's at seq_len s / cp — the same
+  ``Context`` with ``training.seq_len`` = s / cp and ``cp`` set, whose attention is cp blocks of the local square
+  (``pricing.gpu.attention_time``: causal, load-balanced, 1/cp of the whole). Activations are ÷ cp with flash
+  attention (no s² term). A measured profile prices layers at the request's seq_len only: the view is analytic.
+* **The DP/ZeRO group** spans dp × cp ranks (stride tp, as a DP group of dp·cp: Megatron's DP-CP group,
+  torchtitan's FSDP over dp_shard·cp): the class is priced as the cp = 1 class with dp·cp in the view, so
+  gradient sync, ZeRO sharding and the optimizer shard over dp·cp; micro-batches stay gbs ÷ (dp·mbs).
+* **The exchange** (``workload.context_parallel.cp_block_comms``, priced by ``pricing.context_parallel``): the
+  ring's r − 1 send/recv steps each run beside one attention block of 1/r of the rank's attention (TE launches
+  step i + 1's transfer before block i's kernel), so each step exposes max(0, transfer − block) and slows the
+  block by σ of their overlap (``terms.overlapped``, ``OVERLAP_SLOWDOWN``); all-gathers and all-to-alls are
+  blocking (the attention needs their result: TE ``AttnFuncWithCPAndKVAllGather``, ``…QKVOA2A``), exposed
+  whole. On a host (gloo, the bundled runtime's synchronous ring) nothing overlaps. Under recomputation the
+  attention's forward exchange runs again in backward where the attention is recomputed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from planner.compose.affine import Affine
+from planner.compose.context import Context
+from planner.compose.terms import NOTHING, OVERLAP_SLOWDOWN, SharedTerms, ns, overlapped, scaled
+from planner.compose.terms import class_terms as plain_class_terms
+from planner.pricing.collectives import Groups, comm_seconds
+from planner.pricing.context_parallel import CpGroup
+from planner.pricing.gpu import attention_time
+from planner.pricing.host import prefetch_overlaps
+from planner.workload.context_parallel import cp_block_comms
+
+if TYPE_CHECKING:
+    from planner.compose.cost import Candidate
+
+
+def cp_view(ctx: Context, cp: int) -> Context:
+    """The request priced at each CP rank's s / cp tokens (module docstring); ``ctx`` itself when cp = 1."""
+    if cp == 1:
+        return ctx
+    view = ctx.views.get(cp)
+    if view is None:
+        training = ctx.training.model_copy(update={"seq_len": ctx.training.seq_len // cp})
+        view = ctx.views[cp] = replace(ctx, training=training, cp=cp, profile=None, layer_fn=None)
+    return view
+
+
+def rerun_share(ctx: Context, recompute: str) -> float:
+    """The share of the attention forward (and its CP exchange) that recomputation reruns in backward: all of it
+    under full recomputation and Megatron's selective one (the core attention); torchtitan's op-level policy keeps
+    the flash attention's output (none); its per-layer policy reruns every k-th block (1/k)."""
+    if recompute == "full":
+        return 1.0
+    if recompute != "selective":
+        return 0.0
+    st = ctx.stack
+    if st.activations != "titan":
+        return 1.0
+    return 0.0 if st.selective_ac == "op" else 1.0 / int(st.selective_ac)
+
+
+def cp_exposed(ctx: Context, c: Candidate) -> tuple[float, float]:
+    """(forward, backward) seconds per block and micro-batch the CP exchange adds to the block (module docstring)."""
+    key = (c.micro_batch_size, c.tp, c.cp, c.cp_comm, c.recompute)
+    hit = ctx.cp_exposed.get(key)
+    if hit is None:
+        hit = ctx.cp_exposed[key] = _cp_exposed(ctx, c)
+    return hit
+
+
+def _cp_exposed(ctx: Context, c: Candidate) -> tuple[float, float]:
+    view = cp_view(ctx, c.cp)
+    grp = CpGroup.of(ctx, c.tp, c.cp, c.cp_comm)
+    comms = cp_block_comms(
+        ctx.model, c.cp, c.cp_comm, c.micro_batch_size, view.training.seq_len, c.tp, ctx.elt, grp.inner
+    )
+    g = Groups(c.tp, 1, "intra_node", 1, grp)
+    cs = ctx.residuals.compute_scale
+    att_f, att_b = (cs * t for t in attention_time(view, c.micro_batch_size, c.tp))
+    r = comms.ring_size
+    out = []
+    for ring, blocking, att in (
+        (comms.fwd_ring, comms.fwd_blocking, att_f),
+        (comms.bwd_ring, comms.bwd_blocking, att_b),
+    ):
+        t = comm_seconds(view, blocking, g)
+        if ring:
+            steps = sum(x.count for x in ring)
+            step = comm_seconds(view, ring, g) / steps
+            block = att / r
+            exposed = overlapped(block, step, OVERLAP_SLOWDOWN) - block if prefetch_overlaps(ctx) else step
+            t += steps * exposed
+        out.append(t)
+    f, b = out
+    return f, b + rerun_share(ctx, c.recompute) * f
+
+
+def class_terms(ctx: Context, c: Candidate) -> SharedTerms:
+    """``terms.class_terms`` of the class, with context parallelism when cp > 1 (module docstring)."""
+    if c.cp == 1:
+        return plain_class_terms(ctx, c)
+    key = (
+        c.micro_batch_size,
+        c.tp,
+        c.sequence_parallel,
+        c.recompute,
+        c.zero_stage,
+        c.dp,
+        c.cp,
+        c.cp_comm,
+        c.chunks > 1,
+    )
+    s = ctx.cp_terms.get(key)
+    if s is None:
+        base = plain_class_terms(cp_view(ctx, c.cp), replace(c, dp=c.dp * c.cp, cp=1))
+        f, b = cp_exposed(ctx, c)
+        more_f, more_b = Affine(0, ns(f)), Affine(0, ns(b))
+        bwd = base.bwd.plus(more_b)
+        s = ctx.cp_terms[key] = replace(
+            base,
+            fwd=base.fwd.plus(more_f),
+            bwd=bwd,
+            fwd_cp=more_f,
+            bwd_cp=more_b,
+            hidden_bwd=scaled(bwd, 1 - OVERLAP_SLOWDOWN) if base.overlap_grad_reduce else NOTHING,
+        )
+    return s

@@ -1,0 +1,205 @@
+"""Context parallelism in the planner (issue 24): the collectives each exchange issues (workload), what they cost
+(pricing), what hides under the attention (compose), and the search over cp (exact against brute force)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import planner
+from planner.compose.context_parallel import class_terms, cp_exposed, cp_view
+from planner.compose.cost import Candidate, Context, class_costs, evaluate
+from planner.pricing.comm import CommModel
+from planner.pricing.context_parallel import CpGroup
+from planner.search import search
+from planner.search.bruteforce import brute_force
+from planner.search.space import enumerate_candidates
+from planner.specs import ClusterSpec, GpuSpec, ModelSpec, ParallelPins, SearchOptions, TrainingSpec
+from planner.specs.catalog import get_gpu, get_model
+from planner.workload.context_parallel import cp_block_comms, kv_bytes
+
+
+def ctx_of(model: str = "llama3.1-8b", seq: int = 65536, gbs: int = 8, nodes: int = 2, gpn: int = 8) -> Context:
+    return Context(
+        model=get_model(model),
+        gpu=get_gpu("h100-sxm5-80gb"),
+        cluster=ClusterSpec(gpu="h100-sxm5-80gb", num_nodes=nodes, gpus_per_node=gpn),
+        training=TrainingSpec(global_batch_size=gbs, seq_len=seq),
+    )
+
+
+def cand(tp=1, pp=1, dp=1, cp=1, cp_comm="p2p", mbs=1, recompute="none", sp=False, zero=0) -> Candidate:
+    return Candidate(tp, pp, dp, mbs, "1f1b", 1, recompute, sp, zero, cp=cp, cp_comm=cp_comm)
+
+
+# --- workload
+
+
+def test_each_exchange_issues_its_collectives():
+    m = get_model("llama3.1-8b")  # 8 KV heads of 128
+    kv = kv_bytes(m, 1, 8192, 2, 2)
+    assert kv == 2 * 8192 * 4 * 128 * 2  # K and V, kv_heads / tp per rank, bf16
+    ring = cp_block_comms(m, 8, "p2p", 1, 8192, 2, 2)
+    assert [(c.op, c.nbytes, c.count) for c in ring.fwd_ring] == [("send_recv", kv, 7)]
+    assert [(c.op, c.nbytes, c.count) for c in ring.bwd_ring] == [("send_recv", 2 * kv, 7)]  # KV and dKV
+    assert ring.fwd_blocking == ring.bwd_blocking == () and ring.ring_size == 8
+    ag = cp_block_comms(m, 8, "all_gather", 1, 8192, 2, 2)
+    assert sum(c.count * c.nbytes for c in ag.fwd_blocking) == 8 * kv  # K and V gathered whole
+    assert {c.op for c in ag.bwd_blocking} == {"all_gather", "reduce_scatter"} and not ag.fwd_ring
+    a2a = cp_block_comms(m, 8, "a2a", 1, 8192, 2, 2)
+    assert sum(c.count for c in a2a.fwd_blocking) == 4 == sum(c.count for c in a2a.bwd_blocking)
+    assert {c.op for c in a2a.fwd_blocking} == {"all_to_all"}
+    hier = cp_block_comms(m, 8, "a2a+p2p", 1, 8192, 2, 2, inner=4)  # a2a over 4 on a node, ring over 2 nodes
+    assert hier.ring_size == 2 and hier.fwd_ring[0].count == 1 and sum(c.count for c in hier.fwd_blocking) == 4
+    assert cp_block_comms(m, 1, "p2p", 1, 8192, 2, 2).ring_size == 1  # cp = 1: nothing
+
+
+# --- pricing
+
+
+def test_all_to_all_has_the_all_gather_bus_factor():
+    """nccl-tests PERFORMANCE.md: all-to-all and all-gather both move (n − 1)/n of the buffer per rank."""
+    cm = CommModel.for_cluster(
+        ClusterSpec(gpu="h100-sxm5-80gb", num_nodes=1, gpus_per_node=8), get_gpu("h100-sxm5-80gb")
+    )
+    for n in (2, 4, 8):
+        assert cm.time("all_to_all", 64 << 20, n, "intra_node") == pytest.approx(
+            cm.time("all_gather", 64 << 20, n, "intra_node")
+        )
+
+
+def test_the_cp_group_sits_inside_a_node_when_tp_cp_fits_it():
+    ctx = ctx_of()
+    assert CpGroup.of(ctx, 4, 2, "p2p").link == "intra_node"
+    assert CpGroup.of(ctx, 8, 2, "p2p").link == "inter_node"
+    grp = CpGroup.of(ctx, 1, 8, "a2a+p2p")
+    assert grp.link == "intra_node" and grp.inner == 8  # all 8 on one node: a plain a2a
+    assert CpGroup.of(ctx_of(nodes=4), 2, 16, "a2a+p2p").inner == 4  # 4 per node, the ring over 4 nodes
+
+
+# --- compose
+
+
+def test_the_ring_hides_under_long_attention_and_blocking_exchanges_do_not():
+    """At 64K tokens a ring step is far shorter than its attention block: only σ of it shows; an all-gather
+    and the Ulysses all-to-alls are exposed whole."""
+    ctx = ctx_of()
+    f_ring, b_ring = cp_exposed(ctx, cand(tp=2, cp=4, cp_comm="p2p"))
+    f_ag, _ = cp_exposed(ctx, cand(tp=2, cp=4, cp_comm="all_gather"))
+    f_a2a, _ = cp_exposed(ctx, cand(tp=2, cp=4, cp_comm="a2a"))
+    assert 0 < f_ring < f_ag and f_ring < f_a2a and b_ring > f_ring
+    # full recomputation reruns the forward exchange in backward
+    f_rc, b_rc = cp_exposed(ctx, cand(tp=2, cp=4, recompute="full"))
+    assert f_rc == f_ring and b_rc == pytest.approx(b_ring + f_ring)
+
+
+def test_a_cp_rank_does_1_over_cp_of_the_work_and_holds_1_over_cp_of_the_activations():
+    ctx = ctx_of()
+    one = class_terms(ctx, cand(tp=2, dp=2))
+    two = class_terms(ctx, cand(tp=2, dp=1, cp=2))
+    # per-rank FLOPs of a block: the whole sequence's ÷ cp (attention causal and load-balanced)
+    assert two.flops_layer == pytest.approx(one.flops_layer / 2, rel=1e-9)
+    assert two.acts.layer == pytest.approx(one.acts.layer / 2, rel=0.01)
+    assert two.fwd_cp.layer > 0 and one.fwd_cp.layer == 0
+    # the DP/ZeRO group spans dp × cp: ZeRO-1 states sharded over 2 ranks either way
+    assert class_terms(ctx, cand(tp=2, dp=1, cp=2, zero=1)).states == class_terms(ctx, cand(tp=2, dp=2, zero=1)).states
+    assert cp_view(ctx, 2).training.seq_len == 32768 and cp_view(ctx, 1) is ctx
+
+
+def test_cp_dividing_the_micro_batch_is_dominated():
+    """The pruning of ``space.cp_options``: (dp, cp, mbs = k·cp) is never faster than (dp·cp, cp = 1, mbs = k)."""
+    ctx = ctx_of(seq=32768, gbs=16)
+    for tp, pp in ((2, 1), (4, 2)):
+        cp_cc = class_costs(ctx, cand(tp=tp, pp=pp, dp=16 // (tp * pp * 2), cp=2, mbs=2))
+        flat = class_costs(ctx, cand(tp=tp, pp=pp, dp=16 // (tp * pp), mbs=1))
+        n = [32 // pp] * pp
+        assert evaluate(flat, n).objective_ns <= evaluate(cp_cc, n).objective_ns
+        assert evaluate(flat, n).peak_memory_bytes <= evaluate(cp_cc, n).peak_memory_bytes * 1.01
+
+
+def test_the_search_enumerates_cp_only_where_the_stack_runs_it():
+    ctx = ctx_of(seq=32768, gbs=8, nodes=1)
+    cands = enumerate_candidates(ctx, ParallelPins(), SearchOptions())
+    cps = {(c.cp, c.cp_comm) for c in cands}
+    assert (1, "p2p") in cps and any(cp > 1 for cp, _ in cps)
+    assert all(c.micro_batch_size % c.cp for c in cands if c.cp > 1)
+    assert {cm for cp, cm in cps if cp > 1} <= set(ctx.stack.cp_comms)
+    short = ctx_of(seq=4096, gbs=8, nodes=1)  # below CP_MIN_SEQ, and classes without CP fit: none with CP
+    assert all(c.cp == 1 for c in enumerate_candidates(short, ParallelPins(), SearchOptions()))
+    titan = Context(
+        model=ctx.model,
+        gpu=ctx.gpu,
+        cluster=ctx.cluster,
+        training=ctx.training.model_copy(update={"stack": "torchtitan"}),
+    )
+    assert {c.cp_comm for c in enumerate_candidates(titan, ParallelPins(), SearchOptions()) if c.cp > 1} <= {
+        "p2p",
+        "all_gather",
+    }
+
+
+def test_estimate_shows_cp_in_the_breakdown():
+    body = {
+        "model": "llama3.1-8b",
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
+        "training": {"global_batch_size": 8, "seq_len": 65536},
+        "parallel": {"tp": 2, "cp": 4, "pp": 1, "recompute": "full"},
+    }
+    est = planner.estimate(body)
+    b = est.breakdown
+    assert b.cp_comm_s > 0
+    parts = b.compute_s + b.tp_comm_s + b.pp_bubble_s + b.pp_p2p_s + b.dp_sync_s + b.optimizer_s + b.cp_comm_s
+    assert parts == pytest.approx(est.step_time_s, rel=1e-6)
+    assert est.gpus_used == 8
+
+
+# --- exact search with cp
+
+
+def cp_instance(seed: int) -> tuple[Context, ParallelPins]:
+    rng = random.Random(1000 + seed)
+    heads = 4
+    model = ModelSpec(
+        name=f"cp-{seed}",
+        family="llama",
+        num_layers=rng.randint(3, 5),
+        hidden_size=32 * heads,
+        num_attention_heads=heads,
+        num_kv_heads=rng.choice([2, 4]),
+        ffn_hidden_size=256,
+        vocab_size=256,
+        activation="swiglu",
+        norm="rmsnorm",
+        max_seq_len=65536,
+    )
+    base = get_gpu("a100-sxm4-80gb")
+    gpu = base.model_copy(
+        update={
+            "id": f"toy-cp-{seed}",
+            "memory_gib": 1.0 + rng.choice([0.05, 0.2, 1.0]),
+            "nvlink_bandwidth_GBps": rng.choice([1.0, 50.0]),
+            "nic_bandwidth_GBps": rng.choice([0.1, 5.0]),
+        }
+    )
+    cluster = ClusterSpec(gpu=gpu, num_nodes=rng.choice([1, 2]), gpus_per_node=4)
+    training = TrainingSpec(global_batch_size=rng.choice([2, 4]), seq_len=rng.choice([16384, 32768]))
+    ctx = Context(model=model, gpu=GpuSpec.model_validate(gpu.model_dump()), cluster=cluster, training=training)
+    return ctx, ParallelPins()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_search_matches_brute_force_with_cp(seed: int) -> None:
+    ctx, pins = cp_instance(seed)
+    options = SearchOptions(time_limit_s=20, num_workers=1)
+    assert any(c.cp > 1 for c in enumerate_candidates(ctx, pins, options))
+    ref, _ = brute_force(ctx, pins, options)
+    fresh = Context(model=ctx.model, gpu=ctx.gpu, cluster=ctx.cluster, training=ctx.training)
+    got = search(fresh, pins, options, top_k=3)
+    if not ref:
+        assert got.results == [] and got.status == "INFEASIBLE"
+        return
+    assert got.status == "OPTIMAL" and got.objective_ns == ref[0][0] == got.bound_ns
+    assert [r.evaluation.objective_ns for r in got.results] == [t[0] for t in ref[: len(got.results)]]
+    wins = [r.cand.cp for r in got.results]
+    assert all(evaluate(class_costs(ctx, r.cand), r.stage_layers).fits for r in got.results), wins
