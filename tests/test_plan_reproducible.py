@@ -143,6 +143,7 @@ FINGERPRINTS = {
     9: "44543f1f6496d10d",  # 9 changed the search space only (what the stack runs); GPT-3 reference untied
     10: "4f9a6571a166a0ea",  # the collectives each stack issues, on every device; SP's AG/RS as separate calls
     11: "4f9a6571a166a0ea",  # 11 (FP8) leaves every bf16 reference as it was; FP8: tests/test_fp8.py
+    12: "4f9a6571a166a0ea",  # 12 (overlapped TP) is off unless chosen: references unchanged; tests/test_tp_overlap.py
 }
 
 
@@ -239,7 +240,8 @@ def test_a_schema1_plan_file_loads_without_its_groups_and_estimates_the_same(tmp
         assert plan.mesh == mesh_layout(plan.parallel) and plan.gpu.id == "a100-sxm4-40gb"
         # fields added since (context parallelism) read at their defaults
         new = plan.parallel.model_dump()
-        assert (new.pop("cp"), new.pop("cp_comm")) == (1, "p2p") and new == old["plans"][0]["parallel"]
+        assert (new.pop("cp"), new.pop("cp_comm"), new.pop("tp_comm_overlap")) == (1, "p2p", False)
+        assert new == old["plans"][0]["parallel"]
         assert [m.total_gib for m in plan.estimate.memory_per_stage] == old["plans"][0]["estimate"][
             "memory_per_stage_gib"
         ]

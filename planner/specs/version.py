@@ -41,4 +41,9 @@ from __future__ import annotations
 #:    ``planner.workload.fp8``): a block's linears at the FP8 peak × a measured FP8 GEMM ceiling with FP8
 #:    operand bytes, casts/transposes/amax passes as memory-bound ops, FP8 FSDP weight all-gathers (torchtitan
 #:    tensorwise), cached FP8 weights and scaling state in memory. Every bf16/fp16 number as in 10.
-COST_MODEL_VERSION = 11
+#: 12: overlapped tensor parallelism (``parallel.tp_comm_overlap``; ``planner.workload.tp_overlap``,
+#:    ``planner.pricing.tp_overlap``): a block's SP all-gathers and reduce-scatters pipelined with their GEMMs as the
+#:    stack does (Transformer Engine userbuffers: ring / pipeline / bulk, all 8; torchtitan async TP: the 4 forward
+#:    and the 2 backward all-gathers), GEMMs slowed by σ while overlapped; searched with SP where the stack runs it.
+#:    Off unless chosen: every plan without it as in 11 (another branch may also claim 12: merge in order).
+COST_MODEL_VERSION = 12
