@@ -74,7 +74,11 @@ def test_overlap_is_off_unless_chosen_and_hides_tp_comm():
     [
         ("meshplan", {**PINS, "tp_comm_overlap": True}, "parallel.tp_comm_overlap"),
         ("deepspeed", {"tp": 8, "tp_comm_overlap": True}, "parallel.tp_comm_overlap"),
-        ("megatron", {"tp": 8, "pp": 4, "dp": 1, "sequence_parallel": False, "tp_comm_overlap": True}, "parallel.tp_comm_overlap"),
+        (
+            "megatron",
+            {"tp": 8, "pp": 4, "dp": 1, "sequence_parallel": False, "tp_comm_overlap": True},
+            "parallel.tp_comm_overlap",
+        ),
     ],
 )
 def test_refusals_name_the_field(stack, pins, field):

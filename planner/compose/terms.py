@@ -136,7 +136,9 @@ def shared_terms(
 def class_terms(ctx: Context, c: Candidate) -> SharedTerms:
     """``shared_terms`` of the class; pipelined on a host, every chunk's forward and backward per micro-batch
     + the schedule's measured host work per action (``collectives.pipeline_action``)."""
-    s = shared_terms(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp, c.tp_comm_overlap)
+    s = shared_terms(
+        ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp, c.tp_comm_overlap
+    )
     action = ns(pipeline_action(ctx)) if c.pp * c.virtual_stages > 1 else 0
     if not action:
         return s

@@ -74,7 +74,9 @@ def pair_seconds(
     return g + (n - 1) * max(g, c) + c
 
 
-def overlap_delta(ctx: Device, kind: str, mbs: int, tp: int, recompute: str, act: float, slowdown: float) -> OverlapDelta:
+def overlap_delta(
+    ctx: Device, kind: str, mbs: int, tp: int, recompute: str, act: float, slowdown: float
+) -> OverlapDelta:
     """The change of a dense block's forward and backward (compute + blocking TP) per micro-batch when the
     stack's overlap ``kind`` pipelines its SP collectives (``act``: one residual-stream tensor's bytes)."""
     model = ctx.model

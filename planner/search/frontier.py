@@ -48,7 +48,17 @@ class Frontier:
         lean: dict[tuple, int] = {}
         self.heap: list[QueueItem] = []
         for c in cands:
-            k = (c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.pp, c.schedule, c.virtual_stages, c.dp, c.tp_comm_overlap)
+            k = (
+                c.micro_batch_size,
+                c.tp,
+                c.sequence_parallel,
+                c.recompute,
+                c.pp,
+                c.schedule,
+                c.virtual_stages,
+                c.dp,
+                c.tp_comm_overlap,
+            )
             if k not in lean:
                 lean[k] = lean_bound(ctx, c)
             self.heap.append(QueueItem(lean[k], simplicity(c), Key.LEAN))
@@ -56,7 +66,16 @@ class Frontier:
 
     def quick(self, c: Candidate) -> int:
         """``quick_bound``, memoised (the interleaved one does not depend on v: shared)."""
-        k: tuple = (c.tp, c.pp, c.dp, c.micro_batch_size, c.recompute, c.sequence_parallel, c.zero_stage, c.tp_comm_overlap)
+        k: tuple = (
+            c.tp,
+            c.pp,
+            c.dp,
+            c.micro_batch_size,
+            c.recompute,
+            c.sequence_parallel,
+            c.zero_stage,
+            c.tp_comm_overlap,
+        )
         if c.virtual_stages == 1:
             k = (*k, c.schedule)
         if k not in self._quick:
