@@ -76,7 +76,6 @@ TARGET_MEMORY = 0.10
 TARGET_LOSGO = 0.10
 
 FEATURE_REASONS = {
-    "async-tp": "asynchronous TP (TP collectives overlapped with the GEMMs): not modelled",
     "parallel-residual": "parallel attention + MLP block (GPT-J residual): not a block the model has",
 }
 
@@ -287,6 +286,8 @@ def request(row: dict[str, Any], gpus: dict[str, Any]) -> PlanRequest:
             recompute="selective" if par["recompute"] == "selective-layer" else par["recompute"],
             sequence_parallel=bool(par["sequence_parallel"]) and par["tp"] > 1,
             zero_stage=par["zero_stage"],
+            # torchtitan's async TP (issue 24): the SP collectives pipelined with the GEMMs (parallel.tp_comm_overlap)
+            tp_comm_overlap="async-tp" in row["features"] and bool(par["sequence_parallel"]) and par["tp"] > 1,
         ),
         options=SearchOptions(allow_tp_across_nodes=True, memory_headroom=0.0),
     )

@@ -282,6 +282,8 @@ def _check_torchtitan(plan: Plan, facts: dict[str, Any], head: str) -> None:
         assert facts["dp_shard"] == p.dp
         assert facts["fsdp_reshard_after_forward"] == ("always" if p.zero_stage == 3 else "never")
     assert facts["mixed_precision_param"] == ("float32" if t.precision == "fp32" else "bfloat16")
+    if "async_tp" in facts:  # torchtitan's own config parser read the plan's overlapped TP (issue 24)
+        assert facts["async_tp"] == p.tp_comm_overlap
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -246,7 +246,6 @@ def test_every_run_expressed_or_given_a_reason(outcome):
         ("mlperf_v3.1_nvidia_gpt3_64nodes", "architecture incomplete"),  # FP8 is expressed since cost model 11
         # (torchtitan_2412_t2_8b_fsdp4_cp2: expressed since FP8 (11) and CP (14) are priced)
         ("mbridge_25.11_GPT_64gpu_BF16", "expert parallelism (ep=8)"),
-        ("torchtitan_asynctp_70B_bfloat16_asyncTP", "asynchronous TP"),
         ("deepseek_v3_pretrain", "'DualPipe' not priced"),
         ("falcon_180b", "no measured throughput"),
         ("gpt_neox_20b", "unstated FLOP accounting"),
@@ -261,6 +260,16 @@ def test_context_parallelism_is_no_longer_a_reason(outcome):
     """Cost model 11 prices CP: a CP run is held back only by what else it uses (here FP8)."""
     _, skipped, _ = outcome
     assert not any("context parallelism" in w for why in skipped.values() for w in why)
+
+
+def test_async_tp_runs_are_priced_with_tp_overlap():
+    """torchtitan's async-TP runs are expressed since cost model 15, with parallel.tp_comm_overlap (issue 24)."""
+    for run_id in ("torchtitan_asynctp_70B_bfloat16_asyncTP", "torchtitan_2412_t4_70b_256gpu_asynctp"):
+        row = RUNS[run_id]
+        assert bench.reasons_not_expressible(row) == []
+        assert bench.request(row, DATA["gpus"]).parallel.tp_comm_overlap
+    vanilla = RUNS["torchtitan_asynctp_70B_bfloat16_vanillaTP"]
+    assert not bench.request(vanilla, DATA["gpus"]).parallel.tp_comm_overlap
 
 
 @pytest.mark.parametrize(

@@ -146,6 +146,7 @@ FINGERPRINTS = {
     12: "4f9a6571a166a0ea",  # 12 (Megatron 1F1B's blocking sends): no reference runs it; tests/test_pipeline_p2p.py
     13: "9a393195164df926",  # DP gradients on the wire in the stack's reduce dtype (fp32 under FSDP2, Megatron bf16)
     14: "c1288079e9ca2e71",  # context parallelism: the breakdown's cp_comm_s (0 on the cp = 1 references)
+    15: "c1288079e9ca2e71",  # 15 (overlapped TP) is off unless chosen: references unchanged; tests/test_tp_overlap.py
 }
 
 
@@ -242,7 +243,8 @@ def test_a_schema1_plan_file_loads_without_its_groups_and_estimates_the_same(tmp
         assert plan.mesh == mesh_layout(plan.parallel) and plan.gpu.id == "a100-sxm4-40gb"
         # fields added since (context parallelism) read at their defaults
         new = plan.parallel.model_dump()
-        assert (new.pop("cp"), new.pop("cp_comm")) == (1, "p2p") and new == old["plans"][0]["parallel"]
+        assert (new.pop("cp"), new.pop("cp_comm"), new.pop("tp_comm_overlap")) == (1, "p2p", False)
+        assert new == old["plans"][0]["parallel"]
         assert [m.total_gib for m in plan.estimate.memory_per_stage] == old["plans"][0]["estimate"][
             "memory_per_stage_gib"
         ]

@@ -193,6 +193,7 @@ PLAN_FLAGS = [
     "--sequence-parallel",
     "--zero-stage",
     "--stage-layers",
+    "--tp-comm-overlap",
     "--profile",
     "--network",
     "--calibration",

@@ -89,6 +89,14 @@ def deepspeed_config(plan: Plan, notes: Notes) -> dict:
             f"context parallelism cp={p.cp} (a2a) is DeepSpeed-Ulysses: sequence_parallel_size={p.cp}; the model must "
             "wrap its attention in deepspeed.sequence.layer.DistributedAttention"
         )
+    if p.tp_comm_overlap:
+        raise MeshplanError(
+            "plan.parallel.tp_comm_overlap",
+            "DeepSpeed has no overlapped tensor parallelism (AutoTP issues its all-reduces blocking; no config key "
+            "pipelines TP collectives with the GEMMs)",
+            "re-plan with parallel.tp_comm_overlap false (training.stack: deepspeed leaves it off), or export to "
+            "megatron (--tp-comm-overlap) or torchtitan (async TP)",
+        )
     if t.precision == "fp8":
         raise MeshplanError(
             "training.precision",

@@ -150,6 +150,14 @@ def megatron_args(plan: Plan, notes: Notes) -> list[str]:
     args += context_parallel_args(plan, notes)
     if p.sequence_parallel:
         args.append("--sequence-parallel")
+    if p.tp_comm_overlap:  # Transformer Engine userbuffers; arguments.py asserts --sequence-parallel with it
+        args.append("--tp-comm-overlap")
+        notes.note(
+            "--tp-comm-overlap: Transformer Engine's userbuffers pipeline the SP all-gathers and reduce-scatters with "
+            "the block's GEMMs (default methods of transformer_engine.pytorch.module.base.initialize_ub; "
+            "--tp-comm-overlap-cfg for a tuned YAML); needs Transformer Engine built with userbuffers and "
+            "CUDA_DEVICE_MAX_CONNECTIONS=1"
+        )
     args += ["--micro-batch-size", str(p.micro_batch_size), "--global-batch-size", str(t.global_batch_size)]
     if p.recompute == "selective":
         args += ["--recompute-granularity", "selective"]

@@ -181,6 +181,19 @@ def fp8_settings(plan: Plan, notes: Notes) -> tuple[list[str], dict]:
     return ["float8"], {"float8": table}
 
 
+def async_tp(plan: Plan, notes: Notes) -> bool:
+    """Whether the plan overlaps TP (``parallel.tp_comm_overlap``): torchtitan's async TP, which compiles the
+    blocks (torch.compile; Inductor's micro-pipeline TP pass needs it) and uses symmetric memory on the TP group."""
+    if not plan.parallel.tp_comm_overlap:
+        return False
+    notes.note(
+        "async TP: torch.compile on, Inductor's micro-pipeline TP pass fuses the SP all-gather → matmul and matmul → "
+        "reduce-scatter of each block (torchtitan distributed/compile.py _maybe_enable_async_tp); the plan priced the "
+        "stack's eager kernels, compiled ones are faster"
+    )
+    return True
+
+
 def launch_line(plan: Plan, options, extra: str) -> str:
     geom = geometry(plan, options)
     if geom.multi_node:
@@ -233,7 +246,10 @@ class TorchtitanRecipeExporter(Exporter):
             lines.append(f"    config.model.converters = {converters!r}")
             for conv, table in quantize.items():
                 lines += [f"    config.quantize.linear.{conv}.{k} = {v!r}" for k, v in table.items()]
+        if converters or plan.parallel.tp_comm_overlap:
             lines.append("    config.compile.enable = True")
+        if async_tp(plan, notes):  # 0.3.0: CompileConfig.enable_async_tensor_parallel (needs compile of the model)
+            lines.append("    config.compile.enable_async_tensor_parallel = True")
         ac_expr = {"selective": "SelectiveAC.Config()", "full": "FullAC.Config()", "none": "None"}[ac]
         lines += [f"    config.activation_checkpoint = {ac_expr}", "    return config"]
         imports = [
@@ -292,7 +308,10 @@ class TorchtitanTomlExporter(Exporter):
         if converters:
             doc["model"]["converters"] = converters
             doc["quantize"] = {"linear": quantize}
+        if converters or plan.parallel.tp_comm_overlap:
             doc["compile"] = {"enable": True, "components": ["model", "loss"]}
+        if async_tp(plan, notes):  # 0.2.2: [parallelism] enable_async_tensor_parallel
+            par["enable_async_tensor_parallel"] = True
         launch = launch_line(plan, options, f"--job.config_file {self.filename(plan, options)}")
         head = comment_block(
             "#", header_lines(plan, self) + ["Run on every node:", "  " + launch], notes.warnings, notes.info

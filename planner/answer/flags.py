@@ -57,6 +57,7 @@ HELP = {
     "parallel.virtual_stages": "Pin the virtual stages (model chunks) per pipeline rank (interleaved schedules).",
     "parallel.recompute": "Pin activation recomputation.",
     "parallel.sequence_parallel": "Pin sequence parallelism.",
+    "parallel.tp_comm_overlap": "Pin overlapped tensor parallelism (TE userbuffers / torchtitan async TP; needs SP).",
     "parallel.zero_stage": "Pin the ZeRO stage (0-3).",
     "parallel.stage_layers": "Pin the layers of each model chunk, comma-separated, e.g. 10,11,11,10.",
     "top_k": "Number of plans.",

@@ -187,9 +187,11 @@ def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[i
         pins.recompute or d["recompute"],
         sp,
         pins.zero_stage if pins.zero_stage is not None else d["zero_stage"],
+        bool(pins.tp_comm_overlap),
         cp=cp,
         cp_comm=cp_comm,
     )
+    rules.check(rules.tp_overlap_needs_sp(cand.tp_comm_overlap, tp, sp))
     rules.check(rules.stack_runs_config(ctx.stack, ctx.model, cand))  # what the training stack runs (issue 27)
     if pins.stage_layers is not None:
         rules.check(rules.stage_layers_count(pins.stage_layers, pp, v))

@@ -13,9 +13,9 @@ if TYPE_CHECKING:
     from planner.compose.terms import LayerGroup, SharedTerms
 
 #: (micro-batch size, tp, sequence parallel, recompute): one ``LayerGroup``.
-GroupKey = tuple[int, int, bool, str]
+GroupKey = tuple[int, int, bool, str, bool]  # + tp_comm_overlap
 #: (micro-batch size, tp, sequence parallel, recompute, ZeRO stage, dp): one ``SharedTerms``.
-SharedKey = tuple[int, int, bool, str, int, int]
+SharedKey = tuple[int, int, bool, str, int, int, bool]
 #: (ranks per pipeline stage, pp, virtual stages, p2p bytes): the lags of a class's chunk boundaries.
 LagKey = tuple[int, int, int, int]
 

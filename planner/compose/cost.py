@@ -61,6 +61,7 @@ class Candidate:
     recompute: str
     sequence_parallel: bool
     zero_stage: int
+    tp_comm_overlap: bool = False
 
     @property
     def chunks(self) -> int:

@@ -28,6 +28,7 @@ from planner.pricing.host import (
     prefetch_overlaps,
 )
 from planner.pricing.layer_times import layer_times
+from planner.pricing.tp_overlap import overlap_delta
 from planner.workload.collectives import (
     NO_REDUCTIONS,
     Op,
@@ -125,22 +126,27 @@ class SharedTerms:
         return not self.tie_embeddings or c.pp * c.virtual_stages > 1
 
 
-def shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero_stage: int, dp: int) -> SharedTerms:
-    key = (mbs, tp, sp, recompute, zero_stage, dp)
+def shared_terms(
+    ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero_stage: int, dp: int, tpo: bool = False
+) -> SharedTerms:
+    """``tpo``: the TP collectives overlapped with the GEMMs (``parallel.tp_comm_overlap``)."""
+    key = (mbs, tp, sp, recompute, zero_stage, dp, tpo)
     s = ctx.shared.get(key)
     if s is None:
-        s = ctx.shared[key] = _shared_terms(ctx, mbs, tp, sp, recompute, zero_stage, dp)
+        s = ctx.shared[key] = _shared_terms(ctx, mbs, tp, sp, recompute, zero_stage, dp, tpo)
     return s
 
 
 def class_terms(ctx: Context, c: Candidate) -> SharedTerms:
     """``shared_terms`` of the class; pipelined on a host, every chunk's forward and backward per micro-batch
     + the schedule's measured host work per action (``collectives.pipeline_action``)."""
-    s = shared_terms(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp)
+    s = shared_terms(
+        ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp, c.tp_comm_overlap
+    )
     action = ns(pipeline_action(ctx)) if c.pp * c.virtual_stages > 1 else 0
     if not action:
         return s
-    key = (c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp)
+    key = (c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp, c.tp_comm_overlap)
     piped = ctx.piped.get(key)
     if piped is None:
         more = Affine(const=action)
@@ -168,15 +174,15 @@ class LayerGroup:
     flops: tuple[float, float, float]
 
 
-def layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> LayerGroup:
-    key = (mbs, tp, sp, recompute)
+def layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo: bool = False) -> LayerGroup:
+    key = (mbs, tp, sp, recompute, tpo)
     lg = ctx.groups.get(key)
     if lg is None:
-        lg = ctx.groups[key] = _layer_group(ctx, mbs, tp, sp, recompute)
+        lg = ctx.groups[key] = _layer_group(ctx, mbs, tp, sp, recompute, tpo)
     return lg
 
 
-def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> LayerGroup:
+def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo: bool = False) -> LayerGroup:
     model, seq = ctx.model, ctx.training.seq_len
     blk = layer_times(ctx, "transformer_block", mbs, tp, sp, recompute)
     emb = layer_times(ctx, "embedding", mbs, tp, sp, "none")
@@ -196,10 +202,15 @@ def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> L
     if tp > 1:  # a host's DTensor dispatch of the block's sharded linears beyond plain ones (none on a GPU)
         more_f, more_b = dtensor_linear_dispatch(ctx, block_linears(model), recompute)
         blk_tp_f, blk_tp_b = blk_tp_f + more_f, blk_tp_b + more_b
+    f_more = b_more = 0.0  # overlapped TP (``pricing.tp_overlap``): the block's pairs pipelined, GEMMs slowed
+    if tpo and ctx.stack.tp_overlap is not None:
+        d = overlap_delta(ctx, ctx.stack.tp_overlap, mbs, tp, recompute, act, OVERLAP_SLOWDOWN)
+        blk_tp_f, blk_tp_b = blk_tp_f + d.fwd_tp, blk_tp_b + d.bwd_tp
+        f_more, b_more = d.fwd - d.fwd_tp, d.bwd - d.bwd_tp
     vocab_local = model.vocab_size // tp if model.vocab_size % tp == 0 else model.vocab_size
     saved = lp_blk.saved_activation_bytes
-    work_f = (blk.fwd + blk_tp_f, emb.fwd + emb_tp_f, head.fwd + head_tp_f)
-    work_b = (blk.bwd + blk_tp_b, emb.bwd + emb_tp_b, head.bwd + head_tp_b)
+    work_f = (blk.fwd + f_more + blk_tp_f, emb.fwd + emb_tp_f, head.fwd + head_tp_f)
+    work_b = (blk.bwd + b_more + blk_tp_b, emb.bwd + emb_tp_b, head.bwd + head_tp_b)
     return LayerGroup(
         work_f=work_f,
         work_b=work_b,
@@ -228,8 +239,10 @@ def scaled(a: Affine, factor: float) -> Affine:
     return Affine(round(c * factor), round(layer * factor), round(emb * factor), round(head * factor))
 
 
-def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero_stage: int, dp: int) -> SharedTerms:
-    lg = layer_group(ctx, mbs, tp, sp, recompute)
+def _shared_terms(
+    ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero_stage: int, dp: int, tpo: bool
+) -> SharedTerms:
+    lg = layer_group(ctx, mbs, tp, sp, recompute, tpo)
     tr, e = ctx.training, ctx.elt
     p_blk, p_emb, p_head = lg.params
 

@@ -58,6 +58,7 @@ class Frontier:
                 c.virtual_stages,
                 c.dp,
                 c.cp,
+                c.tp_comm_overlap,
             )
             if k not in lean:
                 lean[k] = lean_bound(ctx, c)
@@ -76,6 +77,7 @@ class Frontier:
             c.recompute,
             c.sequence_parallel,
             c.zero_stage,
+            c.tp_comm_overlap,
         )
         if c.virtual_stages == 1:
             k = (*k, c.schedule)

@@ -253,6 +253,14 @@ FIELDS: tuple[ConfigField, ...] = (
         min_length=1,
         max_length=4096,
     ),
+    ConfigField(
+        "tp_comm_overlap",
+        bool,
+        "Overlap the tensor-parallel all-gathers and reduce-scatters with the GEMMs next to them, as the training "
+        "stack does (Megatron/Transformer Engine userbuffers --tp-comm-overlap, torchtitan async TP; "
+        "planner.specs.tp_overlap); needs sequence parallelism and a stack that runs it.",
+        False,
+    ),
 )
 FIELD: dict[str, ConfigField] = {f.name: f for f in FIELDS}
 CLASS_FIELDS: tuple[str, ...] = tuple(f.name for f in FIELDS if f.in_class)
@@ -338,7 +346,7 @@ def describe(config: Any, num_microbatches: int | None = None) -> str:
     same fields (``stage_layers`` is shown when present), e.g.
     ``TP8+SP×PP2×DP4, mbs 1 (16 micro-batches), 1f1b, recompute none, ZeRO-1, stages [40, 40]``."""
     c = config
-    sp = "+SP" if c.sequence_parallel else ""
+    sp = ("+SP" if c.sequence_parallel else "") + ("+TPO" if getattr(c, "tp_comm_overlap", False) else "")
     cp = getattr(c, "cp", 1)
     cps = f"×CP{cp}({c.cp_comm})" if cp > 1 else ""
     m = f" ({num_microbatches} micro-batches)" if num_microbatches is not None else ""

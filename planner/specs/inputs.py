@@ -344,6 +344,7 @@ class ParallelConfig(Spec):
     sequence_parallel: bool = config_field("sequence_parallel")
     zero_stage: int = config_field("zero_stage")
     stage_layers: list[int] = config_field("stage_layers")
+    tp_comm_overlap: bool = config_field("tp_comm_overlap")
 
     @model_validator(mode="after")
     def _check_consistency(self) -> ParallelConfig:
@@ -352,6 +353,7 @@ class ParallelConfig(Spec):
             rules.stage_layers_nonnegative(self.stage_layers),
             rules.virtual_stages_fit(self.schedule, self.virtual_stages),
             rules.sequence_parallel_needs_tp(self.sequence_parallel, self.tp),
+            rules.tp_overlap_needs_sp(self.tp_comm_overlap, self.tp, self.sequence_parallel),
         )
         return self
 
@@ -376,6 +378,7 @@ class ParallelPins(Spec):
     sequence_parallel: bool | None = pin_field("sequence_parallel")
     zero_stage: int | None = pin_field("zero_stage")
     stage_layers: list[int] | None = pin_field("stage_layers")
+    tp_comm_overlap: bool | None = pin_field("tp_comm_overlap")
 
 
 check_fields(ParallelConfig)

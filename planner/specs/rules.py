@@ -29,6 +29,7 @@ from planner.specs.seq_rules import (  # noqa: F401 (re-exported: the sequence's
     seq_len_fits,
     sequence_parallel_needs_tp,
     sequence_parallel_splits_seq,
+    tp_overlap_needs_sp,
 )
 from planner.specs.stack_rules import stack_runs as stack_runs  # what the training stack runs
 from planner.specs.stack_rules import stack_runs_config as stack_runs_config

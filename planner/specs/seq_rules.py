@@ -41,6 +41,20 @@ def sequence_parallel_splits_seq(sequence_parallel: bool | None, tp: int | None,
     return None
 
 
+def tp_overlap_needs_sp(overlap: bool | None, tp: int | None, sequence_parallel: bool | None) -> Err:
+    """Overlapped TP pipelines the all-gathers and reduce-scatters of sequence parallelism with the GEMMs
+    (Megatron-LM arguments.py: --tp-comm-overlap asserts --sequence-parallel; torch's micro-pipeline TP pass
+    matches all-gather → matmul and matmul → reduce-scatter, which only SP issues)."""
+    if overlap and (tp == 1 or sequence_parallel is False):
+        return MeshplanError(
+            "parallel.tp_comm_overlap",
+            "overlapped tensor parallelism needs tp > 1 and sequence parallelism (it pipelines SP's all-gathers "
+            "and reduce-scatters with the GEMMs)",
+            "set parallel.tp_comm_overlap to false, or tp > 1 with parallel.sequence_parallel true",
+        )
+    return None
+
+
 def seq_len_fits(model: ModelSpec, seq_len: int) -> Err:
     if seq_len <= model.max_seq_len:
         return None

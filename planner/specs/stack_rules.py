@@ -30,6 +30,7 @@ def stack_runs(
     tie_embeddings: bool = False,
     cp: int | None = None,
     cp_comm: str | None = None,
+    tp_comm_overlap: bool | None = None,
 ) -> MeshplanError | None:
     """The configuration (or the pinned part of one: None = not given) is one the request's training
     stack runs (``planner.specs.stacks.Stack``: ``schedules``, ``zero_stages``, ``pipeline_zero_stages``,
@@ -93,6 +94,13 @@ def stack_runs(
             f"set parallel.cp_comm to one of {', '.join(stack.cp_comms)}"
             + _others(lambda s: cp_comm in s.cp_comms, f"cp_comm {cp_comm!r}"),
         )
+    if tp_comm_overlap and stack.tp_overlap is None:
+        return MeshplanError(
+            "parallel.tp_comm_overlap",
+            f"{_stack_name(stack)} does not overlap tensor-parallel communication with the GEMMs",
+            "set parallel.tp_comm_overlap to false or leave it unpinned"
+            + _others(lambda s: s.tp_overlap is not None, "overlapped tensor parallelism"),
+        )
     return None
 
 
@@ -110,4 +118,5 @@ def stack_runs_config(stack: Stack, model: Any, config: Any) -> MeshplanError | 
         tie_embeddings=model.tie_embeddings,
         cp=getattr(c, "cp", None),  # a Candidate has none: the search keeps cp = 1
         cp_comm=getattr(c, "cp_comm", None),
+        tp_comm_overlap=c.tp_comm_overlap,
     )

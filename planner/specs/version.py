@@ -52,4 +52,9 @@ from __future__ import annotations
 #:    dp × cp, and the exchange's exposed time (the ring's steps beyond the attention blocks they overlap; all-gathers
 #:    and all-to-alls blocking); all-to-all priced (bus (n − 1)/n); ``TimeBreakdown.cp_comm_s``. Requests below
 #:    16,384 tokens whose classes without CP fit are unchanged.
-COST_MODEL_VERSION = 14
+#: 15: overlapped tensor parallelism (``parallel.tp_comm_overlap``; ``planner.workload.tp_overlap``,
+#:    ``planner.pricing.tp_overlap``): a block's SP all-gathers and reduce-scatters pipelined with their GEMMs as the
+#:    stack does (Transformer Engine userbuffers: ring / pipeline / bulk, all 8; torchtitan async TP: the 4 forward
+#:    and the 2 backward all-gathers), GEMMs slowed by σ while overlapped; searched with SP where the stack runs it.
+#:    Off unless chosen: every plan without it as in 14.
+COST_MODEL_VERSION = 15

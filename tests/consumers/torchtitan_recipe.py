@@ -39,6 +39,7 @@ def check(item: dict[str, Any]) -> dict[str, Any]:
         "dp_shard": dims.dp_shard,
         "sequence_parallel": par.enable_sequence_parallel,
         "fsdp_reshard_after_forward": par.fsdp_reshard_after_forward,
+        "async_tp": config.compile.enable_async_tensor_parallel,  # CompileConfig.__post_init__ checks compile is on
         "local_batch_size": training.local_batch_size,
         "global_batch_size": training.global_batch_size,
         "seq_len": training.seq_len,

@@ -42,6 +42,7 @@ def check(item: dict[str, Any]) -> dict[str, Any]:
         "dp_replicate": dims.dp_replicate,
         "dp_shard": dims.dp_shard,
         "fsdp_reshard_after_forward": par.fsdp_reshard_after_forward,
+        "async_tp": par.enable_async_tensor_parallel,
         "local_batch_size": training.local_batch_size,
         "global_batch_size": training.global_batch_size,
         "seq_len": training.seq_len,
