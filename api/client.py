@@ -19,6 +19,7 @@ import httpx
 from pydantic import BaseModel, TypeAdapter
 
 from api.schemas import (
+    CATALOG_MODEL_COUNTS,
     CalibrationSummary,
     ExportFormat,
     Page,
@@ -178,7 +179,11 @@ class MeshplanClient:
     # ---- catalog -------------------------------------------------------------------------
 
     def models(self) -> list[ModelSpec]:
-        return [ModelSpec.model_validate(m) for m in self._send("GET", "/v1/catalog/models").json()]
+        """The catalog models as ModelSpecs (the parameter counts the route adds are dropped)."""
+        return [
+            ModelSpec.model_validate({k: v for k, v in m.items() if k not in CATALOG_MODEL_COUNTS})
+            for m in self._send("GET", "/v1/catalog/models").json()
+        ]
 
     def gpus(self) -> list[GpuSpec]:
         return [GpuSpec.model_validate(g) for g in self._send("GET", "/v1/catalog/gpus").json()]

@@ -7,7 +7,7 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel, Field
 
-from planner.specs import PlanRequest, PlanResponse, Profile, RunReport
+from planner.specs import ModelSpec, PlanRequest, PlanResponse, Profile, RunReport
 
 T = TypeVar("T")
 
@@ -110,6 +110,23 @@ class CalibrationSummary(BaseModel):
     cross_validated_mape: float | None = Field(
         default=None, description="The same, each run predicted by a fit that left it out."
     )
+
+
+class CatalogModel(ModelSpec):
+    """A catalog model as ``GET /v1/catalog/models`` lists it: the ``ModelSpec`` (a request names it by ``name``)
+    plus its parameter counts (``planner.workload.analytic``), which are not ModelSpec fields — drop
+    ``CATALOG_MODEL_COUNTS`` before validating one as a ModelSpec."""
+
+    total_parameters: int = Field(description="Parameters of the model (tied embedding/head weights once).")
+    active_parameters: int = Field(
+        description="Parameters one token uses: a mixture of experts counts its top-k routed experts (and shared "
+        "ones); a dense model's equal total_parameters."
+    )
+    moe_layers: int = Field(description="Layers with MoE MLPs (0 for a dense model).")
+
+
+#: The fields ``CatalogModel`` adds to a ``ModelSpec``.
+CATALOG_MODEL_COUNTS = ("total_parameters", "active_parameters", "moe_layers")
 
 
 class ExportFormat(BaseModel):

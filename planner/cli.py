@@ -94,7 +94,8 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Machine-readable ou
 
 def stacks(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """List the training stacks (give one as --stack, or inline as training.stack {base, ...overrides}): what each
-    prices (kernels, activations, overlap) and what it runs (version, ZeRO, schedules, SP, recompute)."""
+    prices (kernels, activations, overlap) and what it runs (version, ZeRO, schedules, SP, recompute, context-
+    parallel exchanges, FP8 recipes, TP overlap)."""
     from planner.specs.stacks import STACKS
 
     if as_json:
@@ -128,6 +129,18 @@ def stacks(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
             "yes" if s.pp_with_tied_embeddings else "no",
         )
     show(runs)
+    # Context parallelism, FP8 and overlapped TP (issue 24): what each stack runs of them.
+    dims = Table("id", "CP exchanges (cp_comm)", "FP8 recipes (default first)", "FP8 all-gather", "TP overlap")
+    dims.columns[0].no_wrap = True
+    for s in STACKS.values():
+        dims.add_row(
+            s.id,
+            ", ".join(s.cp_comms) or "no CP",
+            ", ".join(s.fp8_recipes) or "no FP8",
+            ", ".join(s.fp8_all_gather) or "—",
+            s.tp_overlap or "—",
+        )
+    show(dims)
     for s in STACKS.values():
         console().print(f"{s.id}: {s.data_parallel}. Source: {s.runs_source}", highlight=False, soft_wrap=True)
 

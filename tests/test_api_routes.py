@@ -4,7 +4,9 @@ paths, as tables."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -434,3 +436,87 @@ def test_stack_catalog_through_the_client(client):
     """The client's ``stacks()`` reads GET /v1/catalog/stacks: every preset ``training.stack`` may name."""
     assert MeshplanClient(http=client).stacks() == list(STACKS.values())
     assert "/v1/catalog/stacks" in client.get("/openapi.json").json()["paths"]
+
+
+# ---- new dimensions in the catalog: MoE, context parallelism, FP8; HF configs as models (issues 23, 24) ----
+
+HF_CONFIGS = Path(__file__).parent / "data" / "hf_configs"
+
+
+def test_model_catalog_lists_moe_fields_and_parameter_counts(client):
+    """Each catalog model is its ModelSpec (MoE models with ``moe``: experts, top-k, ...) plus its total and
+    active parameters as the planner counts them; the client still reads ModelSpecs."""
+    from planner.workload.analytic import num_active_parameters, num_parameters
+
+    body = {m["name"]: m for m in client.get("/v1/catalog/models").json()}
+    assert set(body) == set(MODELS)
+    for name, spec in MODELS.items():
+        got = body[name]
+        assert (got["total_parameters"], got["active_parameters"]) == (
+            num_parameters(spec),
+            num_active_parameters(spec),
+        )
+        assert got["moe_layers"] == sum(spec.is_moe_layer(i) for i in range(spec.num_layers))
+        if spec.moe is None:
+            assert "moe" not in got and got["active_parameters"] == got["total_parameters"]
+        else:
+            assert (got["moe"]["num_experts"], got["moe"]["top_k"]) == (spec.moe.num_experts, spec.moe.top_k)
+            assert got["active_parameters"] < got["total_parameters"]
+    # DeepSeek-V3: 671B total, 37B active (its paper), to 1 %.
+    assert body["deepseek-v3"]["total_parameters"] == pytest.approx(671e9, rel=0.01)
+    assert body["deepseek-v3"]["active_parameters"] == pytest.approx(37e9, rel=0.02)
+    assert MeshplanClient(http=client).models() == list(MODELS.values())
+
+
+def test_stack_catalog_says_what_each_stack_runs_of_cp_and_fp8(client):
+    body = {x["id"]: x for x in client.get("/v1/catalog/stacks").json()}
+    for s in STACKS.values():
+        got = body[s.id]
+        assert got["cp_comms"] == list(s.cp_comms) and got["fp8_recipes"] == list(s.fp8_recipes)
+        assert got["fp8_all_gather"] == list(s.fp8_all_gather) and got["tp_overlap"] == s.tp_overlap
+    assert body["megatron"]["fp8_recipes"][0] == "delayed" and "a2a+p2p" in body["megatron"]["cp_comms"]
+    assert body["meshplan"]["fp8_recipes"] == []  # the bundled runtime runs no FP8 in the planner's sense
+
+
+def test_plan_request_with_an_hf_config_plans_end_to_end(client):
+    """A real config.json (Llama 3.2 3B Instruct) as ``{"model": {"hf_config": ...}}``: planned, stored with the
+    ModelSpec it describes, and the same request again is served from the store."""
+    from planner.specs.hf import from_hf_config
+
+    cfg = json.loads((HF_CONFIGS / "llama-3.2-3b-instruct.json").read_text())
+    body = plan_request(model={"hf_config": cfg, "name": "llama3.2-3b-hf"}, training__seq_len=2048)
+    r = client.post("/v1/plans", json=body)
+    assert r.status_code == 201, r.text
+    stored = r.json()
+    spec = from_hf_config(cfg, "llama3.2-3b-hf")
+    assert stored["request"]["model"] == spec.model_dump(mode="json")
+    assert stored["response"]["model"]["name"] == "llama3.2-3b-hf"
+    assert stored["response"]["plans"], stored["response"]["infeasible"]
+    again = client.post("/v1/plans", json=body)
+    assert again.status_code == 200 and again.json()["id"] == stored["id"]
+
+
+@pytest.mark.parametrize(
+    ("model", "field"),
+    [
+        # An MoE config is read, and refused by name until expert-parallel pricing lands.
+        ({"hf_config": "olmoe-1b-7b-0125-instruct.json"}, "model.moe"),
+        ({"hf_config": {"model_type": "bert", "architectures": ["BertModel"]}}, "model"),
+        ({"hf_config": "qwen3-8b.json", "revision": "main"}, "model"),
+    ],
+    ids=["moe", "unsupported-architecture", "extra-key"],
+)
+def test_hf_config_errors_name_the_field(client, model, field):
+    if isinstance(model["hf_config"], str):
+        model = {**model, "hf_config": json.loads((HF_CONFIGS / model["hf_config"]).read_text())}
+    r = client.post("/v1/plans", json=plan_request(model=model, training__seq_len=1024))
+    assert r.status_code == 422, r.text
+    assert r.headers["content-type"].startswith(PROBLEM)
+    assert r.json()["errors"][0]["field"] == field, r.json()
+
+
+def test_estimate_with_cp_pinned_is_a_problem_naming_parallel_cp(client):
+    """Context parallelism is in the request but not yet priced: a pinned cp is a 422 on ``parallel.cp``."""
+    parallel = {"tp": 2, "pp": 1, "dp": 2, "cp": 2, "micro_batch_size": 1}
+    r = client.post("/v1/estimates", json=plan_request(parallel=parallel, model="tiny-llama"))
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "parallel.cp", r.text

@@ -835,3 +835,163 @@ def test_run_page_shows_predicted_against_measured_before_and_after_calibration(
     assert "9.0 %" in page.inner_text("#calibration-fit")  # its cross-validated error
     page.locator("#run-calibration").screenshot(path=str(artifacts_dir / f"dashboard-run-calibration-{kind}.png"))
     tab.assert_clean()
+
+
+# ---- FP8, context parallelism, MoE models and Hugging Face configs (issues 23, 24) ----------------
+
+HF_CONFIGS = ROOT / "tests" / "data" / "hf_configs"
+
+
+def _small_form(page, model: str = "tiny-gpt") -> None:
+    """A request the planner answers in well under a second: a tiny model on one node."""
+    if model:
+        page.select_option("#f-model", model)
+    page.fill("#f-cluster-num_nodes", "1")
+    page.fill("#f-training-global_batch_size", "32")
+    page.fill("#f-training-seq_len", "128")
+    page.fill("#f-options-time_limit_s", "5")
+
+
+def _submit_expecting_error(page, field: str) -> str:
+    page.click("#plan-submit")
+    control = f'[data-field="{field}"]'
+    page.wait_for_selector(f'{control}[aria-invalid="true"]')
+    err_id = page.get_attribute(control, "id") + "-err"
+    assert page.is_visible(f"#{err_id}")
+    return page.inner_text(f"#{err_id}")
+
+
+def test_fp8_recipe_picker_offers_the_chosen_stacks_recipes(tab, server, artifacts_dir):
+    """fp8 in the precision picker opens a recipe picker with the recipes of the chosen stack (GET
+    /v1/catalog/stacks fp8_recipes); a stack without FP8 is the server's problem next to the precision; an
+    FP8 plan names its recipe in its summary."""
+    stacks = {x["id"]: x for x in httpx.get(f"{server}/v1/catalog/stacks", timeout=30).json()}
+    page = tab.goto("/new")
+    assert page.is_hidden("#f-training-fp8_recipe")
+    page.select_option("#f-training-precision", "fp8")
+    assert page.is_visible("#f-training-fp8_recipe")
+    for sid, stack in stacks.items():
+        page.select_option("#f-training-stack", sid)
+        offered = page.eval_on_selector_all("#f-training-fp8_recipe option", "os => os.map(o => o.value)")
+        assert offered == ["", *stack["fp8_recipes"]], sid
+        comms = page.eval_on_selector_all("#f-parallel-cp_comm option", "os => os.map(o => o.value)")
+        assert comms == ["", *stack["cp_comms"]], sid
+    _small_form(page)
+    page.select_option("#f-training-stack", "meshplan")  # runs no FP8: refused, next to the precision
+    assert "FP8" in _submit_expecting_error(page, "training.precision")
+    tab.shot(artifacts_dir, "fp8-refused")
+    page.select_option("#f-training-stack", "megatron")
+    page.select_option("#f-training-fp8_recipe", "current")
+    page.click("#plan-submit")
+    page.wait_for_url(re.compile(r".*#/plans/[^/?]+$"), timeout=120_000)
+    page.wait_for_selector("#alternatives-table")
+    stored = httpx.get(f"{server}/v1/plans/{page.url.rsplit('/', 1)[-1]}", timeout=30).json()
+    assert stored["request"]["training"]["precision"] == "fp8"
+    assert stored["request"]["training"]["fp8_recipe"] == "current"
+    assert "fp8 (current)" in page.inner_text(".page-head") and "fp8 (current)" in page.inner_text("#chosen")
+    page.click("text=Edit and re-plan")  # the form comes back with the recipe
+    page.wait_for_selector("#f-model")
+    page.wait_for_function("!document.querySelector('main .state-loading')")
+    assert (page.input_value("#f-training-precision"), page.input_value("#f-training-fp8_recipe")) == ("fp8", "current")
+    tab.assert_clean(allowed_statuses=(422,))
+
+
+def test_a_pinned_cp_is_the_servers_problem_next_to_the_field(tab, llama_plan, artifacts_dir):
+    """Context parallelism is not priced yet: pinning cp in the form, or a what-if estimate with cp, shows the
+    server's problem (field parallel.cp) under that field."""
+    page = tab.goto("/new")
+    _small_form(page, "tiny-llama")
+    page.fill("#f-parallel-cp", "2")
+    assert "not yet priced" in _submit_expecting_error(page, "parallel.cp")
+    tab.shot(artifacts_dir, "cp-refused")
+
+    plan_id, stored = llama_plan
+    par = stored["response"]["plans"][0]["parallel"]
+    page = tab.goto(f"/plans/{plan_id}")
+    page.select_option("#whatif-knob", "cp")
+    page.fill("#whatif-value", "2")
+    page.click("#whatif button[type=submit]")
+    page.wait_for_selector('#whatif-value[aria-invalid="true"]')
+    message = page.inner_text("#whatif-value-err")
+    if par["dp"] % 2 == 0:  # the estimate was sent: the server's words
+        assert "not yet priced" in message and "parallel.cp" in page.inner_text("#whatif .state-error")
+    else:  # cp 2 does not fit the plan's GPUs: said before sending
+        assert "does not divide" in message
+    tab.assert_clean(allowed_statuses=(422,))
+
+
+def test_model_picker_lists_moe_models_with_total_and_active_parameters(tab, server, artifacts_dir):
+    catalog = httpx.get(f"{server}/v1/catalog/models", timeout=30).json()
+    page = tab.goto("/new")
+    offered = dict(page.eval_on_selector_all("#f-model option", "os => os.map(o => [o.value, o.textContent])"))
+    moe = [m for m in catalog if m.get("moe")]
+    assert len(moe) >= 5
+    for m in moe:
+        label = offered[m["name"]]
+        assert f"{m['moe']['num_experts']} experts" in label and f"top-{m['moe']['top_k']}" in label
+        assert "total" in label and "active" in label
+    assert "671" in offered["deepseek-v3"] and "37." in offered["deepseek-v3"]  # ≈671 B total, 37.6 B active
+    page.select_option("#f-model", "mixtral-8x7b")
+    assert page.is_visible("#moe-note")
+    _small_form(page, "")
+    message = _submit_expecting_error(page, "model")  # the server's model.moe problem, next to the model
+    assert "mixture of experts" in message
+    tab.shot(artifacts_dir, "moe-refused")
+    tab.assert_clean(allowed_statuses=(422,))
+
+
+def test_hugging_face_config_json_is_a_model(tab, server, artifacts_dir):
+    """Upload a real config.json (Llama 3.2 3B Instruct) as the model: the request carries it as hf_config, the
+    plan is of the model it describes; a config of an unsupported architecture is refused next to the box."""
+    from planner.specs.hf import from_hf_config
+
+    path = HF_CONFIGS / "llama-3.2-3b-instruct.json"
+    page = tab.goto("/new")
+    page.select_option("#f-model", "__hf__")
+    page.fill("#f-model_hf", '{"model_type": "bert", "architectures": ["BertModel"]}')
+    _small_form(page, "")
+    assert "bert" in _submit_expecting_error(page, "model_hf")
+    page.set_input_files("#f-model_hf_file", str(path))
+    page.wait_for_function("document.querySelector('#f-model_hf').value.includes('llama')")
+    assert page.input_value("#f-model_hf_name") == "llama-3.2-3b-instruct"
+    posted: list[dict] = []
+    page.on("request", lambda q: posted.append(json.loads(q.post_data)) if q.method == "POST" else None)
+    page.click("#plan-submit")
+    page.wait_for_url(re.compile(r".*#/plans/[^/?]+$"), timeout=120_000)
+    page.wait_for_selector("#alternatives-table")
+    assert posted[-1]["model"] == {"hf_config": json.loads(path.read_text()), "name": "llama-3.2-3b-instruct"}
+    assert "llama-3.2-3b-instruct" in page.inner_text("h1")
+    stored = httpx.get(f"{server}/v1/plans/{page.url.rsplit('/', 1)[-1]}", timeout=30).json()
+    expected = from_hf_config(json.loads(path.read_text()), "llama-3.2-3b-instruct").model_dump(mode="json")
+    assert stored["request"]["model"] == expected
+    tab.shot(artifacts_dir, "hf-config-plan")
+    tab.assert_clean(allowed_statuses=(422,))
+
+
+def test_a_cp_plan_file_opens_with_the_cp_axis_drawn(tab, artifacts_dir):
+    """A plan with cp > 1 (written by hand: the planner does not make one yet) opens in the mesh view with a
+    dashed line per CP group and every GPU's cp rank; the time chart draws a term it has no words for."""
+    from runtime.testing import make_plan
+
+    plan = make_plan("tiny-llama", tp=2, cp=2, dp=2, pp=2, seq_len=64).model_dump(mode="json")
+    plan["cluster"] |= {"num_nodes": 2, "gpus_per_node": 8}
+    plan["estimate"]["breakdown"] |= {"compute_s": 0.5, "cp_comm_s": 0.1, "future_term_s": 0.05}
+    mesh = MeshLayout.model_validate(plan["mesh"])
+    page = tab.goto("/open")
+    page.fill("#open-plan-json", json.dumps(plan))
+    page.click("#open-plan-submit")
+    page.wait_for_selector("#mesh .cp-link", state="attached")
+    groups = mesh_groups(mesh, "cp")
+    assert page.locator("#mesh .cp-link").count() == len(groups)  # each group on one node here
+    cp_of = {r: i for grp in groups for i, r in enumerate(grp)}
+    drawn = page.eval_on_selector_all("#mesh rect.gpu", "els => els.map(e => +e.dataset.cp)")
+    assert drawn == [cp_of[r] for r in range(16)]
+    assert "cp 2 (p2p)" in page.inner_text("#opened .config-line")
+    page.click("#time summary")
+    numbers = page.inner_text("#time")
+    assert "context-parallel comm." in numbers and "future term" in numbers
+    tab.shot(artifacts_dir, "open-cp-plan")
+    page.fill("#open-plan-json", '{"parallel": {}}')
+    page.click("#open-plan-submit")
+    assert "cluster.num_nodes" in page.inner_text(".opened-plan .state-error")
+    tab.assert_clean()

@@ -152,3 +152,117 @@ def test_mesh_groups_in_the_browser_are_the_planners(page, shape):
         assert call(page, "./js/pages/plan-parts.js", "meshGroups", mesh.model_dump(), dim)["ok"] == mesh_groups(
             mesh, dim
         )
+
+
+# ---- context parallelism, FP8, MoE and breakdown terms (issues 23, 24) ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("par", "knob", "value", "expect"),
+    [
+        ({"cp": 1}, "cp", 2, {"cp": 2, "dp": 1}),  # 8 × 4 × 2 = 64 GPUs kept
+        ({"cp": 2, "dp": 1}, "tp", 4, {"tp": 4, "cp": 2, "dp": 2}),
+        ({"cp": 2, "dp": 1}, "cp", 1, {"cp": 1, "dp": 2}),
+        ({"cp": 1}, "cp", 3, "parallel.cp"),
+        ({}, "cp", 2, {"cp": 2, "dp": 1}),  # a plan from before cp: cp 1
+    ],
+)
+def test_what_if_with_context_parallelism_keeps_the_gpu_count(page, par, knob, value, expect):
+    base = {**BASE, **par}
+    out = call(page, "./js/pages/whatif.js", "changedConfig", base, knob, value, SCHEDULE_CATALOG)
+    if isinstance(expect, str):
+        assert out == {"error": expect}
+        return
+    cfg = out["ok"]
+    gpus = lambda c: c["tp"] * c["pp"] * c["dp"] * c.get("cp", 1)  # noqa: E731
+    assert gpus(cfg) == gpus(base) == 64
+    assert {k: cfg.get(k) for k in expect} == expect
+
+
+def test_time_breakdown_draws_every_term_the_api_returns(page):
+    """Known terms keep their words and order; a term the dashboard has never heard of (here ep_comm_s,
+    cp_comm_s and a made-up one) is drawn too, with a label made from its name; communication sums every
+    term but compute, bubble and optimizer."""
+    known = {"compute_s": 1.0, "tp_comm_s": 0.1, "pp_bubble_s": 0.2, "pp_p2p_s": 0.01, "dp_sync_s": 0.02}
+    extra = {"optimizer_s": 0.03, "cp_comm_s": 0.04, "ep_comm_s": 0.05, "fp8_cast_overhead_s": 0.06, "note": "x"}
+    parts = call(page, "./js/pages/plan-parts.js", "breakdownParts", [known, extra])["ok"]
+    keys = [p[0] for p in parts]
+    assert set(keys) == {k for k in {**known, **extra} if k.endswith("_s")}
+    assert keys[:3] == ["compute_s", "tp_comm_s", "cp_comm_s"] and keys[-1] == "fp8_cast_overhead_s"
+    labels = dict((k, label) for k, label, _ in parts)
+    assert labels["cp_comm_s"] == "context-parallel comm." and labels["ep_comm_s"] == "expert-parallel all-to-all"
+    assert labels["fp8_cast_overhead_s"] == "fp8 cast overhead"
+    assert len({c for _, _, c in parts}) == len(parts)  # one colour each
+    comm = call(page, "./js/pages/plan-parts.js", "commSeconds", {**known, **extra})["ok"]
+    assert comm == pytest.approx(0.1 + 0.01 + 0.02 + 0.04 + 0.05 + 0.06)
+
+
+@pytest.mark.parametrize("stack", ["meshplan", "megatron", "torchtitan", "deepspeed"])
+def test_fp8_recipe_and_cp_exchange_choices_are_the_stacks(page, stack):
+    from planner.specs.stacks import STACKS
+
+    body = STACKS[stack].model_dump(mode="json")  # as GET /v1/catalog/stacks serves it
+    recipes = call(page, "./js/pages/new-plan.js", "recipeOptions", body)["ok"]
+    comms = call(page, "./js/pages/new-plan.js", "cpCommOptions", body)["ok"]
+    assert [v for v, _ in recipes[1:]] == list(STACKS[stack].fp8_recipes)
+    assert [v for v, _ in comms[1:]] == list(STACKS[stack].cp_comms)
+    assert recipes[0][0] == "" and (
+        STACKS[stack].fp8_recipes[0] in recipes[0][1] if STACKS[stack].fp8_recipes else "no FP8" in recipes[0][1]
+    )
+
+
+@pytest.mark.parametrize("name", ["mixtral-8x7b", "deepseek-v3", "qwen3-30b-a3b", "llama3-8b"])
+def test_model_picker_line_shows_moe_total_and_active_parameters(page, name):
+    from planner.workload.analytic import num_active_parameters, num_parameters
+
+    spec = MODELS[name]
+    body = {
+        **spec.model_dump(mode="json"),
+        "total_parameters": num_parameters(spec),
+        "active_parameters": num_active_parameters(spec),
+    }
+    label = call(page, "./js/pages/new-plan.js", "modelLabel", body)["ok"]
+    total, active = page.evaluate(
+        "async ([t, a]) => { const {fmt} = await import('./js/dom.js'); return [fmt.count(t), fmt.count(a)]; }",
+        [body["total_parameters"], body["active_parameters"]],
+    )
+    assert f"≈{total}" in label
+    if spec.moe:
+        assert f"{spec.moe.num_experts} experts" in label and f"top-{spec.moe.top_k}" in label
+        assert f"{active} active" in label
+    else:
+        assert "MoE" not in label and "active" not in label
+
+
+@pytest.mark.parametrize(("tp", "cp", "dp", "pp", "gpn"), [(2, 2, 2, 1, 8), (1, 4, 2, 2, 8), (4, 2, 1, 1, 4)])
+def test_mesh_view_draws_the_cp_axis_of_a_cp_plan(page, tp, cp, dp, pp, gpn):
+    """A plan with cp > 1 (mesh pp, dp, cp, tp): every GPU names its cp rank, one dashed line per CP group
+    (per node it spans), the cp ranks those of planner.specs.layout.mesh_groups."""
+    from runtime.testing import make_plan
+
+    plan = make_plan("tiny-llama", tp=tp, cp=cp, dp=dp, pp=pp, seq_len=64).model_dump(mode="json")
+    n = tp * cp * dp * pp
+    plan["cluster"] |= {"num_nodes": n // gpn, "gpus_per_node": gpn}
+    mesh = MeshLayout.model_validate(plan["mesh"])
+    assert mesh.dim_names == ["pp", "dp", "cp", "tp"]
+    drawn = page.evaluate(
+        """async (plan) => {
+            const {meshFigure} = await import('./js/pages/plan-parts.js');
+            const fig = meshFigure(plan);
+            document.body.replaceChildren(fig);
+            return {
+                cp: [...fig.querySelectorAll('rect.gpu')].map((e) => +e.dataset.cp),
+                links: [...fig.querySelectorAll('.cp-link')].map((e) => +e.dataset.cpGroup),
+                labels: [...fig.querySelectorAll('text.cell-sub')].map((e) => e.textContent),
+                legend: fig.querySelector('.legend').textContent,
+            };
+        }""",
+        plan,
+    )
+    groups = mesh_groups(mesh, "cp")
+    cp_of = {r: i for grp in groups for i, r in enumerate(grp)}
+    assert drawn["cp"] == [cp_of[r] for r in range(n)]
+    per_node = [{r // gpn for r in grp} for grp in groups]
+    assert sorted(drawn["links"]) == sorted(g for g, nodes in enumerate(per_node) for _ in nodes)
+    assert all(label.endswith(f"c{cp_of[r]}") for r, label in enumerate(drawn["labels"]))
+    assert "context-parallel group" in drawn["legend"]

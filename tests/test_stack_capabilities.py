@@ -280,3 +280,18 @@ def test_a_batch_no_dp_divides_because_the_stack_keeps_a_tied_model_on_one_stage
     suggested = int(why.suggestion.split("(e.g. ")[1].split(")")[0])
     again = planner.plan(body | {"training": {**body["training"], "global_batch_size": suggested}})
     assert again.plans, "the suggested batch plans"
+
+
+def test_meshplan_stacks_shows_cp_and_fp8_capabilities():
+    """`meshplan stacks` has a row per stack with the CP exchanges and FP8 recipes it runs (issue 24)."""
+    out = run_cli("stacks")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert any("CP exchanges" in line and "FP8 recipes" in line for line in lines)
+    for s in STACKS.values():
+        [row] = [
+            ln
+            for ln in lines
+            if ln.strip("│ ").startswith(f"{s.id} ") and ("no CP" in ln or "p2p" in ln or "a2a" in ln)
+        ]
+        assert (", ".join(s.cp_comms) or "no CP") in row and (", ".join(s.fp8_recipes) or "no FP8") in row

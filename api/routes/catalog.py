@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from api.deps import v1_router
 from api.routes.exports import export_formats
-from api.schemas import ExportFormat
-from planner.specs import GpuSpec, ModelSpec
+from api.schemas import CatalogModel, ExportFormat
+from planner.specs import GpuSpec
 from planner.specs.catalog import CLUSTER_PRESETS, GPUS, MODELS, ClusterPreset
 from planner.specs.config import SCHEDULES, ScheduleInfo
 from planner.specs.stacks import STACKS, Stack
@@ -13,9 +13,21 @@ from planner.specs.stacks import STACKS, Stack
 router = v1_router("/catalog", "catalog")
 
 
-@router.get("/models", response_model=list[ModelSpec])
-async def list_models() -> list[ModelSpec]:
-    return list(MODELS.values())
+@router.get("/models", response_model=list[CatalogModel])
+async def list_models() -> list[CatalogModel]:
+    """The catalog models (``ModelSpec``; mixtures of experts carry ``moe``: experts, top-k, ...) with their
+    total and active parameter counts and MoE layer count, which a request does not send back."""
+    from planner.workload.analytic import num_active_parameters, num_parameters
+
+    return [
+        CatalogModel(
+            **m.model_dump(),
+            total_parameters=num_parameters(m),
+            active_parameters=num_active_parameters(m),
+            moe_layers=sum(m.is_moe_layer(i) for i in range(m.num_layers)),
+        )
+        for m in MODELS.values()
+    ]
 
 
 @router.get("/gpus", response_model=list[GpuSpec])
@@ -45,5 +57,7 @@ async def list_schedules() -> list[ScheduleInfo]:
 @router.get("/stacks", response_model=list[Stack])
 async def list_stacks() -> list[Stack]:
     """Training stack presets a request can name as ``training.stack`` (or start an inline one from):
-    attention kernel, dropout, activation formula, DP gradient overlap, and their sources."""
+    attention kernel, dropout, activation formula, DP gradient overlap, and their sources; what each runs
+    (ZeRO stages, schedules, recompute, ``cp_comms``: the ``parallel.cp_comm`` exchanges it runs with cp > 1,
+    ``fp8_recipes``: the ``training.fp8_recipe`` values it runs, its default first, ``tp_overlap``)."""
     return list(STACKS.values())

@@ -3,6 +3,7 @@
 import { getToken, setToken } from "./api.js";
 import { announce, errorBox, h, put, setTitle } from "./dom.js";
 import { newPlanPage } from "./pages/new-plan.js";
+import { openPlanPage } from "./pages/open-plan.js";
 import { planPage } from "./pages/plan.js";
 import { plansPage } from "./pages/plans.js";
 import { profilePage, profilesPage } from "./pages/profiles.js";
@@ -11,6 +12,7 @@ import { runPage, runsPage } from "./pages/runs.js";
 const ROUTES = [
   [/^\/?$/, () => ({ page: newPlanPage, nav: "new" })],
   [/^\/new$/, () => ({ page: newPlanPage, nav: "new" })],
+  [/^\/open$/, () => ({ page: openPlanPage, nav: "open" })],
   [/^\/plans$/, () => ({ page: plansPage, nav: "plans" })],
   [/^\/plans\/([^/]+)$/, (m) => ({ page: planPage, nav: "plans", arg: m[1] })],
   [/^\/profiles$/, () => ({ page: profilesPage, nav: "profiles" })],

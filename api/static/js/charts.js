@@ -308,10 +308,16 @@ export function timeline({ title, desc = "", rows, unit = "ms" }) {
  * The device mesh: one row per node, one cell per GPU, filled by pipeline stage (and labelled
  * "S<stage>"), each tensor-parallel group outlined.
  */
-export function meshGrid({ title, desc = "", numNodes, gpusPerNode, stageOf, dpOf, tpGroups, numStages, maxNodes = 32 }) {
+/**
+ * The device mesh: nodes × GPUs, each GPU filled by its pipeline stage, TP groups outlined. With context
+ * parallelism (cpGroups: groups of more than one rank), each GPU also names its cp rank ("c<i>") and a
+ * dashed line (class "cp-link") joins the members of each CP group on a node: the cp axis.
+ */
+export function meshGrid({ title, desc = "", numNodes, gpusPerNode, stageOf, dpOf, tpGroups, numStages, cpOf = null, cpGroups = [], maxNodes = 32 }) {
   const shownNodes = Math.min(numNodes, maxNodes);
   const cell = Math.max(22, Math.min(72, Math.floor(760 / gpusPerNode)));
-  const cellH = 46;
+  const hasCp = cpGroups.some((grp) => grp.length > 1);
+  const cellH = hasCp ? 56 : 46; // room under the labels for the cp lines
   const m = { l: 64, r: 12, t: 22, b: 8 };
   const width = m.l + gpusPerNode * cell + m.r;
   const height = m.t + shownNodes * (cellH + 10) + m.b;
@@ -332,10 +338,12 @@ export function meshGrid({ title, desc = "", numNodes, gpusPerNode, stageOf, dpO
         continue;
       }
       const color = PALETTE[stage % PALETTE.length];
-      g.append(s("rect", { x: cx + 2, y: ny, width: cell - 4, height: cellH, rx: 3, class: "gpu", fill: color, "fill-opacity": 0.35, stroke: color, "data-stage": stage }, s("title", {}, `rank ${rank} (node ${n}, GPU ${k}): pipeline stage ${stage}, data-parallel replica ${dpOf(rank)}`)));
+      const cp = cpOf ? cpOf(rank) : null;
+      const cpText = cp === null || cp === undefined ? "" : `, context-parallel rank ${cp}`;
+      g.append(s("rect", { x: cx + 2, y: ny, width: cell - 4, height: cellH, rx: 3, class: "gpu", fill: color, "fill-opacity": 0.35, stroke: color, "data-stage": stage, "data-cp": cp === null || cp === undefined ? null : cp }, s("title", {}, `rank ${rank} (node ${n}, GPU ${k}): pipeline stage ${stage}, data-parallel replica ${dpOf(rank)}${cpText}`)));
       if (showText) {
         g.append(s("text", { x: cx + cell / 2, y: ny + 16, class: "cell-label", "text-anchor": "middle" }, `S${stage}`));
-        g.append(s("text", { x: cx + cell / 2, y: ny + 33, class: "cell-sub", "text-anchor": "middle" }, `r${rank}·d${dpOf(rank)}`));
+        g.append(s("text", { x: cx + cell / 2, y: ny + 33, class: "cell-sub", "text-anchor": "middle" }, `r${rank}·d${dpOf(rank)}${cpText ? `·c${cp}` : ""}`));
       }
     }
   }
@@ -357,8 +365,29 @@ export function meshGrid({ title, desc = "", numNodes, gpusPerNode, stageOf, dpO
       outlines.append(s("rect", { x: m.l + a * cell, y: ny - 3, width: (b - a + 1) * cell, height: cellH + 6, rx: 6, class: "tp-outline" }, s("title", {}, `TP group ${gi}: ranks ${grp.join(", ")}`)));
     }
   });
+  // CP groups: a dashed line through the cells of each group on each node it touches (the cp axis).
+  const cpAxis = s("g", { class: "cp-axis" });
+  g.append(cpAxis);
+  cpGroups.forEach((grp, gi) => {
+    if (grp.length < 2) return;
+    const byNode = new Map();
+    for (const r of grp) {
+      const n = Math.floor(r / gpusPerNode);
+      if (n >= shownNodes) continue;
+      if (!byNode.has(n)) byNode.set(n, []);
+      byNode.get(n).push(r % gpusPerNode);
+    }
+    for (const [n, ks] of byNode) {
+      const y = m.t + n * (cellH + 10) + 41 + (gi % 3) * 5; // staggered: interleaved groups stay apart
+      const points = ks.map((k) => `${m.l + k * cell + cell / 2},${y}`).join(" ");
+      const link = s("polyline", { points, class: "cp-link", "data-cp-group": gi }, s("title", {}, `CP group ${gi}: ranks ${grp.join(", ")} share one sequence`));
+      cpAxis.append(link);
+      for (const k of ks) cpAxis.append(s("circle", { cx: m.l + k * cell + cell / 2, cy: y, r: 2.5, class: "cp-dot" }));
+    }
+  });
   const extra = numNodes > shownNodes ? h("p", { class: "note" }, `Showing the first ${shownNodes} of ${numNodes} nodes; the pattern repeats.`) : null;
   const stages = [];
   for (let i = 0; i < numStages; i++) stages.push({ name: `S${i}: pipeline stage ${i}`, color: PALETTE[i % PALETTE.length] });
-  return figure(title, svg, extra, legend([...stages, { name: "outlined box: one tensor-parallel group", color: "#fff", pattern: "outline" }]));
+  const cpLegend = hasCp ? [{ name: "dashed line, “c” = one context-parallel group (the ranks that split one sequence), cp rank", color: "#111", pattern: "line" }] : [];
+  return figure(title, svg, extra, legend([...stages, { name: "outlined box: one tensor-parallel group", color: "#fff", pattern: "outline" }, ...cpLegend]));
 }

@@ -5,6 +5,8 @@ import { api } from "../api.js";
 import { announce, errorBox, fmt, h, loading, put, setTitle } from "../dom.js";
 
 const CUSTOM = "__custom__";
+/** The model picker's value for a pasted or uploaded Hugging Face config.json. */
+const HF = "__hf__";
 /** The value of a stack / calibration option that carries an inline object (from a plan being edited). */
 const INLINE = "__inline__";
 
@@ -37,6 +39,38 @@ export function calibrationLabel(c) {
       ? `in-sample error ${fmt.pct(c.in_sample_mape)}`
       : "no error stated";
   return `${c.gpu} · ${c.stack} · ${c.runs} run${c.runs === 1 ? "" : "s"} · ${err} (${c.id})`;
+}
+
+/** A catalog model's line in the picker: layers, width, parameters; a mixture of experts with its experts,
+ * top-k and total / active parameters (GET /v1/catalog/models counts them; paramCount for a dense model). */
+export function modelLabel(m) {
+  const total = m.total_parameters !== undefined ? m.total_parameters : paramCount(m);
+  if (!m.moe) return `${m.name} — ${m.num_layers} layers, hidden ${m.hidden_size}, ≈${fmt.count(total)} parameters`;
+  const e = m.moe;
+  const shared = e.shared_experts ? ` + ${e.shared_experts} shared` : "";
+  const active = m.active_parameters !== undefined ? `, ${fmt.count(m.active_parameters)} active` : "";
+  return `${m.name} — MoE: ${e.num_experts} experts${shared}, top-${e.top_k}, ${m.num_layers} layers; ≈${fmt.count(total)} total${active}`;
+}
+
+/** The stack preset a stack picker's value names (an inline stack's base). */
+function stackOf(stacks, value) {
+  const id = !value ? "meshplan" : typeof value === "string" ? value : value.base || "meshplan";
+  return stacks.find((x) => x.id === id) || null;
+}
+
+/** Options of the FP8 recipe picker for a stack (GET /v1/catalog/stacks fp8_recipes, its default first):
+ * [value, text]; "" = the stack's default. A stack without FP8 offers only a note. */
+export function recipeOptions(stack) {
+  const recipes = (stack && stack.fp8_recipes) || [];
+  if (!recipes.length) return [["", `${stack ? stack.id : "this stack"} runs no FP8 recipe`]];
+  return [["", `stack default (${recipes[0]})`], ...recipes.map((r) => [r, r])];
+}
+
+/** Options of the context-parallel exchange picker for a stack (cp_comms): [value, text]; "" = default. */
+export function cpCommOptions(stack) {
+  const comms = (stack && stack.cp_comms) || [];
+  if (!comms.length) return [["", `${stack ? stack.id : "this stack"} runs no context parallelism`]];
+  return [["", "default (p2p ring)"], ...comms.map((c) => [c, c])];
 }
 
 /** Parameter count of a ModelSpec: blocks (attention, MLP, two norms; biases for GPT), token
@@ -99,14 +133,22 @@ export function requestFromForm(form) {
       throw { field: name, message: `not valid JSON (${e.message}); paste a ${what} object` };
     }
   };
-  const model = form.elements.model.value === CUSTOM ? parseJson("model_json", "ModelSpec") : form.elements.model.value;
+  const picked = form.elements.model.value;
+  let model = picked;
+  if (picked === CUSTOM) model = parseJson("model_json", "ModelSpec");
+  else if (picked === HF) {
+    const cfg = parseJson("model_hf", "Hugging Face config.json");
+    if (!cfg || typeof cfg !== "object" || Array.isArray(cfg)) throw { field: "model_hf", message: "paste the config.json object itself ({\"model_type\": …})" };
+    const name = form.elements["model_hf_name"].value.trim();
+    model = name ? { hf_config: cfg, name } : { hf_config: cfg };
+  }
   const gpu = form.elements["cluster.gpu"].value === CUSTOM ? parseJson("gpu_json", "GpuSpec") : form.elements["cluster.gpu"].value;
   const parallel = {};
-  for (const k of ["tp", "pp", "dp", "micro_batch_size", "virtual_stages"]) {
+  for (const k of ["tp", "pp", "dp", "cp", "micro_batch_size", "virtual_stages"]) {
     const v = readInt(form, `parallel.${k}`);
     if (v !== undefined) parallel[k] = v;
   }
-  for (const k of ["schedule", "recompute"]) if (form.elements[`parallel.${k}`].value) parallel[k] = form.elements[`parallel.${k}`].value;
+  for (const k of ["schedule", "recompute", "cp_comm"]) if (form.elements[`parallel.${k}`].value) parallel[k] = form.elements[`parallel.${k}`].value;
   const sp = form.elements["parallel.sequence_parallel"].value;
   if (sp) parallel.sequence_parallel = sp === "true";
   const z = form.elements["parallel.zero_stage"].value;
@@ -136,6 +178,8 @@ export function requestFromForm(form) {
   };
   const stackSel = form.elements["training.stack"];
   if (stackSel && stackSel.value) body.training.stack = pickedValue(stackSel);
+  const recipe = form.elements["training.fp8_recipe"];
+  if (body.training.precision === "fp8" && recipe && recipe.value) body.training.fp8_recipe = recipe.value;
   const calSel = form.elements.calibration_id;
   const cal = calSel ? pickedValue(calSel) : "";
   if (cal && typeof cal === "object") body.calibration = cal;
@@ -165,12 +209,18 @@ function fillForm(form, req) {
   const t = req.training || {};
   for (const k of ["global_batch_size", "seq_len", "precision", "optimizer"]) set(`training.${k}`, t[k]);
   if (form.elements["training.stack"]) pick(form.elements["training.stack"], t.stack, (x) => `${x.base || "meshplan"} with overrides: ${JSON.stringify(x)}`);
+  form.dispatchEvent(new CustomEvent("stackchange"));
+  if (t.fp8_recipe) pick(form.elements["training.fp8_recipe"], t.fp8_recipe);
   if (form.elements.calibration_id) {
     if (req.calibration) pick(form.elements.calibration_id, req.calibration, (c) => `inline calibration from the plan: ${c.gpu} · ${c.stack}`);
     else if (req.calibration_id) pick(form.elements.calibration_id, req.calibration_id);
   }
   const p = req.parallel || {};
   for (const k of ["tp", "pp", "dp", "micro_batch_size", "virtual_stages", "schedule", "recompute", "zero_stage"]) set(`parallel.${k}`, p[k]);
+  if (p.cp > 1) {
+    set("parallel.cp", p.cp);
+    if (p.cp_comm) pick(form.elements["parallel.cp_comm"], p.cp_comm);
+  }
   if (p.sequence_parallel !== undefined && p.sequence_parallel !== null) set("parallel.sequence_parallel", String(p.sequence_parallel));
   if (p.stage_layers) set("parallel.stage_layers", p.stage_layers.join(", "));
   set("top_k", req.top_k);
@@ -195,6 +245,8 @@ function controlFor(form, path, pasted) {
   if (pasted) return form.elements.request_json;
   let p = String(path || "").replace(/^body\.?/, "");
   if (p.startsWith("model") && form.elements.model.value === CUSTOM && p !== "model") return form.elements.model_json;
+  // A Hugging Face config: whatever the server says of the model is about the pasted file.
+  if (p.startsWith("model") && form.elements.model.value === HF) return form.elements.model_hf;
   if (p.startsWith("cluster.gpu") && form.elements["cluster.gpu"].value === CUSTOM && p !== "cluster.gpu") return form.elements.gpu_json;
   while (p) {
     const el = form.querySelector(`[data-field="${CSS.escape(p)}"]`);
@@ -256,7 +308,7 @@ export async function newPlanPage(root, { query }) {
   const base = from ? await api(`/v1/plans/${encodeURIComponent(from)}`).catch(() => null) : null;
 
   const modelSel = select(
-    [...models.map((m) => [m.name, `${m.name} — ${m.num_layers} layers, hidden ${m.hidden_size}, ≈${fmt.count(paramCount(m))} parameters`]), [CUSTOM, "Custom: paste a ModelSpec JSON"]],
+    [...models.map((m) => [m.name, modelLabel(m)]), [HF, "Hugging Face config.json: paste or upload"], [CUSTOM, "Custom: paste a ModelSpec JSON"]],
     models.some((m) => m.name === "llama3-70b") ? "llama3-70b" : models[0] && models[0].name,
   );
   const gpuSel = select(
@@ -264,6 +316,20 @@ export async function newPlanPage(root, { query }) {
     gpus.some((g) => g.id === "h100-sxm5-80gb") ? "h100-sxm5-80gb" : gpus[0] && gpus[0].id,
   );
   const modelJson = h("textarea", { rows: 8, spellcheck: "false", class: "code" });
+  const hfJson = h("textarea", { rows: 8, spellcheck: "false", class: "code", placeholder: '{"model_type": "llama", "hidden_size": 4096, …}' });
+  const hfFile = h("input", { type: "file", id: "f-model_hf_file", accept: ".json,application/json" });
+  const hfStatus = h("span", { class: "sub", role: "status", "aria-live": "polite" });
+  hfFile.addEventListener("change", async () => {
+    const file = hfFile.files && hfFile.files[0];
+    if (!file) return;
+    hfJson.value = await file.text();
+    hfStatus.textContent = ` Read ${file.name} (${fmt.bytes(file.size)}).`;
+    const nameInput = form.elements["model_hf_name"];
+    if (!nameInput.value.trim()) nameInput.value = file.name.replace(/\.json$/i, "").replace(/^config$/i, "");
+  });
+  const precisionSel = select([["bf16", "bf16"], ["fp16", "fp16"], ["fp32", "fp32"], ["fp8", "fp8 (FP8 GEMMs, bf16 elsewhere)"]], "bf16");
+  const recipeSel = select([], "");
+  const cpCommSel = select([], "");
   const gpuJson = h("textarea", { rows: 8, spellcheck: "false", class: "code" });
   const nodes = num({ min: 1, required: true, value: 8 });
   const gpn = num({ min: 1, max: 64, required: true, value: 8 });
@@ -287,6 +353,14 @@ export async function newPlanPage(root, { query }) {
       h("legend", {}, "Model"),
       field("model", "Model", modelSel, "From the catalog, or choose “Custom” to paste your own."),
       h("div", { class: "custom-json", hidden: true, "data-for": "model" }, field("model_json", "ModelSpec (JSON)", modelJson, "Fields as in planner/specs.py ModelSpec.")),
+      h(
+        "div",
+        { class: "custom-json", hidden: true, "data-for": "hf" },
+        field("model_hf", "Hugging Face config.json", hfJson, "Paste the file, or upload it below. Model types llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v3, gpt_oss, olmoe."),
+        h("div", { class: "field" }, h("label", { for: "f-model_hf_file" }, "Upload config.json"), hfFile, hfStatus),
+        field("model_hf_name", "Model name (optional)", h("input", { type: "text", placeholder: "e.g. qwen3-8b" }), "How plans name the model; unset: from its model_type."),
+      ),
+      h("p", { class: "hint", id: "moe-note", hidden: true }, "Mixtures of experts are listed with their total and active parameters; planning them waits for expert-parallel pricing, and the server says so next to the model."),
     ),
     h(
       "fieldset",
@@ -305,7 +379,8 @@ export async function newPlanPage(root, { query }) {
         { class: "row" },
         field("training.global_batch_size", "Global batch (sequences)", num({ min: 1, required: true, value: 512 })),
         field("training.seq_len", "Sequence length (tokens)", num({ min: 1, required: true, value: 8192 })),
-        field("training.precision", "Precision", select([["bf16", "bf16"], ["fp16", "fp16"], ["fp32", "fp32"]], "bf16")),
+        field("training.precision", "Precision", precisionSel),
+        h("div", { class: "fp8-only", hidden: true }, field("training.fp8_recipe", "FP8 recipe", recipeSel, "The FP8 scaling recipes the chosen training stack runs.")),
         field("training.optimizer", "Optimizer", select([["adam", "Adam"], ["sgd", "SGD"]], "adam")),
       ),
       stacks.length
@@ -328,6 +403,8 @@ export async function newPlanPage(root, { query }) {
         field("parallel.tp", "Tensor parallel (tp)", num({ min: 1 })),
         field("parallel.pp", "Pipeline parallel (pp)", num({ min: 1 })),
         field("parallel.dp", "Data parallel (dp)", num({ min: 1 })),
+        field("parallel.cp", "Context parallel (cp)", num({ min: 1 }), "Splits each sequence over cp GPUs."),
+        field("parallel.cp_comm", "CP exchange", cpCommSel, "The exchanges the chosen stack runs."),
         field("parallel.micro_batch_size", "Micro-batch size", num({ min: 1 })),
       ),
       h(
@@ -368,7 +445,30 @@ export async function newPlanPage(root, { query }) {
   const toggle = (sel, which) => {
     form.querySelector(`.custom-json[data-for="${which}"]`).hidden = sel.value !== CUSTOM;
   };
-  modelSel.addEventListener("change", () => toggle(modelSel, "model"));
+  const showModel = () => {
+    toggle(modelSel, "model");
+    form.querySelector('.custom-json[data-for="hf"]').hidden = modelSel.value !== HF;
+    const m = models.find((x) => x.name === modelSel.value);
+    form.querySelector("#moe-note").hidden = !(m && m.moe);
+  };
+  modelSel.addEventListener("change", showModel);
+  // The FP8 recipes and CP exchanges offered are those of the chosen stack (GET /v1/catalog/stacks).
+  const stackSel = form.elements["training.stack"];
+  const refill = (sel, options) => {
+    const keep = sel.value;
+    put(sel, options.map(([v, text]) => h("option", { value: v }, text)));
+    sel.value = options.some(([v]) => v === keep) ? keep : "";
+  };
+  const showStack = () => {
+    const stack = stackOf(stacks, stackSel ? pickedValue(stackSel) : "meshplan");
+    refill(recipeSel, recipeOptions(stack));
+    refill(cpCommSel, cpCommOptions(stack));
+  };
+  const showPrecision = () => (form.querySelector(".fp8-only").hidden = precisionSel.value !== "fp8");
+  if (stackSel) stackSel.addEventListener("change", showStack);
+  form.addEventListener("stackchange", showStack);
+  precisionSel.addEventListener("change", showPrecision);
+  showStack();
   gpuSel.addEventListener("change", () => toggle(gpuSel, "gpu"));
   function fillPaste() {
     try {
@@ -380,7 +480,8 @@ export async function newPlanPage(root, { query }) {
   }
 
   if (base && base.request) fillForm(form, base.request);
-  toggle(modelSel, "model");
+  showModel();
+  showPrecision();
   toggle(gpuSel, "gpu");
   showTotal();
 

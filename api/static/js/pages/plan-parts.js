@@ -1,6 +1,6 @@
 // Pieces of the plan page shared with the what-if comparison: config text, memory and time charts.
 
-import { barChart, stackedRows, timeline } from "../charts.js";
+import { barChart, meshGrid, stackedRows, timeline } from "../charts.js";
 import { fmt } from "../dom.js";
 
 export const MEMORY_PARTS = [
@@ -12,15 +12,52 @@ export const MEMORY_PARTS = [
   ["reserve_gib", "reserve (allocator, workspace)", "#7F7F7F"],
 ];
 
+/** The time-breakdown terms this page has words for, in drawing order (key, label, colour). */
 export const TIME_PARTS = [
   ["compute_s", "compute", "#0072B2"],
   ["tp_comm_s", "tensor-parallel comm.", "#E69F00"],
-  ["cp_comm_s", "context-parallel comm.", "#F0E442"],
+  ["cp_comm_s", "context-parallel comm.", "#009E73"],
+  ["ep_comm_s", "expert-parallel all-to-all", "#332288"],
   ["pp_bubble_s", "pipeline bubble", "#D55E00"],
   ["pp_p2p_s", "pipeline send/recv", "#CC79A7"],
   ["dp_sync_s", "data-parallel sync", "#56B4E9"],
   ["optimizer_s", "optimizer", "#7F7F7F"],
 ];
+/** Colours for terms without an entry above. */
+const EXTRA_COLORS = ["#F0E442", "#88CCEE", "#117733", "#AA4499", "#44AA99", "#999933"];
+/** Terms that are not communication (the rest of the breakdown is). */
+const NOT_COMM = new Set(["compute_s", "pp_bubble_s", "optimizer_s"]);
+
+/** A breakdown term's words: its label, or "<key without _s, underscores as spaces>". */
+export function timeLabel(key) {
+  const known = TIME_PARTS.find(([k]) => k === key);
+  return known ? known[1] : key.replace(/_s$/, "").replace(/_/g, " ");
+}
+
+/**
+ * The terms to draw for some TimeBreakdowns: every `*_s` field any of them carries (so terms the API adds —
+ * cp_comm_s, ep_comm_s, … — appear without more dashboard work), the known ones in TIME_PARTS order, then the
+ * others in name order with a fallback label and colour. → [[key, label, colour]]
+ */
+export function breakdownParts(breakdowns) {
+  const keys = new Set();
+  for (const b of breakdowns) for (const [k, v] of Object.entries(b || {})) if (k.endsWith("_s") && typeof v === "number") keys.add(k);
+  const known = TIME_PARTS.filter(([k]) => keys.has(k));
+  const others = [...keys].filter((k) => !TIME_PARTS.some(([x]) => x === k)).sort();
+  return [...known, ...others.map((k, i) => [k, timeLabel(k), EXTRA_COLORS[i % EXTRA_COLORS.length]])];
+}
+
+/** Seconds of exposed communication in a breakdown: every `*_s` term but compute, bubble and optimizer. */
+export function commSeconds(b) {
+  return Object.entries(b || {}).reduce((a, [k, v]) => (k.endsWith("_s") && !NOT_COMM.has(k) && typeof v === "number" ? a + v : a), 0);
+}
+
+/** "bf16", or "fp8 (delayed)" with the FP8 recipe when the training spec names one. */
+export function precisionText(t) {
+  if (t.precision !== "fp8") return t.precision;
+  const stack = !t.stack ? "meshplan" : typeof t.stack === "string" ? t.stack : t.stack.base || "meshplan";
+  return `fp8 (${t.fp8_recipe || `${stack}'s default recipe`})`;
+}
 
 /**
  * The rank groups along one dimension of a row-major mesh (planner.layout.mesh_groups): ranks that
@@ -48,9 +85,10 @@ export function meshGroups(mesh, dim) {
   return groups;
 }
 
-/** "tp 8 · pp 2 · dp 4 · mbs 1 · 1f1b · recompute none · SP on · ZeRO 1" */
+/** "tp 8 · pp 2 · dp 4 · (cp 2 (p2p) ·) mbs 1 · 1f1b · recompute none · SP on · ZeRO 1" */
 export function describe(par) {
-  const parts = [`tp ${par.tp}`, `pp ${par.pp}`, `dp ${par.dp}`, `micro-batch ${par.micro_batch_size}`, par.virtual_stages > 1 ? `${par.schedule} ×${par.virtual_stages}` : par.schedule, `recompute ${par.recompute}`];
+  const cp = par.cp > 1 ? [`cp ${par.cp} (${par.cp_comm || "p2p"})`] : [];
+  const parts = [`tp ${par.tp}`, `pp ${par.pp}`, `dp ${par.dp}`, ...cp, `micro-batch ${par.micro_batch_size}`, par.virtual_stages > 1 ? `${par.schedule} ×${par.virtual_stages}` : par.schedule, `recompute ${par.recompute}`];
   if (par.sequence_parallel) parts.push("sequence parallel");
   parts.push(`ZeRO ${par.zero_stage}`);
   return parts.join(" · ");
@@ -79,7 +117,7 @@ export function timeChart(plans, labels, title = "Time per optimizer step by cau
     title,
     desc: "Milliseconds per optimizer step on the critical path, stacked by cause, one bar per configuration.",
     categories: labels,
-    series: TIME_PARTS.map(([k, name, color]) => ({ name, color, values: plans.map((p) => p.estimate.breakdown[k] * 1000) })),
+    series: breakdownParts(plans.map((p) => p.estimate.breakdown)).map(([k, name, color]) => ({ name, color, values: plans.map((p) => (p.estimate.breakdown[k] || 0) * 1000) })),
     unit: "time per step (ms)",
     format: (v) => `${fmt.num(v, v < 10 ? 2 : 0)} ms`,
   });
@@ -119,4 +157,33 @@ export function traceTimeline(trace, title) {
   }
   const rows = tids.map((t) => ({ label: names.get(t) || `stage ${t}`, blocks: byTid.get(t).sort((a, b) => a.start - b.start) }));
   return timeline({ title, desc: `${rows.length} pipeline stages; forward and backward blocks per micro-batch; hatched gaps are idle time (the bubble).`, rows, unit: "ms" });
+}
+
+/** The device mesh of a plan (its cluster, parallel config and mesh shape): stages, TP groups and, with
+ * cp > 1, the cp axis (mesh order pp, dp, cp, tp: planner.specs.layout). */
+export function meshFigure(plan) {
+  const c = plan.cluster;
+  const rankMap = (dim) => {
+    const out = new Map();
+    meshGroups(plan.mesh, dim).forEach((grp) => grp.forEach((r, i) => out.set(r, i)));
+    return out;
+  };
+  const stage = rankMap("pp");
+  const dp = rankMap("dp");
+  const hasCp = plan.mesh.dim_names.includes("cp");
+  const cp = hasCp ? rankMap("cp") : null;
+  const p = plan.parallel;
+  const cpWords = hasCp ? `, dashed line = CP group of ${p.cp} (${p.cp_comm || "p2p"})` : "";
+  return meshGrid({
+    title: `Device mesh: ${c.num_nodes} nodes × ${c.gpus_per_node} GPUs — colour and “S” = pipeline stage, outline = TP group of ${p.tp}${cpWords}`,
+    desc: `${p.pp} pipeline stages, ${p.dp} data-parallel replicas, ${hasCp ? `context-parallel groups of ${p.cp}, ` : ""}tensor-parallel groups of ${p.tp}; mesh dims ${plan.mesh.dim_names.join(", ")}; r = global rank, d = data-parallel replica${hasCp ? ", c = context-parallel rank" : ""}.`,
+    numNodes: c.num_nodes,
+    gpusPerNode: c.gpus_per_node,
+    stageOf: (r) => (stage.has(r) ? stage.get(r) : null),
+    dpOf: (r) => dp.get(r),
+    tpGroups: meshGroups(plan.mesh, "tp"),
+    cpOf: hasCp ? (r) => cp.get(r) : null,
+    cpGroups: hasCp ? meshGroups(plan.mesh, "cp") : [],
+    numStages: p.pp,
+  });
 }

@@ -2,9 +2,8 @@
 // memory per stage, the time breakdown, the simulated pipeline schedule, exports and a what-if.
 
 import { api, download, url } from "../api.js";
-import { meshGrid } from "../charts.js";
 import { announce, empty, errorBox, fmt, gpuId, h, loading, put, section, setTitle } from "../dom.js";
-import { describe, memoryChart, meshGroups, timeChart, traceTimeline } from "./plan-parts.js";
+import { commSeconds, describe, memoryChart, meshFigure, precisionText, timeChart, traceTimeline } from "./plan-parts.js";
 import { whatIf } from "./whatif.js";
 
 const CONSTRAINT_TEXT = {
@@ -22,7 +21,7 @@ function altLabel(i) {
   return i === 0 ? "#1 (chosen)" : `#${i + 1}`;
 }
 
-function headline(plan) {
+function headline(plan, training) {
   const e = plan.estimate;
   const p = plan.parallel;
   return h(
@@ -32,8 +31,9 @@ function headline(plan) {
     stat("Throughput", `${fmt.si(e.tokens_per_s)} tokens/s`, `${fmt.num(e.model_tflops_per_gpu, 0)} TFLOP/s per GPU`),
     stat("MFU", fmt.pct(e.mfu), "model FLOPs ÷ peak"),
     stat("Peak memory", fmt.gib(e.peak_memory_gib), `of ${fmt.gib(e.gpu_memory_gib)} (${fmt.pct(e.peak_memory_gib / e.gpu_memory_gib, 0)})${e.fits ? "" : " — does NOT fit"}`),
-    stat("Parallelism", `TP ${p.tp} × PP ${p.pp} × DP ${p.dp}`, `${e.gpus_used} GPUs`),
+    stat("Parallelism", `TP ${p.tp} × PP ${p.pp} × DP ${p.dp}${p.cp > 1 ? ` × CP ${p.cp}` : ""}`, `${e.gpus_used} GPUs${p.cp > 1 ? ` · CP exchange ${p.cp_comm}` : ""}`),
     stat("Pipeline", p.virtual_stages > 1 ? `${p.schedule} ×${p.virtual_stages}` : p.schedule, `micro-batch ${p.micro_batch_size}`),
+    stat("Precision", precisionText(training), training.precision === "fp8" ? "FP8 GEMMs in the blocks' linears" : "weights and activations"),
     stat("Memory savers", `recompute ${p.recompute}`, `ZeRO ${p.zero_stage}${p.sequence_parallel ? " · sequence parallel" : ""}`),
   );
 }
@@ -44,7 +44,7 @@ function why(resp, plans) {
   const e = best.estimate;
   const b = e.breakdown;
   const facts = [
-    `The step takes ${fmt.time(e.step_time_s)}: compute ${fmt.pct(b.compute_s / e.step_time_s)}, pipeline bubble ${fmt.pct(b.pp_bubble_s / e.step_time_s)}, communication ${fmt.pct((b.tp_comm_s + (b.cp_comm_s || 0) + b.pp_p2p_s + b.dp_sync_s) / e.step_time_s)}, optimizer ${fmt.pct(b.optimizer_s / e.step_time_s)}.`,
+    `The step takes ${fmt.time(e.step_time_s)}: compute ${fmt.pct(b.compute_s / e.step_time_s)}, pipeline bubble ${fmt.pct(b.pp_bubble_s / e.step_time_s)}, communication ${fmt.pct(commSeconds(b) / e.step_time_s)}, optimizer ${fmt.pct(b.optimizer_s / e.step_time_s)}.`,
     `The fullest GPU holds ${fmt.gib(e.peak_memory_gib)} of ${fmt.gib(e.gpu_memory_gib)} (${fmt.pct(e.peak_memory_gib / e.gpu_memory_gib, 0)})` +
       (e.memory_headroom ? `; plans keep ${fmt.pct(e.memory_headroom, 0)} free (usable ${fmt.gib(e.usable_memory_gib)}).` : "."),
   ];
@@ -83,6 +83,7 @@ function alternativesTable(plans) {
     ["Tensor parallel (tp)", (p) => p.parallel.tp],
     ["Pipeline parallel (pp)", (p) => p.parallel.pp],
     ["Data parallel (dp)", (p) => p.parallel.dp],
+    ...(plans.some((p) => p.parallel.cp > 1) ? [["Context parallel (cp)", (p) => (p.parallel.cp > 1 ? `${p.parallel.cp} (${p.parallel.cp_comm})` : 1)]] : []),
     ["Micro-batch size", (p) => p.parallel.micro_batch_size],
     ["Micro-batches per step", (p) => p.estimate.num_microbatches],
     ["Schedule", (p) => (p.parallel.virtual_stages > 1 ? `${p.parallel.schedule} ×${p.parallel.virtual_stages}` : p.parallel.schedule)],
@@ -125,25 +126,6 @@ function alternativesTable(plans) {
       ),
     ),
   );
-}
-
-function meshFigure(plan) {
-  const c = plan.cluster;
-  const stage = new Map();
-  meshGroups(plan.mesh, "pp").forEach((grp) => grp.forEach((r, i) => stage.set(r, i)));
-  const dp = new Map();
-  meshGroups(plan.mesh, "dp").forEach((grp) => grp.forEach((r, i) => dp.set(r, i)));
-  const p = plan.parallel;
-  return meshGrid({
-    title: `Device mesh: ${c.num_nodes} nodes × ${c.gpus_per_node} GPUs — colour and “S” = pipeline stage, outline = TP group of ${p.tp}`,
-    desc: `${p.pp} pipeline stages, ${p.dp} data-parallel replicas, tensor-parallel groups of ${p.tp}; r = global rank, d = data-parallel replica.`,
-    numNodes: c.num_nodes,
-    gpusPerNode: c.gpus_per_node,
-    stageOf: (r) => (stage.has(r) ? stage.get(r) : null),
-    dpOf: (r) => dp.get(r),
-    tpGroups: meshGroups(plan.mesh, "tp"),
-    numStages: p.pp,
-  });
 }
 
 /** The preset id of a training stack as a request or plan names it (an inline stack's base). */
@@ -307,7 +289,7 @@ export async function planPage(root, { arg: id, query, isCurrent }) {
   const title = h(
     "div",
     { class: "page-head" },
-    h("div", {}, h("h1", {}, `${m.name} on ${c.num_nodes} × ${c.gpus_per_node} ${gpuId(c)}`), h("p", { class: "sub" }, `global batch ${fmt.num(t.global_batch_size)} × ${fmt.num(t.seq_len)} tokens · ${t.precision} · ${t.optimizer} · plan ${stored.id} · ${fmt.date(stored.created_at)}`), pricedWith(stored.request, t)),
+    h("div", {}, h("h1", {}, `${m.name} on ${c.num_nodes} × ${c.gpus_per_node} ${gpuId(c)}`), h("p", { class: "sub" }, `global batch ${fmt.num(t.global_batch_size)} × ${fmt.num(t.seq_len)} tokens · ${precisionText(t)} · ${t.optimizer} · plan ${stored.id} · ${fmt.date(stored.created_at)}`), pricedWith(stored.request, t)),
     h("a", { class: "button secondary", href: `#/new?from=${encodeURIComponent(stored.id)}` }, "Edit and re-plan"),
   );
   const requestDetails = h("details", { class: "raw" }, h("summary", {}, "Request JSON"), h("pre", { class: "code" }, JSON.stringify(stored.request, null, 2)));
@@ -359,7 +341,7 @@ export async function planPage(root, { arg: id, query, isCurrent }) {
     title,
     stale,
     toc,
-    section("chosen", "Chosen configuration", h("p", { class: "config-line" }, describe(best.parallel)), headline(best)),
+    section("chosen", "Chosen configuration", h("p", { class: "config-line" }, describe(best.parallel)), headline(best, t)),
     section("why", "Why this plan", why(resp, plans)),
     section("alternatives", `Top ${plans.length} alternatives side by side`, alternativesTable(plans)),
     section("time", "Where the step time goes", timeChart(plans, plans.map((_, i) => altLabel(i)))),

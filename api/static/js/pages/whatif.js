@@ -3,7 +3,7 @@
 
 import { api } from "../api.js";
 import { put, errorBox, fmt, h, loading } from "../dom.js";
-import { describe, memoryChart, timeChart } from "./plan-parts.js";
+import { commSeconds, describe, memoryChart, timeChart } from "./plan-parts.js";
 
 /** The schedules the planner prices (GET /v1/catalog/schedules), fetched once: what-ifs go to the planner. */
 let pricedCatalog = null;
@@ -12,6 +12,7 @@ const pricedSchedules = () => (pricedCatalog ||= api("/v1/catalog/schedules").th
 export const KNOBS = {
   tp: { label: "tensor parallel (tp)", number: true },
   pp: { label: "pipeline parallel (pp)", number: true },
+  cp: { label: "context parallel (cp)", number: true },
   micro_batch_size: { label: "micro-batch size", number: true },
   schedule: { label: "pipeline schedule", fromCatalog: true },
   recompute: { label: "recompute", options: ["none", "selective", "full"] },
@@ -22,11 +23,14 @@ export const KNOBS = {
  * (``schedules``: entries of GET /v1/catalog/schedules, for the virtual stages a schedule needs). */
 export function changedConfig(par, knob, value, schedules = []) {
   const out = { ...par, [knob]: value };
-  const gpus = par.tp * par.pp * par.dp;
-  if (knob === "tp" || knob === "pp") {
-    const dp = gpus / (out.tp * out.pp);
+  const cp = (p) => p.cp || 1;
+  const gpus = par.tp * par.pp * par.dp * cp(par);
+  if (knob === "tp" || knob === "pp" || knob === "cp") {
+    const others = out.tp * out.pp * cp(out);
+    const dp = gpus / others;
     if (!Number.isInteger(dp) || dp < 1) {
-      throw { field: `parallel.${knob}`, message: `tp × pp = ${out.tp * out.pp} does not divide the ${gpus} GPUs this plan uses; choose a divisor of ${gpus / (knob === "tp" ? out.pp : out.tp)}` };
+      const names = cp(out) > 1 || knob === "cp" ? "tp × pp × cp" : "tp × pp";
+      throw { field: `parallel.${knob}`, message: `${names} = ${others} does not divide the ${gpus} GPUs this plan uses; choose a divisor of ${gpus / (others / out[knob])}` };
     }
     out.dp = dp;
   }
@@ -56,7 +60,7 @@ function compareTable(cur, next, curLabel, nextLabel) {
     ["Peak memory", (p) => p.estimate.peak_memory_gib, fmt.gib, true],
     ["Fits in memory", (p) => (p.estimate.fits ? "yes" : "NO")],
     ["Pipeline bubble", (p) => p.estimate.breakdown.pp_bubble_s, fmt.time, true],
-    ["Communication", (p) => p.estimate.breakdown.tp_comm_s + (p.estimate.breakdown.cp_comm_s || 0) + p.estimate.breakdown.pp_p2p_s + p.estimate.breakdown.dp_sync_s, fmt.time, true],
+    ["Communication", (p) => commSeconds(p.estimate.breakdown), fmt.time, true],
   ];
   return h("div", { class: "table-scroll" }, h(
     "table",
@@ -85,19 +89,36 @@ export function whatIf(stored, plan, index) {
   const req = stored.request;
   const knobSel = h("select", { id: "whatif-knob" }, Object.entries(KNOBS).map(([k, v]) => h("option", { value: k }, v.label)));
   const valueHolder = h("div", { class: "field" });
+  const valueError = h("p", { class: "field-error", id: "whatif-value-err", hidden: true });
   const result = h("div", { class: "whatif-result", "aria-live": "polite" });
   let valueEl;
   let schedules = [];
   const renderValue = () => {
     const k = knobSel.value;
     const knob = KNOBS[k];
-    const cur = plan.parallel[k];
+    const cur = k === "cp" ? plan.parallel.cp || 1 : plan.parallel[k];
     const options = knob.fromCatalog ? schedules.map((s) => s.id) : knob.options;
     valueEl = options
       ? h("select", { id: "whatif-value" }, options.map((o) => h("option", { value: o, selected: String(o) === String(cur) || null }, `${o}${String(o) === String(cur) ? " (current)" : ""}`)))
-      : h("input", { id: "whatif-value", type: "number", min: 1, value: k === "micro_batch_size" ? cur * 2 : cur, required: true });
-    put(valueHolder, h("label", { for: "whatif-value" }, `New value (now ${cur})`), valueEl);
+      : h("input", { id: "whatif-value", type: "number", min: 1, value: k === "micro_batch_size" || k === "cp" ? cur * 2 : cur, required: true });
+    valueEl.setAttribute("aria-describedby", "whatif-value-err");
+    valueEl.dataset.field = `parallel.${k}`;
+    clearValueError();
+    put(valueHolder, h("label", { for: "whatif-value" }, `New value (now ${cur})`), valueEl, valueError);
   };
+  function clearValueError() {
+    valueError.hidden = true;
+    valueError.textContent = "";
+    if (valueEl) valueEl.removeAttribute("aria-invalid");
+  }
+  /** A problem naming the changed setting (e.g. parallel.cp) is shown under its value field too. */
+  function showValueError(err, k) {
+    const mine = ((err && err.errors) || []).filter((e) => e.field === `parallel.${k}`);
+    if (!mine.length) return;
+    valueEl.setAttribute("aria-invalid", "true");
+    valueError.hidden = false;
+    valueError.textContent = mine.map((e) => `${e.message}${e.fix ? ` — ${e.fix}` : ""}`).join(" · ");
+  }
   knobSel.addEventListener("change", renderValue);
   renderValue();
   pricedSchedules()
@@ -120,6 +141,7 @@ export function whatIf(stored, plan, index) {
     const value = KNOBS[k].number ? Number(valueEl.value) : valueEl.value;
     const how = form.elements["whatif-mode"].value;
     const nextLabel = `${k} = ${value}`;
+    clearValueError();
     put(result, loading(how === "estimate" ? "Estimating" : "Re-planning"));
     try {
       let next;
@@ -146,7 +168,9 @@ export function whatIf(stored, plan, index) {
         timeChart([plan, next], ["current", nextLabel], "Step time, current vs. what-if"),
       );
     } catch (err) {
-      put(result, errorBox(err.field ? { title: "Cannot make that change", errors: [err] } : err, "The what-if was not accepted"));
+      const problem = err.field ? { title: "Cannot make that change", errors: [err] } : err;
+      showValueError(problem, k);
+      put(result, errorBox(problem, "The what-if was not accepted"));
     }
   });
   return h("div", {}, h("p", { class: "sub" }, "Change one setting and compare against this configuration side by side."), form, result);
