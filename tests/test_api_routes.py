@@ -515,8 +515,14 @@ def test_hf_config_errors_name_the_field(client, model, field):
     assert r.json()["errors"][0]["field"] == field, r.json()
 
 
-def test_estimate_with_cp_pinned_is_a_problem_naming_parallel_cp(client):
-    """Context parallelism is in the request but not yet priced: a pinned cp is a 422 on ``parallel.cp``."""
+def test_estimate_with_cp_pinned_is_priced_and_a_bad_cp_is_a_problem_naming_parallel_cp(client):
+    """Context parallelism is priced (cost model 14): a pinned cp is estimated with its exchange in the breakdown;
+    a cp that does not divide the GPUs is a 422 on ``parallel.cp``."""
     parallel = {"tp": 2, "pp": 1, "dp": 2, "cp": 2, "micro_batch_size": 1}
+    r = client.post("/v1/estimates", json=plan_request(parallel=parallel, model="tiny-llama"))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["parallel"]["cp"] == 2 and body["estimate"]["breakdown"]["cp_comm_s"] > 0
+    parallel = {"tp": 2, "pp": 1, "dp": 1, "cp": 3, "micro_batch_size": 1}
     r = client.post("/v1/estimates", json=plan_request(parallel=parallel, model="tiny-llama"))
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "parallel.cp", r.text

@@ -897,26 +897,24 @@ def test_fp8_recipe_picker_offers_the_chosen_stacks_recipes(tab, server, artifac
 
 
 def test_a_pinned_cp_is_the_servers_problem_next_to_the_field(tab, llama_plan, artifacts_dir):
-    """Context parallelism is not priced yet: pinning cp in the form, or a what-if estimate with cp, shows the
-    server's problem (field parallel.cp) under that field."""
+    """A cp that does not divide the GPUs, pinned in the form or in a what-if estimate, shows the problem (field
+    parallel.cp) under that field (cp itself is priced since cost model 14)."""
     page = tab.goto("/new")
     _small_form(page, "tiny-llama")
-    page.fill("#f-parallel-cp", "2")
-    assert "not yet priced" in _submit_expecting_error(page, "parallel.cp")
+    page.fill("#f-parallel-cp", "3")
+    assert "does not divide" in _submit_expecting_error(page, "parallel.cp")
     tab.shot(artifacts_dir, "cp-refused")
 
     plan_id, stored = llama_plan
     par = stored["response"]["plans"][0]["parallel"]
     page = tab.goto(f"/plans/{plan_id}")
     page.select_option("#whatif-knob", "cp")
-    page.fill("#whatif-value", "2")
+    page.fill("#whatif-value", "3")
     page.click("#whatif button[type=submit]")
     page.wait_for_selector('#whatif-value[aria-invalid="true"]')
     message = page.inner_text("#whatif-value-err")
-    if par["dp"] % 2 == 0:  # the estimate was sent: the server's words
-        assert "not yet priced" in message and "parallel.cp" in page.inner_text("#whatif .state-error")
-    else:  # cp 2 does not fit the plan's GPUs: said before sending
-        assert "does not divide" in message
+    assert "does not divide" in message  # said before sending, or the server's words
+    assert par["dp"] % 3 != 0
     tab.assert_clean(allowed_statuses=(422,))
 
 
