@@ -40,6 +40,14 @@ INSTANCES = [
     # issue 24: long context, where context parallelism is searched (Llama 3 used TP8 CP16 PP16 DP8 at 131K)
     ("Llama 3 405B, 2048×8 H100, gbs 128, seq 131072", "llama3-405b", "h100-sxm5-80gb", 2048, 8, 128, 131072),
 ]
+#: Instances with more training settings (issue 24: FP8 on the stacks that run it).
+TRAINING = {
+    "Llama 3 70B FP8 (torchtitan tensorwise), 8×8 H100, gbs 1024, seq 8192": (
+        ("llama3-70b", "h100-sxm5-80gb", 8, 8, 1024, 8192),
+        {"precision": "fp8", "fp8_recipe": "tensorwise", "stack": "torchtitan"},
+    ),
+}
+INSTANCES += [(name, *args) for name, (args, _) in TRAINING.items()]
 BRUTE_FORCE_LIMIT = 300_000  # configurations (class × cut) the brute force may score
 
 
@@ -62,7 +70,7 @@ def main() -> None:
             {
                 "model": model,
                 "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
-                "training": {"global_batch_size": gbs, "seq_len": seq},
+                "training": {"global_batch_size": gbs, "seq_len": seq, **TRAINING.get(name, ((), {}))[1]},
             }
         )
         t0, c0 = time.perf_counter(), time.process_time()
