@@ -13,6 +13,7 @@ from pydantic import Field
 from planner.specs import GpuSpec, ModelSpec, PeakTflops, Spec
 from planner.specs.catalog_moe import MOE_MODELS
 from planner.specs.errors import UnknownCatalogIdError
+from planner.specs.model import llama_like
 
 _A100_SRC = (
     "NVIDIA A100 Tensor Core GPU datasheet (2021): FP32 19.5, TF32 156, BF16/FP16 312 TFLOPS dense; "
@@ -155,21 +156,7 @@ def _gpt3(name: str, layers: int, hidden: int, heads: int) -> ModelSpec:
 def _llama(
     name: str, layers: int, hidden: int, heads: int, kv: int, ffn: int, vocab: int, seq: int, qkv_bias: bool = False
 ) -> ModelSpec:
-    return ModelSpec(
-        name=name,
-        family="llama",
-        num_layers=layers,
-        hidden_size=hidden,
-        num_attention_heads=heads,
-        num_kv_heads=kv,
-        ffn_hidden_size=ffn,
-        vocab_size=vocab,
-        activation="swiglu",
-        norm="rmsnorm",
-        tie_embeddings=False,
-        max_seq_len=seq,
-        qkv_bias=qkv_bias,
-    )
+    return llama_like(name, layers, hidden, heads, kv, ffn, vocab, seq, qkv_bias=qkv_bias)
 
 
 MODELS: dict[str, ModelSpec] = {

@@ -9,7 +9,7 @@ clamp, DeepSeek-V3's multi-token-prediction module (14B, outside its published 6
 
 from __future__ import annotations
 
-from planner.specs.model import MlaSpec, ModelSpec, MoeSpec
+from planner.specs.model import MlaSpec, ModelSpec, MoeSpec, llama_like
 
 
 def _moe(
@@ -24,24 +24,7 @@ def _moe(
     moe: MoeSpec,
     **extra: object,
 ) -> ModelSpec:
-    return ModelSpec.model_validate(
-        dict(
-            name=name,
-            family="llama",
-            num_layers=layers,
-            hidden_size=hidden,
-            num_attention_heads=heads,
-            num_kv_heads=kv,
-            ffn_hidden_size=ffn,
-            vocab_size=vocab,
-            activation="swiglu",
-            norm="rmsnorm",
-            tie_embeddings=False,
-            max_seq_len=seq,
-            moe=moe,
-            **extra,
-        )
-    )
+    return llama_like(name, layers, hidden, heads, kv, ffn, vocab, seq, moe=moe, **extra)
 
 
 def _gpt_oss(name: str, layers: int, experts: int) -> ModelSpec:

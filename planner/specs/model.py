@@ -209,3 +209,27 @@ class ModelSpec(Spec):
         if moe is None or index < moe.first_dense_layers:
             return False
         return (index - moe.first_dense_layers + 1) % moe.moe_layer_freq == 0
+
+
+def llama_like(
+    name: str, layers: int, hidden: int, heads: int, kv: int, ffn: int, vocab: int, seq: int, **extra: object
+) -> ModelSpec:
+    """A Llama-shaped model (RMSNorm, SwiGLU, untied embeddings) of the catalog; ``extra``: any other field (a QKV
+    bias, ``moe``, ``mla``, the attention extras)."""
+    return ModelSpec.model_validate(
+        dict(
+            name=name,
+            family="llama",
+            num_layers=layers,
+            hidden_size=hidden,
+            num_attention_heads=heads,
+            num_kv_heads=kv,
+            ffn_hidden_size=ffn,
+            vocab_size=vocab,
+            activation="swiglu",
+            norm="rmsnorm",
+            tie_embeddings=False,
+            max_seq_len=seq,
+            **extra,
+        )
+    )
