@@ -85,3 +85,47 @@ def test_gradients_travel_in_the_dtype_the_stack_reduces_in(stack, precision, wi
     from planner.workload.collectives import grad_bytes
 
     assert grad_bytes(STACKS[stack], precision, 2) == wire
+
+
+def _zero3_175b(stack: str, gpus: int) -> dict:
+    return {
+        "model": "gpt3-175b",
+        "cluster": {"gpu": "a100-sxm4-80gb", "num_nodes": gpus // 8, "gpus_per_node": 8},
+        "training": {"global_batch_size": gpus, "seq_len": 2048, "stack": stack, "precision": "fp16"},
+        "parallel": {"tp": 1, "pp": 1, "dp": gpus, "zero_stage": 3, "micro_batch_size": 1, "recompute": "full"},
+    }
+
+
+def test_deepspeed_zero3_gathers_each_linear_module_on_its_own():
+    """DeepSpeed fetches each submodule's parameters as one all-gather (forward and again backward); modules under
+    the persistence threshold are never gathered; the gradients go in 5e8-element buckets."""
+    from planner.specs.stacks import STACKS
+    from planner.workload.collectives import PERSISTENCE_THRESHOLD, issuing, zero3_comms
+    from planner.workload.ops import linears
+
+    model = context(PlanRequest.model_validate(_zero3_175b("deepspeed", 384))).model
+    how = issuing(STACKS["deepspeed"])
+    blk, emb, head = zero3_comms(model, how, 1, "all_gather", (1, 2, 3), 2)
+    sizes = [lin.n * lin.k + lin.bias for lin in linears(model, "transformer_block", 1)]
+    assert [c.nbytes for c in blk] == [2 * p for p in sizes if p >= PERSISTENCE_THRESHOLD] and len(blk) >= 4
+    assert [c.nbytes for c in emb + head] == [4, 6]
+    rs = zero3_comms(model, how, 1, "reduce_scatter", (10, 20, 30), 2)
+    assert all(c.bucket == 2 * 500_000_000 for kind in rs for c in kind)
+    # a stack that gathers per layer issues one per layer kind
+    per_layer = zero3_comms(model, issuing(STACKS["torchtitan"]), 1, "all_gather", (1, 2, 3), 2)
+    assert [len(k) for k in per_layer] == [1, 1, 1]
+
+
+def test_deepspeed_zero3_pays_more_latency_the_larger_the_data_parallel_group():
+    """Each of a block's gathers is a ring over the whole data-parallel group (latency ∝ its nodes): at a fixed
+    global batch the exposed ZeRO-3 time grows with dp, and faster than with one gather per layer."""
+    exposed = {
+        (stack, gpus): planner.estimate(_zero3_175b(stack, gpus)).breakdown.dp_sync_s
+        for stack in ("deepspeed", "torchtitan")
+        for gpus in (384, 2240)
+    }
+    assert exposed["deepspeed", 2240] > exposed["deepspeed", 384]
+    assert (
+        exposed["deepspeed", 2240] / exposed["deepspeed", 384]
+        > exposed["torchtitan", 2240] / exposed["torchtitan", 384]
+    )

@@ -147,6 +147,7 @@ FINGERPRINTS = {
     13: "9a393195164df926",  # DP gradients on the wire in the stack's reduce dtype (fp32 under FSDP2, Megatron bf16)
     14: "c1288079e9ca2e71",  # context parallelism: the breakdown's cp_comm_s (0 on the cp = 1 references)
     15: "c1288079e9ca2e71",  # 15 (overlapped TP) is off unless chosen: references unchanged; tests/test_tp_overlap.py
+    16: "c1288079e9ca2e71",  # 16 (DeepSpeed ZeRO-3 per-module fetches): no reference runs it; tests/test_pipeline_p2p.py
 }
 
 

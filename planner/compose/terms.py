@@ -38,6 +38,7 @@ from planner.workload.collectives import (
     issuing,
     step_reductions,
     tp_comms,
+    zero3_comms,
 )
 from planner.workload.fp8 import fp8_state_bytes, gathered_params
 from planner.workload.ops import block_linears
@@ -257,8 +258,8 @@ def _shared_terms(
     fwd, bwd, z3_tmp, fwd_z3, bwd_z3 = lg.fwd, lg.bwd, 0, NOTHING, NOTHING
     if zero_stage == 3 and dp > 1:
         gathered = gathered_params(ctx, lg.params, tp)  # FP8 weights gathered in FP8 where the stack does
-        gather = per_kind_seconds(ctx, dp_layer_comms(how, "all_gather", gathered, e), g)
-        scatter = per_kind_seconds(ctx, dp_layer_comms(how, "reduce_scatter", lg.params, ge), g)
+        gather = per_kind_seconds(ctx, zero3_comms(ctx.model, how, tp, "all_gather", gathered, e), g)
+        scatter = per_kind_seconds(ctx, zero3_comms(ctx.model, how, tp, "reduce_scatter", lg.params, ge), g)
         join = (lambda w, t: overlapped(w, t, slow)) if prefetch_overlaps(ctx) else (lambda w, t: w + t)
         fwd = Affine(0, *(ns(join(w, t)) for w, t in zip(lg.work_f, gather)))
         bwd = Affine(0, *(ns(join(w, t + u)) for w, t, u in zip(lg.work_b, gather, scatter)))

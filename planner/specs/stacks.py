@@ -113,6 +113,10 @@ class Stack(BaseModel):
     step_reductions: bool = False
     #: schedules whose pipeline send/recv block both ends (``compose.cost``: on the action, not an async lag)
     p2p_blocking: tuple[Schedule, ...] = ()
+    #: ZeRO-3's parameter fetches: one per layer, or one per module (linear) over the persistence threshold, and
+    #: its gradient reduce-scatters in buckets of so many elements (``workload.collectives.zero3_comms``)
+    zero3_fetch: Literal["layer", "module"] = "layer"
+    zero3_reduce_bucket: int | None = None
     # ---- what the stack runs (issue 27 §1): the search enumerates only these; a pin outside is an error
     #: The release of the software this preset describes.
     version: str = Field(description="The release of the software this preset describes.")
@@ -309,6 +313,12 @@ STACKS: dict[str, Stack] = {
             activations="zoo",
             kernels="eager",
             overlap_grad_reduce=False,
+            # ZeRO-3 fetches each submodule's own parameters (fetch_sub_module, named_parameters(recurse=False)) as one
+            # all_gather_coalesced, forward and again in backward; parameters under stage3_param_persistence_threshold
+            # (1e5) stay whole; gradients reduce_scatter_coalesced per reduce_bucket_size (5e8) elements
+            # (deepspeed/runtime/zero/partitioned_param_coordinator.py, config.py, stage3.py)
+            zero3_fetch="module",
+            zero3_reduce_bucket=500_000_000,
             source="DeepSpeed config docs: zero_optimization.overlap_comm defaults to false",
             version="DeepSpeed 0.19.8",
             zero_stages=(0, 1, 2, 3),

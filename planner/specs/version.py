@@ -57,4 +57,7 @@ from __future__ import annotations
 #:    stack does (Transformer Engine userbuffers: ring / pipeline / bulk, all 8; torchtitan async TP: the 4 forward
 #:    and the 2 backward all-gathers), GEMMs slowed by σ while overlapped; searched with SP where the stack runs it.
 #:    Off unless chosen: every plan without it as in 14.
-COST_MODEL_VERSION = 15
+#: 16: DeepSpeed ZeRO-3 as it issues its collectives (``Stack.zero3_fetch``, ``zero3_reduce_bucket``): one
+#:    all-gather per linear module over the persistence threshold at every fetch (forward and backward), each with
+#:    its own ring latency, and the gradients' reduce-scatters in 5e8-element buckets; was one per layer.
+COST_MODEL_VERSION = 16

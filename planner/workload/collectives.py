@@ -30,7 +30,7 @@ from typing import Literal
 
 from planner.specs import ModelSpec
 from planner.specs.stacks import Stack
-from planner.workload.ops import block_linears
+from planner.workload.ops import block_linears, linears
 
 Axis = Literal["tp", "dp", "pp", "cp", "ep"]
 Op = Literal["all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all"]
@@ -66,11 +66,45 @@ class Issuing:
     tp: Literal["megatron", "per_linear"]
     dp: Literal["buckets", "modules"]
     step_reductions: bool
+    zero3_fetch: Literal["layer", "module"] = "layer"
+    zero3_reduce_bucket: int | None = None
 
 
 def issuing(stack: Stack) -> Issuing:
     """How ``stack`` issues its collectives."""
-    return Issuing(stack.tp_collectives, stack.dp_collectives, stack.step_reductions)
+    return Issuing(
+        stack.tp_collectives,
+        stack.dp_collectives,
+        stack.step_reductions,
+        stack.zero3_fetch,
+        stack.zero3_reduce_bucket,
+    )
+
+
+#: DeepSpeed ZeRO-3's ``stage3_param_persistence_threshold`` default: a module's parameters under this many elements
+#: are never partitioned, so never gathered (deepspeed/runtime/zero/config.py).
+PERSISTENCE_THRESHOLD = 100_000
+
+
+def zero3_comms(
+    model: ModelSpec, issuing: Issuing, tp: int, op: Op, params: tuple[int, int, int], nbytes_per_param: float
+) -> tuple[Comms, Comms, Comms]:
+    """ZeRO-3's per-layer parameter all-gather (``op = "all_gather"``) or gradient reduce-scatter of each layer kind,
+    as the stack issues them: one per layer (``dp_layer_comms``), or (``zero3_fetch = "module"``, DeepSpeed) one
+    gather per linear module whose parameters reach ``PERSISTENCE_THRESHOLD`` — each its own collective, with its own
+    latency, at every fetch — and the gradients' reduce-scatters in buckets of ``zero3_reduce_bucket`` elements."""
+    if issuing.zero3_fetch == "layer":
+        return dp_layer_comms(issuing, op, params, nbytes_per_param)
+    if op != "all_gather":
+        bucket = None if issuing.zero3_reduce_bucket is None else issuing.zero3_reduce_bucket * nbytes_per_param
+        return tuple((Collective("dp", op, p * nbytes_per_param, bucket=bucket),) for p in params)  # type: ignore[return-value]
+    sizes = [lin.n * lin.k + lin.bias for lin in linears(model, "transformer_block", tp)]
+    blk = tuple(Collective("dp", op, p * nbytes_per_param) for p in sizes if p >= PERSISTENCE_THRESHOLD)
+    return (
+        blk,
+        (Collective("dp", op, params[1] * nbytes_per_param),),
+        (Collective("dp", op, params[2] * nbytes_per_param),),
+    )
 
 
 @dataclass(frozen=True, slots=True)
