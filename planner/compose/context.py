@@ -12,10 +12,10 @@ if TYPE_CHECKING:
     from planner.compose.cost import Candidate, ClassCosts
     from planner.compose.terms import LayerGroup, SharedTerms
 
-#: (micro-batch size, tp, sequence parallel, recompute): one ``LayerGroup``.
-GroupKey = tuple[int, int, bool, str]
-#: (micro-batch size, tp, sequence parallel, recompute, ZeRO stage, dp): one ``SharedTerms``.
-SharedKey = tuple[int, int, bool, str, int, int]
+#: (micro-batch size, tp, sequence parallel, recompute, ep, etp): one ``LayerGroup``.
+GroupKey = tuple[int, int, bool, str, int, int]
+#: (micro-batch size, tp, sequence parallel, recompute, ZeRO stage, dp, ep, etp): one ``SharedTerms``.
+SharedKey = tuple[int, int, bool, str, int, int, int, int]
 #: (ranks per pipeline stage, pp, virtual stages, p2p bytes): the lags of a class's chunk boundaries.
 LagKey = tuple[int, int, int, int]
 

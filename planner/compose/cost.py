@@ -57,6 +57,8 @@ class Candidate:
     recompute: str
     sequence_parallel: bool
     zero_stage: int
+    ep: int = 1
+    etp: int = 1
 
     @property
     def chunks(self) -> int:
@@ -101,6 +103,9 @@ class ClassCosts:
     usable_bytes: int
     flops_layer: float  # model FLOPs (fwd+bwd incl. recompute) per layer per micro-batch, per GPU
     flops_extra: list[float]
+    # The EP all-to-all part of f_layer/b_layer (MoE blocks; for the breakdown)
+    f_layer_ep: int = 0
+    b_layer_ep: int = 0
 
     @property
     def chunks(self) -> int:
@@ -222,6 +227,8 @@ def _class_costs(ctx: Context, c: Candidate) -> ClassCosts:
         usable_bytes=ctx.usable_bytes,
         flops_layer=s.flops_layer,
         flops_extra=per_chunk((s.flops_emb, s.flops_head)),
+        f_layer_ep=s.fwd_ep.layer,
+        b_layer_ep=s.bwd_ep.layer,
     )
 
 

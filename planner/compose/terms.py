@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Generic, NamedTuple
 
 from planner.compose.affine import Affine, Count, total
 from planner.compose.context import Context
+from planner.compose.experts import expert_state_bytes, expert_step_seconds, expert_sync_seconds, with_experts
 from planner.compose.memory import OPTIMIZER_STEP_BYTES, StateBytes, loss_buffer_bytes, state_bytes, zero3_buffer_bytes
 from planner.pricing.collectives import Groups, per_kind_seconds, pipeline_action, step_reduction_seconds
 from planner.pricing.gpu import optimizer_step_times
@@ -90,6 +91,8 @@ class SharedTerms:
     #: beyond the layer's compute + TP comm, i.e. the exposed data-parallel communication (for the breakdown)
     fwd_z3: Affine
     bwd_z3: Affine
+    fwd_ep: Affine  # the EP all-to-all part of ``fwd``/``bwd`` (for the breakdown; MoE blocks)
+    bwd_ep: Affine
     #: bytes: model states of the rank's parameters; saved activations per live micro-batch copy
     states: Affine
     acts: Affine
@@ -120,22 +123,24 @@ class SharedTerms:
         return not self.tie_embeddings or c.pp * c.virtual_stages > 1
 
 
-def shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero_stage: int, dp: int) -> SharedTerms:
-    key = (mbs, tp, sp, recompute, zero_stage, dp)
+def shared_terms(
+    ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero_stage: int, dp: int, ep: int = 1, etp: int = 1
+) -> SharedTerms:
+    key = (mbs, tp, sp, recompute, zero_stage, dp, ep, etp)
     s = ctx.shared.get(key)
     if s is None:
-        s = ctx.shared[key] = _shared_terms(ctx, mbs, tp, sp, recompute, zero_stage, dp)
+        s = ctx.shared[key] = _shared_terms(ctx, mbs, tp, sp, recompute, zero_stage, dp, ep, etp)
     return s
 
 
 def class_terms(ctx: Context, c: Candidate) -> SharedTerms:
     """``shared_terms`` of the class; pipelined on a host, every chunk's forward and backward per micro-batch
     + the schedule's measured host work per action (``collectives.pipeline_action``)."""
-    s = shared_terms(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp)
+    key = (c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp, c.ep, c.etp)
+    s = shared_terms(ctx, *key)
     action = ns(pipeline_action(ctx)) if c.pp * c.virtual_stages > 1 else 0
     if not action:
         return s
-    key = (c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp)
     piped = ctx.piped.get(key)
     if piped is None:
         more = Affine(const=action)
@@ -161,17 +166,20 @@ class LayerGroup:
     logits_fp32: int
     acts: Affine
     flops: tuple[float, float, float]
+    fwd_ep: Affine = Affine()  # the EP all-to-all part of ``fwd``/``bwd``, ns
+    bwd_ep: Affine = Affine()
+    expert_params: int = 0  # a block's routed experts on this rank (in ``params``)
 
 
-def layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> LayerGroup:
-    key = (mbs, tp, sp, recompute)
+def layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, ep: int = 1, etp: int = 1) -> LayerGroup:
+    key = (mbs, tp, sp, recompute, ep, etp)
     lg = ctx.groups.get(key)
     if lg is None:
-        lg = ctx.groups[key] = _layer_group(ctx, mbs, tp, sp, recompute)
+        lg = ctx.groups[key] = _layer_group(ctx, mbs, tp, sp, recompute, ep, etp)
     return lg
 
 
-def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> LayerGroup:
+def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, ep: int, etp: int) -> LayerGroup:
     model, seq = ctx.model, ctx.training.seq_len
     blk = layer_times(ctx, "transformer_block", mbs, tp, sp, recompute)
     emb = layer_times(ctx, "embedding", mbs, tp, sp, "none")
@@ -193,6 +201,11 @@ def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> L
         blk_tp_f, blk_tp_b = blk_tp_f + more_f, blk_tp_b + more_b
     vocab_local = model.vocab_size // tp if model.vocab_size % tp == 0 else model.vocab_size
     saved = lp_blk.saved_activation_bytes
+    p_blk, x = lp_blk.param_count, None
+    if model.moe is not None:  # a MoE block: its MLP in place of the dense one (``compose.experts``)
+        blk, saved, p_blk, blk_tp_f, blk_tp_b, x = with_experts(
+            ctx, blk, saved, p_blk, blk_tp_f, blk_tp_b, (mbs, tp, sp, recompute, ep, etp)
+        )
     work_f = (blk.fwd + blk_tp_f, emb.fwd + emb_tp_f, head.fwd + head_tp_f)
     work_b = (blk.bwd + blk_tp_b, emb.bwd + emb_tp_b, head.bwd + head_tp_b)
     return LayerGroup(
@@ -202,7 +215,7 @@ def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> L
         bwd=Affine(0, *map(ns, work_b)),
         fwd_tp=Affine(0, ns(blk_tp_f), ns(emb_tp_f), ns(head_tp_f)),
         bwd_tp=Affine(0, ns(blk_tp_b), ns(emb_tp_b), ns(head_tp_b)),
-        params=(lp_blk.param_count, lp_emb.param_count, lp_head.param_count),
+        params=(p_blk, lp_emb.param_count, lp_head.param_count),
         act=act,
         recompute_tmp={"none": 0, "selective": max(0, saved.none - saved.selective), "full": saved.none}[recompute],
         logits_fp32=loss_buffer_bytes(ctx.stack, mbs * seq, vocab_local),  # the loss's tensors (stack's)
@@ -210,6 +223,9 @@ def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str) -> L
             0, int(saved.for_mode(recompute)), lp_emb.saved_activation_bytes.none, lp_head.saved_activation_bytes.none
         ),
         flops=(blk.flops_fwd + blk.flops_bwd, emb.flops_fwd + emb.flops_bwd, head.flops_fwd + head.flops_bwd),
+        fwd_ep=Affine(0, ns(x.a2a_fwd)) if x else Affine(),
+        bwd_ep=Affine(0, ns(x.a2a_bwd)) if x else Affine(),
+        expert_params=x.expert_params if x else 0,
     )
 
 
@@ -223,8 +239,10 @@ def scaled(a: Affine, factor: float) -> Affine:
     return Affine(round(c * factor), round(layer * factor), round(emb * factor), round(head * factor))
 
 
-def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero_stage: int, dp: int) -> SharedTerms:
-    lg = layer_group(ctx, mbs, tp, sp, recompute)
+def _shared_terms(
+    ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero_stage: int, dp: int, ep: int, etp: int
+) -> SharedTerms:
+    lg = layer_group(ctx, mbs, tp, sp, recompute, ep, etp)
     tr, e = ctx.training, ctx.elt
     p_blk, p_emb, p_head = lg.params
 
@@ -254,6 +272,9 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     # --- memory (bytes per GPU)
     per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp, ctx.stack.param_layout)
     per = per_param.total
+    pe = lg.expert_params  # a MoE block's routed experts: states sharded, gradients synced over expert-DP
+    per_e = expert_state_bytes(ctx, zero_stage, tp, dp, ep, etp) if pe else per
+    dense = (p_blk - pe, p_emb, p_head)
 
     # --- end of step: DP gradient sync (overlapped with the rank's last backward), optimizer step, ZeRO-1/2's
     # parameter all-gather. In gradient buckets (``grad_bucket_params``; the whole model when smaller): the rank's
@@ -264,7 +285,9 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
         if dp == 1 or name is None:
             return NOTHING
         bucket = min(grad_bucket_params(dp), total)
-        return Affine(0, *map(ns, per_kind_seconds(ctx, dp_layer_comms(how, name, lg.params, e, bucket), g)))
+        blk, emb, head = per_kind_seconds(ctx, dp_layer_comms(how, name, dense, e, bucket), g)
+        blk += expert_sync_seconds(ctx, how, name, pe, e, bucket, tp, dp, ep, etp)
+        return Affine(0, ns(blk), ns(emb), ns(head))
 
     sync_op, post_op = dp_sync(zero_stage)
     sync, post = collective(sync_op), collective(post_op)
@@ -273,7 +296,8 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
     upd = (
         OPTIMIZER_STEP_BYTES[tr.optimizer] + OPTIMIZER_EXTRA_BYTES + (LOSS_SCALE_BYTES if tr.precision == "fp16" else 0)
     )
-    step = optimizer_step_times(ctx, lg.params, shard, upd)
+    step = optimizer_step_times(ctx, dense, shard, upd)
+    step[0] += expert_step_seconds(ctx, pe, zero_stage, (tp, dp, ep, etp), upd)
 
     # + a host device's optimizer and gradient-clip dispatch (none on a GPU), and the reductions at the step's end
     # as the stack issues them
@@ -289,7 +313,9 @@ def _shared_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zer
         bwd_tp=lg.bwd_tp,
         fwd_z3=fwd_z3,
         bwd_z3=bwd_z3,  # TP comm is within the layer time: never exposed beyond it
-        states=Affine(0, math.ceil(p_blk * per), math.ceil(p_emb * per), math.ceil(p_head * per)),
+        fwd_ep=lg.fwd_ep,
+        bwd_ep=lg.bwd_ep,
+        states=Affine(0, math.ceil((p_blk - pe) * per + pe * per_e), math.ceil(p_emb * per), math.ceil(p_head * per)),
         acts=lg.acts,
         sync=sync,
         post=post,

@@ -351,7 +351,7 @@ def lean_bound(ctx: Context, c: Candidate) -> int:
     recompute), not per ZeRO stage and dp): the chain and busiest-rank terms of ``_pipe_bound`` that only
     grow with the layer times, with no ZeRO-3 gathers, no end of step and no p2p lags. The search's first
     key (``search.next_class`` replaces it by ``quick_bound`` when the class nears the front)."""
-    lg = layer_group(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute)
+    lg = layer_group(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.ep, c.etp)
     m, p, v, L = num_microbatches(ctx, c), c.pp, c.virtual_stages, ctx.model.num_layers
     f, b, ext = lg.fwd, lg.bwd, 0
     w = f.layer + b.layer

@@ -69,6 +69,7 @@ def validate_pins(ctx: Context, pins: ParallelPins, options: SearchOptions) -> N
         rules.sequence_parallel_needs_tp(pins.sequence_parallel, pins.tp),
         rules.sequence_parallel_splits_seq(pins.sequence_parallel, pins.tp, ctx.training.seq_len),
         rules.stack_runs_config(ctx.stack, m, pins),  # what the request's training stack runs (issue 27)
+        rules.expert_parallel_rules(ctx.stack, m, pins),  # ep, etp (issue 23)
     )
     if pins.pp is None and pins.tp is not None and pins.dp is not None:  # pp follows from tp and dp
         pp = n // (pins.tp * pins.dp)
@@ -157,12 +158,30 @@ def enumerate_candidates(ctx: Context, pins: ParallelPins, options: SearchOption
                                 continue
                             zs = [pins.zero_stage] if pins.zero_stage is not None else zero_stages(ctx, dp)
                             for z in zs:
-                                cand = Candidate(tp, pp, dp, mbs, s, v, rc, sp, z)
-                                if rules.stack_runs_config(ctx.stack, ctx.model, cand) is None:  # issue 27
-                                    out.append(cand)
+                                for ep, etp in expert_options(ctx, pins, tp, dp, sp):
+                                    cand = Candidate(tp, pp, dp, mbs, s, v, rc, sp, z, ep, etp)
+                                    if rules.stack_runs_config(ctx.stack, ctx.model, cand) is None:  # issue 27
+                                        out.append(cand)
     if not out and short_1f1b and pins.schedule == "1f1b":
         why = min(short_1f1b, key=lambda x: x[:3])[3]
         raise why if pins.micro_batch_size is not None else rules.with_field(why, "parallel.schedule")
+    return out
+
+
+def expert_options(ctx: Context, pins: ParallelPins, tp: int, dp: int, sp: bool) -> list[tuple[int, int]]:
+    """The (ep, etp) pairs searched at (tp, dp, sp): (1, 1) on a dense model; on a MoE model every ep dividing dp
+    and the routed experts that the stack runs, with etp 1 or tp (``planner.specs.ep_rules``)."""
+    moe = ctx.model.moe
+    if moe is None:
+        return [(1, 1)]
+    eps = [pins.ep] if pins.ep is not None else [e for e in divisors(dp) if moe.num_experts % e == 0]
+    etps = [pins.etp] if pins.etp is not None else sorted({1, tp})
+    out = []
+    for ep in eps:
+        for etp in etps:
+            c = Candidate(tp, 1, dp, 1, "1f1b", 1, "none", sp, 0, ep, etp)
+            if rules.expert_parallel_rules(ctx.stack, ctx.model, c) is None:
+                out.append((ep, etp))
     return out
 
 
@@ -232,6 +251,8 @@ def simplicity(c: Candidate) -> tuple:
         c.tp,
         c.sequence_parallel,
         -c.micro_batch_size,
+        c.ep,
+        c.etp,
         c,
     )
 

@@ -245,6 +245,26 @@ FIELDS: tuple[ConfigField, ...] = (
     ConfigField("sequence_parallel", bool, "Sequence parallelism (needs tp > 1).", False),
     ConfigField("zero_stage", int, "ZeRO stage over the data-parallel group.", 0, ge=0, le=3),
     ConfigField(
+        "ep",
+        int,
+        "Expert-parallel degree (mixture-of-experts models): the routed experts split over ep ranks carved from "
+        "the data-parallel ranks (Megatron-core's folding: expert layers see etp × ep × expert-dp over the "
+        "tp × dp ranks of a stage). Divides the routed experts and dp; 1 on dense models.",
+        1,
+        ge=1,
+        le=MAX_GPUS,
+    ),
+    ConfigField(
+        "etp",
+        int,
+        "Expert tensor-parallel degree: 1 (each expert whole on a rank; needs sequence parallelism when tp > 1) or "
+        "tp (experts split like the dense MLP, Megatron-core's default).",
+        1,
+        estimate="tp on a mixture-of-experts model without sequence parallelism, else 1",
+        ge=1,
+        le=MAX_GPUS,
+    ),
+    ConfigField(
         "stage_layers",
         list[int],
         "Transformer layers of each model chunk, in pipeline order (pp × virtual_stages entries).",
@@ -343,10 +363,12 @@ def describe(config: Any, num_microbatches: int | None = None) -> str:
     sp = "+SP" if c.sequence_parallel else ""
     cp = getattr(c, "cp", 1)
     cps = f"×CP{cp}({c.cp_comm})" if cp > 1 else ""
+    ep, etp = getattr(c, "ep", 1), getattr(c, "etp", 1)
+    eps = (f", EP{ep}" if ep > 1 else "") + (f", ETP{etp}" if etp > 1 else "")
     m = f" ({num_microbatches} micro-batches)" if num_microbatches is not None else ""
     v = f" v={c.virtual_stages}" if c.virtual_stages > 1 else ""
     stages = getattr(c, "stage_layers", None)
     return (
         f"TP{c.tp}{sp}{cps}×PP{c.pp}×DP{c.dp}, mbs {c.micro_batch_size}{m}, {c.schedule}{v}, recompute {c.recompute}, "
-        f"ZeRO-{c.zero_stage}" + (f", stages {list(stages)}" if stages is not None else "")
+        f"ZeRO-{c.zero_stage}{eps}" + (f", stages {list(stages)}" if stages is not None else "")
     )

@@ -287,6 +287,8 @@ class ParallelConfig(Spec):
     recompute: Recompute = config_field("recompute")
     sequence_parallel: bool = config_field("sequence_parallel")
     zero_stage: int = config_field("zero_stage")
+    ep: int = config_field("ep")
+    etp: int = config_field("etp")
     stage_layers: list[int] = config_field("stage_layers")
 
     @model_validator(mode="after")
@@ -296,6 +298,8 @@ class ParallelConfig(Spec):
             rules.stage_layers_nonnegative(self.stage_layers),
             rules.virtual_stages_fit(self.schedule, self.virtual_stages),
             rules.sequence_parallel_needs_tp(self.sequence_parallel, self.tp),
+            rules.etp_is_one_or_tp(self.etp, self.tp),
+            rules.ep_divides_dp(self.ep, self.dp),
         )
         return self
 
@@ -319,6 +323,8 @@ class ParallelPins(Spec):
     recompute: Recompute | None = pin_field("recompute")
     sequence_parallel: bool | None = pin_field("sequence_parallel")
     zero_stage: int | None = pin_field("zero_stage")
+    ep: int | None = pin_field("ep")
+    etp: int | None = pin_field("etp")
     stage_layers: list[int] | None = pin_field("stage_layers")
 
 

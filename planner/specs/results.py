@@ -30,6 +30,11 @@ class TimeBreakdown(Spec):
         "down in this model, so compute_s is the same as without ZeRO-3)."
     )
     optimizer_s: float
+    ep_comm_s: float = Field(
+        default=0.0,
+        description="Expert-parallel token dispatch and combine (all-to-all over the EP group) on the busiest "
+        "rank, blocking its compute stream (mixture-of-experts models; 0 otherwise).",
+    )
 
 
 class StageMemory(Spec):
@@ -121,7 +126,9 @@ class Alternative(Spec):
     """The plan with one setting changed, priced by the planner's own cost model (``planner.estimate_plan``
     of ``parallel`` gives these figures): the best value of that setting other than the plan's."""
 
-    setting: Literal["tp", "pp", "micro_batch_size", "schedule", "recompute", "sequence_parallel", "zero_stage"]
+    setting: Literal[
+        "tp", "pp", "micro_batch_size", "schedule", "recompute", "sequence_parallel", "zero_stage", "ep", "etp"
+    ]
     value: int | str | bool = Field(
         description="The setting's value in this alternative (schedule: its name, v shown in parallel)."
     )

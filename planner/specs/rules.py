@@ -21,6 +21,15 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from planner.specs.config import MULTI_STAGE_SCHEDULES, PRICED_SCHEDULES, SCHEDULE_INFO
+from planner.specs.ep_rules import (  # noqa: F401 (re-exported: expert parallelism)
+    ep_divides_dp,
+    ep_fits_model,
+    etp_is_one_or_tp,
+    expert_parallel_rules,
+    expert_tokens_split,
+    moe_layers_priced,
+    stack_runs_moe,
+)
 from planner.specs.errors import MeshplanError
 from planner.specs.seq_rules import (  # noqa: F401 (re-exported: the sequence's splits, SP and CP)
     cp_priced,

@@ -130,6 +130,13 @@ class Stack(BaseModel):
     cp_comms: tuple[CpComm, ...] = Field(
         description="Context-parallel exchanges it runs (parallel.cp_comm with cp > 1)."
     )
+    #: Mixture-of-experts models (a MoE block), expert parallelism (parallel.ep > 1) and the expert tensor
+    #: parallelism (parallel.etp: "one" = 1, "tp" = tp) it runs (``planner.specs.ep_rules.stack_runs_moe``).
+    moe: bool = Field(default=False, description="Whether it runs mixture-of-experts models.")
+    expert_parallel: bool = Field(default=False, description="Whether it runs expert parallelism (parallel.ep > 1).")
+    etp: tuple[Literal["one", "tp"], ...] = Field(
+        default=(), description="Expert tensor parallelism it runs with tp > 1: 'one' (etp 1), 'tp' (etp = tp)."
+    )
     #: Where the capabilities come from (files at the version).
     runs_source: str = Field(description="Where the capabilities come from (files at the version).")
 
@@ -225,7 +232,12 @@ STACKS: dict[str, Stack] = {
             recompute=("none", "selective", "full"),
             pp_with_tied_embeddings=True,
             cp_comms=("p2p", "all_gather", "a2a", "a2a+p2p"),
-            runs_source="NVIDIA/Megatron-LM core_v0.16.1 (--context-parallel-size, --cp-comm-type p2p|all_gather|a2a|a2a+p2p "
+            moe=True,
+            expert_parallel=True,
+            etp=("one", "tp"),
+            runs_source="NVIDIA/Megatron-LM core_v0.16.1 (MoE: megatron/core/transformer/moe/README.md "
+            "--num-experts, --expert-model-parallel-size, --expert-tensor-parallel-size (default = TP), "
+            "--moe-grouped-gemm, --moe-token-dispatcher-type alltoall; EP folded out of DP); (--context-parallel-size, --cp-comm-type p2p|all_gather|a2a|a2a+p2p "
             "with --hierarchical-context-parallel-sizes: megatron/core/transformer/transformer_config.py cp_comm_type): "
             "megatron/training/arguments.py (--use-distributed-optimizer; "
             "--use-megatron-fsdp and --data-parallel-sharding-strategy are the separate Megatron-FSDP path; "
@@ -262,7 +274,13 @@ STACKS: dict[str, Stack] = {
             recompute=("none", "selective", "full"),
             pp_with_tied_embeddings=False,
             cp_comms=("p2p", "all_gather"),
-            runs_source="torchtitan 0.3.0 (wheel source; parallelism.context_parallel_degree with "
+            moe=True,
+            expert_parallel=True,
+            etp=("one", "tp"),
+            runs_source="torchtitan expert parallelism as of v0.2.2 (parallelism.expert_parallel_degree, "
+            "expert_tensor_parallel_degree 1 or = TP; sparse mesh [pp, dp_replicate, efsdp, ep, etp]; "
+            "torchtitan/distributed/expert_parallel.py all_to_all_single dispatch, torch._grouped_mm); "
+            "torchtitan 0.3.0 (wheel source; parallelism.context_parallel_degree with "
             "context_parallel_rotate_method 'alltoall' = ring KV rotation, 'allgather' = all-gathered KV): torchtitan/distributed/fsdp.py "
             "(get_fsdp_reshard_after_forward_policy: always / never / default), models/llama3/parallelize.py (FSDP "
             "over ['dp_replicate', 'fsdp'] meshes), distributed/pipeline_parallel.py (get_schedule_class: "

@@ -37,4 +37,9 @@ from __future__ import annotations
 #:    reductions) was priced only on a host with measured dispatch, Megatron's everywhere else; sequence
 #:    parallelism's all-gathers and reduce-scatters are priced as the separate calls they are (each its own
 #:    latency), no longer as one all-reduce of the same bytes.
-COST_MODEL_VERSION = 10
+#: 11: reserved (context parallelism, priced in another change).
+#: 12: mixture-of-experts models whose blocks are all MoE are priced, with expert parallelism (parallel.ep, etp):
+#:    the router, grouped expert GEMMs by their per-expert shape, shared experts, permutes, the token all-to-all
+#:    over the EP group (``estimate.breakdown.ep_comm_s``), expert states sharded over expert-DP; dense plans'
+#:    numbers unchanged (their breakdown gains ep_comm_s = 0).
+COST_MODEL_VERSION = 12
