@@ -192,3 +192,52 @@ def test_plan_explains_ep_and_the_cli_shows_the_all_to_all() -> None:
     details = " ".join(best.explanation.details)  # type: ignore[union-attr]
     assert "EP all-to-all" in details and f"EP{best.parallel.ep}" in details
     assert f"EP{best.parallel.ep}" in best.explanation.summary  # type: ignore[union-attr]
+
+
+@pytest.fixture(scope="module")
+def mixtral_plan():
+    from planner.api import estimate_plan
+
+    return estimate_plan(
+        {
+            **MIXTRAL,
+            "parallel": {
+                "tp": 4,
+                "pp": 8,
+                "ep": 2,
+                "sequence_parallel": True,
+                "schedule": "interleaved-1f1b",
+                "virtual_stages": 7,
+            },
+        }
+    )
+
+
+def test_exports_carry_expert_parallelism(mixtral_plan) -> None:
+    from api.exporters import export
+    from api.exporters.options import ExportOptions
+
+    mega = export(mixtral_plan, "megatron", ExportOptions()).content
+    for flag in (
+        "--num-experts 8",
+        "--expert-model-parallel-size 2",
+        "--expert-tensor-parallel-size 1",
+        "--moe-router-topk 2",
+        "--moe-grouped-gemm",
+        "--moe-token-dispatcher-type alltoall",
+    ):
+        assert flag in " ".join(mega.split()), flag
+    titan = export(mixtral_plan, "torchtitan", ExportOptions()).content
+    assert "expert_parallel_degree = 2" in titan and "expert_tensor_parallel_degree = 1" in titan
+    env = export(mixtral_plan, "torchrun", ExportOptions()).content
+    assert "export MESHPLAN_EP=2" in env and "export MESHPLAN_ETP=1" in env
+
+
+@pytest.mark.parametrize("fmt", ["deepspeed", "meshplan"])
+def test_targets_without_moe_refuse(mixtral_plan, fmt: str) -> None:
+    from api.exporters import export
+    from api.exporters.options import ExportOptions
+
+    with pytest.raises(MeshplanError) as err:
+        export(mixtral_plan, fmt, ExportOptions())
+    assert err.value.field == "plan.model.moe" and "megatron" in err.value.fix

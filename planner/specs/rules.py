@@ -386,6 +386,7 @@ def runnable(model: ModelSpec, training: Any, parallel: Any) -> Err:
         cp_splits_seq(p.cp, t.seq_len, p.tp, p.sequence_parallel),
         cp_splits_heads(m, p.tp, p.cp, p.cp_comm),
         batch_divides(gbs, p.dp, mbs),
+        ep_fits_model(m, p.ep, p.etp),
     )
     if err is not None:
         return err

@@ -44,7 +44,7 @@ function why(resp, plans) {
   const e = best.estimate;
   const b = e.breakdown;
   const facts = [
-    `The step takes ${fmt.time(e.step_time_s)}: compute ${fmt.pct(b.compute_s / e.step_time_s)}, pipeline bubble ${fmt.pct(b.pp_bubble_s / e.step_time_s)}, communication ${fmt.pct((b.tp_comm_s + b.pp_p2p_s + b.dp_sync_s) / e.step_time_s)}, optimizer ${fmt.pct(b.optimizer_s / e.step_time_s)}.`,
+    `The step takes ${fmt.time(e.step_time_s)}: compute ${fmt.pct(b.compute_s / e.step_time_s)}, pipeline bubble ${fmt.pct(b.pp_bubble_s / e.step_time_s)}, communication ${fmt.pct((b.tp_comm_s + b.pp_p2p_s + b.dp_sync_s + (b.ep_comm_s || 0)) / e.step_time_s)}, optimizer ${fmt.pct(b.optimizer_s / e.step_time_s)}.`,
     `The fullest GPU holds ${fmt.gib(e.peak_memory_gib)} of ${fmt.gib(e.gpu_memory_gib)} (${fmt.pct(e.peak_memory_gib / e.gpu_memory_gib, 0)})` +
       (e.memory_headroom ? `; plans keep ${fmt.pct(e.memory_headroom, 0)} free (usable ${fmt.gib(e.usable_memory_gib)}).` : "."),
   ];
