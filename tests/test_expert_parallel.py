@@ -241,3 +241,17 @@ def test_targets_without_moe_refuse(mixtral_plan, fmt: str) -> None:
     with pytest.raises(MeshplanError) as err:
         export(mixtral_plan, fmt, ExportOptions())
     assert err.value.field == "plan.model.moe" and "megatron" in err.value.fix
+
+
+def test_load_imbalance_slows_the_busiest_rank_and_capacity_caps_it() -> None:
+    m = get_model("mixtral-8x22b")
+    moe = m.moe
+    assert moe is not None
+    req = {**MIXTRAL, "parallel": {"tp": 4, "pp": 8, "ep": 2, "sequence_parallel": True}}
+    base = estimate(req)
+    skewed = m.model_copy(update={"moe": moe.model_copy(update={"load_imbalance": 1.5})})
+    slow = estimate({**req, "model": skewed.model_dump()})
+    capped = m.model_copy(update={"moe": moe.model_copy(update={"load_imbalance": 1.5, "capacity_factor": 1.0})})
+    same = estimate({**req, "model": capped.model_dump()})
+    assert slow.step_time_s > base.step_time_s and slow.breakdown.ep_comm_s > base.breakdown.ep_comm_s
+    assert same.step_time_s == pytest.approx(base.step_time_s)

@@ -11,12 +11,12 @@ from dataclasses import dataclass, replace
 
 from planner.compose.context import Context
 from planner.compose.memory import state_bytes
-from planner.pricing.collectives import Groups, comm_seconds
+from planner.pricing.collectives import Groups, comm_seconds, per_kind_seconds
 from planner.pricing.expert_parallel import expert_seconds
 from planner.pricing.gpu import hbm_efficiency
 from planner.pricing.layer_times import LayerTimes
 from planner.specs import ActivationBytes
-from planner.workload.collectives import Collective, Issuing, Op
+from planner.workload.collectives import Collective, Issuing, Op, dp_layer_comms
 from planner.workload.expert_parallel import expert_dp, expert_work
 
 
@@ -64,25 +64,29 @@ def expert_state_bytes(ctx: Context, zero_stage: int, tp: int, dp: int, ep: int,
     return state_bytes(tr.precision, tr.optimizer, zero_stage, expert_dp(tp, dp, ep, etp), ctx.stack.param_layout).total
 
 
-def expert_sync_seconds(
+def dp_seconds(
     ctx: Context,
     how: Issuing,
-    op: Op | None,
-    params: int,
+    op: Op,
+    params: tuple[int, int, int],
     nbytes: float,
-    bucket: int,
-    tp: int,
-    dp: int,
-    ep: int,
-    etp: int,
-) -> float:
-    """Seconds of the routed experts' gradient sync ``op`` per block over the expert-data-parallel group (ranks
-    etp · ep apart), in buckets as the dense sync."""
-    edp = expert_dp(tp, dp, ep, etp)
-    if op is None or edp == 1 or params == 0:
-        return 0.0
-    g = Groups.of(ctx, etp * ep, edp)
-    return comm_seconds(ctx, (Collective("dp", op, params * nbytes, bucket=bucket * nbytes),), g)
+    bucket: int | None,
+    g: Groups,
+    experts: int,
+    degrees: tuple[int, int, int, int],
+) -> tuple[float, float, float]:
+    """Seconds of a data-parallel collective ``op`` over each layer kind's parameters (ZeRO-3's per-layer gathers
+    and reduce-scatters with ``bucket`` None, else the step's sync in buckets of ``bucket`` parameters): over the
+    dp group ``g``, but a MoE block's ``experts`` routed-expert parameters over the expert-data-parallel group
+    (``degrees``: tp, dp, ep, etp; its ranks etp · ep apart)."""
+    blk, emb, head = params
+    out = list(per_kind_seconds(ctx, dp_layer_comms(how, op, (blk - experts, emb, head), nbytes, bucket), g))
+    edp = expert_dp(*degrees)
+    if experts and edp > 1:
+        _, _, ep, etp = degrees
+        c = Collective("dp", op, experts * nbytes, bucket=None if bucket is None else bucket * nbytes)
+        out[0] += comm_seconds(ctx, (c,), Groups.of(ctx, etp * ep, edp))
+    return out[0], out[1], out[2]
 
 
 def expert_step_seconds(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Generic, NamedTuple
 
 from planner.compose.affine import Affine, Count, total
 from planner.compose.context import Context
-from planner.compose.experts import expert_state_bytes, expert_step_seconds, expert_sync_seconds, with_experts
+from planner.compose.experts import dp_seconds, expert_state_bytes, expert_step_seconds, with_experts
 from planner.compose.memory import OPTIMIZER_STEP_BYTES, StateBytes, loss_buffer_bytes, state_bytes, zero3_buffer_bytes
 from planner.pricing.collectives import Groups, per_kind_seconds, pipeline_action, step_reduction_seconds
 from planner.pricing.gpu import optimizer_step_times
@@ -32,7 +32,6 @@ from planner.pricing.layer_times import layer_times
 from planner.workload.collectives import (
     NO_REDUCTIONS,
     Op,
-    dp_layer_comms,
     dp_sync,
     issuing,
     step_reductions,
@@ -255,8 +254,9 @@ def _shared_terms(
 
     fwd, bwd, z3_tmp, fwd_z3, bwd_z3 = lg.fwd, lg.bwd, 0, NOTHING, NOTHING
     if zero_stage == 3 and dp > 1:
-        gather = per_kind_seconds(ctx, dp_layer_comms(how, "all_gather", lg.params, e), g)
-        scatter = per_kind_seconds(ctx, dp_layer_comms(how, "reduce_scatter", lg.params, e), g)
+        split = (lg.expert_params, (tp, dp, ep, etp))  # a MoE block's experts gather over expert-DP
+        gather = dp_seconds(ctx, how, "all_gather", lg.params, e, None, g, *split)
+        scatter = dp_seconds(ctx, how, "reduce_scatter", lg.params, e, None, g, *split)
         join = (lambda w, t: overlapped(w, t, slow)) if prefetch_overlaps(ctx) else (lambda w, t: w + t)
         fwd = Affine(0, *(ns(join(w, t)) for w, t in zip(lg.work_f, gather)))
         bwd = Affine(0, *(ns(join(w, t + u)) for w, t, u in zip(lg.work_b, gather, scatter)))
@@ -274,7 +274,6 @@ def _shared_terms(
     per = per_param.total
     pe = lg.expert_params  # a MoE block's routed experts: states sharded, gradients synced over expert-DP
     per_e = expert_state_bytes(ctx, zero_stage, tp, dp, ep, etp) if pe else per
-    dense = (p_blk - pe, p_emb, p_head)
 
     # --- end of step: DP gradient sync (overlapped with the rank's last backward), optimizer step, ZeRO-1/2's
     # parameter all-gather. In gradient buckets (``grad_bucket_params``; the whole model when smaller): the rank's
@@ -285,9 +284,7 @@ def _shared_terms(
         if dp == 1 or name is None:
             return NOTHING
         bucket = min(grad_bucket_params(dp), total)
-        blk, emb, head = per_kind_seconds(ctx, dp_layer_comms(how, name, dense, e, bucket), g)
-        blk += expert_sync_seconds(ctx, how, name, pe, e, bucket, tp, dp, ep, etp)
-        return Affine(0, ns(blk), ns(emb), ns(head))
+        return Affine(0, *map(ns, dp_seconds(ctx, how, name, lg.params, e, bucket, g, pe, (tp, dp, ep, etp))))
 
     sync_op, post_op = dp_sync(zero_stage)
     sync, post = collective(sync_op), collective(post_op)
@@ -296,7 +293,7 @@ def _shared_terms(
     upd = (
         OPTIMIZER_STEP_BYTES[tr.optimizer] + OPTIMIZER_EXTRA_BYTES + (LOSS_SCALE_BYTES if tr.precision == "fp16" else 0)
     )
-    step = optimizer_step_times(ctx, dense, shard, upd)
+    step = optimizer_step_times(ctx, (p_blk - pe, p_emb, p_head), shard, upd)
     step[0] += expert_step_seconds(ctx, pe, zero_stage, (tp, dp, ep, etp), upd)
 
     # + a host device's optimizer and gradient-clip dispatch (none on a GPU), and the reductions at the step's end

@@ -74,7 +74,7 @@ def expert_work(
     moe = model.moe
     assert moe is not None  # callers ask only for MoE models
     h, E, k = model.hidden_size, moe.num_experts, moe.top_k
-    imb = float(getattr(moe, "load_imbalance", 1.0) or 1.0)
+    imb = moe.load_imbalance if moe.capacity_factor is None else min(moe.load_imbalance, moe.capacity_factor)
     full = mbs * seq  # tokens of the micro-batch (gathered over TP)
     T = full // tp if (sp and tp > 1) else full  # tokens this rank routes and dispatches
     T_in = full if etp > 1 else T  # rows into this rank's experts (gathered over ETP)
