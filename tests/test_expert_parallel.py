@@ -221,16 +221,16 @@ def test_exports_carry_expert_parallelism(mixtral_plan) -> None:
     for flag in (
         "--num-experts 8",
         "--expert-model-parallel-size 2",
-        "--expert-tensor-parallel-size 1",
+        "--expert-tensor-parallel-size 4",  # Megatron-core's default ETP = TP (estimate's default)
         "--moe-router-topk 2",
         "--moe-grouped-gemm",
         "--moe-token-dispatcher-type alltoall",
     ):
         assert flag in " ".join(mega.split()), flag
     titan = export(mixtral_plan, "torchtitan", ExportOptions()).content
-    assert "expert_parallel_degree = 2" in titan and "expert_tensor_parallel_degree = 1" in titan
+    assert "expert_parallel_degree = 2" in titan and "expert_tensor_parallel_degree = 4" in titan
     env = export(mixtral_plan, "torchrun", ExportOptions()).content
-    assert "export MESHPLAN_EP=2" in env and "export MESHPLAN_ETP=1" in env
+    assert "export MESHPLAN_EP=2" in env and "export MESHPLAN_ETP=4" in env
 
 
 @pytest.mark.parametrize("fmt", ["deepspeed", "meshplan"])

@@ -164,7 +164,7 @@ def test_classes_follow_the_field_table():
         "recompute": "none",
         "sequence_parallel": False,
         "zero_stage": 0,
-        "ep": 1,  # etp: tp on a MoE model without SP, else 1 (complete_pins)
+        "ep": 1,  # etp: tp on a MoE model, else 1 (complete_pins)
     }
 
 

@@ -177,7 +177,7 @@ def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[i
         sp,
         pins.zero_stage if pins.zero_stage is not None else d["zero_stage"],
         pins.ep or 1,
-        pins.etp or (tp if ctx.model.moe is not None and not sp else 1),
+        pins.etp or (tp if ctx.model.moe is not None else 1),  # Megatron-core's default: ETP = TP
     )
     rules.check(rules.expert_parallel_rules(ctx.stack, ctx.model, cand))
     rules.check(rules.stack_runs_config(ctx.stack, ctx.model, cand))  # what the training stack runs (issue 27)

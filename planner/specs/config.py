@@ -260,7 +260,7 @@ FIELDS: tuple[ConfigField, ...] = (
         "Expert tensor-parallel degree: 1 (each expert whole on a rank; needs sequence parallelism when tp > 1) or "
         "tp (experts split like the dense MLP, Megatron-core's default).",
         1,
-        estimate="tp on a mixture-of-experts model without sequence parallelism, else 1",
+        estimate="tp on a mixture-of-experts model (Megatron-core's default), else 1",
         ge=1,
         le=MAX_GPUS,
     ),
