@@ -255,3 +255,24 @@ def test_load_imbalance_slows_the_busiest_rank_and_capacity_caps_it() -> None:
     same = estimate({**req, "model": capped.model_dump()})
     assert slow.step_time_s > base.step_time_s and slow.breakdown.ep_comm_s > base.breakdown.ep_comm_s
     assert same.step_time_s == pytest.approx(base.step_time_s)
+
+
+@pytest.mark.parametrize(
+    ("parallel", "status", "field"),
+    [
+        ({"tp": 4, "pp": 8, "ep": 2, "sequence_parallel": True}, 200, None),
+        ({"tp": 4, "pp": 8, "ep": 3, "sequence_parallel": True}, 422, "parallel.ep"),
+    ],
+)
+def test_rest_estimate_shows_ep_or_names_the_field(tmp_path, parallel: dict, status: int, field: str | None) -> None:
+    from fastapi.testclient import TestClient
+
+    from tests.api_support import make_app
+
+    with TestClient(make_app(tmp_path), raise_server_exceptions=False) as client:
+        r = client.post("/v1/estimates", json={**MIXTRAL, "parallel": parallel})
+    assert r.status_code == status, r.text
+    if field is None:
+        assert r.json()["parallel"]["ep"] == 2 and r.json()["estimate"]["breakdown"]["ep_comm_s"] > 0
+    else:
+        assert r.json()["errors"][0]["field"] == field

@@ -18,6 +18,7 @@ from planner.pricing.layer_times import LayerTimes
 from planner.specs import ActivationBytes
 from planner.workload.collectives import Collective, Issuing, Op, dp_layer_comms
 from planner.workload.expert_parallel import expert_dp, expert_work
+from planner.workload.ops import op_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +40,8 @@ class ExpertTerms:
 
 
 def expert_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, ep: int, etp: int) -> ExpertTerms:
-    w = expert_work(ctx.model, mbs, ctx.training.seq_len, tp, sp, ep, etp, ctx.elt, recompute)
+    glu = op_bytes(ctx)[1]  # the SwiGLU product's bytes per element under the stack's kernels, as the dense MLP's
+    w = expert_work(ctx.model, mbs, ctx.training.seq_len, tp, sp, ep, etp, ctx.elt, recompute, glu)
     s = expert_seconds(ctx, w, tp, ep, recompute)
     flops = w.flops - w.dense_flops
     return ExpertTerms(

@@ -42,9 +42,8 @@ class ExpertWork:
     gemms: tuple[Gemm, ...]
     #: forward GEMMs of the dense MLP the block's op list holds (w1, w3, w2 at b·s × ffn/tp)
     dense_gemms: tuple[Gemm, ...]
-    #: forward HBM bytes and kernels of the MoE MLP's memory-bound ops, and of the dense MLP's activation
+    #: forward HBM bytes of the MoE MLP's memory-bound ops, and of the dense MLP's activation
     mem_bytes: float
-    mem_kernels: int
     dense_mem_bytes: float
     #: per direction, blocking on the compute stream: the EP all-to-alls, the ETP exchanges added and the
     #: dense MLP's TP exchange they replace (to take away)
@@ -68,9 +67,19 @@ class ExpertWork:
 
 
 def expert_work(
-    model: ModelSpec, mbs: int, seq: int, tp: int, sp: bool, ep: int, etp: int, elt: int, recompute: str
+    model: ModelSpec,
+    mbs: int,
+    seq: int,
+    tp: int,
+    sp: bool,
+    ep: int,
+    etp: int,
+    elt: int,
+    recompute: str,
+    glu: float = 6.0,
 ) -> ExpertWork:
-    """``ExpertWork`` of a MoE block of ``model`` (module docstring)."""
+    """``ExpertWork`` of a MoE block of ``model`` (module docstring); ``glu``: HBM bytes per FFN element of the
+    SwiGLU product under the stack's kernels (``ops.op_bytes``; fused: 3β)."""
     moe = model.moe
     assert moe is not None  # callers ask only for MoE models
     h, E, k = model.hidden_size, moe.num_experts, moe.top_k
@@ -87,7 +96,6 @@ def expert_work(
     if fs:
         gemms += [(full, fs, h, 2), (full, h, fs, 1)]
     dense: tuple[Gemm, ...] = ((full, fd, h, 2), (full, h, fd, 1))
-    glu = 3.0 * elt  # SwiGLU product: read both halves, write one (fused kernels)
     permute = 2 * 2.0 * T_in * k * h * elt * imb  # permute + unpermute, each read + write
     router = 3.0 * T * E * 4  # softmax / top-k over fp32 scores
     mem = glu * (rows * local * f + full * fs) + permute + router
@@ -110,7 +118,6 @@ def expert_work(
         gemms=tuple(gemms),
         dense_gemms=dense,
         mem_bytes=mem,
-        mem_kernels=6,
         dense_mem_bytes=glu * full * fd,
         a2a_fwd=a2a,
         a2a_bwd=a2a_b,
