@@ -499,8 +499,9 @@ def test_plan_request_with_an_hf_config_plans_end_to_end(client):
 @pytest.mark.parametrize(
     ("model", "field"),
     [
-        # An MoE config is read, and refused by name until expert-parallel pricing lands.
-        ({"hf_config": "olmoe-1b-7b-0125-instruct.json"}, "model.moe"),
+        # An MoE config is read, and refused by name on a stack without a MoE block (the default, meshplan;
+        # expert parallelism is priced on megatron and torchtitan since cost model 16).
+        ({"hf_config": "olmoe-1b-7b-0125-instruct.json"}, "training.stack"),
         ({"hf_config": {"model_type": "bert", "architectures": ["BertModel"]}}, "model"),
         ({"hf_config": "qwen3-8b.json", "revision": "main"}, "model"),
     ],
@@ -515,8 +516,14 @@ def test_hf_config_errors_name_the_field(client, model, field):
     assert r.json()["errors"][0]["field"] == field, r.json()
 
 
-def test_estimate_with_cp_pinned_is_a_problem_naming_parallel_cp(client):
-    """Context parallelism is in the request but not yet priced: a pinned cp is a 422 on ``parallel.cp``."""
+def test_estimate_with_cp_pinned_is_priced_and_a_bad_cp_is_a_problem_naming_parallel_cp(client):
+    """Context parallelism is priced (cost model 14): a pinned cp is estimated with its exchange in the breakdown;
+    a cp that does not divide the GPUs is a 422 on ``parallel.cp``."""
     parallel = {"tp": 2, "pp": 1, "dp": 2, "cp": 2, "micro_batch_size": 1}
+    r = client.post("/v1/estimates", json=plan_request(parallel=parallel, model="tiny-llama"))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["parallel"]["cp"] == 2 and body["estimate"]["breakdown"]["cp_comm_s"] > 0
+    parallel = {"tp": 2, "pp": 1, "dp": 1, "cp": 3, "micro_batch_size": 1}
     r = client.post("/v1/estimates", json=plan_request(parallel=parallel, model="tiny-llama"))
     assert r.status_code == 422 and r.json()["errors"][0]["field"] == "parallel.cp", r.text

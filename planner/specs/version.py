@@ -57,4 +57,8 @@ from __future__ import annotations
 #:    stack does (Transformer Engine userbuffers: ring / pipeline / bulk, all 8; torchtitan async TP: the 4 forward
 #:    and the 2 backward all-gathers), GEMMs slowed by σ while overlapped; searched with SP where the stack runs it.
 #:    Off unless chosen: every plan without it as in 14.
-COST_MODEL_VERSION = 15
+#: 16: mixture-of-experts models whose blocks are all MoE are priced, with expert parallelism (``parallel.ep``,
+#:    ``etp``; issue 23): the router, grouped expert GEMMs by their per-expert shape, shared experts, permutes, the
+#:    token all-to-all over the EP group (``TimeBreakdown.ep_comm_s``), expert states sharded and their gradients
+#:    synced over expert-DP; dense plans' numbers as in 15 (their breakdown gains ep_comm_s = 0).
+COST_MODEL_VERSION = 16
