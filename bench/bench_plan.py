@@ -39,6 +39,9 @@ INSTANCES = [
     ("tiny-gpt, 1×8 H100, gbs 32, seq 128 (brute-force reference)", "tiny-gpt", "h100-sxm5-80gb", 1, 8, 32, 128),
     # issue 24: long context, where context parallelism is searched (Llama 3 used TP8 CP16 PP16 DP8 at 131K)
     ("Llama 3 405B, 2048×8 H100, gbs 128, seq 131072", "llama3-405b", "h100-sxm5-80gb", 2048, 8, 128, 131072),
+    # issue 23: a mixture of experts with expert parallelism searched (Megatron-core runs it; the MCore reference
+    # mapping for this model and cluster is TP4 EP2 PP8 VP7, GBS 256, seq 4096: notes §2)
+    ("Mixtral 8x22B, 16×8 H100, gbs 256, seq 4096 (megatron)", "mixtral-8x22b", "h100-sxm5-80gb", 16, 8, 256, 4096),
 ]
 #: Instances with more training settings (issue 24: FP8 on the stacks that run it).
 TRAINING = {
@@ -48,6 +51,8 @@ TRAINING = {
     ),
 }
 INSTANCES += [(name, *args) for name, (args, _) in TRAINING.items()]
+#: The training stack of an instance (default: the request's default); MoE needs one with a MoE block.
+STACK = {"mixtral-8x22b": "megatron"}
 BRUTE_FORCE_LIMIT = 300_000  # configurations (class × cut) the brute force may score
 
 
@@ -70,7 +75,12 @@ def main() -> None:
             {
                 "model": model,
                 "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
-                "training": {"global_batch_size": gbs, "seq_len": seq, **TRAINING.get(name, ((), {}))[1]},
+                "training": {
+                    "global_batch_size": gbs,
+                    "seq_len": seq,
+                    **({"stack": STACK[model]} if model in STACK else {}),
+                    **TRAINING.get(name, ((), {}))[1],
+                },
             }
         )
         t0, c0 = time.perf_counter(), time.process_time()

@@ -265,13 +265,12 @@ def _estimate(request: PlanRequest, as_json: bool) -> None:
         "yes" if e.fits else "[bold red]NO[/]",
     )
     show(table, out)
-    parts = Table("compute", "TP comm", "CP comm", "PP bubble", "PP p2p", "DP sync", "optimizer")
-    parts.add_row(
-        *(
-            f"{x:.4g}"
-            for x in (b.compute_s, b.tp_comm_s, b.cp_comm_s, b.pp_bubble_s, b.pp_p2p_s, b.dp_sync_s, b.optimizer_s)
-        )
-    )
+    cols = ["compute", "TP comm", "CP comm", "PP bubble", "PP p2p", "DP sync", "optimizer"]
+    vals = [b.compute_s, b.tp_comm_s, b.cp_comm_s, b.pp_bubble_s, b.pp_p2p_s, b.dp_sync_s, b.optimizer_s]
+    if b.ep_comm_s:  # mixture-of-experts plans with EP: the tokens' all-to-all
+        cols, vals = [*cols, "EP all-to-all"], [*vals, b.ep_comm_s]
+    parts = Table(*cols)
+    parts.add_row(*(f"{x:.4g}" for x in vals))
     show(parts, out)
     for note in e.notes:
         out.print(f"note: {escape(note)}", soft_wrap=True, highlight=False)

@@ -30,6 +30,7 @@ def _expected(a: Plan, b: Plan) -> dict[str, tuple]:
         "dp": (a.parallel.dp, b.parallel.dp),
         "micro_batch_size": (a.parallel.micro_batch_size, b.parallel.micro_batch_size),
         "zero_stage": (a.parallel.zero_stage, b.parallel.zero_stage),
+        "ep": (a.parallel.ep, b.parallel.ep),
         "schedule": (a.parallel.schedule, b.parallel.schedule),
         "stage_layers": (a.parallel.stage_layers, b.parallel.stage_layers),
         "step_time_s": (a.estimate.step_time_s, b.estimate.step_time_s),
@@ -56,7 +57,7 @@ def _check(comparison: PlanComparison, a: Plan, b: Plan) -> None:
     assert step.ratio == pytest.approx(b.estimate.step_time_s / a.estimate.step_time_s)
     # the time rows are the whole breakdown: they add up to each plan's step time
     causes = [r for r in comparison.time if r.name in TimeBreakdown.model_fields]
-    assert len(causes) == len(TimeBreakdown.model_fields) == 7  # cp_comm_s since cost model 11
+    assert len(causes) == len(TimeBreakdown.model_fields) == 8  # cp_comm_s since cost model 14, ep_comm_s since 16
     assert sum(r.a for r in causes) == pytest.approx(a.estimate.step_time_s, rel=1e-6)
     assert sum(r.b for r in causes) == pytest.approx(b.estimate.step_time_s, rel=1e-6)
 

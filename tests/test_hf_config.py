@@ -95,7 +95,7 @@ CLUSTER = ["--gpu", "h100-sxm5-80gb", "--nodes", "1", "--gpus-per-node", "8", "-
     ("file", "code", "says"),
     [
         ("qwen3-8b.json", 0, '"name": "qwen3-8b"'),  # a dense config estimates; named by its file
-        ("qwen3-30b-a3b.json", 2, "model.moe"),  # an MoE is refused, naming model.moe
+        ("qwen3-30b-a3b.json", 2, "training.stack"),  # an MoE on the default stack (no MoE block): refused
         ("../../../README.md", 2, "--model"),  # not a JSON document
     ],
 )
@@ -115,7 +115,7 @@ def client(tmp_path_factory):
     ("model", "status", "field"),
     [
         ({"hf_config": config("llama-3.2-3b-instruct"), "name": "llama-3.2-3b"}, 200, None),
-        ({"hf_config": config("olmoe-1b-7b-0125-instruct")}, 422, "model.moe"),
+        ({"hf_config": config("olmoe-1b-7b-0125-instruct")}, 422, "training.stack"),
         ({"hf_config": {"model_type": "gemma3"}}, 422, "model"),
         ({"hf_config": config("qwen3-8b"), "revision": "main"}, 422, "model"),
     ],

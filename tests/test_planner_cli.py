@@ -194,6 +194,8 @@ PLAN_FLAGS = [
     "--zero-stage",
     "--stage-layers",
     "--tp-comm-overlap",
+    "--ep",
+    "--etp",
     "--profile",
     "--network",
     "--calibration",
@@ -354,8 +356,8 @@ def test_every_flag_sets_its_request_field(tmp_path: Path) -> None:
     [
         ("models", lambda: list(importlib.import_module("planner.specs.catalog").MODELS)),
         ("gpus", lambda: list(importlib.import_module("planner.specs.catalog").GPUS)),
-        # two tables: what each stack prices, then what it runs (issue 27)
-        ("stacks", lambda: list(importlib.import_module("planner.specs.stacks").STACKS) * 2),
+        # three tables: what each stack prices, what it runs (issue 27), its CP / FP8 / TP-overlap options
+        ("stacks", lambda: list(importlib.import_module("planner.specs.stacks").STACKS) * 3),
     ],
 )
 @pytest.mark.parametrize("columns", ["80", "40"])

@@ -9,7 +9,8 @@ import math
 
 import pytest
 
-from planner.compose.terms import EndTerms, end_parts, exposed_sync, overlapped
+from planner.compose.step_end import EndTerms, end_parts, exposed_sync
+from planner.compose.terms import overlapped
 from planner.pricing.comm import CommModel, dp_ranks_per_node
 from planner.specs import ClusterSpec, LinkFit, NetworkProfile
 from planner.specs.catalog import get_gpu

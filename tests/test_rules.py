@@ -165,6 +165,7 @@ def test_classes_follow_the_field_table():
         "sequence_parallel": False,
         "zero_stage": 0,
         "tp_comm_overlap": False,
+        "ep": 1,  # etp: tp on a MoE model, else 1 (complete_pins)
     }
 
 

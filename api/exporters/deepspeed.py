@@ -70,6 +70,13 @@ def deepspeed_config(plan: Plan, notes: Notes) -> dict:
             "'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism'",
             "re-plan with zero_stage pinned to 0 or 1 (or pp=1), or export to megatron or torchtitan",
         )
+    if plan.model.moe is not None:
+        raise MeshplanError(
+            "plan.model.moe",
+            f"{plan.model.name!r} is a mixture of experts (ep={p.ep}); this export does not express DeepSpeed-MoE "
+            "(deepspeed.moe.layer.MoE is model code with its own capacity-based gating, not priced by meshplan)",
+            "export to megatron or torchtitan, which run the plan's expert parallelism",
+        )
     if p.cp > 1 and p.cp_comm != "a2a":
         raise MeshplanError(
             "plan.parallel.cp_comm",

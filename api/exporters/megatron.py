@@ -148,6 +148,7 @@ def megatron_args(plan: Plan, notes: Notes) -> list[str]:
     ]
     args += pipeline_args(plan, notes)
     args += context_parallel_args(plan, notes)
+    args += expert_parallel_args(plan)
     if p.sequence_parallel:
         args.append("--sequence-parallel")
     if p.tp_comm_overlap:  # Transformer Engine userbuffers; arguments.py asserts --sequence-parallel with it
@@ -226,6 +227,34 @@ def context_parallel_args(plan: Plan, notes: Notes) -> list[str]:
             f"a2a+p2p: all-to-all over the {a2a} cp ranks inside a node, ring over {p.cp // a2a} "
             "(--hierarchical-context-parallel-sizes)"
         )
+    return args
+
+
+def expert_parallel_args(plan: Plan) -> list[str]:
+    """A mixture of experts (megatron/core/transformer/moe/README.md): its experts, top-k, expert and shared
+    widths, EP and ETP folded out of DP (the plan's layout is Megatron-core's tp-cp-ep-dp-pp order), grouped
+    GEMM and the all-to-all token dispatcher the plan was priced with (dropless, Megatron-core's default)."""
+    moe = plan.model.moe
+    if moe is None:
+        return []
+    p = plan.parallel
+    args = [
+        "--num-experts",
+        str(moe.num_experts),
+        "--moe-router-topk",
+        str(moe.top_k),
+        "--moe-ffn-hidden-size",
+        str(moe.expert_ffn_hidden_size),
+        "--expert-model-parallel-size",
+        str(p.ep),
+        "--expert-tensor-parallel-size",
+        str(p.etp),
+        "--moe-grouped-gemm",
+        "--moe-token-dispatcher-type",
+        "alltoall",
+    ]
+    if moe.shared_experts:
+        args += ["--moe-shared-expert-intermediate-size", str(moe.shared_experts * moe.shared_ffn)]
     return args
 
 

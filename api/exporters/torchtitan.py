@@ -129,6 +129,8 @@ def common_settings(plan: Plan, notes: Notes, release: str) -> tuple[dict, dict,
             # ("not pp_enabled") and never does for the embedding, final norm and output (distributed/fsdp.py)
             par["fsdp_reshard_after_forward"] = "always"
     par |= context_parallel(plan)
+    if plan.model.moe is not None:  # expert parallelism (parallelism.expert_parallel_degree; etp 1 or = tp)
+        par |= {"expert_parallel_degree": p.ep, "expert_tensor_parallel_degree": p.etp}
     par["pipeline_parallel_degree"] = p.pp
     if p.pp > 1:
         par["pipeline_parallel_schedule"] = TT_SCHEDULES[p.schedule]

@@ -68,6 +68,8 @@ def _settings(p: Plan) -> dict[str, Value]:
         "recompute": c.recompute,
         "sequence_parallel": c.sequence_parallel,
         "zero_stage": c.zero_stage,
+        "ep": c.ep,
+        "etp": c.etp,
         "stage_layers": list(c.stage_layers),
     }
 

@@ -7,7 +7,7 @@ from planner.answer.residual_notes import calibration_note
 from planner.compose.context import Context
 from planner.compose.cost import Candidate, ClassCosts, Evaluation, rank_end_terms
 from planner.compose.memory import stage_memory
-from planner.compose.terms import exposed_sync
+from planner.compose.step_end import exposed_sync
 from planner.specs import CostInputs, Estimate, ParallelConfig, Plan, PlanRequest, TimeBreakdown, version
 from planner.specs.config import CLASS_FIELDS
 from planner.specs.layout import mesh_layout, tp_plan
@@ -29,7 +29,7 @@ def build_estimate(ctx: Context, cc: ClassCosts, n: list[int], ev: Evaluation) -
     # Breakdown on the busiest rank: its compute and TP comm, the rest of the makespan is bubble + p2p.
     # ZeRO-3's per-layer gathers/reduce-scatters beyond the layer's compute are data-parallel communication
     # (``dp_sync_s``), not compute; compute that runs under them is not slowed down in this model.
-    busy, tp_time, z3_time, pp_time, cp_time = [], [], [], [], []
+    busy, tp_time, z3_time, pp_time, cp_time, ep_time = [], [], [], [], [], []
     for r in range(c.pp):
         own = cc.rank_chunks(r)
         busy.append(cc.m * sum(n[ch] * (cc.f_layer + cc.b_layer) + cc.f_extra[ch] + cc.b_extra[ch] for ch in own))
@@ -41,6 +41,7 @@ def build_estimate(ctx: Context, cc: ClassCosts, n: list[int], ev: Evaluation) -
         )
         pp_time.append(cc.m * sum(cc.f_extra_pp[ch] + cc.b_extra_pp[ch] for ch in own))  # blocking sends
         cp_time.append(cc.m * sum(n[ch] * (cc.f_layer_cp + cc.b_layer_cp) for ch in own))
+        ep_time.append(cc.m * sum(n[ch] * (cc.f_layer_ep + cc.b_layer_ep) for ch in own))
     r = max(range(c.pp), key=lambda i: busy[i])
     p2p = min(sum(cc.lag[b] for b in ev.sim.critical_lags), max(0, ev.makespan_ns - busy[r]))
     bubble = max(0, ev.makespan_ns - busy[r] - p2p)
@@ -49,13 +50,14 @@ def build_estimate(ctx: Context, cc: ClassCosts, n: list[int], ev: Evaluation) -
     dp_sync, opt = exposed_sync(end) + z3_time[r], end.optimizer
     ns = 1e-9
     breakdown = TimeBreakdown(
-        compute_s=(busy[r] - tp_time[r] - z3_time[r] - pp_time[r] - cp_time[r]) * ns,
+        compute_s=(busy[r] - tp_time[r] - z3_time[r] - pp_time[r] - cp_time[r] - ep_time[r]) * ns,
         tp_comm_s=tp_time[r] * ns,
         pp_bubble_s=bubble * ns,
         pp_p2p_s=p2p * ns,
         dp_sync_s=dp_sync * ns,
         optimizer_s=opt * ns,
         cp_comm_s=cp_time[r] * ns,
+        ep_comm_s=ep_time[r] * ns,
     )
     stages = [stage_memory(cc, n, i) for i in range(c.pp)]
     notes = []

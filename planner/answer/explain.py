@@ -12,8 +12,9 @@ can still beat what it is compared with.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Literal
+from typing import Literal, get_args
 
+from planner.answer.experts import expert_note
 from planner.answer.residual_notes import describe_residuals
 from planner.compose.memory import rank_memory
 from planner.search.bounds import class_bound
@@ -30,6 +31,7 @@ _PARTS = {
     "dp_sync_s": "data-parallel communication",
     "optimizer_s": "optimizer step",
     "cp_comm_s": "context-parallel communication",
+    "ep_comm_s": "expert-parallel all-to-all",
 }
 
 #: Short readable names of the breakdown parts, for the explanation's details.
@@ -41,20 +43,14 @@ _SHORT = {
     "dp_sync_s": "DP sync",
     "optimizer_s": "optimizer",
     "cp_comm_s": "CP comm",
+    "ep_comm_s": "EP all-to-all",
 }
 
 #: The settings a reader questions, in the order they are explained.
-Setting = Literal["tp", "cp", "pp", "micro_batch_size", "schedule", "recompute", "sequence_parallel", "zero_stage"]
-SETTINGS: tuple[Setting, ...] = (
-    "tp",
-    "cp",
-    "pp",
-    "micro_batch_size",
-    "schedule",
-    "recompute",
-    "sequence_parallel",
-    "zero_stage",
-)
+Setting = Literal[
+    "tp", "cp", "pp", "micro_batch_size", "schedule", "recompute", "sequence_parallel", "zero_stage", "ep", "etp"
+]
+SETTINGS: tuple[Setting, ...] = get_args(Setting)
 _CLASS = (
     "tp",
     "pp",
@@ -67,6 +63,8 @@ _CLASS = (
     "recompute",
     "sequence_parallel",
     "zero_stage",
+    "ep",
+    "etp",
 )
 _NAMES = {
     "tp": "TP",
@@ -77,6 +75,8 @@ _NAMES = {
     "recompute": "recompute",
     "sequence_parallel": "SP",
     "zero_stage": "ZeRO",
+    "ep": "EP",
+    "etp": "ETP",
 }
 
 
@@ -122,6 +122,11 @@ def _variants(ctx, plan: Plan, setting: str) -> Iterator[dict]:
         values = [r for r in ("none", "selective", "full") if r != p.recompute]
     elif setting == "sequence_parallel":
         values = [not p.sequence_parallel] if p.tp > 1 else []
+    elif setting == "ep":  # expert parallelism: MoE models only
+        experts = ctx.model.moe.num_experts if ctx.model.moe is not None else 1
+        values = [e for e in _divisors(p.dp) if e != p.ep and experts % e == 0]
+    elif setting == "etp":
+        values = [t for t in {1, p.tp} if t != p.etp] if ctx.model.moe is not None else []
     else:
         values = [z for z in range(4) if z != p.zero_stage] if p.dp > 1 else []
     for val in values:
@@ -137,6 +142,8 @@ def _variants(ctx, plan: Plan, setting: str) -> Iterator[dict]:
             d["sequence_parallel"] = False
         if d["dp"] == 1:
             d["zero_stage"] = 0
+        if d["dp"] % d["ep"] or d["etp"] not in (1, d["tp"]):  # EP carved from dp; ETP 1 or tp
+            d["ep"], d["etp"] = 1, (1 if d["etp"] != d["tp"] else d["etp"])
         if d["pp"] == 1 or (d["virtual_stages"] > 1 and L % (d["pp"] * d["virtual_stages"])):
             d["schedule"], d["virtual_stages"] = "1f1b", 1  # one stage, or no uniform interleaved split
         yield d
@@ -238,7 +245,7 @@ def _show(setting: str, value) -> str:
         return f"ZeRO-{value}"
     if setting == "sequence_parallel":
         return "SP" if value else "no SP"
-    if setting in ("tp", "pp"):
+    if setting in ("tp", "pp", "ep", "etp"):
         return f"{_NAMES[setting]}{value}"
     if setting == "micro_batch_size":
         return f"mbs {value}"
@@ -313,7 +320,7 @@ def binding_constraint(
     e = plan.estimate
     b = e.breakdown
     step = e.step_time_s or 1.0
-    comm = b.tp_comm_s + b.pp_p2p_s + b.dp_sync_s + b.cp_comm_s
+    comm = b.tp_comm_s + b.pp_p2p_s + b.dp_sync_s + b.cp_comm_s + b.ep_comm_s
     if ruled is not None:
         return "memory", f"this plan peaks at {e.peak_memory_gib:.1f} of {e.gpu_memory_gib:g} GiB; {ruled.reason}"
     if b.pp_bubble_s / step >= 0.15:
@@ -326,6 +333,7 @@ def binding_constraint(
             "communication",
             f"communication on the critical path is {comm / step:.0%} of the step (TP {b.tp_comm_s:.3g} s, p2p {b.pp_p2p_s:.3g} s, DP {b.dp_sync_s:.3g} s"
             + (f", CP {b.cp_comm_s:.3g} s" if b.cp_comm_s else "")
+            + (f", EP all-to-all {b.ep_comm_s:.3g} s" if b.ep_comm_s else "")
             + ")",
         )
     return "compute", f"compute is {b.compute_s / step:.0%} of the step at {e.mfu:.0%} MFU"
@@ -352,6 +360,8 @@ def explain(ctx, plans: list[Plan], result, request: PlanRequest | None = None) 
         kind, why = binding_constraint(plan, ruled)
         details = [f"{_SHORT[k]}: {getattr(plan.estimate.breakdown, k):.4g} s" for k in _PARTS]
         details.append(f"priced for the training stack {ctx.stack.describe()}")
+        if ctx.model.moe is not None:
+            details.append(expert_note(ctx.model.moe, plan.parallel))
         residuals = describe_residuals(ctx)
         if residuals is not None:
             details.append(residuals)

@@ -13,6 +13,7 @@ from planner.specs.config import SCHEDULE_INFO, estimate_defaults
 from planner.specs.errors import MeshplanError
 from planner.specs.fp8 import check_fp8
 from planner.specs.layout import even_stage_layers
+from planner.specs.stacks import Stack
 from planner.specs.stacks import resolve as resolve_stack
 
 #: Defaults of ``estimate`` for fields the request leaves out (``planner.specs.config.FIELDS``; dp, virtual_stages
@@ -32,7 +33,7 @@ def context(request: PlanRequest) -> Context:
             "profile_id", "a stored profile id is only resolved by the service", "pass the Profile itself as 'profile'"
         )
     model = get_model(request.model)
-    check_priced(model)
+    check_priced(model, resolve_stack(request.training.stack))
     gpu = get_gpu(request.cluster.gpu)
     rules.check(rules.seq_len_fits(model, request.training.seq_len))
     check_fp8(request.training, gpu, resolve_stack(request.training.stack), GPUS)  # FP8 on this GPU and stack
@@ -69,18 +70,13 @@ def context(request: PlanRequest) -> Context:
     )
 
 
-def check_priced(model: ModelSpec) -> None:
-    """Refuse a model whose blocks the cost model does not price yet, rather than price them as dense blocks:
-    mixture-of-experts MLPs (expert parallelism, the router, the tokens' all-to-all and grouped expert GEMMs come
-    with the MoE pricing of issue 23) and latent attention (its activations and kernels)."""
-    if model.moe is not None:
-        raise MeshplanError(
-            "model.moe",
-            f"{model.name!r} is a mixture of experts ({model.moe.num_experts} experts, top-{model.moe.top_k}), and "
-            "expert-parallel pricing (EP/ETP, the router, token dispatch/combine all-to-all, grouped expert "
-            "GEMMs) is not yet available; meshplan will not price its experts as a dense MLP",
-            "plan a dense model for now; `meshplan models` lists the MoE models with their total and active parameters",
-        )
+def check_priced(model: ModelSpec, stack: Stack | None = None) -> None:
+    """Refuse a model whose blocks the cost model does not price yet, rather than price them as something else:
+    mixture-of-experts models whose blocks are not all MoE (``rules.moe_layers_priced``), MoE models on a stack
+    without a MoE block (``rules.stack_runs_moe``) and latent attention (its activations and kernels)."""
+    rules.check(rules.moe_layers_priced(model))
+    if stack is not None:
+        rules.check(rules.stack_runs_moe(stack, model, None, None, None))
     if model.mla is not None:
         raise MeshplanError(
             "model.mla",
@@ -190,8 +186,11 @@ def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[i
         bool(pins.tp_comm_overlap),
         cp=cp,
         cp_comm=cp_comm,
+        ep=pins.ep or 1,
+        etp=pins.etp or (tp if ctx.model.moe is not None else 1),  # Megatron-core's default: ETP = TP
     )
     rules.check(rules.tp_overlap_needs_sp(cand.tp_comm_overlap, tp, sp))
+    rules.check(rules.expert_parallel_rules(ctx.stack, ctx.model, cand))
     rules.check(rules.stack_runs_config(ctx.stack, ctx.model, cand))  # what the training stack runs (issue 27)
     if pins.stage_layers is not None:
         rules.check(rules.stage_layers_count(pins.stage_layers, pp, v))

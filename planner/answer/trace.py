@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from planner.answer.request import complete_pins, context, replay_request
 from planner.compose.cost import class_costs, evaluate, rank_end_terms
-from planner.compose.terms import exposed_sync
+from planner.compose.step_end import exposed_sync
 from planner.specs import Plan, version
 
 

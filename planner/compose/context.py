@@ -12,10 +12,10 @@ if TYPE_CHECKING:
     from planner.compose.cost import Candidate, ClassCosts
     from planner.compose.terms import LayerGroup, SharedTerms
 
-#: (micro-batch size, tp, sequence parallel, recompute): one ``LayerGroup``.
-GroupKey = tuple[int, int, bool, str, bool]  # + tp_comm_overlap
-#: (micro-batch size, tp, sequence parallel, recompute, ZeRO stage, dp): one ``SharedTerms``.
-SharedKey = tuple[int, int, bool, str, int, int, bool]
+#: (micro-batch size, tp, sequence parallel, recompute, tp_comm_overlap, ep, etp): one ``LayerGroup``.
+GroupKey = tuple[int, int, bool, str, bool, int, int]
+#: (micro-batch size, tp, sequence parallel, recompute, ZeRO stage, dp, tp_comm_overlap, ep, etp): one ``SharedTerms``.
+SharedKey = tuple[int, int, bool, str, int, int, bool, int, int]
 #: (ranks per pipeline stage, pp, virtual stages, p2p bytes): the lags of a class's chunk boundaries.
 LagKey = tuple[int, int, int, int]
 

@@ -112,6 +112,9 @@ def class_terms(ctx: Context, c: Candidate) -> SharedTerms:
         c.cp,
         c.cp_comm,
         c.chunks > 1,
+        c.tp_comm_overlap,
+        c.ep,
+        c.etp,
     )
     s = ctx.cp_terms.get(key)
     if s is None:

@@ -5,7 +5,7 @@ A *class* (``Candidate``) fixes everything but the stage cut: tp, pp, dp, micro-
 schedule, virtual stages, recomputation, sequence parallelism and ZeRO stage. Given the class,
 every quantity the objective needs is an integer affine function of the layer counts ``n_c`` of
 the chunks, built by one function each from the class's ``terms.SharedTerms``: chunk times
-(``chunk_times``), a rank's end of step (``terms.end_terms``) and its memory (``memory.memory_terms``).
+(``chunk_times``), a rank's end of step (``step_end.end_terms``) and its memory (``memory.memory_terms``).
 The simulation (``evaluate``), the brute force, the bounds and the CP-SAT model consume those very
 functions: times in nanoseconds, memory in bytes. Per-layer compute is ``planner.pricing.layer_times``.
 """
@@ -22,7 +22,8 @@ from planner.compose.context import Context
 from planner.compose.context_parallel import class_terms
 from planner.compose.memory import rank_memory
 from planner.compose.simulate import SimResult, chunk_ranks, rank_orders, simulate
-from planner.compose.terms import EndTerms, SharedTerms, end_terms, ns, rank_end
+from planner.compose.step_end import EndTerms, end_terms, rank_end
+from planner.compose.terms import SharedTerms, ns
 from planner.pricing.collectives import p2p
 from planner.pricing.comm import boundary_crosses_nodes
 from planner.specs import config
@@ -62,6 +63,9 @@ class Candidate:
     sequence_parallel: bool
     zero_stage: int
     tp_comm_overlap: bool = False
+    #: expert parallelism of a MoE model's routed experts (keyword-only, default none, like cp)
+    ep: int = field(default=1, kw_only=True)
+    etp: int = field(default=1, kw_only=True)
 
     @property
     def chunks(self) -> int:
@@ -78,7 +82,7 @@ config.check_fields(Candidate, class_only=True)
 class ClassCosts:
     """One class's integer coefficients. Chunk c's forward per micro-batch is ``n_c·f_layer +
     f_extra[c]`` ns (the embedding on chunk 0, the LM head on the last), likewise backward;
-    end-of-step and memory terms come from ``shared`` through ``terms.end_terms`` and
+    end-of-step and memory terms come from ``shared`` through ``step_end.end_terms`` and
     ``memory.memory_terms``."""
 
     cand: Candidate
@@ -112,6 +116,9 @@ class ClassCosts:
     # The exposed context-parallel exchange within ``f_layer``/``b_layer`` (for the breakdown)
     f_layer_cp: int = 0
     b_layer_cp: int = 0
+    # The EP all-to-all part of f_layer/b_layer (MoE blocks; for the breakdown)
+    f_layer_ep: int = 0
+    b_layer_ep: int = 0
 
     @property
     def chunks(self) -> int:
@@ -246,6 +253,8 @@ def _class_costs(ctx: Context, c: Candidate) -> ClassCosts:
         flops_extra=per_chunk((s.flops_emb, s.flops_head)),
         f_layer_cp=s.fwd_cp.layer,
         b_layer_cp=s.bwd_cp.layer,
+        f_layer_ep=s.fwd_ep.layer,
+        b_layer_ep=s.bwd_ep.layer,
     )
 
 

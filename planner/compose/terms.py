@@ -1,6 +1,6 @@
 """The integer terms a configuration class shares with every class of the same (micro-batch size, tp,
-sequence parallelism, recomputation, ZeRO stage, dp) — ``shared_terms``, computed once each — and the
-one formula of a pipeline rank's end-of-step term built from them (``end_terms``).
+sequence parallelism, recomputation, ZeRO stage, dp, TP overlap, ep, etp) — ``shared_terms``, computed once
+each; the one formula of a pipeline rank's end-of-step term built from them is ``step_end.end_terms``.
 
 Every term is ``affine.Affine``: a constant, a coefficient per transformer layer, and the extras of the
 embedding and the LM head, so a chunk's or a rank's value is affine in its layer count. The same
@@ -11,12 +11,12 @@ model): one formula, whatever consumes it. Times are integer nanoseconds, memory
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Generic, NamedTuple
+from typing import TYPE_CHECKING
 
-from planner.compose.affine import Affine, Count, total
+from planner.compose.affine import Affine
 from planner.compose.context import Context
+from planner.compose.experts import dp_seconds, expert_state_bytes, expert_step_seconds, with_experts
 from planner.compose.memory import OPTIMIZER_STEP_BYTES, StateBytes, loss_buffer_bytes, state_bytes, zero3_buffer_bytes
 from planner.pricing.collectives import Groups, per_kind_seconds, pipeline_action, step_reduction_seconds
 from planner.pricing.gpu import optimizer_step_times
@@ -32,13 +32,11 @@ from planner.pricing.tp_overlap import overlap_delta
 from planner.workload.collectives import (
     NO_REDUCTIONS,
     Op,
-    dp_layer_comms,
     dp_sync,
     grad_bytes,
     issuing,
     step_reductions,
     tp_comms,
-    zero3_comms,
 )
 from planner.workload.fp8 import fp8_state_bytes, gathered_params
 from planner.workload.ops import block_linears
@@ -94,6 +92,8 @@ class SharedTerms:
     #: beyond the layer's compute + TP comm, i.e. the exposed data-parallel communication (for the breakdown)
     fwd_z3: Affine
     bwd_z3: Affine
+    fwd_ep: Affine  # the EP all-to-all part of ``fwd``/``bwd`` (for the breakdown; MoE blocks)
+    bwd_ep: Affine
     #: bytes: model states of the rank's parameters; saved activations per live micro-batch copy
     states: Affine
     acts: Affine
@@ -128,26 +128,44 @@ class SharedTerms:
 
 
 def shared_terms(
-    ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero_stage: int, dp: int, tpo: bool = False
+    ctx: Context,
+    mbs: int,
+    tp: int,
+    sp: bool,
+    recompute: str,
+    zero_stage: int,
+    dp: int,
+    tpo: bool = False,
+    ep: int = 1,
+    etp: int = 1,
 ) -> SharedTerms:
-    """``tpo``: the TP collectives overlapped with the GEMMs (``parallel.tp_comm_overlap``)."""
-    key = (mbs, tp, sp, recompute, zero_stage, dp, tpo)
+    """``tpo``: the TP collectives overlapped with the GEMMs (``parallel.tp_comm_overlap``); ``ep``/``etp``: the
+    expert-parallel and expert-tensor-parallel degrees of a MoE model's routed experts."""
+    key = (mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp)
     s = ctx.shared.get(key)
     if s is None:
-        s = ctx.shared[key] = _shared_terms(ctx, mbs, tp, sp, recompute, zero_stage, dp, tpo)
+        s = ctx.shared[key] = _shared_terms(ctx, mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp)
     return s
 
 
 def class_terms(ctx: Context, c: Candidate) -> SharedTerms:
     """``shared_terms`` of the class; pipelined on a host, every chunk's forward and backward per micro-batch
     + the schedule's measured host work per action (``collectives.pipeline_action``)."""
-    s = shared_terms(
-        ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp, c.tp_comm_overlap
+    key = (
+        c.micro_batch_size,
+        c.tp,
+        c.sequence_parallel,
+        c.recompute,
+        c.zero_stage,
+        c.dp,
+        c.tp_comm_overlap,
+        c.ep,
+        c.etp,
     )
+    s = shared_terms(ctx, *key)
     action = ns(pipeline_action(ctx)) if c.pp * c.virtual_stages > 1 else 0
     if not action:
         return s
-    key = (c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.zero_stage, c.dp, c.tp_comm_overlap)
     piped = ctx.piped.get(key)
     if piped is None:
         more = Affine(const=action)
@@ -173,17 +191,24 @@ class LayerGroup:
     logits_fp32: int
     acts: Affine
     flops: tuple[float, float, float]
+    fwd_ep: Affine = Affine()  # the EP all-to-all part of ``fwd``/``bwd``, ns
+    bwd_ep: Affine = Affine()
+    expert_params: int = 0  # a block's routed experts on this rank (in ``params``)
 
 
-def layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo: bool = False) -> LayerGroup:
-    key = (mbs, tp, sp, recompute, tpo)
+def layer_group(
+    ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo: bool = False, ep: int = 1, etp: int = 1
+) -> LayerGroup:
+    key = (mbs, tp, sp, recompute, tpo, ep, etp)
     lg = ctx.groups.get(key)
     if lg is None:
-        lg = ctx.groups[key] = _layer_group(ctx, mbs, tp, sp, recompute, tpo)
+        lg = ctx.groups[key] = _layer_group(ctx, mbs, tp, sp, recompute, tpo, ep, etp)
     return lg
 
 
-def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo: bool = False) -> LayerGroup:
+def _layer_group(
+    ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo: bool = False, ep: int = 1, etp: int = 1
+) -> LayerGroup:
     model, seq = ctx.model, ctx.training.seq_len
     blk = layer_times(ctx, "transformer_block", mbs, tp, sp, recompute)
     emb = layer_times(ctx, "embedding", mbs, tp, sp, "none")
@@ -210,6 +235,11 @@ def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo:
         f_more, b_more = d.fwd - d.fwd_tp, d.bwd - d.bwd_tp
     vocab_local = model.vocab_size // tp if model.vocab_size % tp == 0 else model.vocab_size
     saved = lp_blk.saved_activation_bytes
+    p_blk, x = lp_blk.param_count, None
+    if model.moe is not None:  # a MoE block: its MLP in place of the dense one (``compose.experts``)
+        blk, saved, p_blk, blk_tp_f, blk_tp_b, x = with_experts(
+            ctx, blk, saved, p_blk, blk_tp_f, blk_tp_b, (mbs, tp, sp, recompute, ep, etp)
+        )
     work_f = (blk.fwd + f_more + blk_tp_f, emb.fwd + emb_tp_f, head.fwd + head_tp_f)
     work_b = (blk.bwd + b_more + blk_tp_b, emb.bwd + emb_tp_b, head.bwd + head_tp_b)
     return LayerGroup(
@@ -219,7 +249,7 @@ def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo:
         bwd=Affine(0, *map(ns, work_b)),
         fwd_tp=Affine(0, ns(blk_tp_f), ns(emb_tp_f), ns(head_tp_f)),
         bwd_tp=Affine(0, ns(blk_tp_b), ns(emb_tp_b), ns(head_tp_b)),
-        params=(lp_blk.param_count, lp_emb.param_count, lp_head.param_count),
+        params=(p_blk, lp_emb.param_count, lp_head.param_count),
         act=act,
         recompute_tmp={"none": 0, "selective": max(0, saved.none - saved.selective), "full": saved.none}[recompute],
         logits_fp32=loss_buffer_bytes(ctx.stack, mbs * seq, vocab_local),  # the loss's tensors (stack's)
@@ -227,6 +257,9 @@ def _layer_group(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo:
             0, int(saved.for_mode(recompute)), lp_emb.saved_activation_bytes.none, lp_head.saved_activation_bytes.none
         ),
         flops=(blk.flops_fwd + blk.flops_bwd, emb.flops_fwd + emb.flops_bwd, head.flops_fwd + head.flops_bwd),
+        fwd_ep=Affine(0, ns(x.a2a_fwd)) if x else Affine(),
+        bwd_ep=Affine(0, ns(x.a2a_bwd)) if x else Affine(),
+        expert_params=x.expert_params if x else 0,
     )
 
 
@@ -241,9 +274,9 @@ def scaled(a: Affine, factor: float) -> Affine:
 
 
 def _shared_terms(
-    ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero_stage: int, dp: int, tpo: bool
+    ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero_stage: int, dp: int, tpo: bool, ep: int, etp: int
 ) -> SharedTerms:
-    lg = layer_group(ctx, mbs, tp, sp, recompute, tpo)
+    lg = layer_group(ctx, mbs, tp, sp, recompute, tpo, ep, etp)
     tr, e = ctx.training, ctx.elt
     p_blk, p_emb, p_head = lg.params
 
@@ -257,9 +290,10 @@ def _shared_terms(
 
     fwd, bwd, z3_tmp, fwd_z3, bwd_z3 = lg.fwd, lg.bwd, 0, NOTHING, NOTHING
     if zero_stage == 3 and dp > 1:
+        split = (lg.expert_params, (tp, dp, ep, etp))  # a MoE block's experts gather over expert-DP
         gathered = gathered_params(ctx, lg.params, tp)  # FP8 weights gathered in FP8 where the stack does
-        gather = per_kind_seconds(ctx, zero3_comms(ctx.model, how, tp, "all_gather", gathered, e), g)
-        scatter = per_kind_seconds(ctx, zero3_comms(ctx.model, how, tp, "reduce_scatter", lg.params, ge), g)
+        gather = dp_seconds(ctx, how, "all_gather", gathered, e, None, g, *split)
+        scatter = dp_seconds(ctx, how, "reduce_scatter", lg.params, ge, None, g, *split)
         join = (lambda w, t: overlapped(w, t, slow)) if prefetch_overlaps(ctx) else (lambda w, t: w + t)
         fwd = Affine(0, *(ns(join(w, t)) for w, t in zip(lg.work_f, gather)))
         bwd = Affine(0, *(ns(join(w, t + u)) for w, t, u in zip(lg.work_b, gather, scatter)))
@@ -275,6 +309,8 @@ def _shared_terms(
     # --- memory (bytes per GPU)
     per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp, ctx.stack.param_layout)
     per = per_param.total
+    pe = lg.expert_params  # a MoE block's routed experts: states sharded, gradients synced over expert-DP
+    per_e = expert_state_bytes(ctx, zero_stage, tp, dp, ep, etp) if pe else per
 
     # --- end of step: DP gradient sync (overlapped with the rank's last backward), optimizer step, ZeRO-1/2's
     # parameter all-gather. In gradient buckets (``grad_bucket_params``; the whole model when smaller): the rank's
@@ -285,15 +321,11 @@ def _shared_terms(
         if dp == 1 or name is None:
             return NOTHING
         bucket = min(grad_bucket_params(dp), total)
+        degrees = (tp, dp, ep, etp)
         if name == "all_gather":  # the updated parameters
-            return Affine(
-                0,
-                *map(
-                    ns,
-                    per_kind_seconds(ctx, dp_layer_comms(how, name, gathered_params(ctx, lg.params, tp), e, bucket), g),
-                ),
-            )
-        return Affine(0, *map(ns, per_kind_seconds(ctx, dp_layer_comms(how, name, lg.params, ge, bucket), g)))
+            gathered = gathered_params(ctx, lg.params, tp)
+            return Affine(0, *map(ns, dp_seconds(ctx, how, name, gathered, e, bucket, g, pe, degrees)))
+        return Affine(0, *map(ns, dp_seconds(ctx, how, name, lg.params, ge, bucket, g, pe, degrees)))
 
     sync_op, post_op = dp_sync(zero_stage)
     sync, post = collective(sync_op), collective(post_op)
@@ -302,7 +334,8 @@ def _shared_terms(
     upd = (
         OPTIMIZER_STEP_BYTES[tr.optimizer] + OPTIMIZER_EXTRA_BYTES + (LOSS_SCALE_BYTES if tr.precision == "fp16" else 0)
     )
-    step = optimizer_step_times(ctx, lg.params, shard, upd)
+    step = optimizer_step_times(ctx, (p_blk - pe, p_emb, p_head), shard, upd)
+    step[0] += expert_step_seconds(ctx, pe, zero_stage, (tp, dp, ep, etp), upd)
 
     # + a host device's optimizer and gradient-clip dispatch (none on a GPU), and the reductions at the step's end
     # as the stack issues them
@@ -318,9 +351,14 @@ def _shared_terms(
         bwd_tp=lg.bwd_tp,
         fwd_z3=fwd_z3,
         bwd_z3=bwd_z3,  # TP comm is within the layer time: never exposed beyond it
+        fwd_ep=lg.fwd_ep,
+        bwd_ep=lg.bwd_ep,
         # + FP8 training's cached FP8 weights and scaling state per block (``workload.fp8.fp8_state_bytes``)
         states=Affine(
-            0, math.ceil(p_blk * per) + fp8_state_bytes(ctx, tp), math.ceil(p_emb * per), math.ceil(p_head * per)
+            0,
+            math.ceil((p_blk - pe) * per + pe * per_e) + fp8_state_bytes(ctx, tp),
+            math.ceil(p_emb * per),
+            math.ceil(p_head * per),
         ),
         acts=lg.acts,
         sync=sync,
@@ -347,53 +385,3 @@ def _shared_terms(
         flops_emb=lg.flops[1],
         flops_head=lg.flops[2],
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# The end of the step on one pipeline rank
-
-
-class EndTerms(NamedTuple, Generic[Count]):
-    """Pipeline rank r's end of step, ns: its DP gradient sync overlaps its last backward b (chunk r) when
-    the stack overlaps it (``Stack.overlap_grad_reduce``; else ``overlap`` and ``slowed`` are 0), then the
-    optimizer step, then the ZeRO-1/2 parameter all-gather. Overlapped compute runs σ slower over the time
-    it shares with the sync (``OVERLAP_SLOWDOWN``), so the sync costs max(0, sync − b) + σ·min(sync, b)
-    = max(σ·sync, sync − (1 − σ)·b): ``overlap`` = (1 − σ)·b and ``slowed`` = σ·sync."""
-
-    sync: Count
-    overlap: Count
-    optimizer: Count
-    post: Count
-    slowed: Count = 0  # type: ignore[assignment]
-
-
-def end_parts(t: EndTerms[Count]) -> list[Count]:
-    """The rank's end term is the max of these: ``max(slowed, sync − overlap) + optimizer + post``."""
-    done = t.optimizer + t.post
-    if isinstance(t.sync, int) and t.sync == 0:  # nothing to sync
-        return [done]
-    return [done + t.slowed, t.sync - t.overlap + done]
-
-
-def end_terms(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int) -> EndTerms[Count]:
-    """The end terms of rank r of class ``c`` at the cut ``n`` (rank r holds chunks r, r + pp, …;
-    the embedding is on rank 0, the LM head on rank pp − 1)."""
-    layers = total(n[r :: c.pp])
-    emb, head = r == 0, r == c.pp - 1 and s.own_head(c)
-    return EndTerms(
-        s.sync.at(layers, emb, head),
-        s.hidden_bwd.at(n[r], r == 0, r == c.chunks - 1),
-        s.opt.at(layers, emb, head),
-        s.post.at(layers, emb, head),
-        s.sync_slowdown.at(layers, emb, head),
-    )
-
-
-def rank_end(t: EndTerms[int]) -> int:
-    return max(end_parts(t))
-
-
-def exposed_sync(t: EndTerms[int]) -> int:
-    """The DP sync on the critical path (the sync beyond its overlap or the slowdown of the compute under
-    it, and the ZeRO all-gather)."""
-    return max(t.slowed, t.sync - t.overlap) + t.post

@@ -1,6 +1,6 @@
 """Valid lower bounds of a class's objective over its stage cuts, and memory screens that never drop a
 class with a fitting cut. All are built from the class's ``terms.SharedTerms`` with the cost model's
-own functions (``terms.end_terms``, ``memory.memory_terms``), so a bound cannot drift from what it
+own functions (``step_end.end_terms``, ``memory.memory_terms``), so a bound cannot drift from what it
 bounds; ``tests/test_planner_exact.py`` and ``tests/test_planner_interleaved.py`` check each against
 the brute force.
 """
@@ -14,7 +14,8 @@ from planner.compose.context import Context
 from planner.compose.context_parallel import class_terms, cp_view
 from planner.compose.cost import Candidate, ClassCosts, Live, boundary_lags, live_vectors_cached, num_microbatches
 from planner.compose.memory import rank_activations, rank_buffers, rank_memory, rank_states
-from planner.compose.terms import SharedTerms, end_terms, layer_group, rank_end
+from planner.compose.step_end import end_terms, rank_end
+from planner.compose.terms import SharedTerms, layer_group
 
 # ---------------------------------------------------------------------------------------------
 # Memory screens
@@ -352,9 +353,8 @@ def lean_bound(ctx: Context, c: Candidate) -> int:
     recompute), not per ZeRO stage and dp): the chain and busiest-rank terms of ``_pipe_bound`` that only
     grow with the layer times, with no ZeRO-3 gathers, no end of step and no p2p lags. The search's first
     key (``search.next_class`` replaces it by ``quick_bound`` when the class nears the front)."""
-    lg = layer_group(  # no CP comm
-        cp_view(ctx, c.cp), c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.tp_comm_overlap
-    )
+    at = (c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.tp_comm_overlap, c.ep, c.etp)
+    lg = layer_group(cp_view(ctx, c.cp), *at)  # no CP comm
     m, p, v, L = num_microbatches(ctx, c), c.pp, c.virtual_stages, ctx.model.num_layers
     f, b, ext = lg.fwd, lg.bwd, 0
     w = f.layer + b.layer

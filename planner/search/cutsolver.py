@@ -2,7 +2,7 @@
 
 The model has one integer variable per chunk (its layer count) and
 
-* ``D ≥`` each of ``terms.end_parts`` per rank (the exact max of the end of step);
+* ``D ≥`` each of ``step_end.end_parts`` per rank (the exact max of the end of step);
 * ``memory.peaks ≤ usable`` per rank and activation peak (exact, linear) — the very
   functions ``cost.evaluate`` uses, given CP-SAT variables instead of ints;
 * ``M ≥ length(chain)`` for chains of operations of the schedule's dependency graph. Every chain is a
@@ -26,7 +26,7 @@ from ortools.sat.python import cp_model
 from planner.compose.cost import Candidate, ClassCosts, Evaluation, evaluate
 from planner.compose.memory import memory_terms, peaks, rank_memory
 from planner.compose.simulate import Op
-from planner.compose.terms import end_parts, end_terms
+from planner.compose.step_end import end_parts, end_terms
 from planner.search import chains
 from planner.search.bounds import may_fit
 from planner.search.chains import Counts, as_arrays, dag_key, initial_counts, path_counts, price

@@ -59,6 +59,8 @@ class Frontier:
                 c.dp,
                 c.cp,
                 c.tp_comm_overlap,
+                c.ep,
+                c.etp,
             )
             if k not in lean:
                 lean[k] = lean_bound(ctx, c)
@@ -78,6 +80,8 @@ class Frontier:
             c.sequence_parallel,
             c.zero_stage,
             c.tp_comm_overlap,
+            c.ep,
+            c.etp,
         )
         if c.virtual_stages == 1:
             k = (*k, c.schedule)

@@ -9,10 +9,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from planner.compose.context_parallel import cp_view
 from planner.compose.cost import Candidate, ClassCosts, Context, Evaluation, class_costs
 from planner.compose.memory import fsdp2_mixed_precision, rank_memory, with_reserve_gib
-from planner.compose.terms import layer_group
+from planner.search.options import expert_options, tp_overlaps
 from planner.specs import MULTI_STAGE_SCHEDULES, ParallelPins, SearchOptions, rules
 from planner.specs.config import PRICED_SCHEDULES
 from planner.specs.errors import MeshplanError
@@ -80,6 +79,7 @@ def validate_pins(ctx: Context, pins: ParallelPins, options: SearchOptions) -> N
         rules.sequence_parallel_splits_seq(pins.sequence_parallel, pins.tp, ctx.training.seq_len),
         rules.tp_overlap_needs_sp(pins.tp_comm_overlap, pins.tp, pins.sequence_parallel),
         rules.stack_runs_config(ctx.stack, m, pins),  # what the request's training stack runs (issue 27)
+        rules.expert_parallel_rules(ctx.stack, m, pins),  # ep, etp (issue 23)
     )
     if pins.pp is None and pins.tp is not None and pins.dp is not None:  # pp follows from tp and dp
         pp = n // (pins.tp * pins.dp)
@@ -169,9 +169,12 @@ def _enumerate(ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp
                         for z in zs:
                             for cm in cp_comms:
                                 for o in tp_overlaps(ctx, pins, mbs, tp, sp, rc, cp):
-                                    cand = Candidate(tp, pp, dp, mbs, s, v, rc, sp, z, o, cp=cp, cp_comm=cm)
-                                    if rules.stack_runs_config(ctx.stack, ctx.model, cand) is None:  # issue 27
-                                        out.append(cand)
+                                    for ep, etp in expert_options(ctx, pins, tp, dp, sp):
+                                        cand = Candidate(
+                                            tp, pp, dp, mbs, s, v, rc, sp, z, o, cp=cp, cp_comm=cm, ep=ep, etp=etp
+                                        )
+                                        if rules.stack_runs_config(ctx.stack, ctx.model, cand) is None:  # issue 27
+                                            out.append(cand)
     if not out and short_1f1b and pins.schedule == "1f1b":
         why = min(short_1f1b, key=lambda x: x[:3])[3]
         raise why if pins.micro_batch_size is not None else rules.with_field(why, "parallel.schedule")
@@ -258,27 +261,6 @@ def cp_options(
     return out
 
 
-def tp_overlaps(
-    ctx: Context, pins: ParallelPins, mbs: int, tp: int, sp: bool, recompute: str, cp: int = 1
-) -> list[bool]:
-    """The ``tp_comm_overlap`` settings the search visits: the pin; off where the stack does not overlap TP or
-    without SP (``rules.tp_overlap_needs_sp``). Else the one that is no slower in every layer term (forward and
-    backward of the block, embedding and LM head: nothing else of a class depends on it, and a step's time only
-    grows with them), both when neither is (overlap costs more than it hides in some term)."""
-    if pins.tp_comm_overlap is not None:
-        return [pins.tp_comm_overlap]
-    if not sp or tp == 1 or ctx.stack.tp_overlap is None:
-        return [False]
-    view = cp_view(ctx, cp)  # the layer at the local s / cp tokens
-    off, on = layer_group(view, mbs, tp, sp, recompute, False), layer_group(view, mbs, tp, sp, recompute, True)
-    a, b = (*off.fwd, *off.bwd), (*on.fwd, *on.bwd)
-    if all(x <= y for x, y in zip(a, b)):
-        return [False]
-    if all(y <= x for x, y in zip(a, b)):
-        return [True]
-    return [False, True]
-
-
 def zero_stages(ctx: Context, dp: int) -> list[int]:
     """The ZeRO stages the search visits at ``dp``. ZeRO-2 is left out where the stack holds it as ZeRO-1:
     the bundled runtime under mixed precision (``Stack.param_layout == "fsdp2"``) wraps both in
@@ -346,6 +328,8 @@ def simplicity(c: Candidate) -> tuple:
         c.sequence_parallel,
         c.tp_comm_overlap,
         -c.micro_batch_size,
+        c.ep,
+        c.etp,
         c,
     )
 

@@ -261,6 +261,26 @@ FIELDS: tuple[ConfigField, ...] = (
         "planner.specs.tp_overlap); needs sequence parallelism and a stack that runs it.",
         False,
     ),
+    ConfigField(
+        "ep",
+        int,
+        "Expert-parallel degree (mixture-of-experts models): the routed experts split over ep ranks carved from "
+        "the data-parallel ranks (Megatron-core's folding: expert layers see etp × ep × expert-dp over the "
+        "tp × dp ranks of a stage). Divides the routed experts and dp; 1 on dense models.",
+        1,
+        ge=1,
+        le=MAX_GPUS,
+    ),
+    ConfigField(
+        "etp",
+        int,
+        "Expert tensor-parallel degree: 1 (each expert whole on a rank; needs sequence parallelism when tp > 1) or "
+        "tp (experts split like the dense MLP, Megatron-core's default).",
+        1,
+        estimate="tp on a mixture-of-experts model (Megatron-core's default), else 1",
+        ge=1,
+        le=MAX_GPUS,
+    ),
 )
 FIELD: dict[str, ConfigField] = {f.name: f for f in FIELDS}
 CLASS_FIELDS: tuple[str, ...] = tuple(f.name for f in FIELDS if f.in_class)
@@ -349,10 +369,12 @@ def describe(config: Any, num_microbatches: int | None = None) -> str:
     sp = ("+SP" if c.sequence_parallel else "") + ("+TPO" if getattr(c, "tp_comm_overlap", False) else "")
     cp = getattr(c, "cp", 1)
     cps = f"×CP{cp}({c.cp_comm})" if cp > 1 else ""
+    ep, etp = getattr(c, "ep", 1), getattr(c, "etp", 1)
+    eps = (f", EP{ep}" if ep > 1 else "") + (f", ETP{etp}" if etp > 1 else "")
     m = f" ({num_microbatches} micro-batches)" if num_microbatches is not None else ""
     v = f" v={c.virtual_stages}" if c.virtual_stages > 1 else ""
     stages = getattr(c, "stage_layers", None)
     return (
         f"TP{c.tp}{sp}{cps}×PP{c.pp}×DP{c.dp}, mbs {c.micro_batch_size}{m}, {c.schedule}{v}, recompute {c.recompute}, "
-        f"ZeRO-{c.zero_stage}" + (f", stages {list(stages)}" if stages is not None else "")
+        f"ZeRO-{c.zero_stage}{eps}" + (f", stages {list(stages)}" if stages is not None else "")
     )

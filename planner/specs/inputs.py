@@ -345,6 +345,8 @@ class ParallelConfig(Spec):
     zero_stage: int = config_field("zero_stage")
     stage_layers: list[int] = config_field("stage_layers")
     tp_comm_overlap: bool = config_field("tp_comm_overlap")
+    ep: int = config_field("ep")
+    etp: int = config_field("etp")
 
     @model_validator(mode="after")
     def _check_consistency(self) -> ParallelConfig:
@@ -354,6 +356,8 @@ class ParallelConfig(Spec):
             rules.virtual_stages_fit(self.schedule, self.virtual_stages),
             rules.sequence_parallel_needs_tp(self.sequence_parallel, self.tp),
             rules.tp_overlap_needs_sp(self.tp_comm_overlap, self.tp, self.sequence_parallel),
+            rules.etp_is_one_or_tp(self.etp, self.tp),
+            rules.ep_divides_dp(self.ep, self.dp),
         )
         return self
 
@@ -379,6 +383,8 @@ class ParallelPins(Spec):
     zero_stage: int | None = pin_field("zero_stage")
     stage_layers: list[int] | None = pin_field("stage_layers")
     tp_comm_overlap: bool | None = pin_field("tp_comm_overlap")
+    ep: int | None = pin_field("ep")
+    etp: int | None = pin_field("etp")
 
 
 check_fields(ParallelConfig)

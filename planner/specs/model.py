@@ -62,6 +62,13 @@ class MoeSpec(Spec):
     capacity_factor: float | None = Field(
         default=None, gt=0, le=64, description="Tokens an expert takes, × its fair share; null: dropless."
     )
+    load_imbalance: float = Field(
+        default=1.0,
+        ge=1.0,
+        le=64,
+        description="Routed tokens of the busiest expert-parallel rank ÷ its fair share (the planner prices that "
+        "rank's expert GEMMs and all-to-all; capped by capacity_factor). 1: balanced, as benchmark runs force.",
+    )
 
     @property
     def shared_ffn(self) -> int:

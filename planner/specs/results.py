@@ -35,6 +35,11 @@ class TimeBreakdown(Spec):
         description="Exposed context-parallel communication: the ring's K/V steps beyond the attention blocks they "
         "run beside, and the all-gathers / all-to-alls the attention waits for (0 without context parallelism).",
     )
+    ep_comm_s: float = Field(
+        default=0.0,
+        description="Expert-parallel token dispatch and combine (all-to-all over the EP group) on the busiest "
+        "rank, blocking its compute stream (mixture-of-experts models; 0 otherwise).",
+    )
 
 
 class StageMemory(Spec):
@@ -126,7 +131,9 @@ class Alternative(Spec):
     """The plan with one setting changed, priced by the planner's own cost model (``planner.estimate_plan``
     of ``parallel`` gives these figures): the best value of that setting other than the plan's."""
 
-    setting: Literal["tp", "cp", "pp", "micro_batch_size", "schedule", "recompute", "sequence_parallel", "zero_stage"]
+    setting: Literal[
+        "tp", "cp", "pp", "micro_batch_size", "schedule", "recompute", "sequence_parallel", "zero_stage", "ep", "etp"
+    ]
     value: int | str | bool = Field(
         description="The setting's value in this alternative (schedule: its name, v shown in parallel)."
     )

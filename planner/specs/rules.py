@@ -21,6 +21,15 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from planner.specs.config import MULTI_STAGE_SCHEDULES, PRICED_SCHEDULES, SCHEDULE_INFO
+from planner.specs.ep_rules import (  # noqa: F401 (re-exported: expert parallelism)
+    ep_divides_dp,
+    ep_fits_model,
+    etp_is_one_or_tp,
+    expert_parallel_rules,
+    expert_tokens_split,
+    moe_layers_priced,
+    stack_runs_moe,
+)
 from planner.specs.errors import MeshplanError
 from planner.specs.seq_rules import (  # noqa: F401 (re-exported: the sequence's splits, SP and CP)
     cp_runnable,
@@ -377,6 +386,7 @@ def runnable(model: ModelSpec, training: Any, parallel: Any) -> Err:
         cp_splits_seq(p.cp, t.seq_len, p.tp, p.sequence_parallel),
         cp_splits_heads(m, p.tp, p.cp, p.cp_comm),
         batch_divides(gbs, p.dp, mbs),
+        ep_fits_model(m, p.ep, p.etp),
     )
     if err is not None:
         return err

@@ -26,7 +26,7 @@ field                      read by
                            ``selective_ac_option``): ``"op"`` = op-level policy; an int k = every k-th
                            block fully recomputed, the others keep everything (``activations`` and
                            ``compute``)
-``overlap_grad_reduce``    ``terms.end_terms``: the DP gradient sync runs under the last backward
+``overlap_grad_reduce``    ``step_end.end_terms``: the DP gradient sync runs under the last backward
 ``reduce_dtype``           the gradients' dtype on the wire (``workload.collectives.grad_bytes``) and
                            ``memory.zero3_buffer_bytes``: ``"fp32"`` = FSDP2 ``reduce_dtype=float32``
                            (torchtitan ``mixed_precision_reduce``); ``"fp32_bf16"`` = fp32 under bf16
@@ -147,6 +147,13 @@ class Stack(BaseModel):
     #: How it overlaps TP collectives with the GEMMs (``parallel.tp_comm_overlap``): Transformer Engine's
     #: userbuffers (``--tp-comm-overlap``), torchtitan's async TP (``enable_async_tensor_parallel``); None: not.
     tp_overlap: Literal["userbuffers", "async_tp"] | None = None
+    #: Mixture-of-experts models (a MoE block), expert parallelism (parallel.ep > 1) and the expert tensor
+    #: parallelism (parallel.etp: "one" = 1, "tp" = tp) it runs (``planner.specs.ep_rules.stack_runs_moe``).
+    moe: bool = Field(default=False, description="Whether it runs mixture-of-experts models.")
+    expert_parallel: bool = Field(default=False, description="Whether it runs expert parallelism (parallel.ep > 1).")
+    etp: tuple[Literal["one", "tp"], ...] = Field(
+        default=(), description="Expert tensor parallelism it runs with tp > 1: 'one' (etp 1), 'tp' (etp = tp)."
+    )
     #: Where the capabilities come from (files at the version).
     runs_source: str = Field(description="Where the capabilities come from (files at the version).")
 
@@ -253,7 +260,12 @@ STACKS: dict[str, Stack] = {
             # | blockwise (megatron/training/arguments.py); FP8 parameters (--fp8-param-gather) are opt-in
             fp8_recipes=("delayed", "current", "mxfp8"),
             tp_overlap="userbuffers",  # --tp-comm-overlap (needs --sequence-parallel: arguments.py)
-            runs_source="NVIDIA/Megatron-LM core_v0.16.1 (--context-parallel-size, --cp-comm-type p2p|all_gather|a2a|a2a+p2p "
+            moe=True,
+            expert_parallel=True,
+            etp=("one", "tp"),
+            runs_source="NVIDIA/Megatron-LM core_v0.16.1 (MoE: megatron/core/transformer/moe/README.md "
+            "--num-experts, --expert-model-parallel-size, --expert-tensor-parallel-size (default = TP), "
+            "--moe-grouped-gemm, --moe-token-dispatcher-type alltoall; EP folded out of DP); (--context-parallel-size, --cp-comm-type p2p|all_gather|a2a|a2a+p2p "
             "with --hierarchical-context-parallel-sizes: megatron/core/transformer/transformer_config.py cp_comm_type): "
             "megatron/training/arguments.py (--use-distributed-optimizer; "
             "--use-megatron-fsdp and --data-parallel-sharding-strategy are the separate Megatron-FSDP path; "
@@ -296,7 +308,13 @@ STACKS: dict[str, Stack] = {
             fp8_recipes=("tensorwise", "rowwise", "mxfp8"),
             fp8_all_gather=("tensorwise",),
             tp_overlap="async_tp",  # [parallelism] enable_async_tensor_parallel, with [compile] (torch.compile)
-            runs_source="torchtitan 0.3.0 (wheel source; parallelism.context_parallel_degree with "
+            moe=True,
+            expert_parallel=True,
+            etp=("one", "tp"),
+            runs_source="torchtitan expert parallelism as of v0.2.2 (parallelism.expert_parallel_degree, "
+            "expert_tensor_parallel_degree 1 or = TP; sparse mesh [pp, dp_replicate, efsdp, ep, etp]; "
+            "torchtitan/distributed/expert_parallel.py all_to_all_single dispatch, torch._grouped_mm); "
+            "torchtitan 0.3.0 (wheel source; parallelism.context_parallel_degree with "
             "context_parallel_rotate_method 'alltoall' = ring KV rotation, 'allgather' = all-gathered KV): torchtitan/distributed/fsdp.py "
             "(get_fsdp_reshard_after_forward_policy: always / never / default), models/llama3/parallelize.py (FSDP "
             "over ['dp_replicate', 'fsdp'] meshes), distributed/pipeline_parallel.py (get_schedule_class: "

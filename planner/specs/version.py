@@ -60,4 +60,8 @@ from __future__ import annotations
 #: 16: DeepSpeed ZeRO-3 as it issues its collectives (``Stack.zero3_fetch``, ``zero3_reduce_bucket``): one
 #:    all-gather per linear module over the persistence threshold at every fetch (forward and backward), each with
 #:    its own ring latency, and the gradients' reduce-scatters in 5e8-element buckets; was one per layer.
-COST_MODEL_VERSION = 16
+#: 17: mixture-of-experts models whose blocks are all MoE are priced, with expert parallelism (``parallel.ep``,
+#:    ``etp``; issue 23): the router, grouped expert GEMMs by their per-expert shape, shared experts, permutes, the
+#:    token all-to-all over the EP group (``TimeBreakdown.ep_comm_s``), expert states sharded and their gradients
+#:    synced over expert-DP; dense plans' numbers as in 16 (their breakdown gains ep_comm_s = 0).
+COST_MODEL_VERSION = 17

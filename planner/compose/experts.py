@@ -1,0 +1,129 @@
+"""A MoE block's terms beside the dense block's (issue 23): ``expert_terms`` turns the expert-parallel work of one
+block (``planner.workload.expert_parallel``) priced on the device (``planner.pricing.expert_parallel``) into what
+``terms`` adds to the block's per-layer coefficients — its forward and backward seconds (compute, the EP
+all-to-all on the compute stream, the change of TP communication), parameters (the routed experts' apart: they
+shard over the expert-data-parallel group), saved activations and FLOPs — and prices the experts' gradient sync
+and optimizer step over that group (``expert_step``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from planner.compose.context import Context
+from planner.compose.memory import state_bytes
+from planner.pricing.collectives import Groups, comm_seconds, per_kind_seconds
+from planner.pricing.expert_parallel import expert_seconds
+from planner.pricing.gpu import hbm_efficiency
+from planner.pricing.layer_times import LayerTimes
+from planner.specs import ActivationBytes
+from planner.workload.collectives import Collective, Issuing, Op, dp_layer_comms, zero3_comms
+from planner.workload.expert_parallel import expert_dp, expert_work
+from planner.workload.ops import op_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertTerms:
+    """Per MoE block and micro-batch on one rank, to add to the dense block's (seconds, parameters, bytes)."""
+
+    fwd: float  # compute + TP change + all-to-all
+    bwd: float
+    tp_fwd: float
+    tp_bwd: float
+    a2a_fwd: float
+    a2a_bwd: float
+    params: int  # parameters added (MoE MLP − dense MLP), routed experts included
+    expert_params: int  # the routed experts' on this rank
+    saved: float  # saved activation bytes added with recompute none / selective (full keeps the block input)
+    saved_none: float  # ... with recompute none (what a fully recomputed block holds while it reruns)
+    flops_fwd: float
+    flops_bwd: float
+
+
+def expert_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, ep: int, etp: int) -> ExpertTerms:
+    glu = op_bytes(ctx)[1]  # the SwiGLU product's bytes per element under the stack's kernels, as the dense MLP's
+    w = expert_work(ctx.model, mbs, ctx.training.seq_len, tp, sp, ep, etp, ctx.elt, recompute, glu)
+    s = expert_seconds(ctx, w, tp, ep, recompute)
+    flops = w.flops - w.dense_flops
+    return ExpertTerms(
+        fwd=s.fwd + s.tp_fwd + s.a2a_fwd,
+        bwd=s.bwd + s.tp_bwd + s.a2a_bwd,
+        tp_fwd=s.tp_fwd,
+        tp_bwd=s.tp_bwd,
+        a2a_fwd=s.a2a_fwd,
+        a2a_bwd=s.a2a_bwd,
+        params=w.expert_params + w.other_params - w.dense_params,
+        expert_params=w.expert_params,
+        saved=0.0 if recompute == "full" else w.saved - w.dense_saved,
+        saved_none=w.saved - w.dense_saved,
+        flops_fwd=flops,
+        flops_bwd=2 * flops + (flops if recompute == "full" else 0.0),
+    )
+
+
+def expert_state_bytes(ctx: Context, zero_stage: int, tp: int, dp: int, ep: int, etp: int) -> float:
+    """Bytes per routed-expert parameter: ZeRO shards them over the expert-data-parallel ranks."""
+    tr = ctx.training
+    return state_bytes(tr.precision, tr.optimizer, zero_stage, expert_dp(tp, dp, ep, etp), ctx.stack.param_layout).total
+
+
+def dp_seconds(
+    ctx: Context,
+    how: Issuing,
+    op: Op,
+    params: tuple[int, int, int],
+    nbytes: float,
+    bucket: int | None,
+    g: Groups,
+    experts: int,
+    degrees: tuple[int, int, int, int],
+) -> tuple[float, float, float]:
+    """Seconds of a data-parallel collective ``op`` over each layer kind's parameters (ZeRO-3's per-layer gathers
+    and reduce-scatters with ``bucket`` None, else the step's sync in buckets of ``bucket`` parameters): over the
+    dp group ``g``, but a MoE block's ``experts`` routed-expert parameters over the expert-data-parallel group
+    (``degrees``: tp, dp, ep, etp; its ranks etp · ep apart)."""
+    blk, emb, head = params
+    dense = (blk - experts, emb, head)
+    # ZeRO-3's fetches as the stack issues them (per layer, or per module: ``zero3_comms``); the step's sync bucketed
+    comms = zero3_comms(ctx.model, how, degrees[0], op, dense, nbytes) if bucket is None else None
+    out = list(per_kind_seconds(ctx, comms or dp_layer_comms(how, op, dense, nbytes, bucket), g))
+    edp = expert_dp(*degrees)
+    if experts and edp > 1:
+        _, _, ep, etp = degrees
+        c = Collective("dp", op, experts * nbytes, bucket=None if bucket is None else bucket * nbytes)
+        out[0] += comm_seconds(ctx, (c,), Groups.of(ctx, etp * ep, edp))
+    return out[0], out[1], out[2]
+
+
+def expert_step_seconds(
+    ctx: Context, params: int, zero_stage: int, degrees: tuple[int, int, int, int], step_bytes: float
+) -> float:
+    """Seconds of the optimizer step over one block's routed experts, sharded over expert-DP from ZeRO-1 on
+    (``degrees``: tp, dp, ep, etp)."""
+    shard = expert_dp(*degrees) if zero_stage >= 1 else 1
+    nbytes = params / shard * step_bytes
+    return nbytes / (ctx.gpu.hbm_bandwidth_GBps * 1e9 * hbm_efficiency(nbytes)) if nbytes else 0.0
+
+
+def with_experts(
+    ctx: Context,
+    blk: LayerTimes,
+    saved: ActivationBytes,
+    params: int,
+    tp_f: float,
+    tp_b: float,
+    point: tuple[int, int, bool, str, int, int],
+) -> tuple[LayerTimes, ActivationBytes, int, float, float, ExpertTerms]:
+    """A dense block's times, saved bytes, parameters and TP seconds made a MoE block's at ``point`` (mbs, tp,
+    sp, recompute, ep, etp): its compute, TP and all-to-all seconds, FLOPs, parameters, saved activations."""
+    x = expert_terms(ctx, *point)
+    blk = replace(
+        blk,
+        fwd=blk.fwd + x.fwd - x.tp_fwd,
+        bwd=blk.bwd + x.bwd - x.tp_bwd,
+        flops_fwd=blk.flops_fwd + x.flops_fwd,
+        flops_bwd=blk.flops_bwd + x.flops_bwd,
+    )
+    saved = saved.model_copy(
+        update={"none": int(saved.none + x.saved_none), "selective": int(saved.selective + x.saved)}
+    )
+    return blk, saved, params + x.params, tp_f + x.tp_fwd, tp_b + x.tp_bwd, x

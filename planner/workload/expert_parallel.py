@@ -1,0 +1,140 @@
+"""What a mixture-of-experts block does on one rank under expert parallelism (issue 23), as plain data: per MoE
+block and micro-batch the router GEMM, the grouped expert GEMMs at their per-expert shapes, the shared experts,
+the token dispatch/combine all-to-all over the EP group, the expert tensor-parallel exchanges, the memory-bound
+permutes and the parameters and activations it holds — set beside the dense MLP that the block's op list
+(``planner.workload.ops``, ``"transformer_block"``) prices, so composition replaces that MLP by this one.
+
+Notation (notes §5, ../shared/notes/moe-cp-fp8.md): b·s tokens per micro-batch, h hidden, E routed experts, k
+top-k, f the expert width, fs the shared experts' total width, β bytes per element. A rank dispatches its
+tokens T = b·s/tp (the sequence-parallel shard; b·s at tp = 1). Layout (Megatron-core's folding,
+``planner.specs.ep_rules``): E/ep experts per rank; with etp = tp > 1 the dispatched rows are all-gathered over
+the TP group (T_in = b·s) and each expert's width is f/tp; with etp = 1, T_in = T and whole experts.
+
+* grouped GEMMs (``torch._grouped_mm`` / TE grouped GEMM, ``--moe-grouped-gemm``): per local expert M =
+  T_in·k·ep/E rows (uniform routing; × ``load_imbalance`` on the busiest rank), N × K of w1, w3 (f/etp × h) and
+  w2 (h × f/etp): total FLOPs T_in·k·6·h·f/etp per rank, the active-parameter count (top-k);
+* all-to-all (``--moe-token-dispatcher-type alltoall``, torchtitan ``all_to_all_single``): forward dispatch and
+  combine, each T·k·h·β bytes sent per rank; backward both again (4 per layer; 6 under full recomputation, which
+  reruns the forward);
+* etp = tp > 1: an all-gather and a reduce-scatter of the T_in·k·h dispatched rows over TP per direction, in
+  place of the dense MLP's sequence-parallel exchange (which stays only for shared experts);
+* memory-bound: router softmax/top-k over T·E fp32 scores, permute and unpermute of the T_in·k·h rows (read +
+  write, before and after the exchange), the SwiGLU product over T_in·k·f/etp.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from planner.specs import ModelSpec
+from planner.workload.collectives import Collective, Comms
+
+#: (M, N, K, count): ``count`` GEMMs of M × N × K.
+Gemm = tuple[int, int, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertWork:
+    """One MoE block's MLP per micro-batch on one rank, beside the dense MLP it replaces."""
+
+    #: forward GEMMs of the MoE MLP: router, grouped experts (per expert, local experts), shared experts
+    gemms: tuple[Gemm, ...]
+    #: forward GEMMs of the dense MLP the block's op list holds (w1, w3, w2 at b·s × ffn/tp)
+    dense_gemms: tuple[Gemm, ...]
+    #: forward HBM bytes of the MoE MLP's memory-bound ops, and of the dense MLP's activation
+    mem_bytes: float
+    dense_mem_bytes: float
+    #: per direction, blocking on the compute stream: the EP all-to-alls, the ETP exchanges added and the
+    #: dense MLP's TP exchange they replace (to take away)
+    a2a_fwd: Comms
+    a2a_bwd: Comms
+    tp_fwd: Comms
+    tp_bwd: Comms
+    dense_tp_fwd: Comms
+    dense_tp_bwd: Comms
+    #: parameters this rank holds per MoE block: the routed experts' (sharded over EP × ETP), the rest of the
+    #: MoE MLP's (router, shared experts) and the dense MLP's the op list counted
+    expert_params: int
+    other_params: int
+    dense_params: int
+    #: saved activation bytes with no recomputation: the MoE MLP's and the dense MLP's hidden tensors
+    saved: float
+    dense_saved: float
+    #: forward FLOPs of the MoE MLP and of the dense MLP on this rank
+    flops: float
+    dense_flops: float
+
+
+def expert_work(
+    model: ModelSpec,
+    mbs: int,
+    seq: int,
+    tp: int,
+    sp: bool,
+    ep: int,
+    etp: int,
+    elt: int,
+    recompute: str,
+    glu: float = 6.0,
+) -> ExpertWork:
+    """``ExpertWork`` of a MoE block of ``model`` (module docstring); ``glu``: HBM bytes per FFN element of the
+    SwiGLU product under the stack's kernels (``ops.op_bytes``; fused: 3β)."""
+    moe = model.moe
+    assert moe is not None  # callers ask only for MoE models
+    h, E, k = model.hidden_size, moe.num_experts, moe.top_k
+    imb = moe.load_imbalance if moe.capacity_factor is None else min(moe.load_imbalance, moe.capacity_factor)
+    full = mbs * seq  # tokens of the micro-batch (gathered over TP)
+    T = full // tp if (sp and tp > 1) else full  # tokens this rank routes and dispatches
+    T_in = full if etp > 1 else T  # rows into this rank's experts (gathered over ETP)
+    f = moe.expert_ffn_hidden_size // etp
+    local = E // ep
+    rows = math.ceil(T_in * k * ep / E * imb)  # per local expert
+    fs = moe.shared_experts * moe.shared_ffn // tp if moe.shared_experts else 0
+    fd = model.ffn_hidden_size // tp
+    gemms: list[Gemm] = [(T, E, h, 1), (rows, f, h, 2 * local), (rows, h, f, local)]
+    if fs:
+        gemms += [(full, fs, h, 2), (full, h, fs, 1)]
+    dense: tuple[Gemm, ...] = ((full, fd, h, 2), (full, h, fd, 1))
+    permute = 2 * 2.0 * T_in * k * h * elt * imb  # permute + unpermute, each read + write
+    router = 3.0 * T * E * 4  # softmax / top-k over fp32 scores
+    mem = glu * (rows * local * f + full * fs) + permute + router
+    dispatched = T * k * h * elt * imb
+    a2a: Comms = (Collective("ep", "all_to_all", dispatched, 2),) if ep > 1 else ()
+    a2a_b: Comms = (Collective("ep", "all_to_all", dispatched, 4 if recompute == "full" else 2),) if ep > 1 else ()
+    exch = 4 if recompute == "full" else 2  # backward reruns the forward's under full recomputation
+    dense_tp: Comms = ()
+    moe_tp: Comms = ()
+    if tp > 1 and sp:  # the dense MLP's all-gather + reduce-scatter of the residual stream
+        dense_tp = () if fs else (Collective("tp", "reduce_scatter", full * h * elt, 2),)
+        if etp > 1:
+            moe_tp = (Collective("tp", "reduce_scatter", full * k * h * elt * imb, 2),)
+    tp_b: Comms = tuple(Collective(c.axis, c.op, c.nbytes, c.count * exch / 2) for c in moe_tp)
+    dense_b: Comms = tuple(Collective(c.axis, c.op, c.nbytes, c.count * exch / 2) for c in dense_tp)
+    expert_params = local * 3 * h * f
+    other = E * h + (3 * h * fs if fs else 0)
+    saved = elt * T_in * k * imb * (2 * h + 3 * f) + 4.0 * full * fs * elt + 4.0 * T * E
+    return ExpertWork(
+        gemms=tuple(gemms),
+        dense_gemms=dense,
+        mem_bytes=mem,
+        dense_mem_bytes=glu * full * fd,
+        a2a_fwd=a2a,
+        a2a_bwd=a2a_b,
+        tp_fwd=moe_tp,
+        tp_bwd=tp_b,
+        dense_tp_fwd=dense_tp,
+        dense_tp_bwd=dense_b,
+        expert_params=expert_params,
+        other_params=other,
+        dense_params=3 * h * fd,
+        saved=saved,
+        dense_saved=4.0 * full * fd * elt,
+        flops=float(sum(2.0 * m * n * kk * c for m, n, kk, c in gemms)),
+        dense_flops=float(sum(2.0 * m * n * kk * c for m, n, kk, c in dense)),
+    )
+
+
+def expert_dp(tp: int, dp: int, ep: int, etp: int) -> int:
+    """Expert-data-parallel ranks (tp · dp = etp · ep · edp): the group an expert's gradients and ZeRO shards span."""
+    return tp * dp // (ep * etp)
