@@ -22,7 +22,6 @@ export const TIME_PARTS = [
   ["pp_p2p_s", "pipeline send/recv", "#CC79A7"],
   ["dp_sync_s", "data-parallel sync", "#56B4E9"],
   ["optimizer_s", "optimizer", "#7F7F7F"],
-  ["ep_comm_s", "expert-parallel all-to-all", "#F0E442"],
 ];
 /** Colours for terms without an entry above. */
 const EXTRA_COLORS = ["#F0E442", "#88CCEE", "#117733", "#AA4499", "#44AA99", "#999933"];
