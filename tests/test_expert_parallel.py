@@ -9,13 +9,13 @@ import random
 import pytest
 
 from planner.api import estimate, plan
-from planner.compose.cost import Context, class_costs, evaluate
-from planner.search import search
+from planner.compose.cost import Context
 from planner.search.bruteforce import brute_force
 from planner.specs import ClusterSpec, GpuSpec, ModelSpec, ParallelPins, SearchOptions, TrainingSpec
 from planner.specs.catalog import get_gpu, get_model
 from planner.specs.errors import MeshplanError
 from planner.workload.expert_parallel import expert_work
+from tests.test_planner_exact import search_against_brute_force
 
 MIXTRAL = {
     "model": "mixtral-8x22b",
@@ -159,20 +159,10 @@ def random_moe_instance(seed: int) -> tuple[Context, ParallelPins]:
 @pytest.mark.parametrize("seed", range(8))
 def test_search_over_ep_matches_brute_force(seed: int) -> None:
     ctx, pins = random_moe_instance(seed)
-    options = SearchOptions(time_limit_s=20, num_workers=1)
-    ref, scored = brute_force(ctx, pins, options)
-    got = search(
-        Context(model=ctx.model, gpu=ctx.gpu, cluster=ctx.cluster, training=ctx.training), pins, options, top_k=3
-    )
-    assert scored > 0
-    if not ref:
-        assert got.results == [] and got.status == "INFEASIBLE"
-        return
-    assert got.status == "OPTIMAL"
-    assert got.objective_ns == ref[0][0]
-    assert [r.evaluation.objective_ns for r in got.results] == [t[0] for t in ref[: len(got.results)]]
-    for r in got.results:
-        assert evaluate(class_costs(ctx, r.cand), r.stage_layers).objective_ns == r.evaluation.objective_ns
+    got, ref = search_against_brute_force(ctx, pins)
+    if ref:
+        assert got.status == "OPTIMAL"
+        assert got.objective_ns == ref[0][0]
 
 
 def test_some_moe_instances_search_ep() -> None:

@@ -12,12 +12,11 @@ from planner.compose.context_parallel import class_terms, cp_exposed, cp_view
 from planner.compose.cost import Candidate, Context, class_costs, evaluate
 from planner.pricing.comm import CommModel
 from planner.pricing.context_parallel import CpGroup
-from planner.search import search
-from planner.search.bruteforce import brute_force
 from planner.search.space import enumerate_candidates
 from planner.specs import ClusterSpec, GpuSpec, ModelSpec, ParallelPins, SearchOptions, TrainingSpec
 from planner.specs.catalog import get_gpu, get_model
 from planner.workload.context_parallel import cp_block_comms, kv_bytes
+from tests.test_planner_exact import search_against_brute_force
 
 
 def ctx_of(model: str = "llama3.1-8b", seq: int = 65536, gbs: int = 8, nodes: int = 2, gpn: int = 8) -> Context:
@@ -191,15 +190,5 @@ def cp_instance(seed: int) -> tuple[Context, ParallelPins]:
 @pytest.mark.parametrize("seed", range(6))
 def test_search_matches_brute_force_with_cp(seed: int) -> None:
     ctx, pins = cp_instance(seed)
-    options = SearchOptions(time_limit_s=20, num_workers=1)
-    assert any(c.cp > 1 for c in enumerate_candidates(ctx, pins, options))
-    ref, _ = brute_force(ctx, pins, options)
-    fresh = Context(model=ctx.model, gpu=ctx.gpu, cluster=ctx.cluster, training=ctx.training)
-    got = search(fresh, pins, options, top_k=3)
-    if not ref:
-        assert got.results == [] and got.status == "INFEASIBLE"
-        return
-    assert got.status == "OPTIMAL" and got.objective_ns == ref[0][0] == got.bound_ns
-    assert [r.evaluation.objective_ns for r in got.results] == [t[0] for t in ref[: len(got.results)]]
-    wins = [r.cand.cp for r in got.results]
-    assert all(evaluate(class_costs(ctx, r.cand), r.stage_layers).fits for r in got.results), wins
+    assert any(c.cp > 1 for c in enumerate_candidates(ctx, pins, SearchOptions(time_limit_s=20, num_workers=1)))
+    search_against_brute_force(ctx, pins)
