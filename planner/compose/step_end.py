@@ -38,13 +38,15 @@ def end_parts(t: EndTerms[Count]) -> list[Count]:
 
 def end_terms(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int) -> EndTerms[Count]:
     """The end terms of rank r of class ``c`` at the cut ``n`` (rank r holds chunks r, r + pp, …;
-    the embedding is on rank 0, the LM head on rank pp − 1)."""
+    the embedding is on rank 0, the LM head on rank pp − 1; with pp > 1 both also wait on the tied embeddings'
+    all-reduce between them, ``SharedTerms.tied_sync``)."""
     layers = total(n[r :: c.pp])
     emb, head = r == 0, r == c.pp - 1 and s.own_head(c)
+    tied = s.tied_sync if c.pp > 1 and r in (0, c.pp - 1) else 0  # the embedding group's all-reduce
     return EndTerms(
         s.sync.at(layers, emb, head),
         s.hidden_bwd.at(n[r], r == 0, r == c.chunks - 1),
-        s.opt.at(layers, emb, head),
+        s.opt.at(layers, emb, head) + tied,
         s.post.at(layers, emb, head),
         s.sync_slowdown.at(layers, emb, head),
     )

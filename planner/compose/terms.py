@@ -18,7 +18,7 @@ from planner.compose.affine import Affine
 from planner.compose.context import Context
 from planner.compose.experts import dp_seconds, expert_state_bytes, expert_step_seconds, with_experts
 from planner.compose.memory import OPTIMIZER_STEP_BYTES, StateBytes, loss_buffer_bytes, state_bytes, zero3_buffer_bytes
-from planner.pricing.collectives import Groups, per_kind_seconds, pipeline_action, step_reduction_seconds
+from planner.pricing.collectives import Groups, comm_seconds, per_kind_seconds, pipeline_action, step_reduction_seconds
 from planner.pricing.gpu import optimizer_step_times
 from planner.pricing.host import (
     dtensor_linear_dispatch,
@@ -33,9 +33,12 @@ from planner.workload.collectives import (
     NO_REDUCTIONS,
     Op,
     dp_sync,
+    grad_bucket,
     grad_bytes,
     issuing,
+    megatron_finalize,
     step_reductions,
+    tied_embedding_sync,
     tp_comms,
 )
 from planner.workload.fp8 import fp8_state_bytes, gathered_params
@@ -60,12 +63,6 @@ OVERLAP_SLOWDOWN = 0.189
 #: writes them (8; ``torch._amp_foreach_non_finite_check_and_unscale_``, Megatron-LM megatron/optimizer/optimizer.py).
 OPTIMIZER_EXTRA_BYTES = 4
 LOSS_SCALE_BYTES = 8
-
-
-def grad_bucket_params(dp: int) -> int:
-    """Parameters per data-parallel gradient bucket: Megatron-core's default max(40M, 1M·dp)
-    (megatron/core/distributed/distributed_data_parallel_config.py ``bucket_size``); one collective each."""
-    return max(40_000_000, 1_000_000 * dp)
 
 
 def overlapped(work: float, comm: float, slowdown: float) -> float:
@@ -121,6 +118,9 @@ class SharedTerms:
     #: the context-parallel exchange's exposed part of ``fwd``/``bwd`` (``compose.context_parallel``; for the breakdown)
     fwd_cp: Affine = Affine()
     bwd_cp: Affine = Affine()
+    #: ns the first and the last pipeline rank spend at the step's end on the tied embeddings' all-reduce between
+    #: them where the stack issues it (``workload.collectives.tied_embedding_sync``; pp > 1 only)
+    tied_sync: int = 0
 
     def own_head(self, c: Candidate) -> bool:
         """Whether the LM head has parameters of its own (tied to the embedding on a single chunk)."""
@@ -313,14 +313,14 @@ def _shared_terms(
     per_e = expert_state_bytes(ctx, zero_stage, tp, dp, ep, etp) if pe else per
 
     # --- end of step: DP gradient sync (overlapped with the rank's last backward), optimizer step, ZeRO-1/2's
-    # parameter all-gather. In gradient buckets (``grad_bucket_params``; the whole model when smaller): the rank's
+    # parameter all-gather. In gradient buckets (``workload.collectives.grad_bucket``: as the stack buckets them): the rank's
     # bytes at the rate of one bucket's collective — or as the stack issues them (``workload.collectives``).
     total = p_blk * ctx.model.num_layers + p_emb + p_head
 
     def collective(name: Op | None) -> Affine:
         if dp == 1 or name is None:
             return NOTHING
-        bucket = min(grad_bucket_params(dp), total)
+        bucket = grad_bucket(ctx.stack, dp, total)
         degrees = (tp, dp, ep, etp)
         if name == "all_gather":  # the updated parameters
             gathered = gathered_params(ctx, lg.params, tp)
@@ -341,6 +341,9 @@ def _shared_terms(
     # as the stack issues them
     host_opt = host_step_dispatch(ctx, tp, sp, dp)
     reductions = step_reductions(ctx.model, e, tp, sp, dp, zero_stage) if how.step_reductions else NO_REDUCTIONS
+    tied = tied_embedding_sync(ctx.model, ge, tp) if how.finalize_grads == "megatron" else ()
+    if how.finalize_grads == "megatron":
+        reductions = megatron_finalize(ctx.model, ge, tp, sp)
     red, host_once = step_reduction_seconds(ctx, reductions, g)
     host_opt = [a + b for a, b in zip(host_opt, red)]
 
@@ -384,4 +387,5 @@ def _shared_terms(
         flops_layer=lg.flops[0],
         flops_emb=lg.flops[1],
         flops_head=lg.flops[2],
+        tied_sync=ns(comm_seconds(ctx, tied, g)),
     )

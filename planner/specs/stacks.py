@@ -111,6 +111,9 @@ class Stack(BaseModel):
     tp_collectives: Literal["megatron", "per_linear"] = "megatron"
     dp_collectives: Literal["buckets", "modules"] = "buckets"
     step_reductions: bool = False
+    #: reductions after the DP sync as Megatron-core's ``finalize_model_grads`` issues them
+    #: (``workload.collectives.megatron_finalize``)
+    finalize_grads: Literal["none", "megatron"] = "none"
     #: schedules whose pipeline send/recv block both ends (``compose.cost``: on the action, not an async lag)
     p2p_blocking: tuple[Schedule, ...] = ()
     #: ZeRO-3's parameter fetches: one per layer, or one per module (linear) over the persistence threshold, and
@@ -240,6 +243,9 @@ STACKS: dict[str, Stack] = {
             # torch.cuda.synchronize() (batch_p2p_sync) per transfer: megatron/core/pipeline_parallel/
             # p2p_communication.py, megatron/training/arguments.py; interleaved overlaps them (default on)
             p2p_blocking=("1f1b",),
+            # SP norms' gradients over TP, tied embeddings' between first and last stage, the grad-norm
+            # all-reduce (megatron/core/distributed/finalize_model_grads.py)
+            finalize_grads="megatron",
             source="TransformerEngine pytorch/module/layernorm_linear.py, layernorm_mlp.py (tensors saved); "
             "Megatron-LM megatron/training/arguments.py (--overlap-grad-reduce off unless set); "
             "Korthikanti et al. MLSys'23 §4 (34·s·b·h with dropout masks)",

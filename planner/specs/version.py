@@ -64,4 +64,10 @@ from __future__ import annotations
 #:    ``etp``; issue 23): the router, grouped expert GEMMs by their per-expert shape, shared experts, permutes, the
 #:    token all-to-all over the EP group (``TimeBreakdown.ep_comm_s``), expert states sharded and their gradients
 #:    synced over expert-DP; dense plans' numbers as in 16 (their breakdown gains ep_comm_s = 0).
-COST_MODEL_VERSION = 17
+#: 18: the end of a Megatron step as Megatron-core issues it (issue 27 §2; core_v0.16.1): ``finalize_model_grads``
+#:    reductions after the DP sync (SP norms' gradients over TP, tied embeddings' between the first and last stage,
+#:    the gradient norm; ``Stack.finalize_grads``), its DDP gradients in one bucket without ``overlap_grad_reduce``
+#:    and DeepSpeed's in ``reduce_bucket_size`` buckets (``workload.collectives.grad_bucket``; both were Megatron's
+#:    overlapped default of max(40M, 1M·dp) parameters); the fabric above a scalable unit
+#:    (``ClusterSpec.oversubscription``, ``scalable_unit_nodes``; unset: non-blocking, as before).
+COST_MODEL_VERSION = 18
