@@ -284,6 +284,11 @@ def stack_of(row: dict[str, Any]) -> str | dict[str, Any]:
         if row["parallel"]["recompute"] == "selective-layer":
             over["selective_ac"] = TITAN_SELECTIVE_LAYER_K
         return {"base": "torchtitan", **over} if over else "torchtitan"
+    if row["stack"] == "composer-fsdp":
+        # llm-foundry's MPT: eager PyTorch under FSDP (the bundled runtime's pattern) with its default loss, flash-attn's
+        # fused cross-entropy over the 16-bit logits (llmfoundry/models/mpt/modeling_mpt.py at 4952183, loss_fn
+        # 'fused_crossentropy'; scripts/train/benchmarking/submit_benchmarks.py: attn_impl 'flash')
+        return {"base": "meshplan", "loss": "fused"}
     return row["stack"] if row["stack"] in ("megatron", "torchtitan", "deepspeed") else "meshplan"
 
 

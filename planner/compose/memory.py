@@ -46,7 +46,7 @@ OPTIMIZER_STATE_BYTES = {("adam", True): 12, ("adam", False): 8, ("sgd", True): 
 OPTIMIZER_STEP_BYTES = {"adam": 28, "sgd": 20}
 
 
-def loss_buffer_bytes(stack: Stack, tokens: int, vocab_local: int) -> int:
+def loss_buffer_bytes(stack: Stack, tokens: int, vocab_local: int, elt: int = 2) -> int:
     """Bytes the loss holds at its peak on the LM head's rank, beyond the saved activations.
 
     * ``loss="upcast"`` (torchtitan, train.py at 9dec370: ``cross_entropy(pred.flatten(0, 1).float(),
@@ -57,8 +57,11 @@ def loss_buffer_bytes(stack: Stack, tokens: int, vocab_local: int) -> int:
       against 12). Measured for the bundled runtime on an H200 (``bench/gpu/memory_phases.py``): the
       step's peak is in the first block's backward after the loss's, 11.7 GiB above the saved activations
       for 1.05 G logits (12 bytes each);
+    * ``loss="fused"`` (flash-attn's Triton ``cross_entropy``, llm-foundry's default ``fused_crossentropy``:
+      llmfoundry/models/mpt/modeling_mpt.py at 4952183): the loss reads the 16-bit logits, keeps them and one fp32
+      log-sum-exp per row, and its backward writes a 16-bit gradient: 2 × ``elt`` bytes per logit;
     * other stacks: the fp32 logits of the loss (one [T, V/t] fp32 tensor)."""
-    per_logit = 12 if stack.loss == "upcast" else 4
+    per_logit = {"upcast": 12, "fused": 2 * elt}.get(stack.loss, 4)
     return tokens * vocab_local * per_logit
 
 

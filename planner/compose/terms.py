@@ -252,7 +252,7 @@ def _layer_group(
         params=(p_blk, lp_emb.param_count, lp_head.param_count),
         act=act,
         recompute_tmp={"none": 0, "selective": max(0, saved.none - saved.selective), "full": saved.none}[recompute],
-        logits_fp32=loss_buffer_bytes(ctx.stack, mbs * seq, vocab_local),  # the loss's tensors (stack's)
+        logits_fp32=loss_buffer_bytes(ctx.stack, mbs * seq, vocab_local, ctx.elt),  # the loss's tensors (stack's)
         acts=Affine(
             0, int(saved.for_mode(recompute)), lp_emb.saved_activation_bytes.none, lp_head.saved_activation_bytes.none
         ),

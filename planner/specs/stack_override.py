@@ -41,6 +41,12 @@ class StackOverride(Spec):
         "'op' (op-level policy) or k (every k-th block fully recomputed).",
     )
 
+    loss: Literal["fp32_logits", "upcast", "fused"] | None = Field(
+        default=None,
+        description="What the loss holds: fp32_logits (one fp32 copy), upcast (cross_entropy of logits.float(): "
+        "three fp32 tensors at its backward) or fused (a fused cross-entropy kernel over the 16-bit logits).",
+    )
+
     @field_validator("selective_ac", mode="before")
     @classmethod
     def _selective_ac(cls, v: object) -> object:

@@ -40,7 +40,9 @@ field                      read by
 ``p2p_blocking``           ``compose.cost``: schedules whose pipeline sends block both ends (Megatron 1F1B)
 ``loss``                   ``memory.loss_buffer_bytes``: ``"fp32_logits"`` = one fp32 [T, V/t] tensor;
                            ``"upcast"`` = ``cross_entropy(logits.float(), …)`` (torchtitan, the bundled
-                           runtime): three fp32 tensors at the loss's backward
+                           runtime): three fp32 tensors at the loss's backward; ``"fused"`` = a fused
+                           cross-entropy kernel over the 16-bit logits (flash-attn's, llm-foundry's
+                           default): the logits and their gradient
 =========================  =====================================================================
 
 What a stack RUNS (issue 27 §1) is data beside what it costs: ``version`` (the release the preset
@@ -72,7 +74,7 @@ Kernels = Literal["eager", "fused", "compiled"]
 NormKernel = Literal["eager", "fused"]
 ReduceDtype = Literal["param", "fp32", "fp32_bf16"]
 ParamLayout = Literal["master", "fsdp2"]
-LossKind = Literal["fp32_logits", "upcast"]
+LossKind = Literal["fp32_logits", "upcast", "fused"]
 
 #: The fields an inline stack may override (all but ``id``, ``title`` and ``source``).
 OVERRIDABLE = (
@@ -83,6 +85,7 @@ OVERRIDABLE = (
     "overlap_grad_reduce",
     "selective_ac",
     "norm_kernel",
+    "loss",
 )
 
 

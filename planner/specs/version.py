@@ -69,5 +69,7 @@ from __future__ import annotations
 #:    the gradient norm; ``Stack.finalize_grads``), its DDP gradients in one bucket without ``overlap_grad_reduce``
 #:    and DeepSpeed's in ``reduce_bucket_size`` buckets (``workload.collectives.grad_bucket``; both were Megatron's
 #:    overlapped default of max(40M, 1M·dp) parameters); the fabric above a scalable unit
-#:    (``ClusterSpec.oversubscription``, ``scalable_unit_nodes``; unset: non-blocking, as before).
+#:    (``ClusterSpec.oversubscription``, ``scalable_unit_nodes``; unset: non-blocking, as before); a stack whose
+#:    loss is a fused cross-entropy over the 16-bit logits (``Stack.loss = "fused"``, overridable) holds the logits
+#:    and their gradient, one kernel each way.
 COST_MODEL_VERSION = 18

@@ -260,6 +260,8 @@ def memory_ops(ctx: Inputs, kind: str, mbs: int, tp: int, sp: bool) -> tuple[Mem
         return (MemOp("gather", 2.0 * stream * h * e, 1),)
     if kind == "lm_head":
         vocab = _local_vocab(m, tp)
+        if st.loss == "fused":  # one kernel reading the 16-bit logits (its backward writes their gradient)
+            return (MemOp("norm", norm * stream * h, k_norm), MemOp("cross_entropy", 1.0 * tokens * vocab * e, 1))
         return (MemOp("norm", norm * stream * h, k_norm), MemOp("cross_entropy", 3.0 * tokens * vocab * 4, 3))
     if kind != "transformer_block":
         return ()
