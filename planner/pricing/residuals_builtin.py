@@ -19,9 +19,9 @@ ROWS: dict[tuple[str, str], dict[str, float]] = {
     ("megatron", "ampere"): {"compute_scale": 1.09},
     ("megatron", "volta"): {"compute_scale": 1.024},
     ("torchtitan", "ampere"): {"compute_scale": 1.259},
-    ("torchtitan", "hopper"): {"compute_scale": 1.396},
+    ("torchtitan", "hopper"): {"compute_scale": 1.18},
     ("megatron", "*"): {"compute_scale": 1.069},
-    ("torchtitan", "*"): {"compute_scale": 1.353},
+    ("torchtitan", "*"): {"compute_scale": 1.203},
 }
 
 FITS: dict[tuple[str, str], dict[str, Any]] = {
@@ -71,7 +71,7 @@ FITS: dict[tuple[str, str], dict[str, Any]] = {
         ],
         "physics_mape": 0.2274,
         "in_sample_mape": 0.0344,
-        "losgo_mape": 0.0876,
+        "losgo_mape": 0.0657,
     },
     ("torchtitan", "hopper"): {
         "free": ("compute_scale",),
@@ -105,9 +105,9 @@ FITS: dict[tuple[str, str], dict[str, Any]] = {
             "torchtitan_asynctp_8B_float8_tensorwise_asyncTP",
             "torchtitan_asynctp_8B_float8_tensorwise_vanillaTP",
         ],
-        "physics_mape": 0.2858,
-        "in_sample_mape": 0.1145,
-        "losgo_mape": 0.1309,
+        "physics_mape": 0.1591,
+        "in_sample_mape": 0.1157,
+        "losgo_mape": 0.134,
     },
     ("megatron", "*"): {
         "free": ("compute_scale",),
@@ -171,9 +171,9 @@ FITS: dict[tuple[str, str], dict[str, Any]] = {
             "torchtitan_asynctp_8B_float8_tensorwise_asyncTP",
             "torchtitan_asynctp_8B_float8_tensorwise_vanillaTP",
         ],
-        "physics_mape": 0.2724,
-        "in_sample_mape": 0.0962,
-        "losgo_mape": 0.121,
+        "physics_mape": 0.1747,
+        "in_sample_mape": 0.0971,
+        "losgo_mape": 0.1184,
     },
 }
 
@@ -182,9 +182,9 @@ SUMMARY: dict[str, tuple[int, float, float, float]] = {
     "megatron-2021-gpt3": (1, 0.1529, 0.0799, 0.0922),
     "megatron-2020-tp": (8, 0.033, 0.0154, 0.0386),
     "megatron-2020-dp128": (4, 0.0812, 0.0549, 0.0534),
-    "torchtitan-2412-h100": (12, 0.2732, 0.0773, 0.096),
-    "torchtitan-2506-asynctp": (12, 0.3401, 0.1541, 0.1696),
-    "torchtitan-2408-h100": (3, 0.1187, 0.1055, 0.1158),
-    "torchtitan-2404-a100": (8, 0.2274, 0.0344, 0.0876),
-    "overall": (48, 0.2141, 0.079, 0.101),
+    "torchtitan-2412-h100": (12, 0.113, 0.0754, 0.0992),
+    "torchtitan-2506-asynctp": (12, 0.2309, 0.1614, 0.1763),
+    "torchtitan-2408-h100": (3, 0.0559, 0.0943, 0.1038),
+    "torchtitan-2404-a100": (8, 0.2274, 0.0344, 0.0657),
+    "overall": (48, 0.1428, 0.0796, 0.0991),
 }

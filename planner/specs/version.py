@@ -72,4 +72,7 @@ from __future__ import annotations
 #:    (``ClusterSpec.oversubscription``, ``scalable_unit_nodes``; unset: non-blocking, as before); a stack whose
 #:    loss is a fused cross-entropy over the 16-bit logits (``Stack.loss = "fused"``, overridable) holds the logits
 #:    and their gradient, one kernel each way.
-COST_MODEL_VERSION = 18
+#: 19: the 500 W H100 (``h100-sxm-96gb-hbm2e``, torchtitan's benchmark GPUs) at its measured GEMM rates (Meta's
+#:    FBGEMM on "H100 500W": BF16 585.2, FP8 row-wise 1,125.5 TFLOPS at 8192³) instead of datasheet rates
+#:    interpolated in board power: its GEMMs and attention 17.5 % slower (BF16 peak 731.5, was 886.8).
+COST_MODEL_VERSION = 19
