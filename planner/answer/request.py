@@ -72,9 +72,8 @@ def context(request: PlanRequest) -> Context:
 
 def check_priced(model: ModelSpec, stack: Stack | None = None) -> None:
     """Refuse a model whose blocks the cost model does not price yet, rather than price them as something else:
-    mixture-of-experts models whose blocks are not all MoE (``rules.moe_layers_priced``), MoE models on a stack
-    without a MoE block (``rules.stack_runs_moe``) and latent attention (its activations and kernels)."""
-    rules.check(rules.moe_layers_priced(model))
+    MoE models on a stack without a MoE block (``rules.stack_runs_moe``) and latent attention (its activations and
+    kernels). Dense and MoE blocks mixed are priced by kind (``compose.blocks``)."""
     if stack is not None:
         rules.check(rules.stack_runs_moe(stack, model, None, None, None))
     if model.mla is not None:

@@ -14,8 +14,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from planner.compose.affine import Affine
-from planner.compose.context import Context
+from planner.compose.affine import NOTHING, Affine, scaled
+from planner.compose.blocks import block_counts, block_sequence, merged
+from planner.compose.context import Context, GroupKey, SharedKey
 from planner.compose.experts import dp_seconds, expert_state_bytes, expert_step_seconds, with_experts
 from planner.compose.memory import OPTIMIZER_STEP_BYTES, StateBytes, loss_buffer_bytes, state_bytes, zero3_buffer_bytes
 from planner.pricing.collectives import Groups, per_kind_seconds, pipeline_action, step_reduction_seconds
@@ -39,7 +40,7 @@ from planner.workload.collectives import (
     tp_comms,
 )
 from planner.workload.fp8 import fp8_state_bytes, gathered_params
-from planner.workload.ops import block_linears
+from planner.workload.ops import MOE_BLOCK, block_linears
 
 if TYPE_CHECKING:
     from planner.compose.cost import Candidate
@@ -121,6 +122,10 @@ class SharedTerms:
     #: the context-parallel exchange's exposed part of ``fwd``/``bwd`` (``compose.context_parallel``; for the breakdown)
     fwd_cp: Affine = Affine()
     bwd_cp: Affine = Affine()
+    #: a model of two block kinds (``block_sequence``): MoE layers among the first i layers, and the FLOPs a MoE
+    #: layer adds to a dense one (every ``Affine`` above then has its ``moe`` coefficient); None for one kind
+    moe_prefix: tuple[int, ...] | None = None
+    flops_moe: float = 0.0
 
     def own_head(self, c: Candidate) -> bool:
         """Whether the LM head has parameters of its own (tied to the embedding on a single chunk)."""
@@ -144,7 +149,12 @@ def shared_terms(
     key = (mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp)
     s = ctx.shared.get(key)
     if s is None:
-        s = ctx.shared[key] = _shared_terms(ctx, mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp)
+        kinds, prefix = block_sequence(ctx)
+        if prefix is None:
+            s = ctx.shared[key] = _shared_terms(ctx, key, kinds[0])
+        else:  # dense and MoE blocks: each term's per-layer coefficient of each kind
+            dense, moe = (_shared_terms(ctx, key, k) for k in kinds)
+            s = ctx.shared[key] = merged(dense, moe, prefix)
     return s
 
 
@@ -197,18 +207,26 @@ class LayerGroup:
 
 
 def layer_group(
-    ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo: bool = False, ep: int = 1, etp: int = 1
+    ctx: Context,
+    mbs: int,
+    tp: int,
+    sp: bool,
+    recompute: str,
+    tpo: bool = False,
+    ep: int = 1,
+    etp: int = 1,
+    kind: str = "",
 ) -> LayerGroup:
-    key = (mbs, tp, sp, recompute, tpo, ep, etp)
+    """``kind``: the block kind priced (``blocks.block_sequence``); by default the model's first (its only one)."""
+    key = (mbs, tp, sp, recompute, tpo, ep, etp, kind or block_sequence(ctx)[0][0])
     lg = ctx.groups.get(key)
     if lg is None:
-        lg = ctx.groups[key] = _layer_group(ctx, mbs, tp, sp, recompute, tpo, ep, etp)
+        lg = ctx.groups[key] = _layer_group(ctx, key)
     return lg
 
 
-def _layer_group(
-    ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo: bool = False, ep: int = 1, etp: int = 1
-) -> LayerGroup:
+def _layer_group(ctx: Context, key: GroupKey) -> LayerGroup:
+    mbs, tp, sp, recompute, tpo, ep, etp, kind = key
     model, seq = ctx.model, ctx.training.seq_len
     blk = layer_times(ctx, "transformer_block", mbs, tp, sp, recompute)
     emb = layer_times(ctx, "embedding", mbs, tp, sp, "none")
@@ -236,7 +254,7 @@ def _layer_group(
     vocab_local = model.vocab_size // tp if model.vocab_size % tp == 0 else model.vocab_size
     saved = lp_blk.saved_activation_bytes
     p_blk, x = lp_blk.param_count, None
-    if model.moe is not None:  # a MoE block: its MLP in place of the dense one (``compose.experts``)
+    if kind == MOE_BLOCK:  # a MoE block: its MLP in place of the dense one (``compose.experts``)
         blk, saved, p_blk, blk_tp_f, blk_tp_b, x = with_experts(
             ctx, blk, saved, p_blk, blk_tp_f, blk_tp_b, (mbs, tp, sp, recompute, ep, etp)
         )
@@ -263,20 +281,12 @@ def _layer_group(
     )
 
 
-NOTHING = Affine()
-
-
-def scaled(a: Affine, factor: float) -> Affine:
-    if a == NOTHING:
-        return a
-    c, layer, emb, head = a
-    return Affine(round(c * factor), round(layer * factor), round(emb * factor), round(head * factor))
-
-
-def _shared_terms(
-    ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero_stage: int, dp: int, tpo: bool, ep: int, etp: int
-) -> SharedTerms:
-    lg = layer_group(ctx, mbs, tp, sp, recompute, tpo, ep, etp)
+def _shared_terms(ctx: Context, key: SharedKey, kind: str) -> SharedTerms:
+    """The terms of a model whose every block is of ``kind``, with the real model's parameter count (the DP
+    buckets): ``blocks.merged`` joins the two kinds of a mixed model."""
+    mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp = key
+    at = (mbs, tp, sp, recompute, tpo, ep, etp)
+    lg = layer_group(ctx, *at, kind)
     tr, e = ctx.training, ctx.elt
     p_blk, p_emb, p_head = lg.params
 
@@ -315,7 +325,7 @@ def _shared_terms(
     # --- end of step: DP gradient sync (overlapped with the rank's last backward), optimizer step, ZeRO-1/2's
     # parameter all-gather. In gradient buckets (``grad_bucket_params``; the whole model when smaller): the rank's
     # bytes at the rate of one bucket's collective — or as the stack issues them (``workload.collectives``).
-    total = p_blk * ctx.model.num_layers + p_emb + p_head
+    total = p_emb + p_head + sum(layer_group(ctx, *at, k).params[0] * n for k, n in block_counts(ctx).items())
 
     def collective(name: Op | None) -> Affine:
         if dp == 1 or name is None:

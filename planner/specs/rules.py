@@ -27,7 +27,6 @@ from planner.specs.ep_rules import (  # noqa: F401 (re-exported: expert parallel
     etp_is_one_or_tp,
     expert_parallel_rules,
     expert_tokens_split,
-    moe_layers_priced,
     stack_runs_moe,
 )
 from planner.specs.errors import MeshplanError
