@@ -1,6 +1,7 @@
 """Expert parallelism (issue 23): the rules of parallel.ep / parallel.etp, what a MoE block issues and holds under
 EP (workload.expert_parallel), its pricing in the breakdown (ep_comm_s), the search over ep and etp matching the
-brute force on small MoE instances, and the refusals (meshplan stack, mixed layer sequences)."""
+brute force on small MoE instances, the refusal of the meshplan stack, and a mixed layer sequence priced by kind
+(tests/test_planner_hetero.py, tests/test_deepseek_maverick.py: the rest of mixed sequences)."""
 
 from __future__ import annotations
 
@@ -55,12 +56,6 @@ def test_meshplan_stack_refuses_moe_naming_the_stacks_that_run_it() -> None:
     with pytest.raises(MeshplanError) as err:
         plan(req)
     assert err.value.field == "training.stack" and "megatron" in err.value.fix and "torchtitan" in err.value.fix
-
-
-def test_deepseek_v3_is_refused_for_its_latent_attention_not_its_dense_layers() -> None:
-    with pytest.raises(MeshplanError) as err:
-        estimate({**MIXTRAL, "model": "deepseek-v3", "parallel": {"tp": 8, "pp": 16, "sequence_parallel": True}})
-    assert err.value.field == "model.mla"
 
 
 def test_maverick_alternation_is_priced_by_kind() -> None:

@@ -187,6 +187,9 @@ def local_attention_time(ctx: Device, mbs: int, tp: int) -> tuple[float, float]:
       back from [b, a, s, d] to [b, s, a·d] (``permute(...).contiguous()``: read + write, both ways)."""
     m, seq = ctx.model, ctx.training.seq_len
     d, heads = m.head_dim, mbs * m.num_attention_heads // tp
+    dv = d  # latent attention: QKᵀ over the query/key head width, PV over the value head width
+    if m.mla is not None:
+        d, dv = m.mla.qk_head_dim, m.mla.v_head_dim
     if heads == 0:
         return 0.0, 0.0
     flops = attention_core_flops(m, mbs, seq, tp)
@@ -195,10 +198,10 @@ def local_attention_time(ctx: Device, mbs: int, tp: int) -> tuple[float, float]:
         if rate is not None:
             total = (1 + FLASH_BWD_RATIO) * flops / 2 / (rate * 1e12)
             return total / (1 + FLASH_BWD_RATIO), total * FLASH_BWD_RATIO / (1 + FLASH_BWD_RATIO)
-        fwd = gemm_time(ctx, seq, seq, d, heads, True) + gemm_time(ctx, seq, d, seq, heads, True)
+        fwd = gemm_time(ctx, seq, seq, d, heads, True) + gemm_time(ctx, seq, dv, seq, heads, True)
         return fwd, FLASH_BWD_RATIO * fwd
-    fwd = gemm_time(ctx, seq, seq, d, heads, True) + gemm_time(ctx, seq, d, seq, heads, True)
-    bwd = gemm_time(ctx, seq, seq, d, heads, True) + 3 * gemm_time(ctx, seq, d, seq, heads, True)
+    fwd = gemm_time(ctx, seq, seq, d, heads, True) + gemm_time(ctx, seq, dv, seq, heads, True)
+    bwd = gemm_time(ctx, seq, seq, d, heads, True) + 3 * gemm_time(ctx, seq, dv, seq, heads, True)
     scores = heads * seq * seq
     e = ctx.elt
     fwd += hbm_time(ctx, 2 * scores * e)
@@ -206,7 +209,7 @@ def local_attention_time(ctx: Device, mbs: int, tp: int) -> tuple[float, float]:
     if ctx.stack.kernels == "eager":  # the causal mask by its own kernel over the scores (masked_fill_), both ways
         fwd += hbm_time(ctx, 2 * scores * e)
         bwd += hbm_time(ctx, 2 * scores * e)
-    context = heads * seq * d * e  # the context [b, a, s, d] permuted back to [b, s, a·d] (a contiguous copy)
+    context = heads * seq * dv * e  # the context [b, a, s, d] permuted back to [b, s, a·d] (a contiguous copy)
     fwd += hbm_time(ctx, 2 * context)
     bwd += hbm_time(ctx, 2 * context)
     if ctx.stack.dropout:
