@@ -11,7 +11,7 @@ from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any
 
 from planner.compose.affine import Affine, moe_prefix
-from planner.compose.context import Context
+from planner.compose.context import Context, SharedKey
 from planner.workload.ops import MOE_BLOCK, block_kinds
 
 if TYPE_CHECKING:
@@ -39,6 +39,22 @@ def block_counts(ctx: Context) -> dict[str, int]:
     if prefix is None:
         return {kinds[0]: ctx.model.num_layers}
     return {"transformer_block": ctx.model.num_layers - prefix[-1], MOE_BLOCK: prefix[-1]}
+
+
+def mixed_terms(ctx: Context, key: SharedKey, prefix: tuple[int, ...]) -> SharedTerms:
+    """The terms of a model of dense and MoE blocks (``terms.shared_terms``' key): each kind's (``terms.kind_terms``)
+    ``merged``. The dense kind's do not depend on the experts' layout but for the model's parameters per rank (its
+    DP buckets): shared by the (ep, etp) pairs with as many."""
+    from planner.compose.terms import kind_terms, layer_group
+
+    mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp = key
+    at = (mbs, tp, sp, recompute, tpo, ep, etp)
+    params = sum(layer_group(ctx, *at, k).params[0] * n for k, n in block_counts(ctx).items())
+    dense_key = (*at[:5], zero_stage, dp, params)
+    dense = ctx.dense_terms.get(dense_key)
+    if dense is None:
+        dense = ctx.dense_terms[dense_key] = kind_terms(ctx, key, "transformer_block")
+    return merged(dense, kind_terms(ctx, key, MOE_BLOCK), prefix)
 
 
 def merged(dense: SharedTerms, moe: SharedTerms, prefix: tuple[int, ...]) -> SharedTerms:

@@ -39,6 +39,10 @@ class Context(Device):
     cp_terms: dict[tuple, SharedTerms] = _cache()
     #: (mbs, tp, cp, cp_comm, recompute) -> the exchange's exposed (forward, backward) seconds per block
     cp_exposed: dict[tuple[int, int, int, str, str], tuple[float, float]] = _cache()
+    #: a mixed model's dense-kind terms (independent of ep and etp), by their shared key less those and the
+    #: model's parameters per rank (``blocks.dense_terms``); the (ep, etp) pairs searched (``options.expert_options``)
+    dense_terms: dict[tuple, SharedTerms] = _cache()
+    expert_pairs: dict[tuple, list[tuple[int, int]]] = _cache()
     #: the model's block kinds and, for two, its MoE prefix counts (``terms.block_sequence``)
     blocks: tuple[tuple[str, ...], tuple[int, ...] | None] | None = field(
         default=None, init=False, repr=False, compare=False

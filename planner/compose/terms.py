@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from planner.compose.affine import NOTHING, Affine, scaled
-from planner.compose.blocks import block_counts, block_sequence, merged
+from planner.compose.blocks import block_counts, block_sequence, mixed_terms
 from planner.compose.context import Context, GroupKey, SharedKey
 from planner.compose.experts import dp_seconds, expert_state_bytes, expert_step_seconds, with_experts
 from planner.compose.memory import OPTIMIZER_STEP_BYTES, StateBytes, loss_buffer_bytes, state_bytes, zero3_buffer_bytes
@@ -151,10 +151,9 @@ def shared_terms(
     if s is None:
         kinds, prefix = block_sequence(ctx)
         if prefix is None:
-            s = ctx.shared[key] = _shared_terms(ctx, key, kinds[0])
+            s = ctx.shared[key] = kind_terms(ctx, key, kinds[0])
         else:  # dense and MoE blocks: each term's per-layer coefficient of each kind
-            dense, moe = (_shared_terms(ctx, key, k) for k in kinds)
-            s = ctx.shared[key] = merged(dense, moe, prefix)
+            s = ctx.shared[key] = mixed_terms(ctx, key, prefix)
     return s
 
 
@@ -218,7 +217,10 @@ def layer_group(
     kind: str = "",
 ) -> LayerGroup:
     """``kind``: the block kind priced (``blocks.block_sequence``); by default the model's first (its only one)."""
-    key = (mbs, tp, sp, recompute, tpo, ep, etp, kind or block_sequence(ctx)[0][0])
+    kind = kind or block_sequence(ctx)[0][0]
+    if kind != MOE_BLOCK:  # a dense block does not depend on the experts' layout
+        ep = etp = 1
+    key = (mbs, tp, sp, recompute, tpo, ep, etp, kind)
     lg = ctx.groups.get(key)
     if lg is None:
         lg = ctx.groups[key] = _layer_group(ctx, key)
@@ -281,7 +283,7 @@ def _layer_group(ctx: Context, key: GroupKey) -> LayerGroup:
     )
 
 
-def _shared_terms(ctx: Context, key: SharedKey, kind: str) -> SharedTerms:
+def kind_terms(ctx: Context, key: SharedKey, kind: str) -> SharedTerms:
     """The terms of a model whose every block is of ``kind``, with the real model's parameter count (the DP
     buckets): ``blocks.merged`` joins the two kinds of a mixed model."""
     mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp = key

@@ -95,7 +95,16 @@ def fp8_gemm_efficiency(ctx: Device) -> float:
 def gemm_time(ctx: Device, m: int, n: int, k: int, count: int = 1, batched: bool = False, fp8: bool = False) -> float:
     """Seconds of ``count`` M×N×K GEMMs (one batched kernel when ``batched``): the larger of their FLOPs at
     the large-GEMM ceiling × the wave/tile efficiency, and their operand and result bytes at achieved HBM.
-    ``fp8``: FP8 operands (1 byte each) and a 16-bit result, at the FP8 peak × ``FP8_GEMM_EFFICIENCY``."""
+    ``fp8``: FP8 operands (1 byte each) and a 16-bit result, at the FP8 peak × ``FP8_GEMM_EFFICIENCY``. Memoised
+    on the device (``Device.gemm_cache``)."""
+    key = (m, n, k, count, batched, fp8)
+    t = ctx.gemm_cache.get(key)
+    if t is None:
+        t = ctx.gemm_cache[key] = _gemm_time(ctx, m, n, k, count, batched, fp8)
+    return t
+
+
+def _gemm_time(ctx: Device, m: int, n: int, k: int, count: int, batched: bool, fp8: bool) -> float:
     if fp8 and not runs_on_host(ctx):
         fl = 2.0 * m * n * k * count
         by = (m * k + k * n + 2 * m * n) * count
