@@ -212,3 +212,20 @@ def test_cp_sat_model_with_its_cut_fixed_is_the_evaluation(seed: int, sequence: 
             checked += 1
             assert max(rank_memory(cc, n, r) for r in range(cand.pp)) == max(ev.memory_bytes)
     assert checked > 0
+
+
+def test_the_kinds_screen_rules_out_classes_the_layer_caps_let_through() -> None:
+    """``screens.kinds_fit`` (each kind's layers within the ranks' rooms) drops classes whose layer count alone fits
+    (``layer_caps``) — never one with a fitting cut (``test_bounds_and_screens_hold_on_mixed_sequences``)."""
+    from planner.search.screens import caps_fit, kinds_fit, layer_caps
+
+    dropped = 0
+    for seed, sequence in CASES:
+        ctx, pins = mixed_instance(seed, sequence)
+        for cand in enumerate_candidates(ctx, pins, SearchOptions()):
+            cc = class_costs(ctx, cand)
+            args = (cc.shared, cand, cc.live, cc.num_layers, cc.usable_bytes)
+            if caps_fit(layer_caps(*args), cand.virtual_stages, cc.num_layers) and not kinds_fit(*args):
+                assert not any(evaluate(cc, n).fits for n in compositions(cc.num_layers, cc.chunks))
+                dropped += 1
+    assert dropped > 0

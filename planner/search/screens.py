@@ -39,6 +39,30 @@ def layer_caps(s: SharedTerms, c: Candidate, live: Live, num_layers: int, usable
         yield cap
 
 
+def kinds_fit(s: SharedTerms, c: Candidate, live: Live, num_layers: int, usable: int) -> bool:
+    """A model of two block kinds: whether the ranks' memories can hold each kind's layers, every rank at most
+    ``room // per-layer bytes`` of a kind at each activation peak (its other layers only take more room): False only
+    when no cut fits. True for a model of one kind."""
+    if s.moe_prefix is None:
+        return True
+    zero = [0] * c.chunks
+    need = {False: num_layers - s.moe_prefix[-1], True: s.moe_prefix[-1]}  # dense, MoE
+    held = dict.fromkeys(need, 0)
+    for r in range(c.pp):
+        own = range(r, c.chunks, c.pp)
+        base = usable - rank_states(s, c, zero, r, zero) - rank_buffers(s, c, r)
+        caps = dict.fromkeys(need, num_layers)
+        for vec in live[r]:
+            room = base - rank_activations(s, c, zero, vec, zero)
+            kmin = min([k for _, k in vec]) if len(vec) == len(own) else 0
+            dense = s.states.layer + kmin * s.acts.layer
+            for moe, per in ((False, dense), (True, dense + s.states.moe + kmin * s.acts.moe)):
+                caps[moe] = min(caps[moe], -1 if room < 0 else (room // per if per > 0 else num_layers))
+        for moe in need:
+            held[moe] += max(0, caps[moe])
+    return all(held[moe] >= need[moe] for moe in need)
+
+
 def caps_fit(caps: Iterable[int], v: int, num_layers: int) -> bool:
     """Whether every rank can hold its v chunks and all ranks the layers (stops at the first that cannot)."""
     held = 0
@@ -50,9 +74,10 @@ def caps_fit(caps: Iterable[int], v: int, num_layers: int) -> bool:
 
 
 def may_fit(cc: ClassCosts) -> bool:
-    """False only when no cut of the class fits (``layer_caps``)."""
-    return caps_fit(
-        layer_caps(cc.shared, cc.cand, cc.live, cc.num_layers, cc.usable_bytes), cc.cand.virtual_stages, cc.num_layers
+    """False only when no cut of the class fits (``layer_caps``, ``kinds_fit``)."""
+    s, c, L = cc.shared, cc.cand, cc.num_layers
+    return caps_fit(layer_caps(s, c, cc.live, L, cc.usable_bytes), c.virtual_stages, L) and kinds_fit(
+        s, c, cc.live, L, cc.usable_bytes
     )
 
 
@@ -80,8 +105,8 @@ def quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None = None) -> b
         return True
     s, m, usable = class_terms(ctx, c), num_microbatches(ctx, c), ctx.usable_bytes
     if cut is None:
-        live = live_vectors_cached(c.schedule, c.pp, 1, m)
-        return caps_fit(layer_caps(s, c, live, ctx.model.num_layers, usable), 1, ctx.model.num_layers)
+        live, L = live_vectors_cached(c.schedule, c.pp, 1, m), ctx.model.num_layers
+        return caps_fit(layer_caps(s, c, live, L, usable), 1, L) and kinds_fit(s, c, live, L, usable)
     for r in range(c.pp):
         copies = (
             interleaved_peak_copies(c.pp, c.virtual_stages, m, r)
