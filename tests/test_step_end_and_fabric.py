@@ -92,7 +92,7 @@ def priced(req: PlanRequest, finalize: str) -> tuple[object, tuple[int, int, int
     ctx.__dict__["stack"] = STACKS["megatron"].model_copy(update={"finalize_grads": finalize})
     cand, n = complete_pins(ctx, req)
     cc = class_costs(ctx, cand)
-    return ctx, tuple(cc.shared.opt), evaluate(cc, n).objective_ns  # type: ignore[return-value]
+    return ctx, tuple(cc.shared.opt), evaluate(cc, n).objective_ns  # type: ignore[return-value]  # (const, layer, emb, head, moe)
 
 
 def test_the_tied_embedding_all_reduce_is_on_the_lm_heads_rank_at_the_ring_time():
@@ -107,7 +107,7 @@ def test_the_tied_embedding_all_reduce_is_on_the_lm_heads_rank_at_the_ring_time(
     norm = cm.time("all_reduce", 4, 8, "intra_node", 8)
     d = [a - b for a, b in zip(with_, without)]
     assert d[0] == pytest.approx(norm * 1e9, abs=2)  # once per rank: the grad norm
-    assert d[1:] == [0, 0, 0]  # per block, embedding, head: nothing (the tied all-reduce is its own term)
+    assert not any(d[1:])  # per block, embedding, head (, MoE layer): nothing (the tied all-reduce is its own term)
     assert step_with - step_without == pytest.approx((norm + expected) * 1e9, abs=4)
 
 

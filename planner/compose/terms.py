@@ -14,10 +14,11 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from planner.compose.affine import Affine
-from planner.compose.context import Context
+from planner.compose.affine import NOTHING, Affine, scaled
+from planner.compose.blocks import block_counts, block_sequence, mixed_terms
+from planner.compose.context import Context, GroupKey, SharedKey
 from planner.compose.experts import dp_seconds, expert_state_bytes, expert_step_seconds, with_experts
-from planner.compose.memory import OPTIMIZER_STEP_BYTES, StateBytes, loss_buffer_bytes, state_bytes, zero3_buffer_bytes
+from planner.compose.memory import StateBytes, loss_buffer_bytes, optimizer_step_bytes, state_bytes, zero3_buffer_bytes
 from planner.pricing.collectives import Groups, comm_seconds, per_kind_seconds, pipeline_action, step_reduction_seconds
 from planner.pricing.gpu import optimizer_step_times
 from planner.pricing.host import (
@@ -42,7 +43,7 @@ from planner.workload.collectives import (
     tp_comms,
 )
 from planner.workload.fp8 import fp8_state_bytes, gathered_params
-from planner.workload.ops import block_linears
+from planner.workload.ops import MOE_BLOCK, block_linears
 
 if TYPE_CHECKING:
     from planner.compose.cost import Candidate
@@ -55,14 +56,6 @@ NS = 1e9
 #: A100/H100/MI250/MI210 (Lee et al., "Characterizing Compute-Communication Overlap in GPU-Accelerated
 #: Distributed Deep Learning", arXiv 2507.03114).
 OVERLAP_SLOWDOWN = 0.189
-
-
-#: HBM bytes per parameter of the optimizer step besides the update (``memory.OPTIMIZER_STEP_BYTES``): the
-#: gradient-norm pass of gradient clipping reads the fp32 main gradients (4; Megatron-LM ``clip_grad`` 1.0 in
-#: its examples, torchtitan ``max_norm`` 1.0); with fp16 the loss-scale unscale and inf/NaN check reads and
-#: writes them (8; ``torch._amp_foreach_non_finite_check_and_unscale_``, Megatron-LM megatron/optimizer/optimizer.py).
-OPTIMIZER_EXTRA_BYTES = 4
-LOSS_SCALE_BYTES = 8
 
 
 def overlapped(work: float, comm: float, slowdown: float) -> float:
@@ -121,6 +114,10 @@ class SharedTerms:
     #: ns the first and the last pipeline rank spend at the step's end on the tied embeddings' all-reduce between
     #: them where the stack issues it (``workload.collectives.tied_embedding_sync``; pp > 1 only)
     tied_sync: int = 0
+    #: a model of two block kinds (``block_sequence``): MoE layers among the first i layers, and the FLOPs a MoE
+    #: layer adds to a dense one (every ``Affine`` above then has its ``moe`` coefficient); None for one kind
+    moe_prefix: tuple[int, ...] | None = None
+    flops_moe: float = 0.0
 
     def own_head(self, c: Candidate) -> bool:
         """Whether the LM head has parameters of its own (tied to the embedding on a single chunk)."""
@@ -144,7 +141,11 @@ def shared_terms(
     key = (mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp)
     s = ctx.shared.get(key)
     if s is None:
-        s = ctx.shared[key] = _shared_terms(ctx, mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp)
+        kinds, prefix = block_sequence(ctx)
+        if prefix is None:
+            s = ctx.shared[key] = kind_terms(ctx, key, kinds[0])
+        else:  # dense and MoE blocks: each term's per-layer coefficient of each kind
+            s = ctx.shared[key] = mixed_terms(ctx, key, prefix)
     return s
 
 
@@ -197,18 +198,29 @@ class LayerGroup:
 
 
 def layer_group(
-    ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo: bool = False, ep: int = 1, etp: int = 1
+    ctx: Context,
+    mbs: int,
+    tp: int,
+    sp: bool,
+    recompute: str,
+    tpo: bool = False,
+    ep: int = 1,
+    etp: int = 1,
+    kind: str = "",
 ) -> LayerGroup:
-    key = (mbs, tp, sp, recompute, tpo, ep, etp)
+    """``kind``: the block kind priced (``blocks.block_sequence``); by default the model's first (its only one)."""
+    kind = kind or block_sequence(ctx)[0][0]
+    if kind != MOE_BLOCK:  # a dense block does not depend on the experts' layout
+        ep = etp = 1
+    key = (mbs, tp, sp, recompute, tpo, ep, etp, kind)
     lg = ctx.groups.get(key)
     if lg is None:
-        lg = ctx.groups[key] = _layer_group(ctx, mbs, tp, sp, recompute, tpo, ep, etp)
+        lg = ctx.groups[key] = _layer_group(ctx, key)
     return lg
 
 
-def _layer_group(
-    ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo: bool = False, ep: int = 1, etp: int = 1
-) -> LayerGroup:
+def _layer_group(ctx: Context, key: GroupKey) -> LayerGroup:
+    mbs, tp, sp, recompute, tpo, ep, etp, kind = key
     model, seq = ctx.model, ctx.training.seq_len
     blk = layer_times(ctx, "transformer_block", mbs, tp, sp, recompute)
     emb = layer_times(ctx, "embedding", mbs, tp, sp, "none")
@@ -236,7 +248,7 @@ def _layer_group(
     vocab_local = model.vocab_size // tp if model.vocab_size % tp == 0 else model.vocab_size
     saved = lp_blk.saved_activation_bytes
     p_blk, x = lp_blk.param_count, None
-    if model.moe is not None:  # a MoE block: its MLP in place of the dense one (``compose.experts``)
+    if kind == MOE_BLOCK:  # a MoE block: its MLP in place of the dense one (``compose.experts``)
         blk, saved, p_blk, blk_tp_f, blk_tp_b, x = with_experts(
             ctx, blk, saved, p_blk, blk_tp_f, blk_tp_b, (mbs, tp, sp, recompute, ep, etp)
         )
@@ -263,20 +275,12 @@ def _layer_group(
     )
 
 
-NOTHING = Affine()
-
-
-def scaled(a: Affine, factor: float) -> Affine:
-    if a == NOTHING:
-        return a
-    c, layer, emb, head = a
-    return Affine(round(c * factor), round(layer * factor), round(emb * factor), round(head * factor))
-
-
-def _shared_terms(
-    ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero_stage: int, dp: int, tpo: bool, ep: int, etp: int
-) -> SharedTerms:
-    lg = layer_group(ctx, mbs, tp, sp, recompute, tpo, ep, etp)
+def kind_terms(ctx: Context, key: SharedKey, kind: str) -> SharedTerms:
+    """The terms of a model whose every block is of ``kind``, with the real model's parameter count (the DP
+    buckets): ``blocks.merged`` joins the two kinds of a mixed model."""
+    mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp = key
+    at = (mbs, tp, sp, recompute, tpo, ep, etp)
+    lg = layer_group(ctx, *at, kind)
     tr, e = ctx.training, ctx.elt
     p_blk, p_emb, p_head = lg.params
 
@@ -315,7 +319,7 @@ def _shared_terms(
     # --- end of step: DP gradient sync (overlapped with the rank's last backward), optimizer step, ZeRO-1/2's
     # parameter all-gather. In gradient buckets (``workload.collectives.grad_bucket``: as the stack buckets them): the rank's
     # bytes at the rate of one bucket's collective — or as the stack issues them (``workload.collectives``).
-    total = p_blk * ctx.model.num_layers + p_emb + p_head
+    total = p_emb + p_head + sum(layer_group(ctx, *at, k).params[0] * n for k, n in block_counts(ctx).items())
 
     def collective(name: Op | None) -> Affine:
         if dp == 1 or name is None:
@@ -331,9 +335,7 @@ def _shared_terms(
     sync, post = collective(sync_op), collective(post_op)
     # optimizer step: memory-bound multi-tensor kernels over the (sharded) states at achieved HBM bandwidth
     shard = dp if zero_stage >= 1 else 1
-    upd = (
-        OPTIMIZER_STEP_BYTES[tr.optimizer] + OPTIMIZER_EXTRA_BYTES + (LOSS_SCALE_BYTES if tr.precision == "fp16" else 0)
-    )
+    upd = optimizer_step_bytes(tr.optimizer, tr.precision)
     step = optimizer_step_times(ctx, (p_blk - pe, p_emb, p_head), shard, upd)
     step[0] += expert_step_seconds(ctx, pe, zero_stage, (tp, dp, ep, etp), upd)
 

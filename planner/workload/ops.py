@@ -275,7 +275,11 @@ def memory_ops(ctx: Inputs, kind: str, mbs: int, tp: int, sp: bool) -> tuple[Mem
         MemOp("activation", (glu if m.activation == "swiglu" else 2 * e) * tokens * f, k_act),
     ]
     heads = m.num_attention_heads + m.num_kv_heads
-    if m.family == "llama":
+    if m.mla is not None:  # latent attention (``workload.moe.mla_memory_ops``): its own RoPE, latent norms, concats
+        from planner.workload.moe import mla_memory_ops
+
+        ops += mla_memory_ops(m, tokens, tp, e, (norm, rope), (k_norm, k_rope))
+    elif m.family == "llama":
         ops.append(MemOp("rope", rope * tokens * heads * m.head_dim // tp, 2 * k_rope))
     if st.activations == "titan" and m.num_kv_heads < m.num_attention_heads:
         ops.append(MemOp("repeat_kv", 2 * tokens * heads * m.head_dim // tp * e, 2))
