@@ -1,0 +1,90 @@
+"""A mixture-of-experts plan's memory per stage itemises its routed experts (issue 23: the dashboard's memory chart
+draws them): ``StageMemory.expert_weights_gib`` / ``expert_gradients_gib`` / ``expert_optimizer_gib``, checked here
+against the experts counted by hand — (experts ÷ ep) × 3 · h · (f ÷ etp) parameters per MoE layer on a rank, its
+MoE layers, bytes per parameter of the precision and of Adam's states, ZeRO's shard over the expert-data-parallel
+ranks tp · dp ÷ (ep · etp) — and the stage's total unchanged by the itemisation. Dense plans are written as before
+(no expert keys)."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.api import estimate_plan
+from planner.specs.catalog import get_model
+
+GIB = 2**30
+
+
+def _plan(model: str, stack: str = "megatron", **parallel):
+    return estimate_plan(
+        {
+            "model": model,
+            "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 2, "gpus_per_node": 8},
+            "training": {"global_batch_size": 256, "seq_len": 4096, "stack": stack},
+            "parallel": {"micro_batch_size": 1, **parallel},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "parallel",
+    [
+        {"tp": 2, "pp": 2, "dp": 4, "ep": 4, "etp": 1, "sequence_parallel": True, "zero_stage": 1},
+        {"tp": 2, "pp": 2, "dp": 4, "ep": 2, "etp": 2, "sequence_parallel": True, "zero_stage": 0},
+        {"tp": 1, "pp": 2, "dp": 8, "ep": 8, "etp": 1, "zero_stage": 3, "stack": "torchtitan"},
+        {"tp": 1, "pp": 1, "dp": 16, "ep": 4, "etp": 1, "zero_stage": 2, "stack": "torchtitan"},
+    ],
+)
+def test_expert_memory_is_the_experts_counted_by_hand(parallel: dict) -> None:
+    """(Megatron and torchtitan both keep 16-bit weights and gradients beside fp32 master states: ``"master"``.)"""
+    plan = _plan("mixtral-8x7b", **parallel)
+    m = get_model("mixtral-8x7b")
+    assert m.moe is not None
+    p = plan.parallel
+    edp = p.tp * p.dp // (p.ep * p.etp)
+    per_layer = (m.moe.num_experts // p.ep) * 3 * m.hidden_size * (m.moe.expert_ffn_hidden_size // p.etp)
+    # bf16 weights and gradients, Adam's fp32 master + 2 moments; ZeRO-1 shards the 12 B, ZeRO-2 also the
+    # gradients, ZeRO-3 everything, over expert-DP
+    z = p.zero_stage
+    weight_b = 2 / (edp if z == 3 else 1)
+    grad_b = 2 / (edp if z >= 2 else 1)
+    opt_b = 12 / (edp if z >= 1 else 1)
+    for stage, layers in zip(plan.estimate.memory_per_stage, p.stage_layers):  # one chunk per rank here
+        n = per_layer * layers  # every Mixtral layer is MoE
+        assert stage.expert_weights_gib == pytest.approx(n * weight_b / GIB, rel=1e-9)
+        assert stage.expert_gradients_gib == pytest.approx(n * grad_b / GIB, rel=1e-9)
+        assert stage.expert_optimizer_gib == pytest.approx(n * opt_b / GIB, rel=1e-9)
+        assert stage.expert_weights_gib < stage.weights_gib and stage.expert_optimizer_gib < stage.optimizer_gib
+        parts = (
+            stage.weights_gib
+            + stage.gradients_gib
+            + stage.optimizer_gib
+            + stage.activations_gib
+            + stage.buffers_gib
+            + stage.reserve_gib
+        )
+        assert parts == pytest.approx(stage.total_gib, rel=1e-9)
+
+
+def test_the_itemisation_moves_no_total_and_no_time() -> None:
+    """Splitting the states by kind changes neither the stage's total nor the step: the same plan as the memory
+    constraint counted it (the search and the estimate agree)."""
+    plan = _plan("mixtral-8x7b", tp=2, pp=2, dp=4, ep=4, etp=1, sequence_parallel=True, zero_stage=1)
+    e = plan.estimate
+    assert e.peak_memory_gib == max(s.total_gib for s in e.memory_per_stage)
+    non_expert = [s.weights_gib - s.expert_weights_gib for s in e.memory_per_stage]
+    m = get_model("mixtral-8x7b")
+    assert m.moe is not None
+    # the non-expert weights: attention, norms, router and the embedding / LM head of the end stages, 2 B each
+    h, layers = m.hidden_size, plan.parallel.stage_layers
+    attn = (h * m.num_attention_heads * m.head_dim * 2 + 2 * h * m.num_kv_heads * m.head_dim) // plan.parallel.tp
+    router = m.moe.num_experts * h
+    for i, w in enumerate(non_expert):
+        own = layers[i] * (attn + router + 2 * h) + (m.vocab_size * h // plan.parallel.tp)  # embedding or head
+        assert w * GIB / 2 == pytest.approx(own, rel=0.01)
+
+
+def test_dense_plans_carry_no_expert_fields() -> None:
+    plan = _plan("llama3-8b", tp=2, pp=1, dp=8, zero_stage=1)
+    for stage in plan.model_dump(mode="json")["estimate"]["memory_per_stage"]:
+        assert not any(k.startswith("expert_") for k in stage)
