@@ -15,7 +15,7 @@ from planner.specs.catalog import get_model
 GIB = 2**30
 
 
-def _plan(model: str, stack: str = "megatron", **parallel):
+def _plan(model: str | dict, stack: str = "megatron", **parallel):
     return estimate_plan(
         {
             "model": model,
@@ -88,3 +88,58 @@ def test_dense_plans_carry_no_expert_fields() -> None:
     plan = _plan("llama3-8b", tp=2, pp=1, dp=8, zero_stage=1)
     for stage in plan.model_dump(mode="json")["estimate"]["memory_per_stage"]:
         assert not any(k.startswith("expert_") for k in stage)
+
+
+def test_a_config_json_plan_through_the_cli_shows_ep_and_exports_to_torchtitans_own_model(tmp_path) -> None:
+    """The new user's path (issue 23 "Done when"): ``meshplan plan --model config.json`` on Megatron prints EP in the
+    plan table; the plan exports to Megatron with its experts and to torchtitan as torchtitan's own Qwen3-30B-A3B
+    config (the config.json's model matched by shape), and a launcher without ``--command`` refuses it (exit 2)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "120"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "api.cli", *args]
+        return subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+    config = root / "tests" / "data" / "hf_configs" / "qwen3-30b-a3b.json"
+    args = ["--model", str(config), "--stack", "megatron", "--gpu", "h100-sxm5-80gb", "--nodes", "2"]
+    args += ["--global-batch-size", "512", "--seq-len", "4096", "--top-k", "1"]
+    table = cli("plan", *args)
+    assert table.returncode == 0, table.stderr
+    out = cli("plan", *args, "--json")
+    plan = json.loads(out.stdout)["plans"][0]
+    ep = plan["parallel"]["ep"]
+    assert ep > 1 and f" ep{ep} " in table.stdout
+    (tmp_path / "plan.json").write_text(out.stdout)
+    mega = cli("export", "--plan", str(tmp_path / "plan.json"), "--format", "megatron")
+    assert mega.returncode == 0 and f"--expert-model-parallel-size {ep}" in mega.stdout
+    assert "--kv-channels 128" in mega.stdout and "--qk-layernorm" in mega.stdout
+    titan = cli("export", "--plan", str(tmp_path / "plan.json"), "--format", "torchtitan")
+    assert titan.returncode == 0, titan.stderr
+    assert "import qwen3_30b_a3b" in titan.stdout and f"p.expert_parallel_degree = {ep}" in titan.stdout
+    refused = cli("export", "--plan", str(tmp_path / "plan.json"), "--format", "slurm")
+    assert refused.returncode == 2 and "plan.model.moe" in refused.stderr and "--command" in refused.stderr
+
+
+def test_a_config_json_model_exports_as_torchtitans_own_config_by_shape() -> None:
+    """A model sent as ``{"hf_config": ...}`` is named by the config (``hf-qwen3_moe``), not the catalog: the torchtitan
+    exports still name torchtitan's Qwen3-30B-A3B (0.3.0 recipe, 0.2.2 flavor), matched by the model's shape."""
+    import json
+    from pathlib import Path
+
+    from api.exporters import ExportOptions, export
+
+    cfg = json.loads((Path(__file__).parent / "data" / "hf_configs" / "qwen3-30b-a3b.json").read_text())
+    plan = _plan({"hf_config": cfg}, tp=1, pp=1, dp=16, ep=8, etp=1, zero_stage=1)
+    assert plan.model.name == "hf-qwen3_moe"
+    recipe = export(plan, "torchtitan", ExportOptions())
+    assert "from torchtitan.models.qwen3.config_registry import qwen3_30b_a3b" in recipe.content
+    assert not any("placeholder" in w for w in recipe.warnings)
+    toml = export(plan, "torchtitan-toml", ExportOptions())
+    assert 'name = "qwen3"' in toml.content and 'flavor = "30B-A3B"' in toml.content
