@@ -1010,16 +1010,10 @@ def _expert_ranks(par: dict) -> tuple[list[int], list[int]]:
     return ep_of, edp_of
 
 
-def test_moe_plan_from_a_config_json_shows_expert_groups_memory_and_the_all_to_all(tab, server, artifacts_dir):
-    """Issue 23 through the form: a real Qwen3-30B-A3B config.json uploaded as the model, planned on Megatron over
-    2 × 8 H100. The plan page shows EP in the configuration, the expert layers' EP groups in the mesh (each GPU's
-    expert-parallel rank and expert-DP replica as Megatron-core's rank order gives them, one dotted line per EP group
-    and node), the routed experts' weights, gradients and optimizer state in the memory chart (the API's figures, the
-    stage totals unchanged) and the tokens' all-to-all in the time breakdown."""
-    path = HF_CONFIGS / "qwen3-30b-a3b.json"
-    page = tab.goto("/new")
+def _qwen3_moe_form(page) -> None:
+    """The form for Qwen3-30B-A3B's real config.json on Megatron, 2 × 8 H100, 512 × 4096 tokens."""
     page.select_option("#f-model", "__hf__")
-    page.set_input_files("#f-model_hf_file", str(path))
+    page.set_input_files("#f-model_hf_file", str(HF_CONFIGS / "qwen3-30b-a3b.json"))
     page.wait_for_function("document.querySelector('#f-model_hf').value.includes('qwen3_moe')")
     page.select_option("#f-training-stack", "megatron")
     page.fill("#f-cluster-num_nodes", "2")
@@ -1027,6 +1021,47 @@ def test_moe_plan_from_a_config_json_shows_expert_groups_memory_and_the_all_to_a
     page.fill("#f-training-global_batch_size", "512")
     page.fill("#f-training-seq_len", "4096")
     page.fill("#f-options-time_limit_s", "10")
+
+
+def test_moe_ep_pin_and_what_if(tab, server, llama_plan, artifacts_dir):
+    """EP in the form and the what-if: an ep that does not divide the 128 experts is the server's parallel.ep problem
+    under the ep field; ep 4 pinned plans with it; the what-if evaluates ep 2 exactly (its configuration and the
+    all-to-all side by side); a dense plan offers no ep knob."""
+    page = tab.goto("/new")
+    _qwen3_moe_form(page)
+    page.fill("#f-parallel-ep", "3")
+    assert "does not divide" in _submit_expecting_error(page, "parallel.ep")
+    page.fill("#f-parallel-ep", "4")
+    page.click("#plan-submit")
+    page.wait_for_url(re.compile(r".*#/plans/[^/?]+$"), timeout=120_000)
+    page.wait_for_selector("#whatif-knob")
+    stored = httpx.get(f"{server}/v1/plans/{page.url.rsplit('/', 1)[-1]}", timeout=30).json()
+    assert stored["request"]["parallel"]["ep"] == 4
+    assert {p["parallel"]["ep"] for p in stored["response"]["plans"]} == {4}
+    assert "ep 4" in page.inner_text("#chosen .config-line")
+    page.select_option("#whatif-knob", "ep")
+    page.fill("#whatif-value", "2")
+    page.click("#whatif button[type=submit]")
+    page.wait_for_selector("#whatif .whatif-table")
+    body = page.inner_text("#whatif .whatif-table")
+    assert "ep 2" in body and "ep 4" in body
+    assert "expert-parallel all-to-all" in page.inner_text("#whatif")
+    tab.shot(artifacts_dir, "moe-what-if")
+    plan_id, _ = llama_plan
+    page = tab.goto(f"/plans/{plan_id}")
+    page.wait_for_selector("#whatif-knob")
+    assert "ep" not in page.eval_on_selector_all("#whatif-knob option", "os => os.map(o => o.value)")
+    tab.assert_clean(allowed_statuses=(422,))
+
+
+def test_moe_plan_from_a_config_json_shows_expert_groups_memory_and_the_all_to_all(tab, server, artifacts_dir):
+    """Issue 23 through the form: a real Qwen3-30B-A3B config.json uploaded as the model, planned on Megatron over
+    2 × 8 H100. The plan page shows EP in the configuration, the expert layers' EP groups in the mesh (each GPU's
+    expert-parallel rank and expert-DP replica as Megatron-core's rank order gives them, one dotted line per EP group
+    and node), the routed experts' weights, gradients and optimizer state in the memory chart (the API's figures, the
+    stage totals unchanged) and the tokens' all-to-all in the time breakdown."""
+    page = tab.goto("/new")
+    _qwen3_moe_form(page)
     page.click("#plan-submit")
     page.wait_for_url(re.compile(r".*#/plans/[^/?]+$"), timeout=120_000)
     page.wait_for_selector("#mesh rect.gpu")
