@@ -143,3 +143,33 @@ def test_a_config_json_model_exports_as_torchtitans_own_config_by_shape() -> Non
     assert not any("placeholder" in w for w in recipe.warnings)
     toml = export(plan, "torchtitan-toml", ExportOptions())
     assert 'name = "qwen3"' in toml.content and 'flavor = "30B-A3B"' in toml.content
+
+
+def test_rest_exports_a_moe_plan_and_a_launcher_needs_a_command(tmp_path) -> None:
+    """The service's export of a stored MoE plan: Megatron with the experts; a launcher without ``command`` is a 422
+    problem naming plan.model.moe, with ``command`` it carries MESHPLAN_EP to that program."""
+    from fastapi.testclient import TestClient
+
+    from tests.api_support import make_app
+
+    body = {
+        "model": "mixtral-8x7b",
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 2, "gpus_per_node": 8},
+        "training": {"global_batch_size": 256, "seq_len": 4096, "stack": "megatron"},
+        "parallel": {"ep": 4, "etp": 1},
+        "top_k": 1,
+        "options": {"time_limit_s": 10, "num_workers": 1},
+    }
+    with TestClient(make_app(tmp_path), raise_server_exceptions=False) as client:
+        stored = client.post("/v1/plans", json=body)
+        assert stored.status_code == 201, stored.text
+        pid = stored.json()["id"]
+        mega = client.get(f"/v1/plans/{pid}/export/megatron")
+        assert mega.status_code == 200 and "--expert-model-parallel-size 4" in mega.text
+        refused = client.get(f"/v1/plans/{pid}/export/slurm")
+        assert refused.status_code == 422 and refused.headers["content-type"].startswith("application/problem+json")
+        assert (
+            refused.json()["errors"][0]["field"] == "plan.model.moe" and "command" in refused.json()["errors"][0]["fix"]
+        )
+        mine = client.get(f"/v1/plans/{pid}/export/slurm", params={"command": "pretrain_gpt.py"})
+        assert mine.status_code == 200 and "export MESHPLAN_EP=4" in mine.text and "pretrain_gpt.py" in mine.text
