@@ -22,6 +22,7 @@ from planner.specs.errors import (
     explain_error,
     field_info,
     is_union_tag,
+    located,
     merge_union_errors,
     validation_errors,
     with_known_fields,
@@ -120,7 +121,7 @@ def problem_errors(request: Request, errors: list[dict]) -> list[ProblemError]:
     out = []
     body = getattr(request.scope.get("route"), "body_field", None)
     for e in merge_union_errors(errors):
-        loc = tuple(e.get("loc", ()))
+        loc = located(e)
         if e.get("type") == "extra_forbidden" and body is not None and loc[:1] == ("body",):
             e = with_known_fields(e, body.field_info.annotation, [p for p in loc[1:] if not is_union_tag(p)])
         field = _field_of(loc)

@@ -224,7 +224,7 @@ def _plan(request: PlanRequest, as_json: bool) -> None:
             str(p.rank),
             f"{c.tp}{'+sp' if c.sequence_parallel else ''}",
             str(c.pp),
-            str(c.dp),
+            f"{c.dp}" + (f" ep{c.ep}" if c.ep > 1 else "") + (f" etp{c.etp}" if c.etp > 1 else ""),  # experts' EP/ETP
             str(c.micro_batch_size),
             sched,
             c.recompute,

@@ -502,7 +502,7 @@ def test_plan_request_with_an_hf_config_plans_end_to_end(client):
         # An MoE config is read, and refused by name on a stack without a MoE block (the default, meshplan;
         # expert parallelism is priced on megatron and torchtitan since cost model 17).
         ({"hf_config": "olmoe-1b-7b-0125-instruct.json"}, "training.stack"),
-        ({"hf_config": {"model_type": "bert", "architectures": ["BertModel"]}}, "model"),
+        ({"hf_config": {"model_type": "bert", "architectures": ["BertModel"]}}, "model.hf_config.model_type"),
         ({"hf_config": "qwen3-8b.json", "revision": "main"}, "model"),
     ],
     ids=["moe", "unsupported-architecture", "extra-key"],

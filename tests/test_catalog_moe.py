@@ -146,11 +146,11 @@ def _with(**moe: object) -> dict:
 @pytest.mark.parametrize(
     ("model", "field", "in_fix"),
     [
-        (_with(top_k=9), "model.moe", "top_k ≤ num_experts"),
-        (_with(router_groups=3, router_topk_groups=1), "model.moe", "divisor of num_experts"),
+        (_with(top_k=9), "model.moe.top_k", "top_k ≤ num_experts"),
+        (_with(router_groups=3, router_topk_groups=1), "model.moe.router_groups", "divisor of num_experts"),
         (_with(router_groups=4), "model.moe", "give both"),
-        (_with(first_dense_layers=32), "model", "fewer dense layers"),
-        ({**_with(), "family": "gpt", "activation": "gelu", "norm": "layernorm"}, "model", "drop moe"),
+        (_with(first_dense_layers=32), "model.moe.first_dense_layers", "fewer dense layers"),
+        ({**_with(), "family": "gpt", "activation": "gelu", "norm": "layernorm"}, "model.moe", "drop moe"),
         (_with(num_experts=0), "model.moe.num_experts", ""),
     ],
 )

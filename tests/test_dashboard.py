@@ -994,3 +994,122 @@ def test_a_cp_plan_file_opens_with_the_cp_axis_drawn(tab, artifacts_dir):
     page.click("#open-plan-submit")
     assert "cluster.num_nodes" in page.inner_text(".opened-plan .state-error")
     tab.assert_clean()
+
+
+def _expert_ranks(par: dict) -> tuple[list[int], list[int]]:
+    """Each rank's expert-parallel rank and expert-data-parallel replica, as Megatron-core lays out expert layers
+    (its RankGenerator for experts: order tp-ep-dp-pp with tp = etp, over the tp · cp · dp ranks of each pipeline
+    stage), written here from that rule alone."""
+    stage = par["tp"] * par.get("cp", 1) * par["dp"]
+    etp, ep = par["etp"], par["ep"]
+    ep_of, edp_of = [], []
+    for r in range(stage * par["pp"]):
+        j = r % stage
+        ep_of.append((j // etp) % ep)
+        edp_of.append(j // (etp * ep))
+    return ep_of, edp_of
+
+
+def _qwen3_moe_form(page) -> None:
+    """The form for Qwen3-30B-A3B's real config.json on Megatron, 2 × 8 H100, 512 × 4096 tokens."""
+    page.select_option("#f-model", "__hf__")
+    page.set_input_files("#f-model_hf_file", str(HF_CONFIGS / "qwen3-30b-a3b.json"))
+    page.wait_for_function("document.querySelector('#f-model_hf').value.includes('qwen3_moe')")
+    page.select_option("#f-training-stack", "megatron")
+    page.fill("#f-cluster-num_nodes", "2")
+    page.fill("#f-cluster-gpus_per_node", "8")
+    page.fill("#f-training-global_batch_size", "512")
+    page.fill("#f-training-seq_len", "4096")
+    page.fill("#f-options-time_limit_s", "10")
+
+
+def test_moe_ep_pin_and_what_if(tab, server, llama_plan, artifacts_dir):
+    """EP in the form and the what-if: an ep that does not divide the 128 experts is the server's parallel.ep problem
+    under the ep field; ep 4 pinned plans with it; the what-if evaluates ep 2 exactly (its configuration and the
+    all-to-all side by side); a dense plan offers no ep knob."""
+    page = tab.goto("/new")
+    _qwen3_moe_form(page)
+    page.fill("#f-parallel-ep", "3")
+    assert "does not divide" in _submit_expecting_error(page, "parallel.ep")
+    page.fill("#f-parallel-ep", "4")
+    page.click("#plan-submit")
+    page.wait_for_url(re.compile(r".*#/plans/[^/?]+$"), timeout=120_000)
+    page.wait_for_selector("#whatif-knob")
+    stored = httpx.get(f"{server}/v1/plans/{page.url.rsplit('/', 1)[-1]}", timeout=30).json()
+    assert stored["request"]["parallel"]["ep"] == 4
+    assert {p["parallel"]["ep"] for p in stored["response"]["plans"]} == {4}
+    assert "ep 4" in page.inner_text("#chosen .config-line")
+    page.select_option("#whatif-knob", "ep")
+    page.fill("#whatif-value", "2")
+    page.click("#whatif button[type=submit]")
+    page.wait_for_selector("#whatif .whatif-table")
+    body = page.inner_text("#whatif .whatif-table")
+    assert "ep 2" in body and "ep 4" in body
+    assert "expert-parallel all-to-all" in page.inner_text("#whatif")
+    tab.shot(artifacts_dir, "moe-what-if")
+    plan_id, _ = llama_plan
+    page = tab.goto(f"/plans/{plan_id}")
+    page.wait_for_selector("#whatif-knob")
+    assert "ep" not in page.eval_on_selector_all("#whatif-knob option", "os => os.map(o => o.value)")
+    tab.assert_clean(allowed_statuses=(422,))
+
+
+def test_moe_plan_from_a_config_json_shows_expert_groups_memory_and_the_all_to_all(tab, server, artifacts_dir):
+    """Issue 23 through the form: a real Qwen3-30B-A3B config.json uploaded as the model, planned on Megatron over
+    2 × 8 H100. The plan page shows EP in the configuration, the expert layers' EP groups in the mesh (each GPU's
+    expert-parallel rank and expert-DP replica as Megatron-core's rank order gives them, one dotted line per EP group
+    and node), the routed experts' weights, gradients and optimizer state in the memory chart (the API's figures, the
+    stage totals unchanged) and the tokens' all-to-all in the time breakdown."""
+    page = tab.goto("/new")
+    _qwen3_moe_form(page)
+    page.click("#plan-submit")
+    page.wait_for_url(re.compile(r".*#/plans/[^/?]+$"), timeout=120_000)
+    page.wait_for_selector("#mesh rect.gpu")
+    stored = httpx.get(f"{server}/v1/plans/{page.url.rsplit('/', 1)[-1]}", timeout=30).json()
+    best = stored["response"]["plans"][0]
+    par, est = best["parallel"], best["estimate"]
+    assert par["ep"] > 1  # the search expert-parallelises this model here (EP8 on 16 H100 today)
+
+    # Configuration: EP named beside TP × PP × DP.
+    assert f"ep {par['ep']}" in page.inner_text("#chosen .config-line")
+    assert f"EP {par['ep']}" in page.inner_text("#chosen")
+
+    # Mesh: every GPU's expert-parallel rank and expert-DP replica; one dotted line per EP group per node it spans.
+    ep_of, edp_of = _expert_ranks(par)
+    assert page.eval_on_selector_all("#mesh rect.gpu[data-ep]", "els => els.map(e => +e.dataset.ep)") == ep_of
+    assert page.eval_on_selector_all("#mesh rect.gpu[data-edp]", "els => els.map(e => +e.dataset.edp)") == edp_of
+    gpn = best["cluster"]["gpus_per_node"]
+    groups: dict[tuple, set[int]] = {}
+    for r in range(len(ep_of)):  # an EP group: one (stage, expert-DP replica, ETP rank)
+        groups.setdefault((r // (len(ep_of) // par["pp"]), edp_of[r], r % par["etp"]), set()).add(r // gpn)
+    assert page.locator("#mesh .ep-link").count() == sum(len(nodes) for nodes in groups.values())
+    assert f"EP group of {par['ep']}" in page.inner_text("#mesh")
+
+    # Memory: the routed experts' parts, as the API itemises them; the stacked parts add up to each stage's total.
+    page.click("#memory summary")
+    headers = page.eval_on_selector_all("#memory thead th", "els => els.map(e => e.textContent)")
+    rows = page.eval_on_selector_all(
+        "#memory tbody tr", "rs => rs.map(r => [...r.querySelectorAll('td')].map(td => parseFloat(td.textContent)))"
+    )
+    for key, label in (
+        ("expert_weights_gib", "expert weights (routed experts)"),
+        ("expert_gradients_gib", "expert gradients"),
+        ("expert_optimizer_gib", "expert optimizer state"),
+    ):
+        col = headers.index(label) - 1  # the row header is a th
+        assert [row[col] for row in rows] == pytest.approx([s[key] for s in est["memory_per_stage"]], abs=0.051)
+        assert all(s[key] > 0 for s in est["memory_per_stage"])
+    assert [row[-1] for row in rows] == pytest.approx([s["total_gib"] for s in est["memory_per_stage"]], abs=0.051)
+    assert [sum(row[:-1]) for row in rows] == pytest.approx([row[-1] for row in rows], abs=0.5)
+
+    # Time: the tokens' all-to-all is a drawn term with the API's seconds.
+    page.click("#time summary")
+    time_headers = page.eval_on_selector_all("#time thead th", "els => els.map(e => e.textContent)")
+    col = time_headers.index("expert-parallel all-to-all") - 1
+    first = page.eval_on_selector_all(
+        "#time tbody tr:first-child td", "tds => tds.map(td => parseFloat(td.textContent.replace(/,/g, '')))"
+    )
+    assert est["breakdown"]["ep_comm_s"] > 0
+    assert first[col] == pytest.approx(est["breakdown"]["ep_comm_s"] * 1000, rel=0.01)
+    tab.shot(artifacts_dir, "moe-plan")
+    tab.assert_clean()

@@ -217,20 +217,26 @@ def test_exports_carry_expert_parallelism(mixtral_plan) -> None:
         "--moe-token-dispatcher-type alltoall",
     ):
         assert flag in " ".join(mega.split()), flag
-    titan = export(mixtral_plan, "torchtitan", ExportOptions()).content
+    titan = export(mixtral_plan, "torchtitan-toml", ExportOptions()).content  # 0.2.2 runs etp = tp
     assert "expert_parallel_degree = 2" in titan and "expert_tensor_parallel_degree = 4" in titan
-    env = export(mixtral_plan, "torchrun", ExportOptions()).content
+    with pytest.raises(MeshplanError) as err:  # 0.3.0 removed expert tensor parallelism
+        export(mixtral_plan, "torchtitan", ExportOptions())
+    assert err.value.field == "plan.parallel.etp" and "torchtitan-toml" in err.value.fix
+    env = export(mixtral_plan, "torchrun", ExportOptions(command="train.py")).content  # your program: the layout
     assert "export MESHPLAN_EP=2" in env and "export MESHPLAN_ETP=4" in env
 
 
-@pytest.mark.parametrize("fmt", ["deepspeed", "meshplan"])
+@pytest.mark.parametrize("fmt", ["deepspeed", "meshplan", "torchrun", "slurm", "kubeflow-pytorchjob"])
 def test_targets_without_moe_refuse(mixtral_plan, fmt: str) -> None:
+    """DeepSpeed, and meshplan's runtime (its target, and the launchers that start it without --command)."""
     from api.exporters import export
     from api.exporters.options import ExportOptions
 
     with pytest.raises(MeshplanError) as err:
         export(mixtral_plan, fmt, ExportOptions())
     assert err.value.field == "plan.model.moe" and "megatron" in err.value.fix
+    if fmt not in ("deepspeed", "meshplan"):
+        assert "--command" in err.value.fix
 
 
 def test_load_imbalance_slows_the_busiest_rank_and_capacity_caps_it() -> None:

@@ -65,9 +65,11 @@ def make_plan(
     sp: bool = False,
     zero: int = 0,
     precision: str = "bf16",
+    ep: int = 1,
 ) -> Plan:
     m = get_model(model)
     parallel = ParallelConfig(
+        ep=ep,
         tp=tp,
         pp=pp,
         dp=dp,
@@ -209,6 +211,17 @@ ERRORS = {
 CASES["llama3-8b-pp-zero2"] = make_plan(
     "llama3-8b", 1, 8, H100, tp=1, pp=2, dp=4, mbs=1, gbs=64, seq=4096, split=[16, 16], zero=2
 )
+# A mixture of experts (issue 23) with everything Megatron is told of one: DeepSeek-V3's multi-latent attention,
+# 3 dense first layers, a shared expert, sigmoid group-limited routing, EP 64 carved from dp, ZeRO-1. The launchers
+# and the meshplan target start meshplan's runtime, which has no MoE block: refused (they carry MESHPLAN_EP to a
+# --command program instead); DeepSpeed's export does not write DeepSpeed-MoE: refused.
+CASES["deepseek-v3-ep64"] = make_plan(
+    "deepseek-v3", 32, 8, H100, tp=1, pp=4, dp=64, ep=64, mbs=1, gbs=1024, seq=4096, split=[16, 15, 15, 15], zero=1
+)
+ERRORS |= {
+    ("deepseek-v3-ep64", fmt): "plan.model.moe"
+    for fmt in ("deepspeed", "meshplan", "torchrun", "slurm", "kubeflow-pytorchjob", "kubeflow-trainjob")
+}
 
 OPTIONS = ExportOptions(
     image="nvcr.io/nvidia/pytorch:26.01-py3",
@@ -961,7 +974,7 @@ def _resolve(words: list[str], plan: Plan) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("case,fmt", [(c, f) for c in CASES for f in ("torchrun", "slurm")])
+@pytest.mark.parametrize("case,fmt", [(c, f) for c in CASES for f in ("torchrun", "slurm") if (c, f) not in ERRORS])
 def test_torchrun_lines_parse_with_torchs_own_parser(case, fmt):
     from torch.distributed.run import get_args_parser
 
@@ -978,7 +991,7 @@ def test_torchrun_lines_parse_with_torchs_own_parser(case, fmt):
         assert args.standalone
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [c for c in CASES if (c, "meshplan") not in ERRORS])
 def test_meshplan_lines_are_accepted_by_meshplan_run(case):
     """Every flag the meshplan export writes is an option of the runtime's `meshplan run`, with a value
     that command accepts (parsed by its own click parser, without running it)."""
@@ -1041,7 +1054,7 @@ def exported_env(fmt: str, content: str) -> dict[str, str]:
     return {e["name"]: e["value"] for e in env if e["name"].startswith("MESHPLAN_")}
 
 
-@pytest.mark.parametrize("case,fmt", [(c, f) for c in CASES for f in LAUNCHERS])
+@pytest.mark.parametrize("case,fmt", [(c, f) for c in CASES for f in LAUNCHERS if (c, f) not in ERRORS])
 def test_launchers_tell_the_program_the_layout(case, fmt):
     from runtime.env import layout_from_env
 

@@ -60,17 +60,35 @@ def test_dense_config_counts(file: str, total: int, active: int, published: floa
     assert total == pytest.approx(published, rel=0.005)
 
 
+#: (config.json, the key the error names, words of the message, words of the fix)
 BAD = [
-    ({"model_type": "phi3", "architectures": ["Phi3ForCausalLM"]}, "model_type 'phi3'", "qwen3_moe"),
-    ({**config("qwen3-8b"), "hidden_act": "gelu"}, "'hidden_act' = 'gelu'", "ModelSpec"),
-    ({**config("llama-3.1-8b"), "mlp_bias": True}, "'mlp_bias' = True", "ModelSpec"),
-    ({**config("qwen3-30b-a3b"), "mlp_only_layers": [5]}, "'mlp_only_layers' = [5]", "ModelSpec"),
-    ({k: v for k, v in config("qwen3-30b-a3b").items() if k != "num_experts"}, "no 'num_experts'", "complete"),
+    ({"model_type": "phi3", "architectures": ["Phi3ForCausalLM"]}, "model_type", "model_type 'phi3'", "qwen3_moe"),
+    ({**config("qwen3-8b"), "hidden_act": "gelu"}, "hidden_act", "'hidden_act' = 'gelu'", "ModelSpec"),
+    ({**config("llama-3.1-8b"), "mlp_bias": True}, "mlp_bias", "'mlp_bias' = True", "ModelSpec"),
+    ({**config("qwen3-30b-a3b"), "mlp_only_layers": [5]}, "mlp_only_layers", "'mlp_only_layers' = [5]", "ModelSpec"),
+    (
+        {k: v for k, v in config("qwen3-30b-a3b").items() if k != "num_experts"},
+        "num_experts",
+        "no 'num_experts'",
+        "complete",
+    ),
+    # issue 23: top-k above the experts, MoE fields on a dense family, a width the spec refuses
+    ({**config("qwen3-30b-a3b"), "num_experts_per_tok": 129}, "num_experts_per_tok", "top_k=129 exceeds", "top_k ≤"),
+    ({**config("olmoe-1b-7b-0125-instruct"), "num_experts": 0}, "num_experts", "num_experts", ""),
+    (
+        {**config("qwen3-8b"), "num_experts": 8, "num_experts_per_tok": 2},
+        "num_experts",
+        "dense architecture",
+        "qwen3_moe",
+    ),
+    ({**config("llama-3.1-8b"), "num_local_experts": 8}, "num_local_experts", "'llama' is a dense", "drop"),
+    ({**config("qwen3-30b-a3b"), "moe_intermediate_size": 0}, "moe_intermediate_size", "", ""),
+    ({**config("qwen3-8b"), "num_key_value_heads": 5}, "num_key_value_heads", "num_kv_heads=5", "divisor"),
 ]
 
 
-@pytest.mark.parametrize(("hf", "what", "in_fix"), BAD)
-def test_unsupported_architecture_or_field_is_named(hf: dict, what: str, in_fix: str) -> None:
+@pytest.mark.parametrize(("hf", "key", "what", "in_fix"), BAD)
+def test_unsupported_architecture_or_field_is_named(hf: dict, key: str, what: str, in_fix: str) -> None:
     body = {
         "model": {"hf_config": hf},
         "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
@@ -79,7 +97,7 @@ def test_unsupported_architecture_or_field_is_named(hf: dict, what: str, in_fix:
     with pytest.raises(ValidationError) as exc:
         PlanRequest.model_validate(body)
     [error] = validation_errors(exc.value, model=PlanRequest)
-    assert error["field"] == "model" and what in error["message"] and in_fix in error["fix"], error
+    assert error["field"] == f"model.hf_config.{key}" and what in error["message"] and in_fix in error["fix"], error
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -116,7 +134,7 @@ def client(tmp_path_factory):
     [
         ({"hf_config": config("llama-3.2-3b-instruct"), "name": "llama-3.2-3b"}, 200, None),
         ({"hf_config": config("olmoe-1b-7b-0125-instruct")}, 422, "training.stack"),
-        ({"hf_config": {"model_type": "gemma3"}}, 422, "model"),
+        ({"hf_config": {"model_type": "gemma3"}}, 422, "model.hf_config.model_type"),
         ({"hf_config": config("qwen3-8b"), "revision": "main"}, 422, "model"),
     ],
 )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from planner.specs import Plan
 from planner.specs.errors import MeshplanError
+from planner.specs.stacks import resolve as resolve_stack
 
 from .base import Exporter, ExportResult, Notes, check_invariants, plan_stack, stack_warning
 from .deepspeed import DeepSpeedExporter
@@ -57,6 +58,25 @@ def export_formats() -> list[dict[str, str]]:
     return [e.catalog_entry() for e in FORMATS.values()]
 
 
+def moe_refusal(plan: Plan, exporter: Exporter, options: ExportOptions) -> None:
+    """A mixture-of-experts plan exported to meshplan's runtime (the ``meshplan`` target, or a launcher without
+    ``--command``) while that stack does not run MoE models (``Stack.moe``) is refused, naming the way out; the
+    launchers still carry the layout (``MESHPLAN_EP``, ``MESHPLAN_ETP``) to a ``--command`` program. (DeepSpeed
+    refuses in its own words: ``deepspeed.deepspeed_config``.)"""
+    runs = exporter.runs_stack(options)
+    if plan.model.moe is None or runs is None or exporter.stack != "meshplan" or resolve_stack(runs).moe:
+        return
+    fix = "export to megatron or torchtitan (`meshplan export --format megatron` / `torchtitan`)"
+    if exporter.runs_command:
+        fix += ", or give --command to start your own program: it receives the layout with MESHPLAN_EP / MESHPLAN_ETP"
+    raise MeshplanError(
+        "plan.model.moe",
+        f"the {exporter.id} export runs meshplan's runtime (training stack 'meshplan'), which cannot run "
+        f"{plan.model.name!r}, a mixture of experts (ep={plan.parallel.ep}): its model zoo has no MoE block",
+        fix,
+    )
+
+
 def export(plan: Plan, fmt: str, options: ExportOptions | None = None, *, out_name: str | None = None) -> ExportResult:
     """Render ``plan`` for target ``fmt``. Raises ``MeshplanError`` for an unknown format, a plan
     whose invariants do not hold, or a plan the target cannot run at all. ``out_name``: the file the
@@ -67,6 +87,7 @@ def export(plan: Plan, fmt: str, options: ExportOptions | None = None, *, out_na
     options = options or ExportOptions()
     check_invariants(plan)
     notes = Notes(out_name=out_name)
+    moe_refusal(plan, exporter, options)
     mismatch = stack_warning(plan, exporter, options)
     if mismatch is not None:  # first: it concerns every number of the plan
         notes.warn(mismatch)

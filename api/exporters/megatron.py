@@ -128,7 +128,9 @@ def model_args(plan: Plan) -> list[str]:
         args += ["--group-query-attention", "--num-query-groups", str(m.num_kv_heads)]
     args += ["--seq-length", str(plan.training.seq_len), "--max-position-embeddings", str(m.max_seq_len)]
     if m.family == "llama":
-        args += ["--position-embedding-type", "rope", "--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear"]
+        args += ["--position-embedding-type", "rope", "--normalization", "RMSNorm", "--swiglu"]
+        if not (m.attention_out_bias or (m.moe is not None and m.moe.expert_bias)):  # gpt-oss: biases on every linear
+            args.append("--disable-bias-linear")
     else:
         args += ["--position-embedding-type", "learned_absolute", "--normalization", "LayerNorm"]
     if m.qkv_bias:  # Qwen2/2.5: biases on Q, K and V only (the other linears stay bias-free)
@@ -148,7 +150,7 @@ def megatron_args(plan: Plan, notes: Notes) -> list[str]:
     ]
     args += pipeline_args(plan, notes)
     args += context_parallel_args(plan, notes)
-    args += expert_parallel_args(plan)
+    args += expert_parallel_args(plan, notes)
     if p.sequence_parallel:
         args.append("--sequence-parallel")
     if p.tp_comm_overlap:  # Transformer Engine userbuffers; arguments.py asserts --sequence-parallel with it
@@ -187,7 +189,7 @@ def megatron_args(plan: Plan, notes: Notes) -> list[str]:
         args += ["--bf16", *fp8_args(plan, notes)]
     if t.optimizer == "sgd":
         args += ["--optimizer", "sgd"]
-    return args + model_args(plan)
+    return args + model_args(plan) + attention_args(plan, notes)
 
 
 #: The plan's FP8 recipes as Megatron-LM's ``--fp8-recipe`` names them (megatron/training/arguments.py: choices
@@ -230,10 +232,12 @@ def context_parallel_args(plan: Plan, notes: Notes) -> list[str]:
     return args
 
 
-def expert_parallel_args(plan: Plan) -> list[str]:
-    """A mixture of experts (megatron/core/transformer/moe/README.md): its experts, top-k, expert and shared
-    widths, EP and ETP folded out of DP (the plan's layout is Megatron-core's tp-cp-ep-dp-pp order), grouped
-    GEMM and the all-to-all token dispatcher the plan was priced with (dropless, Megatron-core's default)."""
+def expert_parallel_args(plan: Plan, notes: Notes) -> list[str]:
+    """A mixture of experts (megatron/core/transformer/moe/README.md; flags of Megatron-LM ``arguments.py``
+    ``_add_moe_args`` at main@000c4ac2): its experts, top-k, expert and shared widths, which layers are MoE, the
+    router's score function and group-limited routing, a capacity factor; EP and ETP folded out of DP (the plan's
+    layout is Megatron-core's tp-cp-ep-dp-pp order), grouped GEMM and the all-to-all token dispatcher the plan was
+    priced with (dropless unless the model has a capacity factor, Megatron-core's default)."""
     moe = plan.model.moe
     if moe is None:
         return []
@@ -253,8 +257,92 @@ def expert_parallel_args(plan: Plan) -> list[str]:
         "--moe-token-dispatcher-type",
         "alltoall",
     ]
-    if moe.shared_experts:
+    if moe.shared_experts:  # --moe-shared-expert-intermediate-size: all shared experts' width together
         args += ["--moe-shared-expert-intermediate-size", str(moe.shared_experts * moe.shared_ffn)]
+    if moe.first_dense_layers or moe.moe_layer_freq != 1:
+        # Megatron's integer N makes layers 0, N, 2N, … MoE; the model's pattern is written out instead
+        args += ["--moe-layer-freq", moe_layer_pattern(plan)]
+    if moe.router == "sigmoid":
+        args += ["--moe-router-score-function", "sigmoid"]
+    if moe.router_groups is not None and moe.router_topk_groups is not None:
+        args += [
+            "--moe-router-num-groups",
+            str(moe.router_groups),
+            "--moe-router-group-topk",
+            str(moe.router_topk_groups),
+        ]
+    if moe.capacity_factor is not None:
+        args += ["--moe-expert-capacity-factor", f"{moe.capacity_factor:g}"]
+    if moe.router_bias:
+        notes.warn(
+            "the model's router has a bias (gpt-oss); Megatron-LM's TopKRouter has none: the export cannot express it "
+            "(a few parameters per layer, priced by meshplan)"
+        )
+    return args
+
+
+def moe_layer_pattern(plan: Plan) -> str:
+    """``--moe-layer-freq`` as Megatron's pattern string (1 = MoE layer, 0 = dense; only ``[]()+*,`` and digits are
+    allowed), run-length encoded: e.g. DeepSeek-V3 ``([0]*3+[1]*58)``, alternating layers ``([0]*1+[1]*1+…)``
+    written as a repeated pair ``([0,1]*24)``."""
+    m = plan.model
+    kinds = [1 if m.is_moe_layer(i) else 0 for i in range(m.num_layers)]
+    assert m.moe is not None
+    lead, freq = m.moe.first_dense_layers, m.moe.moe_layer_freq
+    body = kinds[lead:]
+    period = [0] * (freq - 1) + [1]
+    parts = [f"[0]*{lead}"] if lead else []
+    reps, rest = divmod(len(body), freq)
+    if freq > 1 and reps and body == period * reps + [0] * rest:
+        parts.append(f"[{','.join(map(str, period))}]*{reps}")
+        if rest:
+            parts.append(f"[0]*{rest}")
+    else:  # runs of equal kinds
+        i = 0
+        while i < len(body):
+            j = i
+            while j < len(body) and body[j] == body[i]:
+                j += 1
+            parts.append(f"[{body[i]}]*{j - i}")
+            i = j
+    return "(" + "+".join(parts) + ")"
+
+
+def attention_args(plan: Plan, notes: Notes) -> list[str]:
+    """Attention shapes beyond heads × head width = hidden (arguments.py at main@000c4ac2): ``--kv-channels`` (a
+    head's width when the query width is not the hidden size: Qwen3, gpt-oss), ``--qk-layernorm`` (RMSNorm on each
+    query and key head: Qwen3), multi-latent attention (DeepSeek-V3: ``--multi-latent-attention`` and its low-rank
+    dims, megatron-core's ``MLATransformerConfig``), learned attention sinks (gpt-oss: ``--softmax-type
+    learnable``)."""
+    m = plan.model
+    args: list[str] = []
+    if m.mla is not None:
+        mla = m.mla
+        args.append("--multi-latent-attention")
+        if mla.q_lora_rank is not None:
+            args += ["--q-lora-rank", str(mla.q_lora_rank)]
+        args += [
+            "--kv-lora-rank",
+            str(mla.kv_lora_rank),
+            "--qk-head-dim",
+            str(mla.qk_nope_head_dim),
+            "--qk-pos-emb-head-dim",
+            str(mla.qk_rope_head_dim),
+            "--v-head-dim",
+            str(mla.v_head_dim),
+        ]
+    elif m.attention_head_dim is not None and m.attention_head_dim * m.num_attention_heads != m.hidden_size:
+        args += ["--kv-channels", str(m.attention_head_dim)]
+    if m.qk_norm == "head":
+        args.append("--qk-layernorm")
+    elif m.qk_norm == "projection":
+        args.append("--qk-layernorm")
+        notes.warn(
+            "the model normalises queries and keys over the whole projection (OLMoE); Megatron's --qk-layernorm "
+            "normalises each head: the same parameters' worth of RMSNorm, not the same function"
+        )
+    if m.attention_sinks:
+        args += ["--softmax-type", "learnable"]
     return args
 
 

@@ -6,7 +6,6 @@ part of the plan itself (mesh, TP plan, stage split, schedule, recompute, ZeRO),
 from __future__ import annotations
 
 from planner.specs import Plan
-from planner.specs.errors import MeshplanError
 
 from .base import Exporter, Notes, comment_block, geometry, header_lines
 from .torchrun import rdzv_endpoint, shell_join
@@ -20,13 +19,6 @@ class MeshplanExporter(Exporter):
     extension = "sh"
 
     def render(self, plan: Plan, options, notes: Notes) -> str:
-        if plan.model.moe is not None:  # the runtime's model zoo has no MoE block yet
-            raise MeshplanError(
-                "plan.model.moe",
-                f"meshplan's runtime cannot run {plan.model.name!r}, a mixture of experts (ep={plan.parallel.ep}): "
-                "its model zoo has no MoE block",
-                "export to megatron or torchtitan (`meshplan export --format megatron` / `torchtitan`)",
-            )
         geom = geometry(plan, options)
         words = ["meshplan", "run", "--plan", options.plan_path, "--nproc-per-node", str(geom.nproc_per_node)]
         raw: frozenset[int] = frozenset()

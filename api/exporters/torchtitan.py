@@ -45,12 +45,38 @@ TT_SCHEDULES = {
     "interleaved-zero-bubble": "InterleavedZeroBubble",
     "zbv-zero-bubble": "ZBVZeroBubble",
 }
-#: meshplan catalog model → (torchtitan model module, flavor).
-TT_MODELS = {
-    "llama3-8b": ("llama3", "8B"),
-    "llama3-70b": ("llama3", "70B"),
-    "llama3-405b": ("llama3", "405B"),
+#: meshplan catalog model → (torchtitan model module, 0.3.0 config function in ``<module>.config_registry`` or None,
+#: 0.2.2 flavor of ``[model] name = <module>`` or None), as each wheel ships them (0.3.0 has no Llama 4 and no
+#: Qwen3-235B recipe; neither release has Mixtral or OLMoE).
+TT_MODELS: dict[str, tuple[str, str | None, str | None]] = {
+    "llama3-8b": ("llama3", "llama3_8b", "8B"),
+    "llama3-70b": ("llama3", "llama3_70b", "70B"),
+    "llama3-405b": ("llama3", "llama3_405b", "405B"),
+    "qwen3-30b-a3b": ("qwen3", "qwen3_30b_a3b", "30B-A3B"),
+    "qwen3-235b-a22b": ("qwen3", None, "235B-A22B"),
+    "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b", "671B"),
+    "gpt-oss-20b": ("gpt_oss", "gpt_oss_20b", "20b"),
+    "gpt-oss-120b": ("gpt_oss", "gpt_oss_120b", "120b"),
+    "llama4-scout": ("llama4", None, "17bx16e"),
+    "llama4-maverick": ("llama4", None, "17bx128e"),
 }
+#: the placeholder of a model torchtitan has no configuration for: a dense or a mixture-of-experts debug model
+TT_PLACEHOLDERS = {
+    False: ("llama3", "llama3_debugmodel", "debugmodel"),
+    True: ("qwen3", "qwen3_moe_debug", "debugmodel_moe"),
+}
+
+
+def catalog_id(plan: Plan) -> str | None:
+    """The catalog model the plan's model is (by name, or by shape: a Hugging Face config.json of it)."""
+    from planner.specs.catalog import MODELS
+
+    if plan.model.name in MODELS:
+        return plan.model.name
+    shape = plan.model.model_dump(mode="json", exclude={"name", "max_seq_len"})
+    return next(
+        (k for k, m in MODELS.items() if m.model_dump(mode="json", exclude={"name", "max_seq_len"}) == shape), None
+    )
 
 
 def model_parts(plan: Plan, head: str) -> list[list[str]]:
@@ -62,14 +88,21 @@ def model_parts(plan: Plan, head: str) -> list[list[str]]:
     return parts
 
 
-def model_ids(plan: Plan, notes: Notes) -> tuple[str, str]:
-    if plan.model.name in TT_MODELS:
-        return TT_MODELS[plan.model.name]
+def model_ids(plan: Plan, notes: Notes, release: str) -> tuple[str, str]:
+    """(module, 0.3.0 config function or 0.2.2 flavor) of the plan's model in ``release``, or a placeholder."""
+    known = TT_MODELS.get(catalog_id(plan) or "")
+    pick = 1 if release == "0.3.0" else 2
+    if known is not None and known[pick] is not None:
+        return known[0], known[pick]  # type: ignore[return-value]
+    moe = plan.model.moe is not None
+    module, fn, flavor = TT_PLACEHOLDERS[moe]
     notes.warn(
-        f"torchtitan ships no configuration for model {plan.model.name!r}: the export names llama3/debugmodel "
-        "as a placeholder; replace it with your model's module and flavor (layer names must match layers.<i>)"
+        f"torchtitan {release} ships no configuration for model {plan.model.name!r}: the export names "
+        f"{module}/{fn if release == '0.3.0' else flavor} as a placeholder; replace it with your model's module and "
+        "flavor (layer names must match layers.<i>"
+        + (", a mixture-of-experts model for its expert parallelism)" if moe else ")")
     )
-    return "llama3", "debugmodel"
+    return module, fn if release == "0.3.0" else flavor  # type: ignore[return-value]
 
 
 #: The plan's cp_comm → torchtitan's ``context_parallel_rotate_method`` (torch's names: "alltoall" rotates K/V
@@ -91,6 +124,32 @@ def context_parallel(plan: Plan) -> dict:
             "re-plan with cp_comm 'p2p' or 'all_gather', or export to megatron (a2a, a2a+p2p) or deepspeed (a2a)",
         )
     return {"context_parallel_degree": p.cp, "context_parallel_rotate_method": TT_CP_ROTATE[p.cp_comm]}
+
+
+def expert_parallel(plan: Plan, notes: Notes, release: str, par: dict) -> dict:
+    """``expert_parallel_degree`` (both releases) and 0.2.2's ``expert_tensor_parallel_degree`` (1 or tp). torchtitan
+    carves EP out of the FSDP and TP ranks (0.3.0 ``ParallelDims``: efsdp = dp_shard · cp · tp / ep; 0.2.2: / (etp ·
+    ep)), not out of replicated ones: plain data parallelism (ZeRO-0) with EP is exported sharded. 0.3.0 removed
+    expert tensor parallelism (its experts are whole on a rank: etp 1), so an etp = tp > 1 plan is refused there."""
+    p = plan.parallel
+    out: dict = {"expert_parallel_degree": p.ep}
+    if release == "0.3.0" and p.etp > 1:
+        raise MeshplanError(
+            "plan.parallel.etp",
+            f"torchtitan 0.3.0 removed expert tensor parallelism (experts are whole on a rank); the plan splits "
+            f"them over etp={p.etp}",
+            "re-plan with etp 1 (--etp 1), or export torchtitan-toml (0.2.2 runs etp = tp)",
+        )
+    if release == "0.2.2":
+        out["expert_tensor_parallel_degree"] = p.etp
+    if p.ep > 1 and par.get("data_parallel_shard_degree", 1) * p.cp * p.tp % (p.ep * p.etp):
+        notes.warn(
+            f"torchtitan takes its {p.ep} expert-parallel ranks from the FSDP (dp_shard) and TP ranks, not from "
+            "replicated data parallelism (ZeRO-0): exported as FSDP over the dp ranks (ZeRO-3-like), so memory and "
+            "communication differ from the plan"
+        )
+        out |= {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": p.dp}
+    return out
 
 
 def common_settings(plan: Plan, notes: Notes, release: str) -> tuple[dict, dict, str]:
@@ -129,8 +188,8 @@ def common_settings(plan: Plan, notes: Notes, release: str) -> tuple[dict, dict,
             # ("not pp_enabled") and never does for the embedding, final norm and output (distributed/fsdp.py)
             par["fsdp_reshard_after_forward"] = "always"
     par |= context_parallel(plan)
-    if plan.model.moe is not None:  # expert parallelism (parallelism.expert_parallel_degree; etp 1 or = tp)
-        par |= {"expert_parallel_degree": p.ep, "expert_tensor_parallel_degree": p.etp}
+    if plan.model.moe is not None:
+        par |= expert_parallel(plan, notes, release, par)
     par["pipeline_parallel_degree"] = p.pp
     if p.pp > 1:
         par["pipeline_parallel_schedule"] = TT_SCHEDULES[p.schedule]
@@ -224,8 +283,7 @@ class TorchtitanRecipeExporter(Exporter):
         return self.module_name(options) + ".py"
 
     def render(self, plan: Plan, options, notes: Notes) -> str:
-        module, flavor = model_ids(plan, notes)
-        base = f"{module}_{flavor.lower()}"
+        module, base = model_ids(plan, notes, "0.3.0")
         par, train, ac = common_settings(plan, notes, "0.3.0")
         fn = safe_identifier(f"meshplan_{plan.model.name}")
         lines = [f"    config = {base}()", "    p = config.parallelism"]
@@ -241,6 +299,16 @@ class TorchtitanRecipeExporter(Exporter):
             notes.note(
                 "torchtitan 0.3.0 cannot capture CUDA graphs with pipeline parallelism: the recipe sets "
                 "training.disable_cuda_graphs = True, as its config check asks"
+            )
+        elif plan.model.moe is not None and plan.parallel.ep > 1:
+            # ... nor with the all-to-all token dispatcher, which syncs the splits to the host: "CUDA graphs support
+            # only expert parallel token dispatcher configurations without CPU synchronization ... or set
+            # --training.disable_cuda_graphs" (the plan prices that dispatcher)
+            train = {"disable_cuda_graphs": True} | train
+            notes.note(
+                "torchtitan 0.3.0 cannot capture CUDA graphs with the all-to-all token dispatcher (its expert "
+                "parallelism syncs the token splits to the host): the recipe sets training.disable_cuda_graphs = True, "
+                "as its config check asks"
             )
         lines += [f"    config.training.{k} = {v!r}" for k, v in train.items()]
         converters, quantize = fp8_settings(plan, notes)
@@ -295,7 +363,7 @@ class TorchtitanTomlExporter(Exporter):
     stack = "torchtitan"
 
     def render(self, plan: Plan, options, notes: Notes) -> str:
-        module, flavor = model_ids(plan, notes)
+        module, flavor = model_ids(plan, notes, "0.2.2")
         par, train, ac = common_settings(plan, notes, "0.2.2")
         if plan.parallel.pp > 1:
             par["module_fqns_per_model_part"] = model_parts(plan, "output")

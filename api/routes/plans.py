@@ -21,7 +21,14 @@ from api.solver import Solver, SolverPool, bound_request, timed
 from api.store import Store, request_key
 from planner.answer.compare import PlanComparison, compare_plans
 from planner.specs import Plan, PlanRequest, version
-from planner.specs.errors import explain_error, field_info, is_union_tag, merge_union_errors, with_known_fields
+from planner.specs.errors import (
+    explain_error,
+    field_info,
+    is_union_tag,
+    located,
+    merge_union_errors,
+    with_known_fields,
+)
 
 router = v1_router("/plans", "plans")
 
@@ -96,7 +103,7 @@ def _body_problem(errors: list[dict]) -> ProblemException:
     same fields, messages and fixes (drawn from the declared fields) as FastAPI's own validation."""
     out = []
     for e in merge_union_errors(errors):
-        loc = tuple(e.get("loc", ()))
+        loc = located(e)
         path = [p for p in loc[1:] if not is_union_tag(p)]
         if e.get("type") == "extra_forbidden":
             e = with_known_fields(e, PlanRequest, path)

@@ -3,6 +3,7 @@ breakdown on the busiest rank, memory per stage, notes) and the ``Plan`` around 
 
 from __future__ import annotations
 
+from planner.answer.experts import expert_memory
 from planner.answer.residual_notes import calibration_note
 from planner.compose.context import Context
 from planner.compose.cost import Candidate, ClassCosts, Evaluation, rank_end_terms
@@ -64,7 +65,7 @@ def build_estimate(ctx: Context, cc: ClassCosts, n: list[int], ev: Evaluation) -
         cp_comm_s=cp_time[r] * ns,
         ep_comm_s=ep_time[r] * ns,
     )
-    stages = [stage_memory(cc, n, i) for i in range(c.pp)]
+    stages = expert_memory(ctx, cc, n, [stage_memory(cc, n, i) for i in range(c.pp)])
     notes = []
     gap = ctx.gap_note(c.micro_batch_size, c.tp, c.sequence_parallel)
     if gap is not None:

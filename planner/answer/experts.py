@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from planner.specs import MoeSpec, ParallelConfig
+from typing import TYPE_CHECKING
+
+from planner.compose.memory import GIB, state_bytes
+from planner.specs import MoeSpec, ParallelConfig, StageMemory
+from planner.workload.expert_parallel import expert_dp, expert_work
+
+if TYPE_CHECKING:
+    from planner.compose.context import Context
+    from planner.compose.cost import ClassCosts
 
 
 def expert_note(moe: MoeSpec, p: ParallelConfig) -> str:
@@ -15,3 +23,40 @@ def expert_note(moe: MoeSpec, p: ParallelConfig) -> str:
         if p.ep > 1
         else f"experts: all {moe.num_experts} on every GPU (EP1, ETP{p.etp}): no all-to-all"
     )
+
+
+def expert_memory(ctx: Context, cc: ClassCosts, n: list[int], stages: list[StageMemory]) -> list[StageMemory]:
+    """``stages`` with the routed experts' weights, gradients and optimizer states itemised (``expert_*_gib``) and
+    the model states split in the ratio of each part's own bytes per parameter: the experts' are sharded over the
+    expert-data-parallel ranks (tp · dp / (ep · etp)) by ZeRO, the rest over dp (``compose.terms``: the same bytes
+    the memory constraint counts; the total is unchanged). Dense models: unchanged."""
+    model, c, tr = ctx.model, cc.cand, ctx.training
+    if model.moe is None:
+        return stages
+    per_layer = expert_work(model, 1, tr.seq_len, c.tp, c.sequence_parallel, c.ep, c.etp, ctx.elt, c.recompute)
+    edp = expert_dp(c.tp, c.dp, c.ep, c.etp)
+    per_e = state_bytes(tr.precision, tr.optimizer, c.zero_stage, edp, ctx.stack.param_layout)
+    per = state_bytes(tr.precision, tr.optimizer, c.zero_stage, c.dp, ctx.stack.param_layout)
+    starts = [sum(n[:ch]) for ch in range(len(n))]
+    out = []
+    for r, st in enumerate(stages):
+        moe_layers = sum(
+            model.is_moe_layer(i) for ch in cc.rank_chunks(r) for i in range(starts[ch], starts[ch] + n[ch])
+        )
+        params = per_layer.expert_params * moe_layers
+        expert = [params * b / GIB for b in per_e[:3]]
+        dense = st.weights_gib + st.gradients_gib + st.optimizer_gib - sum(expert)
+        split = [dense * b / per.total + e for b, e in zip(per[:3], expert)] if per.total else expert
+        out.append(
+            st.model_copy(
+                update={
+                    "weights_gib": split[0],
+                    "gradients_gib": split[1],
+                    "optimizer_gib": split[2],
+                    "expert_weights_gib": expert[0],
+                    "expert_gradients_gib": expert[1],
+                    "expert_optimizer_gib": expert[2],
+                }
+            )
+        )
+    return out

@@ -146,9 +146,11 @@ def hf_model_file(data: Any, path: str, given_by: str) -> Any:
         first = exc.errors(include_url=False)[0]
         what = f"{first['msg']} at {'.'.join(map(str, first['loc'])) or 'the model'}"
         raise MeshplanError(f"{given_by} {path}", what, "correct the config.json, or give a ModelSpec") from None
-    except ValueError as exc:
+    except ValueError as exc:  # a FieldValueError names the config.json key (``sub``: hf_config.<key>)
         what, _, fix = str(exc).partition("; ")
-        raise MeshplanError(f"{given_by} {path}", what, fix) from None
+        sub = getattr(exc, "sub", None)
+        key = f" field {sub.removeprefix('hf_config.')}" if isinstance(sub, str) and sub != "hf_config" else ""
+        raise MeshplanError(f"{given_by} {path}{key}", what, fix) from None
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:

@@ -32,7 +32,7 @@ def etp_is_one_or_tp(etp: int | None, tp: int | None) -> Err:
     return MeshplanError(
         "parallel.etp",
         f"etp={etp} must be 1 (whole experts per rank) or tp={tp} (experts split like the dense MLP)",
-        f"set parallel.etp to 1 or {tp}",
+        f"set parallel.etp to 1 or {tp}" if tp > 1 else "set parallel.etp to 1 (tp is 1)",
     )
 
 

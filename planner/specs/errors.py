@@ -28,6 +28,15 @@ class MeshplanError(ValueError):
         return f"{text}. Fix: {self.fix}" if self.fix else text
 
 
+class FieldValueError(ValueError):
+    """A validator's "what; fix" about a field below the one it validates: ``sub`` is the dotted path from there
+    (``top_k`` under ``model.moe``, ``hf_config.num_experts`` under ``model``), so the error names that field."""
+
+    def __init__(self, sub: str, message: str) -> None:
+        self.sub = sub
+        super().__init__(message)
+
+
 class UnknownCatalogIdError(MeshplanError):
     """A catalog id (model or GPU) that is not in the catalog."""
 
@@ -59,7 +68,7 @@ def validation_errors(
         return [{"field": prefix or "body", "message": str(exc), "fix": "correct the input"}]
     out = []
     for err in merge_union_errors(exc.errors(include_url=False)):
-        loc = [p for p in err.get("loc", ()) if not is_union_tag(p)]
+        loc = [p for p in located(err) if not is_union_tag(p)]
         path = ".".join(str(p) for p in loc)
         flag = _flag_for(loc, flags) if flags else None
         name = flag or ".".join(x for x in (prefix, path) if x) or "body"
@@ -74,6 +83,12 @@ def validation_errors(
             message = f"entry {loc[-1] + 1} {message}"
         out.append({"field": name, "message": message, "fix": fix})
     return out
+
+
+def located(err: Mapping[str, Any]) -> tuple:
+    """A pydantic error entry's location, down to the field a ``FieldValueError`` names below the validated one."""
+    sub = getattr((err.get("ctx") or {}).get("error"), "sub", None)
+    return tuple(err.get("loc", ())) + (tuple(sub.split(".")) if isinstance(sub, str) else ())
 
 
 def explain(

@@ -6,17 +6,54 @@ Read per ``model_type`` (transformers' ``configuration_<type>.py`` field names):
 the planner counts are not read (token ids, RoPE scaling, dropout, initialisation, a checkpoint's
 ``quantization_config``, DeepSeek-V3's multi-token-prediction module ``num_nextn_predict_layers``, sliding
 windows). A field the spec cannot express (another activation, MLP biases, an irregular MoE layer pattern) and an
-unsupported ``model_type`` are errors naming the field: "what; fix", as the specs' validators write them."""
+unsupported ``model_type`` are errors naming the field: "what; fix", as the specs' validators write them, raised as
+``FieldValueError`` with the field's path (``hf_config.<key>``), so a request's problem names
+``model.hf_config.<key>``; so are MoE fields on a dense ``model_type`` and a value the ModelSpec refuses (top-k above
+the experts, …), named by the config.json key it came from."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from planner.specs.model import MlaSpec, ModelSpec, MoeSpec
+from pydantic import ValidationError
+
+from planner.specs.errors import FieldValueError
+from planner.specs.model import ModelSpec
 
 DENSE = ("llama", "mistral", "qwen2", "qwen3")
 MOE = ("qwen3_moe", "mixtral", "deepseek_v3", "gpt_oss", "olmoe")
 SUPPORTED = DENSE + MOE
+#: config.json keys of transformers' MoE configs (experts, routing, MoE layer pattern): on a dense model_type they
+#: would be ignored by transformers and by meshplan alike, so they are refused.
+MOE_KEYS = (
+    "num_experts",
+    "num_local_experts",
+    "n_routed_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "n_shared_experts",
+    "shared_expert_intermediate_size",
+    "first_k_dense_replace",
+    "decoder_sparse_step",
+    "mlp_only_layers",
+)
+#: The ModelSpec / MoeSpec field each config.json key becomes (every model_type's spelling), to name the key when
+#: the spec refuses its value.
+SPEC_KEYS = {
+    "num_layers": "num_hidden_layers",
+    "hidden_size": "hidden_size",
+    "num_attention_heads": "num_attention_heads",
+    "num_kv_heads": "num_key_value_heads",
+    "ffn_hidden_size": "intermediate_size",
+    "vocab_size": "vocab_size",
+    "max_seq_len": "max_position_embeddings",
+    "attention_head_dim": "head_dim",
+    "moe.top_k": "num_experts_per_tok",
+    "moe.first_dense_layers": "first_k_dense_replace",
+    "moe.router_groups": "n_group",
+    "moe.router_topk_groups": "topk_group",
+    "moe.shared_experts": "n_shared_experts",
+}
 
 
 def is_hf_config(data: object) -> bool:
@@ -27,9 +64,10 @@ def is_hf_config(data: object) -> bool:
 def _get(cfg: dict[str, Any], key: str, default: Any = ...) -> Any:
     value = cfg.get(key, default)
     if value is ...:
-        raise ValueError(
+        raise FieldValueError(
+            f"hf_config.{key}",
             f"hf_config has no {key!r} (model_type {cfg.get('model_type')!r} needs it); "
-            "give the model's complete config.json"
+            "give the model's complete config.json",
         )
     return value
 
@@ -37,9 +75,10 @@ def _get(cfg: dict[str, Any], key: str, default: Any = ...) -> Any:
 def _expect(cfg: dict[str, Any], key: str, allowed: tuple[Any, ...], why: str) -> None:
     value = cfg.get(key, allowed[0])
     if value not in allowed:
-        raise ValueError(
+        raise FieldValueError(
+            f"hf_config.{key}",
             f"hf_config field {key!r} = {value!r} is not supported ({why}); meshplan models "
-            f"{' or '.join(repr(a) for a in allowed)} here: describe the model as a ModelSpec instead"
+            f"{' or '.join(repr(a) for a in allowed)} here: describe the model as a ModelSpec instead",
         )
 
 
@@ -58,10 +97,13 @@ def from_hf_config(cfg: dict[str, Any], name: str | None = None) -> ModelSpec:
     model_type = cfg.get("model_type")
     if model_type not in SUPPORTED:
         arch = cfg.get("architectures")
-        raise ValueError(
+        raise FieldValueError(
+            "hf_config.model_type",
             f"hf_config model_type {model_type!r} (architectures {arch!r}) is not a supported architecture; "
-            f"use a config.json of model_type {', '.join(SUPPORTED)}, or describe the model as a ModelSpec"
+            f"use a config.json of model_type {', '.join(SUPPORTED)}, or describe the model as a ModelSpec",
         )
+    if model_type in DENSE:
+        _no_moe_fields(cfg, model_type)
     _expect(cfg, "hidden_act", ("silu",), "the experts and MLPs are SwiGLU")
     _expect(cfg, "mlp_bias", (False,), "MLP linears without biases")
     heads = _get(cfg, "num_attention_heads")
@@ -90,7 +132,44 @@ def from_hf_config(cfg: dict[str, Any], name: str | None = None) -> ModelSpec:
     if model_type in ("qwen3", "qwen3_moe"):
         spec["qk_norm"] = "head"
     spec.update(_MOE_READERS[model_type](cfg) if model_type in _MOE_READERS else {})
-    return ModelSpec.model_validate(spec)
+    try:
+        return ModelSpec.model_validate(spec)
+    except ValidationError as exc:
+        raise _refused(exc, model_type) from None
+
+
+def _no_moe_fields(cfg: dict[str, Any], model_type: str) -> None:
+    """A dense model_type with experts configured is a mistake (transformers builds it dense): refused, naming the key."""
+    for key in MOE_KEYS:
+        value = cfg.get(key)
+        if value not in (None, 0, False, [], 1 if key == "decoder_sparse_step" else None):
+            raise FieldValueError(
+                f"hf_config.{key}",
+                f"hf_config field {key!r} = {value!r} configures experts, but model_type {model_type!r} is a dense "
+                f"architecture (transformers builds it without experts); use the config.json of the mixture-of-experts "
+                f"model_type ({', '.join(MOE)}), or drop {key!r} for the dense model",
+            )
+
+
+def _refused(exc: ValidationError, model_type: str) -> FieldValueError:
+    """The ModelSpec's first objection to what the config.json became, naming the config.json key it came from."""
+    err = exc.errors(include_url=False)[0]
+    sub = getattr((err.get("ctx") or {}).get("error"), "sub", None)
+    path = ".".join(str(p) for p in err.get("loc", ())) + (f".{sub}" if sub else "")
+    path = path.strip(".")
+    key = SPEC_KEYS.get(path)
+    if path == "moe.num_experts":  # every model_type names the expert count and width its own way
+        key = {"qwen3_moe": "num_experts", "olmoe": "num_experts", "deepseek_v3": "n_routed_experts"}.get(
+            model_type, "num_local_experts"
+        )
+    elif path == "moe.expert_ffn_hidden_size":
+        key = "moe_intermediate_size" if model_type in ("qwen3_moe", "deepseek_v3") else "intermediate_size"
+    elif path.startswith("mla."):
+        key = path.removeprefix("mla.")
+    error = (err.get("ctx") or {}).get("error")
+    text = str(error) if error is not None else f"{path or 'the model'}: {err.get('msg')}"
+    what, _, fix = text.partition("; ")
+    return FieldValueError(f"hf_config.{key}" if key else "hf_config", f"{what}; {fix or 'correct the config.json'}")
 
 
 def _qwen3_moe(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -98,15 +177,17 @@ def _qwen3_moe(cfg: dict[str, Any]) -> dict[str, Any]:
     step = cfg.get("decoder_sparse_step", 1)
     dense = sorted(cfg.get("mlp_only_layers") or [])
     if dense != list(range(len(dense))) or (dense and step != 1):
-        raise ValueError(
+        raise FieldValueError(
+            "hf_config.mlp_only_layers",
             f"hf_config field 'mlp_only_layers' = {dense} with decoder_sparse_step {step} is not supported (dense "
-            "layers must lead: 0, 1, …, with every later layer MoE); describe the model as a ModelSpec instead"
+            "layers must lead: 0, 1, …, with every later layer MoE); describe the model as a ModelSpec instead",
         )
     if len(dense) >= n:
-        raise ValueError(
-            f"hf_config field 'mlp_only_layers' makes all {n} layers dense; use model_type 'qwen3' for a dense model"
+        raise FieldValueError(
+            "hf_config.mlp_only_layers",
+            f"hf_config field 'mlp_only_layers' makes all {n} layers dense; use model_type 'qwen3' for a dense model",
         )
-    moe = MoeSpec(
+    moe = dict(
         num_experts=_get(cfg, "num_experts"),
         top_k=_get(cfg, "num_experts_per_tok"),
         expert_ffn_hidden_size=_get(cfg, "moe_intermediate_size"),
@@ -117,7 +198,7 @@ def _qwen3_moe(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def _mixtral(cfg: dict[str, Any]) -> dict[str, Any]:
-    experts = MoeSpec(
+    experts = dict(
         num_experts=_get(cfg, "num_local_experts"),
         top_k=_get(cfg, "num_experts_per_tok"),
         expert_ffn_hidden_size=_get(cfg, "intermediate_size"),
@@ -126,7 +207,7 @@ def _mixtral(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def _olmoe(cfg: dict[str, Any]) -> dict[str, Any]:
-    experts = MoeSpec(
+    experts = dict(
         num_experts=_get(cfg, "num_experts"),
         top_k=_get(cfg, "num_experts_per_tok"),
         expert_ffn_hidden_size=_get(cfg, "intermediate_size"),
@@ -135,7 +216,7 @@ def _olmoe(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def _gpt_oss(cfg: dict[str, Any]) -> dict[str, Any]:
-    experts = MoeSpec(
+    experts = dict(
         num_experts=_get(cfg, "num_local_experts"),
         top_k=_get(cfg, "num_experts_per_tok"),
         expert_ffn_hidden_size=_get(cfg, "intermediate_size"),
@@ -150,8 +231,11 @@ def _deepseek_v3(cfg: dict[str, Any]) -> dict[str, Any]:
     groups, topk_groups = cfg.get("n_group") or 1, cfg.get("topk_group") or 1
     scoring = cfg.get("scoring_func", "sigmoid")
     if scoring not in ("softmax", "sigmoid"):
-        raise ValueError(f"hf_config field 'scoring_func' = {scoring!r} is not supported; use softmax or sigmoid")
-    experts = MoeSpec(
+        raise FieldValueError(
+            "hf_config.scoring_func",
+            f"hf_config field 'scoring_func' = {scoring!r} is not supported; use softmax or sigmoid",
+        )
+    experts = dict(
         num_experts=_get(cfg, "n_routed_experts"),
         top_k=_get(cfg, "num_experts_per_tok"),
         expert_ffn_hidden_size=_get(cfg, "moe_intermediate_size"),
@@ -161,7 +245,7 @@ def _deepseek_v3(cfg: dict[str, Any]) -> dict[str, Any]:
         router_groups=groups if groups > 1 else None,
         router_topk_groups=topk_groups if groups > 1 else None,
     )
-    mla = MlaSpec(
+    mla = dict(
         q_lora_rank=cfg.get("q_lora_rank"),
         kv_lora_rank=_get(cfg, "kv_lora_rank"),
         qk_rope_head_dim=_get(cfg, "qk_rope_head_dim"),

@@ -13,6 +13,7 @@ from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, mod
 
 from planner.specs.common import MAX_HIDDEN, MAX_SEQ_LEN, MAX_VOCAB, Activation, Family, Norm, Spec
 from planner.specs.config import MAX_LAYERS
+from planner.specs.errors import FieldValueError
 
 Router = Literal["softmax", "sigmoid"]
 
@@ -77,9 +78,10 @@ class MoeSpec(Spec):
     @model_validator(mode="after")
     def _check_routing(self) -> MoeSpec:
         if self.top_k > self.num_experts:
-            raise ValueError(
+            raise FieldValueError(
+                "top_k",
                 f"top_k={self.top_k} exceeds num_experts={self.num_experts}; route each token to at most "
-                "num_experts experts (top_k ≤ num_experts)"
+                "num_experts experts (top_k ≤ num_experts)",
             )
         if (self.router_groups is None) != (self.router_topk_groups is None):
             raise ValueError(
@@ -87,20 +89,23 @@ class MoeSpec(Spec):
             )
         if self.router_groups is not None and self.router_topk_groups is not None:
             if self.num_experts % self.router_groups:
-                raise ValueError(
+                raise FieldValueError(
+                    "router_groups",
                     f"router_groups={self.router_groups} does not divide num_experts={self.num_experts}; "
-                    "use a divisor of num_experts"
+                    "use a divisor of num_experts",
                 )
             if self.router_topk_groups > self.router_groups:
-                raise ValueError(
+                raise FieldValueError(
+                    "router_topk_groups",
                     f"router_topk_groups={self.router_topk_groups} exceeds router_groups={self.router_groups}; "
-                    "use at most router_groups"
+                    "use at most router_groups",
                 )
             reachable = self.router_topk_groups * (self.num_experts // self.router_groups)
             if self.top_k > reachable:
-                raise ValueError(
+                raise FieldValueError(
+                    "top_k",
                     f"top_k={self.top_k} exceeds the {reachable} experts of router_topk_groups="
-                    f"{self.router_topk_groups} groups; raise router_topk_groups or lower top_k"
+                    f"{self.router_topk_groups} groups; raise router_topk_groups or lower top_k",
                 )
         return self
 
@@ -167,32 +172,37 @@ class ModelSpec(Spec):
     @model_validator(mode="after")
     def _check_shapes(self) -> ModelSpec:
         if self.attention_head_dim is None and self.mla is None and self.hidden_size % self.num_attention_heads:
-            raise ValueError(
+            raise FieldValueError(
+                "num_attention_heads",
                 f"num_attention_heads={self.num_attention_heads} must divide hidden_size={self.hidden_size}; "
-                "choose a head count that divides the hidden size, or give attention_head_dim"
+                "choose a head count that divides the hidden size, or give attention_head_dim",
             )
         if self.num_attention_heads % self.num_kv_heads:
-            raise ValueError(
+            raise FieldValueError(
+                "num_kv_heads",
                 f"num_kv_heads={self.num_kv_heads} must divide num_attention_heads={self.num_attention_heads}; "
-                "use a divisor of the head count (equal to it for multi-head attention)"
+                "use a divisor of the head count (equal to it for multi-head attention)",
             )
         if self.moe is not None:
             if self.family != "llama" or self.activation != "swiglu":
-                raise ValueError(
+                raise FieldValueError(
+                    "moe",
                     f"moe is given on a {self.family} model with {self.activation} MLPs; mixture-of-experts models "
                     "are of the llama family with SwiGLU experts: set family 'llama' and activation 'swiglu', or "
-                    "drop moe"
+                    "drop moe",
                 )
             if self.moe.first_dense_layers >= self.num_layers:
-                raise ValueError(
+                raise FieldValueError(
+                    "moe.first_dense_layers",
                     f"moe.first_dense_layers={self.moe.first_dense_layers} leaves no MoE layer of num_layers="
-                    f"{self.num_layers}; use fewer dense layers than num_layers, or drop moe"
+                    f"{self.num_layers}; use fewer dense layers than num_layers, or drop moe",
                 )
         if self.mla is not None and self.num_kv_heads != self.num_attention_heads:
-            raise ValueError(
+            raise FieldValueError(
+                "num_kv_heads",
                 f"mla is given with num_kv_heads={self.num_kv_heads} ≠ num_attention_heads="
                 f"{self.num_attention_heads}; latent attention decompresses keys and values for every head: set "
-                "num_kv_heads to num_attention_heads"
+                "num_kv_heads to num_attention_heads",
             )
         return self
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, SerializerFunctionWrapHandler, ValidationError, model_serializer, model_validator
 
 from planner.specs.calibration import Calibration
 from planner.specs.common import SCHEMA_VERSION, Spec
@@ -52,6 +52,26 @@ class StageMemory(Spec):
     buffers_gib: float
     reserve_gib: float
     total_gib: float
+    expert_weights_gib: float = Field(
+        default=0.0,
+        description="Of weights_gib, the routed experts' (mixture-of-experts models: sharded over the expert-parallel "
+        "ranks, and by ZeRO-3 over expert-data-parallel ones); 0 on dense models.",
+    )
+    expert_gradients_gib: float = Field(default=0.0, description="Of gradients_gib, the routed experts'.")
+    expert_optimizer_gib: float = Field(
+        default=0.0, description="Of optimizer_gib, the routed experts' (ZeRO-1/2 shard them over expert-DP)."
+    )
+
+    @model_serializer(mode="wrap")
+    def _drop_dense_zeros(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A dense model's stage (no routed experts) is written as before the expert fields existed."""
+        data = handler(self)
+        if isinstance(data, dict) and not (
+            self.expert_weights_gib or self.expert_gradients_gib or self.expert_optimizer_gib
+        ):
+            for name in ("expert_weights_gib", "expert_gradients_gib", "expert_optimizer_gib"):
+                data.pop(name, None)
+        return data
 
 
 class Estimate(Spec):

@@ -75,4 +75,7 @@ from __future__ import annotations
 #: 19: the 500 W H100 (``h100-sxm-96gb-hbm2e``, torchtitan's benchmark GPUs) at its measured GEMM rates (Meta's
 #:    FBGEMM on "H100 500W": BF16 585.2, FP8 row-wise 1,125.5 TFLOPS at 8192³) instead of datasheet rates
 #:    interpolated in board power: its GEMMs and attention 17.5 % slower (BF16 peak 731.5, was 886.8).
-COST_MODEL_VERSION = 19
+#: 20: a MoE plan's memory per stage itemises the routed experts' weights, gradients and optimizer states
+#:    (``StageMemory.expert_*_gib``), each part split in its own bytes per parameter (the experts' ZeRO shards span
+#:    expert-DP, not dp): weights / gradients / optimizer of MoE plans move, totals, times and choices do not.
+COST_MODEL_VERSION = 20

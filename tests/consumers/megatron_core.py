@@ -11,7 +11,9 @@ data-parallel size), and the layers each (pipeline rank, virtual stage) builds
 
 from __future__ import annotations
 
+import re
 import subprocess
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -23,12 +25,23 @@ from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCal
 from megatron.core.optimizer import OptimizerConfig
 from megatron.core.transformer.enums import LayerType
 from megatron.core.transformer.transformer_block import get_num_layers_to_build
-from megatron.core.transformer.transformer_config import TransformerConfig
+from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
+
+
+def moe_freq(text: str) -> int | list[int]:
+    """``--moe-layer-freq`` as Megatron-LM's ``moe_freq_type`` reads it: an int, or a pattern of digits, ``[]()+*,``
+    evaluated as a Python list (``_eval_pattern``)."""
+    if "[" not in text:
+        return int(text)
+    if re.search(r"[^,\d\[\]\(\)\+\*]", text):
+        raise ValueError(f"Invalid pattern: {text}")
+    return eval(text)  # noqa: S307 (Megatron-LM's own reading; the characters are checked above)
+
 
 #: flag → (config, field, type). Configs: tc = TransformerConfig, ddp = DistributedDataParallelConfig,
 #: opt = OptimizerConfig, batch = the micro-batch calculator, model = GPT model/training level (read
 #: by Megatron-LM outside these configs; kept as facts).
-FLAGS: dict[str, tuple[str, str, type]] = {
+FLAGS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "--num-layers": ("tc", "num_layers", int),
     "--hidden-size": ("tc", "hidden_size", int),
     "--ffn-hidden-size": ("tc", "ffn_hidden_size", int),
@@ -53,6 +66,27 @@ FLAGS: dict[str, tuple[str, str, type]] = {
     "--max-position-embeddings": ("model", "max_position_embeddings", int),
     "--position-embedding-type": ("model", "position_embedding_type", str),
     "--ckpt-format": ("model", "ckpt_format", str),
+    # mixtures of experts (Megatron-LM core_transformer_config_from_args: num_moe_experts = args.num_experts, the
+    # rest by name) and attention shapes
+    "--num-experts": ("tc", "num_moe_experts", int),
+    "--moe-router-topk": ("tc", "moe_router_topk", int),
+    "--moe-ffn-hidden-size": ("tc", "moe_ffn_hidden_size", int),
+    "--expert-model-parallel-size": ("tc", "expert_model_parallel_size", int),
+    "--expert-tensor-parallel-size": ("tc", "expert_tensor_parallel_size", int),
+    "--moe-token-dispatcher-type": ("tc", "moe_token_dispatcher_type", str),
+    "--moe-shared-expert-intermediate-size": ("tc", "moe_shared_expert_intermediate_size", int),
+    "--moe-layer-freq": ("tc", "moe_layer_freq", moe_freq),
+    "--moe-router-score-function": ("tc", "moe_router_score_function", str),
+    "--moe-router-num-groups": ("tc", "moe_router_num_groups", int),
+    "--moe-router-group-topk": ("tc", "moe_router_group_topk", int),
+    "--moe-expert-capacity-factor": ("tc", "moe_expert_capacity_factor", float),
+    "--kv-channels": ("tc", "kv_channels", int),
+    "--softmax-type": ("tc", "softmax_type", str),
+    "--q-lora-rank": ("tc", "q_lora_rank", int),
+    "--kv-lora-rank": ("tc", "kv_lora_rank", int),
+    "--qk-head-dim": ("tc", "qk_head_dim", int),
+    "--qk-pos-emb-head-dim": ("tc", "qk_pos_emb_head_dim", int),
+    "--v-head-dim": ("tc", "v_head_dim", int),
 }
 #: switch → the fields it sets.
 SWITCHES: dict[str, list[tuple[str, str, Any]]] = {
@@ -69,6 +103,9 @@ SWITCHES: dict[str, list[tuple[str, str, Any]]] = {
     "--use-megatron-fsdp": [("ddp", "use_megatron_fsdp", True)],
     "--bf16": [("tc", "bf16", True), ("tc", "params_dtype", torch.bfloat16), ("opt", "bf16", True)],
     "--fp16": [("tc", "fp16", True), ("tc", "params_dtype", torch.float16), ("opt", "fp16", True)],
+    "--moe-grouped-gemm": [("tc", "moe_grouped_gemm", True)],
+    "--qk-layernorm": [("tc", "qk_layernorm", True)],
+    "--multi-latent-attention": [("tc", "multi_latent_attention", True)],
 }
 
 
@@ -109,7 +146,8 @@ def configs(args: list[str]) -> dict[str, dict[str, Any]]:
 
 def check(item: dict[str, Any]) -> dict[str, Any]:
     cfg = configs(megatron_args(item["path"]))
-    tc = TransformerConfig(**cfg["tc"])
+    # Megatron-LM builds an MLATransformerConfig for --multi-latent-attention (core_transformer_config_from_args)
+    tc = (MLATransformerConfig if cfg["tc"].get("multi_latent_attention") else TransformerConfig)(**cfg["tc"])
     ddp = DistributedDataParallelConfig(**cfg["ddp"])
     OptimizerConfig(**cfg["opt"])
     tp, pp = tc.tensor_model_parallel_size, tc.pipeline_model_parallel_size
@@ -147,6 +185,19 @@ def check(item: dict[str, Any]) -> dict[str, Any]:
         "data_parallel_sharding_strategy": ddp.data_parallel_sharding_strategy,
         "num_layers": tc.num_layers,
         "microbatch_group_size_per_vp_stage": tc.microbatch_group_size_per_vp_stage,
+        "num_moe_experts": tc.num_moe_experts,
+        "moe_router_topk": tc.moe_router_topk,
+        "moe_ffn_hidden_size": tc.moe_ffn_hidden_size,
+        "expert_model_parallel_size": tc.expert_model_parallel_size,
+        "expert_tensor_parallel_size": tc.expert_tensor_parallel_size,
+        "moe_grouped_gemm": tc.moe_grouped_gemm,
+        "moe_token_dispatcher_type": tc.moe_token_dispatcher_type,
+        "moe_shared_expert_intermediate_size": tc.moe_shared_expert_intermediate_size,
+        "moe_layer_freq": tc.moe_layer_freq,
+        "moe_router_score_function": tc.moe_router_score_function,
+        "kv_channels": tc.kv_channels,
+        "qk_layernorm": tc.qk_layernorm,
+        "multi_latent_attention": tc.multi_latent_attention,
     }
 
 

@@ -37,6 +37,10 @@ def check(item: dict[str, Any]) -> dict[str, Any]:
         "pp": dims.pp,
         "dp_replicate": dims.dp_replicate,
         "dp_shard": dims.dp_shard,
+        "ep": dims.ep,
+        "moe": any(
+            name.rsplit(".", 1)[-1] in ("experts", "routed_experts") for name in modules
+        ),  # routed experts built
         "sequence_parallel": par.enable_sequence_parallel,
         "fsdp_reshard_after_forward": par.fsdp_reshard_after_forward,
         "async_tp": config.compile.enable_async_tensor_parallel,  # CompileConfig.__post_init__ checks compile is on

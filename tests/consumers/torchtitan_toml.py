@@ -41,6 +41,11 @@ def check(item: dict[str, Any]) -> dict[str, Any]:
         "pp": dims.pp,
         "dp_replicate": dims.dp_replicate,
         "dp_shard": dims.dp_shard,
+        "ep": dims.ep,
+        "etp": dims.etp,
+        "moe": any(
+            name.rsplit(".", 1)[-1] in ("experts", "routed_experts") for name in modules
+        ),  # routed experts built
         "fsdp_reshard_after_forward": par.fsdp_reshard_after_forward,
         "async_tp": par.enable_async_tensor_parallel,
         "local_batch_size": training.local_batch_size,

@@ -58,7 +58,7 @@ export function legend(items) {
   return h(
     "ul",
     { class: "legend" },
-    items.map((it) => h("li", {}, h("span", { class: `swatch ${it.pattern ? "swatch-" + it.pattern : ""}`, style: it.pattern === "line" ? `border-top-color:${it.color}` : `background-color:${it.color}`, "aria-hidden": "true" }), it.name)),
+    items.map((it) => h("li", {}, h("span", { class: `swatch ${it.pattern ? "swatch-" + it.pattern : ""}`, style: it.pattern === "line" || it.pattern === "dots" ? `border-top-color:${it.color}` : `background-color:${it.color}`, "aria-hidden": "true" }), it.name)),
   );
 }
 
@@ -313,11 +313,13 @@ export function timeline({ title, desc = "", rows, unit = "ms" }) {
  * parallelism (cpGroups: groups of more than one rank), each GPU also names its cp rank ("c<i>") and a
  * dashed line (class "cp-link") joins the members of each CP group on a node: the cp axis.
  */
-export function meshGrid({ title, desc = "", numNodes, gpusPerNode, stageOf, dpOf, tpGroups, numStages, cpOf = null, cpGroups = [], maxNodes = 32 }) {
+export function meshGrid({ title, desc = "", numNodes, gpusPerNode, stageOf, dpOf, tpGroups, numStages, cpOf = null, cpGroups = [], epOf = null, edpOf = null, epGroups = [], maxNodes = 32 }) {
   const shownNodes = Math.min(numNodes, maxNodes);
   const cell = Math.max(22, Math.min(72, Math.floor(760 / gpusPerNode)));
   const hasCp = cpGroups.some((grp) => grp.length > 1);
-  const cellH = hasCp ? 56 : 46; // room under the labels for the cp lines
+  const hasEp = epGroups.some((grp) => grp.length > 1);
+  const epY = hasCp ? 56 : 46; // the ep lines sit under the cp lines
+  const cellH = (hasCp ? 56 : 46) + (hasEp ? 18 : 0); // room under the labels for the cp and ep lines
   const m = { l: 64, r: 12, t: 22, b: 8 };
   const width = m.l + gpusPerNode * cell + m.r;
   const height = m.t + shownNodes * (cellH + 10) + m.b;
@@ -340,10 +342,13 @@ export function meshGrid({ title, desc = "", numNodes, gpusPerNode, stageOf, dpO
       const color = PALETTE[stage % PALETTE.length];
       const cp = cpOf ? cpOf(rank) : null;
       const cpText = cp === null || cp === undefined ? "" : `, context-parallel rank ${cp}`;
-      g.append(s("rect", { x: cx + 2, y: ny, width: cell - 4, height: cellH, rx: 3, class: "gpu", fill: color, "fill-opacity": 0.35, stroke: color, "data-stage": stage, "data-cp": cp === null || cp === undefined ? null : cp }, s("title", {}, `rank ${rank} (node ${n}, GPU ${k}): pipeline stage ${stage}, data-parallel replica ${dpOf(rank)}${cpText}`)));
+      const ep = epOf ? epOf(rank) : null;
+      const epText = ep === null || ep === undefined ? "" : `, expert-parallel rank ${ep}, expert-data-parallel replica ${edpOf(rank)}`;
+      g.append(s("rect", { x: cx + 2, y: ny, width: cell - 4, height: cellH, rx: 3, class: "gpu", fill: color, "fill-opacity": 0.35, stroke: color, "data-stage": stage, "data-cp": cp === null || cp === undefined ? null : cp, "data-ep": epText ? ep : null, "data-edp": epText ? edpOf(rank) : null }, s("title", {}, `rank ${rank} (node ${n}, GPU ${k}): pipeline stage ${stage}, data-parallel replica ${dpOf(rank)}${cpText}${epText}`)));
       if (showText) {
         g.append(s("text", { x: cx + cell / 2, y: ny + 16, class: "cell-label", "text-anchor": "middle" }, `S${stage}`));
         g.append(s("text", { x: cx + cell / 2, y: ny + 33, class: "cell-sub", "text-anchor": "middle" }, `r${rank}·d${dpOf(rank)}${cpText ? `·c${cp}` : ""}`));
+        if (epText) g.append(s("text", { x: cx + cell / 2, y: ny + epY - 2, class: "cell-sub", "text-anchor": "middle" }, `e${ep}·x${edpOf(rank)}`));
       }
     }
   }
@@ -385,9 +390,29 @@ export function meshGrid({ title, desc = "", numNodes, gpusPerNode, stageOf, dpO
       for (const k of ks) cpAxis.append(s("circle", { cx: m.l + k * cell + cell / 2, cy: y, r: 2.5, class: "cp-dot" }));
     }
   });
+  // EP groups (a mixture of experts' expert layers): a dotted line through the cells of each group on each node.
+  const epAxis = s("g", { class: "ep-axis" });
+  g.append(epAxis);
+  epGroups.forEach((grp, gi) => {
+    if (grp.length < 2) return;
+    const byNode = new Map();
+    for (const r of grp) {
+      const n = Math.floor(r / gpusPerNode);
+      if (n >= shownNodes) continue;
+      if (!byNode.has(n)) byNode.set(n, []);
+      byNode.get(n).push(r % gpusPerNode);
+    }
+    for (const [n, ks] of byNode) {
+      const y = m.t + n * (cellH + 10) + epY + 4 + (gi % 3) * 4; // staggered: interleaved groups stay apart
+      const points = ks.map((k) => `${m.l + k * cell + cell / 2},${y}`).join(" ");
+      epAxis.append(s("polyline", { points, class: "ep-link", "data-ep-group": gi }, s("title", {}, `EP group ${gi}: ranks ${grp.join(", ")} exchange their tokens' hidden states with one all-to-all per MoE layer`)));
+      for (const k of ks) epAxis.append(s("rect", { x: m.l + k * cell + cell / 2 - 2.5, y: y - 2.5, width: 5, height: 5, class: "ep-dot" }));
+    }
+  });
   const extra = numNodes > shownNodes ? h("p", { class: "note" }, `Showing the first ${shownNodes} of ${numNodes} nodes; the pattern repeats.`) : null;
   const stages = [];
   for (let i = 0; i < numStages; i++) stages.push({ name: `S${i}: pipeline stage ${i}`, color: PALETTE[i % PALETTE.length] });
   const cpLegend = hasCp ? [{ name: "dashed line, “c” = one context-parallel group (the ranks that split one sequence), cp rank", color: "#111", pattern: "line" }] : [];
-  return figure(title, svg, extra, legend([...stages, { name: "outlined box: one tensor-parallel group", color: "#fff", pattern: "outline" }, ...cpLegend]));
+  const epLegend = hasEp ? [{ name: "dotted line, “e” = one expert-parallel group (the ranks one MoE layer's all-to-all spans), expert-parallel rank; “x” = expert-data-parallel replica", color: "#5b2a86", pattern: "dots" }] : [];
+  return figure(title, svg, extra, legend([...stages, { name: "outlined box: one tensor-parallel group", color: "#fff", pattern: "outline" }, ...cpLegend, ...epLegend]));
 }

@@ -144,7 +144,7 @@ export function requestFromForm(form) {
   }
   const gpu = form.elements["cluster.gpu"].value === CUSTOM ? parseJson("gpu_json", "GpuSpec") : form.elements["cluster.gpu"].value;
   const parallel = {};
-  for (const k of ["tp", "pp", "dp", "cp", "micro_batch_size", "virtual_stages"]) {
+  for (const k of ["tp", "pp", "dp", "cp", "ep", "etp", "micro_batch_size", "virtual_stages"]) {
     const v = readInt(form, `parallel.${k}`);
     if (v !== undefined) parallel[k] = v;
   }
@@ -221,6 +221,7 @@ function fillForm(form, req) {
     set("parallel.cp", p.cp);
     if (p.cp_comm) pick(form.elements["parallel.cp_comm"], p.cp_comm);
   }
+  for (const k of ["ep", "etp"]) if (p[k] !== undefined && p[k] !== null) set(`parallel.${k}`, p[k]);
   if (p.sequence_parallel !== undefined && p.sequence_parallel !== null) set("parallel.sequence_parallel", String(p.sequence_parallel));
   if (p.stage_layers) set("parallel.stage_layers", p.stage_layers.join(", "));
   set("top_k", req.top_k);
@@ -406,6 +407,12 @@ export async function newPlanPage(root, { query }) {
         field("parallel.cp", "Context parallel (cp)", num({ min: 1 }), "Splits each sequence over cp GPUs."),
         field("parallel.cp_comm", "CP exchange", cpCommSel, "The exchanges the chosen stack runs."),
         field("parallel.micro_batch_size", "Micro-batch size", num({ min: 1 })),
+      ),
+      h(
+        "div",
+        { class: "row" },
+        field("parallel.ep", "Expert parallel (ep)", num({ min: 1 }), "Mixtures of experts: the routed experts split over ep GPUs carved from dp."),
+        field("parallel.etp", "Expert tensor parallel (etp)", num({ min: 1 }), "1 (whole experts) or tp (split like the dense MLP)."),
       ),
       h(
         "div",

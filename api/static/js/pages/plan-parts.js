@@ -12,6 +12,56 @@ export const MEMORY_PARTS = [
   ["reserve_gib", "reserve (allocator, workspace)", "#7F7F7F"],
 ];
 
+/** A mixture of experts' part of the weights, gradients and optimizer state (``StageMemory.expert_*_gib``): drawn
+ * apart from the rest of each when a plan has routed experts (key, its expert key, label, colour). */
+export const EXPERT_MEMORY_PARTS = [
+  ["weights_gib", "expert_weights_gib", "expert weights (routed experts)", "#003F6B"],
+  ["gradients_gib", "expert_gradients_gib", "expert gradients", "#1B6F9E"],
+  ["optimizer_gib", "expert_optimizer_gib", "expert optimizer state", "#8A5A00"],
+];
+
+/** The memory chart's series for some stages: MEMORY_PARTS, and for a mixture of experts each state split into the
+ * routed experts' part and the rest ("weights (non-expert)", "expert weights (routed experts)", …), so the stacked
+ * GiB still add up to the stage's total. → [{name, color, values}] */
+export function memorySeries(stages) {
+  const moe = stages.some((st) => EXPERT_MEMORY_PARTS.some(([, ek]) => st[ek] > 0));
+  const out = [];
+  for (const [k, name, color] of MEMORY_PARTS) {
+    const expert = moe ? EXPERT_MEMORY_PARTS.find(([key]) => key === k) : null;
+    if (!expert) {
+      out.push({ name, color, values: stages.map((st) => st[k]) });
+      continue;
+    }
+    const [, ek, ename, ecolor] = expert;
+    out.push({ name: `${name} (non-expert)`, color, values: stages.map((st) => st[k] - (st[ek] || 0)) });
+    out.push({ name: ename, color: ecolor, values: stages.map((st) => st[ek] || 0) });
+  }
+  return out;
+}
+
+/**
+ * The expert layers' rank groups of a mixture-of-experts plan (Megatron-core's "parallel folding", as the planner
+ * prices it: the tp × cp × dp ranks of a pipeline stage, in rank order, are etp × ep × expert-dp for the expert
+ * layers, etp innermost). → {ep: [[ranks]] (the all-to-all groups), edp: [[ranks]] (expert-data-parallel: an
+ * expert's replicas, its gradient sync)}; none for ep = 1.
+ */
+export function expertGroups(plan) {
+  const p = plan.parallel;
+  const ep = p.ep || 1;
+  const etp = p.etp || 1;
+  if (ep === 1) return { ep: [], edp: [] };
+  const stage = p.tp * (p.cp || 1) * p.dp;
+  const edp = stage / (ep * etp);
+  const rank = (s, d, e, t) => s * stage + t + etp * (e + ep * d);
+  const epGroups = [];
+  const edpGroups = [];
+  for (let s = 0; s < p.pp; s++) {
+    for (let d = 0; d < edp; d++) for (let t = 0; t < etp; t++) epGroups.push(Array.from({ length: ep }, (_, e) => rank(s, d, e, t)));
+    for (let e = 0; e < ep; e++) for (let t = 0; t < etp; t++) edpGroups.push(Array.from({ length: edp }, (_, d) => rank(s, d, e, t)));
+  }
+  return { ep: epGroups, edp: edpGroups };
+}
+
 /** The time-breakdown terms this page has words for, in drawing order (key, label, colour). */
 export const TIME_PARTS = [
   ["compute_s", "compute", "#0072B2"],
@@ -85,10 +135,11 @@ export function meshGroups(mesh, dim) {
   return groups;
 }
 
-/** "tp 8 · pp 2 · dp 4 · (cp 2 (p2p) ·) mbs 1 · 1f1b · recompute none · SP on · ZeRO 1" */
+/** "tp 8 · pp 2 · dp 4 · (cp 2 (p2p) ·) (ep 4 (etp 2) ·) mbs 1 · 1f1b · recompute none · SP on · ZeRO 1" */
 export function describe(par) {
   const cp = par.cp > 1 ? [`cp ${par.cp} (${par.cp_comm || "p2p"})`] : [];
-  const parts = [`tp ${par.tp}`, `pp ${par.pp}`, `dp ${par.dp}`, ...cp, `micro-batch ${par.micro_batch_size}`, par.virtual_stages > 1 ? `${par.schedule} ×${par.virtual_stages}` : par.schedule, `recompute ${par.recompute}`];
+  const ep = (par.ep || 1) > 1 || (par.etp || 1) > 1 ? [`ep ${par.ep || 1}${(par.etp || 1) > 1 ? ` (etp ${par.etp})` : ""}`] : [];
+  const parts = [`tp ${par.tp}`, `pp ${par.pp}`, `dp ${par.dp}`, ...cp, ...ep, `micro-batch ${par.micro_batch_size}`, par.virtual_stages > 1 ? `${par.schedule} ×${par.virtual_stages}` : par.schedule, `recompute ${par.recompute}`];
   if (par.sequence_parallel) parts.push("sequence parallel");
   parts.push(`ZeRO ${par.zero_stage}`);
   return parts.join(" · ");
@@ -98,7 +149,7 @@ export function memoryChart(plan, title = "Memory per GPU by pipeline stage") {
   const e = plan.estimate;
   const stages = e.memory_per_stage;
   const categories = stages.map((_, i) => `stage ${i}`);
-  const series = MEMORY_PARTS.map(([k, name, color]) => ({ name, color, values: stages.map((st) => st[k]) }));
+  const series = memorySeries(stages);
   return barChart({
     title,
     desc: `Stacked GiB per GPU on each of ${categories.length} pipeline stages against the ${fmt.gib(e.gpu_memory_gib)} capacity; peak ${fmt.gib(e.peak_memory_gib)}.`,
@@ -174,9 +225,21 @@ export function meshFigure(plan) {
   const cp = hasCp ? rankMap("cp") : null;
   const p = plan.parallel;
   const cpWords = hasCp ? `, dashed line = CP group of ${p.cp} (${p.cp_comm || "p2p"})` : "";
+  // a mixture of experts with ep > 1: its expert layers' EP groups (the all-to-all) beside the dense TP × DP
+  const experts = expertGroups(plan);
+  const hasEp = experts.ep.length > 0;
+  const epOf = new Map();
+  const edpOf = new Map();
+  experts.ep.forEach((grp) => grp.forEach((r, i) => epOf.set(r, i)));
+  experts.edp.forEach((grp) => grp.forEach((r, i) => edpOf.set(r, i)));
+  const edp = hasEp ? experts.edp[0].length : 0;
+  const epWords = hasEp ? `, dotted line = EP group of ${p.ep} (expert layers: ETP ${p.etp || 1} × EP ${p.ep} × expert-DP ${edp})` : "";
   return meshGrid({
-    title: `Device mesh: ${c.num_nodes} nodes × ${c.gpus_per_node} GPUs — colour and “S” = pipeline stage, outline = TP group of ${p.tp}${cpWords}`,
-    desc: `${p.pp} pipeline stages, ${p.dp} data-parallel replicas, ${hasCp ? `context-parallel groups of ${p.cp}, ` : ""}tensor-parallel groups of ${p.tp}; mesh dims ${plan.mesh.dim_names.join(", ")}; r = global rank, d = data-parallel replica${hasCp ? ", c = context-parallel rank" : ""}.`,
+    title: `Device mesh: ${c.num_nodes} nodes × ${c.gpus_per_node} GPUs — colour and “S” = pipeline stage, outline = TP group of ${p.tp}${cpWords}${epWords}`,
+    desc: `${p.pp} pipeline stages, ${p.dp} data-parallel replicas, ${hasCp ? `context-parallel groups of ${p.cp}, ` : ""}tensor-parallel groups of ${p.tp}${hasEp ? `; expert layers: ${experts.ep.length} expert-parallel groups of ${p.ep} (all-to-all of the tokens), ${experts.edp.length} expert-data-parallel groups of ${edp} (an expert's replicas)` : ""}; mesh dims ${plan.mesh.dim_names.join(", ")}; r = global rank, d = data-parallel replica${hasCp ? ", c = context-parallel rank" : ""}${hasEp ? ", e = expert-parallel rank (the experts it holds: e × experts/ep onwards), x = expert-data-parallel replica" : ""}.`,
+    epOf: hasEp ? (r) => epOf.get(r) : null,
+    edpOf: hasEp ? (r) => edpOf.get(r) : null,
+    epGroups: experts.ep,
     numNodes: c.num_nodes,
     gpusPerNode: c.gpus_per_node,
     stageOf: (r) => (stage.has(r) ? stage.get(r) : null),

@@ -31,7 +31,11 @@ function headline(plan, training) {
     stat("Throughput", `${fmt.si(e.tokens_per_s)} tokens/s`, `${fmt.num(e.model_tflops_per_gpu, 0)} TFLOP/s per GPU`),
     stat("MFU", fmt.pct(e.mfu), "model FLOPs ÷ peak"),
     stat("Peak memory", fmt.gib(e.peak_memory_gib), `of ${fmt.gib(e.gpu_memory_gib)} (${fmt.pct(e.peak_memory_gib / e.gpu_memory_gib, 0)})${e.fits ? "" : " — does NOT fit"}`),
-    stat("Parallelism", `TP ${p.tp} × PP ${p.pp} × DP ${p.dp}${p.cp > 1 ? ` × CP ${p.cp}` : ""}`, `${e.gpus_used} GPUs${p.cp > 1 ? ` · CP exchange ${p.cp_comm}` : ""}`),
+    stat(
+      "Parallelism",
+      `TP ${p.tp} × PP ${p.pp} × DP ${p.dp}${p.cp > 1 ? ` × CP ${p.cp}` : ""}`,
+      `${e.gpus_used} GPUs${p.cp > 1 ? ` · CP exchange ${p.cp_comm}` : ""}${(p.ep || 1) > 1 || (p.etp || 1) > 1 ? ` · experts: EP ${p.ep} × ETP ${p.etp || 1} × expert-DP ${(p.tp * (p.cp || 1) * p.dp) / ((p.ep || 1) * (p.etp || 1))}` : ""}`,
+    ),
     stat("Pipeline", p.virtual_stages > 1 ? `${p.schedule} ×${p.virtual_stages}` : p.schedule, `micro-batch ${p.micro_batch_size}`),
     stat("Precision", precisionText(training), training.precision === "fp8" ? "FP8 GEMMs in the blocks' linears" : "weights and activations"),
     stat("Memory savers", `recompute ${p.recompute}`, `ZeRO ${p.zero_stage}${p.sequence_parallel ? " · sequence parallel" : ""}`),

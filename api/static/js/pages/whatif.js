@@ -13,6 +13,7 @@ export const KNOBS = {
   tp: { label: "tensor parallel (tp)", number: true },
   pp: { label: "pipeline parallel (pp)", number: true },
   cp: { label: "context parallel (cp)", number: true },
+  ep: { label: "expert parallel (ep)", number: true, moe: true },
   micro_batch_size: { label: "micro-batch size", number: true },
   schedule: { label: "pipeline schedule", fromCatalog: true },
   recompute: { label: "recompute", options: ["none", "selective", "full"] },
@@ -87,7 +88,8 @@ function compareTable(cur, next, curLabel, nextLabel) {
 
 export function whatIf(stored, plan, index) {
   const req = stored.request;
-  const knobSel = h("select", { id: "whatif-knob" }, Object.entries(KNOBS).map(([k, v]) => h("option", { value: k }, v.label)));
+  const knobs = Object.entries(KNOBS).filter(([, v]) => !v.moe || plan.model.moe); // ep: mixtures of experts only
+  const knobSel = h("select", { id: "whatif-knob" }, knobs.map(([k, v]) => h("option", { value: k }, v.label)));
   const valueHolder = h("div", { class: "field" });
   const valueError = h("p", { class: "field-error", id: "whatif-value-err", hidden: true });
   const result = h("div", { class: "whatif-result", "aria-live": "polite" });
@@ -96,7 +98,7 @@ export function whatIf(stored, plan, index) {
   const renderValue = () => {
     const k = knobSel.value;
     const knob = KNOBS[k];
-    const cur = k === "cp" ? plan.parallel.cp || 1 : plan.parallel[k];
+    const cur = k === "cp" || k === "ep" ? plan.parallel[k] || 1 : plan.parallel[k];
     const options = knob.fromCatalog ? schedules.map((s) => s.id) : knob.options;
     valueEl = options
       ? h("select", { id: "whatif-value" }, options.map((o) => h("option", { value: o, selected: String(o) === String(cur) || null }, `${o}${String(o) === String(cur) ? " (current)" : ""}`)))

@@ -7,9 +7,9 @@
 #   torchrun --standalone --nnodes 1 --nproc-per-node 8 -m torchtitan.train --module meshplan_llama_train --config meshplan_gpt3_1_3b
 # !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
 # WARNING: this target cannot express all of the plan (1 issue(s)):
-# WARNING: torchtitan ships no configuration for model 'gpt3-1.3b': the export names
-#   llama3/debugmodel as a placeholder; replace it with your model's module and flavor (layer
-#   names must match layers.<i>)
+# WARNING: torchtitan 0.3.0 ships no configuration for model 'gpt3-1.3b': the export names
+#   llama3/llama3_debugmodel as a placeholder; replace it with your model's module and flavor
+#   (layer names must match layers.<i>)
 # !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
 
 from torchtitan.models.llama3.config_registry import llama3_debugmodel

@@ -7,9 +7,9 @@
 #   torchrun --standalone --nnodes 1 --nproc-per-node 4 -m torchtitan.train --module meshplan_llama_train --config meshplan_tiny_llama
 # !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
 # WARNING: this target cannot express all of the plan (1 issue(s)):
-# WARNING: torchtitan ships no configuration for model 'tiny-llama': the export names
-#   llama3/debugmodel as a placeholder; replace it with your model's module and flavor (layer
-#   names must match layers.<i>)
+# WARNING: torchtitan 0.3.0 ships no configuration for model 'tiny-llama': the export names
+#   llama3/llama3_debugmodel as a placeholder; replace it with your model's module and flavor
+#   (layer names must match layers.<i>)
 # !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
 # note: torchtitan 0.3.0 cannot capture CUDA graphs with pipeline parallelism: the recipe sets
 #   training.disable_cuda_graphs = True, as its config check asks

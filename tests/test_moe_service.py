@@ -1,0 +1,175 @@
+"""A mixture-of-experts plan's memory per stage itemises its routed experts (issue 23: the dashboard's memory chart
+draws them): ``StageMemory.expert_weights_gib`` / ``expert_gradients_gib`` / ``expert_optimizer_gib``, checked here
+against the experts counted by hand — (experts ÷ ep) × 3 · h · (f ÷ etp) parameters per MoE layer on a rank, its
+MoE layers, bytes per parameter of the precision and of Adam's states, ZeRO's shard over the expert-data-parallel
+ranks tp · dp ÷ (ep · etp) — and the stage's total unchanged by the itemisation. Dense plans are written as before
+(no expert keys)."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.api import estimate_plan
+from planner.specs.catalog import get_model
+
+GIB = 2**30
+
+
+def _plan(model: str | dict, stack: str = "megatron", **parallel):
+    return estimate_plan(
+        {
+            "model": model,
+            "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 2, "gpus_per_node": 8},
+            "training": {"global_batch_size": 256, "seq_len": 4096, "stack": stack},
+            "parallel": {"micro_batch_size": 1, **parallel},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "parallel",
+    [
+        {"tp": 2, "pp": 2, "dp": 4, "ep": 4, "etp": 1, "sequence_parallel": True, "zero_stage": 1},
+        {"tp": 2, "pp": 2, "dp": 4, "ep": 2, "etp": 2, "sequence_parallel": True, "zero_stage": 0},
+        {"tp": 1, "pp": 2, "dp": 8, "ep": 8, "etp": 1, "zero_stage": 3, "stack": "torchtitan"},
+        {"tp": 1, "pp": 1, "dp": 16, "ep": 4, "etp": 1, "zero_stage": 2, "stack": "torchtitan"},
+    ],
+)
+def test_expert_memory_is_the_experts_counted_by_hand(parallel: dict) -> None:
+    """(Megatron and torchtitan both keep 16-bit weights and gradients beside fp32 master states: ``"master"``.)"""
+    plan = _plan("mixtral-8x7b", **parallel)
+    m = get_model("mixtral-8x7b")
+    assert m.moe is not None
+    p = plan.parallel
+    edp = p.tp * p.dp // (p.ep * p.etp)
+    per_layer = (m.moe.num_experts // p.ep) * 3 * m.hidden_size * (m.moe.expert_ffn_hidden_size // p.etp)
+    # bf16 weights and gradients, Adam's fp32 master + 2 moments; ZeRO-1 shards the 12 B, ZeRO-2 also the
+    # gradients, ZeRO-3 everything, over expert-DP
+    z = p.zero_stage
+    weight_b = 2 / (edp if z == 3 else 1)
+    grad_b = 2 / (edp if z >= 2 else 1)
+    opt_b = 12 / (edp if z >= 1 else 1)
+    for stage, layers in zip(plan.estimate.memory_per_stage, p.stage_layers):  # one chunk per rank here
+        n = per_layer * layers  # every Mixtral layer is MoE
+        assert stage.expert_weights_gib == pytest.approx(n * weight_b / GIB, rel=1e-9)
+        assert stage.expert_gradients_gib == pytest.approx(n * grad_b / GIB, rel=1e-9)
+        assert stage.expert_optimizer_gib == pytest.approx(n * opt_b / GIB, rel=1e-9)
+        assert stage.expert_weights_gib < stage.weights_gib and stage.expert_optimizer_gib < stage.optimizer_gib
+        parts = (
+            stage.weights_gib
+            + stage.gradients_gib
+            + stage.optimizer_gib
+            + stage.activations_gib
+            + stage.buffers_gib
+            + stage.reserve_gib
+        )
+        assert parts == pytest.approx(stage.total_gib, rel=1e-9)
+
+
+def test_the_itemisation_moves_no_total_and_no_time() -> None:
+    """Splitting the states by kind changes neither the stage's total nor the step: the same plan as the memory
+    constraint counted it (the search and the estimate agree)."""
+    plan = _plan("mixtral-8x7b", tp=2, pp=2, dp=4, ep=4, etp=1, sequence_parallel=True, zero_stage=1)
+    e = plan.estimate
+    assert e.peak_memory_gib == max(s.total_gib for s in e.memory_per_stage)
+    non_expert = [s.weights_gib - s.expert_weights_gib for s in e.memory_per_stage]
+    m = get_model("mixtral-8x7b")
+    assert m.moe is not None
+    # the non-expert weights: attention, norms, router and the embedding / LM head of the end stages, 2 B each
+    h, layers = m.hidden_size, plan.parallel.stage_layers
+    attn = (h * m.num_attention_heads * m.head_dim * 2 + 2 * h * m.num_kv_heads * m.head_dim) // plan.parallel.tp
+    router = m.moe.num_experts * h
+    for i, w in enumerate(non_expert):
+        own = layers[i] * (attn + router + 2 * h) + (m.vocab_size * h // plan.parallel.tp)  # embedding or head
+        assert w * GIB / 2 == pytest.approx(own, rel=0.01)
+
+
+def test_dense_plans_carry_no_expert_fields() -> None:
+    plan = _plan("llama3-8b", tp=2, pp=1, dp=8, zero_stage=1)
+    for stage in plan.model_dump(mode="json")["estimate"]["memory_per_stage"]:
+        assert not any(k.startswith("expert_") for k in stage)
+
+
+def test_a_config_json_plan_through_the_cli_shows_ep_and_exports_to_torchtitans_own_model(tmp_path) -> None:
+    """The new user's path (issue 23 "Done when"): ``meshplan plan --model config.json`` on Megatron prints EP in the
+    plan table; the plan exports to Megatron with its experts and to torchtitan as torchtitan's own Qwen3-30B-A3B
+    config (the config.json's model matched by shape), and a launcher without ``--command`` refuses it (exit 2)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "120"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "api.cli", *args]
+        return subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+    config = root / "tests" / "data" / "hf_configs" / "qwen3-30b-a3b.json"
+    args = ["--model", str(config), "--stack", "megatron", "--gpu", "h100-sxm5-80gb", "--nodes", "2"]
+    args += ["--global-batch-size", "512", "--seq-len", "4096", "--top-k", "1"]
+    table = cli("plan", *args)
+    assert table.returncode == 0, table.stderr
+    out = cli("plan", *args, "--json")
+    plan = json.loads(out.stdout)["plans"][0]
+    ep = plan["parallel"]["ep"]
+    assert ep > 1 and f" ep{ep} " in table.stdout
+    (tmp_path / "plan.json").write_text(out.stdout)
+    mega = cli("export", "--plan", str(tmp_path / "plan.json"), "--format", "megatron")
+    assert mega.returncode == 0 and f"--expert-model-parallel-size {ep}" in mega.stdout
+    assert "--kv-channels 128" in mega.stdout and "--qk-layernorm" in mega.stdout
+    titan = cli("export", "--plan", str(tmp_path / "plan.json"), "--format", "torchtitan")
+    assert titan.returncode == 0, titan.stderr
+    assert "import qwen3_30b_a3b" in titan.stdout and f"p.expert_parallel_degree = {ep}" in titan.stdout
+    refused = cli("export", "--plan", str(tmp_path / "plan.json"), "--format", "slurm")
+    assert refused.returncode == 2 and "plan.model.moe" in refused.stderr and "--command" in refused.stderr
+
+
+def test_a_config_json_model_exports_as_torchtitans_own_config_by_shape() -> None:
+    """A model sent as ``{"hf_config": ...}`` is named by the config (``hf-qwen3_moe``), not the catalog: the torchtitan
+    exports still name torchtitan's Qwen3-30B-A3B (0.3.0 recipe, 0.2.2 flavor), matched by the model's shape."""
+    import json
+    from pathlib import Path
+
+    from api.exporters import ExportOptions, export
+
+    cfg = json.loads((Path(__file__).parent / "data" / "hf_configs" / "qwen3-30b-a3b.json").read_text())
+    plan = _plan({"hf_config": cfg}, tp=1, pp=1, dp=16, ep=8, etp=1, zero_stage=1)
+    assert plan.model.name == "hf-qwen3_moe"
+    recipe = export(plan, "torchtitan", ExportOptions())
+    assert "from torchtitan.models.qwen3.config_registry import qwen3_30b_a3b" in recipe.content
+    assert not any("placeholder" in w for w in recipe.warnings)
+    toml = export(plan, "torchtitan-toml", ExportOptions())
+    assert 'name = "qwen3"' in toml.content and 'flavor = "30B-A3B"' in toml.content
+
+
+def test_rest_exports_a_moe_plan_and_a_launcher_needs_a_command(tmp_path) -> None:
+    """The service's export of a stored MoE plan: Megatron with the experts; a launcher without ``command`` is a 422
+    problem naming plan.model.moe, with ``command`` it carries MESHPLAN_EP to that program."""
+    from fastapi.testclient import TestClient
+
+    from tests.api_support import make_app
+
+    body = {
+        "model": "mixtral-8x7b",
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 2, "gpus_per_node": 8},
+        "training": {"global_batch_size": 256, "seq_len": 4096, "stack": "megatron"},
+        "parallel": {"ep": 4, "etp": 1},
+        "top_k": 1,
+        "options": {"time_limit_s": 10, "num_workers": 1},
+    }
+    with TestClient(make_app(tmp_path), raise_server_exceptions=False) as client:
+        stored = client.post("/v1/plans", json=body)
+        assert stored.status_code == 201, stored.text
+        pid = stored.json()["id"]
+        mega = client.get(f"/v1/plans/{pid}/export/megatron")
+        assert mega.status_code == 200 and "--expert-model-parallel-size 4" in mega.text
+        refused = client.get(f"/v1/plans/{pid}/export/slurm")
+        assert refused.status_code == 422 and refused.headers["content-type"].startswith("application/problem+json")
+        assert (
+            refused.json()["errors"][0]["field"] == "plan.model.moe" and "command" in refused.json()["errors"][0]["fix"]
+        )
+        mine = client.get(f"/v1/plans/{pid}/export/slurm", params={"command": "pretrain_gpt.py"})
+        assert mine.status_code == 200 and "export MESHPLAN_EP=4" in mine.text and "pretrain_gpt.py" in mine.text
