@@ -2,7 +2,8 @@
 parallelisms applied, the pipeline schedule, and the optimizer.
 
     validate (same on every rank, before any process-group work) → init_device_mesh("pp","dp",["cp",]"tp")
-    → per local chunk: prune a seeded full model at stage_layers → CP → TP → recompute → DP (over dp × cp)
+    → per local chunk: prune a seeded full model at stage_layers → FP8 (torchao float8, precision fp8) → CP → TP
+      → recompute → DP (over dp × cp)
     → PipelineStage + the plan's schedule → AdamW
 
 One code path serves every combination (pp=1 runs the micro-batches itself, without a schedule).
@@ -23,6 +24,8 @@ from planner.specs import Plan
 from planner.specs.config import SCHEDULES
 from planner.specs.layout import stage_ranks
 from runtime.context_parallel import CPContext, apply_cp
+from runtime.fp8 import apply_fp8
+from runtime.fp8 import note as fp8_note
 from runtime.models import Transformer, build_model, init_weights
 from runtime.parallelize import apply_compile, apply_dp, apply_recompute, apply_tp, mixed_precision
 from runtime.validate import num_microbatches, validate_plan
@@ -131,7 +134,9 @@ class Job:
         mesh = build_mesh(plan, device.type)
         pp_rank = mesh.get_local_rank("pp")
         mp = mixed_precision(plan.training.precision, device.type)
-        if mp is None and plan.training.precision != "fp32":
+        if plan.training.precision == "fp8":
+            notes.append(str(fp8_note(plan, device.type)))
+        elif mp is None and plan.training.precision != "fp32":
             notes.append(f"{plan.training.precision} requested; ran fp32 on {device.type}")
         elif plan.training.precision == "fp16":
             notes.append("fp16 requested; ran bf16 compute (the runtime has no loss scaling)")
@@ -143,6 +148,7 @@ class Job:
             if r != pp_rank:
                 continue
             module = build_chunk(plan, c, seed=train.seed, device=device)
+            apply_fp8(module, plan)  # before TP and DP, as torchtitan converts (a no-op unless precision fp8)
             if cp is not None:
                 apply_cp(module, cp)
             if p.tp > 1:
