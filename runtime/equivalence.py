@@ -38,12 +38,12 @@ def _full(t: torch.Tensor) -> torch.Tensor:
 
 
 def fp8_linears(job: Job) -> int:
-    """This rank's torchao ``Float8Linear`` modules (0 without FP8 or torchao)."""
-    try:
-        from torchao.float8.float8_linear import Float8Linear
-    except ImportError:
+    """This rank's torchao ``Float8Linear`` modules (0 without FP8)."""
+    if job.plan.training.precision != "fp8":
         return 0
-    return sum(1 for m in job.chunks.values() for x in m.modules() if isinstance(x, Float8Linear))
+    from runtime.fp8 import count_fp8_linears
+
+    return sum(count_fp8_linears(m) for m in job.chunks.values())
 
 
 def run_case(plan: Plan, steps: int, train: TrainConfig, refs: dict) -> dict:

@@ -109,11 +109,22 @@ def apply_fp8(chunk: nn.Module, plan: Plan) -> int:
         return 0
     _import_torchao()
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
-    from torchao.float8.float8_linear import Float8Linear
 
     config = Float8LinearConfig.from_recipe_name(r)
     convert_to_float8_training(chunk, config=config, module_filter_fn=is_fp8_linear)
-    return sum(1 for m in chunk.modules() if isinstance(m, Float8Linear))
+    return count_fp8_linears(chunk)
+
+
+def count_fp8_linears(module: nn.Module) -> int:
+    """The torchao ``Float8Linear`` modules in ``module`` (0 when torchao is not installed)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torchao") is None:
+        return 0
+    _import_torchao()
+    from torchao.float8.float8_linear import Float8Linear
+
+    return sum(1 for m in module.modules() if isinstance(m, Float8Linear))
 
 
 def note(plan: Plan, device_type: str) -> str | None:

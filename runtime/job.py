@@ -22,8 +22,8 @@ from torch import nn
 
 from planner.specs import Plan
 from planner.specs.config import SCHEDULES
-from planner.specs.layout import stage_ranks
-from runtime.context_parallel import CPContext, apply_cp
+from planner.specs.layout import cp_a2a_size, stage_ranks
+from runtime.context_parallel import CPContext, apply_cp, hierarchical_groups
 from runtime.fp8 import apply_fp8
 from runtime.fp8 import note as fp8_note
 from runtime.models import Transformer, build_model, init_weights
@@ -141,7 +141,12 @@ class Job:
         elif plan.training.precision == "fp16":
             notes.append("fp16 requested; ran bf16 compute (the runtime has no loss scaling)")
         chunks, dp_wrapper = {}, None
-        cp = CPContext(mesh.get_group("cp"), p.cp_comm) if p.cp > 1 else None
+        cp = None
+        if p.cp > 1:  # a2a+p2p: its inner (all-to-all) and outer (ring) groups, made on every rank
+            levels = (
+                hierarchical_groups(mesh, cp_a2a_size(p, plan.cluster.gpus_per_node)) if p.cp_comm == "a2a+p2p" else ()
+            )
+            cp = CPContext(mesh.get_group("cp"), p.cp_comm, *levels)
         # Dense layers' data parallelism spans dp × cp: the cp ranks of a replica hold the same weights.
         dp_mesh = mesh["dp", "cp"]._flatten("dp_cp") if cp is not None else mesh["dp"]
         for c, r in enumerate(stage_ranks(p)):

@@ -28,11 +28,13 @@ def make_plan(
     precision: str = "fp32",
     fp8_recipe: str | None = None,
     gpu: str = "h100-sxm5-80gb",
+    gpus_per_node: int | None = None,
     **parallel,
 ) -> Plan:
     """A Plan from a parallel configuration (``tp``, ``pp``, ``dp``, ``schedule``, ...), with the
     planner's mesh layout and TP plan, even stage cuts unless ``stage_layers`` is given, and an
-    all-zero placeholder estimate (no prediction: reports then leave the ratios empty)."""
+    all-zero placeholder estimate (no prediction: reports then leave the ratios empty); one node holds every GPU
+    unless ``gpus_per_node`` is given."""
     spec = get_model(model)
     parallel.setdefault("micro_batch_size", 1)
     chunks = parallel.get("pp", 1) * parallel.get("virtual_stages", 1)
@@ -66,7 +68,11 @@ def make_plan(
     )
     return Plan(
         model=spec,
-        cluster=ClusterSpec(gpu=gpu, num_nodes=1, gpus_per_node=max(par.num_gpus, 1)),
+        cluster=ClusterSpec(
+            gpu=gpu,
+            num_nodes=max(par.num_gpus // (gpus_per_node or par.num_gpus), 1),
+            gpus_per_node=gpus_per_node or max(par.num_gpus, 1),
+        ),
         training=TrainingSpec(
             global_batch_size=global_batch_size, seq_len=seq_len, precision=precision, fp8_recipe=fp8_recipe
         ),

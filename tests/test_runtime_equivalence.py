@@ -85,6 +85,14 @@ CASES = [
     ("cp2xpp2-1f1b-all-gather", 4, "tiny-gpt", dict(cp=2, pp=2, cp_comm="all_gather", schedule="1f1b")),
     ("cp2xdp2-zero3-p2p", 4, "tiny-llama", dict(cp=2, dp=2, zero_stage=3, micro_batch_size=2)),
     ("cp2xdp2-zero0-a2a-full", 4, "tiny-gpt", dict(cp=2, dp=2, zero_stage=0, cp_comm="a2a", recompute="full")),
+    # hierarchical: 2 nodes of 2 GPUs → Ulysses over the 2 cp ranks of a node, the ring over the 2 nodes
+    ("cp4-a2a+p2p", 4, "tiny-llama", dict(cp=4, cp_comm="a2a+p2p", gpus_per_node=2, micro_batch_size=4)),
+    (
+        "cp4-a2a+p2p-full",
+        4,
+        "tiny-gpt",
+        dict(cp=4, cp_comm="a2a+p2p", gpus_per_node=2, recompute="full", micro_batch_size=2),
+    ),
     # world 8: all three
     ("tp2xpp2xdp2-sp-zero3-1f1b", 8, "tiny-llama", dict(tp=2, pp=2, dp=2, sequence_parallel=True, zero_stage=3)),
     (

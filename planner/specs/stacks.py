@@ -217,7 +217,7 @@ STACKS: dict[str, Stack] = {
             sequence_parallel=True,
             recompute=("none", "selective", "full"),
             pp_with_tied_embeddings=False,
-            cp_comms=RUNNABLE_CP_COMMS,  # type: ignore[arg-type]  # runtime/context_parallel.py: p2p, all_gather, a2a
+            cp_comms=RUNNABLE_CP_COMMS,  # type: ignore[arg-type]  # runtime/context_parallel.py: all four exchanges
             # runtime/fp8.py: torchao float8 (convert_to_float8_training, Float8LinearConfig.from_recipe_name) on the
             # blocks' linears; FSDP2 all-gathers weights in their own precision (no enable_fsdp_float8_all_gather:
             # gloo has no float8 collectives, the CUDA path is unmeasured): fp8_all_gather stays empty.
