@@ -15,7 +15,11 @@ attention is token-local, so the blocks run unchanged on the local tokens. Excha
   local queries attend over the whole sequence under the position mask.
 - ``a2a`` (Ulysses): all-to-all of Q, K, V from sequence-sharded to head-sharded (heads/cp and
   kv_heads/cp per rank, the whole sequence, put in position order), causal SDPA, all-to-all back.
-- ``a2a+p2p`` is export-only (``planner.specs.seq_rules.cp_runnable`` refuses it before the run).
+- ``a2a+p2p`` (hierarchical, Megatron's ``hierarchical_context_parallel_sizes``): the cp group is cut into
+  groups of ``inner`` consecutive cp ranks (those on one node: ``planner.specs.layout.cp_a2a_size``, as the
+  Megatron export writes ``--hierarchical-context-parallel-sizes``); Ulysses all-to-alls inside each inner group
+  (heads/inner per rank, the inner group's tokens), then the ring across the cp / inner groups with K/V blocks
+  of those tokens, under the tokens' position mask; all-to-all back.
 
 The ring's blocks are computed in fp32 PyTorch ops (scores and probabilities of one s/cp × s/cp block at a
 time, kept for backward), not by a fused kernel: a correctness path for the bundled runtime, whose memory
@@ -35,15 +39,25 @@ from torch import nn
 MASKED = -1e30
 
 
-class CPContext:
-    """This rank's place in the context-parallel group and the exchange to run attention with."""
+class _Group:
+    """A process group seen from this rank: its global ranks in group order, this rank's index, the size."""
 
-    def __init__(self, group: dist.ProcessGroup, cp_comm: str) -> None:
+    def __init__(self, group: dist.ProcessGroup) -> None:
         self.group = group
         self.size = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
         self.ranks = dist.get_process_group_ranks(group)  # global ranks, in group order
+
+
+class CPContext(_Group):
+    """This rank's place in the context-parallel group and the exchange to run attention with. For ``a2a+p2p``,
+    ``inner`` (the all-to-all group of ``a2a_size`` consecutive cp ranks) and ``outer`` (the ring over the
+    inner groups: the cp ranks with this rank's index inside its inner group) come from ``hierarchical_groups``."""
+
+    def __init__(self, group: dist.ProcessGroup, cp_comm: str, inner: _Group | None = None, outer=None) -> None:
+        super().__init__(group)
         self.comm = cp_comm
+        self.inner, self.outer = inner, outer
 
     # ---------------------------------------------------------------- the sequence's split
     def chunks(self, rank: int | None = None) -> tuple[int, int]:
@@ -75,7 +89,22 @@ class CPContext:
             return _all_gather_attention(self, q, k, v)
         if self.comm == "a2a":
             return _ulysses_attention(self, q, k, v)
-        raise NotImplementedError(f"cp_comm {self.comm!r} has no runtime path (export-only)")
+        if self.comm == "a2a+p2p":
+            return _hierarchical_attention(self, q, k, v)
+        raise NotImplementedError(f"cp_comm {self.comm!r} has no runtime path")
+
+
+def hierarchical_groups(mesh, a2a_size: int) -> tuple[_Group, _Group]:
+    """(inner, outer) process groups of ``a2a+p2p`` for this rank, made on every rank of the job (each
+    ``new_subgroups_by_enumeration`` is collective): the cp groups of the mesh (its "cp" dim, other dims
+    fixed) cut into ``a2a_size`` consecutive cp ranks (inner), and the cp ranks a2a_size apart (outer)."""
+    cp = mesh["cp"].size()
+    ranks = mesh.mesh.movedim(mesh.mesh_dim_names.index("cp"), -1).reshape(-1, cp)  # one row per cp group
+    inner = [row[o : o + a2a_size].tolist() for row in ranks for o in range(0, cp, a2a_size)]
+    outer = [row[i::a2a_size].tolist() for row in ranks for i in range(a2a_size)]
+    mine_inner, _ = dist.new_subgroups_by_enumeration(inner)
+    mine_outer, _ = dist.new_subgroups_by_enumeration(outer)
+    return _Group(mine_inner), _Group(mine_outer)
 
 
 def apply_cp(chunk: nn.Module, ctx: CPContext) -> None:
@@ -109,35 +138,54 @@ def _all_gather_attention(ctx: CPContext, q, k, v):
 # a2a (Ulysses)
 
 
-def _seq_to_heads(ctx: CPContext, x: torch.Tensor) -> torch.Tensor:
-    """[B, h, T, hd] sequence-sharded → [B, h/cp, S, hd] head-sharded, in position order."""
+def _to_heads(g: _Group, x: torch.Tensor) -> torch.Tensor:
+    """[B, h, T, hd] sequence-sharded over ``g`` → [B, h/n, n·T, hd] head-sharded: the n members' tokens in
+    member order."""
     from torch.distributed._functional_collectives import all_to_all_single_autograd, wait_tensor
 
     b, h, t, hd = x.shape
-    c = ctx.size
-    x = x.reshape(b, c, h // c, t, hd).transpose(0, 1).contiguous()  # [cp (destination), B, h/cp, T, hd]
-    y = wait_tensor(all_to_all_single_autograd(x, None, None, ctx.group))  # [cp (source), B, h/cp, T, hd]
-    y = y.permute(1, 2, 0, 3, 4).reshape(b, h // c, c * t, hd)
-    return y.index_select(2, torch.argsort(ctx._rank_order(t, x.device)))
+    c = g.size
+    x = x.reshape(b, c, h // c, t, hd).transpose(0, 1).contiguous()  # [n (destination), B, h/n, T, hd]
+    y = wait_tensor(all_to_all_single_autograd(x, None, None, g.group))  # [n (source), B, h/n, T, hd]
+    return y.permute(1, 2, 0, 3, 4).reshape(b, h // c, c * t, hd)
 
 
-def _heads_to_seq(ctx: CPContext, y: torch.Tensor, t: int) -> torch.Tensor:
-    """The inverse of ``_seq_to_heads``: [B, h/cp, S, hd] → [B, h, T, hd]."""
+def _to_seq(g: _Group, y: torch.Tensor, t: int) -> torch.Tensor:
+    """The inverse of ``_to_heads``: [B, h/n, n·T, hd] (member order) → [B, h, T, hd]."""
     from torch.distributed._functional_collectives import all_to_all_single_autograd, wait_tensor
 
     b, hc, _, hd = y.shape
-    c = ctx.size
-    y = y.index_select(2, ctx._rank_order(t, y.device))  # rank order
-    y = y.reshape(b, hc, c, t, hd).permute(2, 0, 1, 3, 4).contiguous()  # [cp (destination), B, h/cp, T, hd]
-    x = wait_tensor(all_to_all_single_autograd(y, None, None, ctx.group))  # [cp (head group), B, h/cp, T, hd]
+    c = g.size
+    y = y.reshape(b, hc, c, t, hd).permute(2, 0, 1, 3, 4).contiguous()  # [n (destination), B, h/n, T, hd]
+    x = wait_tensor(all_to_all_single_autograd(y, None, None, g.group))  # [n (head group), B, h/n, T, hd]
     return x.transpose(0, 1).reshape(b, c * hc, t, hd)
 
 
 def _ulysses_attention(ctx: CPContext, q, k, v):
     t = q.shape[2]
-    qh, kh, vh = (_seq_to_heads(ctx, x) for x in (q, k, v))
+    order = ctx._rank_order(t, q.device)  # rank order → position of each token
+    to_pos = torch.argsort(order)
+    qh, kh, vh = (_to_heads(ctx, x).index_select(2, to_pos) for x in (q, k, v))  # position order
     out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, enable_gqa=kh.shape[1] != qh.shape[1])
-    return _heads_to_seq(ctx, out, t)
+    return _to_seq(ctx, out.index_select(2, order), t)
+
+
+# ------------------------------------------------------------------------------------------------
+# a2a+p2p (hierarchical)
+
+
+def _hierarchical_attention(ctx: CPContext, q, k, v):
+    """Ulysses inside the inner group (heads/inner, the inner group's inner·T tokens), the ring across the
+    inner groups (outer), all-to-all back."""
+    assert ctx.inner is not None and ctx.outer is not None
+    t, a = q.shape[2], ctx.inner.size
+
+    def positions(group: int) -> torch.Tensor:  # the tokens of inner group ``group``, in member order
+        return torch.cat([ctx.positions(t, q.device, group * a + i) for i in range(a)])
+
+    qh, kh, vh = (_to_heads(ctx.inner, x) for x in (q, k, v))
+    out = _ring(ctx.outer, qh, kh, vh, positions(ctx.outer.rank), positions)
+    return _to_seq(ctx.inner, out, t)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -145,10 +193,10 @@ def _ulysses_attention(ctx: CPContext, q, k, v):
 
 
 class _Rotate(torch.autograd.Function):
-    """Send to the next cp rank, receive from the previous one; backward sends the gradient back."""
+    """Send to the next rank of the ring, receive from the previous one; backward sends the gradient back."""
 
     @staticmethod
-    def forward(fctx, x: torch.Tensor, ctx: CPContext) -> torch.Tensor:
+    def forward(fctx, x: torch.Tensor, ctx: _Group) -> torch.Tensor:
         fctx.cp = ctx
         return _exchange(ctx, x.contiguous(), +1)
 
@@ -157,7 +205,7 @@ class _Rotate(torch.autograd.Function):
         return _exchange(fctx.cp, grad.contiguous(), -1), None
 
 
-def _exchange(ctx: CPContext, x: torch.Tensor, step: int) -> torch.Tensor:
+def _exchange(ctx: _Group, x: torch.Tensor, step: int) -> torch.Tensor:
     to = ctx.ranks[(ctx.rank + step) % ctx.size]
     frm = ctx.ranks[(ctx.rank - step) % ctx.size]
     out = torch.empty_like(x)
@@ -180,17 +228,22 @@ def _block(q, k, v, q_pos, k_pos):
 
 def _ring_attention(ctx: CPContext, q, k, v):
     t = q.shape[2]
+    return _ring(ctx, q, k, v, ctx.positions(t, q.device), lambda source: ctx.positions(t, q.device, source))
+
+
+def _ring(ring: _Group, q, k, v, q_pos: torch.Tensor, kv_positions):
+    """The ring over ``ring``: this rank's queries (at ``q_pos``) over every member's K/V block
+    (``kv_positions(member)``: its tokens' positions), merged by log-sum-exp."""
     q32 = q.float()
     kv = torch.stack((k, v))
-    q_pos = ctx.positions(t, q.device)
     outs, lses = [], []
-    for hop in range(ctx.size):
-        source = (ctx.rank - hop) % ctx.size  # the cp rank whose K/V this rank holds now
-        o, lse = _block(q32, kv[0].float(), kv[1].float(), q_pos, ctx.positions(t, q.device, source))
+    for hop in range(ring.size):
+        source = (ring.rank - hop) % ring.size  # the member whose K/V this rank holds now
+        o, lse = _block(q32, kv[0].float(), kv[1].float(), q_pos, kv_positions(source))
         outs.append(o)
         lses.append(lse)
-        if hop < ctx.size - 1:
-            kv = _Rotate.apply(kv, ctx)
+        if hop < ring.size - 1:
+            kv = _Rotate.apply(kv, ring)
     total = torch.logsumexp(torch.stack(lses), dim=0)
     out = sum(torch.exp(lse - total) * o for o, lse in zip(outs, lses, strict=True))
     return out.to(q.dtype)

@@ -6,7 +6,8 @@
 (one process group; each case builds a fresh DeviceMesh), because start-up dominates on CPU. For
 each case every rank compares, at step 0, the global loss and the full gradient of each parameter it
 holds with the reference's, then the loss and gradient norm of every later step; the maximum
-differences over all ranks go to ``results.json`` (written by rank 0 after each case).
+differences over all ranks, and the whole step-0 gradient's relative L2 error (``grad_rel_l2``: FP8
+runs, whose casts turn round-off into FP8 noise), go to ``results.json`` (written by rank 0 after each case).
 
 The reference of a case is read from ``--references`` (``runtime.testing.write_references``: computed
 once by the caller for all its launches) or, when that file lacks it, run here on every rank.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -35,6 +37,15 @@ def _full(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
+def fp8_linears(job: Job) -> int:
+    """This rank's torchao ``Float8Linear`` modules (0 without FP8)."""
+    if job.plan.training.precision != "fp8":
+        return 0
+    from runtime.fp8 import count_fp8_linears
+
+    return sum(count_fp8_linears(m) for m in job.chunks.values())
+
+
 def run_case(plan: Plan, steps: int, train: TrainConfig, refs: dict) -> dict:
     key = reference_key(plan, steps)
     if key not in refs:
@@ -45,6 +56,7 @@ def run_case(plan: Plan, steps: int, train: TrainConfig, refs: dict) -> dict:
     job = Job.build(plan, train)
     data = SyntheticTokens(plan.model.vocab_size, seed=train.seed)
     losses, norms, grad_diff, worst = [], [], 0.0, ""
+    diff_sq = ref_sq = 0.0  # the whole gradient's squared error and squared norm (each rank: the parameters it holds)
     for step in range(steps):
         x, y = data.batch(step, plan.training.global_batch_size, plan.training.seq_len)
         loss = job.forward_backward(job.dp_slice(x), job.dp_slice(y))
@@ -52,7 +64,10 @@ def run_case(plan: Plan, steps: int, train: TrainConfig, refs: dict) -> dict:
             for name, p in job.named_parameters():
                 if p.grad is None:
                     raise RuntimeError(f"parameter {name} got no gradient")
-                diff = float((_full(p.grad) - ref_grads[name]).abs().max())
+                full = _full(p.grad)
+                diff = float((full - ref_grads[name]).abs().max())
+                diff_sq += float((full - ref_grads[name]).double().pow(2).sum())
+                ref_sq += float(ref_grads[name].double().pow(2).sum())
                 if diff > grad_diff:
                     grad_diff, worst = diff, name
         norms.append(job.clip_grad_norm())
@@ -64,19 +79,26 @@ def run_case(plan: Plan, steps: int, train: TrainConfig, refs: dict) -> dict:
             max(abs(a - b) for a, b in zip(losses, ref_losses)),
             max(abs(a - b) for a, b in zip(norms, ref_norms)),
             float(sum(1 for _ in job.named_parameters())),
+            diff_sq,
+            ref_sq,
+            float(fp8_linears(job)),
             time.perf_counter() - started,
         ],
         dtype=torch.float64,
     )
     dist.all_reduce(stats[:3], op=dist.ReduceOp.MAX)
-    dist.all_reduce(stats[3:4])  # parameters held, summed over ranks
-    dist.all_reduce(stats[4:], op=dist.ReduceOp.MAX)
+    # summed over ranks: parameters held, squared errors and norms (every parameter is held by the same number
+    # of ranks, dp·cp·tp, so the ratio is the whole model's), FP8 linears
+    dist.all_reduce(stats[3:7])
+    dist.all_reduce(stats[7:], op=dist.ReduceOp.MAX)
     return {
         "grad_max_diff": float(stats[0]),
         "loss_max_diff": float(stats[1]),
         "grad_norm_max_diff": float(stats[2]),
         "param_tensors_over_ranks": int(stats[3]),
-        "seconds": float(stats[4]),
+        "grad_rel_l2": math.sqrt(float(stats[4]) / float(stats[5])) if stats[5] > 0 else 0.0,
+        "fp8_linears_over_ranks": int(stats[6]),
+        "seconds": float(stats[7]),
         "losses": losses,
         "ref_losses": ref_losses,
         "worst_param_on_rank0": worst,

@@ -2,7 +2,8 @@
 parallelisms applied, the pipeline schedule, and the optimizer.
 
     validate (same on every rank, before any process-group work) → init_device_mesh("pp","dp",["cp",]"tp")
-    → per local chunk: prune a seeded full model at stage_layers → CP → TP → recompute → DP (over dp × cp)
+    → per local chunk: prune a seeded full model at stage_layers → FP8 (torchao float8, precision fp8) → CP → TP
+      → recompute → DP (over dp × cp)
     → PipelineStage + the plan's schedule → AdamW
 
 One code path serves every combination (pp=1 runs the micro-batches itself, without a schedule).
@@ -21,8 +22,10 @@ from torch import nn
 
 from planner.specs import Plan
 from planner.specs.config import SCHEDULES
-from planner.specs.layout import stage_ranks
-from runtime.context_parallel import CPContext, apply_cp
+from planner.specs.layout import cp_a2a_size, stage_ranks
+from runtime.context_parallel import CPContext, apply_cp, hierarchical_groups
+from runtime.fp8 import apply_fp8
+from runtime.fp8 import note as fp8_note
 from runtime.models import Transformer, build_model, init_weights
 from runtime.parallelize import apply_compile, apply_dp, apply_recompute, apply_tp, mixed_precision
 from runtime.validate import num_microbatches, validate_plan
@@ -131,18 +134,26 @@ class Job:
         mesh = build_mesh(plan, device.type)
         pp_rank = mesh.get_local_rank("pp")
         mp = mixed_precision(plan.training.precision, device.type)
-        if mp is None and plan.training.precision != "fp32":
+        if plan.training.precision == "fp8":
+            notes.append(str(fp8_note(plan, device.type)))
+        elif mp is None and plan.training.precision != "fp32":
             notes.append(f"{plan.training.precision} requested; ran fp32 on {device.type}")
         elif plan.training.precision == "fp16":
             notes.append("fp16 requested; ran bf16 compute (the runtime has no loss scaling)")
         chunks, dp_wrapper = {}, None
-        cp = CPContext(mesh.get_group("cp"), p.cp_comm) if p.cp > 1 else None
+        cp = None
+        if p.cp > 1:  # a2a+p2p: its inner (all-to-all) and outer (ring) groups, made on every rank
+            levels = (
+                hierarchical_groups(mesh, cp_a2a_size(p, plan.cluster.gpus_per_node)) if p.cp_comm == "a2a+p2p" else ()
+            )
+            cp = CPContext(mesh.get_group("cp"), p.cp_comm, *levels)
         # Dense layers' data parallelism spans dp × cp: the cp ranks of a replica hold the same weights.
         dp_mesh = mesh["dp", "cp"]._flatten("dp_cp") if cp is not None else mesh["dp"]
         for c, r in enumerate(stage_ranks(p)):
             if r != pp_rank:
                 continue
             module = build_chunk(plan, c, seed=train.seed, device=device)
+            apply_fp8(module, plan)  # before TP and DP, as torchtitan converts (a no-op unless precision fp8)
             if cp is not None:
                 apply_cp(module, cp)
             if p.tp > 1:

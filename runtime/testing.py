@@ -26,12 +26,15 @@ def make_plan(
     global_batch_size: int = 8,
     seq_len: int = 32,
     precision: str = "fp32",
+    fp8_recipe: str | None = None,
     gpu: str = "h100-sxm5-80gb",
+    gpus_per_node: int | None = None,
     **parallel,
 ) -> Plan:
     """A Plan from a parallel configuration (``tp``, ``pp``, ``dp``, ``schedule``, ...), with the
     planner's mesh layout and TP plan, even stage cuts unless ``stage_layers`` is given, and an
-    all-zero placeholder estimate (no prediction: reports then leave the ratios empty)."""
+    all-zero placeholder estimate (no prediction: reports then leave the ratios empty); one node holds every GPU
+    unless ``gpus_per_node`` is given."""
     spec = get_model(model)
     parallel.setdefault("micro_batch_size", 1)
     chunks = parallel.get("pp", 1) * parallel.get("virtual_stages", 1)
@@ -65,8 +68,14 @@ def make_plan(
     )
     return Plan(
         model=spec,
-        cluster=ClusterSpec(gpu=gpu, num_nodes=1, gpus_per_node=max(par.num_gpus, 1)),
-        training=TrainingSpec(global_batch_size=global_batch_size, seq_len=seq_len, precision=precision),
+        cluster=ClusterSpec(
+            gpu=gpu,
+            num_nodes=max(par.num_gpus // (gpus_per_node or par.num_gpus), 1),
+            gpus_per_node=gpus_per_node or max(par.num_gpus, 1),
+        ),
+        training=TrainingSpec(
+            global_batch_size=global_batch_size, seq_len=seq_len, precision=precision, fp8_recipe=fp8_recipe
+        ),
         parallel=par,
         mesh=mesh_layout(par),
         tp_plan=tp_plan(spec, par),
@@ -75,23 +84,39 @@ def make_plan(
     )
 
 
+def reference_microbatches(plan: Plan) -> int:
+    """How many micro-batches the reference cuts each global batch into: 1 (the whole batch at once: in fp32
+    the split changes nothing but round-off), or, for an FP8 plan, the run's own micro-batches — global batch
+    / micro_batch_size, consecutive rows, as ``Job.dp_slice`` then the micro-batch loop (or the pipeline
+    schedule) cut it — because FP8's dynamic scales are computed per micro-batch (``runtime.fp8``)."""
+    t = plan.training
+    return t.global_batch_size // plan.parallel.micro_batch_size if t.precision == "fp8" else 1
+
+
 def reference_run(plan: Plan, train, steps: int, data=None, grads_at: int = 0):
     """The same model, seed, batches, clipping and optimizer in one process, without any
-    parallelism: returns (losses, grad norms, {param name: grad at step ``grads_at``})."""
+    parallelism (an FP8 plan: the same FP8 conversion and micro-batches, ``reference_microbatches``):
+    returns (losses, grad norms, {param name: grad at step ``grads_at``})."""
     from runtime.data import SyntheticTokens
+    from runtime.fp8 import apply_fp8
     from runtime.job import loss_fn, make_optimizer
     from runtime.models import build_model
 
     data = data or SyntheticTokens(plan.model.vocab_size, seed=train.seed)
     model = build_model(plan.model, seed=train.seed)
+    apply_fp8(model, plan)
     opt = make_optimizer(model.parameters(), train, plan.training.optimizer)
+    n = reference_microbatches(plan)
     losses, norms, grads = [], [], {}
     for step in range(steps):
         x, y = data.batch(step, plan.training.global_batch_size, plan.training.seq_len)
-        loss = loss_fn(model(x), y)
-        loss.backward()
+        loss = torch.zeros(())
+        for xs, ys in zip(x.chunk(n), y.chunk(n), strict=True):
+            part = loss_fn(model(xs), ys) / n
+            part.backward()
+            loss += part.detach()
         if step == grads_at:
-            grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+            grads = {name: p.grad.detach().clone() for name, p in model.named_parameters()}
         max_norm = train.max_grad_norm if train.max_grad_norm is not None else float("inf")
         norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)))
         opt.step()
@@ -101,10 +126,13 @@ def reference_run(plan: Plan, train, steps: int, data=None, grads_at: int = 0):
 
 
 def reference_key(plan: Plan, steps: int) -> str:
-    """What a reference run depends on: the model, the training settings and the step count."""
+    """What a reference run depends on: the model, the training settings, its micro-batches and the step count."""
     import hashlib
 
-    text = f"{plan.model.model_dump_json()}|{plan.training.model_dump_json()}|{steps}"
+    split = reference_microbatches(plan)
+    text = f"{plan.model.model_dump_json()}|{plan.training.model_dump_json()}|{steps}" + (
+        f"|{split}" if split > 1 else ""
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

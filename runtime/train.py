@@ -199,6 +199,11 @@ def predict_here(plan, args, job, device: str):
     if dist.get_rank() != 0:
         return None, None
     p, t = plan.parallel, plan.training
+    if t.precision == "fp8" and job.device.type == "cpu":  # CPU float8 GEMMs: torch._scaled_mm's CPU path
+        return None, (
+            f"no prediction for {device}: the run's FP8 linears ran torch._scaled_mm on the CPU, which the host's "
+            "layer profile (fp32) and processor figures do not measure"
+        )
     precision = "fp32" if mixed_precision(t.precision, job.device.type) is None else t.precision
     if profile is None:
         profile = profile_model(

@@ -11,6 +11,7 @@ import fnmatch
 from planner.specs import Plan, rules
 from planner.specs.errors import MeshplanError
 from planner.specs.layout import mesh_layout
+from runtime import fp8
 
 
 def num_microbatches(plan: Plan) -> int:
@@ -71,13 +72,7 @@ def validate_plan(plan: Plan, world_size: int) -> None:
             "use the mesh that `meshplan plan` wrote (planner.specs.layout.mesh_layout)",
         )
     rules.check(rules.runnable(m, plan.training, p), rules.cp_runnable(p.cp, p.cp_comm))
-    if plan.training.precision == "fp8":  # the ``meshplan`` stack runs no FP8 recipe (``Stack.fp8_recipes``)
-        raise MeshplanError(
-            "training.precision",
-            "the bundled runtime does not train in FP8 yet (no torchao float8 conversion in the plan applier); "
-            "it would run the plan in BF16 and measure something else than the plan priced",
-            'export the plan to megatron or torchtitan (`meshplan export`), or re-plan with training.precision "bf16"',
-        )
+    fp8.check(plan)  # torchao's recipes run; Transformer Engine / Blackwell ones are refused by name
     if m.tie_embeddings and p.pp > 1:
         raise MeshplanError(
             "model.tie_embeddings",

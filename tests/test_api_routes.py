@@ -475,7 +475,8 @@ def test_stack_catalog_says_what_each_stack_runs_of_cp_and_fp8(client):
         assert got["cp_comms"] == list(s.cp_comms) and got["fp8_recipes"] == list(s.fp8_recipes)
         assert got["fp8_all_gather"] == list(s.fp8_all_gather) and got["tp_overlap"] == s.tp_overlap
     assert body["megatron"]["fp8_recipes"][0] == "delayed" and "a2a+p2p" in body["megatron"]["cp_comms"]
-    assert body["meshplan"]["fp8_recipes"] == []  # the bundled runtime runs no FP8 in the planner's sense
+    # the bundled runtime's torchao recipes (runtime/fp8.py), its FSDP all-gather in high precision
+    assert body["meshplan"]["fp8_recipes"] == ["tensorwise", "rowwise"] and body["meshplan"]["fp8_all_gather"] == []
 
 
 def test_plan_request_with_an_hf_config_plans_end_to_end(client):

@@ -57,12 +57,16 @@ def test_the_runtime_accepts_cp_plans(par, seq):
     assert plan.parallel.num_gpus == plan.parallel.tp * plan.parallel.cp
 
 
-def test_the_hierarchical_exchange_is_export_only_in_the_runtime():
-    plan = make_plan("tiny-llama", cp=2, cp_comm="a2a+p2p")
-    with pytest.raises(MeshplanError) as err:
-        validate_plan(plan, 2)
-    assert err.value.field == "parallel.cp_comm" and "export-only" in err.value.message
-    assert "megatron" in err.value.fix
+def test_the_hierarchical_exchange_runs_in_the_runtime():
+    """a2a+p2p runs (runtime/context_parallel.py; equivalence rows cp4-a2a+p2p*) with the all-to-all over the cp
+    ranks of a node, the split the Megatron export writes (--hierarchical-context-parallel-sizes)."""
+    from planner.specs.layout import cp_a2a_size
+
+    plan = make_plan("tiny-llama", cp=4, cp_comm="a2a+p2p", gpus_per_node=2)
+    validate_plan(plan, 4)
+    assert cp_a2a_size(plan.parallel, plan.cluster.gpus_per_node) == 2
+    assert cp_a2a_size(make_plan("tiny-llama", cp=4, tp=2, cp_comm="a2a+p2p", gpus_per_node=4).parallel, 4) == 2
+    assert cp_a2a_size(plan.parallel, 8) == 4  # the whole cp group on a node: plain Ulysses
 
 
 def test_a_wrong_world_size_names_cp():
@@ -77,7 +81,7 @@ STACK_CASES = [
     ("meshplan", "p2p", None),
     ("meshplan", "all_gather", None),
     ("meshplan", "a2a", None),
-    ("meshplan", "a2a+p2p", "parallel.cp_comm"),  # export-only: the bundled runtime does not run it
+    ("meshplan", "a2a+p2p", None),
     ("megatron", "a2a+p2p", None),
     ("megatron", "all_gather", None),
     ("torchtitan", "p2p", None),
@@ -156,7 +160,7 @@ def test_the_load_balanced_split_covers_the_sequence_once(cp):
 
 
 def test_stack_capabilities_name_the_cp_sources():
-    assert STACKS["meshplan"].cp_comms == ("p2p", "all_gather", "a2a")
+    assert STACKS["meshplan"].cp_comms == ("p2p", "all_gather", "a2a", "a2a+p2p")  # every exchange runs here
     assert MODELS["tiny-llama"].num_kv_heads % 4 == 0  # the cp4 a2a row needs it
     for stack in STACKS.values():
         assert stack.cp_comms

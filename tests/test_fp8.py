@@ -41,7 +41,7 @@ def ctx_of(req):
         ({"recipe": "mxfp8"}, "training.fp8_recipe", "Blackwell"),
         ({"recipe": "delayed"}, "training.fp8_recipe", "megatron"),
         ({"stack": "deepspeed", "zero_stage": 1}, "training.precision", "does not train in FP8"),
-        ({"stack": "meshplan"}, "training.precision", "does not train in FP8"),
+        ({"stack": "meshplan", "recipe": "delayed"}, "training.fp8_recipe", "tensorwise, rowwise"),
     ],
 )
 def test_refusals_name_the_field(kwargs, field, words):

@@ -2,6 +2,11 @@
 (real torchrun, gloo, multi-process), the loss and every gradient after one step match to ≤ 1e-5
 in fp32, and so do three steps of loss trajectory (AdamW with gradient clipping).
 
+FP8 plans (issue 24, ``runtime/fp8.py``: torchao float8, precision "fp8") are compared with an FP8 one-process
+reference of the same micro-batches (``runtime.testing.reference_microbatches``: tensorwise scales depend on the
+split) at tolerances measured below (``FP8_*``); ``test_fp8_tolerances_are_justified`` re-measures, for each
+FP8 row, the gaps a run would show if it lost FP8 or the split, and requires them well above the tolerances.
+
 All cases of one world size run in one torchrun launch (start-up dominates on CPU)."""
 
 from __future__ import annotations
@@ -80,6 +85,14 @@ CASES = [
     ("cp2xpp2-1f1b-all-gather", 4, "tiny-gpt", dict(cp=2, pp=2, cp_comm="all_gather", schedule="1f1b")),
     ("cp2xdp2-zero3-p2p", 4, "tiny-llama", dict(cp=2, dp=2, zero_stage=3, micro_batch_size=2)),
     ("cp2xdp2-zero0-a2a-full", 4, "tiny-gpt", dict(cp=2, dp=2, zero_stage=0, cp_comm="a2a", recompute="full")),
+    # hierarchical: 2 nodes of 2 GPUs → Ulysses over the 2 cp ranks of a node, the ring over the 2 nodes
+    ("cp4-a2a+p2p", 4, "tiny-llama", dict(cp=4, cp_comm="a2a+p2p", gpus_per_node=2, micro_batch_size=4)),
+    (
+        "cp4-a2a+p2p-full",
+        4,
+        "tiny-gpt",
+        dict(cp=4, cp_comm="a2a+p2p", gpus_per_node=2, recompute="full", micro_batch_size=2),
+    ),
     # world 8: all three
     ("tp2xpp2xdp2-sp-zero3-1f1b", 8, "tiny-llama", dict(tp=2, pp=2, dp=2, sequence_parallel=True, zero_stage=3)),
     (
@@ -95,7 +108,65 @@ CASES = [
         dict(tp=2, pp=2, dp=2, zero_stage=2, schedule="interleaved-1f1b", virtual_stages=2, stage_layers=[1, 3, 3, 1]),
     ),
     ("pp8-1f1b", 8, "tiny-gpt", dict(pp=8, schedule="1f1b")),
+    # FP8 (issue 24): torchao float8 on the blocks' linears, each recipe the runtime runs (runtime.fp8.RECIPES)
+    ("fp8-tensorwise", 1, "tiny-llama", dict(precision="fp8", fp8_recipe="tensorwise", micro_batch_size=2)),
+    ("fp8-rowwise", 1, "tiny-gpt", dict(precision="fp8", fp8_recipe="rowwise", micro_batch_size=4)),
+    ("fp8-tensorwise-dp2-zero3", 2, "tiny-llama", dict(precision="fp8", dp=2, zero_stage=3, micro_batch_size=2)),
+    (
+        "fp8-rowwise-dp2-zero1",
+        2,
+        "tiny-gpt",
+        dict(precision="fp8", fp8_recipe="rowwise", dp=2, zero_stage=1, micro_batch_size=2),
+    ),
+    ("fp8-tensorwise-pp2-1f1b", 2, "tiny-llama", dict(precision="fp8", pp=2, schedule="1f1b", micro_batch_size=2)),
+    (
+        "fp8-rowwise-pp2-interleaved",
+        2,
+        "tiny-gpt",
+        dict(
+            precision="fp8",
+            fp8_recipe="rowwise",
+            pp=2,
+            schedule="interleaved-1f1b",
+            virtual_stages=2,
+            micro_batch_size=2,
+        ),
+    ),
+    ("fp8-tensorwise-tp2", 2, "tiny-llama-2l", dict(precision="fp8", tp=2, micro_batch_size=4)),
+    (
+        "fp8-tensorwise-tp2-sp",
+        2,
+        "tiny-gpt-2l",
+        dict(precision="fp8", tp=2, sequence_parallel=True, micro_batch_size=4),
+    ),
+    ("fp8-tensorwise-pp2xdp2-zero3", 4, "tiny-llama", dict(precision="fp8", pp=2, dp=2, zero_stage=3, schedule="1f1b")),
+    (
+        "fp8-tensorwise-tp2xdp2-zero3",
+        4,
+        "tiny-llama-2l",
+        dict(precision="fp8", tp=2, dp=2, zero_stage=3, micro_batch_size=2),
+    ),
 ]
+
+# FP8's casts turn round-off into FP8 noise: a value within round-off of a rounding boundary of E4M3/E5M2 lands on
+# the other side, a weight element then moves by one FP8 step (6–12 %) and later layers' casts amplify it. Measured
+# on the CPU reference (one process, step 0, 8 × 32 tokens): multiplying every weight by 1 + 1e-7·N(0, 1) moves the
+# FP8 gradients of the 8-layer tiny models by 2.5–5.4 % (relative L2 of the whole gradient, four seeds), as much as
+# FP8 itself moves them from fp32 (4.4–6.5 %), but of their 2-layer variants by 0.001–1.3 % (FP8 vs fp32 there:
+# 3.3–5.8 %). Hence three tolerances:
+# - rows without TP run exactly the reference's arithmetic before every cast at step 0 (same micro-batches, the
+#   whole weight): step-0 loss and gradients at TOL, as in fp32 (measured 0 to 1.5e-8); a run that lost FP8
+#   or the split would be off by ≥ 1e-4 (re-measured per row by test_fp8_tolerances_are_justified);
+FP8_EXACT_ROWS_TOL = TOL
+# - TP's row-parallel partial sums differ from one GEMM in round-off, so FP8 × TP rows (the 2-layer models) are
+#   judged on the step-0 gradient's relative L2 error: ≤ 2 % (the 1-ulp perturbation: ≤ 1.3 %; measured on these
+#   rows: 1.2e-4 and below), where losing FP8 would show ≥ 4.3 % (re-measured per row);
+FP8_TP_REL_L2 = 2e-2
+# - the later steps of every FP8 row: the DP reduction and the optimizer step differ in round-off, which the next
+#   step's casts amplify (measured on such rows: loss ≤ 2.6e-4, gradient norm ≤ 4.3e-4 after two AdamW steps):
+#   losses and gradient norms within 2e-3, a third of the smallest loss change of a step on these rows (6e-3).
+FP8_TRAJECTORY_TOL = 2e-3
+FP8_TP_ROWS = {"fp8-tensorwise-tp2", "fp8-tensorwise-tp2-sp", "fp8-tensorwise-tp2xdp2-zero3"}
 
 
 def _model(name: str):
@@ -103,6 +174,8 @@ def _model(name: str):
 
     if name == "tiny-gpt-tied":
         return MODELS["tiny-gpt"].model_copy(update={"tie_embeddings": True})
+    if name.endswith("-2l"):  # 2 layers: FP8 noise stays small (FP8_TP_REL_L2)
+        return MODELS[name[:-3]].model_copy(update={"num_layers": 2, "name": name})
     return MODELS[name]
 
 
@@ -172,10 +245,66 @@ def test_matches_single_process_reference(launches, cid, world):
     launch = launches(world)
     assert cid in launch["results"], f"case {cid} did not finish (exit {launch['returncode']}):\n{launch['log']}"
     r = launch["results"][cid]
+    model = _model(next(m for c, _, m, _ in CASES if c == cid))
+    # Every parameter was compared somewhere (the tiny models' tensors, once per TP/DP replica).
+    assert r["param_tensors_over_ranks"] >= 2 + model.num_layers * 9
+    # The trajectory actually moves (a step that applied nothing would hold the loss).
+    assert r["losses"][0] != r["losses"][-1]
+    if cid.startswith("fp8-"):
+        _check_fp8(cid, r, model)
+        return
+    assert r["fp8_linears_over_ranks"] == 0
     assert r["grad_max_diff"] <= TOL, f"gradient of {r['worst_param_on_rank0']} off by {r['grad_max_diff']:.3g}"
     assert r["loss_max_diff"] <= TOL, (r["losses"], r["ref_losses"])
     assert r["grad_norm_max_diff"] <= TOL
-    # Every parameter was compared somewhere (the tiny models' tensors, once per TP/DP replica).
-    assert r["param_tensors_over_ranks"] >= 2 + 8 * 9
-    # The trajectory actually moves (a step that applied nothing would hold the loss).
-    assert r["losses"][0] != r["losses"][-1]
+
+
+def _check_fp8(cid: str, r: dict, model) -> None:
+    # every block linear (4 attention + 2 or 3 MLP) trained in FP8 on every rank that holds it
+    linears = model.num_layers * (7 if model.activation == "swiglu" else 6)
+    assert r["fp8_linears_over_ranks"] >= linears, r["fp8_linears_over_ranks"]
+    if cid in FP8_TP_ROWS:
+        assert r["grad_rel_l2"] <= FP8_TP_REL_L2, f"step-0 gradient off by {r['grad_rel_l2']:.3g} (relative L2)"
+    else:
+        assert r["grad_max_diff"] <= FP8_EXACT_ROWS_TOL, f"{r['worst_param_on_rank0']}: {r['grad_max_diff']:.3g}"
+        assert abs(r["losses"][0] - r["ref_losses"][0]) <= FP8_EXACT_ROWS_TOL, (r["losses"], r["ref_losses"])
+    assert r["loss_max_diff"] <= FP8_TRAJECTORY_TOL, (r["losses"], r["ref_losses"])
+    assert r["grad_norm_max_diff"] <= FP8_TRAJECTORY_TOL
+
+
+def _rel_l2(a: dict, b: dict) -> float:
+    num = sum(float((a[k] - b[k]).double().pow(2).sum()) for k in b)
+    return (num / sum(float(b[k].double().pow(2).sum()) for k in b)) ** 0.5
+
+
+def test_fp8_tolerances_are_justified():
+    """The FP8 rows' tolerances can fail: for each row, its one-process FP8 reference (same split) differs from
+    the fp32 reference of the same plan, and (tensorwise) from the FP8 reference of the whole batch at once, by
+    far more than the tolerance the row is judged at (measured here: fp32 gaps 1.1e-3 and more, tensorwise
+    split gaps 1.4e-3 and more, against 1e-5; the TP rows' relative L2 gaps 4.3 % and more, against 2 %)."""
+    from runtime.job import TrainConfig
+    from runtime.testing import make_plan, reference_run
+
+    for cid, _, name, par in CASES:
+        if not cid.startswith("fp8-"):
+            continue
+        plan = make_plan(_model(name), **par)
+        _, _, fp8 = reference_run(plan, TrainConfig(), 1)
+        fp32_plan = plan.model_copy(
+            update={"training": plan.training.model_copy(update={"precision": "fp32", "fp8_recipe": None})}
+        )
+        _, _, fp32 = reference_run(fp32_plan, TrainConfig(), 1)
+        if cid in FP8_TP_ROWS:
+            assert _rel_l2(fp8, fp32) >= 2 * FP8_TP_REL_L2, (cid, _rel_l2(fp8, fp32))
+            continue
+        gap = max(float((fp8[k] - fp32[k]).abs().max()) for k in fp8)
+        assert gap >= 50 * FP8_EXACT_ROWS_TOL, (cid, gap)
+        if plan.training.fp8_recipe in (None, "tensorwise"):
+            whole = plan.model_copy(
+                update={
+                    "parallel": plan.parallel.model_copy(update={"micro_batch_size": plan.training.global_batch_size})
+                }
+            )
+            _, _, once = reference_run(whole, TrainConfig(), 1)
+            split = max(float((fp8[k] - once[k]).abs().max()) for k in fp8)
+            assert split >= 10 * FP8_EXACT_ROWS_TOL, (cid, split)

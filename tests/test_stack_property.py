@@ -115,3 +115,31 @@ def test_every_plan_runs_on_its_stack(stack: str) -> None:
                     refused.append(f"runtime.validate refused {where}: {err}")
     assert not refused, f"{len(refused)} refusals, e.g.\n" + "\n".join(refused[:5])
     assert planned >= 0.8 * N, f"only {planned} of {N} requests were answered with a plan"
+
+
+def test_meshplan_fp8_recipes_are_what_the_runtime_runs() -> None:
+    """Issue 24: the ``meshplan`` stack declares the FP8 recipes the bundled runtime trains with (``runtime.fp8``,
+    torchao's float8 recipes), no FP8 all-gather (FSDP2 gathers in high precision there), and the runtime's
+    validation accepts an FP8 plan of each declared recipe and refuses every other recipe naming
+    ``training.fp8_recipe``."""
+    import typing
+
+    from planner.specs.common import Fp8Recipe
+    from planner.specs.errors import MeshplanError
+    from runtime import fp8
+    from runtime.testing import make_plan
+
+    stack = STACKS["meshplan"]
+    assert stack.fp8_recipes == fp8.RECIPES
+    assert stack.fp8_all_gather == ()
+    for recipe in typing.get_args(Fp8Recipe):
+        plan = make_plan("tiny-llama", precision="fp8", fp8_recipe=recipe, tp=2, dp=2, micro_batch_size=2)
+        if recipe in stack.fp8_recipes:
+            validate_plan(plan, 4)
+            continue
+        with pytest.raises(MeshplanError) as err:
+            validate_plan(plan, 4)
+        assert err.value.field == "training.fp8_recipe", recipe
+        assert "tensorwise, rowwise" in err.value.fix and recipe in err.value.message
+    validate_plan(make_plan("tiny-llama", precision="fp8", dp=2), 2)  # no recipe: the stack's default, tensorwise
+    assert fp8.recipe(make_plan("tiny-llama", precision="fp8")) == stack.fp8_recipes[0]

@@ -24,12 +24,12 @@ schedule Megatron runs and a warning.
 
 from __future__ import annotations
 
-import math
 import shlex
 
 from planner.specs import Plan
 from planner.specs.errors import MeshplanError
 from planner.specs.fp8 import recipe_of
+from planner.specs.layout import cp_a2a_size
 from planner.specs.stacks import resolve as resolve_stack
 
 from .base import Exporter, Notes, comment_block, header_lines, rank_layer_counts
@@ -223,7 +223,7 @@ def context_parallel_args(plan: Plan, notes: Notes) -> list[str]:
         return []
     args = ["--context-parallel-size", str(p.cp), "--cp-comm-type", p.cp_comm]
     if p.cp_comm == "a2a+p2p":
-        a2a = math.gcd(p.cp, max(1, plan.cluster.gpus_per_node // p.tp))
+        a2a = cp_a2a_size(p, plan.cluster.gpus_per_node)
         args += ["--hierarchical-context-parallel-sizes", str(a2a), str(p.cp // a2a)]
         notes.note(
             f"a2a+p2p: all-to-all over the {a2a} cp ranks inside a node, ring over {p.cp // a2a} "

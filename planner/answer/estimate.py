@@ -72,6 +72,11 @@ def build_estimate(ctx: Context, cc: ClassCosts, n: list[int], ev: Evaluation) -
         notes.append(gap)
     if ctx.calibration is not None:
         notes.append(calibration_note(ctx.calibration))
+    if ctx.fp8_recipe is not None and c.dp * c.cp > 1 and ctx.fp8_recipe not in ctx.stack.fp8_all_gather:
+        notes.append(
+            f"fp8 ({ctx.fp8_recipe}): data-parallel weight all-gathers and reductions in 16/32 bits (training.stack "
+            f"{ctx.stack.id} does not all-gather {ctx.fp8_recipe} weights in FP8)"
+        )
     if cc.m < c.pp and c.pp > 1:
         notes.append(f"fewer micro-batches ({cc.m}) than pipeline stages ({c.pp}): large bubble")
     usable_gib = (1.0 - ctx.memory_headroom) * ctx.gpu.memory_gib

@@ -159,10 +159,9 @@ CP_COMMS: tuple[CpCommInfo, ...] = (
     ),
     CpCommInfo(
         "a2a+p2p",
-        False,
         True,
-        "Hierarchical: a2a inside a node, ring across nodes (Megatron "
-        "hierarchical_context_parallel_sizes); export-only: the bundled runtime does not run it.",
+        True,
+        "Hierarchical: a2a inside a node, ring across nodes (Megatron hierarchical_context_parallel_sizes).",
     ),
 )
 CP_COMM_INFO: dict[str, CpCommInfo] = {c.id: c for c in CP_COMMS}

@@ -37,6 +37,13 @@ def rank_coords(rank: int, pp: int, dp: int, tp: int) -> tuple[int, int, int]:
     return rank // (dp * tp), (rank // tp) % dp, rank % tp
 
 
+def cp_a2a_size(parallel: ParallelConfig, gpus_per_node: int) -> int:
+    """``a2a+p2p``'s all-to-all group: the cp ranks one node holds (the mesh puts cp just outside tp, so a node of
+    g GPUs holds g / tp consecutive cp ranks), as a divisor of cp; the ring runs over cp / this. Megatron's
+    ``--hierarchical-context-parallel-sizes`` (the export) and the bundled runtime use the same split."""
+    return math.gcd(parallel.cp, max(1, gpus_per_node // parallel.tp))
+
+
 def mesh_layout(parallel: ParallelConfig) -> MeshLayout:
     sizes = {"pp": parallel.pp, "dp": parallel.dp, "cp": parallel.cp, "tp": parallel.tp}
     dims = mesh_dims(parallel.cp)

@@ -223,13 +223,19 @@ STACKS: dict[str, Stack] = {
             sequence_parallel=True,
             recompute=("none", "selective", "full"),
             pp_with_tied_embeddings=False,
-            cp_comms=RUNNABLE_CP_COMMS,  # type: ignore[arg-type]  # runtime/context_parallel.py: p2p, all_gather, a2a
+            cp_comms=RUNNABLE_CP_COMMS,  # type: ignore[arg-type]  # runtime/context_parallel.py: all four exchanges
+            # runtime/fp8.py: torchao float8 (convert_to_float8_training, Float8LinearConfig.from_recipe_name) on the
+            # blocks' linears; FSDP2 all-gathers weights in their own precision (no enable_fsdp_float8_all_gather:
+            # gloo has no float8 collectives, the CUDA path is unmeasured): fp8_all_gather stays empty.
+            # tests/test_stack_property.py holds these equal to runtime.fp8.RECIPES.
+            fp8_recipes=("tensorwise", "rowwise"),
             runs_source="runtime/parallelize.py apply_dp (zero_stage 0 → replicate, 1–2 → fully_shard without "
             "resharding after forward, 3 → fully_shard), apply_recompute (none; selective = the attention core; full "
             "= each block), apply_tp (SequenceParallel rules of the plan's tp_plan); runtime/job.py build_schedule "
             "(every planner.specs.config.SCHEDULES entry with a torch.distributed.pipelining class); "
             "runtime/validate.py validate_plan (refuses tie_embeddings with pp > 1: the embedding and the LM head "
-            "must share a stage)",
+            "must share a stage); runtime/fp8.py apply_fp8 (torchao 0.18 float8 recipes tensorwise and rowwise; "
+            "FP8 all-gather off)",
         ),
         Stack(
             id="megatron",
