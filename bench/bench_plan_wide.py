@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_plan import INSTANCES  # noqa: E402
+from bench_plan import INSTANCES, STACK, TRAINING  # noqa: E402
 
 from planner.api import plan  # noqa: E402
 from planner.specs import PlanRequest  # noqa: E402
@@ -133,11 +133,16 @@ def cases() -> list[tuple[str, dict]]:
     for name, model, gpu, nodes, gpn, gbs, seq in INSTANCES:
         out.append(
             (
-                "bench_plan: " + name.split(",")[0],
+                "bench_plan: " + name,
                 {
                     "model": model,
                     "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
-                    "training": {"global_batch_size": gbs, "seq_len": seq},
+                    "training": {
+                        "global_batch_size": gbs,
+                        "seq_len": seq,
+                        **({"stack": STACK[model]} if model in STACK else {}),
+                        **TRAINING.get(name, ((), {}))[1],
+                    },
                 },
             )
         )
