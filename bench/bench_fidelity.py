@@ -502,6 +502,40 @@ class Summary:
     losgo_mape: float = math.nan  # leave-one-source-group-out
 
 
+#: The breakdown terms of ``claims_table``, as its columns name them.
+CLAIM_TERMS = (
+    ("compute_s", "compute"),
+    ("tp_comm_s", "TP comm"),
+    ("pp_bubble_s", "bubble"),
+    ("pp_p2p_s", "p2p"),
+    ("dp_sync_s", "DP sync"),
+    ("optimizer_s", "optimizer"),
+    ("cp_comm_s", "CP comm"),
+    ("ep_comm_s", "EP a2a"),
+)
+
+
+def claims_table(frees: list[Free], results: list[Result]) -> str:
+    """The free plans claiming more than ``FREE_CLAIM`` as a markdown table (docs/validation.md, issue 27 §4): the
+    claim, the free configuration and the seconds each breakdown term saves (experts' − free)."""
+    by_id = {r.id: r for r in results}
+    lines = [
+        "| run | claim | free configuration | " + " | ".join(t for _, t in CLAIM_TERMS) + " |",
+        "|---|---|---|" + "---|" * len(CLAIM_TERMS),
+    ]
+    for f in frees:
+        if f.speedup is None or f.speedup <= FREE_CLAIM or f.breakdown is None:
+            continue
+        e = by_id[f.id].breakdown
+        cells = []
+        for key, _ in CLAIM_TERMS:
+            x = e.get(key, 0.0) - f.breakdown.get(key, 0.0)
+            cells.append("0" if abs(x) < 5e-4 else f"{x:+.3f}".replace("-", "−"))
+        config = f.configuration.split(", stages")[0]
+        lines.append(f"| {f.id} | {f.speedup:.3f} | {config} ({f.status}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _mean_abs(xs: list[float]) -> float:
     return sum(abs(x) for x in xs) / len(xs) if xs else math.nan
 
@@ -693,6 +727,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", type=Path, default=None, help="also write the per-run results and summaries here")
     ap.add_argument("--free", action="store_true", help="also plan every expressed run left free (issue 27 §4)")
+    ap.add_argument(
+        "--claims-table", action="store_true", help="with --free: also print the claims above 1.15x as markdown"
+    )
     args = ap.parse_args(argv)
     data = load_all(args.data or DATA_FILES)
     notes: list[str] = []
@@ -705,6 +742,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = {row["id"]: row for row in data["runs"]}
         frees = [free_plan(rows[r.id], data["gpus"], r.step_time_s) for r in results]
         print(free_report(frees))
+        if args.claims_table:
+            print(claims_table(frees, results))
     if args.json is not None:
         args.json.write_text(
             json.dumps(

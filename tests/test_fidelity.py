@@ -515,3 +515,23 @@ def test_llm_foundry_runs_are_priced_with_their_fused_loss_and_fit():
         assert bench.stack_of(row) == {"base": "meshplan", "loss": "fused"}
         r = bench.evaluate(row, both["gpus"])
         assert r.fits, (r.id, r.peak_memory_gib)
+
+
+@pytest.mark.parametrize("speedup, listed", [(1.2, True), (1.15, False), (0.97, False)])
+def test_the_claims_table_lists_each_claim_above_the_bar_with_the_seconds_it_saves(speedup, listed):
+    """``--free --claims-table`` (docs/validation.md, issue 27 §4): a free plan above 1.15× is a row with what each term
+    of the breakdown saves (experts' − free, seconds); at or below it is not."""
+    expert = {"compute_s": 10.0, "tp_comm_s": 2.0, "dp_sync_s": 0.5}
+    free = {"compute_s": 7.5, "tp_comm_s": 2.0, "dp_sync_s": 1.0}
+    r = bench.Result(
+        "run-a", "g", "tokens_per_s_per_gpu", 1.0, 1.0, 0.0, 0.0, 0.4, 0.4, 12.5, 12.5, 10.0, None, True, expert
+    )
+    f = bench.Free(
+        "run-a", "megatron", 12.5, 12.5 / speedup, speedup, "OPTIMAL", "TP2×PP1×DP4, mbs 1, stages [8]", free
+    )
+    rows = bench.claims_table([f], [r]).splitlines()[2:]
+    assert bool(rows) == listed
+    if listed:
+        cells = [c.strip() for c in rows[0].strip("|").split("|")]
+        assert cells[:3] == ["run-a", "1.200", "TP2×PP1×DP4, mbs 1 (OPTIMAL)"]
+        assert cells[3:6] == ["+2.500", "0", "0"] and cells[7] == "−0.500"

@@ -15,6 +15,7 @@ from planner.pricing.context_parallel import CpGroup
 from planner.search.space import enumerate_candidates
 from planner.specs import ClusterSpec, GpuSpec, ModelSpec, ParallelPins, SearchOptions, TrainingSpec
 from planner.specs.catalog import get_gpu, get_model
+from planner.specs.stacks import STACKS
 from planner.workload.context_parallel import cp_block_comms, kv_bytes
 from tests.test_planner_exact import search_against_brute_force
 
@@ -192,3 +193,22 @@ def test_search_matches_brute_force_with_cp(seed: int) -> None:
     ctx, pins = cp_instance(seed)
     assert any(c.cp > 1 for c in enumerate_candidates(ctx, pins, SearchOptions(time_limit_s=20, num_workers=1)))
     search_against_brute_force(ctx, pins)
+
+
+def test_with_one_data_parallel_rank_zero_shards_over_the_cp_ranks():
+    """The ZeRO group spans dp × cp: with dp = 1 and cp = 8 the search visits ZeRO 1 and 3 (torchtitan's FSDP over
+    its dp_shard × cp mesh, the 8B row of its 2024-12 CP table) — before, dp = 1 offered ZeRO-0 alone and a 131K-token
+    Llama 3.1 8B on one node was called out of memory with cp pinned to 8."""
+    ctx = ctx_of(seq=131072, gbs=1, nodes=1)
+    ctx.__dict__["stack"] = STACKS["torchtitan"]
+    zs = {c.zero_stage for c in enumerate_candidates(ctx, ParallelPins(tp=1, cp=8, recompute="full"), SearchOptions())}
+    assert {0, 3} <= zs
+    req = {
+        "model": "llama3.1-8b",
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
+        "training": {"global_batch_size": 1, "seq_len": 131072, "stack": "torchtitan"},
+        "parallel": {"tp": 1, "cp": 8},
+        "top_k": 1,
+    }
+    res = planner.plan(req)
+    assert res.plans and res.plans[0].parallel.zero_stage == 3 and res.plans[0].estimate.fits

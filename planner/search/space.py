@@ -167,7 +167,8 @@ def _enumerate(ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp
                             or rules.cp_splits_seq(cp, seq, tp, sp)
                         ):
                             continue
-                        zs = [pins.zero_stage] if pins.zero_stage is not None else zero_stages(ctx, dp)
+                        # the ZeRO group spans dp × cp (FSDP shards over the CP ranks too: torchtitan's dp_shard_cp)
+                        zs = [pins.zero_stage] if pins.zero_stage is not None else zero_stages(ctx, dp * cp)
                         zs = [z for z in zs if rules.stack_runs(ctx.stack, zero_stage=z, pp=pp) is None]
                         for z in zs:
                             for cm in cp_comms:
@@ -265,7 +266,7 @@ def cp_options(
 
 
 def zero_stages(ctx: Context, dp: int) -> list[int]:
-    """The ZeRO stages the search visits at ``dp``. ZeRO-2 is left out where the stack holds it as ZeRO-1:
+    """The ZeRO stages the search visits over ``dp`` data-parallel ranks (× the CP ranks, which the ZeRO group spans). ZeRO-2 is left out where the stack holds it as ZeRO-1:
     the bundled runtime under mixed precision (``Stack.param_layout == "fsdp2"``) wraps both in
     ``fully_shard`` kept unsharded after the forward, and ``memory.state_bytes`` and ``terms`` price them
     alike, so it would be the same plan twice. A pinned ``zero_stage: 2`` is still priced."""
