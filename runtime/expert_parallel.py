@@ -45,14 +45,24 @@ def local_weight(p: torch.Tensor, experts) -> torch.Tensor:
     return w if scale == 1.0 else _ScaleGrad.apply(w, scale)
 
 
+def expert_ranks(pp: int, dp: int, cp: int, tp: int, ep: int) -> torch.Tensor:
+    """Global ranks of the expert mesh ``(pp, edp, ep)``: the plan's row-major ``(pp, dp, cp, tp)`` ranks with dp
+    split into (dp / ep, ep), ep moved innermost and the rest folded into edp (module docstring)."""
+    ranks = torch.arange(pp * dp * cp * tp).reshape(pp, dp // ep, ep, cp, tp)
+    return ranks.permute(0, 1, 3, 4, 2).reshape(pp, dp // ep * cp * tp, ep)
+
+
 def expert_mesh(plan: Plan, device_type: str):
     """The expert layers' DeviceMesh ``(pp, edp, ep)`` over the plan's ranks (module docstring)."""
     from torch.distributed.device_mesh import DeviceMesh
 
     p = plan.parallel
-    ranks = torch.arange(p.num_gpus).reshape(p.pp, p.dp // p.ep, p.ep, p.cp, p.tp)
-    ranks = ranks.permute(0, 1, 3, 4, 2).reshape(p.pp, p.dp // p.ep * p.cp * p.tp, p.ep)
-    return DeviceMesh(device_type, ranks, mesh_dim_names=("pp", "edp", "ep"))
+    ranks = expert_ranks(p.pp, p.dp, p.cp, p.tp, p.ep)
+    return DeviceMesh(device_type, ranks, mesh_dim_names=EXPERT_MESH_DIMS)
+
+
+#: The expert layers' mesh dims (``expert_mesh``; ``runtime.env.expert_mesh_from_env``).
+EXPERT_MESH_DIMS = ("pp", "edp", "ep")
 
 
 class EPContext:

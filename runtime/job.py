@@ -287,10 +287,34 @@ def build_schedule(schedule: str, group, chunks: dict[int, nn.Module], total: in
     from torch.distributed import pipelining
 
     stages = [pipelining.PipelineStage(m, c, total, device, group=group) for c, m in chunks.items()]
+    for stage, m in zip(stages, chunks.values(), strict=True):
+        _no_counts_in_metadata_inference(stage, m)
     cls = getattr(pipelining, _SCHEDULES[schedule])
     if total == len(dist.get_process_group_ranks(group)):  # one chunk per rank
         return cls(stages[0], n, loss_fn=loss, scale_grads=True)
     return cls(stages, n, loss_fn=loss, scale_grads=True)
+
+
+def _no_counts_in_metadata_inference(stage, chunk: nn.Module) -> None:
+    """PyTorch 2.13's ``PipelineStage`` infers its shapes at the first step by running the chunk's forward once more
+    (on the real input for the first stage, on empty tensors for the others). A MoE layer with aux-loss-free
+    balancing counts the tokens its forward routes (``MoE.tokens_per_expert``): those of that extra forward are not
+    a step's tokens, so the layers stop counting while it runs (caught by the tiny-moe-shared pipeline rows)."""
+    mods = [m for m in moe_modules(chunk) if m.balance == "expert_bias"]
+    infer = getattr(stage, "_forward_metadata_inference", None)
+    if not mods or infer is None:
+        return
+
+    def without_counts(*args, **kwargs):
+        for m in mods:
+            m.counting = False
+        try:
+            return infer(*args, **kwargs)
+        finally:
+            for m in mods:
+                m.counting = True
+
+    stage._forward_metadata_inference = without_counts
 
 
 def reduce_partial_grads(params: list[torch.Tensor]) -> None:

@@ -50,11 +50,35 @@ def test_dense_model_refuses_ep() -> None:
     assert err.value.field == "parallel.ep"
 
 
-def test_meshplan_stack_refuses_moe_naming_the_stacks_that_run_it() -> None:
-    req = {**MIXTRAL, "training": {**MIXTRAL["training"], "stack": "meshplan"}}
+def test_a_stack_without_moe_refuses_it_naming_the_stacks_that_run_it() -> None:
+    req = {**MIXTRAL, "training": {**MIXTRAL["training"], "stack": "deepspeed"}}
     with pytest.raises(MeshplanError) as err:
         plan(req)
     assert err.value.field == "training.stack" and "megatron" in err.value.fix and "torchtitan" in err.value.fix
+    assert "meshplan" in err.value.fix  # the bundled runtime runs MoE too (runtime/models/moe.py)
+
+
+def test_meshplan_stack_plans_moe_with_ep_that_its_runtime_runs() -> None:
+    """The bundled runtime's stack declares MoE and EP with whole experts (etp 1): its plans carry etp 1 (with SP
+    under TP), validate in runtime.validate and export to its target; etp = tp is refused naming parallel.etp."""
+    from api.exporters import export
+    from api.exporters.options import ExportOptions
+    from planner.api import estimate_plan
+    from runtime.validate import validate_plan
+
+    req = {**MIXTRAL, "training": {**MIXTRAL["training"], "stack": "meshplan"}, "top_k": 3}
+    plans = plan(req).plans
+    assert plans and any(p.parallel.ep > 1 for p in plans)
+    for p in plans:
+        assert p.parallel.etp == 1 and (p.parallel.tp == 1 or p.parallel.sequence_parallel)
+        validate_plan(p, p.parallel.num_gpus)
+        assert "meshplan run" in export(p, "meshplan", ExportOptions()).content
+    with pytest.raises(MeshplanError) as err:
+        estimate({**req, "parallel": {"tp": 4, "pp": 8, "ep": 2, "etp": 4, "sequence_parallel": True}})
+    assert err.value.field == "parallel.etp"
+    # unpinned, the estimate's etp is 1 on this stack (Megatron-core's default etp = tp where the stack runs it)
+    pinned = estimate_plan({**req, "parallel": {"tp": 4, "pp": 8, "ep": 2, "sequence_parallel": True}})
+    assert pinned.parallel.etp == 1
 
 
 @pytest.mark.parametrize(("model", "field"), [("deepseek-v3", "model.moe.first_dense_layers")])
@@ -223,14 +247,24 @@ def test_exports_carry_expert_parallelism(mixtral_plan) -> None:
     assert "export MESHPLAN_EP=2" in env and "export MESHPLAN_ETP=4" in env
 
 
-@pytest.mark.parametrize("fmt", ["deepspeed", "meshplan"])
-def test_targets_without_moe_refuse(mixtral_plan, fmt: str) -> None:
+def test_targets_without_moe_refuse(mixtral_plan) -> None:
     from api.exporters import export
     from api.exporters.options import ExportOptions
 
     with pytest.raises(MeshplanError) as err:
-        export(mixtral_plan, fmt, ExportOptions())
+        export(mixtral_plan, "deepspeed", ExportOptions())
     assert err.value.field == "plan.model.moe" and "megatron" in err.value.fix
+
+
+def test_meshplan_target_refuses_what_its_runtime_does_not_run(mixtral_plan) -> None:
+    """The meshplan target runs EP with whole experts: the Megatron-style plan's etp 4 is refused by name."""
+    from api.exporters import export
+    from api.exporters.options import ExportOptions
+
+    assert mixtral_plan.parallel.etp == 4
+    with pytest.raises(MeshplanError) as err:
+        export(mixtral_plan, "meshplan", ExportOptions())
+    assert err.value.field == "parallel.etp" and "megatron" in err.value.fix
 
 
 def test_load_imbalance_slows_the_busiest_rank_and_capacity_caps_it() -> None:

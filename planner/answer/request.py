@@ -187,7 +187,8 @@ def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[i
         cp=cp,
         cp_comm=cp_comm,
         ep=pins.ep or 1,
-        etp=pins.etp or (tp if ctx.model.moe is not None else 1),  # Megatron-core's default: ETP = TP
+        # Megatron-core's default ETP = TP, where the stack runs it (the bundled runtime runs etp 1 only)
+        etp=pins.etp or (tp if ctx.model.moe is not None and "tp" in ctx.stack.etp else 1),
     )
     rules.check(rules.tp_overlap_needs_sp(cand.tp_comm_overlap, tp, sp))
     rules.check(rules.expert_parallel_rules(ctx.stack, ctx.model, cand))

@@ -218,7 +218,16 @@ STACKS: dict[str, Stack] = {
             recompute=("none", "selective", "full"),
             pp_with_tied_embeddings=False,
             cp_comms=RUNNABLE_CP_COMMS,  # type: ignore[arg-type]  # runtime/context_parallel.py: p2p, all_gather, a2a
-            runs_source="runtime/parallelize.py apply_dp (zero_stage 0 → replicate, 1–2 → fully_shard without "
+            # runtime/models/moe.py (router, grouped-GEMM experts, shared expert, dropless) and
+            # runtime/expert_parallel.py (EP carved from dp, all-to-all dispatch); experts whole on a rank (etp 1)
+            moe=True,
+            expert_parallel=True,
+            etp=("one",),
+            runs_source="runtime/models/moe.py (MoE block: top-k router, torch._grouped_mm experts, shared expert, "
+            "aux loss or expert bias, dropless), runtime/expert_parallel.py (EP over (pp, edp, ep) carved from dp, "
+            "all_to_all_single dispatch, experts FSDP2 over expert-DP; etp 1 only: TP ranks hold their own "
+            "sequence-parallel tokens), runtime/validate.py _validate_experts; "
+            "runtime/parallelize.py apply_dp (zero_stage 0 → replicate, 1–2 → fully_shard without "
             "resharding after forward, 3 → fully_shard), apply_recompute (none; selective = the attention core; full "
             "= each block), apply_tp (SequenceParallel rules of the plan's tp_plan); runtime/job.py build_schedule "
             "(every planner.specs.config.SCHEDULES entry with a torch.distributed.pipelining class); "

@@ -113,8 +113,12 @@ class MoE(nn.Module):
     ep = None
     seq_groups: tuple = ()
     aux_scale = 1.0
+    #: Whether a forward adds its routed tokens to ``tokens_per_expert`` (off during a pipeline stage's shape
+    #: inference: ``runtime.job``; never during activation recomputation)
+    counting = True
 
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, *, tp: int = 1) -> None:
+        """``tp``: the shared expert at its TP-sharded width (``build_layer``, for the profiler)."""
         super().__init__()
         moe = spec.moe
         assert moe is not None
@@ -128,7 +132,7 @@ class MoE(nn.Module):
         if moe.shared_experts:
             from runtime.models.transformer import FeedForward
 
-            self.shared = FeedForward(spec, ffn=moe.shared_experts * moe.shared_ffn)
+            self.shared = FeedForward(spec, tp=tp, ffn=moe.shared_experts * moe.shared_ffn)
         self.balance = "aux_loss" if moe.router == "softmax" else "expert_bias"
         self.register_buffer("expert_bias", torch.zeros(moe.num_experts), persistent=True)
         self.register_buffer("tokens_per_expert", torch.zeros(moe.num_experts), persistent=False)
@@ -187,7 +191,7 @@ class MoE(nn.Module):
         order = torch.argsort(experts, stable=True)  # assignments sorted by expert (token order within one)
         token_of = order // self.top_k
         counts = torch.bincount(experts, minlength=self.num_experts)
-        if self.balance == "expert_bias" and torch.is_grad_enabled() and not _in_backward():
+        if self.balance == "expert_bias" and self.counting and torch.is_grad_enabled() and not _in_backward():
             self.tokens_per_expert += counts.to(self.tokens_per_expert.dtype)
         rows = flat.index_select(0, token_of)
         if self.ep is None:

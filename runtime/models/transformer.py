@@ -173,7 +173,7 @@ class Block(nn.Module):
         if spec.is_moe_layer(index):
             from runtime.models.moe import MoE
 
-            self.moe: nn.Module | None = MoE(spec)
+            self.moe: nn.Module | None = MoE(spec, tp=tp)
             self.mlp: nn.Module | None = None
         else:
             self.mlp, self.moe = FeedForward(spec, tp=tp), None
