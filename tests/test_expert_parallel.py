@@ -300,3 +300,31 @@ def test_rest_estimate_shows_ep_or_names_the_field(tmp_path, parallel: dict, sta
         assert r.json()["parallel"]["ep"] == 2 and r.json()["estimate"]["breakdown"]["ep_comm_s"] > 0
     else:
         assert r.json()["errors"][0]["field"] == field
+
+
+def test_megatron_export_carries_the_routers_score_function_and_group_limit() -> None:
+    """A sigmoid, group-limited router (DeepSeek-V3's kind) is exported as such, not as Megatron's default softmax."""
+    from api.exporters import export
+    from api.exporters.options import ExportOptions
+    from planner.api import estimate_plan
+
+    m = get_model("mixtral-8x22b")
+    routed = m.model_copy(
+        update={
+            "name": "mixtral-sigmoid",
+            "moe": m.moe.model_copy(update={"router": "sigmoid", "router_groups": 4, "router_topk_groups": 2}),
+        }  # type: ignore[union-attr]
+    )
+    p = estimate_plan(
+        {**MIXTRAL, "model": routed.model_dump(), "parallel": {"tp": 4, "pp": 8, "ep": 2, "sequence_parallel": True}}
+    )
+    words = export(p, "megatron", ExportOptions()).content.split()
+    assert words[words.index("--moe-router-score-function") + 1] == "sigmoid"
+    assert words[words.index("--moe-router-num-groups") + 1] == "4"
+    assert words[words.index("--moe-router-group-topk") + 1] == "2"
+    plain = export(
+        estimate_plan({**MIXTRAL, "parallel": {"tp": 4, "pp": 8, "ep": 2, "sequence_parallel": True}}),
+        "megatron",
+        ExportOptions(),
+    )
+    assert "--moe-router-score-function" not in plain.content and "--moe-router-num-groups" not in plain.content

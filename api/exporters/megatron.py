@@ -233,7 +233,9 @@ def context_parallel_args(plan: Plan, notes: Notes) -> list[str]:
 def expert_parallel_args(plan: Plan) -> list[str]:
     """A mixture of experts (megatron/core/transformer/moe/README.md): its experts, top-k, expert and shared
     widths, EP and ETP folded out of DP (the plan's layout is Megatron-core's tp-cp-ep-dp-pp order), grouped
-    GEMM and the all-to-all token dispatcher the plan was priced with (dropless, Megatron-core's default)."""
+    GEMM and the all-to-all token dispatcher the plan was priced with (dropless, Megatron-core's default); the
+    router's score function when it is not Megatron's default softmax, and its group limit
+    (--moe-router-score-function, --moe-router-num-groups, --moe-router-group-topk: Megatron-core 0.16 arguments)."""
     moe = plan.model.moe
     if moe is None:
         return []
@@ -255,6 +257,15 @@ def expert_parallel_args(plan: Plan) -> list[str]:
     ]
     if moe.shared_experts:
         args += ["--moe-shared-expert-intermediate-size", str(moe.shared_experts * moe.shared_ffn)]
+    if moe.router == "sigmoid":  # the model's gate (DeepSeek-V3, Llama 4); Megatron-core's default is softmax
+        args += ["--moe-router-score-function", "sigmoid"]
+    if moe.router_groups is not None and moe.router_topk_groups is not None:  # group-limited routing
+        args += [
+            "--moe-router-num-groups",
+            str(moe.router_groups),
+            "--moe-router-group-topk",
+            str(moe.router_topk_groups),
+        ]
     return args
 
 
