@@ -31,6 +31,13 @@ CASES = [
     ("moe-shared-ep2-zero3", 4, "tiny-moe-shared", dict(dp=4, ep=2, zero_stage=3)),
     ("moe-ep2-zero3-full", 4, "tiny-moe", dict(dp=4, ep=2, zero_stage=3, recompute="full")),
     ("moe-ep2-cp2-a2a", 4, "tiny-moe", dict(dp=2, ep=2, cp=2, cp_comm="a2a", micro_batch_size=2)),
+    # world 8 (slow): EP × TP × PP together, the expert bias and a shared expert split by TP
+    (
+        "moe-shared-ep2-tp2-pp2-sp",
+        8,
+        "tiny-moe-shared",
+        dict(dp=2, ep=2, tp=2, pp=2, sequence_parallel=True, schedule="1f1b", zero_stage=1, micro_batch_size=2),
+    ),
 ]
 
 
@@ -60,7 +67,9 @@ def launches(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("cid, world", [pytest.param(c[0], c[1], id=c[0]) for c in CASES])
+@pytest.mark.parametrize(
+    "cid, world", [pytest.param(c[0], c[1], id=c[0], marks=[pytest.mark.slow] if c[1] == 8 else []) for c in CASES]
+)
 def test_moe_matches_single_process_reference(launches, cid, world):
     launch = launches(world)
     assert cid in launch["results"], f"case {cid} did not finish (exit {launch['returncode']}):\n{launch['log']}"
