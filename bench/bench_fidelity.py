@@ -130,6 +130,14 @@ def moe_row(row: dict[str, Any]) -> dict[str, Any]:
     if par["recompute"] is None:
         par["recompute"] = "none"
         assumed.append("parallel.recompute: none (not stated; the perf recipes' default)")
+    if par["zero_stage"] == 0 and row["source_group"] == "megatron-bridge":
+        # The table's "FSDP=0" says Megatron FSDP is off, not the optimizer: every Megatron-Bridge MoE recipe of
+        # the tables' release shards it (NVIDIA-NeMo/Megatron-Bridge v0.2.0, 2025-11-26: recipes/qwen/qwen3_moe.py
+        # and recipes/gpt_oss/gpt_oss.py, ``DistributedDataParallelConfig(use_distributed_optimizer=True)``).
+        par["zero_stage"] = 1
+        assumed.append(
+            "parallel.zero_stage: 1 (the recipes' distributed optimizer; the table's FSDP=0 is Megatron FSDP)"
+        )
     return {**row, "model": {"catalog": catalog}, "parallel": par, "assumed": assumed}
 
 
@@ -276,6 +284,11 @@ def stack_of(row: dict[str, Any]) -> str | dict[str, Any]:
         if row["parallel"]["recompute"] == "selective-layer":
             over["selective_ac"] = TITAN_SELECTIVE_LAYER_K
         return {"base": "torchtitan", **over} if over else "torchtitan"
+    if row["stack"] == "composer-fsdp":
+        # llm-foundry's MPT: eager PyTorch under FSDP (the bundled runtime's pattern) with its default loss, flash-attn's
+        # fused cross-entropy over the 16-bit logits (llmfoundry/models/mpt/modeling_mpt.py at 4952183, loss_fn
+        # 'fused_crossentropy'; scripts/train/benchmarking/submit_benchmarks.py: attn_impl 'flash')
+        return {"base": "meshplan", "loss": "fused"}
     return row["stack"] if row["stack"] in ("megatron", "torchtitan", "deepspeed") else "meshplan"
 
 

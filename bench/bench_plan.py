@@ -42,6 +42,9 @@ INSTANCES = [
     # issue 23: a mixture of experts with expert parallelism searched (Megatron-core runs it; the MCore reference
     # mapping for this model and cluster is TP4 EP2 PP8 VP7, GBS 256, seq 4096: notes §2)
     ("Mixtral 8x22B, 16×8 H100, gbs 256, seq 4096 (megatron)", "mixtral-8x22b", "h100-sxm5-80gb", 16, 8, 256, 4096),
+    # issue 23: dense layers then MoE ones (3 + 58) and latent attention; DeepSeek-V3's pre-training batch (its paper,
+    # arXiv 2412.19437 §4.2: 15,360 sequences of 4,096 tokens) on 2,048 GPUs (its H800 cluster, here H100)
+    ("DeepSeek-V3, 256×8 H100, gbs 15360, seq 4096 (megatron)", "deepseek-v3", "h100-sxm5-80gb", 256, 8, 15360, 4096),
 ]
 #: Instances with more training settings (issue 24: FP8 on the stacks that run it).
 TRAINING = {
@@ -52,7 +55,7 @@ TRAINING = {
 }
 INSTANCES += [(name, *args) for name, (args, _) in TRAINING.items()]
 #: The training stack of an instance (default: the request's default); MoE needs one with a MoE block.
-STACK = {"mixtral-8x22b": "megatron"}
+STACK = {"mixtral-8x22b": "megatron", "deepseek-v3": "megatron"}
 BRUTE_FORCE_LIMIT = 300_000  # configurations (class × cut) the brute force may score
 
 

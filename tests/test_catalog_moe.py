@@ -168,7 +168,7 @@ def test_bad_moe_fields_name_the_field_and_fix(model: dict, field: str, in_fix: 
     ("model", "field", "says"),
     [
         ("mixtral-8x7b", "training.stack", "does not run mixture-of-experts"),  # deepspeed has no MoE block
-        ("deepseek-v3", "model.moe.first_dense_layers", "mixes dense and MoE blocks"),  # not priced as uniform
+        ("deepseek-v3", "training.stack", "does not run mixture-of-experts"),  # (dense layers first: priced by kind)
     ],
 )
 @pytest.mark.parametrize("call", [planner.plan, planner.estimate])

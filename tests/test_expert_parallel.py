@@ -1,6 +1,7 @@
 """Expert parallelism (issue 23): the rules of parallel.ep / parallel.etp, what a MoE block issues and holds under
 EP (workload.expert_parallel), its pricing in the breakdown (ep_comm_s), the search over ep and etp matching the
-brute force on small MoE instances, and the refusals (meshplan stack, mixed layer sequences)."""
+brute force on small MoE instances, the refusal of the meshplan stack, and a mixed layer sequence priced by kind
+(tests/test_planner_hetero.py, tests/test_deepseek_maverick.py: the rest of mixed sequences)."""
 
 from __future__ import annotations
 
@@ -81,19 +82,18 @@ def test_meshplan_stack_plans_moe_with_ep_that_its_runtime_runs() -> None:
     assert pinned.parallel.etp == 1
 
 
-@pytest.mark.parametrize(("model", "field"), [("deepseek-v3", "model.moe.first_dense_layers")])
-def test_mixed_layer_sequences_are_refused(model: str, field: str) -> None:
-    with pytest.raises(MeshplanError) as err:
-        estimate({**MIXTRAL, "model": model, "parallel": {"tp": 8, "pp": 16}})
-    assert err.value.field == field
-
-
-def test_maverick_alternation_is_refused() -> None:
+def test_maverick_alternation_is_priced_by_kind() -> None:
+    """Every other layer MoE (Llama 4 Maverick's layout) on Mixtral 8x7B: a stage of two layers holds one of each
+    kind wherever it starts, so its time is between the all-dense and the all-MoE model's at the same plan."""
     m = get_model("mixtral-8x7b")
-    mixed = m.model_copy(update={"moe": m.moe.model_copy(update={"moe_layer_freq": 2})})  # type: ignore[union-attr]
-    with pytest.raises(MeshplanError) as err:
-        estimate({**MIXTRAL, "model": mixed.model_dump(), "parallel": {"tp": 8}})
-    assert err.value.field == "model.moe.moe_layer_freq"
+    moe = m.moe.model_copy(update={"moe_layer_freq": 2})  # type: ignore[union-attr]
+    dense = m.model_copy(update={"moe": None, "ffn_hidden_size": 14336})
+    plan_ = {"tp": 8, "pp": 4, "sequence_parallel": True, "ep": 1, "etp": 8}
+    times = [
+        estimate({**MIXTRAL, "model": x.model_dump(), "parallel": plan_}).step_time_s
+        for x in (dense, m.model_copy(update={"moe": moe}), m)
+    ]
+    assert times[0] < times[1] < times[2]
 
 
 @pytest.mark.parametrize(

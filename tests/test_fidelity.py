@@ -502,3 +502,16 @@ def test_load_all_reads_both_files_and_counts_per_file():
     assert data["files"]["published_runs.json"] == [r["id"] for r in DATA["runs"]]
     assert data["files"]["added_runs.json"] == [r["id"] for r in ADDED["runs"]]
     assert len(data["runs"]) == len(DATA["runs"]) + len(ADDED["runs"])
+
+
+def test_llm_foundry_runs_are_priced_with_their_fused_loss_and_fit():
+    """llm-foundry's MPT rows run flash-attn's fused cross-entropy over the 16-bit logits (its default ``loss_fn``):
+    priced so, every one of them fits its GPU, as it did when measured (with three fp32 copies of the logits 37 of
+    the 78 were called out of memory)."""
+    both = bench.load_all()
+    mpt = [row for row in ADDED["runs"] if row["source_group"] == "mpt-llm-foundry"]
+    assert len(mpt) == 78
+    for row in mpt:
+        assert bench.stack_of(row) == {"base": "meshplan", "loss": "fused"}
+        r = bench.evaluate(row, both["gpus"])
+        assert r.fits, (r.id, r.peak_memory_gib)

@@ -149,6 +149,8 @@ FINGERPRINTS = {
     15: "c1288079e9ca2e71",  # 15 (overlapped TP) is off unless chosen: references unchanged; tests/test_tp_overlap.py
     16: "c1288079e9ca2e71",  # 16 (DeepSpeed ZeRO-3 per-module fetches): no reference runs it; tests/test_pipeline_p2p.py
     17: "a62abaea224d34d4",  # MoE/EP priced; dense numbers unchanged, the breakdown gains ep_comm_s (0 here)
+    18: "a62abaea224d34d4",  # Megatron finalize_model_grads, gradient buckets as the stack issues them, fabric fields: no reference request on those stacks
+    19: "a62abaea224d34d4",  # the 500 W H100 at its measured GEMM rates: no reference request on that GPU
 }
 
 

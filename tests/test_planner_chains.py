@@ -172,17 +172,32 @@ def test_the_deeper_table_exercises_memory() -> None:
 
 
 def test_counts_price_like_the_operations() -> None:
-    """``counts_chain`` (and its vectorised form) equals ``cutsolver.chain`` of the same operations."""
+    """``cutsolver.chain`` of a path of operations (``counts_chain`` of its counts, and the vectorised form) is,
+    at a cut, the sum of those operations' simulated durations and the lags they cross: the critical path's is
+    the makespan."""
+    from planner.compose.cost import chunk_times
+
     ctx, _ = random_instance(3)
     cand = Candidate(1, 2, ctx.num_gpus // 2, 1, "1f1b", 1, "none", False, 0)
     cc = class_costs(ctx, cand)
-    ev = evaluate(cc, [cc.num_layers // 2, cc.num_layers - cc.num_layers // 2])
+    n = [cc.num_layers // 2, cc.num_layers - cc.num_layers // 2]
+    ev = evaluate(cc, n)
+    fwd, bwd = chunk_times(cc, n)
+
+    def ops(path, lags) -> int:
+        return sum((fwd if k == "F" else bwd)[c] for k, _, c in path) + sum(cc.lag[b] for b in lags)
+
+    def at(ch) -> int:
+        return sum(a * x for a, x in zip(ch.coef, n)) + ch.const
+
     counts = critical_counts(cc, ev)
-    assert counts_chain(cc, counts) == chain(cc, ev.sim.critical_path, ev.sim.critical_lags)
+    crit = chain(cc, ev.sim.critical_path, ev.sim.critical_lags)
+    assert at(crit) == ops(ev.sim.critical_path, ev.sim.critical_lags) == ev.makespan_ns
+    assert crit == counts_chain(cc, counts)
     assert priced(cc, [counts]) == [counts_chain(cc, counts)]
     for a in range(2):
         path, lags = window_path(2, cc.m, a, 1, True, False)
-        assert counts_chain(cc, path_counts(2, path, lags)) == chain(cc, path, lags)
+        assert at(chain(cc, path, lags)) == ops(path, lags)
 
 
 @pytest.mark.parametrize(

@@ -175,6 +175,8 @@ PLAN_FLAGS = [
     "--inter-node-bandwidth-gbps",
     "--intra-node-latency-us",
     "--inter-node-latency-us",
+    "--oversubscription",
+    "--scalable-unit-nodes",
     "--global-batch-size",
     "--seq-len",
     "--precision",

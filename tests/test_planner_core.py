@@ -140,7 +140,7 @@ def test_fsdp2_bytes_per_parameter(precision: str, optimizer: str, zero: int, dp
 
 def test_the_bundled_runtime_is_priced_with_its_own_states_and_loss() -> None:
     from planner.compose.memory import loss_buffer_bytes
-    from planner.specs.stacks import STACKS
+    from planner.specs.stacks import STACKS, resolve
 
     meshplan, megatron = STACKS["meshplan"], STACKS["megatron"]
     assert (meshplan.param_layout, meshplan.loss, meshplan.reduce_dtype) == ("fsdp2", "upcast", "fp32")
@@ -150,6 +150,9 @@ def test_the_bundled_runtime_is_priced_with_its_own_states_and_loss() -> None:
         == loss_buffer_bytes(STACKS["torchtitan"], 8192, 128256)
     )
     assert loss_buffer_bytes(megatron, 8192, 128256) == 4 * 8192 * 128256
+    # a fused cross-entropy over the 16-bit logits (flash-attn's; llm-foundry's default): logits + their gradient
+    fused = resolve({"base": "meshplan", "loss": "fused"})
+    assert fused.loss == "fused" and loss_buffer_bytes(fused, 8192, 128256, 2) == 2 * 2 * 8192 * 128256
 
 
 def test_usable_bytes_is_the_largest_that_fits() -> None:

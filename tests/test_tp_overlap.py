@@ -60,7 +60,9 @@ def test_overlap_is_off_unless_chosen_and_hides_tp_comm():
     for stack in ("megatron", "torchtitan"):
         a = planner.estimate(body(stack, **PINS))
         b = planner.estimate(body(stack, **PINS, tp_comm_overlap=True))
-        assert b.breakdown.tp_comm_s < 0.75 * a.breakdown.tp_comm_s
+        # Megatron/TE overlaps all 8 SP collectives; torchtitan's async TP the 4 forward and 2 backward all-gathers
+        # only (its reduce-scatters stay blocking): at least a fifth of the blocking TP time either way
+        assert b.breakdown.tp_comm_s < 0.8 * a.breakdown.tp_comm_s
         assert b.step_time_s < a.step_time_s
     ctx = context(parse_request(body("torchtitan")))
     act = 8192 * 8192 * 2

@@ -29,19 +29,24 @@ def build_estimate(ctx: Context, cc: ClassCosts, n: list[int], ev: Evaluation) -
     # Breakdown on the busiest rank: its compute and TP comm, the rest of the makespan is bubble + p2p.
     # ZeRO-3's per-layer gathers/reduce-scatters beyond the layer's compute are data-parallel communication
     # (``dp_sync_s``), not compute; compute that runs under them is not slowed down in this model.
+    k = cc.moe_counts(n) or [0] * len(n)  # each chunk's MoE layers (a model of dense and MoE blocks)
+
+    def part(own: list[int], layer: int, moe: int, extras: list[int] | None = None) -> int:
+        """m × Σ over the chunks ``own`` of n·layer + k·moe + extras (ns)."""
+        return cc.m * sum(n[ch] * layer + k[ch] * moe + (extras[ch] if extras else 0) for ch in own)
+
     busy, tp_time, z3_time, pp_time, cp_time, ep_time = [], [], [], [], [], []
     for r in range(c.pp):
         own = cc.rank_chunks(r)
-        busy.append(cc.m * sum(n[ch] * (cc.f_layer + cc.b_layer) + cc.f_extra[ch] + cc.b_extra[ch] for ch in own))
-        tp_time.append(
-            cc.m * sum(n[ch] * (cc.f_layer_tp + cc.b_layer_tp) + cc.f_extra_tp[ch] + cc.b_extra_tp[ch] for ch in own)
-        )
-        z3_time.append(
-            cc.m * sum(n[ch] * (cc.f_layer_z3 + cc.b_layer_z3) + cc.f_extra_z3[ch] + cc.b_extra_z3[ch] for ch in own)
-        )
+        extra = [f + b for f, b in zip(cc.f_extra, cc.b_extra)]
+        busy.append(part(own, cc.f_layer + cc.b_layer, cc.f_moe + cc.b_moe, extra))
+        extra_tp = [f + b for f, b in zip(cc.f_extra_tp, cc.b_extra_tp)]
+        tp_time.append(part(own, cc.f_layer_tp + cc.b_layer_tp, cc.f_moe_tp + cc.b_moe_tp, extra_tp))
+        extra_z3 = [f + b for f, b in zip(cc.f_extra_z3, cc.b_extra_z3)]
+        z3_time.append(part(own, cc.f_layer_z3 + cc.b_layer_z3, cc.f_moe_z3 + cc.b_moe_z3, extra_z3))
         pp_time.append(cc.m * sum(cc.f_extra_pp[ch] + cc.b_extra_pp[ch] for ch in own))  # blocking sends
-        cp_time.append(cc.m * sum(n[ch] * (cc.f_layer_cp + cc.b_layer_cp) for ch in own))
-        ep_time.append(cc.m * sum(n[ch] * (cc.f_layer_ep + cc.b_layer_ep) for ch in own))
+        cp_time.append(part(own, cc.f_layer_cp + cc.b_layer_cp, cc.f_moe_cp + cc.b_moe_cp))
+        ep_time.append(part(own, cc.f_layer_ep + cc.b_layer_ep, cc.f_moe_ep + cc.b_moe_ep))
     r = max(range(c.pp), key=lambda i: busy[i])
     p2p = min(sum(cc.lag[b] for b in ev.sim.critical_lags), max(0, ev.makespan_ns - busy[r]))
     bubble = max(0, ev.makespan_ns - busy[r] - p2p)

@@ -72,16 +72,19 @@ def context(request: PlanRequest) -> Context:
 
 def check_priced(model: ModelSpec, stack: Stack | None = None) -> None:
     """Refuse a model whose blocks the cost model does not price yet, rather than price them as something else:
-    mixture-of-experts models whose blocks are not all MoE (``rules.moe_layers_priced``), MoE models on a stack
-    without a MoE block (``rules.stack_runs_moe``) and latent attention (its activations and kernels)."""
-    rules.check(rules.moe_layers_priced(model))
+    MoE models on a stack without a MoE block (``rules.stack_runs_moe``) and latent attention on a stack other
+    than Megatron-core's (its kernels and saved tensors are priced as ``MLASelfAttention`` with Transformer Engine
+    keeps them: ``workload.moe.mla_saved_terms``). Dense and MoE blocks mixed are priced by kind
+    (``compose.blocks``)."""
     if stack is not None:
         rules.check(rules.stack_runs_moe(stack, model, None, None, None))
-    if model.mla is not None:
+    if model.mla is not None and (stack is None or stack.activations != "te"):
         raise MeshplanError(
-            "model.mla",
-            f"{model.name!r} uses multi-head latent attention, whose activations and kernels are not priced yet",
-            "plan a model with multi-head or grouped-query attention (drop mla) for now",
+            "training.stack",
+            f"{model.name!r} uses multi-head latent attention, priced as Megatron-core runs it "
+            f"(MLASelfAttention with Transformer Engine); {'this stack' if stack is None else repr(stack.id)} "
+            "has no priced latent attention",
+            "plan it on training.stack megatron (--stack megatron)",
         )
 
 

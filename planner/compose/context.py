@@ -12,8 +12,8 @@ if TYPE_CHECKING:
     from planner.compose.cost import Candidate, ClassCosts
     from planner.compose.terms import LayerGroup, SharedTerms
 
-#: (micro-batch size, tp, sequence parallel, recompute, tp_comm_overlap, ep, etp): one ``LayerGroup``.
-GroupKey = tuple[int, int, bool, str, bool, int, int]
+#: (micro-batch size, tp, sequence parallel, recompute, tp_comm_overlap, ep, etp, block kind): one ``LayerGroup``.
+GroupKey = tuple[int, int, bool, str, bool, int, int, str]
 #: (micro-batch size, tp, sequence parallel, recompute, ZeRO stage, dp, tp_comm_overlap, ep, etp): one ``SharedTerms``.
 SharedKey = tuple[int, int, bool, str, int, int, bool, int, int]
 #: (ranks per pipeline stage, pp, virtual stages, p2p bytes): the lags of a class's chunk boundaries.
@@ -39,3 +39,11 @@ class Context(Device):
     cp_terms: dict[tuple, SharedTerms] = _cache()
     #: (mbs, tp, cp, cp_comm, recompute) -> the exchange's exposed (forward, backward) seconds per block
     cp_exposed: dict[tuple[int, int, int, str, str], tuple[float, float]] = _cache()
+    #: a mixed model's dense-kind terms (independent of ep and etp), by their shared key less those and the
+    #: model's parameters per rank (``blocks.dense_terms``); the (ep, etp) pairs searched (``options.expert_options``)
+    dense_terms: dict[tuple, SharedTerms] = _cache()
+    expert_pairs: dict[tuple, list[tuple[int, int]]] = _cache()
+    #: the model's block kinds and, for two, its MoE prefix counts (``terms.block_sequence``)
+    blocks: tuple[tuple[str, ...], tuple[int, ...] | None] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from itertools import pairwise
 
-from planner.compose.affine import Affine
+from planner.compose.affine import Affine, moe_counts
 from planner.compose.context import Context
 from planner.compose.context_parallel import class_terms
 from planner.compose.memory import rank_memory
@@ -119,6 +119,28 @@ class ClassCosts:
     # The EP all-to-all part of f_layer/b_layer (MoE blocks; for the breakdown)
     f_layer_ep: int = 0
     b_layer_ep: int = 0
+    #: A model of dense and MoE blocks (``terms.block_sequence``): what a MoE layer adds to each ``*_layer``
+    #: coefficient above (a chunk's forward is ``n_c·f_layer + k_c·f_moe + f_extra[c]`` with k_c its MoE
+    #: layers, ``moe_counts``); all 0 for a model of one block kind
+    f_moe: int = 0
+    b_moe: int = 0
+    f_moe_tp: int = 0
+    b_moe_tp: int = 0
+    f_moe_z3: int = 0
+    b_moe_z3: int = 0
+    f_moe_cp: int = 0
+    b_moe_cp: int = 0
+    f_moe_ep: int = 0
+    b_moe_ep: int = 0
+
+    @property
+    def moe_prefix(self) -> tuple[int, ...] | None:
+        """MoE layers among the first i layers (``affine.moe_prefix``); None for a model of one block kind."""
+        return self.shared.moe_prefix
+
+    def moe_counts(self, n: Sequence[int]) -> list[int] | None:
+        """Each chunk's MoE layers at the cut ``n`` (None for a model of one block kind)."""
+        return moe_counts(self.shared.moe_prefix, n)
 
     @property
     def chunks(self) -> int:
@@ -255,6 +277,16 @@ def _class_costs(ctx: Context, c: Candidate) -> ClassCosts:
         b_layer_cp=s.bwd_cp.layer,
         f_layer_ep=s.fwd_ep.layer,
         b_layer_ep=s.bwd_ep.layer,
+        f_moe=s.fwd.moe,
+        b_moe=s.bwd.moe,
+        f_moe_tp=s.fwd_tp.moe,
+        b_moe_tp=s.bwd_tp.moe,
+        f_moe_z3=s.fwd_z3.moe,
+        b_moe_z3=s.bwd_z3.moe,
+        f_moe_cp=s.fwd_cp.moe,
+        b_moe_cp=s.bwd_cp.moe,
+        f_moe_ep=s.fwd_ep.moe,
+        b_moe_ep=s.bwd_ep.moe,
     )
 
 
@@ -277,24 +309,31 @@ class Evaluation:
         return max(self.memory_bytes)
 
 
-def chunk_times(cc: ClassCosts, n: Sequence[int]) -> tuple[list[int], list[int]]:
+def chunk_times(cc: ClassCosts, n: Sequence[int], k: Sequence[int] | None = None) -> tuple[list[int], list[int]]:
+    """Each chunk's forward and backward per micro-batch at the cut ``n`` (``k``: each chunk's MoE layers,
+    counted on the layer sequence when None)."""
     fwd = [n[c] * cc.f_layer + cc.f_extra[c] for c in range(cc.chunks)]
     bwd = [n[c] * cc.b_layer + cc.b_extra[c] for c in range(cc.chunks)]
+    k = k if k is not None else cc.moe_counts(n)
+    if k is not None:
+        fwd = [t + x * cc.f_moe for t, x in zip(fwd, k)]
+        bwd = [t + x * cc.b_moe for t, x in zip(bwd, k)]
     return fwd, bwd
 
 
-def rank_end_terms(cc: ClassCosts, n: Sequence[int], r: int) -> EndTerms[int]:
+def rank_end_terms(cc: ClassCosts, n: Sequence[int], r: int, k: Sequence[int] | None = None) -> EndTerms[int]:
     """(sync, overlap, optimizer, post) of pipeline rank r, ns."""
-    return end_terms(cc.shared, cc.cand, n, r)
+    return end_terms(cc.shared, cc.cand, n, r, k)
 
 
 def evaluate(cc: ClassCosts, n: Sequence[int], record: bool = False) -> Evaluation:
     """The exact objective of class + cut: simulated makespan + the slowest rank's end of step."""
-    fwd, bwd = chunk_times(cc, n)
+    k = cc.moe_counts(n)
+    fwd, bwd = chunk_times(cc, n, k)
     c = cc.cand
     sim = simulate(c.schedule, c.pp, c.virtual_stages, cc.m, fwd, bwd, cc.lag, record=record)
-    ends = [rank_end(rank_end_terms(cc, n, r)) for r in range(c.pp)]
+    ends = [rank_end(rank_end_terms(cc, n, r, k)) for r in range(c.pp)]
     end_rank = max(range(c.pp), key=lambda r: ends[r])
-    mem = [rank_memory(cc, n, r) for r in range(c.pp)]
+    mem = [rank_memory(cc, n, r, k) for r in range(c.pp)]
     fits = max(mem) <= cc.usable_bytes
     return Evaluation(sim.makespan + ends[end_rank], sim.makespan, ends[end_rank], end_rank, mem, fits, sim)

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Generic, NamedTuple
 
-from planner.compose.affine import Count, total
+from planner.compose.affine import Count, moe_counts, total
 from planner.pricing.device import (  # noqa: F401 (re-exported: the memory a device keeps from tensors)
     DEFAULT_MEMORY_HEADROOM,
     FIXED_RESERVE_BYTES,
@@ -46,7 +46,20 @@ OPTIMIZER_STATE_BYTES = {("adam", True): 12, ("adam", False): 8, ("sgd", True): 
 OPTIMIZER_STEP_BYTES = {"adam": 28, "sgd": 20}
 
 
-def loss_buffer_bytes(stack: Stack, tokens: int, vocab_local: int) -> int:
+#: HBM bytes per parameter of the optimizer step besides the update (``memory.OPTIMIZER_STEP_BYTES``): the
+#: gradient-norm pass of gradient clipping reads the fp32 main gradients (4; Megatron-LM ``clip_grad`` 1.0 in
+#: its examples, torchtitan ``max_norm`` 1.0); with fp16 the loss-scale unscale and inf/NaN check reads and
+#: writes them (8; ``torch._amp_foreach_non_finite_check_and_unscale_``, Megatron-LM megatron/optimizer/optimizer.py).
+OPTIMIZER_EXTRA_BYTES = 4
+LOSS_SCALE_BYTES = 8
+
+
+def optimizer_step_bytes(optimizer: str, precision: str) -> int:
+    """HBM bytes per parameter the optimizer step moves: the update, the gradient-norm pass, fp16's unscale."""
+    return OPTIMIZER_STEP_BYTES[optimizer] + OPTIMIZER_EXTRA_BYTES + (LOSS_SCALE_BYTES if precision == "fp16" else 0)
+
+
+def loss_buffer_bytes(stack: Stack, tokens: int, vocab_local: int, elt: int = 2) -> int:
     """Bytes the loss holds at its peak on the LM head's rank, beyond the saved activations.
 
     * ``loss="upcast"`` (torchtitan, train.py at 9dec370: ``cross_entropy(pred.flatten(0, 1).float(),
@@ -57,8 +70,11 @@ def loss_buffer_bytes(stack: Stack, tokens: int, vocab_local: int) -> int:
       against 12). Measured for the bundled runtime on an H200 (``bench/gpu/memory_phases.py``): the
       step's peak is in the first block's backward after the loss's, 11.7 GiB above the saved activations
       for 1.05 G logits (12 bytes each);
+    * ``loss="fused"`` (flash-attn's Triton ``cross_entropy``, llm-foundry's default ``fused_crossentropy``:
+      llmfoundry/models/mpt/modeling_mpt.py at 4952183): the loss reads the 16-bit logits, keeps them and one fp32
+      log-sum-exp per row, and its backward writes a 16-bit gradient: 2 × ``elt`` bytes per logit;
     * other stacks: the fp32 logits of the loss (one [T, V/t] fp32 tensor)."""
-    per_logit = 12 if stack.loss == "upcast" else 4
+    per_logit = {"upcast": 12, "fused": 2 * elt}.get(stack.loss, 4)
     return tokens * vocab_local * per_logit
 
 
@@ -136,10 +152,21 @@ def peaks(t: MemoryTerms[Count]) -> list[Count]:
     return [t.states + a + t.buffers for a in t.activations]
 
 
-def rank_states(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int) -> Count:
+def chunk_moe(s: SharedTerms, n: Sequence[Count], k: Sequence[Count] | None) -> Sequence[Count] | None:
+    """The MoE layers of each chunk of the cut ``n`` of a model of two block kinds (``k`` when given: the cut
+    solver's variables; else counted on the layer sequence, ``affine.moe_counts``); None for one kind."""
+    if k is not None or s.moe_prefix is None:
+        return k
+    return moe_counts(s.moe_prefix, n)  # type: ignore[arg-type,return-value]  # ints: a cut being evaluated
+
+
+def rank_states(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int, k: Sequence[Count] | None = None) -> Count:
     """Model states of rank r of class ``c`` at the cut ``n``: rank r holds chunks r, r + pp, …, the
-    embedding on rank 0 and the LM head (unless tied to it) on rank pp − 1."""
-    return s.states.at(total(n[r :: c.pp]), r == 0, r == c.pp - 1 and s.own_head(c))
+    embedding on rank 0 and the LM head (unless tied to it) on rank pp − 1; ``k``: each chunk's MoE layers
+    (``chunk_moe``)."""
+    k = chunk_moe(s, n, k)
+    moe = total(k[r :: c.pp]) if k is not None else 0
+    return s.states.at(total(n[r :: c.pp]), r == 0, r == c.pp - 1 and s.own_head(c), moe)
 
 
 def rank_buffers(s: SharedTerms, c: Candidate, r: int) -> int:
@@ -148,25 +175,47 @@ def rank_buffers(s: SharedTerms, c: Candidate, r: int) -> int:
     return s.recompute_tmp + s.z3_tmp + (2 * s.p2p_bytes if c.pp > 1 else 0) + (s.logits_fp32 if r == c.pp - 1 else 0)
 
 
-def rank_activations(s: SharedTerms, c: Candidate, n: Sequence[Count], peak: tuple[tuple[int, int], ...]) -> Count:
+def rank_activations(
+    s: SharedTerms,
+    c: Candidate,
+    n: Sequence[Count],
+    peak: tuple[tuple[int, int], ...],
+    k: Sequence[Count] | None = None,
+) -> Count:
     """Saved activations at one activation peak, (chunk, copies alive) pairs: the embedding's with
-    chunk 0, the LM head's with the last chunk."""
+    chunk 0, the LM head's with the last chunk; ``k``: each chunk's MoE layers (``chunk_moe``)."""
     last = c.chunks - 1
-    return total([k * s.acts.at(n[ch], ch == 0, ch == last) for ch, k in peak])
+    k = chunk_moe(s, n, k)
+    if k is None:
+        return total([x * s.acts.at(n[ch], ch == 0, ch == last) for ch, x in peak])
+    return total([x * s.acts.at(n[ch], ch == 0, ch == last, k[ch]) for ch, x in peak])
 
 
 def memory_terms(
-    s: SharedTerms, c: Candidate, n: Sequence[Count], r: int, live: tuple[tuple[tuple[int, int], ...], ...]
+    s: SharedTerms,
+    c: Candidate,
+    n: Sequence[Count],
+    r: int,
+    live: tuple[tuple[tuple[int, int], ...], ...],
+    k: Sequence[Count] | None = None,
 ) -> MemoryTerms[Count]:
     """Rank r of class ``c`` at the cut ``n``; ``live``: the rank's activation peaks
-    (``cost.live_vectors_cached``)."""
-    return MemoryTerms(rank_states(s, c, n, r), [rank_activations(s, c, n, vec) for vec in live], rank_buffers(s, c, r))
+    (``cost.live_vectors_cached``); ``k``: each chunk's MoE layers (``chunk_moe``)."""
+    k = chunk_moe(s, n, k)
+    return MemoryTerms(
+        rank_states(s, c, n, r, k), [rank_activations(s, c, n, vec, k) for vec in live], rank_buffers(s, c, r)
+    )
 
 
-def rank_memory(cc: ClassCosts, n: Sequence[int], r: int) -> int:
+def rank_memory(cc: ClassCosts, n: Sequence[int], r: int, k: Sequence[int] | None = None) -> int:
     """Peak tensor bytes of rank r (what must fit in ``usable_bytes``)."""
     s, c = cc.shared, cc.cand  # = max(peaks(memory_terms(...))), without building the terms
-    return rank_states(s, c, n, r) + max([rank_activations(s, c, n, vec) for vec in cc.live[r]]) + rank_buffers(s, c, r)
+    k = chunk_moe(s, n, k)
+    return (
+        rank_states(s, c, n, r, k)
+        + max([rank_activations(s, c, n, vec, k) for vec in cc.live[r]])
+        + rank_buffers(s, c, r)
+    )
 
 
 def stage_memory(cc: ClassCosts, n: list[int], r: int) -> StageMemory:

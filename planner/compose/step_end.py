@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Generic, NamedTuple
 
-from planner.compose.affine import Count, total
+from planner.compose.affine import Count, moe_counts, total
 
 if TYPE_CHECKING:
     from planner.compose.cost import Candidate
@@ -36,17 +36,25 @@ def end_parts(t: EndTerms[Count]) -> list[Count]:
     return [done + t.slowed, t.sync - t.overlap + done]
 
 
-def end_terms(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int) -> EndTerms[Count]:
+def end_terms(
+    s: SharedTerms, c: Candidate, n: Sequence[Count], r: int, k: Sequence[Count] | None = None
+) -> EndTerms[Count]:
     """The end terms of rank r of class ``c`` at the cut ``n`` (rank r holds chunks r, r + pp, …;
-    the embedding is on rank 0, the LM head on rank pp − 1)."""
+    the embedding is on rank 0, the LM head on rank pp − 1; with pp > 1 both also wait on the tied embeddings'
+    all-reduce between them, ``SharedTerms.tied_sync``); ``k``: each chunk's MoE layers of a model of two block
+    kinds (the cut solver's variables; counted on the layer sequence when None)."""
     layers = total(n[r :: c.pp])
     emb, head = r == 0, r == c.pp - 1 and s.own_head(c)
+    tied = s.tied_sync if c.pp > 1 and r in (0, c.pp - 1) else 0  # the embedding group's all-reduce
+    if k is None and s.moe_prefix is not None:
+        k = moe_counts(s.moe_prefix, n)  # type: ignore[arg-type,assignment]  # ints: a cut being evaluated
+    moe, own = (total(k[r :: c.pp]), k[r]) if k is not None else (0, 0)
     return EndTerms(
-        s.sync.at(layers, emb, head),
-        s.hidden_bwd.at(n[r], r == 0, r == c.chunks - 1),
-        s.opt.at(layers, emb, head),
-        s.post.at(layers, emb, head),
-        s.sync_slowdown.at(layers, emb, head),
+        s.sync.at(layers, emb, head, moe),
+        s.hidden_bwd.at(n[r], r == 0, r == c.chunks - 1, own),
+        s.opt.at(layers, emb, head, moe) + tied,
+        s.post.at(layers, emb, head, moe),
+        s.sync_slowdown.at(layers, emb, head, moe),
     )
 
 

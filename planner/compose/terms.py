@@ -14,11 +14,12 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from planner.compose.affine import Affine
-from planner.compose.context import Context
+from planner.compose.affine import NOTHING, Affine, scaled
+from planner.compose.blocks import block_counts, block_sequence, mixed_terms
+from planner.compose.context import Context, GroupKey, SharedKey
 from planner.compose.experts import dp_seconds, expert_state_bytes, expert_step_seconds, with_experts
-from planner.compose.memory import OPTIMIZER_STEP_BYTES, StateBytes, loss_buffer_bytes, state_bytes, zero3_buffer_bytes
-from planner.pricing.collectives import Groups, per_kind_seconds, pipeline_action, step_reduction_seconds
+from planner.compose.memory import StateBytes, loss_buffer_bytes, optimizer_step_bytes, state_bytes, zero3_buffer_bytes
+from planner.pricing.collectives import Groups, comm_seconds, per_kind_seconds, pipeline_action, step_reduction_seconds
 from planner.pricing.gpu import optimizer_step_times
 from planner.pricing.host import (
     dtensor_linear_dispatch,
@@ -33,13 +34,16 @@ from planner.workload.collectives import (
     NO_REDUCTIONS,
     Op,
     dp_sync,
+    grad_bucket,
     grad_bytes,
     issuing,
+    megatron_finalize,
     step_reductions,
+    tied_embedding_sync,
     tp_comms,
 )
 from planner.workload.fp8 import fp8_state_bytes, gathered_params
-from planner.workload.ops import block_linears
+from planner.workload.ops import MOE_BLOCK, block_linears
 
 if TYPE_CHECKING:
     from planner.compose.cost import Candidate
@@ -52,20 +56,6 @@ NS = 1e9
 #: A100/H100/MI250/MI210 (Lee et al., "Characterizing Compute-Communication Overlap in GPU-Accelerated
 #: Distributed Deep Learning", arXiv 2507.03114).
 OVERLAP_SLOWDOWN = 0.189
-
-
-#: HBM bytes per parameter of the optimizer step besides the update (``memory.OPTIMIZER_STEP_BYTES``): the
-#: gradient-norm pass of gradient clipping reads the fp32 main gradients (4; Megatron-LM ``clip_grad`` 1.0 in
-#: its examples, torchtitan ``max_norm`` 1.0); with fp16 the loss-scale unscale and inf/NaN check reads and
-#: writes them (8; ``torch._amp_foreach_non_finite_check_and_unscale_``, Megatron-LM megatron/optimizer/optimizer.py).
-OPTIMIZER_EXTRA_BYTES = 4
-LOSS_SCALE_BYTES = 8
-
-
-def grad_bucket_params(dp: int) -> int:
-    """Parameters per data-parallel gradient bucket: Megatron-core's default max(40M, 1M·dp)
-    (megatron/core/distributed/distributed_data_parallel_config.py ``bucket_size``); one collective each."""
-    return max(40_000_000, 1_000_000 * dp)
 
 
 def overlapped(work: float, comm: float, slowdown: float) -> float:
@@ -121,6 +111,13 @@ class SharedTerms:
     #: the context-parallel exchange's exposed part of ``fwd``/``bwd`` (``compose.context_parallel``; for the breakdown)
     fwd_cp: Affine = Affine()
     bwd_cp: Affine = Affine()
+    #: ns the first and the last pipeline rank spend at the step's end on the tied embeddings' all-reduce between
+    #: them where the stack issues it (``workload.collectives.tied_embedding_sync``; pp > 1 only)
+    tied_sync: int = 0
+    #: a model of two block kinds (``block_sequence``): MoE layers among the first i layers, and the FLOPs a MoE
+    #: layer adds to a dense one (every ``Affine`` above then has its ``moe`` coefficient); None for one kind
+    moe_prefix: tuple[int, ...] | None = None
+    flops_moe: float = 0.0
 
     def own_head(self, c: Candidate) -> bool:
         """Whether the LM head has parameters of its own (tied to the embedding on a single chunk)."""
@@ -144,7 +141,11 @@ def shared_terms(
     key = (mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp)
     s = ctx.shared.get(key)
     if s is None:
-        s = ctx.shared[key] = _shared_terms(ctx, mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp)
+        kinds, prefix = block_sequence(ctx)
+        if prefix is None:
+            s = ctx.shared[key] = kind_terms(ctx, key, kinds[0])
+        else:  # dense and MoE blocks: each term's per-layer coefficient of each kind
+            s = ctx.shared[key] = mixed_terms(ctx, key, prefix)
     return s
 
 
@@ -197,18 +198,29 @@ class LayerGroup:
 
 
 def layer_group(
-    ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo: bool = False, ep: int = 1, etp: int = 1
+    ctx: Context,
+    mbs: int,
+    tp: int,
+    sp: bool,
+    recompute: str,
+    tpo: bool = False,
+    ep: int = 1,
+    etp: int = 1,
+    kind: str = "",
 ) -> LayerGroup:
-    key = (mbs, tp, sp, recompute, tpo, ep, etp)
+    """``kind``: the block kind priced (``blocks.block_sequence``); by default the model's first (its only one)."""
+    kind = kind or block_sequence(ctx)[0][0]
+    if kind != MOE_BLOCK:  # a dense block does not depend on the experts' layout
+        ep = etp = 1
+    key = (mbs, tp, sp, recompute, tpo, ep, etp, kind)
     lg = ctx.groups.get(key)
     if lg is None:
-        lg = ctx.groups[key] = _layer_group(ctx, mbs, tp, sp, recompute, tpo, ep, etp)
+        lg = ctx.groups[key] = _layer_group(ctx, key)
     return lg
 
 
-def _layer_group(
-    ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo: bool = False, ep: int = 1, etp: int = 1
-) -> LayerGroup:
+def _layer_group(ctx: Context, key: GroupKey) -> LayerGroup:
+    mbs, tp, sp, recompute, tpo, ep, etp, kind = key
     model, seq = ctx.model, ctx.training.seq_len
     blk = layer_times(ctx, "transformer_block", mbs, tp, sp, recompute)
     emb = layer_times(ctx, "embedding", mbs, tp, sp, "none")
@@ -236,7 +248,7 @@ def _layer_group(
     vocab_local = model.vocab_size // tp if model.vocab_size % tp == 0 else model.vocab_size
     saved = lp_blk.saved_activation_bytes
     p_blk, x = lp_blk.param_count, None
-    if model.moe is not None:  # a MoE block: its MLP in place of the dense one (``compose.experts``)
+    if kind == MOE_BLOCK:  # a MoE block: its MLP in place of the dense one (``compose.experts``)
         blk, saved, p_blk, blk_tp_f, blk_tp_b, x = with_experts(
             ctx, blk, saved, p_blk, blk_tp_f, blk_tp_b, (mbs, tp, sp, recompute, ep, etp)
         )
@@ -252,7 +264,7 @@ def _layer_group(
         params=(p_blk, lp_emb.param_count, lp_head.param_count),
         act=act,
         recompute_tmp={"none": 0, "selective": max(0, saved.none - saved.selective), "full": saved.none}[recompute],
-        logits_fp32=loss_buffer_bytes(ctx.stack, mbs * seq, vocab_local),  # the loss's tensors (stack's)
+        logits_fp32=loss_buffer_bytes(ctx.stack, mbs * seq, vocab_local, ctx.elt),  # the loss's tensors (stack's)
         acts=Affine(
             0, int(saved.for_mode(recompute)), lp_emb.saved_activation_bytes.none, lp_head.saved_activation_bytes.none
         ),
@@ -263,20 +275,12 @@ def _layer_group(
     )
 
 
-NOTHING = Affine()
-
-
-def scaled(a: Affine, factor: float) -> Affine:
-    if a == NOTHING:
-        return a
-    c, layer, emb, head = a
-    return Affine(round(c * factor), round(layer * factor), round(emb * factor), round(head * factor))
-
-
-def _shared_terms(
-    ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, zero_stage: int, dp: int, tpo: bool, ep: int, etp: int
-) -> SharedTerms:
-    lg = layer_group(ctx, mbs, tp, sp, recompute, tpo, ep, etp)
+def kind_terms(ctx: Context, key: SharedKey, kind: str) -> SharedTerms:
+    """The terms of a model whose every block is of ``kind``, with the real model's parameter count (the DP
+    buckets): ``blocks.merged`` joins the two kinds of a mixed model."""
+    mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp = key
+    at = (mbs, tp, sp, recompute, tpo, ep, etp)
+    lg = layer_group(ctx, *at, kind)
     tr, e = ctx.training, ctx.elt
     p_blk, p_emb, p_head = lg.params
 
@@ -313,14 +317,14 @@ def _shared_terms(
     per_e = expert_state_bytes(ctx, zero_stage, tp, dp, ep, etp) if pe else per
 
     # --- end of step: DP gradient sync (overlapped with the rank's last backward), optimizer step, ZeRO-1/2's
-    # parameter all-gather. In gradient buckets (``grad_bucket_params``; the whole model when smaller): the rank's
+    # parameter all-gather. In gradient buckets (``workload.collectives.grad_bucket``: as the stack buckets them): the rank's
     # bytes at the rate of one bucket's collective — or as the stack issues them (``workload.collectives``).
-    total = p_blk * ctx.model.num_layers + p_emb + p_head
+    total = p_emb + p_head + sum(layer_group(ctx, *at, k).params[0] * n for k, n in block_counts(ctx).items())
 
     def collective(name: Op | None) -> Affine:
         if dp == 1 or name is None:
             return NOTHING
-        bucket = min(grad_bucket_params(dp), total)
+        bucket = grad_bucket(ctx.stack, dp, total)
         degrees = (tp, dp, ep, etp)
         if name == "all_gather":  # the updated parameters
             gathered = gathered_params(ctx, lg.params, tp)
@@ -331,9 +335,7 @@ def _shared_terms(
     sync, post = collective(sync_op), collective(post_op)
     # optimizer step: memory-bound multi-tensor kernels over the (sharded) states at achieved HBM bandwidth
     shard = dp if zero_stage >= 1 else 1
-    upd = (
-        OPTIMIZER_STEP_BYTES[tr.optimizer] + OPTIMIZER_EXTRA_BYTES + (LOSS_SCALE_BYTES if tr.precision == "fp16" else 0)
-    )
+    upd = optimizer_step_bytes(tr.optimizer, tr.precision)
     step = optimizer_step_times(ctx, (p_blk - pe, p_emb, p_head), shard, upd)
     step[0] += expert_step_seconds(ctx, pe, zero_stage, (tp, dp, ep, etp), upd)
 
@@ -341,6 +343,9 @@ def _shared_terms(
     # as the stack issues them
     host_opt = host_step_dispatch(ctx, tp, sp, dp)
     reductions = step_reductions(ctx.model, e, tp, sp, dp, zero_stage) if how.step_reductions else NO_REDUCTIONS
+    tied = tied_embedding_sync(ctx.model, ge, tp) if how.finalize_grads == "megatron" else ()
+    if how.finalize_grads == "megatron":
+        reductions = megatron_finalize(ctx.model, ge, tp, sp)
     red, host_once = step_reduction_seconds(ctx, reductions, g)
     host_opt = [a + b for a, b in zip(host_opt, red)]
 
@@ -384,4 +389,5 @@ def _shared_terms(
         flops_layer=lg.flops[0],
         flops_emb=lg.flops[1],
         flops_head=lg.flops[2],
+        tied_sync=ns(comm_seconds(ctx, tied, g)),
     )

@@ -108,7 +108,8 @@ class Groups:
 def collective_seconds(ctx: Device, c: Collective, g: Groups) -> float:
     """Seconds of one collective ``c`` (its ``count`` not applied): TP ones at ``tp_collective`` (all-gathers
     at a reduce-scatter's time, the model's one figure for either), DP ones at ``dp_collective`` (issued in
-    buckets: its bytes at the rate of one bucket's collective), CP ones at ``context_parallel.cp_collective``."""
+    buckets: its bytes at the rate of one bucket's collective), CP ones at ``context_parallel.cp_collective``, the
+    embedding group's (axis ``"pp"``) over two ranks."""
     if c.axis == "tp":
         op = "all_reduce" if c.op == "all_reduce" else "reduce_scatter"
         return tp_collective(ctx, op, c.nbytes, g.tp, in_step_extra=c.in_step_extra)
@@ -118,6 +119,9 @@ def collective_seconds(ctx: Device, c: Collective, g: Groups) -> float:
         return ctx.comm.time(c.op, c.bucket, g.dp, g.dp_link, g.per_node) / c.bucket * c.nbytes
     if c.axis == "cp" and g.cp is not None:
         return cp_collective(ctx, c, g.cp)
+    if c.axis == "pp":  # the embedding group: the first and the last stage, on other nodes unless the job fits one
+        link = "intra_node" if ctx.num_gpus <= ctx.cluster.gpus_per_node else "inter_node"
+        return ctx.comm.time(c.op, c.nbytes, 2, link, 1)
     raise ValueError(f"no pricing for {c.axis} collectives")
 
 

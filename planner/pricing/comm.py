@@ -192,6 +192,13 @@ def nvls_gain(fam: str, n: int) -> float:
     return gains[min(n, max(gains))] if gains and n >= min(gains) else 1.0
 
 
+#: Nodes of one scalable unit when the cluster does not say: the DGX SuperPOD H100 reference architecture's SU of
+#: 32 DGX (rail-aligned: "always one hop away from the other 31 nodes in a SU"; Table 4: leaf–spine cabling 1:1,
+#: no oversubscription), also the B200 RA's (docs.nvidia.com/dgx-superpod/reference-architecture-scalable-
+#: infrastructure-h100/, "Network Fabrics").
+DEFAULT_SU_NODES = 32
+
+
 @dataclass(frozen=True)
 class Link:
     """One link class: its per-step hardware latency (s) and nominal rate per GPU, one direction (B/s)."""
@@ -210,6 +217,9 @@ class CommModel:
     scale: float = 1.0
     #: the measured table family (``TABLE_OF``) of the GPU
     table: str = "a100"
+    #: the fabric above a scalable unit (``ClusterSpec.oversubscription``, ``scalable_unit_nodes``)
+    oversubscription: float = 1.0
+    su_nodes: int = DEFAULT_SU_NODES
     #: times already computed, by (collective, size, n, link, per_node)
     _memo: dict[tuple[str, float, int, str, int], float] = field(default_factory=dict, compare=False, repr=False)
 
@@ -232,6 +242,8 @@ class CommModel:
             network,
             scale,
             TABLE_OF.get(family(gpu.id), "a100"),
+            cluster.oversubscription or 1.0,
+            cluster.scalable_unit_nodes or DEFAULT_SU_NODES,
         )
 
     def link_class(self, ranks: list[int]) -> str:
@@ -254,9 +266,11 @@ class CommModel:
         """Bus bandwidth of a large ring collective inside a node (B/s)."""
         return TABLES[self.table].asymptote_Bps * self._scale / nvls_gain(self.table, 8)
 
-    def nic_Bps(self) -> float:
-        """Achieved rate of one GPU's NIC (its share of the node's ports)."""
-        return nic_ceiling_GBps(self.inter.bandwidth_Bps / 1e9) * 1e9
+    def nic_Bps(self, nodes: int = 1) -> float:
+        """Achieved rate of one GPU's NIC (its share of the node's ports) for a group spanning ``nodes`` nodes:
+        ÷ the fabric's oversubscription when the group leaves one scalable unit (its traffic crosses the spine)."""
+        rate = nic_ceiling_GBps(self.inter.bandwidth_Bps / 1e9) * 1e9
+        return rate / self.oversubscription if nodes > self.su_nodes else rate
 
     def _nvlink_steps_s(self, proto: str) -> float:
         """Per-step NVLink latency of an NCCL protocol, scaled when the cluster overrides it."""
@@ -299,7 +313,7 @@ class CommModel:
             m = 1
         # The node's m NICs carry its share, the NVLink ring the rest: the slower bounds the rate, and the
         # ring curve's size efficiency applies to both (one pipeline of chunks).
-        cap = m * self.nic_Bps()
+        cap = m * self.nic_Bps(-(-n // m))
         rate = ring * min(1.0, cap / self.ring_asymptote())
         t = self.latency(collective, n, m, inter=True) + bus / rate
         if collective == "all_reduce":

@@ -77,6 +77,11 @@ class Device(Inputs):
     ratio_cache: dict[str, tuple[float, float, int] | None] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    #: GEMM seconds by (m, n, k, count, batched, fp8) (``gpu.gemm_time``: a MoE model's search prices the same
+    #: expert shapes for many layouts)
+    gemm_cache: dict[tuple[int, int, int, int, bool, bool], float] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @cached_property
     def comm(self) -> comm_mod.CommModel:

@@ -34,7 +34,7 @@ def all_to_all_seconds(ctx: Device, nbytes: float, ep: int, tp: int) -> float:
     else:
         m = max(1, dp_ranks_per_node(g, ep, tp))
         size_eff = ring / cm.ring_asymptote()
-        net = (ep - m) / ep * nbytes / (cm.nic_Bps() * size_eff)
+        net = (ep - m) / ep * nbytes / (cm.nic_Bps(-(-ep // m)) * size_eff)
         local = (m - 1) / ep * nbytes / ring
         t = cm.latency("all_gather", ep, m, inter=True) + max(net, local)
     return cm.scale * t

@@ -95,7 +95,16 @@ def fp8_gemm_efficiency(ctx: Device) -> float:
 def gemm_time(ctx: Device, m: int, n: int, k: int, count: int = 1, batched: bool = False, fp8: bool = False) -> float:
     """Seconds of ``count`` M×N×K GEMMs (one batched kernel when ``batched``): the larger of their FLOPs at
     the large-GEMM ceiling × the wave/tile efficiency, and their operand and result bytes at achieved HBM.
-    ``fp8``: FP8 operands (1 byte each) and a 16-bit result, at the FP8 peak × ``FP8_GEMM_EFFICIENCY``."""
+    ``fp8``: FP8 operands (1 byte each) and a 16-bit result, at the FP8 peak × ``FP8_GEMM_EFFICIENCY``. Memoised
+    on the device (``Device.gemm_cache``)."""
+    key = (m, n, k, count, batched, fp8)
+    t = ctx.gemm_cache.get(key)
+    if t is None:
+        t = ctx.gemm_cache[key] = _gemm_time(ctx, m, n, k, count, batched, fp8)
+    return t
+
+
+def _gemm_time(ctx: Device, m: int, n: int, k: int, count: int, batched: bool, fp8: bool) -> float:
     if fp8 and not runs_on_host(ctx):
         fl = 2.0 * m * n * k * count
         by = (m * k + k * n + 2 * m * n) * count
@@ -187,6 +196,9 @@ def local_attention_time(ctx: Device, mbs: int, tp: int) -> tuple[float, float]:
       back from [b, a, s, d] to [b, s, a·d] (``permute(...).contiguous()``: read + write, both ways)."""
     m, seq = ctx.model, ctx.training.seq_len
     d, heads = m.head_dim, mbs * m.num_attention_heads // tp
+    dv = d  # latent attention: QKᵀ over the query/key head width, PV over the value head width
+    if m.mla is not None:
+        d, dv = m.mla.qk_head_dim, m.mla.v_head_dim
     if heads == 0:
         return 0.0, 0.0
     flops = attention_core_flops(m, mbs, seq, tp)
@@ -195,10 +207,10 @@ def local_attention_time(ctx: Device, mbs: int, tp: int) -> tuple[float, float]:
         if rate is not None:
             total = (1 + FLASH_BWD_RATIO) * flops / 2 / (rate * 1e12)
             return total / (1 + FLASH_BWD_RATIO), total * FLASH_BWD_RATIO / (1 + FLASH_BWD_RATIO)
-        fwd = gemm_time(ctx, seq, seq, d, heads, True) + gemm_time(ctx, seq, d, seq, heads, True)
+        fwd = gemm_time(ctx, seq, seq, d, heads, True) + gemm_time(ctx, seq, dv, seq, heads, True)
         return fwd, FLASH_BWD_RATIO * fwd
-    fwd = gemm_time(ctx, seq, seq, d, heads, True) + gemm_time(ctx, seq, d, seq, heads, True)
-    bwd = gemm_time(ctx, seq, seq, d, heads, True) + 3 * gemm_time(ctx, seq, d, seq, heads, True)
+    fwd = gemm_time(ctx, seq, seq, d, heads, True) + gemm_time(ctx, seq, dv, seq, heads, True)
+    bwd = gemm_time(ctx, seq, seq, d, heads, True) + 3 * gemm_time(ctx, seq, dv, seq, heads, True)
     scores = heads * seq * seq
     e = ctx.elt
     fwd += hbm_time(ctx, 2 * scores * e)
@@ -206,7 +218,7 @@ def local_attention_time(ctx: Device, mbs: int, tp: int) -> tuple[float, float]:
     if ctx.stack.kernels == "eager":  # the causal mask by its own kernel over the scores (masked_fill_), both ways
         fwd += hbm_time(ctx, 2 * scores * e)
         bwd += hbm_time(ctx, 2 * scores * e)
-    context = heads * seq * d * e  # the context [b, a, s, d] permuted back to [b, s, a·d] (a contiguous copy)
+    context = heads * seq * dv * e  # the context [b, a, s, d] permuted back to [b, s, a·d] (a contiguous copy)
     fwd += hbm_time(ctx, 2 * context)
     bwd += hbm_time(ctx, 2 * context)
     if ctx.stack.dropout:

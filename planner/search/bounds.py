@@ -1,6 +1,6 @@
-"""Valid lower bounds of a class's objective over its stage cuts, and memory screens that never drop a
-class with a fitting cut. All are built from the class's ``terms.SharedTerms`` with the cost model's
-own functions (``step_end.end_terms``, ``memory.memory_terms``), so a bound cannot drift from what it
+"""Valid lower bounds of a class's objective over its stage cuts, and (from ``planner.search.screens``) memory
+screens that never drop a class with a fitting cut. All are built from the class's ``terms.SharedTerms`` with the
+cost model's own functions (``step_end.end_terms``, ``memory.memory_terms``), so a bound cannot drift from what it
 bounds; ``tests/test_planner_exact.py`` and ``tests/test_planner_interleaved.py`` check each against
 the brute force.
 """
@@ -8,88 +8,22 @@ the brute force.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
 
+from planner.compose.affine import moe_counts
+from planner.compose.blocks import block_sequence
 from planner.compose.context import Context
 from planner.compose.context_parallel import class_terms, cp_view
-from planner.compose.cost import Candidate, ClassCosts, Live, boundary_lags, live_vectors_cached, num_microbatches
-from planner.compose.memory import rank_activations, rank_buffers, rank_memory, rank_states
+from planner.compose.cost import Candidate, ClassCosts, boundary_lags, num_microbatches
 from planner.compose.step_end import end_terms, rank_end
 from planner.compose.terms import SharedTerms, layer_group
-
-# ---------------------------------------------------------------------------------------------
-# Memory screens
-
-
-def layer_caps(s: SharedTerms, c: Candidate, live: Live, num_layers: int, usable: int) -> Iterator[int]:
-    """Per rank, an upper bound of the layers its memory can hold (exact for one chunk per rank):
-    at each activation peak, every chunk of the rank keeps at least ``kmin`` copies."""
-    zero = [0] * c.chunks
-    for r in range(c.pp):
-        own = range(r, c.chunks, c.pp)
-        base = usable - rank_states(s, c, zero, r) - rank_buffers(s, c, r)
-        cap = num_layers
-        for vec in live[r]:
-            room = base - rank_activations(s, c, zero, vec)
-            kmin = min([k for _, k in vec]) if len(vec) == len(own) else 0  # a chunk of the rank not alive: 0
-            per = s.states.layer + kmin * s.acts.layer
-            cap = min(cap, -1 if room < 0 else (room // per if per > 0 else num_layers))
-        yield cap
-
-
-def caps_fit(caps: Iterable[int], v: int, num_layers: int) -> bool:
-    """Whether every rank can hold its v chunks and all ranks the layers (stops at the first that cannot)."""
-    held = 0
-    for cap in caps:
-        if cap < v:
-            return False
-        held += cap
-    return held >= num_layers
-
-
-def may_fit(cc: ClassCosts) -> bool:
-    """False only when no cut of the class fits (``layer_caps``)."""
-    return caps_fit(
-        layer_caps(cc.shared, cc.cand, cc.live, cc.num_layers, cc.usable_bytes), cc.cand.virtual_stages, cc.num_layers
-    )
-
-
-def fits_at(cc: ClassCosts, n: list[int]) -> bool:
-    """Whether the cut fits (exact)."""
-    return max(rank_memory(cc, n, r) for r in range(cc.cand.pp)) <= cc.usable_bytes
-
-
-def interleaved_peak_copies(p: int, v: int, m: int, i: int) -> int:
-    """Chunk activations alive at rank i's peak under Megatron's interleaved order (its warm-up
-    2(p − i − 1) + (v − 1)p forwards, then one more before the first backward; all m·v when m = p)."""
-    total = m * v
-    warm = total if m == p else min(2 * (p - i - 1) + (v - 1) * p, total)
-    return total if warm == total else warm + 1
-
-
-def quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None = None) -> bool:
-    """``may_fit`` without building the class. One chunk per rank: the same function (closed-form
-    activation copies: GPipe m, 1F1B min(p − i, m)). With ``cut`` (a class's one allowed cut, e.g.
-    interleaved's uniform split): False only when that cut cannot fit — every rank's states and
-    buffers plus its peak chunk copies (``interleaved_peak_copies``) × the smallest chunk's layer
-    activations, the embedding/LM-head activations left out (a lower bound of ``rank_memory``).
-    Interleaved without a cut: True (unknown: cost it)."""
-    if c.virtual_stages > 1 and cut is None:
-        return True
-    s, m, usable = class_terms(ctx, c), num_microbatches(ctx, c), ctx.usable_bytes
-    if cut is None:
-        live = live_vectors_cached(c.schedule, c.pp, 1, m)
-        return caps_fit(layer_caps(s, c, live, ctx.model.num_layers, usable), 1, ctx.model.num_layers)
-    for r in range(c.pp):
-        copies = (
-            interleaved_peak_copies(c.pp, c.virtual_stages, m, r)
-            if c.virtual_stages > 1
-            else live_vectors_cached(c.schedule, c.pp, 1, m)[r][0][0][1]
-        )  # its one peak: ((r, copies),)
-        if rank_states(s, c, cut, r) + copies * min(cut[r :: c.pp]) * s.acts.layer + rank_buffers(s, c, r) > usable:
-            return False
-    return True
-
+from planner.search.screens import (  # noqa: F401 (the memory screens, re-exported where they were)
+    caps_fit,
+    fits_at,
+    interleaved_peak_copies,
+    layer_caps,
+    may_fit,
+    quick_may_fit,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Lower bounds of the objective
@@ -116,6 +50,20 @@ def busiest_rank_load(L: int, p: int, w: int, e_first: int, e_last: int, least: 
     while capacity(t) < L:  # next breakpoint: some rank takes one more layer (a few steps)
         t = min(((t - e) // w + 1) * w + e for e in {0, e_first, e_last})
     return t
+
+
+def kinds_load(L: int, K: int, p: int, w: int, wm: int, e_first: int, e_last: int, least: int = 1) -> int:
+    """``busiest_rank_load`` of a layer sequence whose K layers weigh ``wm`` and the L − K others ``w`` (a model of
+    dense and MoE blocks; K = 0: one kind, ``busiest_rank_load`` itself): every layer at the lighter weight, and,
+    the weights ≥ 0, each kind's layers alone (a rank's load only drops without the other kind's layers)."""
+    if K == 0:
+        return busiest_rank_load(L, p, w, e_first, e_last, least)
+    light = min(w, wm)
+    load = busiest_rank_load(L, p, light, e_first, e_last, least)
+    if light >= 0:
+        load = max(load, busiest_rank_load(K, p, wm, e_first, e_last, 0))
+        load = max(load, busiest_rank_load(L - K, p, w, e_first, e_last, 0))
+    return load
 
 
 def capped_load(L: int, w: int, extras: list[int], caps: list[int], least: int = 1) -> int | None:
@@ -153,22 +101,27 @@ def _pipe_bound(
     ends_sum: int,
     post_const: int,
     caps: tuple[int, ...] | None = None,
+    moe: tuple[int, int, int] = (0, 0, 0),
 ) -> int:
-    """The cut-independent lower bound of ``class_bound`` from the class's scalar terms: ``extra_sum``
+    """The cut-independent lower bound of ``class_bound`` from the class's scalar terms (``moe``: a model of two
+    block kinds' MoE layers and what one adds to ``f_layer`` and ``b_layer``): ``extra_sum``
     = Σ_c (f_extra + b_extra), ``first_extra`` = chunk 0's f_extra + b_extra, ``ends_extra`` = the
     first rank's (f, b) extras and the last rank's, ``ends_sum`` = the optimizer and ZeRO-1/2
     all-gather terms summed over every chunk (the rank average bounds the max). ``caps``: the layers
     each rank's memory can hold (``layer_caps``): the busiest rank's load is then ``capped_load``, a
     bound over the fitting cuts (a deep 1F1B pipeline without recomputation leaves its first stages one
     layer each: Llama 3 405B, TP8×PP64: 7.0 s → 9.1 s for an optimum of 13.4 s)."""
-    total = L * (f_layer + b_layer) + extra_sum  # one micro-batch through all chunks
+    K, fm, bm = moe
+    w, wm = f_layer + b_layer, f_layer + b_layer + fm + bm
+    total = L * w + K * (fm + bm) + extra_sum  # one micro-batch through all chunks
     f0, b0, fl, bl = ends_extra
     if p == 1:
         f0, b0, fl, bl = f0 + fl, b0 + bl, 0, 0
-    load = busiest_rank_load(L, p, f_layer + b_layer, f0 + b0, fl + bl, v)  # ≤ F_k + B_k of the busiest rank k
+    load = kinds_load(L, K, p, w, wm, f0 + b0, fl + bl, v)  # ≤ F_k + B_k of the busiest rank k
+    light = min(w, wm) if K else w
     if caps is not None:
         extras = [f0 + b0] + [0] * (p - 2) + [fl + bl] if p > 1 else [f0 + b0]
-        load = max(load, capped_load(L, f_layer + b_layer, extras, list(caps), v) or 0)
+        load = max(load, capped_load(L, light, extras, list(caps), v) or 0)
     if v == 1:
         # Chains F(0, 0..i-1) → all of rank i → B(m-1, i-1..0), weighted so the cut cancels.
         pipe = total / (1.0 - (1.0 - 1.0 / m) ** p)
@@ -179,11 +132,12 @@ def _pipe_bound(
             # 1F1B steady-state chain through the busiest rank k: F(0) through every stage, B(0) down
             # to k, k's m B and m − min(p − k, m) later F, B(m−1) down to 0, every lag twice:
             # total + 2·lags + (m−1)·B_k + max(0, m−p)·F_k, with B_k ≥ ρ·(F_k + B_k) (mediant).
-            rho = min([b / (f + b) for f, b in ((f_layer, b_layer), (f0, b0), (fl, bl)) if f + b > 0] or [0.0])
+            pairs = ((f_layer, b_layer), (f0, b0), (fl, bl), (f_layer + fm, b_layer + bm) if K else (0, 0))
+            rho = min([b / (f + b) for f, b in pairs if f + b > 0] or [0.0])
             pipe = max(pipe, total + 2 * lag_sum + (max(0, m - p) + (min(m, p) - 1) * rho) * load)
     else:
         # Chunks 0..p-2 feed the last rank's first forward (only chunk 0 carries an extra there).
-        ramp = ((f_layer + b_layer) * (p * (p - 1) // 2) + (p - 1) * first_extra) / p
+        ramp = (light * (p * (p - 1) // 2) + (p - 1) * first_extra) / p
         pipe = max(m * total / p + ramp, m * load)  # the busiest rank's own work
     return int(math.floor(pipe + (ends_sum / p + post_const)))
 
@@ -192,10 +146,11 @@ def pipe_bound(
     s: SharedTerms, c: Candidate, m: int, num_layers: int, lag_sum: int, caps: tuple[int, ...] | None = None
 ) -> int:
     """``_pipe_bound`` of a class from its shared terms and the sum of its pipeline lags."""
-    L = num_layers
+    L, K = num_layers, s.moe_prefix[-1] if s.moe_prefix is not None else 0
     fe, be, fh, bh = s.fwd.emb, s.bwd.emb, s.fwd.head, s.bwd.head
     head = s.own_head(c)
     ends = L * (s.opt.layer + s.post.layer) + s.opt.emb + s.post.emb + ((s.opt.head + s.post.head) if head else 0)
+    ends += K * (s.opt.moe + s.post.moe)
     first = fe + be + ((fh + bh) if c.chunks == 1 else 0)
     firsts = (fe, be, fh, bh) if c.chunks > 1 else (fe + fh, be + bh, 0, 0)
     return _pipe_bound(
@@ -213,6 +168,7 @@ def pipe_bound(
         ends,
         s.opt.const + s.post.const,
         caps,
+        (K, s.fwd.moe, s.bwd.moe),
     )
 
 
@@ -305,25 +261,30 @@ def chain_bound(cc: ClassCosts, caps: list[int]) -> int:
     if c.virtual_stages > 1 or c.pp == 1:
         return 0
     extras = [f + b for f, b in zip(cc.f_extra, cc.b_extra)]
+    K = s.moe_prefix[-1] if s.moe_prefix is not None else 0  # a model of two block kinds: its MoE layers
+    fl, bl = (
+        (min(cc.f_layer, cc.f_layer + cc.f_moe), min(cc.b_layer, cc.b_layer + cc.b_moe))
+        if K
+        else (cc.f_layer, cc.b_layer)
+    )
     steady = None
     if c.schedule == "1f1b":
         # Rank k's steady state: F(0) through every stage, B(0) back to k, then k's other m − 1
         # backwards and the max(0, m − p + k) forwards after its first backward, B(m − 1) back to 0:
         # ΣF + ΣB + 2·Σlags (the same for every cut) + (m − 1)·B_k + max(0, m − p + k)·F_k.
         m, L = cc.m, cc.num_layers
-        base = L * (cc.f_layer + cc.b_layer) + sum(extras) + 2 * sum(cc.lag)
+        base = L * (cc.f_layer + cc.b_layer) + K * (cc.f_moe + cc.b_moe) + sum(extras) + 2 * sum(cc.lag)
         terms = []
-        for k in range(c.pp):
+        for k in range(c.pp):  # each layer of rank k at the lighter kind's times
             q = max(0, m - c.pp + k)
-            terms.append(((m - 1) * cc.b_layer + q * cc.f_layer, (m - 1) * cc.b_extra[k] + q * cc.f_extra[k]))
+            terms.append(((m - 1) * bl + q * fl, (m - 1) * cc.b_extra[k] + q * cc.f_extra[k]))
         steady = (base, terms) if all(a > 0 for a, _ in terms) else None
-    load = rank_chain_load(
-        cc.num_layers, cc.m, cc.f_layer + cc.b_layer, extras, [2 * x for x in cc.lag] + [0], caps, steady=steady
-    )
+    w = min(cc.f_layer + cc.b_layer, cc.f_layer + cc.b_layer + cc.f_moe + cc.b_moe) if K else cc.f_layer + cc.b_layer
+    load = rank_chain_load(cc.num_layers, cc.m, w, extras, [2 * x for x in cc.lag] + [0], caps, steady=steady)
     if load is None:
         return 0
     head = s.own_head(c)
-    ends = cc.num_layers * (s.opt.layer + s.post.layer) + s.opt.emb + s.post.emb
+    ends = cc.num_layers * (s.opt.layer + s.post.layer) + K * (s.opt.moe + s.post.moe) + s.opt.emb + s.post.emb
     ends += (s.opt.head + s.post.head) if head else 0
     return int(math.floor(load + ends / c.pp + s.opt.const + s.post.const))
 
@@ -354,15 +315,22 @@ def lean_bound(ctx: Context, c: Candidate) -> int:
     grow with the layer times, with no ZeRO-3 gathers, no end of step and no p2p lags. The search's first
     key (``search.next_class`` replaces it by ``quick_bound`` when the class nears the front)."""
     at = (c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.tp_comm_overlap, c.ep, c.etp)
-    lg = layer_group(cp_view(ctx, c.cp), *at)  # no CP comm
+    view = cp_view(ctx, c.cp)  # no CP comm
+    kinds, prefix = block_sequence(view)
+    lg = layer_group(view, *at, kinds[0])
     m, p, v, L = num_microbatches(ctx, c), c.pp, c.virtual_stages, ctx.model.num_layers
     f, b, ext = lg.fwd, lg.bwd, 0
     w = f.layer + b.layer
+    K, wm = 0, w  # a model of two block kinds: its MoE layers and their weight
+    if prefix is not None:
+        heavy = layer_group(view, *at, kinds[1])
+        K, wm = prefix[-1], heavy.fwd.layer + heavy.bwd.layer
     emb, head = f.emb + b.emb, f.head + b.head
-    total = L * w + emb + head
+    total = (L - K) * w + K * wm + emb + head
     if p == 1:
         emb, head = emb + head, 0
-    load = busiest_rank_load(L, p, w, emb, head, v)
+    load = kinds_load(L, K, p, w, wm, emb, head, v)
+    w = min(w, wm)
     if v == 1:
         pipe = total / (1.0 - (1.0 - 1.0 / m) ** p)
         if c.schedule == "gpipe":
@@ -384,7 +352,7 @@ def cut_bound(ctx: Context, c: Candidate, cut: list[int]) -> int:
     so the bound is close to the simulated one (0.1–2 % below on the bench instances)."""
     s = class_terms(ctx, c)
     p, m = c.pp, num_microbatches(ctx, c)
-    t = s.fwd.plus(s.bwd).per_chunk(cut)  # F + B of each chunk
+    t = s.fwd.plus(s.bwd).per_chunk(cut, moe_counts(s.moe_prefix, cut))  # F + B of each chunk
     # The chain crosses boundaries 0..i−1 twice (forward and backward).
     lags = [2 * x for x in boundary_lags(ctx, c, s.p2p_bytes)[: p - 1]] + [0]
     pipe = max(sum(t[:i]) + sum(lags[:i]) + m * sum(t[i::p]) for i in range(p))

@@ -66,7 +66,8 @@ def counts_chain(cc: ClassCosts, counts: Counts) -> Chain:
     fc, bc, lc = counts
     coef = tuple(f * cc.f_layer + b * cc.b_layer for f, b in zip(fc, bc))
     const = sum(f * e for f, e in zip(fc, cc.f_extra)) + sum(b * e for b, e in zip(bc, cc.b_extra))
-    return Chain(coef, const + sum(x * g for x, g in zip(lc, cc.lag)))
+    moe = tuple(f * cc.f_moe + b * cc.b_moe for f, b in zip(fc, bc)) if cc.moe_prefix is not None else ()
+    return Chain(coef, const + sum(x * g for x, g in zip(lc, cc.lag)), moe)
 
 
 @lru_cache(maxsize=256)

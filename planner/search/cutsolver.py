@@ -30,6 +30,7 @@ from planner.compose.step_end import end_parts, end_terms
 from planner.search import chains
 from planner.search.bounds import may_fit
 from planner.search.chains import Counts, as_arrays, dag_key, initial_counts, path_counts, price
+from planner.search.kinds import as_chains, moe_layer_vars, sparse
 from planner.specs import SearchOptions
 
 # Each lazy round adds the critical paths of the solution's one-layer neighbours too (fewer rounds):
@@ -76,25 +77,17 @@ class ClassResult:
 
 
 class Chain(NamedTuple):
-    """A chain's length as an affine function of the layer counts: Σ coef[c]·n_c + const (ns)."""
+    """A chain's length as an affine function of the layer counts: Σ coef[c]·n_c + const (ns), + Σ moe[c]·k_c
+    for a model of two block kinds (k_c: chunk c's MoE layers; ``moe`` empty for one kind)."""
 
     coef: tuple[int, ...]
     const: int
+    moe: tuple[int, ...] = ()
 
 
 def chain(cc: ClassCosts, path: list[Op], lags: list[int]) -> Chain:
     """The length of a chain of operations (crossing the boundaries ``lags``) as a function of the cut."""
-    coef = [0] * cc.chunks
-    const = 0
-    for kind, _, ch in path:
-        if kind == "F":
-            coef[ch] += cc.f_layer
-            const += cc.f_extra[ch]
-        else:
-            coef[ch] += cc.b_layer
-            const += cc.b_extra[ch]
-    const += sum(cc.lag[b] for b in lags)
-    return Chain(tuple(coef), const)
+    return chains.counts_chain(cc, path_counts(cc.chunks, path, lags))
 
 
 def critical_chain(cc: ClassCosts, ev: Evaluation) -> Chain:
@@ -118,8 +111,9 @@ def priced(cc: ClassCosts, counts: list[Counts] | tuple[Counts, ...]) -> list[Ch
     """``chains.counts_chain`` of each, vectorised."""
     if not counts:
         return []
-    coef, const = price(cc, as_arrays(counts))
-    return [Chain(tuple(int(x) for x in row), int(k)) for row, k in zip(coef.tolist(), const.tolist())]
+    family = as_arrays(counts)
+    coef, const = price(cc, family)
+    return as_chains(cc, family, coef, const, range(len(counts)))
 
 
 def greedy_cut(cc: ClassCosts) -> list[int]:
@@ -193,22 +187,25 @@ def local_search(
 
 @dataclass
 class CutModel:
-    """The CP-SAT model of one class: layer counts ``n``, makespan ``M`` (≥ every chain added) and
-    end of step ``D``; the objective ``M + D``."""
+    """The CP-SAT model of one class: layer counts ``n`` (and MoE layers ``k`` of a model of two block kinds),
+    makespan ``M`` (≥ every chain added) and end of step ``D``; the objective ``M + D``."""
 
     model: cp_model.CpModel
     n: list[cp_model.IntVar]
     makespan: cp_model.IntVar
     end: cp_model.IntVar
     layers: int  # Σ n
+    k: list[cp_model.IntVar] | None = None
+    moe_layers: int = 0  # Σ k
 
     def add_chain(self, ch: Chain) -> None:
         # Σ n = L: subtracting λ·(Σ n − L) changes no value; with λ the most frequent coefficient (a
-        # chain passes most chunks once each way) the row keeps only the chunks it dwells on.
-        lam = max(set(ch.coef), key=ch.coef.count)
-        idx = [i for i, k in enumerate(ch.coef) if k != lam]
-        expr = cp_model.LinearExpr.weighted_sum([self.n[i] for i in idx], [ch.coef[i] - lam for i in idx])
-        self.model.add(self.makespan >= expr + (ch.const + lam * self.layers))
+        # chain passes most chunks once each way) the row keeps only the chunks it dwells on. Likewise Σ k.
+        expr, const = sparse(self.n, ch.coef, self.layers)
+        if self.k is not None and ch.moe:
+            more, const_k = sparse(self.k, ch.moe, self.moe_layers)
+            expr, const = expr + more, const + const_k
+        self.model.add(self.makespan >= expr + (ch.const + const))
 
 
 def cut_model(cc: ClassCosts) -> CutModel:
@@ -218,18 +215,22 @@ def cut_model(cc: ClassCosts) -> CutModel:
     model.add(sum(n) == L)
     horizon = 1 << 50  # ns, ~13 days: far above any step
     cm = CutModel(model, n, model.new_int_var(0, horizon, "makespan"), model.new_int_var(0, horizon, "end"), L)
+    if cc.moe_prefix is not None:  # dense and MoE blocks: each chunk's MoE layers follow from where it sits
+        cm.k, cm.moe_layers = moe_layer_vars(model, n, cc.moe_prefix), cc.moe_prefix[-1]
     for r in range(c.pp):
-        for part in end_parts(end_terms(s, c, n, r)):
+        for part in end_parts(end_terms(s, c, n, r, cm.k)):
             model.add(cm.end >= part)
-        for peak in peaks(memory_terms(s, c, n, r, cc.live[r])):  # memory at every activation peak
+        for peak in peaks(memory_terms(s, c, n, r, cc.live[r], cm.k)):  # memory at every activation peak
             model.add(peak <= cc.usable_bytes)
     if c.schedule == "gpipe":  # its exact closed form (simulate.gpipe_makespan)
         mf = model.new_int_var(0, horizon, "max_f")
         mb = model.new_int_var(0, horizon, "max_b")
         for ch in range(C):
-            model.add(mf >= n[ch] * cc.f_layer + cc.f_extra[ch])
-            model.add(mb >= n[ch] * cc.b_layer + cc.b_extra[ch])
+            more_f, more_b = (cm.k[ch] * cc.f_moe, cm.k[ch] * cc.b_moe) if cm.k is not None else (0, 0)
+            model.add(mf >= n[ch] * cc.f_layer + more_f + cc.f_extra[ch])
+            model.add(mb >= n[ch] * cc.b_layer + more_b + cc.b_extra[ch])
         const = sum(cc.f_extra) + sum(cc.b_extra) + 2 * sum(cc.lag) + L * (cc.f_layer + cc.b_layer)
+        const += cm.moe_layers * (cc.f_moe + cc.b_moe)
         model.add(cm.makespan >= const + (cc.m - 1) * (mf + mb))
     for ch_ in initial_chains(cc):
         cm.add_chain(ch_)
@@ -312,9 +313,13 @@ def solve_class(
         if family is None:
             family = price(cc, chains.window_family(c.pp, cc.m, chains.WINDOW))
         coef, const = family
+        windows = chains.window_family(c.pp, cc.m, chains.WINDOW)
         vals = coef @ np.array(sol, dtype=np.int64) + const
+        moe = cc.moe_counts(sol)
+        if moe is not None:  # a model of two block kinds: what the MoE layers add
+            vals = vals + (windows[0] * cc.f_moe + windows[1] * cc.b_moe) @ np.array(moe, dtype=np.int64)
         top = [int(i) for i in np.argsort(-vals)[:SEPARATE] if vals[i] > makespan]
-        add([Chain(tuple(int(x) for x in coef[i].tolist()), int(const[i])) for i in top])
+        add(as_chains(cc, windows, coef, const, top))
         counts = chains.window_counts(c.pp, cc.m, chains.WINDOW)
         pool.update(dict.fromkeys(counts[i] for i in top))  # later classes of this graph start with them
 

@@ -15,6 +15,16 @@ def expert_options(ctx: Context, pins: ParallelPins, tp: int, dp: int, sp: bool)
     moe = ctx.model.moe
     if moe is None:
         return [(1, 1)]
+    key = (tp, dp, sp, pins.ep, pins.etp)
+    pairs = ctx.expert_pairs.get(key)
+    if pairs is None:
+        pairs = ctx.expert_pairs[key] = _expert_options(ctx, pins, tp, dp, sp)
+    return pairs
+
+
+def _expert_options(ctx: Context, pins: ParallelPins, tp: int, dp: int, sp: bool) -> list[tuple[int, int]]:
+    moe = ctx.model.moe
+    assert moe is not None  # checked by the caller
     eps = (
         [pins.ep] if pins.ep is not None else [e for e in range(1, dp + 1) if dp % e == 0 and moe.num_experts % e == 0]
     )

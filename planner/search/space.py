@@ -149,6 +149,8 @@ def _enumerate(ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp
                         short_1f1b.append((pp, dp, -m, short))
                         continue
                     scheds.append((s, 1))
+            # what the stack does not run at all at this pp, left out before the inner loops (checked whole below)
+            scheds = [(s, v) for s, v in scheds if rules.stack_runs(ctx.stack, schedule=s, pp=pp) is None]
             for s, v in scheds:
                 if pins.stage_layers is not None and len(pins.stage_layers) != pp * v:
                     continue
@@ -166,6 +168,7 @@ def _enumerate(ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp
                         ):
                             continue
                         zs = [pins.zero_stage] if pins.zero_stage is not None else zero_stages(ctx, dp)
+                        zs = [z for z in zs if rules.stack_runs(ctx.stack, zero_stage=z, pp=pp) is None]
                         for z in zs:
                             for cm in cp_comms:
                                 for o in tp_overlaps(ctx, pins, mbs, tp, sp, rc, cp):
@@ -173,7 +176,7 @@ def _enumerate(ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp
                                         cand = Candidate(
                                             tp, pp, dp, mbs, s, v, rc, sp, z, o, cp=cp, cp_comm=cm, ep=ep, etp=etp
                                         )
-                                        if rules.stack_runs_config(ctx.stack, ctx.model, cand) is None:  # issue 27
+                                        if rules.stack_runs_ok(ctx.stack, ctx.model, cand):  # issue 27
                                             out.append(cand)
     if not out and short_1f1b and pins.schedule == "1f1b":
         why = min(short_1f1b, key=lambda x: x[:3])[3]

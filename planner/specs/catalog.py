@@ -57,21 +57,24 @@ GPUS: dict[str, GpuSpec] = {
         ),
         GpuSpec(
             # Meta's Grand Teton H100 (torchtitan's H100 benchmarks): the SXM5 GH100 (132 SMs) with 96 GB
-            # HBM2e at 2.4 TB/s run at a 500 W power limit. Its tensor rate is "between SXM and NVL"
-            # (torchtitan docs/performance.md); taken as the datasheet rates of the two 132-SM parts
-            # interpolated linearly in board power: H100 NVL 400 W (BF16 835.5, FP8 1,670.5, TF32 417.5,
-            # FP32 60 TFLOPS dense) and H100 SXM5 700 W (989.4, 1,978.9, 494.7, 67) at 500 W: 1/3 of the way.
+            # HBM2e at 2.4 TB/s run at a 500 W power limit. Its tensor rates are MEASURED at that limit: Meta's
+            # FBGEMM on "H100 500W" (pytorch/FBGEMM PR #2546, 2024-04) ran BF16 GEMMs at 585.2 TFLOPS (8192³),
+            # 575.1 (65536×8192×7168) and 546.3 (65536×3584×8192), and its FP8 row-wise GEMM alone at 1,125.5
+            # (8192³). The rates below are those best-shape figures ÷ the H100 family's large-GEMM ceilings
+            # (``pricing.device.GEMM_EFFICIENCY`` 0.80, ``pricing.gpu.FP8_GEMM_EFFICIENCY`` 0.709), so the model's
+            # large GEMMs run at the measured rate: BF16 731.5, FP8 1,587.4; TF32 half of BF16; FP32 the SXM5's
+            # 67 × the same power-limited clock ratio (731.5 / 989.4). The datasheets' interpolation in board
+            # power it replaces (BF16 886.8) had the GEMMs 21 % faster than measured.
             id="h100-sxm-96gb-hbm2e",
             memory_gib=95.0,
-            peak_tflops=PeakTflops(fp32=62.3, tf32=443.2, bf16=886.8, fp16=886.8, fp8=1773.3),
+            peak_tflops=PeakTflops(fp32=49.5, tf32=365.8, bf16=731.5, fp16=731.5, fp8=1587.4),
             hbm_bandwidth_GBps=2400.0,
             nvlink_bandwidth_GBps=450.0,
             nic_bandwidth_GBps=50.0,
             source="torchtitan benchmarks/llama3_h100_202412_torchtitan.md ('96GB HBM2e with 2.4 TB/sec', "
-            "'400 Gb/s per GPU', 'default 500W power limit'); docs/performance.md (2024-08: 'H100(95GB)', peak "
-            "'between SXM and NVL'): capacity 95 GiB; tensor rates interpolated in board power between the H100 "
-            "NVL datasheet (400 W: BF16 1,671 / FP8 3,341 TFLOPS with sparsity) and the SXM5 datasheet (700 W); "
-            "NVLink 4 as SXM5",
+            "'400 Gb/s per GPU', 'default 500W power limit'); docs/performance.md (2024-08: 'H100(95GB)'): "
+            "capacity 95 GiB; tensor rates from GEMMs measured at 500 W (pytorch/FBGEMM PR #2546: BF16 585.2, "
+            "FP8 row-wise 1,125.5 TFLOPS at 8192^3) / the H100 large-GEMM ceilings (0.80, 0.709); NVLink 4 as SXM5",
         ),
         GpuSpec(
             id="h200-sxm-141gb",

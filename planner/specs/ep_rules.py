@@ -88,22 +88,6 @@ def expert_tokens_split(model: ModelSpec, tp: int | None, ep: int | None, etp: i
     return None
 
 
-def moe_layers_priced(model: ModelSpec) -> Err:
-    """The planner prices MoE models whose blocks are all MoE (its stage cuts are affine in one layer kind);
-    dense leading layers or alternating MoE layers are refused, not priced as uniform."""
-    moe = model.moe
-    if moe is None or (moe.first_dense_layers == 0 and moe.moe_layer_freq == 1):
-        return None
-    field = "model.moe.first_dense_layers" if moe.first_dense_layers else "model.moe.moe_layer_freq"
-    return MeshplanError(
-        field,
-        f"{model.name!r} mixes dense and MoE blocks (first_dense_layers={moe.first_dense_layers}, "
-        f"moe_layer_freq={moe.moe_layer_freq}); the planner prices models whose every block is MoE (Mixtral, "
-        "Qwen3-MoE, gpt-oss, OLMoE, Llama 4 Scout) and does not price mixed layer sequences as uniform",
-        "plan a model whose every layer is MoE (first_dense_layers 0, moe_layer_freq 1) for now",
-    )
-
-
 def _name(stack: Stack) -> str:
     return f"the training stack {stack.id!r} ({stack.version})"
 
@@ -145,7 +129,6 @@ def expert_parallel_rules(stack: Stack, model: ModelSpec, c: Any) -> Err:
     """Every EP rule of a configuration, a class or pins (None fields unchecked)."""
     tp, dp, ep, etp = c.tp, c.dp, getattr(c, "ep", None), getattr(c, "etp", None)
     for err in (
-        moe_layers_priced(model),
         ep_fits_model(model, ep, etp),
         etp_is_one_or_tp(etp, tp),
         ep_divides_dp(ep, dp),

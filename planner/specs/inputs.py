@@ -34,6 +34,8 @@ from planner.specs.config import (
 )
 from planner.specs.host import HostDispatch
 from planner.specs.model import ModelSpec as ModelSpec  # its own module; re-exported here
+from planner.specs.stack_override import StackId as StackId  # its own module; re-exported here
+from planner.specs.stack_override import StackOverride as StackOverride
 
 # --------------------------------------------------------------------------------------------
 # Hardware
@@ -176,6 +178,21 @@ class ClusterSpec(Spec):
     )
     intra_node_latency_us: float | None = Field(default=None, ge=0, le=1e6)
     inter_node_latency_us: float | None = Field(default=None, ge=0, le=1e6)
+    oversubscription: float | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="Bandwidth oversubscription of the fabric above a scalable unit (leaf → spine): a collective "
+        "whose group spans more nodes than one scalable unit gets each GPU's NIC rate ÷ this. Unset: 1 "
+        "(non-blocking, as the DGX SuperPOD reference architectures; `meshplan clusters`).",
+    )
+    scalable_unit_nodes: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_GPUS,
+        description="Nodes of one scalable unit (the rail-optimized leaf group, one switch hop apart). Unset: 32 "
+        "(DGX SuperPOD H100/B200 reference architectures).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -227,6 +244,17 @@ class ClusterSpec(Spec):
                 )
         return given
 
+    @model_serializer(mode="wrap")
+    def _drop_unset_fabric(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        for key in (
+            "oversubscription",
+            "scalable_unit_nodes",
+        ):  # unset: as before the fields (request hashes unchanged)
+            if key in data and data[key] is None:
+                del data[key]
+        return data
+
     @model_validator(mode="after")
     def _check_size(self) -> ClusterSpec:
         if self.num_nodes * self.gpus_per_node > MAX_GPUS:
@@ -241,51 +269,6 @@ class ClusterSpec(Spec):
     @property
     def num_gpus(self) -> int:
         return self.num_nodes * self.gpus_per_node
-
-
-StackId = Literal["meshplan", "megatron", "torchtitan", "deepspeed"]  # = planner.specs.stacks.STACKS
-
-
-class StackOverride(Spec):
-    """A training stack given inline: a preset (``base``) with some of its fields overridden
-    (``planner.specs.stacks``; ``meshplan stacks`` lists the presets and their fields)."""
-
-    base: StackId = Field(default="meshplan", description="The preset this stack starts from.")
-    attention: Literal["flash", "unfused"] | None = Field(
-        default=None, description="Attention kernel: flash (fused) or unfused (s×s scores in HBM)."
-    )
-    dropout: bool | None = Field(default=None, description="Attention and hidden dropout (masks kept and written).")
-    activations: Literal["zoo", "te", "titan"] | None = Field(
-        default=None,
-        description="Saved-activation formula: zoo (eager PyTorch), te (Transformer Engine) or titan (torchtitan).",
-    )
-    kernels: Literal["eager", "fused", "compiled"] | None = Field(
-        default=None,
-        description="Norm/SwiGLU/RoPE kernels: eager (one PyTorch op each), fused (TE/apex) or compiled "
-        "(torch.compile per block).",
-    )
-    overlap_grad_reduce: bool | None = Field(
-        default=None, description="Whether the DP gradient reduction overlaps the last backward."
-    )
-    norm_kernel: Literal["eager", "fused"] | None = Field(
-        default=None, description="Norm kernels alone (eager or fused); unset: as kernels."
-    )
-    selective_ac: Literal["op"] | int | None = Field(
-        default=None,
-        description="What recompute 'selective' means with titan activations (torchtitan's selective_ac_option): "
-        "'op' (op-level policy) or k (every k-th block fully recomputed).",
-    )
-
-    @field_validator("selective_ac", mode="before")
-    @classmethod
-    def _selective_ac(cls, v: object) -> object:
-        ok = v is None or v == "op" or (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1000)
-        if not ok:
-            raise ValueError(
-                f"must be 'op' or a whole number of blocks from 1 to 1000 (got {v!r}); set "
-                'training.stack.selective_ac to "op" (op-level policy) or k (every k-th block fully recomputed)'
-            )
-        return v
 
 
 class TrainingSpec(Spec):

@@ -27,7 +27,6 @@ from planner.specs.ep_rules import (  # noqa: F401 (re-exported: expert parallel
     etp_is_one_or_tp,
     expert_parallel_rules,
     expert_tokens_split,
-    moe_layers_priced,
     stack_runs_moe,
 )
 from planner.specs.errors import MeshplanError
@@ -42,6 +41,7 @@ from planner.specs.seq_rules import (  # noqa: F401 (re-exported: the sequence's
 )
 from planner.specs.stack_rules import stack_runs as stack_runs  # what the training stack runs
 from planner.specs.stack_rules import stack_runs_config as stack_runs_config
+from planner.specs.stack_rules import stack_runs_ok as stack_runs_ok
 
 if TYPE_CHECKING:
     from planner.specs import ModelSpec

@@ -107,16 +107,34 @@ def stack_runs(
 def stack_runs_config(stack: Stack, model: Any, config: Any) -> MeshplanError | None:
     """``stack_runs`` of a configuration (a ``ParallelConfig`` or ``Candidate``) or of the pinned part of one
     (``ParallelPins``: an unpinned field is None and not checked)."""
-    c = config
-    return stack_runs(
-        stack,
-        schedule=c.schedule,
-        zero_stage=c.zero_stage,
-        sequence_parallel=c.sequence_parallel,
-        recompute=c.recompute,
-        pp=c.pp,
-        tie_embeddings=model.tie_embeddings,
-        cp=getattr(c, "cp", None),  # a Candidate has none: the search keeps cp = 1
-        cp_comm=getattr(c, "cp_comm", None),
-        tp_comm_overlap=c.tp_comm_overlap,
-    )
+    return stack_runs(stack, **_fields(model, config))
+
+
+def _fields(model: Any, c: Any) -> dict[str, Any]:
+    return {
+        "schedule": c.schedule,
+        "zero_stage": c.zero_stage,
+        "sequence_parallel": c.sequence_parallel,
+        "recompute": c.recompute,
+        "pp": c.pp,
+        "tie_embeddings": model.tie_embeddings,
+        "cp": getattr(c, "cp", None),  # a Candidate has none: the search keeps cp = 1
+        "cp_comm": getattr(c, "cp_comm", None),
+        "tp_comm_overlap": c.tp_comm_overlap,
+    }
+
+
+#: ``stack_runs_ok``'s answers, by (the stack's identity, the fields): the stack is kept to pin its identity.
+_OK: dict[tuple, tuple[Stack, bool]] = {}
+
+
+def stack_runs_ok(stack: Stack, model: Any, config: Any) -> bool:
+    """``stack_runs_config(...) is None``, memoised (the search asks it of every class it enumerates)."""
+    fields = _fields(model, config)
+    key = (id(stack), *fields.values())
+    hit = _OK.get(key)
+    if hit is None or hit[0] is not stack:
+        if len(_OK) > 65_536:
+            _OK.clear()
+        hit = _OK[key] = (stack, stack_runs(stack, **fields) is None)
+    return hit[1]

@@ -40,7 +40,9 @@ field                      read by
 ``p2p_blocking``           ``compose.cost``: schedules whose pipeline sends block both ends (Megatron 1F1B)
 ``loss``                   ``memory.loss_buffer_bytes``: ``"fp32_logits"`` = one fp32 [T, V/t] tensor;
                            ``"upcast"`` = ``cross_entropy(logits.float(), …)`` (torchtitan, the bundled
-                           runtime): three fp32 tensors at the loss's backward
+                           runtime): three fp32 tensors at the loss's backward; ``"fused"`` = a fused
+                           cross-entropy kernel over the 16-bit logits (flash-attn's, llm-foundry's
+                           default): the logits and their gradient
 =========================  =====================================================================
 
 What a stack RUNS (issue 27 §1) is data beside what it costs: ``version`` (the release the preset
@@ -72,7 +74,7 @@ Kernels = Literal["eager", "fused", "compiled"]
 NormKernel = Literal["eager", "fused"]
 ReduceDtype = Literal["param", "fp32", "fp32_bf16"]
 ParamLayout = Literal["master", "fsdp2"]
-LossKind = Literal["fp32_logits", "upcast"]
+LossKind = Literal["fp32_logits", "upcast", "fused"]
 
 #: The fields an inline stack may override (all but ``id``, ``title`` and ``source``).
 OVERRIDABLE = (
@@ -83,6 +85,7 @@ OVERRIDABLE = (
     "overlap_grad_reduce",
     "selective_ac",
     "norm_kernel",
+    "loss",
 )
 
 
@@ -111,6 +114,9 @@ class Stack(BaseModel):
     tp_collectives: Literal["megatron", "per_linear"] = "megatron"
     dp_collectives: Literal["buckets", "modules"] = "buckets"
     step_reductions: bool = False
+    #: reductions after the DP sync as Megatron-core's ``finalize_model_grads`` issues them
+    #: (``workload.collectives.megatron_finalize``)
+    finalize_grads: Literal["none", "megatron"] = "none"
     #: schedules whose pipeline send/recv block both ends (``compose.cost``: on the action, not an async lag)
     p2p_blocking: tuple[Schedule, ...] = ()
     #: ZeRO-3's parameter fetches: one per layer, or one per module (linear) over the persistence threshold, and
@@ -249,6 +255,9 @@ STACKS: dict[str, Stack] = {
             # torch.cuda.synchronize() (batch_p2p_sync) per transfer: megatron/core/pipeline_parallel/
             # p2p_communication.py, megatron/training/arguments.py; interleaved overlaps them (default on)
             p2p_blocking=("1f1b",),
+            # SP norms' gradients over TP, tied embeddings' between first and last stage, the grad-norm
+            # all-reduce (megatron/core/distributed/finalize_model_grads.py)
+            finalize_grads="megatron",
             source="TransformerEngine pytorch/module/layernorm_linear.py, layernorm_mlp.py (tensors saved); "
             "Megatron-LM megatron/training/arguments.py (--overlap-grad-reduce off unless set); "
             "Korthikanti et al. MLSys'23 §4 (34·s·b·h with dropout masks)",

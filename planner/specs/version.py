@@ -64,4 +64,15 @@ from __future__ import annotations
 #:    ``etp``; issue 23): the router, grouped expert GEMMs by their per-expert shape, shared experts, permutes, the
 #:    token all-to-all over the EP group (``TimeBreakdown.ep_comm_s``), expert states sharded and their gradients
 #:    synced over expert-DP; dense plans' numbers as in 16 (their breakdown gains ep_comm_s = 0).
-COST_MODEL_VERSION = 17
+#: 18: the end of a Megatron step as Megatron-core issues it (issue 27 §2; core_v0.16.1): ``finalize_model_grads``
+#:    reductions after the DP sync (SP norms' gradients over TP, tied embeddings' between the first and last stage,
+#:    the gradient norm; ``Stack.finalize_grads``), its DDP gradients in one bucket without ``overlap_grad_reduce``
+#:    and DeepSpeed's in ``reduce_bucket_size`` buckets (``workload.collectives.grad_bucket``; both were Megatron's
+#:    overlapped default of max(40M, 1M·dp) parameters); the fabric above a scalable unit
+#:    (``ClusterSpec.oversubscription``, ``scalable_unit_nodes``; unset: non-blocking, as before); a stack whose
+#:    loss is a fused cross-entropy over the 16-bit logits (``Stack.loss = "fused"``, overridable) holds the logits
+#:    and their gradient, one kernel each way.
+#: 19: the 500 W H100 (``h100-sxm-96gb-hbm2e``, torchtitan's benchmark GPUs) at its measured GEMM rates (Meta's
+#:    FBGEMM on "H100 500W": BF16 585.2, FP8 row-wise 1,125.5 TFLOPS at 8192³) instead of datasheet rates
+#:    interpolated in board power: its GEMMs and attention 17.5 % slower (BF16 peak 731.5, was 886.8).
+COST_MODEL_VERSION = 19

@@ -170,7 +170,7 @@ def te_block_saved_terms(
     sp = tp if sequence_parallel else 1
     stats = 8 if model.norm == "layernorm" else 4
     norm = T / sp * (h * e + stats)
-    return {
+    out = {
         "attn_norm_input": norm,
         "qkv_input": T / sp * h * e,
         "q_k_v": T * (model.num_attention_heads + 2 * model.num_kv_heads) * d / tp * e,
@@ -180,6 +180,11 @@ def te_block_saved_terms(
         "mlp_input": T / sp * h * e,
         "mlp_hidden": (3 if model.activation == "swiglu" else 2) * T * f / tp * e,
     }
+    if model.mla is not None:  # latent attention's tensors in place of multi-head attention's
+        from planner.workload.moe import mla_saved_terms
+
+        out.update(mla_saved_terms(model, b, s, tp, sequence_parallel, e))
+    return out
 
 
 def attention_extra_terms(

@@ -20,7 +20,8 @@ them (``planner.specs.stacks.Stack``: ``tp_collectives``, ``dp_collectives``, ``
   collective per FSDP2-wrapped module (the bundled runtime wraps every block and the chunk, whose own
   tensors are the embedding's and the LM head's: one collective shared by the two).
 * ``step_reductions``: the bundled runtime's reductions at the step's end — the SP norms' gradients (Partial
-  over TP) and the gradient clip's norm of sharded gradients (``runtime/job.py``).
+  over TP) and the gradient clip's norm of sharded gradients (``runtime/job.py``); ``finalize_grads = "megatron"``:
+  Megatron-core's ``finalize_model_grads`` after the DP sync (``megatron_finalize``).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class Issuing:
     step_reductions: bool
     zero3_fetch: Literal["layer", "module"] = "layer"
     zero3_reduce_bucket: int | None = None
+    finalize_grads: Literal["none", "megatron"] = "none"
 
 
 def issuing(stack: Stack) -> Issuing:
@@ -78,6 +80,7 @@ def issuing(stack: Stack) -> Issuing:
         stack.step_reductions,
         stack.zero3_fetch,
         stack.zero3_reduce_bucket,
+        stack.finalize_grads,
     )
 
 
@@ -175,6 +178,24 @@ def dp_layer_comms(
     return tuple((Collective("dp", op, p * nbytes_per_param, bucket=bucket),) for p in params)  # type: ignore[return-value]
 
 
+def grad_bucket_params(dp: int) -> int:
+    """Parameters per data-parallel gradient bucket: Megatron-core's default max(40M, 1M·dp)
+    (megatron/core/distributed/distributed_data_parallel_config.py ``bucket_size``); one collective each."""
+    return max(40_000_000, 1_000_000 * dp)
+
+
+def grad_bucket(stack: Stack, dp: int, total: int) -> int:
+    """Parameters per end-of-step gradient collective as the stack buckets them: DeepSpeed's
+    ``reduce_bucket_size`` (``Stack.zero3_reduce_bucket``, 5e8 elements, ZeRO 1–3); Megatron-core DDP one bucket
+    of everything without ``overlap_grad_reduce`` (core_v0.16.1 distributed_data_parallel.py: "Set bucket_size
+    to infinity if overlap_grad_reduce is False"), else ``grad_bucket_params``."""
+    if stack.zero3_reduce_bucket is not None:
+        return min(stack.zero3_reduce_bucket, total)
+    if not stack.overlap_grad_reduce:
+        return total
+    return min(grad_bucket_params(dp), total)
+
+
 def grad_bytes(stack: Stack, precision: str, elt: int) -> int:
     """Bytes per gradient element on the wire of the DP gradient collectives: fp32 where the stack reduces in fp32
     (FSDP2's ``MixedPrecisionPolicy(reduce_dtype=torch.float32)``: torchtitan, the bundled runtime; Megatron-core
@@ -228,3 +249,30 @@ def step_reductions(model: ModelSpec, elt: int, tp: int, sp: bool, dp: int, zero
     elif dp > 1 and zero_stage >= 1:
         once = (Collective("dp", "all_reduce", 4),)
     return StepReductions((blk, (), head), once, coalesced)
+
+
+def megatron_finalize(model: ModelSpec, grad_elt: int, tp: int, sp: bool) -> StepReductions:
+    """Megatron-core's reductions after the DP gradient sync, each exposed at the step's end (core_v0.16.1
+    ``megatron/core/distributed/finalize_model_grads.py``): with SP, ``_allreduce_non_tensor_model_parallel_grads``
+    — one coalesced all-reduce over TP of the main gradients of the parameters marked ``sequence_parallel`` (a
+    block's two norms, the final norm; LayerNorm weight and bias), whose bytes grow with the stage's blocks; and the
+    gradient clip's all-reduce of the squared norm over the model-parallel group (``clip_grads.get_grad_norm_fp32``),
+    once. ``grad_elt``: bytes per main-gradient element (``grad_bytes``). The tied embeddings' all-reduce between
+    stages: ``tied_embedding_sync``."""
+    coalesced = None
+    if tp > 1 and sp:
+        norm = (2 if model.norm == "layernorm" else 1) * model.hidden_size * grad_elt
+        coalesced = (float(norm), 2.0 * norm)
+    once: Comms = (Collective("tp", "all_reduce", 4),) if tp > 1 else ()
+    return StepReductions(((), (), ()), once, coalesced)
+
+
+def tied_embedding_sync(model: ModelSpec, grad_elt: int, tp: int) -> Comms:
+    """Megatron-core's ``_allreduce_word_embedding_grads`` (core_v0.16.1 finalize_model_grads.py): with tied
+    embeddings and the LM head on another stage than the embedding (pp > 1), the word embedding's main gradient
+    (V/t × h, vocabulary-parallel) all-reduced between the first and the last stage — the embedding group, axis
+    ``"pp"``, two ranks — at the end of both ranks' step."""
+    if not model.tie_embeddings:
+        return ()
+    vocab = model.vocab_size // tp if model.vocab_size % tp == 0 else model.vocab_size
+    return (Collective("pp", "all_reduce", vocab * model.hidden_size * grad_elt),)

@@ -29,14 +29,19 @@ from planner.workload.collectives import Collective, Comms
 
 
 def kv_bytes(model: ModelSpec, mbs: int, local_seq: int, tp: int, elt: int) -> float:
-    """One rank's K and V of a block: 2·b·(s/cp)·(kv_heads/tp)·head_dim·β (KV heads replicated when tp > kv_heads)."""
+    """One rank's K and V of a block: 2·b·(s/cp)·(kv_heads/tp)·head_dim·β (KV heads replicated when tp > kv_heads);
+    latent attention's per-head K and V at their own widths, b·(s/cp)·(heads/tp)·(qk + v head dims)·β."""
     kv_local = max(1, model.num_kv_heads // tp)
+    if model.mla is not None:
+        return float(mbs * local_seq * kv_local * (model.mla.qk_head_dim + model.mla.v_head_dim) * elt)
     return 2.0 * mbs * local_seq * kv_local * model.head_dim * elt
 
 
 def q_bytes(model: ModelSpec, mbs: int, local_seq: int, tp: int, elt: int) -> float:
-    """One rank's queries (or attention output) of a block: b·(s/cp)·(heads/tp)·head_dim·β."""
-    return float(mbs * local_seq * (model.num_attention_heads // tp) * model.head_dim * elt)
+    """One rank's queries (or attention output) of a block: b·(s/cp)·(heads/tp)·head_dim·β (latent attention: the
+    query/key head width)."""
+    d = model.mla.qk_head_dim if model.mla is not None else model.head_dim
+    return float(mbs * local_seq * (model.num_attention_heads // tp) * d * elt)
 
 
 @dataclass(frozen=True, slots=True)

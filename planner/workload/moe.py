@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from planner.specs import ModelSpec
-from planner.workload.ops import MOE_BLOCK, Linear, dense_block_linears
+from planner.workload.ops import MOE_BLOCK, Linear, MemOp, dense_block_linears
 
 
 def mla_linears(model: ModelSpec, tp: int) -> tuple[Linear, ...]:
@@ -98,3 +98,49 @@ def attention_other_params(model: ModelSpec) -> tuple[int, ...]:
     if model.attention_sinks:
         out.append(model.num_attention_heads)
     return tuple(out)
+
+
+def mla_memory_ops(
+    model: ModelSpec, tokens: int, tp: int, e: int, per: tuple[float, float], kernels: tuple[int, int]
+) -> list[MemOp]:
+    """Latent attention's memory-bound ops of one forward pass on one TP rank (Megatron-core
+    ``MLASelfAttention``, megatron/core/transformer/multi_latent_attention.py): the query and key/value latents'
+    RMSNorms (q_lora_rank and kv_lora_rank wide, on every rank: the down projections are not split), RoPE on the
+    query's rope part (heads/t · rope dim) and on the one rotary key shared by the heads, and the concatenation of
+    each query and key from its no-rope and rope parts (the rotary key copied to every head): read + write of
+    heads/t · qk head dim per token each. ``per``: bytes per element of (a norm, RoPE) (``ops.op_bytes``),
+    ``kernels``: their kernels (``ops.op_kernels``)."""
+    mla = model.mla
+    if mla is None:
+        return []
+    (norm, rope), (k_norm, k_rope) = per, kernels
+    heads = model.num_attention_heads // tp
+    latents = (mla.q_lora_rank or 0) + mla.kv_lora_rank
+    return [
+        MemOp("norm", norm * tokens * latents, k_norm * (2 if mla.q_lora_rank else 1)),
+        MemOp("rope", rope * tokens * (heads + 1) * mla.qk_rope_head_dim, 2 * k_rope),
+        MemOp("concat", 2 * 2 * tokens * heads * mla.qk_head_dim * e, 2),
+    ]
+
+
+def mla_saved_terms(model: ModelSpec, b: int, s: int, tp: int, sequence_parallel: bool, e: int) -> dict[str, float]:
+    """Bytes latent attention keeps for backward on one TP rank without recomputation, in place of multi-head
+    attention's ``qkv_input``/``q_k_v``/``attn_output``/``attn_logsumexp`` (Megatron-core ``MLASelfAttention``
+    with Transformer Engine: ``activations="te"``): the down projections' shared input (sequence-sharded with SP:
+    they run on the local tokens before the latents are gathered); each latent's fused norm-linear up projection
+    its input, normalised output and fp32 1/rms (q_lora_rank and kv_lora_rank wide, whole sequence); the rotary
+    key's input; the flash kernel's q, k (qk head dim) and v (v head dim) per local head, its output (v head dim)
+    and fp32 log-sum-exp."""
+    mla = model.mla
+    if mla is None:
+        return {}
+    T, heads = b * s, model.num_attention_heads / tp
+    sp = tp if sequence_parallel else 1
+    latents = (mla.q_lora_rank or 0) + mla.kv_lora_rank
+    return {
+        "qkv_input": T / sp * model.hidden_size * e,
+        "latents": T * (2 * latents * e + 4 * (2 if mla.q_lora_rank else 1)) + T * mla.qk_rope_head_dim * e,
+        "q_k_v": T * heads * (2 * mla.qk_head_dim + mla.v_head_dim) * e,
+        "attn_output": T * heads * mla.v_head_dim * e,
+        "attn_logsumexp": T * heads * 4,
+    }

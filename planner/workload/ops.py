@@ -260,6 +260,8 @@ def memory_ops(ctx: Inputs, kind: str, mbs: int, tp: int, sp: bool) -> tuple[Mem
         return (MemOp("gather", 2.0 * stream * h * e, 1),)
     if kind == "lm_head":
         vocab = _local_vocab(m, tp)
+        if st.loss == "fused":  # one kernel reading the 16-bit logits (its backward writes their gradient)
+            return (MemOp("norm", norm * stream * h, k_norm), MemOp("cross_entropy", 1.0 * tokens * vocab * e, 1))
         return (MemOp("norm", norm * stream * h, k_norm), MemOp("cross_entropy", 3.0 * tokens * vocab * 4, 3))
     if kind != "transformer_block":
         return ()
@@ -273,7 +275,11 @@ def memory_ops(ctx: Inputs, kind: str, mbs: int, tp: int, sp: bool) -> tuple[Mem
         MemOp("activation", (glu if m.activation == "swiglu" else 2 * e) * tokens * f, k_act),
     ]
     heads = m.num_attention_heads + m.num_kv_heads
-    if m.family == "llama":
+    if m.mla is not None:  # latent attention (``workload.moe.mla_memory_ops``): its own RoPE, latent norms, concats
+        from planner.workload.moe import mla_memory_ops
+
+        ops += mla_memory_ops(m, tokens, tp, e, (norm, rope), (k_norm, k_rope))
+    elif m.family == "llama":
         ops.append(MemOp("rope", rope * tokens * heads * m.head_dim // tp, 2 * k_rope))
     if st.activations == "titan" and m.num_kv_heads < m.num_attention_heads:
         ops.append(MemOp("repeat_kv", 2 * tokens * heads * m.head_dim // tp * e, 2))

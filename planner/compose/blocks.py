@@ -1,0 +1,77 @@
+"""A model's layer sequence by block kind: one kind (every dense model, and a mixture of experts whose every block
+is MoE) or two (DeepSeek-V3's 3 dense layers then 58 MoE, Llama 4 Maverick's alternating layers,
+``ModelSpec.moe.first_dense_layers`` / ``moe_layer_freq``). A model of two kinds is priced as each kind alone
+(``terms.shared_terms`` of a model whose every block is dense, and of one whose every block is MoE) and the two
+joined (``merged``): every term keeps one coefficient per layer and one more per MoE layer (``affine.Affine.moe``),
+so a stage's time and memory sum the kinds of the layers it holds, wherever the cut puts them."""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+from typing import TYPE_CHECKING, Any
+
+from planner.compose.affine import Affine, moe_prefix
+from planner.compose.context import Context, SharedKey
+from planner.workload.ops import MOE_BLOCK, block_kinds
+
+if TYPE_CHECKING:
+    from planner.compose.terms import SharedTerms
+
+
+def block_sequence(ctx: Context) -> tuple[tuple[str, ...], tuple[int, ...] | None]:
+    """The block kinds the model has (one, or ``("transformer_block", "moe_block")``) and, for two kinds, the
+    ``affine.moe_prefix`` of its layer sequence (``ops.block_kinds``: DeepSeek-V3's 3 dense layers then 58 MoE,
+    Llama 4 Maverick's alternation); cached on the context."""
+    seq = ctx.blocks
+    if seq is None:
+        order = block_kinds(ctx.model)
+        kinds = tuple(sorted(set(order)))  # "moe_block" < "transformer_block": the dense kind last
+        if len(kinds) == 1:
+            seq = ctx.blocks = (kinds, None)
+        else:
+            seq = ctx.blocks = (("transformer_block", MOE_BLOCK), moe_prefix([k == MOE_BLOCK for k in order]))
+    return seq
+
+
+def block_counts(ctx: Context) -> dict[str, int]:
+    """The model's layers of each block kind."""
+    kinds, prefix = block_sequence(ctx)
+    if prefix is None:
+        return {kinds[0]: ctx.model.num_layers}
+    return {"transformer_block": ctx.model.num_layers - prefix[-1], MOE_BLOCK: prefix[-1]}
+
+
+def mixed_terms(ctx: Context, key: SharedKey, prefix: tuple[int, ...]) -> SharedTerms:
+    """The terms of a model of dense and MoE blocks (``terms.shared_terms``' key): each kind's (``terms.kind_terms``)
+    ``merged``. The dense kind's do not depend on the experts' layout but for the model's parameters per rank (its
+    DP buckets): shared by the (ep, etp) pairs with as many."""
+    from planner.compose.terms import kind_terms, layer_group
+
+    mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp = key
+    at = (mbs, tp, sp, recompute, tpo, ep, etp)
+    params = sum(layer_group(ctx, *at, k).params[0] * n for k, n in block_counts(ctx).items())
+    dense_key = (*at[:5], zero_stage, dp, params)
+    dense = ctx.dense_terms.get(dense_key)
+    if dense is None:
+        dense = ctx.dense_terms[dense_key] = kind_terms(ctx, key, "transformer_block")
+    return merged(dense, kind_terms(ctx, key, MOE_BLOCK), prefix)
+
+
+def merged(dense: SharedTerms, moe: SharedTerms, prefix: tuple[int, ...]) -> SharedTerms:
+    """The terms of a model of dense and MoE blocks from the terms of each kind priced as if every block were of
+    it: every ``Affine`` keeps the dense one's constant and extras (the embedding, the LM head and the end of step
+    are the model's, alike in both) with the dense layer's coefficient as ``layer`` and what a MoE layer adds as
+    ``moe``; the per-layer buffers (one rematerialised or ZeRO-3-gathered layer) are the larger kind's."""
+    two: dict[str, Any] = {
+        f.name: Affine(a.const, a.layer, a.emb, a.head, b.layer - a.layer)
+        for f in fields(dense)
+        if isinstance(a := getattr(dense, f.name), Affine) and isinstance(b := getattr(moe, f.name), Affine)
+    }
+    return replace(
+        dense,
+        **two,
+        recompute_tmp=max(dense.recompute_tmp, moe.recompute_tmp),
+        z3_tmp=max(dense.z3_tmp, moe.z3_tmp),
+        moe_prefix=prefix,
+        flops_moe=moe.flops_layer - dense.flops_layer,
+    )

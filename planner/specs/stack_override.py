@@ -1,0 +1,59 @@
+"""A training stack given inline in a request (``training.stack``): a preset with some of its fields overridden."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from planner.specs.common import Spec
+
+StackId = Literal["meshplan", "megatron", "torchtitan", "deepspeed"]  # = planner.specs.stacks.STACKS
+
+
+class StackOverride(Spec):
+    """A training stack given inline: a preset (``base``) with some of its fields overridden
+    (``planner.specs.stacks``; ``meshplan stacks`` lists the presets and their fields)."""
+
+    base: StackId = Field(default="meshplan", description="The preset this stack starts from.")
+    attention: Literal["flash", "unfused"] | None = Field(
+        default=None, description="Attention kernel: flash (fused) or unfused (s×s scores in HBM)."
+    )
+    dropout: bool | None = Field(default=None, description="Attention and hidden dropout (masks kept and written).")
+    activations: Literal["zoo", "te", "titan"] | None = Field(
+        default=None,
+        description="Saved-activation formula: zoo (eager PyTorch), te (Transformer Engine) or titan (torchtitan).",
+    )
+    kernels: Literal["eager", "fused", "compiled"] | None = Field(
+        default=None,
+        description="Norm/SwiGLU/RoPE kernels: eager (one PyTorch op each), fused (TE/apex) or compiled "
+        "(torch.compile per block).",
+    )
+    overlap_grad_reduce: bool | None = Field(
+        default=None, description="Whether the DP gradient reduction overlaps the last backward."
+    )
+    norm_kernel: Literal["eager", "fused"] | None = Field(
+        default=None, description="Norm kernels alone (eager or fused); unset: as kernels."
+    )
+    selective_ac: Literal["op"] | int | None = Field(
+        default=None,
+        description="What recompute 'selective' means with titan activations (torchtitan's selective_ac_option): "
+        "'op' (op-level policy) or k (every k-th block fully recomputed).",
+    )
+
+    loss: Literal["fp32_logits", "upcast", "fused"] | None = Field(
+        default=None,
+        description="What the loss holds: fp32_logits (one fp32 copy), upcast (cross_entropy of logits.float(): "
+        "three fp32 tensors at its backward) or fused (a fused cross-entropy kernel over the 16-bit logits).",
+    )
+
+    @field_validator("selective_ac", mode="before")
+    @classmethod
+    def _selective_ac(cls, v: object) -> object:
+        ok = v is None or v == "op" or (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1000)
+        if not ok:
+            raise ValueError(
+                f"must be 'op' or a whole number of blocks from 1 to 1000 (got {v!r}); set "
+                'training.stack.selective_ac to "op" (op-level policy) or k (every k-th block fully recomputed)'
+            )
+        return v
