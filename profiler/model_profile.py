@@ -103,8 +103,12 @@ def emulate_sequence_parallel(layer: nn.Module, kind: str, tp: int) -> Iterator[
 
     handles = []
     if kind == "transformer_block":
-        for sub in (layer.attn, layer.mlp):
-            handles += [sub.register_forward_pre_hook(gather), sub.register_forward_hook(scatter)]
+        # a MoE block's router and routed experts take the sequence shard as it is (runtime.expert_parallel); its
+        # shared expert is split like the dense MLP
+        mlp = layer.mlp if layer.mlp is not None else layer.moe.shared
+        for sub in (layer.attn, mlp):
+            if sub is not None:
+                handles += [sub.register_forward_pre_hook(gather), sub.register_forward_hook(scatter)]
     elif kind == "embedding":
         handles.append(layer.register_forward_hook(scatter))
     else:

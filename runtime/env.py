@@ -7,6 +7,7 @@ DeviceMesh with the runtime's dims ``("pp", "dp", "tp")`` (``("pp", "dp", "cp", 
     layout = layout_from_env()          # tp, pp, dp, micro_batch_size, schedule, stage_layers, ...
     mesh = mesh_from_env()              # call after torch.distributed is initialised (or let it init)
     tp_mesh, dp_mesh = mesh["tp"], mesh["dp"]
+    emesh = expert_mesh_from_env()      # a mixture of experts: ("pp", "edp", "ep"), MESHPLAN_EP carved from dp
 
 Bad or missing values are ``MeshplanError``s naming the variable and the fix."""
 
@@ -42,6 +43,8 @@ class Layout:
     precision: str
     cp: int = 1
     cp_comm: str = "p2p"
+    ep: int = 1  # expert parallelism (MESHPLAN_EP; absent in exports written before issue 23: 1)
+    etp: int = 1
 
     @property
     def world_size(self) -> int:
@@ -118,7 +121,16 @@ def layout_from_env(env: Mapping[str, str] | None = None) -> Layout:
         precision=_get(env, "MESHPLAN_PRECISION"),
         cp=_int(env, "MESHPLAN_CP") if env.get("MESHPLAN_CP") else 1,
         cp_comm=cp_comm,
+        ep=_int(env, "MESHPLAN_EP") if env.get("MESHPLAN_EP") else 1,
+        etp=_int(env, "MESHPLAN_ETP") if env.get("MESHPLAN_ETP") else 1,
     )
+    if layout.dp % layout.ep:
+        raise MeshplanError(
+            "MESHPLAN_EP",
+            f"{layout.ep} does not divide MESHPLAN_DP={layout.dp}: expert-parallel ranks are carved out of the "
+            "data-parallel ranks",
+            "re-export the plan",
+        )
     if layout.micro_batch_size * layout.num_microbatches * layout.dp != layout.global_batch_size:
         raise MeshplanError(
             "MESHPLAN_GLOBAL_BATCH_SIZE",
@@ -143,17 +155,19 @@ def plan_from_env(env: Mapping[str, str] | None = None):
     layout = layout_from_env(env)
     plan = load_plan(_get(env, "MESHPLAN_PLAN"))
     p = plan.parallel
-    if (p.tp, p.cp, p.pp, p.dp, p.micro_batch_size) != (
+    if (p.tp, p.cp, p.pp, p.dp, p.ep, p.micro_batch_size) != (
         layout.tp,
         layout.cp,
         layout.pp,
         layout.dp,
+        layout.ep,
         layout.micro_batch_size,
     ):
         raise MeshplanError(
             "MESHPLAN_PLAN",
-            f"the plan file has tp={p.tp} cp={p.cp} pp={p.pp} dp={p.dp} mbs={p.micro_batch_size}, the environment "
-            f"tp={layout.tp} cp={layout.cp} pp={layout.pp} dp={layout.dp} mbs={layout.micro_batch_size}",
+            f"the plan file has tp={p.tp} cp={p.cp} pp={p.pp} dp={p.dp} ep={p.ep} mbs={p.micro_batch_size}, the "
+            f"environment tp={layout.tp} cp={layout.cp} pp={layout.pp} dp={layout.dp} ep={layout.ep} "
+            f"mbs={layout.micro_batch_size}",
             "point MESHPLAN_PLAN at the plan that was exported",
         )
     return plan
@@ -183,3 +197,20 @@ def mesh_from_env(device_type: str | None = None, env: Mapping[str, str] | None 
     if device_type == "cuda":
         torch.cuda.set_device(int(env.get("LOCAL_RANK", "0")))
     return init_device_mesh(device_type, layout.mesh_shape, mesh_dim_names=layout.mesh_dims)
+
+
+def expert_mesh_from_env(device_type: str | None = None, env: Mapping[str, str] | None = None):
+    """The expert layers' DeviceMesh ``("pp", "edp", "ep")`` (``runtime.expert_parallel.expert_mesh``: EP carved out
+    of the data-parallel ranks, edp = dp / ep × cp × tp) from the layout variables, over the ranks of
+    ``mesh_from_env``'s mesh. Call after ``mesh_from_env`` (or with torch.distributed initialised)."""
+    import torch
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from runtime.expert_parallel import EXPERT_MESH_DIMS, expert_ranks
+
+    env = os.environ if env is None else env
+    layout = layout_from_env(env)
+    if device_type is None:
+        device_type = "cuda" if torch.cuda.is_available() else "cpu"
+    ranks = expert_ranks(layout.pp, layout.dp, layout.cp, layout.tp, layout.ep)
+    return DeviceMesh(device_type, ranks, mesh_dim_names=EXPERT_MESH_DIMS)

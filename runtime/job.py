@@ -24,10 +24,19 @@ from planner.specs import Plan
 from planner.specs.config import SCHEDULES
 from planner.specs.layout import cp_a2a_size, stage_ranks
 from runtime.context_parallel import CPContext, apply_cp, hierarchical_groups
+from runtime.expert_parallel import (
+    EPContext,
+    apply_ep,
+    apply_expert_dp,
+    expert_mesh,
+    moe_modules,
+    shard_experts,
+    update_expert_bias,
+)
 from runtime.fp8 import apply_fp8
 from runtime.fp8 import note as fp8_note
 from runtime.models import Transformer, build_model, init_weights
-from runtime.parallelize import apply_compile, apply_dp, apply_recompute, apply_tp, mixed_precision
+from runtime.parallelize import ZERO_BUBBLE, apply_compile, apply_dp, apply_recompute, apply_tp, mixed_precision
 from runtime.validate import num_microbatches, validate_plan
 
 
@@ -73,15 +82,18 @@ def chunk_layer_ids(stage_layers: list[int]) -> list[list[int]]:
     return out
 
 
-def build_chunk(plan: Plan, chunk: int, *, seed: int, device: torch.device) -> Transformer:
+def build_chunk(plan: Plan, chunk: int, *, seed: int, device: torch.device, ep_rank: int = 0) -> Transformer:
     """Chunk ``chunk`` of the model: the full model (built on meta) with the other chunks' layers
-    deleted; the embedding only on chunk 0, final norm and head only on the last. Names unchanged."""
+    deleted; the embedding only on chunk 0, final norm and head only on the last; under expert parallelism
+    only ep rank ``ep_rank``'s experts of each MoE layer. Names unchanged."""
     spec, layers = plan.model, chunk_layer_ids(plan.parallel.stage_layers)
     model = build_model(spec, device="meta")
     keep = {str(i) for i in layers[chunk]}
     for name in list(model.layers.keys()):
         if name not in keep:
             del model.layers[name]
+    if plan.parallel.ep > 1:
+        shard_experts(model, ep_rank, plan.parallel.ep)
     if chunk != 0:
         model.embed = None
     if chunk != len(layers) - 1:
@@ -115,6 +127,7 @@ class Job:
     dp_wrapper: str | None
     notes: list[str] = field(default_factory=list)
     cp: CPContext | None = None  # context parallelism (cp > 1): this rank's share of each sequence
+    stage_group: object = None  # a mixture of experts: the ranks of this pipeline stage (expert-bias counts)
 
     # ---------------------------------------------------------------- construction
     @classmethod
@@ -149,25 +162,43 @@ class Job:
             cp = CPContext(mesh.get_group("cp"), p.cp_comm, *levels)
         # Dense layers' data parallelism spans dp × cp: the cp ranks of a replica hold the same weights.
         dp_mesh = mesh["dp", "cp"]._flatten("dp_cp") if cp is not None else mesh["dp"]
+        moe = plan.model.moe is not None
+        emesh = expert_mesh(plan, device.type) if moe and p.num_gpus > 1 else None
+        ep = EPContext(emesh.get_group("ep"), plan.model.moe.num_experts) if emesh is not None and p.ep > 1 else None
+        # the ranks that split one sequence (their routing counts add up for the sequence-level aux loss)
+        seq_groups = tuple(mesh.get_group(d) for d, n in (("cp", p.cp), ("tp", p.tp)) if n > 1)
+        # the aux loss's gradient joins the micro-batch's loss gradient: ÷ micro-batches when this runtime
+        # accumulates them itself (a pipeline schedule rescales all gradients), × cp (the dense mean over dp × cp)
+        aux_scale = (1.0 if p.pp > 1 else 1.0 / num_microbatches(plan)) * p.cp
         for c, r in enumerate(stage_ranks(p)):
             if r != pp_rank:
                 continue
-            module = build_chunk(plan, c, seed=train.seed, device=device)
+            ep_rank = emesh.get_local_rank("ep") if ep is not None else 0
+            module = build_chunk(plan, c, seed=train.seed, device=device, ep_rank=ep_rank)
             apply_fp8(module, plan)  # before TP and DP, as torchtitan converts (a no-op unless precision fp8)
             if cp is not None:
                 apply_cp(module, cp)
+            if moe:
+                apply_ep(module, plan, emesh, ep, seq_groups, aux_scale)
             if p.tp > 1:
                 apply_tp(module, mesh["tp"], plan.tp_plan, tie_embeddings=plan.model.tie_embeddings)
             apply_recompute(module, p.recompute)
             if compile_blocks:
                 apply_compile(module)
-            dp_wrapper = apply_dp(module, dp_mesh, p, mp)
+            ignored: set = set()
+            if emesh is not None:
+                reshard = p.zero_stage == 3 and p.schedule not in ZERO_BUBBLE
+                ignored = apply_expert_dp(module, emesh["edp"], p.zero_stage, reshard, mp)
+            dp_wrapper = apply_dp(module, dp_mesh, p, mp, ignored)
             chunks[c] = module
         if compile_blocks:
             notes.append("transformer blocks compiled with torch.compile (--compile)")
         schedule = _build_schedule(plan, mesh, chunks, device) if p.pp > 1 else None
         optimizers = [make_optimizer(m.parameters(), train, plan.training.optimizer) for m in chunks.values()]
-        return cls(plan, train, device, mesh, chunks, optimizers, schedule, dp_wrapper, notes, cp)
+        stage_group = None
+        if emesh is not None and any(m.balance == "expert_bias" for c in chunks.values() for m in moe_modules(c)):
+            stage_group = emesh["edp", "ep"]._flatten("stage").get_group()
+        return cls(plan, train, device, mesh, chunks, optimizers, schedule, dp_wrapper, notes, cp, stage_group)
 
     # ---------------------------------------------------------------- properties
     @property
@@ -238,6 +269,7 @@ class Job:
         for opt in self.optimizers:
             opt.step()
             opt.zero_grad(set_to_none=True)
+        update_expert_bias(self.chunks.values(), self.stage_group)  # MoE with aux-loss-free balancing
 
     def train_step(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[float, float]:
         loss = self.forward_backward(inputs, targets)
@@ -266,10 +298,34 @@ def build_schedule(schedule: str, group, chunks: dict[int, nn.Module], total: in
     from torch.distributed import pipelining
 
     stages = [pipelining.PipelineStage(m, c, total, device, group=group) for c, m in chunks.items()]
+    for stage, m in zip(stages, chunks.values(), strict=True):
+        _no_counts_in_metadata_inference(stage, m)
     cls = getattr(pipelining, _SCHEDULES[schedule])
     if total == len(dist.get_process_group_ranks(group)):  # one chunk per rank
         return cls(stages[0], n, loss_fn=loss, scale_grads=True)
     return cls(stages, n, loss_fn=loss, scale_grads=True)
+
+
+def _no_counts_in_metadata_inference(stage, chunk: nn.Module) -> None:
+    """PyTorch 2.13's ``PipelineStage`` infers its shapes at the first step by running the chunk's forward once more
+    (on the real input for the first stage, on empty tensors for the others). A MoE layer with aux-loss-free
+    balancing counts the tokens its forward routes (``MoE.tokens_per_expert``): those of that extra forward are not
+    a step's tokens, so the layers stop counting while it runs (caught by the tiny-moe-shared pipeline rows)."""
+    mods = [m for m in moe_modules(chunk) if m.balance == "expert_bias"]
+    infer = getattr(stage, "_forward_metadata_inference", None)
+    if not mods or infer is None:
+        return
+
+    def without_counts(*args, **kwargs):
+        for m in mods:
+            m.counting = False
+        try:
+            return infer(*args, **kwargs)
+        finally:
+            for m in mods:
+                m.counting = True
+
+    stage._forward_metadata_inference = without_counts
 
 
 def reduce_partial_grads(params: list[torch.Tensor]) -> None:

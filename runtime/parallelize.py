@@ -124,15 +124,21 @@ def mixed_precision(precision: str, device_type: str):
     return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
 
 
-def apply_dp(chunk: nn.Module, dp_mesh: DeviceMesh, parallel: ParallelConfig, mp_policy=None) -> str | None:
+def apply_dp(
+    chunk: nn.Module, dp_mesh: DeviceMesh, parallel: ParallelConfig, mp_policy=None, ignored: set | None = None
+) -> str | None:
     """Data parallelism per ``zero_stage`` over the DP mesh, each block its own unit, then the chunk:
     3 → ``fully_shard`` (params, grads and optimizer state sharded; reshard after forward),
     1/2 → ``fully_shard(reshard_after_forward=False)`` (grads and optimizer state sharded),
     0 → ``replicate`` (FSDP2's replicated mode: gradients all-reduced).
-    Never DDP: it is wrong with pipelining and fails on TP DTensors. Returns the wrapper used."""
+    Never DDP: it is wrong with pipelining and fails on TP DTensors. Returns the wrapper used. ``ignored``:
+    parameters left alone (expert weights that no other rank of their expert-data-parallel group holds;
+    ``runtime.expert_parallel.apply_expert_dp`` wraps the others itself, before this)."""
     if dp_mesh.size() == 1 and mp_policy is None:
         return None
-    kw = {} if mp_policy is None else {"mp_policy": mp_policy}
+    kw: dict = {} if mp_policy is None else {"mp_policy": mp_policy}
+    if ignored:
+        kw["ignored_params"] = ignored
     if parallel.zero_stage == 0:
         from torch.distributed._composable.replicate_with_fsdp import replicate
 

@@ -98,6 +98,7 @@ def reference_run(plan: Plan, train, steps: int, data=None, grads_at: int = 0):
     parallelism (an FP8 plan: the same FP8 conversion and micro-batches, ``reference_microbatches``):
     returns (losses, grad norms, {param name: grad at step ``grads_at``})."""
     from runtime.data import SyntheticTokens
+    from runtime.expert_parallel import update_expert_bias
     from runtime.fp8 import apply_fp8
     from runtime.job import loss_fn, make_optimizer
     from runtime.models import build_model
@@ -121,6 +122,7 @@ def reference_run(plan: Plan, train, steps: int, data=None, grads_at: int = 0):
         norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)))
         opt.step()
         opt.zero_grad(set_to_none=True)
+        update_expert_bias([model], None)  # a mixture of experts with aux-loss-free balancing
         losses.append(float(loss.detach()))
     return losses, norms, grads
 

@@ -35,13 +35,16 @@ def module_names(plan: Plan) -> list[str]:
                 "attn.wo",
                 "attn.core",
                 "mlp_norm",
-                "mlp",
-                "mlp.w1",
-                "mlp.w2",
             )
         ]
-        if m.activation == "swiglu":
-            block.append(f"layers.{i}.mlp.w3")
+        if m.is_moe_layer(i):
+            block += [f"layers.{i}.moe", f"layers.{i}.moe.router", f"layers.{i}.moe.experts"]
+            if m.moe is not None and m.moe.shared_experts:
+                block += [f"layers.{i}.moe.shared"] + [f"layers.{i}.moe.shared.w{j}" for j in (1, 2, 3)]
+        else:
+            block += [f"layers.{i}.mlp", f"layers.{i}.mlp.w1", f"layers.{i}.mlp.w2"]
+            if m.activation == "swiglu":
+                block.append(f"layers.{i}.mlp.w3")
         names += block
     return names
 
@@ -73,6 +76,7 @@ def validate_plan(plan: Plan, world_size: int) -> None:
         )
     rules.check(rules.runnable(m, plan.training, p), rules.cp_runnable(p.cp, p.cp_comm))
     fp8.check(plan)  # torchao's recipes run; Transformer Engine / Blackwell ones are refused by name
+    _validate_experts(plan)
     if m.tie_embeddings and p.pp > 1:
         raise MeshplanError(
             "model.tie_embeddings",
@@ -80,6 +84,33 @@ def validate_plan(plan: Plan, world_size: int) -> None:
             "set tie_embeddings to false for pipeline-parallel plans, or use pp = 1",
         )
     _validate_tp_plan(plan)
+
+
+def _validate_experts(plan: Plan) -> None:
+    """A mixture of experts as the bundled runtime runs it (``runtime.models.moe``, ``runtime.expert_parallel``):
+    buildable, EP carved out of dp, experts whole on a rank (etp 1), tokens sequence-split under TP; dense models:
+    ep = etp = 1."""
+    from planner.specs import ep_rules
+    from runtime.models.transformer import check_buildable
+
+    p, m = plan.parallel, plan.model
+    if m.moe is None:
+        rules.check(ep_rules.ep_fits_model(m, p.ep, p.etp))
+        return
+    check_buildable(m)
+    if p.etp != 1:
+        raise MeshplanError(
+            "parallel.etp",
+            f"the bundled runtime runs each expert whole on a rank (etp = 1), not etp={p.etp}: its TP ranks hold their "
+            "own sequence-parallel tokens and act as expert-data-parallel replicas (torchtitan's choice since it "
+            "removed ETP)",
+            "set parallel.etp to 1 (with sequence_parallel when tp > 1), or export to megatron for etp = tp",
+        )
+    rules.check(
+        ep_rules.ep_fits_model(m, p.ep, p.etp),
+        ep_rules.ep_divides_dp(p.ep, p.dp),
+        ep_rules.expert_tokens_split(m, p.tp, p.ep, p.etp, p.sequence_parallel),
+    )
 
 
 def _validate_tp_plan(plan: Plan) -> None:

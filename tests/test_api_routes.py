@@ -500,8 +500,8 @@ def test_plan_request_with_an_hf_config_plans_end_to_end(client):
 @pytest.mark.parametrize(
     ("model", "field"),
     [
-        # An MoE config is read, and refused by name on a stack without a MoE block (the default, meshplan;
-        # expert parallelism is priced on megatron and torchtitan since cost model 17).
+        # An MoE config is read, and refused by name on a stack without a MoE block (deepspeed; the default,
+        # meshplan, runs MoE since issue 23's runtime part; expert parallelism is priced since cost model 17).
         ({"hf_config": "olmoe-1b-7b-0125-instruct.json"}, "training.stack"),
         ({"hf_config": {"model_type": "bert", "architectures": ["BertModel"]}}, "model.hf_config.model_type"),
         ({"hf_config": "qwen3-8b.json", "revision": "main"}, "model"),
@@ -511,7 +511,8 @@ def test_plan_request_with_an_hf_config_plans_end_to_end(client):
 def test_hf_config_errors_name_the_field(client, model, field):
     if isinstance(model["hf_config"], str):
         model = {**model, "hf_config": json.loads((HF_CONFIGS / model["hf_config"]).read_text())}
-    r = client.post("/v1/plans", json=plan_request(model=model, training__seq_len=1024))
+    stack = {"training__stack": "deepspeed"} if field == "training.stack" else {}
+    r = client.post("/v1/plans", json=plan_request(model=model, training__seq_len=1024, **stack))
     assert r.status_code == 422, r.text
     assert r.headers["content-type"].startswith(PROBLEM)
     assert r.json()["errors"][0]["field"] == field, r.json()

@@ -51,11 +51,35 @@ def test_dense_model_refuses_ep() -> None:
     assert err.value.field == "parallel.ep"
 
 
-def test_meshplan_stack_refuses_moe_naming_the_stacks_that_run_it() -> None:
-    req = {**MIXTRAL, "training": {**MIXTRAL["training"], "stack": "meshplan"}}
+def test_a_stack_without_moe_refuses_it_naming_the_stacks_that_run_it() -> None:
+    req = {**MIXTRAL, "training": {**MIXTRAL["training"], "stack": "deepspeed"}}
     with pytest.raises(MeshplanError) as err:
         plan(req)
     assert err.value.field == "training.stack" and "megatron" in err.value.fix and "torchtitan" in err.value.fix
+    assert "meshplan" in err.value.fix  # the bundled runtime runs MoE too (runtime/models/moe.py)
+
+
+def test_meshplan_stack_plans_moe_with_ep_that_its_runtime_runs() -> None:
+    """The bundled runtime's stack declares MoE and EP with whole experts (etp 1): its plans carry etp 1 (with SP
+    under TP), validate in runtime.validate and export to its target; etp = tp is refused naming parallel.etp."""
+    from api.exporters import export
+    from api.exporters.options import ExportOptions
+    from planner.api import estimate_plan
+    from runtime.validate import validate_plan
+
+    req = {**MIXTRAL, "training": {**MIXTRAL["training"], "stack": "meshplan"}, "top_k": 3}
+    plans = plan(req).plans
+    assert plans and any(p.parallel.ep > 1 for p in plans)
+    for p in plans:
+        assert p.parallel.etp == 1 and (p.parallel.tp == 1 or p.parallel.sequence_parallel)
+        validate_plan(p, p.parallel.num_gpus)
+        assert "meshplan run" in export(p, "meshplan", ExportOptions()).content
+    with pytest.raises(MeshplanError) as err:
+        estimate({**req, "parallel": {"tp": 4, "pp": 8, "ep": 2, "etp": 4, "sequence_parallel": True}})
+    assert err.value.field == "parallel.etp"
+    # unpinned, the estimate's etp is 1 on this stack (Megatron-core's default etp = tp where the stack runs it)
+    pinned = estimate_plan({**req, "parallel": {"tp": 4, "pp": 8, "ep": 2, "sequence_parallel": True}})
+    assert pinned.parallel.etp == 1
 
 
 def test_maverick_alternation_is_priced_by_kind() -> None:
@@ -226,17 +250,24 @@ def test_exports_carry_expert_parallelism(mixtral_plan) -> None:
     assert "export MESHPLAN_EP=2" in env and "export MESHPLAN_ETP=4" in env
 
 
-@pytest.mark.parametrize("fmt", ["deepspeed", "meshplan", "torchrun", "slurm", "kubeflow-pytorchjob"])
-def test_targets_without_moe_refuse(mixtral_plan, fmt: str) -> None:
-    """DeepSpeed, and meshplan's runtime (its target, and the launchers that start it without --command)."""
+def test_targets_without_moe_refuse(mixtral_plan) -> None:
     from api.exporters import export
     from api.exporters.options import ExportOptions
 
     with pytest.raises(MeshplanError) as err:
-        export(mixtral_plan, fmt, ExportOptions())
+        export(mixtral_plan, "deepspeed", ExportOptions())
     assert err.value.field == "plan.model.moe" and "megatron" in err.value.fix
-    if fmt not in ("deepspeed", "meshplan"):
-        assert "--command" in err.value.fix
+
+
+def test_meshplan_target_refuses_what_its_runtime_does_not_run(mixtral_plan) -> None:
+    """The meshplan target runs EP with whole experts: the Megatron-style plan's etp 4 is refused by name."""
+    from api.exporters import export
+    from api.exporters.options import ExportOptions
+
+    assert mixtral_plan.parallel.etp == 4
+    with pytest.raises(MeshplanError) as err:
+        export(mixtral_plan, "meshplan", ExportOptions())
+    assert err.value.field == "parallel.etp" and "megatron" in err.value.fix
 
 
 def test_load_imbalance_slows_the_busiest_rank_and_capacity_caps_it() -> None:
@@ -272,3 +303,31 @@ def test_rest_estimate_shows_ep_or_names_the_field(tmp_path, parallel: dict, sta
         assert r.json()["parallel"]["ep"] == 2 and r.json()["estimate"]["breakdown"]["ep_comm_s"] > 0
     else:
         assert r.json()["errors"][0]["field"] == field
+
+
+def test_megatron_export_carries_the_routers_score_function_and_group_limit() -> None:
+    """A sigmoid, group-limited router (DeepSeek-V3's kind) is exported as such, not as Megatron's default softmax."""
+    from api.exporters import export
+    from api.exporters.options import ExportOptions
+    from planner.api import estimate_plan
+
+    m = get_model("mixtral-8x22b")
+    routed = m.model_copy(
+        update={
+            "name": "mixtral-sigmoid",
+            "moe": m.moe.model_copy(update={"router": "sigmoid", "router_groups": 4, "router_topk_groups": 2}),
+        }  # type: ignore[union-attr]
+    )
+    p = estimate_plan(
+        {**MIXTRAL, "model": routed.model_dump(), "parallel": {"tp": 4, "pp": 8, "ep": 2, "sequence_parallel": True}}
+    )
+    words = export(p, "megatron", ExportOptions()).content.split()
+    assert words[words.index("--moe-router-score-function") + 1] == "sigmoid"
+    assert words[words.index("--moe-router-num-groups") + 1] == "4"
+    assert words[words.index("--moe-router-group-topk") + 1] == "2"
+    plain = export(
+        estimate_plan({**MIXTRAL, "parallel": {"tp": 4, "pp": 8, "ep": 2, "sequence_parallel": True}}),
+        "megatron",
+        ExportOptions(),
+    )
+    assert "--moe-router-score-function" not in plain.content and "--moe-router-num-groups" not in plain.content

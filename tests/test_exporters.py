@@ -213,14 +213,14 @@ CASES["llama3-8b-pp-zero2"] = make_plan(
 )
 # A mixture of experts (issue 23) with everything Megatron is told of one: DeepSeek-V3's multi-latent attention,
 # 3 dense first layers, a shared expert, sigmoid group-limited routing, EP 64 carved from dp, ZeRO-1. The launchers
-# and the meshplan target start meshplan's runtime, which has no MoE block: refused (they carry MESHPLAN_EP to a
-# --command program instead); DeepSpeed's export does not write DeepSpeed-MoE: refused.
+# and the meshplan target start meshplan's runtime, which runs MoE but builds no latent attention: refused naming
+# model.mla (they carry MESHPLAN_EP to a --command program instead); DeepSpeed's export does not write DeepSpeed-MoE.
 CASES["deepseek-v3-ep64"] = make_plan(
     "deepseek-v3", 32, 8, H100, tp=1, pp=4, dp=64, ep=64, mbs=1, gbs=1024, seq=4096, split=[16, 15, 15, 15], zero=1
 )
-ERRORS |= {
-    ("deepseek-v3-ep64", fmt): "plan.model.moe"
-    for fmt in ("deepspeed", "meshplan", "torchrun", "slurm", "kubeflow-pytorchjob", "kubeflow-trainjob")
+ERRORS |= {("deepseek-v3-ep64", "deepspeed"): "plan.model.moe"} | {
+    ("deepseek-v3-ep64", fmt): "plan.model.mla"  # meshplan's runtime runs MoE, but not latent attention
+    for fmt in ("meshplan", "torchrun", "slurm", "kubeflow-pytorchjob", "kubeflow-trainjob")
 }
 
 OPTIONS = ExportOptions(
@@ -1183,6 +1183,61 @@ def test_exported_torchrun_script_gives_the_users_program_its_mesh(tmp_path, tp,
         for d in ("pp", "dp", "tp"):
             (group,) = [g for g in mesh_groups(plan.mesh, d) if out["rank"] in g]
             assert out["groups"][d] == group
+
+
+EP_PROGRAM = """
+import json
+import torch.distributed as dist
+from runtime.env import expert_mesh_from_env, layout_from_env, mesh_from_env
+dist.init_process_group("gloo")
+mesh, emesh = mesh_from_env("cpu"), expert_mesh_from_env("cpu")
+out = {"rank": dist.get_rank(), "ep": layout_from_env().ep, "dims": list(emesh.mesh_dim_names),
+       "groups": {d: dist.get_process_group_ranks(emesh.get_group(d)) for d in ("edp", "ep")}}
+with open(f"rank{dist.get_rank()}.json", "w") as f:
+    json.dump(out, f)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_exported_torchrun_script_gives_the_users_program_its_expert_mesh(tmp_path):
+    """An EP plan's torchrun export carries MESHPLAN_EP; the user's program builds the expert layers' mesh
+    (pp, edp, ep) with runtime.env: EP carved out of dp, ep innermost (dp-adjacent ranks), as the runtime does.
+    Here tp2 × dp4 with ep2 on 8 processes: ep groups are ranks tp apart, edp the other dp half and the TP pair."""
+    from runtime.testing import make_plan as runtime_plan
+
+    plan = runtime_plan("tiny-moe", tp=2, dp=4, ep=2, sequence_parallel=True, micro_batch_size=2)
+    (tmp_path / "plan.json").write_text(plan.model_dump_json())
+    (tmp_path / "train.py").write_text(EP_PROGRAM)
+    script = export(plan, "torchrun", ExportOptions(command="train.py")).content
+    assert "export MESHPLAN_EP=2" in script
+    (tmp_path / "job.sh").write_text(script)
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        OMP_NUM_THREADS="1",
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    )
+    run = subprocess.run(["bash", "job.sh"], cwd=tmp_path, env=env, text=True, capture_output=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    for r in range(8):
+        out = json.loads((tmp_path / f"rank{r}.json").read_text())
+        dp, tp = divmod(r, 2)  # row-major (pp, dp, tp)
+        assert out["ep"] == 2 and out["dims"] == ["pp", "edp", "ep"]
+        assert out["groups"]["ep"] == [(dp // 2 * 2 + e) * 2 + tp for e in range(2)]
+        assert out["groups"]["edp"] == [(o * 2 + dp % 2) * 2 + t for o in range(2) for t in range(2)]
+
+
+def test_bad_expert_parallel_variable_names_it():
+    from runtime.env import layout_from_env
+    from runtime.testing import make_plan as runtime_plan
+
+    plan = runtime_plan("tiny-moe", dp=4, ep=2)
+    env = exported_env("torchrun", export(plan, "torchrun", OPTIONS).content)
+    assert layout_from_env(env).ep == 2
+    with pytest.raises(MeshplanError) as err:
+        layout_from_env({**env, "MESHPLAN_EP": "3"})
+    assert err.value.field == "MESHPLAN_EP"
 
 
 @pytest.mark.parametrize("model, has_bias", [("qwen2.5-7b", True), ("llama3-8b", False)])

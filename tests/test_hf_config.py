@@ -112,13 +112,15 @@ CLUSTER = ["--gpu", "h100-sxm5-80gb", "--nodes", "1", "--gpus-per-node", "8", "-
 @pytest.mark.parametrize(
     ("file", "code", "says"),
     [
-        ("qwen3-8b.json", 0, '"name": "qwen3-8b"'),  # a dense config estimates; named by its file
-        ("qwen3-30b-a3b.json", 2, "training.stack"),  # an MoE on the default stack (no MoE block): refused
+        ("llama-3.1-8b.json", 0, '"name": "llama-3.1-8b"'),  # a dense config estimates; named by its file
+        ("qwen3-8b.json", 2, "model.qk_norm"),  # the default stack's runtime builds no per-head QK norm: refused
+        ("qwen3-30b-a3b.json", 2, "training.stack"),  # an MoE on a stack without a MoE block: refused
         ("../../../README.md", 2, "--model"),  # not a JSON document
     ],
 )
 def test_cli_model_file(file: str, code: int, says: str) -> None:
-    out = _cli("estimate", "--model", str(DATA / file), *CLUSTER, "--seq-len", "2048", "--tp", "8", "--json")
+    stack = ["--stack", "deepspeed"] if "a3b" in file else []  # the default stack (meshplan) runs MoE
+    out = _cli("estimate", "--model", str(DATA / file), *CLUSTER, "--seq-len", "2048", "--tp", "8", "--json", *stack)
     assert out.returncode == code, out.stderr
     assert says in (out.stdout if code == 0 else out.stderr)
 
@@ -145,6 +147,8 @@ def test_rest_takes_hf_config(client, model: dict, status: int, field: str | Non
         "training": {"global_batch_size": 64, "seq_len": 2048},
         "parallel": {"tp": 8, "pp": 1, "micro_batch_size": 1},
     }
+    if status == 422 and field == "training.stack":  # a stack without a MoE block (meshplan's runs MoE)
+        body["training"]["stack"] = "deepspeed"
     r = client.post("/v1/estimates", json=body)
     assert r.status_code == status, r.text
     if field is None:

@@ -193,9 +193,12 @@ def torchrun(world: int, module_args: list[str], tmp: Path, timeout: float) -> s
     return run_process_group(cmd, cwd=ROOT, env=env, timeout=timeout)
 
 
-def _launch(world: int, plans: dict, references: Path, tmp: Path) -> dict:
+def _launch(world: int, plans: dict, references: Path, tmp: Path, table: list | None = None) -> dict:
+    """One torchrun launch of the cases of ``table`` (default ``CASES``) at world size ``world``."""
     cases = [
-        {"id": cid, "plan": plans[cid].model_dump(mode="json"), "steps": STEPS} for cid, w, *_ in CASES if w == world
+        {"id": cid, "plan": plans[cid].model_dump(mode="json"), "steps": STEPS}
+        for cid, w, *_ in (CASES if table is None else table)
+        if w == world
     ]
     (tmp / "cases.json").write_text(json.dumps(cases))
     out = tmp / "results.json"

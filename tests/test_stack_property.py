@@ -143,3 +143,70 @@ def test_meshplan_fp8_recipes_are_what_the_runtime_runs() -> None:
         assert "tensorwise, rowwise" in err.value.fix and recipe in err.value.message
     validate_plan(make_plan("tiny-llama", precision="fp8", dp=2), 2)  # no recipe: the stack's default, tensorwise
     assert fp8.recipe(make_plan("tiny-llama", precision="fp8")) == stack.fp8_recipes[0]
+
+
+def random_moe_model(rng: random.Random) -> ModelSpec:
+    """A mixture of experts every layer of which is MoE (what the planner prices): a published attention shape,
+    8–128 routed experts (top-1…8), an optional shared expert, softmax or sigmoid routing, 1B–1T parameters."""
+    h, heads = rng.choice(SHAPES[:8])
+    experts = rng.choice([8, 16, 32, 64, 128])
+    top_k = rng.choice([k for k in (1, 2, 4, 8) if k <= experts])
+    f = rng.choice([h // 4, h // 2, h, 2 * h]) // 64 * 64
+    per_layer = 4 * h * h + 3 * h * f * experts
+    layers = max(4, min(96, round(10 ** rng.uniform(9, 12) / per_layer)))
+    return ModelSpec.model_validate(
+        {
+            "name": f"random-moe-{h}x{layers}-e{experts}k{top_k}",
+            "family": "llama",
+            "num_layers": layers,
+            "hidden_size": h,
+            "num_attention_heads": heads,
+            "num_kv_heads": rng.choice([heads, 8]),
+            "ffn_hidden_size": 4 * h,
+            "vocab_size": rng.choice([32000, 151936]),
+            "activation": "swiglu",
+            "norm": "rmsnorm",
+            "max_seq_len": 8192,
+            "moe": {
+                "num_experts": experts,
+                "top_k": top_k,
+                "expert_ffn_hidden_size": f,
+                "shared_experts": rng.choice([0, 1]),
+                "router": rng.choice(["softmax", "sigmoid"]),
+            },
+        }
+    )
+
+
+@pytest.mark.slow
+def test_every_moe_plan_of_the_meshplan_stack_runs_in_its_runtime() -> None:
+    """Issue 23: the ``meshplan`` stack declares MoE and EP (etp 1); every plan it returns for a random mixture of
+    experts validates in ``runtime.validate`` and exports to the meshplan target without refusal."""
+    rng = random.Random("issue-23-meshplan-moe")
+    n = max(10, N // 4)
+    planned, with_ep, refused = 0, 0, []
+    for i in range(n):
+        model = random_moe_model(rng)
+        need = math.ceil(num_parameters(model) * 16 / 40e9 / 8)
+        nodes = 2 ** rng.randint(max(0, math.ceil(math.log2(need))), 9)
+        req = {
+            "model": model.model_dump(),
+            "cluster": {"gpu": rng.choice(GPUS), "num_nodes": nodes, "gpus_per_node": 8},
+            "training": {"global_batch_size": max(64, nodes * 8), "seq_len": 4096, "stack": "meshplan"},
+            "parallel": {"micro_batch_size": 1},
+            "top_k": 1,
+            "options": {"time_limit_s": 1, "num_workers": 1},
+        }
+        for plan in planner.plan(req).plans:
+            planned += 1
+            p = plan.parallel
+            with_ep += p.ep > 1
+            where = f"request {i} ({plan.model.name}, {p.num_gpus} GPUs): {p}"
+            try:
+                validate_plan(plan, p.num_gpus)
+                export(plan, "meshplan", OPTIONS)
+            except Exception as err:  # noqa: BLE001 — every refusal is collected and reported
+                refused.append(f"refused {where}: {err}")
+    assert not refused, f"{len(refused)} refusals, e.g.\n" + "\n".join(refused[:5])
+    assert planned >= 0.8 * n, f"only {planned} of {n} requests were answered with a plan"
+    assert with_ep > 0, "no plan used expert parallelism"

@@ -1,11 +1,13 @@
 """meshplan's bundled runtime: ``meshplan run --plan plan.json --nproc-per-node N`` on one node, plus
 ``--nnodes K --rdzv-endpoint host:port`` (required by the runtime across nodes; c10d rendezvous) on
 each of several (``runtime/cli.py``); it starts torchrun on ``python -m runtime.train``. The runtime applies every
-part of the plan itself (mesh, TP plan, stage split, schedule, recompute, ZeRO), so nothing is lost."""
+part of the plan itself (mesh, TP plan, stage split, schedule, recompute, ZeRO, context and expert parallelism), so
+nothing is lost; ``runtime.validate`` refuses what it does not run (e.g. a mixture of experts with etp > 1)."""
 
 from __future__ import annotations
 
 from planner.specs import Plan
+from planner.specs.errors import MeshplanError
 
 from .base import Exporter, Notes, comment_block, geometry, header_lines
 from .torchrun import rdzv_endpoint, shell_join
@@ -19,6 +21,7 @@ class MeshplanExporter(Exporter):
     extension = "sh"
 
     def render(self, plan: Plan, options, notes: Notes) -> str:
+        check_experts(plan)
         geom = geometry(plan, options)
         words = ["meshplan", "run", "--plan", options.plan_path, "--nproc-per-node", str(geom.nproc_per_node)]
         raw: frozenset[int] = frozenset()
@@ -41,3 +44,33 @@ class MeshplanExporter(Exporter):
         usage = "Add --steps N (default 10), --data tokens.bin, --report run.json … as needed (meshplan run --help)."
         head = comment_block("#", header_lines(plan, self) + [how, usage], notes.warnings, notes.info)
         return "#!/usr/bin/env bash\n" + head + "set -euo pipefail\n\n" + shell_join(words, raw) + "\n"
+
+
+def check_experts(plan: Plan) -> None:
+    """A mixture of experts as the runtime runs it (``runtime.validate._validate_experts``, without importing
+    PyTorch): whole experts on a rank (etp 1), dropless, no biases on the experts' linears."""
+    moe, p = plan.model.moe, plan.parallel
+    if moe is None:
+        return
+    if p.etp != 1:
+        raise MeshplanError(
+            "parallel.etp",
+            f"meshplan's runtime runs each expert whole on a rank (etp 1), not etp={p.etp}",
+            "re-plan for the meshplan stack (it picks etp 1), or export to megatron / torchtitan, which run etp = tp",
+        )
+    m = plan.model
+    unbuilt = (  # runtime.models.transformer.check_buildable's list, without importing PyTorch
+        ("moe.capacity_factor", moe.capacity_factor is not None),
+        ("moe.expert_bias", moe.expert_bias),
+        ("mla", m.mla is not None),
+        ("qk_norm", m.qk_norm is not None),
+        ("attention_sinks", m.attention_sinks),
+        ("attention_out_bias", m.attention_out_bias),
+    )
+    for field, on in unbuilt:
+        if on:
+            raise MeshplanError(
+                f"plan.model.{field}",
+                f"meshplan's runtime does not build model.{field} ({plan.model.name!r})",
+                "export to megatron or torchtitan (`meshplan export --format megatron` / `torchtitan`)",
+            )

@@ -78,6 +78,16 @@ def check_priced(model: ModelSpec, stack: Stack | None = None) -> None:
     (``compose.blocks``)."""
     if stack is not None:
         rules.check(rules.stack_runs_moe(stack, model, None, None, None))
+        for part in stack.unbuilt:
+            owner, _, name = part.rpartition(".")
+            value = getattr(getattr(model, owner) if owner else model, name, None)
+            if value not in (None, False):
+                raise MeshplanError(
+                    "training.stack",
+                    f"{model.name!r} has model.{part} ({value!r}), which stack {stack.id!r} does not build "
+                    "(`meshplan stacks`)",
+                    "plan it for a stack that runs it (training.stack: megatron or torchtitan)",
+                )
     if model.mla is not None and (stack is None or stack.activations != "te"):
         raise MeshplanError(
             "training.stack",
@@ -190,7 +200,8 @@ def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[i
         cp=cp,
         cp_comm=cp_comm,
         ep=pins.ep or 1,
-        etp=pins.etp or (tp if ctx.model.moe is not None else 1),  # Megatron-core's default: ETP = TP
+        # Megatron-core's default ETP = TP, where the stack runs it (the bundled runtime runs etp 1 only)
+        etp=pins.etp or (tp if ctx.model.moe is not None and "tp" in ctx.stack.etp else 1),
     )
     rules.check(rules.tp_overlap_needs_sp(cand.tp_comm_overlap, tp, sp))
     rules.check(rules.expert_parallel_rules(ctx.stack, ctx.model, cand))

@@ -172,4 +172,30 @@ MOE_MODELS: list[ModelSpec] = [
         ),
         attention_head_dim=128,
     ),  # fmt: skip
+    # Tiny mixtures of experts for tests and CPU runs of the bundled runtime (8 layers like tiny-llama, so pipelines
+    # of up to 8 stages fit; 8 experts, so EP 2/4/8 divide them). tiny-moe: Mixtral-style (softmax router, top-2,
+    # auxiliary balance loss, every layer MoE); tiny-moe-shared: DeepSeek-style (sigmoid router with aux-loss-free
+    # expert bias, group-limited routing over 4 groups of which 2, one shared expert, a leading dense layer).
+    _moe("tiny-moe", 8, 64, 8, 4, 192, 256, 128, MoeSpec(num_experts=8, top_k=2, expert_ffn_hidden_size=64)),
+    _moe(
+        "tiny-moe-shared",
+        8,
+        64,
+        8,
+        4,
+        192,
+        256,
+        128,
+        MoeSpec(
+            num_experts=8,
+            top_k=2,
+            expert_ffn_hidden_size=32,
+            shared_experts=1,
+            shared_expert_ffn_hidden_size=64,
+            first_dense_layers=1,
+            router="sigmoid",
+            router_groups=4,
+            router_topk_groups=2,
+        ),
+    ),  # fmt: skip
 ]

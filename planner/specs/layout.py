@@ -87,22 +87,30 @@ def tp_plan(model: ModelSpec, parallel: ParallelConfig) -> list[TPRule]:
         TPRule(pattern="layers.*.attn_norm", style=norm_style),
         TPRule(pattern="layers.*.mlp_norm", style=norm_style),
     ]
+    # a mixture of experts: MoE layers' MLP is ``moe`` (runtime.models.moe), the dense layers' ``mlp``
+    dense = model.moe is None or any(not model.is_moe_layer(i) for i in range(model.num_layers))
     if sp:
-        rules += [
-            TPRule(pattern="layers.*.attn", style="prepare_input", input_layouts=[seq], desired_input_layouts=[rep]),
-            TPRule(pattern="layers.*.mlp", style="prepare_input", input_layouts=[seq], desired_input_layouts=[rep]),
-        ]
+        rules.append(
+            TPRule(pattern="layers.*.attn", style="prepare_input", input_layouts=[seq], desired_input_layouts=[rep])
+        )
+        if dense:
+            rules.append(
+                TPRule(pattern="layers.*.mlp", style="prepare_input", input_layouts=[seq], desired_input_layouts=[rep])
+            )
     out: list[TPLayout] | None = [seq] if sp else None
     rules += [
         TPRule(pattern="layers.*.attn.wq", style="colwise"),
         TPRule(pattern="layers.*.attn.wk", style="colwise"),
         TPRule(pattern="layers.*.attn.wv", style="colwise"),
         TPRule(pattern="layers.*.attn.wo", style="rowwise", output_layouts=out),
-        TPRule(pattern="layers.*.mlp.w1", style="colwise"),
     ]
-    if model.activation == "swiglu":
-        rules.append(TPRule(pattern="layers.*.mlp.w3", style="colwise"))
-    rules.append(TPRule(pattern="layers.*.mlp.w2", style="rowwise", output_layouts=out))
+    if dense:
+        rules.append(TPRule(pattern="layers.*.mlp.w1", style="colwise"))
+        if model.activation == "swiglu":
+            rules.append(TPRule(pattern="layers.*.mlp.w3", style="colwise"))
+        rules.append(TPRule(pattern="layers.*.mlp.w2", style="rowwise", output_layouts=out))
+    if model.moe is not None and sp:
+        rules += _moe_rules(model)
     rules.append(TPRule(pattern="norm", style=norm_style))
     if vocab_parallel:
         rules.append(
@@ -111,6 +119,32 @@ def tp_plan(model: ModelSpec, parallel: ParallelConfig) -> list[TPRule]:
     elif sp:
         # Head stays replicated: gather the sequence back before it.
         rules.append(TPRule(pattern="head", style="prepare_input", input_layouts=[seq], desired_input_layouts=[rep]))
+    return rules
+
+
+def _moe_rules(model: ModelSpec) -> list[TPRule]:
+    """A MoE layer under TP with sequence parallelism (expert TP 1, the runtime's ``runtime.expert_parallel``):
+    the layer takes each TP rank's sequence shard as a local tensor, the router runs sequence-parallel (its weight
+    replicated, its gradient summed over TP), the routed experts are whole on every rank (their tokens are the
+    rank's own), and the shared expert is split like the dense MLP (Megatron-core: shared experts follow the
+    dense TP)."""
+    seq: TPLayout = "shard_seq"
+    rules = [
+        TPRule(pattern="layers.*.moe", style="prepare_input", input_layouts=[seq], desired_input_layouts=[seq]),
+        TPRule(pattern="layers.*.moe.router", style="sequence_parallel"),
+    ]
+    if model.moe is not None and model.moe.shared_experts:
+        rules += [
+            TPRule(
+                pattern="layers.*.moe.shared",
+                style="prepare_input",
+                input_layouts=[seq],
+                desired_input_layouts=["replicate"],
+            ),
+            TPRule(pattern="layers.*.moe.shared.w1", style="colwise"),
+            TPRule(pattern="layers.*.moe.shared.w3", style="colwise"),
+            TPRule(pattern="layers.*.moe.shared.w2", style="rowwise", output_layouts=[seq]),
+        ]
     return rules
 
 

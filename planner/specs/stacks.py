@@ -160,6 +160,9 @@ class Stack(BaseModel):
     etp: tuple[Literal["one", "tp"], ...] = Field(
         default=(), description="Expert tensor parallelism it runs with tp > 1: 'one' (etp 1), 'tp' (etp = tp)."
     )
+    #: Model parts it does not build (``ModelSpec`` fields, dotted): a model with one is refused for this stack
+    #: (``planner.answer.request.check_priced``), not planned and then refused by its runtime.
+    unbuilt: tuple[str, ...] = Field(default=(), description="Model parts (ModelSpec fields) it does not build.")
     #: Where the capabilities come from (files at the version).
     runs_source: str = Field(description="Where the capabilities come from (files at the version).")
 
@@ -229,7 +232,25 @@ STACKS: dict[str, Stack] = {
             # gloo has no float8 collectives, the CUDA path is unmeasured): fp8_all_gather stays empty.
             # tests/test_stack_property.py holds these equal to runtime.fp8.RECIPES.
             fp8_recipes=("tensorwise", "rowwise"),
-            runs_source="runtime/parallelize.py apply_dp (zero_stage 0 → replicate, 1–2 → fully_shard without "
+            # runtime/models/moe.py (router, grouped-GEMM experts, shared expert, dropless) and
+            # runtime/expert_parallel.py (EP carved from dp, all-to-all dispatch); experts whole on a rank (etp 1)
+            moe=True,
+            expert_parallel=True,
+            etp=("one",),
+            # runtime/models/transformer.py check_buildable: the zoo builds none of these yet
+            unbuilt=(
+                "mla",
+                "qk_norm",
+                "attention_sinks",
+                "attention_out_bias",
+                "moe.capacity_factor",
+                "moe.expert_bias",
+            ),
+            runs_source="runtime/models/moe.py (MoE block: top-k router, torch._grouped_mm experts, shared expert, "
+            "aux loss or expert bias, dropless), runtime/expert_parallel.py (EP over (pp, edp, ep) carved from dp, "
+            "all_to_all_single dispatch, experts FSDP2 over expert-DP; etp 1 only: TP ranks hold their own "
+            "sequence-parallel tokens), runtime/validate.py _validate_experts; runtime/fp8.py (torchao float8); "
+            "runtime/parallelize.py apply_dp (zero_stage 0 → replicate, 1–2 → fully_shard without "
             "resharding after forward, 3 → fully_shard), apply_recompute (none; selective = the attention core; full "
             "= each block), apply_tp (SequenceParallel rules of the plan's tp_plan); runtime/job.py build_schedule "
             "(every planner.specs.config.SCHEDULES entry with a torch.distributed.pipelining class); "

@@ -143,9 +143,12 @@ class SelfAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, spec: ModelSpec, *, tp: int = 1) -> None:
+    """The dense MLP (``ffn``: its width, default the spec's ``ffn_hidden_size``; a MoE layer's shared expert)."""
+
+    def __init__(self, spec: ModelSpec, *, tp: int = 1, ffn: int | None = None) -> None:
         super().__init__()
-        d, ffn, bias = spec.hidden_size, spec.ffn_hidden_size // tp, spec.family == "gpt"
+        d, bias = spec.hidden_size, spec.family == "gpt"
+        ffn = (spec.ffn_hidden_size if ffn is None else ffn) // tp
         self.swiglu = spec.activation == "swiglu"
         self.w1 = nn.Linear(d, ffn, bias=bias)
         self.w2 = nn.Linear(ffn, d, bias=bias)
@@ -159,18 +162,26 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block; takes and returns one tensor [B, T, d]."""
+    """Pre-norm transformer block; takes and returns one tensor [B, T, d]. Layer ``index`` of a mixture of experts
+    (``spec.is_moe_layer``) has a ``moe`` MLP (``runtime.models.moe.MoE``) instead of the dense ``mlp``."""
 
-    def __init__(self, spec: ModelSpec, *, tp: int = 1) -> None:
+    def __init__(self, spec: ModelSpec, *, tp: int = 1, index: int = 0) -> None:
         super().__init__()
         self.attn_norm = _norm(spec, spec.hidden_size)
         self.attn = SelfAttention(spec, tp=tp)
         self.mlp_norm = _norm(spec, spec.hidden_size)
-        self.mlp = FeedForward(spec, tp=tp)
+        if spec.is_moe_layer(index):
+            from runtime.models.moe import MoE
+
+            self.moe: nn.Module | None = MoE(spec, tp=tp)
+            self.mlp: nn.Module | None = None
+        else:
+            self.mlp, self.moe = FeedForward(spec, tp=tp), None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x))
-        return x + self.mlp(self.mlp_norm(x))
+        mlp = self.mlp if self.mlp is not None else self.moe
+        return x + mlp(self.mlp_norm(x))
 
 
 class Embedding(nn.Module):
@@ -211,7 +222,7 @@ class Transformer(nn.Module):
         super().__init__()
         self.spec = spec
         self.embed: Embedding | None = Embedding(spec)
-        self.layers = nn.ModuleDict({str(i): Block(spec) for i in range(spec.num_layers)})
+        self.layers = nn.ModuleDict({str(i): Block(spec, index=i) for i in range(spec.num_layers)})
         self.norm: nn.Module | None = _norm(spec, spec.hidden_size)
         self.head: nn.Linear | None = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
         if spec.tie_embeddings:
@@ -236,9 +247,30 @@ def _param_seed(seed: int, name: str) -> int:
 def init_weights(module: nn.Module, spec: ModelSpec, seed: int) -> None:
     """Seeded, name-keyed init (GPT-2 style): N(0, 0.02) for matrices and embeddings, scaled by
     1/sqrt(2L) on the residual outputs (wo, w2); norms 1 and biases 0. Works on plain tensors of any
-    device (meta is skipped)."""
+    device (meta is skipped). Routed experts: each expert's slice seeded by its name and *global* expert index,
+    so any expert-parallel split starts from the same weights; a MoE layer's expert bias and counts start at 0."""
+    from runtime.models.moe import GroupedExperts, MoE
+
     residual_std = INIT_STD / math.sqrt(2 * spec.num_layers)
     seen: set[int] = set()
+    for prefix, experts in module.named_modules():
+        if isinstance(experts, MoE) and experts.expert_bias.device.type != "meta":
+            experts.expert_bias.zero_()  # buffers too: ``to_empty`` leaves them uninitialised
+            experts.tokens_per_expert.zero_()
+        if isinstance(experts, GroupedExperts):  # each expert seeded by its global index: same under any EP split
+            for leaf in ("w1", "w3", "w2"):
+                p = getattr(experts, leaf)
+                seen.add(id(p))
+                local = p.to_local() if hasattr(p, "to_local") else p
+                if local.device.type == "meta":
+                    continue
+                std = residual_std if leaf == "w2" else INIT_STD
+                for j in range(local.shape[0]):
+                    gen = torch.Generator(device="cpu").manual_seed(
+                        _param_seed(seed, f"{prefix}.{leaf}.{experts.first + j}")
+                    )
+                    row = torch.randn(local.shape[1:], generator=gen, dtype=torch.float32).mul_(std)
+                    local[j].copy_(row.to(local.dtype))
     for name, p in module.named_parameters(remove_duplicate=False):
         if id(p) in seen or p.device.type == "meta":
             continue
@@ -256,22 +288,30 @@ def init_weights(module: nn.Module, spec: ModelSpec, seed: int) -> None:
 
 
 def check_buildable(spec: ModelSpec) -> None:
-    """Refuse a spec with parts the zoo does not build yet (mixture-of-experts MLPs, latent attention, QK-norm,
-    attention sinks, an attention output bias) rather than build a different, dense model."""
+    """Refuse a spec with parts the zoo does not build yet (latent attention, QK-norm, attention sinks, an attention
+    output bias; in a mixture of experts: token dropping by capacity, biases on the experts' linears) rather than
+    build a different model."""
     from planner.specs.errors import MeshplanError
 
+    moe = spec.moe
     for field, on in (
-        ("moe", spec.moe is not None),
+        ("moe.capacity_factor", moe is not None and moe.capacity_factor is not None),
+        ("moe.expert_bias", moe is not None and moe.expert_bias),
         ("mla", spec.mla is not None),
         ("qk_norm", spec.qk_norm is not None),
         ("attention_sinks", spec.attention_sinks),
         ("attention_out_bias", spec.attention_out_bias),
     ):
         if on:
+            fix = (
+                "set model.moe.capacity_factor to null (dropless)"
+                if field == "moe.capacity_factor"
+                else f"use a model without {field}"
+            )
             raise MeshplanError(
                 f"model.{field}",
                 f"the model zoo (runtime.models) does not build {field} yet, so {spec.name!r} cannot be built",
-                "use a dense GPT/Llama model without it",
+                fix,
             )
 
 

@@ -361,7 +361,7 @@ export async function newPlanPage(root, { query }) {
         h("div", { class: "field" }, h("label", { for: "f-model_hf_file" }, "Upload config.json"), hfFile, hfStatus),
         field("model_hf_name", "Model name (optional)", h("input", { type: "text", placeholder: "e.g. qwen3-8b" }), "How plans name the model; unset: from its model_type."),
       ),
-      h("p", { class: "hint", id: "moe-note", hidden: true }, "Mixtures of experts are listed with their total and active parameters; they plan on the stacks that run expert parallelism (megatron, torchtitan): the bundled runtime (meshplan) has no MoE block, and the server says so next to the stack."),
+      h("p", { class: "hint", id: "moe-note", hidden: true }, "Mixtures of experts are listed with their total and active parameters; they plan on the stacks that run expert parallelism (meshplan — the bundled runtime, whole experts per GPU —, megatron, torchtitan); on a stack without a MoE block the server says so next to the stack."),
     ),
     h(
       "fieldset",

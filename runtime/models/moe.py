@@ -1,0 +1,215 @@
+"""The model zoo's mixture-of-experts MLP (``ModelSpec.moe``; issue 23): a top-k router, routed SwiGLU experts
+computed with one grouped GEMM per projection, an optional shared expert, load balancing, dropless.
+
+Module names (a contract with ``planner.specs.layout.tp_plan`` and checkpoints): a MoE layer's MLP is
+``layers.<i>.moe`` (not ``mlp``, so the dense MLP's TP rules never match it) with ``router`` (a linear
+h → num_experts, bias if ``router_bias``), ``experts`` (``w1``, ``w3``: [E, h, f]; ``w2``: [E, f, h]; under expert
+parallelism each rank holds its E/ep experts as a ``Shard(0)`` DTensor of the global [E, …] shape) and
+``shared`` (a dense SwiGLU MLP of ``shared_experts × shared_ffn``, when the spec has shared experts).
+
+Routing (per token, in fp32): ``softmax`` scores = softmax of the router logits over all experts (Mixtral, Qwen3-MoE);
+``sigmoid`` scores = sigmoid of the logits (DeepSeek-V3). With group-limited routing (``router_groups``,
+``router_topk_groups``) a token considers only the experts of its best groups (a group's score: the sum of its
+two best scores for sigmoid, DeepSeek-V3; its best score for softmax). The top-k experts by score (+ the expert
+bias under bias balancing) are chosen; their scores, renormalised to sum to 1, weight the experts' outputs.
+
+Load balancing, by router: ``softmax`` → an auxiliary loss (GShard/Switch, sequence-level as DeepSeek's
+seq_aux_loss: per sequence E·Σ_i f_i·P_i, f_i the share of the sequence's k·T assignments to expert i, P_i its mean
+score, averaged over sequences, × ``aux_coeff``); its gradient is injected in backward (Megatron's
+MoEAuxLossAutoScaler) so the reported loss stays the language-model loss. Defined per sequence, it is the same
+whatever the micro-batch or data-parallel split; the ranks that split one sequence (TP with sequence parallelism)
+sum the counts f first. ``sigmoid`` → aux-loss-free balancing (DeepSeek-V3): a per-expert bias, a buffer
+``expert_bias`` that only affects the choice of experts, moved by ``bias_rate`` × sign(mean load − load) after each
+optimizer step from the step's token counts (``tokens_per_expert``, summed over the ranks of a stage by the
+caller: ``runtime.expert_parallel.update_expert_bias``).
+
+Experts (``GroupedExperts``) run the tokens sorted by expert through ``torch._grouped_mm`` (2D tokens × 3D
+weights with int32 group offsets): the grouped GEMM the GPU path uses. It runs on CPU in PyTorch 2.13 (fp32 and
+bf16, autograd; ../shared/notes/moe-cp-fp8.md §8d: exact against a per-expert loop, about 2× slower than it on CPU),
+so one code path serves both. Under expert parallelism (``ep``: an ``EPContext``) the sorted tokens go to the
+ranks holding their experts with an all-to-all of the per-expert counts and ``all_to_all_single_autograd`` of the
+rows (uneven splits), are regrouped by local expert, run, and come back the same way; the combine then sums each
+token's k outputs weighted by its gates. Dropless: every routed token is computed (``capacity_factor`` must be null).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from planner.specs import ModelSpec
+
+#: Auxiliary-loss coefficient (softmax routers) and expert-bias update rate (sigmoid routers); the runtime's
+#: (``runtime.job.TrainConfig`` may override them): Megatron's --moe-aux-loss-coeff 1e-2 (Mixtral recipes) and
+#: DeepSeek-V3's bias update speed 1e-3 (torchtitan load_balance_coeff).
+AUX_COEFF = 1e-2
+BIAS_RATE = 1e-3
+
+
+def grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """Rows of ``x`` [M, a] grouped by ``offs`` (int32 cumulative ends) times ``w`` [G, a, b] → [M, b]."""
+    if x.shape[0] == 0:  # no token reached this rank's experts: keep the weights in the graph
+        return x @ w[0] * 0 if w.shape[0] else x.new_zeros(0, w.shape[-1])
+    return torch._grouped_mm(x, w, offs=offs)
+
+
+class GroupedExperts(nn.Module):
+    """``local`` SwiGLU experts (global indices ``first`` … ``first + local − 1`` of ``num_experts``) as three
+    stacked weights. ``forward`` takes rows sorted by local expert and the rows per expert."""
+
+    def __init__(self, num_experts: int, dim: int, ffn: int) -> None:
+        super().__init__()
+        self.num_experts, self.first, self.local = num_experts, 0, num_experts
+        self.w1 = nn.Parameter(torch.empty(num_experts, dim, ffn))
+        self.w3 = nn.Parameter(torch.empty(num_experts, dim, ffn))
+        self.w2 = nn.Parameter(torch.empty(num_experts, ffn, dim))
+
+    def keep(self, first: int, local: int) -> None:
+        """Hold only experts ``first`` … ``first + local − 1`` (expert parallelism; call on the meta device)."""
+        self.first, self.local = first, local
+        for name in ("w1", "w3", "w2"):
+            p = getattr(self, name)
+            setattr(self, name, nn.Parameter(torch.empty((local, *p.shape[1:]), device=p.device, dtype=p.dtype)))
+
+    def _weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        from runtime.expert_parallel import local_weight
+
+        return local_weight(self.w1, self), local_weight(self.w3, self), local_weight(self.w2, self)
+
+    def forward(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        w1, w3, w2 = self._weights()
+        offs = torch.cumsum(counts, 0).to(torch.int32)
+        h = F.silu(grouped_mm(x, w1, offs)) * grouped_mm(x, w3, offs)
+        return grouped_mm(h, w2, offs)
+
+
+class _AttachAux(torch.autograd.Function):
+    """Identity on ``out`` whose backward also back-propagates ``aux`` with gradient ``scale``."""
+
+    @staticmethod
+    def forward(ctx, out: torch.Tensor, aux: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.scale = scale
+        ctx.aux_shape = aux.shape
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad, torch.full(ctx.aux_shape, ctx.scale, dtype=torch.float32, device=grad.device), None
+
+
+def _in_backward() -> bool:
+    """Whether this forward is activation recomputation inside a backward pass (its counts are not new tokens)."""
+    return torch._C._current_graph_task_id() != -1
+
+
+class MoE(nn.Module):
+    """Router → top-k dispatch → grouped experts → gate-weighted combine (+ shared expert). Takes and returns
+    [B, T, h] (T: this rank's tokens of each sequence)."""
+
+    #: Set by the plan applier (``runtime.expert_parallel``): the EP context (None: all experts here), the groups
+    #: whose ranks split one sequence (TP with sequence parallelism; their counts are summed for the aux loss)
+    #: and the aux loss's gradient scale (1 / micro-batches when the caller does not rescale gradients).
+    ep = None
+    seq_groups: tuple = ()
+    aux_scale = 1.0
+    #: Whether a forward adds its routed tokens to ``tokens_per_expert`` (off during a pipeline stage's shape
+    #: inference: ``runtime.job``; never during activation recomputation)
+    counting = True
+
+    def __init__(self, spec: ModelSpec, *, tp: int = 1) -> None:
+        """``tp``: the shared expert at its TP-sharded width (``build_layer``, for the profiler)."""
+        super().__init__()
+        moe = spec.moe
+        assert moe is not None
+        d = spec.hidden_size
+        self.num_experts, self.top_k, self.score = moe.num_experts, moe.top_k, moe.router
+        self.groups, self.topk_groups = moe.router_groups, moe.router_topk_groups
+        self.aux_coeff, self.bias_rate = AUX_COEFF, BIAS_RATE
+        self.router = nn.Linear(d, moe.num_experts, bias=moe.router_bias)
+        self.experts = GroupedExperts(moe.num_experts, d, moe.expert_ffn_hidden_size)
+        self.shared = None
+        if moe.shared_experts:
+            from runtime.models.transformer import FeedForward
+
+            self.shared = FeedForward(spec, tp=tp, ffn=moe.shared_experts * moe.shared_ffn)
+        self.balance = "aux_loss" if moe.router == "softmax" else "expert_bias"
+        self.register_buffer("expert_bias", torch.zeros(moe.num_experts), persistent=True)
+        self.register_buffer("tokens_per_expert", torch.zeros(moe.num_experts), persistent=False)
+
+    # ---------------------------------------------------------------- routing
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(scores [N, E] fp32, chosen experts [N, k], gates [N, k]) of the tokens ``x`` [B, T, h] (N = B·T)."""
+        logits = self.router(x)
+        if hasattr(logits, "to_local"):  # TP: the router runs sequence-parallel (a Replicate DTensor weight)
+            logits = logits.to_local()
+        logits = logits.reshape(-1, self.num_experts).float()
+        scores = logits.softmax(-1) if self.score == "softmax" else logits.sigmoid()
+        choice = scores.detach()
+        if self.balance == "expert_bias":
+            choice = choice + self.expert_bias
+        if self.groups is not None:
+            n, g = choice.shape[0], self.groups
+            grouped = choice.view(n, g, -1)
+            best = (
+                grouped.topk(2, -1).values.sum(-1)
+                if self.score == "sigmoid" and grouped.shape[-1] > 1
+                else grouped.amax(-1)
+            )
+            keep = torch.zeros_like(best, dtype=torch.bool).scatter_(1, best.topk(self.topk_groups, -1).indices, True)
+            choice = choice.masked_fill(~keep.repeat_interleave(grouped.shape[-1], 1), float("-inf"))
+        idx = choice.topk(self.top_k, -1).indices
+        gates = scores.gather(1, idx)
+        gates = gates / gates.sum(-1, keepdim=True)
+        return scores, idx, gates
+
+    def aux_loss(self, scores: torch.Tensor, idx: torch.Tensor, b: int) -> torch.Tensor:
+        """This rank's share of the sequence-level balance loss of its ``b`` sequences (the ranks of
+        ``seq_groups`` hold the other tokens of the same sequences; their shares add up to the loss)."""
+        import torch.distributed as dist
+
+        e = self.num_experts
+        t_local = scores.shape[0] // b
+        counts = torch.zeros(b, e, device=scores.device)
+        counts.scatter_add_(1, idx.view(b, -1), torch.ones(idx.view(b, -1).shape, device=scores.device))
+        tokens = torch.tensor(float(t_local), device=scores.device)
+        for group in self.seq_groups:  # whole-sequence counts and lengths
+            dist.all_reduce(counts, group=group)
+            dist.all_reduce(tokens, group=group)
+        f = counts / (tokens * self.top_k)  # [b, E], no gradient
+        p_sum = scores.view(b, t_local, e).sum(1) / tokens  # this rank's part of each P_i
+        return self.aux_coeff * e * (f * p_sum).sum() / b
+
+    # ---------------------------------------------------------------- forward
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if hasattr(x, "to_local"):
+            x = x.to_local()
+        b, t, d = x.shape
+        flat = x.reshape(b * t, d)
+        scores, idx, gates = self.route(x)
+        experts = idx.reshape(-1)
+        order = torch.argsort(experts, stable=True)  # assignments sorted by expert (token order within one)
+        token_of = order // self.top_k
+        counts = torch.bincount(experts, minlength=self.num_experts)
+        if self.balance == "expert_bias" and self.counting and torch.is_grad_enabled() and not _in_backward():
+            self.tokens_per_expert += counts.to(self.tokens_per_expert.dtype)
+        rows = flat.index_select(0, token_of)
+        if self.ep is None:
+            out = self.experts(rows, counts)
+        else:
+            out = self.ep.run(self.experts, rows, counts)
+        out = out * gates.reshape(-1).index_select(0, order).unsqueeze(-1).to(out.dtype)
+        y = torch.zeros_like(flat).index_add(0, token_of, out.to(flat.dtype)).view(b, t, d)
+        if self.shared is not None:
+            y = y + self.shared(x)
+        if self.balance == "aux_loss" and self.aux_coeff > 0 and torch.is_grad_enabled():
+            y = _AttachAux.apply(y, self.aux_loss(scores, idx, b), self.aux_scale)
+        return y
+
+    @torch.no_grad()
+    def update_bias(self, counts: torch.Tensor) -> None:
+        """Aux-loss-free balancing (DeepSeek-V3 §2.1.2): raise the bias of under-loaded experts, lower the
+        over-loaded ones' by ``bias_rate``, from the step's token counts (summed over the stage's ranks)."""
+        if self.balance == "expert_bias":
+            self.expert_bias += self.bias_rate * torch.sign(counts.mean() - counts)
+        self.tokens_per_expert.zero_()
