@@ -370,11 +370,8 @@ export function meshGrid({ title, desc = "", numNodes, gpusPerNode, stageOf, dpO
       outlines.append(s("rect", { x: m.l + a * cell, y: ny - 3, width: (b - a + 1) * cell, height: cellH + 6, rx: 6, class: "tp-outline" }, s("title", {}, `TP group ${gi}: ranks ${grp.join(", ")}`)));
     }
   });
-  // CP groups: a dashed line through the cells of each group on each node it touches (the cp axis).
-  const cpAxis = s("g", { class: "cp-axis" });
-  g.append(cpAxis);
-  cpGroups.forEach((grp, gi) => {
-    if (grp.length < 2) return;
+  // A group's ranks on each shown node, as their places on the node (the CP and EP lines below).
+  const ranksByNode = (grp) => {
     const byNode = new Map();
     for (const r of grp) {
       const n = Math.floor(r / gpusPerNode);
@@ -382,7 +379,14 @@ export function meshGrid({ title, desc = "", numNodes, gpusPerNode, stageOf, dpO
       if (!byNode.has(n)) byNode.set(n, []);
       byNode.get(n).push(r % gpusPerNode);
     }
-    for (const [n, ks] of byNode) {
+    return byNode;
+  };
+  // CP groups: a dashed line through the cells of each group on each node it touches (the cp axis).
+  const cpAxis = s("g", { class: "cp-axis" });
+  g.append(cpAxis);
+  cpGroups.forEach((grp, gi) => {
+    if (grp.length < 2) return;
+    for (const [n, ks] of ranksByNode(grp)) {
       const y = m.t + n * (cellH + 10) + 41 + (gi % 3) * 5; // staggered: interleaved groups stay apart
       const points = ks.map((k) => `${m.l + k * cell + cell / 2},${y}`).join(" ");
       const link = s("polyline", { points, class: "cp-link", "data-cp-group": gi }, s("title", {}, `CP group ${gi}: ranks ${grp.join(", ")} share one sequence`));
@@ -395,14 +399,7 @@ export function meshGrid({ title, desc = "", numNodes, gpusPerNode, stageOf, dpO
   g.append(epAxis);
   epGroups.forEach((grp, gi) => {
     if (grp.length < 2) return;
-    const byNode = new Map();
-    for (const r of grp) {
-      const n = Math.floor(r / gpusPerNode);
-      if (n >= shownNodes) continue;
-      if (!byNode.has(n)) byNode.set(n, []);
-      byNode.get(n).push(r % gpusPerNode);
-    }
-    for (const [n, ks] of byNode) {
+    for (const [n, ks] of ranksByNode(grp)) {
       const y = m.t + n * (cellH + 10) + epY + 4 + (gi % 3) * 4; // staggered: interleaved groups stay apart
       const points = ks.map((k) => `${m.l + k * cell + cell / 2},${y}`).join(" ");
       epAxis.append(s("polyline", { points, class: "ep-link", "data-ep-group": gi }, s("title", {}, `EP group ${gi}: ranks ${grp.join(", ")} exchange their tokens' hidden states with one all-to-all per MoE layer`)));
