@@ -29,10 +29,13 @@ reference that runs the same micro-batches (``runtime.testing.reference_run``).
 
 from __future__ import annotations
 
-from torch import nn
+from typing import TYPE_CHECKING
 
 from planner.specs import Plan
 from planner.specs.errors import MeshplanError
+
+if TYPE_CHECKING:  # the checks before a launch (``check``, via ``runtime.validate``) must not import PyTorch
+    from torch import nn
 
 #: The ``training.fp8_recipe`` values the runtime runs: torchao's float8 training recipes (torchao 0.18
 #: ``Float8LinearRecipeName``: tensorwise, rowwise; ``rowwise_with_gw_hp`` has no planner name).
@@ -81,6 +84,8 @@ def check(plan: Plan) -> None:
 
 def is_fp8_linear(module: nn.Module, fqn: str) -> bool:
     """The linears that train in FP8: those of the transformer blocks (``layers.<i>.…``), not the LM head."""
+    from torch import nn
+
     return isinstance(module, nn.Linear) and fqn.startswith("layers.")
 
 

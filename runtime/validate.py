@@ -91,12 +91,13 @@ def _validate_experts(plan: Plan) -> None:
     buildable, EP carved out of dp, experts whole on a rank (etp 1), tokens sequence-split under TP; dense models:
     ep = etp = 1."""
     from planner.specs import ep_rules
-    from runtime.models.transformer import check_buildable
 
     p, m = plan.parallel, plan.model
     if m.moe is None:
         rules.check(ep_rules.ep_fits_model(m, p.ep, p.etp))
         return
+    from runtime.models.transformer import check_buildable  # imports PyTorch: a mixture of experts only
+
     check_buildable(m)
     if p.etp != 1:
         raise MeshplanError(

@@ -197,8 +197,9 @@ def test_step_overhead_is_added_once_per_step(pp):
 
 def test_comm_scale_moves_a_pure_communication_step_by_its_share():
     """A configuration whose only communication is TP: scaling comm by k moves the step by (k − 1) × the
-    TP time of the breakdown (pp = 1, no DP; Megatron's stack: no step-end reductions beside the layers')."""
-    req = request(stack="megatron", tp=8, pp=1, dp=1, gbs=8)
+    TP time of the breakdown (pp = 1, no DP; torchtitan's stack: no step-end reductions beside the layers' —
+    Megatron's all-reduces the gradient norm and the SP norms' gradients at the step's end, cost model 18)."""
+    req = request(stack="torchtitan", tp=8, pp=1, dp=1, gbs=8)
     plan = planner.estimate_plan(req)
     tp_s = plan.estimate.breakdown.tp_comm_s
     assert tp_s > 0

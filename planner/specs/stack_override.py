@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
 from planner.specs.common import Spec
+
+if TYPE_CHECKING:
+    from planner.specs.stacks import Stack
 
 StackId = Literal["meshplan", "megatron", "torchtitan", "deepspeed"]  # = planner.specs.stacks.STACKS
 
@@ -57,3 +60,22 @@ class StackOverride(Spec):
                 'training.stack.selective_ac to "op" (op-level policy) or k (every k-th block fully recomputed)'
             )
         return v
+
+
+def resolve(value: Any) -> Stack:
+    """The stack of a request's ``training.stack``: a preset id, or an object (a ``StackOverride`` or
+    dict) with ``base`` and overrides of ``OVERRIDABLE`` fields. Validation of ids and values is the
+    spec's (``planner.specs.StackOverride``); this only applies what it accepted."""
+    from planner.specs.stacks import DEFAULT_STACK, OVERRIDABLE, STACKS
+
+    if value is None:
+        return STACKS[DEFAULT_STACK]
+    if isinstance(value, str):
+        return STACKS[value]
+    data = value if isinstance(value, dict) else value.model_dump(exclude_none=True)
+    base = STACKS[data.get("base", DEFAULT_STACK)]
+    changes = {k: data[k] for k in OVERRIDABLE if data.get(k) is not None}
+    if not changes:
+        return base
+    label = ", ".join(f"{k}={v}" for k, v in changes.items())
+    return base.model_copy(update={"id": f"{base.id}+{{{label}}}", **changes})

@@ -59,7 +59,7 @@ Sources per preset are in ``source`` and ``runs_source`` (and docs/planner.md, "
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -396,18 +396,4 @@ STACKS: dict[str, Stack] = {
 DEFAULT_STACK = "meshplan"
 
 
-def resolve(value: Any) -> Stack:
-    """The stack of a request's ``training.stack``: a preset id, or an object (a ``StackOverride`` or
-    dict) with ``base`` and overrides of ``OVERRIDABLE`` fields. Validation of ids and values is the
-    spec's (``planner.specs.StackOverride``); this only applies what it accepted."""
-    if value is None:
-        return STACKS[DEFAULT_STACK]
-    if isinstance(value, str):
-        return STACKS[value]
-    data = value if isinstance(value, dict) else value.model_dump(exclude_none=True)
-    base = STACKS[data.get("base", DEFAULT_STACK)]
-    changes = {k: data[k] for k in OVERRIDABLE if data.get(k) is not None}
-    if not changes:
-        return base
-    label = ", ".join(f"{k}={v}" for k, v in changes.items())
-    return base.model_copy(update={"id": f"{base.id}+{{{label}}}", **changes})
+from planner.specs.stack_override import resolve as resolve  # noqa: E402  # the request's stack as a Stack
