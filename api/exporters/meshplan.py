@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from planner.specs import Plan
 from planner.specs.errors import MeshplanError
+from planner.specs.stack_rules import unbuilt_parts
+from planner.specs.stacks import STACKS
 
 from .base import Exporter, Notes, comment_block, geometry, header_lines
 from .torchrun import rdzv_endpoint, shell_join
@@ -58,19 +60,9 @@ def check_experts(plan: Plan) -> None:
             f"meshplan's runtime runs each expert whole on a rank (etp 1), not etp={p.etp}",
             "re-plan for the meshplan stack (it picks etp 1), or export to megatron / torchtitan, which run etp = tp",
         )
-    m = plan.model
-    unbuilt = (  # runtime.models.transformer.check_buildable's list, without importing PyTorch
-        ("moe.capacity_factor", moe.capacity_factor is not None),
-        ("moe.expert_bias", moe.expert_bias),
-        ("mla", m.mla is not None),
-        ("qk_norm", m.qk_norm is not None),
-        ("attention_sinks", m.attention_sinks),
-        ("attention_out_bias", m.attention_out_bias),
-    )
-    for field, on in unbuilt:
-        if on:
-            raise MeshplanError(
-                f"plan.model.{field}",
-                f"meshplan's runtime does not build model.{field} ({plan.model.name!r})",
-                "export to megatron or torchtitan (`meshplan export --format megatron` / `torchtitan`)",
-            )
+    for field in unbuilt_parts(STACKS["meshplan"], plan.model):  # the runtime's check_buildable list, as data
+        raise MeshplanError(
+            f"plan.model.{field}",
+            f"meshplan's runtime does not build model.{field} ({plan.model.name!r})",
+            "export to megatron or torchtitan (`meshplan export --format megatron` / `torchtitan`)",
+        )

@@ -13,6 +13,7 @@ from planner.specs.config import SCHEDULE_INFO, estimate_defaults
 from planner.specs.errors import MeshplanError
 from planner.specs.fp8 import check_fp8
 from planner.specs.layout import even_stage_layers
+from planner.specs.stack_rules import unbuilt_parts
 from planner.specs.stacks import Stack
 from planner.specs.stacks import resolve as resolve_stack
 
@@ -78,16 +79,12 @@ def check_priced(model: ModelSpec, stack: Stack | None = None) -> None:
     (``compose.blocks``)."""
     if stack is not None:
         rules.check(rules.stack_runs_moe(stack, model, None, None, None))
-        for part in stack.unbuilt:
-            owner, _, name = part.rpartition(".")
-            value = getattr(getattr(model, owner) if owner else model, name, None)
-            if value not in (None, False):
-                raise MeshplanError(
-                    "training.stack",
-                    f"{model.name!r} has model.{part} ({value!r}), which stack {stack.id!r} does not build "
-                    "(`meshplan stacks`)",
-                    "plan it for a stack that runs it (training.stack: megatron or torchtitan)",
-                )
+        for part in unbuilt_parts(stack, model):
+            raise MeshplanError(
+                "training.stack",
+                f"{model.name!r} has model.{part}, which stack {stack.id!r} does not build (`meshplan stacks`)",
+                "plan it for a stack that runs it (training.stack: megatron or torchtitan)",
+            )
     if model.mla is not None and (stack is None or stack.activations != "te"):
         raise MeshplanError(
             "training.stack",

@@ -138,3 +138,13 @@ def stack_runs_ok(stack: Stack, model: Any, config: Any) -> bool:
             _OK.clear()
         hit = _OK[key] = (stack, stack_runs(stack, **fields) is None)
     return hit[1]
+
+
+def unbuilt_parts(stack: Stack, model: Any) -> list[str]:
+    """The parts of ``model`` (``Stack.unbuilt`` fields it sets) ``stack`` does not build."""
+    found = []
+    for part in stack.unbuilt:
+        owner, _, name = part.rpartition(".")
+        if getattr(getattr(model, owner) if owner else model, name, None) not in (None, False):
+            found.append(part)
+    return found
