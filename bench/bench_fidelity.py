@@ -287,8 +287,10 @@ def stack_of(row: dict[str, Any]) -> str | dict[str, Any]:
     if row["stack"] == "composer-fsdp":
         # llm-foundry's MPT: eager PyTorch under FSDP (the bundled runtime's pattern) with its default loss, flash-attn's
         # fused cross-entropy over the 16-bit logits (llmfoundry/models/mpt/modeling_mpt.py at 4952183, loss_fn
-        # 'fused_crossentropy'; scripts/train/benchmarking/submit_benchmarks.py: attn_impl 'flash')
-        return {"base": "meshplan", "loss": "fused"}
+        # 'fused_crossentropy'), and the attention of its benchmark sweeps: scripts/train/benchmarking/
+        # submit_benchmarks.py's default attn_impl was 'triton' (FlashAttention in Triton) at every commit of the
+        # tables (300cc5c58 of 2023-05 to 5e85bd62d of 2024-01); 'flash' only from 495218376 (2024-04)
+        return {"base": "meshplan", "loss": "fused", "flash_kernel": "triton"}
     return row["stack"] if row["stack"] in ("megatron", "torchtitan", "deepspeed") else "meshplan"
 
 

@@ -64,6 +64,7 @@ def test_sm_count(gpu, sms):
     "field, value",
     [
         ("attention", "unfused"),
+        ("flash_kernel", "triton"),
         ("dropout", True),
         ("activations", "te"),
         ("kernels", "fused"),
@@ -420,3 +421,36 @@ def test_titan_formula_is_what_pytorch_saves(b, s, h, a, g, f):
 
     checkpoint(block, x, use_reentrant=False, context_fn=context).sum().backward()
     assert seen == ["mm", "mm", "mm", "sdpa", "mm", "mm", "mm", "mm"]
+
+
+# FlashAttention's published causal forward + backward TFLOP/s, read off Dao-AILab/flash-attention
+# assets/flash2_{a100,h100}_fwd_bwd_benchmark.png (FA2 paper Fig. 4; panels (c) head dim 64, (d) head dim 128): the
+# FlashAttention-2 bars and the "FlashAttention Triton" bars on A100; on H100 (no Triton bars) the FlashAttention bars.
+@pytest.mark.parametrize(
+    "gpu, model, seq, fa2, triton",
+    [
+        ("a100-sxm4-80gb", "llama3.1-8b", 2048, 155, 68),  # head dim 128
+        ("a100-sxm4-80gb", "llama3.1-8b", 8192, 182, 78),
+        ("a100-sxm4-80gb", "gpt3-350m", 4096, 156, 76),  # head dim 64 (1024 / 16)
+        ("h100-sxm5-80gb", "llama3.1-8b", 2048, 265, 108),
+        ("h100-sxm5-80gb", "llama3.1-8b", 16384, 328, 137),
+    ],
+)
+def test_the_flash_kernel_prices_attention_at_its_published_rate(gpu, model, seq, fa2, triton):
+    """The attention core's time scales by the ratio of the two kernels' bars at that length and head dim; nothing
+    else in the block moves."""
+    from planner.compose.cost import Context
+    from planner.pricing.gpu import local_attention_time
+    from planner.specs import ClusterSpec
+    from planner.specs.catalog import get_gpu, get_model
+
+    def ctx(kernel: str) -> Context:
+        return Context(
+            model=get_model(model),
+            gpu=get_gpu(gpu),
+            cluster=ClusterSpec(gpu=gpu, num_nodes=1, gpus_per_node=8),
+            training=TrainingSpec(global_batch_size=8, seq_len=seq, stack={"base": "meshplan", "flash_kernel": kernel}),
+        )
+
+    a, b = sum(local_attention_time(ctx("fa2"), 1, 1)), sum(local_attention_time(ctx("triton"), 1, 1))
+    assert b / a == pytest.approx(fa2 / triton, rel=1e-9)

@@ -42,6 +42,23 @@ FLASH_CAUSAL_TFLOPS: dict[tuple[str, int], tuple[tuple[int, float], ...]] = {
 }
 
 
+#: FlashAttention in Triton (the 2022 kernel: flash-attention's ``flash_attn/flash_attn_triton.py``, which
+#: llm-foundry vendored as ``attn_impl: triton``, its benchmarks' default until 2024-04), causal fwd+bwd, same
+#: axes and count: the "FlashAttention Triton" bars of ``assets/flash2_a100_fwd_bwd_benchmark.png`` (FA2 paper,
+#: arXiv 2307.08691, Fig. 4). The H100 figure has no Triton bars; there the FlashAttention (v1) bars of
+#: ``flash2_h100_fwd_bwd_benchmark.png`` stand in: on A100 the two are within 7 % at head dim 128 (68 vs 69
+#: TFLOP/s at 2K) and 18 % at head dim 64 (Triton the slower from 4K) at every length of the figure.
+FLASH_TRITON_CAUSAL_TFLOPS: dict[tuple[str, int], tuple[tuple[int, float], ...]] = {
+    ("a100", 64): ((512, 59), (1024, 75), (2048, 79), (4096, 76), (8192, 79), (16384, 80)),
+    ("a100", 128): ((512, 50), (1024, 61), (2048, 68), (4096, 74), (8192, 78), (16384, 80)),
+    ("h100", 64): ((512, 104), (1024, 123), (2048, 136), (4096, 138), (8192, 149), (16384, 156)),
+    ("h100", 128): ((512, 98), (1024, 109), (2048, 108), (4096, 126), (8192, 135), (16384, 137)),
+}
+
+#: The published tables by the stack's ``flash_kernel``.
+FLASH_TABLES = {"fa2": FLASH_CAUSAL_TFLOPS, "triton": FLASH_TRITON_CAUSAL_TFLOPS}
+
+
 #: H200 has H100's SMs and clocks (catalog): it uses H100's attention rates.
 FLASH_FAMILY = {"a100": "a100", "h100": "h100", "h200": "h100"}
 
@@ -153,14 +170,15 @@ def elementwise_time(ctx: Device, kind: str, mbs: int, tp: int, sp: bool) -> flo
 
 
 def flash_rate(ctx: Device, head_dim: int, seq: int) -> float | None:
-    """FlashAttention-2 causal fwd+bwd TFLOP/s (FA's causal count) on this GPU, interpolated in log(seq)
-    and clamped to the table; None when no published table covers the GPU."""
+    """The stack's flash kernel's causal fwd+bwd TFLOP/s (FA's causal count; ``FLASH_TABLES``) on this GPU,
+    interpolated in log(seq) and clamped to the table; None when no published table covers the GPU."""
     fam = FLASH_FAMILY.get(ctx.gpu.id.lower()[:4])
     if fam is None or ctx.training.precision == "fp32":
         return None
-    dims = sorted(d for f, d in FLASH_CAUSAL_TFLOPS if f == fam)
+    tables = FLASH_TABLES[ctx.stack.flash_kernel]
+    dims = sorted(d for f, d in tables if f == fam)
     d = next((x for x in dims if x >= head_dim), dims[-1])
-    table = FLASH_CAUSAL_TFLOPS[(fam, d)]
+    table = tables[(fam, d)]
     clock = ctx.gpu.peak_flops("bf16") / 1e12 / FLASH_REFERENCE_PEAK[fam]
     if seq <= table[0][0]:
         return clock * table[0][1] * seq / table[0][0]  # below the table: shorter kernels, proportionally slower

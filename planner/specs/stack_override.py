@@ -22,6 +22,10 @@ class StackOverride(Spec):
     attention: Literal["flash", "unfused"] | None = Field(
         default=None, description="Attention kernel: flash (fused) or unfused (s×s scores in HBM)."
     )
+    flash_kernel: Literal["fa2", "triton"] | None = Field(
+        default=None,
+        description="Which flash kernel: fa2 (FlashAttention-2) or triton (FlashAttention in Triton, 2022).",
+    )
     dropout: bool | None = Field(default=None, description="Attention and hidden dropout (masks kept and written).")
     activations: Literal["zoo", "te", "titan"] | None = Field(
         default=None,

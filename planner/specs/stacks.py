@@ -10,6 +10,8 @@ field                      read by
 ``attention``              ``gpu.attention_time`` (flash at published FlashAttention-2 rates;
                            unfused: the two batched GEMMs + the s×s scores through HBM) and
                            ``activations.saved_activation_bytes`` (unfused keeps the s×s probabilities)
+``flash_kernel``           ``gpu.flash_rate``: which flash kernel's published rates (``"fa2"``;
+                           ``"triton"``: FlashAttention in Triton, llm-foundry's 2023 ``attn_impl``)
 ``dropout``                ``kernels`` (mask traffic) and ``activations`` (1-byte masks kept)
 ``kernels``                ``ops.op_bytes``: HBM bytes of norms, SwiGLU and RoPE — ``"eager"``
                            (one PyTorch kernel per op, fp32 upcasts), ``"fused"`` (TE/apex kernels) or
@@ -79,6 +81,7 @@ LossKind = Literal["fp32_logits", "upcast", "fused"]
 #: The fields an inline stack may override (all but ``id``, ``title`` and ``source``).
 OVERRIDABLE = (
     "attention",
+    "flash_kernel",
     "dropout",
     "activations",
     "kernels",
@@ -98,6 +101,7 @@ class Stack(BaseModel):
     title: str
     attention: Attention
     dropout: bool
+    flash_kernel: Literal["fa2", "triton"] = "fa2"
     activations: ActivationFormula
     kernels: Kernels
     overlap_grad_reduce: bool
@@ -124,7 +128,6 @@ class Stack(BaseModel):
     zero3_fetch: Literal["layer", "module"] = "layer"
     zero3_reduce_bucket: int | None = None
     # ---- what the stack runs (issue 27 §1): the search enumerates only these; a pin outside is an error
-    #: The release of the software this preset describes.
     version: str = Field(description="The release of the software this preset describes.")
     #: ZeRO stages (``parallel.zero_stage``) it runs without pipeline parallelism.
     zero_stages: tuple[int, ...] = Field(description="ZeRO stages (parallel.zero_stage) it runs with pp = 1.")
@@ -134,11 +137,9 @@ class Stack(BaseModel):
     data_parallel: str = Field(description="What each ZeRO stage is in this stack.")
     #: Pipeline schedules it runs (``planner.specs.config.SCHEDULES`` ids).
     schedules: tuple[Schedule, ...] = Field(description="Pipeline schedules it runs (GET /v1/catalog/schedules ids).")
-    #: Whether it runs Megatron-style sequence parallelism with TP.
     sequence_parallel: bool = Field(description="Whether it runs sequence parallelism (with tp > 1).")
     #: Recompute granularities it runs (``parallel.recompute``).
     recompute: tuple[Recompute, ...] = Field(description="Activation recomputation it runs (parallel.recompute).")
-    #: Whether it runs pp > 1 on a model whose input and output embeddings are tied.
     pp_with_tied_embeddings: bool = Field(
         description="Whether it runs pp > 1 on a model with tied input/output embeddings."
     )

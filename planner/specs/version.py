@@ -78,4 +78,7 @@ from __future__ import annotations
 #: 20: a MoE plan's memory per stage itemises the routed experts' weights, gradients and optimizer states
 #:    (``StageMemory.expert_*_gib``), each part split in its own bytes per parameter (the experts' ZeRO shards span
 #:    expert-DP, not dp): weights / gradients / optimizer of MoE plans move, totals, times and choices do not.
-COST_MODEL_VERSION = 20
+#: 21: a stack's flash kernel (``Stack.flash_kernel``, overridable): ``"triton"`` prices attention at the published
+#:    rates of FlashAttention in Triton (FA2 paper Fig. 4 on A100; FlashAttention v1's on H100), llm-foundry's
+#:    benchmark default until 2024-04 (the MPT dev-set rows); the default ``"fa2"`` is unchanged.
+COST_MODEL_VERSION = 21
