@@ -8,6 +8,8 @@ each case every rank compares, at step 0, the global loss and the full gradient 
 holds with the reference's, then the loss and gradient norm of every later step; the maximum
 differences over all ranks, and the whole step-0 gradient's relative L2 error (``grad_rel_l2``: FP8
 runs, whose casts turn round-off into FP8 noise), go to ``results.json`` (written by rank 0 after each case).
+A reference of a TP split (rowwise FP8, ``runtime.split_reference``) also carries the plain one-process
+reference's step-0 gradients; the run's distances from those go to ``plain_grad_max_diff``/``plain_grad_rel_l2``.
 
 The reference of a case is read from ``--references`` (``runtime.testing.write_references``: computed
 once by the caller for all its launches) or, when that file lacks it, run here on every rank.
@@ -30,7 +32,7 @@ import torch.distributed as dist
 from planner.specs import Plan
 from runtime.data import SyntheticTokens
 from runtime.job import Job, TrainConfig
-from runtime.testing import reference_key, reference_run
+from runtime.testing import reference, reference_key
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:
@@ -49,14 +51,15 @@ def fp8_linears(job: Job) -> int:
 def run_case(plan: Plan, steps: int, train: TrainConfig, refs: dict) -> dict:
     key = reference_key(plan, steps)
     if key not in refs:
-        losses, norms, grads = reference_run(plan, train, steps)
-        refs[key] = {"losses": losses, "norms": norms, "grads": grads}
+        refs[key] = reference(plan, train, steps)
+    plain = refs[key].get("plain_grads")
     ref_losses, ref_norms, ref_grads = refs[key]["losses"], refs[key]["norms"], refs[key]["grads"]
     started = time.perf_counter()
     job = Job.build(plan, train)
     data = SyntheticTokens(plan.model.vocab_size, seed=train.seed)
     losses, norms, grad_diff, worst = [], [], 0.0, ""
     diff_sq = ref_sq = 0.0  # the whole gradient's squared error and squared norm (each rank: the parameters it holds)
+    plain_diff = plain_sq = plain_ref_sq = 0.0  # the same against the plain one-process reference (``plain_grads``)
     for step in range(steps):
         x, y = data.batch(step, plan.training.global_batch_size, plan.training.seq_len)
         loss = job.forward_backward(job.dp_slice(x), job.dp_slice(y))
@@ -70,6 +73,10 @@ def run_case(plan: Plan, steps: int, train: TrainConfig, refs: dict) -> dict:
                 ref_sq += float(ref_grads[name].double().pow(2).sum())
                 if diff > grad_diff:
                     grad_diff, worst = diff, name
+                if plain is not None:
+                    plain_diff = max(plain_diff, float((full - plain[name]).abs().max()))
+                    plain_sq += float((full - plain[name]).double().pow(2).sum())
+                    plain_ref_sq += float(plain[name].double().pow(2).sum())
         norms.append(job.clip_grad_norm())
         job.optimizer_step()
         losses.append(float(loss))
@@ -82,15 +89,24 @@ def run_case(plan: Plan, steps: int, train: TrainConfig, refs: dict) -> dict:
             diff_sq,
             ref_sq,
             float(fp8_linears(job)),
+            plain_sq,
+            plain_ref_sq,
             time.perf_counter() - started,
+            plain_diff,
         ],
         dtype=torch.float64,
     )
     dist.all_reduce(stats[:3], op=dist.ReduceOp.MAX)
     # summed over ranks: parameters held, squared errors and norms (every parameter is held by the same number
     # of ranks, dp·cp·tp, so the ratio is the whole model's), FP8 linears
-    dist.all_reduce(stats[3:7])
-    dist.all_reduce(stats[7:], op=dist.ReduceOp.MAX)
+    dist.all_reduce(stats[3:9])
+    dist.all_reduce(stats[9:], op=dist.ReduceOp.MAX)
+    plain_stats = {}
+    if plain is not None:
+        plain_stats = {
+            "plain_grad_max_diff": float(stats[10]),
+            "plain_grad_rel_l2": math.sqrt(float(stats[7]) / float(stats[8])),
+        }
     return {
         "grad_max_diff": float(stats[0]),
         "loss_max_diff": float(stats[1]),
@@ -98,11 +114,12 @@ def run_case(plan: Plan, steps: int, train: TrainConfig, refs: dict) -> dict:
         "param_tensors_over_ranks": int(stats[3]),
         "grad_rel_l2": math.sqrt(float(stats[4]) / float(stats[5])) if stats[5] > 0 else 0.0,
         "fp8_linears_over_ranks": int(stats[6]),
-        "seconds": float(stats[7]),
+        "seconds": float(stats[9]),
         "losses": losses,
         "ref_losses": ref_losses,
         "worst_param_on_rank0": worst,
         "dp_wrapper": job.dp_wrapper,
+        **plain_stats,
     }
 
 

@@ -14,8 +14,9 @@ Composition, in ``runtime.job.Job.build``'s order: convert → CP → TP → rec
 - TP: the plan's ordinary ``ColwiseParallel``/``RowwiseParallel`` styles, whose collectives carry 16/32-bit
   activations (torchtitan's choice for rowwise; for tensorwise torchtitan can use torchao's
   ``Float8ColwiseParallel``, which all-gathers sequence-parallel activations in FP8 — not here: gloo has no
-  float8 collectives). torchao reduces a DTensor weight's and gradient's amax over the whole tensor, so a
-  TP shard is cast with the same tensorwise scale as the whole weight.
+  float8 collectives). torchao reduces a DTensor shard's amax over the ranks along a split dimension, so a TP
+  shard is cast with the whole tensor's scale (tensorwise) or the whole row's (rowwise); with rowwise scales each
+  rank's partial GEMM output is rounded to bf16 before the all-reduce, though (``runtime.split_reference``).
 - FSDP2: the weights are all-gathered in their own precision (``enable_fsdp_float8_all_gather`` off): gloo
   rejects float8 in all-gather (``RuntimeError: Invalid scalar type``, ../shared/notes/moe-cp-fp8.md §8(e)),
   and the CUDA path is unmeasured, so the ``meshplan`` stack declares no FP8 all-gather
@@ -24,7 +25,8 @@ Composition, in ``runtime.job.Job.build``'s order: convert → CP → TP → rec
 
 Tensorwise scales are computed from the tensor a rank casts, so the numbers depend on how the batch is split
 into micro-batches (one amax per micro-batch); an FP8 run is therefore compared with an FP8 one-process
-reference that runs the same micro-batches (``runtime.testing.reference_run``).
+reference that runs the same micro-batches (``runtime.testing.reference_run``) and, under TP, the same per-rank
+GEMMs (``runtime.split_reference``).
 """
 
 from __future__ import annotations

@@ -93,19 +93,24 @@ def reference_microbatches(plan: Plan) -> int:
     return t.global_batch_size // plan.parallel.micro_batch_size if t.precision == "fp8" else 1
 
 
-def reference_run(plan: Plan, train, steps: int, data=None, grads_at: int = 0):
+def reference_run(plan: Plan, train, steps: int, data=None, grads_at: int = 0, split: int | None = None):
     """The same model, seed, batches, clipping and optimizer in one process, without any
-    parallelism (an FP8 plan: the same FP8 conversion and micro-batches, ``reference_microbatches``):
-    returns (losses, grad norms, {param name: grad at step ``grads_at``})."""
+    parallelism (an FP8 plan: the same FP8 conversion and micro-batches, ``reference_microbatches``; a rowwise
+    FP8 plan with TP: its TP-split GEMMs cut into ``split`` pieces, default ``runtime.split_reference.tp_split``,
+    1 for the plain one-process reference): returns (losses, grad norms, {param name: grad at step ``grads_at``})."""
     from runtime.data import SyntheticTokens
     from runtime.expert_parallel import update_expert_bias
     from runtime.fp8 import apply_fp8
     from runtime.job import loss_fn, make_optimizer
     from runtime.models import build_model
+    from runtime.split_reference import split_linears, tp_split
 
     data = data or SyntheticTokens(plan.model.vocab_size, seed=train.seed)
     model = build_model(plan.model, seed=train.seed)
     apply_fp8(model, plan)
+    split = tp_split(plan) if split is None else split
+    if split > 1:
+        split_linears(model, plan, split)
     opt = make_optimizer(model.parameters(), train, plan.training.optimizer)
     n = reference_microbatches(plan)
     losses, norms, grads = [], [], {}
@@ -128,14 +133,32 @@ def reference_run(plan: Plan, train, steps: int, data=None, grads_at: int = 0):
 
 
 def reference_key(plan: Plan, steps: int) -> str:
-    """What a reference run depends on: the model, the training settings, its micro-batches and the step count."""
+    """What a reference run depends on: the model, the training settings, its micro-batches, its TP split
+    (``runtime.split_reference.tp_split``) and the step count."""
     import hashlib
 
-    split = reference_microbatches(plan)
+    from runtime.split_reference import tp_split
+
+    split, tp = reference_microbatches(plan), tp_split(plan)
     text = f"{plan.model.model_dump_json()}|{plan.training.model_dump_json()}|{steps}" + (
         f"|{split}" if split > 1 else ""
     )
+    if tp > 1:  # the TP rules say which linears are cut
+        text += f"|tp{tp}|" + "|".join(f"{r.pattern}:{r.style}" for r in plan.tp_plan)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def reference(plan: Plan, train, steps: int) -> dict:
+    """A case's reference for ``runtime.equivalence``: the losses, gradient norms and step-0 gradients of
+    ``reference_run``; for a reference of a TP split, also the plain one-process reference's step-0 gradients
+    (``plain_grads``: how far a run lands from the reference it does not follow, its failure message's yardstick)."""
+    from runtime.split_reference import tp_split
+
+    losses, norms, grads = reference_run(plan, train, steps)
+    ref = {"losses": losses, "norms": norms, "grads": grads}
+    if tp_split(plan) > 1:
+        ref["plain_grads"] = reference_run(plan, train, 1, split=1)[2]
+    return ref
 
 
 def write_references(plans: list[tuple[Plan, int]], path, train) -> None:
@@ -149,8 +172,7 @@ def write_references(plans: list[tuple[Plan, int]], path, train) -> None:
         for plan, steps in plans:
             key = reference_key(plan, steps)
             if key not in refs:
-                losses, norms, grads = reference_run(plan, train, steps)
-                refs[key] = {"losses": losses, "norms": norms, "grads": grads}
+                refs[key] = reference(plan, train, steps)
     finally:
         torch.set_num_threads(threads)
     torch.save(refs, path)
