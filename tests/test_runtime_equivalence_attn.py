@@ -50,6 +50,12 @@ CASES = [
     ("gpt-oss-tp2-sp", 2, "tiny-gpt-oss-attn", dict(tp=2, sequence_parallel=True)),
     ("qwen3-tp2-pp2-1f1b", 4, "tiny-qwen3", dict(tp=2, pp=2, schedule="1f1b", sequence_parallel=True)),
     ("qwen3-tp2-dp2-zero3", 4, "tiny-qwen3", dict(tp=2, dp=2, zero_stage=3, micro_batch_size=2)),
+    (
+        "qwen3-moe-ep2-tp2-sp",
+        4,
+        "tiny-qwen3-moe",
+        dict(dp=2, ep=2, tp=2, sequence_parallel=True, micro_batch_size=2),
+    ),
     ("olmoe-tp2-dp2-zero3-sp", 4, "tiny-olmoe-attn", dict(tp=2, dp=2, zero_stage=3, sequence_parallel=True)),
     (
         "gpt-oss-tp2-dp2-zero1-selective",
@@ -62,7 +68,11 @@ CASES = [
 
 def model_spec(name: str):
     from planner.specs import ModelSpec
+    from planner.specs.catalog import MODELS as CATALOG
 
+    if name == "tiny-qwen3-moe":  # Qwen3-MoE's attention on the catalog's tiny MoE (4 layers, top-2 of 8 experts)
+        update = {"name": name, "num_layers": 4, "attention_head_dim": 16, "qk_norm": "head"}
+        return CATALOG["tiny-moe"].model_copy(update=update)
     return ModelSpec(name=name, **_BASE, **MODELS[name])
 
 
