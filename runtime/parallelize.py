@@ -90,8 +90,36 @@ def apply_tp(chunk: nn.Module, tp_mesh: DeviceMesh, rules: list[TPRule], *, tie_
     plan = resolve_tp_plan(chunk, rules)
     if plan:
         parallelize_module(chunk, tp_mesh, plan)
+    apply_attention_tp(chunk, tp_mesh)
     if tie_embeddings and chunk.embed is not None and chunk.head is not None:
         chunk.head.weight = chunk.embed.tok.weight  # re-tie: both sides were distributed separately
+
+
+def apply_attention_tp(chunk: nn.Module, tp_mesh: DeviceMesh) -> None:
+    """The attention parts that follow the heads' split of the plan's colwise ``wq``/``wk`` rules (not plan rules:
+    they are internal to ``SelfAttention`` and always split with its heads):
+
+    - per-head QK-norm (``q_norm``/``k_norm`` on [B, T, heads, head_dim], Qwen3): ``SequenceParallel`` on the
+      heads dim (torchtitan's Qwen3 plan): its input read as ``Shard(2)``, its weight a ``Replicate`` DTensor whose
+      gradient — each rank's sum over its own heads, ``Partial`` — is summed over TP like sequence-parallel norms';
+    - whole-projection QK-norm (OLMoE): each rank keeps its heads' slice of the weight (``Shard(0)``) and
+      all-reduces the sum of squares (``ProjectionRMSNorm.tp_group``);
+    - attention sinks (gpt-oss): one per query head, ``Shard(0)`` like the heads."""
+    from torch.distributed.tensor import distribute_tensor
+
+    from runtime.models.transformer import ProjectionRMSNorm, SelfAttention
+
+    for attn in chunk.modules():
+        if not isinstance(attn, SelfAttention):
+            continue
+        for norm in (attn.q_norm, attn.k_norm):
+            if isinstance(norm, ProjectionRMSNorm):
+                norm.weight = nn.Parameter(distribute_tensor(norm.weight.detach(), tp_mesh, [Shard(0)]))
+                norm.tp_group = tp_mesh.get_group()
+            elif norm is not None:
+                parallelize_module(norm, tp_mesh, SequenceParallel(sequence_dim=2, use_local_output=True))
+        if attn.sinks is not None:
+            attn.sinks = nn.Parameter(distribute_tensor(attn.sinks.detach(), tp_mesh, [Shard(0)]))
 
 
 def apply_recompute(chunk: nn.Module, mode: str) -> None:

@@ -11,6 +11,8 @@ import fnmatch
 from planner.specs import Plan, rules
 from planner.specs.errors import MeshplanError
 from planner.specs.layout import mesh_layout
+from planner.specs.stack_rules import unbuilt_parts
+from planner.specs.stacks import STACKS
 from runtime import fp8
 
 
@@ -37,6 +39,8 @@ def module_names(plan: Plan) -> list[str]:
                 "mlp_norm",
             )
         ]
+        if m.qk_norm is not None:
+            block += [f"layers.{i}.attn.q_norm", f"layers.{i}.attn.k_norm"]
         if m.is_moe_layer(i):
             block += [f"layers.{i}.moe", f"layers.{i}.moe.router", f"layers.{i}.moe.experts"]
             if m.moe is not None and m.moe.shared_experts:
@@ -76,6 +80,7 @@ def validate_plan(plan: Plan, world_size: int) -> None:
         )
     rules.check(rules.runnable(m, plan.training, p), rules.cp_runnable(p.cp, p.cp_comm))
     fp8.check(plan)  # torchao's recipes run; Transformer Engine / Blackwell ones are refused by name
+    _validate_attention(plan)
     _validate_experts(plan)
     if m.tie_embeddings and p.pp > 1:
         raise MeshplanError(
@@ -84,6 +89,28 @@ def validate_plan(plan: Plan, world_size: int) -> None:
             "set tie_embeddings to false for pipeline-parallel plans, or use pp = 1",
         )
     _validate_tp_plan(plan)
+
+
+def _validate_attention(plan: Plan) -> None:
+    """The model's parts the zoo builds (the ``meshplan`` stack's ``unbuilt`` list, as data: no PyTorch import),
+    and attention sinks without context parallelism (the sink key of ``runtime.models.transformer.with_sink_key``
+    must go first in the whole sequence, which no CP exchange does)."""
+    m, p = plan.model, plan.parallel
+    for part in unbuilt_parts(STACKS["meshplan"], m):
+        raise MeshplanError(
+            f"model.{part}",
+            f"the bundled runtime's model zoo (runtime.models) does not build model.{part}, so {m.name!r} cannot run",
+            "set model.moe.capacity_factor to null (dropless)"
+            if part == "moe.capacity_factor"
+            else f"use a model without {part}, or export the plan to megatron or torchtitan",
+        )
+    if m.attention_sinks and p.cp > 1:
+        raise MeshplanError(
+            "parallel.cp",
+            f"the bundled runtime runs attention sinks (model.attention_sinks of {m.name!r}) without context "
+            f"parallelism only, not cp={p.cp}",
+            "set parallel.cp to 1 (plan with --cp 1)",
+        )
 
 
 def _validate_experts(plan: Plan) -> None:

@@ -221,10 +221,11 @@ CLUSTER = ["--gpu", "h100-sxm5-80gb", "--nodes", "1", "--gpus-per-node", "8", "-
         ("llama-3.1-8b.json", [], 0, '"name": "llama-3.1-8b"'),  # a dense config estimates; named by its file
         ("mistral-7b-instruct-v0.3.json", [], 0, '"name": "mistral-7b-instruct-v0.3"'),
         ("qwen2.5-7b.json", ["--tp", "4"], 0, '"qkv_bias": true'),  # 28 heads: tp 4
-        ("qwen3-8b.json", [], 2, "model.qk_norm"),  # the default stack's runtime builds no per-head QK norm: refused
+        ("qwen3-8b.json", [], 0, '"qk_norm": "head"'),  # the default stack's runtime builds Qwen3's per-head QK norm
         ("qwen3-30b-a3b.json", ["--stack", "deepspeed"], 2, "training.stack"),  # an MoE on a stack without MoE
         ("mixtral-8x7b-v0.1.json", ["--sequence-parallel"], 0, '"num_experts": 8'),  # MoE on the default stack
-        ("gpt-oss-20b.json", [], 2, "model.attention_sinks"),  # the default stack builds no attention sinks
+        # the default stack builds gpt-oss's sinks and attention biases, not its experts' biases
+        ("gpt-oss-20b.json", [], 2, "model.moe.expert_bias"),
         ("deepseek-v3.json", ["--stack", "megatron"], 0, '"kv_lora_rank": 512'),  # MLA on a stack that runs it
         ("../../../README.md", [], 2, "--model"),  # not a JSON document
     ],

@@ -1,7 +1,8 @@
 """Issue 27 §1, property: for every training stack, seeded random requests (models of 1B–1T parameters, 8–16,384
 GPUs) — every plan the planner returns exports to that stack's own targets without refusal (and to the
 target named like the stack without a warning that a part of the plan is not what it runs), and the bundled
-runtime (``runtime.validate.validate_plan``) accepts every plan of the ``meshplan`` stack.
+runtime (``runtime.validate.validate_plan``) accepts every plan of the ``meshplan`` stack, whose Llama-shaped models
+also carry the attention variants its runtime builds (QK-norm per head or per projection; biases and sinks).
 
 ``MESHPLAN_STACK_PROPERTY_N`` sets the requests per stack (default 200, the issue's floor; each search is kept
 small: micro-batch size pinned to 1, top_k 1, a 1 s CP-SAT limit, and enough GPUs for the model's states, so
@@ -68,8 +69,22 @@ def random_model(rng: random.Random) -> ModelSpec:
     )
 
 
+#: Attention variants the bundled runtime builds (issue 23): Qwen3's per-head QK-norm, OLMoE's whole-projection one,
+#: gpt-oss's attention (Q/K/V and output biases, sinks). Drawn for the ``meshplan`` stack's Llama-shaped models only,
+#: from a generator of their own (the requests' generator is not advanced: every stack's requests stay as before).
+ATTENTION_VARIANTS = [
+    {},
+    {"qk_norm": "head"},
+    {"qk_norm": "projection"},
+    {"qkv_bias": True, "attention_out_bias": True, "attention_sinks": True},
+]
+
+
 def random_request(rng: random.Random, stack: str) -> dict:
     model = random_model(rng)
+    if stack == "meshplan" and model.family == "llama":
+        variant = random.Random(f"attention-{model.model_dump_json()}").choice(ATTENTION_VARIANTS)
+        model = ModelSpec.model_validate({**model.model_dump(), **variant})
     # at least the GPUs that hold the model's 16-bit weights, gradients and fp32 Adam states (16 B per
     # parameter) in about half of an 80 GB GPU; then up to 16,384
     need = math.ceil(num_parameters(model) * 16 / 40e9 / 8)
@@ -92,11 +107,12 @@ def test_every_plan_runs_on_its_stack(stack: str) -> None:
     rng = random.Random(f"issue-27-{stack}")
     targets = [fmt for fmt, e in FORMATS.items() if e.stack == stack]
     assert targets, stack
-    planned, refused = 0, []
+    planned, refused, variants = 0, [], 0
     for i in range(N):
         req = random_request(rng, stack)
         for plan in planner.plan(req).plans:
             planned += 1
+            variants += plan.model.qk_norm is not None or plan.model.attention_sinks
             p = plan.parallel
             where = f"request {i} ({plan.model.name}, {p.num_gpus} GPUs): {p}"
             assert stack_runs_config(STACKS[stack], plan.model, p) is None, where
@@ -115,6 +131,7 @@ def test_every_plan_runs_on_its_stack(stack: str) -> None:
                     refused.append(f"runtime.validate refused {where}: {err}")
     assert not refused, f"{len(refused)} refusals, e.g.\n" + "\n".join(refused[:5])
     assert planned >= 0.8 * N, f"only {planned} of {N} requests were answered with a plan"
+    assert stack != "meshplan" or variants >= N // 4, f"only {variants} plans of QK-norm / sink models"
 
 
 def test_meshplan_fp8_recipes_are_what_the_runtime_runs() -> None:

@@ -31,10 +31,11 @@ def stack_runs(
     cp: int | None = None,
     cp_comm: str | None = None,
     tp_comm_overlap: bool | None = None,
+    attention_sinks: bool = False,
 ) -> MeshplanError | None:
     """The configuration (or the pinned part of one: None = not given) is one the request's training
     stack runs (``planner.specs.stacks.Stack``: ``schedules``, ``zero_stages``, ``pipeline_zero_stages``,
-    ``sequence_parallel``, ``recompute``, ``pp_with_tied_embeddings``, ``cp_comms``)."""
+    ``sequence_parallel``, ``recompute``, ``pp_with_tied_embeddings``, ``cp_comms``, ``cp_with_attention_sinks``)."""
     if schedule is not None and schedule not in stack.schedules:
         return MeshplanError(
             "parallel.schedule",
@@ -86,6 +87,14 @@ def stack_runs(
             f"{_stack_name(stack)} does not run context parallelism (cp={cp})",
             "set parallel.cp to 1 or leave it unpinned" + _others(lambda s: bool(s.cp_comms), "context parallelism"),
         )
+    if cp is not None and cp > 1 and attention_sinks and not stack.cp_with_attention_sinks:
+        return MeshplanError(
+            "parallel.cp",
+            f"{_stack_name(stack)} does not run context parallelism (cp={cp}) on a model with attention sinks "
+            "(model.attention_sinks)",
+            "set parallel.cp to 1 or leave it unpinned"
+            + _others(lambda s: bool(s.cp_comms) and s.cp_with_attention_sinks, "CP with attention sinks"),
+        )
     if cp is not None and cp > 1 and cp_comm is not None and cp_comm not in stack.cp_comms:
         return MeshplanError(
             "parallel.cp_comm",
@@ -121,6 +130,7 @@ def _fields(model: Any, c: Any) -> dict[str, Any]:
         "cp": getattr(c, "cp", None),  # a Candidate has none: the search keeps cp = 1
         "cp_comm": getattr(c, "cp_comm", None),
         "tp_comm_overlap": c.tp_comm_overlap,
+        "attention_sinks": bool(getattr(model, "attention_sinks", False)),
     }
 
 

@@ -147,6 +147,8 @@ class Stack(BaseModel):
     cp_comms: tuple[CpComm, ...] = Field(
         description="Context-parallel exchanges it runs (parallel.cp_comm with cp > 1)."
     )
+    #: Whether its CP exchanges run a model with attention sinks (``model.attention_sinks``, gpt-oss).
+    cp_with_attention_sinks: bool = Field(default=True, description="Whether it runs CP with attention sinks.")
     #: FP8 recipes it runs (``training.fp8_recipe`` with precision ``fp8``; the first is its default; empty:
     #: no FP8) and those whose FSDP weight all-gather it runs in FP8 (``planner.specs.fp8``).
     fp8_recipes: tuple[Fp8Recipe, ...] = ()
@@ -228,6 +230,7 @@ STACKS: dict[str, Stack] = {
             recompute=("none", "selective", "full"),
             pp_with_tied_embeddings=False,
             cp_comms=RUNNABLE_CP_COMMS,  # type: ignore[arg-type]  # runtime/context_parallel.py: all four exchanges
+            cp_with_attention_sinks=False,  # transformer.py with_sink_key: the sink key leads the whole sequence
             # runtime/fp8.py: torchao float8 (convert_to_float8_training, Float8LinearConfig.from_recipe_name) on the
             # blocks' linears; FSDP2 all-gathers weights in their own precision (no enable_fsdp_float8_all_gather:
             # gloo has no float8 collectives, the CUDA path is unmeasured): fp8_all_gather stays empty.
@@ -238,15 +241,9 @@ STACKS: dict[str, Stack] = {
             moe=True,
             expert_parallel=True,
             etp=("one",),
-            # runtime/models/transformer.py check_buildable: the zoo builds none of these yet
-            unbuilt=(
-                "mla",
-                "qk_norm",
-                "attention_sinks",
-                "attention_out_bias",
-                "moe.capacity_factor",
-                "moe.expert_bias",
-            ),
+            # runtime/models/transformer.py check_buildable: the zoo builds none of these yet (it builds qk_norm,
+            # attention_out_bias and attention_sinks: SelfAttention, tests/test_runtime_attention_parts.py)
+            unbuilt=("mla", "moe.capacity_factor", "moe.expert_bias"),
             runs_source="runtime/models/moe.py (MoE block: top-k router, torch._grouped_mm experts, shared expert, "
             "aux loss or expert bias, dropless), runtime/expert_parallel.py (EP over (pp, edp, ep) carved from dp, "
             "all_to_all_single dispatch, experts FSDP2 over expert-DP; etp 1 only: TP ranks hold their own "

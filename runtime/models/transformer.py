@@ -104,16 +104,75 @@ class Attention(nn.Module):
 
     cp = None
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None
+    ) -> torch.Tensor:
         if self.cp is not None:
+            if sinks is not None:  # runtime.validate refuses it first (parallel.cp)
+                raise NotImplementedError("attention sinks under context parallelism")
             return self.cp.attention(q, k, v)
+        scale = None
+        if sinks is not None:
+            q, k, v, scale = with_sink_key(q, k, v, sinks)
         rep = q.shape[1] // k.shape[1]  # [B, heads, T, head_dim]
         if rep > 1 and q.device.type == "cuda" and q.dtype == torch.float32:
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1], scale=scale)
+        return out if sinks is None else out[:, :, 1:, : out.shape[-1] - SINK_PAD]
+
+
+#: Head-dimension padding of the sink key trick (``with_sink_key``): one column carries the sink logit, the rest keep
+#: the head dimension a multiple of 8 for the fused kernels.
+SINK_PAD = 8
+
+
+def with_sink_key(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor):
+    """Attention sinks (gpt-oss: a learned logit per query head joining every softmax's denominator, its value 0)
+    as ordinary causal SDPA, so the fused kernels run it and autograd reaches the sinks. An extra key with value 0
+    goes first, and one extra head-dimension column carries the sink: q's column is sink_h / scale (per query head,
+    so GQA groups keep their own sinks), k's is 1 for the sink key and 0 for the real ones; so the sink key's logit
+    is exactly sink_h and a real key's is q·k·scale with the original scale. A dummy query goes first too, so the
+    causal mask (top-left aligned) lets query i see the sink and keys 0..i; its output row and the padding columns
+    are dropped (``Attention.forward``). Returns q', k', v' [B, heads, T+1, head_dim + SINK_PAD] and the scale."""
+    b, h, t, d = q.shape
+    scale = 1.0 / math.sqrt(d)
+    pad = SINK_PAD - 1
+    sink_col = (sinks.to(q.dtype) / scale).view(1, h, 1, 1).expand(b, h, t + 1, 1)
+    q2 = torch.cat((F.pad(q, (0, 0, 1, 0)), sink_col, q.new_zeros(b, h, t + 1, pad)), dim=-1)
+    kh = k.shape[1]
+    sink_key = torch.cat((k.new_zeros(b, kh, 1, d), k.new_ones(b, kh, 1, 1)), dim=-1)
+    k2 = torch.cat((torch.cat((sink_key, F.pad(k, (0, 1))), dim=2), k.new_zeros(b, kh, t + 1, pad)), dim=-1)
+    v2 = F.pad(v, (0, SINK_PAD, 1, 0))
+    return q2, k2, v2, scale
+
+
+class ProjectionRMSNorm(RMSNorm):
+    """QK-norm over a whole projection (OLMoE's ``q_norm``/``k_norm``: RMSNorm of heads·head_dim, resp.
+    kv_heads·head_dim, before the heads are split). Under TP each rank holds its heads' slice of the projection and
+    of ``weight`` (a ``Shard(0)`` DTensor on the TP mesh, ``runtime.parallelize.apply_attention_tp``, which sets
+    ``tp_group``): the mean square then needs every rank's sum of squares, all-reduced (autograd-aware: the backward
+    sums the ranks' gradients of the total). Without TP it is the fused ``RMSNorm``."""
+
+    tp_group = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.tp_group is None:
+            return super().forward(x)
+        from torch.distributed.nn.functional import all_reduce
+
+        w = self.weight.to_local() if hasattr(self.weight, "to_local") else self.weight
+        xf = x.float()
+        squares = all_reduce(xf.pow(2).sum(-1, keepdim=True), group=self.tp_group)
+        return (xf * torch.rsqrt(squares / self.normalized_shape[0] + self.eps)).type_as(x) * w
 
 
 class SelfAttention(nn.Module):
+    """Causal self-attention. Optional parts (``ModelSpec``): biases on Q/K/V (``qkv_bias``) and on the output
+    (``attention_out_bias``); QK-norm (``qk_norm``: ``"head"`` — Qwen3, one RMSNorm of head_dim over each query and
+    key head, weights shared by the heads; ``"projection"`` — OLMoE, an RMSNorm over the whole query and key
+    projections), applied before RoPE; attention sinks (``attention_sinks``: gpt-oss, ``sinks`` one logit per query
+    head, ``with_sink_key``)."""
+
     cp = None  # context parallelism: RoPE at the local tokens' global positions
 
     def __init__(self, spec: ModelSpec, *, tp: int = 1) -> None:
@@ -126,19 +185,37 @@ class SelfAttention(nn.Module):
         self.wq = nn.Linear(d, heads * hd, bias=qkv_bias)
         self.wk = nn.Linear(d, kv * hd, bias=qkv_bias)
         self.wv = nn.Linear(d, kv * hd, bias=qkv_bias)
-        self.wo = nn.Linear(heads * hd, d, bias=bias)
+        self.wo = nn.Linear(heads * hd, d, bias=bias or spec.attention_out_bias)
+        self.qk_norm = spec.qk_norm
+        self.q_norm: nn.Module | None = None
+        self.k_norm: nn.Module | None = None
+        if spec.qk_norm == "head":
+            self.q_norm, self.k_norm = RMSNorm(hd, eps=NORM_EPS), RMSNorm(hd, eps=NORM_EPS)
+        elif spec.qk_norm == "projection":
+            self.q_norm, self.k_norm = (
+                ProjectionRMSNorm(heads * hd, eps=NORM_EPS),
+                ProjectionRMSNorm(kv * hd, eps=NORM_EPS),
+            )
+        self.sinks = nn.Parameter(torch.zeros(heads)) if spec.attention_sinks else None
         self.core = Attention()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t = x.shape[0], x.shape[1]
+        q, k, v = self.wq(x), self.wk(x), self.wv(x)
+        if self.q_norm is not None and self.k_norm is not None and self.qk_norm == "projection":
+            q, k = self.q_norm(q), self.k_norm(k)
         # -1: the local head count, so TP-sharded (fewer heads) projections just work.
-        q = self.wq(x).view(b, t, -1, self.head_dim)
-        k = self.wk(x).view(b, t, -1, self.head_dim)
-        v = self.wv(x).view(b, t, -1, self.head_dim)
+        q, k, v = (y.view(b, t, -1, self.head_dim) for y in (q, k, v))
+        if self.q_norm is not None and self.k_norm is not None and self.qk_norm == "head":
+            q, k = self.q_norm(q), self.k_norm(k)  # [B, T, heads, head_dim]: per head
         if self.rope:
             pos = None if self.cp is None else self.cp.positions(t, x.device)
             q, k = apply_rope(q, pos), apply_rope(k, pos)
-        out = self.core(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        sinks = self.sinks
+        if sinks is not None and hasattr(sinks, "to_local"):  # TP: this rank's heads' sinks
+            sinks = sinks.to_local()
+        args = (q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        out = self.core(*args) if sinks is None else self.core(*args, sinks)
         return self.wo(out.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -288,9 +365,10 @@ def init_weights(module: nn.Module, spec: ModelSpec, seed: int) -> None:
 
 
 def check_buildable(spec: ModelSpec) -> None:
-    """Refuse a spec with parts the zoo does not build yet (latent attention, QK-norm, attention sinks, an attention
-    output bias; in a mixture of experts: token dropping by capacity, biases on the experts' linears) rather than
-    build a different model."""
+    """Refuse a spec with parts the zoo does not build yet (latent attention; in a mixture of experts: token dropping
+    by capacity, biases on the experts' linears) rather than build a different model. The same list, as data, is the
+    ``meshplan`` stack's ``unbuilt`` (``planner.specs.stacks``; tests/test_runtime_attention_parts.py holds them
+    equal)."""
     from planner.specs.errors import MeshplanError
 
     moe = spec.moe
@@ -298,9 +376,6 @@ def check_buildable(spec: ModelSpec) -> None:
         ("moe.capacity_factor", moe is not None and moe.capacity_factor is not None),
         ("moe.expert_bias", moe is not None and moe.expert_bias),
         ("mla", spec.mla is not None),
-        ("qk_norm", spec.qk_norm is not None),
-        ("attention_sinks", spec.attention_sinks),
-        ("attention_out_bias", spec.attention_out_bias),
     ):
         if on:
             fix = (
