@@ -1340,3 +1340,19 @@ def test_cli_export_prints_the_stack_warning(tmp_path):
     assert (
         strict.returncode == 2 and "priced for the training stack" in strict.stderr and "Traceback" not in strict.stderr
     )
+
+
+@pytest.mark.parametrize("fmt", ["meshplan", "torchrun", "slurm", "kubeflow-pytorchjob", "kubeflow-trainjob"])
+def test_a_dense_model_with_a_part_the_runtime_does_not_build_is_refused(fmt):
+    """Not only a mixture of experts: a dense model with latent attention (DeepSeek-V3's attention, dense MLPs) exported
+    to a target that starts meshplan's runtime is refused naming model.mla (runtime.validate would refuse it at
+    launch); with --command the launchers start the user's program instead."""
+    plan = CASES["llama3-8b-zero3"]
+    layers = plan.model.num_layers  # the plan's stage cuts stay valid
+    dense_mla = get_model("deepseek-v3").model_copy(update={"moe": None, "num_layers": layers})
+    plan = for_target(plan.model_copy(update={"model": dense_mla}), fmt)
+    with pytest.raises(MeshplanError) as err:
+        export(plan, fmt, OPTIONS)
+    assert err.value.field == "plan.model.mla" and "megatron" in err.value.fix
+    if fmt not in ("meshplan", "torchrun"):
+        assert export(plan, fmt, OPTIONS.model_copy(update={"command": "python train.py"})).content

@@ -64,16 +64,18 @@ def moe_refusal(plan: Plan, exporter: Exporter, options: ExportOptions) -> None:
     launchers still carry the layout (``MESHPLAN_EP``, ``MESHPLAN_ETP``) to a ``--command`` program. (DeepSpeed
     refuses in its own words: ``deepspeed.deepspeed_config``.)"""
     runs = exporter.runs_stack(options)
-    if plan.model.moe is None or runs is None or exporter.stack != "meshplan":
+    if runs is None or exporter.stack != "meshplan":
         return
-    if resolve_stack(runs).moe:  # it runs MoE: what its runtime builds (whole experts, dropless), by name
-        from api.exporters.meshplan import check_experts
+    if plan.model.moe is None or resolve_stack(runs).moe:  # what its runtime builds (whole experts, dropless), by name
+        from api.exporters.meshplan import check_buildable
 
         try:
-            check_experts(plan)
+            check_buildable(plan)
         except MeshplanError as err:
             if exporter.runs_command:
-                err.fix += ", or give --command to start your own program: it receives MESHPLAN_EP / MESHPLAN_ETP"
+                err.fix += ", or give --command to start your own program" + (
+                    ": it receives MESHPLAN_EP / MESHPLAN_ETP" if plan.model.moe is not None else ""
+                )
             raise
         return
     fix = "export to megatron or torchtitan (`meshplan export --format megatron` / `torchtitan`)"

@@ -23,7 +23,7 @@ class MeshplanExporter(Exporter):
     extension = "sh"
 
     def render(self, plan: Plan, options, notes: Notes) -> str:
-        check_experts(plan)
+        check_buildable(plan)
         geom = geometry(plan, options)
         words = ["meshplan", "run", "--plan", options.plan_path, "--nproc-per-node", str(geom.nproc_per_node)]
         raw: frozenset[int] = frozenset()
@@ -48,21 +48,20 @@ class MeshplanExporter(Exporter):
         return "#!/usr/bin/env bash\n" + head + "set -euo pipefail\n\n" + shell_join(words, raw) + "\n"
 
 
-def check_experts(plan: Plan) -> None:
-    """A mixture of experts as the runtime runs it (``runtime.validate._validate_experts``, without importing
-    PyTorch): whole experts on a rank (etp 1), dropless, no biases on the experts' linears."""
-    moe, p = plan.model.moe, plan.parallel
-    if moe is None:
-        return
-    if p.etp != 1:
-        raise MeshplanError(
-            "parallel.etp",
-            f"meshplan's runtime runs each expert whole on a rank (etp 1), not etp={p.etp}",
-            "re-plan for the meshplan stack (it picks etp 1), or export to megatron / torchtitan, which run etp = tp",
-        )
+def check_buildable(plan: Plan) -> None:
+    """A model as the runtime builds it (``runtime.validate``, without importing PyTorch): no part it does not build
+    (``Stack.unbuilt``: latent attention, capacity-factor dropping, expert biases; dense models too), and a mixture
+    of experts with whole experts on a rank (etp 1)."""
     for field in unbuilt_parts(STACKS["meshplan"], plan.model):  # the runtime's check_buildable list, as data
         raise MeshplanError(
             f"plan.model.{field}",
             f"meshplan's runtime does not build model.{field} ({plan.model.name!r})",
             "export to megatron or torchtitan (`meshplan export --format megatron` / `torchtitan`)",
+        )
+    if plan.model.moe is not None and plan.parallel.etp != 1:
+        p = plan.parallel
+        raise MeshplanError(
+            "parallel.etp",
+            f"meshplan's runtime runs each expert whole on a rank (etp 1), not etp={p.etp}",
+            "re-plan for the meshplan stack (it picks etp 1), or export to megatron / torchtitan, which run etp = tp",
         )
