@@ -86,6 +86,7 @@ OVERRIDABLE = (
     "selective_ac",
     "norm_kernel",
     "loss",
+    "nccl",
 )
 
 
@@ -123,6 +124,8 @@ class Stack(BaseModel):
     #: its gradient reduce-scatters in buckets of so many elements (``workload.collectives.zero3_comms``)
     zero3_fetch: Literal["layer", "module"] = "layer"
     zero3_reduce_bucket: int | None = None
+    #: the NCCL release whose tuner picks each collective's algorithm × protocol across nodes (``pricing.nccl``)
+    nccl: Literal["2.10", "2.23"] = "2.23"
     # ---- what the stack runs (issue 27 §1): the search enumerates only these; a pin outside is an error
     #: The release of the software this preset describes.
     version: str = Field(description="The release of the software this preset describes.")
@@ -138,7 +141,6 @@ class Stack(BaseModel):
     sequence_parallel: bool = Field(description="Whether it runs sequence parallelism (with tp > 1).")
     #: Recompute granularities it runs (``parallel.recompute``).
     recompute: tuple[Recompute, ...] = Field(description="Activation recomputation it runs (parallel.recompute).")
-    #: Whether it runs pp > 1 on a model whose input and output embeddings are tied.
     pp_with_tied_embeddings: bool = Field(
         description="Whether it runs pp > 1 on a model with tied input/output embeddings."
     )
@@ -163,7 +165,6 @@ class Stack(BaseModel):
     #: Model parts it does not build (``ModelSpec`` fields, dotted): a model with one is refused for this stack
     #: (``planner.answer.request.check_priced``), not planned and then refused by its runtime.
     unbuilt: tuple[str, ...] = Field(default=(), description="Model parts (ModelSpec fields) it does not build.")
-    #: Where the capabilities come from (files at the version).
     runs_source: str = Field(description="Where the capabilities come from (files at the version).")
 
     @property

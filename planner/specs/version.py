@@ -78,4 +78,6 @@ from __future__ import annotations
 #: 20: a MoE plan's memory per stage itemises the routed experts' weights, gradients and optimizer states
 #:    (``StageMemory.expert_*_gib``), each part split in its own bytes per parameter (the experts' ZeRO shards span
 #:    expert-DP, not dp): weights / gradients / optimizer of MoE plans move, totals, times and choices do not.
-COST_MODEL_VERSION = 20
+#: 21: collectives across nodes as NCCL's tuner selects them (``planner.pricing.nccl``): algorithm × protocol (ring, tree,
+#:    NVLS-tree, PAT × LL, LL128, Simple) by size and ranks, at the stack's NCCL era (``Stack.nccl``: 2.10 or 2.23).
+COST_MODEL_VERSION = 21
