@@ -11,7 +11,8 @@ and runs the cheapest (``ncclTopoTuneModel`` fills the latency and bandwidth tab
   tree Simple at 28 µs a step; ring Simple 9.6 µs a network step; LL's NVLink steps × 1.8 across nodes; LL128
   at 0.7 of the bus with one rank per node; the ring all-reduce "plateau" × 1.9 from ``n/16·64 KiB``; A100
   bus bandwidth ≤ 235 GB/s; LL128 enabled on Volta and Ampere only.
-* ``"2.23"`` — NVIDIA/nccl v2.23.4-1 (2024-09; ring/tree constants unchanged to v2.30.4-1): higher LL/LL128
+* ``"2.23"`` — NVIDIA/nccl v2.23.4-1 (2024-09; ring/tree constants unchanged to v2.30.4-1; PAT 0.75 from v2.24.3-1,
+  NVLS × 0.85 on Hopper from v2.28.3-1, NVLS-tree network step 20.9 at v2.30.4-1 are not taken): higher LL/LL128
   bases, tree Simple at 4.0 (NVLink) / 14 (network) µs, ring Simple 14 µs a network step; a network ring step's
   NVLink part at least the host's net overhead (Intel 1 µs, AMD 2 µs, × 3 for Simple); with one rank per node
   the tree's network step; the plateau × 1.4 on sm80+ from ``nBytes/(C·n) ≥ 64``; PAT for all-gather and
