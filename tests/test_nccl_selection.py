@@ -197,15 +197,33 @@ def comm(gpu: str, nodes: int, era: nccl.Era) -> CommModel:
 
 
 def test_cost_model_prices_the_chosen_pair_by_hand() -> None:
-    """A 256-rank all-gather of 64 MiB on 32 DGX A100 (2.10): NCCL picks the LL128 ring (560 µs latency); the cost model
-    charges that latency plus the bytes at the measured ring rate capped by 8 HDR NICs × LL128's 160/192 share."""
+    """A 256-rank all-gather of 64 MiB on 32 DGX A100 (2.10): NCCL picks the LL128 ring (560 µs latency) and so does the
+    cost model: that latency plus the bytes at the measured ring rate capped by 8 HDR NICs and by LL128's 160 GB/s;
+    the Simple ring (1,068 µs) and LL (277 µs, ≤ 20.4 GB/s) priced alike by hand cost more."""
     cm = comm("a100-sxm4-80gb", 32, "2.10")
     size = 64 * MiB
     ch = select("all_gather", size, cm.topo(256, 8), "2.10")
     assert (ch.algo, ch.proto) == ("ring", "LL128")  # type: ignore[union-attr]
     rate = cm.ring_rate(size) * min(1.0, 8 * 24e9 / cm.ring_asymptote())
-    by_hand = (10.0 + 224 * 1.9 + 31 * 4.0) * 1e-6 + 255 / 256 * size / (rate * 160 / 192)
-    assert cm.time("all_gather", size, 256, "inter_node", 8) == pytest.approx(by_hand, rel=1e-9)
+    ll128 = (10.0 + 224 * 1.9 + 31 * 4.0) * 1e-6 + 255 / 256 * size / min(rate, 160e9)
+    simple = (8.4 + 224 * 3.4 + 31 * 9.6) * 1e-6 + 255 / 256 * size / min(rate, 192e9)
+    ll = (3.6 + 224 * 0.47 * 1.8 + 31 * 2.7) * 1e-6 + 255 / 256 * size / min(rate, 20.4e9)
+    assert ll128 < min(simple, ll)
+    assert cm.time("all_gather", size, 256, "inter_node", 8) == pytest.approx(ll128, rel=1e-9)
+
+
+def test_protocol_caps_are_ceilings_on_the_measured_rate() -> None:
+    """256 KiB over 4 DGX A100 nodes: the measured ring curve at that size is below LL's 20.4 GB/s ceiling, so LL costs
+    its latency and the curve's rate, not the curve × LL's share of the link (that would count the size twice)."""
+    cm = comm("a100-sxm4-80gb", 4, "2.23")
+    size = 256 * KiB
+    rate = cm.ring_rate(size) * min(1.0, 8 * 24e9 / cm.ring_asymptote())
+    t = cm.topo(32, 8)
+    ll = next(p for p in pairs("all_gather", t, "2.23") if (p.algo, p.proto) == ("ring", "LL"))
+    assert rate < ll.bus_bw * 1e9
+    by_hand = (6.6 + 28 * 1.0 + 3 * 2.7) * 1e-6 + 31 / 32 * size / rate  # NVLink step max(0.6, 1 µs net overhead)
+    assert ll.lat_us == pytest.approx(6.6 + 28 * 1.0 + 3 * 2.7)
+    assert cm.time("all_gather", size, 32, "inter_node", 8) == pytest.approx(by_hand, rel=1e-9)
 
 
 def test_the_era_moves_large_rings_latency() -> None:

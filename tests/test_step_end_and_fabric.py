@@ -67,12 +67,12 @@ def test_megatron_finalize_lists_what_finalize_model_grads_issues(tied, tp, sp, 
 
 def ring_time(cm: CommModel, size: float, n: int, per_node: int, nic: float) -> float:
     """An inter-node all-reduce by hand: the cheapest of NCCL's pairs (``nccl.pairs``, their latency at this size) with
-    the bytes at the ring curve capped by the node's NICs × the pair's share of the raw link (``nccl.Pair.alg_bw``)."""
+    the bytes at the ring curve capped by the node's NICs and by the pair's bus bandwidth (``nccl.Pair``)."""
     rate = cm.ring_rate(size) * min(1.0, per_node * nic / cm.ring_asymptote())
     t = cm.topo(n, per_node)
     return min(
         nccl.price("all_reduce", p, size, t, "2.23").lat_us * 1e-6
-        + size / (rate / (t.channels * t.bw_inter) * p.alg_bw)
+        + size / (min(rate, p.bus_bw * 1e9) * p.alg_bw / p.bus_bw)
         for p in nccl.pairs("all_reduce", t, "2.23")
     )
 

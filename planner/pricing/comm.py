@@ -24,8 +24,9 @@ a collective moves ``bus·S`` bytes through each rank's link, with ``bus`` = 2(n
   measured 8-GPU floors, 43.8 µs A100 and 39.8 µs H200 at 32 KiB; the measured curve is what NCCL chose there).
   Across nodes all-reduce, all-gather and reduce-scatter run what NCCL's tuner selects (``pricing.nccl``: ring or
   tree, NVLS-tree, PAT × LL, LL128, Simple, by size, ranks and the stack's NCCL era): its latency, and the rate
-  above × that pair's share of the raw link (LL's ≈ 20 GB/s, LL128's and the tree's per-channel caps) × its
-  algorithm-bandwidth ratio. Send/recv and all-to-all: the Simple ring's 8.4 + NVLink steps·3.4 + network steps·14.
+  above capped by that pair's bus bandwidth (LL's ≈ 20 GB/s, LL128's and the tree's per-channel caps) × its
+  algorithm-bandwidth ratio; the cheapest pair so priced. Send/recv and all-to-all: the Simple ring's
+  8.4 + NVLink steps·3.4 + network steps·14.
 
 Overrides (``ClusterSpec``): ``intra_node_bandwidth_GBps`` / ``inter_node_bandwidth_GBps`` are the nominal
 per-GPU, one-direction link rates as a datasheet states them (the GPU's NVLink and NIC figures by default);
@@ -321,11 +322,11 @@ class CommModel:
         rate = ring * min(1.0, cap / self.ring_asymptote())
         if collective not in nccl.TUNED:
             return self.latency(collective, n, m, inter=True) + bus / rate
-        # NCCL's pairs at their latency and the measured rate × their share of the raw link (docs/planner.md, "NCCL")
+        # NCCL's pairs at their latency, the measured rate capped by the pair's bus bandwidth (docs/planner.md, "NCCL")
         t = self.topo(n, m)
-        share = rate / (t.channels * t.bw_inter)
         return min(
-            nccl.price(collective, p, size_bytes, t, self.nccl_era).lat_us * 1e-6 + size_bytes / (share * p.alg_bw)
+            nccl.price(collective, p, size_bytes, t, self.nccl_era).lat_us * 1e-6
+            + size_bytes / (min(rate, p.bus_bw * 1e9) * p.alg_bw / p.bus_bw)
             for p in nccl.pairs(collective, t, self.nccl_era)
         )
 
