@@ -199,7 +199,7 @@ def comm(gpu: str, nodes: int, era: nccl.Era) -> CommModel:
 def test_cost_model_prices_the_chosen_pair_by_hand() -> None:
     """A 256-rank all-gather of 64 MiB on 32 DGX A100 (2.10): NCCL picks the LL128 ring (560 µs latency) and so does the
     cost model: that latency plus the bytes at the measured ring rate capped by 8 HDR NICs and by LL128's 160 GB/s;
-    the Simple ring (1,068 µs) and LL (277 µs, ≤ 20.4 GB/s) priced alike by hand cost more."""
+    the Simple ring (1,068 µs) and LL (277 µs, ≤ 19.0 GB/s on the DGX A100's AMD hosts) priced alike cost more."""
     cm = comm("a100-sxm4-80gb", 32, "2.10")
     size = 64 * MiB
     ch = select("all_gather", size, cm.topo(256, 8), "2.10")
@@ -207,7 +207,7 @@ def test_cost_model_prices_the_chosen_pair_by_hand() -> None:
     rate = cm.ring_rate(size) * min(1.0, 8 * 24e9 / cm.ring_asymptote())
     ll128 = (10.0 + 224 * 1.9 + 31 * 4.0) * 1e-6 + 255 / 256 * size / min(rate, 160e9)
     simple = (8.4 + 224 * 3.4 + 31 * 9.6) * 1e-6 + 255 / 256 * size / min(rate, 192e9)
-    ll = (3.6 + 224 * 0.47 * 1.8 + 31 * 2.7) * 1e-6 + 255 / 256 * size / min(rate, 20.4e9)
+    ll = (3.6 + 224 * 0.47 * 1.8 + 31 * 2.7) * 1e-6 + 255 / 256 * size / min(rate, 19.0e9)  # AMD hosts: 19.0
     assert ll128 < min(simple, ll)
     assert cm.time("all_gather", size, 256, "inter_node", 8) == pytest.approx(ll128, rel=1e-9)
 
@@ -221,8 +221,9 @@ def test_protocol_caps_are_ceilings_on_the_measured_rate() -> None:
     t = cm.topo(32, 8)
     ll = next(p for p in pairs("all_gather", t, "2.23") if (p.algo, p.proto) == ("ring", "LL"))
     assert rate < ll.bus_bw * 1e9
-    by_hand = (6.6 + 28 * 1.0 + 3 * 2.7) * 1e-6 + 31 / 32 * size / rate  # NVLink step max(0.6, 1 µs net overhead)
-    assert ll.lat_us == pytest.approx(6.6 + 28 * 1.0 + 3 * 2.7)
+    # DGX A100 hosts are AMD EPYC (nccl.CPU_OF): NVLink step max(0.6, 2 µs net overhead); LL ≤ 19.0 GB/s
+    by_hand = (6.6 + 28 * 2.0 + 3 * 2.7) * 1e-6 + 31 / 32 * size / rate
+    assert (ll.lat_us, ll.bus_bw) == pytest.approx((6.6 + 28 * 2.0 + 3 * 2.7, 19.0))
     assert cm.time("all_gather", size, 32, "inter_node", 8) == pytest.approx(by_hand, rel=1e-9)
 
 
@@ -236,6 +237,15 @@ def test_the_era_moves_large_rings_latency() -> None:
     assert old.time("all_gather", 256 * MiB, 8, "intra_node", 8) == new.time(
         "all_gather", 256 * MiB, 8, "intra_node", 8
     )
+
+
+def test_the_hosts_cpu_is_the_dgx_of_the_generation() -> None:
+    """DGX A100: AMD EPYC 7742 (2 µs net overhead, × 3 for Simple: a multi-node Simple ring's NVLink step is 6 µs, not
+    3.4); DGX H100: Intel Xeon 8480C (1 µs: 3.4 stays)."""
+    a, h = comm("a100-sxm4-80gb", 32, "2.23").topo(256, 8), comm("h100-sxm5-80gb", 32, "2.23").topo(256, 8)
+    assert (a.cpu, h.cpu) == ("amd", "intel")
+    assert _pair("all_gather", a, "2.23", "ring", "Simple").lat_us == pytest.approx(8.4 + 224 * 6.0 + 31 * 14.0)
+    assert _pair("all_gather", h, "2.23", "ring", "Simple").lat_us == pytest.approx(8.4 + 224 * 3.4 + 31 * 14.0)
 
 
 def test_the_stack_carries_the_era_and_bad_values_are_named() -> None:

@@ -144,8 +144,9 @@ def test_hierarchical_all_reduce_by_hand() -> None:
     size = 16 * GiB
     bus = 2 * 127 / 128 * size
     nic = 24e9  # HDR ceiling (NVIDIA/nccl#412)
-    # tuning.cc v2.23.4-1, Simple ring: 2(k−1) = 30 network steps, × 1.4 past the ring's plateau (sm80)
-    ring_lat = 1.4 * (8.4 + (254 - 30) * 3.4 + 30 * 14.0) * 1e-6
+    # tuning.cc v2.23.4-1, Simple ring: 2(k−1) = 30 network steps, NVLink steps at max(3.4, 3 × 2 µs AMD net overhead)
+    # (DGX A100's EPYC hosts), × 1.4 past the ring's plateau (sm80)
+    ring_lat = 1.4 * (8.4 + (254 - 30) * 6.0 + 30 * 14.0) * 1e-6
     # the tree: 2·((m−1)·NVLink + log2(k)·NET), its bus at min(0.92·raw, 8 channels × 17.8 GB/s), algBw = bus/2
     tree_lat = (8.4 + 2 * (7 * 4.0 + 4 * 14.0)) * 1e-6
     by_hand = min(ring_lat + bus / (8 * nic), tree_lat + size / (0.5 * 8 * 17.8e9))

@@ -37,6 +37,14 @@ Gen = Literal["volta", "ampere", "hopper", "blackwell"]
 PROTOS = ("LL", "LL128", "Simple")
 #: NCCL's GPU generation (compute capability 7.0 / 8.0 / 9.0 / 10.0) of a GPU family
 GEN_OF: dict[str, Gen] = {"v100": "volta", "a100": "ampere", "h100": "hopper", "h200": "hopper", "b200": "blackwell"}
+#: The host CPU vendor NCCL reads (``ncclTopoCpuType``: LL's bandwidth across nodes, the net overhead) by GPU generation:
+#: the DGX of that generation — DGX-2 and DGX H100/B200 dual Intel Xeon (8168, 8480C, 8570), DGX A100 dual AMD EPYC 7742.
+CPU_OF: dict[str, Literal["intel", "amd"]] = {
+    "volta": "intel",
+    "ampere": "amd",
+    "hopper": "intel",
+    "blackwell": "intel",
+}
 #: The collectives NCCL's tuner prices (send/recv and all-to-all are point-to-point in NCCL: no selection).
 TUNED = ("all_reduce", "all_gather", "reduce_scatter")
 
@@ -134,12 +142,13 @@ def link_topo(n: int, ppn: int, nic_GBps: float, gen: Gen, gpus_per_node: int, i
     NIC's rate (``nic_GBps``; ``search.cc`` "NET n -> GPU a -> … -> NET n"), channels doubled at half the rate
     when it is ≥ 25 GB/s except on Hopper+ below 50 GB/s with more than 4 (``ncclTopoDupChannels``); NVLS where
     Hopper/Blackwell GPUs share an NVSwitch (≥ 4 per node). ``intra_s`` / ``inter_s``: the cluster's per-step NVLink
-    and network latency (s), scaling NCCL's hardware latencies by their ratio to the defaults (1.9 µs, 14 µs)."""
+    and network latency (s), scaling NCCL's hardware latencies by their ratio to the defaults (1.9 µs, 14 µs); the
+    hosts' CPU vendor that of the generation's DGX (``CPU_OF``)."""
     c, bw = max(1, ppn), nic_GBps
     if bw >= 25.0 and not (gen in ("hopper", "blackwell") and bw < 50.0 and c > 4):
         c, bw = 2 * c, bw / 2
     nvls = gen in ("hopper", "blackwell") and gpus_per_node >= 4
-    return Topo(n, ppn, c, bw, bw, gen, nvls, "intel", intra_s / 1.9e-6, inter_s / 14e-6)
+    return Topo(n, ppn, c, bw, bw, gen, nvls, CPU_OF[gen], intra_s / 1.9e-6, inter_s / 14e-6)
 
 
 def _nsteps(coll: str, n: int) -> int:
