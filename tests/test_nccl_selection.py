@@ -259,3 +259,15 @@ def test_the_stack_carries_the_era_and_bad_values_are_named() -> None:
     with pytest.raises(ValidationError) as err:
         PlanRequest.model_validate(body)
     assert "nccl" in str(err.value) and "2.10" in str(err.value)
+
+
+@pytest.mark.parametrize("era", ["2.10", "2.23"])
+def test_the_hot_path_terms_are_price_s_numbers(era) -> None:
+    """``nccl.terms`` (what ``CommModel`` reads) charges each pair ``price``'s latency on both sides of the plateau."""
+    t = Topo(n=128, ppn=8, channels=8, bw_intra=24.0, bw_inter=24.0, gen="ampere")
+    for size in (4 * KiB, 128 / 16 * 65536 - 1, 128 / 16 * 65536, 64 * 8 * 128 - 1, 64 * 8 * 128, GiB):
+        for p, (lat, f, start, cap, ratio) in zip(pairs("all_reduce", t, era), nccl.terms("all_reduce", t, era)):
+            assert lat * (f if size >= start else 1.0) == pytest.approx(
+                nccl.price("all_reduce", p, size, t, era).lat_us * 1e-6
+            )
+            assert (cap, ratio) == pytest.approx((p.bus_bw * 1e9, p.alg_bw / p.bus_bw))

@@ -323,11 +323,9 @@ class CommModel:
         if collective not in nccl.TUNED:
             return self.latency(collective, n, m, inter=True) + bus / rate
         # NCCL's pairs at their latency, the measured rate capped by the pair's bus bandwidth (docs/planner.md, "NCCL")
-        t = self.topo(n, m)
         return min(
-            nccl.price(collective, p, size_bytes, t, self.nccl_era).lat_us * 1e-6
-            + size_bytes / (min(rate, p.bus_bw * 1e9) * p.alg_bw / p.bus_bw)
-            for p in nccl.pairs(collective, t, self.nccl_era)
+            lat * (f if size_bytes >= start else 1.0) + size_bytes / (min(rate, cap) * ratio)
+            for lat, f, start, cap, ratio in nccl.terms(collective, self.topo(n, m), self.nccl_era)
         )
 
     def time(self, collective: str, size_bytes: float, n: int, link: str, per_node: int = 1) -> float:

@@ -137,6 +137,7 @@ class Choice:
         return self.pair.proto
 
 
+@lru_cache(maxsize=4096)
 def link_topo(n: int, ppn: int, nic_GBps: float, gen: Gen, gpus_per_node: int, intra_s: float, inter_s: float) -> Topo:
     """A group of ``n`` ranks, ``ppn`` per node, across nodes: NCCL's rings run one channel per NIC in use, each at the
     NIC's rate (``nic_GBps``; ``search.cc`` "NET n -> GPU a -> … -> NET n"), channels doubled at half the rate
@@ -288,6 +289,20 @@ def price(coll: str, pair: Pair, nbytes: float, t: Topo, era: Era) -> Choice:
         elif era == "2.23" and nbytes / (t.channels * t.n) >= 64:
             lat *= 1.9 if t.gen == "volta" else 1.4
     return Choice(pair, lat, bw, lat + nbytes / (1000 * bw))
+
+
+@lru_cache(maxsize=4096)
+def terms(coll: str, t: Topo, era: Era) -> tuple[tuple[float, float, float, float, float], ...]:
+    """``pairs`` as the cost model's hot path reads them: (latency s, plateau factor, bytes from which it applies, bus
+    bandwidth B/s, algBw/busBw) per pair — ``price``'s latency without building a ``Choice``."""
+    out = []
+    for p in pairs(coll, t, era):
+        factor, start = 1.0, float("inf")
+        if p.algo == "ring" and p.proto == "Simple" and t.nodes > 1 and coll == "all_reduce":
+            factor = 1.9 if era == "2.10" or t.gen == "volta" else 1.4
+            start = t.n / 16 * 65536 if era == "2.10" else 64.0 * t.channels * t.n
+        out.append((p.lat_us * 1e-6, factor, start, p.bus_bw * 1e9, p.alg_bw / p.bus_bw))
+    return tuple(out)
 
 
 def select(coll: str, nbytes: float, t: Topo, era: Era = "2.23") -> Choice | None:
