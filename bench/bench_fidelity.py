@@ -252,6 +252,10 @@ def gpu_spec(gpu_id: str, extra: dict[str, Any]) -> str | GpuSpec:
 #:   bias-dropout-add kernels (megatron/model/fused_softmax.py, fused_bias_gelu.py, transformer.py):
 #:   ``kernels: fused``.
 UNFUSED_ATTENTION_GROUPS = {"megatron-2020-tp": "eager", "megatron-2020-dp128": "eager", "megatron-2021-gpt3": "fused"}
+#: Runs of 2020–2021 priced with NCCL's tuner of that era (``training.stack.nccl = "2.10"``, ``planner.pricing.nccl``):
+#: Megatron-LM's 2020/2021 READMEs and MT-NLG (trained 2021 on Selene) ran NGC PyTorch containers of 2020–2021, which
+#: ship NCCL 2.7–2.10 (tuning.cc constants of v2.8–v2.10 agree but for two tree caps; v2.7 has a 50 µs tree step).
+NCCL_210_GROUPS = ("megatron-2020-tp", "megatron-2020-dp128", "megatron-2021-gpt3", "mt-nlg-2022")
 
 
 #: torchtitan's train configs at the commits of its published runs, where they differ from the preset:
@@ -270,11 +274,15 @@ TITAN_SELECTIVE_LAYER_K = 2
 
 def stack_of(row: dict[str, Any]) -> str | dict[str, Any]:
     """The ``training.stack`` a run is priced with: its source's stack preset; the pre-FlashAttention
-    Megatron runs as ``megatron`` with unfused attention, dropout and their era's kernels; torchtitan runs with the kernels and
+    Megatron runs as ``megatron`` with unfused attention, dropout and their era's kernels; 2020–2021 runs with
+    their era's NCCL tuner (``NCCL_210_GROUPS``); torchtitan runs with the kernels and
     selective AC of their published configs (``TITAN_*``)."""
+    era = {"nccl": "2.10"} if row["source_group"] in NCCL_210_GROUPS else {}
     if row["source_group"] in UNFUSED_ATTENTION_GROUPS:
         kernels = UNFUSED_ATTENTION_GROUPS[row["source_group"]]
-        return {"base": "megatron", "attention": "unfused", "dropout": True, "kernels": kernels}
+        return {"base": "megatron", "attention": "unfused", "dropout": True, "kernels": kernels, **era}
+    if era and row["stack"] in ("megatron", "deepspeed"):
+        return {"base": row["stack"], **era}
     if row["stack"] == "torchtitan":
         over: dict[str, Any] = {}
         if "torch.compile" in row["features"] or row["source_group"] in TITAN_COMPILED_GROUPS:

@@ -94,14 +94,14 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Machine-readable ou
 
 def stacks(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """List the training stacks (give one as --stack, or inline as training.stack {base, ...overrides}): what each
-    prices (kernels, activations, overlap) and what it runs (version, ZeRO, schedules, SP, recompute, context-
+    prices (kernels, activations, overlap, the NCCL era of its collectives) and what it runs (version, ZeRO, schedules, SP, recompute, context-
     parallel exchanges, FP8 recipes, TP overlap)."""
     from planner.specs.stacks import STACKS
 
     if as_json:
         typer.echo(json.dumps([s.model_dump() for s in STACKS.values()], indent=2))
         return
-    table = Table("id", "attention", "dropout", "activations", "kernels", "DP grad overlap", "what")
+    table = Table("id", "attention", "dropout", "activations", "kernels", "DP grad overlap", "NCCL", "what")
     table.columns[0].no_wrap = True
     for s in STACKS.values():
         table.add_row(
@@ -111,6 +111,7 @@ def stacks(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
             s.activations,
             s.kernels,
             "yes" if s.overlap_grad_reduce else "no",
+            s.nccl,
             s.title,
         )
     show(table)

@@ -303,6 +303,28 @@ def test_torchtitan_runs_are_priced_with_their_published_config(outcome, run_id,
 
 
 @pytest.mark.parametrize(
+    "group, era",
+    [
+        ("megatron-2020-tp", "2.10"),
+        ("megatron-2020-dp128", "2.10"),
+        ("megatron-2021-gpt3", "2.10"),
+        ("mt-nlg-2022", "2.10"),
+        ("megatron-bridge", "2.23"),
+        ("torchtitan-2412-h100", "2.23"),
+    ],
+)
+def test_2020_and_2021_runs_are_priced_with_their_nccl_era(group, era):
+    """NGC containers of 2020–2021 shipped NCCL 2.7–2.10: those runs' stacks carry the "2.10" tuner
+    (``bench_fidelity.NCCL_210_GROUPS``; ``planner.pricing.nccl``), later runs the presets' "2.23"."""
+    from planner.specs.stacks import resolve
+
+    rows = [r for r in [*RUNS.values(), *ADDED["runs"]] if r["source_group"] == group]
+    assert rows
+    for row in rows:
+        assert resolve(bench.stack_of(row)).nccl == era, row["id"]
+
+
+@pytest.mark.parametrize(
     "run_id, metric",
     [
         ("megatron_readme_gpt3_175b_example_1024", "tflops_per_gpu"),

@@ -69,6 +69,7 @@ def test_sm_count(gpu, sms):
         ("activations", "te"),
         ("kernels", "fused"),
         ("overlap_grad_reduce", False),
+        ("nccl", "2.10"),
     ],
 )
 def test_override_changes_exactly_the_field_it_names(field, value):

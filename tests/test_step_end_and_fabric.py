@@ -10,6 +10,7 @@ import pytest
 import planner
 from planner.answer.request import complete_pins, context
 from planner.compose.cost import class_costs, evaluate
+from planner.pricing import nccl
 from planner.pricing.comm import DEFAULT_SU_NODES, CommModel
 from planner.specs import ClusterSpec, PlanRequest
 from planner.specs.catalog import get_gpu
@@ -65,13 +66,15 @@ def test_megatron_finalize_lists_what_finalize_model_grads_issues(tied, tp, sp, 
 
 
 def ring_time(cm: CommModel, size: float, n: int, per_node: int, nic: float) -> float:
-    """An inter-node ring all-reduce by hand: NCCL's ring latency + 2(n−1)/n·S at the ring curve capped by the node's
-    NICs (the comm model's own pieces), or its tree where faster."""
-    bus = 2 * (n - 1) / n * size
+    """An inter-node all-reduce by hand: the cheapest of NCCL's pairs (``nccl.pairs``, their latency at this size) with
+    the bytes at the ring curve capped by the node's NICs and by the pair's bus bandwidth (``nccl.Pair``)."""
     rate = cm.ring_rate(size) * min(1.0, per_node * nic / cm.ring_asymptote())
-    ring = cm.latency("all_reduce", n, per_node, inter=True) + bus / rate
-    tree = cm.tree_latency(n, per_node) + bus / (0.92 * rate)
-    return min(ring, tree)
+    t = cm.topo(n, per_node)
+    return min(
+        nccl.price("all_reduce", p, size, t, "2.23").lat_us * 1e-6
+        + size / (min(rate, p.bus_bw * 1e9) * p.alg_bw / p.bus_bw)
+        for p in nccl.pairs("all_reduce", t, "2.23")
+    )
 
 
 def megatron_request(tied: bool, pp: int, nodes: int = 2, **cluster) -> PlanRequest:

@@ -20,11 +20,13 @@ a collective moves ``bus·S`` bytes through each rank's link, with ``bus`` = 2(n
   smaller of the NVLink ring's and ``m`` × the NIC's achieved ceiling (``NIC_CEILING_GBps``: HDR ≈ 24,
   NDR ≈ 47 GB/s per port), following the ring curve's shape by size. One rank per node (e.g. DP across
   nodes with TP filling each node) therefore runs at one NIC's rate, eight ranks per node at eight.
-* **latency**: NCCL's ``baseLat + steps·hwLat`` (µs; tuning.cc defaults): inside a node the LL128 ring
-  (14.0 + steps·1.9 over NVLink — it matches the measured 8-GPU floors, 43.8 µs A100 and 39.8 µs H200 at
-  32 KiB); across nodes the Simple ring (8.4 + NVLink steps·3.4 + network steps·14.0, the network steps
-  being 2(k−1) for all-reduce and k−1 for the others) and, for all-reduce, NCCL's tree
-  (8.4 + 2·((m−1)·4.0 + log2(k)·14.0), at 0.92 of the ring's bandwidth) when it is faster.
+* **latency and protocol**: inside a node NCCL's LL128 ring (14.0 + steps·1.9 µs over NVLink — it matches the
+  measured 8-GPU floors, 43.8 µs A100 and 39.8 µs H200 at 32 KiB; the measured curve is what NCCL chose there).
+  Across nodes all-reduce, all-gather and reduce-scatter run what NCCL's tuner selects (``pricing.nccl``: ring or
+  tree, NVLS-tree, PAT × LL, LL128, Simple, by size, ranks and the stack's NCCL era): its latency, and the rate
+  above capped by that pair's bus bandwidth (LL's ≈ 20 GB/s, LL128's and the tree's per-channel caps) × its
+  algorithm-bandwidth ratio; the cheapest pair so priced. Send/recv and all-to-all: the Simple ring's
+  8.4 + NVLink steps·3.4 + network steps·14.
 
 Overrides (``ClusterSpec``): ``intra_node_bandwidth_GBps`` / ``inter_node_bandwidth_GBps`` are the nominal
 per-GPU, one-direction link rates as a datasheet states them (the GPU's NVLink and NIC figures by default);
@@ -43,17 +45,15 @@ import math
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
+from planner.pricing import nccl
 from planner.specs import ClusterSpec, GpuSpec, NetworkProfile
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
-#: NCCL's latency model, µs (NVIDIA/nccl ``src/graph/tuning.cc``, ``ncclTunerConstantsDefaults``):
-#: base latency of the ring (LL128, Simple) and tree (Simple) algorithms, and per-step hardware latency.
-NCCL_BASE_US = {"ring_ll128": 14.0, "ring_simple": 8.4, "tree_simple": 8.4}
-NCCL_NVLINK_STEP_US = {"ring_ll128": 1.9, "ring_simple": 3.4, "tree_simple": 4.0}
-NCCL_NET_STEP_US = {"ring_simple": 14.0, "tree_simple": 14.0}
-#: tuning.cc: tree all-reduce bus bandwidth = 0.92 × the ring's ("busBw * .92").
-NCCL_TREE_BW = 0.92
+#: NCCL's ring latency, µs (NVIDIA/nccl ``src/graph/tuning.cc``): base and per-step hardware latency (``pricing.nccl``).
+NCCL_BASE_US = {"ring_ll128": 14.0, "ring_simple": 8.4}
+NCCL_NVLINK_STEP_US = {"ring_ll128": 1.9, "ring_simple": 3.4}
+NCCL_NET_STEP_US = {"ring_simple": 14.0}
 
 #: Defaults of the per-step latencies a ``ClusterSpec`` may override (``*_latency_us``).
 DEFAULT_INTRA_LATENCY_S = NCCL_NVLINK_STEP_US["ring_ll128"] * 1e-6
@@ -220,21 +220,27 @@ class CommModel:
     #: the fabric above a scalable unit (``ClusterSpec.oversubscription``, ``scalable_unit_nodes``)
     oversubscription: float = 1.0
     su_nodes: int = DEFAULT_SU_NODES
+    #: the NCCL version era that selects algorithm and protocol across nodes (``Stack.nccl``; ``pricing.nccl``)
+    nccl_era: nccl.Era = "2.23"
+    #: NCCL's GPU generation (``nccl.GEN_OF``)
+    gen: nccl.Gen = "ampere"
     #: times already computed, by (collective, size, n, link, per_node)
     _memo: dict[tuple[str, float, int, str, int], float] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def for_cluster(
-        cls, cluster: ClusterSpec, gpu: GpuSpec, network: NetworkProfile | None = None, scale: float = 1.0
+        cls,
+        cluster: ClusterSpec,
+        gpu: GpuSpec,
+        network: NetworkProfile | None = None,
+        scale: float = 1.0,
+        nccl_era: nccl.Era = "2.23",
     ) -> CommModel:
         intra_bw = cluster.intra_node_bandwidth_GBps or gpu.nvlink_bandwidth_GBps
         inter_bw = cluster.inter_node_bandwidth_GBps or gpu.nic_bandwidth_GBps
-        intra_lat = (
-            DEFAULT_INTRA_LATENCY_S if cluster.intra_node_latency_us is None else cluster.intra_node_latency_us * 1e-6
-        )
-        inter_lat = (
-            DEFAULT_INTER_LATENCY_S if cluster.inter_node_latency_us is None else cluster.inter_node_latency_us * 1e-6
-        )
+        us_intra, us_inter = cluster.intra_node_latency_us, cluster.inter_node_latency_us
+        intra_lat = DEFAULT_INTRA_LATENCY_S if us_intra is None else us_intra * 1e-6
+        inter_lat = DEFAULT_INTER_LATENCY_S if us_inter is None else us_inter * 1e-6
         return cls(
             Link(intra_lat, intra_bw * 1e9),
             Link(inter_lat, inter_bw * 1e9),
@@ -244,6 +250,8 @@ class CommModel:
             TABLE_OF.get(family(gpu.id), "a100"),
             cluster.oversubscription or 1.0,
             cluster.scalable_unit_nodes or DEFAULT_SU_NODES,
+            nccl_era,
+            nccl.GEN_OF.get(family(gpu.id), "ampere"),
         )
 
     def link_class(self, ranks: list[int]) -> str:
@@ -291,13 +299,10 @@ class CommModel:
             + net_steps * self.inter.latency_s
         )
 
-    def tree_latency(self, n: int, per_node: int) -> float:
-        """NCCL's tree all-reduce latency across nodes: base + 2·((m−1)·NVLink + log2(k)·network)."""
-        nodes = max(1, n // per_node)
-        net = self.inter.latency_s * NCCL_NET_STEP_US["tree_simple"] / NCCL_NET_STEP_US["ring_simple"]
-        return NCCL_BASE_US["tree_simple"] * 1e-6 + 2 * (
-            (per_node - 1) * self._nvlink_steps_s("tree_simple") + (nodes.bit_length() - 1) * net
-        )
+    def topo(self, n: int, per_node: int) -> nccl.Topo:
+        """What NCCL's tuner sees of a group of ``n`` ranks across nodes, ``per_node`` on each (``nccl.link_topo``)."""
+        nic, lat = nic_ceiling_GBps(self.inter.bandwidth_Bps / 1e9), (self.intra.latency_s, self.inter.latency_s)
+        return nccl.link_topo(n, per_node, nic, self.gen, self.gpus_per_node, *lat)
 
     def model_time(self, collective: str, size_bytes: float, n: int, link: str, per_node: int = 1) -> float:
         """Seconds by the model (no measured profile): latency + bus bytes ÷ achieved bus bandwidth."""
@@ -309,16 +314,19 @@ class CommModel:
             return self.latency(collective, n) + bus / rate
         m = max(1, min(per_node, n))
         ring = self.ring_rate(size_bytes)
-        if collective in ("send_recv", "all_to_all"):  # one pair, one NIC; an all-to-all's own share, its own NIC
+        if collective in ("send_recv", "all_to_all"):  # one pair, one NIC; an all-to-all's share, its own NIC
             m = 1
         # The node's m NICs carry its share, the NVLink ring the rest: the slower bounds the rate, and the
         # ring curve's size efficiency applies to both (one pipeline of chunks).
         cap = m * self.nic_Bps(-(-n // m))
         rate = ring * min(1.0, cap / self.ring_asymptote())
-        t = self.latency(collective, n, m, inter=True) + bus / rate
-        if collective == "all_reduce":
-            t = min(t, self.tree_latency(n, m) + bus / (NCCL_TREE_BW * rate))
-        return t
+        if collective not in nccl.TUNED:
+            return self.latency(collective, n, m, inter=True) + bus / rate
+        # NCCL's pairs at their latency, the measured rate capped by the pair's bus bandwidth (docs/planner.md, "NCCL")
+        return min(
+            lat * (f if size_bytes >= start else 1.0) + size_bytes / (min(rate, cap) * ratio)
+            for lat, f, start, cap, ratio in nccl.terms(collective, self.topo(n, m), self.nccl_era)
+        )
 
     def time(self, collective: str, size_bytes: float, n: int, link: str, per_node: int = 1) -> float:
         """Seconds for one collective of ``size_bytes`` (per rank, unsharded) over ``n`` ranks; across nodes

@@ -85,7 +85,9 @@ class Device(Inputs):
 
     @cached_property
     def comm(self) -> comm_mod.CommModel:
-        return comm_mod.CommModel.for_cluster(self.cluster, self.gpu, self.network, scale=self.residuals.comm_scale)
+        return comm_mod.CommModel.for_cluster(
+            self.cluster, self.gpu, self.network, scale=self.residuals.comm_scale, nccl_era=self.stack.nccl
+        )
 
     @cached_property
     def usable_bytes(self) -> int:

@@ -53,6 +53,11 @@ class StackOverride(Spec):
         description="What the loss holds: fp32_logits (one fp32 copy), upcast (cross_entropy of logits.float(): "
         "three fp32 tensors at its backward) or fused (a fused cross-entropy kernel over the 16-bit logits).",
     )
+    nccl: Literal["2.10", "2.23"] | None = Field(
+        default=None,
+        description="The NCCL release era whose tuner selects each collective's algorithm and protocol: 2.10 "
+        "(NCCL 2.7-2.10, 2020-2021 stacks) or 2.23 (2.23 and later).",
+    )
 
     @field_validator("selective_ac", mode="before")
     @classmethod

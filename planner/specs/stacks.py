@@ -89,6 +89,7 @@ OVERRIDABLE = (
     "selective_ac",
     "norm_kernel",
     "loss",
+    "nccl",
 )
 
 
@@ -127,6 +128,8 @@ class Stack(BaseModel):
     #: its gradient reduce-scatters in buckets of so many elements (``workload.collectives.zero3_comms``)
     zero3_fetch: Literal["layer", "module"] = "layer"
     zero3_reduce_bucket: int | None = None
+    #: the NCCL release whose tuner picks each collective's algorithm × protocol across nodes (``pricing.nccl``)
+    nccl: Literal["2.10", "2.23"] = "2.23"
     # ---- what the stack runs (issue 27 §1): the search enumerates only these; a pin outside is an error
     version: str = Field(description="The release of the software this preset describes.")
     #: ZeRO stages (``parallel.zero_stage``) it runs without pipeline parallelism.
@@ -166,7 +169,6 @@ class Stack(BaseModel):
     #: Model parts it does not build (``ModelSpec`` fields, dotted): a model with one is refused for this stack
     #: (``planner.answer.request.check_priced``), not planned and then refused by its runtime.
     unbuilt: tuple[str, ...] = Field(default=(), description="Model parts (ModelSpec fields) it does not build.")
-    #: Where the capabilities come from (files at the version).
     runs_source: str = Field(description="Where the capabilities come from (files at the version).")
 
     @property

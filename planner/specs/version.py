@@ -81,4 +81,6 @@ from __future__ import annotations
 #: 21: a stack's flash kernel (``Stack.flash_kernel``, overridable): ``"triton"`` prices attention at the published
 #:    rates of FlashAttention in Triton (FA2 paper Fig. 4 on A100; FlashAttention v1's on H100), llm-foundry's
 #:    benchmark default until 2024-04 (the MPT dev-set rows); the default ``"fa2"`` is unchanged.
-COST_MODEL_VERSION = 21
+#: 22: collectives across nodes as NCCL's tuner selects them (``planner.pricing.nccl``): algorithm × protocol (ring, tree,
+#:    NVLS-tree, PAT × LL, LL128, Simple) by size and ranks, at the stack's NCCL era (``Stack.nccl``: 2.10 or 2.23).
+COST_MODEL_VERSION = 22
