@@ -287,8 +287,11 @@ def stack_of(row: dict[str, Any]) -> str | dict[str, Any]:
     if row["stack"] == "composer-fsdp":
         # llm-foundry's MPT: eager PyTorch under FSDP (the bundled runtime's pattern) with its default loss, flash-attn's
         # fused cross-entropy over the 16-bit logits (llmfoundry/models/mpt/modeling_mpt.py at 4952183, loss_fn
-        # 'fused_crossentropy'; scripts/train/benchmarking/submit_benchmarks.py: attn_impl 'flash')
-        return {"base": "meshplan", "loss": "fused"}
+        # 'fused_crossentropy'; scripts/train/benchmarking/submit_benchmarks.py: attn_impl 'flash'); PyTorch FSDP1
+        # without no_sync: Composer 0.16.4–0.17.2 (the llm-foundry pins of the tables) applies no_sync only to a
+        # DistributedDataParallel model (composer/trainer/dist_strategy.py ddp_sync_context), so every micro-batch
+        # gathers and reduce-scatters (planner.workload.accumulation "fsdp1")
+        return {"base": "meshplan", "loss": "fused", "grad_accumulation": "fsdp1"}
     return row["stack"] if row["stack"] in ("megatron", "torchtitan", "deepspeed") else "meshplan"
 
 

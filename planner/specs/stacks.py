@@ -37,6 +37,7 @@ field                      read by
                            parameters and gradients, a bf16 copy of the parameters unsharded from
                            forward to backward unless resharded (ZeRO-3)
 ``tp_collectives`` etc.    ``workload.collectives``: how it issues TP, DP and step-end collectives
+``grad_accumulation``      ``workload.accumulation``: DP gathers and reductions per micro-batch or per step
 ``p2p_blocking``           ``compose.cost``: schedules whose pipeline sends block both ends (Megatron 1F1B)
 ``loss``                   ``memory.loss_buffer_bytes``: ``"fp32_logits"`` = one fp32 [T, V/t] tensor;
                            ``"upcast"`` = ``cross_entropy(logits.float(), …)`` (torchtitan, the bundled
@@ -75,18 +76,12 @@ NormKernel = Literal["eager", "fused"]
 ReduceDtype = Literal["param", "fp32", "fp32_bf16"]
 ParamLayout = Literal["master", "fsdp2"]
 LossKind = Literal["fp32_logits", "upcast", "fused"]
+#: how its data-parallel engine spreads DP collectives over a step's micro-batches (``workload.accumulation``)
+GradAccumulation = Literal["megatron", "deepspeed", "fsdp1", "fsdp2", "fsdp2_deferred"]
 
 #: The fields an inline stack may override (all but ``id``, ``title`` and ``source``).
-OVERRIDABLE = (
-    "attention",
-    "dropout",
-    "activations",
-    "kernels",
-    "overlap_grad_reduce",
-    "selective_ac",
-    "norm_kernel",
-    "loss",
-)
+OVERRIDABLE = ("attention", "dropout", "activations", "kernels", "overlap_grad_reduce", "selective_ac", "norm_kernel")
+OVERRIDABLE += ("loss", "grad_accumulation")
 
 
 class Stack(BaseModel):
@@ -123,6 +118,8 @@ class Stack(BaseModel):
     #: its gradient reduce-scatters in buckets of so many elements (``workload.collectives.zero3_comms``)
     zero3_fetch: Literal["layer", "module"] = "layer"
     zero3_reduce_bucket: int | None = None
+    #: per micro-batch or once per step: its gathers and gradient reductions (``workload.accumulation.dp_schedule``)
+    grad_accumulation: GradAccumulation = "megatron"
     # ---- what the stack runs (issue 27 §1): the search enumerates only these; a pin outside is an error
     #: The release of the software this preset describes.
     version: str = Field(description="The release of the software this preset describes.")
@@ -208,6 +205,7 @@ STACKS: dict[str, Stack] = {
             tp_collectives="per_linear",
             dp_collectives="modules",
             step_reductions=True,
+            grad_accumulation="fsdp2_deferred",  # runtime/job.py defer_gradient_sync below ZeRO-3
             source="runtime/parallelize.py: DP (and, on CUDA, one process too) through FSDP2 replicate/fully_shard with "
             "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): fp32 parameters and gradients, bf16 copies "
             "kept unsharded from forward to backward below ZeRO-3; runtime/job.py loss_fn: cross_entropy(logits.float()) "
@@ -322,6 +320,7 @@ STACKS: dict[str, Stack] = {
             overlap_grad_reduce=True,
             reduce_dtype="fp32",
             loss="upcast",
+            grad_accumulation="fsdp2",  # train.py's accumulation loop keeps gradient sync on (v0.1.0–v0.2.2)
             source="pytorch/torchtitan torchtitan/models/llama/model.py, models/norms.py (composite RMSNorm, complex "
             "RoPE in fp32, repeat_kv before SDPA flash, no dropout) and parallelisms/parallelize_llama.py "
             "(op-level selective AC _save_list, FSDP2 reduce_dtype float32) at 9dec370; FSDP2 reduce-scatters "
@@ -373,6 +372,7 @@ STACKS: dict[str, Stack] = {
             # (deepspeed/runtime/zero/partitioned_param_coordinator.py, config.py, stage3.py)
             zero3_fetch="module",
             zero3_reduce_bucket=500_000_000,
+            grad_accumulation="deepspeed",
             source="DeepSpeed config docs: zero_optimization.overlap_comm defaults to false",
             version="DeepSpeed 0.19.8",
             zero_stages=(0, 1, 2, 3),

@@ -78,4 +78,8 @@ from __future__ import annotations
 #: 20: a MoE plan's memory per stage itemises the routed experts' weights, gradients and optimizer states
 #:    (``StageMemory.expert_*_gib``), each part split in its own bytes per parameter (the experts' ZeRO shards span
 #:    expert-DP, not dp): weights / gradients / optimizer of MoE plans move, totals, times and choices do not.
-COST_MODEL_VERSION = 20
+#: 21: the data-parallel collectives per micro-batch or once per step as each stack's engine issues them (issue 27 §2,
+#:    ``Stack.grad_accumulation``, ``workload.accumulation``): FSDP without no_sync reduces (and, ZeRO-2, gathers) in
+#:    every micro-batch, the bundled runtime gathers its ZeRO-1/2 units in every forward, FSDP2 under a pipeline
+#:    schedule reduces ZeRO-3 gradients once per step and holds them whole in fp32 meanwhile.
+COST_MODEL_VERSION = 21
