@@ -80,8 +80,8 @@ LossKind = Literal["fp32_logits", "upcast", "fused"]
 GradAccumulation = Literal["megatron", "deepspeed", "fsdp1", "fsdp2", "fsdp2_deferred"]
 
 #: The fields an inline stack may override (all but ``id``, ``title`` and ``source``).
-OVERRIDABLE = ("attention", "dropout", "activations", "kernels", "overlap_grad_reduce", "selective_ac", "norm_kernel")
-OVERRIDABLE += ("loss", "grad_accumulation")
+OVERRIDABLE: tuple[str, ...] = ("attention", "dropout", "activations", "kernels", "overlap_grad_reduce", "selective_ac")
+OVERRIDABLE += ("norm_kernel", "loss", "grad_accumulation")
 
 
 class Stack(BaseModel):
