@@ -270,11 +270,12 @@ TITAN_SELECTIVE_LAYER_K = 2
 
 def stack_of(row: dict[str, Any]) -> str | dict[str, Any]:
     """The ``training.stack`` a run is priced with: its source's stack preset; the pre-FlashAttention
-    Megatron runs as ``megatron`` with unfused attention, dropout and their era's kernels; torchtitan runs with the kernels and
+    Megatron runs as ``megatron-2020`` (Megatron-LM v2.0: unfused attention, dropout, ZeRO-0, 1F1B, full recompute
+    only), the 2020 README rows with their eager kernels; torchtitan runs with the kernels and
     selective AC of their published configs (``TITAN_*``)."""
-    if row["source_group"] in UNFUSED_ATTENTION_GROUPS:
+    if row["source_group"] in UNFUSED_ATTENTION_GROUPS:  # Megatron-LM v2.0 (planner.specs.stack_eras): what it ran
         kernels = UNFUSED_ATTENTION_GROUPS[row["source_group"]]
-        return {"base": "megatron", "attention": "unfused", "dropout": True, "kernels": kernels}
+        return "megatron-2020" if kernels == "fused" else {"base": "megatron-2020", "kernels": kernels}
     if row["stack"] == "torchtitan":
         over: dict[str, Any] = {}
         if "torch.compile" in row["features"] or row["source_group"] in TITAN_COMPILED_GROUPS:

@@ -19,6 +19,7 @@ import planner
 from api.exporters import FORMATS, ExportOptions, export
 from planner.specs import ModelSpec
 from planner.specs.rules import stack_runs_config
+from planner.specs.stack_rules import unbuilt_parts
 from planner.specs.stacks import STACKS
 from planner.workload.analytic import num_parameters
 from runtime.validate import validate_plan
@@ -69,7 +70,11 @@ def random_model(rng: random.Random) -> ModelSpec:
 
 
 def random_request(rng: random.Random, stack: str) -> dict:
+    """A random request for ``stack``: its model one the stack builds (``Stack.unbuilt``: Megatron-LM v2.0 builds
+    tied GPT models only), in fp16 for ``megatron-2020`` (v2.0 has no --bf16)."""
     model = random_model(rng)
+    while unbuilt_parts(STACKS[stack], model):
+        model = random_model(rng)
     # at least the GPUs that hold the model's 16-bit weights, gradients and fp32 Adam states (16 B per
     # parameter) in about half of an 80 GB GPU; then up to 16,384
     need = math.ceil(num_parameters(model) * 16 / 40e9 / 8)
@@ -79,7 +84,12 @@ def random_request(rng: random.Random, stack: str) -> dict:
     return {
         "model": model.model_dump(),
         "cluster": {"gpu": rng.choice(GPUS), "num_nodes": nodes, "gpus_per_node": 8},
-        "training": {"global_batch_size": gbs, "seq_len": rng.choice([2048, 4096, 8192]), "stack": stack},
+        "training": {
+            "global_batch_size": gbs,
+            "seq_len": rng.choice([2048, 4096, 8192]),
+            "stack": stack,
+            **({"precision": "fp16"} if stack == "megatron-2020" else {}),
+        },
         "parallel": {"micro_batch_size": 1},
         "top_k": 1,
         "options": {"time_limit_s": 1, "num_workers": 1},

@@ -68,6 +68,7 @@ def test_sm_count(gpu, sms):
         ("activations", "te"),
         ("kernels", "fused"),
         ("overlap_grad_reduce", False),
+        ("grad_accumulation", "fsdp1"),
     ],
 )
 def test_override_changes_exactly_the_field_it_names(field, value):
@@ -82,7 +83,7 @@ def test_override_changes_exactly_the_field_it_names(field, value):
 
 def test_preset_ids_and_default():
     assert resolve(TrainingSpec(global_batch_size=1, seq_len=8).stack) is STACKS["meshplan"]
-    assert set(STACKS) == {"meshplan", "megatron", "torchtitan", "deepspeed"}
+    assert set(STACKS) == {"meshplan", "megatron", "torchtitan", "deepspeed", "megatron-2020"}
     with pytest.raises(ValueError):
         TrainingSpec(global_batch_size=1, seq_len=8, stack="nope")
 

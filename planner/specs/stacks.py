@@ -32,24 +32,20 @@ field                      read by
                            (torchtitan ``mixed_precision_reduce``); ``"fp32_bf16"`` = fp32 under bf16
                            (Megatron's ``accumulate_allreduce_grads_in_fp32``), the 16-bit type under fp16
 ``param_layout``           ``memory.state_bytes`` under mixed precision: ``"master"`` = 16-bit weights and
-                           gradients, fp32 master weights in the optimizer (Megatron, DeepSpeed; ZeRO's
-                           2 + 2 + 12 bytes); ``"fsdp2"`` = FSDP2's ``MixedPrecisionPolicy``: fp32
-                           parameters and gradients, a bf16 copy of the parameters unsharded from
-                           forward to backward unless resharded (ZeRO-3)
+                           gradients, fp32 master weights (ZeRO's 2 + 2 + 12 bytes); ``"fsdp2"`` = FSDP2's
+                           ``MixedPrecisionPolicy``: fp32 parameters and gradients, a bf16 copy unsharded
 ``tp_collectives`` etc.    ``workload.collectives``: how it issues TP, DP and step-end collectives
 ``grad_accumulation``      ``workload.accumulation``: DP gathers and reductions per micro-batch or per step
 ``p2p_blocking``           ``compose.cost``: schedules whose pipeline sends block both ends (Megatron 1F1B)
 ``loss``                   ``memory.loss_buffer_bytes``: ``"fp32_logits"`` = one fp32 [T, V/t] tensor;
-                           ``"upcast"`` = ``cross_entropy(logits.float(), …)`` (torchtitan, the bundled
-                           runtime): three fp32 tensors at the loss's backward; ``"fused"`` = a fused
-                           cross-entropy kernel over the 16-bit logits (flash-attn's, llm-foundry's
-                           default): the logits and their gradient
+                           ``"upcast"`` = ``cross_entropy(logits.float())``: three fp32 tensors at its
+                           backward; ``"fused"`` = a fused cross-entropy: the logits and their gradient
 =========================  =====================================================================
 
 What a stack RUNS (issue 27 §1) is data beside what it costs: ``version`` (the release the preset
 describes), ``zero_stages`` and ``pipeline_zero_stages`` (the data-parallel sharding it runs, without and
 with pipeline parallelism; ``data_parallel`` names its modes), ``schedules``, ``sequence_parallel``,
-``recompute`` and ``pp_with_tied_embeddings``. The search enumerates only configurations the request's
+``recompute``, ``pp_with_tied_embeddings`` and ``even_stages``. The search enumerates only configurations the request's
 stack runs and a pin outside them is an error naming the stack, the field and what the stack offers
 (``planner.specs.rules.stack_runs``). An inline stack (``StackOverride``) inherits them from its base:
 overriding kernels does not change what the software runs. ``meshplan`` is exactly what ``runtime/`` runs
@@ -139,6 +135,7 @@ class Stack(BaseModel):
     pp_with_tied_embeddings: bool = Field(
         description="Whether it runs pp > 1 on a model with tied input/output embeddings."
     )
+    even_stages: bool = Field(default=False, description="Whether it splits the layers evenly only (L % (pp·v) = 0).")
     #: Context-parallel exchanges it runs (``parallel.cp_comm`` with cp > 1; empty: no CP).
     cp_comms: tuple[CpComm, ...] = Field(
         description="Context-parallel exchanges it runs (parallel.cp_comm with cp > 1)."
@@ -396,4 +393,7 @@ STACKS: dict[str, Stack] = {
 DEFAULT_STACK = "meshplan"
 
 
+from planner.specs.stack_eras import ERA_STACKS  # noqa: E402  # presets of older releases (Megatron-LM v2.0)
+
+STACKS.update(ERA_STACKS)
 from planner.specs.stack_override import resolve as resolve  # noqa: E402  # the request's stack as a Stack
