@@ -153,6 +153,7 @@ FINGERPRINTS = {
     19: "a62abaea224d34d4",  # the 500 W H100 at its measured GEMM rates: no reference request on that GPU
     20: "a62abaea224d34d4",  # 20 itemises MoE plans' expert memory: these dense references unchanged; tests/test_moe_service.py
     21: "a62abaea224d34d4",  # 21 DP collectives per micro-batch or per step: no reference accumulates; tests/test_grad_accumulation.py
+    22: "a62abaea224d34d4",  # 22 moves the 2020-era residual rows to megatron-2020: no reference request on megatron
 }
 
 

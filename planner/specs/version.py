@@ -82,4 +82,6 @@ from __future__ import annotations
 #:    ``Stack.grad_accumulation``, ``workload.accumulation``): FSDP without no_sync reduces (and, ZeRO-2, gathers) in
 #:    every micro-batch, the bundled runtime gathers its ZeRO-1/2 units in every forward, FSDP2 under a pipeline
 #:    schedule reduces ZeRO-3 gradients once per step and holds them whole in fp32 meanwhile.
-COST_MODEL_VERSION = 21
+#: 22: the ``megatron-2020`` preset (Megatron-LM v2.0) prices the 2020–2021 Megatron runs, so the built-in residual rows
+#:    fitted on them are its rows (``("megatron-2020", *)``, the same constants); today's ``megatron`` has no row.
+COST_MODEL_VERSION = 22
