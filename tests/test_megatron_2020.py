@@ -114,3 +114,26 @@ def test_the_export_refuses_what_v2_cannot_run() -> None:
     with pytest.raises(MeshplanError) as err:
         export(zero1, "megatron-2020", ExportOptions())
     assert err.value.field == "plan.parallel.zero_stage"
+
+
+def test_the_2020_era_runs_are_priced_with_v2_and_planned_free_within_it() -> None:
+    """bench_fidelity prices the dev set's 2020–2021 Megatron rows with megatron-2020 (the 2020 README rows with their
+    eager kernels of 2020-09), so a free plan for them (issue 27 §4) uses only what v2.0 ran."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "bench_fidelity.py"
+    spec = importlib.util.spec_from_file_location("bench_fidelity_v2", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench  # its dataclasses look their module up
+    spec.loader.exec_module(bench)
+    data = bench.load_all()
+    rows = {r["id"]: r for r in data["runs"]}
+    assert bench.stack_of(rows["megatron_readme_gpt3_175b_example_1024"]) == "megatron-2020"
+    for run in ("megatron_2020_dgxa100_2B", "megatron_2020_dgxa100_dp128_8B", "megatron_2020_dgx2_v100_1B"):
+        assert bench.stack_of(rows[run]) == {"base": "megatron-2020", "kernels": "eager"}
+    free = bench.free_plan(rows["megatron_2020_dgxa100_2B"], data["gpus"], 1.0)
+    assert free.configuration is not None and "ZeRO-0" in free.configuration and "SP" not in free.configuration
+    assert "interleaved" not in free.configuration and "selective" not in free.configuration
