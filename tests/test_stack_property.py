@@ -71,10 +71,13 @@ def random_model(rng: random.Random) -> ModelSpec:
 
 def random_request(rng: random.Random, stack: str) -> dict:
     """A random request for ``stack``: its model one the stack builds (``Stack.unbuilt``: Megatron-LM v2.0 builds
-    tied GPT models only), in fp16 for ``megatron-2020`` (v2.0 has no --bf16)."""
+    tied GPT models only) with, on a stack of even stages only, a multiple of 8 layers (a prime count leaves it pp 1
+    or pp = layers); in fp16 for ``megatron-2020`` (v2.0 has no --bf16)."""
     model = random_model(rng)
     while unbuilt_parts(STACKS[stack], model):
         model = random_model(rng)
+    if STACKS[stack].even_stages:  # layers divisible into its even stages, as the era's models were (24, 32, 96…)
+        model = model.model_copy(update={"num_layers": max(8, round(model.num_layers / 8) * 8)})
     # at least the GPUs that hold the model's 16-bit weights, gradients and fp32 Adam states (16 B per
     # parameter) in about half of an 80 GB GPU; then up to 16,384
     need = math.ceil(num_parameters(model) * 16 / 40e9 / 8)
