@@ -27,6 +27,10 @@ COUNTS = [
     ("fsdp1", 2, False, 8, 8, 8, False),
     ("fsdp1", 3, False, 8, 16, 8, False),
     ("fsdp1", 3, False, 1, 2, 1, False),
+    # FSDP1 with the non-final micro-batches in no_sync(): one reduction; SHARD_GRAD_OP kept gathered, FULL_SHARD not
+    ("fsdp1_no_sync", 0, False, 8, 0, 1, False),
+    ("fsdp1_no_sync", 2, False, 8, 1, 1, False),
+    ("fsdp1_no_sync", 3, False, 8, 16, 1, True),
     # FSDP2 with gradient sync on (torchtitan's loop); under torch.distributed.pipelining: sync and reshard deferred
     ("fsdp2", 0, False, 4, 0, 4, False),
     ("fsdp2", 2, False, 4, 4, 4, False),
@@ -96,3 +100,14 @@ def test_fsdp1_pays_a_reduce_scatter_per_micro_batch() -> None:
     two, eight = extra(2), extra(8)
     assert two > 0
     assert eight > 3 * two
+
+
+def test_fsdp1_no_sync_holds_whole_gradients_in_the_parameter_dtype() -> None:
+    """FSDP1 with the non-final micro-batches in ``no_sync()`` keeps FULL_SHARD's gradients unsharded until the last
+    backward: with 16-bit weights and gradients (``master`` layout: 2 bytes each, sharded weights 2/dp) the gradients
+    per GPU are dp × the weights; reduced in every micro-batch (DeepSpeed ZeRO-3) they are sharded like the weights."""
+    sharded = estimate_plan(_request("deepspeed", gbs=128)).estimate.memory_per_stage[0]
+    assert sharded.gradients_gib == pytest.approx(sharded.weights_gib, rel=1e-6)
+    whole = estimate_plan(_request({"base": "deepspeed", "grad_accumulation": "fsdp1_no_sync"}, gbs=128))
+    mem = whole.estimate.memory_per_stage[0]
+    assert mem.gradients_gib == pytest.approx(16 * mem.weights_gib, rel=1e-6)  # dp = 16 GPUs

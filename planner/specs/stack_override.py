@@ -49,12 +49,15 @@ class StackOverride(Spec):
         description="What the loss holds: fp32_logits (one fp32 copy), upcast (cross_entropy of logits.float(): "
         "three fp32 tensors at its backward) or fused (a fused cross-entropy kernel over the 16-bit logits).",
     )
-    grad_accumulation: Literal["megatron", "deepspeed", "fsdp1", "fsdp2", "fsdp2_deferred"] | None = Field(
-        default=None,
-        description="How its data-parallel engine spreads gathers and gradient reductions over a step's micro-batches: "
-        "megatron (once per step), deepspeed (ZeRO-2/3 reduce per micro-batch), fsdp1 (FSDP without no_sync: every "
-        "micro-batch gathers and reduce-scatters), fsdp2 (fully_shard with gradient sync on), fsdp2_deferred "
-        "(set_requires_gradient_sync(False) until the last micro-batch below ZeRO-3).",
+    grad_accumulation: Literal["megatron", "deepspeed", "fsdp1", "fsdp1_no_sync", "fsdp2", "fsdp2_deferred"] | None = (
+        Field(
+            default=None,
+            description="How its data-parallel engine spreads gathers and gradient reductions over a step's micro-batches: "
+            "megatron (once per step), deepspeed (ZeRO-2/3 reduce per micro-batch), fsdp1 (FSDP without no_sync: every "
+            "micro-batch gathers and reduce-scatters), fsdp1_no_sync (the non-final micro-batches in no_sync(): one "
+            "reduction, ZeRO-3 gradients held unsharded), fsdp2 (fully_shard with gradient sync on), fsdp2_deferred "
+            "(set_requires_gradient_sync(False) until the last micro-batch below ZeRO-3).",
+        )
     )
 
     @field_validator("selective_ac", mode="before")

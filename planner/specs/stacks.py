@@ -73,7 +73,7 @@ ReduceDtype = Literal["param", "fp32", "fp32_bf16"]
 ParamLayout = Literal["master", "fsdp2"]
 LossKind = Literal["fp32_logits", "upcast", "fused"]
 #: how its data-parallel engine spreads DP collectives over a step's micro-batches (``workload.accumulation``)
-GradAccumulation = Literal["megatron", "deepspeed", "fsdp1", "fsdp2", "fsdp2_deferred"]
+GradAccumulation = Literal["megatron", "deepspeed", "fsdp1", "fsdp1_no_sync", "fsdp2", "fsdp2_deferred"]
 
 #: The fields an inline stack may override (all but ``id``, ``title`` and ``source``).
 OVERRIDABLE: tuple[str, ...] = ("attention", "dropout", "activations", "kernels", "overlap_grad_reduce", "selective_ac")

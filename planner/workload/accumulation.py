@@ -18,6 +18,11 @@ docs/planner.md, "Gradient accumulation"):
   every micro-batch reduce-scatters (NO_SHARD: all-reduces) its gradients, and with ``_sync_gradients`` True
   ``_should_free_in_backward`` frees the unsharded parameters after each backward even for SHARD_GRAD_OP, so
   every forward all-gathers again; FULL_SHARD also before every backward.
+* ``"fsdp1_no_sync"`` — the same FSDP1 in a loop that wraps every micro-batch but the last in ``no_sync()`` (a loop of
+  your own; "FSDP will accumulate the full model gradients (instead of gradient shards) until the eventual sync",
+  ``FullyShardedDataParallel.no_sync``): one reduction per step; SHARD_GRAD_OP keeps its parameters unsharded across
+  the micro-batches (``_should_free_in_backward`` is False), FULL_SHARD still gathers twice per micro-batch and holds
+  the unsharded gradients (``_post_backward_hook`` returns before the reduce-scatter, ``.grad`` whole).
 * ``"fsdp2"`` — FSDP2 (``fully_shard``, ``replicate``) in a loop that keeps gradient sync on (torchtitan v0.1.0 –
   v0.2.2 ``train.py``: ``for microbatch in range(gradient_accumulation_steps)`` with no
   ``set_requires_gradient_sync``): as ``"fsdp1"`` (``reshard_after_backward`` defaults True).
@@ -59,6 +64,12 @@ _PLAIN: dict[GradAccumulation, dict[int, tuple[bool, bool, bool]]] = {
     "megatron": {0: (False, False, False), 1: (False, False, False), 2: (False, False, False), 3: (True, True, True)},
     "deepspeed": {0: (False, False, False), 1: (False, False, False), 2: (False, False, True), 3: (True, True, True)},
     "fsdp1": {0: (False, False, True), 1: (True, False, True), 2: (True, False, True), 3: (True, True, True)},
+    "fsdp1_no_sync": {
+        0: (False, False, False),
+        1: (False, False, False),
+        2: (False, False, False),
+        3: (True, True, False),
+    },
     "fsdp2": {0: (False, False, True), 1: (True, False, True), 2: (True, False, True), 3: (True, True, True)},
     "fsdp2_deferred": {
         0: (False, False, False),
