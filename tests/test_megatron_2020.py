@@ -137,3 +137,12 @@ def test_the_2020_era_runs_are_priced_with_v2_and_planned_free_within_it() -> No
     free = bench.free_plan(rows["megatron_2020_dgxa100_2B"], data["gpus"], 1.0)
     assert free.configuration is not None and "ZeRO-0" in free.configuration and "SP" not in free.configuration
     assert "interleaved" not in free.configuration and "selective" not in free.configuration
+
+
+def test_the_export_refuses_grouped_query_attention() -> None:
+    """v2.0 has one K/V head per query head: a GQA GPT plan is refused on model.num_kv_heads, not exported as MHA."""
+    plan = planner.plan({**BASE, "top_k": 1}).plans[0]
+    gqa = plan.model_copy(update={"model": plan.model.model_copy(update={"num_kv_heads": 8})})
+    with pytest.raises(MeshplanError) as err:
+        export(gqa, "megatron-2020", ExportOptions())
+    assert err.value.field == "plan.model.num_kv_heads"

@@ -48,6 +48,8 @@ def megatron_v2_args(plan: Plan) -> list[str]:
         )
     for part in unbuilt_parts(STACKS["megatron-2020"], m):
         raise _refuse(f"model.{part.partition('=')[0]}", f"does not build model.{part} ({m.name!r}): GPT only")
+    if m.num_kv_heads != m.num_attention_heads:  # v2.0's ParallelSelfAttention: one K/V head per query head
+        raise _refuse("model.num_kv_heads", f"has no grouped-query attention ({m.num_kv_heads} K/V heads)")
     if m.ffn_hidden_size != 4 * m.hidden_size:
         raise _refuse(
             "plan.model.ffn_hidden_size", f"fixes the FFN at 4h = {4 * m.hidden_size}, not {m.ffn_hidden_size}"
