@@ -274,13 +274,14 @@ TITAN_SELECTIVE_LAYER_K = 2
 
 def stack_of(row: dict[str, Any]) -> str | dict[str, Any]:
     """The ``training.stack`` a run is priced with: its source's stack preset; the pre-FlashAttention
-    Megatron runs as ``megatron`` with unfused attention, dropout and their era's kernels; 2020–2021 runs with
-    their era's NCCL tuner (``NCCL_210_GROUPS``); torchtitan runs with the kernels and
-    selective AC of their published configs (``TITAN_*``)."""
+    Megatron runs as ``megatron-2020`` (Megatron-LM v2.0: unfused attention, dropout, ZeRO-0, 1F1B, full recompute
+    only, NCCL's 2.10 tuner), the 2020 README rows with their eager kernels; other 2021 runs with their era's NCCL
+    tuner (``NCCL_210_GROUPS``); torchtitan runs with the kernels and selective AC of their published configs
+    (``TITAN_*``)."""
     era = {"nccl": "2.10"} if row["source_group"] in NCCL_210_GROUPS else {}
-    if row["source_group"] in UNFUSED_ATTENTION_GROUPS:
+    if row["source_group"] in UNFUSED_ATTENTION_GROUPS:  # Megatron-LM v2.0 (planner.specs.stack_eras): what it ran
         kernels = UNFUSED_ATTENTION_GROUPS[row["source_group"]]
-        return {"base": "megatron", "attention": "unfused", "dropout": True, "kernels": kernels, **era}
+        return "megatron-2020" if kernels == "fused" else {"base": "megatron-2020", "kernels": kernels}
     if era and row["stack"] in ("megatron", "deepspeed"):
         return {"base": row["stack"], **era}
     if row["stack"] == "torchtitan":
@@ -297,8 +298,11 @@ def stack_of(row: dict[str, Any]) -> str | dict[str, Any]:
         # fused cross-entropy over the 16-bit logits (llmfoundry/models/mpt/modeling_mpt.py at 4952183, loss_fn
         # 'fused_crossentropy'), and the attention of its benchmark sweeps: scripts/train/benchmarking/
         # submit_benchmarks.py's default attn_impl was 'triton' (FlashAttention in Triton) at every commit of the
-        # tables (300cc5c58 of 2023-05 to 5e85bd62d of 2024-01); 'flash' only from 495218376 (2024-04)
-        return {"base": "meshplan", "loss": "fused", "flash_kernel": "triton"}
+        # tables (300cc5c58 of 2023-05 to 5e85bd62d of 2024-01); 'flash' only from 495218376 (2024-04). PyTorch FSDP1
+        # without no_sync: Composer 0.16.4–0.17.2 (the llm-foundry pins of the tables) applies no_sync only to a
+        # DistributedDataParallel model (composer/trainer/dist_strategy.py ddp_sync_context), so every micro-batch
+        # gathers and reduce-scatters (planner.workload.accumulation "fsdp1")
+        return {"base": "meshplan", "loss": "fused", "flash_kernel": "triton", "grad_accumulation": "fsdp1"}
     return row["stack"] if row["stack"] in ("megatron", "torchtitan", "deepspeed") else "meshplan"
 
 

@@ -240,9 +240,9 @@ def test_builtin_lookup_by_stack_and_generation():
 
 
 def test_context_uses_the_builtin_row_unless_calibrated():
-    req = request(stack="megatron", gpu="a100-sxm4-80gb", model="gpt3-1.3b", seq=2048)
+    req = request(stack="megatron-2020", gpu="a100-sxm4-80gb", model="gpt3-1.3b", seq=2048)
     ctx = context(req)
-    assert ctx.residuals == builtin_residuals("megatron", "a100-sxm4-80gb")
+    assert ctx.residuals == builtin_residuals("megatron-2020", "a100-sxm4-80gb") != Residuals()
     mine = Residuals(compute_scale=1.234)
     assert ctx_with(req, mine).residuals == mine
 
@@ -364,12 +364,12 @@ def test_the_explanation_says_which_residuals_priced_the_plan():
     from planner.pricing.residuals_builtin import ROWS
 
     base = {"cluster": {"gpu": "a100-sxm4-80gb", "num_nodes": 1, "gpus_per_node": 8}, "top_k": 1}
-    for stack, expect in [("megatron", ("megatron", "ampere") in ROWS), ("meshplan", False)]:
+    for stack, expect in [("megatron-2020", ("megatron-2020", "ampere") in ROWS), ("meshplan", False)]:
         req = {**base, "model": "gpt3-1.3b", "training": {"global_batch_size": 64, "seq_len": 2048, "stack": stack}}
         lines = [d for d in planner.plan(req).plans[0].explanation.details if "residuals" in d]
         if expect:
             assert len(lines) == 1 and lines[0].startswith(
-                "built-in residuals for megatron on ampere GPUs: compute_scale"
+                "built-in residuals for megatron-2020 on ampere GPUs: compute_scale"
             )
             assert "leave-one-source-group-out error" in lines[0]
         else:

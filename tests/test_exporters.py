@@ -223,6 +223,25 @@ ERRORS |= {("deepseek-v3-ep64", "deepspeed"): "plan.model.moe"} | {
     for fmt in ("meshplan", "torchrun", "slurm", "kubeflow-pytorchjob", "kubeflow-trainjob")
 }
 
+# The megatron-2020 target (Megatron-LM v2.0 flags) refuses what v2.0 cannot run, naming the field: every case above
+# has one (ZeRO 1–3, SP, a schedule other than 1F1B, bf16); a GPT-3 plan of what v2.0 runs (fp16, ZeRO-0, 1F1B, full
+# recompute, even stages) exports.
+ERRORS |= {
+    ("llama3-70b-8x8", "megatron-2020"): "plan.parallel.zero_stage",
+    ("gpt3-1.3b-pp1", "megatron-2020"): "plan.training.precision",
+    ("llama3-8b-zero3", "megatron-2020"): "plan.parallel.zero_stage",
+    ("llama3-8b-gpipe", "megatron-2020"): "plan.parallel.schedule",
+    ("llama3-70b-zbv", "megatron-2020"): "plan.parallel.sequence_parallel",
+    ("llama3-8b-firstlast", "megatron-2020"): "plan.parallel.zero_stage",
+    ("tiny-llama-izb", "megatron-2020"): "plan.parallel.schedule",
+    ("llama3-8b-pp-zero2", "megatron-2020"): "plan.parallel.zero_stage",
+    ("deepseek-v3-ep64", "megatron-2020"): "plan.parallel.zero_stage",
+}
+CASES["gpt3-1.3b-v2"] = make_plan(
+    "gpt3-1.3b", 1, 8, "a100-sxm4-80gb", tp=2, pp=2, dp=2, mbs=4, gbs=64, seq=2048, split=[12, 12], recompute="full",
+    precision="fp16",
+)  # fmt: skip
+
 OPTIONS = ExportOptions(
     image="nvcr.io/nvidia/pytorch:26.01-py3",
     job_name="llama-train",
@@ -354,7 +373,7 @@ def recount(plan: Plan, fmt: str, content: str) -> dict:
         t = yaml.safe_load_all(content).__next__()["spec"]["trainer"]
         assert t["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == t["numProcPerNode"]
         return {"world": t["numNodes"] * t["numProcPerNode"]}
-    if fmt == "megatron":
+    if fmt in ("megatron", "megatron-2020"):
         words = shell_words(content)
         tp, pp = int(flag(words, "--tensor-model-parallel-size")), int(flag(words, "--pipeline-model-parallel-size"))
         assert int(flag(words, "--num-layers")) == plan.model.num_layers
@@ -462,6 +481,21 @@ FROZEN_KEYS = {
         "#SBATCH --time",
     },
     "meshplan": {"--plan", "--nproc-per-node", "--nnodes", "--rdzv-endpoint"},
+    "megatron-2020": {  # Megatron-LM v2.0 flags, of the GPT-3 plan it runs (it refuses llama3-70b-8x8's ZeRO-1)
+        "--tensor-model-parallel-size",
+        "--pipeline-model-parallel-size",
+        "--micro-batch-size",
+        "--global-batch-size",
+        "--checkpoint-activations",
+        "--checkpoint-num-layers",
+        "--fp16",
+        "--DDP-impl",
+        "--num-layers",
+        "--hidden-size",
+        "--num-attention-heads",
+        "--seq-length",
+        "--max-position-embeddings",
+    },
     "megatron": {
         "--tensor-model-parallel-size",
         "--pipeline-model-parallel-size",
@@ -587,7 +621,7 @@ FROZEN_KEYS = {
 
 
 def key_set(fmt: str, content: str) -> set[str]:
-    if fmt in ("torchrun", "slurm", "meshplan", "megatron"):
+    if fmt in ("torchrun", "slurm", "meshplan", "megatron", "megatron-2020"):
         keys = {
             w.split("=")[0] if w.startswith("--container-image") else w
             for w in shell_words(content)
@@ -620,7 +654,8 @@ def key_set(fmt: str, content: str) -> set[str]:
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_key_set_is_frozen(fmt):
-    assert key_set(fmt, _export("llama3-70b-8x8", fmt).content) == FROZEN_KEYS[fmt]
+    case = "gpt3-1.3b-v2" if fmt == "megatron-2020" else "llama3-70b-8x8"
+    assert key_set(fmt, _export(case, fmt).content) == FROZEN_KEYS[fmt]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -931,7 +966,7 @@ def test_megatron_interleaving_needs_enough_micro_batches(gbs, group, error):
 
 def test_a_real_planner_plan_for_llama3_70b_exports_to_every_target():
     """The done-when check: planner.plan's best plan for Llama 3 70B on 8 × 8 H100 exports everywhere
-    (DeepSpeed may refuse only pipeline + ZeRO-2/3, which it cannot run)."""
+    (DeepSpeed may refuse only pipeline + ZeRO-2/3, which it cannot run; Megatron-LM v2.0 builds no Llama)."""
     import planner
 
     if not hasattr(planner, "plan"):
@@ -950,6 +985,9 @@ def test_a_real_planner_plan_for_llama3_70b_exports_to_every_target():
         try:
             result = export(plan, fmt, OPTIONS)
         except MeshplanError as err:
+            if fmt == "megatron-2020":  # a bf16 Llama: v2.0 runs neither
+                assert err.field.startswith("plan.") and "Megatron-LM v2.0" in err.message
+                continue
             assert fmt == "deepspeed" and err.field == "plan.parallel.zero_stage"
             assert plan.parallel.pp > 1 and plan.parallel.zero_stage >= 2
             continue

@@ -527,14 +527,20 @@ def test_load_all_reads_both_files_and_counts_per_file():
 
 
 def test_llm_foundry_runs_are_priced_with_their_fused_loss_and_fit():
-    """llm-foundry's MPT rows run flash-attn's fused cross-entropy over the 16-bit logits (its default ``loss_fn``):
-    priced so, every one of them fits its GPU, as it did when measured (with three fp32 copies of the logits 37 of
-    the 78 were called out of memory). Their attention is FlashAttention in Triton (the sweeps' ``attn_impl``)."""
+    """llm-foundry's MPT rows run flash-attn's fused cross-entropy over the 16-bit logits (its default ``loss_fn``) under
+    PyTorch FSDP1 without no_sync (Composer's ``ddp_sync_context``: ``grad_accumulation: fsdp1``): priced so, every
+    one of them fits its GPU, as it did when measured (with three fp32 copies of the logits 37 of the 78 were called
+    out of memory). Their attention is FlashAttention in Triton (the sweeps' ``attn_impl``)."""
     both = bench.load_all()
     mpt = [row for row in ADDED["runs"] if row["source_group"] == "mpt-llm-foundry"]
     assert len(mpt) == 78
     for row in mpt:
-        assert bench.stack_of(row) == {"base": "meshplan", "loss": "fused", "flash_kernel": "triton"}
+        assert bench.stack_of(row) == {
+            "base": "meshplan",
+            "loss": "fused",
+            "flash_kernel": "triton",
+            "grad_accumulation": "fsdp1",
+        }
         r = bench.evaluate(row, both["gpus"])
         assert r.fits, (r.id, r.peak_memory_gib)
 

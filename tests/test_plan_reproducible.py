@@ -154,6 +154,8 @@ FINGERPRINTS = {
     20: "a62abaea224d34d4",  # 20 itemises MoE plans' expert memory: these dense references unchanged; tests/test_moe_service.py
     21: "a62abaea224d34d4",  # 21 adds the Triton flash kernel (an override): these references use FlashAttention-2
     22: "730a36c639bc610a",  # collectives across nodes as NCCL's tuner selects them (pricing.nccl, Stack.nccl)
+    23: "730a36c639bc610a",  # 23 DP collectives per micro-batch or per step: no reference accumulates; tests/test_grad_accumulation.py
+    24: "730a36c639bc610a",  # 24 moves the 2020-era residual rows to megatron-2020: no reference request on megatron
 }
 
 

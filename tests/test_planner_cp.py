@@ -211,4 +211,6 @@ def test_with_one_data_parallel_rank_zero_shards_over_the_cp_ranks():
         "top_k": 1,
     }
     res = planner.plan(req)
-    assert res.plans and res.plans[0].parallel.zero_stage == 3 and res.plans[0].estimate.fits
+    # sharded over the 8 cp ranks and fitting: ZeRO-3, or (since cost model 21, where a ZeRO-2 unit's gather runs
+    # under the forward of its one micro-batch instead of exposed after the step) torchtitan's reshard-never ZeRO-2
+    assert res.plans and res.plans[0].parallel.zero_stage in (2, 3) and res.plans[0].estimate.fits

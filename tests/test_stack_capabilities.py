@@ -21,6 +21,7 @@ from planner.specs import ParallelPins, SearchOptions
 from planner.specs.catalog import get_model
 from planner.specs.errors import MeshplanError
 from planner.specs.rules import stack_runs_config
+from planner.specs.stack_rules import unbuilt_parts
 from planner.specs.stacks import STACKS, resolve
 from tests.api_support import make_app
 
@@ -151,6 +152,10 @@ def test_the_search_enumerates_exactly_what_the_stack_runs(stack, model):
     from planner.answer.request import context, parse_request
 
     req = parse_request(request(stack, model, gpus=16))
+    if unbuilt_parts(STACKS[stack], get_model(model)):  # a model the stack does not build is refused, not searched
+        with pytest.raises(MeshplanError, match="does not build"):
+            context(req)
+        return
     ctx = context(req)
     cands = enumerate_candidates(ctx, ParallelPins(), SearchOptions())
     s, tied = STACKS[stack], get_model(model).tie_embeddings

@@ -20,6 +20,7 @@ import planner
 from api.exporters import FORMATS, ExportOptions, export
 from planner.specs import ModelSpec
 from planner.specs.rules import stack_runs_config
+from planner.specs.stack_rules import unbuilt_parts
 from planner.specs.stacks import STACKS
 from planner.workload.analytic import num_parameters
 from runtime.validate import validate_plan
@@ -81,7 +82,14 @@ ATTENTION_VARIANTS = [
 
 
 def random_request(rng: random.Random, stack: str) -> dict:
+    """A random request for ``stack``: its model one the stack builds (``Stack.unbuilt``: Megatron-LM v2.0 builds
+    tied GPT models only) with, on a stack of even stages only, a multiple of 8 layers (a prime count leaves it pp 1
+    or pp = layers); in fp16 for ``megatron-2020`` (v2.0 has no --bf16)."""
     model = random_model(rng)
+    while unbuilt_parts(STACKS[stack], model):
+        model = random_model(rng)
+    if STACKS[stack].even_stages:  # layers divisible into its even stages, as the era's models were (24, 32, 96…)
+        model = model.model_copy(update={"num_layers": max(8, round(model.num_layers / 8) * 8)})
     if stack == "meshplan" and model.family == "llama":
         variant = random.Random(f"attention-{model.model_dump_json()}").choice(ATTENTION_VARIANTS)
         model = ModelSpec.model_validate({**model.model_dump(), **variant})
@@ -94,7 +102,12 @@ def random_request(rng: random.Random, stack: str) -> dict:
     return {
         "model": model.model_dump(),
         "cluster": {"gpu": rng.choice(GPUS), "num_nodes": nodes, "gpus_per_node": 8},
-        "training": {"global_batch_size": gbs, "seq_len": rng.choice([2048, 4096, 8192]), "stack": stack},
+        "training": {
+            "global_batch_size": gbs,
+            "seq_len": rng.choice([2048, 4096, 8192]),
+            "stack": stack,
+            **({"precision": "fp16"} if stack == "megatron-2020" else {}),
+        },
         "parallel": {"micro_batch_size": 1},
         "top_k": 1,
         "options": {"time_limit_s": 1, "num_workers": 1},

@@ -20,6 +20,7 @@ from .deepspeed import DeepSpeedExporter
 from .kubeflow_pytorchjob import PyTorchJobExporter
 from .kubeflow_trainjob import TrainJobExporter
 from .megatron import MegatronExporter
+from .megatron_v2 import MegatronV2Exporter
 from .meshplan import MeshplanExporter
 from .options import ExportOptions
 from .slurm import SlurmExporter
@@ -34,6 +35,7 @@ FORMATS: dict[str, Exporter] = {
         PyTorchJobExporter(),
         TrainJobExporter(),
         MegatronExporter(),
+        MegatronV2Exporter(),
         DeepSpeedExporter(),
         TorchtitanRecipeExporter(),
         TorchtitanTomlExporter(),

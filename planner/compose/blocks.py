@@ -47,10 +47,10 @@ def mixed_terms(ctx: Context, key: SharedKey, prefix: tuple[int, ...]) -> Shared
     DP buckets): shared by the (ep, etp) pairs with as many."""
     from planner.compose.terms import kind_terms, layer_group
 
-    mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp = key
+    mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp, pipelined = key
     at = (mbs, tp, sp, recompute, tpo, ep, etp)
     params = sum(layer_group(ctx, *at, k).params[0] * n for k, n in block_counts(ctx).items())
-    dense_key = (*at[:5], zero_stage, dp, params)
+    dense_key = (*at[:5], zero_stage, dp, params, pipelined)
     dense = ctx.dense_terms.get(dense_key)
     if dense is None:
         dense = ctx.dense_terms[dense_key] = kind_terms(ctx, key, "transformer_block")

@@ -14,8 +14,9 @@ if TYPE_CHECKING:
 
 #: (micro-batch size, tp, sequence parallel, recompute, tp_comm_overlap, ep, etp, block kind): one ``LayerGroup``.
 GroupKey = tuple[int, int, bool, str, bool, int, int, str]
-#: (micro-batch size, tp, sequence parallel, recompute, ZeRO stage, dp, tp_comm_overlap, ep, etp): one ``SharedTerms``.
-SharedKey = tuple[int, int, bool, str, int, int, bool, int, int]
+#: (micro-batch size, tp, sequence parallel, recompute, ZeRO stage, dp, tp_comm_overlap, ep, etp, pipelined): one
+#: ``SharedTerms``.
+SharedKey = tuple[int, int, bool, str, int, int, bool, int, int, bool]
 #: (ranks per pipeline stage, pp, virtual stages, p2p bytes): the lags of a class's chunk boundaries.
 LagKey = tuple[int, int, int, int]
 

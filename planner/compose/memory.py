@@ -112,7 +112,9 @@ def fsdp2_mixed_precision(layout: str, precision: str) -> bool:
 
 
 @lru_cache(maxsize=256)
-def state_bytes(precision: str, optimizer: str, zero_stage: int, dp: int, layout: str = "master") -> StateBytes:
+def state_bytes(
+    precision: str, optimizer: str, zero_stage: int, dp: int, layout: str = "master", whole_grads: bool = False
+) -> StateBytes:
     """Bytes per parameter of weights, gradients and optimizer states on one GPU, sharded by dp per ZeRO
     stage, as the stack holds them (``Stack.param_layout``):
 
@@ -125,7 +127,10 @@ def state_bytes(precision: str, optimizer: str, zero_stage: int, dp: int, layout
       backward below ZeRO-3 (2 bytes; ZeRO-3 reshards after forward: ``zero3_buffer_bytes``), fp32 gradients
       (4 bytes; whole below ZeRO-3, where the runtime accumulates the micro-batches' before one reduction:
       ``runtime.job.defer_gradient_sync``; sharded at ZeRO-3), the optimizer's moments only (``OPTIMIZER_STATE_BYTES`` of fp32 training). Measured for ZeRO-0 on an H200: 18 bytes
-      per parameter (docs/validation.md "On a GPU")."""
+      per parameter (docs/validation.md "On a GPU").
+
+    ``whole_grads``: ZeRO-3 gradients accumulated unsharded across the step's micro-batches before one reduction
+    (``workload.accumulation.DpSchedule.whole_grads``: FSDP2 under a pipeline schedule, in its fp32 reduce dtype)."""
     d = dp
     if fsdp2_mixed_precision(layout, precision):
         k = OPTIMIZER_STATE_BYTES[(optimizer, False)]
@@ -133,10 +138,11 @@ def state_bytes(precision: str, optimizer: str, zero_stage: int, dp: int, layout
             return StateBytes(4 + 2, 4, k)
         if zero_stage < 3:  # the gradients accumulate whole until the step's reduce-scatter (runtime.job)
             return StateBytes(4 / d + 2, 4, k / d)
-        return StateBytes(4 / d, 4 / d, k / d)
+        return StateBytes(4 / d, 4 if whole_grads else 4 / d, k / d)
     e = BYTES_PER_ELEMENT[precision]
     k = OPTIMIZER_STATE_BYTES[(optimizer, precision != "fp32")]
-    return StateBytes(*{0: (e, e, k), 1: (e, e, k / d), 2: (e, e / d, k / d), 3: (e / d, e / d, k / d)}[zero_stage])
+    out = StateBytes(*{0: (e, e, k), 1: (e, e, k / d), 2: (e, e / d, k / d), 3: (e / d, e / d, k / d)}[zero_stage])
+    return out._replace(gradients=e) if whole_grads and zero_stage == 3 else out
 
 
 class MemoryTerms(NamedTuple, Generic[Count]):

@@ -30,6 +30,7 @@ from planner.pricing.host import (
 )
 from planner.pricing.layer_times import layer_times
 from planner.pricing.tp_overlap import overlap_delta
+from planner.workload.accumulation import dp_schedule
 from planner.workload.collectives import (
     NO_REDUCTIONS,
     Op,
@@ -135,10 +136,12 @@ def shared_terms(
     tpo: bool = False,
     ep: int = 1,
     etp: int = 1,
+    pipelined: bool = False,
 ) -> SharedTerms:
     """``tpo``: the TP collectives overlapped with the GEMMs (``parallel.tp_comm_overlap``); ``ep``/``etp``: the
-    expert-parallel and expert-tensor-parallel degrees of a MoE model's routed experts."""
-    key = (mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp)
+    expert-parallel and expert-tensor-parallel degrees of a MoE model's routed experts; ``pipelined``: under a
+    pipeline schedule (pp × virtual stages > 1: ``workload.accumulation``)."""
+    key = (mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp, pipelined)
     s = ctx.shared.get(key)
     if s is None:
         kinds, prefix = block_sequence(ctx)
@@ -162,6 +165,7 @@ def class_terms(ctx: Context, c: Candidate) -> SharedTerms:
         c.tp_comm_overlap,
         c.ep,
         c.etp,
+        c.pp * c.virtual_stages > 1,
     )
     s = shared_terms(ctx, *key)
     action = ns(pipeline_action(ctx)) if c.pp * c.virtual_stages > 1 else 0
@@ -278,30 +282,31 @@ def _layer_group(ctx: Context, key: GroupKey) -> LayerGroup:
 def kind_terms(ctx: Context, key: SharedKey, kind: str) -> SharedTerms:
     """The terms of a model whose every block is of ``kind``, with the real model's parameter count (the DP
     buckets): ``blocks.merged`` joins the two kinds of a mixed model."""
-    mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp = key
+    mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp, pipelined = key
     at = (mbs, tp, sp, recompute, tpo, ep, etp)
     lg = layer_group(ctx, *at, kind)
     tr, e = ctx.training, ctx.elt
     p_blk, p_emb, p_head = lg.params
 
-    # --- ZeRO-3: parameters gathered per micro-batch (fwd and bwd), gradients reduce-scattered; prefetched on a
-    # side stream, so a layer costs the longer of its compute + TP comm (slowed while they overlap: ``overlapped``)
-    # and its collectives — or their sum where the device runs them synchronously (``host.prefetch_overlaps``)
-    how = issuing(ctx.stack)
+    # --- DP collectives per micro-batch (``workload.accumulation``: ZeRO-3's gathers, FSDP's per-micro-batch ones): on a
+    # side stream, a layer costs the longer of its compute + TP comm (slowed under them: ``overlapped``) and its
+    # collectives — or their sum where the device runs them synchronously (``host.prefetch_overlaps``)
+    how, g, slow = issuing(ctx.stack), Groups.of(ctx, tp, dp), OVERLAP_SLOWDOWN
     ge = grad_bytes(ctx.stack, tr.precision, e)  # gradients on the wire (fp32 where the stack reduces in fp32)
-    g = Groups.of(ctx, tp, dp)
-    slow = OVERLAP_SLOWDOWN
+    sched = dp_schedule(ctx.stack.grad_accumulation, zero_stage, pipelined)
+    reduce_op: Op = "all_reduce" if zero_stage == 0 else "reduce_scatter"
 
     fwd, bwd, z3_tmp, fwd_z3, bwd_z3 = lg.fwd, lg.bwd, 0, NOTHING, NOTHING
-    if zero_stage == 3 and dp > 1:
-        split = (lg.expert_params, (tp, dp, ep, etp))  # a MoE block's experts gather over expert-DP
+    if dp > 1 and (sched.gather_fwd or sched.reduce_each):
+        split, none = (lg.expert_params, (tp, dp, ep, etp)), (0.0, 0.0, 0.0)  # MoE experts over expert-DP
         gathered = gathered_params(ctx, lg.params, tp)  # FP8 weights gathered in FP8 where the stack does
-        gather = dp_seconds(ctx, how, "all_gather", gathered, e, None, g, *split)
-        scatter = dp_seconds(ctx, how, "reduce_scatter", lg.params, ge, None, g, *split)
+        gather = dp_seconds(ctx, how, "all_gather", gathered, e, None, g, *split) if sched.gather_fwd else none
+        gather_b = gather if sched.gather_bwd else none
+        scatter = dp_seconds(ctx, how, reduce_op, lg.params, ge, None, g, *split) if sched.reduce_each else none
         join = (lambda w, t: overlapped(w, t, slow)) if prefetch_overlaps(ctx) else (lambda w, t: w + t)
         fwd = Affine(0, *(ns(join(w, t)) for w, t in zip(lg.work_f, gather)))
-        bwd = Affine(0, *(ns(join(w, t + u)) for w, t, u in zip(lg.work_b, gather, scatter)))
-        z3_tmp = zero3_buffer_bytes(ctx.stack, p_blk, e)  # gathered layers, gradient buffers (stack's)
+        bwd = Affine(0, *(ns(join(w, t + u)) for w, t, u in zip(lg.work_b, gather_b, scatter)))
+        z3_tmp = zero3_buffer_bytes(ctx.stack, p_blk, e) if zero_stage == 3 else 0  # gathered layers, grad buffers
         fwd_z3, bwd_z3 = Affine(*(a - b for a, b in zip(fwd, lg.fwd))), Affine(*(a - b for a, b in zip(bwd, lg.bwd)))
 
     # --- a host device's FSDP2 hooks per micro-batch (``collectives.fsdp_hook_times``; none on a GPU)
@@ -311,7 +316,7 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str) -> SharedTerms:
         bwd = bwd.plus(Affine(0, *map(ns, hooks[1])))
 
     # --- memory (bytes per GPU)
-    per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp, ctx.stack.param_layout)
+    per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp, ctx.stack.param_layout, sched.whole_grads)
     per = per_param.total
     pe = lg.expert_params  # a MoE block's routed experts: states sharded, gradients synced over expert-DP
     per_e = expert_state_bytes(ctx, zero_stage, tp, dp, ep, etp) if pe else per
@@ -331,8 +336,9 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str) -> SharedTerms:
             return Affine(0, *map(ns, dp_seconds(ctx, how, name, gathered, e, bucket, g, pe, degrees)))
         return Affine(0, *map(ns, dp_seconds(ctx, how, name, lg.params, ge, bucket, g, pe, degrees)))
 
-    sync_op, post_op = dp_sync(zero_stage)
-    sync, post = collective(sync_op), collective(post_op)
+    sync_op, post_op = dp_sync(zero_stage)  # once per step unless run per micro-batch (``sched``)
+    sync_op = None if sched.reduce_each else (sync_op or "reduce_scatter")
+    sync, post = collective(sync_op), collective(None if sched.gather_fwd else post_op)
     # optimizer step: memory-bound multi-tensor kernels over the (sharded) states at achieved HBM bandwidth
     shard = dp if zero_stage >= 1 else 1
     upd = optimizer_step_bytes(tr.optimizer, tr.precision)

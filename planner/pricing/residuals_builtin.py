@@ -16,16 +16,16 @@ FITTED_ON = "2026-12-02"
 DATA = "bench/data/published_runs.json sha256:21b93cdc80b53790"
 
 ROWS: dict[tuple[str, str], dict[str, float]] = {
-    ("megatron", "ampere"): {"compute_scale": 1.09},
-    ("megatron", "volta"): {"compute_scale": 1.024},
+    ("megatron-2020", "ampere"): {"compute_scale": 1.09},
+    ("megatron-2020", "volta"): {"compute_scale": 1.024},
     ("torchtitan", "ampere"): {"compute_scale": 1.258},
     ("torchtitan", "hopper"): {"compute_scale": 1.181},
-    ("megatron", "*"): {"compute_scale": 1.069},
+    ("megatron-2020", "*"): {"compute_scale": 1.069},
     ("torchtitan", "*"): {"compute_scale": 1.203},
 }
 
 FITS: dict[tuple[str, str], dict[str, Any]] = {
-    ("megatron", "ampere"): {
+    ("megatron-2020", "ampere"): {
         "free": ("compute_scale",),
         "groups": ["megatron-2020-dp128", "megatron-2020-tp", "megatron-2021-gpt3"],
         "runs": [
@@ -43,7 +43,7 @@ FITS: dict[tuple[str, str], dict[str, Any]] = {
         "in_sample_mape": 0.0404,
         "losgo_mape": 0.044,
     },
-    ("megatron", "volta"): {
+    ("megatron-2020", "volta"): {
         "free": ("compute_scale",),
         "groups": ["megatron-2020-tp"],
         "runs": [
@@ -109,7 +109,7 @@ FITS: dict[tuple[str, str], dict[str, Any]] = {
         "in_sample_mape": 0.1159,
         "losgo_mape": 0.134,
     },
-    ("megatron", "*"): {
+    ("megatron-2020", "*"): {
         "free": ("compute_scale",),
         "groups": ["megatron-2020-dp128", "megatron-2020-tp", "megatron-2021-gpt3"],
         "runs": [

@@ -279,10 +279,13 @@ def zero_stages(ctx: Context, dp: int) -> list[int]:
 
 def forced_cut(ctx: Context, pins: ParallelPins, c: Candidate) -> list[int] | None:
     """The one cut a class is evaluated at, or None when its cut is searched: the pinned
-    ``stage_layers``; else, for interleaved classes enumerated without a pinned schedule, the even
-    split (Megatron-LM's virtual pipeline requires every chunk to hold num_layers / (pp·v) layers)."""
+    ``stage_layers``; the even split on a stack that runs no other (``Stack.even_stages``); else, for interleaved
+    classes enumerated without a pinned schedule, the even split (Megatron-LM's virtual pipeline requires every
+    chunk to hold num_layers / (pp·v) layers)."""
     if pins.stage_layers is not None:
         return list(pins.stage_layers)
+    if ctx.stack.even_stages and c.chunks > 1:  # a stack that splits evenly only (``Stack.even_stages``)
+        return [ctx.model.num_layers // c.chunks] * c.chunks
     if pins.schedule is None and c.virtual_stages > 1:
         L = ctx.model.num_layers
         return [L // c.chunks] * c.chunks if L % c.chunks == 0 else even_stage_layers(L, c.chunks)

@@ -11,7 +11,7 @@ from planner.specs.common import Spec
 if TYPE_CHECKING:
     from planner.specs.stacks import Stack
 
-StackId = Literal["meshplan", "megatron", "torchtitan", "deepspeed"]  # = planner.specs.stacks.STACKS
+StackId = Literal["meshplan", "megatron", "torchtitan", "deepspeed", "megatron-2020"]  # = planner.specs.stacks.STACKS
 
 
 class StackOverride(Spec):
@@ -57,6 +57,16 @@ class StackOverride(Spec):
         default=None,
         description="The NCCL release era whose tuner selects each collective's algorithm and protocol: 2.10 "
         "(NCCL 2.7-2.10, 2020-2021 stacks) or 2.23 (2.23 and later).",
+    )
+    grad_accumulation: Literal["megatron", "deepspeed", "fsdp1", "fsdp1_no_sync", "fsdp2", "fsdp2_deferred"] | None = (
+        Field(
+            default=None,
+            description="How its data-parallel engine spreads gathers and gradient reductions over a step's micro-batches: "
+            "megatron (once per step), deepspeed (ZeRO-2/3 reduce per micro-batch), fsdp1 (FSDP without no_sync: every "
+            "micro-batch gathers and reduce-scatters), fsdp1_no_sync (the non-final micro-batches in no_sync(): one "
+            "reduction, ZeRO-3 gradients held unsharded), fsdp2 (fully_shard with gradient sync on), fsdp2_deferred "
+            "(set_requires_gradient_sync(False) until the last micro-batch below ZeRO-3).",
+        )
     )
 
     @field_validator("selective_ac", mode="before")

@@ -32,10 +32,29 @@ def stack_runs(
     cp_comm: str | None = None,
     tp_comm_overlap: bool | None = None,
     attention_sinks: bool = False,
+    num_layers: int | None = None,
+    chunks: int | None = None,
+    stage_layers: tuple[int, ...] | None = None,
 ) -> MeshplanError | None:
     """The configuration (or the pinned part of one: None = not given) is one the request's training
     stack runs (``planner.specs.stacks.Stack``: ``schedules``, ``zero_stages``, ``pipeline_zero_stages``,
-    ``sequence_parallel``, ``recompute``, ``pp_with_tied_embeddings``, ``cp_comms``, ``cp_with_attention_sinks``)."""
+    ``sequence_parallel``, ``recompute``, ``pp_with_tied_embeddings``, ``cp_comms``, ``cp_with_attention_sinks``,
+    ``even_stages``; ``chunks``: pp × virtual stages)."""
+    if stack.even_stages and num_layers is not None and chunks is not None and num_layers % chunks:
+        return MeshplanError(
+            "parallel.pp",
+            f"{_stack_name(stack)} splits the layers evenly over the pipeline stages only: {num_layers} layers do "
+            f"not divide into pp × virtual stages = {chunks}",
+            f"pin parallel.pp to a divisor of {num_layers} or leave it unpinned"
+            + _others(lambda s: not s.even_stages, "uneven stages"),
+        )
+    if stack.even_stages and stage_layers is not None and len(set(stage_layers)) > 1:
+        return MeshplanError(
+            "parallel.stage_layers",
+            f"{_stack_name(stack)} splits the layers evenly over the pipeline stages only, not {list(stage_layers)}",
+            "leave parallel.stage_layers unpinned or pin an even split"
+            + _others(lambda s: not s.even_stages, "uneven stages"),
+        )
     if schedule is not None and schedule not in stack.schedules:
         return MeshplanError(
             "parallel.schedule",
@@ -131,6 +150,9 @@ def _fields(model: Any, c: Any) -> dict[str, Any]:
         "cp_comm": getattr(c, "cp_comm", None),
         "tp_comm_overlap": c.tp_comm_overlap,
         "attention_sinks": bool(getattr(model, "attention_sinks", False)),
+        "num_layers": model.num_layers,
+        "chunks": None if c.pp is None else c.pp * (getattr(c, "virtual_stages", None) or 1),
+        "stage_layers": None if getattr(c, "stage_layers", None) is None else tuple(c.stage_layers),
     }
 
 
@@ -151,10 +173,13 @@ def stack_runs_ok(stack: Stack, model: Any, config: Any) -> bool:
 
 
 def unbuilt_parts(stack: Stack, model: Any) -> list[str]:
-    """The parts of ``model`` (``Stack.unbuilt`` fields it sets) ``stack`` does not build."""
+    """The parts of ``model`` ``stack`` does not build (``Stack.unbuilt``): a field it sets (``"moe"``), or a field
+    at a value (``"norm=rmsnorm"``, ``"tie_embeddings=False"``)."""
     found = []
     for part in stack.unbuilt:
-        owner, _, name = part.rpartition(".")
-        if getattr(getattr(model, owner) if owner else model, name, None) not in (None, False):
+        path, eq, value = part.partition("=")
+        owner, _, name = path.rpartition(".")
+        got = getattr(getattr(model, owner) if owner else model, name, None)
+        if (str(got) == value) if eq else got not in (None, False):
             found.append(part)
     return found

@@ -34,23 +34,20 @@ field                      read by
                            (torchtitan ``mixed_precision_reduce``); ``"fp32_bf16"`` = fp32 under bf16
                            (Megatron's ``accumulate_allreduce_grads_in_fp32``), the 16-bit type under fp16
 ``param_layout``           ``memory.state_bytes`` under mixed precision: ``"master"`` = 16-bit weights and
-                           gradients, fp32 master weights in the optimizer (Megatron, DeepSpeed; ZeRO's
-                           2 + 2 + 12 bytes); ``"fsdp2"`` = FSDP2's ``MixedPrecisionPolicy``: fp32
-                           parameters and gradients, a bf16 copy of the parameters unsharded from
-                           forward to backward unless resharded (ZeRO-3)
+                           gradients, fp32 master weights (ZeRO's 2 + 2 + 12 bytes); ``"fsdp2"`` = FSDP2's
+                           ``MixedPrecisionPolicy``: fp32 parameters and gradients, a bf16 copy unsharded
 ``tp_collectives`` etc.    ``workload.collectives``: how it issues TP, DP and step-end collectives
+``grad_accumulation``      ``workload.accumulation``: DP gathers and reductions per micro-batch or per step
 ``p2p_blocking``           ``compose.cost``: schedules whose pipeline sends block both ends (Megatron 1F1B)
 ``loss``                   ``memory.loss_buffer_bytes``: ``"fp32_logits"`` = one fp32 [T, V/t] tensor;
-                           ``"upcast"`` = ``cross_entropy(logits.float(), …)`` (torchtitan, the bundled
-                           runtime): three fp32 tensors at the loss's backward; ``"fused"`` = a fused
-                           cross-entropy kernel over the 16-bit logits (flash-attn's, llm-foundry's
-                           default): the logits and their gradient
+                           ``"upcast"`` = ``cross_entropy(logits.float())``: three fp32 tensors at its
+                           backward; ``"fused"`` = a fused cross-entropy: the logits and their gradient
 =========================  =====================================================================
 
 What a stack RUNS (issue 27 §1) is data beside what it costs: ``version`` (the release the preset
 describes), ``zero_stages`` and ``pipeline_zero_stages`` (the data-parallel sharding it runs, without and
 with pipeline parallelism; ``data_parallel`` names its modes), ``schedules``, ``sequence_parallel``,
-``recompute`` and ``pp_with_tied_embeddings``. The search enumerates only configurations the request's
+``recompute``, ``pp_with_tied_embeddings`` and ``even_stages``. The search enumerates only configurations the request's
 stack runs and a pin outside them is an error naming the stack, the field and what the stack offers
 (``planner.specs.rules.stack_runs``). An inline stack (``StackOverride``) inherits them from its base:
 overriding kernels does not change what the software runs. ``meshplan`` is exactly what ``runtime/`` runs
@@ -77,20 +74,12 @@ NormKernel = Literal["eager", "fused"]
 ReduceDtype = Literal["param", "fp32", "fp32_bf16"]
 ParamLayout = Literal["master", "fsdp2"]
 LossKind = Literal["fp32_logits", "upcast", "fused"]
+#: how its data-parallel engine spreads DP collectives over a step's micro-batches (``workload.accumulation``)
+GradAccumulation = Literal["megatron", "deepspeed", "fsdp1", "fsdp1_no_sync", "fsdp2", "fsdp2_deferred"]
 
 #: The fields an inline stack may override (all but ``id``, ``title`` and ``source``).
-OVERRIDABLE = (
-    "attention",
-    "flash_kernel",
-    "dropout",
-    "activations",
-    "kernels",
-    "overlap_grad_reduce",
-    "selective_ac",
-    "norm_kernel",
-    "loss",
-    "nccl",
-)
+OVERRIDABLE: tuple[str, ...] = ("attention", "flash_kernel", "dropout", "activations", "kernels", "overlap_grad_reduce")
+OVERRIDABLE += ("selective_ac", "norm_kernel", "loss", "nccl", "grad_accumulation")
 
 
 class Stack(BaseModel):
@@ -130,6 +119,8 @@ class Stack(BaseModel):
     zero3_reduce_bucket: int | None = None
     #: the NCCL release whose tuner picks each collective's algorithm × protocol across nodes (``pricing.nccl``)
     nccl: Literal["2.10", "2.23"] = "2.23"
+    #: per micro-batch or once per step: its gathers and gradient reductions (``workload.accumulation.dp_schedule``)
+    grad_accumulation: GradAccumulation = "megatron"
     # ---- what the stack runs (issue 27 §1): the search enumerates only these; a pin outside is an error
     version: str = Field(description="The release of the software this preset describes.")
     #: ZeRO stages (``parallel.zero_stage``) it runs without pipeline parallelism.
@@ -146,6 +137,7 @@ class Stack(BaseModel):
     pp_with_tied_embeddings: bool = Field(
         description="Whether it runs pp > 1 on a model with tied input/output embeddings."
     )
+    even_stages: bool = Field(default=False, description="Whether it splits the layers evenly only (L % (pp·v) = 0).")
     #: Context-parallel exchanges it runs (``parallel.cp_comm`` with cp > 1; empty: no CP).
     cp_comms: tuple[CpComm, ...] = Field(
         description="Context-parallel exchanges it runs (parallel.cp_comm with cp > 1)."
@@ -213,6 +205,7 @@ STACKS: dict[str, Stack] = {
             tp_collectives="per_linear",
             dp_collectives="modules",
             step_reductions=True,
+            grad_accumulation="fsdp2_deferred",  # runtime/job.py defer_gradient_sync below ZeRO-3
             source="runtime/parallelize.py: DP (and, on CUDA, one process too) through FSDP2 replicate/fully_shard with "
             "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): fp32 parameters and gradients, bf16 copies "
             "kept unsharded from forward to backward below ZeRO-3; runtime/job.py loss_fn: cross_entropy(logits.float()) "
@@ -322,6 +315,7 @@ STACKS: dict[str, Stack] = {
             overlap_grad_reduce=True,
             reduce_dtype="fp32",
             loss="upcast",
+            grad_accumulation="fsdp2",  # train.py's accumulation loop keeps gradient sync on (v0.1.0–v0.2.2)
             source="pytorch/torchtitan torchtitan/models/llama/model.py, models/norms.py (composite RMSNorm, complex "
             "RoPE in fp32, repeat_kv before SDPA flash, no dropout) and parallelisms/parallelize_llama.py "
             "(op-level selective AC _save_list, FSDP2 reduce_dtype float32) at 9dec370; FSDP2 reduce-scatters "
@@ -373,6 +367,7 @@ STACKS: dict[str, Stack] = {
             # (deepspeed/runtime/zero/partitioned_param_coordinator.py, config.py, stage3.py)
             zero3_fetch="module",
             zero3_reduce_bucket=500_000_000,
+            grad_accumulation="deepspeed",
             source="DeepSpeed config docs: zero_optimization.overlap_comm defaults to false",
             version="DeepSpeed 0.19.8",
             zero_stages=(0, 1, 2, 3),
@@ -396,4 +391,7 @@ STACKS: dict[str, Stack] = {
 DEFAULT_STACK = "meshplan"
 
 
+from planner.specs.stack_eras import ERA_STACKS  # noqa: E402  # presets of older releases (Megatron-LM v2.0)
+
+STACKS.update(ERA_STACKS)
 from planner.specs.stack_override import resolve as resolve  # noqa: E402  # the request's stack as a Stack

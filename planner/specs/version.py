@@ -83,4 +83,10 @@ from __future__ import annotations
 #:    benchmark default until 2024-04 (the MPT dev-set rows); the default ``"fa2"`` is unchanged.
 #: 22: collectives across nodes as NCCL's tuner selects them (``planner.pricing.nccl``): algorithm × protocol (ring, tree,
 #:    NVLS-tree, PAT × LL, LL128, Simple) by size and ranks, at the stack's NCCL era (``Stack.nccl``: 2.10 or 2.23).
-COST_MODEL_VERSION = 22
+#: 23: the data-parallel collectives per micro-batch or once per step as each stack's engine issues them (issue 27 §2,
+#:    ``Stack.grad_accumulation``, ``workload.accumulation``): FSDP without no_sync reduces (and, ZeRO-2, gathers) in
+#:    every micro-batch, the bundled runtime gathers its ZeRO-1/2 units in every forward, FSDP2 under a pipeline
+#:    schedule reduces ZeRO-3 gradients once per step and holds them whole in fp32 meanwhile.
+#: 24: the ``megatron-2020`` preset (Megatron-LM v2.0) prices the 2020–2021 Megatron runs, so the built-in residual rows
+#:    fitted on them are its rows (``("megatron-2020", *)``, the same constants); today's ``megatron`` has no row.
+COST_MODEL_VERSION = 24
