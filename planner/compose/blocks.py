@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.compose.affine import Affine, moe_prefix
 from planner.compose.context import Context, SharedKey
+from planner.workload.collectives import grad_bucket
 from planner.workload.ops import MOE_BLOCK, block_kinds
 
 if TYPE_CHECKING:
@@ -49,12 +50,26 @@ def mixed_terms(ctx: Context, key: SharedKey, prefix: tuple[int, ...]) -> Shared
 
     mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp = key
     at = (mbs, tp, sp, recompute, tpo, ep, etp)
+    lg = layer_group(ctx, *at, "transformer_block")
     params = sum(layer_group(ctx, *at, k).params[0] * n for k, n in block_counts(ctx).items())
-    dense_key = (*at[:5], zero_stage, dp, params)
+    # the parameters per rank reach the dense kind's terms only as its DP gradient bucket (``kind_terms``): keyed by
+    # that bucket, the (ep, etp) pairs whose buckets agree share one (every pair, where the bucket is the stack's)
+    dense_key = (*at[:5], zero_stage, dp, grad_bucket(ctx.stack, dp, lg.params[1] + lg.params[2] + params))
     dense = ctx.dense_terms.get(dense_key)
     if dense is None:
         dense = ctx.dense_terms[dense_key] = kind_terms(ctx, key, "transformer_block")
     return merged(dense, kind_terms(ctx, key, MOE_BLOCK), prefix)
+
+
+_AFFINE_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def affine_fields(terms: SharedTerms) -> tuple[str, ...]:
+    """The names of ``SharedTerms``' fields annotated ``Affine`` (the ones ``merged`` may join), once per class."""
+    names = _AFFINE_FIELDS.get(type(terms))
+    if names is None:
+        names = _AFFINE_FIELDS[type(terms)] = tuple(f.name for f in fields(terms) if "Affine" in str(f.type))
+    return names
 
 
 def merged(dense: SharedTerms, moe: SharedTerms, prefix: tuple[int, ...]) -> SharedTerms:
@@ -63,9 +78,9 @@ def merged(dense: SharedTerms, moe: SharedTerms, prefix: tuple[int, ...]) -> Sha
     are the model's, alike in both) with the dense layer's coefficient as ``layer`` and what a MoE layer adds as
     ``moe``; the per-layer buffers (one rematerialised or ZeRO-3-gathered layer) are the larger kind's."""
     two: dict[str, Any] = {
-        f.name: Affine(a.const, a.layer, a.emb, a.head, b.layer - a.layer)
-        for f in fields(dense)
-        if isinstance(a := getattr(dense, f.name), Affine) and isinstance(b := getattr(moe, f.name), Affine)
+        name: Affine(a.const, a.layer, a.emb, a.head, b.layer - a.layer)
+        for name in affine_fields(dense)
+        if isinstance(a := getattr(dense, name), Affine) and isinstance(b := getattr(moe, name), Affine)
     }
     return replace(
         dense,

@@ -10,6 +10,7 @@ from planner.pricing.device import Device
 
 if TYPE_CHECKING:
     from planner.compose.cost import Candidate, ClassCosts
+    from planner.compose.dense_parts import DenseParts
     from planner.compose.terms import LayerGroup, SharedTerms
 
 #: (micro-batch size, tp, sequence parallel, recompute, tp_comm_overlap, ep, etp, block kind): one ``LayerGroup``.
@@ -29,6 +30,9 @@ class Context(Device):
     """Everything fixed across candidates (``Inputs``, ``Device``) and the terms composed so far."""
 
     groups: dict[GroupKey, LayerGroup] = _cache()
+    #: the dense op list's part of a ``LayerGroup``, by (mbs, tp, sp, recompute, tp_comm_overlap): shared by a MoE
+    #: model's (ep, etp) pairs and block kinds (``terms.dense_parts``)
+    dense_parts: dict[tuple[int, int, bool, str, bool], DenseParts] = _cache()
     shared: dict[SharedKey, SharedTerms] = _cache()
     #: ``shared`` with a host's measured pipeline-schedule work added (``terms.class_terms``).
     piped: dict[SharedKey, SharedTerms] = _cache()

@@ -17,19 +17,17 @@ from typing import TYPE_CHECKING
 from planner.compose.affine import NOTHING, Affine, scaled
 from planner.compose.blocks import block_counts, block_sequence, mixed_terms
 from planner.compose.context import Context, GroupKey, SharedKey
+from planner.compose.dense_parts import dense_parts
 from planner.compose.experts import dp_seconds, expert_state_bytes, expert_step_seconds, with_experts
 from planner.compose.memory import StateBytes, loss_buffer_bytes, optimizer_step_bytes, state_bytes, zero3_buffer_bytes
-from planner.pricing.collectives import Groups, comm_seconds, per_kind_seconds, pipeline_action, step_reduction_seconds
+from planner.pricing.collectives import Groups, comm_seconds, pipeline_action, step_reduction_seconds
 from planner.pricing.gpu import optimizer_step_times
 from planner.pricing.host import (
-    dtensor_linear_dispatch,
     fsdp_hook_times,
     host_slowdown,
     host_step_dispatch,
     prefetch_overlaps,
 )
-from planner.pricing.layer_times import layer_times
-from planner.pricing.tp_overlap import overlap_delta
 from planner.workload.collectives import (
     NO_REDUCTIONS,
     Op,
@@ -40,10 +38,9 @@ from planner.workload.collectives import (
     megatron_finalize,
     step_reductions,
     tied_embedding_sync,
-    tp_comms,
 )
 from planner.workload.fp8 import fp8_state_bytes, gathered_params
-from planner.workload.ops import MOE_BLOCK, block_linears
+from planner.workload.ops import MOE_BLOCK
 
 if TYPE_CHECKING:
     from planner.compose.cost import Candidate
@@ -222,29 +219,10 @@ def layer_group(
 def _layer_group(ctx: Context, key: GroupKey) -> LayerGroup:
     mbs, tp, sp, recompute, tpo, ep, etp, kind = key
     model, seq = ctx.model, ctx.training.seq_len
-    blk = layer_times(ctx, "transformer_block", mbs, tp, sp, recompute)
-    emb = layer_times(ctx, "embedding", mbs, tp, sp, "none")
-    head = layer_times(ctx, "lm_head", mbs, tp, sp, "none")
-    lp_blk = ctx.layer("transformer_block", mbs, tp, sp)
-    lp_emb = ctx.layer("embedding", mbs, tp, sp)
-    lp_head = ctx.layer("lm_head", mbs, tp, sp)
-
-    # --- tensor-parallel communication (blocking, on the compute stream): what the stack issues, priced here
-    act = mbs * seq * model.hidden_size * ctx.elt  # one residual-stream tensor
-    comms = tp_comms(model, issuing(ctx.stack), act, tp, sp, recompute, mbs * seq)
-    g = Groups(tp, 1, "intra_node", 1)  # the TP group alone
-    (blk_tp_f, emb_tp_f, head_tp_f), (blk_tp_b, emb_tp_b, head_tp_b) = (
-        per_kind_seconds(ctx, comms.fwd, g),
-        per_kind_seconds(ctx, comms.bwd, g),
-    )
-    if tp > 1:  # a host's DTensor dispatch of the block's sharded linears beyond plain ones (none on a GPU)
-        more_f, more_b = dtensor_linear_dispatch(ctx, block_linears(model), recompute)
-        blk_tp_f, blk_tp_b = blk_tp_f + more_f, blk_tp_b + more_b
-    f_more = b_more = 0.0  # overlapped TP (``pricing.tp_overlap``): the block's pairs pipelined, GEMMs slowed
-    if tpo and ctx.stack.tp_overlap is not None:
-        d = overlap_delta(ctx, ctx.stack.tp_overlap, mbs, tp, recompute, act, OVERLAP_SLOWDOWN)
-        blk_tp_f, blk_tp_b = blk_tp_f + d.fwd_tp, blk_tp_b + d.bwd_tp
-        f_more, b_more = d.fwd - d.fwd_tp, d.bwd - d.bwd_tp
+    d = dense_parts(ctx, mbs, tp, sp, recompute, tpo, OVERLAP_SLOWDOWN)
+    blk, emb, head, lp_blk, lp_emb, lp_head, act = d.blk, d.emb, d.head, d.lp_blk, d.lp_emb, d.lp_head, d.act
+    (blk_tp_f, emb_tp_f, head_tp_f), (blk_tp_b, emb_tp_b, head_tp_b) = d.tp_f, d.tp_b
+    f_more, b_more = d.f_more, d.b_more
     vocab_local = model.vocab_size // tp if model.vocab_size % tp == 0 else model.vocab_size
     saved = lp_blk.saved_activation_bytes
     p_blk, x = lp_blk.param_count, None

@@ -309,11 +309,12 @@ def quick_bound(ctx: Context, c: Candidate) -> int:
     return pipe_bound(class_terms(ctx, c), c, num_microbatches(ctx, c), ctx.model.num_layers, 0)
 
 
-def lean_bound(ctx: Context, c: Candidate) -> int:
+def lean_bound(ctx: Context, c: Candidate, loads: dict[tuple, int] | None = None) -> int:
     """≤ ``quick_bound``, from the layer times alone (``terms.layer_group``: one per (mbs, tp, SP,
     recompute), not per ZeRO stage and dp): the chain and busiest-rank terms of ``_pipe_bound`` that only
     grow with the layer times, with no ZeRO-3 gathers, no end of step and no p2p lags. The search's first
-    key (``search.next_class`` replaces it by ``quick_bound`` when the class nears the front)."""
+    key (``search.next_class`` replaces it by ``quick_bound`` when the class nears the front). ``loads``: a memo of
+    the busiest rank's load, which reads neither dp nor the schedule (the frontier's, shared by its classes)."""
     at = (c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.tp_comm_overlap, c.ep, c.etp)
     view = cp_view(ctx, c.cp)  # no CP comm
     kinds, prefix = block_sequence(view)
@@ -329,7 +330,12 @@ def lean_bound(ctx: Context, c: Candidate) -> int:
     total = (L - K) * w + K * wm + emb + head
     if p == 1:
         emb, head = emb + head, 0
-    load = kinds_load(L, K, p, w, wm, emb, head, v)
+    if loads is None:
+        load = kinds_load(L, K, p, w, wm, emb, head, v)
+    else:
+        lk = (at, c.cp, p, v)
+        hit = loads.get(lk)
+        load = loads[lk] = hit if hit is not None else kinds_load(L, K, p, w, wm, emb, head, v)
     w = min(w, wm)
     if v == 1:
         pipe = total / (1.0 - (1.0 - 1.0 / m) ** p)

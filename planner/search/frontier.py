@@ -46,6 +46,7 @@ class Frontier:
         self.ctx, self.pins = ctx, pins
         self._quick: dict[tuple, int] = {}
         lean: dict[tuple, int] = {}
+        loads: dict[tuple, int] = {}  # ``lean_bound``'s busiest-rank loads, shared by dp and the schedule
         self.heap: list[QueueItem] = []
         for c in cands:
             k = (
@@ -63,7 +64,7 @@ class Frontier:
                 c.etp,
             )
             if k not in lean:
-                lean[k] = lean_bound(ctx, c)
+                lean[k] = lean_bound(ctx, c, loads)
             self.heap.append(QueueItem(lean[k], simplicity(c), Key.LEAN))
         heapq.heapify(self.heap)
 

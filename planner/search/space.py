@@ -170,15 +170,22 @@ def _enumerate(ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp
                         # the ZeRO group spans dp × cp (FSDP shards over the CP ranks too: torchtitan's dp_shard_cp)
                         zs = [pins.zero_stage] if pins.zero_stage is not None else zero_stages(ctx, dp * cp)
                         zs = [z for z in zs if rules.stack_runs(ctx.stack, zero_stage=z, pp=pp) is None]
+                        overlaps = tp_overlaps(ctx, pins, mbs, tp, sp, rc, cp)
+                        pairs = expert_options(ctx, pins, tp, dp, sp)
                         for z in zs:
                             for cm in cp_comms:
-                                for o in tp_overlaps(ctx, pins, mbs, tp, sp, rc, cp):
-                                    for ep, etp in expert_options(ctx, pins, tp, dp, sp):
-                                        cand = Candidate(
+                                for o in overlaps:
+                                    # what the stack runs (issue 27) reads none of tp, dp, mbs, ep, etp: one check
+                                    # for the (ep, etp) pairs (``stack_rules.stack_runs_ok``'s fields)
+                                    first = Candidate(tp, pp, dp, mbs, s, v, rc, sp, z, o, cp=cp, cp_comm=cm)
+                                    if not rules.stack_runs_ok(ctx.stack, ctx.model, first):
+                                        continue
+                                    out += [
+                                        Candidate(
                                             tp, pp, dp, mbs, s, v, rc, sp, z, o, cp=cp, cp_comm=cm, ep=ep, etp=etp
                                         )
-                                        if rules.stack_runs_ok(ctx.stack, ctx.model, cand):  # issue 27
-                                            out.append(cand)
+                                        for ep, etp in pairs
+                                    ]
     if not out and short_1f1b and pins.schedule == "1f1b":
         why = min(short_1f1b, key=lambda x: x[:3])[3]
         raise why if pins.micro_batch_size is not None else rules.with_field(why, "parallel.schedule")
