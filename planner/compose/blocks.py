@@ -42,7 +42,7 @@ def block_counts(ctx: Context) -> dict[str, int]:
     return {"transformer_block": ctx.model.num_layers - prefix[-1], MOE_BLOCK: prefix[-1]}
 
 
-def mixed_terms(ctx: Context, key: SharedKey, prefix: tuple[int, ...]) -> SharedTerms:
+def mixed_terms(ctx: Context, key: SharedKey, prefix: tuple[int, ...], memory_only: bool = False) -> SharedTerms:
     """The terms of a model of dense and MoE blocks (``terms.shared_terms``' key): each kind's (``terms.kind_terms``)
     ``merged``. The dense kind's do not depend on the experts' layout but for the model's parameters per rank (its
     DP buckets): shared by the (ep, etp) pairs with as many."""
@@ -56,9 +56,13 @@ def mixed_terms(ctx: Context, key: SharedKey, prefix: tuple[int, ...]) -> Shared
     # that bucket, the (ep, etp) pairs whose buckets agree share one (every pair, where the bucket is the stack's)
     dense_key = (*at[:5], zero_stage, dp, grad_bucket(ctx.stack, dp, lg.params[1] + lg.params[2] + params))
     dense = ctx.dense_terms.get(dense_key)
+    if dense is None and memory_only:  # ``terms.memory_terms``: the memory terms alone
+        dense = ctx.dense_terms.get((*dense_key, "memory"))
+        if dense is None:
+            dense = ctx.dense_terms[(*dense_key, "memory")] = kind_terms(ctx, key, "transformer_block", True)
     if dense is None:
         dense = ctx.dense_terms[dense_key] = kind_terms(ctx, key, "transformer_block")
-    return merged(dense, kind_terms(ctx, key, MOE_BLOCK), prefix)
+    return merged(dense, kind_terms(ctx, key, MOE_BLOCK, memory_only), prefix)
 
 
 _AFFINE_FIELDS: dict[type, tuple[str, ...]] = {}

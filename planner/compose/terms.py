@@ -16,10 +16,17 @@ from typing import TYPE_CHECKING
 
 from planner.compose.affine import NOTHING, Affine, scaled
 from planner.compose.blocks import block_counts, block_sequence, mixed_terms
-from planner.compose.context import Context, GroupKey, SharedKey
-from planner.compose.dense_parts import dense_parts
-from planner.compose.experts import dp_seconds, expert_state_bytes, expert_step_seconds, with_experts
-from planner.compose.memory import StateBytes, loss_buffer_bytes, optimizer_step_bytes, state_bytes, zero3_buffer_bytes
+from planner.compose.context import Context, SharedKey
+from planner.compose.experts import dp_seconds, expert_state_bytes, expert_step_seconds
+from planner.compose.layer_group import (  # noqa: F401 (re-exported: their home before issue 26)
+    NS,
+    OVERLAP_SLOWDOWN,
+    LayerGroup,
+    layer_group,
+    ns,
+    overlapped,
+)
+from planner.compose.memory import StateBytes, optimizer_step_bytes, state_bytes, zero3_buffer_bytes
 from planner.pricing.collectives import Groups, comm_seconds, pipeline_action, step_reduction_seconds
 from planner.pricing.gpu import optimizer_step_times
 from planner.pricing.host import (
@@ -40,29 +47,9 @@ from planner.workload.collectives import (
     tied_embedding_sync,
 )
 from planner.workload.fp8 import fp8_state_bytes, gathered_params
-from planner.workload.ops import MOE_BLOCK
 
 if TYPE_CHECKING:
     from planner.compose.cost import Candidate
-
-NS = 1e9
-
-#: Compute that runs under a collective runs slower: the NCCL kernels hold SMs (one CTA per channel) for
-#: the whole collective, whatever the link, and share HBM. The fraction of the overlapped time added to the
-#: compute: measured, compute overlapped with communication ran on average 18.9 % slower on
-#: A100/H100/MI250/MI210 (Lee et al., "Characterizing Compute-Communication Overlap in GPU-Accelerated
-#: Distributed Deep Learning", arXiv 2507.03114).
-OVERLAP_SLOWDOWN = 0.189
-
-
-def overlapped(work: float, comm: float, slowdown: float) -> float:
-    """Seconds of ``work`` run beside a collective of ``comm`` seconds on another stream: the longer of the
-    two, the work slowed by ``slowdown`` × the time they overlap."""
-    return max(work + slowdown * min(work, comm), comm)
-
-
-def ns(seconds: float) -> int:
-    return round(seconds * NS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +133,20 @@ def shared_terms(
     return s
 
 
+def memory_terms(ctx: Context, key: SharedKey) -> SharedTerms:
+    """``shared_terms``' memory terms (states, activations, buffers: the same values) without pricing any time
+    (every time term NOTHING): what the memory screens read (``search.screens``), a few times cheaper. The shared
+    terms themselves when already priced."""
+    s = ctx.shared.get(key) or ctx.shared_memory.get(key)
+    if s is None:
+        kinds, prefix = block_sequence(ctx)
+        if prefix is None:
+            s = ctx.shared_memory[key] = kind_terms(ctx, key, kinds[0], memory_only=True)
+        else:
+            s = ctx.shared_memory[key] = mixed_terms(ctx, key, prefix, memory_only=True)
+    return s
+
+
 def class_terms(ctx: Context, c: Candidate) -> SharedTerms:
     """``shared_terms`` of the class; pipelined on a host, every chunk's forward and backward per micro-batch
     + the schedule's measured host work per action (``collectives.pipeline_action``)."""
@@ -171,96 +172,31 @@ def class_terms(ctx: Context, c: Candidate) -> SharedTerms:
     return piped
 
 
-@dataclass(frozen=True, slots=True)
-class LayerGroup:
-    """Per micro-batch, one GPU, for one (micro-batch size, tp, sequence parallelism, recomputation):
-    the block, embedding and LM head (in that order) — their compute + blocking TP comm (s), the TP
-    part, parameters and the layer profiles. What ``shared_terms`` builds on for every ZeRO stage and dp."""
-
-    work_f: tuple[float, float, float]
-    work_b: tuple[float, float, float]
-    fwd: Affine  # ``work_f`` in ns (the chunk terms without ZeRO-3)
-    bwd: Affine
-    fwd_tp: Affine  # the TP part, ns
-    bwd_tp: Affine
-    params: tuple[int, int, int]
-    act: int  # one residual-stream tensor, bytes
-    recompute_tmp: int
-    logits_fp32: int
-    acts: Affine
-    flops: tuple[float, float, float]
-    fwd_ep: Affine = Affine()  # the EP all-to-all part of ``fwd``/``bwd``, ns
-    bwd_ep: Affine = Affine()
-    expert_params: int = 0  # a block's routed experts on this rank (in ``params``)
-
-
-def layer_group(
-    ctx: Context,
-    mbs: int,
-    tp: int,
-    sp: bool,
-    recompute: str,
-    tpo: bool = False,
-    ep: int = 1,
-    etp: int = 1,
-    kind: str = "",
-) -> LayerGroup:
-    """``kind``: the block kind priced (``blocks.block_sequence``); by default the model's first (its only one)."""
-    kind = kind or block_sequence(ctx)[0][0]
-    if kind != MOE_BLOCK:  # a dense block does not depend on the experts' layout
-        ep = etp = 1
-    key = (mbs, tp, sp, recompute, tpo, ep, etp, kind)
-    lg = ctx.groups.get(key)
-    if lg is None:
-        lg = ctx.groups[key] = _layer_group(ctx, key)
-    return lg
-
-
-def _layer_group(ctx: Context, key: GroupKey) -> LayerGroup:
-    mbs, tp, sp, recompute, tpo, ep, etp, kind = key
-    model, seq = ctx.model, ctx.training.seq_len
-    d = dense_parts(ctx, mbs, tp, sp, recompute, tpo, OVERLAP_SLOWDOWN)
-    blk, emb, head, lp_blk, lp_emb, lp_head, act = d.blk, d.emb, d.head, d.lp_blk, d.lp_emb, d.lp_head, d.act
-    (blk_tp_f, emb_tp_f, head_tp_f), (blk_tp_b, emb_tp_b, head_tp_b) = d.tp_f, d.tp_b
-    f_more, b_more = d.f_more, d.b_more
-    vocab_local = model.vocab_size // tp if model.vocab_size % tp == 0 else model.vocab_size
-    saved = lp_blk.saved_activation_bytes
-    p_blk, x = lp_blk.param_count, None
-    if kind == MOE_BLOCK:  # a MoE block: its MLP in place of the dense one (``compose.experts``)
-        blk, saved, p_blk, blk_tp_f, blk_tp_b, x = with_experts(
-            ctx, blk, saved, p_blk, blk_tp_f, blk_tp_b, (mbs, tp, sp, recompute, ep, etp)
-        )
-    work_f = (blk.fwd + f_more + blk_tp_f, emb.fwd + emb_tp_f, head.fwd + head_tp_f)
-    work_b = (blk.bwd + b_more + blk_tp_b, emb.bwd + emb_tp_b, head.bwd + head_tp_b)
-    return LayerGroup(
-        work_f=work_f,
-        work_b=work_b,
-        fwd=Affine(0, *map(ns, work_f)),
-        bwd=Affine(0, *map(ns, work_b)),
-        fwd_tp=Affine(0, ns(blk_tp_f), ns(emb_tp_f), ns(head_tp_f)),
-        bwd_tp=Affine(0, ns(blk_tp_b), ns(emb_tp_b), ns(head_tp_b)),
-        params=(p_blk, lp_emb.param_count, lp_head.param_count),
-        act=act,
-        recompute_tmp={"none": 0, "selective": max(0, saved.none - saved.selective), "full": saved.none}[recompute],
-        logits_fp32=loss_buffer_bytes(ctx.stack, mbs * seq, vocab_local, ctx.elt),  # the loss's tensors (stack's)
-        acts=Affine(
-            0, int(saved.for_mode(recompute)), lp_emb.saved_activation_bytes.none, lp_head.saved_activation_bytes.none
-        ),
-        flops=(blk.flops_fwd + blk.flops_bwd, emb.flops_fwd + emb.flops_bwd, head.flops_fwd + head.flops_bwd),
-        fwd_ep=Affine(0, ns(x.a2a_fwd)) if x else Affine(),
-        bwd_ep=Affine(0, ns(x.a2a_bwd)) if x else Affine(),
-        expert_params=x.expert_params if x else 0,
-    )
-
-
-def kind_terms(ctx: Context, key: SharedKey, kind: str) -> SharedTerms:
+def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = False) -> SharedTerms:
     """The terms of a model whose every block is of ``kind``, with the real model's parameter count (the DP
-    buckets): ``blocks.merged`` joins the two kinds of a mixed model."""
+    buckets): ``blocks.merged`` joins the two kinds of a mixed model. ``memory_only``: the memory terms alone
+    (``memory_class_terms``), every time term NOTHING."""
     mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp = key
     at = (mbs, tp, sp, recompute, tpo, ep, etp)
     lg = layer_group(ctx, *at, kind)
     tr, e = ctx.training, ctx.elt
     p_blk, p_emb, p_head = lg.params
+
+    # --- memory (bytes per GPU)
+    per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp, ctx.stack.param_layout)
+    per = per_param.total
+    pe = lg.expert_params  # a MoE block's routed experts: states sharded, gradients synced over expert-DP
+    per_e = expert_state_bytes(ctx, zero_stage, tp, dp, ep, etp) if pe else per
+    # + FP8 training's cached FP8 weights and scaling state per block (``workload.fp8.fp8_state_bytes``)
+    states = Affine(
+        0,
+        math.ceil((p_blk - pe) * per + pe * per_e) + fp8_state_bytes(ctx, tp),
+        math.ceil(p_emb * per),
+        math.ceil(p_head * per),
+    )
+    z3_tmp = zero3_buffer_bytes(ctx.stack, p_blk, e) if zero_stage == 3 and dp > 1 else 0  # gathered layers, grads
+    if memory_only:
+        return memory_terms_of(ctx, lg, states, per_param, z3_tmp, tp, sp)
 
     # --- ZeRO-3: parameters gathered per micro-batch (fwd and bwd), gradients reduce-scattered; prefetched on a
     # side stream, so a layer costs the longer of its compute + TP comm (slowed while they overlap: ``overlapped``)
@@ -270,7 +206,7 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str) -> SharedTerms:
     g = Groups.of(ctx, tp, dp)
     slow = OVERLAP_SLOWDOWN
 
-    fwd, bwd, z3_tmp, fwd_z3, bwd_z3 = lg.fwd, lg.bwd, 0, NOTHING, NOTHING
+    fwd, bwd, fwd_z3, bwd_z3 = lg.fwd, lg.bwd, NOTHING, NOTHING
     if zero_stage == 3 and dp > 1:
         split = (lg.expert_params, (tp, dp, ep, etp))  # a MoE block's experts gather over expert-DP
         gathered = gathered_params(ctx, lg.params, tp)  # FP8 weights gathered in FP8 where the stack does
@@ -279,7 +215,6 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str) -> SharedTerms:
         join = (lambda w, t: overlapped(w, t, slow)) if prefetch_overlaps(ctx) else (lambda w, t: w + t)
         fwd = Affine(0, *(ns(join(w, t)) for w, t in zip(lg.work_f, gather)))
         bwd = Affine(0, *(ns(join(w, t + u)) for w, t, u in zip(lg.work_b, gather, scatter)))
-        z3_tmp = zero3_buffer_bytes(ctx.stack, p_blk, e)  # gathered layers, gradient buffers (stack's)
         fwd_z3, bwd_z3 = Affine(*(a - b for a, b in zip(fwd, lg.fwd))), Affine(*(a - b for a, b in zip(bwd, lg.bwd)))
 
     # --- a host device's FSDP2 hooks per micro-batch (``collectives.fsdp_hook_times``; none on a GPU)
@@ -287,12 +222,6 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str) -> SharedTerms:
     if hooks is not None:
         fwd = fwd.plus(Affine(0, *map(ns, hooks[0])))
         bwd = bwd.plus(Affine(0, *map(ns, hooks[1])))
-
-    # --- memory (bytes per GPU)
-    per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp, ctx.stack.param_layout)
-    per = per_param.total
-    pe = lg.expert_params  # a MoE block's routed experts: states sharded, gradients synced over expert-DP
-    per_e = expert_state_bytes(ctx, zero_stage, tp, dp, ep, etp) if pe else per
 
     # --- end of step: DP gradient sync (overlapped with the rank's last backward), optimizer step, ZeRO-1/2's
     # parameter all-gather. In gradient buckets (``workload.collectives.grad_bucket``: as the stack buckets them): the rank's
@@ -336,13 +265,7 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str) -> SharedTerms:
         bwd_z3=bwd_z3,  # TP comm is within the layer time: never exposed beyond it
         fwd_ep=lg.fwd_ep,
         bwd_ep=lg.bwd_ep,
-        # + FP8 training's cached FP8 weights and scaling state per block (``workload.fp8.fp8_state_bytes``)
-        states=Affine(
-            0,
-            math.ceil((p_blk - pe) * per + pe * per_e) + fp8_state_bytes(ctx, tp),
-            math.ceil(p_emb * per),
-            math.ceil(p_head * per),
-        ),
+        states=states,
         acts=lg.acts,
         sync=sync,
         post=post,
@@ -368,4 +291,38 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str) -> SharedTerms:
         flops_emb=lg.flops[1],
         flops_head=lg.flops[2],
         tied_sync=ns(comm_seconds(ctx, tied, g)),
+    )
+
+
+def memory_terms_of(
+    ctx: Context, lg: LayerGroup, states: Affine, per_param: StateBytes, z3_tmp: int, tp: int, sp: bool
+) -> SharedTerms:
+    """``kind_terms``' memory terms (its very values) with every time term NOTHING: what the memory screens read."""
+    return SharedTerms(
+        fwd=NOTHING,
+        bwd=NOTHING,
+        fwd_tp=NOTHING,
+        bwd_tp=NOTHING,
+        fwd_z3=NOTHING,
+        bwd_z3=NOTHING,
+        fwd_ep=NOTHING,
+        bwd_ep=NOTHING,
+        states=states,
+        acts=lg.acts,
+        sync=NOTHING,
+        post=NOTHING,
+        opt=NOTHING,
+        state_bytes=per_param,
+        act=lg.act,
+        p2p_bytes=lg.act // tp if sp else lg.act,
+        logits_fp32=lg.logits_fp32,
+        recompute_tmp=lg.recompute_tmp,
+        z3_tmp=z3_tmp,
+        tie_embeddings=ctx.model.tie_embeddings,
+        overlap_grad_reduce=ctx.stack.overlap_grad_reduce,
+        hidden_bwd=NOTHING,
+        sync_slowdown=NOTHING,
+        flops_layer=0.0,
+        flops_emb=0.0,
+        flops_head=0.0,
     )

@@ -24,6 +24,7 @@ from planner.search.screens import (  # noqa: F401 (the memory screens, re-expor
     may_fit,
     quick_may_fit,
 )
+from planner.search.steady import steady_bound
 
 # ---------------------------------------------------------------------------------------------
 # Lower bounds of the objective
@@ -298,9 +299,11 @@ def class_bound(cc: ClassCosts) -> int:
 def fitting_bound(cc: ClassCosts) -> int:
     """A lower bound of the objective over the stage cuts of the class that fit (what the search
     ranks), ≥ ``class_bound``: the busiest rank's load within what each rank's memory holds
-    (``capped_load``). When no cut fits (``may_fit`` False) it is ``class_bound``."""
+    (``capped_load``), its rank chains (``chain_bound``) and 1F1B's steady-state chains in whole layers
+    (``steady.steady_bound``). When no cut fits (``may_fit`` False) it is ``class_bound``."""
     caps = tuple(layer_caps(cc.shared, cc.cand, cc.live, cc.num_layers, cc.usable_bytes))
-    return max(pipe_bound(cc.shared, cc.cand, cc.m, cc.num_layers, sum(cc.lag), caps), chain_bound(cc, list(caps)))
+    pipe = pipe_bound(cc.shared, cc.cand, cc.m, cc.num_layers, sum(cc.lag), caps)
+    return max(pipe, chain_bound(cc, list(caps)), steady_bound(cc, caps))  # ``steady``: 1F1B's in whole layers
 
 
 def quick_bound(ctx: Context, c: Candidate) -> int:
