@@ -62,7 +62,12 @@ def mixed_terms(ctx: Context, key: SharedKey, prefix: tuple[int, ...], memory_on
             dense = ctx.dense_terms[(*dense_key, "memory")] = kind_terms(ctx, key, "transformer_block", True)
     if dense is None:
         dense = ctx.dense_terms[dense_key] = kind_terms(ctx, key, "transformer_block")
-    return merged(dense, kind_terms(ctx, key, MOE_BLOCK, memory_only), prefix)
+    # memory only: the memory terms joined (what ``search.screens`` reads), the times left unjoined: never read
+    return merged(dense, kind_terms(ctx, key, MOE_BLOCK, memory_only), prefix, MEMORY_FIELDS if memory_only else None)
+
+
+#: The ``Affine`` memory terms of ``SharedTerms`` (model states and saved activations per layer).
+MEMORY_FIELDS = ("states", "acts")
 
 
 _AFFINE_FIELDS: dict[type, tuple[str, ...]] = {}
@@ -76,14 +81,17 @@ def affine_fields(terms: SharedTerms) -> tuple[str, ...]:
     return names
 
 
-def merged(dense: SharedTerms, moe: SharedTerms, prefix: tuple[int, ...]) -> SharedTerms:
+def merged(
+    dense: SharedTerms, moe: SharedTerms, prefix: tuple[int, ...], names: tuple[str, ...] | None = None
+) -> SharedTerms:
     """The terms of a model of dense and MoE blocks from the terms of each kind priced as if every block were of
     it: every ``Affine`` keeps the dense one's constant and extras (the embedding, the LM head and the end of step
     are the model's, alike in both) with the dense layer's coefficient as ``layer`` and what a MoE layer adds as
-    ``moe``; the per-layer buffers (one rematerialised or ZeRO-3-gathered layer) are the larger kind's."""
+    ``moe``; the per-layer buffers (one rematerialised or ZeRO-3-gathered layer) are the larger kind's. ``names``:
+    the ``Affine`` fields joined (default all)."""
     two: dict[str, Any] = {
         name: Affine(a.const, a.layer, a.emb, a.head, b.layer - a.layer)
-        for name in affine_fields(dense)
+        for name in (names if names is not None else affine_fields(dense))
         if isinstance(a := getattr(dense, name), Affine) and isinstance(b := getattr(moe, name), Affine)
     }
     return replace(
