@@ -50,6 +50,7 @@ class Frontier:
         lean: dict[tuple, int] = {}
         loads: dict[tuple, int] = {}  # ``lean_bound``'s busiest-rank loads, shared by dp and the schedule
         self.heap: list[QueueItem] = []
+        heap, lean_key = self.heap, Key.LEAN
         for c in cands:
             k = (
                 c.micro_batch_size,
@@ -65,10 +66,11 @@ class Frontier:
                 c.ep,
                 c.etp,
             )
-            if k not in lean:
-                lean[k] = lean_bound(ctx, c, loads)
-            self.heap.append(QueueItem(lean[k], simplicity(c), Key.LEAN))
-        heapq.heapify(self.heap)
+            b = lean.get(k)
+            if b is None:
+                b = lean[k] = lean_bound(ctx, c, loads)
+            heap.append(QueueItem(b, simplicity(c), lean_key))
+        heapq.heapify(heap)
 
     def quick(self, c: Candidate) -> int:
         """``quick_bound``, memoised (the interleaved one does not depend on v: shared)."""
