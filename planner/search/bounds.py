@@ -44,12 +44,12 @@ def busiest_rank_load(L: int, p: int, w: int, e_first: int, e_last: int, least: 
     if w <= 0:
         return max(e_first, e_last) + floor_
 
-    def capacity(t: int) -> int:  # most layers the ranks can take with loads ≤ t
-        return (t - e_first) // w + (t - e_last) // w + (p - 2) * (t // w)
-
-    t = max(e_first + floor_, e_last + floor_, floor_, (L * w + e_first + e_last) // p)
-    while capacity(t) < L:  # next breakpoint: some rank takes one more layer (a few steps)
-        t = min(((t - e) // w + 1) * w + e for e in {0, e_first, e_last})
+    ef, el, inner = e_first, e_last, p - 2
+    t = max(ef + floor_, el + floor_, floor_, (L * w + ef + el) // p)
+    # while the ranks' capacity at loads ≤ t is short of L: the next breakpoint, where some rank takes one more
+    # layer (a few steps; written out: the search computes this bound for every class)
+    while (t - ef) // w + (t - el) // w + inner * (t // w) < L:
+        t = min(((t - ef) // w + 1) * w + ef, ((t - el) // w + 1) * w + el, (t // w + 1) * w)
     return t
 
 
