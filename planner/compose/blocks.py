@@ -50,20 +50,22 @@ def mixed_terms(ctx: Context, key: SharedKey, prefix: tuple[int, ...], memory_on
 
     mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp = key
     at = (mbs, tp, sp, recompute, tpo, ep, etp)
+    if memory_only:  # ``terms.memory_terms``: the dense kind's memory terms do not depend on (ep, etp) at all
+        mem_key = (*at[:5], zero_stage, dp, "memory")
+        dense = ctx.dense_terms.get(mem_key)
+        if dense is None:
+            dense = ctx.dense_terms[mem_key] = kind_terms(ctx, key, "transformer_block", True)
+        # the memory terms joined (what ``search.screens`` reads), the times left unjoined: never read
+        return merged(dense, kind_terms(ctx, key, MOE_BLOCK, True), prefix, MEMORY_FIELDS)
     lg = layer_group(ctx, *at, "transformer_block")
     params = sum(layer_group(ctx, *at, k).params[0] * n for k, n in block_counts(ctx).items())
     # the parameters per rank reach the dense kind's terms only as its DP gradient bucket (``kind_terms``): keyed by
     # that bucket, the (ep, etp) pairs whose buckets agree share one (every pair, where the bucket is the stack's)
     dense_key = (*at[:5], zero_stage, dp, grad_bucket(ctx.stack, dp, lg.params[1] + lg.params[2] + params))
     dense = ctx.dense_terms.get(dense_key)
-    if dense is None and memory_only:  # ``terms.memory_terms``: the memory terms alone
-        dense = ctx.dense_terms.get((*dense_key, "memory"))
-        if dense is None:
-            dense = ctx.dense_terms[(*dense_key, "memory")] = kind_terms(ctx, key, "transformer_block", True)
     if dense is None:
         dense = ctx.dense_terms[dense_key] = kind_terms(ctx, key, "transformer_block")
-    # memory only: the memory terms joined (what ``search.screens`` reads), the times left unjoined: never read
-    return merged(dense, kind_terms(ctx, key, MOE_BLOCK, memory_only), prefix, MEMORY_FIELDS if memory_only else None)
+    return merged(dense, kind_terms(ctx, key, MOE_BLOCK), prefix)
 
 
 #: The ``Affine`` memory terms of ``SharedTerms`` (model states and saved activations per layer).

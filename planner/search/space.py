@@ -207,10 +207,12 @@ def cp1_fits(ctx: Context, pins: ParallelPins, cands: list[Candidate]) -> bool |
     """Whether some class without context parallelism fits (at its forced cut, else the even one), trying the
     leanest first (full recomputation, the highest ZeRO stage, the most model-parallel ranks); None when there is
     no such class (the batch does not split over the GPUs without CP: that is the request's problem to report)."""
-    if not any(c.cp == 1 for c in cands):
+    plain = [c for c in cands if c.cp == 1]
+    if not plain:
         return None
+    full = [c for c in plain if c.recompute == "full"]  # they sort first, in their order: sort only them if enough
     lean = sorted(
-        (c for c in cands if c.cp == 1),
+        full if len(full) >= 64 else plain,
         key=lambda c: (c.recompute != "full", -c.zero_stage, -c.tp * c.pp, c.virtual_stages),
     )
     for c in lean[:64]:
