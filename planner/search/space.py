@@ -6,6 +6,7 @@ why a request leaves no class at all (``explain_no_candidate``), and the order o
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
 
@@ -113,6 +114,7 @@ def _enumerate(ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp
     n, L = ctx.num_gpus, ctx.model.num_layers
     gbs, seq = ctx.training.global_batch_size, ctx.training.seq_len
     out: list[Candidate] = []
+    runs = functools.cache(lambda **kw: rules.stack_runs(ctx.stack, **kw) is None)  # asked per (mbs, sp, …) loop
     short_1f1b: list[tuple[int, int, int, MeshplanError]] = []  # (pp, dp, -m, why) of 1F1B classes dropped for m < pp
     tps = [pins.tp] if pins.tp is not None else tp_options(ctx, options.allow_tp_across_nodes)
     for tp, pp, cp, cp_comms in degrees(ctx, pins, tps, n, with_cp):
@@ -150,7 +152,7 @@ def _enumerate(ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp
                         continue
                     scheds.append((s, 1))
             # what the stack does not run at all at this pp, left out before the inner loops (checked whole below)
-            scheds = [(s, v) for s, v in scheds if rules.stack_runs(ctx.stack, schedule=s, pp=pp) is None]
+            scheds = [(s, v) for s, v in scheds if runs(schedule=s, pp=pp)]
             for s, v in scheds:
                 if pins.stage_layers is not None and len(pins.stage_layers) != pp * v:
                     continue
@@ -169,7 +171,7 @@ def _enumerate(ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp
                             continue
                         # the ZeRO group spans dp × cp (FSDP shards over the CP ranks too: torchtitan's dp_shard_cp)
                         zs = [pins.zero_stage] if pins.zero_stage is not None else zero_stages(ctx, dp * cp)
-                        zs = [z for z in zs if rules.stack_runs(ctx.stack, zero_stage=z, pp=pp) is None]
+                        zs = [z for z in zs if runs(zero_stage=z, pp=pp)]
                         overlaps = tp_overlaps(ctx, pins, mbs, tp, sp, rc, cp)
                         pairs = expert_options(ctx, pins, tp, dp, sp)
                         for z in zs:
