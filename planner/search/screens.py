@@ -103,6 +103,15 @@ def quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None = None) -> b
     Interleaved without a cut: True (unknown: cost it)."""
     if c.virtual_stages > 1 and cut is None:
         return True
+    if cut is None:  # asked twice of a class (the frontier before its quick bound, the search): memoised
+        hit = ctx.may_fit.get(c)
+        if hit is None:
+            hit = ctx.may_fit[c] = _quick_may_fit(ctx, c, None)
+        return hit
+    return _quick_may_fit(ctx, c, cut)
+
+
+def _quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None) -> bool:
     s, m, usable = memory_class_terms(ctx, c), num_microbatches(ctx, c), ctx.usable_bytes  # no time priced
     if cut is None:
         live, L = live_vectors_cached(c.schedule, c.pp, 1, m), ctx.model.num_layers
