@@ -125,7 +125,7 @@ def layer_by_layer(ctx: Context, cand, n: list[int]) -> tuple[list[int], list[in
     terms of a model whose every block is that kind (``terms.kind_terms``), + the embedding and the LM head."""
     key = (
         cand.micro_batch_size, cand.tp, cand.sequence_parallel, cand.recompute, cand.zero_stage, cand.dp,
-        cand.tp_comm_overlap, cand.ep, cand.etp,
+        cand.tp_comm_overlap, cand.ep, cand.etp, cand.pp * cand.virtual_stages > 1,
     )  # fmt: skip
     per = {kind: kind_terms(ctx, key, kind) for kind in ("transformer_block", MOE_BLOCK)}
     kinds = block_kinds(ctx.model)

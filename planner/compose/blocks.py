@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.compose.affine import Affine, moe_prefix
 from planner.compose.context import Context, SharedKey
+from planner.workload.collectives import grad_bucket
 from planner.workload.ops import MOE_BLOCK, block_kinds
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ def block_counts(ctx: Context) -> dict[str, int]:
     return {"transformer_block": ctx.model.num_layers - prefix[-1], MOE_BLOCK: prefix[-1]}
 
 
-def mixed_terms(ctx: Context, key: SharedKey, prefix: tuple[int, ...]) -> SharedTerms:
+def mixed_terms(ctx: Context, key: SharedKey, prefix: tuple[int, ...], memory_only: bool = False) -> SharedTerms:
     """The terms of a model of dense and MoE blocks (``terms.shared_terms``' key): each kind's (``terms.kind_terms``)
     ``merged``. The dense kind's do not depend on the experts' layout but for the model's parameters per rank (its
     DP buckets): shared by the (ep, etp) pairs with as many."""
@@ -49,23 +50,51 @@ def mixed_terms(ctx: Context, key: SharedKey, prefix: tuple[int, ...]) -> Shared
 
     mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp, pipelined = key
     at = (mbs, tp, sp, recompute, tpo, ep, etp)
+    if memory_only:  # ``terms.memory_terms``: the dense kind's memory terms do not depend on (ep, etp) at all
+        mem_key = (*at[:5], zero_stage, dp, pipelined, "memory")  # pipelined: whole gradients held
+        dense = ctx.dense_terms.get(mem_key)
+        if dense is None:
+            dense = ctx.dense_terms[mem_key] = kind_terms(ctx, key, "transformer_block", True)
+        # the memory terms joined (what ``search.screens`` reads), the times left unjoined: never read
+        return merged(dense, kind_terms(ctx, key, MOE_BLOCK, True), prefix, MEMORY_FIELDS)
+    lg = layer_group(ctx, *at, "transformer_block")
     params = sum(layer_group(ctx, *at, k).params[0] * n for k, n in block_counts(ctx).items())
-    dense_key = (*at[:5], zero_stage, dp, params, pipelined)
+    # the parameters per rank reach the dense kind's terms only as its DP gradient bucket (``kind_terms``): keyed by
+    # that bucket, the (ep, etp) pairs whose buckets agree share one (every pair, where the bucket is the stack's)
+    dense_key = (*at[:5], zero_stage, dp, grad_bucket(ctx.stack, dp, lg.params[1] + lg.params[2] + params), pipelined)
     dense = ctx.dense_terms.get(dense_key)
     if dense is None:
         dense = ctx.dense_terms[dense_key] = kind_terms(ctx, key, "transformer_block")
     return merged(dense, kind_terms(ctx, key, MOE_BLOCK), prefix)
 
 
-def merged(dense: SharedTerms, moe: SharedTerms, prefix: tuple[int, ...]) -> SharedTerms:
+#: The ``Affine`` memory terms of ``SharedTerms`` (model states and saved activations per layer).
+MEMORY_FIELDS = ("states", "acts")
+
+
+_AFFINE_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def affine_fields(terms: SharedTerms) -> tuple[str, ...]:
+    """The names of ``SharedTerms``' fields annotated ``Affine`` (the ones ``merged`` may join), once per class."""
+    names = _AFFINE_FIELDS.get(type(terms))
+    if names is None:
+        names = _AFFINE_FIELDS[type(terms)] = tuple(f.name for f in fields(terms) if "Affine" in str(f.type))
+    return names
+
+
+def merged(
+    dense: SharedTerms, moe: SharedTerms, prefix: tuple[int, ...], names: tuple[str, ...] | None = None
+) -> SharedTerms:
     """The terms of a model of dense and MoE blocks from the terms of each kind priced as if every block were of
     it: every ``Affine`` keeps the dense one's constant and extras (the embedding, the LM head and the end of step
     are the model's, alike in both) with the dense layer's coefficient as ``layer`` and what a MoE layer adds as
-    ``moe``; the per-layer buffers (one rematerialised or ZeRO-3-gathered layer) are the larger kind's."""
+    ``moe``; the per-layer buffers (one rematerialised or ZeRO-3-gathered layer) are the larger kind's. ``names``:
+    the ``Affine`` fields joined (default all)."""
     two: dict[str, Any] = {
-        f.name: Affine(a.const, a.layer, a.emb, a.head, b.layer - a.layer)
-        for f in fields(dense)
-        if isinstance(a := getattr(dense, f.name), Affine) and isinstance(b := getattr(moe, f.name), Affine)
+        name: Affine(a.const, a.layer, a.emb, a.head, b.layer - a.layer)
+        for name in (names if names is not None else affine_fields(dense))
+        if isinstance(a := getattr(dense, name), Affine) and isinstance(b := getattr(moe, name), Affine)
     }
     return replace(
         dense,

@@ -10,7 +10,8 @@ from planner.pricing.device import Device
 
 if TYPE_CHECKING:
     from planner.compose.cost import Candidate, ClassCosts
-    from planner.compose.terms import LayerGroup, SharedTerms
+    from planner.compose.layer_group import DenseParts, LayerGroup
+    from planner.compose.terms import SharedTerms
 
 #: (micro-batch size, tp, sequence parallel, recompute, tp_comm_overlap, ep, etp, block kind): one ``LayerGroup``.
 GroupKey = tuple[int, int, bool, str, bool, int, int, str]
@@ -30,11 +31,18 @@ class Context(Device):
     """Everything fixed across candidates (``Inputs``, ``Device``) and the terms composed so far."""
 
     groups: dict[GroupKey, LayerGroup] = _cache()
+    #: the dense op list's part of a ``LayerGroup``, by (mbs, tp, sp, recompute, tp_comm_overlap): shared by a MoE
+    #: model's (ep, etp) pairs and block kinds (``layer_group.dense_parts``)
+    dense_parts: dict[tuple[int, int, bool, str, bool], DenseParts] = _cache()
     shared: dict[SharedKey, SharedTerms] = _cache()
+    #: ``shared``'s memory terms alone, for keys not priced whole (``terms.memory_terms``)
+    shared_memory: dict[SharedKey, SharedTerms] = _cache()
     #: ``shared`` with a host's measured pipeline-schedule work added (``terms.class_terms``).
     piped: dict[SharedKey, SharedTerms] = _cache()
     lags: dict[LagKey, list[int]] = _cache()
     classes: dict[Candidate, ClassCosts] = _cache()
+    #: ``search.screens.quick_may_fit`` of a class without a cut (the frontier and the search both ask it)
+    may_fit: dict[Candidate, bool] = _cache()
     #: The context-parallel views (``context_parallel.cp_view``), by cp, and the CP classes' terms.
     views: dict[int, Context] = _cache()
     cp_terms: dict[tuple, SharedTerms] = _cache()

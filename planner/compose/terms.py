@@ -16,20 +16,25 @@ from typing import TYPE_CHECKING
 
 from planner.compose.affine import NOTHING, Affine, scaled
 from planner.compose.blocks import block_counts, block_sequence, mixed_terms
-from planner.compose.context import Context, GroupKey, SharedKey
-from planner.compose.experts import dp_seconds, expert_state_bytes, expert_step_seconds, with_experts
-from planner.compose.memory import StateBytes, loss_buffer_bytes, optimizer_step_bytes, state_bytes, zero3_buffer_bytes
-from planner.pricing.collectives import Groups, comm_seconds, per_kind_seconds, pipeline_action, step_reduction_seconds
+from planner.compose.context import Context, SharedKey
+from planner.compose.experts import dp_seconds, expert_state_bytes, expert_step_seconds
+from planner.compose.layer_group import (  # noqa: F401 (re-exported: their home before issue 26)
+    NS,
+    OVERLAP_SLOWDOWN,
+    LayerGroup,
+    layer_group,
+    ns,
+    overlapped,
+)
+from planner.compose.memory import StateBytes, optimizer_step_bytes, state_bytes, zero3_buffer_bytes
+from planner.pricing.collectives import Groups, comm_seconds, pipeline_action, step_reduction_seconds
 from planner.pricing.gpu import optimizer_step_times
 from planner.pricing.host import (
-    dtensor_linear_dispatch,
     fsdp_hook_times,
     host_slowdown,
     host_step_dispatch,
     prefetch_overlaps,
 )
-from planner.pricing.layer_times import layer_times
-from planner.pricing.tp_overlap import overlap_delta
 from planner.workload.accumulation import dp_schedule
 from planner.workload.collectives import (
     NO_REDUCTIONS,
@@ -41,32 +46,11 @@ from planner.workload.collectives import (
     megatron_finalize,
     step_reductions,
     tied_embedding_sync,
-    tp_comms,
 )
 from planner.workload.fp8 import fp8_state_bytes, gathered_params
-from planner.workload.ops import MOE_BLOCK, block_linears
 
 if TYPE_CHECKING:
     from planner.compose.cost import Candidate
-
-NS = 1e9
-
-#: Compute that runs under a collective runs slower: the NCCL kernels hold SMs (one CTA per channel) for
-#: the whole collective, whatever the link, and share HBM. The fraction of the overlapped time added to the
-#: compute: measured, compute overlapped with communication ran on average 18.9 % slower on
-#: A100/H100/MI250/MI210 (Lee et al., "Characterizing Compute-Communication Overlap in GPU-Accelerated
-#: Distributed Deep Learning", arXiv 2507.03114).
-OVERLAP_SLOWDOWN = 0.189
-
-
-def overlapped(work: float, comm: float, slowdown: float) -> float:
-    """Seconds of ``work`` run beside a collective of ``comm`` seconds on another stream: the longer of the
-    two, the work slowed by ``slowdown`` × the time they overlap."""
-    return max(work + slowdown * min(work, comm), comm)
-
-
-def ns(seconds: float) -> int:
-    return round(seconds * NS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +136,20 @@ def shared_terms(
     return s
 
 
+def memory_terms(ctx: Context, key: SharedKey) -> SharedTerms:
+    """``shared_terms``' memory terms (states, activations, buffers: the same values) without pricing any time
+    (every time term NOTHING): what the memory screens read (``search.screens``), a few times cheaper. The shared
+    terms themselves when already priced."""
+    s = ctx.shared.get(key) or ctx.shared_memory.get(key)
+    if s is None:
+        kinds, prefix = block_sequence(ctx)
+        if prefix is None:
+            s = ctx.shared_memory[key] = kind_terms(ctx, key, kinds[0], memory_only=True)
+        else:
+            s = ctx.shared_memory[key] = mixed_terms(ctx, key, prefix, memory_only=True)
+    return s
+
+
 def class_terms(ctx: Context, c: Candidate) -> SharedTerms:
     """``shared_terms`` of the class; pipelined on a host, every chunk's forward and backward per micro-batch
     + the schedule's measured host work per action (``collectives.pipeline_action``)."""
@@ -178,125 +176,41 @@ def class_terms(ctx: Context, c: Candidate) -> SharedTerms:
     return piped
 
 
-@dataclass(frozen=True, slots=True)
-class LayerGroup:
-    """Per micro-batch, one GPU, for one (micro-batch size, tp, sequence parallelism, recomputation):
-    the block, embedding and LM head (in that order) — their compute + blocking TP comm (s), the TP
-    part, parameters and the layer profiles. What ``shared_terms`` builds on for every ZeRO stage and dp."""
-
-    work_f: tuple[float, float, float]
-    work_b: tuple[float, float, float]
-    fwd: Affine  # ``work_f`` in ns (the chunk terms without ZeRO-3)
-    bwd: Affine
-    fwd_tp: Affine  # the TP part, ns
-    bwd_tp: Affine
-    params: tuple[int, int, int]
-    act: int  # one residual-stream tensor, bytes
-    recompute_tmp: int
-    logits_fp32: int
-    acts: Affine
-    flops: tuple[float, float, float]
-    fwd_ep: Affine = Affine()  # the EP all-to-all part of ``fwd``/``bwd``, ns
-    bwd_ep: Affine = Affine()
-    expert_params: int = 0  # a block's routed experts on this rank (in ``params``)
-
-
-def layer_group(
-    ctx: Context,
-    mbs: int,
-    tp: int,
-    sp: bool,
-    recompute: str,
-    tpo: bool = False,
-    ep: int = 1,
-    etp: int = 1,
-    kind: str = "",
-) -> LayerGroup:
-    """``kind``: the block kind priced (``blocks.block_sequence``); by default the model's first (its only one)."""
-    kind = kind or block_sequence(ctx)[0][0]
-    if kind != MOE_BLOCK:  # a dense block does not depend on the experts' layout
-        ep = etp = 1
-    key = (mbs, tp, sp, recompute, tpo, ep, etp, kind)
-    lg = ctx.groups.get(key)
-    if lg is None:
-        lg = ctx.groups[key] = _layer_group(ctx, key)
-    return lg
-
-
-def _layer_group(ctx: Context, key: GroupKey) -> LayerGroup:
-    mbs, tp, sp, recompute, tpo, ep, etp, kind = key
-    model, seq = ctx.model, ctx.training.seq_len
-    blk = layer_times(ctx, "transformer_block", mbs, tp, sp, recompute)
-    emb = layer_times(ctx, "embedding", mbs, tp, sp, "none")
-    head = layer_times(ctx, "lm_head", mbs, tp, sp, "none")
-    lp_blk = ctx.layer("transformer_block", mbs, tp, sp)
-    lp_emb = ctx.layer("embedding", mbs, tp, sp)
-    lp_head = ctx.layer("lm_head", mbs, tp, sp)
-
-    # --- tensor-parallel communication (blocking, on the compute stream): what the stack issues, priced here
-    act = mbs * seq * model.hidden_size * ctx.elt  # one residual-stream tensor
-    comms = tp_comms(model, issuing(ctx.stack), act, tp, sp, recompute, mbs * seq)
-    g = Groups(tp, 1, "intra_node", 1)  # the TP group alone
-    (blk_tp_f, emb_tp_f, head_tp_f), (blk_tp_b, emb_tp_b, head_tp_b) = (
-        per_kind_seconds(ctx, comms.fwd, g),
-        per_kind_seconds(ctx, comms.bwd, g),
-    )
-    if tp > 1:  # a host's DTensor dispatch of the block's sharded linears beyond plain ones (none on a GPU)
-        more_f, more_b = dtensor_linear_dispatch(ctx, block_linears(model), recompute)
-        blk_tp_f, blk_tp_b = blk_tp_f + more_f, blk_tp_b + more_b
-    f_more = b_more = 0.0  # overlapped TP (``pricing.tp_overlap``): the block's pairs pipelined, GEMMs slowed
-    if tpo and ctx.stack.tp_overlap is not None:
-        d = overlap_delta(ctx, ctx.stack.tp_overlap, mbs, tp, recompute, act, OVERLAP_SLOWDOWN)
-        blk_tp_f, blk_tp_b = blk_tp_f + d.fwd_tp, blk_tp_b + d.bwd_tp
-        f_more, b_more = d.fwd - d.fwd_tp, d.bwd - d.bwd_tp
-    vocab_local = model.vocab_size // tp if model.vocab_size % tp == 0 else model.vocab_size
-    saved = lp_blk.saved_activation_bytes
-    p_blk, x = lp_blk.param_count, None
-    if kind == MOE_BLOCK:  # a MoE block: its MLP in place of the dense one (``compose.experts``)
-        blk, saved, p_blk, blk_tp_f, blk_tp_b, x = with_experts(
-            ctx, blk, saved, p_blk, blk_tp_f, blk_tp_b, (mbs, tp, sp, recompute, ep, etp)
-        )
-    work_f = (blk.fwd + f_more + blk_tp_f, emb.fwd + emb_tp_f, head.fwd + head_tp_f)
-    work_b = (blk.bwd + b_more + blk_tp_b, emb.bwd + emb_tp_b, head.bwd + head_tp_b)
-    return LayerGroup(
-        work_f=work_f,
-        work_b=work_b,
-        fwd=Affine(0, *map(ns, work_f)),
-        bwd=Affine(0, *map(ns, work_b)),
-        fwd_tp=Affine(0, ns(blk_tp_f), ns(emb_tp_f), ns(head_tp_f)),
-        bwd_tp=Affine(0, ns(blk_tp_b), ns(emb_tp_b), ns(head_tp_b)),
-        params=(p_blk, lp_emb.param_count, lp_head.param_count),
-        act=act,
-        recompute_tmp={"none": 0, "selective": max(0, saved.none - saved.selective), "full": saved.none}[recompute],
-        logits_fp32=loss_buffer_bytes(ctx.stack, mbs * seq, vocab_local, ctx.elt),  # the loss's tensors (stack's)
-        acts=Affine(
-            0, int(saved.for_mode(recompute)), lp_emb.saved_activation_bytes.none, lp_head.saved_activation_bytes.none
-        ),
-        flops=(blk.flops_fwd + blk.flops_bwd, emb.flops_fwd + emb.flops_bwd, head.flops_fwd + head.flops_bwd),
-        fwd_ep=Affine(0, ns(x.a2a_fwd)) if x else Affine(),
-        bwd_ep=Affine(0, ns(x.a2a_bwd)) if x else Affine(),
-        expert_params=x.expert_params if x else 0,
-    )
-
-
-def kind_terms(ctx: Context, key: SharedKey, kind: str) -> SharedTerms:
+def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = False) -> SharedTerms:
     """The terms of a model whose every block is of ``kind``, with the real model's parameter count (the DP
-    buckets): ``blocks.merged`` joins the two kinds of a mixed model."""
+    buckets): ``blocks.merged`` joins the two kinds of a mixed model. ``memory_only``: the memory terms alone
+    (``memory_class_terms``), every time term NOTHING."""
     mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp, pipelined = key
     at = (mbs, tp, sp, recompute, tpo, ep, etp)
     lg = layer_group(ctx, *at, kind)
     tr, e = ctx.training, ctx.elt
     p_blk, p_emb, p_head = lg.params
 
+    # --- memory (bytes per GPU); the DP collectives per micro-batch or per step (``workload.accumulation``)
+    sched = dp_schedule(ctx.stack.grad_accumulation, zero_stage, pipelined)
+    per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp, ctx.stack.param_layout, sched.whole_grads)
+    per = per_param.total
+    pe = lg.expert_params  # a MoE block's routed experts: states sharded, gradients synced over expert-DP
+    per_e = expert_state_bytes(ctx, zero_stage, tp, dp, ep, etp) if pe else per
+    # + FP8 training's cached FP8 weights and scaling state per block (``workload.fp8.fp8_state_bytes``)
+    states = Affine(
+        0,
+        math.ceil((p_blk - pe) * per + pe * per_e) + fp8_state_bytes(ctx, tp),
+        math.ceil(p_emb * per),
+        math.ceil(p_head * per),
+    )
+    z3_tmp = zero3_buffer_bytes(ctx.stack, p_blk, e) if zero_stage == 3 and dp > 1 else 0  # gathered layers, grads
+    if memory_only:
+        return memory_terms_of(ctx, lg, states, per_param, z3_tmp, tp, sp)
+
     # --- DP collectives per micro-batch (``workload.accumulation``: ZeRO-3's gathers, FSDP's per-micro-batch ones): on a
     # side stream, a layer costs the longer of its compute + TP comm (slowed under them: ``overlapped``) and its
     # collectives — or their sum where the device runs them synchronously (``host.prefetch_overlaps``)
     how, g, slow = issuing(ctx.stack), Groups.of(ctx, tp, dp), OVERLAP_SLOWDOWN
     ge = grad_bytes(ctx.stack, tr.precision, e)  # gradients on the wire (fp32 where the stack reduces in fp32)
-    sched = dp_schedule(ctx.stack.grad_accumulation, zero_stage, pipelined)
     reduce_op: Op = "all_reduce" if zero_stage == 0 else "reduce_scatter"
 
-    fwd, bwd, z3_tmp, fwd_z3, bwd_z3 = lg.fwd, lg.bwd, 0, NOTHING, NOTHING
+    fwd, bwd, fwd_z3, bwd_z3 = lg.fwd, lg.bwd, NOTHING, NOTHING
     if dp > 1 and (sched.gather_fwd or sched.reduce_each):
         split, none = (lg.expert_params, (tp, dp, ep, etp)), (0.0, 0.0, 0.0)  # MoE experts over expert-DP
         gathered = gathered_params(ctx, lg.params, tp)  # FP8 weights gathered in FP8 where the stack does
@@ -306,7 +220,6 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str) -> SharedTerms:
         join = (lambda w, t: overlapped(w, t, slow)) if prefetch_overlaps(ctx) else (lambda w, t: w + t)
         fwd = Affine(0, *(ns(join(w, t)) for w, t in zip(lg.work_f, gather)))
         bwd = Affine(0, *(ns(join(w, t + u)) for w, t, u in zip(lg.work_b, gather_b, scatter)))
-        z3_tmp = zero3_buffer_bytes(ctx.stack, p_blk, e) if zero_stage == 3 else 0  # gathered layers, grad buffers
         fwd_z3, bwd_z3 = Affine(*(a - b for a, b in zip(fwd, lg.fwd))), Affine(*(a - b for a, b in zip(bwd, lg.bwd)))
 
     # --- a host device's FSDP2 hooks per micro-batch (``collectives.fsdp_hook_times``; none on a GPU)
@@ -314,12 +227,6 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str) -> SharedTerms:
     if hooks is not None:
         fwd = fwd.plus(Affine(0, *map(ns, hooks[0])))
         bwd = bwd.plus(Affine(0, *map(ns, hooks[1])))
-
-    # --- memory (bytes per GPU)
-    per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp, ctx.stack.param_layout, sched.whole_grads)
-    per = per_param.total
-    pe = lg.expert_params  # a MoE block's routed experts: states sharded, gradients synced over expert-DP
-    per_e = expert_state_bytes(ctx, zero_stage, tp, dp, ep, etp) if pe else per
 
     # --- end of step: DP gradient sync (overlapped with the rank's last backward), optimizer step, ZeRO-1/2's
     # parameter all-gather. In gradient buckets (``workload.collectives.grad_bucket``: as the stack buckets them): the rank's
@@ -364,13 +271,7 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str) -> SharedTerms:
         bwd_z3=bwd_z3,  # TP comm is within the layer time: never exposed beyond it
         fwd_ep=lg.fwd_ep,
         bwd_ep=lg.bwd_ep,
-        # + FP8 training's cached FP8 weights and scaling state per block (``workload.fp8.fp8_state_bytes``)
-        states=Affine(
-            0,
-            math.ceil((p_blk - pe) * per + pe * per_e) + fp8_state_bytes(ctx, tp),
-            math.ceil(p_emb * per),
-            math.ceil(p_head * per),
-        ),
+        states=states,
         acts=lg.acts,
         sync=sync,
         post=post,
@@ -396,4 +297,38 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str) -> SharedTerms:
         flops_emb=lg.flops[1],
         flops_head=lg.flops[2],
         tied_sync=ns(comm_seconds(ctx, tied, g)),
+    )
+
+
+def memory_terms_of(
+    ctx: Context, lg: LayerGroup, states: Affine, per_param: StateBytes, z3_tmp: int, tp: int, sp: bool
+) -> SharedTerms:
+    """``kind_terms``' memory terms (its very values) with every time term NOTHING: what the memory screens read."""
+    return SharedTerms(
+        fwd=NOTHING,
+        bwd=NOTHING,
+        fwd_tp=NOTHING,
+        bwd_tp=NOTHING,
+        fwd_z3=NOTHING,
+        bwd_z3=NOTHING,
+        fwd_ep=NOTHING,
+        bwd_ep=NOTHING,
+        states=states,
+        acts=lg.acts,
+        sync=NOTHING,
+        post=NOTHING,
+        opt=NOTHING,
+        state_bytes=per_param,
+        act=lg.act,
+        p2p_bytes=lg.act // tp if sp else lg.act,
+        logits_fp32=lg.logits_fp32,
+        recompute_tmp=lg.recompute_tmp,
+        z3_tmp=z3_tmp,
+        tie_embeddings=ctx.model.tie_embeddings,
+        overlap_grad_reduce=ctx.stack.overlap_grad_reduce,
+        hidden_bwd=NOTHING,
+        sync_slowdown=NOTHING,
+        flops_layer=0.0,
+        flops_emb=0.0,
+        flops_head=0.0,
     )

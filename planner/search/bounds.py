@@ -24,6 +24,7 @@ from planner.search.screens import (  # noqa: F401 (the memory screens, re-expor
     may_fit,
     quick_may_fit,
 )
+from planner.search.steady import steady_bound
 
 # ---------------------------------------------------------------------------------------------
 # Lower bounds of the objective
@@ -43,12 +44,12 @@ def busiest_rank_load(L: int, p: int, w: int, e_first: int, e_last: int, least: 
     if w <= 0:
         return max(e_first, e_last) + floor_
 
-    def capacity(t: int) -> int:  # most layers the ranks can take with loads ≤ t
-        return (t - e_first) // w + (t - e_last) // w + (p - 2) * (t // w)
-
-    t = max(e_first + floor_, e_last + floor_, floor_, (L * w + e_first + e_last) // p)
-    while capacity(t) < L:  # next breakpoint: some rank takes one more layer (a few steps)
-        t = min(((t - e) // w + 1) * w + e for e in {0, e_first, e_last})
+    ef, el, inner = e_first, e_last, p - 2
+    t = max(ef + floor_, el + floor_, floor_, (L * w + ef + el) // p)
+    # while the ranks' capacity at loads ≤ t is short of L: the next breakpoint, where some rank takes one more
+    # layer (a few steps; written out: the search computes this bound for every class)
+    while (t - ef) // w + (t - el) // w + inner * (t // w) < L:
+        t = min(((t - ef) // w + 1) * w + ef, ((t - el) // w + 1) * w + el, (t // w + 1) * w)
     return t
 
 
@@ -298,9 +299,11 @@ def class_bound(cc: ClassCosts) -> int:
 def fitting_bound(cc: ClassCosts) -> int:
     """A lower bound of the objective over the stage cuts of the class that fit (what the search
     ranks), ≥ ``class_bound``: the busiest rank's load within what each rank's memory holds
-    (``capped_load``). When no cut fits (``may_fit`` False) it is ``class_bound``."""
+    (``capped_load``), its rank chains (``chain_bound``) and 1F1B's steady-state chains in whole layers
+    (``steady.steady_bound``). When no cut fits (``may_fit`` False) it is ``class_bound``."""
     caps = tuple(layer_caps(cc.shared, cc.cand, cc.live, cc.num_layers, cc.usable_bytes))
-    return max(pipe_bound(cc.shared, cc.cand, cc.m, cc.num_layers, sum(cc.lag), caps), chain_bound(cc, list(caps)))
+    pipe = pipe_bound(cc.shared, cc.cand, cc.m, cc.num_layers, sum(cc.lag), caps)
+    return max(pipe, chain_bound(cc, list(caps)), steady_bound(cc, caps))  # ``steady``: 1F1B's in whole layers
 
 
 def quick_bound(ctx: Context, c: Candidate) -> int:
@@ -309,11 +312,12 @@ def quick_bound(ctx: Context, c: Candidate) -> int:
     return pipe_bound(class_terms(ctx, c), c, num_microbatches(ctx, c), ctx.model.num_layers, 0)
 
 
-def lean_bound(ctx: Context, c: Candidate) -> int:
+def lean_bound(ctx: Context, c: Candidate, loads: dict[tuple, int] | None = None) -> int:
     """≤ ``quick_bound``, from the layer times alone (``terms.layer_group``: one per (mbs, tp, SP,
     recompute), not per ZeRO stage and dp): the chain and busiest-rank terms of ``_pipe_bound`` that only
     grow with the layer times, with no ZeRO-3 gathers, no end of step and no p2p lags. The search's first
-    key (``search.next_class`` replaces it by ``quick_bound`` when the class nears the front)."""
+    key (``search.next_class`` replaces it by ``quick_bound`` when the class nears the front). ``loads``: a memo of
+    the busiest rank's load, which reads neither dp nor the schedule (the frontier's, shared by its classes)."""
     at = (c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.tp_comm_overlap, c.ep, c.etp)
     view = cp_view(ctx, c.cp)  # no CP comm
     kinds, prefix = block_sequence(view)
@@ -329,7 +333,12 @@ def lean_bound(ctx: Context, c: Candidate) -> int:
     total = (L - K) * w + K * wm + emb + head
     if p == 1:
         emb, head = emb + head, 0
-    load = kinds_load(L, K, p, w, wm, emb, head, v)
+    if loads is None:
+        load = kinds_load(L, K, p, w, wm, emb, head, v)
+    else:
+        lk = (at, c.cp, p, v)
+        hit = loads.get(lk)
+        load = loads[lk] = hit if hit is not None else kinds_load(L, K, p, w, wm, emb, head, v)
     w = min(w, wm)
     if v == 1:
         pipe = total / (1.0 - (1.0 - 1.0 / m) ** p)

@@ -228,7 +228,10 @@ def probe(
     kth = found[top_k - 1].evaluation.objective_ns if len(found) >= top_k else None  # type: ignore[union-attr]
     done: set[Candidate] = set()
     evals = 0
-    for i, item in enumerate(queue.by_quick_bound(lambda c: one_cut(ctx, pins, c) is not None)):
+    # ``one_cut(ctx, pins, c) is not None`` (no pinned cut here) without building the cut, asked of every queued class
+    for i, item in enumerate(
+        queue.by_quick_bound(lambda c: c.chunks == 1 or (pins.schedule is None and c.virtual_stages > 1))
+    ):
         if i >= PROBE_SCAN or evals >= PROBES or (kth is not None and item.bound > kth):
             break
         if time.perf_counter() >= deadline:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from planner.compose.context import Context
-from planner.compose.context_parallel import class_terms
+from planner.compose.context_parallel import memory_class_terms
 from planner.compose.cost import Candidate, ClassCosts, Live, live_vectors_cached, num_microbatches
 from planner.compose.memory import rank_activations, rank_buffers, rank_memory, rank_states
 from planner.compose.terms import SharedTerms
@@ -103,7 +103,16 @@ def quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None = None) -> b
     Interleaved without a cut: True (unknown: cost it)."""
     if c.virtual_stages > 1 and cut is None:
         return True
-    s, m, usable = class_terms(ctx, c), num_microbatches(ctx, c), ctx.usable_bytes
+    if cut is None:  # asked twice of a class (the frontier before its quick bound, the search): memoised
+        hit = ctx.may_fit.get(c)
+        if hit is None:
+            hit = ctx.may_fit[c] = _quick_may_fit(ctx, c, None)
+        return hit
+    return _quick_may_fit(ctx, c, cut)
+
+
+def _quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None) -> bool:
+    s, m, usable = memory_class_terms(ctx, c), num_microbatches(ctx, c), ctx.usable_bytes  # no time priced
     if cut is None:
         live, L = live_vectors_cached(c.schedule, c.pp, 1, m), ctx.model.num_layers
         return caps_fit(layer_caps(s, c, live, L, usable), 1, L) and kinds_fit(s, c, live, L, usable)

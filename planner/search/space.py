@@ -6,6 +6,7 @@ why a request leaves no class at all (``explain_no_candidate``), and the order o
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
 
@@ -113,6 +114,7 @@ def _enumerate(ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp
     n, L = ctx.num_gpus, ctx.model.num_layers
     gbs, seq = ctx.training.global_batch_size, ctx.training.seq_len
     out: list[Candidate] = []
+    runs = functools.cache(lambda **kw: rules.stack_runs(ctx.stack, **kw) is None)  # asked per (mbs, sp, …) loop
     short_1f1b: list[tuple[int, int, int, MeshplanError]] = []  # (pp, dp, -m, why) of 1F1B classes dropped for m < pp
     tps = [pins.tp] if pins.tp is not None else tp_options(ctx, options.allow_tp_across_nodes)
     for tp, pp, cp, cp_comms in degrees(ctx, pins, tps, n, with_cp):
@@ -150,7 +152,7 @@ def _enumerate(ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp
                         continue
                     scheds.append((s, 1))
             # what the stack does not run at all at this pp, left out before the inner loops (checked whole below)
-            scheds = [(s, v) for s, v in scheds if rules.stack_runs(ctx.stack, schedule=s, pp=pp) is None]
+            scheds = [(s, v) for s, v in scheds if runs(schedule=s, pp=pp)]
             for s, v in scheds:
                 if pins.stage_layers is not None and len(pins.stage_layers) != pp * v:
                     continue
@@ -169,16 +171,22 @@ def _enumerate(ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp
                             continue
                         # the ZeRO group spans dp × cp (FSDP shards over the CP ranks too: torchtitan's dp_shard_cp)
                         zs = [pins.zero_stage] if pins.zero_stage is not None else zero_stages(ctx, dp * cp)
-                        zs = [z for z in zs if rules.stack_runs(ctx.stack, zero_stage=z, pp=pp) is None]
+                        zs = [z for z in zs if runs(zero_stage=z, pp=pp)]
+                        overlaps = tp_overlaps(ctx, pins, mbs, tp, sp, rc, cp)
+                        pairs = expert_options(ctx, pins, tp, dp, sp)
                         for z in zs:
                             for cm in cp_comms:
-                                for o in tp_overlaps(ctx, pins, mbs, tp, sp, rc, cp):
-                                    for ep, etp in expert_options(ctx, pins, tp, dp, sp):
-                                        cand = Candidate(
+                                for o in overlaps:
+                                    family = [
+                                        Candidate(
                                             tp, pp, dp, mbs, s, v, rc, sp, z, o, cp=cp, cp_comm=cm, ep=ep, etp=etp
                                         )
-                                        if rules.stack_runs_ok(ctx.stack, ctx.model, cand):  # issue 27
-                                            out.append(cand)
+                                        for ep, etp in pairs
+                                    ]
+                                    # what the stack runs (issue 27) reads none of tp, dp, mbs, ep, etp: one check
+                                    # for the (ep, etp) pairs (``stack_rules.stack_runs_ok``'s fields)
+                                    if family and rules.stack_runs_ok(ctx.stack, ctx.model, family[0]):
+                                        out += family
     if not out and short_1f1b and pins.schedule == "1f1b":
         why = min(short_1f1b, key=lambda x: x[:3])[3]
         raise why if pins.micro_batch_size is not None else rules.with_field(why, "parallel.schedule")
@@ -201,10 +209,12 @@ def cp1_fits(ctx: Context, pins: ParallelPins, cands: list[Candidate]) -> bool |
     """Whether some class without context parallelism fits (at its forced cut, else the even one), trying the
     leanest first (full recomputation, the highest ZeRO stage, the most model-parallel ranks); None when there is
     no such class (the batch does not split over the GPUs without CP: that is the request's problem to report)."""
-    if not any(c.cp == 1 for c in cands):
+    plain = [c for c in cands if c.cp == 1]
+    if not plain:
         return None
+    full = [c for c in plain if c.recompute == "full"]  # they sort first, in their order: sort only them if enough
     lean = sorted(
-        (c for c in cands if c.cp == 1),
+        full if len(full) >= 64 else plain,
         key=lambda c: (c.recompute != "full", -c.zero_stage, -c.tp * c.pp, c.virtual_stages),
     )
     for c in lean[:64]:

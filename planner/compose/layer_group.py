@@ -1,0 +1,196 @@
+"""A layer kind's ``LayerGroup`` at one (micro-batch size, tp, sequence parallelism, recomputation, TP overlap, ep, etp):
+the block's, embedding's and LM head's times, TP part, parameters, activations and FLOPs per micro-batch, what
+``terms.shared_terms`` builds on for every ZeRO stage and dp; and the part of it the dense op list gives
+(``DenseParts``: layer times, profiles, blocking TP communication), which a MoE block's MLP replaces
+(``compose.experts``), so the (ep, etp) pairs of a mixture of experts share one (``dense_parts``, priced once per
+point: the same calls in the same order as before it was shared, the same numbers). Seconds become integer ns
+here (``ns``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+from planner.compose.affine import Affine
+from planner.compose.blocks import block_sequence
+from planner.compose.context import Context, GroupKey
+from planner.compose.experts import with_experts
+from planner.compose.memory import loss_buffer_bytes
+from planner.pricing.collectives import Groups, per_kind_seconds
+from planner.pricing.host import dtensor_linear_dispatch, host_dispatch
+from planner.pricing.layer_times import LayerTimes, layer_times
+from planner.pricing.tp_overlap import overlap_delta
+from planner.workload.collectives import issuing, tp_comms
+from planner.workload.ops import MOE_BLOCK, block_linears
+
+if TYPE_CHECKING:
+    from planner.specs import LayerProfile
+
+
+NS = 1e9
+
+#: Compute that runs under a collective runs slower: the NCCL kernels hold SMs (one CTA per channel) for
+#: the whole collective, whatever the link, and share HBM. The fraction of the overlapped time added to the
+#: compute: measured, compute overlapped with communication ran on average 18.9 % slower on
+#: A100/H100/MI250/MI210 (Lee et al., "Characterizing Compute-Communication Overlap in GPU-Accelerated
+#: Distributed Deep Learning", arXiv 2507.03114).
+OVERLAP_SLOWDOWN = 0.189
+
+
+def overlapped(work: float, comm: float, slowdown: float) -> float:
+    """Seconds of ``work`` run beside a collective of ``comm`` seconds on another stream: the longer of the
+    two, the work slowed by ``slowdown`` × the time they overlap."""
+    return max(work + slowdown * min(work, comm), comm)
+
+
+def ns(seconds: float) -> int:
+    return round(seconds * NS)
+
+
+class DenseParts(NamedTuple):
+    """What a block's ``LayerGroup`` takes from its dense op list at (mbs, tp, sp, recompute, tpo), before a MoE block
+    replaces its MLP (``compose.experts``): shared by every (ep, etp) and block kind (``dense_parts``)."""
+
+    blk: LayerTimes
+    emb: LayerTimes
+    head: LayerTimes
+    lp_blk: LayerProfile
+    lp_emb: LayerProfile
+    lp_head: LayerProfile
+    act: int
+    tp_f: tuple[float, float, float]  # block, embedding, LM head: blocking TP seconds
+    tp_b: tuple[float, float, float]
+    f_more: float  # overlapped TP's GEMM slowdown beyond its TP part
+    b_more: float
+
+
+def dense_parts(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo: bool) -> DenseParts:
+    """``DenseParts`` at one point, cached on the context: the dense op list's layer times, profiles and TP
+    communication, priced once for every (ep, etp) of a mixture of experts and block kind."""
+    key = (mbs, tp, sp, recompute, tpo)
+    d = ctx.dense_parts.get(key)
+    if d is None:
+        d = ctx.dense_parts[key] = _dense_parts(ctx, *key)
+    return d
+
+
+def _dense_parts(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo: bool) -> DenseParts:
+    model, seq = ctx.model, ctx.training.seq_len
+    blk = layer_times(ctx, "transformer_block", mbs, tp, sp, recompute)
+    emb = layer_times(ctx, "embedding", mbs, tp, sp, "none")
+    head = layer_times(ctx, "lm_head", mbs, tp, sp, "none")
+    lp_blk = ctx.layer("transformer_block", mbs, tp, sp)
+    lp_emb = ctx.layer("embedding", mbs, tp, sp)
+    lp_head = ctx.layer("lm_head", mbs, tp, sp)
+
+    # --- tensor-parallel communication (blocking, on the compute stream): what the stack issues, priced here
+    act = mbs * seq * model.hidden_size * ctx.elt  # one residual-stream tensor
+    comms = tp_comms(model, issuing(ctx.stack), act, tp, sp, recompute, mbs * seq)
+    g = Groups(tp, 1, "intra_node", 1)  # the TP group alone
+    (blk_tp_f, emb_tp_f, head_tp_f), (blk_tp_b, emb_tp_b, head_tp_b) = (
+        per_kind_seconds(ctx, comms.fwd, g),
+        per_kind_seconds(ctx, comms.bwd, g),
+    )
+    if tp > 1 and host_dispatch(ctx) is not None:  # a host's DTensor dispatch of the block's sharded linears
+        more_f, more_b = dtensor_linear_dispatch(ctx, block_linears(model), recompute)  # (none on a GPU)
+        blk_tp_f, blk_tp_b = blk_tp_f + more_f, blk_tp_b + more_b
+    f_more = b_more = 0.0  # overlapped TP (``pricing.tp_overlap``): the block's pairs pipelined, GEMMs slowed
+    if tpo and ctx.stack.tp_overlap is not None:
+        d = overlap_delta(ctx, ctx.stack.tp_overlap, mbs, tp, recompute, act, OVERLAP_SLOWDOWN)
+        blk_tp_f, blk_tp_b = blk_tp_f + d.fwd_tp, blk_tp_b + d.bwd_tp
+        f_more, b_more = d.fwd - d.fwd_tp, d.bwd - d.bwd_tp
+    return DenseParts(
+        blk,
+        emb,
+        head,
+        lp_blk,
+        lp_emb,
+        lp_head,
+        act,
+        (blk_tp_f, emb_tp_f, head_tp_f),
+        (blk_tp_b, emb_tp_b, head_tp_b),
+        f_more,
+        b_more,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LayerGroup:
+    """Per micro-batch, one GPU, for one (micro-batch size, tp, sequence parallelism, recomputation):
+    the block, embedding and LM head (in that order) — their compute + blocking TP comm (s), the TP
+    part, parameters and the layer profiles. What ``shared_terms`` builds on for every ZeRO stage and dp."""
+
+    work_f: tuple[float, float, float]
+    work_b: tuple[float, float, float]
+    fwd: Affine  # ``work_f`` in ns (the chunk terms without ZeRO-3)
+    bwd: Affine
+    fwd_tp: Affine  # the TP part, ns
+    bwd_tp: Affine
+    params: tuple[int, int, int]
+    act: int  # one residual-stream tensor, bytes
+    recompute_tmp: int
+    logits_fp32: int
+    acts: Affine
+    flops: tuple[float, float, float]
+    fwd_ep: Affine = Affine()  # the EP all-to-all part of ``fwd``/``bwd``, ns
+    bwd_ep: Affine = Affine()
+    expert_params: int = 0  # a block's routed experts on this rank (in ``params``)
+
+
+def layer_group(
+    ctx: Context,
+    mbs: int,
+    tp: int,
+    sp: bool,
+    recompute: str,
+    tpo: bool = False,
+    ep: int = 1,
+    etp: int = 1,
+    kind: str = "",
+) -> LayerGroup:
+    """``kind``: the block kind priced (``blocks.block_sequence``); by default the model's first (its only one)."""
+    kind = kind or block_sequence(ctx)[0][0]
+    if kind != MOE_BLOCK:  # a dense block does not depend on the experts' layout
+        ep = etp = 1
+    key = (mbs, tp, sp, recompute, tpo, ep, etp, kind)
+    lg = ctx.groups.get(key)
+    if lg is None:
+        lg = ctx.groups[key] = _layer_group(ctx, key)
+    return lg
+
+
+def _layer_group(ctx: Context, key: GroupKey) -> LayerGroup:
+    mbs, tp, sp, recompute, tpo, ep, etp, kind = key
+    model, seq = ctx.model, ctx.training.seq_len
+    d = dense_parts(ctx, mbs, tp, sp, recompute, tpo)
+    blk, emb, head, lp_blk, lp_emb, lp_head, act = d.blk, d.emb, d.head, d.lp_blk, d.lp_emb, d.lp_head, d.act
+    (blk_tp_f, emb_tp_f, head_tp_f), (blk_tp_b, emb_tp_b, head_tp_b) = d.tp_f, d.tp_b
+    f_more, b_more = d.f_more, d.b_more
+    vocab_local = model.vocab_size // tp if model.vocab_size % tp == 0 else model.vocab_size
+    saved = lp_blk.saved_activation_bytes
+    p_blk, x = lp_blk.param_count, None
+    if kind == MOE_BLOCK:  # a MoE block: its MLP in place of the dense one (``compose.experts``)
+        blk, saved, p_blk, blk_tp_f, blk_tp_b, x = with_experts(
+            ctx, blk, saved, p_blk, blk_tp_f, blk_tp_b, (mbs, tp, sp, recompute, ep, etp)
+        )
+    work_f = (blk.fwd + f_more + blk_tp_f, emb.fwd + emb_tp_f, head.fwd + head_tp_f)
+    work_b = (blk.bwd + b_more + blk_tp_b, emb.bwd + emb_tp_b, head.bwd + head_tp_b)
+    return LayerGroup(
+        work_f=work_f,
+        work_b=work_b,
+        fwd=Affine(0, *map(ns, work_f)),
+        bwd=Affine(0, *map(ns, work_b)),
+        fwd_tp=Affine(0, ns(blk_tp_f), ns(emb_tp_f), ns(head_tp_f)),
+        bwd_tp=Affine(0, ns(blk_tp_b), ns(emb_tp_b), ns(head_tp_b)),
+        params=(p_blk, lp_emb.param_count, lp_head.param_count),
+        act=act,
+        recompute_tmp={"none": 0, "selective": max(0, saved.none - saved.selective), "full": saved.none}[recompute],
+        logits_fp32=loss_buffer_bytes(ctx.stack, mbs * seq, vocab_local, ctx.elt),  # the loss's tensors (stack's)
+        acts=Affine(
+            0, int(saved.for_mode(recompute)), lp_emb.saved_activation_bytes.none, lp_head.saved_activation_bytes.none
+        ),
+        flops=(blk.flops_fwd + blk.flops_bwd, emb.flops_fwd + emb.flops_bwd, head.flops_fwd + head.flops_bwd),
+        fwd_ep=Affine(0, ns(x.a2a_fwd)) if x else Affine(),
+        bwd_ep=Affine(0, ns(x.a2a_bwd)) if x else Affine(),
+        expert_params=x.expert_params if x else 0,
+    )
