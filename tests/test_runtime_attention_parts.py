@@ -202,7 +202,6 @@ def test_the_stacks_unbuilt_list_is_what_check_buildable_refuses():
             mla={"kv_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16},
         ),
         "moe.capacity_factor": moe.model_copy(update={"moe": moe.moe.model_copy(update={"capacity_factor": 1.25})}),
-        "moe.expert_bias": moe.model_copy(update={"moe": moe.moe.model_copy(update={"expert_bias": True})}),
     }
     assert set(STACKS["meshplan"].unbuilt) == set(cases)
     for part, m in cases.items():

@@ -335,11 +335,14 @@ def init_weights(module: nn.Module, spec: ModelSpec, seed: int) -> None:
             experts.expert_bias.zero_()  # buffers too: ``to_empty`` leaves them uninitialised
             experts.tokens_per_expert.zero_()
         if isinstance(experts, GroupedExperts):  # each expert seeded by its global index: same under any EP split
-            for leaf in ("w1", "w3", "w2"):
+            for leaf in experts.leaves:
                 p = getattr(experts, leaf)
                 seen.add(id(p))
                 local = p.to_local() if hasattr(p, "to_local") else p
                 if local.device.type == "meta":
+                    continue
+                if leaf.startswith("b"):  # the experts' biases (gpt-oss): 0, as every bias
+                    local.zero_()
                     continue
                 std = residual_std if leaf == "w2" else INIT_STD
                 for j in range(local.shape[0]):
@@ -366,7 +369,7 @@ def init_weights(module: nn.Module, spec: ModelSpec, seed: int) -> None:
 
 def check_buildable(spec: ModelSpec) -> None:
     """Refuse a spec with parts the zoo does not build yet (latent attention; in a mixture of experts: token dropping
-    by capacity, biases on the experts' linears) rather than build a different model. The same list, as data, is the
+    by capacity) rather than build a different model. The same list, as data, is the
     ``meshplan`` stack's ``unbuilt`` (``planner.specs.stacks``; tests/test_runtime_attention_parts.py holds them
     equal)."""
     from planner.specs.errors import MeshplanError
@@ -374,7 +377,6 @@ def check_buildable(spec: ModelSpec) -> None:
     moe = spec.moe
     for field, on in (
         ("moe.capacity_factor", moe is not None and moe.capacity_factor is not None),
-        ("moe.expert_bias", moe is not None and moe.expert_bias),
         ("mla", spec.mla is not None),
     ):
         if on:
