@@ -153,6 +153,7 @@ FINGERPRINTS = {
     19: "a62abaea224d34d4",  # the 500 W H100 at its measured GEMM rates: no reference request on that GPU
     20: "a62abaea224d34d4",  # 20 itemises MoE plans' expert memory: these dense references unchanged; tests/test_moe_service.py
     21: "a62abaea224d34d4",  # 21 adds the Triton flash kernel (an override): these references use FlashAttention-2
+    22: "a62abaea224d34d4",  # 22 (QK-norm, sinks, expert biases): no reference has them; tests/test_analytic_agreement.py
 }
 
 

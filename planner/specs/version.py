@@ -81,4 +81,6 @@ from __future__ import annotations
 #: 21: a stack's flash kernel (``Stack.flash_kernel``, overridable): ``"triton"`` prices attention at the published
 #:    rates of FlashAttention in Triton (FA2 paper Fig. 4 on A100; FlashAttention v1's on H100), llm-foundry's
 #:    benchmark default until 2024-04 (the MPT dev-set rows); the default ``"fa2"`` is unchanged.
-COST_MODEL_VERSION = 21
+#: 22: the "zoo" activations (meshplan, deepspeed stacks) price QK-norm inputs and attention sinks' padded copies;
+#:    projection QK-norms and sinks split with their heads under TP (every stack); gpt-oss's expert and router biases.
+COST_MODEL_VERSION = 22
