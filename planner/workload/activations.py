@@ -70,9 +70,8 @@ def zoo_attention_part_terms(model: ModelSpec, b: int, s: int, tp: int, e: int) 
 
     * QK-norm (``qk_norm``): each RMSNorm's input (the projection's output, before the norm) in the activation
       dtype and its fp32 1/rms — per head and token with ``"head"`` (Qwen3), per token with ``"projection"``
-      (OLMoE; the fused kernel's set, which the runtime keeps at tp 1 — at tp > 1 its norm with an all-reduced
-      sum of squares is composite autograd and keeps an fp32 copy of the input and the normalised input instead,
-      3× the input's bytes in bf16: not priced).
+      (OLMoE; the fused kernel's set, which the runtime's norm with an all-reduced sum of squares keeps too at
+      tp > 1: ``runtime.models.transformer._ShardedRMSNorm``).
     * Sinks (``attention_sinks``, ``with_sink_key``): the kernel runs on T + 1 tokens at head_dim + SINK_PAD, so it
       keeps q, k, v and its output at that size (and the log-sum-exp on T + 1) instead of q, k, v and the
       log-sum-exp; the output projection then keeps its own contiguous input (``attn_output``). Recomputed with the
