@@ -234,7 +234,7 @@ def test_sharded_projection_norm_equals_the_fused_norm_and_keeps_its_saved_set(t
         for norm in (fused, sharded):
             xi = x.clone().requires_grad_(True)
             saved: list = []
-            with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+            with torch.autograd.graph.saved_tensors_hooks(lambda t, saved=saved: saved.append(t) or t, lambda t: t):
                 y = norm(xi)
             (y * g).sum().backward()
             outs.append((y.detach(), xi.grad, norm.weight.grad, sorted(t.numel() for t in saved)))
