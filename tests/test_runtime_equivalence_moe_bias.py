@@ -80,3 +80,35 @@ def test_gpt_oss_experts_match_single_process_reference(launches, cid, world):
     assert r["grad_max_diff"] <= TOL, f"gradient of {r['worst_param_on_rank0']} off by {r['grad_max_diff']:.3g}"
     assert r["loss_max_diff"] <= TOL, (r["losses"], r["ref_losses"])
     assert r["grad_norm_max_diff"] <= TOL
+
+
+# two `meshplan run`s, each measuring a layer profile and a gloo fit for its local prediction: minutes on the loaded
+# 2-core machine, so a slow case (run in CI)
+@pytest.mark.slow
+def test_resume_gpt_oss_ep_checkpoint_without_ep(tmp_path):
+    """``meshplan run`` under EP2 saves a DCP checkpoint whose experts' weights and biases are ``Shard(0)`` DTensors
+    of their global [E, …] shape; ``meshplan run --resume`` under PP2 without EP (plain tensors) continues the
+    single-process trajectory: the 4 losses equal the reference's."""
+    import numpy as np
+
+    from planner.specs import RunReport
+    from runtime.job import TrainConfig
+    from runtime.testing import make_plan, reference_run
+    from tests.test_runtime_cli import _write, meshplan
+
+    plan_a = make_plan(model_spec(), dp=2, ep=2, zero_stage=1, micro_batch_size=2)
+    plan_b = make_plan(model_spec(), pp=2, schedule="1f1b")
+    ckpt = tmp_path / "ckpt"
+    reports = []
+    for name, plan, extra in (("a", plan_a, ["--checkpoint-dir", str(ckpt)]), ("b", plan_b, ["--resume", str(ckpt)])):
+        report = tmp_path / f"{name}.report.json"
+        run = meshplan(
+            ["run", "--plan", str(_write(tmp_path, f"{name}.json", plan)), "--steps", "2", "--nproc-per-node"]
+            + [str(plan.parallel.num_gpus), *extra, "--report", str(report)],
+            tmp_path,
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        reports.append(RunReport.model_validate_json(report.read_text()))
+    assert reports[1].resumed_from_step == 2
+    ref, _, _ = reference_run(plan_a, TrainConfig(), 4)
+    np.testing.assert_allclose(reports[0].losses + reports[1].losses, ref, rtol=0, atol=TOL)
