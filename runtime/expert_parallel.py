@@ -118,7 +118,7 @@ def apply_ep(chunk: nn.Module, plan: Plan, emesh, ep: EPContext | None, seq_grou
         experts.grad_scale = p.tp / p.ep
         if ep is None:
             continue
-        for name in ("w1", "w3", "w2"):
+        for name in experts.leaves:  # weights, and the biases of gpt-oss's experts: each with its expert
             local = getattr(experts, name)
             dt = DTensor.from_local(local.data, emesh["ep"], [Shard(0)], run_check=False)
             setattr(experts, name, nn.Parameter(dt, requires_grad=local.requires_grad))

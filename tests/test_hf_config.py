@@ -224,8 +224,8 @@ CLUSTER = ["--gpu", "h100-sxm5-80gb", "--nodes", "1", "--gpus-per-node", "8", "-
         ("qwen3-8b.json", [], 0, '"qk_norm": "head"'),  # the default stack's runtime builds Qwen3's per-head QK norm
         ("qwen3-30b-a3b.json", ["--stack", "deepspeed"], 2, "training.stack"),  # an MoE on a stack without MoE
         ("mixtral-8x7b-v0.1.json", ["--sequence-parallel"], 0, '"num_experts": 8'),  # MoE on the default stack
-        # the default stack builds gpt-oss's sinks and attention biases, not its experts' biases
-        ("gpt-oss-20b.json", [], 2, "model.moe.expert_bias"),
+        # the default stack builds gpt-oss: its sinks, attention biases, experts' biases and clamped SwiGLU
+        ("gpt-oss-20b.json", ["--sequence-parallel"], 0, '"swiglu_limit": 7.0'),
         ("deepseek-v3.json", ["--stack", "megatron"], 0, '"kv_lora_rank": 512'),  # MLA on a stack that runs it
         ("../../../README.md", [], 2, "--model"),  # not a JSON document
     ],

@@ -174,3 +174,24 @@ def test_rest_exports_a_moe_plan_to_megatron_and_the_launchers(tmp_path) -> None
         assert runtime.status_code == 200 and "-m runtime.train" in runtime.text, runtime.text[:500]
         mine = client.get(f"/v1/plans/{pid}/export/slurm", params={"command": "pretrain_gpt.py"})
         assert mine.status_code == 200 and "export MESHPLAN_EP=4" in mine.text and "pretrain_gpt.py" in mine.text
+
+
+def test_gpt_oss_megatron_export_warns_that_its_clamped_swiglu_is_not_set() -> None:
+    """gpt-oss's experts' clamped SwiGLU (``moe.swiglu_limit``) has no flag in the Megatron export: it says so rather
+    than export plain SwiGLU experts silently; a MoE without it exports without that warning."""
+    import planner
+    from api.exporters import ExportOptions, export
+
+    def warnings(model: str) -> list[str]:
+        plan = planner.estimate_plan(
+            {
+                "model": model,
+                "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
+                "training": {"global_batch_size": 64, "seq_len": 4096, "stack": "megatron"},
+                "parallel": {"tp": 1, "pp": 1, "dp": 8, "ep": 8, "etp": 1, "micro_batch_size": 1, "zero_stage": 1},
+            }
+        )
+        return export(plan, "megatron", ExportOptions()).warnings
+
+    assert any("clamped SwiGLU" in w and "7" in w for w in warnings("gpt-oss-20b"))
+    assert not any("clamped SwiGLU" in w for w in warnings("olmoe-1b-7b"))

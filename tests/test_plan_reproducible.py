@@ -156,6 +156,7 @@ FINGERPRINTS = {
     22: "730a36c639bc610a",  # collectives across nodes as NCCL's tuner selects them (pricing.nccl, Stack.nccl)
     23: "730a36c639bc610a",  # 23 DP collectives per micro-batch or per step: no reference accumulates; tests/test_grad_accumulation.py
     24: "730a36c639bc610a",  # 24 moves the 2020-era residual rows to megatron-2020: no reference request on megatron
+    25: "730a36c639bc610a",  # 25 (QK-norm, sinks, expert biases): no reference has them; tests/test_analytic_agreement.py
 }
 
 

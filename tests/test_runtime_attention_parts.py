@@ -202,7 +202,6 @@ def test_the_stacks_unbuilt_list_is_what_check_buildable_refuses():
             mla={"kv_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16},
         ),
         "moe.capacity_factor": moe.model_copy(update={"moe": moe.moe.model_copy(update={"capacity_factor": 1.25})}),
-        "moe.expert_bias": moe.model_copy(update={"moe": moe.moe.model_copy(update={"expert_bias": True})}),
     }
     assert set(STACKS["meshplan"].unbuilt) == set(cases)
     for part, m in cases.items():
@@ -210,3 +209,38 @@ def test_the_stacks_unbuilt_list_is_what_check_buildable_refuses():
         with pytest.raises(MeshplanError) as err:
             check_buildable(m)
         assert err.value.field == f"model.{part}"
+
+
+def test_sharded_projection_norm_equals_the_fused_norm_and_keeps_its_saved_set(tmp_path):
+    """The projection norm's TP path (``_ShardedRMSNorm``, here on a one-rank gloo group: the whole row) gives the
+    fused RMSNorm's output and gradients, and keeps what it keeps — the input and the fp32 1/rms, besides the weight —
+    which is what the planner prices (``zoo_attention_part_terms``). Its split over ranks runs in
+    tests/test_runtime_equivalence_attn.py (olmoe rows)."""
+    import torch.distributed as dist
+
+    from runtime.models.transformer import ProjectionRMSNorm, RMSNorm
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        fused, sharded = RMSNorm(96, eps=1e-6), ProjectionRMSNorm(96, eps=1e-6)
+        with torch.no_grad():
+            fused.weight.copy_(torch.randn(96))
+            sharded.weight.copy_(fused.weight)
+        sharded.tp_group = dist.group.WORLD
+        x = torch.randn(3, 7, 96, dtype=torch.float64).float()
+        g = torch.randn(3, 7, 96)
+        outs = []
+        for norm in (fused, sharded):
+            xi = x.clone().requires_grad_(True)
+            saved: list = []
+            with torch.autograd.graph.saved_tensors_hooks(lambda t, saved=saved: saved.append(t) or t, lambda t: t):
+                y = norm(xi)
+            (y * g).sum().backward()
+            outs.append((y.detach(), xi.grad, norm.weight.grad, sorted(t.numel() for t in saved)))
+        torch.testing.assert_close(outs[1][0], outs[0][0])
+        torch.testing.assert_close(outs[1][1], outs[0][1], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(outs[1][2], outs[0][2], rtol=1e-5, atol=1e-6)
+        assert outs[1][3] == sorted([3 * 7 * 96, 3 * 7, 96])  # input, 1/rms, weight
+    finally:
+        dist.destroy_process_group()

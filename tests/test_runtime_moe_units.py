@@ -152,7 +152,7 @@ def test_validate_refuses_what_the_runtime_does_not_run(model, parallel, field):
 
 @pytest.mark.parametrize(
     ("update", "field"),
-    [({"capacity_factor": 1.25}, "model.moe.capacity_factor"), ({"expert_bias": True}, "model.moe.expert_bias")],
+    [({"capacity_factor": 1.25}, "model.moe.capacity_factor")],
 )
 def test_validate_refuses_moe_parts_the_zoo_does_not_build(update, field):
     spec = MODELS["tiny-moe"]

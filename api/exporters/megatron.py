@@ -278,6 +278,12 @@ def expert_parallel_args(plan: Plan, notes: Notes) -> list[str]:
             "the model's router has a bias (gpt-oss); Megatron-LM's TopKRouter has none: the export cannot express it "
             "(a few parameters per layer, priced by meshplan)"
         )
+    if moe.swiglu_limit is not None:
+        notes.warn(
+            f"the experts run gpt-oss's clamped SwiGLU (moe.swiglu_limit {moe.swiglu_limit:g}: (up + 1)·gate·"
+            "σ(1.702·gate), both clamped); the export sets no activation flags for it, so Megatron-LM would train "
+            "plain SwiGLU experts: add its gpt-oss activation flags by hand"
+        )
     return args
 
 

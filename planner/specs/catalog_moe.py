@@ -29,7 +29,8 @@ def _moe(
 
 def _gpt_oss(name: str, layers: int, experts: int) -> ModelSpec:
     # openai/gpt-oss-{20b,120b} config.json: hidden 2880, 64 heads of 64, 8 KV heads, experts of 2880 (top-4),
-    # vocab 201088, context 131072; biases on Q/K/V/O, the router and the experts; a sink logit per head.
+    # vocab 201088, context 131072; biases on Q/K/V/O, the router and the experts; a sink logit per head; the
+    # experts' SwiGLU clamped at 7 (swiglu_limit).
     return _moe(
         name,
         layers,
@@ -39,7 +40,14 @@ def _gpt_oss(name: str, layers: int, experts: int) -> ModelSpec:
         2880,
         201088,
         131072,
-        MoeSpec(num_experts=experts, top_k=4, expert_ffn_hidden_size=2880, router_bias=True, expert_bias=True),
+        MoeSpec(
+            num_experts=experts,
+            top_k=4,
+            expert_ffn_hidden_size=2880,
+            router_bias=True,
+            expert_bias=True,
+            swiglu_limit=7.0,
+        ),
         attention_head_dim=64,
         qkv_bias=True,
         attention_out_bias=True,

@@ -222,6 +222,7 @@ def _gpt_oss(cfg: dict[str, Any]) -> dict[str, Any]:
         expert_ffn_hidden_size=_get(cfg, "intermediate_size"),
         router_bias=True,  # GptOssTopKRouter and GptOssExperts carry biases
         expert_bias=True,
+        swiglu_limit=float(cfg.get("swiglu_limit", 7.0)),  # GptOssExperts.limit (its alpha 1.702 is fixed)
     )
     return {"moe": experts, "attention_sinks": True}
 

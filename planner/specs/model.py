@@ -59,7 +59,17 @@ class MoeSpec(Spec):
         default=None, ge=1, le=65_536, description="Groups a token may route to (DeepSeek-V3 topk_group)."
     )
     router_bias: bool = Field(default=False, description="A bias on the router linear (gpt-oss).")
-    expert_bias: bool = Field(default=False, description="Biases on the experts' linears (gpt-oss).")
+    expert_bias: bool = Field(
+        default=False,
+        description="Biases on the routed experts' linears: gate, up (f each) and down (h) per expert (gpt-oss).",
+    )
+    swiglu_limit: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e4,
+        description="gpt-oss's clamped SwiGLU in the routed experts (config.json swiglu_limit): gate clamped to "
+        "≤ limit, up to [−limit, limit], output (up + 1)·gate·σ(1.702·gate); null: SwiGLU silu(gate)·up.",
+    )
     capacity_factor: float | None = Field(
         default=None, gt=0, le=64, description="Tokens an expert takes, × its fair share; null: dropless."
     )
@@ -70,6 +80,13 @@ class MoeSpec(Spec):
         description="Routed tokens of the busiest expert-parallel rank ÷ its fair share (the planner prices that "
         "rank's expert GEMMs and all-to-all; capped by capacity_factor). 1: balanced, as benchmark runs force.",
     )
+
+    @model_serializer(mode="wrap")
+    def _drop_default_limit(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("swiglu_limit", 0) is None:  # left out at its default: MoE dumps (and hashes) as before
+            del data["swiglu_limit"]
+        return data
 
     @property
     def shared_ffn(self) -> int:

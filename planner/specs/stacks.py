@@ -237,8 +237,9 @@ STACKS: dict[str, Stack] = {
             expert_parallel=True,
             etp=("one",),
             # runtime/models/transformer.py check_buildable: the zoo builds none of these yet (it builds qk_norm,
-            # attention_out_bias and attention_sinks: SelfAttention, tests/test_runtime_attention_parts.py)
-            unbuilt=("mla", "moe.capacity_factor", "moe.expert_bias"),
+            # attention_out_bias and attention_sinks: SelfAttention, tests/test_runtime_attention_parts.py; the
+            # experts' biases and clamped SwiGLU: runtime/models/moe.py GroupedExperts, tests/test_runtime_moe_bias.py)
+            unbuilt=("mla", "moe.capacity_factor"),
             runs_source="runtime/models/moe.py (MoE block: top-k router, torch._grouped_mm experts, shared expert, "
             "aux loss or expert bias, dropless), runtime/expert_parallel.py (EP over (pp, edp, ep) carved from dp, "
             "all_to_all_single dispatch, experts FSDP2 over expert-DP; etp 1 only: TP ranks hold their own "

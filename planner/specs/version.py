@@ -89,4 +89,6 @@ from __future__ import annotations
 #:    schedule reduces ZeRO-3 gradients once per step and holds them whole in fp32 meanwhile.
 #: 24: the ``megatron-2020`` preset (Megatron-LM v2.0) prices the 2020–2021 Megatron runs, so the built-in residual rows
 #:    fitted on them are its rows (``("megatron-2020", *)``, the same constants); today's ``megatron`` has no row.
-COST_MODEL_VERSION = 24
+#: 25: the "zoo" activations (meshplan, deepspeed stacks) price QK-norm inputs and attention sinks' padded copies;
+#:    projection QK-norms and sinks split with their heads under TP (every stack); gpt-oss's expert and router biases.
+COST_MODEL_VERSION = 25

@@ -16,6 +16,9 @@ from planner.specs.stacks import Stack
 LAYER_KINDS: tuple[str, ...] = typing.get_args(LayerKind)
 #: Bytes of the fp32 log-sum-exp a fused attention kernel keeps per (query, head).
 LSE_BYTES = 4
+#: Head-dimension columns the bundled runtime's attention-sink path adds to q, k, v (runtime.models.transformer
+#: SINK_PAD: the sink's column and zeros to a multiple of 8; tests/test_analytic_agreement.py holds them equal).
+SINK_PAD = 8
 
 
 def _norm_saved(model: ModelSpec, tokens: float, e: int) -> float:
@@ -46,7 +49,7 @@ def block_saved_terms(
     kv = model.num_kv_heads * model.head_dim / tp  # local K/V width: GQA kernels take K, V unrepeated
     mlp_tensors = 4 if model.activation == "swiglu" else 2
     rope = 2 * 2 * s * (model.head_dim // 2) * 4 if model.family == "llama" else 0
-    return {
+    terms = {
         "attn_norm_input": _norm_saved(model, T / sp, e),
         "qkv_input": T * h * e,
         "q_k_v": T * (q + 2 * kv) * e,
@@ -57,6 +60,34 @@ def block_saved_terms(
         "mlp_input": T * h * e,
         "mlp_hidden": mlp_tensors * T * f / tp * e,
     }
+    return terms | zoo_attention_part_terms(model, b, s, tp, e)
+
+
+def zoo_attention_part_terms(model: ModelSpec, b: int, s: int, tp: int, e: int) -> dict[str, float]:
+    """What the bundled runtime's attention variants keep beyond ``block_saved_terms``' tensors (SelfAttention;
+    measured on the meta device by tests/test_analytic_agreement.py), on one TP rank (the heads' q and k run on the
+    whole sequence, so sequence parallelism does not shard them):
+
+    * QK-norm (``qk_norm``): each RMSNorm's input (the projection's output, before the norm) in the activation
+      dtype and its fp32 1/rms — per head and token with ``"head"`` (Qwen3), per token with ``"projection"``
+      (OLMoE; the fused kernel's set, which the runtime's norm with an all-reduced sum of squares keeps too at
+      tp > 1: ``runtime.models.transformer._ShardedRMSNorm``).
+    * Sinks (``attention_sinks``, ``with_sink_key``): the kernel runs on T + 1 tokens at head_dim + SINK_PAD, so it
+      keeps q, k, v and its output at that size (and the log-sum-exp on T + 1) instead of q, k, v and the
+      log-sum-exp; the output projection then keeps its own contiguous input (``attn_output``). Recomputed with the
+      attention core under ``selective`` recomputation, like the log-sum-exp."""
+    T, d = b * s, model.head_dim
+    a, g = model.num_attention_heads / tp, model.num_kv_heads / tp
+    out: dict[str, float] = {}
+    if model.qk_norm is not None:
+        stats = (a + g) if model.qk_norm == "head" else 2
+        out["qk_norm_inputs"] = T * (a + g) * d * e + T * stats * 4
+    if model.attention_sinks:
+        t1, d1 = b * (s + 1), d + SINK_PAD
+        out["attn_sink_copies"] = (
+            t1 * (2 * a + 2 * g) * d1 * e + t1 * a * LSE_BYTES - T * (a + 2 * g) * d * e - T * a * LSE_BYTES
+        )
+    return out
 
 
 def saved_activation_bytes(
@@ -122,7 +153,9 @@ def saved_activation_bytes(
         none = sum(terms.values())
         return ActivationBytes(
             none=int(none),
-            selective=int(none - terms["attn_logsumexp"] - terms.get("attn_scores", 0.0)),
+            selective=int(
+                none - terms["attn_logsumexp"] - terms.get("attn_scores", 0.0) - terms.get("attn_sink_copies", 0.0)
+            ),
             full=int(T / sp * h * e),
         )
     raise MeshplanError("kind", f"unknown layer kind {kind!r}", f"use one of {', '.join(LAYER_KINDS)}")

@@ -46,6 +46,9 @@ mlp_norm output (w1 input)          T·h                           not sharded (
 GELU MLP: w1 output; w2 input       2·T·f/t                       t
 SwiGLU: w1 out, silu out, w3 out,   4·T·f/t                       t
 w2 input
+QK-norm inputs (``qk_norm``)        T·(a + g)·d/t, + fp32 1/rms   t
+Sinks: q, k, v, output at T + 1     see ``activations.zoo_        t
+tokens × (d + 8), for Q, K, V       attention_part_terms``
 =================================  ===========================  ===========================
 
 Norms: ``nn.LayerNorm`` keeps its input and two per-token statistics (mean, 1/σ) in the activation

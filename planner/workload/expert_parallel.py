@@ -111,8 +111,9 @@ def expert_work(
             moe_tp = (Collective("tp", "reduce_scatter", full * k * h * elt * imb, 2),)
     tp_b: Comms = tuple(Collective(c.axis, c.op, c.nbytes, c.count * exch / 2) for c in moe_tp)
     dense_b: Comms = tuple(Collective(c.axis, c.op, c.nbytes, c.count * exch / 2) for c in dense_tp)
-    expert_params = local * 3 * h * f
-    other = E * h + (3 * h * fs if fs else 0)
+    # gpt-oss (expert_bias): gate and up biases of f, a down bias of h per expert; its router's bias
+    expert_params = local * (3 * h * f + ((2 * f + h) if moe.expert_bias else 0))
+    other = E * h + (E if moe.router_bias else 0) + (3 * h * fs if fs else 0)
     saved = elt * T_in * k * imb * (2 * h + 3 * f) + 4.0 * full * fs * elt + 4.0 * T * E
     return ExpertWork(
         gemms=tuple(gemms),

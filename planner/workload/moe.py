@@ -82,10 +82,11 @@ def block_linears_of(model: ModelSpec, kind: str, tp: int) -> tuple[Linear, ...]
     return attention + tuple(replace(lin, call=lin.call + shift) for lin in dense[4:])
 
 
-def attention_other_params(model: ModelSpec) -> tuple[int, ...]:
-    """A block's attention parameter tensors outside its linears (replicated under TP): latent attention's norms
-    of the query and key/value latents; query and key RMSNorms, per head (Qwen3: head_dim each) or over the
-    projection (OLMoE: heads·d and kv_heads·d); a sink logit per head (gpt-oss)."""
+def attention_other_params(model: ModelSpec, tp: int = 1) -> tuple[int, ...]:
+    """A block's attention parameter tensors outside its linears on one TP rank: latent attention's norms of the
+    query and key/value latents and per-head query and key RMSNorms (Qwen3: head_dim each, shared by the heads),
+    replicated; query and key RMSNorms over the projection (OLMoE: heads·d and kv_heads·d) and a sink logit per head
+    (gpt-oss), split with their heads (runtime.parallelize.apply_attention_tp; Megatron-core's softmax_offset too)."""
     out: list[int] = []
     if model.mla is not None:
         if model.mla.q_lora_rank is not None:
@@ -94,9 +95,9 @@ def attention_other_params(model: ModelSpec) -> tuple[int, ...]:
     if model.qk_norm == "head":
         out += [model.head_dim, model.head_dim]
     elif model.qk_norm == "projection":
-        out += [model.num_attention_heads * model.head_dim, model.num_kv_heads * model.head_dim]
+        out += [model.num_attention_heads * model.head_dim // tp, model.num_kv_heads * model.head_dim // tp]
     if model.attention_sinks:
-        out.append(model.num_attention_heads)
+        out.append(model.num_attention_heads // tp)
     return tuple(out)
 
 

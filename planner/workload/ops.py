@@ -125,7 +125,7 @@ def other_params(model: ModelSpec, kind: str, tp: int) -> tuple[int, ...]:
         if model.mla is not None or model.qk_norm is not None or model.attention_sinks:
             from planner.workload.moe import attention_other_params
 
-            return norm + norm + attention_other_params(model)
+            return norm + norm + attention_other_params(model, tp)
         return norm + norm
     if kind == "lm_head":
         return norm

@@ -5,7 +5,8 @@ Module names (a contract with ``planner.specs.layout.tp_plan`` and checkpoints):
 ``layers.<i>.moe`` (not ``mlp``, so the dense MLP's TP rules never match it) with ``router`` (a linear
 h → num_experts, bias if ``router_bias``), ``experts`` (``w1``, ``w3``: [E, h, f]; ``w2``: [E, f, h]; under expert
 parallelism each rank holds its E/ep experts as a ``Shard(0)`` DTensor of the global [E, …] shape) and
-``shared`` (a dense SwiGLU MLP of ``shared_experts × shared_ffn``, when the spec has shared experts).
+``shared`` (a dense SwiGLU MLP of ``shared_experts × shared_ffn``, when the spec has shared experts). With
+``expert_bias`` (gpt-oss) the experts also hold ``b1``, ``b3`` [E, f] and ``b2`` [E, h], sharded with their experts.
 
 Routing (per token, in fp32): ``softmax`` scores = softmax of the router logits over all experts (Mixtral, Qwen3-MoE);
 ``sigmoid`` scores = sigmoid of the logits (DeepSeek-V3). With group-limited routing (``router_groups``,
@@ -26,7 +27,10 @@ caller: ``runtime.expert_parallel.update_expert_bias``).
 Experts (``GroupedExperts``) run the tokens sorted by expert through ``torch._grouped_mm`` (2D tokens × 3D
 weights with int32 group offsets): the grouped GEMM the GPU path uses. It runs on CPU in PyTorch 2.13 (fp32 and
 bf16, autograd; ../shared/notes/moe-cp-fp8.md §8d: exact against a per-expert loop, about 2× slower than it on CPU),
-so one code path serves both. Under expert parallelism (``ep``: an ``EPContext``) the sorted tokens go to the
+so one code path serves both. gpt-oss's experts (``expert_bias``) add to each row of a grouped GEMM's output its
+expert's bias (the bias rows gathered by the row's expert; w2's bias is then weighted by the gate with the rest of the
+expert's output, as transformers' ``GptOssExperts``), and with ``swiglu_limit`` run its clamped SwiGLU
+(``ClampedSwiGLU``) instead of silu(gate)·up. Under expert parallelism (``ep``: an ``EPContext``) the sorted tokens go to the
 ranks holding their experts with an all-to-all of the per-expert counts and ``all_to_all_single_autograd`` of the
 rows (uneven splits), are regrouped by local expert, run, and come back the same way; the combine then sums each
 token's k outputs weighted by its gates. Dropless: every routed token is computed (``capacity_factor`` must be null).
@@ -54,34 +58,88 @@ def grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Te
     return torch._grouped_mm(x, w, offs=offs)
 
 
+#: gpt-oss's clamped SwiGLU (``MoeSpec.swiglu_limit``): σ(ALPHA · gate), as transformers' ``GptOssExperts.alpha``.
+SWIGLU_ALPHA = 1.702
+_EXPERT_LEAVES = ("w1", "w3", "w2")
+#: The experts' biases (``MoeSpec.expert_bias``): [E, f] on w1's and w3's outputs, [E, h] on w2's.
+_BIAS_LEAVES = ("b1", "b3", "b2")
+
+
+class ClampedSwiGLU(torch.autograd.Function):
+    """gpt-oss's expert activation on the gate ``a`` and up ``b`` projections (transformers' ``GptOssExperts``):
+    g = min(a, limit), u = clamp(b, −limit, limit), out = (u + 1) · g · σ(α·g). Keeps only ``a`` and ``b`` for
+    backward (as a fused kernel would; plain autograd ops would keep seven f-wide tensors), recomputing the rest;
+    gradients pass where the clamps do not bind (inclusive, as ``torch.clamp``'s)."""
+
+    @staticmethod
+    def forward(ctx, a: torch.Tensor, b: torch.Tensor, limit: float) -> torch.Tensor:
+        ctx.save_for_backward(a, b)
+        ctx.limit = limit
+        g = a.clamp(max=limit)
+        return (b.clamp(-limit, limit) + 1) * g * torch.sigmoid(SWIGLU_ALPHA * g)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        a, b = ctx.saved_tensors
+        limit = ctx.limit
+        g = a.clamp(max=limit)
+        u = b.clamp(-limit, limit)
+        sig = torch.sigmoid(SWIGLU_ALPHA * g)
+        d_g = sig * (1 + SWIGLU_ALPHA * g * (1 - sig))
+        grad_a = grad * (u + 1) * d_g * (a <= limit)
+        grad_b = grad * g * sig * ((b >= -limit) & (b <= limit))
+        return grad_a, grad_b, None
+
+
 class GroupedExperts(nn.Module):
     """``local`` SwiGLU experts (global indices ``first`` … ``first + local − 1`` of ``num_experts``) as three
-    stacked weights. ``forward`` takes rows sorted by local expert and the rows per expert."""
+    stacked weights, with ``bias``: three stacked biases added to each row by its expert (gpt-oss), and with
+    ``limit``: gpt-oss's clamped SwiGLU (``ClampedSwiGLU``). ``forward`` takes rows sorted by local expert and the
+    rows per expert."""
 
-    def __init__(self, num_experts: int, dim: int, ffn: int) -> None:
+    def __init__(self, num_experts: int, dim: int, ffn: int, *, bias: bool = False, limit: float | None = None) -> None:
         super().__init__()
         self.num_experts, self.first, self.local = num_experts, 0, num_experts
+        self.limit = limit
         self.w1 = nn.Parameter(torch.empty(num_experts, dim, ffn))
         self.w3 = nn.Parameter(torch.empty(num_experts, dim, ffn))
         self.w2 = nn.Parameter(torch.empty(num_experts, ffn, dim))
+        self.has_bias = bias
+        if bias:
+            self.b1 = nn.Parameter(torch.empty(num_experts, ffn))
+            self.b3 = nn.Parameter(torch.empty(num_experts, ffn))
+            self.b2 = nn.Parameter(torch.empty(num_experts, dim))
+
+    @property
+    def leaves(self) -> tuple[str, ...]:
+        """Names of the stacked per-expert parameters (first dim: the expert), each sharded alike under EP."""
+        return _EXPERT_LEAVES + (_BIAS_LEAVES if self.has_bias else ())
 
     def keep(self, first: int, local: int) -> None:
         """Hold only experts ``first`` … ``first + local − 1`` (expert parallelism; call on the meta device)."""
         self.first, self.local = first, local
-        for name in ("w1", "w3", "w2"):
+        for name in self.leaves:
             p = getattr(self, name)
             setattr(self, name, nn.Parameter(torch.empty((local, *p.shape[1:]), device=p.device, dtype=p.dtype)))
 
-    def _weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _weights(self) -> list[torch.Tensor]:
         from runtime.expert_parallel import local_weight
 
-        return local_weight(self.w1, self), local_weight(self.w3, self), local_weight(self.w2, self)
+        return [local_weight(getattr(self, name), self) for name in self.leaves]
 
     def forward(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-        w1, w3, w2 = self._weights()
+        w1, w3, w2, *biases = self._weights()
         offs = torch.cumsum(counts, 0).to(torch.int32)
-        h = F.silu(grouped_mm(x, w1, offs)) * grouped_mm(x, w3, offs)
-        return grouped_mm(h, w2, offs)
+        a, b = grouped_mm(x, w1, offs), grouped_mm(x, w3, offs)
+        if biases:  # each row's bias is its expert's: the expert index of every row, by the rows per expert
+            row_expert = torch.repeat_interleave(
+                torch.arange(counts.shape[0], device=x.device), counts, output_size=x.shape[0]
+            )
+            b1, b3, b2 = (bias.index_select(0, row_expert) for bias in biases)
+            a, b = a + b1, b + b3
+        h = F.silu(a) * b if self.limit is None else ClampedSwiGLU.apply(a, b, self.limit)
+        out = grouped_mm(h, w2, offs)
+        return out + b2 if biases else out
 
 
 class _AttachAux(torch.autograd.Function):
@@ -127,7 +185,9 @@ class MoE(nn.Module):
         self.groups, self.topk_groups = moe.router_groups, moe.router_topk_groups
         self.aux_coeff, self.bias_rate = AUX_COEFF, BIAS_RATE
         self.router = nn.Linear(d, moe.num_experts, bias=moe.router_bias)
-        self.experts = GroupedExperts(moe.num_experts, d, moe.expert_ffn_hidden_size)
+        self.experts = GroupedExperts(
+            moe.num_experts, d, moe.expert_ffn_hidden_size, bias=moe.expert_bias, limit=moe.swiglu_limit
+        )
         self.shared = None
         if moe.shared_experts:
             from runtime.models.transformer import FeedForward

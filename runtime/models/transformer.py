@@ -146,24 +146,52 @@ def with_sink_key(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torc
     return q2, k2, v2, scale
 
 
+class _ShardedRMSNorm(torch.autograd.Function):
+    """RMSNorm of a row split over a group's ranks (each holds a slice of its columns and of the weight): the sum of
+    squares all-reduced forward, and Σ grad·x backward (x_j's gradient is r·g_j − r³·x_j·Σ_i g_i·x_i / n, the sum over
+    the whole row). Keeps what the fused kernel keeps — the input in its dtype and the fp32 1/rms — rather than
+    composite autograd's fp32 copy of the input and the normalised input."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w: torch.Tensor, n: int, eps: float, group) -> torch.Tensor:
+        import torch.distributed as dist
+
+        xf = x.float()
+        squares = xf.pow(2).sum(-1, keepdim=True)
+        dist.all_reduce(squares, group=group)
+        rstd = torch.rsqrt(squares / n + eps)
+        ctx.save_for_backward(x, w, rstd)
+        ctx.n, ctx.group = n, group
+        return (xf * rstd).type_as(x) * w
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        import torch.distributed as dist
+
+        x, w, rstd = ctx.saved_tensors
+        xf = x.float()
+        grad_w = (grad * (xf * rstd).type_as(x)).reshape(-1, w.shape[-1]).sum(0).to(w.dtype)
+        g = (grad * w).float()
+        dot = (g * xf).sum(-1, keepdim=True)
+        dist.all_reduce(dot, group=ctx.group)
+        grad_x = rstd * g - xf * rstd.pow(3) * dot / ctx.n
+        return grad_x.type_as(x), grad_w, None, None, None
+
+
 class ProjectionRMSNorm(RMSNorm):
     """QK-norm over a whole projection (OLMoE's ``q_norm``/``k_norm``: RMSNorm of heads·head_dim, resp.
     kv_heads·head_dim, before the heads are split). Under TP each rank holds its heads' slice of the projection and
     of ``weight`` (a ``Shard(0)`` DTensor on the TP mesh, ``runtime.parallelize.apply_attention_tp``, which sets
-    ``tp_group``): the mean square then needs every rank's sum of squares, all-reduced (autograd-aware: the backward
-    sums the ranks' gradients of the total). Without TP it is the fused ``RMSNorm``."""
+    ``tp_group``): the mean square then needs every rank's sum of squares, all-reduced, and the backward the row's
+    Σ grad·x (``_ShardedRMSNorm``, keeping the fused kernel's saved set). Without TP it is the fused ``RMSNorm``."""
 
     tp_group = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.tp_group is None:
             return super().forward(x)
-        from torch.distributed.nn.functional import all_reduce
-
         w = self.weight.to_local() if hasattr(self.weight, "to_local") else self.weight
-        xf = x.float()
-        squares = all_reduce(xf.pow(2).sum(-1, keepdim=True), group=self.tp_group)
-        return (xf * torch.rsqrt(squares / self.normalized_shape[0] + self.eps)).type_as(x) * w
+        return _ShardedRMSNorm.apply(x, w, self.normalized_shape[0], self.eps, self.tp_group)
 
 
 class SelfAttention(nn.Module):
@@ -335,11 +363,14 @@ def init_weights(module: nn.Module, spec: ModelSpec, seed: int) -> None:
             experts.expert_bias.zero_()  # buffers too: ``to_empty`` leaves them uninitialised
             experts.tokens_per_expert.zero_()
         if isinstance(experts, GroupedExperts):  # each expert seeded by its global index: same under any EP split
-            for leaf in ("w1", "w3", "w2"):
+            for leaf in experts.leaves:
                 p = getattr(experts, leaf)
                 seen.add(id(p))
                 local = p.to_local() if hasattr(p, "to_local") else p
                 if local.device.type == "meta":
+                    continue
+                if leaf.startswith("b"):  # the experts' biases (gpt-oss): 0, as every bias
+                    local.zero_()
                     continue
                 std = residual_std if leaf == "w2" else INIT_STD
                 for j in range(local.shape[0]):
@@ -366,7 +397,7 @@ def init_weights(module: nn.Module, spec: ModelSpec, seed: int) -> None:
 
 def check_buildable(spec: ModelSpec) -> None:
     """Refuse a spec with parts the zoo does not build yet (latent attention; in a mixture of experts: token dropping
-    by capacity, biases on the experts' linears) rather than build a different model. The same list, as data, is the
+    by capacity) rather than build a different model. The same list, as data, is the
     ``meshplan`` stack's ``unbuilt`` (``planner.specs.stacks``; tests/test_runtime_attention_parts.py holds them
     equal)."""
     from planner.specs.errors import MeshplanError
@@ -374,7 +405,6 @@ def check_buildable(spec: ModelSpec) -> None:
     moe = spec.moe
     for field, on in (
         ("moe.capacity_factor", moe is not None and moe.capacity_factor is not None),
-        ("moe.expert_bias", moe is not None and moe.expert_bias),
         ("mla", spec.mla is not None),
     ):
         if on:
