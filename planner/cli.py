@@ -187,9 +187,11 @@ def _plan(request: PlanRequest, as_json: bool) -> None:
     if request.calibration is not None:
         priced += f"; calibrated on {len(request.calibration.runs)} runs of {request.calibration.gpu}"
     out.print(escape(priced), soft_wrap=True, highlight=False)
-    for note in s.notes if s.status != "OPTIMAL" else []:
-        if note.startswith("NOT PROVEN OPTIMAL"):  # the time limit ended the search: say so, with what helps
+    for note in s.notes:
+        if note.startswith("NOT PROVEN OPTIMAL") and s.status != "OPTIMAL":  # the time limit ended the search
             out.print(f"[bold yellow]{escape(note)}[/]", soft_wrap=True)
+        if note.startswith("scope:"):  # what the proof does not cover, and the pin that reaches it
+            out.print(escape(note), soft_wrap=True, highlight=False)
     if response.infeasible is not None:
         inf = response.infeasible
         out.print(

@@ -26,6 +26,7 @@ from planner.compose.cost import Candidate, Context, class_costs, evaluate
 from planner.search.bounds import fits_at, fitting_bound, may_fit, quick_may_fit
 from planner.search.cutsolver import ClassResult, Status, greedy_cut, solve_class
 from planner.search.frontier import Frontier, Key, QueueItem
+from planner.search.scope import unsearched
 from planner.search.space import enumerate_candidates, forced_cut, min_memory, plan_key
 from planner.specs import ParallelPins, SearchOptions
 from planner.specs.layout import even_stage_layers
@@ -162,6 +163,8 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
             f"{len(seeded)} expert-like configurations evaluated first (their plans are a floor for the answer)"
         )
     ] + profile_notes
+    scope = unsearched(ctx, pins, cands)  # what an OPTIMAL answer's proof does not cover (policies a pin reaches)
+    notes += [scope] if scope else []
     top = found[0].evaluation if found else None
     if top is None:
         return SearchResult(

@@ -1,0 +1,73 @@
+"""What an unpinned search leaves out by policy (issue 26: an OPTIMAL answer says over what): the note names each part
+a pin reaches and the pin, and is absent once the request pins it."""
+
+from __future__ import annotations
+
+import pytest
+
+import planner
+from planner.answer.request import context
+from planner.search.scope import unsearched
+from planner.search.space import enumerate_candidates
+from planner.specs import PlanRequest, SearchOptions
+from tests.test_planner_cli import SMALL, run
+
+CLUSTER = {"gpu": "h100-sxm5-80gb", "num_nodes": 2, "gpus_per_node": 8}
+
+
+def request(
+    seq: int = 4096, stack: str = "meshplan", model: str = "llama3.1-8b", nodes: int = 2, **parallel
+) -> PlanRequest:
+    return PlanRequest.model_validate(
+        {
+            "model": model,
+            "cluster": {**CLUSTER, "num_nodes": nodes},
+            "training": {"global_batch_size": 64, "seq_len": seq, "stack": stack},
+            "parallel": parallel,
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "req, says, not_says",
+    [
+        (request(), ["context parallelism", "uneven stage cuts of interleaved"], []),
+        (request(cp=1), ["uneven stage cuts of interleaved"], ["context parallelism", "cp degrees"]),
+        (request(schedule="1f1b"), ["context parallelism"], ["interleaved"]),
+        (
+            request(seq=16384, nodes=4),
+            ["cp degrees above 16 (fewer than 1,024 tokens per CP rank)"],
+            ["context parallelism ("],
+        ),
+        (
+            request(seq=2048, stack="megatron-2020", model="gpt3-1.3b"),
+            [],
+            ["context parallelism", "cp degrees", "interleaved"],
+        ),  # runs neither
+    ],
+)
+def test_the_note_names_what_the_policies_left_out(req: PlanRequest, says: list[str], not_says: list[str]) -> None:
+    ctx = context(req)
+    note = unsearched(ctx, req.parallel, enumerate_candidates(ctx, req.parallel, SearchOptions())) or ""
+    for words in says:
+        assert words in note, note
+    for words in not_says:
+        assert words not in note, note
+    assert (note == "") == (not says)
+
+
+def test_nothing_left_out_when_the_request_pins_cp_and_the_schedule() -> None:
+    r = planner.plan(request(cp=1, schedule="1f1b"))
+    assert r.solver.status == "OPTIMAL" and not any(n.startswith("scope:") for n in r.solver.notes)
+    r = planner.plan(request())
+    assert any(n.startswith("scope:") for n in r.solver.notes)
+
+
+def test_the_cli_prints_the_note_beside_an_optimal_answer() -> None:
+    out = run("plan", *SMALL)
+    assert out.returncode == 0, out.stderr
+    assert (
+        "OPTIMAL" in out.stdout
+        and "scope: the search, and an OPTIMAL proof" in out.stdout
+        and "Pin parallel.cp" in out.stdout
+    )
