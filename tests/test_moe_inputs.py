@@ -74,7 +74,7 @@ TABLE: dict[str, tuple[dict, dict, str]] = {
     ),
     "unsupported-architecture": (body(hf(Q3, model_type="jamba")), body(hf(Q3)), "model.hf_config.model_type"),
     "unsupported-field": (body(hf(Q3, hidden_act="gelu")), body(hf(Q3)), "model.hf_config.hidden_act"),
-    "moe-on-a-stack-without-moe": (body(hf(Q3), stack="meshplan"), body(hf(Q3)), "training.stack"),
+    "moe-on-a-stack-without-moe": (body(hf(Q3), stack="deepspeed"), body(hf(Q3)), "training.stack"),
 }
 # fmt: on
 
