@@ -14,7 +14,7 @@ from ortools.sat.python import cp_model
 from planner.compose.blocks import block_sequence
 from planner.compose.cost import Context, chunk_times, class_costs, evaluate
 from planner.compose.memory import rank_memory
-from planner.compose.terms import kind_terms
+from planner.compose.terms import kind_terms, shared_key
 from planner.search.bounds import class_bound, fitting_bound, lean_bound, may_fit, quick_bound, quick_may_fit
 from planner.search.bruteforce import brute_force, compositions
 from planner.search.cutsolver import cut_model
@@ -123,10 +123,7 @@ def test_the_mixed_instances_are_not_vacuous() -> None:
 def layer_by_layer(ctx: Context, cand, n: list[int]) -> tuple[list[int], list[int]]:
     """Each chunk's forward and backward summed layer by layer, each layer at its own kind's coefficient from the
     terms of a model whose every block is that kind (``terms.kind_terms``), + the embedding and the LM head."""
-    key = (
-        cand.micro_batch_size, cand.tp, cand.sequence_parallel, cand.recompute, cand.zero_stage, cand.dp,
-        cand.tp_comm_overlap, cand.ep, cand.etp, cand.pp * cand.virtual_stages > 1,
-    )  # fmt: skip
+    key = shared_key(cand)
     per = {kind: kind_terms(ctx, key, kind) for kind in ("transformer_block", MOE_BLOCK)}
     kinds = block_kinds(ctx.model)
     fwd, bwd, at = [], [], 0

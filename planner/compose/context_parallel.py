@@ -25,7 +25,16 @@ from typing import TYPE_CHECKING
 
 from planner.compose.affine import Affine
 from planner.compose.context import Context
-from planner.compose.terms import NOTHING, OVERLAP_SLOWDOWN, SharedTerms, memory_terms, ns, overlapped, scaled
+from planner.compose.terms import (
+    NOTHING,
+    OVERLAP_SLOWDOWN,
+    SharedTerms,
+    memory_terms,
+    ns,
+    overlapped,
+    scaled,
+    shared_key,
+)
 from planner.compose.terms import class_terms as plain_class_terms
 from planner.pricing.collectives import Groups, comm_seconds
 from planner.pricing.context_parallel import CpGroup
@@ -138,17 +147,4 @@ def memory_class_terms(ctx: Context, c: Candidate) -> SharedTerms:
     class at dp·cp in the local view, which the exchange leaves as they are) without pricing any time: never read
     its times (``terms.memory_terms``). What the memory screens before costing read (``search.screens``)."""
     view, dp = (cp_view(ctx, c.cp), c.dp * c.cp) if c.cp > 1 else (ctx, c.dp)
-    piped = c.pp * c.virtual_stages > 1
-    key = (
-        c.micro_batch_size,
-        c.tp,
-        c.sequence_parallel,
-        c.recompute,
-        c.zero_stage,
-        dp,
-        c.tp_comm_overlap,
-        c.ep,
-        c.etp,
-        piped,
-    )
-    return memory_terms(view, key)
+    return memory_terms(view, shared_key(c, dp))

@@ -150,21 +150,28 @@ def memory_terms(ctx: Context, key: SharedKey) -> SharedTerms:
     return s
 
 
-def class_terms(ctx: Context, c: Candidate) -> SharedTerms:
-    """``shared_terms`` of the class; pipelined on a host, every chunk's forward and backward per micro-batch
-    + the schedule's measured host work per action (``collectives.pipeline_action``)."""
-    key = (
+def shared_key(c: Candidate, dp: int | None = None) -> SharedKey:
+    """The key of the terms a class shares with others (``shared_terms``' arguments, in order): one place, so that
+    every cache of them (priced, memory-only, pipelined) reads the same fields. ``dp``: another data-parallel size
+    (a CP class's local view spans dp·cp)."""
+    return (
         c.micro_batch_size,
         c.tp,
         c.sequence_parallel,
         c.recompute,
         c.zero_stage,
-        c.dp,
+        c.dp if dp is None else dp,
         c.tp_comm_overlap,
         c.ep,
         c.etp,
         c.pp * c.virtual_stages > 1,
     )
+
+
+def class_terms(ctx: Context, c: Candidate) -> SharedTerms:
+    """``shared_terms`` of the class; pipelined on a host, every chunk's forward and backward per micro-batch
+    + the schedule's measured host work per action (``collectives.pipeline_action``)."""
+    key = shared_key(c)
     s = shared_terms(ctx, *key)
     action = ns(pipeline_action(ctx)) if c.pp * c.virtual_stages > 1 else 0
     if not action:
