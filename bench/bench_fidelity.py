@@ -256,6 +256,13 @@ UNFUSED_ATTENTION_GROUPS = {"megatron-2020-tp": "eager", "megatron-2020-dp128": 
 #: Megatron-LM's 2020/2021 READMEs and MT-NLG (trained 2021 on Selene) ran NGC PyTorch containers of 2020–2021, which
 #: ship NCCL 2.7–2.10 (tuning.cc constants of v2.8–v2.10 agree but for two tree caps; v2.7 has a 50 µs tree step).
 NCCL_210_GROUPS = ("megatron-2020-tp", "megatron-2020-dp128", "megatron-2021-gpt3", "mt-nlg-2022")
+#: Megatron-DeepSpeed's 2021 model code under DeepSpeed's pipeline (MT-NLG, trained 2021; arXiv 2201.11990): the
+#: Megatron-LM transformer it forked (v2.5, e269e20064, 2021-08: megatron/model/transformer.py) materialises the s×s
+#: scores through ``FusedScaleMaskSoftmax`` and attention dropout, with fused bias-GeLU and bias-dropout-add kernels and
+#: ``--attention-dropout`` / ``--hidden-dropout`` 0.1 by default (megatron/arguments.py) — FlashAttention (arXiv
+#: 2205.14135) came out in 2022-05, after the runs.
+MEGATRON_2021_KERNELS = {"attention": "unfused", "kernels": "fused", "dropout": True}
+MEGATRON_DEEPSPEED_GROUPS = ("mt-nlg-2022",)
 
 
 #: torchtitan's train configs at the commits of its published runs, where they differ from the preset:
@@ -282,6 +289,8 @@ def stack_of(row: dict[str, Any]) -> str | dict[str, Any]:
     if row["source_group"] in UNFUSED_ATTENTION_GROUPS:  # Megatron-LM v2.0 (planner.specs.stack_eras): what it ran
         kernels = UNFUSED_ATTENTION_GROUPS[row["source_group"]]
         return "megatron-2020" if kernels == "fused" else {"base": "megatron-2020", "kernels": kernels}
+    if row["source_group"] in MEGATRON_DEEPSPEED_GROUPS:
+        return {"base": row["stack"], **era, **MEGATRON_2021_KERNELS}
     if era and row["stack"] in ("megatron", "deepspeed"):
         return {"base": row["stack"], **era}
     if row["stack"] == "torchtitan":

@@ -130,12 +130,15 @@ def stacks(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
             "yes" if s.pp_with_tied_embeddings else "no",
         )
     show(runs)
-    # Context parallelism, FP8 and overlapped TP (issue 24): what each stack runs of them.
-    dims = Table("id", "CP exchanges (cp_comm)", "FP8 recipes (default first)", "FP8 all-gather", "TP overlap")
+    # Precisions, context parallelism, FP8 and overlapped TP (issue 24): what each stack runs of them.
+    dims = Table(
+        "id", "precisions", "CP exchanges (cp_comm)", "FP8 recipes (default first)", "FP8 all-gather", "TP overlap"
+    )
     dims.columns[0].no_wrap = True
     for s in STACKS.values():
         dims.add_row(
             s.id,
+            ", ".join(s.precisions),
             ", ".join(s.cp_comms) or "no CP",
             ", ".join(s.fp8_recipes) or "no FP8",
             ", ".join(s.fp8_all_gather) or "—",

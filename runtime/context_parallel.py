@@ -21,6 +21,10 @@ attention is token-local, so the blocks run unchanged on the local tokens. Excha
   (heads/inner per rank, the inner group's tokens), then the ring across the cp / inner groups with K/V blocks
   of those tokens, under the tokens' position mask; all-to-all back.
 
+A sliding window (``ModelSpec.sliding_window`` on the layer: ``Attention.window``) narrows every exchange's position
+mask to the band (``sees``); the exchange itself is unchanged: the ring still rotates every K/V block (a block
+outside every local query's band contributes exactly nothing to the merge), all_gather gathers the whole K/V.
+
 The ring's blocks are computed in fp32 PyTorch ops (scores and probabilities of one s/cp × s/cp block at a
 time, kept for backward), not by a fused kernel: a correctness path for the bundled runtime, whose memory
 the planner does not price (it does not price CP at all yet). The model zoo only calls ``positions`` and
@@ -80,17 +84,18 @@ class CPContext(_Group):
         return torch.cat([self.positions(local_len, device, r) for r in range(self.size)])
 
     # ---------------------------------------------------------------- attention
-    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int | None = None) -> torch.Tensor:
         """Causal attention of the local queries over the whole sequence: q [B, heads, T, hd], k and v
-        [B, kv_heads, T, hd] (T = seq_len / cp local tokens); returns [B, heads, T, hd]."""
+        [B, kv_heads, T, hd] (T = seq_len / cp local tokens); returns [B, heads, T, hd]. ``window``: a sliding
+        window's (query p sees keys p − window < j ≤ p: ``sees``), in every exchange's position mask."""
         if self.comm == "p2p":
-            return _ring_attention(self, q, k, v)
+            return _ring_attention(self, q, k, v, window)
         if self.comm == "all_gather":
-            return _all_gather_attention(self, q, k, v)
+            return _all_gather_attention(self, q, k, v, window)
         if self.comm == "a2a":
-            return _ulysses_attention(self, q, k, v)
+            return _ulysses_attention(self, q, k, v, window)
         if self.comm == "a2a+p2p":
-            return _hierarchical_attention(self, q, k, v)
+            return _hierarchical_attention(self, q, k, v, window)
         raise NotImplementedError(f"cp_comm {self.comm!r} has no runtime path")
 
 
@@ -121,7 +126,14 @@ def apply_cp(chunk: nn.Module, ctx: CPContext) -> None:
 # all_gather
 
 
-def _all_gather_attention(ctx: CPContext, q, k, v):
+def sees(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None) -> torch.Tensor:
+    """The position mask [len(q_pos), len(k_pos)]: True where the query attends the key (causal; within the window's
+    ``window`` keys when given, as ``runtime.models.transformer.banded_causal_mask``)."""
+    d = q_pos[:, None] - k_pos[None, :]
+    return d >= 0 if window is None else (d >= 0) & (d < window)
+
+
+def _all_gather_attention(ctx: CPContext, q, k, v, window: int | None = None):
     b, hkv, t, hd = k.shape
     from torch.distributed._functional_collectives import all_gather_single, wait_tensor
 
@@ -130,7 +142,7 @@ def _all_gather_attention(ctx: CPContext, q, k, v):
     full = full.permute(1, 2, 3, 0, 4, 5).reshape(2, b, hkv, ctx.size * t, hd)
     order = ctx._rank_order(t, q.device)
     full = full.index_select(3, torch.argsort(order))  # position order
-    seen = ctx.positions(t, q.device)[:, None] >= torch.arange(ctx.size * t, device=q.device)[None, :]
+    seen = sees(ctx.positions(t, q.device), torch.arange(ctx.size * t, device=q.device), window)
     return F.scaled_dot_product_attention(q, full[0], full[1], attn_mask=seen, enable_gqa=hkv != q.shape[1])
 
 
@@ -161,12 +173,17 @@ def _to_seq(g: _Group, y: torch.Tensor, t: int) -> torch.Tensor:
     return x.transpose(0, 1).reshape(b, c * hc, t, hd)
 
 
-def _ulysses_attention(ctx: CPContext, q, k, v):
+def _ulysses_attention(ctx: CPContext, q, k, v, window: int | None = None):
     t = q.shape[2]
     order = ctx._rank_order(t, q.device)  # rank order → position of each token
     to_pos = torch.argsort(order)
     qh, kh, vh = (_to_heads(ctx, x).index_select(2, to_pos) for x in (q, k, v))  # position order
-    out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, enable_gqa=kh.shape[1] != qh.shape[1])
+    gqa = kh.shape[1] != qh.shape[1]
+    if window is None:
+        out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, enable_gqa=gqa)
+    else:
+        pos = torch.arange(qh.shape[2], device=q.device)
+        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=sees(pos, pos, window), enable_gqa=gqa)
     return _to_seq(ctx, out.index_select(2, order), t)
 
 
@@ -174,7 +191,7 @@ def _ulysses_attention(ctx: CPContext, q, k, v):
 # a2a+p2p (hierarchical)
 
 
-def _hierarchical_attention(ctx: CPContext, q, k, v):
+def _hierarchical_attention(ctx: CPContext, q, k, v, window: int | None = None):
     """Ulysses inside the inner group (heads/inner, the inner group's inner·T tokens), the ring across the
     inner groups (outer), all-to-all back."""
     assert ctx.inner is not None and ctx.outer is not None
@@ -184,7 +201,7 @@ def _hierarchical_attention(ctx: CPContext, q, k, v):
         return torch.cat([ctx.positions(t, q.device, group * a + i) for i in range(a)])
 
     qh, kh, vh = (_to_heads(ctx.inner, x) for x in (q, k, v))
-    out = _ring(ctx.outer, qh, kh, vh, positions(ctx.outer.rank), positions)
+    out = _ring(ctx.outer, qh, kh, vh, positions(ctx.outer.rank), positions, window)
     return _to_seq(ctx.inner, out, t)
 
 
@@ -215,23 +232,23 @@ def _exchange(ctx: _Group, x: torch.Tensor, step: int) -> torch.Tensor:
     return out
 
 
-def _block(q, k, v, q_pos, k_pos):
+def _block(q, k, v, q_pos, k_pos, window: int | None = None):
     """Masked attention of q over one K/V block in fp32: (output, log-sum-exp per query)."""
     rep = q.shape[1] // k.shape[1]
     if rep > 1:
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
     scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
-    scores = scores.masked_fill(q_pos[:, None] < k_pos[None, :], MASKED)
+    scores = scores.masked_fill(~sees(q_pos, k_pos, window), MASKED)
     lse = torch.logsumexp(scores, dim=-1, keepdim=True)
     return torch.exp(scores - lse) @ v, lse
 
 
-def _ring_attention(ctx: CPContext, q, k, v):
+def _ring_attention(ctx: CPContext, q, k, v, window: int | None = None):
     t = q.shape[2]
-    return _ring(ctx, q, k, v, ctx.positions(t, q.device), lambda source: ctx.positions(t, q.device, source))
+    return _ring(ctx, q, k, v, ctx.positions(t, q.device), lambda source: ctx.positions(t, q.device, source), window)
 
 
-def _ring(ring: _Group, q, k, v, q_pos: torch.Tensor, kv_positions):
+def _ring(ring: _Group, q, k, v, q_pos: torch.Tensor, kv_positions, window: int | None = None):
     """The ring over ``ring``: this rank's queries (at ``q_pos``) over every member's K/V block
     (``kv_positions(member)``: its tokens' positions), merged by log-sum-exp."""
     q32 = q.float()
@@ -239,7 +256,7 @@ def _ring(ring: _Group, q, k, v, q_pos: torch.Tensor, kv_positions):
     outs, lses = [], []
     for hop in range(ring.size):
         source = (ring.rank - hop) % ring.size  # the member whose K/V this rank holds now
-        o, lse = _block(q32, kv[0].float(), kv[1].float(), q_pos, kv_positions(source))
+        o, lse = _block(q32, kv[0].float(), kv[1].float(), q_pos, kv_positions(source), window)
         outs.append(o)
         lses.append(lse)
         if hop < ring.size - 1:

@@ -10,6 +10,8 @@ differences over all ranks, and the whole step-0 gradient's relative L2 error (`
 runs, whose casts turn round-off into FP8 noise), go to ``results.json`` (written by rank 0 after each case).
 A reference of a TP split (rowwise FP8, ``runtime.split_reference``) also carries the plain one-process
 reference's step-0 gradients; the run's distances from those go to ``plain_grad_max_diff``/``plain_grad_rel_l2``.
+A MoE with a capacity factor reports the assignments its ranks dropped over all steps (``moe_dropped``, each rank
+counting the tokens it routes) beside the reference's (``ref_moe_dropped``).
 
 The reference of a case is read from ``--references`` (``runtime.testing.write_references``: computed
 once by the caller for all its launches) or, when that file lacks it, run here on every rank.
@@ -101,6 +103,8 @@ def run_case(plan: Plan, steps: int, train: TrainConfig, refs: dict) -> dict:
     # of ranks, dp·cp·tp, so the ratio is the whole model's), FP8 linears
     dist.all_reduce(stats[3:9])
     dist.all_reduce(stats[9:], op=dist.ReduceOp.MAX)
+    dropped = torch.tensor([sum(getattr(m, "dropped", 0) for c in job.chunks.values() for m in c.modules())])
+    dist.all_reduce(dropped)  # the MoE assignments dropped over capacity, all steps, every rank's own tokens
     plain_stats = {}
     if plain is not None:
         plain_stats = {
@@ -119,6 +123,8 @@ def run_case(plan: Plan, steps: int, train: TrainConfig, refs: dict) -> dict:
         "ref_losses": ref_losses,
         "worst_param_on_rank0": worst,
         "dp_wrapper": job.dp_wrapper,
+        "moe_dropped": int(dropped),
+        "ref_moe_dropped": refs[key].get("dropped", 0),
         **plain_stats,
     }
 

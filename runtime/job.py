@@ -151,8 +151,6 @@ class Job:
             notes.append(str(fp8_note(plan, device.type)))
         elif mp is None and plan.training.precision != "fp32":
             notes.append(f"{plan.training.precision} requested; ran fp32 on {device.type}")
-        elif plan.training.precision == "fp16":
-            notes.append("fp16 requested; ran bf16 compute (the runtime has no loss scaling)")
         chunks, dp_wrapper = {}, None
         cp = None
         if p.cp > 1:  # a2a+p2p: its inner (all-to-all) and outer (ring) groups, made on every rank
@@ -309,9 +307,10 @@ def build_schedule(schedule: str, group, chunks: dict[int, nn.Module], total: in
 def _no_counts_in_metadata_inference(stage, chunk: nn.Module) -> None:
     """PyTorch 2.13's ``PipelineStage`` infers its shapes at the first step by running the chunk's forward once more
     (on the real input for the first stage, on empty tensors for the others). A MoE layer with aux-loss-free
-    balancing counts the tokens its forward routes (``MoE.tokens_per_expert``): those of that extra forward are not
-    a step's tokens, so the layers stop counting while it runs (caught by the tiny-moe-shared pipeline rows)."""
-    mods = [m for m in moe_modules(chunk) if m.balance == "expert_bias"]
+    balancing counts the tokens its forward routes (``MoE.tokens_per_expert``), and one with a capacity factor the
+    assignments it drops (``MoE.dropped``): those of that extra forward are not a step's tokens, so the layers stop
+    counting while it runs (caught by the tiny-moe-shared pipeline rows and the capacity rows' drop count)."""
+    mods = [m for m in moe_modules(chunk) if m.balance == "expert_bias" or m.capacity_factor is not None]
     infer = getattr(stage, "_forward_metadata_inference", None)
     if not mods or infer is None:
         return

@@ -104,12 +104,17 @@ def apply_attention_tp(chunk: nn.Module, tp_mesh: DeviceMesh) -> None:
       gradient — each rank's sum over its own heads, ``Partial`` — is summed over TP like sequence-parallel norms';
     - whole-projection QK-norm (OLMoE): each rank keeps its heads' slice of the weight (``Shard(0)``) and
       all-reduces the sum of squares (``ProjectionRMSNorm.tp_group``);
-    - attention sinks (gpt-oss): one per query head, ``Shard(0)`` like the heads."""
+    - attention sinks (gpt-oss): one per query head, ``Shard(0)`` like the heads;
+    - latent attention (DeepSeek-V3, ``runtime.models.mla``): the rotary key shared by every head gets its gradient
+      summed over TP (``LatentAttention.tp_mesh``); its down projections and their norms stay replicated."""
     from torch.distributed.tensor import distribute_tensor
 
+    from runtime.models.mla import LatentAttention
     from runtime.models.transformer import ProjectionRMSNorm, SelfAttention
 
     for attn in chunk.modules():
+        if isinstance(attn, LatentAttention):
+            attn.tp_mesh = tp_mesh
         if not isinstance(attn, SelfAttention):
             continue
         for norm in (attn.q_norm, attn.k_norm):

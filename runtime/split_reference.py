@@ -21,6 +21,12 @@ the two ranks' values cannot change it. A high-precision linear the plan cuts (t
 way with ``F.linear``. The weights keep their names and shapes, so the reference's gradients compare with a run's
 parameter for parameter. Measured: bitwise equal to TP2 runs (tests/test_fp8_tp_split.py, and the FP8 × TP rows of
 tests/test_runtime_equivalence.py).
+
+Token dropping (``MoeSpec.capacity_factor``, ``runtime.models.moe``) depends on the split too: a rank computes an
+expert's capacity from the tokens it routes in one forward, so the reference, which runs the whole global batch at
+once, drops per the same groups of tokens (``drop_groups``): one micro-batch's rows (``Job.dp_slice`` and the
+micro-batch loop or pipeline schedule cut consecutive rows) × one context-parallel rank's two load-balanced chunks
+(``CPContext.chunks``) × one sequence-parallel shard of those (contiguous).
 """
 
 from __future__ import annotations
@@ -183,3 +189,32 @@ def split_linears(model: nn.Module, plan: Plan, tp: int) -> int:
         parent, _, leaf = name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, leaf, SplitLinear(module, style, tp))
     return len(targets)
+
+
+def drop_groups(plan: Plan) -> torch.Tensor | None:
+    """[global batch, seq] ids of the groups of tokens the ranks of ``plan`` route apart (module docstring): the
+    token at row r, position p is routed with those of its micro-batch (r // micro_batch_size), cp rank and
+    sequence-parallel shard. None for a plan that drops no tokens (no ``capacity_factor``)."""
+    moe = plan.model.moe
+    if moe is None or moe.capacity_factor is None:
+        return None
+    p, t = plan.parallel, plan.training
+    sp = p.tp if p.sequence_parallel else 1  # without SP the TP ranks route the same tokens
+    seq, cp = t.seq_len, p.cp
+    half = seq // (2 * cp)  # a load-balanced chunk
+    pos = torch.arange(seq)
+    chunk = pos // half
+    cp_rank = torch.where(chunk < cp, chunk, 2 * cp - 1 - chunk)
+    local = torch.where(chunk < cp, 0, half) + pos % half  # position in the cp rank's tokens
+    shard = local // (seq // (cp * sp))
+    micro = torch.arange(t.global_batch_size) // p.micro_batch_size
+    return (micro[:, None] * cp + cp_rank[None, :]) * sp + shard[None, :]
+
+
+def set_drop_groups(model: nn.Module, groups: torch.Tensor | None) -> None:
+    """Hand every MoE layer of ``model`` the token groups of its next forward (``MoE.drop_groups``)."""
+    from runtime.models.moe import MoE
+
+    for m in model.modules():
+        if isinstance(m, MoE):
+            m.drop_groups = groups

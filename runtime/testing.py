@@ -93,17 +93,21 @@ def reference_microbatches(plan: Plan) -> int:
     return t.global_batch_size // plan.parallel.micro_batch_size if t.precision == "fp8" else 1
 
 
-def reference_run(plan: Plan, train, steps: int, data=None, grads_at: int = 0, split: int | None = None):
+def reference_run(
+    plan: Plan, train, steps: int, data=None, grads_at: int = 0, split: int | None = None, stats: dict | None = None
+):
     """The same model, seed, batches, clipping and optimizer in one process, without any
     parallelism (an FP8 plan: the same FP8 conversion and micro-batches, ``reference_microbatches``; a rowwise
     FP8 plan with TP: its TP-split GEMMs cut into ``split`` pieces, default ``runtime.split_reference.tp_split``,
-    1 for the plain one-process reference): returns (losses, grad norms, {param name: grad at step ``grads_at``})."""
+    1 for the plain one-process reference; a MoE with a capacity factor: tokens dropped per the plan's groups,
+    ``runtime.split_reference.drop_groups``): returns (losses, grad norms, {param name: grad at step ``grads_at``});
+    ``stats`` gets ``dropped``, the MoE assignments dropped over all steps."""
     from runtime.data import SyntheticTokens
     from runtime.expert_parallel import update_expert_bias
     from runtime.fp8 import apply_fp8
     from runtime.job import loss_fn, make_optimizer
     from runtime.models import build_model
-    from runtime.split_reference import split_linears, tp_split
+    from runtime.split_reference import drop_groups, set_drop_groups, split_linears, tp_split
 
     data = data or SyntheticTokens(plan.model.vocab_size, seed=train.seed)
     model = build_model(plan.model, seed=train.seed)
@@ -113,11 +117,14 @@ def reference_run(plan: Plan, train, steps: int, data=None, grads_at: int = 0, s
         split_linears(model, plan, split)
     opt = make_optimizer(model.parameters(), train, plan.training.optimizer)
     n = reference_microbatches(plan)
+    groups = drop_groups(plan)
     losses, norms, grads = [], [], {}
     for step in range(steps):
         x, y = data.batch(step, plan.training.global_batch_size, plan.training.seq_len)
         loss = torch.zeros(())
-        for xs, ys in zip(x.chunk(n), y.chunk(n), strict=True):
+        for i, (xs, ys) in enumerate(zip(x.chunk(n), y.chunk(n), strict=True)):
+            if groups is not None:
+                set_drop_groups(model, groups.chunk(n)[i])
             part = loss_fn(model(xs), ys) / n
             part.backward()
             loss += part.detach()
@@ -129,6 +136,8 @@ def reference_run(plan: Plan, train, steps: int, data=None, grads_at: int = 0, s
         opt.zero_grad(set_to_none=True)
         update_expert_bias([model], None)  # a mixture of experts with aux-loss-free balancing
         losses.append(float(loss.detach()))
+    if stats is not None:
+        stats["dropped"] = sum(getattr(m, "dropped", 0) for m in model.modules())
     return losses, norms, grads
 
 
@@ -145,6 +154,10 @@ def reference_key(plan: Plan, steps: int) -> str:
     )
     if tp > 1:  # the TP rules say which linears are cut
         text += f"|tp{tp}|" + "|".join(f"{r.pattern}:{r.style}" for r in plan.tp_plan)
+    moe = plan.model.moe
+    if moe is not None and moe.capacity_factor is not None:  # the groups tokens are dropped in (drop_groups)
+        p = plan.parallel
+        text += f"|drop{p.micro_batch_size}.{p.cp}.{p.tp if p.sequence_parallel else 1}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -154,8 +167,9 @@ def reference(plan: Plan, train, steps: int) -> dict:
     (``plain_grads``: how far a run lands from the reference it does not follow, its failure message's yardstick)."""
     from runtime.split_reference import tp_split
 
-    losses, norms, grads = reference_run(plan, train, steps)
-    ref = {"losses": losses, "norms": norms, "grads": grads}
+    stats: dict = {}
+    losses, norms, grads = reference_run(plan, train, steps, stats=stats)
+    ref = {"losses": losses, "norms": norms, "grads": grads, "dropped": stats["dropped"]}
     if tp_split(plan) > 1:
         ref["plain_grads"] = reference_run(plan, train, 1, split=1)[2]
     return ref

@@ -11,7 +11,7 @@ import fnmatch
 from planner.specs import Plan, rules
 from planner.specs.errors import MeshplanError
 from planner.specs.layout import mesh_layout
-from planner.specs.stack_rules import unbuilt_parts
+from planner.specs.stack_rules import precision_error, unbuilt_parts
 from planner.specs.stacks import STACKS
 from runtime import fp8
 
@@ -26,18 +26,13 @@ def module_names(plan: Plan) -> list[str]:
     m = plan.model
     names = ["embed", "embed.tok", "norm", "head"] + (["embed.pos"] if m.family == "gpt" else [])
     for i in range(m.num_layers):
+        if m.mla is None:
+            attn = ["attn.wq", "attn.wk", "attn.wv"]
+        else:  # runtime.models.mla.LatentAttention
+            q = ["attn.wq_a", "attn.q_norm", "attn.wq_b"] if m.mla.q_lora_rank is not None else ["attn.wq"]
+            attn = [*q, "attn.wkv_a", "attn.kv_norm", "attn.wkv_b"]
         block = [f"layers.{i}"] + [
-            f"layers.{i}.{s}"
-            for s in (
-                "attn_norm",
-                "attn",
-                "attn.wq",
-                "attn.wk",
-                "attn.wv",
-                "attn.wo",
-                "attn.core",
-                "mlp_norm",
-            )
+            f"layers.{i}.{s}" for s in ("attn_norm", "attn", *attn, "attn.wo", "attn.core", "mlp_norm")
         ]
         if m.qk_norm is not None:
             block += [f"layers.{i}.attn.q_norm", f"layers.{i}.attn.k_norm"]
@@ -80,6 +75,7 @@ def validate_plan(plan: Plan, world_size: int) -> None:
         )
     rules.check(rules.runnable(m, plan.training, p), rules.cp_runnable(p.cp, p.cp_comm))
     fp8.check(plan)  # torchao's recipes run; Transformer Engine / Blackwell ones are refused by name
+    rules.check(precision_error(STACKS["meshplan"], plan.training.precision))  # no fp16: no loss scaler
     _validate_attention(plan)
     _validate_experts(plan)
     if m.tie_embeddings and p.pp > 1:
@@ -93,16 +89,30 @@ def validate_plan(plan: Plan, world_size: int) -> None:
 
 def _validate_attention(plan: Plan) -> None:
     """The model's parts the zoo builds (the ``meshplan`` stack's ``unbuilt`` list, as data: no PyTorch import),
-    and attention sinks without context parallelism (the sink key of ``runtime.models.transformer.with_sink_key``
+    latent attention without context parallelism (``Stack.cp_with_mla``: the exchanges stack K and V of one
+    width), and attention sinks without context parallelism (the sink key of ``runtime.models.transformer.with_sink_key``
     must go first in the whole sequence, which no CP exchange does)."""
     m, p = plan.model, plan.parallel
     for part in unbuilt_parts(STACKS["meshplan"], m):
         raise MeshplanError(
             f"model.{part}",
             f"the bundled runtime's model zoo (runtime.models) does not build model.{part}, so {m.name!r} cannot run",
-            "set model.moe.capacity_factor to null (dropless)"
-            if part == "moe.capacity_factor"
-            else f"use a model without {part}, or export the plan to megatron or torchtitan",
+            f"use a model without {part}, or export the plan to megatron or torchtitan",
+        )
+    if m.mla is not None and m.mla.v_head_dim > m.mla.qk_head_dim:  # runtime.models.transformer.check_buildable
+        raise MeshplanError(
+            "model.mla.v_head_dim",
+            f"the bundled runtime pads latent attention's values to the query/key head width ({m.mla.qk_head_dim}); "
+            f"v_head_dim={m.mla.v_head_dim} of {m.name!r} is wider",
+            f"set model.mla.v_head_dim to at most {m.mla.qk_head_dim}, or export the plan to megatron",
+        )
+    if m.mla is not None and p.cp > 1:
+        raise MeshplanError(
+            "parallel.cp",
+            f"the bundled runtime runs latent attention (model.mla of {m.name!r}) without context parallelism only, "
+            f"not cp={p.cp}: its CP exchanges carry K and V of one head width, and latent attention's values are "
+            "narrower than its queries and keys",
+            "set parallel.cp to 1 (plan with --cp 1), or export the plan to megatron",
         )
     if m.attention_sinks and p.cp > 1:
         raise MeshplanError(

@@ -49,7 +49,23 @@ VARIANTS = {
         attention_sinks=True,
     ),
 }
-MODELS = {**CATALOG, **VARIANTS}
+#: Latent attention (DeepSeek-V3's MLA, runtime.models.mla) on 2048-wide dense blocks, 16 heads: DeepSeek-V3's head
+#: shapes (rope 64, nope 128, kv_lora 512) without a query bottleneck and with v as wide as q/k (192: no padding), and
+#: with its query bottleneck (1536) and v 128 (padded to 192 for the kernel: ``test_padded_latent_attention``).
+_MLA = dict(_LLAMA, hidden_size=2048, num_attention_heads=16, num_kv_heads=16, ffn_hidden_size=5632, vocab_size=32000)
+MLA_VARIANTS = {
+    "mla-like": ModelSpec(
+        name="mla-like",
+        **_MLA,
+        mla=dict(q_lora_rank=None, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=192),
+    ),
+    "deepseek-v3-mla-like": ModelSpec(
+        name="deepseek-v3-mla-like",
+        **_MLA,
+        mla=dict(q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128),
+    ),
+}
+MODELS = {**CATALOG, **VARIANTS, **MLA_VARIANTS}
 
 # (model, seq_len, micro-batch sizes, TP degrees, dtype)
 CASES = [
@@ -62,6 +78,7 @@ CASES = [
     ("qwen3-like", 1024, (1, 2), (1, 2), "bf16"),
     ("olmoe-like", 1024, (1,), (1, 2, 4), "bf16"),
     ("gpt-oss-like", 1024, (1, 2), (1, 2), "bf16"),
+    ("mla-like", 1024, (1, 2), (1, 2, 4), "bf16"),
 ]
 
 
@@ -194,3 +211,38 @@ def test_sink_padding_is_the_runtimes():
     from runtime.models.transformer import SINK_PAD as RUNTIME_SINK_PAD
 
     assert SINK_PAD == RUNTIME_SINK_PAD
+
+
+def test_padded_latent_attention():
+    """DeepSeek-V3's latent attention (v 128 narrower than q/k 192): what the zoo keeps is the planner's exactly
+    (``workload.moe.mla_zoo_saved_terms``: the padded v and kernel output, ``wo``'s sliced copy; the padded output
+    dropped under selective recomputation), every recompute mode; and its measured FLOPs are the planner's exactly:
+    P·V over v padded to 192 (``Stack.mla_pad_v``, the default for ``layer_profile`` without a stack: the zoo's), which
+    is 2·b·s²·heads/t·64 forward (2.5× that backward) above the same block priced at v's width as Transformer Engine
+    runs it (the megatron stack: +1.90 % forward of this block at 1K tokens, tp 1; backward +2.32 %)."""
+    from planner.specs.stacks import STACKS
+
+    name = "deepseek-v3-mla-like"
+    prof = measured(name, 1024, (1, 2), (1, 2), "bf16")
+    blocks = [p for p in prof.layers if p.kind == "transformer_block"]
+    assert len(blocks) == 6
+    for m in blocks:
+        point = dict(
+            micro_batch_size=m.micro_batch_size,
+            seq_len=m.seq_len,
+            tp=m.tp,
+            sequence_parallel=m.sequence_parallel,
+            precision="bf16",
+        )
+        a = layer_profile(MODELS[name], m.kind, **point)
+        runtime = layer_profile(MODELS[name], m.kind, **point, stack=STACKS["meshplan"])
+        te = layer_profile(MODELS[name], m.kind, **point, stack=STACKS["megatron"])
+        for mode in ("none", "selective", "full"):
+            assert m.saved_activation_bytes.for_mode(mode) == a.saved_activation_bytes.for_mode(mode), mode
+        assert m.param_count == a.param_count
+        assert (m.fwd_flops, m.bwd_flops) == (a.fwd_flops, a.bwd_flops) == (runtime.fwd_flops, runtime.bwd_flops)
+        pad = 2.0 * m.micro_batch_size * 1024**2 * (16 // m.tp) * 64
+        assert m.fwd_flops - te.fwd_flops == pad and m.bwd_flops - te.bwd_flops == 2.5 * pad
+        assert 0.017 < pad / te.fwd_flops < 0.02  # +1.90 % of the forward at v's width at tp 1, +1.76 % at tp 2
+    terms = block_saved_terms(MODELS[name], 1, 1024, 2, False, "bf16")
+    assert terms["attn_padded_output"] == 1024 * 8 * 192 * 2 and terms["attn_output"] == 1024 * 8 * 128 * 2

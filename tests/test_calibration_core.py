@@ -240,7 +240,7 @@ def test_builtin_lookup_by_stack_and_generation():
 
 
 def test_context_uses_the_builtin_row_unless_calibrated():
-    req = request(stack="megatron-2020", gpu="a100-sxm4-80gb", model="gpt3-1.3b", seq=2048)
+    req = request(stack="megatron-2020", gpu="a100-sxm4-80gb", model="gpt3-1.3b", seq=2048, precision="fp16")
     ctx = context(req)
     assert ctx.residuals == builtin_residuals("megatron-2020", "a100-sxm4-80gb") != Residuals()
     mine = Residuals(compute_scale=1.234)
@@ -365,7 +365,13 @@ def test_the_explanation_says_which_residuals_priced_the_plan():
 
     base = {"cluster": {"gpu": "a100-sxm4-80gb", "num_nodes": 1, "gpus_per_node": 8}, "top_k": 1}
     for stack, expect in [("megatron-2020", ("megatron-2020", "ampere") in ROWS), ("meshplan", False)]:
-        req = {**base, "model": "gpt3-1.3b", "training": {"global_batch_size": 64, "seq_len": 2048, "stack": stack}}
+        training = {
+            "global_batch_size": 64,
+            "seq_len": 2048,
+            "stack": stack,
+            "precision": "fp16" if "2020" in stack else "bf16",
+        }
+        req = {**base, "model": "gpt3-1.3b", "training": training}
         lines = [d for d in planner.plan(req).plans[0].explanation.details if "residuals" in d]
         if expect:
             assert len(lines) == 1 and lines[0].startswith(

@@ -211,6 +211,17 @@ def test_fp8_recipe_and_cp_exchange_choices_are_the_stacks(page, stack):
     )
 
 
+@pytest.mark.parametrize("stack", ["meshplan", "megatron", "torchtitan", "deepspeed", "megatron-2020"])
+def test_precision_choices_are_the_stacks(page, stack):
+    """The precision picker offers what the stack trains in (Stack.precisions: no fp16 for the bundled runtime,
+    no bf16 for Megatron-LM v2.0), its first the default, and fp8 (the server answers for the GPU and stack)."""
+    from planner.specs.stacks import STACKS
+
+    body = STACKS[stack].model_dump(mode="json")
+    options = call(page, "./js/pages/new-plan.js", "precisionOptions", body)["ok"]
+    assert [v for v, _ in options] == [*STACKS[stack].precisions, "fp8"]
+
+
 @pytest.mark.parametrize("name", ["mixtral-8x7b", "deepseek-v3", "qwen3-30b-a3b", "llama3-8b"])
 def test_model_picker_line_shows_moe_total_and_active_parameters(page, name):
     from planner.workload.analytic import num_active_parameters, num_parameters

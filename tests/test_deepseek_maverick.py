@@ -135,8 +135,10 @@ def test_maverick_stages_hold_layers_of_both_kinds() -> None:
         at += size
 
 
-@pytest.mark.parametrize("stack", ["torchtitan", "deepspeed", "meshplan"])
+@pytest.mark.parametrize("stack", ["torchtitan", "deepspeed"])
 def test_latent_attention_off_megatron_is_refused_naming_the_stack(stack: str) -> None:
+    """Priced on megatron (Transformer Engine's tensors) and meshplan (the bundled runtime's LatentAttention:
+    tests/test_runtime_mla.py plans a tiny DeepSeek-V3 there); refused elsewhere."""
     with pytest.raises(MeshplanError) as err:
         estimate({**DSV3, "training": {**DSV3["training"], "stack": stack}, "parallel": PINS})
     assert err.value.field == "training.stack"

@@ -118,6 +118,31 @@ def test_expert_flops_and_bytes(tp: int, sp: bool, ep: int, etp: int) -> None:
         assert w.a2a_fwd == () and w.a2a_bwd == ()
 
 
+@pytest.mark.parametrize(("imbalance", "cf"), [(1.0, 1.25), (1.0, 0.5), (1.5, 1.25), (1.5, 2.0)])
+def test_a_capacity_factor_prices_the_kept_tokens_unpadded(imbalance: float, cf: float) -> None:
+    """What the runtime and the Megatron export run (Megatron-core's drop without
+    ``--moe-pad-expert-input-to-capacity``): the busiest expert keeps min(its load, C) of each source rank's
+    assignments, C = ceil(T·k/E × cf) (``moe_utils.get_capacity``), so its rows — and the all-to-all bytes — follow
+    the kept tokens, not the capacity: a balanced rank under a capacity above 1 is priced as dropless."""
+    import math
+
+    base = get_model("mixtral-8x22b")
+    assert base.moe is not None
+    m = base.model_copy(
+        update={"moe": base.moe.model_copy(update={"load_imbalance": imbalance, "capacity_factor": cf})}
+    )
+    tp, ep, seq = 4, 2, 4096
+    w = expert_work(m, 1, seq, tp, True, ep, 1, 2, "none")
+    T, k, E, h = seq // tp, base.moe.top_k, base.moe.num_experts, base.hidden_size
+    capacity = math.ceil(T * k / E * cf)  # per source rank and expert
+    kept = min(T * k / E * imbalance, capacity)  # the busiest expert's kept rows from one source rank
+    rows = w.gemms[1][0]
+    assert rows == pytest.approx(ep * kept, abs=1)  # one row of rounding (the planner rounds the product)
+    padded = ep * capacity
+    assert (rows < padded - 1) == (T * k / E * imbalance < capacity - 1)  # unpadded wherever the load is below C
+    assert w.a2a_fwd[0].nbytes == pytest.approx(T * k * h * 2 * min(imbalance, cf))
+
+
 def test_breakdown_shows_the_all_to_all() -> None:
     with_ep = _estimate(tp=4, pp=8, ep=2, sequence_parallel=True, schedule="interleaved-1f1b", virtual_stages=7)
     without = _estimate(tp=4, pp=8, ep=1, sequence_parallel=True, schedule="interleaved-1f1b", virtual_stages=7)

@@ -213,15 +213,12 @@ CASES["llama3-8b-pp-zero2"] = make_plan(
 )
 # A mixture of experts (issue 23) with everything Megatron is told of one: DeepSeek-V3's multi-latent attention,
 # 3 dense first layers, a shared expert, sigmoid group-limited routing, EP 64 carved from dp, ZeRO-1. The launchers
-# and the meshplan target start meshplan's runtime, which runs MoE but builds no latent attention: refused naming
-# model.mla (they carry MESHPLAN_EP to a --command program instead); DeepSpeed's export does not write DeepSpeed-MoE.
+# and the meshplan target start meshplan's runtime, which runs MoE and latent attention (runtime.models.mla);
+# DeepSpeed's export does not write DeepSpeed-MoE.
 CASES["deepseek-v3-ep64"] = make_plan(
     "deepseek-v3", 32, 8, H100, tp=1, pp=4, dp=64, ep=64, mbs=1, gbs=1024, seq=4096, split=[16, 15, 15, 15], zero=1
 )
-ERRORS |= {("deepseek-v3-ep64", "deepspeed"): "plan.model.moe"} | {
-    ("deepseek-v3-ep64", fmt): "plan.model.mla"  # meshplan's runtime runs MoE, but not latent attention
-    for fmt in ("meshplan", "torchrun", "slurm", "kubeflow-pytorchjob", "kubeflow-trainjob")
-}
+ERRORS |= {("deepseek-v3-ep64", "deepspeed"): "plan.model.moe"}
 
 # The megatron-2020 target (Megatron-LM v2.0 flags) refuses what v2.0 cannot run, naming the field: every case above
 # has one (ZeRO 1–3, SP, a schedule other than 1F1B, bf16); a GPT-3 plan of what v2.0 runs (fp16, ZeRO-0, 1F1B, full
@@ -241,6 +238,14 @@ CASES["gpt3-1.3b-v2"] = make_plan(
     "gpt3-1.3b", 1, 8, "a100-sxm4-80gb", tp=2, pp=2, dp=2, mbs=4, gbs=64, seq=2048, split=[12, 12], recompute="full",
     precision="fp16",
 )  # fmt: skip
+
+# fp16 plans (GPipe; Megatron-LM v2.0's GPT-3) exported to a target that starts meshplan's runtime, which trains in
+# bf16 / fp32 only (no loss scaler: Stack.precisions): refused naming the precision.
+ERRORS |= {
+    (case, fmt): "plan.training.precision"
+    for case in ("llama3-8b-gpipe", "gpt3-1.3b-v2")
+    for fmt in ("meshplan", "torchrun", "slurm", "kubeflow-pytorchjob", "kubeflow-trainjob")
+}
 
 OPTIONS = ExportOptions(
     image="nvcr.io/nvidia/pytorch:26.01-py3",
@@ -1381,16 +1386,62 @@ def test_cli_export_prints_the_stack_warning(tmp_path):
 
 
 @pytest.mark.parametrize("fmt", ["meshplan", "torchrun", "slurm", "kubeflow-pytorchjob", "kubeflow-trainjob"])
-def test_a_dense_model_with_a_part_the_runtime_does_not_build_is_refused(fmt):
-    """Not only a mixture of experts: a dense model with latent attention (DeepSeek-V3's attention, dense MLPs) exported
-    to a target that starts meshplan's runtime is refused naming model.mla (runtime.validate would refuse it at
-    launch); with --command the launchers start the user's program instead."""
+def test_a_dense_model_with_a_part_the_runtime_does_not_build_is_refused(fmt, monkeypatch):
+    """Not only a mixture of experts: a dense model with a part meshplan's runtime does not build, exported to a target
+    that starts that runtime, is refused naming the part (runtime.validate would refuse it at launch); with --command
+    the launchers start the user's program instead. The zoo builds every dense part today (latent attention since
+    issue 23: tests/test_runtime_mla.py), so the stack's ``unbuilt`` list is patched to name one, QK-norm; a dense
+    model with latent attention now exports."""
+    from planner.specs.stacks import STACKS
+
     plan = CASES["llama3-8b-zero3"]
     layers = plan.model.num_layers  # the plan's stage cuts stay valid
     dense_mla = get_model("deepseek-v3").model_copy(update={"moe": None, "num_layers": layers})
-    plan = for_target(plan.model_copy(update={"model": dense_mla}), fmt)
+    assert export(for_target(plan.model_copy(update={"model": dense_mla}), fmt), fmt, OPTIONS).content  # not refused
+    monkeypatch.setitem(STACKS, "meshplan", STACKS["meshplan"].model_copy(update={"unbuilt": ("qk_norm",)}))
+    qk_norm = plan.model.model_copy(update={"qk_norm": "head"})
+    plan = for_target(plan.model_copy(update={"model": qk_norm}), fmt)
     with pytest.raises(MeshplanError) as err:
         export(plan, fmt, OPTIONS)
-    assert err.value.field == "plan.model.mla" and "megatron" in err.value.fix
+    assert err.value.field == "plan.model.qk_norm" and "megatron" in err.value.fix
     if fmt not in ("meshplan", "torchrun"):
         assert export(plan, fmt, OPTIONS.model_copy(update={"command": "python train.py"})).content
+
+
+@pytest.mark.parametrize("fmt", ["meshplan", "torchrun", "slurm", "kubeflow-pytorchjob", "kubeflow-trainjob"])
+def test_a_precision_the_runtime_does_not_train_in_is_refused(fmt):
+    """fp16 needs a loss scaler the bundled runtime does not have (``Stack.precisions``; runtime.validate refuses it
+    at launch): a target that starts meshplan's runtime refuses it naming training.precision; with --command the
+    launchers start the user's program instead, and Megatron trains in fp16."""
+    plan = for_target(CASES["llama3-8b-zero3"], fmt)
+    plan = plan.model_copy(update={"training": plan.training.model_copy(update={"precision": "fp16"})})
+    with pytest.raises(MeshplanError) as err:
+        export(plan, fmt, OPTIONS)
+    assert err.value.field == "plan.training.precision" and "bf16, fp32" in err.value.message
+    assert "megatron" in err.value.fix
+    if fmt not in ("meshplan", "torchrun"):
+        assert export(plan, fmt, OPTIONS.model_copy(update={"command": "python train.py"})).content
+    assert "--fp16" in export(plan, "megatron", OPTIONS).content
+
+
+def test_a_capacity_factor_exports_megatrons_drop_policy_and_runs_on_meshplans_runtime():
+    """A MoE plan with a capacity factor: the megatron export writes the factor and the drop the plan priced
+    (``--moe-token-drop-policy probs``, unpadded: no ``--moe-pad-expert-input-to-capacity``); the meshplan target,
+    whose runtime now drops tokens (runtime.models.moe), exports it instead of refusing ``model.moe.capacity_factor``."""
+    from runtime.testing import make_plan as runtime_plan
+
+    m = get_model("tiny-moe")
+    spec = m.model_copy(update={"moe": m.moe.model_copy(update={"capacity_factor": 1.25})})
+    plan = runtime_plan(spec, dp=2, ep=2)
+    words = shell_words(export(plan, "megatron", ExportOptions()).content)
+    i = words.index("--moe-expert-capacity-factor")
+    assert words[i + 1] == "1.25"
+    assert words[words.index("--moe-token-drop-policy") + 1] == "probs"
+    assert "--moe-pad-expert-input-to-capacity" not in words
+    dropless = shell_words(export(runtime_plan("tiny-moe", dp=2, ep=2), "megatron", ExportOptions()).content)
+    assert "--moe-expert-capacity-factor" not in dropless and "--moe-token-drop-policy" not in dropless
+    assert "meshplan run" in export(plan, "meshplan", ExportOptions()).content
+    for fmt in ("torchtitan", "torchtitan-toml"):  # dropless MoE: the factor cannot be expressed, and says so
+        out = export(plan, fmt, ExportOptions())
+        assert any("capacity_factor 1.25" in w for w in out.warnings), (fmt, out.warnings)
+        assert not any("capacity" in w for w in export(runtime_plan("tiny-moe", dp=2, ep=2), fmt, OPTIONS).warnings)

@@ -27,6 +27,8 @@ def request(stack: str, schedule: str, v: int = 1) -> PlanRequest:
     "stack, schedule, v, blocking",
     [
         ("megatron", "1f1b", 1, True),
+        # DeepSpeed's PipelineEngine: p2p.send/recv block (async_op forced False at v0.5.0, asserted False since)
+        ("deepspeed", "1f1b", 1, True),
         ("megatron", "interleaved-1f1b", 2, False),
         ("torchtitan", "1f1b", 1, False),
         ("meshplan", "1f1b", 1, False),
@@ -91,7 +93,13 @@ def _zero3_175b(stack: str, gpus: int) -> dict:
     return {
         "model": "gpt3-175b",
         "cluster": {"gpu": "a100-sxm4-80gb", "num_nodes": gpus // 8, "gpus_per_node": 8},
-        "training": {"global_batch_size": gpus, "seq_len": 2048, "stack": stack, "precision": "fp16"},
+        # the 2021 DeepSpeed runs trained in fp16; torchtitan trains in bf16 (Stack.precisions): the same 2-byte wire
+        "training": {
+            "global_batch_size": gpus,
+            "seq_len": 2048,
+            "stack": stack,
+            "precision": "fp16" if stack == "deepspeed" else "bf16",
+        },
         "parallel": {"tp": 1, "pp": 1, "dp": gpus, "zero_stage": 3, "micro_batch_size": 1, "recompute": "full"},
     }
 

@@ -157,6 +157,11 @@ FINGERPRINTS = {
     23: "730a36c639bc610a",  # 23 DP collectives per micro-batch or per step: no reference accumulates; tests/test_grad_accumulation.py
     24: "730a36c639bc610a",  # 24 moves the 2020-era residual rows to megatron-2020: no reference request on megatron
     25: "730a36c639bc610a",  # 25 (QK-norm, sinks, expert biases): no reference has them; tests/test_analytic_agreement.py
+    26: "730a36c639bc610a",  # 26 latent attention on the meshplan stack: no reference has it; tests/test_runtime_mla.py
+    27: "2cd43ba3d35a3c86",  # 27 FSDP2's copy-out / reduce copy-in on the compute stream: the llama3-8b ZeRO-3 reference
+    28: "2cd43ba3d35a3c86",  # 28 DeepSpeed's blocking pipeline sends: no reference on deepspeed; tests/test_pipeline_p2p.py
+    29: "2cd43ba3d35a3c86",  # 29 (sliding windows): no reference model has one; tests/test_sliding_window.py
+    30: "2cd43ba3d35a3c86",  # 30 (the runtime's MLA as it runs): no reference has MLA; tests/test_mla_pricing.py
 }
 
 

@@ -265,3 +265,20 @@ def test_the_search_visits_the_zero_stages_the_stack_distinguishes(stack: str, p
         pinned = {"tp": 1, "pp": 1, "dp": 8, "micro_batch_size": 1}
         z1, z2 = (estimate_plan({**req, "parallel": {**pinned, "zero_stage": z}}).estimate for z in (1, 2))
         assert (z1.step_time_s, z1.peak_memory_gib) == (z2.step_time_s, z2.peak_memory_gib)
+
+
+def test_a_candidate_family_is_the_class_at_each_expert_pair() -> None:
+    """``Candidate.family`` (the enumeration's copies without the frozen ``__init__``) gives classes equal, hashed,
+    ordered and printed as ``replace(c, ep=…, etp=…)``, and leaves ``c`` as it was."""
+    from dataclasses import asdict, replace
+
+    from planner.compose.cost import Candidate
+
+    c = Candidate(2, 4, 16, 1, "1f1b", 1, "full", True, 1, True, cp=2, cp_comm="all_gather", ep=1, etp=1)
+    pairs = [(1, 1), (2, 1), (2, 2), (8, 1)]
+    fam, ref = c.family(pairs), [replace(c, ep=ep, etp=etp) for ep, etp in pairs]
+    assert fam == ref and [hash(x) for x in fam] == [hash(x) for x in ref] and sorted(fam) == sorted(ref)
+    assert [asdict(x) for x in fam] == [asdict(x) for x in ref] and [repr(x) for x in fam] == [repr(x) for x in ref]
+    assert (c.ep, c.etp) == (1, 1) and fam[3] != c and {*fam} == {*ref}
+    with pytest.raises(AttributeError):
+        fam[1].ep = 4  # type: ignore[misc]  # still frozen

@@ -214,3 +214,97 @@ def test_with_one_data_parallel_rank_zero_shards_over_the_cp_ranks():
     # sharded over the 8 cp ranks and fitting: ZeRO-3, or (since cost model 21, where a ZeRO-2 unit's gather runs
     # under the forward of its one micro-batch instead of exposed after the step) torchtitan's reshard-never ZeRO-2
     assert res.plans and res.plans[0].parallel.zero_stage in (2, 3) and res.plans[0].estimate.fits
+
+
+def test_the_probe_reaches_the_lean_one_stage_plans_of_a_long_sequence(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Llama 3.1 8B at 65,536 tokens on 16 H100: memory rules out every one-cut class among the ``PROBE_SCAN`` with the
+    best quick bounds, so the probe's first scan finds no plan; its second scan, the one-stage classes under full
+    recomputation (``PROBE_SCAN_LEAN``), finds three (Llama 3 405B at 131,072 tokens on 16,384 H100 is such a case:
+    its answer, TP8×CP16×PP1, was reached only after four CP-SAT classes, 1.2 → 0.85 s CPU). Each plan is its class's
+    evaluation at its one cut, and the search's answer is the same without any probe."""
+    from planner.search import driver
+    from planner.search.frontier import Frontier
+
+    ctx, pins, options = ctx_of(), ParallelPins(), SearchOptions(time_limit_s=60, num_workers=1)
+    cands = enumerate_candidates(ctx, pins, options)
+    L = ctx.model.num_layers
+
+    def probed() -> list:
+        found: list = []
+        driver.probe(ctx, pins, Frontier(ctx, pins, cands), found, 3, deadline=float("inf"))
+        return found
+
+    monkeypatch.setattr(driver, "PROBE_SCAN_LEAN", 0)
+    assert probed() == []  # the first scan alone: nothing fits
+    monkeypatch.undo()
+    found = probed()
+    assert len(found) == 3
+    for r in found:
+        assert r.cand.pp == 1 and r.cand.recompute == "full" and r.cand.cp > 1 and r.stage_layers == [L]
+        ev = evaluate(class_costs(ctx, r.cand), [L])
+        assert ev.fits and r.evaluation.objective_ns == ev.objective_ns
+    answer = driver.search(ctx, pins, options)
+    monkeypatch.setattr(driver, "PROBE_SCAN", 0)
+    monkeypatch.setattr(driver, "PROBE_SCAN_LEAN", 0)
+    plain = driver.search(ctx, pins, options)
+    assert answer.status == plain.status == "OPTIMAL"
+    assert [(r.cand, r.evaluation.objective_ns) for r in answer.results] == [
+        (r.cand, r.evaluation.objective_ns) for r in plain.results
+    ]
+    assert found[0].evaluation.objective_ns >= answer.objective_ns
+
+
+def floor_instance(seed: int) -> Context:
+    """Catalog models (dense, one block kind) at long sequences on each stack that runs CP, GPU and precision, or
+    ``cp_instance``'s toy models (small GEMMs: memory-bound, wave-quantised)."""
+    rng = random.Random(2000 + seed)
+    if seed % 3 == 2:
+        return cp_instance(seed)[0]
+    model = get_model(rng.choice(["llama3.1-8b", "llama3-70b", "qwen2.5-7b", "gpt3-13b", "llama2-13b", "tiny-llama"]))
+    gpu = rng.choice(["h100-sxm5-80gb", "a100-sxm4-80gb", "h200-sxm-141gb", "b200-sxm-192gb", "a100-sxm4-40gb"])
+    stack = rng.choice(["meshplan", "megatron", "torchtitan", "deepspeed"])
+    training = TrainingSpec(
+        global_batch_size=rng.choice([4, 8, 16, 24]),
+        seq_len=rng.choice([8192, 16384, 32768, 65536, 131072]),
+        precision=rng.choice(["bf16", "bf16", "fp16"]),
+        stack=stack,
+    )
+    nodes, gpn = rng.choice([(1, 8), (2, 8), (4, 8), (2, 4)])
+    return Context(
+        model=model,
+        gpu=get_gpu(gpu),
+        cluster=ClusterSpec(gpu=gpu, num_nodes=nodes, gpus_per_node=gpn),
+        training=training,
+    )
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_floor_is_below_the_priced_layers_and_the_lean_bound(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``floors.layer_floor`` (FLOPs at the GEMM ceiling, the attention core as priced) ≤ the layer group's block and
+    LM-head F + B, and ``bounds.floor_bound`` ≤ ``lean_bound`` for every class, with CP and without (the frontier
+    keys a class by it until it nears the front: a floor above would skip a class that could win). CP at every length (``CP_MIN_SEQ``
+    0): the whole space."""
+    from planner.compose.floors import layer_floor
+    from planner.compose.terms import layer_group
+    from planner.search import space
+    from planner.search.bounds import floor_bound, lean_bound
+
+    monkeypatch.setattr(space, "CP_MIN_SEQ", 0)
+    ctx = floor_instance(seed)
+    cands = enumerate_candidates(ctx, ParallelPins(), SearchOptions())
+    assert any(c.cp > 1 for c in cands)
+    rng = random.Random(seed)
+    checked = set()
+    for c in rng.sample(cands, min(400, len(cands))):
+        fl = layer_floor(ctx, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.cp)
+        floor = floor_bound(ctx, c)
+        if c.tp_comm_overlap:
+            assert floor is None
+        if fl is None or floor is None:
+            continue
+        lg = layer_group(cp_view(ctx, c.cp), c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute)
+        assert 0 < fl[0] <= lg.fwd.layer + lg.bwd.layer
+        assert fl[1] <= lg.fwd.head + lg.bwd.head
+        assert 0 < floor <= lean_bound(ctx, c)
+        checked.add(c.cp > 1)
+    assert checked == {False, True}  # it applies, with CP and without: every instance here is dense, 16-bit, on a GPU

@@ -236,24 +236,30 @@ def _launch(world: int, plans: dict, references: Path, tmp: Path, table: list | 
     return {"results": results, "returncode": proc.returncode, "log": (errors or proc.stderr[-4000:])}
 
 
-@pytest.fixture(scope="module")
-def launches(tmp_path_factory):
-    """One torchrun launch per world size, made when its first case runs; the single-process
-    references (one per model) are computed once, here, for all launches."""
+def launcher(tmp_path_factory, plans: dict, table: list | None = None):
+    """``world → launch``: one torchrun launch per world size of the cases of ``table`` (default ``CASES``; rows
+    ``(id, world, ...)``), made when its first case runs; the single-process references (one per model) are computed
+    once, here, for all launches. Every equivalence table's module fixture."""
     from runtime.job import TrainConfig
-    from runtime.testing import make_plan, write_references
+    from runtime.testing import write_references
 
-    plans = {cid: make_plan(_model(model), **par) for cid, _, model, par in CASES}
     references = tmp_path_factory.mktemp("references") / "references.pt"
     write_references([(plan, STEPS) for plan in plans.values()], references, TrainConfig())
     cache: dict[int, dict] = {}
 
     def get(world: int) -> dict:
         if world not in cache:
-            cache[world] = _launch(world, plans, references, tmp_path_factory.mktemp(f"world{world}"))
+            cache[world] = _launch(world, plans, references, tmp_path_factory.mktemp(f"world{world}"), table)
         return cache[world]
 
     return get
+
+
+@pytest.fixture(scope="module")
+def launches(tmp_path_factory):
+    from runtime.testing import make_plan
+
+    return launcher(tmp_path_factory, {cid: make_plan(_model(model), **par) for cid, _, model, par in CASES})
 
 
 def _param(cid, world, model, par):

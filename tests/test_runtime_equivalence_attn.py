@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_runtime_equivalence import STEPS, TOL, _launch
+from tests.test_runtime_equivalence import TOL, launcher
 
 _BASE = dict(
     family="llama",
@@ -41,6 +41,27 @@ MODELS = {
         attention_out_bias=True,
         attention_sinks=True,
     ),
+    # gpt-oss's alternation at a toy scale: an 8-token window on layers 0 and 2 of sequences of 32 (with its sinks)
+    "tiny-gpt-oss-swa": dict(
+        num_attention_heads=8,
+        num_kv_heads=2,
+        attention_head_dim=16,
+        qkv_bias=True,
+        attention_out_bias=True,
+        attention_sinks=True,
+        sliding_window=8,
+        window_layer_freq=2,
+    ),
+    # the same without sinks (which CP refuses): the window in every CP exchange's position mask
+    "tiny-swa-cp": dict(
+        num_attention_heads=8,
+        num_kv_heads=2,
+        attention_head_dim=16,
+        qkv_bias=True,
+        attention_out_bias=True,
+        sliding_window=8,
+        window_layer_freq=2,
+    ),
 }
 
 # (id, world, model, parallel settings); global batch 8 × 32 tokens, micro-batch 1 unless given.
@@ -48,6 +69,11 @@ CASES = [
     ("qwen3-tp2-sp", 2, "tiny-qwen3", dict(tp=2, sequence_parallel=True)),
     ("olmoe-tp2", 2, "tiny-olmoe-attn", dict(tp=2)),
     ("gpt-oss-tp2-sp", 2, "tiny-gpt-oss-attn", dict(tp=2, sequence_parallel=True)),
+    ("gpt-oss-swa-tp2-sp", 2, "tiny-gpt-oss-swa", dict(tp=2, sequence_parallel=True)),
+    ("gpt-oss-swa-pp2-1f1b", 2, "tiny-gpt-oss-swa", dict(pp=2, schedule="1f1b")),  # each stage: a windowed + a full
+    ("swa-cp2-p2p", 2, "tiny-swa-cp", dict(cp=2, cp_comm="p2p", micro_batch_size=4)),
+    ("swa-cp2-all-gather", 2, "tiny-swa-cp", dict(cp=2, cp_comm="all_gather", micro_batch_size=4)),
+    ("swa-cp2-a2a", 2, "tiny-swa-cp", dict(cp=2, cp_comm="a2a", micro_batch_size=4)),
     ("qwen3-tp2-pp2-1f1b", 4, "tiny-qwen3", dict(tp=2, pp=2, schedule="1f1b", sequence_parallel=True)),
     ("qwen3-tp2-dp2-zero3", 4, "tiny-qwen3", dict(tp=2, dp=2, zero_stage=3, micro_batch_size=2)),
     (
@@ -84,21 +110,7 @@ def _plans():
 
 @pytest.fixture(scope="module")
 def launches(tmp_path_factory):
-    from runtime.job import TrainConfig
-    from runtime.testing import write_references
-
-    plans = _plans()
-    references = tmp_path_factory.mktemp("references") / "references.pt"
-    write_references([(plan, STEPS) for plan in plans.values()], references, TrainConfig())
-    cache: dict[int, dict] = {}
-
-    def get(world: int) -> dict:
-        if world not in cache:
-            cases = [c for c in CASES if c[1] == world]
-            cache[world] = _launch(world, plans, references, tmp_path_factory.mktemp(f"world{world}"), cases)
-        return cache[world]
-
-    return get
+    return launcher(tmp_path_factory, _plans(), CASES)
 
 
 @pytest.mark.parametrize("cid, world", [pytest.param(c[0], c[1], id=c[0]) for c in CASES])
@@ -107,8 +119,8 @@ def test_attention_parts_match_single_process_reference(launches, cid, world):
     assert cid in launch["results"], f"case {cid} did not finish (exit {launch['returncode']}):\n{launch['log']}"
     r = launch["results"][cid]
     model = model_spec(next(m for c, _, m, _ in CASES if c == cid))
-    # every parameter was compared somewhere: the block's 9 tensors + QK norms (2) or sinks + 4 biases (5)
-    extra = 2 if model.qk_norm else 5
+    # every parameter was compared somewhere: the block's 9 tensors + QK norms (2), 4 biases, sinks (1)
+    extra = (2 if model.qk_norm else 0) + (4 if model.attention_out_bias else 0) + (1 if model.attention_sinks else 0)
     assert r["param_tensors_over_ranks"] >= 2 + model.num_layers * (9 + extra)
     assert r["losses"][0] != r["losses"][-1]  # the trajectory moves
     assert r["grad_max_diff"] <= TOL, f"gradient of {r['worst_param_on_rank0']} off by {r['grad_max_diff']:.3g}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_runtime_equivalence import STEPS, TOL, _launch
+from tests.test_runtime_equivalence import TOL, launcher
 
 # (id, world, model, parallel settings); global batch 8 × 32 tokens, micro-batch 1 unless given.
 CASES = [
@@ -50,21 +50,7 @@ def _plans():
 
 @pytest.fixture(scope="module")
 def launches(tmp_path_factory):
-    from runtime.job import TrainConfig
-    from runtime.testing import write_references
-
-    plans = _plans()
-    references = tmp_path_factory.mktemp("references") / "references.pt"
-    write_references([(plan, STEPS) for plan in plans.values()], references, TrainConfig())
-    cache: dict[int, dict] = {}
-
-    def get(world: int) -> dict:
-        if world not in cache:
-            cases = [c for c in CASES if c[1] == world]
-            cache[world] = _launch(world, plans, references, tmp_path_factory.mktemp(f"world{world}"), cases)
-        return cache[world]
-
-    return get
+    return launcher(tmp_path_factory, _plans(), CASES)
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_runtime_equivalence import STEPS, TOL, _launch
+from tests.test_runtime_equivalence import TOL, launcher
 
 # (id, world, parallel settings); global batch 8 × 32 tokens.
 CASES = [
@@ -51,21 +51,10 @@ def model_spec():
 
 @pytest.fixture(scope="module")
 def launches(tmp_path_factory):
-    from runtime.job import TrainConfig
-    from runtime.testing import make_plan, write_references
+    from runtime.testing import make_plan
 
-    plans = {cid: make_plan(model_spec(), **par) for cid, _, par in CASES}
-    references = tmp_path_factory.mktemp("references") / "references.pt"
-    write_references([(plan, STEPS) for plan in plans.values()], references, TrainConfig())
-    cache: dict[int, dict] = {}
-
-    def get(world: int) -> dict:
-        if world not in cache:
-            cases = [(cid, w, "tiny-gpt-oss", par) for cid, w, par in CASES if w == world]
-            cache[world] = _launch(world, plans, references, tmp_path_factory.mktemp(f"world{world}"), cases)
-        return cache[world]
-
-    return get
+    table = [(cid, w, "tiny-gpt-oss", par) for cid, w, par in CASES]
+    return launcher(tmp_path_factory, {cid: make_plan(model_spec(), **par) for cid, _, par in CASES}, table)
 
 
 @pytest.mark.parametrize("cid, world", [pytest.param(c[0], c[1], id=c[0]) for c in CASES])

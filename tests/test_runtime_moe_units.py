@@ -1,7 +1,8 @@
 """The model zoo's MoE block (runtime.models.moe) in one process, each part against an independent computation
 written here in plain PyTorch loops: top-k routing (softmax; sigmoid with group limit and expert bias), the grouped
 GEMM experts and combine, the shared expert, the sequence-level auxiliary loss and its gradient, the expert-bias
-update, EP-sharded initialisation; and runtime.validate's refusals of what the runtime does not run."""
+update, EP-sharded initialisation; and runtime.validate's refusals of what the runtime does not run (token dropping
+by a capacity factor: tests/test_runtime_moe_capacity.py)."""
 
 from __future__ import annotations
 
@@ -148,19 +149,6 @@ def test_validate_refuses_what_the_runtime_does_not_run(model, parallel, field):
     with pytest.raises(MeshplanError) as err:
         validate_plan(plan, plan.parallel.num_gpus)
     assert err.value.field == field, err.value
-
-
-@pytest.mark.parametrize(
-    ("update", "field"),
-    [({"capacity_factor": 1.25}, "model.moe.capacity_factor")],
-)
-def test_validate_refuses_moe_parts_the_zoo_does_not_build(update, field):
-    spec = MODELS["tiny-moe"]
-    spec = spec.model_copy(update={"moe": spec.moe.model_copy(update=update)})
-    plan = make_plan(spec, dp=2, ep=2)
-    with pytest.raises(MeshplanError) as err:
-        validate_plan(plan, 2)
-    assert err.value.field == field and err.value.fix
 
 
 def test_validate_accepts_the_runtime_moe_layouts():

@@ -22,7 +22,8 @@ def request(
         {
             "model": model,
             "cluster": {**CLUSTER, "num_nodes": nodes},
-            "training": {"global_batch_size": 64, "seq_len": seq, "stack": stack},
+            "training": {"global_batch_size": 64, "seq_len": seq, "stack": stack}
+            | ({"precision": "fp16"} if stack == "megatron-2020" else {}),  # v2.0 has no --bf16
             "parallel": parallel,
         }
     )

@@ -151,7 +151,9 @@ def test_the_search_enumerates_exactly_what_the_stack_runs(stack, model):
     space) is enumerated somewhere: the filter is neither missing nor too strict."""
     from planner.answer.request import context, parse_request
 
-    req = parse_request(request(stack, model, gpus=16))
+    r = request(stack, model, gpus=16)
+    r["training"]["precision"] = STACKS[stack].precisions[0]  # megatron-2020 trains in fp16
+    req = parse_request(r)
     if unbuilt_parts(STACKS[stack], get_model(model)):  # a model the stack does not build is refused, not searched
         with pytest.raises(MeshplanError, match="does not build"):
             context(req)
@@ -300,3 +302,73 @@ def test_meshplan_stacks_shows_cp_and_fp8_capabilities():
             if ln.strip("│ ").startswith(f"{s.id} ") and ("no CP" in ln or "p2p" in ln or "a2a" in ln)
         ]
         assert (", ".join(s.cp_comms) or "no CP") in row and (", ".join(s.fp8_recipes) or "no FP8") in row
+
+
+# ---- training precisions (Stack.precisions) ----------------------------------------------------
+
+#: (stack, precision, runs): fp16 needs a loss scaler, which the bundled runtime and torchtitan do not have; Megatron-LM
+#: v2.0 predates --bf16 (b4bc51b1e7).
+PRECISIONS = [
+    ("meshplan", "bf16", True),
+    ("meshplan", "fp32", True),
+    ("meshplan", "fp16", False),
+    ("torchtitan", "fp16", False),
+    ("torchtitan", "bf16", True),
+    ("megatron", "fp16", True),
+    ("deepspeed", "fp16", True),
+    ("megatron-2020", "bf16", False),
+    ("megatron-2020", "fp16", True),
+]
+
+
+def _precision_request(stack: str, precision: str) -> dict:
+    model = "gpt3-1.3b" if stack == "megatron-2020" else "llama3-8b"
+    r = request(stack, model)
+    r["training"]["precision"] = precision
+    return r
+
+
+@pytest.mark.parametrize("entry", ["plan", "estimate"])
+@pytest.mark.parametrize("stack,precision,runs", PRECISIONS)
+def test_a_precision_the_stack_does_not_train_in_is_refused_naming_what_it_does(entry, stack, precision, runs):
+    call = planner.plan if entry == "plan" else planner.estimate_plan
+    req = _precision_request(stack, precision)
+    if entry == "estimate":
+        req["parallel"] = {"tp": 1, "pp": 1, "dp": 8, "micro_batch_size": 1, "zero_stage": 0}
+    if runs:
+        assert call(req) is not None
+        return
+    with pytest.raises(MeshplanError) as err:
+        call(req)
+    assert err.value.field == "training.precision" and stack in err.value.message
+    assert ", ".join(STACKS[stack].precisions) in err.value.message
+    others = [s.id for s in STACKS.values() if precision in s.precisions]
+    assert all(o in err.value.fix for o in others), err.value.fix
+
+
+def test_the_cli_and_the_service_refuse_fp16_for_the_bundled_runtime(client):
+    out = run_cli("plan", "--model", "llama3-8b", *BASE_FLAGS, "--seq-len", "2048", "--precision", "fp16")
+    assert out.returncode == 2 and "training.precision" in out.stderr and "bf16, fp32" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr + out.stdout
+    r = client.post("/v1/plans", json=_precision_request("meshplan", "fp16"))
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "training.precision", r.text
+    stacks = {s["id"]: s for s in client.get("/v1/catalog/stacks").json()}
+    assert stacks["megatron-2020"]["precisions"] == ["fp16", "fp32"]
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16", "fp32", "fp8"])
+def test_the_runtime_trains_in_exactly_the_meshplan_stacks_precisions(precision):
+    """``validate_plan`` refuses a precision exactly when the meshplan stack does not train in it (FP8: its recipes)."""
+    from runtime.validate import validate_plan
+
+    base = planner.estimate_plan(request("meshplan", "llama3-8b", tp=2, pp=1, dp=4, micro_batch_size=1, zero_stage=1))
+    plan = base.model_copy(update={"training": base.training.model_copy(update={"precision": precision})})
+    meshplan = STACKS["meshplan"]
+    runs = precision in meshplan.precisions or (precision == "fp8" and bool(meshplan.fp8_recipes))
+    try:
+        validate_plan(plan, 8)
+        ran = True
+    except MeshplanError as err:
+        ran = False
+        assert err.field == "training.precision", err
+    assert ran == runs

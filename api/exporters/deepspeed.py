@@ -90,6 +90,13 @@ def deepspeed_config(plan: Plan, notes: Notes) -> dict:
         "gradient_accumulation_steps": plan.estimate.num_microbatches,
         "zero_optimization": {"stage": p.zero_stage},
     }
+    if plan.model.sliding_window is not None:  # the config has no attention settings: the model code decides
+        notes.warn(
+            f"the model's {plan.model.sliding_window}-token sliding window ({plan.model.window_layers()} of "
+            f"{plan.model.num_layers} layers) is model code, not DeepSpeed configuration: the plan prices a banded "
+            f"kernel (flash_attn window_size=({plan.model.sliding_window - 1}, 0)); a masked full attention "
+            "(SDPA with a mask, eager) computes the whole square and runs slower than the plan"
+        )
     if p.cp > 1:
         cfg["sequence_parallel_size"] = p.cp
         notes.note(

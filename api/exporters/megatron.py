@@ -237,7 +237,11 @@ def expert_parallel_args(plan: Plan, notes: Notes) -> list[str]:
     ``_add_moe_args`` at main@000c4ac2): its experts, top-k, expert and shared widths, which layers are MoE, the
     router's score function and group-limited routing, a capacity factor; EP and ETP folded out of DP (the plan's
     layout is Megatron-core's tp-cp-ep-dp-pp order), grouped GEMM and the all-to-all token dispatcher the plan was
-    priced with (dropless unless the model has a capacity factor, Megatron-core's default)."""
+    priced with (dropless unless the model has a capacity factor, Megatron-core's default). With a capacity factor the
+    plan priced Megatron-core's drop as the bundled runtime runs it (core_v0.16.1 ``apply_router_token_dropping``):
+    the assignments over an expert's capacity dropped by the model's ``drop_policy`` (``--moe-token-drop-policy``,
+    written out even at its default ``probs``) and the expert GEMMs and all-to-all sized at the kept tokens, so no
+    ``--moe-pad-expert-input-to-capacity`` (which would size both at the capacity, padded)."""
     moe = plan.model.moe
     if moe is None:
         return []
@@ -271,8 +275,8 @@ def expert_parallel_args(plan: Plan, notes: Notes) -> list[str]:
             "--moe-router-group-topk",
             str(moe.router_topk_groups),
         ]
-    if moe.capacity_factor is not None:
-        args += ["--moe-expert-capacity-factor", f"{moe.capacity_factor:g}"]
+    if moe.capacity_factor is not None:  # the drop the plan priced: the model's policy, the kept tokens unpadded
+        args += ["--moe-expert-capacity-factor", f"{moe.capacity_factor:g}", "--moe-token-drop-policy", moe.drop_policy]
     if moe.router_bias:
         notes.warn(
             "the model's router has a bias (gpt-oss); Megatron-LM's TopKRouter has none: the export cannot express it "
@@ -319,7 +323,7 @@ def attention_args(plan: Plan, notes: Notes) -> list[str]:
     head's width when the query width is not the hidden size: Qwen3, gpt-oss), ``--qk-layernorm`` (RMSNorm on each
     query and key head: Qwen3), multi-latent attention (DeepSeek-V3: ``--multi-latent-attention`` and its low-rank
     dims, megatron-core's ``MLATransformerConfig``), learned attention sinks (gpt-oss: ``--softmax-type
-    learnable``)."""
+    learnable``), sliding windows (``window_args``)."""
     m = plan.model
     args: list[str] = []
     if m.mla is not None:
@@ -349,7 +353,33 @@ def attention_args(plan: Plan, notes: Notes) -> list[str]:
         )
     if m.attention_sinks:
         args += ["--softmax-type", "learnable"]
-    return args
+    return args + window_args(plan)
+
+
+def window_args(plan: Plan) -> list[str]:
+    """A sliding window (``model.sliding_window``: Hugging Face's w keys, query i sees i − w < j ≤ i) as Megatron's
+    ``--window-size`` (arguments.py: a "left,right" tuple passed to Transformer Engine / FlashAttention's
+    ``window_size``, under which query i sees keys i − left … i + right: left = w − 1, right 0) and, unless every layer
+    has it, ``--window-attn-skip-freq`` (an integer N: N − 1 windowed layers then a full one — gpt-oss's 2 —, or a
+    pattern whose 1s are the windowed layers)."""
+    m = plan.model
+    if m.sliding_window is None:
+        return []
+    args = ["--window-size", f"{m.sliding_window - 1},0"]
+    bits = [1 if m.is_window_layer(i) else 0 for i in range(m.num_layers)]
+    if all(bits):
+        return args
+    n = m.window_layer_freq
+    if m.window_first_layer == 0 and n == 2 and m.num_layers % 2 == 0:  # windowed, full, windowed, …: N = 2
+        return args + ["--window-attn-skip-freq", "2"]
+    runs, i = [], 0
+    while i < len(bits):
+        j = i
+        while j < len(bits) and bits[j] == bits[i]:
+            j += 1
+        runs.append(f"[{bits[i]}]*{j - i}")
+        i = j
+    return args + ["--window-attn-skip-freq", "(" + "+".join(runs) + ")"]
 
 
 def render_array(name: str, args: list[str]) -> str:

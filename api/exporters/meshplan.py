@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from planner.specs import Plan
 from planner.specs.errors import MeshplanError
-from planner.specs.stack_rules import unbuilt_parts
+from planner.specs.stack_rules import precision_error, unbuilt_parts
 from planner.specs.stacks import STACKS
 
 from .base import Exporter, Notes, comment_block, geometry, header_lines
@@ -50,13 +50,22 @@ class MeshplanExporter(Exporter):
 
 def check_buildable(plan: Plan) -> None:
     """A model as the runtime builds it (``runtime.validate``, without importing PyTorch): no part it does not build
-    (``Stack.unbuilt``: latent attention, capacity-factor dropping, expert biases; dense models too), and a mixture
+    (``Stack.unbuilt``: latent attention; dense models too), a precision it trains in
+    (``Stack.precisions``), and a mixture
     of experts with whole experts on a rank (etp 1)."""
     for field in unbuilt_parts(STACKS["meshplan"], plan.model):  # the runtime's check_buildable list, as data
         raise MeshplanError(
             f"plan.model.{field}",
             f"meshplan's runtime does not build model.{field} ({plan.model.name!r})",
             "export to megatron or torchtitan (`meshplan export --format megatron` / `torchtitan`)",
+        )
+    refused = precision_error(STACKS["meshplan"], plan.training.precision)  # no fp16: the runtime has no loss scaler
+    if refused is not None:
+        raise MeshplanError(
+            "plan.training.precision",
+            f"meshplan's runtime does not train in {plan.training.precision}: it trains in "
+            f"{', '.join(STACKS['meshplan'].precisions)}",
+            "re-plan in bf16 (training.precision), or export to megatron or deepspeed, which train in fp16",
         )
     if plan.model.moe is not None and plan.parallel.etp != 1:
         p = plan.parallel

@@ -96,6 +96,13 @@ def model_ids(plan: Plan, notes: Notes, release: str) -> tuple[str, str]:
         return known[0], known[pick]  # type: ignore[return-value]
     moe = plan.model.moe is not None
     module, fn, flavor = TT_PLACEHOLDERS[moe]
+    if plan.model.sliding_window is not None:  # the window is model code (torchtitan's gpt_oss: a FlexAttention mask)
+        notes.warn(
+            f"the model's {plan.model.sliding_window}-token sliding window ({plan.model.window_layers()} of "
+            f"{plan.model.num_layers} layers) is not in torchtitan's job configuration: the placeholder attends "
+            "fully; your model module must apply the window (as torchtitan's gpt_oss does with a sliding-window "
+            "FlexAttention mask), or the run costs more than the plan"
+        )
     notes.warn(
         f"torchtitan {release} ships no configuration for model {plan.model.name!r}: the export names "
         f"{module}/{fn if release == '0.3.0' else flavor} as a placeholder; replace it with your model's module and "
@@ -133,6 +140,13 @@ def expert_parallel(plan: Plan, notes: Notes, release: str, par: dict) -> dict:
     expert tensor parallelism (its experts are whole on a rank: etp 1), so an etp = tp > 1 plan is refused there."""
     p = plan.parallel
     out: dict = {"expert_parallel_degree": p.ep}
+    moe = plan.model.moe
+    if moe is not None and moe.capacity_factor is not None:
+        notes.warn(
+            f"torchtitan's MoE routes dropless (MoEArgs has no capacity factor: 0.2.2 torchtitan/models/moe/moe.py, "
+            f"and main as of 2026-08); the model's capacity_factor {moe.capacity_factor:g} is not exported, so the "
+            "run keeps every token and its busiest experts take more rows than the plan priced"
+        )
     if release == "0.3.0" and p.etp > 1:
         raise MeshplanError(
             "plan.parallel.etp",

@@ -58,6 +58,7 @@ async def list_schedules() -> list[ScheduleInfo]:
 async def list_stacks() -> list[Stack]:
     """Training stack presets a request can name as ``training.stack`` (or start an inline one from):
     attention kernel, dropout, activation formula, DP gradient overlap, and their sources; what each runs
-    (ZeRO stages, schedules, recompute, ``cp_comms``: the ``parallel.cp_comm`` exchanges it runs with cp > 1,
+    (ZeRO stages, schedules, recompute, ``precisions``: the ``training.precision`` values it trains in besides FP8,
+    ``cp_comms``: the ``parallel.cp_comm`` exchanges it runs with cp > 1,
     ``fp8_recipes``: the ``training.fp8_recipe`` values it runs, its default first, ``tp_overlap``)."""
     return list(STACKS.values())

@@ -13,7 +13,7 @@ from planner.specs.config import SCHEDULE_INFO, estimate_defaults
 from planner.specs.errors import MeshplanError
 from planner.specs.fp8 import check_fp8
 from planner.specs.layout import even_stage_layers
-from planner.specs.stack_rules import unbuilt_parts
+from planner.specs.stack_rules import precision_error, unbuilt_parts
 from planner.specs.stacks import Stack
 from planner.specs.stacks import resolve as resolve_stack
 
@@ -33,11 +33,12 @@ def context(request: PlanRequest) -> Context:
         raise MeshplanError(
             "profile_id", "a stored profile id is only resolved by the service", "pass the Profile itself as 'profile'"
         )
-    model = get_model(request.model)
-    check_priced(model, resolve_stack(request.training.stack))
+    model, stack = get_model(request.model), resolve_stack(request.training.stack)
+    check_priced(model, stack)
     gpu = get_gpu(request.cluster.gpu)
     rules.check(rules.seq_len_fits(model, request.training.seq_len))
-    check_fp8(request.training, gpu, resolve_stack(request.training.stack), GPUS)  # FP8 on this GPU and stack
+    rules.check(precision_error(stack, request.training.precision))
+    check_fp8(request.training, gpu, stack, GPUS)  # FP8 on this GPU and stack
     try:
         gpu.peak_flops(request.training.precision)
     except ValueError as exc:
@@ -58,7 +59,7 @@ def context(request: PlanRequest) -> Context:
             "request to the service (POST /v1/plans), which resolves the id",
         )
     if request.calibration is not None:
-        check_calibration(request.calibration, gpu.id, resolve_stack(request.training.stack).id)
+        check_calibration(request.calibration, gpu.id, stack.id)
     return Context(
         model=model,
         gpu=gpu,
@@ -73,10 +74,12 @@ def context(request: PlanRequest) -> Context:
 
 def check_priced(model: ModelSpec, stack: Stack | None = None) -> None:
     """Refuse a model whose blocks the cost model does not price yet, rather than price them as something else:
-    MoE models on a stack without a MoE block (``rules.stack_runs_moe``) and latent attention on a stack other
-    than Megatron-core's (its kernels and saved tensors are priced as ``MLASelfAttention`` with Transformer Engine
-    keeps them: ``workload.moe.mla_saved_terms``). Dense and MoE blocks mixed are priced by kind
-    (``compose.blocks``)."""
+    MoE models on a stack without a MoE block (``rules.stack_runs_moe``) and latent attention on a stack whose
+    saved tensors for it are not written down: priced as Megatron-core's ``MLASelfAttention`` with Transformer
+    Engine keeps them (``workload.moe.mla_saved_terms``, ``activations="te"``) or as the bundled runtime's
+    ``runtime.models.mla.LatentAttention`` does (``workload.moe.mla_zoo_saved_terms``: the ``meshplan`` stack). Dense and MoE
+    blocks mixed are priced by kind (``compose.blocks``), and so are windowed and full blocks of one kind; both at once
+    are refused."""
     if stack is not None:
         rules.check(rules.stack_runs_moe(stack, model, None, None, None))
         for part in unbuilt_parts(stack, model):
@@ -85,13 +88,30 @@ def check_priced(model: ModelSpec, stack: Stack | None = None) -> None:
                 f"{model.name!r} has model.{part}, which stack {stack.id!r} does not build (`meshplan stacks`)",
                 "plan it for a stack that runs it (training.stack: megatron or torchtitan)",
             )
-    if model.mla is not None and (stack is None or stack.activations != "te"):
+    # "zoo" activations on another stack (DeepSpeed) are a user's PyTorch model, whose MLA tensors are not written down;
+    # the meshplan stack with overrides (``stack_override.resolve``: id "meshplan+{…}", e.g. `meshplan run`'s local
+    # prediction) is still the bundled runtime
+    runtime = stack is not None and stack.activations == "zoo" and stack.id.partition("+")[0] == "meshplan"
+    if model.mla is not None and (stack is None or (stack.activations != "te" and not runtime)):
         raise MeshplanError(
             "training.stack",
-            f"{model.name!r} uses multi-head latent attention, priced as Megatron-core runs it "
-            f"(MLASelfAttention with Transformer Engine); {'this stack' if stack is None else repr(stack.id)} "
-            "has no priced latent attention",
-            "plan it on training.stack megatron (--stack megatron)",
+            f"{model.name!r} uses multi-head latent attention (model.mla), priced as Megatron-core runs it "
+            f"(MLASelfAttention with Transformer Engine) or as the bundled runtime does; "
+            f"{'this stack' if stack is None else repr(stack.id)} has no priced latent attention",
+            "plan it on training.stack megatron (--stack megatron) or meshplan (the default)",
+        )
+    windowed = model.window_layers()
+    if (
+        0 < windowed < model.num_layers
+        and model.moe is not None
+        and model.moe.first_dense_layers + (model.moe.moe_layer_freq > 1)
+    ):
+        raise MeshplanError(
+            "model.sliding_window",
+            f"{model.name!r} has dense and MoE blocks and a sliding window on {windowed} of its {model.num_layers} "
+            "layers: up to four kinds of layer, and the planner's stage cuts price two",
+            "give every layer the window (window_first_layer 0, window_layer_freq 1) or none, or make every layer "
+            "MoE (moe.first_dense_layers 0, moe.moe_layer_freq 1)",
         )
 
 

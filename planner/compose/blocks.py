@@ -3,7 +3,11 @@ is MoE) or two (DeepSeek-V3's 3 dense layers then 58 MoE, Llama 4 Maverick's alt
 ``ModelSpec.moe.first_dense_layers`` / ``moe_layer_freq``). A model of two kinds is priced as each kind alone
 (``terms.shared_terms`` of a model whose every block is dense, and of one whose every block is MoE) and the two
 joined (``merged``): every term keeps one coefficient per layer and one more per MoE layer (``affine.Affine.moe``),
-so a stage's time and memory sum the kinds of the layers it holds, wherever the cut puts them."""
+so a stage's time and memory sum the kinds of the layers it holds, wherever the cut puts them. A model of one kind
+whose blocks attend over a sliding window on some layers and fully on the others (gpt-oss: every other layer,
+``ModelSpec.window_layer_freq``) is two kinds the same way: its kind and that kind with the window (``WINDOW``,
+priced in ``window_view``), the prefix counting the windowed layers, so the cut solver sees its heterogeneous layers
+as it sees DeepSeek-V3's."""
 
 from __future__ import annotations
 
@@ -19,19 +23,53 @@ if TYPE_CHECKING:
     from planner.compose.terms import SharedTerms
 
 
+#: The suffix of a block kind whose attention runs over the sliding window (``window_view``), in a model of windowed
+#: and full blocks of one kind (gpt-oss: ``"moe_block"`` and ``"moe_block@window"``, alternating).
+WINDOW = "@window"
+
+
+def mixed_windows(ctx: Context) -> bool:
+    """Whether some but not all blocks attend over a window shorter than the whole sequence (s × cp), on a stack whose
+    kernel skips the blocks outside it (``Stack.window_kernel``; else every block costs the whole square)."""
+    m = ctx.model
+    banded = ctx.stack.window_kernel and m.window_at(ctx.training.seq_len * ctx.cp) is not None
+    return banded and 0 < m.window_layers() < m.num_layers
+
+
+def window_view(ctx: Context) -> Context:
+    """The request priced as if every block had the model's window (``Inputs.attention_window``): what a windowed
+    block of a model of windowed and full blocks costs. Analytic, as the CP views are: a measured profile's
+    block is one kind's (the profiler's layer 0)."""
+    view = ctx.window
+    if view is None:
+        model = ctx.model.model_copy(update={"window_first_layer": 0, "window_layer_freq": 1})
+        view = ctx.window = replace(ctx, model=model, profile=None, layer_fn=None)
+    return view
+
+
 def block_sequence(ctx: Context) -> tuple[tuple[str, ...], tuple[int, ...] | None]:
     """The block kinds the model has (one, or ``("transformer_block", "moe_block")``) and, for two kinds, the
     ``affine.moe_prefix`` of its layer sequence (``ops.block_kinds``: DeepSeek-V3's 3 dense layers then 58 MoE,
-    Llama 4 Maverick's alternation); cached on the context."""
+    Llama 4 Maverick's alternation); a model of one kind whose blocks are windowed and full (``mixed_windows``:
+    gpt-oss) has that kind and its ``WINDOW`` kind, the prefix counting the windowed blocks
+    (``ModelSpec.is_window_layer``). Cached on the context."""
     seq = ctx.blocks
     if seq is None:
         order = block_kinds(ctx.model)
         kinds = tuple(sorted(set(order)))  # "moe_block" < "transformer_block": the dense kind last
-        if len(kinds) == 1:
+        if len(kinds) == 1 and mixed_windows(ctx):  # (``answer.request.check_priced`` refuses two kinds and windows)
+            windowed = [ctx.model.is_window_layer(i) for i in range(ctx.model.num_layers)]
+            seq = ctx.blocks = ((kinds[0], kinds[0] + WINDOW), moe_prefix(windowed))
+        elif len(kinds) == 1:
             seq = ctx.blocks = (kinds, None)
         else:
             seq = ctx.blocks = (("transformer_block", MOE_BLOCK), moe_prefix([k == MOE_BLOCK for k in order]))
     return seq
+
+
+def has_moe_blocks(ctx: Context) -> bool:
+    """Whether some block of the model is a MoE block."""
+    return MOE_BLOCK in block_sequence(ctx)[0]
 
 
 def block_counts(ctx: Context) -> dict[str, int]:
@@ -39,7 +77,18 @@ def block_counts(ctx: Context) -> dict[str, int]:
     kinds, prefix = block_sequence(ctx)
     if prefix is None:
         return {kinds[0]: ctx.model.num_layers}
-    return {"transformer_block": ctx.model.num_layers - prefix[-1], MOE_BLOCK: prefix[-1]}
+    return {kinds[0]: ctx.model.num_layers - prefix[-1], kinds[1]: prefix[-1]}
+
+
+def window_terms(ctx: Context, key: SharedKey, memory_only: bool = False) -> SharedTerms:
+    """The terms of a model of windowed and full blocks of one kind: the full kind's and the windowed kind's
+    (``window_view``) ``merged`` (the window changes the attention's time alone: memory and parameters alike)."""
+    from planner.compose.terms import kind_terms
+
+    (full, windowed), prefix = block_sequence(ctx)
+    assert prefix is not None  # block_sequence gives mixed windows two kinds
+    names = MEMORY_FIELDS if memory_only else None
+    return merged(kind_terms(ctx, key, full, memory_only), kind_terms(ctx, key, windowed, memory_only), prefix, names)
 
 
 def mixed_terms(ctx: Context, key: SharedKey, prefix: tuple[int, ...], memory_only: bool = False) -> SharedTerms:
@@ -48,6 +97,8 @@ def mixed_terms(ctx: Context, key: SharedKey, prefix: tuple[int, ...], memory_on
     DP buckets): shared by the (ep, etp) pairs with as many."""
     from planner.compose.terms import kind_terms, layer_group
 
+    if block_sequence(ctx)[0][1].endswith(WINDOW):
+        return window_terms(ctx, key, memory_only)
     mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp, pipelined = key
     at = (mbs, tp, sp, recompute, tpo, ep, etp)
     if memory_only:  # ``terms.memory_terms``: the dense kind's memory terms do not depend on (ep, etp) at all

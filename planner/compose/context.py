@@ -10,6 +10,7 @@ from planner.pricing.device import Device
 
 if TYPE_CHECKING:
     from planner.compose.cost import Candidate, ClassCosts
+    from planner.compose.experts import ExpertFloor
     from planner.compose.layer_group import DenseParts, LayerGroup
     from planner.compose.terms import SharedTerms
 
@@ -34,6 +35,11 @@ class Context(Device):
     #: the dense op list's part of a ``LayerGroup``, by (mbs, tp, sp, recompute, tp_comm_overlap): shared by a MoE
     #: model's (ep, etp) pairs and block kinds (``layer_group.dense_parts``)
     dense_parts: dict[tuple[int, int, bool, str, bool], DenseParts] = _cache()
+    #: ``layer_group.moe_floor``: a MoE block's (forward, backward) ns at least, by (mbs, tp, sp, recompute, tpo, ep,
+    #: etp), and ``experts.expert_floor`` by (mbs, tp, sp, recompute, etp)
+    moe_floors: dict[tuple[int, int, bool, str, bool, int, int], tuple[int, int]] = _cache()
+    expert_floors: dict[tuple[int, int, bool, str, int], ExpertFloor] = _cache()
+    a2a_floors: dict[tuple[int, int, bool, int], float] = _cache()  # its all-to-all's seconds, by (mbs, tp, sp, ep)
     shared: dict[SharedKey, SharedTerms] = _cache()
     #: ``shared``'s memory terms alone, for keys not priced whole (``terms.memory_terms``)
     shared_memory: dict[SharedKey, SharedTerms] = _cache()
@@ -56,3 +62,5 @@ class Context(Device):
     blocks: tuple[tuple[str, ...], tuple[int, ...] | None] | None = field(
         default=None, init=False, repr=False, compare=False
     )
+    #: the request priced as if every block had the model's window (``blocks.window_view``)
+    window: Context | None = field(default=None, init=False, repr=False, compare=False)

@@ -74,6 +74,21 @@ class Candidate:
     def describe(self) -> str:
         return config.describe(self)
 
+    def family(self, pairs: Sequence[tuple[int, int]]) -> list[Candidate]:
+        """The class at each (ep, etp) of ``pairs``, its other fields this one's: the search enumerates 21,036 of
+        them on DeepSeek-V3, so the copies are made without the frozen ``__init__`` (one ``object.__setattr__`` a
+        field) — equal, hashed and ordered as ``replace(self, ep=ep, etp=etp)`` (``tests/test_planner_core.py``)."""
+        new, fields_ = object.__new__, self.__dict__
+        out = []
+        for ep, etp in pairs:
+            if ep == self.ep and etp == self.etp:
+                out.append(self)  # a dense model's one pair: the class itself
+                continue
+            c = new(Candidate)
+            c.__dict__.update(fields_, ep=ep, etp=etp)
+            out.append(c)
+        return out
+
 
 config.check_fields(Candidate, class_only=True)
 

@@ -7,13 +7,16 @@ and optimizer step over that group (``expert_step``)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from planner.compose.context import Context
 from planner.compose.memory import state_bytes
 from planner.pricing.collectives import Groups, comm_seconds, per_kind_seconds
-from planner.pricing.expert_parallel import expert_seconds
-from planner.pricing.gpu import hbm_efficiency
+from planner.pricing.expert_parallel import _gemms, expert_seconds
+from planner.pricing.gpu import HBM_EFFICIENCY, hbm_efficiency, hbm_time
+from planner.pricing.host import runs_on_host
 from planner.pricing.layer_times import LayerTimes
 from planner.specs import ActivationBytes
 from planner.workload.collectives import Collective, Issuing, Op, dp_layer_comms, zero3_comms
@@ -57,6 +60,73 @@ def expert_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, ep: 
         saved_none=w.saved - w.dense_saved,
         flops_fwd=flops,
         flops_bwd=2 * flops + (flops if recompute == "full" else 0.0),
+    )
+
+
+class ExpertFloor(NamedTuple):
+    """``expert_floor``: a MoE block's ``ExpertTerms.fwd`` and ``.bwd`` (seconds) at least ``fwd + cs·G + a2a_f``
+    and ``bwd + cs·(2 + full)·G + a2a_b`` at every ep, G the grouped GEMMs' floor (``grouped``) and the all-to-alls
+    exact (``a2a``)."""
+
+    fwd: float
+    bwd: float
+    scale: float  # the compute residual
+    rerun: bool  # full recomputation: the backward reruns the forward's grouped GEMMs
+    flops_s: float  # the grouped GEMMs' FLOPs at the large-GEMM ceiling
+    weights_s: float  # one local expert's weights (w1, w3, w2) at the best HBM efficiency
+    dispatched: float  # bytes of one all-to-all per rank
+    a2a_counts: tuple[int, int]  # all-to-alls forward, backward
+
+    def grouped(self, num_experts: int, ep: int) -> float:
+        """The forward grouped GEMMs at ep: ≥ their FLOPs at the ceiling and ≥ the E/ep local experts' weights read
+        (``gpu.gemm_time`` is the larger of its FLOPs at the ceiling × an efficiency ≤ 1 and its bytes at HBM)."""
+        return max(self.flops_s, num_experts // ep * self.weights_s)
+
+
+def expert_floor(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, etp: int) -> ExpertFloor:
+    """What ``expert_terms`` at every ep dividing the experts is at least (``ExpertFloor``), priced once per etp
+    (``layer_group.moe_floor``, the search's first key of a MoE model's classes, issue 26): the router's, the shared
+    experts', the dense MLP's and the ETP exchange's terms exactly (ep reads none of them); the grouped expert GEMMs
+    over at least T_in·k·imb rows in all (each of the E/ep local experts gets ⌈T_in·k·ep/E·imb⌉) at the larger of
+    their FLOPs at the large-GEMM ceiling and the local experts' weights at the best HBM efficiency; their
+    memory-bound bytes at the best HBM efficiency; the all-to-all's bytes (its time at ep: ``expert_parallel.
+    all_to_all_seconds``). The residuals scale up what they scale (both ≥ 0, else no bound: −inf).
+    ``tests/test_expert_floor.py``: ≤ the exact terms."""
+    r = ctx.residuals
+    model, seq, moe, elt = ctx.model, ctx.training.seq_len, ctx.model.moe, ctx.elt
+    assert moe is not None
+    h, E, k = model.hidden_size, moe.num_experts, moe.top_k
+    if r.compute_scale < 0 or r.memory_scale < 0:
+        return ExpertFloor(-math.inf, -math.inf, 0.0, False, 0.0, 0.0, 0.0, (0, 0))
+    glu = op_bytes(ctx)[1]
+    w = expert_work(model, mbs, seq, tp, sp, 1, etp, elt, recompute, glu)  # its ep-free parts
+    imb = moe.load_imbalance if moe.capacity_factor is None else min(moe.load_imbalance, moe.capacity_factor)
+    full = mbs * seq
+    T = full // tp if (sp and tp > 1) else full
+    rows = (full if etp > 1 else T) * k * imb * (1.0 - 1e-9)  # every local expert's rows summed, at least
+    f = moe.expert_ffn_hidden_size // etp
+    fs = moe.shared_experts * moe.shared_ffn // tp if moe.shared_experts else 0
+    host = runs_on_host(ctx)
+    rate = ctx.peak * (1.0 if host else ctx.gemm_efficiency)
+    bw = ctx.gpu.hbm_bandwidth_GBps * 1e9 * (1.0 if host else max(eff for _, eff in HBM_EFFICIENCY))
+    rf, rb = _gemms(ctx, w.gemms[:1] + w.gemms[3:])  # the router and the shared experts
+    df, db = _gemms(ctx, w.dense_gemms)
+    mem = glu * (rows * f + full * fs) + 4.0 * rows * h * elt + 3.0 * T * E * 4
+    mem_s = mem / bw - hbm_time(ctx, w.dense_mem_bytes)
+    fwd = r.compute_scale * (rf - df) + r.memory_scale * mem_s
+    bwd = r.compute_scale * (rb - db) + r.memory_scale * 2 * mem_s + (fwd if recompute == "full" else 0.0)
+    g = Groups(tp, 1, "intra_node", 1)
+    tp_f = comm_seconds(ctx, w.tp_fwd, g) - comm_seconds(ctx, w.dense_tp_fwd, g)
+    tp_b = comm_seconds(ctx, w.tp_bwd, g) - comm_seconds(ctx, w.dense_tp_bwd, g)
+    return ExpertFloor(
+        fwd + tp_f,
+        bwd + tp_b,
+        r.compute_scale,
+        recompute == "full",
+        6.0 * rows * f * h / rate,  # w1, w3, w2 forward; the backward's two GEMMs each as many FLOPs
+        3.0 * h * f * elt / bw,
+        T * k * h * elt * imb,
+        (2, 4 if recompute == "full" else 2),
     )
 
 

@@ -8,15 +8,17 @@ here (``ns``)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from planner.compose.affine import Affine
-from planner.compose.blocks import block_sequence
+from planner.compose.blocks import WINDOW, block_sequence, window_view
 from planner.compose.context import Context, GroupKey
-from planner.compose.experts import with_experts
+from planner.compose.experts import expert_floor, with_experts
 from planner.compose.memory import loss_buffer_bytes
 from planner.pricing.collectives import Groups, per_kind_seconds
+from planner.pricing.expert_parallel import all_to_all_seconds
 from planner.pricing.host import dtensor_linear_dispatch, host_dispatch
 from planner.pricing.layer_times import LayerTimes, layer_times
 from planner.pricing.tp_overlap import overlap_delta
@@ -150,6 +152,8 @@ def layer_group(
 ) -> LayerGroup:
     """``kind``: the block kind priced (``blocks.block_sequence``); by default the model's first (its only one)."""
     kind = kind or block_sequence(ctx)[0][0]
+    if kind.endswith(WINDOW):  # a windowed block of a model of windowed and full ones: priced in its view
+        return layer_group(window_view(ctx), mbs, tp, sp, recompute, tpo, ep, etp, kind.removesuffix(WINDOW))
     if kind != MOE_BLOCK:  # a dense block does not depend on the experts' layout
         ep = etp = 1
     key = (mbs, tp, sp, recompute, tpo, ep, etp, kind)
@@ -194,3 +198,36 @@ def _layer_group(ctx: Context, key: GroupKey) -> LayerGroup:
         bwd_ep=Affine(0, ns(x.a2a_bwd)) if x else Affine(),
         expert_params=x.expert_params if x else 0,
     )
+
+
+def moe_floor(
+    ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo: bool, ep: int, etp: int
+) -> tuple[int, int]:
+    """Lower bounds (ns) of a MoE block's ``LayerGroup`` forward and backward per layer (``fwd.layer``, ``bwd.layer``)
+    at (ep, etp), without pricing its experts' layout: the dense block's (``dense_parts``, shared) with the MLP
+    swapped by ``experts.expert_floor`` (a layer's seconds are the dense block's + ``ExpertTerms.fwd``/``.bwd``; the
+    floor priced once per etp, then the grouped GEMMs' floor and the all-to-all at each ep), rounded down with 2 ns to
+    spare for the float sums. The search's first key of a MoE model's classes (``bounds.lean_bound(floor=True)``): a
+    class's own layer group is priced only when it nears the front. Cached on the context."""
+    key = (mbs, tp, sp, recompute, tpo, ep, etp)
+    fl = ctx.moe_floors.get(key)
+    if fl is None:
+        part = ctx.expert_floors.get((mbs, tp, sp, recompute, etp))
+        if part is None:
+            part = ctx.expert_floors[(mbs, tp, sp, recompute, etp)] = expert_floor(ctx, mbs, tp, sp, recompute, etp)
+        dense = layer_group(ctx, mbs, tp, sp, recompute, tpo, kind="transformer_block")
+        moe = ctx.model.moe
+        assert moe is not None
+        a2a_key = (mbs, tp, sp, ep)  # its bytes read (mbs, tp, sp)
+        a2a = ctx.a2a_floors.get(a2a_key)
+        if a2a is None:
+            a2a = ctx.a2a_floors[a2a_key] = all_to_all_seconds(ctx, part.dispatched, ep, tp)
+        g = part.scale * part.grouped(moe.num_experts, ep)
+        f = dense.work_f[0] + part.fwd + g + part.a2a_counts[0] * a2a
+        b = dense.work_b[0] + part.bwd + (3 if part.rerun else 2) * g + part.a2a_counts[1] * a2a
+        low = -(2**62)  # no floor (a negative residual)
+        fl = ctx.moe_floors[key] = (
+            math.floor(f * NS) - 2 if math.isfinite(f) else low,
+            math.floor(b * NS) - 2 if math.isfinite(b) else low,
+        )
+    return fl

@@ -28,14 +28,14 @@ from planner.compose.layer_group import (  # noqa: F401 (re-exported: their home
 )
 from planner.compose.memory import StateBytes, optimizer_step_bytes, state_bytes, zero3_buffer_bytes
 from planner.pricing.collectives import Groups, comm_seconds, pipeline_action, step_reduction_seconds
-from planner.pricing.gpu import optimizer_step_times
+from planner.pricing.gpu import hbm_time, optimizer_step_times
 from planner.pricing.host import (
     fsdp_hook_times,
     host_slowdown,
     host_step_dispatch,
     prefetch_overlaps,
 )
-from planner.workload.accumulation import dp_schedule
+from planner.workload.accumulation import FSDP2_ENGINES, DpSchedule, dp_schedule, fsdp2_copy_bytes
 from planner.workload.collectives import (
     NO_REDUCTIONS,
     Op,
@@ -225,8 +225,13 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = Fals
         gather_b = gather if sched.gather_bwd else none
         scatter = dp_seconds(ctx, how, reduce_op, lg.params, ge, None, g, *split) if sched.reduce_each else none
         join = (lambda w, t: overlapped(w, t, slow)) if prefetch_overlaps(ctx) else (lambda w, t: w + t)
-        fwd = Affine(0, *(ns(join(w, t)) for w, t in zip(lg.work_f, gather)))
-        bwd = Affine(0, *(ns(join(w, t + u)) for w, t, u in zip(lg.work_b, gather_b, scatter)))
+        # + FSDP2's copies on the compute stream around them (``accumulation.fsdp2_copy_bytes``; a GPU: a host's are
+        # in its measured hooks)
+        out_f, out_b, into = fsdp2_copies(ctx, sched, zero_stage, gathered, lg.params, ge)
+        fwd = Affine(0, *(ns(join(w + c, t)) for w, c, t in zip(lg.work_f, out_f, gather)))
+        bwd = Affine(
+            0, *(ns(join(w + c + r, t + u)) for w, c, r, t, u in zip(lg.work_b, out_b, into, gather_b, scatter))
+        )
         fwd_z3, bwd_z3 = Affine(*(a - b for a, b in zip(fwd, lg.fwd))), Affine(*(a - b for a, b in zip(bwd, lg.bwd)))
 
     # --- a host device's FSDP2 hooks per micro-batch (``collectives.fsdp_hook_times``; none on a GPU)
@@ -304,6 +309,31 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = Fals
         flops_emb=lg.flops[1],
         flops_head=lg.flops[2],
         tied_sync=ns(comm_seconds(ctx, tied, g)),
+    )
+
+
+def fsdp2_copies(
+    ctx: Context,
+    sched: DpSchedule,
+    zero_stage: int,
+    gathered: tuple[int, int, int],
+    params: tuple[int, int, int],
+    grad_elt: int,
+) -> tuple[list[float], list[float], list[float]]:
+    """Seconds per micro-batch of each layer kind's (block, embedding, LM head) FSDP2 copies on the compute stream
+    (``accumulation.fsdp2_copy_bytes`` at the achieved HBM bandwidth of each copy): the forward gather's copy-out, the
+    backward gather's, the reduce-scatter's copy-in — zero where the collective does not run in every micro-batch,
+    on engines other than FSDP2's, at ZeRO-0 (``replicate``: not ``fully_shard``'s units) and on a host."""
+    zero = [0.0, 0.0, 0.0]
+    if ctx.stack.grad_accumulation not in FSDP2_ENGINES or zero_stage == 0 or not prefetch_overlaps(ctx):
+        return zero, zero, zero
+    e = ctx.elt
+    b = [fsdp2_copy_bytes(ctx.stack.grad_accumulation, g, e, p, e, grad_elt) for g, p in zip(gathered, params)]
+    out = [hbm_time(ctx, x.copy_out) for x in b]
+    return (
+        out if sched.gather_fwd else zero,
+        out if sched.gather_bwd else zero,
+        [hbm_time(ctx, x.reduce_copy_in) for x in b] if sched.reduce_each else zero,
     )
 
 

@@ -204,8 +204,16 @@ def local_attention_time(ctx: Device, mbs: int, tp: int) -> tuple[float, float]:
 
     * flash: the model's full-square FLOPs (4·b·s²·d·a/t forward, 2.5× backward) at the published
       FlashAttention-2 causal rate for (GPU, head dim, s) — which counts half the square, so the time is
-      (FLOPs ÷ 2) ÷ rate; GPUs without a published table fall back to the two GEMMs at the GEMM ceiling;
-    * unfused: the two batched GEMMs per direction (QKᵀ, PV forward; four in backward) on their rooflines,
+      (FLOPs ÷ 2) ÷ rate; GPUs without a published table fall back to the two GEMMs at the GEMM ceiling. A
+      model whose every block has a sliding window w < s (``Inputs.attention_window``; a model of windowed
+      and full blocks prices each kind in its own view, ``compose.blocks``) runs FlashAttention-2's banded
+      kernel (``flash_attn_func(..., window_size=(w − 1, 0))``: ``csrc/flash_attn/src/flash_fwd_kernel.h``
+      starts each query block's key loop at ``n_block_min`` from ``window_size_left``, so the key blocks outside
+      the band are skipped): its FLOPs × ``Inputs.attention_share`` (the band's pairs), at the causal rate of
+      a sequence of 2·w — each query block then visits about w/128 key blocks with one partly masked block in
+      two, as a causal kernel does at 2·w — or of s when shorter (under CP the share is the whole sequence's);
+    * unfused: the two batched GEMMs per direction (QKᵀ, PV forward; four in backward) on their rooflines
+      (the whole square, window or not: a masked softmax computes every score and discards the band's outside),
       plus the b·(a/t)·s² scores read and written in HBM by the softmax (forward: read + write; backward:
       read probabilities and gradient, write gradient) and, with dropout, by the dropout (read, write, and a
       1-byte mask; backward: read gradient and mask, write); with ``eager`` kernels the causal mask is its
@@ -215,17 +223,19 @@ def local_attention_time(ctx: Device, mbs: int, tp: int) -> tuple[float, float]:
     m, seq = ctx.model, ctx.training.seq_len
     d, heads = m.head_dim, mbs * m.num_attention_heads // tp
     dv = d  # latent attention: QKᵀ over the query/key head width, PV over the value head width
+    pad = ctx.stack.mla_pad_v  # ... or over v padded to the query/key width (``Stack.mla_pad_v``: the bundled runtime)
     if m.mla is not None:
-        d, dv = m.mla.qk_head_dim, m.mla.v_head_dim
+        d, dv = m.mla.qk_head_dim, max(m.mla.qk_head_dim, m.mla.v_head_dim) if pad else m.mla.v_head_dim
     if heads == 0:
         return 0.0, 0.0
-    flops = attention_core_flops(m, mbs, seq, tp)
+    share, w = ctx.attention_share, ctx.attention_window
+    flops = attention_core_flops(m, mbs, seq, tp, share, pad)
     if ctx.stack.attention == "flash":
-        rate = flash_rate(ctx, d, seq)
+        rate = flash_rate(ctx, d, seq if w is None else min(seq, 2 * w))
         if rate is not None:
             total = (1 + FLASH_BWD_RATIO) * flops / 2 / (rate * 1e12)
             return total / (1 + FLASH_BWD_RATIO), total * FLASH_BWD_RATIO / (1 + FLASH_BWD_RATIO)
-        fwd = gemm_time(ctx, seq, seq, d, heads, True) + gemm_time(ctx, seq, dv, seq, heads, True)
+        fwd = share * (gemm_time(ctx, seq, seq, d, heads, True) + gemm_time(ctx, seq, dv, seq, heads, True))
         return fwd, FLASH_BWD_RATIO * fwd
     fwd = gemm_time(ctx, seq, seq, d, heads, True) + gemm_time(ctx, seq, dv, seq, heads, True)
     bwd = gemm_time(ctx, seq, seq, d, heads, True) + 3 * gemm_time(ctx, seq, dv, seq, heads, True)

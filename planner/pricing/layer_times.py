@@ -51,7 +51,11 @@ def analytic_parts(
     af = ab = 0.0
     if kind == "transformer_block":
         af, ab = attention_time(ctx, mbs, tp)
-    att_flops = attention_core_flops(ctx.model, mbs, seq, tp) if kind == "transformer_block" else 0.0
+    att_flops = (
+        attention_core_flops(ctx.model, mbs, seq, tp, ctx.attention_share, ctx.stack.mla_pad_v)
+        if kind == "transformer_block"
+        else 0.0
+    )
     lf, lb, lin_flops = linear_times(ctx, kind, mbs * seq, tp)
     elem = elementwise_time(ctx, kind, mbs, tp, sp)
     scale_f = max(0.0, lp.fwd_flops - att_flops) / lin_flops if lin_flops > 0 else 0.0
@@ -112,7 +116,14 @@ def _layer_times(ctx: Device, kind: str, mbs: int, tp: int, sp: bool, recompute:
     seq = ctx.training.seq_len
     if lp.fwd_time_s is not None and lp.bwd_time_s is not None:
         fwd, bwd = lp.fwd_time_s, lp.bwd_time_s
-        att_share = min(1.0, attention_core_flops(ctx.model, mbs, seq, tp) / lp.fwd_flops) if lp.fwd_flops else 0.0
+        att_share = (
+            min(
+                1.0,
+                attention_core_flops(ctx.model, mbs, seq, tp, ctx.attention_share, ctx.stack.mla_pad_v) / lp.fwd_flops,
+            )
+            if lp.fwd_flops
+            else 0.0
+        )
     else:
         fwd, bwd, af, _ = analytic_parts(ctx, lp, kind, mbs, tp, sp)
         att_share = af / fwd if fwd > 0 else 0.0
@@ -126,7 +137,7 @@ def _layer_times(ctx: Device, kind: str, mbs: int, tp: int, sp: bool, recompute:
         extra = fwd * selective_share(ctx, mbs, tp, sp, att_share)
     flops_f, flops_b = lp.fwd_flops, lp.bwd_flops
     if kind == "transformer_block" and ctx.cp > 1:  # the local layer's square, cp× (``gpu.attention_time``)
-        more = (ctx.cp - 1) * attention_core_flops(ctx.model, mbs, seq, tp)
+        more = (ctx.cp - 1) * attention_core_flops(ctx.model, mbs, seq, tp, ctx.attention_share, ctx.stack.mla_pad_v)
         flops_f, flops_b = flops_f + more, flops_b + FLASH_BWD_RATIO * more
     flops_extra = flops_f * (extra / fwd) if fwd > 0 else 0.0
     return LayerTimes(fwd, bwd + extra, flops_f, flops_b + flops_extra)

@@ -18,10 +18,10 @@ DATA = "bench/data/published_runs.json sha256:21b93cdc80b53790"
 ROWS: dict[tuple[str, str], dict[str, float]] = {
     ("megatron-2020", "ampere"): {"compute_scale": 1.09},
     ("megatron-2020", "volta"): {"compute_scale": 1.024},
-    ("torchtitan", "ampere"): {"compute_scale": 1.258},
-    ("torchtitan", "hopper"): {"compute_scale": 1.181},
+    ("torchtitan", "ampere"): {"compute_scale": 1.222},
+    ("torchtitan", "hopper"): {"compute_scale": 1.169},
     ("megatron-2020", "*"): {"compute_scale": 1.069},
-    ("torchtitan", "*"): {"compute_scale": 1.203},
+    ("torchtitan", "*"): {"compute_scale": 1.184},
 }
 
 FITS: dict[tuple[str, str], dict[str, Any]] = {
@@ -69,9 +69,9 @@ FITS: dict[tuple[str, str], dict[str, Any]] = {
             "torchtitan_2404_a100_llama2_70b_lbs1",
             "torchtitan_2404_a100_llama2_70b_lbs2",
         ],
-        "physics_mape": 0.2264,
-        "in_sample_mape": 0.0342,
-        "losgo_mape": 0.0646,
+        "physics_mape": 0.1892,
+        "in_sample_mape": 0.0316,
+        "losgo_mape": 0.052,
     },
     ("torchtitan", "hopper"): {
         "free": ("compute_scale",),
@@ -105,9 +105,9 @@ FITS: dict[tuple[str, str], dict[str, Any]] = {
             "torchtitan_asynctp_8B_float8_tensorwise_asyncTP",
             "torchtitan_asynctp_8B_float8_tensorwise_vanillaTP",
         ],
-        "physics_mape": 0.1592,
-        "in_sample_mape": 0.1159,
-        "losgo_mape": 0.134,
+        "physics_mape": 0.1538,
+        "in_sample_mape": 0.1194,
+        "losgo_mape": 0.1392,
     },
     ("megatron-2020", "*"): {
         "free": ("compute_scale",),
@@ -171,9 +171,9 @@ FITS: dict[tuple[str, str], dict[str, Any]] = {
             "torchtitan_asynctp_8B_float8_tensorwise_asyncTP",
             "torchtitan_asynctp_8B_float8_tensorwise_vanillaTP",
         ],
-        "physics_mape": 0.1746,
-        "in_sample_mape": 0.0972,
-        "losgo_mape": 0.1181,
+        "physics_mape": 0.1619,
+        "in_sample_mape": 0.0994,
+        "losgo_mape": 0.1192,
     },
 }
 
@@ -182,9 +182,9 @@ SUMMARY: dict[str, tuple[int, float, float, float]] = {
     "megatron-2021-gpt3": (1, 0.1529, 0.0799, 0.0922),
     "megatron-2020-tp": (8, 0.033, 0.0154, 0.038),
     "megatron-2020-dp128": (4, 0.0807, 0.0548, 0.0533),
-    "torchtitan-2412-h100": (12, 0.1132, 0.0756, 0.0991),
-    "torchtitan-2506-asynctp": (12, 0.2311, 0.1613, 0.1765),
-    "torchtitan-2408-h100": (3, 0.0559, 0.0948, 0.1038),
-    "torchtitan-2404-a100": (8, 0.2264, 0.0342, 0.0646),
-    "overall": (48, 0.1427, 0.0797, 0.0988),
+    "torchtitan-2412-h100": (12, 0.102, 0.0801, 0.1045),
+    "torchtitan-2506-asynctp": (12, 0.2286, 0.1626, 0.1799),
+    "torchtitan-2408-h100": (3, 0.0616, 0.1043, 0.1147),
+    "torchtitan-2404-a100": (8, 0.1892, 0.0316, 0.052),
+    "overall": (48, 0.1334, 0.0812, 0.0996),
 }

@@ -10,10 +10,12 @@ from __future__ import annotations
 import math
 
 from planner.compose.affine import moe_counts
-from planner.compose.blocks import block_sequence
+from planner.compose.blocks import WINDOW, block_sequence
 from planner.compose.context import Context
 from planner.compose.context_parallel import class_terms, cp_view
 from planner.compose.cost import Candidate, ClassCosts, boundary_lags, num_microbatches
+from planner.compose.floors import layer_floor
+from planner.compose.layer_group import moe_floor
 from planner.compose.step_end import end_terms, rank_end
 from planner.compose.terms import SharedTerms, layer_group
 from planner.search.screens import (  # noqa: F401 (the memory screens, re-exported where they were)
@@ -312,31 +314,55 @@ def quick_bound(ctx: Context, c: Candidate) -> int:
     return pipe_bound(class_terms(ctx, c), c, num_microbatches(ctx, c), ctx.model.num_layers, 0)
 
 
-def lean_bound(ctx: Context, c: Candidate, loads: dict[tuple, int] | None = None) -> int:
-    """≤ ``quick_bound``, from the layer times alone (``terms.layer_group``: one per (mbs, tp, SP,
-    recompute), not per ZeRO stage and dp): the chain and busiest-rank terms of ``_pipe_bound`` that only
-    grow with the layer times, with no ZeRO-3 gathers, no end of step and no p2p lags. The search's first
-    key (``search.next_class`` replaces it by ``quick_bound`` when the class nears the front). ``loads``: a memo of
-    the busiest rank's load, which reads neither dp nor the schedule (the frontier's, shared by its classes)."""
+def lean_bound(ctx: Context, c: Candidate, loads: dict[tuple, int] | None = None, floor: bool = False) -> int:
+    """≤ ``quick_bound``, from the layer times alone (``terms.layer_group``, not per ZeRO stage and dp): the chain
+    and busiest-rank terms of ``_pipe_bound`` that only grow with the layer times (no ZeRO-3 gathers, end of step or
+    p2p lags). ``loads``: a memo of the busiest rank's load (it reads neither dp nor the schedule). ``floor``: a MoE
+    block's times at ``layer_group.moe_floor`` (≤ its own at every ep), so its (ep, etp) pair is not priced."""
     at = (c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.tp_comm_overlap, c.ep, c.etp)
     view = cp_view(ctx, c.cp)  # no CP comm
     kinds, prefix = block_sequence(view)
-    lg = layer_group(view, *at, kinds[0])
+    if floor and not kinds[-1].endswith(WINDOW):  # the embedding and LM head: the dense group's, ep-free
+        at = (*at[:5], -c.ep, c.etp)  # −ep: the loads' memo key of the floor's weights
+        lg = layer_group(view, *at[:5], kind="transformer_block")
+        fm, bm = moe_floor(view, *at[:5], c.ep, c.etp)
+        moe_w = fm + bm
+        w = moe_w if prefix is None else lg.fwd.layer + lg.bwd.layer
+    else:  # exact (a windowed MoE model's two kinds, gpt-oss: the floor is written for dense + MoE blocks)
+        lg = layer_group(view, *at, kinds[0])
+        w = moe_w = lg.fwd.layer + lg.bwd.layer
+        if prefix is not None:
+            heavy = layer_group(view, *at, kinds[1])
+            moe_w = heavy.fwd.layer + heavy.bwd.layer
+    f, b = lg.fwd, lg.bwd
+    K, wm = (0, w) if prefix is None else (prefix[-1], moe_w)  # a model of two block kinds: its MoE layers, weight
+    return lean_pipe(ctx, c, w, wm, K, f.emb + b.emb, f.head + b.head, loads, (at, c.cp))
+
+
+def floor_bound(ctx: Context, c: Candidate, memo: dict[tuple, tuple[int, int] | None] | None = None) -> int | None:
+    """≤ ``lean_bound`` without pricing the layers: ``lean_pipe`` at their FLOP floor (``floors.layer_floor``, the
+    embedding at 0; ``memo`` by (mbs, tp, SP, recompute, cp)). None where the floor does not apply."""
+    if c.tp_comm_overlap:
+        return None
+    k = (c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.cp)
+    memo = {} if memo is None else memo
+    fl = memo[k] if k in memo else memo.setdefault(k, layer_floor(ctx, *k))
+    return None if fl is None else lean_pipe(ctx, c, fl[0], fl[0], 0, 0, fl[1])
+
+
+def lean_pipe(
+    ctx: Context, c: Candidate, w: int, wm: int, K: int, emb: int, head: int, loads: dict | None = None, at: tuple = ()
+) -> int:
+    """``lean_bound``'s terms from a layer's F + B (``w``; ``wm`` for the ``K`` MoE layers of two block kinds), the
+    embedding's and the LM head's: non-decreasing in each of them."""
     m, p, v, L = num_microbatches(ctx, c), c.pp, c.virtual_stages, ctx.model.num_layers
-    f, b, ext = lg.fwd, lg.bwd, 0
-    w = f.layer + b.layer
-    K, wm = 0, w  # a model of two block kinds: its MoE layers and their weight
-    if prefix is not None:
-        heavy = layer_group(view, *at, kinds[1])
-        K, wm = prefix[-1], heavy.fwd.layer + heavy.bwd.layer
-    emb, head = f.emb + b.emb, f.head + b.head
     total = (L - K) * w + K * wm + emb + head
     if p == 1:
         emb, head = emb + head, 0
     if loads is None:
         load = kinds_load(L, K, p, w, wm, emb, head, v)
     else:
-        lk = (at, c.cp, p, v)
+        lk = (at, p, v)
         hit = loads.get(lk)
         load = loads[lk] = hit if hit is not None else kinds_load(L, K, p, w, wm, emb, head, v)
     w = min(w, wm)
@@ -349,7 +375,7 @@ def lean_bound(ctx: Context, c: Candidate, loads: dict[tuple, int] | None = None
     else:
         first = emb + (head if c.chunks == 1 else 0)
         pipe = max(m * total / p + (w * (p * (p - 1) // 2) + (p - 1) * first) / p, m * load)
-    return int(math.floor(pipe)) + ext
+    return int(math.floor(pipe))
 
 
 def cut_bound(ctx: Context, c: Candidate, cut: list[int]) -> int:

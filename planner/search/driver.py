@@ -20,7 +20,9 @@ and the answer is never worse than them when the time limit ends the search (``t
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from itertools import chain
 
 from planner.compose.cost import Candidate, Context, class_costs, evaluate
 from planner.search.bounds import fits_at, fitting_bound, may_fit, quick_may_fit
@@ -35,6 +37,9 @@ from planner.specs.layout import even_stage_layers
 PROBES = 8
 #: One-cut classes ``probe`` looks at, at most (most of them may not fit: Llama 3 70B has thousands).
 PROBE_SCAN = 256
+#: One-stage classes under full recomputation ``probe`` looks at next, at most (Llama 3 405B at 131,072 tokens: its
+#: first 256 one-cut classes are ruled out by memory, and the answer, TP8×CP16×PP1, is such a class).
+PROBE_SCAN_LEAN = 64
 
 
 @dataclass
@@ -86,7 +91,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     blocked: tuple[Candidate, int] | None = None
     all_proven = True
     open_bound: int | None = None  # smallest bound among classes left unproven (time limit)
-    rest: list[QueueItem] = []  # classes not reached before the time limit
+    rest: Iterable[QueueItem] = ()  # classes not reached before the time limit (lazily, by bound)
     unsolved: list[QueueItem] = []  # classes the time limit cut short without a plan
     deadline = t0 + options.time_limit_s
 
@@ -107,7 +112,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         if kth is not None and item.bound > kth:
             break
         if time.perf_counter() >= deadline:
-            rest = [item] + queue.remaining()
+            rest = chain([item], queue.remaining())
             leave_open(item.bound)
             break
         if cand in probed:
@@ -153,7 +158,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
             leave_open(res.bound)
         admit(found, res, top_k)
     if not found and not all_proven:
-        found = fallback(ctx, unsolved + rest, top_k, pins)
+        found = fallback(ctx, chain(unsolved, rest), top_k, pins)
     wall = time.perf_counter() - t0
     notes = [
         (
@@ -225,34 +230,47 @@ def probe(
     that pass the memory screens, at most ``PROBES``, and rank their plans into ``found``: a class with
     one cut is solved exactly by one simulation, so an early good plan costs little and prunes the CP-SAT
     classes queued before it (exactness unchanged: each is the class's optimum, OPTIMAL, and the search
-    skips it later). Returns the classes simulated whose plan fits."""
+    skips it later). When that finds no plan, the same for the one-stage classes under full recomputation alone,
+    the first ``PROBE_SCAN_LEAN`` by quick bound: where a long sequence leaves the first scan's classes out of memory, the
+    leanest one-stage plans. Returns the classes simulated whose plan fits."""
     if pins.stage_layers is not None:
         return set()
     kth = found[top_k - 1].evaluation.objective_ns if len(found) >= top_k else None  # type: ignore[union-attr]
     done: set[Candidate] = set()
+    seen: set[Candidate] = set()  # looked at by an earlier scan
     evals = 0
-    # ``one_cut(ctx, pins, c) is not None`` (no pinned cut here) without building the cut, asked of every queued class
-    for i, item in enumerate(
-        queue.by_quick_bound(lambda c: c.chunks == 1 or (pins.schedule is None and c.virtual_stages > 1))
-    ):
-        if i >= PROBE_SCAN or evals >= PROBES or (kth is not None and item.bound > kth):
-            break
-        if time.perf_counter() >= deadline:
-            break
-        fixed = one_cut(ctx, pins, item.cand)
-        assert fixed is not None
-        if not quick_may_fit(ctx, item.cand, fixed):
-            continue
-        cc = class_costs(ctx, item.cand)
-        if not fits_at(cc, fixed):
-            continue
-        evals += 1
-        ev = evaluate(cc, fixed)
-        if ev.fits:
-            done.add(item.cand)
-            admit(found, ClassResult(item.cand, fixed, ev, Status.OPTIMAL, ev.objective_ns, 0, 0.0), top_k)
-            if len(found) >= top_k:
-                kth = found[top_k - 1].evaluation.objective_ns  # type: ignore[union-attr]
+    # ``one_cut(ctx, pins, c) is not None`` (no pinned cut here) without building the cut, asked of every queued class;
+    # then, when it found no plan, the one-stage classes under full recomputation alone (``PROBE_SCAN_LEAN``): the
+    # leanest one-stage plans, which the first scan may not reach when a long sequence rules out the faster ones by memory
+    scans = (
+        (lambda c: c.chunks == 1 or (pins.schedule is None and c.virtual_stages > 1), PROBE_SCAN),
+        (lambda c: c.chunks == 1 and c.recompute == "full", PROBE_SCAN_LEAN),
+    )
+    for n, (keep, limit) in enumerate(scans):
+        if n and done:
+            break  # the first scan found plans: the lean one is for when memory rules all of them out
+        for i, item in enumerate(queue.by_quick_bound(keep)):
+            if i >= limit or evals >= PROBES or (kth is not None and item.bound > kth):
+                break
+            if time.perf_counter() >= deadline:
+                break
+            if item.cand in seen:
+                continue
+            seen.add(item.cand)
+            fixed = one_cut(ctx, pins, item.cand)
+            assert fixed is not None
+            if not quick_may_fit(ctx, item.cand, fixed):
+                continue
+            cc = class_costs(ctx, item.cand)
+            if not fits_at(cc, fixed):
+                continue
+            evals += 1
+            ev = evaluate(cc, fixed)
+            if ev.fits:
+                done.add(item.cand)
+                admit(found, ClassResult(item.cand, fixed, ev, Status.OPTIMAL, ev.objective_ns, 0, 0.0), top_k)
+                if len(found) >= top_k:
+                    kth = found[top_k - 1].evaluation.objective_ns  # type: ignore[union-attr]
     return done
 
 
@@ -351,7 +369,7 @@ def restrict_to_profile(ctx: Context, cands: list[Candidate]) -> tuple[list[Cand
 
 
 def fallback(
-    ctx: Context, rest: list[QueueItem], top_k: int, pins: ParallelPins, max_classes: int = 64
+    ctx: Context, rest: Iterable[QueueItem], top_k: int, pins: ParallelPins, max_classes: int = 64
 ) -> list[ClassResult]:
     """When the time limit ran out before any class was solved: the best-bound classes not reached,
     each with its balanced (greedy) cut scored by the simulation — valid FEASIBLE plans. (The

@@ -177,16 +177,16 @@ def _enumerate(ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp
                         for z in zs:
                             for cm in cp_comms:
                                 for o in overlaps:
-                                    family = [
-                                        Candidate(
-                                            tp, pp, dp, mbs, s, v, rc, sp, z, o, cp=cp, cp_comm=cm, ep=ep, etp=etp
-                                        )
-                                        for ep, etp in pairs
-                                    ]
+                                    if not pairs:
+                                        continue
+                                    ep, etp = pairs[0]
+                                    c = Candidate(
+                                        tp, pp, dp, mbs, s, v, rc, sp, z, o, cp=cp, cp_comm=cm, ep=ep, etp=etp
+                                    )
                                     # what the stack runs (issue 27) reads none of tp, dp, mbs, ep, etp: one check
                                     # for the (ep, etp) pairs (``stack_rules.stack_runs_ok``'s fields)
-                                    if family and rules.stack_runs_ok(ctx.stack, ctx.model, family[0]):
-                                        out += family
+                                    if rules.stack_runs_ok(ctx.stack, ctx.model, c):
+                                        out += c.family(pairs)
     if not out and short_1f1b and pins.schedule == "1f1b":
         why = min(short_1f1b, key=lambda x: x[:3])[3]
         raise why if pins.micro_batch_size is not None else rules.with_field(why, "parallel.schedule")

@@ -4,8 +4,8 @@ from its released Hugging Face ``config.json`` (the copies under ``tests/data/hf
 
 All are Llama-shaped (RMSNorm, SwiGLU experts, RoPE, GQA or latent attention), untied embeddings. Which layers
 are MoE follows ``MoeSpec`` (first_dense_layers, moe_layer_freq). What a spec leaves out (no parameters, or none
-the planner prices yet): Llama 4's NoPE layers and chunked attention, gpt-oss's sliding-window layers, SwiGLU
-clamp, DeepSeek-V3's multi-token-prediction module (14B, outside its published 671B) and routed scale."""
+the planner prices yet): Llama 4's NoPE layers and chunked attention, DeepSeek-V3's multi-token-prediction
+module (14B, outside its published 671B) and routed scale."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def _moe(
 def _gpt_oss(name: str, layers: int, experts: int) -> ModelSpec:
     # openai/gpt-oss-{20b,120b} config.json: hidden 2880, 64 heads of 64, 8 KV heads, experts of 2880 (top-4),
     # vocab 201088, context 131072; biases on Q/K/V/O, the router and the experts; a sink logit per head; the
-    # experts' SwiGLU clamped at 7 (swiglu_limit).
+    # experts' SwiGLU clamped at 7 (swiglu_limit); layer_types: a 128-token sliding window on layers 0, 2, 4, …
+    # (the others attend fully).
     return _moe(
         name,
         layers,
@@ -52,6 +53,8 @@ def _gpt_oss(name: str, layers: int, experts: int) -> ModelSpec:
         qkv_bias=True,
         attention_out_bias=True,
         attention_sinks=True,
+        sliding_window=128,
+        window_layer_freq=2,
     )
 
 

@@ -4,8 +4,9 @@
 Read per ``model_type`` (transformers' ``configuration_<type>.py`` field names): llama, mistral, qwen2, qwen3
 (dense); qwen3_moe, mixtral, deepseek_v3, gpt_oss, olmoe (mixtures of experts). Fields that do not change what
 the planner counts are not read (token ids, RoPE scaling, dropout, initialisation, a checkpoint's
-``quantization_config``, DeepSeek-V3's multi-token-prediction module ``num_nextn_predict_layers``, sliding
-windows). A field the spec cannot express (another activation, MLP biases, an irregular MoE layer pattern) and an
+``quantization_config``, DeepSeek-V3's multi-token-prediction module ``num_nextn_predict_layers``). Sliding
+windows are read as transformers builds them (``_window``: ``sliding_window`` with mistral's and mixtral's every
+layer, qwen2/qwen3's ``use_sliding_window`` and ``max_window_layers``, gpt_oss's ``layer_types``). A field the spec cannot express (another activation, MLP biases, an irregular MoE layer pattern) and an
 unsupported ``model_type`` are errors naming the field: "what; fix", as the specs' validators write them, raised as
 ``FieldValueError`` with the field's path (``hf_config.<key>``), so a request's problem names
 ``model.hf_config.<key>``; so are MoE fields on a dense ``model_type`` and a value the ModelSpec refuses (top-k above
@@ -132,10 +133,89 @@ def from_hf_config(cfg: dict[str, Any], name: str | None = None) -> ModelSpec:
     if model_type in ("qwen3", "qwen3_moe"):
         spec["qk_norm"] = "head"
     spec.update(_MOE_READERS[model_type](cfg) if model_type in _MOE_READERS else {})
+    spec.update(_window(cfg, model_type))
     try:
         return ModelSpec.model_validate(spec)
     except ValidationError as exc:
         raise _refused(exc, model_type) from None
+
+
+#: transformers' default ``sliding_window`` per model_type when config.json omits the key (huggingface/transformers
+#: @ 008e574391258935f3ecc3035c882e73bbcac419 ``configuration_{mistral,qwen2,qwen3}.py``: 4096; gpt_oss @
+#: 02b8f42b4240dddea1b27c45d2dc95fb2682f841: 128; ``MixtralConfig``: None), and qwen2/qwen3's ``max_window_layers``
+#: default (28).
+WINDOW_DEFAULTS = {"mistral": 4096, "qwen2": 4096, "qwen3": 4096, "qwen3_moe": 4096, "gpt_oss": 128, "mixtral": None}
+QWEN = ("qwen2", "qwen3", "qwen3_moe")
+
+
+def _window(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
+    """The ModelSpec's sliding-window fields, as transformers builds each model_type's layers (a windowed layer's
+    query i attends keys j with i − window < j ≤ i: ``masking_utils.sliding_window_overlay``):
+
+    * mistral, mixtral: ``sliding_window`` on every layer (``MistralAttention``; a ``layer_types`` key is only
+      warned about by ``MistralConfig`` and not read); null: none;
+    * qwen2, qwen3, qwen3_moe: none unless ``use_sliding_window``; then ``layer_types`` if given, else the layers
+      i ≥ ``max_window_layers`` (``Qwen2Config.__post_init__``);
+    * gpt_oss: ``layer_types`` (default: ``sliding_attention`` on the even layers 0, 2, 4, …).
+
+    A pattern of windowed layers other than "every n-th from layer k" is refused, naming ``hf_config.layer_types``."""
+    if model_type not in WINDOW_DEFAULTS:
+        return {}
+    n = _get(cfg, "num_hidden_layers")
+    window = cfg.get("sliding_window", WINDOW_DEFAULTS[model_type])
+    types = cfg.get("layer_types")
+    if model_type in QWEN:
+        if not cfg.get("use_sliding_window", False):
+            window = None
+        elif types is None:
+            first = cfg.get("max_window_layers", 28)
+            types = ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
+    elif model_type == "gpt_oss":
+        if types is None:
+            types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]
+    else:
+        types = None
+    if window is None:
+        return {}
+    if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+        raise FieldValueError(
+            "hf_config.sliding_window",
+            f"hf_config field 'sliding_window' = {window!r} is not a window in tokens; give a positive integer, or "
+            "null for attention over every earlier token",
+        )
+    if types is None:
+        return {"sliding_window": window}
+    if not isinstance(types, list) or len(types) != n:
+        raise FieldValueError(
+            "hf_config.layer_types",
+            f"hf_config field 'layer_types' has {len(types) if isinstance(types, list) else types!r} entries for "
+            f"num_hidden_layers={n}; give one per layer",
+        )
+    windowed = [i for i, t in enumerate(types) if t == "sliding_attention"]
+    other = sorted({t for t in types if t not in ("sliding_attention", "full_attention")})
+    if other:
+        raise FieldValueError(
+            "hf_config.layer_types",
+            f"hf_config field 'layer_types' holds {', '.join(map(repr, other))}; meshplan models 'sliding_attention' "
+            "and 'full_attention' layers: describe the model as a ModelSpec instead",
+        )
+    if not windowed:
+        return {}
+    first = windowed[0]
+    freq = windowed[1] - first if len(windowed) > 1 else n - first
+    if windowed != list(range(first, n, freq)):
+        raise FieldValueError(
+            "hf_config.layer_types",
+            f"hf_config field 'layer_types' puts sliding_attention on layers {windowed}, not every n-th layer from "
+            "the first windowed one (the pattern ModelSpec's window_first_layer and window_layer_freq express); "
+            "describe the model as a ModelSpec instead",
+        )
+    out: dict[str, Any] = {"sliding_window": window}
+    if first:
+        out["window_first_layer"] = first
+    if freq != 1:
+        out["window_layer_freq"] = freq
+    return out
 
 
 def _no_moe_fields(cfg: dict[str, Any], model_type: str) -> None:

@@ -98,12 +98,7 @@ def tp_plan(model: ModelSpec, parallel: ParallelConfig) -> list[TPRule]:
                 TPRule(pattern="layers.*.mlp", style="prepare_input", input_layouts=[seq], desired_input_layouts=[rep])
             )
     out: list[TPLayout] | None = [seq] if sp else None
-    rules += [
-        TPRule(pattern="layers.*.attn.wq", style="colwise"),
-        TPRule(pattern="layers.*.attn.wk", style="colwise"),
-        TPRule(pattern="layers.*.attn.wv", style="colwise"),
-        TPRule(pattern="layers.*.attn.wo", style="rowwise", output_layouts=out),
-    ]
+    rules += _attention_rules(model, out)
     if dense:
         rules.append(TPRule(pattern="layers.*.mlp.w1", style="colwise"))
         if model.activation == "swiglu":
@@ -120,6 +115,21 @@ def tp_plan(model: ModelSpec, parallel: ParallelConfig) -> list[TPRule]:
         # Head stays replicated: gather the sequence back before it.
         rules.append(TPRule(pattern="head", style="prepare_input", input_layouts=[seq], desired_input_layouts=[rep]))
     return rules
+
+
+def _attention_rules(model: ModelSpec, out: list[TPLayout] | None) -> list[TPRule]:
+    """Q/K/V column-parallel by heads, the output projection row-parallel. Latent attention
+    (``runtime.models.mla``, ``workload.moe.mla_linears``): the up projections ``wq_b`` (or ``wq`` without a query
+    bottleneck) and ``wkv_b`` column-parallel; the down projections ``wq_a``, ``wkv_a`` and their norms have no rule
+    (replicated: every rank holds them whole, as Megatron-core's MLASelfAttention)."""
+    if model.mla is not None:
+        q = "wq_b" if model.mla.q_lora_rank is not None else "wq"
+        cols = [f"layers.*.attn.{q}", "layers.*.attn.wkv_b"]
+    else:
+        cols = ["layers.*.attn.wq", "layers.*.attn.wk", "layers.*.attn.wv"]
+    return [TPRule(pattern=c, style="colwise") for c in cols] + [
+        TPRule(pattern="layers.*.attn.wo", style="rowwise", output_layouts=out)
+    ]
 
 
 def _moe_rules(model: ModelSpec) -> list[TPRule]:

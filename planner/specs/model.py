@@ -16,6 +16,8 @@ from planner.specs.config import MAX_LAYERS
 from planner.specs.errors import FieldValueError
 
 Router = Literal["softmax", "sigmoid"]
+#: ``MoeSpec.drop_policy``: Megatron-core's ``--moe-token-drop-policy`` values.
+DropPolicy = Literal["probs", "position"]
 
 #: ModelSpec's fields beyond a dense GPT/Llama and their defaults: left out of its dump when at the default, so
 #: a dense model serialises (and hashes, in the service's store) exactly as before they existed.
@@ -26,6 +28,9 @@ _EXTRAS: dict[str, Any] = {
     "attention_sinks": False,
     "mla": None,
     "moe": None,
+    "sliding_window": None,
+    "window_first_layer": 0,
+    "window_layer_freq": 1,
 }
 
 
@@ -73,6 +78,12 @@ class MoeSpec(Spec):
     capacity_factor: float | None = Field(
         default=None, gt=0, le=64, description="Tokens an expert takes, × its fair share; null: dropless."
     )
+    drop_policy: DropPolicy = Field(
+        default="probs",
+        description="Which assignments an expert over its capacity keeps (Megatron-core --moe-token-drop-policy): "
+        "probs, those of highest routing probability; position, those earliest in the rank's tokens (sequence "
+        "position first, then the micro-batch row). Only with capacity_factor.",
+    )
     load_imbalance: float = Field(
         default=1.0,
         ge=1.0,
@@ -86,6 +97,8 @@ class MoeSpec(Spec):
         data = handler(self)
         if data.get("swiglu_limit", 0) is None:  # left out at its default: MoE dumps (and hashes) as before
             del data["swiglu_limit"]
+        if data.get("drop_policy") == "probs":  # likewise
+            del data["drop_policy"]
         return data
 
     @property
@@ -94,6 +107,12 @@ class MoeSpec(Spec):
 
     @model_validator(mode="after")
     def _check_routing(self) -> MoeSpec:
+        if self.drop_policy != "probs" and self.capacity_factor is None:
+            raise FieldValueError(
+                "drop_policy",
+                f"drop_policy={self.drop_policy!r} but no capacity_factor: a dropless mixture of experts drops "
+                "nothing; set capacity_factor, or leave drop_policy at 'probs'",
+            )
         if self.top_k > self.num_experts:
             raise FieldValueError(
                 "top_k",
@@ -183,6 +202,27 @@ class ModelSpec(Spec):
     )
     attention_out_bias: bool = Field(default=False, description="A bias on the attention output projection (gpt-oss).")
     attention_sinks: bool = Field(default=False, description="A learned sink logit per head (gpt-oss).")
+    sliding_window: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_SEQ_LEN,
+        description="Sliding-window attention (Mistral 7B v0.1: 4096 on every layer; gpt-oss: 128 on every other "
+        "layer): a windowed layer's query i attends keys i − w + 1 … i, min(i + 1, w) of them (transformers' "
+        "sliding_window); null: every layer attends all earlier tokens.",
+    )
+    window_first_layer: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_LAYERS,
+        description="First layer with the window (Qwen2's max_window_layers): layers before it attend fully.",
+    )
+    window_layer_freq: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_LAYERS,
+        description="Every n-th layer from window_first_layer has the window (gpt-oss: 2, layers 0, 2, 4, …); "
+        "1: all of them.",
+    )
     mla: MlaSpec | None = Field(default=None, description="Multi-head latent attention (DeepSeek-V3); null: MHA/GQA.")
     moe: MoeSpec | None = Field(default=None, description="Mixture-of-experts MLPs; null: a dense model.")
 
@@ -221,7 +261,31 @@ class ModelSpec(Spec):
                 f"{self.num_attention_heads}; latent attention decompresses keys and values for every head: set "
                 "num_kv_heads to num_attention_heads",
             )
+        self._check_window()
         return self
+
+    def _check_window(self) -> None:
+        if self.sliding_window is None:
+            for name in ("window_first_layer", "window_layer_freq"):
+                if getattr(self, name) != _EXTRAS[name]:
+                    raise FieldValueError(
+                        name,
+                        f"{name}={getattr(self, name)} is given without sliding_window; set sliding_window (the "
+                        f"window in tokens) or drop {name}",
+                    )
+            return
+        if self.window_first_layer >= self.num_layers:
+            raise FieldValueError(
+                "window_first_layer",
+                f"window_first_layer={self.window_first_layer} leaves no windowed layer of num_layers="
+                f"{self.num_layers}; use a layer below num_layers, or drop sliding_window",
+            )
+        if self.mla is not None:
+            raise FieldValueError(
+                "sliding_window",
+                "sliding_window is given with latent attention (mla); no latent-attention model has windowed layers "
+                "and meshplan does not price them: drop sliding_window or mla",
+            )
 
     @model_serializer(mode="wrap")
     def _drop_default_extras(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -243,6 +307,23 @@ class ModelSpec(Spec):
         if moe is None or index < moe.first_dense_layers:
             return False
         return (index - moe.first_dense_layers + 1) % moe.moe_layer_freq == 0
+
+    def is_window_layer(self, index: int) -> bool:
+        """Whether layer ``index`` (from 0) attends over the sliding window: index ≥ ``window_first_layer`` and
+        (index − window_first_layer) a multiple of ``window_layer_freq``."""
+        if self.sliding_window is None or index < self.window_first_layer:
+            return False
+        return (index - self.window_first_layer) % self.window_layer_freq == 0
+
+    def window_at(self, seq_len: int) -> int | None:
+        """The window of the windowed layers at sequences of ``seq_len`` tokens: None when no layer has one or
+        the window spans the whole sequence (w ≥ s: the layer is plainly causal)."""
+        w = self.sliding_window
+        return w if w is not None and w < seq_len else None
+
+    def window_layers(self) -> int:
+        """How many layers have the window."""
+        return sum(self.is_window_layer(i) for i in range(self.num_layers))
 
 
 def llama_like(

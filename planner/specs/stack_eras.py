@@ -61,6 +61,7 @@ MEGATRON_2020 = Stack(
     pp_with_tied_embeddings=True,
     even_stages=True,
     cp_comms=(),
+    precisions=("fp16", "fp32"),  # --fp16 or fp32: no --bf16 before b4bc51b1e7 (2021-03-08)
     unbuilt=(
         "family=llama",
         "norm=rmsnorm",

@@ -32,13 +32,15 @@ def stack_runs(
     cp_comm: str | None = None,
     tp_comm_overlap: bool | None = None,
     attention_sinks: bool = False,
+    mla: bool = False,
+    sliding_window: bool = False,
     num_layers: int | None = None,
     chunks: int | None = None,
     stage_layers: tuple[int, ...] | None = None,
 ) -> MeshplanError | None:
     """The configuration (or the pinned part of one: None = not given) is one the request's training
     stack runs (``planner.specs.stacks.Stack``: ``schedules``, ``zero_stages``, ``pipeline_zero_stages``,
-    ``sequence_parallel``, ``recompute``, ``pp_with_tied_embeddings``, ``cp_comms``, ``cp_with_attention_sinks``,
+    ``sequence_parallel``, ``recompute``, ``pp_with_tied_embeddings``, ``cp_comms``, ``cp_with_attention_sinks``, ``cp_with_mla``, ``cp_window_comms``,
     ``even_stages``; ``chunks``: pp × virtual stages)."""
     if stack.even_stages and num_layers is not None and chunks is not None and num_layers % chunks:
         return MeshplanError(
@@ -106,13 +108,31 @@ def stack_runs(
             f"{_stack_name(stack)} does not run context parallelism (cp={cp})",
             "set parallel.cp to 1 or leave it unpinned" + _others(lambda s: bool(s.cp_comms), "context parallelism"),
         )
-    if cp is not None and cp > 1 and attention_sinks and not stack.cp_with_attention_sinks:
+    # model parts a stack's CP exchanges may not run: (the model has it, what it is, the field, which stacks run it)
+    parts = (
+        (
+            attention_sinks,
+            "attention sinks",
+            "attention_sinks",
+            lambda s: bool(s.cp_comms) and s.cp_with_attention_sinks,
+        ),
+        (mla, "latent attention", "mla", lambda s: bool(s.cp_comms) and s.cp_with_mla),
+        (sliding_window, "sliding-window layers", "sliding_window", lambda s: bool(s.cp_window_comms)),
+    )
+    for on, what, field, runs in parts if cp is not None and cp > 1 else ():
+        if on and not runs(stack):
+            return MeshplanError(
+                "parallel.cp",
+                f"{_stack_name(stack)} does not run context parallelism (cp={cp}) on a model with {what} "
+                f"(model.{field})",
+                "set parallel.cp to 1 or leave it unpinned" + _others(runs, f"CP with {what}"),
+            )
+    if cp is not None and cp > 1 and sliding_window and cp_comm is not None and cp_comm not in stack.cp_window_comms:
         return MeshplanError(
-            "parallel.cp",
-            f"{_stack_name(stack)} does not run context parallelism (cp={cp}) on a model with attention sinks "
-            "(model.attention_sinks)",
-            "set parallel.cp to 1 or leave it unpinned"
-            + _others(lambda s: bool(s.cp_comms) and s.cp_with_attention_sinks, "CP with attention sinks"),
+            "parallel.cp_comm",
+            f"{_stack_name(stack)} does not run the context-parallel exchange {cp_comm!r} on a model with "
+            f"sliding-window layers (model.sliding_window): it runs {', '.join(stack.cp_window_comms)} there",
+            f"set parallel.cp_comm to one of {', '.join(stack.cp_window_comms)} or leave it unpinned",
         )
     if cp is not None and cp > 1 and cp_comm is not None and cp_comm not in stack.cp_comms:
         return MeshplanError(
@@ -130,6 +150,19 @@ def stack_runs(
             + _others(lambda s: s.tp_overlap is not None, "overlapped tensor parallelism"),
         )
     return None
+
+
+def precision_error(stack: Stack, precision: str) -> MeshplanError | None:
+    """``training.precision`` (other than FP8: ``planner.specs.fp8.check_fp8``) is one the stack trains in
+    (``Stack.precisions``)."""
+    if precision == "fp8" or precision in stack.precisions:
+        return None
+    return MeshplanError(
+        "training.precision",
+        f"{_stack_name(stack)} does not train in {precision}: it trains in {', '.join(stack.precisions)}",
+        f"set training.precision to one of {', '.join(stack.precisions)}"
+        + _others(lambda s: precision in s.precisions, precision),
+    )
 
 
 def stack_runs_config(stack: Stack, model: Any, config: Any) -> MeshplanError | None:
@@ -150,6 +183,8 @@ def _fields(model: Any, c: Any) -> dict[str, Any]:
         "cp_comm": getattr(c, "cp_comm", None),
         "tp_comm_overlap": c.tp_comm_overlap,
         "attention_sinks": bool(getattr(model, "attention_sinks", False)),
+        "mla": getattr(model, "mla", None) is not None,
+        "sliding_window": getattr(model, "sliding_window", None) is not None,
         "num_layers": model.num_layers,
         "chunks": None if c.pp is None else c.pp * (getattr(c, "virtual_stages", None) or 1),
         "stage_layers": None if getattr(c, "stage_layers", None) is None else tuple(c.stage_layers),

@@ -1,57 +1,19 @@
 """Training stacks as data (issue 11 §2): what the software that runs a plan fuses, overlaps and keeps.
 
 A request's ``training.stack`` is a preset id (``STACKS``) or an inline ``{base: <preset id>, ...overrides}``
-(``planner.specs.StackOverride``); ``resolve`` turns either into one ``Stack``. Each field feeds ONE
-place of the cost model:
-
-=========================  =====================================================================
-field                      read by
-=========================  =====================================================================
-``attention``              ``gpu.attention_time`` (flash at published FlashAttention-2 rates;
-                           unfused: the two batched GEMMs + the s×s scores through HBM) and
-                           ``activations.saved_activation_bytes`` (unfused keeps the s×s probabilities)
-``flash_kernel``           ``gpu.flash_rate``: which flash kernel's published rates (``"fa2"``;
-                           ``"triton"``: FlashAttention in Triton, llm-foundry's 2023 ``attn_impl``)
-``dropout``                ``kernels`` (mask traffic) and ``activations`` (1-byte masks kept)
-``kernels``                ``ops.op_bytes``: HBM bytes of norms, SwiGLU and RoPE — ``"eager"``
-                           (one PyTorch kernel per op, fp32 upcasts), ``"fused"`` (TE/apex kernels) or
-                           ``"compiled"`` (``torch.compile`` per block: Inductor fuses each chain of
-                           elementwise ops, residual adds into the next norm)
-``norm_kernel``            the norms alone (``"eager"`` / ``"fused"``; unset: as ``kernels``), e.g.
-                           torchtitan's Triton ``fused_rmsnorm`` in an otherwise eager block: ``op_bytes``
-                           and the titan activation formula
-``activations``            ``activations.saved_activation_bytes``: ``"zoo"`` = the bundled runtime's
-                           PyTorch tensors (fused RMSNorm, GQA SDPA; pinned by tests/test_analytic_agreement.py);
-                           ``"te"`` = Megatron-core + Transformer Engine's fused kernels;
-                           ``"titan"`` = torchtitan's eager Llama block (op-level selective AC)
-``selective_ac``           what ``recompute: selective`` means for ``"titan"`` activations (torchtitan's
-                           ``selective_ac_option``): ``"op"`` = op-level policy; an int k = every k-th
-                           block fully recomputed, the others keep everything (``activations`` and
-                           ``compute``)
-``overlap_grad_reduce``    ``step_end.end_terms``: the DP gradient sync runs under the last backward
-``reduce_dtype``           the gradients' dtype on the wire (``workload.collectives.grad_bytes``) and
-                           ``memory.zero3_buffer_bytes``: ``"fp32"`` = FSDP2 ``reduce_dtype=float32``
-                           (torchtitan ``mixed_precision_reduce``); ``"fp32_bf16"`` = fp32 under bf16
-                           (Megatron's ``accumulate_allreduce_grads_in_fp32``), the 16-bit type under fp16
-``param_layout``           ``memory.state_bytes`` under mixed precision: ``"master"`` = 16-bit weights and
-                           gradients, fp32 master weights (ZeRO's 2 + 2 + 12 bytes); ``"fsdp2"`` = FSDP2's
-                           ``MixedPrecisionPolicy``: fp32 parameters and gradients, a bf16 copy unsharded
-``tp_collectives`` etc.    ``workload.collectives``: how it issues TP, DP and step-end collectives
-``grad_accumulation``      ``workload.accumulation``: DP gathers and reductions per micro-batch or per step
-``p2p_blocking``           ``compose.cost``: schedules whose pipeline sends block both ends (Megatron 1F1B)
-``loss``                   ``memory.loss_buffer_bytes``: ``"fp32_logits"`` = one fp32 [T, V/t] tensor;
-                           ``"upcast"`` = ``cross_entropy(logits.float())``: three fp32 tensors at its
-                           backward; ``"fused"`` = a fused cross-entropy: the logits and their gradient
-=========================  =====================================================================
+(``planner.specs.StackOverride``); ``resolve`` turns either into one ``Stack``. Each pricing field feeds ONE place of
+the cost model: the table of which field is read where is docs/planner.md, "Training stacks" (each field's comment
+below names its reader too).
 
 What a stack RUNS (issue 27 §1) is data beside what it costs: ``version`` (the release the preset
 describes), ``zero_stages`` and ``pipeline_zero_stages`` (the data-parallel sharding it runs, without and
 with pipeline parallelism; ``data_parallel`` names its modes), ``schedules``, ``sequence_parallel``,
-``recompute``, ``pp_with_tied_embeddings`` and ``even_stages``. The search enumerates only configurations the request's
-stack runs and a pin outside them is an error naming the stack, the field and what the stack offers
-(``planner.specs.rules.stack_runs``). An inline stack (``StackOverride``) inherits them from its base:
-overriding kernels does not change what the software runs. ``meshplan`` is exactly what ``runtime/`` runs
-(``runtime/parallelize.py`` ``apply_dp``/``apply_recompute``, ``runtime/job.py`` schedules, ``validate.py``).
+``recompute``, ``pp_with_tied_embeddings``, ``even_stages``, ``precisions``, ``cp_comms``, the FP8 recipes, MoE and
+``unbuilt``. The search enumerates only configurations the request's stack runs and a pin outside them is an error
+naming the stack, the field and what the stack offers (``planner.specs.stack_rules``). An inline stack
+(``StackOverride``) inherits them from its base: overriding kernels does not change what the software runs.
+``meshplan`` is exactly what ``runtime/`` runs (``runtime/parallelize.py`` ``apply_dp``/``apply_recompute``,
+``runtime/job.py`` schedules, ``validate.py``).
 
 Sources per preset are in ``source`` and ``runs_source`` (and docs/planner.md, "Training stacks").
 """
@@ -134,18 +96,27 @@ class Stack(BaseModel):
     sequence_parallel: bool = Field(description="Whether it runs sequence parallelism (with tp > 1).")
     #: Recompute granularities it runs (``parallel.recompute``).
     recompute: tuple[Recompute, ...] = Field(description="Activation recomputation it runs (parallel.recompute).")
-    pp_with_tied_embeddings: bool = Field(
-        description="Whether it runs pp > 1 on a model with tied input/output embeddings."
-    )
+    pp_with_tied_embeddings: bool = Field(description="Whether it runs pp > 1 on a model with tied embeddings.")
     even_stages: bool = Field(default=False, description="Whether it splits the layers evenly only (L % (pp·v) = 0).")
     #: Context-parallel exchanges it runs (``parallel.cp_comm`` with cp > 1; empty: no CP).
-    cp_comms: tuple[CpComm, ...] = Field(
-        description="Context-parallel exchanges it runs (parallel.cp_comm with cp > 1)."
-    )
-    #: Whether its CP exchanges run a model with attention sinks (``model.attention_sinks``, gpt-oss).
+    cp_comms: tuple[CpComm, ...] = Field(description="Context-parallel exchanges it runs (parallel.cp_comm, cp > 1).")
+    #: Whether its CP exchanges run a model with attention sinks (``model.attention_sinks``, gpt-oss) / latent
+    #: attention (``model.mla``, DeepSeek-V3: values narrower than queries and keys); those it runs with windows.
     cp_with_attention_sinks: bool = Field(default=True, description="Whether it runs CP with attention sinks.")
+    cp_with_mla: bool = Field(default=True, description="Whether it runs CP with latent attention (model.mla).")
+    cp_window_comms: tuple[CpComm, ...] = Field(default=(), description="CP exchanges it runs with sliding windows.")
+    #: Whether its latent attention pads v to the q/k head width for a one-width kernel and slices the output back
+    #: (``runtime.models.mla``): P·V at the q/k width (``ops.attention_core_flops``), the pad and slice copies.
+    mla_pad_v: bool = Field(default=False, description="Whether latent attention runs P·V at v padded to q/k's width.")
+    #: Whether its attention skips the key blocks outside a sliding window (FA2 ``window_size``); false: a full square.
+    window_kernel: bool = Field(default=True, description="Whether its attention skips blocks outside a window.")
     #: FP8 recipes it runs (``training.fp8_recipe`` with precision ``fp8``; the first is its default; empty:
     #: no FP8) and those whose FSDP weight all-gather it runs in FP8 (``planner.specs.fp8``).
+    #: Training precisions it runs besides FP8 (``training.precision``; FP8 is ``fp8_recipes``), e.g. no fp16
+    #: without a loss scaler (``planner.specs.stack_rules.precision_error``).
+    precisions: tuple[Literal["bf16", "fp16", "fp32"], ...] = Field(
+        default=("bf16", "fp16", "fp32"), description="Training precisions it runs besides FP8 (training.precision)."
+    )
     fp8_recipes: tuple[Fp8Recipe, ...] = ()
     fp8_all_gather: tuple[Fp8Recipe, ...] = ()
     #: How it overlaps TP collectives with the GEMMs (``parallel.tp_comm_overlap``): Transformer Engine's
@@ -158,8 +129,7 @@ class Stack(BaseModel):
     etp: tuple[Literal["one", "tp"], ...] = Field(
         default=(), description="Expert tensor parallelism it runs with tp > 1: 'one' (etp 1), 'tp' (etp = tp)."
     )
-    #: Model parts it does not build (``ModelSpec`` fields, dotted): a model with one is refused for this stack
-    #: (``planner.answer.request.check_priced``), not planned and then refused by its runtime.
+    #: Model parts it does not build (``ModelSpec`` fields, dotted): refused at planning (``request.check_priced``).
     unbuilt: tuple[str, ...] = Field(default=(), description="Model parts (ModelSpec fields) it does not build.")
     runs_source: str = Field(description="Where the capabilities come from (files at the version).")
 
@@ -226,22 +196,27 @@ STACKS: dict[str, Stack] = {
             pp_with_tied_embeddings=False,
             cp_comms=RUNNABLE_CP_COMMS,  # type: ignore[arg-type]  # runtime/context_parallel.py: all four exchanges
             cp_with_attention_sinks=False,  # transformer.py with_sink_key: the sink key leads the whole sequence
+            cp_with_mla=False,  # context_parallel.py stacks K and V of one width (runtime/validate.py refuses it)
+            mla_pad_v=True,  # runtime/models/mla.py: F.pad(v) to nope + rope for SDPA's kernels, output sliced back
+            cp_window_comms=RUNNABLE_CP_COMMS,  # type: ignore[arg-type]  # context_parallel.sees: every exchange
+            window_kernel=False,  # SDPA with banded_causal_mask: a masked kernel computes every block
             # runtime/fp8.py: torchao float8 (convert_to_float8_training, Float8LinearConfig.from_recipe_name) on the
             # blocks' linears; FSDP2 all-gathers weights in their own precision (no enable_fsdp_float8_all_gather:
             # gloo has no float8 collectives, the CUDA path is unmeasured): fp8_all_gather stays empty.
             # tests/test_stack_property.py holds these equal to runtime.fp8.RECIPES.
             fp8_recipes=("tensorwise", "rowwise"),
-            # runtime/models/moe.py (router, grouped-GEMM experts, shared expert, dropless) and
+            precisions=("bf16", "fp32"),  # parallelize.mixed_precision: bf16 params; no loss scaler for fp16
+            # runtime/models/moe.py (router, grouped-GEMM experts, shared expert, dropless or capacity dropping) and
             # runtime/expert_parallel.py (EP carved from dp, all-to-all dispatch); experts whole on a rank (etp 1)
             moe=True,
             expert_parallel=True,
             etp=("one",),
-            # runtime/models/transformer.py check_buildable: the zoo builds none of these yet (it builds qk_norm,
-            # attention_out_bias and attention_sinks: SelfAttention, tests/test_runtime_attention_parts.py; the
-            # experts' biases and clamped SwiGLU: runtime/models/moe.py GroupedExperts, tests/test_runtime_moe_bias.py)
-            unbuilt=("mla", "moe.capacity_factor"),
+            # runtime/models/transformer.py check_buildable: the zoo builds every ModelSpec part (qk_norm,
+            # attention_out_bias, attention_sinks, mla: tests/test_runtime_attention_parts.py, test_runtime_mla.py;
+            # capacity dropping, the experts' biases and clamped SwiGLU: runtime/models/moe.py, test_runtime_moe_*.py)
+            unbuilt=(),
             runs_source="runtime/models/moe.py (MoE block: top-k router, torch._grouped_mm experts, shared expert, "
-            "aux loss or expert bias, dropless), runtime/expert_parallel.py (EP over (pp, edp, ep) carved from dp, "
+            "aux loss or expert bias, dropless or capacity-factor dropping by probability), runtime/expert_parallel.py (EP over (pp, edp, ep) carved from dp, "
             "all_to_all_single dispatch, experts FSDP2 over expert-DP; etp 1 only: TP ranks hold their own "
             "sequence-parallel tokens), runtime/validate.py _validate_experts; runtime/fp8.py (torchao float8); "
             "runtime/parallelize.py apply_dp (zero_stage 0 → replicate, 1–2 → fully_shard without "
@@ -286,6 +261,7 @@ STACKS: dict[str, Stack] = {
             recompute=("none", "selective", "full"),
             pp_with_tied_embeddings=True,
             cp_comms=("p2p", "all_gather", "a2a", "a2a+p2p"),
+            cp_window_comms=("all_gather", "a2a"),  # TE attn_forward_func_with_cp: the ring refuses a window
             # --fp8-format hybrid --fp8-recipe delayed (default) | tensorwise (TE Float8CurrentScaling) | mxfp8
             # | blockwise (megatron/training/arguments.py); FP8 parameters (--fp8-param-gather) are opt-in
             fp8_recipes=("delayed", "current", "mxfp8"),
@@ -337,6 +313,7 @@ STACKS: dict[str, Stack] = {
             # (torchtitan docs/float8.md, components/quantization/); FP8 FSDP all-gather only with tensorwise
             # (enable_fsdp_float8_all_gather; torchao: rowwise keeps the gathers in high precision)
             fp8_recipes=("tensorwise", "rowwise", "mxfp8"),
+            precisions=("bf16", "fp32"),  # config/configs.py mixed_precision_param: bfloat16 | float32; no loss scaler
             fp8_all_gather=("tensorwise",),
             tp_overlap="async_tp",  # [parallelism] enable_async_tensor_parallel, with [compile] (torch.compile)
             moe=True,
@@ -369,6 +346,10 @@ STACKS: dict[str, Stack] = {
             zero3_fetch="module",
             zero3_reduce_bucket=500_000_000,
             grad_accumulation="deepspeed",
+            # PipelineEngine's send/recv block both ends: dist.broadcast in a 2-rank group with async_op forced False
+            # (deepspeed/runtime/pipe/p2p.py at v0.5.0, f28432441b), dist.send/recv with "Doesn't support async_op
+            # true" (the same file at edaa72212, 2026)
+            p2p_blocking=("1f1b",),
             source="DeepSpeed config docs: zero_optimization.overlap_comm defaults to false",
             version="DeepSpeed 0.19.8",
             zero_stages=(0, 1, 2, 3),
@@ -380,6 +361,7 @@ STACKS: dict[str, Stack] = {
             recompute=("none", "full"),
             pp_with_tied_embeddings=True,
             cp_comms=("a2a",),
+            cp_window_comms=("a2a",),  # Ulysses DistributedAttention wraps the local attention, mask and all
             runs_source="DeepSpeed 0.19.8 (deepspeed/sequence/layer.py DistributedAttention: Ulysses all-to-all only) (sdist source): deepspeed/runtime/pipe/engine.py ('ZeRO-2 and ZeRO-3 are "
             "incompatible with pipeline parallelism'), runtime/pipe/schedule.py (TrainSchedule, 1F1B-style: no "
             "GPipe, no interleaving), runtime/pipe/module.py (TiedLayerSpec: tied weights across stages; "

@@ -91,4 +91,16 @@ from __future__ import annotations
 #:    fitted on them are its rows (``("megatron-2020", *)``, the same constants); today's ``megatron`` has no row.
 #: 25: the "zoo" activations (meshplan, deepspeed stacks) price QK-norm inputs and attention sinks' padded copies;
 #:    projection QK-norms and sinks split with their heads under TP (every stack); gpt-oss's expert and router biases.
-COST_MODEL_VERSION = 25
+#: 26: latent attention (model.mla) priced on the meshplan stack as runtime.models.mla keeps it (the "zoo" activations'
+#:    ``mla_zoo_saved_terms``; was refused there), never with context parallelism (``Stack.cp_with_mla``).
+#: 27: FSDP2's copies on the compute stream (``workload.accumulation.fsdp2_copy_bytes``; torchtitan, the bundled runtime on a
+#:    GPU): each all-gather's copy-out of the gathered parameters and each reduce-scatter's copy-in of the gradients
+#:    into the reduce-dtype buffer, per micro-batch where the collective runs per micro-batch, at achieved HBM bandwidth.
+#: 28: DeepSpeed's pipeline sends block both ends (``Stack.p2p_blocking`` on the ``deepspeed`` preset: PipelineEngine's
+#:    ``p2p.send``/``recv`` are a blocking ``dist.broadcast`` at v0.5.0 and blocking ``dist.send``/``recv`` since).
+#: 29: sliding-window attention (``ModelSpec.sliding_window``: gpt-oss, Mistral 7B v0.1): a windowed block's attention
+#:    at its share of the causal pairs (FLOPs, flash time at the band's rate), windowed and full blocks priced by kind.
+#: 30: the bundled runtime's latent attention as it runs (``Stack.mla_pad_v``, the meshplan stack): P·V at v padded to
+#:    the q/k width, v's pad and the sliced output's copy; its TP backward all-reduces the up projections' input
+#:    gradients at the latents' widths (was: the hidden size each, down projections included) and the rotary key's.
+COST_MODEL_VERSION = 30

@@ -109,3 +109,37 @@ def dp_counts(mode: GradAccumulation, zero_stage: int, pipelined: bool, micro_ba
     once = 1 if zero_stage in (1, 2) else 0  # the updated parameters of a ZeRO-1/2 unit, gathered once
     gathers = (m if s.gather_fwd else once) + (m if s.gather_bwd else 0)
     return DpCounts(gathers, m if s.reduce_each else 1)
+
+
+#: Engines that run FSDP2's ``fully_shard`` (``Stack.grad_accumulation``): their collectives copy on the compute stream.
+FSDP2_ENGINES: tuple[GradAccumulation, ...] = ("fsdp2", "fsdp2_deferred")
+
+
+@dataclass(frozen=True, slots=True)
+class CopyBytes:
+    """HBM bytes FSDP2 moves on the compute stream around one unit's collectives (read + written)."""
+
+    #: after each all-gather: ``split_with_sizes_copy`` of the whole gathered buffer into the unsharded parameters
+    copy_out: int
+    #: before each reduce-scatter: ``torch.cat`` of the unsharded gradients into the reduce-dtype input (the compute
+    #: stream waits for it: ``current_stream.wait_event(copy_in_event)``)
+    reduce_copy_in: int
+
+
+def fsdp2_copy_bytes(
+    mode: GradAccumulation, gathered: int, gather_elt: int, params: int, grad_elt: int, reduce_elt: int
+) -> CopyBytes:
+    """The bytes FSDP2 copies on the compute stream for one unit of ``params`` parameters (``gathered`` of them as
+    16-bit-equivalent elements of ``gather_elt`` bytes on the all-gather's wire; gradients of ``grad_elt`` bytes
+    reduced in ``reduce_elt``), per all-gather and per reduce-scatter; zero on other engines. Source: PyTorch FSDP2
+    ``_fsdp_collectives.py`` (pytorch/pytorch 01d66d21, 2024-04; the same calls in 8fc2039dec):
+    ``foreach_all_gather_copy_out`` runs ``torch.split_with_sizes_copy(all_gather_output, ..., out=...)`` on the
+    current (compute) stream after waiting for the gather — every gathered byte read once and written once;
+    ``foreach_reduce_scatter`` builds its input with ``foreach_reduce_scatter_copy_in`` (``torch.cat`` of the
+    gradients' ``view(world_size, -1)`` into the ``reduce_dtype`` buffer) and the compute stream waits on its event
+    before freeing the gradients — the gradients read in their dtype and written in the reduce dtype (torch 2.13.0's
+    ``foreach_reduce`` runs that copy on the compute stream itself). The gather's
+    copy-in (of the 1/dp shard, on its own stream) and the reduce-scatter's view-out (1/dp) are left out: sharded."""
+    if mode not in FSDP2_ENGINES:
+        return CopyBytes(0, 0)
+    return CopyBytes(copy_out=2 * gathered * gather_elt, reduce_copy_in=params * (grad_elt + reduce_elt))

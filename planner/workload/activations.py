@@ -60,6 +60,10 @@ def block_saved_terms(
         "mlp_input": T * h * e,
         "mlp_hidden": mlp_tensors * T * f / tp * e,
     }
+    if model.mla is not None:  # latent attention's tensors in place of multi-head attention's
+        from planner.workload.moe import mla_zoo_saved_terms
+
+        terms.update(mla_zoo_saved_terms(model, b, s, tp, e))
     return terms | zoo_attention_part_terms(model, b, s, tp, e)
 
 
@@ -154,7 +158,11 @@ def saved_activation_bytes(
         return ActivationBytes(
             none=int(none),
             selective=int(
-                none - terms["attn_logsumexp"] - terms.get("attn_scores", 0.0) - terms.get("attn_sink_copies", 0.0)
+                none
+                - terms["attn_logsumexp"]
+                - terms.get("attn_scores", 0.0)
+                - terms.get("attn_sink_copies", 0.0)
+                - terms.get("attn_padded_output", 0.0)
             ),
             full=int(T / sp * h * e),
         )

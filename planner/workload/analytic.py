@@ -23,6 +23,9 @@ not counted, as in Megatron-LM's accounting and in ``torch.utils.flop_counter``)
   ``torch.utils.flop_counter.sdpa_flop_count`` count it): forward 4·b·s²·h/t. Backward of a
   *fused* (flash) kernel is 2.5× forward: it recomputes QKᵀ and runs four more s×s matmuls
   (Dao 2023, FlashAttention-2 Alg. 2; ``torch.utils.flop_counter.sdpa_backward_flop_count``).
+  A block with a sliding window (``ModelSpec.sliding_window``) counts that square × its share of the causal
+  pairs (``ops.window_share``: query i attends min(i + 1, w) keys), what a banded kernel (FlashAttention-2's
+  ``window_size``) computes; ``torch.utils.flop_counter`` counts SDPA's full square whatever its mask.
 * embedding lookup: 0. LM head: 2·T·h·V/t.
 
 Activation memory: the tensors autograd keeps for backward, assuming a fused (flash) attention kernel
@@ -94,7 +97,15 @@ from planner.specs.stacks import Stack
 from planner.workload.activations import LAYER_KINDS, output_activation_bytes, saved_activation_bytes
 from planner.workload.activations import LSE_BYTES as LSE_BYTES  # re-exported: the formulas' old home
 from planner.workload.activations import block_saved_terms as block_saved_terms
-from planner.workload.ops import active_params, attention_core_flops, block_kinds, linear_flops, params
+from planner.workload.ops import (
+    active_params,
+    attention_core_flops,
+    block_kinds,
+    linear_flops,
+    params,
+    uniform_window,
+    window_share,
+)
 
 #: Backward ÷ forward FLOPs of a fused attention core (FlashAttention-2 backward: 5 s×s matmuls vs 2).
 FLASH_BWD_RATIO = 2.5
@@ -174,16 +185,35 @@ def num_active_parameters(model: ModelSpec) -> int:
 # FLOPs
 
 
-def block_forward_flops(model: ModelSpec, micro_batch_size: int, seq_len: int, tp: int = 1) -> tuple[float, float]:
+def block_forward_flops(
+    model: ModelSpec,
+    micro_batch_size: int,
+    seq_len: int,
+    tp: int = 1,
+    share: float | None = None,
+    pad_v: bool = False,
+) -> tuple[float, float]:
     """(linear, attention-core) forward FLOPs of one block on one TP rank (its ops: ``ops.linear_flops``,
-    ``ops.attention_core_flops``)."""
+    ``ops.attention_core_flops``). ``share``: the attention's part of the causal pairs (``ops.window_share``);
+    default: a model whose every block has a window's (``ops.uniform_window``) at ``seq_len``, else 1. ``pad_v``:
+    latent attention's P·V at v padded to the q/k width (``Stack.mla_pad_v``)."""
     tokens = micro_batch_size * seq_len
     linear = linear_flops(model, "transformer_block", tokens, tp)
-    return float(linear), attention_core_flops(model, micro_batch_size, seq_len, tp)
+    if share is None:
+        share = window_share(seq_len, uniform_window(model, seq_len))
+    return float(linear), attention_core_flops(model, micro_batch_size, seq_len, tp, share, pad_v)
 
 
-def layer_flops(model: ModelSpec, kind: str, micro_batch_size: int, seq_len: int, tp: int = 1) -> tuple[float, float]:
-    """(forward, backward) FLOPs of one layer kind on one TP rank."""
+def layer_flops(
+    model: ModelSpec,
+    kind: str,
+    micro_batch_size: int,
+    seq_len: int,
+    tp: int = 1,
+    share: float | None = None,
+    pad_v: bool = False,
+) -> tuple[float, float]:
+    """(forward, backward) FLOPs of one layer kind on one TP rank (``share``, ``pad_v``: ``block_forward_flops``')."""
     tokens = micro_batch_size * seq_len
     if kind == "embedding":
         return 0.0, 0.0
@@ -191,7 +221,7 @@ def layer_flops(model: ModelSpec, kind: str, micro_batch_size: int, seq_len: int
         fwd = float(linear_flops(model, "lm_head", tokens, tp))
         return fwd, 2.0 * fwd
     if kind == "transformer_block":
-        linear, core = block_forward_flops(model, micro_batch_size, seq_len, tp)
+        linear, core = block_forward_flops(model, micro_batch_size, seq_len, tp, share, pad_v)
         return linear + core, 2.0 * linear + FLASH_BWD_RATIO * core
     raise MeshplanError("kind", f"unknown layer kind {kind!r}", f"use one of {', '.join(LAYER_KINDS)}")
 
@@ -204,7 +234,7 @@ def model_flops_per_step(model: ModelSpec, tokens: int, seq_len: int) -> float:
     12·T·L·h²·[(1 + g/a + s/h)·(q/h) + (f/h)·γ + V/(2·L·h)] with q = a·d, γ = 3/2 for SwiGLU else 1,
     i.e. 3 × the forward matmul FLOPs, attention core counted as a full s×s square.
     """
-    if model.moe is not None or model.mla is not None:
+    if model.moe is not None or model.mla is not None or model.window_at(seq_len) is not None:
         return _op_list_flops_per_step(model, tokens, seq_len)
     h, L, a, g = model.hidden_size, model.num_layers, model.num_attention_heads, model.num_kv_heads
     q = a * model.head_dim
@@ -215,12 +245,15 @@ def model_flops_per_step(model: ModelSpec, tokens: int, seq_len: int) -> float:
 
 def _op_list_flops_per_step(model: ModelSpec, tokens: int, seq_len: int) -> float:
     """``model_flops_per_step`` read off the op lists, for blocks the closed form does not cover (MoE, latent
-    attention): 3 × the forward FLOPs of every block (its linears, routed experts at top-k, and the attention
-    core as a full s×s square) and of the LM head. The same accounting as Megatron's (router included)."""
+    attention, sliding windows): 3 × the forward FLOPs of every block (its linears, routed experts at top-k, and the
+    attention core as a full s×s square, a windowed block's × its ``ops.window_share``) and of the LM head. The same
+    accounting as Megatron's (router included)."""
     sequences = tokens / seq_len
     fwd = float(linear_flops(model, "lm_head", tokens, 1))
-    for kind in block_kinds(model):
-        fwd += linear_flops(model, kind, tokens, 1) + sequences * attention_core_flops(model, 1, seq_len, 1)
+    windowed = window_share(seq_len, model.window_at(seq_len))  # a windowed block's share of the pairs
+    for i, kind in enumerate(block_kinds(model)):
+        share = windowed if model.is_window_layer(i) else 1.0
+        fwd += linear_flops(model, kind, tokens, 1) + sequences * attention_core_flops(model, 1, seq_len, 1, share)
     return 3.0 * fwd
 
 
@@ -238,8 +271,11 @@ def layer_profile(
     sequence_parallel: bool = False,
     precision: Precision = "bf16",
     stack: Stack | None = None,
+    attention_share: float | None = None,
 ) -> LayerProfile:
-    """Analytic costs of one layer kind at one (micro-batch, sequence, TP, SP) point, per GPU."""
+    """Analytic costs of one layer kind at one (micro-batch, sequence, TP, SP) point, per GPU
+    (``attention_share``: ``block_forward_flops``' share; a context-parallel rank's is its whole sequence's). Without a
+    ``stack``, as the bundled runtime (the model zoo) runs it: its activations, latent attention's v padded."""
     if kind not in LAYER_KINDS:
         raise MeshplanError("kind", f"unknown layer kind {kind!r}", f"use one of {', '.join(LAYER_KINDS)}")
     if precision not in BYTES_PER_ELEMENT:
@@ -258,7 +294,8 @@ def layer_profile(
     params = {"embedding": embedding_params, "transformer_block": block_params, "lm_head": lm_head_params}[kind](
         model, tp
     )
-    fwd, bwd = layer_flops(model, kind, micro_batch_size, seq_len, tp)
+    pad_v = stack.mla_pad_v if stack is not None else True  # ``saved_activation_bytes``' default: the zoo's
+    fwd, bwd = layer_flops(model, kind, micro_batch_size, seq_len, tp, attention_share, pad_v)
     return LayerProfile(
         kind=cast(LayerKind, kind),  # checked against LAYER_KINDS above
         micro_batch_size=micro_batch_size,

@@ -15,7 +15,8 @@ them (``planner.specs.stacks.Stack``: ``tp_collectives``, ``dp_collectives``, ``
   (``PrepareModuleInput``) the column-parallel linears' Partial input gradients add up before one reduction.
 * ``tp = "per_linear"``: DTensor's ``ColwiseParallel`` on each column-parallel linear as its own module (the
   bundled runtime, ``runtime/parallelize.py``): the input gradient of every one of them (wq, wk, wv, w1
-  (+ w3)) is all-reduced on its own in backward; with SP the row-parallel outputs' gradients all-gathered.
+  (+ w3)) is all-reduced on its own in backward; with SP the row-parallel outputs' gradients all-gathered. Latent
+  attention's are its up projections' at the latents' widths and its rotary key's (``per_linear_grads``).
 * ``dp = "buckets"``: the gradient sync runs in buckets (Megatron-core DDP, DeepSpeed); ``"modules"``: one
   collective per FSDP2-wrapped module (the bundled runtime wraps every block and the chunk, whose own
   tensors are the embedding's and the LM head's: one collective shared by the two).
@@ -141,8 +142,7 @@ def tp_comms(
     head_b: Comms
     blk_f = _pair(act, sp, 2)
     if issuing.tp == "per_linear":
-        lin = block_linears(model)
-        blk_b = (Collective("tp", "all_reduce", act, lin - 2),)  # each column-parallel linear's input gradient
+        blk_b = per_linear_grads(model, act)
         if sp:
             blk_b += (Collective("tp", "all_gather", act, 2),)  # the row-parallel outputs' gradients
         if full:
@@ -159,6 +159,30 @@ def tp_comms(
         emb_f = emb_b = ()
         head_f, head_b = ((ag,), (rs,)) if sp else ((), ())
     return TpComms((blk_f, emb_f, head_f), (blk_b, emb_b, head_b))
+
+
+#: The row-parallel linears of a block (``ops.linears``' names): every other TP-sharded linear is column-parallel.
+ROW_PARALLEL = ("wo", "w2")
+
+
+def per_linear_grads(model: ModelSpec, act: float) -> Comms:
+    """The all-reduces over TP of a block's backward where each column-parallel linear is its own DTensor module
+    (``Issuing.tp == "per_linear"``, the bundled runtime): each one's input gradient (Partial → Replicate), of
+    tokens × its input width — ``act`` (a residual-stream tensor) for wq, wk, wv, w1, w3. Latent attention
+    (``runtime.models.mla``, the ``layout.tp_plan`` rules): the up projections ``wq_b`` (or ``wq``) and ``wkv_b``
+    are the column-parallel ones, at the query latent's (q_lora_rank) and the key/value latent's (kv_lora_rank)
+    width — the down projections ``wq_a``/``wkv_a`` are replicated plain tensors, their gradients already whole —
+    and the one rotary key read by every head has its gradient summed over TP (``LatentAttention.tp_mesh``):
+    tokens × qk_rope_head_dim."""
+    if model.mla is None:
+        return (Collective("tp", "all_reduce", act, block_linears(model) - 2),)
+    per_token = act / model.hidden_size  # bytes of one feature over the micro-batch's tokens
+    widths: dict[int, int] = {}
+    for lin in linears(model, "transformer_block", 1):
+        if lin.sharded and lin.name not in ROW_PARALLEL:
+            widths[lin.k] = widths.get(lin.k, 0) + 1
+    widths[model.mla.qk_rope_head_dim] = widths.get(model.mla.qk_rope_head_dim, 0) + 1  # the rotary key
+    return tuple(Collective("tp", "all_reduce", per_token * k, n) for k, n in widths.items())
 
 
 def dp_layer_comms(

@@ -22,6 +22,7 @@ from planner.specs.fp8 import recipe_of
 from planner.specs.stacks import Stack
 from planner.specs.stacks import resolve as resolve_stack
 from planner.workload.analytic import layer_profile
+from planner.workload.ops import uniform_window, window_share
 
 LayerFn = Callable[[str, int, int, bool], LayerProfile]
 #: A layer of the model at one point: (kind, micro-batch size, tp, sequence parallel).
@@ -71,6 +72,21 @@ class Inputs:
         return recipe_of(self.training, self.stack)
 
     @cached_property
+    def attention_window(self) -> int | None:
+        """The window every block attends over at the whole sequence (``training.seq_len`` × ``cp``:
+        ``ops.uniform_window``); None when a block attends fully (a model of windowed and full blocks prices each
+        kind in a view of its own: ``compose.blocks.window_view``), and on a stack whose kernel does not skip the
+        blocks outside the window (``Stack.window_kernel``)."""
+        if not self.stack.window_kernel:  # a masked kernel computes the whole square (the bundled runtime's SDPA)
+            return None
+        return uniform_window(self.model, self.training.seq_len * self.cp)
+
+    @property
+    def attention_share(self) -> float:
+        """A block's share of the causal attention pairs (``ops.window_share`` of ``attention_window``; 1 without)."""
+        return window_share(self.training.seq_len * self.cp, self.attention_window)
+
+    @cached_property
     def stack(self) -> Stack:
         """The training stack the plan is priced for (``planner.specs.stacks``)."""
         return resolve_stack(self.training.stack)
@@ -98,6 +114,7 @@ class Inputs:
                 sequence_parallel=sp,
                 precision=self.training.precision,
                 stack=self.stack,
+                attention_share=self.attention_share,
             )
         return lp
 

@@ -102,7 +102,13 @@ def attention_other_params(model: ModelSpec, tp: int = 1) -> tuple[int, ...]:
 
 
 def mla_memory_ops(
-    model: ModelSpec, tokens: int, tp: int, e: int, per: tuple[float, float], kernels: tuple[int, int]
+    model: ModelSpec,
+    tokens: int,
+    tp: int,
+    e: int,
+    per: tuple[float, float],
+    kernels: tuple[int, int],
+    pad_v: bool = False,
 ) -> list[MemOp]:
     """Latent attention's memory-bound ops of one forward pass on one TP rank (Megatron-core
     ``MLASelfAttention``, megatron/core/transformer/multi_latent_attention.py): the query and key/value latents'
@@ -110,18 +116,25 @@ def mla_memory_ops(
     query's rope part (heads/t · rope dim) and on the one rotary key shared by the heads, and the concatenation of
     each query and key from its no-rope and rope parts (the rotary key copied to every head): read + write of
     heads/t · qk head dim per token each. ``per``: bytes per element of (a norm, RoPE) (``ops.op_bytes``),
-    ``kernels``: their kernels (``ops.op_kernels``)."""
+    ``kernels``: their kernels (``ops.op_kernels``). ``pad_v`` (``Stack.mla_pad_v``, the bundled runtime's
+    ``runtime.models.mla``) with v narrower than q/k: ``F.pad`` of v to the q/k width (ATen's ``constant_pad_nd``:
+    a fill of the padded tensor, then v copied in: 2 kernels) and the sliced kernel output copied contiguous for
+    ``wo`` (read + write at v's width: 1 kernel)."""
     mla = model.mla
     if mla is None:
         return []
     (norm, rope), (k_norm, k_rope) = per, kernels
     heads = model.num_attention_heads // tp
     latents = (mla.q_lora_rank or 0) + mla.kv_lora_rank
-    return [
+    ops = [
         MemOp("norm", norm * tokens * latents, k_norm * (2 if mla.q_lora_rank else 1)),
         MemOp("rope", rope * tokens * (heads + 1) * mla.qk_rope_head_dim, 2 * k_rope),
         MemOp("concat", 2 * 2 * tokens * heads * mla.qk_head_dim * e, 2),
     ]
+    if pad_v and mla.v_head_dim < mla.qk_head_dim:
+        ops.append(MemOp("pad_v", tokens * heads * (mla.qk_head_dim + 2 * mla.v_head_dim) * e, 2))
+        ops.append(MemOp("slice_out", 2 * tokens * heads * mla.v_head_dim * e, 1))
+    return ops
 
 
 def mla_saved_terms(model: ModelSpec, b: int, s: int, tp: int, sequence_parallel: bool, e: int) -> dict[str, float]:
@@ -143,5 +156,33 @@ def mla_saved_terms(model: ModelSpec, b: int, s: int, tp: int, sequence_parallel
         "latents": T * (2 * latents * e + 4 * (2 if mla.q_lora_rank else 1)) + T * mla.qk_rope_head_dim * e,
         "q_k_v": T * heads * (2 * mla.qk_head_dim + mla.v_head_dim) * e,
         "attn_output": T * heads * mla.v_head_dim * e,
+        "attn_logsumexp": T * heads * 4,
+    }
+
+
+def mla_zoo_saved_terms(model: ModelSpec, b: int, s: int, tp: int, e: int) -> dict[str, float]:
+    """Bytes the bundled runtime's latent attention (``runtime.models.mla.LatentAttention``) keeps for backward on one
+    TP rank without recomputation, in place of multi-head attention's terms of ``activations.block_saved_terms``
+    (measured on the meta device by tests/test_analytic_agreement.py). Everything runs on the whole sequence (with
+    SP the block's input is gathered first): the down projections' shared input; the query latent's RMSNorm input
+    and fp32 1/rms and its output (``wq_b``'s input); the key/value norm's input, a view of ``wkv_a``'s whole output
+    (latent and rotary key: the storage is kept), its 1/rms and output; the RoPE tables (cos, sin) of the query's and
+    the key's rope parts; the attention kernel's q and k (heads × qk head dim), v — padded to the qk head dim when
+    narrower (else a view of ``wkv_b``'s whole output: k_nope and v) —, its output and fp32 log-sum-exp; with padding
+    the kernel's output is the padded one and ``wo`` keeps its own copy of the sliced output (``attn_padded_output``
+    is dropped with the core under selective recomputation, like the log-sum-exp)."""
+    mla = model.mla
+    if mla is None:
+        return {}
+    T, heads, qk, v = b * s, model.num_attention_heads / tp, mla.qk_head_dim, mla.v_head_dim
+    padded = v < qk
+    q_latent = T * (2 * mla.q_lora_rank * e + 4) if mla.q_lora_rank is not None else 0.0
+    return {
+        "qkv_input": T * model.hidden_size * e,
+        "latents": q_latent + T * ((2 * mla.kv_lora_rank + mla.qk_rope_head_dim) * e + 4),
+        "q_k_v": T * heads * (2 * qk + (qk if padded else mla.qk_nope_head_dim + v)) * e,
+        "rope_tables": 2 * 2 * s * (mla.qk_rope_head_dim // 2) * 4,
+        "attn_output": T * heads * v * e,
+        "attn_padded_output": T * heads * qk * e if padded else 0.0,
         "attn_logsumexp": T * heads * 4,
     }

@@ -185,13 +185,42 @@ def rerun_linears(model: ModelSpec, tp: int) -> tuple[Linear, ...]:
     return tuple(sorted(linears(model, "transformer_block", tp), key=lambda lin: lin.call)[1::2])
 
 
-def attention_core_flops(model: ModelSpec, mbs: int, seq: int, tp: int) -> float:
+def attention_core_flops(
+    model: ModelSpec, mbs: int, seq: int, tp: int, share: float = 1.0, pad_v: bool = False
+) -> float:
     """Forward FLOPs of the attention core (QKᵀ and PV: 2 matmuls of 2·b·s²·d per local head; with latent
-    attention QKᵀ over the query/key head width and PV over the value head width)."""
+    attention QKᵀ over the query/key head width and PV over the value head width, or over the query/key width
+    where the stack pads v to it for a one-width kernel: ``pad_v``, ``Stack.mla_pad_v``). ``share``: a windowed
+    layer's part of the causal pairs (``window_share``), which scales the square."""
     if model.mla is not None:
-        widths = model.mla.qk_head_dim + model.mla.v_head_dim
-        return 2.0 * mbs * seq * seq * widths * model.num_attention_heads / tp
-    return 4.0 * mbs * seq * seq * model.head_dim * model.num_attention_heads / tp
+        dqk, dv = model.mla.qk_head_dim, model.mla.v_head_dim
+        widths = dqk + (max(dqk, dv) if pad_v else dv)
+        return 2.0 * mbs * seq * seq * widths * model.num_attention_heads / tp * share
+    return 4.0 * mbs * seq * seq * model.head_dim * model.num_attention_heads / tp * share
+
+
+def causal_pairs(seq: int, window: int | None = None) -> int:
+    """(query, key) pairs a causal attention over ``seq`` tokens computes: query i attends min(i + 1, w) keys (a
+    ``window`` w; transformers' ``sliding_window_overlay``: key j with i − w < j ≤ i), all i + 1 without one. In
+    closed form: w(w + 1)/2 for the first w queries, then w each (tests/test_sliding_window.py counts them)."""
+    if window is None or window >= seq:
+        return seq * (seq + 1) // 2
+    return window * (window + 1) // 2 + (seq - window) * window
+
+
+def uniform_window(model: ModelSpec, seq: int) -> int | None:
+    """The window every block of ``model`` attends over at sequences of ``seq`` tokens (the whole sequence, not a
+    CP rank's part); None when some block attends fully (a model of windowed and full layers is priced per kind:
+    ``compose.blocks.block_sequence``) or the window spans the sequence."""
+    w = model.window_at(seq)
+    return w if w is not None and model.window_layers() == model.num_layers else None
+
+
+def window_share(seq: int, window: int | None) -> float:
+    """The part of a causal layer's attention work a windowed one does at sequences of ``seq`` tokens:
+    ``causal_pairs`` with the window ÷ without. A windowed layer's attention FLOPs are the model's full-square
+    count (Megatron's, no causal discount) × this share, so they meet the full layer's as the window reaches s."""
+    return causal_pairs(seq, window) / causal_pairs(seq) if window is not None else 1.0
 
 
 def op_bytes(ctx: Inputs) -> tuple[float, float, float]:
@@ -278,7 +307,7 @@ def memory_ops(ctx: Inputs, kind: str, mbs: int, tp: int, sp: bool) -> tuple[Mem
     if m.mla is not None:  # latent attention (``workload.moe.mla_memory_ops``): its own RoPE, latent norms, concats
         from planner.workload.moe import mla_memory_ops
 
-        ops += mla_memory_ops(m, tokens, tp, e, (norm, rope), (k_norm, k_rope))
+        ops += mla_memory_ops(m, tokens, tp, e, (norm, rope), (k_norm, k_rope), st.mla_pad_v)
     elif m.family == "llama":
         ops.append(MemOp("rope", rope * tokens * heads * m.head_dim // tp, 2 * k_rope))
     if st.activations == "titan" and m.num_kv_heads < m.num_attention_heads:

@@ -1,5 +1,6 @@
 """The model zoo's mixture-of-experts MLP (``ModelSpec.moe``; issue 23): a top-k router, routed SwiGLU experts
-computed with one grouped GEMM per projection, an optional shared expert, load balancing, dropless.
+computed with one grouped GEMM per projection, an optional shared expert, load balancing, dropless or dropping
+tokens over an expert's capacity.
 
 Module names (a contract with ``planner.specs.layout.tp_plan`` and checkpoints): a MoE layer's MLP is
 ``layers.<i>.moe`` (not ``mlp``, so the dense MLP's TP rules never match it) with ``router`` (a linear
@@ -33,10 +34,32 @@ expert's output, as transformers' ``GptOssExperts``), and with ``swiglu_limit`` 
 (``ClampedSwiGLU``) instead of silu(gate)·up. Under expert parallelism (``ep``: an ``EPContext``) the sorted tokens go to the
 ranks holding their experts with an all-to-all of the per-expert counts and ``all_to_all_single_autograd`` of the
 rows (uneven splits), are regrouped by local expert, run, and come back the same way; the combine then sums each
-token's k outputs weighted by its gates. Dropless: every routed token is computed (``capacity_factor`` must be null).
+token's k outputs weighted by its gates.
+
+Token dropping (``MoeSpec.capacity_factor``; null: dropless), as Megatron-core core_v0.16.1 does it
+(``megatron/core/transformer/moe/moe_utils.py`` ``apply_router_token_dropping`` with its default
+``--moe-token-drop-policy probs`` and no ``--moe-pad-expert-input-to-capacity``, called by ``router.py``
+``TopKRouter.routing`` after top-k; ``MoeSpec.drop_policy`` "position": ``--moe-token-drop-policy position``):
+each expert takes at most C = ceil(N·k / E × capacity_factor) of the N·k
+assignments of the N tokens this rank routes in one forward (``get_capacity(num_tokens=N·k, …)``; the router
+passes no ``min_capacity``), so C depends on the rank's tokens — the micro-batch and, under sequence or context
+parallelism, its shard of each sequence — but not on EP, which only moves the kept rows. An expert over capacity
+keeps, by policy ``probs``, its C assignments of highest routing probability (the token's renormalised gate; equal
+gates: the earlier token first, where Megatron's ``torch.topk`` leaves ties unspecified), or, by ``position``, those
+of its C earliest tokens in Megatron's [s, b] order — sequence position first, then the row (Megatron's
+documented "tokens at the end of the batch are dropped"; its ``topk`` over the 0/1 routing map does not promise
+which of the equal entries it returns); the others are dropped before dispatch: they
+are neither sent nor computed and add nothing to the output (the token keeps its residual, its shared expert and
+its other experts' gated outputs, not renormalised). The balance loss counts the routing before dropping
+(Megatron's ``compute_routing_scores_for_aux_loss``), the expert bias the kept assignments (``_apply_expert_bias``
+on the dropped routing map). ``drop_groups`` (the one-process reference, ``runtime.split_reference.drop_groups``)
+splits one forward's tokens into the groups the ranks of a plan route separately; ``dropped`` counts the dropped
+assignments of the forwards that count tokens (not a pipeline's shape inference or a recomputation).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -63,6 +86,50 @@ SWIGLU_ALPHA = 1.702
 _EXPERT_LEAVES = ("w1", "w3", "w2")
 #: The experts' biases (``MoeSpec.expert_bias``): [E, f] on w1's and w3's outputs, [E, h] on w2's.
 _BIAS_LEAVES = ("b1", "b3", "b2")
+
+
+def expert_capacity(tokens: int, top_k: int, num_experts: int, capacity_factor: float) -> int:
+    """Assignments an expert takes from ``tokens`` routed tokens: Megatron-core's ``get_capacity(num_tokens=tokens ×
+    top_k, num_experts, capacity_factor)`` as the router calls it (no ``min_capacity``), the same float expression."""
+    return math.ceil((tokens * top_k / num_experts) * capacity_factor)
+
+
+def capacity_keep(
+    gates: torch.Tensor,
+    idx: torch.Tensor,
+    num_experts: int,
+    capacity_factor: float,
+    groups: torch.Tensor | None = None,
+    policy: str = "probs",
+    batch: tuple[int, int] | None = None,
+) -> torch.Tensor:
+    """Which of the [N, k] assignments (experts ``idx``, weights ``gates``) of N = B·T tokens (``batch`` (B, T), rows
+    first) each expert keeps: per group of tokens (``groups``: [N] ids; None: one group) and expert, the
+    ``expert_capacity`` of the group's tokens first by ``policy`` — "probs": highest gate first, equal gates in token
+    order; "position": the earliest in Megatron's [T, B] token order (sequence position, then row). Returns an [N, k]
+    bool mask (module docstring)."""
+    n, k = idx.shape
+    if groups is None:
+        groups = torch.zeros(n, dtype=torch.long, device=idx.device)
+    _, group = torch.unique(groups, return_inverse=True)
+    sizes = torch.bincount(group).tolist()
+    caps = torch.tensor([expert_capacity(s, k, num_experts, capacity_factor) for s in sizes], device=idx.device)
+    key = group.repeat_interleave(k) * num_experts + idx.reshape(-1)  # (group, expert) of every assignment
+    if policy == "probs":
+        first = torch.argsort(-gates.detach().reshape(-1), stable=True)  # highest first; ties: earlier token
+    elif policy == "position":
+        b, t = batch if batch is not None else (1, n)
+        token = torch.arange(n, device=idx.device)
+        seq_major = (token % t) * b + token // t  # the token's place in Megatron's [s, b] flattening
+        first = torch.argsort(seq_major.repeat_interleave(k), stable=True)
+    else:
+        raise ValueError(f"drop policy {policy!r}: use 'probs' or 'position'")
+    order = first[torch.argsort(key[first], stable=True)]  # grouped by (group, expert), first kept first in each
+    counts = torch.bincount(key, minlength=len(sizes) * num_experts)
+    start = torch.cumsum(counts, 0) - counts
+    rank = torch.empty_like(key)
+    rank[order] = torch.arange(key.numel(), device=key.device) - start[key[order]]
+    return (rank < caps[key // num_experts]).view(n, k)
 
 
 class ClampedSwiGLU(torch.autograd.Function):
@@ -174,6 +241,8 @@ class MoE(nn.Module):
     #: Whether a forward adds its routed tokens to ``tokens_per_expert`` (off during a pipeline stage's shape
     #: inference: ``runtime.job``; never during activation recomputation)
     counting = True
+    #: The one-process reference's groups of tokens routed apart ([B, T] ids; None: the forward's tokens are one)
+    drop_groups: torch.Tensor | None = None
 
     def __init__(self, spec: ModelSpec, *, tp: int = 1) -> None:
         """``tp``: the shared expert at its TP-sharded width (``build_layer``, for the profiler)."""
@@ -182,6 +251,8 @@ class MoE(nn.Module):
         assert moe is not None
         d = spec.hidden_size
         self.num_experts, self.top_k, self.score = moe.num_experts, moe.top_k, moe.router
+        self.capacity_factor, self.drop_policy = moe.capacity_factor, moe.drop_policy
+        self.dropped = 0  # assignments dropped over capacity (module docstring)
         self.groups, self.topk_groups = moe.router_groups, moe.router_topk_groups
         self.aux_coeff, self.bias_rate = AUX_COEFF, BIAS_RATE
         self.router = nn.Linear(d, moe.num_experts, bias=moe.router_bias)
@@ -248,10 +319,24 @@ class MoE(nn.Module):
         flat = x.reshape(b * t, d)
         scores, idx, gates = self.route(x)
         experts = idx.reshape(-1)
-        order = torch.argsort(experts, stable=True)  # assignments sorted by expert (token order within one)
+        counting = self.counting and torch.is_grad_enabled() and not _in_backward()
+        if self.capacity_factor is None:
+            order = torch.argsort(experts, stable=True)  # assignments sorted by expert (token order within one)
+            counts = torch.bincount(experts, minlength=self.num_experts)
+        else:  # the kept assignments only, sorted the same way
+            groups = None if self.drop_groups is None else self.drop_groups.reshape(-1).to(idx.device)
+            if groups is not None and groups.numel() != b * t:
+                raise ValueError(f"drop_groups holds {groups.numel()} token ids for {b * t} tokens")
+            kept = capacity_keep(
+                gates, idx, self.num_experts, self.capacity_factor, groups, self.drop_policy, (b, t)
+            ).reshape(-1)
+            kept = kept.nonzero().squeeze(1)
+            order = kept[torch.argsort(experts[kept], stable=True)]
+            counts = torch.bincount(experts[kept], minlength=self.num_experts)
+            if counting:
+                self.dropped += experts.numel() - kept.numel()
         token_of = order // self.top_k
-        counts = torch.bincount(experts, minlength=self.num_experts)
-        if self.balance == "expert_bias" and self.counting and torch.is_grad_enabled() and not _in_backward():
+        if self.balance == "expert_bias" and counting:
             self.tokens_per_expert += counts.to(self.tokens_per_expert.dtype)
         rows = flat.index_select(0, token_of)
         if self.ep is None:

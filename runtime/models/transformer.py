@@ -2,7 +2,8 @@
 
 Module names are a contract (``planner.specs.layout.tp_plan`` matches them, checkpoints are keyed by them):
 ``embed.tok`` (+ ``embed.pos`` for GPT), ``layers.<i>.{attn_norm, attn.{wq,wk,wv,wo,core}, mlp_norm,
-mlp.{w1,w2[,w3]}}``, ``norm``, ``head``. Any of ``embed``/``norm``/``head`` may be ``None`` (a
+mlp.{w1,w2[,w3]}}`` (latent attention, ``runtime.models.mla``: ``attn.{wq_a,q_norm,wq_b | wq, wkv_a,kv_norm,
+wkv_b,wo,core}``), ``norm``, ``head``. Any of ``embed``/``norm``/``head`` may be ``None`` (a
 pipeline stage); ``forward`` skips them.
 
 Initialisation is deterministic per parameter *name* (a generator seeded from ``seed`` and the
@@ -100,9 +101,14 @@ class Attention(nn.Module):
     that size for backward. The flash kernels take GQA natively: CUDA's for fp16/bf16 (the runtime's CUDA
     precision, FSDP2 mixed precision) and CPU's. CUDA in fp32 has no GQA-capable fused kernel (the
     memory-efficient one lacks it; math would keep the s×s probabilities), so there K/V are repeated.
-    Under context parallelism (``cp``: ``runtime.context_parallel.CPContext``) the context's exchange runs it."""
+    Under context parallelism (``cp``: ``runtime.context_parallel.CPContext``) the context's exchange runs it.
+    ``window``: a sliding-window layer's (``ModelSpec.sliding_window``), run with ``banded_causal_mask``."""
 
     cp = None
+
+    def __init__(self, window: int | None = None) -> None:
+        super().__init__()
+        self.window = window
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None = None
@@ -110,15 +116,33 @@ class Attention(nn.Module):
         if self.cp is not None:
             if sinks is not None:  # runtime.validate refuses it first (parallel.cp)
                 raise NotImplementedError("attention sinks under context parallelism")
-            return self.cp.attention(q, k, v)
-        scale = None
+            return self.cp.attention(q, k, v, self.window)  # a window: in the exchange's position mask
+        scale, t = None, q.shape[2]
         if sinks is not None:
             q, k, v, scale = with_sink_key(q, k, v, sinks)
         rep = q.shape[1] // k.shape[1]  # [B, heads, T, head_dim]
         if rep > 1 and q.device.type == "cuda" and q.dtype == torch.float32:
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1], scale=scale)
+        gqa = k.shape[1] != q.shape[1]
+        if self.window is not None and self.window < t:
+            mask = banded_causal_mask(t, self.window, sink=sinks is not None, device=q.device)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa, scale=scale)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa, scale=scale)
         return out if sinks is None else out[:, :, 1:, : out.shape[-1] - SINK_PAD]
+
+
+def banded_causal_mask(t: int, window: int, *, sink: bool = False, device=None) -> torch.Tensor:
+    """SDPA's boolean mask (True: attend) of a sliding window over ``t`` tokens: query i sees keys j with
+    i − window < j ≤ i (transformers' ``sliding_window_overlay`` on its causal mask), min(i + 1, window) of them.
+    ``sink``: for ``with_sink_key``'s layout (a dummy query and the sink key first): every row also sees key 0, the
+    sink, which stays in every window (gpt-oss: the sink joins each softmax's denominator)."""
+    i = torch.arange(t, device=device)
+    mask = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < window)
+    if sink:
+        mask = F.pad(mask, (1, 0, 1, 0), value=False)
+        mask[:, 0] = True
+    return mask
 
 
 #: Head-dimension padding of the sink key trick (``with_sink_key``): one column carries the sink logit, the rest keep
@@ -199,11 +223,11 @@ class SelfAttention(nn.Module):
     (``attention_out_bias``); QK-norm (``qk_norm``: ``"head"`` — Qwen3, one RMSNorm of head_dim over each query and
     key head, weights shared by the heads; ``"projection"`` — OLMoE, an RMSNorm over the whole query and key
     projections), applied before RoPE; attention sinks (``attention_sinks``: gpt-oss, ``sinks`` one logit per query
-    head, ``with_sink_key``)."""
+    head, ``with_sink_key``); a sliding window (``window``: the layer's, ``ModelSpec.is_window_layer``)."""
 
     cp = None  # context parallelism: RoPE at the local tokens' global positions
 
-    def __init__(self, spec: ModelSpec, *, tp: int = 1) -> None:
+    def __init__(self, spec: ModelSpec, *, tp: int = 1, window: int | None = None) -> None:
         super().__init__()
         d, hd, bias = spec.hidden_size, spec.head_dim, spec.family == "gpt"
         qkv_bias = bias or spec.qkv_bias  # Qwen2/2.5: biases on Q, K, V only
@@ -225,7 +249,7 @@ class SelfAttention(nn.Module):
                 ProjectionRMSNorm(kv * hd, eps=NORM_EPS),
             )
         self.sinks = nn.Parameter(torch.zeros(heads)) if spec.attention_sinks else None
-        self.core = Attention()
+        self.core = Attention(window)  # window: this layer's sliding window (Block: ModelSpec.is_window_layer)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t = x.shape[0], x.shape[1]
@@ -273,7 +297,13 @@ class Block(nn.Module):
     def __init__(self, spec: ModelSpec, *, tp: int = 1, index: int = 0) -> None:
         super().__init__()
         self.attn_norm = _norm(spec, spec.hidden_size)
-        self.attn = SelfAttention(spec, tp=tp)
+        if spec.mla is not None:  # latent attention (DeepSeek-V3): runtime/models/mla.py (no window: ModelSpec refuses)
+            from runtime.models.mla import LatentAttention
+
+            self.attn: nn.Module = LatentAttention(spec, tp=tp)
+        else:
+            window = spec.sliding_window if spec.is_window_layer(index) else None
+            self.attn = SelfAttention(spec, tp=tp, window=window)
         self.mlp_norm = _norm(spec, spec.hidden_size)
         if spec.is_moe_layer(index):
             from runtime.models.moe import MoE
@@ -396,28 +426,20 @@ def init_weights(module: nn.Module, spec: ModelSpec, seed: int) -> None:
 
 
 def check_buildable(spec: ModelSpec) -> None:
-    """Refuse a spec with parts the zoo does not build yet (latent attention; in a mixture of experts: token dropping
-    by capacity) rather than build a different model. The same list, as data, is the
-    ``meshplan`` stack's ``unbuilt`` (``planner.specs.stacks``; tests/test_runtime_attention_parts.py holds them
-    equal)."""
+    """Refuse a spec the zoo cannot build as given rather than build a different model: latent attention with a value
+    head wider than the query/key head (the zoo pads values to that width). The ``meshplan`` stack's ``unbuilt`` list
+    (``planner.specs.stacks``) is empty: every other ModelSpec part is built (tests/test_runtime_attention_parts.py)."""
     from planner.specs.errors import MeshplanError
 
-    moe = spec.moe
-    for field, on in (
-        ("moe.capacity_factor", moe is not None and moe.capacity_factor is not None),
-        ("mla", spec.mla is not None),
-    ):
-        if on:
-            fix = (
-                "set model.moe.capacity_factor to null (dropless)"
-                if field == "moe.capacity_factor"
-                else f"use a model without {field}"
-            )
-            raise MeshplanError(
-                f"model.{field}",
-                f"the model zoo (runtime.models) does not build {field} yet, so {spec.name!r} cannot be built",
-                fix,
-            )
+    mla = spec.mla
+    if mla is not None and mla.v_head_dim > mla.qk_head_dim:
+        raise MeshplanError(
+            "model.mla.v_head_dim",
+            f"the model zoo pads latent attention's values to the query/key head width (qk_nope_head_dim + "
+            f"qk_rope_head_dim = {mla.qk_head_dim}) for the fused attention kernels; v_head_dim={mla.v_head_dim} "
+            "is wider",
+            f"set model.mla.v_head_dim to at most {mla.qk_head_dim}, or export the plan to megatron",
+        )
 
 
 def build_model(spec: ModelSpec, *, seed: int | None = None, device=None, dtype=None) -> Transformer:

@@ -26,6 +26,12 @@ from megatron.core.optimizer import OptimizerConfig
 from megatron.core.transformer.enums import LayerType
 from megatron.core.transformer.transformer_block import get_num_layers_to_build
 from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
+from megatron.core.transformer.utils import is_layer_window_attention
+
+
+def tuple_type(text: str) -> tuple[int, ...]:
+    """``--window-size`` as Megatron-LM's ``tuple_type`` reads it (core_v0.16.1 arguments.py): "a,b" or "(a,b)"."""
+    return tuple(int(i) for i in text.strip("()").split(","))
 
 
 def moe_freq(text: str) -> int | list[int]:
@@ -80,6 +86,7 @@ FLAGS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "--moe-router-num-groups": ("tc", "moe_router_num_groups", int),
     "--moe-router-group-topk": ("tc", "moe_router_group_topk", int),
     "--moe-expert-capacity-factor": ("tc", "moe_expert_capacity_factor", float),
+    "--moe-token-drop-policy": ("tc", "moe_token_drop_policy", str),
     "--kv-channels": ("tc", "kv_channels", int),
     "--softmax-type": ("tc", "softmax_type", str),
     "--q-lora-rank": ("tc", "q_lora_rank", int),
@@ -87,6 +94,9 @@ FLAGS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "--qk-head-dim": ("tc", "qk_head_dim", int),
     "--qk-pos-emb-head-dim": ("tc", "qk_pos_emb_head_dim", int),
     "--v-head-dim": ("tc", "v_head_dim", int),
+    # sliding windows (core_v0.16.1 arguments.py: --window-size tuple_type, --window-attn-skip-freq moe_freq_type)
+    "--window-size": ("tc", "window_size", tuple_type),
+    "--window-attn-skip-freq": ("tc", "window_attn_skip_freq", moe_freq),
 }
 #: switch → the fields it sets.
 SWITCHES: dict[str, list[tuple[str, str, Any]]] = {
@@ -198,6 +208,11 @@ def check(item: dict[str, Any]) -> dict[str, Any]:
         "kv_channels": tc.kv_channels,
         "qk_layernorm": tc.qk_layernorm,
         "multi_latent_attention": tc.multi_latent_attention,
+        "window_size": list(tc.window_size) if tc.window_size else None,
+        # which layers megatron-core gives the window (its own rule, 1-indexed layer numbers)
+        "window_layers": [
+            is_layer_window_attention(tc.window_size, tc.window_attn_skip_freq, i + 1) for i in range(tc.num_layers)
+        ],
     }
 
 

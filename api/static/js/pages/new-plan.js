@@ -66,6 +66,13 @@ export function recipeOptions(stack) {
   return [["", `stack default (${recipes[0]})`], ...recipes.map((r) => [r, r])];
 }
 
+/** Options of the precision picker for a stack (GET /v1/catalog/stacks precisions): [value, text]. fp8 is always
+ * offered: whether the GPU and the stack run it is the server's answer, next to the field. */
+export function precisionOptions(stack) {
+  const precisions = (stack && stack.precisions) || ["bf16", "fp16", "fp32"];
+  return [...precisions.map((p) => [p, p]), ["fp8", "fp8 (FP8 GEMMs, bf16 elsewhere)"]];
+}
+
 /** Options of the context-parallel exchange picker for a stack (cp_comms): [value, text]; "" = default. */
 export function cpCommOptions(stack) {
   const comms = (stack && stack.cp_comms) || [];
@@ -328,7 +335,7 @@ export async function newPlanPage(root, { query }) {
     const nameInput = form.elements["model_hf_name"];
     if (!nameInput.value.trim()) nameInput.value = file.name.replace(/\.json$/i, "").replace(/^config$/i, "");
   });
-  const precisionSel = select([["bf16", "bf16"], ["fp16", "fp16"], ["fp32", "fp32"], ["fp8", "fp8 (FP8 GEMMs, bf16 elsewhere)"]], "bf16");
+  const precisionSel = select(precisionOptions(null), "bf16");
   const recipeSel = select([], "");
   const cpCommSel = select([], "");
   const gpuJson = h("textarea", { rows: 8, spellcheck: "false", class: "code" });
@@ -468,6 +475,10 @@ export async function newPlanPage(root, { query }) {
   };
   const showStack = () => {
     const stack = stackOf(stacks, stackSel ? pickedValue(stackSel) : "meshplan");
+    const precisions = precisionOptions(stack); // the stack's own (megatron-2020: fp16, fp32), its first by default
+    refill(precisionSel, precisions);
+    if (!precisionSel.value) precisionSel.value = precisions[0][0];
+    showPrecision();
     refill(recipeSel, recipeOptions(stack));
     refill(cpCommSel, cpCommOptions(stack));
   };

@@ -1,0 +1,58 @@
+"""A floor under a context-parallel layer group's times from its FLOPs alone (``layer_floor``): what the search keys
+a CP class by before it prices the class's layers (``bounds.cp_floor_bound``), so that the layers of the many CP
+classes that never reach the front of the queue are never priced (issue 24: CP searched over the whole space).
+
+Why it is a floor of ``layer_group``'s ``fwd.layer + bwd.layer`` (and of the LM head's), term by term of
+``pricing.layer_times.analytic_parts``, in the local view of a CP rank (``context_parallel.cp_view``; the request
+itself at cp = 1), analytic (no profile: its measured times, or the analytic ones scaled by its ratio, are not these
+terms):
+
+* every 16-bit GEMM takes at least its FLOPs at ``peak × gemm_efficiency`` (``gpu._gemm_time``: the wave efficiency
+  is ≤ 1 and the roofline takes the max with the bytes), so the linears' forward takes at least
+  (layer FLOPs − attention-core FLOPs) at that rate and their backward (data and weight gradients) at least the
+  backward FLOPs less the core's; the attention core is ``gpu.attention_time`` itself (cheap: one table look-up);
+  both × the compute residual, as priced;
+* the memory-bound ops, the launches (``with_launches`` is a max), the TP collectives and a host's dispatch only
+  add; full recomputation adds the forward again, selective a share ≥ 0 of it;
+* the embedding is taken as 0.
+
+It applies to one block kind of dense layers under 16-bit GEMMs on a GPU without TP overlap and without a profile
+(FP8 GEMMs run at another peak, a host's rate is measured, an overlapped TP's slowdown is priced apart, a MoE
+block's MLP is replaced): elsewhere ``layer_floor`` is None and the class is keyed by its lean bound at once, as before.
+``tests/test_planner_cp.py`` checks it against the priced layer group on seeded instances."""
+
+from __future__ import annotations
+
+from planner.compose.blocks import block_sequence
+from planner.compose.context import Context
+from planner.compose.context_parallel import cp_view
+from planner.pricing.gpu import attention_time
+from planner.pricing.host import runs_on_host
+from planner.workload.analytic import FLASH_BWD_RATIO
+from planner.workload.ops import attention_core_flops
+
+DENSE_BLOCK = "transformer_block"
+
+
+def layer_floor(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, cp: int) -> tuple[int, int] | None:
+    """(block F + B, LM head F + B) ns per micro-batch, each ≤ ``layer_group``'s in the cp view (module docstring);
+    None where the floor does not apply (a profile, FP8, a host device, MoE blocks)."""
+    if ctx.profile is not None or ctx.layer_fn is not None or ctx.training.precision == "fp8" or runs_on_host(ctx):
+        return None  # measured times (or analytic ones scaled by a profile's ratio), FP8 GEMMs, a host's rate
+    view = cp_view(ctx, cp)
+    kinds, prefix = block_sequence(view)
+    if prefix is not None or kinds[0] != DENSE_BLOCK:
+        return None
+    lp, head = view.layer(DENSE_BLOCK, mbs, tp, sp), view.layer("lm_head", mbs, tp, sp)
+    if lp.fwd_time_s is not None or head.fwd_time_s is not None:  # measured times: not the analytic terms
+        return None
+    rate = view.peak * view.gemm_efficiency
+    cs = view.residuals.compute_scale
+    att = attention_core_flops(view.model, mbs, view.training.seq_len, tp, pad_v=view.stack.mla_pad_v)
+    af, ab = attention_time(view, mbs, tp)
+    fwd = cs * (max(0.0, lp.fwd_flops - att) / rate + af)
+    bwd = cs * (max(0.0, lp.bwd_flops - FLASH_BWD_RATIO * att) / rate + ab)
+    extra = fwd if recompute == "full" else 0.0
+    head_fb = cs * (max(0.0, head.fwd_flops) + max(0.0, head.bwd_flops)) / rate
+    # each of the layer group's times is rounded to the ns on its own (``layer_group.ns``): a ns below each
+    return max(0, int((fwd + bwd + extra) * 1e9) - 3), max(0, int(head_fb * 1e9) - 2)
