@@ -239,6 +239,25 @@ CASES["gpt3-1.3b-v2"] = make_plan(
     precision="fp16",
 )  # fmt: skip
 
+# The megatron-2021 target (Megatron-LM v2.5 flags) refuses what v2.5 cannot run, naming the field (ZeRO 1–3, SP,
+# GPipe and the zero-bubble schedules); it runs bf16, so gpt3-1.3b-pp1 exports; an interleaved GPT-3 plan on 4 stages
+# exports with --num-layers-per-virtual-pipeline-stage (v2.0 runs no interleaving).
+ERRORS |= {
+    ("llama3-70b-8x8", "megatron-2021"): "plan.parallel.zero_stage",
+    ("llama3-8b-zero3", "megatron-2021"): "plan.parallel.zero_stage",
+    ("llama3-8b-gpipe", "megatron-2021"): "plan.parallel.schedule",
+    ("llama3-70b-zbv", "megatron-2021"): "plan.parallel.sequence_parallel",
+    ("llama3-8b-firstlast", "megatron-2021"): "plan.parallel.zero_stage",
+    ("tiny-llama-izb", "megatron-2021"): "plan.parallel.schedule",
+    ("llama3-8b-pp-zero2", "megatron-2021"): "plan.parallel.zero_stage",
+    ("deepseek-v3-ep64", "megatron-2021"): "plan.parallel.zero_stage",
+    ("gpt3-1.3b-v25", "megatron-2020"): "plan.parallel.schedule",
+}
+CASES["gpt3-1.3b-v25"] = make_plan(
+    "gpt3-1.3b", 1, 8, "a100-sxm4-80gb", tp=2, pp=4, dp=1, mbs=1, gbs=64, seq=2048, split=[3] * 8,
+    schedule="interleaved-1f1b", v=2, recompute="full",
+)  # fmt: skip
+
 # fp16 plans (GPipe; Megatron-LM v2.0's GPT-3) exported to a target that starts meshplan's runtime, which trains in
 # bf16 / fp32 only (no loss scaler: Stack.precisions): refused naming the precision.
 ERRORS |= {
@@ -341,6 +360,8 @@ def megatron_stage_layers(words: list[str], num_layers: int, pp: int) -> list[in
         assert stages[0].startswith("E") and stages[-1].endswith("L")
         return [st.count("t") for st in stages]
     v = int(flag(words, "--num-virtual-stages-per-pipeline-rank") or 1)
+    per = flag(words, "--num-layers-per-virtual-pipeline-stage")  # Megatron-LM v2.5: v = (L // pp) // per
+    v = (num_layers // pp) // int(per) if per else v
     first, last = flag(words, "--decoder-first-pipeline-num-layers"), flag(words, "--decoder-last-pipeline-num-layers")
     if first is None and last is None:
         return [num_layers // (pp * v)] * (pp * v)
@@ -378,7 +399,7 @@ def recount(plan: Plan, fmt: str, content: str) -> dict:
         t = yaml.safe_load_all(content).__next__()["spec"]["trainer"]
         assert t["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == t["numProcPerNode"]
         return {"world": t["numNodes"] * t["numProcPerNode"]}
-    if fmt in ("megatron", "megatron-2020"):
+    if fmt in ("megatron", "megatron-2020", "megatron-2021"):
         words = shell_words(content)
         tp, pp = int(flag(words, "--tensor-model-parallel-size")), int(flag(words, "--pipeline-model-parallel-size"))
         assert int(flag(words, "--num-layers")) == plan.model.num_layers
@@ -494,6 +515,22 @@ FROZEN_KEYS = {
         "--checkpoint-activations",
         "--checkpoint-num-layers",
         "--fp16",
+        "--DDP-impl",
+        "--num-layers",
+        "--hidden-size",
+        "--num-attention-heads",
+        "--seq-length",
+        "--max-position-embeddings",
+    },
+    "megatron-2021": {  # Megatron-LM v2.5 flags, of the interleaved GPT-3 plan it runs (bf16)
+        "--tensor-model-parallel-size",
+        "--pipeline-model-parallel-size",
+        "--num-layers-per-virtual-pipeline-stage",
+        "--micro-batch-size",
+        "--global-batch-size",
+        "--checkpoint-activations",
+        "--checkpoint-num-layers",
+        "--bf16",
         "--DDP-impl",
         "--num-layers",
         "--hidden-size",
@@ -626,7 +663,7 @@ FROZEN_KEYS = {
 
 
 def key_set(fmt: str, content: str) -> set[str]:
-    if fmt in ("torchrun", "slurm", "meshplan", "megatron", "megatron-2020"):
+    if fmt in ("torchrun", "slurm", "meshplan", "megatron", "megatron-2020", "megatron-2021"):
         keys = {
             w.split("=")[0] if w.startswith("--container-image") else w
             for w in shell_words(content)
@@ -659,7 +696,7 @@ def key_set(fmt: str, content: str) -> set[str]:
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_key_set_is_frozen(fmt):
-    case = "gpt3-1.3b-v2" if fmt == "megatron-2020" else "llama3-70b-8x8"
+    case = {"megatron-2020": "gpt3-1.3b-v2", "megatron-2021": "gpt3-1.3b-v25"}.get(fmt, "llama3-70b-8x8")
     assert key_set(fmt, _export(case, fmt).content) == FROZEN_KEYS[fmt]
 
 
@@ -990,8 +1027,9 @@ def test_a_real_planner_plan_for_llama3_70b_exports_to_every_target():
         try:
             result = export(plan, fmt, OPTIONS)
         except MeshplanError as err:
-            if fmt == "megatron-2020":  # a bf16 Llama: v2.0 runs neither
-                assert err.field.startswith("plan.") and "Megatron-LM v2.0" in err.message
+            if fmt in ("megatron-2020", "megatron-2021"):  # a Llama (bf16): v2.0 runs neither, v2.5 no Llama
+                era = "Megatron-LM v2.0" if fmt == "megatron-2020" else "Megatron-LM v2.5"
+                assert err.field.startswith("plan.") and era in err.message
                 continue
             assert fmt == "deepspeed" and err.field == "plan.parallel.zero_stage"
             assert plan.parallel.pp > 1 and plan.parallel.zero_stage >= 2

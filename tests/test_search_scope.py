@@ -45,6 +45,11 @@ def request(
             [],
             ["context parallelism", "cp degrees", "interleaved"],
         ),  # runs neither
+        (
+            request(seq=2048, stack="megatron-2021", model="gpt3-1.3b"),
+            [],
+            ["context parallelism", "cp degrees", "interleaved"],
+        ),  # interleaves, but splits evenly only (Stack.even_stages): no uneven cut left out
     ],
 )
 def test_the_note_names_what_the_policies_left_out(req: PlanRequest, says: list[str], not_says: list[str]) -> None:

@@ -51,6 +51,7 @@ OUTSIDE = [
     ("deepspeed SP", {"tp": 2, "sequence_parallel": True}, "llama3-8b", "deepspeed", "parallel.sequence_parallel", "sequence_parallel", "megatron"),
     ("deepspeed selective", {"recompute": "selective"}, "llama3-8b", "deepspeed", "parallel.recompute", "none, full", "megatron"),
     ("deepspeed interleaved", {"pp": 2, "schedule": "interleaved-1f1b", "virtual_stages": 2}, "llama3-8b", "deepspeed", "parallel.schedule", "1f1b", "megatron"),
+    ("megatron-2021 interleaved pp2", {"pp": 2, "schedule": "interleaved-1f1b", "virtual_stages": 2}, "gpt3-1.3b", "megatron-2021", "parallel.pp", "pp ≥ 3", "megatron"),
     ("inline megatron ZeRO-3", {"zero_stage": 3}, "llama3-8b", {"base": "megatron", "kernels": "eager"}, "parallel.zero_stage", "ZeRO 0, 1", {"base": "torchtitan", "kernels": "compiled"}),
 ]  # fmt: skip
 IDS = [c[0] for c in OUTSIDE]
@@ -318,11 +319,13 @@ PRECISIONS = [
     ("deepspeed", "fp16", True),
     ("megatron-2020", "bf16", False),
     ("megatron-2020", "fp16", True),
+    ("megatron-2021", "bf16", True),  # --bf16 since b4bc51b1e7 (2021-03-08): Megatron-LM v2.5 has it
+    ("megatron-2021", "fp16", True),
 ]
 
 
 def _precision_request(stack: str, precision: str) -> dict:
-    model = "gpt3-1.3b" if stack == "megatron-2020" else "llama3-8b"
+    model = "gpt3-1.3b" if stack in ("megatron-2020", "megatron-2021") else "llama3-8b"  # GPT only
     r = request(stack, model)
     r["training"]["precision"] = precision
     return r

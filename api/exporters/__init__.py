@@ -21,6 +21,7 @@ from .kubeflow_pytorchjob import PyTorchJobExporter
 from .kubeflow_trainjob import TrainJobExporter
 from .megatron import MegatronExporter
 from .megatron_v2 import MegatronV2Exporter
+from .megatron_v25 import MegatronV25Exporter
 from .meshplan import MeshplanExporter
 from .options import ExportOptions
 from .slurm import SlurmExporter
@@ -36,6 +37,7 @@ FORMATS: dict[str, Exporter] = {
         TrainJobExporter(),
         MegatronExporter(),
         MegatronV2Exporter(),
+        MegatronV25Exporter(),
         DeepSpeedExporter(),
         TorchtitanRecipeExporter(),
         TorchtitanTomlExporter(),

@@ -51,9 +51,7 @@ def megatron_v2_args(plan: Plan) -> list[str]:
     if m.num_kv_heads != m.num_attention_heads:  # v2.0's ParallelSelfAttention: one K/V head per query head
         raise _refuse("model.num_kv_heads", f"has no grouped-query attention ({m.num_kv_heads} K/V heads)")
     if m.ffn_hidden_size != 4 * m.hidden_size:
-        raise _refuse(
-            "plan.model.ffn_hidden_size", f"fixes the FFN at 4h = {4 * m.hidden_size}, not {m.ffn_hidden_size}"
-        )
+        raise _refuse("model.ffn_hidden_size", f"fixes the FFN at 4h = {4 * m.hidden_size}, not {m.ffn_hidden_size}")
     args = ["--tensor-model-parallel-size", str(p.tp), "--pipeline-model-parallel-size", str(p.pp)]
     args += ["--micro-batch-size", str(p.micro_batch_size), "--global-batch-size", str(t.global_batch_size)]
     if p.recompute == "full":

@@ -19,8 +19,9 @@ GroupKey = tuple[int, int, bool, str, bool, int, int, str]
 #: (micro-batch size, tp, sequence parallel, recompute, ZeRO stage, dp, tp_comm_overlap, ep, etp, pipelined): one
 #: ``SharedTerms``.
 SharedKey = tuple[int, int, bool, str, int, int, bool, int, int, bool]
-#: (ranks per pipeline stage, pp, virtual stages, p2p bytes): the lags of a class's chunk boundaries.
-LagKey = tuple[int, int, int, int]
+#: (ranks per pipeline stage, pp, virtual stages, p2p bytes, the TP ranks a send is scattered over): the lags of a
+#: class's chunk boundaries.
+LagKey = tuple[int, int, int, int, int]
 
 
 def _cache() -> dict:

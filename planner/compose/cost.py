@@ -24,7 +24,7 @@ from planner.compose.memory import rank_memory
 from planner.compose.simulate import SimResult, chunk_ranks, rank_orders, simulate
 from planner.compose.step_end import EndTerms, end_terms, rank_end
 from planner.compose.terms import SharedTerms, ns
-from planner.pricing.collectives import p2p
+from planner.pricing.collectives import p2p, tp_collective
 from planner.pricing.comm import boundary_crosses_nodes
 from planner.specs import config
 
@@ -214,13 +214,20 @@ def live_vectors(schedule: str, pp: int, v: int, m: int) -> list[list[dict[int, 
 def boundary_lags(ctx: Context, c: Candidate, p2p_bytes: int) -> list[int]:
     """The p2p delay of every chunk boundary c → c+1, ns: 0 on one rank, else one send of
     ``p2p_bytes`` over NVLink or, when some rank pair of the boundary sits on two nodes, the network.
-    (Shared between calls: read only.)"""
-    key = (c.dp * c.cp * c.tp, c.pp, c.virtual_stages, p2p_bytes)
+    On a stack that scatters its sends (``Stack.p2p_scatter_gather``: Megatron-LM v2.5
+    ``megatron/p2p_communication.py``), with tp > 1 and no SP (with SP the tensor is already split), each TP rank
+    sends its 1/tp of the tensor over its own link (``split_tensor_into_1d_equal_chunks``) and the receiving stage
+    all-gathers the tensor over its TP group before using it (``gather_split_1d_tensor``): the send of
+    ``p2p_bytes / tp`` + the TP all-gather of ``p2p_bytes``. (Shared between calls: read only.)"""
+    sg = c.tp if ctx.stack.p2p_scatter_gather and c.tp > 1 and not c.sequence_parallel else 1
+    key = (c.dp * c.cp * c.tp, c.pp, c.virtual_stages, p2p_bytes, sg)
     lags = ctx.lags.get(key)
     if lags is None:
         where, g, block = chunk_ranks(c.pp, c.virtual_stages), ctx.cluster.gpus_per_node, c.dp * c.cp * c.tp
-        t_intra = ns(p2p(ctx, p2p_bytes, "intra_node"))  # on a host as the run measured it (``pricing.collectives``)
-        t_inter = ns(p2p(ctx, p2p_bytes, "inter_node"))
+        gather = tp_collective(ctx, "all_gather", p2p_bytes, sg) if sg > 1 else 0.0
+        # on a host as the run measured it (``pricing.collectives``)
+        t_intra = ns(p2p(ctx, p2p_bytes // sg, "intra_node") + gather)
+        t_inter = ns(p2p(ctx, p2p_bytes // sg, "inter_node") + gather)
         lags = ctx.lags[key] = [
             0 if i == j else (t_inter if boundary_crosses_nodes(g, block, i, j) else t_intra)
             for i, j in pairwise(where)
@@ -258,7 +265,9 @@ def _class_costs(ctx: Context, c: Candidate) -> ClassCosts:
     f_pp, b_pp = [0] * c.chunks, [0] * c.chunks
     if c.schedule in ctx.stack.p2p_blocking:
         # each forward ends with its send to the next chunk, each backward with its send to the previous one,
-        # both ends waiting for the transfer (the stack synchronises on it): on the action, no lag after it
+        # both ends waiting for the transfer (the stack synchronises on it): on the action, no lag after it. A
+        # scattered send's TP all-gather is the receiver's, priced on the sender's action: each rank gathers as many
+        # tensors as it sends (one forward and one backward per micro-batch), and the receiver waits for it either way
         f_pp, b_pp, lag = lag + [0], [0] + lag, [0] * len(lag)
     f_extra = [a + b for a, b in zip(extras(s.fwd), f_pp)]
     b_extra = [a + b for a, b in zip(extras(s.bwd), b_pp)]

@@ -29,7 +29,13 @@ def unsearched(ctx: Context, pins: ParallelPins, cands: list[Candidate]) -> str 
             parts.append(
                 f"cp degrees above {seq // CP_MIN_LOCAL_SEQ} (fewer than {CP_MIN_LOCAL_SEQ:,} tokens per CP rank)"
             )
-    if pins.schedule is None and pins.stage_layers is None and any(c.virtual_stages > 1 for c in cands):
+    # a stack that splits evenly only (``Stack.even_stages``: Megatron-LM v2.0, v2.5) runs no uneven cut at all
+    if (
+        pins.schedule is None
+        and pins.stage_layers is None
+        and not st.even_stages
+        and any(c.virtual_stages > 1 for c in cands)
+    ):
         parts.append("uneven stage cuts of interleaved schedules (priced at their uniform split)")
         pins_to.append("parallel.schedule: interleaved-1f1b")
     if not parts:

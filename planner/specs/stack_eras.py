@@ -27,6 +27,38 @@ read at that tag:
 * the model: GPT only (``megatron/model/gpt_model.py``, ``transformer.py``): LayerNorm, GeLU, learned positions,
   multi-head attention, biases, output layer = the word embedding (``parallel_lm_logits(...,
   word_embeddings_weight())``).
+
+``megatron-2021`` — Megatron-LM v2.5 (tag v2.5, e269e20064, 2021-08-10), the code of the PTD-P paper's runs
+(Narayanan et al., SC'21, arXiv 2104.04473: tensor + pipeline + data parallelism, interleaved 1F1B). Read at that tag:
+
+* data parallelism: with pp > 1 or virtual stages ``setup_model_and_optimizer`` asserts ``--DDP-impl local``
+  (``megatron/training.py``: "We only support local DDP with multiple micro-batches"); ``train_step`` calls
+  ``allreduce_gradients`` once after ``forward_backward_func`` returns (one all-reduce per grad buffer,
+  ``megatron/model/distributed.py``), nothing overlapped; no optimizer sharding: ZeRO-0 only (torch DDP at pp = 1
+  overlaps its buckets, but only on the last micro-batch: ``no_sync`` around the others; not priced here);
+* pipeline (``megatron/schedules.py``): ``forward_backward_pipelining_without_interleaving`` (1F1B) and
+  ``forward_backward_pipelining_with_interleaving`` (``--num-layers-per-virtual-pipeline-stage``:
+  ``megatron/arguments.py`` asserts pp > 2 ("interleaved schedule is not supported for pipelines with 2 stages":
+  README) and ``num_layers`` divisible by the layers per virtual stage; ``get_forward_backward_func`` asserts the
+  micro-batches divisible by pp); ``ParallelTransformer`` asserts ``num_layers % pp == 0`` and builds
+  ``num_layers / pp / v`` layers per chunk: even stages only;
+* p2p (``megatron/p2p_communication.py`` ``_communicate``, every schedule): ``batch_isend_irecv`` then ``wait`` on
+  every request then ``torch.cuda.synchronize()``: blocking both ends. ``--scatter-gather-tensors-in-pipeline``
+  (on unless ``--no-scatter-gather-tensors-in-pipeline``; default on since 72e4230bb5, 2021-02-16): the sender
+  keeps its TP rank's 1/tp of the flattened tensor (``mpu.split_tensor_into_1d_equal_chunks``), the receiver
+  all-gathers the chunks over the TP group after the synchronize (``mpu.gather_split_1d_tensor``:
+  ``torch.distributed.all_gather``). Megatron-core core_v0.16.1 still parses the flag
+  (``megatron/training/arguments.py``) but ``megatron/core/pipeline_parallel/p2p_communication.py`` never reads it;
+* tied embeddings with pp > 1 (``megatron/model/module.py`` ``initialize_word_embeddings``; ``train_step``'s
+  word-embedding all-reduce over the embedding group) and the clip's norm over the model-parallel group, as v2.0;
+* recompute ``--checkpoint-activations`` (whole layers, ``--checkpoint-num-layers``) and
+  ``--distribute-checkpointed-activations`` (the checkpointed inputs split over TP: ``mpu/random.py``; a memory
+  saving this preset does not price); no sequence parallelism or selective recompute (2022);
+* precisions: ``--fp16`` (gradients all-reduced in fp16 unless ``--accumulate-allreduce-grads-in-fp32``) and
+  ``--bf16`` (b4bc51b1e7), which forces ``accumulate_allreduce_grads_in_fp32`` (fp32 main grads, all-reduced in
+  fp32, local DDP: ``arguments.py``); kernels and model as v2.0 (fused scale-mask-softmax with fp16 or bf16 input,
+  bias-GeLU, bias-dropout-add, the s×s scores through ``torch.baddbmm``/``bmm``, attention and hidden dropout 0.1;
+  GPT with a tied output layer); its README was tested with NGC PyTorch 20.12 (NCCL 2.8.3).
 """
 
 from __future__ import annotations
@@ -80,4 +112,36 @@ MEGATRON_2020 = Stack(
     "(GPT: LayerNorm, GeLU, learned positions, MHA, tied output layer)",
 )
 
-ERA_STACKS: dict[str, Stack] = {MEGATRON_2020.id: MEGATRON_2020}
+MEGATRON_2021 = Stack(  # v2.0's kernels, model, DDP and NCCL era (above), with what v2.5 added
+    **MEGATRON_2020.model_dump()
+    | dict(
+        id="megatron-2021",
+        title="Megatron-LM v2.5 (2021, PTD-P: interleaved 1F1B, scatter-gather pipeline sends, fp16/bf16, local DDP)",
+        # every transfer of both schedules blocks both ends (_communicate: wait + torch.cuda.synchronize())
+        p2p_blocking=("1f1b", "interleaved-1f1b"),
+        p2p_scatter_gather=True,  # --scatter-gather-tensors-in-pipeline, on by default
+        source="NVIDIA/Megatron-LM v2.5 (e269e20064): megatron/model/transformer.py (ParallelAttention through the "
+        "s×s scores, FusedScaleMaskSoftmax, bias_gelu_impl, bias_dropout_add_fused_train, attention and hidden "
+        "dropout 0.1: megatron/arguments.py defaults), megatron/model/distributed.py (local DDP: allreduce_gradients "
+        "after the step's micro-batches), megatron/p2p_communication.py (_communicate: batch_isend_irecv + wait + "
+        "torch.cuda.synchronize; split_tensor_into_1d_equal_chunks before the send, gather_split_1d_tensor after "
+        "the receive), megatron/training.py (word-embedding all-reduce)",
+        version="Megatron-LM v2.5 (e269e20064, 2021-08-10)",
+        data_parallel="ZeRO-0 only: megatron/model/distributed.py DistributedDataParallel (--DDP-impl local, "
+        "required with pp > 1): the gradient buffers all-reduced once after the step's last backward; no optimizer "
+        "sharding",
+        schedules=("1f1b", "interleaved-1f1b"),
+        interleaved_min_pp=3,  # megatron/arguments.py: 'pipeline-model-parallel size should be greater than 2'
+        precisions=("fp16", "bf16", "fp32"),  # --bf16 forces fp32 gradient accumulation and all-reduce
+        runs_source="NVIDIA/Megatron-LM v2.5 (e269e20064, 2021-08-10): megatron/arguments.py "
+        "(--num-layers-per-virtual-pipeline-stage: pp > 2, num_layers divisible by it; --checkpoint-activations, "
+        "--distribute-checkpointed-activations; --fp16, --bf16 (accumulate_allreduce_grads_in_fp32 forced); "
+        "--DDP-impl local|torch; --no-scatter-gather-tensors-in-pipeline; no --sequence-parallel, "
+        "--recompute-granularity or --use-distributed-optimizer), megatron/schedules.py (no pipelining, 1F1B, "
+        "interleaved 1F1B: micro-batches divisible by pp), megatron/training.py (local DDP with pp > 1; "
+        "train_step), megatron/model/transformer.py (num_layers divisible by pp, then by the virtual stages), "
+        "megatron/model/gpt_model.py (GPT: LayerNorm, GeLU, learned positions, MHA, tied output layer)",
+    )
+)
+
+ERA_STACKS: dict[str, Stack] = {MEGATRON_2020.id: MEGATRON_2020, MEGATRON_2021.id: MEGATRON_2021}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from planner.specs.config import MULTI_STAGE_SCHEDULES
 from planner.specs.errors import MeshplanError
 from planner.specs.stacks import STACKS, Stack
 
@@ -41,7 +42,7 @@ def stack_runs(
     """The configuration (or the pinned part of one: None = not given) is one the request's training
     stack runs (``planner.specs.stacks.Stack``: ``schedules``, ``zero_stages``, ``pipeline_zero_stages``,
     ``sequence_parallel``, ``recompute``, ``pp_with_tied_embeddings``, ``cp_comms``, ``cp_with_attention_sinks``, ``cp_with_mla``, ``cp_window_comms``,
-    ``even_stages``; ``chunks``: pp × virtual stages)."""
+    ``even_stages``, ``interleaved_min_pp``; ``chunks``: pp × virtual stages)."""
     if stack.even_stages and num_layers is not None and chunks is not None and num_layers % chunks:
         return MeshplanError(
             "parallel.pp",
@@ -63,6 +64,14 @@ def stack_runs(
             f"{_stack_name(stack)} does not run the pipeline schedule {schedule!r}: it runs {', '.join(stack.schedules)}",
             f"pin parallel.schedule to one of {', '.join(stack.schedules)} or leave it unpinned"
             + _others(lambda s: schedule in s.schedules, f"schedule {schedule!r}"),
+        )
+    if schedule in MULTI_STAGE_SCHEDULES and pp is not None and 1 < pp < stack.interleaved_min_pp:
+        low = stack.interleaved_min_pp
+        return MeshplanError(
+            "parallel.pp",
+            f"{_stack_name(stack)} runs the schedule {schedule!r} with pp ≥ {low} only, not pp={pp}",
+            f"pin parallel.pp to {low} or more, or parallel.schedule to '1f1b'"
+            + _others(lambda s: schedule in s.schedules and s.interleaved_min_pp <= pp, f"{schedule!r} with pp={pp}"),
         )
     if zero_stage is not None and zero_stage not in stack.zero_stages:
         return MeshplanError(

@@ -75,6 +75,9 @@ class Stack(BaseModel):
     finalize_grads: Literal["none", "megatron"] = "none"
     #: schedules whose pipeline send/recv block both ends (``compose.cost``: on the action, not an async lag)
     p2p_blocking: tuple[Schedule, ...] = ()
+    #: each TP rank sends its 1/tp of a pipeline send, the receiver all-gathers it over TP (no SP, tp > 1:
+    #: Megatron-LM v2.5 ``--scatter-gather-tensors-in-pipeline``; ``compose.cost.boundary_lags``)
+    p2p_scatter_gather: bool = False
     #: ZeRO-3's parameter fetches: one per layer, or one per module (linear) over the persistence threshold, and
     #: its gradient reduce-scatters in buckets of so many elements (``workload.collectives.zero3_comms``)
     zero3_fetch: Literal["layer", "module"] = "layer"
@@ -98,6 +101,9 @@ class Stack(BaseModel):
     recompute: tuple[Recompute, ...] = Field(description="Activation recomputation it runs (parallel.recompute).")
     pp_with_tied_embeddings: bool = Field(description="Whether it runs pp > 1 on a model with tied embeddings.")
     even_stages: bool = Field(default=False, description="Whether it splits the layers evenly only (L % (pp·v) = 0).")
+    interleaved_min_pp: int = Field(
+        default=2, description="The fewest pipeline stages it interleaves (virtual stages)."
+    )
     #: Context-parallel exchanges it runs (``parallel.cp_comm`` with cp > 1; empty: no CP).
     cp_comms: tuple[CpComm, ...] = Field(description="Context-parallel exchanges it runs (parallel.cp_comm, cp > 1).")
     #: Whether its CP exchanges run a model with attention sinks (``model.attention_sinks``, gpt-oss) / latent
@@ -374,7 +380,7 @@ STACKS: dict[str, Stack] = {
 DEFAULT_STACK = "meshplan"
 
 
-from planner.specs.stack_eras import ERA_STACKS  # noqa: E402  # presets of older releases (Megatron-LM v2.0)
+from planner.specs.stack_eras import ERA_STACKS  # noqa: E402  # presets of older releases (Megatron-LM v2.0, v2.5)
 
 STACKS.update(ERA_STACKS)
 from planner.specs.stack_override import resolve as resolve  # noqa: E402  # the request's stack as a Stack

@@ -103,4 +103,7 @@ from __future__ import annotations
 #: 30: the bundled runtime's latent attention as it runs (``Stack.mla_pad_v``, the meshplan stack): P·V at v padded to
 #:    the q/k width, v's pad and the sliced output's copy; its TP backward all-reduces the up projections' input
 #:    gradients at the latents' widths (was: the hidden size each, down projections included) and the rotary key's.
-COST_MODEL_VERSION = 30
+#: 31: scatter-gather pipeline sends (``Stack.p2p_scatter_gather``; the ``megatron-2021`` preset, Megatron-LM v2.5
+#:    ``--scatter-gather-tensors-in-pipeline``): with tp > 1 and no SP a boundary's lag is the send of act / tp over
+#:    each rank's own link + the receiving stage's TP all-gather of act; no other preset sets it.
+COST_MODEL_VERSION = 31
