@@ -239,6 +239,25 @@ def test_builtin_lookup_by_stack_and_generation():
     assert row_key(rows, "megatron", None) is None
 
 
+@pytest.mark.parametrize(
+    "stack, gpu, row",
+    [
+        # Megatron-LM v2.5 has no published run of its own: v2.0's rows, the code it continues (RESIDUAL_LINEAGE)
+        ("megatron-2021", "a100-sxm4-80gb", ("megatron-2020", "ampere")),
+        ("megatron-2021", "v100-sxm3-32gb", ("megatron-2020", "volta")),
+        ("megatron-2021", "h100-sxm5-80gb", ("megatron-2020", "*")),
+        ("megatron-2021+{attention=flash}", "a100-sxm4-80gb", ("megatron-2020", "ampere")),
+        # no lineage: today's Megatron-core keeps identity (its kernels and engine are not v2.0's)
+        ("megatron", "a100-sxm4-80gb", None),
+    ],
+)
+def test_a_preset_without_runs_takes_its_lineage_rows(stack, gpu, row):
+    from planner.pricing.residuals_builtin import ROWS
+
+    want = Residuals(**ROWS[row]) if row is not None else Residuals()
+    assert builtin_residuals(stack, gpu) == want
+
+
 def test_context_uses_the_builtin_row_unless_calibrated():
     req = request(stack="megatron-2020", gpu="a100-sxm4-80gb", model="gpt3-1.3b", seq=2048, precision="fp16")
     ctx = context(req)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from planner.pricing.residuals import FIELDS, generation, row_key, stack_preset
+from planner.pricing.residuals import FIELDS, generation, residual_preset, row_key, stack_preset
 from planner.specs import Calibration, Residuals
 from planner.specs.errors import MeshplanError
 
@@ -26,13 +26,14 @@ def describe_residuals(ctx: Context) -> str | None:
         return None
     from planner.pricing.residuals_builtin import FITS, ROWS
 
-    key = row_key(ROWS, stack_preset(ctx.stack.id), generation(ctx.gpu.id))
+    key = row_key(ROWS, residual_preset(ctx.stack.id), generation(ctx.gpu.id))
     fit = FITS.get(key, {}) if key is not None else {}
     gens = (
         "all the GPU generations it ran on" if key is not None and key[1] == "*" else f"{generation(ctx.gpu.id)} GPUs"
     )
     return (
-        f"built-in residuals for {stack_preset(ctx.stack.id)} on {gens}: {changed}, fitted on "
+        f"built-in residuals for {key[0] if key is not None else residual_preset(ctx.stack.id)} on {gens}: {changed}, "
+        f"fitted on "
         f"{len(fit.get('runs', []))} published runs ({', '.join(fit.get('groups', []))}); leave-one-source-group-out "
         f"error {fit.get('losgo_mape', float('nan')):.1%} (docs/planner.md, Residuals)"
     )

@@ -33,6 +33,19 @@ def stack_preset(stack_id: str) -> str:
     return stack_id.split("+", 1)[0]
 
 
+#: A preset with no published run of its own, priced with the rows of the preset whose code it continues: Megatron-LM
+#: v2.5 (``megatron-2021``) runs v2.0's transformer kernels, GEMMs and data-parallel engine (planner/specs/stack_eras.py:
+#: the same fused softmax / bias-GeLU / bias-dropout-add, unfused attention, local DDP), so what v2.0's runs left
+#: to its residual row is left to v2.5's too; what v2.5 adds (interleaving, scatter-gather sends) is priced.
+RESIDUAL_LINEAGE = {"megatron-2021": "megatron-2020"}
+
+
+def residual_preset(stack_id: str) -> str:
+    """The preset whose built-in residual rows price ``stack_id``: its own, or its lineage's (``RESIDUAL_LINEAGE``)."""
+    preset = stack_preset(stack_id)
+    return RESIDUAL_LINEAGE.get(preset, preset)
+
+
 def row_key(rows: Container[tuple[str, str]], stack: str, gen: str | None) -> tuple[str, str] | None:
     """The row of a residual table that prices ``stack`` (a preset id) on generation ``gen``: its own
     (stack, generation) row, else the stack's row pooled over generations (``(stack, "*")``), else None
@@ -47,5 +60,5 @@ def builtin_residuals(stack_id: str, gpu_id: str) -> Residuals:
     """The built-in residuals for a stack on a GPU: ``planner.pricing.residuals_builtin.ROWS`` at ``row_key``."""
     from planner.pricing.residuals_builtin import ROWS
 
-    key = row_key(ROWS, stack_preset(stack_id), generation(gpu_id))
+    key = row_key(ROWS, residual_preset(stack_id), generation(gpu_id))
     return Residuals(**ROWS[key]) if key is not None else Residuals()
