@@ -76,9 +76,13 @@ class Stack(BaseModel):
     #: schedules whose pipeline send/recv block both ends (``compose.cost``: on the action, not an async lag)
     p2p_blocking: tuple[Schedule, ...] = ()
     #: ZeRO-3's parameter fetches: one per layer, or one per module (linear) over the persistence threshold, and
-    #: its gradient reduce-scatters in buckets of so many elements (``workload.collectives.zero3_comms``)
-    zero3_fetch: Literal["layer", "module"] = "layer"
+    #: its gradient reduce-scatters in buckets of so many elements (``workload.collectives.zero3_comms``); "param":
+    #: DeepSpeed v0.5.0's one gather per parameter, a device sync around each fetch (``compose.zero3_sequence``)
+    zero3_fetch: Literal["layer", "module", "param"] = "layer"
     zero3_reduce_bucket: int | None = None
+    #: ZeRO-1's gradient sync: reduce-scatter, or DeepSpeed v0.5.0's all-reduce of each bucket (stage2.py
+    #: ``buffered_reduce_fallback`` → ``allreduce_bucket``, contiguous gradients off at stage 1: ``compose.terms``)
+    zero1_sync: Literal["reduce_scatter", "all_reduce"] = "reduce_scatter"
     #: the NCCL release whose tuner picks each collective's algorithm × protocol across nodes (``pricing.nccl``)
     nccl: Literal["2.10", "2.23"] = "2.23"
     #: per micro-batch or once per step: its gathers and gradient reductions (``workload.accumulation.dp_schedule``)

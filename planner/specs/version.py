@@ -103,4 +103,9 @@ from __future__ import annotations
 #: 30: the bundled runtime's latent attention as it runs (``Stack.mla_pad_v``, the meshplan stack): P·V at v padded to
 #:    the q/k width, v's pad and the sliced output's copy; its TP backward all-reduces the up projections' input
 #:    gradients at the latents' widths (was: the hidden size each, down projections included) and the rotary key's.
-COST_MODEL_VERSION = 30
+#: 31: the ``deepspeed-2021`` preset (DeepSpeed v0.5.0, ``planner.specs.stack_eras``): ZeRO-3 as that release issues it
+#:    (``Stack.zero3_fetch = "param"``, ``planner.compose.zero3_sequence``): one all-gather per parameter with a device
+#:    sync around each fetch, one prefetch in flight, re-gathered in the recompute unless kept within the reuse
+#:    distance, one reduce-scatter per parameter gradient behind a host-synced bucket; ZeRO-1's gradients all-reduced
+#:    (``Stack.zero1_sync``). Other presets' numbers as in 30.
+COST_MODEL_VERSION = 31
