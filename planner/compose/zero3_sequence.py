@@ -51,6 +51,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Literal
 
 from planner.compose.layer_group import OVERLAP_SLOWDOWN
@@ -177,63 +178,72 @@ def simulate(
     sizes = params.fetched
     entries = trace(layers, len(sizes), c_fwd, c_bwd, recompute)
     keep = keep_after(entries, sizes)
+    k = len(sizes)
+    key = [e.layer * k + e.param for e in entries]  # one int per parameter of the rank
+    size = [sizes[e.param] for e in entries]
+    fwd_phase = [e.phase == "fwd" for e in entries]
+    g = [gather(n) for n in sizes]
+    cost = [g[e.param] for e in entries]
+    # per backward entry: its gradients' elements, their reduce-scatters' seconds (one after another) and count
+    grads = [(n, *params.riders[j]) for j, n in enumerate(sizes)]
+    red_s = [sum(reduce(x) for x in gr) for gr in grads]
     t = comp = comm = red = 0.0  # host (after its last sync), compute stream's end, NCCL stream's end, reductions' end
-    ready: set[tuple[int, int]] = set()
-    inflight: set[tuple[int, int]] = set()
-    live, bucket, turn = 0, 0, None
-    pending: list[int] = []
-    counts = {"fwd": 0, "bwd": 0, "rs": 0}
+    ready: set[int] = set()
+    inflight: set[int] = set()
+    live, bucket, pending_s, turn = 0, 0, 0.0, -1.0
+    counts = [0, 0, 0]  # gathers forward, backward; reduce-scatters
+    n_entries = len(entries)
 
     def flush() -> None:
-        nonlocal t, comm, red, pending, bucket
+        nonlocal t, comm, red, pending_s, bucket
         t = max(t, red)  # reduction_stream.synchronize() before the next bucket's reductions
-        for n in pending:  # issued from the host; the reduction stream does not wait for the compute stream
-            comm = max(comm, t) + reduce(n)
-        red, pending, bucket = comm, [], 0
+        # issued from the host, one after another; the reduction stream does not wait for the compute stream
+        comm = max(comm, t) + pending_s
+        red, pending_s, bucket = comm, 0.0, 0
 
     for i, e in enumerate(entries):
-        key = (e.layer, e.param)
-        if turn is None and e.phase != "fwd":
+        q = key[i]
+        if turn < 0 and not fwd_phase[i]:
             turn = max(t, comp)  # the forward's blocks end, the backward's begin
-        if key in inflight or key not in ready:  # wait for every gather and the device (+ gather it first)
+        if q in inflight or q not in ready:  # wait for every gather and the device (+ gather it first)
             t = max(t, comp, comm)
-            if key not in inflight:
-                t = comm = t + gather(sizes[e.param])
-                live += sizes[e.param]
-                counts["fwd" if e.phase == "fwd" else "bwd"] += 1
-            ready |= inflight | {key}
+            if q not in inflight:
+                t = comm = t + cost[i]
+                live += size[i]
+                counts[0 if fwd_phase[i] else 1] += 1
+            ready |= inflight
+            ready.add(q)
             inflight = set()
         if not inflight and live < MAX_LIVE:  # prefetch the trace's next parameters, a device sync before each
             want = 0
-            for j in range(i + 1, len(entries)):
-                x = entries[j]
-                q = (x.layer, x.param)
-                if q in ready or q in inflight:
+            for j in range(i + 1, n_entries):
+                x = key[j]
+                if x in ready or x in inflight:
                     continue
                 t = max(t, comp, comm)
-                comm = t + gather(sizes[x.param])
-                inflight.add(q)
-                live += sizes[x.param]
-                counts["fwd" if x.phase == "fwd" else "bwd"] += 1
-                want += sizes[x.param]
+                comm = t + cost[j]
+                inflight.add(x)
+                live += size[j]
+                counts[0 if fwd_phase[j] else 1] += 1
+                want += size[j]
                 if want >= PREFETCH_BUCKET:
                     break
         start = max(t, comp)
         comp = start + e.compute + slowdown * min(e.compute, max(0.0, comm - start))
         if e.phase == "bwd":  # its gradients join the bucket; one that would overflow it reduces the bucket first
-            grads = (sizes[e.param], *params.riders[e.param])
-            if pending and bucket + sum(grads) > REDUCE_BUCKET:
+            elems = sum(grads[e.param])
+            if bucket and bucket + elems > REDUCE_BUCKET:
                 flush()
-            pending += grads
-            bucket += sum(grads)
-            counts["rs"] += len(grads)
+            pending_s += red_s[e.param]
+            bucket += elems
+            counts[2] += len(grads[e.param])
         if not keep[i]:  # released after its use
-            ready.discard(key)
-            live -= sizes[e.param]
+            ready.discard(q)
+            live -= size[i]
     flush()  # the backward's epilogue reduces the last bucket and waits for it (stage3.py:1757-1763)
     end = max(t, comp, comm)
-    turn = end if turn is None else turn
-    return Zero3Pass(turn, end - turn, counts["fwd"], counts["bwd"], counts["rs"])
+    turn = end if turn < 0 else turn
+    return Zero3Pass(turn, end - turn, counts[0], counts[1], counts[2])
 
 
 def block_seconds(
@@ -252,9 +262,11 @@ def block_seconds(
     fwd, bwd = lg.work_f[0], lg.work_b[0] - (lg.work_f[0] if full else 0.0)
     share = [n / total for n in params.fetched]
 
+    @cache  # a block has a handful of distinct sizes: each priced once
     def gather(n: int) -> float:
         return dp_collective(ctx, "all_gather", n * gather_elt, g.dp, g.dp_link, g.per_node)
 
+    @cache
     def reduce(n: int) -> float:
         return dp_collective(ctx, "reduce_scatter", n * grad_elt, g.dp, g.dp_link, g.per_node)
 
