@@ -11,7 +11,9 @@ deepspeed/runtime/zero/partition_parameters.py, ``const`` = deepspeed/runtime/ze
   PER PARAMETER (``_all_gather`` async path, pp:650-673 → ``_allgather_param``, pp:823-870), each preceded by a
   ``torch.cuda.synchronize()`` (pp:845), and then, if it gathered or found one in flight, waits for every gather and
   the whole device (``_synchronize_communication``: ``comm_stream.synchronize()``, ``torch.cuda.synchronize()``,
-  stage3:533-543) — a module's compute never starts before its gathers end, and nothing queued before survives it;
+  stage3:533-543) — a module's compute never starts before its gathers end, and nothing queued before survives it
+  (the fix that followed in v0.5.5, c0eeb69df #1188, says it: "the async version is not async at all, because each
+  all_gather calls torch.cuda.synchronize() to guarantee previous communication op to be completed");
 * after its fetch, a module prefetches the next parameters of the recorded trace that are neither available nor in
   flight, up to ``stage3_prefetch_bucket_size`` elements (5e7: const:106; the last one crossing it included,
   stage3:209-239), only if nothing is in flight and fewer than ``stage3_max_live_parameters`` (1e9: const:99)
@@ -37,9 +39,9 @@ deepspeed/runtime/zero/partition_parameters.py, ``const`` = deepspeed/runtime/ze
 Gathers and reduce-scatters run on one data-parallel process group (each parameter's ``ds_process_group``), and
 PyTorch's ``ProcessGroupNCCL`` enqueues every collective of a group on that group's one NCCL stream per device
 (``ncclStreams_``, "the CUDA streams used by NCCL kernels", c10d ProcessGroupNCCL.hpp of the 2021 releases, not read
-at a tag here): they queue one after another (``comm`` below). The block's compute between two fetches is its forward (backward) time split over its
-fetched parameters in proportion to their sizes (a linear's FLOPs are 2·tokens·parameters); the norms and the
-attention core between two linears ride with the one before. The compute under a collective is slowed by σ of the
+at a tag here): they queue one after another (``comm`` below). The block's compute between two fetches is its forward
+(backward) time split over its fetched parameters in proportion to their sizes (a linear's FLOPs are
+2·tokens·parameters); the norms and the attention core between two linears ride with the one before. The compute under a collective is slowed by σ of the
 overlapped time (``layer_group.overlapped``). The whole micro-batch is simulated (every block of the rank: whether a
 parameter is kept depends on how far its next use is), and its blocks' time spread evenly over them. Not priced:
 the host's launch gap after each device-wide sync, the ``torch.zeros`` of each gathered buffer and the copies

@@ -28,9 +28,9 @@ read at that tag:
   multi-head attention, biases, output layer = the word embedding (``parallel_lm_logits(...,
   word_embeddings_weight())``).
 
-``deepspeed-2021`` — DeepSpeed v0.5.0 (microsoft/DeepSpeed tag v0.5.0, f28432441b, 2021-08-17), what the MT-NLG runs
-and the 2021 ZeRO-3 runs ran (ZeRO-3's issuing is the same from v0.3.13, 2021-03, to v0.5.4; v0.5.5, 2021-11, brought
-the coalesced all-gather, c0eeb69df #1188). Each claim read at that tag:
+``deepspeed-2021`` — DeepSpeed v0.5.0 (microsoft/DeepSpeed tag v0.5.0, f28432441b, 2021-08-17), the release of 2021-08
+(what the MT-NLG rows ran) (ZeRO-3's issuing is the same from v0.3.13, 2021-03, to v0.5.4; v0.5.5, 2021-11, changed
+the fetch's gathers: c0eeb69df #1188, one synchronous launch of a module's parameters). Each claim read at that tag:
 
 * ZeRO-3 fetches one parameter at a time, a device-wide sync around every fetch, one prefetch in flight, the
   recompute gathering again, one reduce-scatter per parameter gradient (``planner.compose.zero3_sequence``, which
