@@ -21,7 +21,7 @@ import json
 from planner.specs import Plan
 from planner.specs.errors import MeshplanError
 
-from .base import Exporter, Notes, geometry, header_lines, rank_layer_counts
+from .base import Exporter, Notes, geometry, header_lines, plan_stack, rank_layer_counts
 
 DEEPSPEED_VERSION = "DeepSpeed 0.19.8 (runtime/pipe/engine.py, runtime/config.py)"
 
@@ -122,7 +122,12 @@ def deepspeed_config(plan: Plan, notes: Notes) -> dict:
         cfg["bf16"] = {"enabled": True}
     elif t.precision == "fp16":
         cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
-    if p.tp > 1:
+    if p.tp > 1 and plan_stack(plan) == "deepspeed-2021":  # v0.5.0 has no tensor_parallel key (AutoTP: 0.16.4)
+        notes.warn(
+            f"tensor parallelism (tp={p.tp}) is model code under DeepSpeed v0.5.0 (the plan's deepspeed-2021 stack): "
+            "Megatron-DeepSpeed splits its layers itself and passes its mpu to deepspeed.initialize"
+        )
+    elif p.tp > 1:
         cfg["tensor_parallel"] = {"autotp_size": p.tp}
         notes.warn(
             f"tensor parallelism (tp={p.tp}) has no DeepSpeed pipeline setting: tensor_parallel.autotp_size is "

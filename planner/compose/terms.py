@@ -27,6 +27,7 @@ from planner.compose.layer_group import (  # noqa: F401 (re-exported: their home
     overlapped,
 )
 from planner.compose.memory import StateBytes, optimizer_step_bytes, state_bytes, zero3_buffer_bytes
+from planner.compose.zero3_sequence import block_seconds
 from planner.pricing.collectives import Groups, comm_seconds, pipeline_action, step_reduction_seconds
 from planner.pricing.gpu import hbm_time, optimizer_step_times
 from planner.pricing.host import (
@@ -232,6 +233,9 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = Fals
         bwd = Affine(
             0, *(ns(join(w + c + r, t + u)) for w, c, r, t, u in zip(lg.work_b, out_b, into, gather_b, scatter))
         )
+        z = block_seconds(ctx, lg, tp, recompute, g, e, ge) if zero_stage == 3 and how.zero3_fetch == "param" else None
+        if z is not None:  # DeepSpeed v0.5.0's fetch by fetch (``compose.zero3_sequence``)
+            fwd, bwd = fwd._replace(layer=ns(z[0])), bwd._replace(layer=ns(z[1]))
         fwd_z3, bwd_z3 = Affine(*(a - b for a, b in zip(fwd, lg.fwd))), Affine(*(a - b for a, b in zip(bwd, lg.bwd)))
 
     # --- a host device's FSDP2 hooks per micro-batch (``collectives.fsdp_hook_times``; none on a GPU)
@@ -257,6 +261,8 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = Fals
 
     sync_op, post_op = dp_sync(zero_stage)  # once per step unless run per micro-batch (``sched``)
     sync_op = None if sched.reduce_each else (sync_op or "reduce_scatter")
+    if zero_stage == 1 and ctx.stack.zero1_sync == "all_reduce":  # DeepSpeed v0.5.0 (planner.specs.stack_eras)
+        sync_op = "all_reduce"
     sync, post = collective(sync_op), collective(None if sched.gather_fwd else post_op)
     # optimizer step: memory-bound multi-tensor kernels over the (sharded) states at achieved HBM bandwidth
     shard = dp if zero_stage >= 1 else 1

@@ -59,6 +59,25 @@ read at that tag:
   fp32, local DDP: ``arguments.py``); kernels and model as v2.0 (fused scale-mask-softmax with fp16 or bf16 input,
   bias-GeLU, bias-dropout-add, the s×s scores through ``torch.baddbmm``/``bmm``, attention and hidden dropout 0.1;
   GPT with a tied output layer); its README was tested with NGC PyTorch 20.12 (NCCL 2.8.3).
+``deepspeed-2021`` — DeepSpeed v0.5.0 (microsoft/DeepSpeed tag v0.5.0, f28432441b, 2021-08-17), the release of 2021-08
+(what the MT-NLG rows ran) (ZeRO-3's issuing is the same from v0.3.13, 2021-03, to v0.5.4; v0.5.5, 2021-11, changed
+the fetch's gathers: c0eeb69df #1188, one synchronous launch of a module's parameters). Each claim read at that tag:
+
+* ZeRO-3 fetches one parameter at a time, a device-wide sync around every fetch, one prefetch in flight, the
+  recompute gathering again, one reduce-scatter per parameter gradient (``planner.compose.zero3_sequence``, which
+  cites every rule at file:line); ZeRO-2 reduces each micro-batch's gradients in its backward, ZeRO-0/1 once at the
+  accumulation boundary (``runtime/engine.py:1255-1266`` ``allreduce_gradients``); ``overlap_comm`` is forced off
+  for ZeRO-1 and under a ``PipelineModule`` (engine.py:999-1014);
+* the pipeline: ``PipelineEngine`` (``runtime/pipe/engine.py:56``: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
+  parallelism"), ``TrainSchedule`` (1F1B-style, schedule.py), send/recv as blocking broadcasts in 2-rank groups
+  (``runtime/pipe/p2p.py``), tied layers across stages (``TiedLayerSpec``, pipe/module.py:73),
+  ``activation_checkpoint_interval`` (whole layers);
+* precision: ``fp16`` (dynamic loss scaling) or fp32 — no ``bf16`` before v0.5.5 (engine.py has no bfloat16 at
+  v0.5.0); no sequence parallelism, no context parallelism (Ulysses: 2023), no FP8;
+* the model code of its 2021 runs (Megatron-DeepSpeed's GPT, forked from Megatron-LM v2.x): unfused attention
+  through the s×s scores, dropout 0.1, apex fused kernels, fused ``query_key_value`` — priced like
+  ``megatron-2020``'s; models that code does not build are refused. ``deepspeed/moe`` (top-1/2 gating with
+  capacity) exists at v0.5.0 but is not priced by this preset.
 """
 
 from __future__ import annotations
@@ -144,4 +163,40 @@ MEGATRON_2021 = Stack(  # v2.0's kernels, model, DDP and NCCL era (above), with 
     )
 )
 
-ERA_STACKS: dict[str, Stack] = {MEGATRON_2020.id: MEGATRON_2020, MEGATRON_2021.id: MEGATRON_2021}
+DEEPSPEED_2021 = Stack(
+    id="deepspeed-2021",
+    title="DeepSpeed v0.5.0 (2021: ZeRO with fp16, per-parameter ZeRO-3 fetches, PipelineModule; Megatron GPT code)",
+    attention="unfused",
+    dropout=True,
+    activations="te",  # Megatron-DeepSpeed's transformer keeps apex FusedLayerNorm's input as megatron-2020 does
+    kernels="fused",
+    overlap_grad_reduce=False,  # ZeRO-0/1 reduce once at the accumulation boundary (engine.py:1260-1266)
+    zero3_fetch="param",  # one all_gather per parameter, device syncs (planner.compose.zero3_sequence)
+    zero3_reduce_bucket=500_000_000,  # reduce_bucket_size default (zero/constants.py:68)
+    grad_accumulation="deepspeed",  # ZeRO-2/3 reduce every micro-batch (engine.py:1255-1258)
+    zero1_sync="all_reduce",  # ZeRO-1: dist.all_reduce per 5e8-element bucket (zero/stage2.py:1292-1378)
+    p2p_blocking=("1f1b",),  # runtime/pipe/p2p.py: dist.broadcast in a 2-rank group, async_op forced False
+    nccl="2.10",  # the 2021 NGC PyTorch containers: NCCL 2.8–2.10 (planner.pricing.nccl)
+    source="microsoft/DeepSpeed v0.5.0 (f28432441b): runtime/zero/stage3.py (PartitionedParameterCoordinator, "
+    "FP16_DeepSpeedZeroOptimizer_Stage3), runtime/zero/partition_parameters.py (_allgather_param, "
+    "_reduce_scatter_gradients), runtime/zero/constants.py (defaults), runtime/engine.py (allreduce_gradients, "
+    "_configure_zero_optimizer); the GPT of Megatron-DeepSpeed (megatron/model/transformer.py, 2021)",
+    version="DeepSpeed v0.5.0 (f28432441b, 2021-08-17)",
+    zero_stages=(0, 1, 2, 3),
+    pipeline_zero_stages=(0, 1),
+    data_parallel="zero_optimization.stage 0–3 (ZeRO-1 optimizer states, ZeRO-2 + gradients, ZeRO-3 + parameters "
+    "fetched per parameter with a device sync around each fetch); PipelineEngine only with stage 0 or 1",
+    schedules=("1f1b",),
+    sequence_parallel=False,
+    recompute=("none", "full"),
+    pp_with_tied_embeddings=True,
+    cp_comms=(),
+    precisions=("fp16", "fp32"),  # no bf16 before v0.5.5
+    unbuilt=MEGATRON_2020.unbuilt,  # Megatron-DeepSpeed's 2021 GPT: what megatron-2020 builds
+    runs_source="microsoft/DeepSpeed v0.5.0 (f28432441b): runtime/pipe/engine.py:56 ('ZeRO-2 and ZeRO-3 are "
+    "incompatible with pipeline parallelism'), runtime/pipe/schedule.py (TrainSchedule: 1F1B-style only), "
+    "runtime/pipe/module.py:73 (TiedLayerSpec), runtime/activation_checkpointing (whole-layer checkpoints), "
+    "runtime/engine.py (fp16 / fp32 only: no bf16 before v0.5.5), no deepspeed/sequence (Ulysses: 2023)",
+)
+
+ERA_STACKS: dict[str, Stack] = {s.id: s for s in (MEGATRON_2020, MEGATRON_2021, DEEPSPEED_2021)}

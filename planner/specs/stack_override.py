@@ -11,7 +11,9 @@ from planner.specs.common import Spec
 if TYPE_CHECKING:
     from planner.specs.stacks import Stack
 
-StackId = Literal["meshplan", "megatron", "torchtitan", "deepspeed", "megatron-2020", "megatron-2021"]  # = STACKS
+StackId = Literal[
+    "meshplan", "megatron", "torchtitan", "deepspeed", "megatron-2020", "megatron-2021", "deepspeed-2021"
+]  # = planner.specs.stacks.STACKS
 
 
 class StackOverride(Spec):

@@ -79,9 +79,13 @@ class Stack(BaseModel):
     #: Megatron-LM v2.5 ``--scatter-gather-tensors-in-pipeline``; ``compose.cost.boundary_lags``)
     p2p_scatter_gather: bool = False
     #: ZeRO-3's parameter fetches: one per layer, or one per module (linear) over the persistence threshold, and
-    #: its gradient reduce-scatters in buckets of so many elements (``workload.collectives.zero3_comms``)
-    zero3_fetch: Literal["layer", "module"] = "layer"
+    #: its gradient reduce-scatters in buckets of so many elements (``workload.collectives.zero3_comms``); "param":
+    #: DeepSpeed v0.5.0's one gather per parameter, a device sync around each fetch (``compose.zero3_sequence``)
+    zero3_fetch: Literal["layer", "module", "param"] = "layer"
     zero3_reduce_bucket: int | None = None
+    #: ZeRO-1's gradient sync: reduce-scatter, or DeepSpeed v0.5.0's all-reduce of each bucket (stage2.py
+    #: ``buffered_reduce_fallback`` → ``allreduce_bucket``, contiguous gradients off at stage 1: ``compose.terms``)
+    zero1_sync: Literal["reduce_scatter", "all_reduce"] = "reduce_scatter"
     #: the NCCL release whose tuner picks each collective's algorithm × protocol across nodes (``pricing.nccl``)
     nccl: Literal["2.10", "2.23"] = "2.23"
     #: per micro-batch or once per step: its gathers and gradient reductions (``workload.accumulation.dp_schedule``)
@@ -380,7 +384,7 @@ STACKS: dict[str, Stack] = {
 DEFAULT_STACK = "meshplan"
 
 
-from planner.specs.stack_eras import ERA_STACKS  # noqa: E402  # presets of older releases (Megatron-LM v2.0, v2.5)
+from planner.specs.stack_eras import ERA_STACKS  # noqa: E402  # presets of older releases (Megatron-LM v2.0, v2.5; DeepSpeed v0.5.0)
 
 STACKS.update(ERA_STACKS)
 from planner.specs.stack_override import resolve as resolve  # noqa: E402  # the request's stack as a Stack

@@ -107,4 +107,9 @@ from __future__ import annotations
 #:    ``--scatter-gather-tensors-in-pipeline``): with tp > 1 and no SP a boundary's lag is the send of act / tp over
 #:    each rank's own link + the receiving stage's TP all-gather of act; no other preset sets it. megatron-2021 takes
 #:    megatron-2020's built-in residual rows (``residuals.RESIDUAL_LINEAGE``: the v2.0 code it continues).
-COST_MODEL_VERSION = 31
+#: 32: the ``deepspeed-2021`` preset (DeepSpeed v0.5.0, ``planner.specs.stack_eras``): ZeRO-3 as that release issues it
+#:    (``Stack.zero3_fetch = "param"``, ``planner.compose.zero3_sequence``): one all-gather per parameter with a device
+#:    sync around each fetch, one prefetch in flight, re-gathered in the recompute unless kept within the reuse
+#:    distance, one reduce-scatter per parameter gradient behind a host-synced bucket; ZeRO-1's gradients all-reduced
+#:    (``Stack.zero1_sync``). Other presets' numbers as in 31.
+COST_MODEL_VERSION = 32

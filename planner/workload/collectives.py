@@ -68,7 +68,7 @@ class Issuing:
     tp: Literal["megatron", "per_linear"]
     dp: Literal["buckets", "modules"]
     step_reductions: bool
-    zero3_fetch: Literal["layer", "module"] = "layer"
+    zero3_fetch: Literal["layer", "module", "param"] = "layer"
     zero3_reduce_bucket: int | None = None
     finalize_grads: Literal["none", "megatron"] = "none"
 

@@ -1,0 +1,251 @@
+"""Issue 27 (the 2021 ZeRO-3 runs): the ``deepspeed-2021`` preset (DeepSpeed v0.5.0, ``planner.specs.stack_eras``) and
+ZeRO-3 as that release issues it (``planner.compose.zero3_sequence``): the parameters a block fetches and reduces, the
+collectives per micro-batch against hand counts from the code's rules (closed forms of the reuse distance, not the
+trace walk), a small timeline against a hand-written one, and the preset's plans exported to DeepSpeed's config."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import planner
+from api.exporters import ExportOptions, export
+from planner.answer.request import context, parse_request
+from planner.compose.terms import shared_terms
+from planner.compose.zero3_sequence import (
+    MAX_REUSE,
+    PERSISTENCE_THRESHOLD,
+    BlockParams,
+    block_params,
+    simulate,
+)
+from planner.specs.catalog import get_model
+from planner.specs.errors import MeshplanError
+from planner.specs.stacks import STACKS
+
+BASE = {
+    "model": "gpt3-1.3b",
+    "cluster": {"gpu": "a100-sxm4-80gb", "num_nodes": 2, "gpus_per_node": 8},
+    "training": {"global_batch_size": 64, "seq_len": 2048, "stack": "deepspeed-2021", "precision": "fp16"},
+}
+
+
+def test_what_v050_runs() -> None:
+    s = STACKS["deepspeed-2021"]
+    assert (s.zero_stages, s.pipeline_zero_stages, s.schedules, s.recompute) == (
+        (0, 1, 2, 3),
+        (0, 1),
+        ("1f1b",),
+        ("none", "full"),
+    )
+    assert (s.precisions, s.nccl, s.cp_comms, s.sequence_parallel, s.moe) == (
+        ("fp16", "fp32"),
+        "2.10",
+        (),
+        False,
+        False,
+    )
+    assert (s.zero3_fetch, s.zero1_sync, s.zero3_reduce_bucket, s.grad_accumulation) == (
+        "param",
+        "all_reduce",
+        500_000_000,
+        "deepspeed",
+    )
+    # today's preset keeps its own issuing (its reference plans: tests/test_plan_reproducible.py)
+    d = STACKS["deepspeed"]
+    assert (d.zero3_fetch, d.zero1_sync, d.nccl) == ("module", "reduce_scatter", "2.23")
+
+
+# ---- what a block fetches: one gather per weight; biases and LayerNorms persist --------------------------------
+
+
+def _gpt_block(h: int, t: int) -> BlockParams:
+    """Hand: Megatron GPT block on a TP rank — query_key_value 3h²/t (bias 3h/t), dense h²/t (bias h, replicated),
+    h→4h 4h²/t (bias 4h/t), 4h→h 4h²/t (bias h); LayerNorm weight + bias (h, h) before attention and before the MLP."""
+    return BlockParams(
+        (3 * h * h // t, h * h // t, 4 * h * h // t, 4 * h * h // t),
+        ((3 * h // t, h, h), (h,), (4 * h // t, h, h), (h,)),
+    )
+
+
+@pytest.mark.parametrize(
+    ("model", "tp", "h"), [("gpt3-175b", 1, 12288), ("gpt3-175b", 8, 12288), ("gpt3-1.3b", 1, 2048)]
+)
+def test_a_block_fetches_its_weights_and_keeps_its_small_parameters(model: str, tp: int, h: int) -> None:
+    got = block_params(get_model(model), tp)
+    assert got == _gpt_block(h, tp)
+    assert all(n >= PERSISTENCE_THRESHOLD for n in got.fetched)
+    assert all(n < PERSISTENCE_THRESHOLD for r in got.riders for n in r)
+
+
+# ---- collectives per micro-batch: hand counts from the rules -----------------------------------------------------
+
+
+def hand_counts(sizes: tuple[int, ...], layers: int, recompute: bool, per_block_grads: int) -> tuple[int, int, int]:
+    """Gathers forward, backward and reduce-scatters of one micro-batch, from ``_keep_for_later``'s rule written as
+    closed forms: a parameter stays gathered when the elements fetched between two uses are under 1e9. Block l of L,
+    parameter j (forward order), P the block's total: forward → backward 2(L-1-l)·P + 2·Σ_{i>j} s_i (no recompute);
+    forward → recompute 3(L-1-l)·P + P - s_j (the later blocks' forward, recompute and backward, then this block's
+    other weights); recompute → backward 2·Σ_{i>j} s_i."""
+    p = sum(sizes)
+    after = [sum(sizes[j + 1 :]) for j in range(len(sizes))]
+    bwd = 0
+    for layer in range(layers):
+        later = (layers - 1 - layer) * p
+        for j, s in enumerate(sizes):
+            if recompute:
+                bwd += 3 * later + p - s >= MAX_REUSE  # the recompute's gather
+                bwd += 2 * after[j] >= MAX_REUSE  # the backward's
+            else:
+                bwd += 2 * later + 2 * after[j] >= MAX_REUSE
+    return layers * len(sizes), bwd, layers * per_block_grads
+
+
+@pytest.mark.parametrize(
+    ("model", "recompute", "expect"),
+    [
+        ("gpt3-175b", True, (384, 672, 1152)),  # 96 blocks: 4 + (4 recompute + 3: the 4h→h weight kept) / 12
+        ("gpt3-175b", False, (384, 383, 1152)),  # only the last block's 4h→h weight is kept for its backward
+        ("gpt3-1.3b", True, None),
+        ("gpt3-1.3b", False, None),
+        ("gpt3-13b", True, None),
+    ],
+)
+def test_collective_counts_per_micro_batch_match_the_hand_count(model, recompute, expect) -> None:
+    m = get_model(model)
+    bp = block_params(m, 1)
+    grads = len(bp.fetched) + sum(len(r) for r in bp.riders)
+    hand = hand_counts(bp.fetched, m.num_layers, recompute, grads)
+    if expect is not None:
+        assert hand == expect
+    z = simulate(bp, m.num_layers, (1.0,) * 4, (2.0,) * 4, recompute, lambda n: 0.01, lambda n: 0.01, 0.0)
+    assert (z.gathers_fwd, z.gathers_bwd, z.reduce_scatters) == hand
+
+
+# ---- the timeline ------------------------------------------------------------------------------------------------
+
+
+def test_a_small_timeline_matches_the_hand_one() -> None:
+    """Two blocks of two 6e8-element weights (each over the 5e7 prefetch bucket: one prefetch at a time; two gathered
+    reach the 1e9 live limit), forward 1 s and backward 2 s per weight, 2 s per gather, 0.5 s per reduce-scatter.
+    By hand (host t, compute end, NCCL end): F00 gathered blocking 0→2, prefetch F01 2→4, compute 2→3; F01 waits →4,
+    prefetch F10 4→6, compute 4→5; F10 waits →6, prefetch F11 6→8, compute 6→7; F11 waits →8, prefetch B10 8→10
+    (B11 is kept: reused at distance 0), compute 8→9 — forward 9 s. B11 compute 9→11; B10 waits →11, prefetch B01
+    11→13, compute 11→13, its gradient overflows the 5e8 bucket: B11's reduced 13→13.5; B01 waits →13.5, prefetch B00
+    13.5→15.5, compute →15.5, B10's reduced 15.5→16; B00 waits →16, compute 16→18, B01's reduced 16→16.5; the
+    epilogue waits 16.5 and reduces B00's 16.5→17: the backward ends at 18 — 9 s."""
+    z = simulate(
+        BlockParams((600_000_000, 600_000_000), ((), ())),
+        2,
+        (1.0, 1.0),
+        (2.0, 2.0),
+        False,
+        lambda n: 2.0,
+        lambda n: 0.5,
+        0.0,
+    )
+    assert (z.fwd, z.bwd) == (9.0, 9.0)
+    assert (z.gathers_fwd, z.gathers_bwd, z.reduce_scatters) == (4, 3, 4)
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_free_collectives_leave_the_compute(recompute: bool) -> None:
+    bp = block_params(get_model("gpt3-1.3b"), 1)
+    cf, cb = (0.1, 0.2, 0.3, 0.4), (1.0, 2.0, 3.0, 4.0)
+    z = simulate(bp, 24, cf, cb, recompute, lambda n: 0.0, lambda n: 0.0, 0.0)
+    assert z.fwd == pytest.approx(24 * sum(cf))
+    assert z.bwd == pytest.approx(24 * (sum(cb) + (sum(cf) if recompute else 0.0)))
+
+
+def test_without_compute_the_collectives_run_one_after_another() -> None:
+    """No compute: every gather waits for the one before (one NCCL stream, a device sync before each) — the forward
+    is its gathers' sum; the backward its gathers' and reduce-scatters' sum."""
+    bp = block_params(get_model("gpt3-175b"), 1)
+    z = simulate(bp, 96, (0.0,) * 4, (0.0,) * 4, True, lambda n: n * 1e-9, lambda n: 1e-3, 0.0)
+    assert z.fwd == pytest.approx(96 * sum(bp.fetched) * 1e-9)
+    regathered = sum(bp.fetched) + sum(bp.fetched[:3])  # the recompute's four, the backward's three
+    assert z.bwd == pytest.approx(96 * regathered * 1e-9 + z.reduce_scatters * 1e-3)
+
+
+# ---- the priced plan -----------------------------------------------------------------------------------------------
+
+
+def _ctx(**parallel):
+    return context(parse_request({**BASE, "parallel": {"tp": 1, "pp": 1, "micro_batch_size": 1, **parallel}}))
+
+
+def test_the_block_term_is_the_simulated_micro_batch_per_block() -> None:
+    """The priced ZeRO-3 block term is the simulation of the rank's 24 blocks (its compute from the layer group, each
+    collective at dp_collective's price) over 24, and beyond the layer's compute."""
+    from planner.compose.layer_group import OVERLAP_SLOWDOWN, layer_group
+    from planner.pricing.collectives import Groups, dp_collective
+
+    ctx = _ctx(dp=16, zero_stage=3, recompute="full")
+    s = shared_terms(ctx, 1, 1, False, "full", 3, 16)
+    lg = layer_group(ctx, 1, 1, False, "full", False, 1, 1, "transformer_block")
+    g = Groups.of(ctx, 1, 16)
+    bp = block_params(ctx.model, 1)
+    share = [n / sum(bp.fetched) for n in bp.fetched]
+    z = simulate(
+        bp,
+        24,
+        tuple(lg.work_f[0] * x for x in share),
+        tuple((lg.work_b[0] - lg.work_f[0]) * x for x in share),
+        True,
+        lambda n: dp_collective(ctx, "all_gather", 2 * n, 16, g.dp_link, g.per_node),
+        lambda n: dp_collective(ctx, "reduce_scatter", 2 * n, 16, g.dp_link, g.per_node),
+        OVERLAP_SLOWDOWN,
+    )
+    assert (s.fwd.layer, s.bwd.layer) == (round(z.fwd / 24 * 1e9), round(z.bwd / 24 * 1e9))
+    assert s.fwd_z3.layer > 0 and s.bwd_z3.layer > 0
+
+
+def test_zero1_all_reduces_its_gradients_in_buckets() -> None:
+    """ZeRO-1 at v0.5.0 (stage 1: contiguous gradients off → ``buffered_reduce_fallback`` → ``dist.all_reduce`` per
+    5e8-element bucket): the step's sync is the rank's fp16 gradients at one all-reduce bucket's rate."""
+    ctx = _ctx(dp=16, zero_stage=1)
+    s = shared_terms(ctx, 1, 1, False, "none", 1, 16)
+    from planner.compose.layer_group import layer_group
+    from planner.pricing.collectives import Groups
+
+    lg = layer_group(ctx, 1, 1, False, "none", False, 1, 1, "transformer_block")
+    g = Groups.of(ctx, 1, 16)
+    total = lg.params[1] + lg.params[2] + lg.params[0] * ctx.model.num_layers
+    bucket = min(500_000_000, total) * 2
+    per_byte = ctx.comm.time("all_reduce", bucket, 16, g.dp_link, g.per_node) / bucket
+    assert s.sync.layer == round(per_byte * lg.params[0] * 2 * 1e9)
+
+
+def test_bf16_is_refused_naming_what_v050_trains_in() -> None:
+    with pytest.raises(MeshplanError) as err:
+        planner.plan({**BASE, "training": {**BASE["training"], "precision": "bf16"}})
+    assert err.value.field == "training.precision" and "fp16" in err.value.message
+
+
+def test_free_plans_stay_inside_v050_and_export_to_deepspeed() -> None:
+    plans = planner.plan({**BASE, "top_k": 5}).plans
+    assert plans
+    for p in plans:
+        c = p.parallel
+        assert c.zero_stage in (0, 1, 2, 3) and (c.pp == 1 or c.zero_stage <= 1) and not c.sequence_parallel
+        cfg = json.loads(export(p, "deepspeed", ExportOptions()).content)
+        assert cfg["zero_optimization"] == {"stage": c.zero_stage} and cfg["fp16"]["enabled"] is True
+        assert "tensor_parallel" not in cfg and "bf16" not in cfg  # v0.5.0 has neither key
+
+
+def test_a_tp_plan_exports_without_autotp() -> None:
+    plan = planner.estimate_plan({**BASE, "parallel": {"tp": 2, "pp": 1, "dp": 8, "zero_stage": 3}})
+    cfg = json.loads(export(plan, "deepspeed", ExportOptions()).content)
+    assert "tensor_parallel" not in cfg
+    assert any("model code under DeepSpeed v0.5.0" in w for w in cfg["meshplan"]["warnings"])
+
+
+def test_a_model_whose_every_tensor_persists_gathers_nothing() -> None:
+    """tiny-gpt (h = 64): every weight is under the 1e5-element persistence threshold — nothing to fetch; it prices
+    as the module fetch does (the per-kind gradients' reduce-scatters) instead of failing."""
+    assert block_params(get_model("tiny-gpt"), 1).fetched == ()
+    tied = get_model("tiny-gpt").model_copy(update={"tie_embeddings": True}).model_dump()  # as Megatron's GPT
+    req = {**BASE, "model": tied, "training": {**BASE["training"], "seq_len": 64, "global_batch_size": 16}}
+    est = planner.estimate_plan({**req, "parallel": {"tp": 1, "pp": 1, "dp": 16, "zero_stage": 3}}).estimate
+    assert est.step_time_s > 0
