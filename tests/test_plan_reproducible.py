@@ -162,6 +162,7 @@ FINGERPRINTS = {
     28: "2cd43ba3d35a3c86",  # 28 DeepSpeed's blocking pipeline sends: no reference on deepspeed; tests/test_pipeline_p2p.py
     29: "2cd43ba3d35a3c86",  # 29 (sliding windows): no reference model has one; tests/test_sliding_window.py
     30: "2cd43ba3d35a3c86",  # 30 (the runtime's MLA as it runs): no reference has MLA; tests/test_mla_pricing.py
+    31: "2cd43ba3d35a3c86",  # 31 (MoE padded to capacity): no reference pads; tests/test_moe_pad_capacity.py
 }
 
 

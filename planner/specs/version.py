@@ -103,4 +103,8 @@ from __future__ import annotations
 #: 30: the bundled runtime's latent attention as it runs (``Stack.mla_pad_v``, the meshplan stack): P·V at v padded to
 #:    the q/k width, v's pad and the sliced output's copy; its TP backward all-reduces the up projections' input
 #:    gradients at the latents' widths (was: the hidden size each, down projections included) and the rotary key's.
-COST_MODEL_VERSION = 30
+#: 31: padding to capacity (``MoeSpec.pad_to_capacity``, Megatron-core core_v0.16.1 ``--moe-pad-expert-input-to-capacity``:
+#:    ``moe_utils.get_capacity``, ``token_dispatcher.MoEAlltoAllTokenDispatcher.preprocess``): every expert's grouped
+#:    GEMMs at C = ⌈T·k/E·cf⌉ rows per source rank, the all-to-all at C·E rows per rank, permutes and saved activations
+#:    at the padded rows, whatever the load; refused on torchtitan (dropless).
+COST_MODEL_VERSION = 31
