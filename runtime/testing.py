@@ -100,7 +100,8 @@ def reference_run(
     parallelism (an FP8 plan: the same FP8 conversion and micro-batches, ``reference_microbatches``; a rowwise
     FP8 plan with TP: its TP-split GEMMs cut into ``split`` pieces, default ``runtime.split_reference.tp_split``,
     1 for the plain one-process reference; a MoE with a capacity factor: tokens dropped per the plan's groups,
-    ``runtime.split_reference.drop_groups``): returns (losses, grad norms, {param name: grad at step ``grads_at``});
+    ``runtime.split_reference.drop_groups``, and never padded to capacity: a ``pad_to_capacity`` plan is checked
+    against the unpadded drop, whose output and gradients its zero rows must not change): returns (losses, grad norms, {param name: grad at step ``grads_at``});
     ``stats`` gets ``dropped``, the MoE assignments dropped over all steps."""
     from runtime.data import SyntheticTokens
     from runtime.expert_parallel import update_expert_bias
@@ -110,7 +111,10 @@ def reference_run(
     from runtime.split_reference import drop_groups, set_drop_groups, split_linears, tp_split
 
     data = data or SyntheticTokens(plan.model.vocab_size, seed=train.seed)
-    model = build_model(plan.model, seed=train.seed)
+    spec = plan.model
+    if spec.moe is not None and spec.moe.pad_to_capacity:
+        spec = spec.model_copy(update={"moe": spec.moe.model_copy(update={"pad_to_capacity": False})})
+    model = build_model(spec, seed=train.seed)
     apply_fp8(model, plan)
     split = tp_split(plan) if split is None else split
     if split > 1:

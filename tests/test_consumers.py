@@ -55,7 +55,7 @@ H100 = "h100-sxm5-80gb"
 
 
 def _request(
-    model: str, nodes: int, gbs: int, seq: int, precision: str = "bf16", stack: str = "meshplan", **pins: Any
+    model: str | dict, nodes: int, gbs: int, seq: int, precision: str = "bf16", stack: str = "meshplan", **pins: Any
 ) -> dict:
     return {
         "model": model,
@@ -65,7 +65,7 @@ def _request(
     }
 
 
-def _pinned(model: str, nodes: int, gbs: int, seq: int, **kw: Any) -> tuple[str, dict]:
+def _pinned(model: str | dict, nodes: int, gbs: int, seq: int, **kw: Any) -> tuple[str, dict]:
     return "estimate", _request(model, nodes, gbs, seq, **kw)
 
 
@@ -87,6 +87,16 @@ def _searched(model: str, nodes: int, gbs: int, seq: int, **pins: Any) -> tuple[
 
 
 _8B, _70B, _Q3 = "llama3-8b", "llama3-70b", "qwen3-30b-a3b"
+
+
+def _padded(model: str, capacity_factor: float) -> dict:
+    """A catalog MoE with a capacity factor, padded to capacity (``MoeSpec.pad_to_capacity``), as a request's model."""
+    from planner.specs.catalog import get_model
+
+    spec = get_model(model).model_dump()
+    return {**spec, "moe": {**spec["moe"], "capacity_factor": capacity_factor, "pad_to_capacity": True}}
+
+
 _SP = {"sequence_parallel": True}
 #: name → how the plan is made. Dense and sharded data parallelism (ZeRO 0–3), recompute none /
 #: selective / full, pp 1–4, even and uneven stage cuts, every schedule, bf16 and fp16.
@@ -134,6 +144,10 @@ CASES: dict[str, tuple[str, dict]] = {
     ),
     "moe-gptoss-tp2-ep4": _pinned(
         "gpt-oss-20b", 1, 64, 4096, stack="torchtitan", tp=2, pp=1, dp=4, ep=4, etp=1, micro_batch_size=1, zero_stage=3, recompute="selective", **_SP
+    ),
+    # dropping and padding to capacity (--moe-expert-capacity-factor, --moe-pad-expert-input-to-capacity)
+    "moe-qwen3-padded-ep8": _pinned(
+        _padded(_Q3, 1.25), 2, 256, 4096, stack="megatron", tp=1, pp=2, dp=8, ep=8, etp=1, micro_batch_size=1, schedule="1f1b", zero_stage=1, recompute="full"
     ),
     "moe-qwen3-searched": _searched(_Q3, 2, 512, 4096, stack="megatron", etp=1),
     "moe-deepseek-v3-mla": _with_model(
@@ -430,6 +444,11 @@ def test_megatron_args_are_accepted_by_megatron_core(case, tmp_path_factory):
     layers = [1 if m.is_moe_layer(i) else 0 for i in range(m.num_layers)]
     assert (freq if isinstance(freq, list) else [int(i % freq == 0) for i in range(m.num_layers)]) == layers
     assert facts["moe_router_score_function"] == moe.router
+    # the drop the plan priced: capacity factor, policy, padded to capacity or not
+    assert facts["moe_expert_capacity_factor"] == moe.capacity_factor
+    assert facts["moe_pad_expert_input_to_capacity"] == moe.pad_to_capacity
+    if moe.capacity_factor is not None:
+        assert facts["moe_token_drop_policy"] == moe.drop_policy
     assert facts["multi_latent_attention"] == (m.mla is not None)
     if m.mla is None:  # a head's width: Megatron's default hidden / heads unless --kv-channels says otherwise
         width = m.attention_head_dim or m.hidden_size // m.num_attention_heads

@@ -1483,3 +1483,22 @@ def test_a_capacity_factor_exports_megatrons_drop_policy_and_runs_on_meshplans_r
         out = export(plan, fmt, ExportOptions())
         assert any("capacity_factor 1.25" in w for w in out.warnings), (fmt, out.warnings)
         assert not any("capacity" in w for w in export(runtime_plan("tiny-moe", dp=2, ep=2), fmt, OPTIONS).warnings)
+
+
+def test_padding_to_capacity_exports_megatrons_flag_and_runs_on_meshplans_runtime():
+    """``MoeSpec.pad_to_capacity``: the megatron export adds ``--moe-pad-expert-input-to-capacity`` to the factor
+    and policy (megatron-core requires the factor with it: core_v0.16.1 ``TransformerConfig.__post_init__``); the
+    meshplan target runs it (runtime.models.moe pads); torchtitan's dropless MoE says it pads nothing."""
+    from runtime.testing import make_plan as runtime_plan
+
+    m = get_model("tiny-moe")
+    for pad in (True, False):
+        spec = m.model_copy(update={"moe": m.moe.model_copy(update={"capacity_factor": 1.25, "pad_to_capacity": pad})})
+        plan = runtime_plan(spec, dp=2, ep=2)
+        words = shell_words(export(plan, "megatron", ExportOptions()).content)
+        assert ("--moe-pad-expert-input-to-capacity" in words) == pad
+        assert words[words.index("--moe-expert-capacity-factor") + 1] == "1.25"
+        assert "meshplan run" in export(plan, "meshplan", ExportOptions()).content
+        for fmt in ("torchtitan", "torchtitan-toml"):
+            out = export(plan, fmt, ExportOptions())
+            assert any("pad_to_capacity" in w for w in out.warnings) == pad, (fmt, out.warnings)

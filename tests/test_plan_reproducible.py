@@ -163,7 +163,8 @@ FINGERPRINTS = {
     29: "2cd43ba3d35a3c86",  # 29 (sliding windows): no reference model has one; tests/test_sliding_window.py
     30: "2cd43ba3d35a3c86",  # 30 (the runtime's MLA as it runs): no reference has MLA; tests/test_mla_pricing.py
     31: "2cd43ba3d35a3c86",  # 31 scatter-gather pipeline sends: only megatron-2021 sets it; tests/test_megatron_2021.py
-    32: "2cd43ba3d35a3c86",  # 31 (deepspeed-2021, DeepSpeed v0.5.0's ZeRO): no reference on it; tests/test_deepspeed_2021.py
+    32: "2cd43ba3d35a3c86",  # 32 (deepspeed-2021, DeepSpeed v0.5.0's ZeRO): no reference on it; tests/test_deepspeed_2021.py
+    33: "2cd43ba3d35a3c86",  # 33 (MoE padded to capacity): no reference pads; tests/test_moe_pad_capacity.py
 }
 
 

@@ -201,6 +201,81 @@ def test_gradients_flow_through_the_kept_assignments_only(name):
         torch.testing.assert_close(grad, moe.get_parameter(n).grad, rtol=1e-5, atol=1e-6, msg=n)
 
 
+def _padded(name: str, cf: float, policy: str = "probs"):
+    m = _with_capacity(name, cf, policy)
+    return m.model_copy(update={"moe": m.moe.model_copy(update={"pad_to_capacity": True})})
+
+
+@pytest.mark.parametrize("name", ["tiny-moe", "tiny-moe-shared"])
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize(("cf", "policy"), [(1.0, "probs"), (0.5, "position"), (2.0, "probs")])
+def test_padding_to_capacity_runs_every_expert_at_capacity_and_changes_nothing(name, split, cf, policy):
+    """``MoeSpec.pad_to_capacity`` (Megatron-core ``--moe-pad-expert-input-to-capacity``): the grouped experts get
+    exactly C rows per expert (Σ of the groups' C with ``drop_groups``; C from ``get_capacity`` written out here)
+    whatever the load, the kept rows first in each slot and zero rows after; the output, the drop count and every
+    parameter's gradient are the unpadded block's (the per-token loop's too), up to the grouped GEMMs' summation
+    order over the extra zero rows (fp32: 1e-6)."""
+    torch.manual_seed(5)
+    x = torch.randn(2, 16, 64)
+    groups = torch.arange(2)[:, None].expand(2, 16) if split else None
+    g = torch.randn(2, 16, 64)
+    runs = []
+    for spec in (_with_capacity(name, cf, policy), _padded(name, cf, policy)):
+        moe = build_model(spec, seed=0).layers["1"].moe
+        moe.drop_groups = groups
+        seen: list = []
+        moe.experts.register_forward_hook(
+            lambda mod, args, out, seen=seen: seen.append((args[0].detach(), args[1].clone()))
+        )
+        (moe(x) * g).sum().backward()
+        grads = {n: p.grad.clone() for n, p in moe.named_parameters()}
+        runs.append((moe, seen[0], grads))
+    (plain, (rows, counts), want), (padded, (prows, pcounts), got) = runs
+    E, k = padded.num_experts, padded.top_k
+    sizes = [16, 16] if split else [32]
+    C = sum(math.ceil(Fraction(n * k, E) * Fraction(str(cf))) for n in sizes)
+    assert pcounts.tolist() == [C] * E and prows.shape == (E * C, 64)
+    assert int(counts.sum()) == rows.shape[0] <= E * C  # the unpadded block ran only its kept rows
+    assert rows.shape[0] < E * C or cf < 1  # zero rows at cf ≥ 1 (at 0.5 the experts are mostly full)
+    for e in range(E):  # expert e's slot: its kept rows (as the unpadded block orders them), then zero rows
+        start = int(counts[:e].sum())
+        kept = rows[start : start + int(counts[e])]
+        slot = prows[e * C : (e + 1) * C]
+        torch.testing.assert_close(slot[: kept.shape[0]], kept, rtol=0, atol=0)
+        assert not slot[kept.shape[0] :].any()
+    assert padded.dropped == plain.dropped
+    with torch.no_grad():
+        loop, dropped = _loop_with_drops(
+            padded, x, (groups if split else torch.zeros(2, 16, dtype=torch.long)).reshape(-1)
+        )
+    assert dropped == padded.dropped
+    for n in want:
+        torch.testing.assert_close(got[n], want[n], rtol=1e-5, atol=1e-6, msg=n)
+
+
+def test_pad_to_capacity_needs_a_capacity_factor_and_the_megatron_export_writes_its_flag():
+    """Left out of a dump when off (MoE models dump and hash as before); without a capacity factor, or with a
+    capacity above every token (top_k × capacity_factor > num_experts), it names the field; the megatron export
+    writes --moe-pad-expert-input-to-capacity with the capacity factor, and not without padding."""
+    from pydantic import ValidationError
+
+    from api.exporters import ExportOptions, export
+
+    moe = MODELS["tiny-moe"].moe
+    assert "pad_to_capacity" not in _with_capacity("tiny-moe", 1.0).moe.model_dump()
+    assert _padded("tiny-moe", 1.0).moe.model_dump()["pad_to_capacity"] is True
+    for bad in ({"pad_to_capacity": True}, {"pad_to_capacity": True, "capacity_factor": 4.5}):  # E 8, k 2
+        with pytest.raises(ValidationError) as err:
+            type(moe).model_validate({**moe.model_dump(), **bad})
+        assert "pad_to_capacity" in str(err.value) and "capacity_factor" in str(err.value)
+    for spec, flag in ((_padded("tiny-moe", 1.25), True), (_with_capacity("tiny-moe", 1.25), False)):
+        plan = make_plan(type(MODELS["tiny-moe"]).model_validate_json(spec.model_dump_json()), dp=2, ep=2)
+        validate_plan(plan, 2)
+        words = export(plan, "megatron", ExportOptions()).content.split()
+        assert ("--moe-pad-expert-input-to-capacity" in words) == flag
+        assert words[words.index("--moe-expert-capacity-factor") + 1] == "1.25"
+
+
 def test_drop_groups_are_the_ranks_token_shards():
     """``drop_groups`` of a plan with micro-batch 2, cp 2 and tp 2 with SP: each group is exactly the tokens one
     rank routes in one forward — a micro-batch's rows × the cp rank's two load-balanced chunks (``CPContext``:

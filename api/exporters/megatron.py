@@ -240,8 +240,9 @@ def expert_parallel_args(plan: Plan, notes: Notes) -> list[str]:
     priced with (dropless unless the model has a capacity factor, Megatron-core's default). With a capacity factor the
     plan priced Megatron-core's drop as the bundled runtime runs it (core_v0.16.1 ``apply_router_token_dropping``):
     the assignments over an expert's capacity dropped by the model's ``drop_policy`` (``--moe-token-drop-policy``,
-    written out even at its default ``probs``) and the expert GEMMs and all-to-all sized at the kept tokens, so no
-    ``--moe-pad-expert-input-to-capacity`` (which would size both at the capacity, padded)."""
+    written out even at its default ``probs``) and the expert GEMMs and all-to-all sized at the kept tokens; with the
+    model's ``pad_to_capacity``, ``--moe-pad-expert-input-to-capacity``, which sizes both at the capacity (padded),
+    as the plan priced them."""
     moe = plan.model.moe
     if moe is None:
         return []
@@ -275,8 +276,10 @@ def expert_parallel_args(plan: Plan, notes: Notes) -> list[str]:
             "--moe-router-group-topk",
             str(moe.router_topk_groups),
         ]
-    if moe.capacity_factor is not None:  # the drop the plan priced: the model's policy, the kept tokens unpadded
+    if moe.capacity_factor is not None:  # the drop the plan priced: the model's policy, padded or not
         args += ["--moe-expert-capacity-factor", f"{moe.capacity_factor:g}", "--moe-token-drop-policy", moe.drop_policy]
+        if moe.pad_to_capacity:
+            args.append("--moe-pad-expert-input-to-capacity")
     if moe.router_bias:
         notes.warn(
             "the model's router has a bias (gpt-oss); Megatron-LM's TopKRouter has none: the export cannot express it "

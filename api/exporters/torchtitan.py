@@ -146,6 +146,7 @@ def expert_parallel(plan: Plan, notes: Notes, release: str, par: dict) -> dict:
             f"torchtitan's MoE routes dropless (MoEArgs has no capacity factor: 0.2.2 torchtitan/models/moe/moe.py, "
             f"and main as of 2026-08); the model's capacity_factor {moe.capacity_factor:g} is not exported, so the "
             "run keeps every token and its busiest experts take more rows than the plan priced"
+            + (" (and pads none to capacity: model.moe.pad_to_capacity)" if moe.pad_to_capacity else "")
         )
     if release == "0.3.0" and p.etp > 1:
         raise MeshplanError(

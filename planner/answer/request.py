@@ -14,7 +14,7 @@ from planner.specs.errors import MeshplanError
 from planner.specs.fp8 import check_fp8
 from planner.specs.layout import even_stage_layers
 from planner.specs.stack_rules import precision_error, unbuilt_parts
-from planner.specs.stacks import Stack
+from planner.specs.stacks import STACKS, Stack
 from planner.specs.stacks import resolve as resolve_stack
 
 #: Defaults of ``estimate`` for fields the request leaves out (``planner.specs.config.FIELDS``; dp, virtual_stages
@@ -83,10 +83,12 @@ def check_priced(model: ModelSpec, stack: Stack | None = None) -> None:
     if stack is not None:
         rules.check(rules.stack_runs_moe(stack, model, None, None, None))
         for part in unbuilt_parts(stack, model):
+            # the presets that build every part of the model (and run MoE when it is one)
+            builds = [s.id for s in STACKS.values() if not unbuilt_parts(s, model) and (s.moe or model.moe is None)]
             raise MeshplanError(
                 "training.stack",
                 f"{model.name!r} has model.{part}, which stack {stack.id!r} does not build (`meshplan stacks`)",
-                "plan it for a stack that runs it (training.stack: megatron or torchtitan)",
+                f"plan it for a stack that runs it (training.stack: {' or '.join(builds) or 'none yet'})",
             )
     # "zoo" activations on another stack (DeepSpeed) are a user's PyTorch model, whose MLA tensors are not written down;
     # the meshplan stack with overrides (``stack_override.resolve``: id "meshplan+{…}", e.g. `meshplan run`'s local

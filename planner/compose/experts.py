@@ -20,7 +20,7 @@ from planner.pricing.host import runs_on_host
 from planner.pricing.layer_times import LayerTimes
 from planner.specs import ActivationBytes
 from planner.workload.collectives import Collective, Issuing, Op, dp_layer_comms, zero3_comms
-from planner.workload.expert_parallel import expert_dp, expert_work
+from planner.workload.expert_parallel import expert_dp, expert_work, routed_rows
 from planner.workload.ops import op_bytes
 
 
@@ -95,15 +95,15 @@ def expert_floor(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, etp:
     r = ctx.residuals
     model, seq, moe, elt = ctx.model, ctx.training.seq_len, ctx.model.moe, ctx.elt
     assert moe is not None
-    h, E, k = model.hidden_size, moe.num_experts, moe.top_k
+    h, E = model.hidden_size, moe.num_experts
     if r.compute_scale < 0 or r.memory_scale < 0:
         return ExpertFloor(-math.inf, -math.inf, 0.0, False, 0.0, 0.0, 0.0, (0, 0))
     glu = op_bytes(ctx)[1]
     w = expert_work(model, mbs, seq, tp, sp, 1, etp, elt, recompute, glu)  # its ep-free parts
-    imb = moe.load_imbalance if moe.capacity_factor is None else min(moe.load_imbalance, moe.capacity_factor)
     full = mbs * seq
     T = full // tp if (sp and tp > 1) else full
-    rows = (full if etp > 1 else T) * k * imb * (1.0 - 1e-9)  # every local expert's rows summed, at least
+    sent, routed = routed_rows(model, T, full if etp > 1 else T)  # ep-free (padded: exact)
+    rows = routed * (1.0 - 1e-9)  # every local expert's rows summed, at least
     f = moe.expert_ffn_hidden_size // etp
     fs = moe.shared_experts * moe.shared_ffn // tp if moe.shared_experts else 0
     host = runs_on_host(ctx)
@@ -125,7 +125,7 @@ def expert_floor(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, etp:
         recompute == "full",
         6.0 * rows * f * h / rate,  # w1, w3, w2 forward; the backward's two GEMMs each as many FLOPs
         3.0 * h * f * elt / bw,
-        T * k * h * elt * imb,
+        sent * h * elt,
         (2, 4 if recompute == "full" else 2),
     )
 

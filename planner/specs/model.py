@@ -84,6 +84,11 @@ class MoeSpec(Spec):
         "probs, those of highest routing probability; position, those earliest in the rank's tokens (sequence "
         "position first, then the micro-batch row). Only with capacity_factor.",
     )
+    pad_to_capacity: bool = Field(
+        default=False,
+        description="Pad every expert's input to its capacity (Megatron-core --moe-pad-expert-input-to-capacity): "
+        "each expert computes, and the all-to-all moves, capacity rows whatever the load. Only with capacity_factor.",
+    )
     load_imbalance: float = Field(
         default=1.0,
         ge=1.0,
@@ -99,6 +104,8 @@ class MoeSpec(Spec):
             del data["swiglu_limit"]
         if data.get("drop_policy") == "probs":  # likewise
             del data["drop_policy"]
+        if data.get("pad_to_capacity") is False:  # likewise
+            del data["pad_to_capacity"]
         return data
 
     @property
@@ -112,6 +119,26 @@ class MoeSpec(Spec):
                 "drop_policy",
                 f"drop_policy={self.drop_policy!r} but no capacity_factor: a dropless mixture of experts drops "
                 "nothing; set capacity_factor, or leave drop_policy at 'probs'",
+            )
+        if self.pad_to_capacity and self.capacity_factor is None:
+            raise FieldValueError(
+                "pad_to_capacity",
+                "pad_to_capacity=true but no capacity_factor: an expert's input is padded to its capacity, which "
+                "only a capacity factor sets (Megatron-core refuses it too); set capacity_factor, or drop "
+                "pad_to_capacity",
+            )
+        if (
+            self.pad_to_capacity
+            and self.capacity_factor is not None
+            and self.top_k * self.capacity_factor > self.num_experts
+        ):
+            raise FieldValueError(
+                "pad_to_capacity",
+                f"pad_to_capacity=true with capacity_factor={self.capacity_factor:g} × top_k={self.top_k} > "
+                f"num_experts={self.num_experts}: the capacity exceeds the tokens an expert can get, so nothing is "
+                "dropped and Megatron-core's drop-and-pad path (core_v0.16.1 moe_utils.permute) gathers fewer rows "
+                "than the capacity × experts it sizes; use capacity_factor ≤ num_experts / top_k, or drop "
+                "pad_to_capacity",
             )
         if self.top_k > self.num_experts:
             raise FieldValueError(

@@ -223,7 +223,7 @@ STACKS: dict[str, Stack] = {
             etp=("one",),
             # runtime/models/transformer.py check_buildable: the zoo builds every ModelSpec part (qk_norm,
             # attention_out_bias, attention_sinks, mla: tests/test_runtime_attention_parts.py, test_runtime_mla.py;
-            # capacity dropping, the experts' biases and clamped SwiGLU: runtime/models/moe.py, test_runtime_moe_*.py)
+            # capacity dropping (padded to capacity or not), the experts' biases and clamped SwiGLU: runtime/models/moe.py)
             unbuilt=(),
             runs_source="runtime/models/moe.py (MoE block: top-k router, torch._grouped_mm experts, shared expert, "
             "aux loss or expert bias, dropless or capacity-factor dropping by probability), runtime/expert_parallel.py (EP over (pp, edp, ep) carved from dp, "
@@ -329,6 +329,9 @@ STACKS: dict[str, Stack] = {
             moe=True,
             expert_parallel=True,
             etp=("one", "tp"),
+            # dropless only (0.2.2 and 0.3.0 models/moe/moe.py: no capacity factor, rows padded only to the
+            # grouped GEMM's alignment): no padding to capacity
+            unbuilt=("moe.pad_to_capacity",),
             runs_source="torchtitan expert parallelism as of v0.2.2 (parallelism.expert_parallel_degree, "
             "expert_tensor_parallel_degree 1 or = TP; sparse mesh [pp, dp_replicate, efsdp, ep, etp]; "
             "torchtitan/distributed/expert_parallel.py all_to_all_single dispatch, torch._grouped_mm); "

@@ -112,4 +112,8 @@ from __future__ import annotations
 #:    sync around each fetch, one prefetch in flight, re-gathered in the recompute unless kept within the reuse
 #:    distance, one reduce-scatter per parameter gradient behind a host-synced bucket; ZeRO-1's gradients all-reduced
 #:    (``Stack.zero1_sync``). Other presets' numbers as in 31.
-COST_MODEL_VERSION = 32
+#: 33: padding to capacity (``MoeSpec.pad_to_capacity``, Megatron-core core_v0.16.1 ``--moe-pad-expert-input-to-capacity``:
+#:    ``moe_utils.get_capacity``, ``token_dispatcher.MoEAlltoAllTokenDispatcher.preprocess``): every expert's grouped
+#:    GEMMs at C = ⌈T·k/E·cf⌉ rows per source rank, the all-to-all at C·E rows per rank, permutes and saved activations
+#:    at the padded rows, whatever the load; refused on torchtitan (dropless).
+COST_MODEL_VERSION = 33

@@ -20,6 +20,11 @@ the TP group (T_in = b·s) and each expert's width is f/tp; with etp = 1, T_in =
   place of the dense MLP's sequence-parallel exchange (which stays only for shared experts);
 * memory-bound: router softmax/top-k over T·E fp32 scores, permute and unpermute of the T_in·k·h rows (read +
   write, before and after the exchange), the SwiGLU product over T_in·k·f/etp.
+
+Padded to capacity (``MoeSpec.pad_to_capacity``; Megatron-core core_v0.16.1 ``--moe-pad-expert-input-to-capacity``):
+the T·k assignments above become C·E rows per rank, C = ⌈T·k/E × cf⌉ (``expert_capacity``), in every term — the
+all-to-all, the ETP exchange, the permutes, the grouped GEMMs (C·ep·T_in/T rows per local expert) and the saved
+activations — whatever the load (``routed_rows``, ``expert_rows``).
 """
 
 from __future__ import annotations
@@ -82,24 +87,24 @@ def expert_work(
     SwiGLU product under the stack's kernels (``ops.op_bytes``; fused: 3β)."""
     moe = model.moe
     assert moe is not None  # callers ask only for MoE models
-    h, E, k = model.hidden_size, moe.num_experts, moe.top_k
-    imb = moe.load_imbalance if moe.capacity_factor is None else min(moe.load_imbalance, moe.capacity_factor)
+    h, E = model.hidden_size, moe.num_experts
     full = mbs * seq  # tokens of the micro-batch (gathered over TP)
     T = full // tp if (sp and tp > 1) else full  # tokens this rank routes and dispatches
     T_in = full if etp > 1 else T  # rows into this rank's experts (gathered over ETP)
     f = moe.expert_ffn_hidden_size // etp
     local = E // ep
-    rows = math.ceil(T_in * k * ep / E * imb)  # per local expert
+    sent, routed = routed_rows(model, T, T_in)
+    rows = expert_rows(model, T, T_in, ep)  # per local expert
     fs = moe.shared_experts * moe.shared_ffn // tp if moe.shared_experts else 0
     fd = model.ffn_hidden_size // tp
     gemms: list[Gemm] = [(T, E, h, 1), (rows, f, h, 2 * local), (rows, h, f, local)]
     if fs:
         gemms += [(full, fs, h, 2), (full, h, fs, 1)]
     dense: tuple[Gemm, ...] = ((full, fd, h, 2), (full, h, fd, 1))
-    permute = 2 * 2.0 * T_in * k * h * elt * imb  # permute + unpermute, each read + write
+    permute = 2 * 2.0 * routed * h * elt  # permute + unpermute, each read + write
     router = 3.0 * T * E * 4  # softmax / top-k over fp32 scores
     mem = glu * (rows * local * f + full * fs) + permute + router
-    dispatched = T * k * h * elt * imb
+    dispatched = sent * h * elt
     a2a: Comms = (Collective("ep", "all_to_all", dispatched, 2),) if ep > 1 else ()
     a2a_b: Comms = (Collective("ep", "all_to_all", dispatched, 4 if recompute == "full" else 2),) if ep > 1 else ()
     exch = 4 if recompute == "full" else 2  # backward reruns the forward's under full recomputation
@@ -108,13 +113,13 @@ def expert_work(
     if tp > 1 and sp:  # the dense MLP's all-gather + reduce-scatter of the residual stream
         dense_tp = () if fs else (Collective("tp", "reduce_scatter", full * h * elt, 2),)
         if etp > 1:
-            moe_tp = (Collective("tp", "reduce_scatter", full * k * h * elt * imb, 2),)
+            moe_tp = (Collective("tp", "reduce_scatter", routed * h * elt, 2),)
     tp_b: Comms = tuple(Collective(c.axis, c.op, c.nbytes, c.count * exch / 2) for c in moe_tp)
     dense_b: Comms = tuple(Collective(c.axis, c.op, c.nbytes, c.count * exch / 2) for c in dense_tp)
     # gpt-oss (expert_bias): gate and up biases of f, a down bias of h per expert; its router's bias
     expert_params = local * (3 * h * f + ((2 * f + h) if moe.expert_bias else 0))
     other = E * h + (E if moe.router_bias else 0) + (3 * h * fs if fs else 0)
-    saved = elt * T_in * k * imb * (2 * h + 3 * f) + 4.0 * full * fs * elt + 4.0 * T * E
+    saved = elt * routed * (2 * h + 3 * f) + 4.0 * full * fs * elt + 4.0 * T * E
     return ExpertWork(
         gemms=tuple(gemms),
         dense_gemms=dense,
@@ -134,6 +139,43 @@ def expert_work(
         flops=float(sum(2.0 * m * n * kk * c for m, n, kk, c in gemms)),
         dense_flops=float(sum(2.0 * m * n * kk * c for m, n, kk, c in dense)),
     )
+
+
+def expert_capacity(tokens: int, model: ModelSpec) -> int:
+    """Rows an expert takes from the ``tokens`` one rank routes: Megatron-core core_v0.16.1 ``get_capacity(
+    num_tokens=tokens·k, num_experts=E, capacity_factor)`` = ⌈(tokens·k / E) · capacity_factor⌉, the float
+    expression its router and its alltoall dispatcher evaluate (``moe_utils.py``, ``token_dispatcher.py``)."""
+    moe = model.moe
+    assert moe is not None and moe.capacity_factor is not None
+    return math.ceil((tokens * moe.top_k / moe.num_experts) * moe.capacity_factor)
+
+
+def routed_rows(model: ModelSpec, T: int, T_in: int) -> tuple[float, float]:
+    """(rows one rank dispatches, rows into its experts in all) of a MoE block, whatever ep: unpadded, the T·k
+    assignments of its T routed tokens × the busiest rank's ``load_imbalance`` (capped by ``capacity_factor``:
+    the kept ones), T_in·k·imb into the experts (T_in = T·etp, gathered over ETP); padded to capacity
+    (``MoeSpec.pad_to_capacity``, Megatron-core's ``--moe-pad-expert-input-to-capacity``): C = ``expert_capacity``
+    rows for each of the E experts whatever the load — the alltoall dispatcher's ``num_out_tokens = capacity ·
+    num_experts`` sent with even splits (``input_splits`` None) — and C·E·T_in/T into the experts."""
+    moe = model.moe
+    assert moe is not None
+    if moe.pad_to_capacity:
+        sent = expert_capacity(T, model) * moe.num_experts
+        return float(sent), float(sent * (T_in // T))
+    imb = moe.load_imbalance if moe.capacity_factor is None else min(moe.load_imbalance, moe.capacity_factor)
+    return T * moe.top_k * imb, T_in * moe.top_k * imb
+
+
+def expert_rows(model: ModelSpec, T: int, T_in: int, ep: int) -> int:
+    """Rows of one local expert's grouped GEMMs at ep: unpadded ⌈T_in·k·ep/E·imb⌉ (uniform routing, × the busiest
+    rank's imbalance); padded C from each of the ep·T_in/T ranks that send to it (Megatron-core's
+    ``num_tokens_per_local_expert = capacity · tp_size · ep_size``, tp_size the expert-TP group)."""
+    moe = model.moe
+    assert moe is not None
+    if moe.pad_to_capacity:
+        return expert_capacity(T, model) * ep * (T_in // T)
+    imb = moe.load_imbalance if moe.capacity_factor is None else min(moe.load_imbalance, moe.capacity_factor)
+    return math.ceil(T_in * moe.top_k * ep / moe.num_experts * imb)
 
 
 def expert_dp(tp: int, dp: int, ep: int, etp: int) -> int:

@@ -55,6 +55,17 @@ its other experts' gated outputs, not renormalised). The balance loss counts the
 on the dropped routing map). ``drop_groups`` (the one-process reference, ``runtime.split_reference.drop_groups``)
 splits one forward's tokens into the groups the ranks of a plan route separately; ``dropped`` counts the dropped
 assignments of the forwards that count tokens (not a pipeline's shape inference or a recomputation).
+
+Padding to capacity (``MoeSpec.pad_to_capacity``, Megatron-core's ``--moe-pad-expert-input-to-capacity``, core_v0.16.1):
+every expert computes C rows (Σ of the groups' C in the one-process reference) whatever its load, and under EP each
+rank sends C rows per expert with even splits, so the grouped GEMMs and the all-to-all run at fixed shapes. The kept
+rows fill each expert's slot first; the rest are zero rows, whose outputs are discarded before the combine: they
+change neither the output nor a gradient (a zero row adds zeros to the weight gradients; its discarded output gets a
+zero gradient). Megatron fills the slots with real tokens whose routing probability is zero instead (its router's
+``capacity_mask`` keeps C tokens per expert, ``apply_router_token_dropping`` ``pad_to_capacity=True``), with the same
+shapes, output and gradients (those rows are weighted by a zero probability). One difference: Megatron's expert bias
+counts that padded routing map (``router.py`` ``_apply_expert_bias(routing_map)``: C per expert, a flat load that
+leaves the bias where it is), the runtime the kept assignments, as unpadded.
 """
 
 from __future__ import annotations
@@ -252,6 +263,7 @@ class MoE(nn.Module):
         d = spec.hidden_size
         self.num_experts, self.top_k, self.score = moe.num_experts, moe.top_k, moe.router
         self.capacity_factor, self.drop_policy = moe.capacity_factor, moe.drop_policy
+        self.pad_to_capacity = moe.pad_to_capacity
         self.dropped = 0  # assignments dropped over capacity (module docstring)
         self.groups, self.topk_groups = moe.router_groups, moe.router_topk_groups
         self.aux_coeff, self.bias_rate = AUX_COEFF, BIAS_RATE
@@ -320,6 +332,7 @@ class MoE(nn.Module):
         scores, idx, gates = self.route(x)
         experts = idx.reshape(-1)
         counting = self.counting and torch.is_grad_enabled() and not _in_backward()
+        capacity = 0  # each expert's padded rows (pad_to_capacity)
         if self.capacity_factor is None:
             order = torch.argsort(experts, stable=True)  # assignments sorted by expert (token order within one)
             counts = torch.bincount(experts, minlength=self.num_experts)
@@ -327,6 +340,11 @@ class MoE(nn.Module):
             groups = None if self.drop_groups is None else self.drop_groups.reshape(-1).to(idx.device)
             if groups is not None and groups.numel() != b * t:
                 raise ValueError(f"drop_groups holds {groups.numel()} token ids for {b * t} tokens")
+            if self.pad_to_capacity:  # Σ over the groups of their capacity: each expert's padded rows
+                sizes = [b * t] if groups is None else torch.bincount(torch.unique(groups, return_inverse=True)[1])
+                capacity = sum(
+                    expert_capacity(int(n), self.top_k, self.num_experts, self.capacity_factor) for n in sizes
+                )
             kept = capacity_keep(
                 gates, idx, self.num_experts, self.capacity_factor, groups, self.drop_policy, (b, t)
             ).reshape(-1)
@@ -339,7 +357,9 @@ class MoE(nn.Module):
         if self.balance == "expert_bias" and counting:
             self.tokens_per_expert += counts.to(self.tokens_per_expert.dtype)
         rows = flat.index_select(0, token_of)
-        if self.ep is None:
+        if self.capacity_factor is not None and self.pad_to_capacity:
+            out = self._run_padded(rows, counts, capacity)
+        elif self.ep is None:
             out = self.experts(rows, counts)
         else:
             out = self.ep.run(self.experts, rows, counts)
@@ -350,6 +370,19 @@ class MoE(nn.Module):
         if self.balance == "aux_loss" and self.aux_coeff > 0 and torch.is_grad_enabled():
             y = _AttachAux.apply(y, self.aux_loss(scores, idx, b), self.aux_scale)
         return y
+
+    def _run_padded(self, rows: torch.Tensor, counts: torch.Tensor, capacity: int) -> torch.Tensor:
+        """The kept ``rows`` (sorted by expert, ``counts`` per expert) through the experts padded to ``capacity``
+        rows each (``MoeSpec.pad_to_capacity``; module docstring): a [E·capacity, h] buffer of zero rows with each
+        expert's kept rows first in its slot, dispatched with even splits; the kept rows' outputs are returned."""
+        e = self.num_experts
+        start = torch.cumsum(counts, 0) - counts  # each expert's first kept row
+        expert = torch.repeat_interleave(torch.arange(e, device=rows.device), counts, output_size=rows.shape[0])
+        slot = expert * capacity + torch.arange(rows.shape[0], device=rows.device) - start[expert]
+        padded = rows.new_zeros(e * capacity, rows.shape[1]).index_copy(0, slot, rows)
+        full = torch.full_like(counts, capacity)
+        out = self.experts(padded, full) if self.ep is None else self.ep.run(self.experts, padded, full)
+        return out.index_select(0, slot)
 
     @torch.no_grad()
     def update_bias(self, counts: torch.Tensor) -> None:

@@ -114,6 +114,7 @@ SWITCHES: dict[str, list[tuple[str, str, Any]]] = {
     "--bf16": [("tc", "bf16", True), ("tc", "params_dtype", torch.bfloat16), ("opt", "bf16", True)],
     "--fp16": [("tc", "fp16", True), ("tc", "params_dtype", torch.float16), ("opt", "fp16", True)],
     "--moe-grouped-gemm": [("tc", "moe_grouped_gemm", True)],
+    "--moe-pad-expert-input-to-capacity": [("tc", "moe_pad_expert_input_to_capacity", True)],
     "--qk-layernorm": [("tc", "qk_layernorm", True)],
     "--multi-latent-attention": [("tc", "multi_latent_attention", True)],
 }
@@ -205,6 +206,9 @@ def check(item: dict[str, Any]) -> dict[str, Any]:
         "moe_shared_expert_intermediate_size": tc.moe_shared_expert_intermediate_size,
         "moe_layer_freq": tc.moe_layer_freq,
         "moe_router_score_function": tc.moe_router_score_function,
+        "moe_expert_capacity_factor": tc.moe_expert_capacity_factor,
+        "moe_token_drop_policy": tc.moe_token_drop_policy,
+        "moe_pad_expert_input_to_capacity": tc.moe_pad_expert_input_to_capacity,
         "kv_channels": tc.kv_channels,
         "qk_layernorm": tc.qk_layernorm,
         "multi_latent_attention": tc.multi_latent_attention,
