@@ -85,7 +85,15 @@ def test_override_changes_exactly_the_field_it_names(field, value):
 
 def test_preset_ids_and_default():
     assert resolve(TrainingSpec(global_batch_size=1, seq_len=8).stack) is STACKS["meshplan"]
-    assert set(STACKS) == {"meshplan", "megatron", "torchtitan", "deepspeed", "megatron-2020", "megatron-2021"}
+    assert set(STACKS) == {
+        "meshplan",
+        "megatron",
+        "torchtitan",
+        "deepspeed",
+        "megatron-2020",
+        "megatron-2021",
+        "megatron-2022",
+    }
     with pytest.raises(ValueError):
         TrainingSpec(global_batch_size=1, seq_len=8, stack="nope")
 

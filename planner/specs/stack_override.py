@@ -11,7 +11,8 @@ from planner.specs.common import Spec
 if TYPE_CHECKING:
     from planner.specs.stacks import Stack
 
-StackId = Literal["meshplan", "megatron", "torchtitan", "deepspeed", "megatron-2020", "megatron-2021"]  # = STACKS
+#: = planner.specs.stacks.STACKS
+StackId = Literal["meshplan", "megatron", "torchtitan", "deepspeed", "megatron-2020", "megatron-2021", "megatron-2022"]
 
 
 class StackOverride(Spec):
