@@ -63,7 +63,7 @@ CAPABILITIES = [
     ("fp8_recipes", (), "no FP8"),
     ("tp_overlap", None, "no userbuffers (Transformer Engine)"),
     ("moe", False, "SwitchMLP (--num-experts) is a top-1 loop over whole experts on each rank, not priced"),
-    ("nccl", "2.10", "NGC PyTorch 22.09–22.12: NCCL 2.15.x, whose A100 tuner constants are v2.10.3-1's"),
+    ("nccl", "2.10", "NGC 22.0x: NCCL 2.11–2.15, v2.10.3-1's A100 tuner constants (tuning.cc)"),
 ]
 
 

@@ -90,16 +90,17 @@ selective recompute) after the distributed optimizer (329fe5820f, 2022-02). Read
   (``transformer.py`` L366, L377-393, L490);
 * precisions: ``--fp16`` (dynamic loss scale) and ``--bf16``, which forces ``accumulate_allreduce_grads_in_fp32``
   (``arguments.py`` L151-160): fp32 gradients reduced in fp32; fp16 reduces fp16;
-* kernels as v2.x: ``CoreAttention`` through the s×s scores (``torch.baddbmm`` L245, ``FusedScaleMaskSoftmax``,
-  ``torch.bmm`` L293), ``bias_gelu_impl``, ``bias_dropout_add_fused_train``, attention and hidden dropout 0.1
-  (L491-494); new beside them and not priced here (nor on ``megatron``): the async TP all-reduce / SP all-gather
-  with the column-parallel backward and the fused fp32 weight-gradient accumulation
+* kernels as v2.x: ``CoreAttention`` through the s×s scores (``transformer.py``: ``torch.baddbmm`` L245,
+  ``FusedScaleMaskSoftmax``, ``torch.bmm`` L293), ``bias_gelu_impl``, ``bias_dropout_add_fused_train``, attention and
+  hidden dropout 0.1 (``arguments.py`` L491-494). New beside them and not priced here (nor on ``megatron``): the async
+  TP all-reduce / SP all-gather with the column-parallel backward and the fused fp32 weight-gradient accumulation
   (``core/tensor_parallel/layers.py`` ``LinearWithGradAccumulationAndAsyncCommunication``);
 * the model: GPT (LayerNorm, GeLU, learned positions, MHA, biases, tied output layer); no GQA, SwiGLU, RMSNorm or
   RoPE yet (``SwitchMLP``, ``--num-experts``, is a top-1 router looping over whole experts on each rank: not the
-  planner's MoE). NGC PyTorch 22.09–22.12 ship NCCL 2.15.x, whose A100 tuner constants (``src/graph/tuning.cc``
-  hwLat, the 1.9 ring plateau, the 235 GB/s cap) are v2.10.3-1's (2.12.x's 28 µs network ring step reverted in
-  2.13): the ``"2.10"`` era.
+  planner's MoE). NCCL: its README asks for "the latest release of NGC's PyTorch container" (22.0x: NCCL 2.11–2.15);
+  NVIDIA/nccl v2.11.4-1 … v2.15.5-1 keep v2.10.3-1's A100 tuner constants (``src/graph/tuning.cc``: hwLat, the 1.9
+  ring plateau, the 235 GB/s cap, LL128 × 0.7 with one rank a node) but for v2.12–v2.13's 28 µs network ring Simple
+  step (9.6 before and from v2.14.3-1): the ``"2.10"`` era.
 """
 
 from __future__ import annotations
