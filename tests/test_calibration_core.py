@@ -247,6 +247,9 @@ def test_builtin_lookup_by_stack_and_generation():
         ("megatron-2021", "v100-sxm3-32gb", ("megatron-2020", "volta")),
         ("megatron-2021", "h100-sxm5-80gb", ("megatron-2020", "*")),
         ("megatron-2021+{attention=flash}", "a100-sxm4-80gb", ("megatron-2020", "ampere")),
+        # Megatron-LM of 2022 (52e636888c) still runs v2.0's compute kernels (CoreAttention, fused softmax, bias-GeLU)
+        ("megatron-2022", "a100-sxm4-80gb", ("megatron-2020", "ampere")),
+        ("megatron-2022", "v100-sxm3-32gb", ("megatron-2020", "volta")),
         # no lineage: today's Megatron-core keeps identity (its kernels and engine are not v2.0's)
         ("megatron", "a100-sxm4-80gb", None),
     ],

@@ -211,7 +211,9 @@ def test_fp8_recipe_and_cp_exchange_choices_are_the_stacks(page, stack):
     )
 
 
-@pytest.mark.parametrize("stack", ["meshplan", "megatron", "torchtitan", "deepspeed", "megatron-2020", "megatron-2021"])
+@pytest.mark.parametrize(
+    "stack", ["meshplan", "megatron", "torchtitan", "deepspeed", "megatron-2020", "megatron-2021", "megatron-2022"]
+)
 def test_precision_choices_are_the_stacks(page, stack):
     """The precision picker offers what the stack trains in (Stack.precisions: no fp16 for the bundled runtime,
     no bf16 for Megatron-LM v2.0), its first the default, and fp8 (the server answers for the GPU and stack)."""

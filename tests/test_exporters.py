@@ -258,6 +258,27 @@ CASES["gpt3-1.3b-v25"] = make_plan(
     schedule="interleaved-1f1b", v=2, recompute="full",
 )  # fmt: skip
 
+# The megatron-2022 target (Megatron-LM 52e636888c flags) refuses what it cannot run, naming the field (ZeRO 2–3,
+# GPipe and the zero-bubble schedules, uneven stages); the GPT-3 plans above export, and one with what 2022 added
+# (SP, selective recompute, the distributed optimizer, interleaving on 4 stages) exports with their flags; v2.0 and
+# v2.5 refuse it (ZeRO-1).
+ERRORS |= {
+    ("llama3-70b-8x8", "megatron-2022"): "plan.parallel.stage_layers",
+    ("llama3-8b-zero3", "megatron-2022"): "plan.parallel.zero_stage",
+    ("llama3-8b-gpipe", "megatron-2022"): "plan.parallel.schedule",
+    ("llama3-70b-zbv", "megatron-2022"): "plan.parallel.schedule",
+    ("llama3-8b-firstlast", "megatron-2022"): "plan.parallel.stage_layers",
+    ("tiny-llama-izb", "megatron-2022"): "plan.parallel.schedule",
+    ("llama3-8b-pp-zero2", "megatron-2022"): "plan.parallel.zero_stage",
+    ("deepseek-v3-ep64", "megatron-2022"): "plan.parallel.stage_layers",
+    ("gpt3-1.3b-v22", "megatron-2020"): "plan.parallel.zero_stage",
+    ("gpt3-1.3b-v22", "megatron-2021"): "plan.parallel.zero_stage",
+}
+CASES["gpt3-1.3b-v22"] = make_plan(
+    "gpt3-1.3b", 1, 8, "a100-sxm4-80gb", tp=2, pp=4, dp=1, mbs=1, gbs=64, seq=2048, split=[3] * 8,
+    schedule="interleaved-1f1b", v=2, recompute="selective", sp=True, zero=1,
+)  # fmt: skip
+
 # fp16 plans (GPipe; Megatron-LM v2.0's GPT-3) exported to a target that starts meshplan's runtime, which trains in
 # bf16 / fp32 only (no loss scaler: Stack.precisions): refused naming the precision.
 ERRORS |= {
@@ -399,7 +420,7 @@ def recount(plan: Plan, fmt: str, content: str) -> dict:
         t = yaml.safe_load_all(content).__next__()["spec"]["trainer"]
         assert t["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == t["numProcPerNode"]
         return {"world": t["numNodes"] * t["numProcPerNode"]}
-    if fmt in ("megatron", "megatron-2020", "megatron-2021"):
+    if fmt in ("megatron", "megatron-2020", "megatron-2021", "megatron-2022"):
         words = shell_words(content)
         tp, pp = int(flag(words, "--tensor-model-parallel-size")), int(flag(words, "--pipeline-model-parallel-size"))
         assert int(flag(words, "--num-layers")) == plan.model.num_layers
@@ -538,6 +559,23 @@ FROZEN_KEYS = {
         "--seq-length",
         "--max-position-embeddings",
     },
+    "megatron-2022": {  # Megatron-LM 52e636888c flags, of the GPT-3 plan with what 2022 added (bf16)
+        "--tensor-model-parallel-size",
+        "--pipeline-model-parallel-size",
+        "--num-layers-per-virtual-pipeline-stage",
+        "--sequence-parallel",
+        "--micro-batch-size",
+        "--global-batch-size",
+        "--recompute-granularity",
+        "--use-distributed-optimizer",
+        "--bf16",
+        "--DDP-impl",
+        "--num-layers",
+        "--hidden-size",
+        "--num-attention-heads",
+        "--seq-length",
+        "--max-position-embeddings",
+    },
     "megatron": {
         "--tensor-model-parallel-size",
         "--pipeline-model-parallel-size",
@@ -663,7 +701,7 @@ FROZEN_KEYS = {
 
 
 def key_set(fmt: str, content: str) -> set[str]:
-    if fmt in ("torchrun", "slurm", "meshplan", "megatron", "megatron-2020", "megatron-2021"):
+    if fmt in ("torchrun", "slurm", "meshplan", "megatron", "megatron-2020", "megatron-2021", "megatron-2022"):
         keys = {
             w.split("=")[0] if w.startswith("--container-image") else w
             for w in shell_words(content)
@@ -696,7 +734,9 @@ def key_set(fmt: str, content: str) -> set[str]:
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_key_set_is_frozen(fmt):
-    case = {"megatron-2020": "gpt3-1.3b-v2", "megatron-2021": "gpt3-1.3b-v25"}.get(fmt, "llama3-70b-8x8")
+    case = {"megatron-2020": "gpt3-1.3b-v2", "megatron-2021": "gpt3-1.3b-v25", "megatron-2022": "gpt3-1.3b-v22"}.get(
+        fmt, "llama3-70b-8x8"
+    )
     assert key_set(fmt, _export(case, fmt).content) == FROZEN_KEYS[fmt]
 
 
@@ -1027,8 +1067,10 @@ def test_a_real_planner_plan_for_llama3_70b_exports_to_every_target():
         try:
             result = export(plan, fmt, OPTIONS)
         except MeshplanError as err:
-            if fmt in ("megatron-2020", "megatron-2021"):  # a Llama (bf16): v2.0 runs neither, v2.5 no Llama
-                era = "Megatron-LM v2.0" if fmt == "megatron-2020" else "Megatron-LM v2.5"
+            if fmt in ("megatron-2020", "megatron-2021", "megatron-2022"):  # a Llama: v2.0 runs neither, later no Llama
+                era = {"megatron-2020": "Megatron-LM v2.0", "megatron-2021": "Megatron-LM v2.5"}.get(
+                    fmt, "Megatron-LM 52e636888c"
+                )
                 assert err.field.startswith("plan.") and era in err.message
                 continue
             assert fmt == "deepspeed" and err.field == "plan.parallel.zero_stage"

@@ -50,6 +50,11 @@ def request(
             [],
             ["context parallelism", "cp degrees", "interleaved"],
         ),  # interleaves, but splits evenly only (Stack.even_stages): no uneven cut left out
+        (
+            request(seq=2048, stack="megatron-2022", model="gpt3-1.3b"),
+            [],
+            ["context parallelism", "cp degrees", "interleaved"],
+        ),  # the same in 2022 (52e636888c: num_layers % pp asserted)
     ],
 )
 def test_the_note_names_what_the_policies_left_out(req: PlanRequest, says: list[str], not_says: list[str]) -> None:

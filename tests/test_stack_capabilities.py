@@ -52,6 +52,9 @@ OUTSIDE = [
     ("deepspeed selective", {"recompute": "selective"}, "llama3-8b", "deepspeed", "parallel.recompute", "none, full", "megatron"),
     ("deepspeed interleaved", {"pp": 2, "schedule": "interleaved-1f1b", "virtual_stages": 2}, "llama3-8b", "deepspeed", "parallel.schedule", "1f1b", "megatron"),
     ("megatron-2021 interleaved pp2", {"pp": 2, "schedule": "interleaved-1f1b", "virtual_stages": 2}, "gpt3-1.3b", "megatron-2021", "parallel.pp", "pp ≥ 3", "megatron"),
+    ("megatron-2022 ZeRO-2", {"zero_stage": 2}, "gpt3-1.3b", "megatron-2022", "parallel.zero_stage", "ZeRO 0, 1", "meshplan"),
+    ("megatron-2022 interleaved pp2", {"pp": 2, "schedule": "interleaved-1f1b", "virtual_stages": 2}, "gpt3-1.3b", "megatron-2022", "parallel.pp", "pp ≥ 3", "megatron"),
+    ("megatron-2022 CP", {"cp": 2}, "gpt3-1.3b", "megatron-2022", "parallel.cp", "does not run context parallelism", "megatron"),
     ("inline megatron ZeRO-3", {"zero_stage": 3}, "llama3-8b", {"base": "megatron", "kernels": "eager"}, "parallel.zero_stage", "ZeRO 0, 1", {"base": "torchtitan", "kernels": "compiled"}),
 ]  # fmt: skip
 IDS = [c[0] for c in OUTSIDE]
@@ -321,11 +324,13 @@ PRECISIONS = [
     ("megatron-2020", "fp16", True),
     ("megatron-2021", "bf16", True),  # --bf16 since b4bc51b1e7 (2021-03-08): Megatron-LM v2.5 has it
     ("megatron-2021", "fp16", True),
+    ("megatron-2022", "bf16", True),
+    ("megatron-2022", "fp16", True),
 ]
 
 
 def _precision_request(stack: str, precision: str) -> dict:
-    model = "gpt3-1.3b" if stack in ("megatron-2020", "megatron-2021") else "llama3-8b"  # GPT only
+    model = "gpt3-1.3b" if stack.startswith("megatron-20") else "llama3-8b"  # GPT only
     r = request(stack, model)
     r["training"]["precision"] = precision
     return r

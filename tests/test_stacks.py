@@ -92,6 +92,7 @@ def test_preset_ids_and_default():
         "deepspeed",
         "megatron-2020",
         "megatron-2021",
+        "megatron-2022",
         "deepspeed-2021",
     }
     with pytest.raises(ValueError):

@@ -36,8 +36,11 @@ def stack_preset(stack_id: str) -> str:
 #: A preset with no published run of its own, priced with the rows of the preset whose code it continues: Megatron-LM
 #: v2.5 (``megatron-2021``) runs v2.0's transformer kernels, GEMMs and data-parallel engine (planner/specs/stack_eras.py:
 #: the same fused softmax / bias-GeLU / bias-dropout-add, unfused attention, local DDP), so what v2.0's runs left
-#: to its residual row is left to v2.5's too; what v2.5 adds (interleaving, scatter-gather sends) is priced.
-RESIDUAL_LINEAGE = {"megatron-2021": "megatron-2020"}
+#: to its residual row is left to v2.5's too; what v2.5 adds (interleaving, scatter-gather sends) is priced. Megatron-LM
+#: of 2022 (``megatron-2022``, 52e636888c) still runs those kernels and GEMMs (``CoreAttention``: baddbmm, fused
+#: scale-mask-softmax, bmm; bias-GeLU, bias-dropout-add) and local DDP: the rows are a compute scale, and its compute
+#: kernels are v2.0's; what it adds (SP, selective recompute, the distributed optimizer) is priced.
+RESIDUAL_LINEAGE = {"megatron-2021": "megatron-2020", "megatron-2022": "megatron-2020"}
 
 
 def residual_preset(stack_id: str) -> str:

@@ -59,6 +59,49 @@ read at that tag:
   fp32, local DDP: ``arguments.py``); kernels and model as v2.0 (fused scale-mask-softmax with fp16 or bf16 input,
   bias-GeLU, bias-dropout-add, the s×s scores through ``torch.baddbmm``/``bmm``, attention and hidden dropout 0.1;
   GPT with a tied output layer); its README was tested with NGC PyTorch 20.12 (NCCL 2.8.3).
+
+``megatron-2022`` — Megatron-LM main at 52e636888c (2022-11-29), the last first-parent commit before FlashAttention
+(d693034ecf, 2022-12-08): the code of Korthikanti et al. (MLSys'23, arXiv 2205.05198: sequence parallelism and
+selective recompute) after the distributed optimizer (329fe5820f, 2022-02). Read at that commit:
+
+* data parallelism: local DDP (``--DDP-impl local``, the default: ``arguments.py`` L795; ``training.py`` L377
+  asserts it with pp > 1 or virtual stages) and ``--use-distributed-optimizer`` (L831; asserts local DDP, L174):
+  ZeRO-0 and ZeRO-1. ``train_step`` (``training.py`` L391) calls ``optimizer.reduce_model_grads`` after
+  ``forward_backward_func`` returns: ZeRO-0 all-reduces each grad buffer (``optimizer/optimizer.py`` L279,
+  ``model/distributed.py`` L202), ZeRO-1 reduce-scatters it (``optimizer/distrib_optimizer.py`` L536,
+  ``_reduce_scatter_base``) and all-gathers the updated parameters after the step (``gather_model_params``, L586):
+  nothing overlapped with backward. With bf16 the fp32 main grads are the model's grads, a full buffer (README
+  "Distributed Optimizer");
+* pipeline (``megatron/schedules.py``): 1F1B and interleaved 1F1B as v2.5 (``--num-layers-per-virtual-pipeline-
+  stage``: ``arguments.py`` L133-142 asserts pp > 2 and num_layers divisible; ``get_forward_backward_func`` L19-35
+  the micro-batches divisible by pp); ``transformer.py`` ``_get_num_layers`` L771 asserts ``num_layers % pp == 0``
+  (``--standalone-embedding-stage``, an embedding-only first stage, is not priced): even stages only;
+* p2p (``megatron/p2p_communication.py`` ``_communicate`` L101-252): ``batch_isend_irecv``, ``wait`` on each request,
+  ``torch.cuda.synchronize()`` (L227-231): blocking both ends, both schedules. Scatter-gather
+  (``--no-scatter-gather-tensors-in-pipeline`` off by default, ``arguments.py`` L803) only ``not
+  args.sequence_parallel`` (L149, L188, L234): without SP each TP rank sends its 1/tp and the receiver all-gathers;
+  with SP the tensor is already (s/tp)·b·h (``schedules.py`` L276-280, L518-519) and is sent whole;
+* sequence parallelism ``--sequence-parallel`` (L632; off at tp = 1, L315): its norms' gradients all-reduced over TP
+  (``optimizer.py`` ``allreduce_layernorm_grads`` L256), tied embeddings' over the embedding group
+  (``allreduce_word_embedding_grads`` L202) before the DP reduction;
+* recompute ``--recompute-granularity full|selective`` (L553): full = whole layers, ``--recompute-method uniform``
+  (``--recompute-num-layers`` 1) or ``block`` (``transformer.py`` ``_checkpointed_forward`` L898-939); selective =
+  ``CoreAttention`` (the s×s scores, softmax, attention dropout and the PV bmm) under ``tensor_parallel.checkpoint``
+  (``transformer.py`` L366, L377-393, L490);
+* precisions: ``--fp16`` (dynamic loss scale) and ``--bf16``, which forces ``accumulate_allreduce_grads_in_fp32``
+  (``arguments.py`` L151-160): fp32 gradients reduced in fp32; fp16 reduces fp16;
+* kernels as v2.x: ``CoreAttention`` through the s×s scores (``transformer.py``: ``torch.baddbmm`` L245,
+  ``FusedScaleMaskSoftmax``, ``torch.bmm`` L293), ``bias_gelu_impl``, ``bias_dropout_add_fused_train``, attention and
+  hidden dropout 0.1 (``arguments.py`` L491-494). New beside them and not priced here (nor on ``megatron``): the async
+  TP all-reduce / SP all-gather with the column-parallel backward and the fused fp32 weight-gradient accumulation
+  (``core/tensor_parallel/layers.py`` ``LinearWithGradAccumulationAndAsyncCommunication``);
+* the model: GPT (LayerNorm, GeLU, learned positions, MHA, biases, tied output layer); no GQA, SwiGLU, RMSNorm or
+  RoPE yet (``SwitchMLP``, ``--num-experts``, is a top-1 router looping over whole experts on each rank: not the
+  planner's MoE). NCCL: its README asks for "the latest release of NGC's PyTorch container" (22.0x: NCCL 2.11–2.15);
+  NVIDIA/nccl v2.11.4-1 … v2.15.5-1 keep v2.10.3-1's A100 tuner constants (``src/graph/tuning.cc``: hwLat, the 1.9
+  ring plateau, the 235 GB/s cap, LL128 × 0.7 with one rank a node) but for v2.12–v2.13's 28 µs network ring Simple
+  step (9.6 before and from v2.14.3-1): the ``"2.10"`` era.
+
 ``deepspeed-2021`` — DeepSpeed v0.5.0 (microsoft/DeepSpeed tag v0.5.0, f28432441b, 2021-08-17), the release of 2021-08
 (what the MT-NLG rows ran) (ZeRO-3's issuing is the same from v0.3.13, 2021-03, to v0.5.4; v0.5.5, 2021-11, changed
 the fetch's gathers: c0eeb69df #1188, one synchronous launch of a module's parameters). Each claim read at that tag:
@@ -163,6 +206,39 @@ MEGATRON_2021 = Stack(  # v2.0's kernels, model, DDP and NCCL era (above), with 
     )
 )
 
+MEGATRON_2022 = Stack(  # v2.5's kernels, model, p2p and NCCL era (above), with what 2022 added
+    **MEGATRON_2021.model_dump()
+    | dict(
+        id="megatron-2022",
+        title="Megatron-LM 2022 (52e636888c: sequence parallelism, selective recompute, distributed optimizer, "
+        "unfused attention)",
+        source="NVIDIA/Megatron-LM 52e636888c: megatron/model/transformer.py (CoreAttention through the s×s scores: "
+        "baddbmm, FusedScaleMaskSoftmax, bmm; bias_gelu_impl, bias_dropout_add_fused_train, attention and hidden "
+        "dropout 0.1: megatron/arguments.py defaults), megatron/optimizer/optimizer.py and distrib_optimizer.py "
+        "(reduce_model_grads after the step's micro-batches: all-reduce or reduce-scatter; gather_model_params "
+        "after the step), megatron/p2p_communication.py (_communicate: batch_isend_irecv + wait + "
+        "torch.cuda.synchronize; scatter-gather without --sequence-parallel only)",
+        version="Megatron-LM main 52e636888c (2022-11-29)",
+        zero_stages=(0, 1),
+        pipeline_zero_stages=(0, 1),
+        data_parallel="ZeRO-0: megatron/model/distributed.py DistributedDataParallel (--DDP-impl local): the grad "
+        "buffers all-reduced once after the step's last backward; ZeRO-1: --use-distributed-optimizer (optimizer "
+        "states and fp32 master weights sharded, the grad buffer reduce-scattered after the last backward, the "
+        "parameters all-gathered after the step)",
+        sequence_parallel=True,
+        recompute=("none", "selective", "full"),
+        runs_source="NVIDIA/Megatron-LM 52e636888c (2022-11-29): megatron/arguments.py (--sequence-parallel; "
+        "--recompute-granularity full|selective, --recompute-method uniform|block; --use-distributed-optimizer "
+        "with --DDP-impl local; --num-layers-per-virtual-pipeline-stage: pp > 2; --fp16, --bf16 "
+        "(accumulate_allreduce_grads_in_fp32 forced); --no-scatter-gather-tensors-in-pipeline), megatron/schedules.py "
+        "(no pipelining, 1F1B, interleaved 1F1B: micro-batches divisible by pp), megatron/training.py (local DDP "
+        "with pp > 1; train_step: reduce_model_grads, step, gather_model_params), megatron/model/transformer.py "
+        "(num_layers divisible by pp, then by the virtual stages; CoreAttention checkpointed under selective), "
+        "megatron/model/gpt_model.py (GPT: LayerNorm, GeLU, learned positions, MHA, tied output layer)",
+    )
+)
+
+
 DEEPSPEED_2021 = Stack(
     id="deepspeed-2021",
     title="DeepSpeed v0.5.0 (2021: ZeRO with fp16, per-parameter ZeRO-3 fetches, PipelineModule; Megatron GPT code)",
@@ -199,4 +275,4 @@ DEEPSPEED_2021 = Stack(
     "runtime/engine.py (fp16 / fp32 only: no bf16 before v0.5.5), no deepspeed/sequence (Ulysses: 2023)",
 )
 
-ERA_STACKS: dict[str, Stack] = {s.id: s for s in (MEGATRON_2020, MEGATRON_2021, DEEPSPEED_2021)}
+ERA_STACKS: dict[str, Stack] = {s.id: s for s in (MEGATRON_2020, MEGATRON_2021, MEGATRON_2022, DEEPSPEED_2021)}

@@ -11,9 +11,17 @@ from planner.specs.common import Spec
 if TYPE_CHECKING:
     from planner.specs.stacks import Stack
 
+#: = planner.specs.stacks.STACKS
 StackId = Literal[
-    "meshplan", "megatron", "torchtitan", "deepspeed", "megatron-2020", "megatron-2021", "deepspeed-2021"
-]  # = planner.specs.stacks.STACKS
+    "meshplan",
+    "megatron",
+    "torchtitan",
+    "deepspeed",
+    "megatron-2020",
+    "megatron-2021",
+    "megatron-2022",
+    "deepspeed-2021",
+]
 
 
 class StackOverride(Spec):

@@ -105,7 +105,8 @@ from __future__ import annotations
 #:    gradients at the latents' widths (was: the hidden size each, down projections included) and the rotary key's.
 #: 31: scatter-gather pipeline sends (``Stack.p2p_scatter_gather``; the ``megatron-2021`` preset, Megatron-LM v2.5
 #:    ``--scatter-gather-tensors-in-pipeline``): with tp > 1 and no SP a boundary's lag is the send of act / tp over
-#:    each rank's own link + the receiving stage's TP all-gather of act; no other preset sets it. megatron-2021 takes
+#:    each rank's own link + the receiving stage's TP all-gather of act; only megatron-2021 and megatron-2022 (added
+#:    later without a pricing change; it scatters without SP only) set it. megatron-2021 (and megatron-2022) take
 #:    megatron-2020's built-in residual rows (``residuals.RESIDUAL_LINEAGE``: the v2.0 code it continues).
 #: 32: the ``deepspeed-2021`` preset (DeepSpeed v0.5.0, ``planner.specs.stack_eras``): ZeRO-3 as that release issues it
 #:    (``Stack.zero3_fetch = "param"``, ``planner.compose.zero3_sequence``): one all-gather per parameter with a device
