@@ -42,6 +42,13 @@ NEIGHBOUR_CHUNKS = 2
 #: Each lazy round also adds the window chains (``chains.window_counts``) longest at the solution, at
 #: most this many of those longer than the model's makespan there (separation: the model stays small).
 SEPARATE = 16
+#: From this lazy round on (None: never), separation draws from the window chains of every width
+#: (``chains.wide_window_family``), not only those of ≤ ``chains.WINDOW`` stages: a deep pipeline of nearly even
+#: stages is bound by a wide cycle (Llama 3 405B at 8,192 tokens, TP4 + SP × CP8 × PP64: 24 rounds → 2).
+WIDE_AFTER: int | None = 1
+#: Deepest pipeline whose windows of every width are counted (p = 64: 8,320 windows, ~0.1–0.2 s and ~12 MB once
+#: per (p, m); both grow as p³): deeper ones keep the windows of ≤ ``chains.WINDOW`` stages.
+WIDE_MAX_STAGES = 64
 PRESOLVE_CHUNKS = 16  # CP-SAT presolve from this many chunks on (measured on the wide benchmark)
 #: Models of fewer chunks are solved by one CP-SAT worker unless ``options.num_workers`` is given
 #: explicitly: the lazy loop's models are small, and a portfolio of 2 workers cost ~1.3× the CPU and
@@ -303,25 +310,27 @@ def solve_class(
         pool.update(dict.fromkeys(counts))
         add(priced(cc, counts))
 
-    family: tuple[np.ndarray, np.ndarray] | None = None  # the window chains, priced on first use
+    families: dict[bool, tuple] = {}  # the window chains (narrow, or of every width), counted and priced on first use
 
     def separate(sol: list[int], makespan: int) -> None:
-        """Add the window chains longest at ``sol`` among those longer than the model's makespan there."""
-        nonlocal family
+        """Add the window chains longest at ``sol`` among those longer than the model's makespan there: of at
+        most ``chains.WINDOW`` stages, and of every width from round ``WIDE_AFTER`` on."""
         if not (c.schedule == "1f1b" and c.virtual_stages == 1 and c.pp > 1):
             return
-        if family is None:
-            family = price(cc, chains.window_family(c.pp, cc.m, chains.WINDOW))
-        coef, const = family
-        windows = chains.window_family(c.pp, cc.m, chains.WINDOW)
+        wide = WIDE_AFTER is not None and iterations >= WIDE_AFTER and c.pp <= WIDE_MAX_STAGES
+        if wide not in families:
+            win = chains.wide_window_family(c.pp, cc.m) if wide else chains.window_family(c.pp, cc.m, chains.WINDOW)
+            families[wide] = (win, *price(cc, win))
+        windows, coef, const = families[wide]
         vals = coef @ np.array(sol, dtype=np.int64) + const
         moe = cc.moe_counts(sol)
         if moe is not None:  # a model of two block kinds: what the MoE layers add
             vals = vals + (windows[0] * cc.f_moe + windows[1] * cc.b_moe) @ np.array(moe, dtype=np.int64)
         top = [int(i) for i in np.argsort(-vals)[:SEPARATE] if vals[i] > makespan]
         add(as_chains(cc, windows, coef, const, top))
-        counts = chains.window_counts(c.pp, cc.m, chains.WINDOW)
-        pool.update(dict.fromkeys(counts[i] for i in top))  # later classes of this graph start with them
+        # later classes of this graph start with them
+        fc, bc, lc = windows
+        pool.update(dict.fromkeys((tuple(fc[i].tolist()), tuple(bc[i].tolist()), tuple(lc[i].tolist())) for i in top))
 
     if c.schedule != "gpipe":
         if learned is not None:
