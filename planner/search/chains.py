@@ -223,7 +223,11 @@ def window_family(p: int, m: int, width: int) -> tuple[np.ndarray, np.ndarray, n
     """``window_counts`` as int64 matrices (for ``price``), cached: every window of at most ``width`` adjacent
     stages, both entries, both exits, each distinct chain once, in the order (a, b, deep, down) of its first
     window (``window_walk``: all at once)."""
-    fc, bc, lc = window_walk(p, m, width)
+    return distinct(*window_walk(p, m, width))
+
+
+def distinct(fc: np.ndarray, bc: np.ndarray, lc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct rows (chains) of a family, each at its first occurrence, in order; read-only (cached)."""
     rows = np.ascontiguousarray(np.concatenate([fc, bc, lc], axis=1))
     _, first = np.unique(rows.view(np.dtype((np.void, rows.itemsize * rows.shape[1]))).ravel(), return_index=True)
     keep = np.sort(first)  # the first of each distinct chain, in enumeration order
@@ -243,7 +247,7 @@ def window_counts(p: int, m: int, width: int) -> tuple[Counts, ...]:
     )
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=4)  # ~13 MB each at p = 64
 def wide_window_family(p: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The window chains of every width (1 to p stages), both entries and both exits, distinct, in
     ``window_counts``' order: ``fast_window_counts`` of all of them at once (``window_walk``), as int64 matrices.
@@ -254,7 +258,7 @@ def wide_window_family(p: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
     cycle is the longer (Llama 3 405B at 8,192 tokens, TP4 + SP × CP8 × PP64, m = 256: the critical path
     at the optimum is the window of stages 1..48; with windows of ≤ 2 stages the cut solver took 24
     rounds to prove the class, with every width 2)."""
-    return window_family(p, m, p)
+    return distinct(*window_walk(p, m, p))
 
 
 def window_walk(p: int, m: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
