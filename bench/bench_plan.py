@@ -4,6 +4,7 @@ where enumeration is affordable, the brute force's time on the same instance.
     python bench/bench_plan.py                   # all instances
     python bench/bench_plan.py --quick           # skip the 16,384-GPU instances
     python bench/bench_plan.py --no-interleaved  # as before interleaving was searched by default (comparison)
+    python bench/bench_plan.py --cp-everywhere   # without the CP policies on any request (issue 26's measurement)
 
 Target: each under 1 s on the 2-core CI machine with the full (default) search space, OPTIMAL. The
 default space includes interleaved 1F1B (v = 2…8) with Megatron-LM's uniform chunks.
@@ -24,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import planner.search.cp_degrees  # noqa: E402
 import planner.search.space  # noqa: E402
 from planner.answer.request import context  # noqa: E402
 from planner.api import plan
@@ -65,7 +67,14 @@ def main() -> None:
     ap.add_argument(
         "--no-interleaved", action="store_true", help="search GPipe and 1F1B only when the schedule is not pinned"
     )
+    ap.add_argument(
+        "--cp-everywhere",
+        action="store_true",
+        help="search every CP degree at every length on every request (cp_degrees.CP_FULL_GPUS unbounded)",
+    )
     args = ap.parse_args()
+    if args.cp_everywhere:
+        planner.search.cp_degrees.CP_FULL_GPUS = 1 << 62
     if args.no_interleaved:
         planner.search.space.DEFAULT_SCHEDULES = ("gpipe", "1f1b")
     print(

@@ -102,7 +102,8 @@ def test_model_too_big_reports_memory_needed() -> None:
 
 
 def test_batch_not_divisible_reports_the_batch() -> None:
-    r = planner.plan(body(gbs=7, tp=1, pp=1))
+    # cp = 1: on 8 GPUs every CP degree is searched (``cp_degrees.CP_FULL_GPUS``), and TP1 × CP8 takes a batch of 7
+    r = planner.plan(body(gbs=7, tp=1, pp=1, cp=1))
     assert r.plans == [] and r.infeasible.field == "training.global_batch_size"
     assert "8" in r.infeasible.suggestion
 

@@ -22,8 +22,11 @@ from planner.search.chains import (
     fast_window_counts,
     initial_counts,
     path_counts,
+    wide_window_family,
     window_counts,
+    window_family,
     window_path,
+    window_walk,
 )
 from planner.search.cutsolver import Status, chain, critical_counts, priced, solve_class
 from planner.specs import ClusterSpec, GpuSpec, ModelSpec, SearchOptions, TrainingSpec
@@ -53,8 +56,9 @@ def edges_ok(p: int, m: int, path: list, lags: list[int]) -> bool:
 
 @pytest.mark.parametrize("p,m", [(2, 2), (2, 5), (3, 3), (3, 8), (4, 4), (4, 9), (5, 12), (6, 6), (7, 20)])
 def test_window_chains_are_paths_and_fast_counts_match(p: int, m: int) -> None:
+    """Windows of every width (``wide_window_family`` uses them all)."""
     for a in range(p):
-        for b in range(a, min(p, a + 3)):
+        for b in range(a, p):
             for deep in (False, True):
                 for down in (False, True):
                     path, lags = window_path(p, m, a, b, deep, down)
@@ -75,6 +79,27 @@ def test_fast_counts_match_on_deep_pipelines(p: int, m: int) -> None:
         assert fast_window_counts(p, m, a, b, deep, down) == path_counts(p, path, lags)
 
 
+@pytest.mark.parametrize(
+    "p,m,width",
+    [(2, 1, 2), (3, 2, 3), (4, 4, 4), (4, 8, 2), (5, 3, 5), (6, 12, 6), (7, 20, 3), (8, 5, 8), (9, 9, 9)]
+    + [(12, 100, 12), (16, 64, 16), (16, 64, 2), (31, 128, 2), (31, 128, 31), (40, 160, 40)],
+)
+def test_window_walk_matches_fast_counts(p: int, m: int, width: int) -> None:
+    """The lockstep walk (``window_walk``) gives ``fast_window_counts`` of every window, row by row, and the
+    families keep each distinct chain once in the order of its first window (as the dictionary of
+    ``fast_window_counts`` did before the walk): fewer micro-batches than stages, deep pipelines, every width."""
+    windows = [(a, b, d, dn) for a in range(p) for b in range(a, min(p, a + width)) for d in (0, 1) for dn in (0, 1)]
+    ref = [fast_window_counts(p, m, a, b, bool(d), bool(dn)) for a, b, d, dn in windows]
+    fc, bc, lc = window_walk(p, m, width)
+    assert [(tuple(f), tuple(b), tuple(x)) for f, b, x in zip(fc.tolist(), bc.tolist(), lc.tolist())] == ref
+    distinct = list(dict.fromkeys(ref))
+    assert list(window_counts(p, m, width)) == distinct
+    family = window_family(p, m, width)
+    assert [(tuple(f), tuple(b), tuple(x)) for f, b, x in zip(*(a.tolist() for a in family))] == distinct
+    if width == p:
+        assert all((x == y).all() for x, y in zip(wide_window_family(p, m), family))
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_chain_lengths_bound_the_simulated_makespan(seed: int) -> None:
     """Every window and initial chain, priced with random stage times and lags, is at most the
@@ -86,7 +111,7 @@ def test_chain_lengths_bound_the_simulated_makespan(seed: int) -> None:
     bwd = [rng.randint(1, 90) for _ in range(p)]
     lag = [rng.randint(0, 30) for _ in range(p - 1)]
     sim = simulate("1f1b", p, 1, m, fwd, bwd, lag, record=False)
-    for counts in window_counts(p, m, 3) + initial_counts("1f1b", p, 1, m):
+    for counts in window_counts(p, m, p) + initial_counts("1f1b", p, 1, m):
         fc, bc, lc = counts
         length = sum(f * x for f, x in zip(fc, fwd)) + sum(b * x for b, x in zip(bc, bwd))
         assert length + sum(x * g for x, g in zip(lc, lag)) <= sim.makespan

@@ -125,8 +125,10 @@ def test_the_search_enumerates_cp_only_where_the_stack_runs_it():
     assert (1, "p2p") in cps and any(cp > 1 for cp, _ in cps)
     assert all(c.micro_batch_size % c.cp for c in cands if c.cp > 1)
     assert {cm for cp, cm in cps if cp > 1} <= set(ctx.stack.cp_comms)
-    short = ctx_of(seq=4096, gbs=8, nodes=1)  # below CP_MIN_SEQ, and classes without CP fit: none with CP
+    short = ctx_of(seq=4096, gbs=8, nodes=4)  # below CP_MIN_SEQ, and classes without CP fit: none with CP
     assert all(c.cp == 1 for c in enumerate_candidates(short, ParallelPins(), SearchOptions()))
+    small = ctx_of(seq=4096, gbs=8, nodes=2)  # 16 GPUs (``CP_FULL_GPUS``): every CP degree, 256 tokens per rank too
+    assert {c.cp for c in enumerate_candidates(small, ParallelPins(), SearchOptions())} == {1, 2, 4, 8, 16}
     titan = Context(
         model=ctx.model,
         gpu=ctx.gpu,

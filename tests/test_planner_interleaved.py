@@ -226,6 +226,7 @@ def test_interleaved_quick_bound_does_not_depend_on_v() -> None:
     by_key: dict[tuple, set[int]] = {}
     for c in enumerate_candidates(ctx, ParallelPins(schedule="interleaved-1f1b"), SearchOptions()):
         by_key.setdefault(
-            (c.tp, c.pp, c.dp, c.micro_batch_size, c.recompute, c.sequence_parallel, c.zero_stage), set()
+            (c.tp, c.pp, c.dp, c.cp, c.cp_comm, c.micro_batch_size, c.recompute, c.sequence_parallel, c.zero_stage),
+            set(),
         ).add(quick_bound(ctx, c))
     assert by_key and all(len(b) == 1 for b in by_key.values())

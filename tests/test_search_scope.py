@@ -1,5 +1,6 @@
 """What an unpinned search leaves out by policy (issue 26: an OPTIMAL answer says over what): the note names each part
-a pin reaches and the pin, and is absent once the request pins it."""
+a pin reaches and the pin, and is absent once the request pins it. The CP policies apply from
+``cp_degrees.CP_FULL_GPUS`` GPUs up: the requests here have 32 GPUs unless they say otherwise."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from planner.search.space import enumerate_candidates
 from planner.specs import PlanRequest, SearchOptions
 from tests.test_planner_cli import SMALL, run
 
-CLUSTER = {"gpu": "h100-sxm5-80gb", "num_nodes": 2, "gpus_per_node": 8}
+CLUSTER = {"gpu": "h100-sxm5-80gb", "num_nodes": 4, "gpus_per_node": 8}
 
 
 def request(
-    seq: int = 4096, stack: str = "meshplan", model: str = "llama3.1-8b", nodes: int = 2, **parallel
+    seq: int = 4096, stack: str = "meshplan", model: str = "llama3.1-8b", nodes: int = 4, **parallel
 ) -> PlanRequest:
     return PlanRequest.model_validate(
         {
@@ -40,6 +41,9 @@ def request(
             ["cp degrees above 16 (fewer than 1,024 tokens per CP rank)"],
             ["context parallelism ("],
         ),
+        # 16 GPUs (``CP_FULL_GPUS``): every CP degree is searched, at any length
+        (request(nodes=2), ["uneven stage cuts of interleaved"], ["context parallelism", "cp degrees"]),
+        (request(seq=16384, nodes=2), ["uneven stage cuts of interleaved"], ["context parallelism", "cp degrees"]),
         (
             request(seq=2048, stack="megatron-2020", model="gpt3-1.3b"),
             [],
@@ -75,7 +79,8 @@ def test_nothing_left_out_when_the_request_pins_cp_and_the_schedule() -> None:
 
 
 def test_the_cli_prints_the_note_beside_an_optimal_answer() -> None:
-    out = run("plan", *SMALL)
+    nodes = SMALL.index("--nodes") + 1
+    out = run("plan", *SMALL[:nodes], "4", *SMALL[nodes + 1 :])  # 32 GPUs: the CP policies apply
     assert out.returncode == 0, out.stderr
     assert (
         "OPTIMAL" in out.stdout

@@ -277,9 +277,11 @@ def test_the_stack_catalog_shows_what_each_stack_runs(client):
 )
 def test_a_batch_no_dp_divides_because_the_stack_keeps_a_tied_model_on_one_stage(stack: str, gbs: int, answers: bool):
     """When the stack keeps a tied model on one pipeline stage, the explanation says so (not 'pin tp/pp'), lists
-    the data-parallel degrees left and a batch that plans, and names the stacks that pipeline tied models."""
+    the data-parallel degrees left and a batch that plans, and names the stacks that pipeline tied models. Without
+    context parallelism (cp = 1 pinned): on 8 GPUs every CP degree is searched (``cp_degrees.CP_FULL_GPUS``), and
+    a batch of 7 then plans on one data-parallel rank (meshplan: TP1 × CP8, torchtitan: TP4 × CP2)."""
     tied = get_model("tiny-gpt").model_copy(update={"tie_embeddings": True}).model_dump()
-    body = request(stack, tied) | {"training": {"global_batch_size": gbs, "seq_len": 64, "stack": stack}}
+    body = request(stack, tied, cp=1) | {"training": {"global_batch_size": gbs, "seq_len": 64, "stack": stack}}
     resp = planner.plan(body)
     assert bool(resp.plans) == answers
     if answers:

@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from planner.search.cutsolver import Chain
 
 #: Window chains cover every window of at most this many adjacent stages (wider cycles are found
-#: lazily, from simulations). 2 measured best on the wide benchmark: 1 leaves more rounds, 3 makes
+#: lazily, from simulations, and from ``wide_window_family`` when a class needs more rounds:
+#: ``cutsolver.WIDE_AFTER``). 2 measured best on the wide benchmark: 1 leaves more rounds, 3 makes
 #: every CP-SAT solve slower than the rounds it saves.
 WINDOW = 2
 
@@ -217,16 +218,44 @@ def fast_window_counts(p: int, m: int, a: int, b: int, deep: bool, down: bool) -
     return tuple(fc), tuple(bc), tuple(lc)
 
 
+#: From this many stages on the window families are counted by ``window_walk`` (all windows in lockstep); below, window
+#: by window with ``fast_window_counts`` (the same chains in the same order; the walk's numpy steps cost more than
+#: the few short walks there: ≤ 2-stage windows at p = 8, m = 64: 3.9 ms walked, 1.5 ms one by one; p = 64, m = 256:
+#: 35 ms walked, 116 ms one by one).
+WALK_FROM = 24
+
+
 @lru_cache(maxsize=64)
 def window_family(p: int, m: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``window_counts`` as int64 matrices (for ``price``), cached."""
-    return as_arrays(window_counts(p, m, width))
+    """``window_counts`` as int64 matrices (for ``price``), cached (read-only)."""
+    if p >= WALK_FROM:
+        return distinct(*window_walk(p, m, width))
+    out = as_arrays(window_counts(p, m, width))
+    for x in out:
+        x.setflags(write=False)  # cached and shared
+    return out
+
+
+def distinct(fc: np.ndarray, bc: np.ndarray, lc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct rows (chains) of a family, each at its first occurrence, in order; read-only (cached)."""
+    rows = np.ascontiguousarray(np.concatenate([fc, bc, lc], axis=1))
+    _, first = np.unique(rows.view(np.dtype((np.void, rows.itemsize * rows.shape[1]))).ravel(), return_index=True)
+    keep = np.sort(first)  # the first of each distinct chain, in enumeration order
+    out = fc[keep], bc[keep], lc[keep]
+    for x in out:
+        x.setflags(write=False)  # cached and shared
+    return out
 
 
 @lru_cache(maxsize=64)
 def window_counts(p: int, m: int, width: int) -> tuple[Counts, ...]:
     """The distinct window chains of 1F1B with p stages and m micro-batches: every window of at most
-    ``width`` adjacent stages, both entries, both exits (cached: they depend on (p, m) only)."""
+    ``width`` adjacent stages, both entries, both exits (cached: they depend on (p, m) only), in the order
+    (a, b, deep, down) of their first window."""
+    if p >= WALK_FROM:
+        return tuple(
+            (tuple(f.tolist()), tuple(b.tolist()), tuple(x.tolist())) for f, b, x in zip(*window_family(p, m, width))
+        )
     out: dict[Counts, None] = {}
     for a in range(p):
         for b in range(a, min(p, a + width)):
@@ -234,3 +263,92 @@ def window_counts(p: int, m: int, width: int) -> tuple[Counts, ...]:
                 for down in (False, True):
                     out[fast_window_counts(p, m, a, b, deep, down)] = None
     return tuple(out)
+
+
+@lru_cache(maxsize=4)  # ~13 MB each at p = 64
+def wide_window_family(p: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The window chains of every width (1 to p stages), both entries and both exits, distinct, in
+    ``window_counts``' order: ``fast_window_counts`` of all of them at once (``window_walk``), as int64 matrices.
+
+    A deep pipeline whose stages are (nearly) even is bound by a wide cycle, not by one or two stages: each
+    turn through stages a..b runs one F and one B on each and crosses every inner boundary twice, so a
+    turn of d stages costs d·(F + B) + 2·(d − 1)·lag for d micro-batches, and with a p2p lag the wider
+    cycle is the longer (Llama 3 405B at 8,192 tokens, TP4 + SP × CP8 × PP64, m = 256: the critical path
+    at the optimum is the window of stages 1..48; with windows of ≤ 2 stages the cut solver took 24
+    rounds to prove the class; with every width from the second round 2, from the fourth (``cutsolver.WIDE_AFTER``) 4)."""
+    return distinct(*window_walk(p, m, p))
+
+
+def window_walk(p: int, m: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``fast_window_counts`` of every window of at most ``width`` stages, both entries and both exits (rows in
+    ``window_counts``' order (a, b, deep, down), duplicates kept): the walks of ``_step`` (with ``_index`` and
+    ``_op``) run in lockstep, one numpy lane per window, the regular turns added at once as in
+    ``fast_window_counts`` (``tests/test_planner_chains.py`` checks every row against it)."""
+    spec = np.array(
+        [(a, b, d, dn) for a in range(p) for b in range(a, min(p, a + width)) for d in (0, 1) for dn in (0, 1)],
+        dtype=np.int64,
+    ).reshape(-1, 4)
+    n = len(spec)
+    a, b, deep, down = (spec[:, i] for i in range(4))
+    fc = np.zeros((n, p), dtype=np.int64)
+    bc = np.zeros((n, p), dtype=np.int64)
+    lc = np.zeros((n, p), dtype=np.int64)  # one column more than the boundaries: the turns' difference arrays
+    turns_f = np.zeros((n, p + 1), dtype=np.int64)  # regular turns added to stages a..b (difference array)
+    turns_l = np.zeros((n, p), dtype=np.int64)  # twice the turns on boundaries a..b − 1 (difference array)
+    fc[:, 0] = 1  # F(0) on stage 0
+    k = np.zeros(n, dtype=np.int64)  # the current operation: 0 = F, 1 = B
+    j = np.zeros(n, dtype=np.int64)
+    c = np.zeros(n, dtype=np.int64)
+    skipped = np.zeros(n, dtype=bool)
+    warm = np.minimum(p - np.arange(p) - 1, m)  # ``_warm`` per stage
+    width_of = b - a + 1
+
+    def index(k: np.ndarray, j: np.ndarray, c: np.ndarray) -> np.ndarray:  # ``_index``
+        w = warm[c]
+        return np.where(k == 0, np.where(j < w, j, w + 2 * (j - w)), np.where(j < m - w, w + 2 * j + 1, m + j))
+
+    def at(c: np.ndarray, i: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # ``_op``: (exists, k, j)
+        w = warm[c]
+        t = i - w
+        steady = t < 2 * (m - w)
+        k = np.where(i < w, 0, np.where(steady, t % 2, 1))
+        j = np.where(i < w, i, np.where(steady, np.where(t % 2 == 0, w + t // 2, t // 2), i - m))
+        return i < 2 * m, k, j
+
+    live = np.arange(n)
+    while live.size:
+        K, J, C, A = k[live], j[live], c[live], a[live]
+        exists, kr, jr = at(C, index(K, J, C) + 1)  # the next operation on the rank
+        left = m - 4 - warm[A] - J
+        d = width_of[live]
+        turns = np.where(left >= 0, left // d + 1, 0)
+        turn = (K == 1) & (C == A) & ~skipped[live] & exists & (turns > 0)
+        if turn.any():  # a turn point: the regular turns at once
+            rows, t = live[turn], turns[turn]
+            turns_f[rows, A[turn]] += t
+            turns_f[rows, b[rows] + 1] -= t
+            turns_l[rows, A[turn]] += 2 * t
+            turns_l[rows, b[rows]] -= 2 * t
+            skipped[rows] = True
+            j[rows] = J[turn] + t * d[turn]
+        step = ~turn
+        rows = live[step]
+        K, J, C, A, exists, kr, jr = K[step], J[step], C[step], A[step], exists[step], kr[step], jr[step]
+        B, forward = b[rows], K == 0
+        last = C == p - 1
+        data_k = np.where(forward & ~last, 0, 1)
+        data_c = np.where(forward, np.where(last, C, C + 1), C - 1)
+        data = forward | (C > 0)
+        use_f = ((deep[rows] == 1) & (J == 0)) | ((down[rows] == 1) & (J == m - 1)) | (C != B) | ~exists
+        use = np.where(forward, use_f, data & ((C != A) | ~exists))
+        nk, nj = np.where(use, data_k, kr), np.where(use, J, jr)
+        nc, ok = np.where(use, data_c, C), np.where(use, data, exists)
+        cross = ok & use & (nc != C)
+        lc[rows[cross], np.minimum(C, nc)[cross]] += 1
+        f, bw = ok & (nk == 0), ok & (nk == 1)
+        fc[rows[f], nc[f]] += 1
+        bc[rows[bw], nc[bw]] += 1
+        k[rows], j[rows], c[rows] = nk, nj, nc
+        live = np.sort(np.concatenate([live[turn], rows[ok]]))
+    turned = np.cumsum(turns_f, axis=1)[:, :p]
+    return fc + turned, bc + turned, (lc + np.cumsum(turns_l, axis=1))[:, : p - 1]

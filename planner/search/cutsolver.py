@@ -14,7 +14,6 @@ The model has one integer variable per chunk (its layer count) and
 
 from __future__ import annotations
 
-import heapq
 import time
 from dataclasses import dataclass
 from enum import StrEnum
@@ -24,12 +23,13 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from planner.compose.cost import Candidate, ClassCosts, Evaluation, evaluate
-from planner.compose.memory import memory_terms, peaks, rank_memory
+from planner.compose.memory import memory_terms, peaks
 from planner.compose.simulate import Op
 from planner.compose.step_end import end_parts, end_terms
 from planner.search import chains
 from planner.search.bounds import may_fit
 from planner.search.chains import Counts, as_arrays, dag_key, initial_counts, path_counts, price
+from planner.search.hints import critical_counts, greedy_cut, local_search
 from planner.search.kinds import as_chains, moe_layer_vars, sparse
 from planner.specs import SearchOptions
 
@@ -42,6 +42,15 @@ NEIGHBOUR_CHUNKS = 2
 #: Each lazy round also adds the window chains (``chains.window_counts``) longest at the solution, at
 #: most this many of those longer than the model's makespan there (separation: the model stays small).
 SEPARATE = 16
+#: From this lazy round on (None: never), separation draws from the window chains of every width
+#: (``chains.wide_window_family``), not only those of ≤ ``chains.WINDOW`` stages: a deep pipeline of nearly even
+#: stages is bound by a wide cycle (Llama 3 405B at 8,192 tokens, TP4 + SP × CP8 × PP64: 24 rounds, 2.2 s CPU →
+#: 4 rounds, 0.7 s). Not earlier: counting every width costs ~0.25 s at p = 64, more than the classes that converge
+#: in 2–3 rounds save (gpt-1t on 16,384 H100, DeepSpeed: 0.62 s with 3, 0.86 s with 1, the same answer).
+WIDE_AFTER: int | None = 3
+#: Deepest pipeline whose windows of every width are counted (p = 64: 8,320 windows, ~0.1–0.2 s and ~12 MB once
+#: per (p, m); both grow as p³): deeper ones keep the windows of ≤ ``chains.WINDOW`` stages.
+WIDE_MAX_STAGES = 64
 PRESOLVE_CHUNKS = 16  # CP-SAT presolve from this many chunks on (measured on the wide benchmark)
 #: Models of fewer chunks are solved by one CP-SAT worker unless ``options.num_workers`` is given
 #: explicitly: the lazy loop's models are small, and a portfolio of 2 workers cost ~1.3× the CPU and
@@ -94,12 +103,6 @@ def critical_chain(cc: ClassCosts, ev: Evaluation) -> Chain:
     return chain(cc, ev.sim.critical_path, ev.sim.critical_lags)
 
 
-def critical_counts(cc: ClassCosts, ev: Evaluation) -> Counts:
-    """The simulation's critical path as operation counts (``chains.path_counts``): valid for every
-    class with the same dependency graph (``chains.dag_key``)."""
-    return path_counts(cc.chunks, ev.sim.critical_path, ev.sim.critical_lags)
-
-
 def initial_chains(cc: ClassCosts) -> list[Chain]:
     """Per rank i: F(0) through chunks before i, every op of rank i, B(m-1) back through them (and for
     1F1B the steady-state shapes: ``chains.initial_counts``), priced for the class."""
@@ -114,75 +117,6 @@ def priced(cc: ClassCosts, counts: list[Counts] | tuple[Counts, ...]) -> list[Ch
     family = as_arrays(counts)
     coef, const = price(cc, family)
     return as_chains(cc, family, coef, const, range(len(counts)))
-
-
-def greedy_cut(cc: ClassCosts) -> list[int]:
-    """A balanced cut: add layers one by one to the chunk whose F+B stays smallest (memory permitting)."""
-    C, L = cc.chunks, cc.num_layers
-    n = [1] * C
-    heap = [((2) * (cc.f_layer + cc.b_layer) + cc.f_extra[c] + cc.b_extra[c], c) for c in range(C)]
-    heapq.heapify(heap)
-    left = L - C
-    blocked: list[tuple[int, int]] = []
-    while left > 0 and heap:
-        t, c = heapq.heappop(heap)
-        n[c] += 1
-        if rank_memory(cc, n, cc.chunk_rank[c]) > cc.usable_bytes:
-            n[c] -= 1
-            blocked.append((t, c))
-            continue
-        left -= 1
-        heapq.heappush(heap, (t + cc.f_layer + cc.b_layer, c))
-    if left > 0:  # memory could not take them: place the rest evenly anyway (infeasible hint)
-        for _t, c in sorted(blocked):
-            if left == 0:
-                break
-            n[c] += 1
-            left -= 1
-        i = 0
-        while left > 0:
-            n[i % C] += 1
-            left -= 1
-            i += 1
-    return n
-
-
-def local_search(
-    cc: ClassCosts, start: list[int], max_evals: int = 60, deadline: float | None = None
-) -> tuple[list[int], Evaluation, list[Counts]]:
-    """Hill-climb over single-layer moves between chunks, scored by the exact objective (simulation);
-    returns the best fitting cut found and the critical paths (as counts) of every simulated cut."""
-    cuts: dict[Counts, None] = {}
-
-    def score(n: list[int]) -> tuple[int, Evaluation]:
-        ev = evaluate(cc, n)
-        cuts[critical_counts(cc, ev)] = None
-        return (ev.objective_ns if ev.fits else ev.objective_ns + (1 << 50)), ev
-
-    best_n = list(start)
-    best_s, best_ev = score(best_n)
-    evals = 1
-    max_evals = min(max_evals, max(1, 200_000 // (2 * cc.m * cc.chunks)))  # ~0.5 s of simulation at most
-    improved = True
-    while improved and evals < max_evals:
-        improved = False
-        for a in range(cc.chunks):
-            for b in range(cc.chunks):
-                if a == b or best_n[a] <= 1:
-                    continue
-                if deadline is not None and time.perf_counter() >= deadline:
-                    return best_n, best_ev, list(cuts)
-                n = list(best_n)
-                n[a] -= 1
-                n[b] += 1
-                sc, ev = score(n)
-                evals += 1
-                if sc < best_s:
-                    best_n, best_s, best_ev, improved = n, sc, ev, True
-                    break
-            if improved or evals >= max_evals:
-                break
-    return best_n, best_ev, list(cuts)
 
 
 @dataclass
@@ -303,25 +237,27 @@ def solve_class(
         pool.update(dict.fromkeys(counts))
         add(priced(cc, counts))
 
-    family: tuple[np.ndarray, np.ndarray] | None = None  # the window chains, priced on first use
+    families: dict[bool, tuple] = {}  # the window chains (narrow, or of every width), counted and priced on first use
 
     def separate(sol: list[int], makespan: int) -> None:
-        """Add the window chains longest at ``sol`` among those longer than the model's makespan there."""
-        nonlocal family
+        """Add the window chains longest at ``sol`` among those longer than the model's makespan there: of at
+        most ``chains.WINDOW`` stages, and of every width from round ``WIDE_AFTER`` on."""
         if not (c.schedule == "1f1b" and c.virtual_stages == 1 and c.pp > 1):
             return
-        if family is None:
-            family = price(cc, chains.window_family(c.pp, cc.m, chains.WINDOW))
-        coef, const = family
-        windows = chains.window_family(c.pp, cc.m, chains.WINDOW)
+        wide = WIDE_AFTER is not None and iterations >= WIDE_AFTER and c.pp <= WIDE_MAX_STAGES
+        if wide not in families:
+            win = chains.wide_window_family(c.pp, cc.m) if wide else chains.window_family(c.pp, cc.m, chains.WINDOW)
+            families[wide] = (win, *price(cc, win))
+        windows, coef, const = families[wide]
         vals = coef @ np.array(sol, dtype=np.int64) + const
         moe = cc.moe_counts(sol)
         if moe is not None:  # a model of two block kinds: what the MoE layers add
             vals = vals + (windows[0] * cc.f_moe + windows[1] * cc.b_moe) @ np.array(moe, dtype=np.int64)
         top = [int(i) for i in np.argsort(-vals)[:SEPARATE] if vals[i] > makespan]
         add(as_chains(cc, windows, coef, const, top))
-        counts = chains.window_counts(c.pp, cc.m, chains.WINDOW)
-        pool.update(dict.fromkeys(counts[i] for i in top))  # later classes of this graph start with them
+        # later classes of this graph start with them
+        fc, bc, lc = windows
+        pool.update(dict.fromkeys((tuple(fc[i].tolist()), tuple(bc[i].tolist()), tuple(lc[i].tolist())) for i in top))
 
     if c.schedule != "gpipe":
         if learned is not None:

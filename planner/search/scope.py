@@ -1,7 +1,8 @@
 """What an unpinned search leaves out of the space a pin reaches (issue 26: "OPTIMAL" must say over what).
 
-Two policies, not bounds, keep the search fast: context parallelism below ``space.CP_MIN_SEQ`` tokens only when no
-class without it fits, and not below ``space.CP_MIN_LOCAL_SEQ`` tokens per CP rank (``space.cp_options``); and an
+Two policies, not bounds, keep the search fast on requests of more than ``cp_degrees.CP_FULL_GPUS`` GPUs: context
+parallelism below ``cp_degrees.CP_MIN_SEQ`` tokens only when no class without it fits, and not below
+``cp_degrees.CP_MIN_LOCAL_SEQ`` tokens per CP rank (``cp_degrees.cp_options``); and an
 interleaved schedule left free is priced at its uniform split only (``driver.probe``), while a pinned one searches
 its uneven cuts. A plan proven OPTIMAL is the best of the space searched; this names what that space leaves out and
 the pin that reaches it, so the answer never claims more than was proven."""
@@ -9,7 +10,7 @@ the pin that reaches it, so the answer never claims more than was proven."""
 from __future__ import annotations
 
 from planner.compose.cost import Candidate, Context
-from planner.search.space import CP_MIN_LOCAL_SEQ, CP_MIN_SEQ
+from planner.search.cp_degrees import CP_MIN_LOCAL_SEQ, CP_MIN_SEQ, cp_policies
 from planner.specs import ParallelPins
 
 
@@ -18,7 +19,7 @@ def unsearched(ctx: Context, pins: ParallelPins, cands: list[Candidate]) -> str 
     parts: list[str] = []
     pins_to: list[str] = []
     st, seq, n = ctx.stack, ctx.training.seq_len, ctx.num_gpus
-    if pins.cp is None and st.cp_comms and st.attention == "flash" and seq >= 4 and n > 1:
+    if pins.cp is None and st.cp_comms and st.attention == "flash" and seq >= 4 and cp_policies(ctx):
         if seq < CP_MIN_SEQ and not any(c.cp > 1 for c in cands):
             parts.append(
                 f"context parallelism (parallel.cp > 1: below {CP_MIN_SEQ:,} tokens it is searched only when no plan "

@@ -7,11 +7,11 @@ why a request leaves no class at all (``explain_no_candidate``), and the order o
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Iterator
 
 from planner.compose.cost import Candidate, ClassCosts, Context, Evaluation, class_costs
 from planner.compose.memory import fsdp2_mixed_precision, rank_memory, with_reserve_gib
+from planner.search.cp_degrees import CP_MIN_SEQ, cp_options, cp_policies, divisors
 from planner.search.options import expert_options, tp_overlaps
 from planner.specs import MULTI_STAGE_SCHEDULES, ParallelPins, SearchOptions, rules
 from planner.specs.config import PRICED_SCHEDULES
@@ -29,11 +29,6 @@ DEFAULT_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
 RECOMPUTE = ("none", "selective", "full")
 #: Largest number of virtual stages searched when not pinned (Megatron uses 2–8 in practice).
 MAX_VIRTUAL_STAGES = 8
-
-
-def divisors(n: int) -> list[int]:
-    small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
 
 
 def tp_options(ctx: Context, allow_across: bool) -> list[int]:
@@ -101,9 +96,10 @@ def validate_pins(ctx: Context, pins: ParallelPins, options: SearchOptions) -> N
 
 def enumerate_candidates(ctx: Context, pins: ParallelPins, options: SearchOptions) -> list[Candidate]:
     """Every class allowed by the pins (stage cuts are searched per class). Context parallelism (unpinned) below
-    ``CP_MIN_SEQ`` tokens only when classes without it exist and none fits (``cp_options``)."""
+    ``CP_MIN_SEQ`` tokens only when classes without it exist and none fits, on requests of more than
+    ``cp_degrees.CP_FULL_GPUS`` GPUs (``cp_policies``)."""
     validate_pins(ctx, pins, options)
-    if pins.cp is None and ctx.training.seq_len < CP_MIN_SEQ:
+    if pins.cp is None and ctx.training.seq_len < CP_MIN_SEQ and cp_policies(ctx):
         plain = _enumerate(ctx, pins, options, with_cp=False)
         if cp1_fits(ctx, pins, plain) is not False:
             return plain
@@ -193,18 +189,6 @@ def _enumerate(ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp
     return out
 
 
-#: Shortest sequence at which context parallelism is searched while some class without it fits (a policy, not a
-#: bound: ``cp_options``). Megatron-Bridge / NeMo long-context recipes turn CP on from 16K–32K tokens, Llama 3 only
-#: in its long-context phase (131,072); below this a split sequence's blocks are small and their exchange latency-bound.
-CP_MIN_SEQ = 16_384
-
-
-#: Fewest tokens per CP rank searched (unpinned): below it a rank's attention blocks run flash attention at less
-#: than ~60 % of its long-sequence rate (``pricing.gpu.FLASH_CAUSAL_TFLOPS``: 221 of 328 TFLOP/s at 1K on H100)
-#: and each ring step is latency-bound; Llama 3 kept 8K tokens per CP rank (131,072 / 16). A policy, not a bound.
-CP_MIN_LOCAL_SEQ = 1024
-
-
 def cp1_fits(ctx: Context, pins: ParallelPins, cands: list[Candidate]) -> bool | None:
     """Whether some class without context parallelism fits (at its forced cut, else the even one), trying the
     leanest first (full recomputation, the highest ZeRO stage, the most model-parallel ranks); None when there is
@@ -243,36 +227,6 @@ def degrees(
             if (n // tp) % pp == 0:
                 for cp, comms in cp_options(ctx, pins, tp, n // (tp * pp), with_cp):
                     yield tp, pp, cp, comms
-
-
-def cp_options(
-    ctx: Context, pins: ParallelPins, tp: int, rest: int, with_cp: bool = True
-) -> list[tuple[int, tuple[str, ...]]]:
-    """The context-parallel degrees (with their exchanges) searched at ``tp`` with ``rest`` GPUs for cp × dp:
-    the pinned one, else 1 and every divisor of ``rest`` where the stack runs CP (``Stack.cp_comms``) with flash
-    attention, the sequence splits into 2·cp chunks and, for the exchanges that split heads, the heads divide.
-
-    Only micro-batch sizes that cp does not divide are enumerated with cp > 1 (``enumerate_candidates``): a class
-    (dp, cp, mbs = k·cp) does the same per-rank work as the cp = 1 class (dp·cp, mbs = k) — GEMMs of the same
-    b·s/cp tokens, the same activation and state bytes, the same DP/ZeRO group and micro-batch count — with
-    attention no faster (its kernel runs at the local length s/cp, ``pricing.gpu.flash_rate`` grows with the
-    length) and the exchange on top: it never wins. So cp > 1 is searched where the batch cannot be split
-    further: fewer sequences per micro-batch than cp (long context, where a micro-batch of one sequence does
-    not fit or leaves too few micro-batches to fill the pipeline). Below ``CP_MIN_SEQ`` tokens cp > 1 is kept
-    only when classes without it exist and none fits (``cp1_fits``)."""
-    one: list[tuple[int, tuple[str, ...]]] = [(1, (pins.cp_comm or "p2p",))]
-    st, seq = ctx.stack, ctx.training.seq_len
-    if pins.cp == 1 or (pins.cp is None and (not with_cp or not st.cp_comms or st.attention != "flash")):
-        return one
-    out = [] if pins.cp is not None else one
-    for cp in [pins.cp] if pins.cp is not None else divisors(rest)[1:]:
-        if rest % cp or rules.cp_splits_seq(cp, seq) or (pins.cp is None and seq // cp < CP_MIN_LOCAL_SEQ):
-            continue
-        comms = [pins.cp_comm] if pins.cp_comm is not None else list(st.cp_comms)
-        comms = [c for c in comms if rules.cp_splits_heads(ctx.model, tp, cp, c) is None]
-        if comms:
-            out.append((cp, tuple(comms)))
-    return out
 
 
 def zero_stages(ctx: Context, dp: int) -> list[int]:

@@ -1,0 +1,87 @@
+"""The starting cuts of a class's solve (``cutsolver.solve_class``): a balanced greedy cut within memory
+(``greedy_cut``, also the expert seeds' and the time limit's fallback cut) and a hill-climb over one-layer moves scored
+by the simulation (``local_search``), which returns the critical paths of every cut it simulated (valid chains)."""
+
+from __future__ import annotations
+
+import heapq
+import time
+
+from planner.compose.cost import ClassCosts, Evaluation, evaluate
+from planner.compose.memory import rank_memory
+from planner.search.chains import Counts, path_counts
+
+
+def critical_counts(cc: ClassCosts, ev: Evaluation) -> Counts:
+    """The simulation's critical path as operation counts (``chains.path_counts``): valid for every
+    class with the same dependency graph (``chains.dag_key``)."""
+    return path_counts(cc.chunks, ev.sim.critical_path, ev.sim.critical_lags)
+
+
+def greedy_cut(cc: ClassCosts) -> list[int]:
+    """A balanced cut: add layers one by one to the chunk whose F+B stays smallest (memory permitting)."""
+    C, L = cc.chunks, cc.num_layers
+    n = [1] * C
+    heap = [((2) * (cc.f_layer + cc.b_layer) + cc.f_extra[c] + cc.b_extra[c], c) for c in range(C)]
+    heapq.heapify(heap)
+    left = L - C
+    blocked: list[tuple[int, int]] = []
+    while left > 0 and heap:
+        t, c = heapq.heappop(heap)
+        n[c] += 1
+        if rank_memory(cc, n, cc.chunk_rank[c]) > cc.usable_bytes:
+            n[c] -= 1
+            blocked.append((t, c))
+            continue
+        left -= 1
+        heapq.heappush(heap, (t + cc.f_layer + cc.b_layer, c))
+    if left > 0:  # memory could not take them: place the rest evenly anyway (infeasible hint)
+        for _t, c in sorted(blocked):
+            if left == 0:
+                break
+            n[c] += 1
+            left -= 1
+        i = 0
+        while left > 0:
+            n[i % C] += 1
+            left -= 1
+            i += 1
+    return n
+
+
+def local_search(
+    cc: ClassCosts, start: list[int], max_evals: int = 60, deadline: float | None = None
+) -> tuple[list[int], Evaluation, list[Counts]]:
+    """Hill-climb over single-layer moves between chunks, scored by the exact objective (simulation);
+    returns the best fitting cut found and the critical paths (as counts) of every simulated cut."""
+    cuts: dict[Counts, None] = {}
+
+    def score(n: list[int]) -> tuple[int, Evaluation]:
+        ev = evaluate(cc, n)
+        cuts[critical_counts(cc, ev)] = None
+        return (ev.objective_ns if ev.fits else ev.objective_ns + (1 << 50)), ev
+
+    best_n = list(start)
+    best_s, best_ev = score(best_n)
+    evals = 1
+    max_evals = min(max_evals, max(1, 200_000 // (2 * cc.m * cc.chunks)))  # ~0.5 s of simulation at most
+    improved = True
+    while improved and evals < max_evals:
+        improved = False
+        for a in range(cc.chunks):
+            for b in range(cc.chunks):
+                if a == b or best_n[a] <= 1:
+                    continue
+                if deadline is not None and time.perf_counter() >= deadline:
+                    return best_n, best_ev, list(cuts)
+                n = list(best_n)
+                n[a] -= 1
+                n[b] += 1
+                sc, ev = score(n)
+                evals += 1
+                if sc < best_s:
+                    best_n, best_s, best_ev, improved = n, sc, ev, True
+                    break
+            if improved or evals >= max_evals:
+                break
+    return best_n, best_ev, list(cuts)
