@@ -20,9 +20,7 @@ from .deepspeed import DeepSpeedExporter
 from .kubeflow_pytorchjob import PyTorchJobExporter
 from .kubeflow_trainjob import TrainJobExporter
 from .megatron import MegatronExporter
-from .megatron_2022 import Megatron2022Exporter
-from .megatron_v2 import MegatronV2Exporter
-from .megatron_v25 import MegatronV25Exporter
+from .megatron_eras import Megatron2022Exporter, MegatronV2Exporter, MegatronV25Exporter
 from .meshplan import MeshplanExporter
 from .options import ExportOptions
 from .slurm import SlurmExporter
