@@ -128,8 +128,8 @@ def test_bad_combinations_name_the_field(moe: dict, needle: str, tmp_path) -> No
 
 def test_a_stack_without_padding_refuses_it_by_name(tmp_path) -> None:
     """torchtitan routes dropless (no capacity factor in 0.2.2 / 0.3.0 models/moe/moe.py): ``Stack.unbuilt`` names
-    ``moe.pad_to_capacity``, the request is refused naming training.stack and the stacks that run it, before any
-    search (the search never returns it there)."""
+    ``moe.capacity_factor`` and ``moe.pad_to_capacity``, the request is refused naming training.stack, the first part
+    it does not build and the stacks that run it, before any search (the search never returns it there)."""
     import json
     import os
     import subprocess
@@ -141,7 +141,7 @@ def test_a_stack_without_padding_refuses_it_by_name(tmp_path) -> None:
     for call in (estimate, plan):
         with pytest.raises(MeshplanError) as err:
             call(req if call is estimate else {k: v for k, v in req.items() if k != "parallel"})
-        assert err.value.field == "training.stack" and "moe.pad_to_capacity" in err.value.message
+        assert err.value.field == "training.stack" and "moe.capacity_factor" in err.value.message
         assert "megatron" in err.value.fix and "meshplan" in err.value.fix and "torchtitan" not in err.value.fix
     path = tmp_path / "req.json"
     path.write_text(json.dumps(req))

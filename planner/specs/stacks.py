@@ -330,8 +330,8 @@ STACKS: dict[str, Stack] = {
             expert_parallel=True,
             etp=("one", "tp"),
             # dropless only (0.2.2 and 0.3.0 models/moe/moe.py: no capacity factor, rows padded only to the
-            # grouped GEMM's alignment): no padding to capacity
-            unbuilt=("moe.pad_to_capacity",),
+            # grouped GEMM's alignment): no token dropping, no padding to capacity
+            unbuilt=("moe.capacity_factor", "moe.pad_to_capacity"),
             runs_source="torchtitan expert parallelism as of v0.2.2 (parallelism.expert_parallel_degree, "
             "expert_tensor_parallel_degree 1 or = TP; sparse mesh [pp, dp_replicate, efsdp, ep, etp]; "
             "torchtitan/distributed/expert_parallel.py all_to_all_single dispatch, torch._grouped_mm); "
