@@ -125,3 +125,27 @@ def test_exports():
     with pytest.raises(MeshplanError) as err:
         export(estimate_plan(request(recipe="rowwise")), "megatron", opts)
     assert err.value.field == "training.fp8_recipe"
+
+
+@pytest.mark.parametrize(
+    ("recipe", "tp"),
+    [("rowwise", 1), ("rowwise", 2), ("rowwise", 8), ("tensorwise", 1), ("tensorwise", 8)],
+)
+def test_rowwise_rescales_the_backward_gemm_outputs(recipe, tp):
+    """torchao rowwise (float8_ops.py ``addmm_float8_unwrapped``): both backward GEMMs run as cuBLAS tensorwise with
+    unit scales, then ``output *= a_inv * b_inv`` reads and writes the 16-bit output — 4 bytes per element of each
+    linear's input gradient (T × k) and weight gradient (n × k) on the rank; tensorwise scales inside the GEMM."""
+    ctx = ctx_of(request(recipe=recipe, tp=tp, dp=8 // tp, sequence_parallel=tp > 1))
+    _, bwd = cast_ops(ctx, "transformer_block", 1, tp)
+    rescale = [o for o in bwd if o.name == "fp8_rowwise_rescale"]
+    if recipe != "rowwise":
+        assert rescale == []
+        return
+    m, t = ctx.model, 8192
+    h, q, kv, f = m.hidden_size, m.num_attention_heads * m.head_dim, m.num_kv_heads * m.head_dim, m.ffn_hidden_size
+    # (k, n) per linear on one TP rank: wq, wk, wv, w1, w3 column-parallel (n / tp); wo, w2 row-parallel (k / tp)
+    shapes = [(h, q // tp), (h, kv // tp), (h, kv // tp), (q // tp, h), (h, f // tp), (h, f // tp), (f // tp, h)]
+    expected = 4.0 * sum(t * k + n * k for k, n in shapes)
+    assert len(rescale) == 1
+    assert rescale[0].nbytes == pytest.approx(expected)
+    assert rescale[0].kernels == 2 * len(shapes)

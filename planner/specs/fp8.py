@@ -38,18 +38,27 @@ class RecipeFacts:
       micro-batches (TE under Megatron: ``is_first_microbatch``) instead of once per micro-batch (torchao:
       dynamic casts inside every forward);
     * ``scale_state_bytes``: scaling state per FP8 linear (delayed: fp32 amax histories of length 1024 of the
-      input, weight and output gradient; others: a few scalars)."""
+      input, weight and output gradient; others: a few scalars);
+    * ``rescale_bytes``: a pass over each backward GEMM's output after the GEMM (per element of the input gradient
+      and of the weight gradient). torchao's rowwise recipe runs the two backward GEMMs with slow accumulation
+      (``gemm_config_grad_input`` / ``_grad_weight`` default ``use_fast_accum=False``; the output GEMM alone is
+      fast-accum, config.py:174-176 at v0.10.0), and ``addmm_float8_unwrapped`` (float8_ops.py:49-53, 74-75 at
+      v0.10.0; unchanged at 6243040 of 2025-06 and v0.18.0) then calls cuBLAS's tensorwise kernel with unit scales
+      and applies the row and column scales afterwards, ``output *= a_inverse_scale * b_inverse_scale`` — "the
+      rowwise CUTLASS-based kernel is so slow without fast-accum"; under torch.compile one extra kernel per GEMM
+      (pytorch/ao issue 2184): read 2, write 2 bytes of the 16-bit output. Other recipes scale inside the GEMM."""
 
     cast_bytes: float
     amax_bytes: float
     orientations: int
     weight_cached: bool
     scale_state_bytes: int
+    rescale_bytes: float = 0.0
 
 
 RECIPES: dict[str, RecipeFacts] = {
     "tensorwise": RecipeFacts(3.0, 2.0, 1, False, 64),
-    "rowwise": RecipeFacts(3.0, 2.0, 2, False, 64),
+    "rowwise": RecipeFacts(3.0, 2.0, 2, False, 64, rescale_bytes=4.0),
     "delayed": RecipeFacts(3.0, 0.0, 1, True, 3 * 1024 * 4),
     "current": RecipeFacts(3.0, 2.0, 1, True, 64),
     "mxfp8": RecipeFacts(3.0 + 1 / 32, 0.0, 2, True, 64),

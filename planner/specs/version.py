@@ -117,4 +117,8 @@ from __future__ import annotations
 #:    ``moe_utils.get_capacity``, ``token_dispatcher.MoEAlltoAllTokenDispatcher.preprocess``): every expert's grouped
 #:    GEMMs at C = ⌈T·k/E·cf⌉ rows per source rank, the all-to-all at C·E rows per rank, permutes and saved activations
 #:    at the padded rows, whatever the load; refused on torchtitan (dropless).
-COST_MODEL_VERSION = 33
+#: 34: torchao rowwise FP8 scales both backward GEMMs' outputs after the GEMM (``RecipeFacts.rescale_bytes``: its
+#:    slow-accumulation backward GEMMs run as cuBLAS tensorwise with unit scales, then ``output *= a_inv * b_inv``,
+#:    torchao float8_ops.py ``addmm_float8_unwrapped`` v0.10.0–v0.18.0): 4 bytes per element of each input and weight
+#:    gradient on the compute stream.
+COST_MODEL_VERSION = 34

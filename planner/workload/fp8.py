@@ -57,8 +57,9 @@ def cast_ops(ctx: Inputs, kind: str, mbs: int, tp: int) -> tuple[tuple[MemOp, ..
     and, unless the recipe caches FP8 weights across micro-batches, each weight (n × k), at amax + cast bytes.
     Backward: each output gradient (T × n) cast; the other orientation the weight-gradient and input-gradient
     GEMMs need — FP8 transposes (read 1, write 1) of the inputs, output gradients and weights for one-orientation
-    recipes, second casts for rowwise/MXFP8. Kernels: an amax pass and a cast each (one fused kernel under
-    ``compiled`` kernels or without an amax pass)."""
+    recipes, second casts for rowwise/MXFP8; torchao rowwise's scaling of both backward GEMMs' outputs after the
+    GEMM (``RecipeFacts.rescale_bytes``: each linear's input gradient, T × k, and weight gradient, n × k). Kernels:
+    an amax pass and a cast each (one fused kernel under ``compiled`` kernels or without an amax pass)."""
     recipe = ctx.fp8_recipe
     lins = [lin for lin in fp8_linears(ctx, kind, tp) if lin.fp8]
     if recipe is None or not lins:
@@ -83,6 +84,9 @@ def cast_ops(ctx: Inputs, kind: str, mbs: int, tp: int) -> tuple[tuple[MemOp, ..
         bwd.append(MemOp("fp8_cast_other_axis", a * (inputs + grads), per_cast * (n_inputs + len(lins))))
         if not r.weight_cached:
             bwd.append(MemOp("fp8_cast_weight_other_axis", a * weights, per_cast * len(lins)))
+    if r.rescale_bytes:  # the backward GEMMs' outputs scaled after the GEMM (torchao rowwise: ``RecipeFacts``)
+        dgrads = sum(tokens * lin.k for lin in lins)
+        bwd.append(MemOp("fp8_rowwise_rescale", r.rescale_bytes * (dgrads + weights), 2 * len(lins)))
     return tuple(fwd), tuple(bwd)
 
 
