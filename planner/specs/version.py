@@ -117,4 +117,13 @@ from __future__ import annotations
 #:    ``moe_utils.get_capacity``, ``token_dispatcher.MoEAlltoAllTokenDispatcher.preprocess``): every expert's grouped
 #:    GEMMs at C = ⌈T·k/E·cf⌉ rows per source rank, the all-to-all at C·E rows per rank, permutes and saved activations
 #:    at the padded rows, whatever the load; refused on torchtitan (dropless).
-COST_MODEL_VERSION = 33
+#: 34: the ``deepspeed-2021`` preset's ZeRO-3 with the small kernels around each fetch and collective
+#:    (``planner.pricing.launches``, ``compose.zero3_sequence``; issue 27 §2): PyTorch's list all-gather copies each
+#:    of the dp slices out of its flat buffer and the list reduce-scatter each into one (ProcessGroupNCCL, v1.9 era),
+#:    each its own launch; each gather's zero-fill and shard copy (partition_parameters.py:838-861), each gradient's
+#:    ``div_`` (stage3.py:1985-1986), each fetched module's parameter norms formatted into a debug message through
+#:    ``.item()`` (stage3.py:452-457); every kernel after its launch, so after each host wait the device idles for a
+#:    launch. Its ZeRO-2 reduces each bucket with one ``dist.reduce`` per owner slice (stage2.py:853-939,
+#:    ``Stack.zero2_reduce``, ``workload.zero2_reduce``) at NCCL's ring-reduce price (``pricing.nccl``: nRanks steps,
+#:    algBw = busBw), on the compute stream (``overlap_comm`` off at stage 2). Other presets' numbers as in 33.
+COST_MODEL_VERSION = 34
