@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 
 from planner.pricing.device import Device
 from planner.pricing.gpu import GPU_LAUNCH_US, hbm_time
@@ -93,5 +94,10 @@ class Kernels:
 
 
 def zero3_kernels(ctx: Device, ranks: int, elt: float, grad_elt: float) -> Kernels:
-    """``Kernels`` on this GPU (``launch_seconds``, ``gpu.hbm_time``)."""
-    return Kernels(launch_seconds(ctx), ranks, elt, grad_elt, lambda b: hbm_time(ctx, b))
+    """``Kernels`` on this GPU (``launch_seconds``, ``gpu.hbm_time``; a handful of sizes, each priced once)."""
+
+    @cache
+    def hbm(nbytes: float) -> float:
+        return hbm_time(ctx, nbytes)
+
+    return Kernels(launch_seconds(ctx), ranks, elt, grad_elt, hbm)
