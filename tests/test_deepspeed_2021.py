@@ -20,6 +20,7 @@ from planner.compose.zero3_sequence import (
     block_params,
     simulate,
 )
+from planner.pricing.launches import Kernels, chain, launch_seconds, zero3_kernels
 from planner.specs.catalog import get_model
 from planner.specs.errors import MeshplanError
 from planner.specs.stacks import STACKS
@@ -196,6 +197,7 @@ def test_the_block_term_is_the_simulated_micro_batch_per_block() -> None:
         lambda n: dp_collective(ctx, "all_gather", 2 * n, 16, g.dp_link, g.per_node),
         lambda n: dp_collective(ctx, "reduce_scatter", 2 * n, 16, g.dp_link, g.per_node),
         OVERLAP_SLOWDOWN,
+        zero3_kernels(ctx, 16, 2, 2),
     )
     assert (s.fwd.layer, s.bwd.layer) == (round(z.fwd / 24 * 1e9), round(z.bwd / 24 * 1e9))
     assert s.fwd_z3.layer > 0 and s.bwd_z3.layer > 0
@@ -249,3 +251,83 @@ def test_a_model_whose_every_tensor_persists_gathers_nothing() -> None:
     req = {**BASE, "model": tied, "training": {**BASE["training"], "seq_len": 64, "global_batch_size": 16}}
     est = planner.estimate_plan({**req, "parallel": {"tp": 1, "pp": 1, "dp": 16, "zero_stage": 3}}).estimate
     assert est.step_time_s > 0
+
+
+# ---- the kernels around each collective (planner.pricing.launches) ---------------------------------------------------
+
+
+def _chain_by_steps(free: float, host: float, count: int, launch: float, each: float) -> float:
+    """The recurrence itself: kernel k launched by host + k·launch, run after the one before."""
+    end = free
+    for k in range(1, count + 1):
+        end = max(end, host + k * launch) + each
+    return end
+
+
+@pytest.mark.parametrize(
+    ("free", "host", "count", "launch", "each"),
+    [
+        (0.0, 0.0, 1, 4e-6, 1e-6),  # one kernel on an idle stream: its launch, then it
+        (0.0, 0.0, 384, 4e-6, 1e-6),  # launch-bound: 384 launches + the last kernel
+        (0.0, 0.0, 384, 4e-6, 1e-5),  # device-bound: the first launch + 384 kernels
+        (1.0, 0.0, 1536, 4e-6, 1e-6),  # a busy stream: the kernels queue behind it
+        (5e-3, 0.0, 1536, 4e-6, 1e-6),  # the stream frees midway through the launches
+        (0.0, 2.0, 7, 1.0, 1.0),
+        (3.0, 2.0, 0, 1.0, 1.0),  # nothing launched: the stream as it was
+    ],
+)
+def test_a_chain_of_launches_matches_its_recurrence(free, host, count, launch, each) -> None:
+    assert chain(free, host, count, launch, each) == pytest.approx(_chain_by_steps(free, host, count, launch, each))
+
+
+@pytest.mark.parametrize(
+    ("n", "ranks", "elt", "grad_elt", "expect"),
+    [
+        # (fill, shard, one gather copy, one scatter copy, div, norm) in bytes, by hand from pp:838/861, ProcessGroupNCCL's
+        # per-rank copy_ of n / ranks elements (read + write), stage3:1985 (read + write) and the norm (read)
+        (150_994_944, 384, 2, 2, (2 * 150_994_944, *(4 * 393_216,) * 3, 4 * 150_994_944, 2 * 150_994_944)),
+        (12_288, 1536, 2, 2, (2 * 12_288, 4 * 8, 4 * 8, 4 * 8, 4 * 12_288, 2 * 12_288)),
+        # padded to 16 × 2305
+        (36_865, 16, 2, 4, (2 * 16 * 2305, 4 * 2305, 4 * 2305, 8 * 2305, 8 * 36_865, 2 * 36_865)),
+    ],
+)
+def test_the_kernels_move_the_bytes_the_code_copies(n, ranks, elt, grad_elt, expect) -> None:
+    k = Kernels(1.0, ranks, elt, grad_elt, lambda b: b)  # seconds = bytes: the bytes themselves
+    assert (k.fill(n), k.shard(n), k.gather_copy(n), k.scatter_copy(n), k.div(n), k.norm(n)) == expect
+
+
+def test_a_timeline_with_its_kernels_matches_the_hand_one() -> None:
+    """One block of one 6e8-element weight on 2 ranks, launch 1 s, 1.2e9 B/s of HBM (fill, shard, each copy, norm 1 s;
+    div 2 s), gather 5 s, reduce-scatter 3 s, forward 10 s, backward 20 s. By hand (host t, comm stream, compute, NCCL):
+    fill launched 0→1, runs 1→2; sync t = 2; shard launched 2→3, runs 3→4; NCCL launched 3→4, runs 4→9; its 2 copies
+    out launched 4→5, 5→6, run 9→10, 10→11; the fetch's sync t = 11; the norm launched 11→12 runs 12→13, its copy to the
+    host 13; compute launched 13→14, runs 14→24 — forward 24 s (without the kernels 5 + 10 = 15). The backward (kept:
+    no gather): norm 25, compute 26→46; the epilogue's div launched 26→27 runs 27→29, 2 copies in launched 27→29 run
+    29→31, NCCL launched 29→30 runs 31→34 — the backward ends at 46: 22 s (without: 20)."""
+    args = (BlockParams((600_000_000,), ((),)), 1, (10.0,), (20.0,), False, lambda n: 5.0, lambda n: 3.0, 0.0)
+    z = simulate(*args, Kernels(1.0, 2, 2, 2, lambda b: b / 1.2e9))
+    assert (z.fwd, z.bwd) == (24.0, 22.0)
+    z0 = simulate(*args)
+    assert (z0.fwd, z0.bwd) == (15.0, 20.0)
+    assert (z.gathers_fwd, z.gathers_bwd, z.reduce_scatters) == (z0.gathers_fwd, z0.gathers_bwd, z0.reduce_scatters)
+
+
+@pytest.mark.parametrize("dp", [2, 64, 384, 1536])
+def test_the_list_collectives_launches_grow_with_the_ranks(dp: int) -> None:
+    """No compute, free kernels and collectives: each all-gather costs its host (ranks + 3) launches (fill, shard,
+    NCCL, ranks copies), each fetch's tensors two launches apiece (norm, copy to the host) and the compute one; each
+    reduce-scatter (ranks + 2) (div, ranks copies, NCCL) — GPT-3 175B's 96 blocks, full recompute, by hand. The
+    forward's last fetch prefetches the recompute's first weight: a backward gather issued in the forward."""
+    m = get_model("gpt3-175b")
+    bp = block_params(m, 1)
+    launch = 4e-6
+    k = Kernels(launch, dp, 2, 2, lambda b: 0.0)
+    z = simulate(bp, 96, (0.0,) * 4, (0.0,) * 4, True, lambda n: 0.0, lambda n: 0.0, 0.0, k)
+    tensors = len(bp.fetched) + sum(len(r) for r in bp.riders)  # 12 a block
+    assert (z.gathers_fwd, z.gathers_bwd) == (96 * 4, 96 * 7)  # test_collective_counts_per_micro_batch_...
+    fwd = 96 * (len(bp.fetched) * ((dp + 3) + 1) + 2 * tensors) + (dp + 3)
+    assert z.fwd == pytest.approx(fwd * launch)
+    fetches = 96 * 2 * len(bp.fetched)  # recompute's and backward's fetches: each its compute's launch
+    hand_b = (96 * 7 - 1) * (dp + 3) + fetches + 96 * 2 * 2 * tensors + z.reduce_scatters * (dp + 2)
+    assert z.bwd == pytest.approx(hand_b * launch)
+    assert launch_seconds(_ctx(dp=16, zero_stage=3)) == pytest.approx(4e-6)  # GPU_LAUNCH_US, no residual on this row

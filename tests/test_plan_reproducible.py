@@ -168,6 +168,7 @@ FINGERPRINTS = {
     32: "2cd43ba3d35a3c86",  # 32 (deepspeed-2021, DeepSpeed v0.5.0's ZeRO): no reference on it; tests/test_deepspeed_2021.py
     33: "2cd43ba3d35a3c86",  # 33 (MoE padded to capacity): no reference pads; tests/test_moe_pad_capacity.py
     34: "2cd43ba3d35a3c86",  # 34 (torchao rowwise's backward rescale): no reference trains in FP8; tests/test_fp8.py
+    35: "2cd43ba3d35a3c86",  # 35 (deepspeed-2021's launches and list-collective copies): no reference on it
 }
 
 

@@ -28,7 +28,13 @@ from planner.compose.layer_group import (  # noqa: F401 (re-exported: their home
 )
 from planner.compose.memory import StateBytes, optimizer_step_bytes, state_bytes, zero3_buffer_bytes
 from planner.compose.zero3_sequence import block_seconds
-from planner.pricing.collectives import Groups, comm_seconds, pipeline_action, step_reduction_seconds
+from planner.pricing.collectives import (
+    Groups,
+    comm_seconds,
+    owner_reduce_seconds,
+    pipeline_action,
+    step_reduction_seconds,
+)
 from planner.pricing.gpu import hbm_time, optimizer_step_times
 from planner.pricing.host import (
     fsdp_hook_times,
@@ -49,6 +55,7 @@ from planner.workload.collectives import (
     tied_embedding_sync,
 )
 from planner.workload.fp8 import fp8_state_bytes, gathered_params
+from planner.workload.zero2_reduce import module_params
 
 if TYPE_CHECKING:
     from planner.compose.cost import Candidate
@@ -225,7 +232,10 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = Fals
         gather = dp_seconds(ctx, how, "all_gather", gathered, e, None, g, *split) if sched.gather_fwd else none
         gather_b = gather if sched.gather_bwd else none
         scatter = dp_seconds(ctx, how, reduce_op, lg.params, ge, None, g, *split) if sched.reduce_each else none
-        join = (lambda w, t: overlapped(w, t, slow)) if prefetch_overlaps(ctx) else (lambda w, t: w + t)
+        owner = zero_stage == 2 and ctx.stack.zero2_reduce == "owner"  # DeepSpeed v0.5.0: on the compute stream
+        if owner:
+            scatter = owner_reduce_seconds(ctx, module_params(ctx.model, tp), ge, g, lg.params)
+        join = (lambda w, t: overlapped(w, t, slow)) if prefetch_overlaps(ctx) and not owner else (lambda w, t: w + t)
         # + FSDP2's copies on the compute stream around them (``accumulation.fsdp2_copy_bytes``; a GPU: a host's are
         # in its measured hooks)
         out_f, out_b, into = fsdp2_copies(ctx, sched, zero_stage, gathered, lg.params, ge)

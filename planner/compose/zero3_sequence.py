@@ -43,10 +43,17 @@ at a tag here): they queue one after another (``comm`` below). The block's compu
 (backward) time split over its fetched parameters in proportion to their sizes (a linear's FLOPs are
 2·tokens·parameters); the norms and the attention core between two linears ride with the one before. The compute under a collective is slowed by σ of the
 overlapped time (``layer_group.overlapped``). The whole micro-batch is simulated (every block of the rank: whether a
-parameter is kept depends on how far its next use is), and its blocks' time spread evenly over them. Not priced:
-the host's launch gap after each device-wide sync, the ``torch.zeros`` of each gathered buffer and the copies
-PyTorch's list all-gather and reduce-scatter make to and from a flat buffer, the embedding's and LM head's place in
-the trace (priced per kind in ``compose.terms``, as for the ``module`` fetch).
+parameter is kept depends on how far its next use is), and its blocks' time spread evenly over them.
+
+Around each collective and each fetch, the small kernels of ``pricing.launches`` (cost model 35), every kernel no
+earlier than its launch from the host, the host launching one at a time: each gather's zero-fill (pp:838) before its
+device sync (pp:845) and its own shard's copy (pp:861) on DeepSpeed's comm stream (stage3:521-525); PyTorch's list
+all-gather's copy of each of the dp slices out of its flat buffer after NCCL's kernel (``ProcessGroupNCCL::allgather``)
+and the list reduce-scatter's dp copies into its flat buffer before it (``ProcessGroupNCCL::reduce_scatter``), dp
+launches of the host each; each bucket gradient's ``div_`` (stage3:1985-1986); each fetched module's parameters'
+norms formatted into a debug message, each an ``.item()`` that waits for the compute stream (stage3:452-457) — so
+after every wait the device idles for the next launch. Not priced: the embedding's and LM head's place in the trace
+(priced per kind in ``compose.terms``, as for the ``module`` fetch), the host's Python per rank (``narrow`` loops).
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ from typing import TYPE_CHECKING, Literal
 
 from planner.compose.layer_group import OVERLAP_SLOWDOWN
 from planner.pricing.collectives import Groups, dp_collective
+from planner.pricing.launches import Kernels, chain, zero3_kernels
 from planner.specs import ModelSpec
 from planner.workload.ops import linears, other_params
 
@@ -173,10 +181,12 @@ def simulate(
     gather: Callable[[int], float],
     reduce: Callable[[int], float],
     slowdown: float,
+    kernels: Kernels | None = None,
 ) -> Zero3Pass:
     """Run one micro-batch's trace over ``layers`` blocks (module docstring); ``gather(n)`` / ``reduce(n)``: seconds
     of one all-gather / reduce-scatter of an n-element parameter over the data-parallel group; ``c_fwd``/``c_bwd``:
-    a block's compute after each of its fetches."""
+    a block's compute after each of its fetches. With ``kernels`` (``pricing.launches``) the small kernels around
+    each collective and each fetch's norms, every kernel after its launch; without, collectives and compute alone."""
     sizes = params.fetched
     entries = trace(layers, len(sizes), c_fwd, c_bwd, recompute)
     keep = keep_after(entries, sizes)
@@ -185,64 +195,95 @@ def simulate(
     size = [sizes[e.param] for e in entries]
     fwd_phase = [e.phase == "fwd" for e in entries]
     g = [gather(n) for n in sizes]
-    cost = [g[e.param] for e in entries]
-    # per backward entry: its gradients' elements, their reduce-scatters' seconds (one after another) and count
+    # per backward entry: its gradients' elements (a fetched parameter's, then its module's persistent ones)
     grads = [(n, *params.riders[j]) for j, n in enumerate(sizes)]
     red_s = [sum(reduce(x) for x in gr) for gr in grads]
-    t = comp = comm = red = 0.0  # host (after its last sync), compute stream's end, NCCL stream's end, reductions' end
+    launch = kernels.launch if kernels is not None else 0.0
+    # host (after its last wait), compute stream's end, DeepSpeed's comm stream's end, NCCL stream's end, reductions' end
+    t = comp = side = comm = red = 0.0
     ready: set[int] = set()
     inflight: set[int] = set()
     live, bucket, pending_s, turn = 0, 0, 0.0, -1.0
+    pending: list[int] = []  # the bucket's gradients (elements), in arrival order
     counts = [0, 0, 0]  # gathers forward, backward; reduce-scatters
     n_entries = len(entries)
 
-    def flush() -> None:
-        nonlocal t, comm, red, pending_s, bucket
+    def all_gather(j: int) -> None:  # _allgather_param (pp:823-870) of entry j's parameter
+        nonlocal t, side, comm, live
+        p = entries[j].param
+        if kernels is None:
+            t = max(t, comp, comm)  # torch.cuda.synchronize() (pp:845)
+            comm = t + g[p]
+        else:
+            n, kn = sizes[p], kernels
+            side = chain(side, t, 1, launch, kn.fill(n))  # torch.zeros (pp:838) on the comm stream
+            t = max(t + launch, comp, side, comm)  # torch.cuda.synchronize() (pp:845)
+            side = chain(side, t, 1, launch, kn.shard(n))  # its own shard in (pp:861)
+            t += 2 * launch  # the shard's launch, NCCL's
+            # NCCL's kernel after the comm stream (syncStreams), then one copy out per rank (ProcessGroupNCCL::allgather)
+            comm = chain(max(comm, side, t) + g[p], t, kn.ranks, launch, kn.gather_copy(n))
+            t += kn.ranks * launch
+        live += size[j]
+        counts[0 if fwd_phase[j] else 1] += 1
+
+    def flush() -> None:  # reduce_ipg_grads (stage3:2193-2195) → average_tensor (stage3:1978-1995)
+        nonlocal t, comm, red, bucket, pending_s
         t = max(t, red)  # reduction_stream.synchronize() before the next bucket's reductions
-        # issued from the host, one after another; the reduction stream does not wait for the compute stream
-        comm = max(comm, t) + pending_s
-        red, pending_s, bucket = comm, 0.0, 0
+        if kernels is None:  # issued from the host, one after another; the NCCL stream waits for no compute
+            comm = max(comm, t) + pending_s
+        else:
+            kn, rs = kernels, red
+            for x in pending:  # each gradient's div_ on the reduction stream
+                rs = chain(rs, t, 1, launch, kn.div(x))
+                t += launch
+            for x in pending:  # then each list reduce-scatter: one copy in per rank, NCCL's kernel
+                copies = chain(max(comm, rs), t, kn.ranks, launch, kn.scatter_copy(x))
+                t += (kn.ranks + 1) * launch
+                comm = max(copies, t) + reduce(x)
+        red, bucket, pending_s = comm, 0, 0.0
+        pending.clear()
 
     for i, e in enumerate(entries):
         q = key[i]
         if turn < 0 and not fwd_phase[i]:
             turn = max(t, comp)  # the forward's blocks end, the backward's begin
-        if q in inflight or q not in ready:  # wait for every gather and the device (+ gather it first)
-            t = max(t, comp, comm)
+        if q in inflight or q not in ready:  # gather it (unless in flight), then wait for every gather and the device
             if q not in inflight:
-                t = comm = t + cost[i]
-                live += size[i]
-                counts[0 if fwd_phase[i] else 1] += 1
+                all_gather(i)
+            t = max(t, comp, comm)  # _synchronize_communication (stage3:533-543)
             ready |= inflight
             ready.add(q)
             inflight = set()
+        if kernels is not None:  # each tensor's norm formatted into a debug message: .item() waits (stage3:452-457)
+            for x in grads[e.param]:
+                comp = chain(comp, t, 1, launch, kernels.norm(x))  # the norm
+                t = comp = chain(comp, t + launch, 1, launch, 0.0)  # its two bytes to the host
         if not inflight and live < MAX_LIVE:  # prefetch the trace's next parameters, a device sync before each
             want = 0
             for j in range(i + 1, n_entries):
                 x = key[j]
                 if x in ready or x in inflight:
                     continue
-                t = max(t, comp, comm)
-                comm = t + cost[j]
+                all_gather(j)
                 inflight.add(x)
-                live += size[j]
-                counts[0 if fwd_phase[j] else 1] += 1
                 want += size[j]
                 if want >= PREFETCH_BUCKET:
                     break
-        start = max(t, comp)
+        start = max(t + launch, comp)  # its first kernel after its launch
+        t += launch
         comp = start + e.compute + slowdown * min(e.compute, max(0.0, comm - start))
         if e.phase == "bwd":  # its gradients join the bucket; one that would overflow it reduces the bucket first
             elems = sum(grads[e.param])
             if bucket and bucket + elems > REDUCE_BUCKET:
                 flush()
+            pending.extend(grads[e.param])
             pending_s += red_s[e.param]
             bucket += elems
             counts[2] += len(grads[e.param])
         if not keep[i]:  # released after its use
             ready.discard(q)
             live -= size[i]
-    flush()  # the backward's epilogue reduces the last bucket and waits for it (stage3.py:1757-1763)
+    flush()  # the backward's epilogue reduces the last bucket and waits for it (stage3:1757-1763)
     end = max(t, comp, comm)
     turn = end if turn < 0 else turn
     return Zero3Pass(turn, end - turn, counts[0], counts[1], counts[2])
@@ -274,5 +315,6 @@ def block_seconds(
 
     layers = ctx.model.num_layers
     c_f, c_b = tuple(fwd * s for s in share), tuple(bwd * s for s in share)
-    z = simulate(params, layers, c_f, c_b, full, gather, reduce, OVERLAP_SLOWDOWN)
+    kernels = zero3_kernels(ctx, g.dp, gather_elt, grad_elt)
+    z = simulate(params, layers, c_f, c_b, full, gather, reduce, OVERLAP_SLOWDOWN, kernels)
     return z.fwd / layers, z.bwd / layers

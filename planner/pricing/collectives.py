@@ -13,6 +13,7 @@ residual (older runs without a class: the network fit × ``comm_scale``, as befo
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from planner.pricing.comm import dp_group_in_node, dp_ranks_per_node, tp_link
@@ -20,6 +21,7 @@ from planner.pricing.context_parallel import CpGroup, cp_collective
 from planner.pricing.device import Device
 from planner.pricing.host import host_dispatch
 from planner.workload.collectives import Collective, Comms, StepReductions
+from planner.workload.zero2_reduce import owner_reduces
 
 
 def tp_collective(ctx: Device, name: str, size_bytes: float, tp: int, *, in_step_extra: bool = True) -> float:
@@ -151,3 +153,17 @@ def step_reduction_seconds(ctx: Device, r: StepReductions, g: Groups) -> tuple[l
         per_kind[0] += tp_collective(ctx, "all_reduce", base + per_block, g.tp) - first
     once += comm_seconds(ctx, r.once, g)
     return per_kind, once
+
+
+def owner_reduce_seconds(
+    ctx: Device, params: tuple[tuple[int, int], ...], grad_elt: float, g: Groups, kinds: tuple[int, int, int]
+) -> tuple[float, float, float]:
+    """Seconds per micro-batch of ZeRO-2's owner reduces as DeepSpeed v0.5.0 issues them (``workload.zero2_reduce``:
+    ``params`` in module order, buckets of the stack's ``zero3_reduce_bucket`` elements), one after another, each an
+    NCCL ring reduce over the dp group; spread over the layer kinds (block, embedding, LM head) by their parameters
+    (``kinds``), as a bucketed sync is."""
+    bucket = ctx.stack.zero3_reduce_bucket or 500_000_000
+    pieces = Counter(owner_reduces(params, g.dp, bucket))
+    total = sum(n * k for n, k in pieces.items())
+    secs = sum(k * ctx.comm.time("reduce", n * grad_elt, g.dp, g.dp_link, g.per_node) for n, k in pieces.items())
+    return (secs * kinds[0] / total, secs * kinds[1] / total, secs * kinds[2] / total) if total else (0.0, 0.0, 0.0)

@@ -113,6 +113,7 @@ _BUS = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
+    "reduce": lambda n: 1.0,  # nccl-tests doc/PERFORMANCE.md: reduce busbw = algbw
     "send_recv": lambda n: 1.0,
     # nccl-tests doc/PERFORMANCE.md: alltoall busbw = algbw·(n−1)/n (each rank keeps 1/n of its buffer)
     "all_to_all": lambda n: (n - 1) / n,
@@ -121,6 +122,7 @@ _STEPS = {
     "all_reduce": lambda n: 2 * (n - 1),
     "all_gather": lambda n: n - 1,
     "reduce_scatter": lambda n: n - 1,
+    "reduce": lambda n: n,  # NCCL's tuner: nRanks steps (pricing.nccl.TUNED)
     "send_recv": lambda n: 1,
     "all_to_all": lambda n: n - 1,
 }

@@ -45,8 +45,10 @@ CPU_OF: dict[str, Literal["intel", "amd"]] = {
     "hopper": "intel",
     "blackwell": "intel",
 }
-#: The collectives NCCL's tuner prices (send/recv and all-to-all are point-to-point in NCCL: no selection).
-TUNED = ("all_reduce", "all_gather", "reduce_scatter")
+#: The collectives NCCL's tuner prices (send/recv and all-to-all are point-to-point in NCCL: no selection). A reduce
+#: (ncclReduce: DeepSpeed v0.5.0's ZeRO-2) runs a ring only, nRanks steps, algBw = busBw (tuning.cc:112-137 at
+#: v2.10.3-1, 165-227 at v2.23.4-1); its latency is one hop's per step (``_reduce_lat``).
+TUNED = ("all_reduce", "all_gather", "reduce_scatter", "reduce")
 
 # ---- v2.10.3-1 src/graph/tuning.cc: baseLat, hwLat[NVLINK/NET][Tree/Ring][LL/LL128/Simple], caps
 _BASE_10 = {"tree": (4.4, 4.4, 0.0), "ring": (3.6, 10.0, 8.4)}
@@ -153,7 +155,17 @@ def link_topo(n: int, ppn: int, nic_GBps: float, gen: Gen, gpus_per_node: int, i
 
 
 def _nsteps(coll: str, n: int) -> int:
-    return 2 * (n - 1) if coll == "all_reduce" else n - 1
+    return 2 * (n - 1) if coll == "all_reduce" else n if coll == "reduce" else n - 1
+
+
+def _reduce_lat(base: float, net: dict, nvl: dict, proto: int, t: Topo) -> float:
+    """A ring reduce's latency, µs, as both eras' tuners price it (tuning.cc:143-151 at v2.10.3-1, 242-249 at
+    v2.23.4-1): the base + nRanks × one hop's latency (the network's across nodes, NVLink's inside one) — Simple at
+    the tree's hop latency ("Add some chunk latency") — the rings' ``sameChannels == 0`` branch: the search keeps
+    identical channels only when they reach the system's width (search.cc:780-793), which one NIC's channels do not
+    on a multi-NIC node; a single-hop latency where they are identical is not priced."""
+    hop = (net if t.nodes > 1 else nvl)["tree" if PROTOS[proto] == "Simple" else "ring"][proto]
+    return base + t.n * hop * (t.inter_lat_scale if t.nodes > 1 else t.intra_lat_scale)
 
 
 def _ninter(coll: str, k: int) -> int:
@@ -177,7 +189,7 @@ def _pairs_210(coll: str, t: Topo) -> list[Pair]:
             if a80:
                 bus = min(bus, 235.0)
             if algo == "ring" and proto == "LL":
-                bus = min(llmax, bus / 4 if (k > 1 or coll == "all_reduce") else bus / 3)
+                bus = min(llmax, bus / 4 if (k > 1 or coll in ("all_reduce", "reduce")) else bus / 3)
             if algo == "ring" and proto == "LL128":
                 bus = min(bus * (0.7 if ppn < 2 else 0.92), _LL128_CH_10 * c)
             if algo == "tree":
@@ -192,7 +204,9 @@ def _pairs_210(coll: str, t: Topo) -> list[Pair]:
             if k > 1 and proto == "LL":
                 intra *= 1.8
             lat = _BASE_10[algo][p]
-            if algo == "ring":
+            if coll == "reduce":
+                lat = _reduce_lat(lat, _NET_10, _NVL_10, p, t)
+            elif algo == "ring":
                 lat += (nsteps - ninter) * intra + ninter * inter
             else:
                 lat += 2 * ((n // k - 1) * intra + log2i(k) * inter)
@@ -212,7 +226,7 @@ def _pairs_223(coll: str, t: Topo) -> list[Pair]:
     if coll == "all_reduce":
         if t.nvls and t.ppn > 1:
             algos.append("nvls" if k == 1 else "nvls_tree")  # NVLS across nodes needs CollNet; NVLS-tree ≥ 2 nodes
-    elif k == n and k > 1:
+    elif k == n and k > 1 and coll != "reduce":
         algos.append("pat")  # ncclPatEnable: nNodes == nRanks
     out = []
     for algo in algos:
@@ -249,7 +263,9 @@ def _pairs_223(coll: str, t: Topo) -> list[Pair]:
             net = _NET_23["tree"] if (ppn == 1 or algo == "pat") else _NET_23[algo]
             inter = net[p] * t.inter_lat_scale
             lat = _BASE_23.get(algo, (0.0, 0.0, 0.0))[p]
-            if algo == "ring":
+            if coll == "reduce":
+                lat = _reduce_lat(lat, _NET_23, _NVL_23, p, t)
+            elif algo == "ring":
                 if k > 1:
                     intra = max(intra, _NET_OVERHEAD[t.cpu] * (3 if proto == "Simple" else 1))
                 lat += (nsteps - ninter) * intra + ninter * inter

@@ -108,8 +108,9 @@ the fetch's gathers: c0eeb69df #1188, one synchronous launch of a module's param
 
 * ZeRO-3 fetches one parameter at a time, a device-wide sync around every fetch, one prefetch in flight, the
   recompute gathering again, one reduce-scatter per parameter gradient (``planner.compose.zero3_sequence``, which
-  cites every rule at file:line); ZeRO-2 reduces each micro-batch's gradients in its backward, ZeRO-0/1 once at the
-  accumulation boundary (``runtime/engine.py:1255-1266`` ``allreduce_gradients``); ``overlap_comm`` is forced off
+  cites every rule at file:line; the kernels around each collective: ``planner.pricing.launches``); ZeRO-2 reduces
+  each micro-batch's gradients in its backward, one ``dist.reduce`` per owner slice of a bucket
+  (``planner.workload.zero2_reduce``), ZeRO-0/1 once at the accumulation boundary (``runtime/engine.py:1255-1266`` ``allreduce_gradients``); ``overlap_comm`` is forced off
   for ZeRO-1 and under a ``PipelineModule`` (engine.py:999-1014);
 * the pipeline: ``PipelineEngine`` (``runtime/pipe/engine.py:56``: "ZeRO-2 and ZeRO-3 are incompatible with pipeline
   parallelism"), ``TrainSchedule`` (1F1B-style, schedule.py), send/recv as blocking broadcasts in 2-rank groups
@@ -251,6 +252,7 @@ DEEPSPEED_2021 = Stack(
     zero3_reduce_bucket=500_000_000,  # reduce_bucket_size default (zero/constants.py:68)
     grad_accumulation="deepspeed",  # ZeRO-2/3 reduce every micro-batch (engine.py:1255-1258)
     zero1_sync="all_reduce",  # ZeRO-1: dist.all_reduce per 5e8-element bucket (zero/stage2.py:1292-1378)
+    zero2_reduce="owner",  # ZeRO-2: dist.reduce per owner slice of each bucket (zero/stage2.py:924-939)
     p2p_blocking=("1f1b",),  # runtime/pipe/p2p.py: dist.broadcast in a 2-rank group, async_op forced False
     nccl="2.10",  # the 2021 NGC PyTorch containers: NCCL 2.8–2.10 (planner.pricing.nccl)
     source="microsoft/DeepSpeed v0.5.0 (f28432441b): runtime/zero/stage3.py (PartitionedParameterCoordinator, "

@@ -86,6 +86,8 @@ class Stack(BaseModel):
     #: ZeRO-1's gradient sync: reduce-scatter, or DeepSpeed v0.5.0's all-reduce of each bucket (stage2.py
     #: ``buffered_reduce_fallback`` → ``allreduce_bucket``, contiguous gradients off at stage 1: ``compose.terms``)
     zero1_sync: Literal["reduce_scatter", "all_reduce"] = "reduce_scatter"
+    #: ZeRO-2's gradient sync: reduce-scatter, or DeepSpeed v0.5.0's ``dist.reduce`` per owner slice (``workload.zero2_reduce``)
+    zero2_reduce: Literal["reduce_scatter", "owner"] = "reduce_scatter"
     #: the NCCL release whose tuner picks each collective's algorithm × protocol across nodes (``pricing.nccl``)
     nccl: Literal["2.10", "2.23"] = "2.23"
     #: per micro-batch or once per step: its gathers and gradient reductions (``workload.accumulation.dp_schedule``)

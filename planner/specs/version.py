@@ -121,4 +121,13 @@ from __future__ import annotations
 #:    slow-accumulation backward GEMMs run as cuBLAS tensorwise with unit scales, then ``output *= a_inv * b_inv``,
 #:    torchao float8_ops.py ``addmm_float8_unwrapped`` v0.10.0–v0.18.0): 4 bytes per element of each input and weight
 #:    gradient on the compute stream.
-COST_MODEL_VERSION = 34
+#: 35: the ``deepspeed-2021`` preset's ZeRO-3 with the small kernels around each fetch and collective
+#:    (``planner.pricing.launches``, ``compose.zero3_sequence``; issue 27 §2): PyTorch's list all-gather copies each
+#:    of the dp slices out of its flat buffer and the list reduce-scatter each into one (ProcessGroupNCCL, v1.9 era),
+#:    each its own launch; each gather's zero-fill and shard copy (partition_parameters.py:838-861), each gradient's
+#:    ``div_`` (stage3.py:1985-1986), each fetched module's parameter norms formatted into a debug message through
+#:    ``.item()`` (stage3.py:452-457); every kernel after its launch, so after each host wait the device idles for a
+#:    launch. Its ZeRO-2 reduces each bucket with one ``dist.reduce`` per owner slice (stage2.py:853-939,
+#:    ``Stack.zero2_reduce``, ``workload.zero2_reduce``) at NCCL's ring-reduce price (``pricing.nccl``: nRanks steps,
+#:    algBw = busBw), on the compute stream (``overlap_comm`` off at stage 2). Other presets' numbers as in 34.
+COST_MODEL_VERSION = 35
