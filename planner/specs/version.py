@@ -117,4 +117,10 @@ from __future__ import annotations
 #:    ``moe_utils.get_capacity``, ``token_dispatcher.MoEAlltoAllTokenDispatcher.preprocess``): every expert's grouped
 #:    GEMMs at C = ⌈T·k/E·cf⌉ rows per source rank, the all-to-all at C·E rows per rank, permutes and saved activations
 #:    at the padded rows, whatever the load; refused on torchtitan (dropless).
-COST_MODEL_VERSION = 33
+#: 34: Megatron-core's alltoall dispatcher and grouped experts as they run (``Stack.moe_dispatch = "megatron"``, the
+#:    megatron preset; core_v0.16.1 ``token_dispatcher.py`` / ``experts.py``, ``workload.expert_parallel``): the sort
+#:    of the received rows by local expert and its inverse (E/ep > 1), the probabilities' all-to-all and the token
+#:    counts' all-gather on the compute stream, gpt-oss's per-expert fc2 bias loop (``TEGroupedMLP._apply_bias``),
+#:    and the saved tensors per routed row without a combine copy (the probabilities ride in the fused activation),
+#:    beside the TE dense MLP's 3·f (was 4·f) it replaces. Other stacks unchanged.
+COST_MODEL_VERSION = 34
