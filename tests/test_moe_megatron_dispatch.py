@@ -4,8 +4,9 @@ formulas written here from that code, the changes to ``workload.expert_parallel.
 dispatch — the sort by local expert and its inverse (two more read + write passes of the routed rows when a rank
 holds more than one expert), the saved tensors per routed row (fc1's input, fc1's output, the activation's output: no
 combine copy), the dense TE MLP it replaces (3·f per token with SwiGLU), the probabilities' all-to-all and the token
-counts' all-gather, and gpt-oss's per-expert fc2 bias loop (6 passes of the rows each way); and the expert floor
-still below the exact terms on the megatron stack."""
+counts' all-gather, gpt-oss's per-expert fc2 bias loop (6 passes of the rows each way) and, under FP8, the experts'
+GEMM inputs saved at 1 byte (TE v2.9 ``GroupedLinear``); and the expert floor still below the exact terms on the
+megatron stack."""
 
 from __future__ import annotations
 
@@ -69,6 +70,10 @@ def test_megatron_dispatch_against_hand_formulas(name, mbs, seq, tp, sp, ep, etp
     assert gen.saved - meg.saved == pytest.approx(elt * routed * h, rel=1e-12)
     assert not moe.shared_experts  # these models have none: the router's fp32 scores are the rest
     assert meg.saved == pytest.approx(elt * routed * (h + 3 * f) + 4.0 * T * E, rel=1e-12)
+    # under FP8 TE's GroupedLinear saves fc1's and fc2's inputs quantized, columnwise only: 1 byte an element
+    q8 = expert_work(m, mbs, seq, tp, sp, ep, etp, elt, recompute, 6.0, "megatron", "te", True)
+    assert q8.saved == pytest.approx(routed * ((h + f) * 1 + 2 * f * elt) + 4.0 * T * E, rel=1e-12)
+    assert expert_work(m, mbs, seq, tp, sp, ep, etp, elt, recompute, 6.0, "generic", "zoo", True).saved == gen.saved
     fd = m.ffn_hidden_size // tp
     assert gen.dense_saved == 4.0 * full * fd * elt and meg.dense_saved == 3.0 * full * fd * elt
     # the exchanges: the tokens' as before; Megatron's probabilities (T·k·β, forward and its backward) and counts

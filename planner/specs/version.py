@@ -122,5 +122,6 @@ from __future__ import annotations
 #:    of the received rows by local expert and its inverse (E/ep > 1), the probabilities' all-to-all and the token
 #:    counts' all-gather on the compute stream, gpt-oss's per-expert fc2 bias loop (``TEGroupedMLP._apply_bias``),
 #:    and the saved tensors per routed row without a combine copy (the probabilities ride in the fused activation),
-#:    beside the TE dense MLP's 3·f (was 4·f) it replaces. Other stacks unchanged.
+#:    beside the TE dense MLP's 3·f (was 4·f) it replaces, the experts' GEMM inputs at 1 byte under FP8 (TE v2.9
+#:    ``GroupedLinear`` saves them quantized, columnwise only). Other stacks unchanged.
 COST_MODEL_VERSION = 34

@@ -46,6 +46,10 @@ Megatron-core's alltoall dispatcher (``dispatch="megatron"``: ``Stack.moe_dispat
   fc1's output (2f/etp, the activation's input) and the activation's output (f/etp, fc2's input): β·(h + 3f/etp),
   no copy of the experts' output; the dense MLP it replaces saved its TE ``LayerNormMLP`` tensors (3·f/tp per
   token with SwiGLU, 2 with GeLU, under the ``te`` activation formula: ``activations.te_block_saved_terms``).
+  Under an FP8 recipe TE's ``GroupedLinear`` (v2.9, commit 70f53666, ``pytorch/module/grouped_linear.py:197-205``;
+  the same in v2.8 and v2.10) saves each expert's input quantized, columnwise only (``update_usage(rowwise_usage=
+  False, columnwise_usage=True)``): fc1's and fc2's inputs at 1 byte an element, β·2f/etp + (h + f/etp) a row
+  (Megatron keeps the original input only with ``moe_act`` recomputation or fc1 offloading: experts.py:592-601);
 * experts with biases (``MoeSpec.expert_bias``, gpt-oss): fc1's bias is added inside TE's grouped GEMM
   (``skip_bias_add=False``), fc2's is returned (``skip_bias_add=True``) and added by ``TEGroupedMLP._apply_bias``
   (experts.py:609-626) as a Python loop over the local experts — ``t + b * p`` per expert (the product b·p
@@ -120,12 +124,14 @@ def expert_work(
     glu: float = 6.0,
     dispatch: str = "generic",
     activations: str = "zoo",
+    fp8: bool = False,
 ) -> ExpertWork:
     """``ExpertWork`` of a MoE block of ``model`` (module docstring); ``glu``: HBM bytes per FFN element of the
     SwiGLU product under the stack's kernels (``ops.op_bytes``; fused: 3β); ``dispatch``: the stack's token
     dispatcher (``Stack.moe_dispatch``: "megatron" sorts by local expert and saves no combine copy);
     ``activations``: the stack's saved-tensor formula (``Stack.activations``), whose dense MLP this block's replaces
-    (``te``: 3·f/tp per token with SwiGLU, 2 with GeLU; the others 4)."""
+    (``te``: 3·f/tp per token with SwiGLU, 2 with GeLU; the others 4); ``fp8``: an FP8 recipe, under which the
+    Megatron experts' GEMM inputs are saved at 1 byte (module docstring)."""
     moe = model.moe
     assert moe is not None  # callers ask only for MoE models
     h, E = model.hidden_size, moe.num_experts
@@ -173,8 +179,14 @@ def expert_work(
     # Megatron's fc2 bias (skip_bias_add) per local expert: b·p written [rows, h], t + b·p, torch.cat; backward
     # the product's two gradients (grad·p and grad·b, each written and reduced): 6 passes of the rows each way
     bias = 6.0 * rows * local * h * elt if megatron and moe.expert_bias else 0.0
-    # per routed row: Megatron fc1's input, fc1's output, the activation's (module docstring); else also a combine copy
-    saved = elt * routed * ((1 if megatron else 2) * h + 3 * f) + 4.0 * full * fs * elt + 4.0 * T * E
+    # per routed row: Megatron fc1's input, fc1's output, the activation's (module docstring), the GEMMs' inputs at
+    # 1 byte under FP8; else also a combine copy
+    if megatron:
+        q = 1.0 if fp8 else float(elt)  # fc1's and fc2's inputs as GroupedLinear saves them
+        per_row = q * (h + f) + elt * 2 * f
+    else:
+        per_row = elt * (2 * h + 3 * f)
+    saved = routed * per_row + 4.0 * full * fs * elt + 4.0 * T * E
     dense_hidden = (3 if model.activation == "swiglu" else 2) if activations == "te" else 4  # the dense MLP's
     return ExpertWork(
         gemms=tuple(gemms),
