@@ -44,7 +44,23 @@ class ExpertTerms:
 
 def expert_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, ep: int, etp: int) -> ExpertTerms:
     glu = op_bytes(ctx)[1]  # the SwiGLU product's bytes per element under the stack's kernels, as the dense MLP's
-    w = expert_work(ctx.model, mbs, ctx.training.seq_len, tp, sp, ep, etp, ctx.elt, recompute, glu)
+    st = ctx.stack
+    fp8 = ctx.fp8_recipe is not None
+    w = expert_work(
+        ctx.model,
+        mbs,
+        ctx.training.seq_len,
+        tp,
+        sp,
+        ep,
+        etp,
+        ctx.elt,
+        recompute,
+        glu,
+        st.moe_dispatch,
+        st.activations,
+        fp8,
+    )
     s = expert_seconds(ctx, w, tp, ep, recompute)
     flops = w.flops - w.dense_flops
     return ExpertTerms(

@@ -71,8 +71,9 @@ def expert_seconds(ctx: Device, w: ExpertWork, tp: int, ep: int, recompute: str)
     mf, mb = _gemms(ctx, w.gemms)
     df, db = _gemms(ctx, w.dense_gemms)
     mem = hbm_time(ctx, w.mem_bytes) - hbm_time(ctx, w.dense_mem_bytes)
-    fwd = r.compute_scale * (mf - df) + r.memory_scale * mem
-    bwd = r.compute_scale * (mb - db) + r.memory_scale * 2 * mem
+    bias_f, bias_b = (hbm_time(ctx, x) if x else 0.0 for x in w.bias_bytes)  # Megatron's per-expert fc2 bias
+    fwd = r.compute_scale * (mf - df) + r.memory_scale * (mem + bias_f)
+    bwd = r.compute_scale * (mb - db) + r.memory_scale * (2 * mem + bias_b)
     if recompute == "full":  # the backward reruns the forward
         bwd += fwd
     g = Groups(tp, 1, "intra_node", 1)

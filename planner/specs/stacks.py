@@ -141,6 +141,11 @@ class Stack(BaseModel):
     etp: tuple[Literal["one", "tp"], ...] = Field(
         default=(), description="Expert tensor parallelism it runs with tp > 1: 'one' (etp 1), 'tp' (etp = tp)."
     )
+    #: Its MoE token dispatch (``workload.expert_parallel``): "megatron" = core_v0.16.1 ``MoEAlltoAllTokenDispatcher``
+    #: (rows sorted by local expert and back; probabilities in the fused expert activation, no combine copy saved).
+    moe_dispatch: Literal["generic", "megatron"] = Field(
+        default="generic", description="Its MoE token dispatcher's copies and saved tensors (generic, megatron)."
+    )
     #: Model parts it does not build (``ModelSpec`` fields, dotted): refused at planning (``request.check_priced``).
     unbuilt: tuple[str, ...] = Field(default=(), description="Model parts (ModelSpec fields) it does not build.")
     runs_source: str = Field(description="Where the capabilities come from (files at the version).")
@@ -281,6 +286,7 @@ STACKS: dict[str, Stack] = {
             moe=True,
             expert_parallel=True,
             etp=("one", "tp"),
+            moe_dispatch="megatron",
             runs_source="NVIDIA/Megatron-LM core_v0.16.1 (MoE: megatron/core/transformer/moe/README.md "
             "--num-experts, --expert-model-parallel-size, --expert-tensor-parallel-size (default = TP), "
             "--moe-grouped-gemm, --moe-token-dispatcher-type alltoall; EP folded out of DP); (--context-parallel-size, --cp-comm-type p2p|all_gather|a2a|a2a+p2p "
@@ -387,7 +393,6 @@ STACKS: dict[str, Stack] = {
     ]
 }
 DEFAULT_STACK = "meshplan"
-
 
 from planner.specs.stack_eras import ERA_STACKS  # noqa: E402  # presets of older releases (Megatron-LM v2.0, v2.5; DeepSpeed v0.5.0)
 

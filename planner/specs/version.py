@@ -130,4 +130,11 @@ from __future__ import annotations
 #:    launch. Its ZeRO-2 reduces each bucket with one ``dist.reduce`` per owner slice (stage2.py:853-939,
 #:    ``Stack.zero2_reduce``, ``workload.zero2_reduce``) at NCCL's ring-reduce price (``pricing.nccl``: nRanks steps,
 #:    algBw = busBw), on the compute stream (``overlap_comm`` off at stage 2). Other presets' numbers as in 34.
-COST_MODEL_VERSION = 35
+#: 36: Megatron-core's alltoall dispatcher and grouped experts as they run (``Stack.moe_dispatch = "megatron"``, the
+#:    megatron preset; core_v0.16.1 ``token_dispatcher.py`` / ``experts.py``, ``workload.expert_parallel``): the sort
+#:    of the received rows by local expert and its inverse (E/ep > 1), the probabilities' all-to-all and the token
+#:    counts' all-gather on the compute stream, gpt-oss's per-expert fc2 bias loop (``TEGroupedMLP._apply_bias``),
+#:    and the saved tensors per routed row without a combine copy (the probabilities ride in the fused activation),
+#:    beside the TE dense MLP's 3·f (was 4·f) it replaces, the experts' GEMM inputs at 1 byte under FP8 (TE v2.9
+#:    ``GroupedLinear`` saves them quantized, columnwise only). Other stacks unchanged.
+COST_MODEL_VERSION = 36

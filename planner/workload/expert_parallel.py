@@ -21,6 +21,43 @@ the TP group (T_in = b·s) and each expert's width is f/tp; with etp = 1, T_in =
 * memory-bound: router softmax/top-k over T·E fp32 scores, permute and unpermute of the T_in·k·h rows (read +
   write, before and after the exchange), the SwiGLU product over T_in·k·f/etp.
 
+Megatron-core's alltoall dispatcher (``dispatch="megatron"``: ``Stack.moe_dispatch``; core_v0.16.1, commit
+55ac7082, ``megatron/core/transformer/moe/token_dispatcher.py`` ``MoEAlltoAllTokenDispatcher``) adds to this:
+
+* a second permutation on each side when a rank holds more than one expert (E/ep > 1, any ep): the rows received
+  from the all-to-all, grouped by source rank, are sorted by local expert (``dispatch_postprocess``,
+  ``sort_chunks_by_idxs`` at token_dispatcher.py:732) and unsorted before the combine (``combine_preprocess``,
+  token_dispatcher.py:767) — each a read + write of the T_in·k·h rows (with ``--moe-pad-expert-input-to-capacity``
+  the same copy as ``.transpose(0, 1).contiguous()``), forward and backward;
+* two small exchanges over the EP group, latency-bound, blocking on the compute stream: the token counts'
+  all-gather (``preprocess``, token_dispatcher.py:539: E int64 counts a rank over the tp·ep group, forward only — no
+  gradient; none when padded to capacity, whose splits are fixed) priced as the all-to-all of ep·E·8 bytes that
+  delivers the same (ep − 1)·E·8 bytes to each rank, and the probabilities' all-to-all beside the tokens'
+  (``token_dispatch``, token_dispatcher.py:669: T·k·β bytes, the router's dtype; its autograd backward another);
+  both again in the backward under full recomputation. The host's wait for the counts' device-to-host copy
+  (``_maybe_dtoh_and_synchronize``, token_dispatcher.py:862-901: copied at ``before_permutation_1``, waited on at
+  ``before_ep_alltoall`` with ep > 1 dropless) is not priced: the host launches the first permutation between the
+  copy and the wait, so the device idles only if that permutation (T·k·h·β read and written: ≈ 75 µs on the
+  26.04.01 gpt-oss row, 0.2 ms on the Qwen3-30B-A3B one) ends before the woken host launches the all-to-all (a few µs: ``gpu.GPU_LAUNCH_US``);
+* the routing probabilities ride into the experts and are applied in the fused weighted activation
+  (``experts.py`` ``TEGroupedMLP.forward``: ``weighted_bias_swiglu_impl`` / ``weighted_bias_quick_geglu_impl`` at
+  experts.py:692/699, the Megatron-Bridge recipes' ``bias_activation_fusion``), and the combine's ``unpermute``
+  (token_dispatcher.py:833) merges no probabilities, so the saved tensors per routed row are fc1's input (h),
+  fc1's output (2f/etp, the activation's input) and the activation's output (f/etp, fc2's input): β·(h + 3f/etp),
+  no copy of the experts' output; the dense MLP it replaces saved its TE ``LayerNormMLP`` tensors (3·f/tp per
+  token with SwiGLU, 2 with GeLU, under the ``te`` activation formula: ``activations.te_block_saved_terms``).
+  Under an FP8 recipe TE's ``GroupedLinear`` (v2.9, commit 70f53666, ``pytorch/module/grouped_linear.py:197-205``;
+  the same in v2.8 and v2.10) saves each expert's input quantized, columnwise only (``update_usage(rowwise_usage=
+  False, columnwise_usage=True)``): fc1's and fc2's inputs at 1 byte an element, β·2f/etp + (h + f/etp) a row
+  (Megatron keeps the original input only with ``moe_act`` recomputation or fc1 offloading: experts.py:592-601);
+* experts with biases (``MoeSpec.expert_bias``, gpt-oss): fc1's bias is added inside TE's grouped GEMM
+  (``skip_bias_add=False``), fc2's is returned (``skip_bias_add=True``) and added by ``TEGroupedMLP._apply_bias``
+  (experts.py:609-626) as a Python loop over the local experts — ``t + b * p`` per expert (the product b·p
+  broadcast to the expert's [rows, h], written; then read with t and the sum written) and a ``torch.cat`` of
+  the results (read + written): 6 passes of the T_in·k·h·β rows forward; backward the product's gradients
+  grad·p (for b) and grad·b (for p), each written and reduced (``cat``'s and the sum's gradients are views):
+  6 passes again.
+
 Padded to capacity (``MoeSpec.pad_to_capacity``; Megatron-core core_v0.16.1 ``--moe-pad-expert-input-to-capacity``):
 the T·k assignments above become C·E rows per rank, C = ⌈T·k/E × cf⌉ (``expert_capacity``), in every term — the
 all-to-all, the ETP exchange, the permutes, the grouped GEMMs (C·ep·T_in/T rows per local expert) and the saved
@@ -30,7 +67,7 @@ activations — whatever the load (``routed_rows``, ``expert_rows``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.specs import ModelSpec
 from planner.workload.collectives import Collective, Comms
@@ -69,6 +106,9 @@ class ExpertWork:
     #: forward FLOPs of the MoE MLP and of the dense MLP on this rank
     flops: float
     dense_flops: float
+    #: (forward, backward) HBM bytes of Megatron's per-expert output bias (``TEGroupedMLP._apply_bias``), apart
+    #: from ``mem_bytes`` (whose backward moves twice the forward's): each way its own count
+    bias_bytes: tuple[float, float] = (0.0, 0.0)
 
 
 def expert_work(
@@ -82,9 +122,16 @@ def expert_work(
     elt: int,
     recompute: str,
     glu: float = 6.0,
+    dispatch: str = "generic",
+    activations: str = "zoo",
+    fp8: bool = False,
 ) -> ExpertWork:
     """``ExpertWork`` of a MoE block of ``model`` (module docstring); ``glu``: HBM bytes per FFN element of the
-    SwiGLU product under the stack's kernels (``ops.op_bytes``; fused: 3β)."""
+    SwiGLU product under the stack's kernels (``ops.op_bytes``; fused: 3β); ``dispatch``: the stack's token
+    dispatcher (``Stack.moe_dispatch``: "megatron" sorts by local expert and saves no combine copy);
+    ``activations``: the stack's saved-tensor formula (``Stack.activations``), whose dense MLP this block's replaces
+    (``te``: 3·f/tp per token with SwiGLU, 2 with GeLU; the others 4); ``fp8``: an FP8 recipe, under which the
+    Megatron experts' GEMM inputs are saved at 1 byte (module docstring)."""
     moe = model.moe
     assert moe is not None  # callers ask only for MoE models
     h, E = model.hidden_size, moe.num_experts
@@ -101,12 +148,22 @@ def expert_work(
     if fs:
         gemms += [(full, fs, h, 2), (full, h, fs, 1)]
     dense: tuple[Gemm, ...] = ((full, fd, h, 2), (full, h, fd, 1))
-    permute = 2 * 2.0 * routed * h * elt  # permute + unpermute, each read + write
+    megatron = dispatch == "megatron"
+    # permute + unpermute, each read + write; Megatron's sort by local expert and its inverse too (E/ep > 1)
+    permute = (4 if megatron and local > 1 else 2) * 2.0 * routed * h * elt
     router = 3.0 * T * E * 4  # softmax / top-k over fp32 scores
     mem = glu * (rows * local * f + full * fs) + permute + router
     dispatched = sent * h * elt
     a2a: Comms = (Collective("ep", "all_to_all", dispatched, 2),) if ep > 1 else ()
     a2a_b: Comms = (Collective("ep", "all_to_all", dispatched, 4 if recompute == "full" else 2),) if ep > 1 else ()
+    if megatron and ep > 1:  # its small exchanges on the compute stream (module docstring)
+        rerun = 1 if recompute == "full" else 0
+        small = [Collective("ep", "all_to_all", sent * elt, 1)]  # the probabilities, forward; its backward's
+        if not moe.pad_to_capacity:  # the token counts' all-gather (E int64 a rank), forward only
+            small.append(Collective("ep", "all_to_all", ep * E * 8.0, 1))
+        a2a += tuple(small)
+        a2a_b += (Collective("ep", "all_to_all", sent * elt, 1),)
+        a2a_b += tuple(replace(c, count=c.count * rerun) for c in small if rerun)
     exch = 4 if recompute == "full" else 2  # backward reruns the forward's under full recomputation
     dense_tp: Comms = ()
     moe_tp: Comms = ()
@@ -119,7 +176,18 @@ def expert_work(
     # gpt-oss (expert_bias): gate and up biases of f, a down bias of h per expert; its router's bias
     expert_params = local * (3 * h * f + ((2 * f + h) if moe.expert_bias else 0))
     other = E * h + (E if moe.router_bias else 0) + (3 * h * fs if fs else 0)
-    saved = elt * routed * (2 * h + 3 * f) + 4.0 * full * fs * elt + 4.0 * T * E
+    # Megatron's fc2 bias (skip_bias_add) per local expert: b·p written [rows, h], t + b·p, torch.cat; backward
+    # the product's two gradients (grad·p and grad·b, each written and reduced): 6 passes of the rows each way
+    bias = 6.0 * rows * local * h * elt if megatron and moe.expert_bias else 0.0
+    # per routed row: Megatron fc1's input, fc1's output, the activation's (module docstring), the GEMMs' inputs at
+    # 1 byte under FP8; else also a combine copy
+    if megatron:
+        q = 1.0 if fp8 else float(elt)  # fc1's and fc2's inputs as GroupedLinear saves them
+        per_row = q * (h + f) + elt * 2 * f
+    else:
+        per_row = elt * (2 * h + 3 * f)
+    saved = routed * per_row + 4.0 * full * fs * elt + 4.0 * T * E
+    dense_hidden = (3 if model.activation == "swiglu" else 2) if activations == "te" else 4  # the dense MLP's
     return ExpertWork(
         gemms=tuple(gemms),
         dense_gemms=dense,
@@ -135,9 +203,10 @@ def expert_work(
         other_params=other,
         dense_params=3 * h * fd,
         saved=saved,
-        dense_saved=4.0 * full * fd * elt,
+        dense_saved=float(dense_hidden * full * fd * elt),
         flops=float(sum(2.0 * m * n * kk * c for m, n, kk, c in gemms)),
         dense_flops=float(sum(2.0 * m * n * kk * c for m, n, kk, c in dense)),
+        bias_bytes=(bias, bias),
     )
 
 
