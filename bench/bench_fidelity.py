@@ -114,6 +114,18 @@ def load_all(paths: tuple[Path, ...] | list[Path] = DATA_FILES) -> dict[str, Any
 #: an unstated schedule with pp > 1 and no virtual stages is Megatron-core's only one (1F1B), and an unstated
 #: recomputation is none (the perf recipes' default): both recorded in the row's ``assumed``.
 MOE_CATALOG = {"GPT OSS 120B": "gpt-oss-120b", "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_30B_a3B (tokendrop)": None}
+#: Rows whose published micro-batch contradicts the row's own arithmetic, with the recipe's value and why. The 25.11
+#: DGX-H100 GPT OSS 120B row prints MBS 4, GA 2 at GBS 512 on 64 GPUs with PP 4 (DP 16: 16 × 4 × 2 = 128, not 512),
+#: the MBS and GA of the DGX-B200 row above it (DP 64: 64 × 4 × 2 = 512); the H100 recipe of that release runs MBS 1
+#: (NVIDIA-NeMo/Megatron-Bridge v0.2.0 scripts/performance/configs/gpt_oss/workload_base_configs.py:22-28, 58-62:
+#: ``GPT_OSS_120B_H100_BF16_BASE_CONFIG`` keeps the base ``micro_batch_size=1``; GA = 512 / 16 = 32).
+MICRO_FIXES = {
+    "mbridge_25.11_GPT_64gpu_BF16": (
+        1,
+        "batch.micro: 1, not the table's 4 (its MBS 4 / GA 2 give 16 × 4 × 2 = 128 sequences, not GBS 512: the B200 row's "
+        "values; Megatron-Bridge v0.2.0 GPT_OSS_120B_H100_BF16_BASE_CONFIG runs micro_batch_size=1)",
+    )
+}
 
 
 def moe_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -138,7 +150,12 @@ def moe_row(row: dict[str, Any]) -> dict[str, Any]:
         assumed.append(
             "parallel.zero_stage: 1 (the recipes' distributed optimizer; the table's FSDP=0 is Megatron FSDP)"
         )
-    return {**row, "model": {"catalog": catalog}, "parallel": par, "assumed": assumed}
+    batch = row["batch"]
+    if row["id"] in MICRO_FIXES:
+        micro, why = MICRO_FIXES[row["id"]]
+        batch = {**batch, "micro": micro}
+        assumed.append(why)
+    return {**row, "model": {"catalog": catalog}, "parallel": par, "batch": batch, "assumed": assumed}
 
 
 def reasons_not_expressible(row: dict[str, Any]) -> list[str]:
