@@ -167,6 +167,7 @@ FINGERPRINTS = {
     31: "2cd43ba3d35a3c86",  # 31 scatter-gather pipeline sends: only megatron-2021 sets it; tests/test_megatron_2021.py
     32: "2cd43ba3d35a3c86",  # 32 (deepspeed-2021, DeepSpeed v0.5.0's ZeRO): no reference on it; tests/test_deepspeed_2021.py
     33: "2cd43ba3d35a3c86",  # 33 (MoE padded to capacity): no reference pads; tests/test_moe_pad_capacity.py
+    34: "511832e8b52ff59c",  # 34 (the gradient-accumulation pass per micro-batch): tests/test_grad_add.py
 }
 
 

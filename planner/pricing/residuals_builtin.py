@@ -16,12 +16,12 @@ FITTED_ON = "2026-12-02"
 DATA = "bench/data/published_runs.json sha256:21b93cdc80b53790"
 
 ROWS: dict[tuple[str, str], dict[str, float]] = {
-    ("megatron-2020", "ampere"): {"compute_scale": 1.09},
-    ("megatron-2020", "volta"): {"compute_scale": 1.024},
-    ("torchtitan", "ampere"): {"compute_scale": 1.222},
-    ("torchtitan", "hopper"): {"compute_scale": 1.169},
-    ("megatron-2020", "*"): {"compute_scale": 1.069},
-    ("torchtitan", "*"): {"compute_scale": 1.184},
+    ("megatron-2020", "ampere"): {"compute_scale": 1.076},
+    ("megatron-2020", "volta"): {"compute_scale": 1.011},
+    ("torchtitan", "ampere"): {"compute_scale": 1.221},
+    ("torchtitan", "hopper"): {"compute_scale": 1.168},
+    ("megatron-2020", "*"): {"compute_scale": 1.055},
+    ("torchtitan", "*"): {"compute_scale": 1.183},
 }
 
 FITS: dict[tuple[str, str], dict[str, Any]] = {
@@ -39,9 +39,9 @@ FITS: dict[tuple[str, str], dict[str, Any]] = {
             "megatron_2020_dgxa100_dp128_8B",
             "megatron_readme_gpt3_175b_example_1024",
         ],
-        "physics_mape": 0.0743,
-        "in_sample_mape": 0.0404,
-        "losgo_mape": 0.044,
+        "physics_mape": 0.0652,
+        "in_sample_mape": 0.0369,
+        "losgo_mape": 0.0384,
     },
     ("megatron-2020", "volta"): {
         "free": ("compute_scale",),
@@ -52,9 +52,9 @@ FITS: dict[tuple[str, str], dict[str, Any]] = {
             "megatron_2020_dgx2_v100_4B",
             "megatron_2020_dgx2_v100_8B",
         ],
-        "physics_mape": 0.0177,
-        "in_sample_mape": 0.0147,
-        "losgo_mape": 0.0533,
+        "physics_mape": 0.0157,
+        "in_sample_mape": 0.0151,
+        "losgo_mape": 0.0488,
     },
     ("torchtitan", "ampere"): {
         "free": ("compute_scale",),
@@ -69,9 +69,9 @@ FITS: dict[tuple[str, str], dict[str, Any]] = {
             "torchtitan_2404_a100_llama2_70b_lbs1",
             "torchtitan_2404_a100_llama2_70b_lbs2",
         ],
-        "physics_mape": 0.1892,
+        "physics_mape": 0.1885,
         "in_sample_mape": 0.0316,
-        "losgo_mape": 0.052,
+        "losgo_mape": 0.0521,
     },
     ("torchtitan", "hopper"): {
         "free": ("compute_scale",),
@@ -105,9 +105,9 @@ FITS: dict[tuple[str, str], dict[str, Any]] = {
             "torchtitan_asynctp_8B_float8_tensorwise_asyncTP",
             "torchtitan_asynctp_8B_float8_tensorwise_vanillaTP",
         ],
-        "physics_mape": 0.1538,
-        "in_sample_mape": 0.1194,
-        "losgo_mape": 0.1392,
+        "physics_mape": 0.1533,
+        "in_sample_mape": 0.1197,
+        "losgo_mape": 0.1394,
     },
     ("megatron-2020", "*"): {
         "free": ("compute_scale",),
@@ -127,9 +127,9 @@ FITS: dict[tuple[str, str], dict[str, Any]] = {
             "megatron_2020_dgxa100_dp128_8B",
             "megatron_readme_gpt3_175b_example_1024",
         ],
-        "physics_mape": 0.0569,
-        "in_sample_mape": 0.0325,
-        "losgo_mape": 0.0469,
+        "physics_mape": 0.0499,
+        "in_sample_mape": 0.0302,
+        "losgo_mape": 0.0416,
     },
     ("torchtitan", "*"): {
         "free": ("compute_scale",),
@@ -171,20 +171,20 @@ FITS: dict[tuple[str, str], dict[str, Any]] = {
             "torchtitan_asynctp_8B_float8_tensorwise_asyncTP",
             "torchtitan_asynctp_8B_float8_tensorwise_vanillaTP",
         ],
-        "physics_mape": 0.1619,
-        "in_sample_mape": 0.0994,
-        "losgo_mape": 0.1192,
+        "physics_mape": 0.1613,
+        "in_sample_mape": 0.0995,
+        "losgo_mape": 0.1194,
     },
 }
 
 #: Per source group and overall: (runs, physics MAPE, in-sample MAPE, LOSGO MAPE).
 SUMMARY: dict[str, tuple[int, float, float, float]] = {
-    "megatron-2021-gpt3": (1, 0.1529, 0.0799, 0.0922),
-    "megatron-2020-tp": (8, 0.033, 0.0154, 0.038),
-    "megatron-2020-dp128": (4, 0.0807, 0.0548, 0.0533),
-    "torchtitan-2412-h100": (12, 0.102, 0.0801, 0.1045),
-    "torchtitan-2506-asynctp": (12, 0.2286, 0.1626, 0.1799),
-    "torchtitan-2408-h100": (3, 0.0616, 0.1043, 0.1147),
-    "torchtitan-2404-a100": (8, 0.1892, 0.0316, 0.052),
-    "overall": (48, 0.1334, 0.0812, 0.0996),
+    "megatron-2021-gpt3": (1, 0.1068, 0.0493, 0.0565),
+    "megatron-2020-tp": (8, 0.0291, 0.0148, 0.033),
+    "megatron-2020-dp128": (4, 0.0775, 0.056, 0.0552),
+    "torchtitan-2412-h100": (12, 0.101, 0.0804, 0.1048),
+    "torchtitan-2506-asynctp": (12, 0.2283, 0.1625, 0.18),
+    "torchtitan-2408-h100": (3, 0.0623, 0.105, 0.1154),
+    "torchtitan-2404-a100": (8, 0.1885, 0.0316, 0.0521),
+    "overall": (48, 0.1312, 0.0807, 0.0984),
 }

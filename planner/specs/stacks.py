@@ -38,6 +38,8 @@ ParamLayout = Literal["master", "fsdp2"]
 LossKind = Literal["fp32_logits", "upcast", "fused"]
 #: how its data-parallel engine spreads DP collectives over a step's micro-batches (``workload.accumulation``)
 GradAccumulation = Literal["megatron", "deepspeed", "fsdp1", "fsdp1_no_sync", "fsdp2", "fsdp2_deferred"]
+#: how it adds each micro-batch's weight gradients into the step's (``workload.accumulation.add_bytes``)
+GradAdd = Literal["autograd", "main_grad_if_bf16", "main_grad_fused"]
 
 #: The fields an inline stack may override (all but ``id``, ``title`` and ``source``).
 OVERRIDABLE: tuple[str, ...] = ("attention", "flash_kernel", "dropout", "activations", "kernels", "overlap_grad_reduce")
@@ -90,6 +92,7 @@ class Stack(BaseModel):
     nccl: Literal["2.10", "2.23"] = "2.23"
     #: per micro-batch or once per step: its gathers and gradient reductions (``workload.accumulation.dp_schedule``)
     grad_accumulation: GradAccumulation = "megatron"
+    grad_add: GradAdd = "autograd"  # the per-micro-batch gradient add (``workload.accumulation.add_bytes``)
     # ---- what the stack runs (issue 27 §1): the search enumerates only these; a pin outside is an error
     version: str = Field(description="The release of the software this preset describes.")
     #: ZeRO stages (``parallel.zero_stage``) it runs without pipeline parallelism.
@@ -255,6 +258,7 @@ STACKS: dict[str, Stack] = {
             # SP norms' gradients over TP, tied embeddings' between first and last stage, the grad-norm
             # all-reduce (megatron/core/distributed/finalize_model_grads.py)
             finalize_grads="megatron",
+            grad_add="main_grad_fused",  # DDP main_grad hooks; TE fuse_wgrad_accumulation (gradient_accumulation_fusion)
             source="TransformerEngine pytorch/module/layernorm_linear.py, layernorm_mlp.py (tensors saved); "
             "Megatron-LM megatron/training/arguments.py (--overlap-grad-reduce off unless set); "
             "Korthikanti et al. MLSys'23 §4 (34·s·b·h with dropout masks)",
