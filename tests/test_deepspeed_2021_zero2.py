@@ -13,9 +13,11 @@ from planner.answer.request import context, parse_request
 from planner.compose.layer_group import layer_group
 from planner.compose.terms import shared_terms
 from planner.pricing.collectives import Groups, owner_reduce_seconds
+from planner.pricing.grad_add import grad_add_seconds
 from planner.pricing.nccl import Topo, pairs
 from planner.specs.catalog import get_model
 from planner.specs.stacks import STACKS
+from planner.workload.accumulation import add_bytes, dp_schedule
 from planner.workload.zero2_reduce import DECAY, NO_DECAY, module_params, owner_reduces
 
 
@@ -120,4 +122,9 @@ def test_the_backward_waits_for_its_reduces() -> None:
     secs = sum(ctx.comm.time("reduce", 2 * n, 32, g.dp_link, g.per_node) for n in segs)
     share = secs * lg.params[0] / sum(segs)
     assert owner_reduce_seconds(ctx, module_params(ctx.model, 1), 2, g, lg.params)[0] == pytest.approx(share)
-    assert s.bwd.layer == round((lg.work_b[0] + share) * 1e9)
+    # + the gradient-accumulation pass (cost model 37: the reduced 1/dp shard added in place, 3e/dp bytes a parameter;
+    # checked against hand formulas in tests/test_grad_add.py)
+    add = add_bytes("autograd", "deepspeed", 2, dp_schedule("deepspeed", 2, False), "fp16", 2, 2, 32)
+    assert add.each == pytest.approx(3 * 2 / 32)
+    each = grad_add_seconds(ctx, "transformer_block", 1, 1, lg.params, add)[0][0]
+    assert s.bwd.layer == round((lg.work_b[0] + share + each) * 1e9)

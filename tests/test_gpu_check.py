@@ -73,7 +73,13 @@ def test_the_calibration_predicts_the_measured_one_gpu_runs(run: str, stored: Ca
     measured = report.measured_step_time_s
     assert abs(calibrated / measured - 1) < 0.10  # +0.2 %, +3.1 %, +7.2 % (docs/validation.md "On a GPU")
     assert calibrated > plain  # the GEMMs ran below the catalog's efficiency: calibrated is slower
-    assert report.predicted_step_time_s == pytest.approx(plain, rel=1e-6)  # the run's own plan, same step model
+    # the run's own plan, same step model but for cost model 37's gradient-accumulation pass (the runtime's deferred
+    # sync: torch 2.13 ``_fsdp_param.py`` adds each micro-batch's bf16 gradient into an fp32 copy, read 2 + 4 and
+    # write 4 bytes a parameter), in every one of the gbs/mbs micro-batches, each tensor ≥ 100 MB at H200's 4.8 TB/s
+    h, f, v, kv = 4096, 14336, 128256, 1024
+    params = 8 * (2 * h * h + 2 * h * kv + 3 * h * f + 2 * h) + v * h + (v * h + h)
+    acc = 8 // mbs * params * 10 / (4800e9 * 0.90)
+    assert report.predicted_step_time_s + acc == pytest.approx(plain, rel=1e-4)
     # The peak memory the plan predicts (the reserve included) against the run's max_memory_allocated:
     # +6.0…+9.2 % since cost model 6 prices FSDP2's fp32 states and the upcast loss (−11…−18 % before)
     peak = estimate_plan(G.request("h200-sxm-141gb", MODEL, mbs=mbs)).estimate.peak_memory_gib

@@ -142,10 +142,11 @@ def test_measured_profile_times_are_used() -> None:
     base["training"]["precision"] = "fp32"
     a = planner.estimate({**base, "profile": prof.model_dump()})
     b = planner.estimate({**base, "profile": slow.model_dump()})
-    assert a.breakdown.compute_s == pytest.approx(
-        4 * (3 * 1e-3 * 8 + 2 * 3e-3), rel=1e-6
-    )  # 4 micro-batches, 8 blocks + emb + head
-    assert b.breakdown.compute_s == pytest.approx(2 * a.breakdown.compute_s, rel=1e-6)
+    layers = 4 * (3 * 1e-3 * 8 + 2 * 3e-3)  # 4 micro-batches, 8 blocks + emb + head
+    # + the gradient-accumulation pass (cost model 37: autograd's fp32 ``grad += new``, not a profiled layer time),
+    # tens of µs on tiny-gpt; doubling the profile doubles the profiled part alone
+    assert 0 < a.breakdown.compute_s - layers < 1e-4
+    assert b.breakdown.compute_s - a.breakdown.compute_s == pytest.approx(layers, rel=1e-6)
 
 
 def test_network_profile_slows_communication() -> None:

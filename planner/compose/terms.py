@@ -36,13 +36,14 @@ from planner.pricing.collectives import (
     step_reduction_seconds,
 )
 from planner.pricing.gpu import hbm_time, optimizer_step_times
+from planner.pricing.grad_add import grad_add_seconds
 from planner.pricing.host import (
     fsdp_hook_times,
     host_slowdown,
     host_step_dispatch,
     prefetch_overlaps,
 )
-from planner.workload.accumulation import FSDP2_ENGINES, DpSchedule, dp_schedule, fsdp2_copy_bytes
+from planner.workload.accumulation import FSDP2_ENGINES, NO_ADD, DpSchedule, add_bytes, dp_schedule, fsdp2_copy_bytes
 from planner.workload.collectives import (
     NO_REDUCTIONS,
     Op,
@@ -248,6 +249,12 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = Fals
             fwd, bwd = fwd._replace(layer=ns(z[0])), bwd._replace(layer=ns(z[1]))
         fwd_z3, bwd_z3 = Affine(*(a - b for a, b in zip(fwd, lg.fwd))), Affine(*(a - b for a, b in zip(bwd, lg.bwd)))
 
+    # --- the gradient-accumulation pass on the compute stream: each micro-batch's backward, the first's less and the
+    # buffer's zeroing once per step (``accumulation.add_bytes``, ``pricing.grad_add``; a GPU: a host's is measured)
+    add = add_bytes(ctx.stack.grad_add, ctx.stack.grad_accumulation, zero_stage, sched, tr.precision, e, ge, dp)
+    acc_each, acc_once = grad_add_seconds(ctx, kind, mbs, tp, lg.params, add if prefetch_overlaps(ctx) else NO_ADD, pe)
+    bwd = bwd.plus(Affine(0, *map(ns, acc_each)))
+
     # --- a host device's FSDP2 hooks per micro-batch (``collectives.fsdp_hook_times``; none on a GPU)
     hooks = fsdp_hook_times(ctx, dp)
     if hooks is not None:
@@ -307,9 +314,9 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = Fals
         # host work: slowed on a host whose ranks share its cores (``host_slowdown``)
         opt=Affine(
             ns(ctx.residuals.step_overhead_s * host_slowdown(ctx)) + ns(host_once),
-            ns(step[0]) + ns(host_opt[0]),
-            ns(step[1]) + ns(host_opt[1]),
-            ns(step[2]) + ns(host_opt[2]),
+            ns(step[0] + acc_once[0]) + ns(host_opt[0]),
+            ns(step[1] + acc_once[1]) + ns(host_opt[1]),
+            ns(step[2] + acc_once[2]) + ns(host_opt[2]),
         ),
         state_bytes=per_param,
         act=lg.act,

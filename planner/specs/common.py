@@ -21,6 +21,10 @@ Precision = Literal["bf16", "fp16", "fp32", "fp8"]
 #: ``mxfp8`` (MXFP8BlockScaling, 1×32 blocks with E8M0 scales: Blackwell tensor cores).
 Fp8Recipe = Literal["tensorwise", "rowwise", "delayed", "current", "mxfp8"]
 Optimizer = Literal["adam", "sgd"]
+#: how a stack's data-parallel engine spreads DP collectives over a step's micro-batches (``workload.accumulation``)
+GradAccumulation = Literal["megatron", "deepspeed", "fsdp1", "fsdp1_no_sync", "fsdp2", "fsdp2_deferred"]
+#: how a stack adds each micro-batch's weight gradients into the step's (``workload.accumulation.add_bytes``)
+GradAdd = Literal["autograd", "main_grad_if_bf16", "main_grad_fused"]
 LayerKind = Literal["embedding", "transformer_block", "lm_head"]
 
 #: Bytes of a tensor element of the training precision; FP8 training keeps BF16 tensors (its FP8 GEMM

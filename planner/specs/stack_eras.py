@@ -183,6 +183,7 @@ MEGATRON_2021 = Stack(  # v2.0's kernels, model, DDP and NCCL era (above), with 
         # every transfer of both schedules blocks both ends (_communicate: wait + torch.cuda.synchronize())
         p2p_blocking=("1f1b", "interleaved-1f1b"),
         p2p_scatter_gather=True,  # --scatter-gather-tensors-in-pipeline, on by default
+        grad_add="main_grad_if_bf16",  # fp32 main_grad hooks with --bf16 (model/distributed.py:168-177)
         source="NVIDIA/Megatron-LM v2.5 (e269e20064): megatron/model/transformer.py (ParallelAttention through the "
         "s×s scores, FusedScaleMaskSoftmax, bias_gelu_impl, bias_dropout_add_fused_train, attention and hidden "
         "dropout 0.1: megatron/arguments.py defaults), megatron/model/distributed.py (local DDP: allreduce_gradients "
@@ -213,6 +214,7 @@ MEGATRON_2022 = Stack(  # v2.5's kernels, model, p2p and NCCL era (above), with 
         id="megatron-2022",
         title="Megatron-LM 2022 (52e636888c: sequence parallelism, selective recompute, distributed optimizer, "
         "unfused attention)",
+        grad_add="main_grad_fused",  # main_grad hooks; fused wgrad accumulation on by default (arguments.py:634)
         source="NVIDIA/Megatron-LM 52e636888c: megatron/model/transformer.py (CoreAttention through the s×s scores: "
         "baddbmm, FusedScaleMaskSoftmax, bmm; bias_gelu_impl, bias_dropout_add_fused_train, attention and hidden "
         "dropout 0.1: megatron/arguments.py defaults), megatron/optimizer/optimizer.py and distrib_optimizer.py "

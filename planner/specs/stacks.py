@@ -24,7 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from planner.specs.common import Fp8Recipe
+from planner.specs.common import Fp8Recipe, GradAccumulation, GradAdd
 from planner.specs.config import RUNNABLE_CP_COMMS, RUNNABLE_SCHEDULES, CpComm, Recompute, Schedule
 
 Attention = Literal["flash", "unfused"]
@@ -36,8 +36,6 @@ NormKernel = Literal["eager", "fused"]
 ReduceDtype = Literal["param", "fp32", "fp32_bf16"]
 ParamLayout = Literal["master", "fsdp2"]
 LossKind = Literal["fp32_logits", "upcast", "fused"]
-#: how its data-parallel engine spreads DP collectives over a step's micro-batches (``workload.accumulation``)
-GradAccumulation = Literal["megatron", "deepspeed", "fsdp1", "fsdp1_no_sync", "fsdp2", "fsdp2_deferred"]
 
 #: The fields an inline stack may override (all but ``id``, ``title`` and ``source``).
 OVERRIDABLE: tuple[str, ...] = ("attention", "flash_kernel", "dropout", "activations", "kernels", "overlap_grad_reduce")
@@ -92,6 +90,7 @@ class Stack(BaseModel):
     nccl: Literal["2.10", "2.23"] = "2.23"
     #: per micro-batch or once per step: its gathers and gradient reductions (``workload.accumulation.dp_schedule``)
     grad_accumulation: GradAccumulation = "megatron"
+    grad_add: GradAdd = "autograd"  # the per-micro-batch gradient add (``workload.accumulation.add_bytes``)
     # ---- what the stack runs (issue 27 §1): the search enumerates only these; a pin outside is an error
     version: str = Field(description="The release of the software this preset describes.")
     #: ZeRO stages (``parallel.zero_stage``) it runs without pipeline parallelism.
@@ -262,6 +261,7 @@ STACKS: dict[str, Stack] = {
             # SP norms' gradients over TP, tied embeddings' between first and last stage, the grad-norm
             # all-reduce (megatron/core/distributed/finalize_model_grads.py)
             finalize_grads="megatron",
+            grad_add="main_grad_fused",  # DDP main_grad hooks; TE fuse_wgrad_accumulation (gradient_accumulation_fusion)
             source="TransformerEngine pytorch/module/layernorm_linear.py, layernorm_mlp.py (tensors saved); "
             "Megatron-LM megatron/training/arguments.py (--overlap-grad-reduce off unless set); "
             "Korthikanti et al. MLSys'23 §4 (34·s·b·h with dropout masks)",

@@ -137,4 +137,11 @@ from __future__ import annotations
 #:    and the saved tensors per routed row without a combine copy (the probabilities ride in the fused activation),
 #:    beside the TE dense MLP's 3·f (was 4·f) it replaces, the experts' GEMM inputs at 1 byte under FP8 (TE v2.9
 #:    ``GroupedLinear`` saves them quantized, columnwise only). Other stacks unchanged.
-COST_MODEL_VERSION = 36
+#: 37: the gradient-accumulation pass (``Stack.grad_add``, ``workload.accumulation.add_bytes``, ``pricing.grad_add``):
+#:    each micro-batch's weight gradients added into the step's on the compute stream at achieved HBM bandwidth —
+#:    autograd's in-place ``grad += new`` from the second micro-batch (Megatron-LM v2.0, DeepSpeed ZeRO-0/1), fp32
+#:    ``main_grad.add_`` hooks (Megatron-LM v2.5 under bf16; DeepSpeed's BF16_Optimizer at ZeRO-0), hooks + the fused
+#:    weight-gradient GEMM reading and writing its fp32 C (Megatron-LM 52e636888c, Megatron-core 0.16.1), the 1/dp
+#:    shard accumulated where gradients are reduced every micro-batch, FSDP2's unsharded fp32 accumulation with sync
+#:    deferred; the main-grad buffer's zeroing once per step.
+COST_MODEL_VERSION = 37

@@ -39,9 +39,9 @@ memory a deferred ZeRO-3 reduction costs (``DpSchedule.whole_grads``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from planner.specs.stacks import GradAccumulation
+from planner.specs.common import GradAccumulation, GradAdd
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,3 +143,72 @@ def fsdp2_copy_bytes(
     if mode not in FSDP2_ENGINES:
         return CopyBytes(0, 0)
     return CopyBytes(copy_out=2 * gathered * gather_elt, reduce_copy_in=params * (grad_elt + reduce_elt))
+
+
+@dataclass(frozen=True, slots=True)
+class AddBytes:
+    """HBM bytes per local parameter that a stack moves on the compute stream to add one micro-batch's weight
+    gradients into the step's gradient (``add_bytes``): ``each`` in every micro-batch's backward, ``first`` in the
+    first one's instead (autograd keeps the first gradient as it is), ``step`` once per step (zeroing the buffer)."""
+
+    each: float
+    first: float
+    step: float
+    #: main-grad bytes the linears' weight-gradient GEMMs read and write as C (beta = 1; 0: not fused)
+    fused_c: int = 0
+
+
+NO_ADD = AddBytes(0.0, 0.0, 0.0)
+
+
+def add_bytes(
+    grad_add: GradAdd,
+    mode: GradAccumulation,
+    zero_stage: int,
+    sched: DpSchedule,
+    precision: str,
+    elt: int,
+    main: int,
+    dp: int,
+) -> AddBytes:
+    """The gradient-accumulation pass of a stack (``Stack.grad_add``, engine ``mode``) per local parameter, with
+    ``elt``-byte parameters and gradients and ``main``-byte main gradients (the DP reduction's dtype:
+    ``collectives.grad_bytes``). Sources (docs/planner.md, "Gradient accumulation pass"):
+
+    * ``"autograd"``: torch's ``AccumulateGrad`` keeps the first micro-batch's gradient and adds the next ones in
+      place (``variable_grad += new_grad`` under no grad mode: read 2·elt, write elt) — Megatron-LM v2.0 (no main
+      grads: ``megatron/model/distributed.py`` all-reduces ``param.grad``), DeepSpeed ZeRO-0/1 (v0.5.0
+      ``zero/stage2.py:439``: no gradient hooks without ``partition_gradients`` or ``overlap_comm``, which
+      ``engine.py:999-1014`` forces off at stage 1 and under a pipeline), FSDP1 under ``no_sync``;
+    * ``"main_grad_if_bf16"`` (Megatron-LM v2.5): with ``accumulate_allreduce_grads_in_fp32`` (forced by ``--bf16``,
+      ``megatron/arguments.py:139-155``) every parameter's backward hook runs ``param.main_grad.add_(param.grad.data)``
+      and frees ``.grad`` (``megatron/model/distributed.py:168-177``): read elt + main, write main in every
+      micro-batch; the buffer zeroed each step (``zero_grad_buffer``); fp16 without the flag: ``"autograd"``;
+    * ``"main_grad_fused"`` (Megatron-LM 52e636888c, Megatron-core 0.16.1): the same hook for every parameter
+      (``model/distributed.py:174-184``; core ``distributed_data_parallel.py:437-441``) but the linears' weights,
+      whose weight-gradient GEMM accumulates into ``main_grad`` (``--no-gradient-accumulation-fusion`` off by
+      default: 52e636888c ``arguments.py:634``, ``core/tensor_parallel/layers.py:299-306``
+      ``wgrad_gemm_accum_fp32``; core_v0.16.1 ``arguments.py:2083``, TE ``fuse_wgrad_accumulation``): ``fused_c``;
+    * DeepSpeed bf16 at ZeRO-0 (``BF16_Optimizer``: gradients accumulated in fp32 by default,
+      ``engine.py get_data_types``): ``update_hp_grads`` after every micro-batch's backward adds each bf16 ``.grad``
+      into its fp32 buffer (``bf16_optimizer.py:340`` ``hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype))``;
+      ``pipe/engine.py:867``), as ``"main_grad_if_bf16"``;
+    * gradients reduced in every micro-batch (ZeRO-2/3, FSDP without ``no_sync``): the 1/dp shard accumulated in place
+      from the second micro-batch (FSDP2 ``foreach_reduce``: ``sharded_param.grad += new_sharded_grad`` in the fp32
+      sharded parameter's dtype; DeepSpeed v0.5.0 ``zero/stage2.py:648`` partition ``accumulated_grad.add_``, 16-bit);
+    * FSDP2 with gradient sync off (``"fsdp2_deferred"``, under a pipeline schedule): ``to_accumulated_grad_if_needed``
+      copies the first unsharded gradient into the reduce dtype (read elt, write 4) and
+      ``accumulate_unsharded_grad_if_needed`` adds the next ones (``unsharded_accumulated_grad += grad``: read elt
+      + 4, write 4) (torch ``distributed/fsdp/_fully_shard/_fsdp_param.py``); autograd where the dtypes agree."""
+    if sched.reduce_each:
+        sharded = (4 if mode in ("fsdp1", "fsdp2") else elt) / dp
+        return AddBytes(3 * sharded, 0.0, 0.0)
+    autograd = AddBytes(3.0 * elt, 0.0, 0.0)
+    if mode in ("fsdp2", "fsdp2_deferred"):  # sync deferred (the runtime, a pipeline schedule)
+        return AddBytes(elt + 8.0, elt + 4.0, 0.0) if main == 4 and elt != 4 else autograd
+    if mode == "deepspeed" and zero_stage == 0 and precision == "bf16":
+        return AddBytes(elt + 8.0, elt + 8.0, 4.0)
+    if mode != "megatron" or grad_add == "autograd" or (grad_add == "main_grad_if_bf16" and precision != "bf16"):
+        return autograd
+    hook = AddBytes(elt + 2.0 * main, elt + 2.0 * main, float(main))
+    return replace(hook, fused_c=main) if grad_add == "main_grad_fused" else hook
