@@ -170,6 +170,7 @@ FINGERPRINTS = {
     34: "2cd43ba3d35a3c86",  # 34 (torchao rowwise's backward rescale): no reference trains in FP8; tests/test_fp8.py
     35: "2cd43ba3d35a3c86",  # 35 (deepspeed-2021's launches and list-collective copies): no reference on it
     36: "2cd43ba3d35a3c86",  # 36 (Megatron's MoE dispatch): no MoE reference on megatron; tests/test_moe_megatron_dispatch.py
+    37: "2cd43ba3d35a3c86",  # 37 (torchtitan's built-in residual rows refitted): no reference request on torchtitan
 }
 
 
