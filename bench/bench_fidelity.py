@@ -295,6 +295,19 @@ TITAN_FUSED_NORM_RUNS = (
 TITAN_COMPILED_GROUPS = ("torchtitan-2408-h100",)
 TITAN_SELECTIVE_LAYER_K = 2
 
+#: The inter-node network of a source group whose rows do not state it, where a source says what it ran on
+#: (``ClusterSpec.inter_node_bandwidth``, as stated; other groups: the GPU's default NICs, 8 × HDR 200 Gb/s on A100):
+#: * ``torchtitan-2404-a100`` (docs/performance.md at 1ea476e9, "64 A100 (80GB)", interconnect not stated): AWS
+#:   P4de, 4 × 100 Gb/s EFA per node. torchtitan's own multi-node launcher at the same commit
+#:   (``multinode_trainer.slurm``) is "optimized for AWS with EFA" (``FI_PROVIDER="efa"`` under "# Enable for A100",
+#:   ``NCCL_IB_DISABLE=1``, ``/opt/amazon/efa/lib``, ``--cpus-per-task=96``: the 96 vCPUs of a p4d/p4de.24xlarge),
+#:   and a reader reproducing these tables was told apart by exactly this: "your AWS cluster brings 400 ... with
+#:   EFA" (pytorch/torchtitan issue 394, comment of 2024-11-22). 8 × A100 80GB with 4 EFA adapters is the
+#:   p4de.24xlarge (AWS "Amazon EC2 P4 instances": 400 Gbps EFA; skypilot-org/skypilot PR 5318's table: p4de.24xlarge
+#:   A100:8, 4 EFA), 6.25 GB/s per GPU against the DGX A100's 25: FSDP2's per-block gathers and fp32 reduce-scatters
+#:   over 8 nodes then run through most of each step (Llama 2 70B at local batch 1 becomes bound by them).
+CLUSTER_NETWORK = {"torchtitan-2404-a100": "4x100Gb/s"}
+
 
 def stack_of(row: dict[str, Any]) -> str | dict[str, Any]:
     """The ``training.stack`` a run is priced with: its source's stack preset; the pre-FlashAttention
@@ -346,7 +359,12 @@ def request(row: dict[str, Any], gpus: dict[str, Any]) -> PlanRequest:
     per_node = min(cl["gpus_per_node"] or 8, n)
     return PlanRequest(
         model=model_spec(row),
-        cluster=ClusterSpec(gpu=gpu_spec(cl["gpu"], gpus), num_nodes=n // per_node, gpus_per_node=per_node),
+        cluster=ClusterSpec(
+            gpu=gpu_spec(cl["gpu"], gpus),
+            num_nodes=n // per_node,
+            gpus_per_node=per_node,
+            inter_node_bandwidth=CLUSTER_NETWORK.get(row["source_group"]),
+        ),
         training=TrainingSpec(
             global_batch_size=b["global"],
             seq_len=row["seq_len"],

@@ -4,8 +4,8 @@
 ``planner.pricing.residuals_builtin`` (written by ``python bench/fit_residuals.py``, fitted on published runs with
 ``planner.answer.calibrate``) for the stack's preset and the GPU's generation, else the stack's row pooled over
 the generations it ran on (``(stack, "*")``: in the published runs the residual follows the stack far more
-than the generation — Megatron 1.02 on V100 and 1.08 on A100, torchtitan 1.27 on A100 and 1.41 on
-H100), else identity (``row_key``; the bundled runtime ran no published run, so it has no row).
+than the generation — Megatron 1.02 on V100 and 1.09 on A100, torchtitan 1.10 on A100 and 1.16 on
+H100 at cost model 38), else identity (``row_key``; the bundled runtime ran no published run, so it has no row).
 """
 
 from __future__ import annotations

@@ -18,10 +18,10 @@ DATA = "bench/data/published_runs.json sha256:21b93cdc80b53790"
 ROWS: dict[tuple[str, str], dict[str, float]] = {
     ("megatron-2020", "ampere"): {"compute_scale": 1.076},
     ("megatron-2020", "volta"): {"compute_scale": 1.011},
-    ("torchtitan", "ampere"): {"compute_scale": 1.221},
+    ("torchtitan", "ampere"): {"compute_scale": 1.098},
     ("torchtitan", "hopper"): {"compute_scale": 1.157},
     ("megatron-2020", "*"): {"compute_scale": 1.055},
-    ("torchtitan", "*"): {"compute_scale": 1.176},
+    ("torchtitan", "*"): {"compute_scale": 1.143},
 }
 
 FITS: dict[tuple[str, str], dict[str, Any]] = {
@@ -69,9 +69,9 @@ FITS: dict[tuple[str, str], dict[str, Any]] = {
             "torchtitan_2404_a100_llama2_70b_lbs1",
             "torchtitan_2404_a100_llama2_70b_lbs2",
         ],
-        "physics_mape": 0.1885,
-        "in_sample_mape": 0.0316,
-        "losgo_mape": 0.0565,
+        "physics_mape": 0.0741,
+        "in_sample_mape": 0.0301,
+        "losgo_mape": 0.0417,
     },
     ("torchtitan", "hopper"): {
         "free": ("compute_scale",),
@@ -171,9 +171,9 @@ FITS: dict[tuple[str, str], dict[str, Any]] = {
             "torchtitan_asynctp_8B_float8_tensorwise_asyncTP",
             "torchtitan_asynctp_8B_float8_tensorwise_vanillaTP",
         ],
-        "physics_mape": 0.1527,
-        "in_sample_mape": 0.091,
-        "losgo_mape": 0.1091,
+        "physics_mape": 0.1265,
+        "in_sample_mape": 0.0907,
+        "losgo_mape": 0.1057,
     },
 }
 
@@ -185,6 +185,6 @@ SUMMARY: dict[str, tuple[int, float, float, float]] = {
     "torchtitan-2412-h100": (12, 0.101, 0.0764, 0.0962),
     "torchtitan-2506-asynctp": (12, 0.203, 0.1432, 0.1571),
     "torchtitan-2408-h100": (3, 0.0623, 0.0992, 0.1092),
-    "torchtitan-2404-a100": (8, 0.1885, 0.0316, 0.0565),
-    "overall": (48, 0.1248, 0.0745, 0.0908),
+    "torchtitan-2404-a100": (8, 0.0741, 0.0301, 0.0417),
+    "overall": (48, 0.1058, 0.0743, 0.0884),
 }

@@ -144,4 +144,8 @@ from __future__ import annotations
 #:    weight-gradient GEMM reading and writing its fp32 C (Megatron-LM 52e636888c, Megatron-core 0.16.1), the 1/dp
 #:    shard accumulated where gradients are reduced every micro-batch, FSDP2's unsharded fp32 accumulation with sync
 #:    deferred; the main-grad buffer's zeroing once per step.
-COST_MODEL_VERSION = 37
+#: 38: the built-in residual row (torchtitan, ampere) refitted (``bench/fit_residuals.py``) on its runs priced on the
+#:    network they ran on (``bench/bench_fidelity.py`` ``CLUSTER_NETWORK``: torchtitan's 2024-04 A100 tables on AWS
+#:    P4de, 4 × 100 Gb/s EFA per node, not a DGX's 8 × 200 Gb/s): 1.222 → 1.098, the pooled (torchtitan, *) row
+#:    1.177 → 1.144 (torchtitan on a GPU generation without its own row). No formula changed; other rows as in 37.
+COST_MODEL_VERSION = 38
