@@ -134,8 +134,8 @@ BRIDGE_GROUPS = ("megatron-bridge", "megatron-bridge-archive")
 #: The Megatron-Bridge tag each NeMo container of the archive ships, read from NVIDIA-NeMo/Megatron-Bridge at HEAD
 #: 067f987df (docs/releases/software-versions.md: 25.09 → 0.1.0rc3, 25.11 → 0.2.0, 26.02 → 0.3.0, 26.04 → 0.4.0;
 #: docs/releases/known-issues.md:23 "Fixed in 26.02.01 (r0.3.1)"). 26.04.01 is not in those tables: v0.4.2 (2026-05-28),
-#: the first tag whose docs/performance-summary.md carries the 26.04.01 tables (v0.4.1 still shows 26.02.01); the lines
-#: cited below are the same at v0.4.1 and v0.4.2.
+#: the first tag whose docs/performance-summary.md carries the 26.04.01 tables (v0.4.1 still shows 26.02.01); the Llama
+#: 3 70B lines cited below are the same at v0.4.1 and v0.4.2, the GPT OSS ones hold the same text a few lines apart.
 BRIDGE_TAGS = {
     "25.09": "v0.1.0rc3",
     "25.11": "v0.2.0",
