@@ -128,8 +128,169 @@ MICRO_FIXES = {
 }
 
 
+#: Megatron-Bridge source groups: the archive's DGX-H100 rows (``published_runs.json``: ``megatron-bridge``;
+#: ``added_runs.json``: ``megatron-bridge-archive``), run with the perf recipes of scripts/performance.
+BRIDGE_GROUPS = ("megatron-bridge", "megatron-bridge-archive")
+#: The Megatron-Bridge tag each NeMo container of the archive ships, read from NVIDIA-NeMo/Megatron-Bridge at HEAD
+#: 067f987df (docs/releases/software-versions.md: 25.09 → 0.1.0rc3, 25.11 → 0.2.0, 26.02 → 0.3.0, 26.04 → 0.4.0;
+#: docs/releases/known-issues.md:23 "Fixed in 26.02.01 (r0.3.1)"). 26.04.01 is not in those tables: v0.4.2 (2026-05-28),
+#: the first tag whose docs/performance-summary.md carries the 26.04.01 tables (v0.4.1 still shows 26.02.01); the Llama
+#: 3 70B lines cited below are the same at v0.4.1 and v0.4.2, the GPT OSS ones hold the same text a few lines apart.
+BRIDGE_TAGS = {
+    "25.09": "v0.1.0rc3",
+    "25.11": "v0.2.0",
+    "26.02": "v0.3.0",
+    "26.02.01": "v0.3.1",
+    "26.04": "v0.4.0",
+    "26.04.01": "v0.4.2",
+}
+#: Where each tag's H100 Llama 3 70B FP8 recipe fixes what the archive's table leaves out (all at the tag, in
+#: NVIDIA-NeMo/Megatron-Bridge): the preset's parallelism (no recompute_num_layers / recompute_modules / CPU offloading /
+#: Megatron-FSDP / CUDA graphs set), the FP8 recipe, the recipe's recompute, sequence parallelism, userbuffers TP
+#: overlap and DDP settings.
+_L70_V2 = (
+    "scripts/performance/configs/llama/llama3_workload_base_configs.py:339-344 LLAMA3_70B_PRETRAIN_CONFIG_H100_FP8_CS_V2 "
+    "(TP 4, PP 8, VP 5, GBS 256, MBS 1; nothing else set)",
+    "scripts/performance/utils/precision.py:28-32 fp8_cs = bf16_with_fp8_current_scaling_mixed",
+)
+_L70_RECIPE_26 = (
+    "src/megatron/bridge/recipes/llama/llama3.py:681 sequence_parallel=True, :697 cuda_graph_impl='none', "
+    ":705-706 recompute_granularity=None, :727 overlap_grad_reduce=True, :730 use_distributed_optimizer=True, "
+    ":737-739 CommOverlapConfig(tp_comm_overlap=True)"
+)
+LLAMA70_H100_CITES = {
+    "v0.1.0rc3": (
+        "scripts/performance/configs/llama3/llama3_70b_llm_pretrain.yaml:55-77 (h100 64 GPUs: TP 4, VP 5, MBS 1, GBS 128, "
+        "cuda_graphs false, use_megatron_fsdp false; PP 8 / CP 1 only under fp8_ds and fp8_cs, bf16 is PP 4 / CP 2; "
+        "no recompute_num_layers)",
+        "scripts/performance/argument_parser.py:86-107 (--compute_dtype bf16|fp8, --fp8_recipe default 'ds'); "
+        "utils/helpers.py:92-96 (fp8 + ds = bf16_with_fp8_delayed_scaling_mixed)",
+        "src/megatron/bridge/recipes/llama/llama3_70b.py:43/65 sequence_parallel=True, :181 overlap_grad_reduce=True, "
+        ":184 use_distributed_optimizer=True, :219-222 CommOverlapConfig(tp_comm_overlap=True); no recompute set",
+    ),
+    "v0.2.0": (
+        "scripts/performance/configs/llama3/workload_base_configs.py:140-145 LLAMA3_70B_H100_FP8_CS_BASE_CONFIG "
+        "(TP 4, PP 8, VP 5, GBS 128, MBS 1; nothing else set); utils/helpers.py:163-179 (recompute only when set)",
+        "utils/helpers.py:37-41 fp8_cs = bf16_with_fp8_current_scaling_mixed",
+        "src/megatron/bridge/recipes/llama/llama3.py:300-303 sequence_parallel=True, tp_comm_overlap=True; :556 "
+        "overlap_grad_reduce=True, :559 use_distributed_optimizer=True; no recompute set",
+    ),
+    "v0.3.0": (
+        _L70_V2[0],
+        _L70_V2[1],
+        "scripts/performance/argument_parser.py:509-515 (--compute_dtype bf16|fp8_cs|fp8_mx|fp8_sc|nvfp4: no plain fp8; "
+        "the H100 presets are FP8_CS only)",
+        "src/megatron/bridge/recipes/llama/llama3.py:300-303 sequence_parallel=True, tp_comm_overlap=True; :557 "
+        "overlap_grad_reduce=True, :560 use_distributed_optimizer=True; no recompute set",
+    ),
+    "v0.3.1": (*_L70_V2, _L70_RECIPE_26),
+    "v0.4.0": (*_L70_V2, _L70_RECIPE_26),
+    "v0.4.2": (*_L70_V2, _L70_RECIPE_26),
+}
+
+
+def _llama70_h100(release: str, *, precision_unstated: bool = False) -> dict[str, Any]:
+    """The recipe facts of a DGX-H100 Llama 3 70B row of ``release`` (``LLAMA70_H100_CITES``)."""
+    tag = BRIDGE_TAGS[release]
+    where = f"NVIDIA-NeMo/Megatron-Bridge {tag} ({'; '.join(LLAMA70_H100_CITES[tag])})"
+    out: dict[str, Any] = {
+        "parallel": {"recompute": "none", "zero_stage": 1, "sequence_parallel": True, "tp_comm_overlap": True},
+        "assumed": [
+            f"recipe: NeMo {release} ships Megatron-Bridge {tag}; {where}",
+            "parallel.recompute: none (the recipe sets no recompute)",
+            "parallel.zero_stage: 1 (use_distributed_optimizer; the table's FSDP=0 is Megatron FSDP)",
+            "parallel.sequence_parallel: true, parallel.tp_comm_overlap: true (userbuffers)",
+            "stack.overlap_grad_reduce: true",
+        ],
+    }
+    if precision_unstated:
+        out["precision"] = "fp8"
+        out["fp8_recipe"] = "delayed"
+        out["assumed"].append(
+            "precision: fp8 with delayed scaling (the table's PP 8 / CP 1 is the 70B H100 mapping of fp8_ds and "
+            "fp8_cs only; the script's --fp8_recipe default is ds)"
+        )
+    else:
+        out["fp8_recipe"] = "current"
+        if release.startswith("26"):
+            out["assumed"].append("training.fp8_recipe: current (the table's FP8 on H100 runs the FP8_CS preset)")
+    return out
+
+
+#: Megatron-Bridge rows with what their tag's perf recipe fixes (``_llama70_h100``; ``bridge_row`` applies it).
+#: The Llama 3 8B rows stay out (``BRIDGE_NOT_EXPRESSIBLE``).
+BRIDGE_RECIPES: dict[str, dict[str, Any]] = {
+    "mbridge_26.04.01_LLAMA3_70B_64gpu_FP8": _llama70_h100("26.04.01"),
+    "mbridge_26.04_LLAMA3_70B_64gpu_FP8": _llama70_h100("26.04"),
+    "mbridge_26.02.01_LLAMA3_70B_64gpu_FP8": _llama70_h100("26.02.01"),
+    "mbridge_26.02_LLAMA3_70B_64gpu_FP8": _llama70_h100("26.02"),
+    "mbridge_25.11_LLAMA3_70B_64gpu_FP8-CS": _llama70_h100("25.11"),
+    "mbridge_25.09_LLAMA3_70B_64gpu_prec-unstated": _llama70_h100("25.09", precision_unstated=True),
+    # GPT OSS 120B on H100 from 26.02 (v0.3.0) on: GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1/V2 set
+    # recompute_modules=["layernorm", "moe_act"] (scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py
+    # :79-83, :124-127 at v0.4.2) and the override makes it selective (scripts/performance/utils/overrides.py:148-150 at
+    # v0.4.2; :141-143 at v0.3.0): the two RMSNorms and the experts' SwiGLU are recomputed in backward
+    # (Megatron-core core_v0.16.0 transformer_layer.py:382-383, moe/experts.py:589-590). Not a mode the planner has
+    # (selective = core attention): priced as no recompute. Effect: memory overstated by the norms' outputs and the
+    # activation outputs (2·h + k·f_e values = 2·2880 + 4·2880 = 17280 bf16 per token and layer: 0.14 GB per layer at
+    # 4096 tokens, 9 layers a stage, up to 4 micro-batches in flight ≈ 5 GB), time understated by their recompute
+    # (elementwise, memory-bound: well under 1 % of the step). At 25.11 (v0.2.0) the same list had no effect: that
+    # override set no granularity (utils/helpers.py:178-179) and the recipe sets none, so recompute was off.
+    "mbridge_26.04.01_GPT_64gpu_BF16": {
+        "parallel": {"recompute": "none"},
+        "assumed": [
+            "parallel.recompute: none, approximating the recipe's selective ['layernorm', 'moe_act'] (Megatron-Bridge "
+            "v0.4.2 gpt_oss_workload_base_configs.py:79-83, utils/overrides.py:148-150): memory overstated ≈ 5 GB, "
+            "time understated by the norms' and SwiGLU's recompute (< 1 %)"
+        ],
+    },
+    "mbridge_25.11_GPT_64gpu_BF16": {
+        "parallel": {"recompute": "none"},
+        "assumed": [
+            "parallel.recompute: none (Megatron-Bridge v0.2.0 GPT_OSS_120B_H100_BF16_BASE_CONFIG lists recompute_modules "
+            "['layernorm', 'moe_act'] (scripts/performance/configs/gpt_oss/workload_base_configs.py:58-62) but its "
+            "override sets no granularity (utils/helpers.py:178-179) and the recipe none: Megatron-core recomputes "
+            "modules only under recompute_granularity 'selective' (core_v0.16.0 transformer_layer.py:382)"
+        ],
+    },
+}
+#: Megatron-Bridge rows the model cannot express as their recipe ran them, and why.
+_FSDP = (
+    "Megatron-FSDP (use_megatron_fsdp: the table's FSDP 8), a data-parallel engine the megatron preset does not price"
+)
+BRIDGE_NOT_EXPRESSIBLE = {
+    "mbridge_25.11_LLAMA3_8B_8gpu_FP8-CS": [
+        _FSDP,
+        "full recompute of 5 of the 32 layers (recompute_method block, recompute_num_layers 5: Megatron-Bridge v0.2.0 "
+        "scripts/performance/configs/llama3/workload_base_configs.py:229-233, utils/helpers.py:174-177): not a mode "
+        "the model has",
+    ],
+    "mbridge_25.09_LLAMA3_8B_8gpu_prec-unstated": [
+        _FSDP
+        + " (Megatron-Bridge v0.1.0rc3 configs/llama3/llama3_8b_llm_pretrain.yaml:68-77: the fp8 mappings; bf16 is "
+        "CP 2 without FSDP)",
+    ],
+}
+
+
+def bridge_row(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with what its Megatron-Bridge recipe fixes (``BRIDGE_RECIPES``) applied, each in ``assumed``."""
+    fix = BRIDGE_RECIPES.get(row["id"])
+    if fix is None:
+        return row
+    par = {**row["parallel"], **fix.get("parallel", {})}
+    out = {**row, "parallel": par, "assumed": list(row["assumed"]) + list(fix["assumed"])}
+    if "precision" in fix:
+        out["precision"] = fix["precision"]
+    if "fp8_recipe" in fix:
+        out["fp8_recipe"] = fix["fp8_recipe"]
+    return out
+
+
 def moe_row(row: dict[str, Any]) -> dict[str, Any]:
-    """``row`` with the assumptions of ``MOE_CATALOG`` applied (an expert-parallel row it names; else unchanged)."""
+    """``row`` with the assumptions of ``MOE_CATALOG`` applied (an expert-parallel row it names; else unchanged),
+    after ``bridge_row``'s."""
+    row = bridge_row(row)
     par = row["parallel"]
     catalog = MOE_CATALOG.get(row["model_name"])
     if (par.get("ep") or 1) <= 1 or row["model"] is not None or catalog is None or row["stack"] != "megatron":
@@ -142,7 +303,7 @@ def moe_row(row: dict[str, Any]) -> dict[str, Any]:
     if par["recompute"] is None:
         par["recompute"] = "none"
         assumed.append("parallel.recompute: none (not stated; the perf recipes' default)")
-    if par["zero_stage"] == 0 and row["source_group"] == "megatron-bridge":
+    if par["zero_stage"] == 0 and row["source_group"] in BRIDGE_GROUPS:
         # The table's "FSDP=0" says Megatron FSDP is off, not the optimizer: every Megatron-Bridge MoE recipe of
         # the tables' release shards it (NVIDIA-NeMo/Megatron-Bridge v0.2.0, 2025-11-26: recipes/qwen/qwen3_moe.py
         # and recipes/gpt_oss/gpt_oss.py, ``DistributedDataParallelConfig(use_distributed_optimizer=True)``).
@@ -160,7 +321,7 @@ def moe_row(row: dict[str, Any]) -> dict[str, Any]:
 
 def reasons_not_expressible(row: dict[str, Any]) -> list[str]:
     """Why the model cannot price this run as published (empty: it can)."""
-    out: list[str] = []
+    out: list[str] = list(BRIDGE_NOT_EXPRESSIBLE.get(row["id"], []))
     row = moe_row(row)
     m, par, cl = row["measured"], row["parallel"], row["cluster"]
     if m["metric"] is None:
@@ -212,9 +373,12 @@ def fp8_recipe(row: dict[str, Any]) -> str | None:
     """The FP8 recipe of an FP8 run, from how its source states its precision: torchtitan's "Float8" rows before
     torchao's rowwise recipe (2024) and "float8 tensorwise" are tensorwise (dynamic per-tensor scales, the
     float8 converter's default); Megatron-Bridge "FP8-CS" is Transformer Engine current scaling; NeMo /
-    MLPerf "FP8" (hybrid, amax history) is TE's default DelayedScaling."""
+    MLPerf "FP8" (hybrid, amax history) is TE's default DelayedScaling. A row's ``fp8_recipe`` (set by ``bridge_row``
+    from the run's recipe, e.g. Megatron-Bridge 26.0x's H100 "FP8": its FP8_CS preset) comes first."""
     if row["precision"] != "fp8":
         return None
+    if row.get("fp8_recipe"):  # what the run's recipe sets (``bridge_row``)
+        return str(row["fp8_recipe"])
     text = (row.get("precision_as_published") or "").lower()
     if row["stack"] == "torchtitan":
         return "rowwise" if "rowwise" in text else "tensorwise"
@@ -316,6 +480,12 @@ def stack_of(row: dict[str, Any]) -> str | dict[str, Any]:
     tuner (``NCCL_210_GROUPS``); torchtitan runs with the kernels and selective AC of their published configs
     (``TITAN_*``)."""
     era = {"nccl": "2.10"} if row["source_group"] in NCCL_210_GROUPS else {}
+    if row["source_group"] in BRIDGE_GROUPS and row["stack"] == "megatron":
+        # every Megatron-Bridge recipe of the archive's rows overlaps the DP gradient reduce with backward
+        # (NVIDIA-NeMo/Megatron-Bridge ddp.overlap_grad_reduce=True: v0.1.0rc3 recipes/llama/llama3_70b.py:181, v0.2.0
+        # recipes/llama/llama3.py:556, recipes/gpt_oss/gpt_oss.py:287, recipes/qwen/qwen3_moe.py:314, v0.3.0
+        # llama3.py:557, gpt_oss.py:290, v0.3.1-v0.4.2 llama3.py:727, v0.4.0/v0.4.2 gpt_oss.py:139)
+        return {"base": "megatron", "overlap_grad_reduce": True}
     if row["source_group"] in UNFUSED_ATTENTION_GROUPS:  # Megatron-LM v2.0 (planner.specs.stack_eras): what it ran
         kernels = UNFUSED_ATTENTION_GROUPS[row["source_group"]]
         return "megatron-2020" if kernels == "fused" else {"base": "megatron-2020", "kernels": kernels}
@@ -385,7 +555,10 @@ def request(row: dict[str, Any], gpus: dict[str, Any]) -> PlanRequest:
             sequence_parallel=bool(par["sequence_parallel"]) and par["tp"] > 1,
             zero_stage=par["zero_stage"],
             # torchtitan's async TP (issue 24): the SP collectives pipelined with the GEMMs (parallel.tp_comm_overlap)
-            tp_comm_overlap="async-tp" in row["features"] and bool(par["sequence_parallel"]) and par["tp"] > 1,
+            # Megatron's userbuffers overlap where the run's recipe turns it on (``bridge_row``)
+            tp_comm_overlap=("async-tp" in row["features"] or bool(par.get("tp_comm_overlap")))
+            and bool(par["sequence_parallel"])
+            and par["tp"] > 1,
             ep=par.get("ep") or None,
         ),
         options=SearchOptions(allow_tp_across_nodes=True, memory_headroom=0.0),
@@ -455,7 +628,7 @@ def evaluate(row: dict[str, Any], gpus: dict[str, Any]) -> Result:
     flops = flops_per_step(row, model)
     gpu = plan.cluster.gpu
     assert isinstance(gpu, GpuSpec)
-    peak = gpu.peak_flops(row["precision"]) / 1e12
+    peak = gpu.peak_flops(moe_row(row)["precision"]) / 1e12
     m = row["measured"]
     metric = m["metric"]
     if model.moe is not None and m["tokens_per_s_per_gpu"] is not None:  # the dense FLOP accounting does not apply

@@ -250,8 +250,10 @@ def test_builtin_lookup_by_stack_and_generation():
         # Megatron-LM of 2022 (52e636888c) still runs v2.0's compute kernels (CoreAttention, fused softmax, bias-GeLU)
         ("megatron-2022", "a100-sxm4-80gb", ("megatron-2020", "ampere")),
         ("megatron-2022", "v100-sxm3-32gb", ("megatron-2020", "volta")),
-        # no lineage: today's Megatron-core keeps identity (its kernels and engine are not v2.0's)
-        ("megatron", "a100-sxm4-80gb", None),
+        # no lineage: today's Megatron-core takes its own rows (cost model 39: fitted on Megatron-Bridge's H100 runs),
+        # on a GPU generation without one the pooled row, never v2.0's (its kernels and engine are not v2.0's)
+        ("megatron", "a100-sxm4-80gb", ("megatron", "*")),
+        ("megatron", "h100-sxm5-80gb", ("megatron", "hopper")),
     ],
 )
 def test_a_preset_without_runs_takes_its_lineage_rows(stack, gpu, row):

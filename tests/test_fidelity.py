@@ -457,6 +457,9 @@ def test_added_rows_have_the_published_schema():
     for row in ADDED["runs"]:
         assert set(row) == set(template), row["id"]
         for part in ("model", "cluster", "parallel", "batch", "measured", "source"):
+            if part == "model" and row["model"] is None:  # as published rows: a MoE the source names only
+                assert bench.MOE_CATALOG.get(row["model_name"]), row["id"]
+                continue
             assert set(row[part]) == set(template[part]), (row["id"], part)
 
 
@@ -563,3 +566,67 @@ def test_the_claims_table_lists_each_claim_above_the_bar_with_the_seconds_it_sav
         cells = [c.strip() for c in rows[0].strip("|").split("|")]
         assert cells[:3] == ["run-a", "1.200", "TP2×PP1×DP4, mbs 1 (OPTIMAL)"]
         assert cells[3:6] == ["+2.500", "0", "0"] and cells[7] == "−0.500"
+
+
+# Megatron-Bridge's DGX-H100 Llama 3 70B rows (issues 24 and 27 §3): what each release's perf recipe fixes, read at the
+# tag the release ships (NVIDIA-NeMo/Megatron-Bridge docs/releases/software-versions.md; bench_fidelity.BRIDGE_TAGS):
+# (row, FP8 recipe the recipe runs, precision as priced). 25.09's table has no precision column: its PP 8 / CP 1
+# mapping is the fp8_ds / fp8_cs one (v0.1.0rc3 llama3_70b_llm_pretrain.yaml), the script's default --fp8_recipe ds.
+BRIDGE_LLAMA70 = [
+    ("mbridge_26.04.01_LLAMA3_70B_64gpu_FP8", "current", "v0.4.2"),
+    ("mbridge_26.04_LLAMA3_70B_64gpu_FP8", "current", "v0.4.0"),
+    ("mbridge_26.02.01_LLAMA3_70B_64gpu_FP8", "current", "v0.3.1"),
+    ("mbridge_26.02_LLAMA3_70B_64gpu_FP8", "current", "v0.3.0"),
+    ("mbridge_25.11_LLAMA3_70B_64gpu_FP8-CS", "current", "v0.2.0"),
+    ("mbridge_25.09_LLAMA3_70B_64gpu_prec-unstated", "delayed", "v0.1.0rc3"),
+]
+
+
+@pytest.mark.parametrize("run_id, fp8, tag", BRIDGE_LLAMA70)
+def test_bridge_llama70_rows_are_priced_with_their_recipe(outcome, run_id, fp8, tag):
+    """The recipe sets no recompute, the distributed optimizer, SP with userbuffers TP overlap and an overlapped DP
+    gradient reduce: so the request (TP 4, PP 8, VP 5 as published), each fact in ``assumed`` with the tag read."""
+    results, _, _ = outcome
+    assert run_id in {r.id for r in results}
+    req = bench.request(RUNS[run_id], DATA["gpus"])
+    p = req.parallel
+    assert (p.tp, p.pp, p.virtual_stages, p.recompute, p.zero_stage) == (4, 8, 5, "none", 1)
+    assert p.sequence_parallel and p.tp_comm_overlap
+    assert (req.training.precision, req.training.fp8_recipe) == ("fp8", fp8)
+    assert bench.stack_of(RUNS[run_id]) == {"base": "megatron", "overlap_grad_reduce": True}
+    assumed = " ".join(bench.moe_row(RUNS[run_id])["assumed"])
+    assert f"Megatron-Bridge {tag}" in assumed and "parallel.recompute: none" in assumed
+
+
+@pytest.mark.parametrize(
+    "run_id, reason",
+    [
+        ("mbridge_25.11_LLAMA3_8B_8gpu_FP8-CS", "Megatron-FSDP"),
+        ("mbridge_25.11_LLAMA3_8B_8gpu_FP8-CS", "full recompute of 5 of the 32 layers"),
+        ("mbridge_25.09_LLAMA3_8B_8gpu_prec-unstated", "Megatron-FSDP"),
+    ],
+)
+def test_bridge_llama8_rows_stay_out_for_megatron_fsdp(outcome, run_id, reason):
+    _, skipped, _ = outcome
+    assert any(reason in w for w in skipped[run_id]), skipped[run_id]
+
+
+@pytest.mark.parametrize(
+    "release, tag",
+    [("25.09", "v0.1.0rc3"), ("25.11", "v0.2.0"), ("26.02", "v0.3.0"), ("26.02.01", "v0.3.1"), ("26.04", "v0.4.0")],
+)
+def test_bridge_release_maps_to_the_tag_its_container_ships(release, tag):
+    """docs/releases/software-versions.md (Megatron-Bridge HEAD 067f987df) and known-issues.md ("26.02.01 (r0.3.1)")."""
+    assert bench.BRIDGE_TAGS[release] == tag
+
+
+def test_bridge_archive_gpt_oss_rows_state_the_recompute_approximation():
+    """GPT OSS 120B on H100 from 26.02 on recomputes ['layernorm', 'moe_act'] (selective): priced as none, the
+    approximation and its effect stated; at 25.11 the same list had no granularity, so none is what ran."""
+    rows = [r for r in ADDED["runs"] if r["source_group"] == "megatron-bridge-archive"]
+    assert {r["id"] for r in rows} == {f"mbridge_{v}_GPT_64gpu_BF16" for v in ("26.04", "26.02.01", "26.02")}
+    for row in [*rows, RUNS["mbridge_26.04.01_GPT_64gpu_BF16"]]:
+        assumed = " ".join(bench.moe_row(row)["assumed"])
+        assert "approximating the recipe's selective ['layernorm', 'moe_act']" in assumed, row["id"]
+        assert bench.request(row, {**DATA["gpus"], **ADDED["gpus"]}).parallel.recompute == "none"
+    assert "no granularity" in " ".join(bench.moe_row(RUNS["mbridge_25.11_GPT_64gpu_BF16"])["assumed"])

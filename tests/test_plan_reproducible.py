@@ -172,6 +172,7 @@ FINGERPRINTS = {
     36: "2cd43ba3d35a3c86",  # 36 (Megatron's MoE dispatch): no MoE reference on megatron; tests/test_moe_megatron_dispatch.py
     37: "511832e8b52ff59c",  # 37 (the gradient-accumulation pass per micro-batch): tests/test_grad_add.py
     38: "511832e8b52ff59c",  # 38 (torchtitan's built-in residual rows refitted): no reference request on torchtitan
+    39: "511832e8b52ff59c",  # 39 (megatron's built-in residual rows): no reference request on megatron
 }
 
 

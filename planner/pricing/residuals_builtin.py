@@ -16,15 +16,32 @@ FITTED_ON = "2026-12-02"
 DATA = "bench/data/published_runs.json sha256:21b93cdc80b53790"
 
 ROWS: dict[tuple[str, str], dict[str, float]] = {
+    ("megatron", "hopper"): {"compute_scale": 1.016},
     ("megatron-2020", "ampere"): {"compute_scale": 1.076},
     ("megatron-2020", "volta"): {"compute_scale": 1.011},
     ("torchtitan", "ampere"): {"compute_scale": 1.098},
     ("torchtitan", "hopper"): {"compute_scale": 1.157},
+    ("megatron", "*"): {"compute_scale": 1.016},
     ("megatron-2020", "*"): {"compute_scale": 1.055},
     ("torchtitan", "*"): {"compute_scale": 1.143},
 }
 
 FITS: dict[tuple[str, str], dict[str, Any]] = {
+    ("megatron", "hopper"): {
+        "free": ("compute_scale",),
+        "groups": ["megatron-bridge"],
+        "runs": [
+            "mbridge_25.09_LLAMA3_70B_64gpu_prec-unstated",
+            "mbridge_25.11_LLAMA3_70B_64gpu_FP8-CS",
+            "mbridge_26.02.01_LLAMA3_70B_64gpu_FP8",
+            "mbridge_26.02_LLAMA3_70B_64gpu_FP8",
+            "mbridge_26.04.01_LLAMA3_70B_64gpu_FP8",
+            "mbridge_26.04_LLAMA3_70B_64gpu_FP8",
+        ],
+        "physics_mape": 0.0113,
+        "in_sample_mape": 0.0056,
+        "losgo_mape": 0.0113,
+    },
     ("megatron-2020", "ampere"): {
         "free": ("compute_scale",),
         "groups": ["megatron-2020-dp128", "megatron-2020-tp", "megatron-2021-gpt3"],
@@ -109,6 +126,21 @@ FITS: dict[tuple[str, str], dict[str, Any]] = {
         "in_sample_mape": 0.1086,
         "losgo_mape": 0.1247,
     },
+    ("megatron", "*"): {
+        "free": ("compute_scale",),
+        "groups": ["megatron-bridge"],
+        "runs": [
+            "mbridge_25.09_LLAMA3_70B_64gpu_prec-unstated",
+            "mbridge_25.11_LLAMA3_70B_64gpu_FP8-CS",
+            "mbridge_26.02.01_LLAMA3_70B_64gpu_FP8",
+            "mbridge_26.02_LLAMA3_70B_64gpu_FP8",
+            "mbridge_26.04.01_LLAMA3_70B_64gpu_FP8",
+            "mbridge_26.04_LLAMA3_70B_64gpu_FP8",
+        ],
+        "physics_mape": 0.0113,
+        "in_sample_mape": 0.0056,
+        "losgo_mape": 0.0113,
+    },
     ("megatron-2020", "*"): {
         "free": ("compute_scale",),
         "groups": ["megatron-2020-dp128", "megatron-2020-tp", "megatron-2021-gpt3"],
@@ -186,5 +218,6 @@ SUMMARY: dict[str, tuple[int, float, float, float]] = {
     "torchtitan-2506-asynctp": (12, 0.203, 0.1432, 0.1571),
     "torchtitan-2408-h100": (3, 0.0623, 0.0992, 0.1092),
     "torchtitan-2404-a100": (8, 0.0741, 0.0301, 0.0417),
-    "overall": (48, 0.1058, 0.0743, 0.0884),
+    "megatron-bridge": (6, 0.0113, 0.0056, 0.0113),
+    "overall": (54, 0.0953, 0.0666, 0.0798),
 }

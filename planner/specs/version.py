@@ -148,4 +148,7 @@ from __future__ import annotations
 #:    network they ran on (``bench/bench_fidelity.py`` ``CLUSTER_NETWORK``: torchtitan's 2024-04 A100 tables on AWS
 #:    P4de, 4 × 100 Gb/s EFA per node, not a DGX's 8 × 200 Gb/s): 1.222 → 1.098, the pooled (torchtitan, *) row
 #:    1.177 → 1.144 (torchtitan on a GPU generation without its own row). No formula changed; other rows as in 37.
-COST_MODEL_VERSION = 38
+#: 39: built-in residual rows for today's Megatron-core (``("megatron", "hopper")`` and ``("megatron", "*")``, compute
+#:    scale 1.016), fitted on the six Megatron-Bridge Llama 3 70B DGX-H100 rows now expressed with their recipes'
+#:    settings (``bench/bench_fidelity.py`` ``BRIDGE_RECIPES``); was identity. No formula changed; others as in 38.
+COST_MODEL_VERSION = 39
