@@ -149,3 +149,32 @@ def test_rowwise_rescales_the_backward_gemm_outputs(recipe, tp):
     assert len(rescale) == 1
     assert rescale[0].nbytes == pytest.approx(expected)
     assert rescale[0].kernels == 2 * len(shapes)
+
+
+@pytest.mark.parametrize(
+    ("model", "tp", "sp"),
+    [("llama3-8b", 1, False), ("llama3-70b", 4, True), ("llama3-70b", 8, False), ("gpt3-175b", 8, True)],
+)
+def test_te_keeps_fp8_linear_inputs_at_one_byte(model, tp, sp):
+    """Megatron-core + TE under FP8 (TE v2.9 layernorm_linear.py / linear.py): the two norm outputs the QKV and fc1
+    GEMMs read are saved at 1 byte (not 2), fc2's input (the activation output, f/t a token) at 1 byte, and the proj
+    keeps a 1-byte copy of its input beside the 16-bit attention output — a block saves, per token,
+    (2·h/sp + f/t) bytes less and a·d/t more than under bf16."""
+    from planner.specs.catalog import get_model
+    from planner.specs.stacks import STACKS
+    from planner.workload.activations import saved_activation_bytes as activation_bytes
+
+    m = get_model(model)
+    args = ("transformer_block", 1, 4096, tp, sp)
+    bf16 = activation_bytes(m, *args, precision="bf16", stack=STACKS["megatron"])
+    fp8 = activation_bytes(m, *args, precision="fp8", stack=STACKS["megatron"])
+    t, s = 4096, (tp if sp else 1)
+    fewer = t * (2 * m.hidden_size / s + m.ffn_hidden_size / tp)
+    more = t * m.num_attention_heads * m.head_dim / tp
+    assert bf16.none - fp8.none == pytest.approx(fewer - more, abs=2)
+    assert fp8.full == bf16.full  # full recompute keeps the block input (16-bit)
+    # the other stacks (torchao keeps the 16-bit inputs for its casts in backward) are unchanged
+    for stack in ("torchtitan", "meshplan"):
+        a = activation_bytes(m, *args, precision="bf16", stack=STACKS[stack])
+        b = activation_bytes(m, *args, precision="fp8", stack=STACKS[stack])
+        assert a == b

@@ -151,4 +151,8 @@ from __future__ import annotations
 #: 39: built-in residual rows for today's Megatron-core (``("megatron", "hopper")`` and ``("megatron", "*")``, compute
 #:    scale 1.016), fitted on the six Megatron-Bridge Llama 3 70B DGX-H100 rows now expressed with their recipes'
 #:    settings (``bench/bench_fidelity.py`` ``BRIDGE_RECIPES``); was identity. No formula changed; others as in 38.
-COST_MODEL_VERSION = 39
+#: 40: Transformer Engine keeps FP8 linears' inputs quantized (the ``te`` activation formula under FP8,
+#:    ``workload.activations.te_block_saved_terms``; TE v2.9 layernorm_linear.py / linear.py): the norm outputs the QKV
+#:    and fc1 GEMMs read and fc2's input at 1 byte, the proj's input a 1-byte copy beside the 16-bit attention output.
+#:    Memory only; other stacks and precisions unchanged.
+COST_MODEL_VERSION = 40

@@ -204,8 +204,16 @@ def te_block_saved_terms(
     whole without; Q at a/t heads, K and V at g/t heads (GQA-aware kernels); the attention output; the
     fc1 output and the activation output (GeLU 2·T·f/t, SwiGLU 3·T·f/t: TE layernorm_mlp.py). For a GPT
     block (g = a, f = 4h) with flash attention and no dropout this is (s·b·h/t)·32 with SP, i.e.
-    Korthikanti et al.'s 34 without the two dropout masks (``attention_extra_terms`` adds them)."""
+    Korthikanti et al.'s 34 without the two dropout masks (``attention_extra_terms`` adds them).
+
+    Under FP8 (cost model 40) TE keeps each FP8 linear's input quantized, one usage at 1 byte an element: the norm
+    outputs of ``LayerNormLinear`` (TE v2.9 layernorm_linear.py:186-193, 404-414: rowwise only to be re-gathered
+    with SP, else columnwise only; saved at :448-458) and the inputs of ``Linear`` (linear.py:370-390, the proj's
+    and fc2's), so the activation output fc2 reads is kept at 1 byte and the proj's input adds a 1-byte copy beside
+    the attention output the attention core keeps for its own backward (16-bit); fc1's output, which the
+    activation's backward reads, stays 16-bit. MXFP8's per-32 E8M0 scales (1/32 byte) are not counted."""
     e = BYTES_PER_ELEMENT[precision]
+    q = 1 if precision == "fp8" else e  # a saved FP8 linear input (``e`` otherwise: the same 16-bit tensor)
     b, s, h, f, d = micro_batch_size, seq_len, model.hidden_size, model.ffn_hidden_size, model.head_dim
     T = b * s
     sp = tp if sequence_parallel else 1
@@ -213,13 +221,13 @@ def te_block_saved_terms(
     norm = T / sp * (h * e + stats)
     out = {
         "attn_norm_input": norm,
-        "qkv_input": T / sp * h * e,
+        "qkv_input": T / sp * h * q,
         "q_k_v": T * (model.num_attention_heads + 2 * model.num_kv_heads) * d / tp * e,
-        "attn_output": T * model.num_attention_heads * d / tp * e,
+        "attn_output": T * model.num_attention_heads * d / tp * (e + (q if q != e else 0)),
         "attn_logsumexp": b * s * (model.num_attention_heads / tp) * LSE_BYTES,
         "mlp_norm_input": norm,
-        "mlp_input": T / sp * h * e,
-        "mlp_hidden": (3 if model.activation == "swiglu" else 2) * T * f / tp * e,
+        "mlp_input": T / sp * h * q,
+        "mlp_hidden": ((2 if model.activation == "swiglu" else 1) * e + q) * T * f / tp,
     }
     if model.mla is not None:  # latent attention's tensors in place of multi-head attention's
         from planner.workload.moe import mla_saved_terms
