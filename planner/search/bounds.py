@@ -178,18 +178,26 @@ def rank_chain_load(
     def margin(T: float) -> float | None:
         """Layers (× w) T admits beyond L: ≥ 0 when T is feasible; None when a rank cannot hold even
         its least layers."""
+        # (``min`` of two or three written out, the first of equals kept as ``min`` keeps it: called ~10⁵ times)
         thr = [0.0] * (p + 1)  # the largest prefix at rank k from which ranks k… fit at their least layers
         thr[p] = float("inf")
         for k in range(p - 1, -1, -1):
-            thr[k] = min(T - m * e[k], thr[k + 1] - e[k] - lags[k])
+            x, y = T - m * e[k], thr[k + 1] - e[k] - lags[k]
+            thr[k] = y if y < x else x
         if thr[0] < 0:
             return None
         s = got = 0.0
         for i in range(p):
-            room = min(room_caps[i], (T - s) / m - e[i], thr[i + 1] - s - lags[i] - e[i])
+            room, x, y = room_caps[i], (T - s) / m - e[i], thr[i + 1] - s - lags[i] - e[i]
+            if x < room:
+                room = x
+            if y < room:
+                room = y
             if steady is not None:
                 a, c = steady[1][i]
-                room = min(room, ((T - steady[0] - c) / a - least) * w)
+                x = ((T - steady[0] - c) / a - least) * w
+                if x < room:
+                    room = x
                 if room < 0:
                     return None
             got += room
