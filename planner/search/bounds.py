@@ -188,7 +188,8 @@ def rank_chain_load(
             return None
         s = got = 0.0
         for i in range(p):
-            room, x, y = room_caps[i], (T - s) / m - e[i], thr[i + 1] - s - lags[i] - e[i]
+            room: float = room_caps[i]
+            x, y = (T - s) / m - e[i], thr[i + 1] - s - lags[i] - e[i]
             if x < room:
                 room = x
             if y < room:

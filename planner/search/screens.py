@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
-from planner.compose.context import Context
 from planner.compose.affine import total
+from planner.compose.context import Context
 from planner.compose.context_parallel import memory_class_terms
 from planner.compose.cost import Candidate, ClassCosts, Live, live_vectors_cached, num_microbatches
 from planner.compose.memory import rank_buffers, rank_memory, rank_states
