@@ -17,6 +17,7 @@ from planner.compose.blocks import has_moe_blocks
 from planner.compose.context_parallel import memory_class_terms
 from planner.compose.cost import Candidate, live_vectors_cached, num_microbatches
 from planner.compose.memory import rank_activations, rank_buffers, rank_states
+from planner.compose.simulate import simulate
 from planner.search.bounds import layer_caps, lean_bound
 from planner.search.screens import kinds_fit
 from planner.search.space import enumerate_candidates, simplicity
@@ -161,3 +162,29 @@ def test_kinds_fit_is_the_ranks_own() -> None:
             assert kinds_fit(s, c, live, L, usable) == want
             seen.add(want)
     assert seen == {True, False}  # both answers checked
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        ("1f1b", 16, 1, 64),
+        ("1f1b", 4, 1, 9),
+        ("gpipe", 6, 1, 5),
+        ("interleaved-1f1b", 4, 3, 8),
+        ("1f1b", 1, 1, 3),
+        ("1f1b", 2, 1, 40),
+    ],
+)
+def test_replayed_critical_path_is_the_eager_one(shape: tuple) -> None:
+    """A replay without the timeline binds the critical path's operations from the ends (``simulate._Bindings``):
+    the same path, lags and times as the replay that records every operation's binding predecessor."""
+    schedule, pp, v, m = shape
+    rng, chunks = random.Random(pp * 100 + m), pp * v
+    for _ in range(6):
+        fwd = [rng.randint(1, 50) for _c in range(chunks)]
+        bwd = [rng.choice([x, 2 * x, rng.randint(1, 90)]) for x in fwd]  # ties and unequal stages
+        lag = [rng.choice([0, 0, 3, rng.randint(1, 40)]) for _c in range(chunks - 1)]
+        simulate(schedule, pp, v, m, fwd, bwd, lag, record=True)  # the shape recorded (a first run)
+        eager, lazy = (simulate(schedule, pp, v, m, fwd, bwd, lag, record=r) for r in (True, False))
+        assert (lazy.makespan, lazy.rank_finish) == (eager.makespan, eager.rank_finish)
+        assert (lazy.critical_path, lazy.critical_lags) == (eager.critical_path, eager.critical_lags)
