@@ -259,7 +259,8 @@ class Frontier:
     def by_quick_bound(self, keep: Callable[[Candidate], bool]) -> Iterator[QueueItem]:
         """The classes ``keep`` accepts in the order of their quick bound (then simplicity), lazily: what
         ``search.probe`` visits (the queue itself is left as it is)."""
-        heap = [item for item in self.heap if keep(item.cand)]  # ``keep`` reads no field a family's members differ in
+        # ``order[-1]``: the class (``QueueItem.cand``); ``keep`` reads no field a family's members differ in
+        heap = [item for item in self.heap if keep(item.order[-1])]
         heapq.heapify(heap)
         while heap:
             item = heapq.heappop(heap)

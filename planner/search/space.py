@@ -112,6 +112,7 @@ def _enumerate(ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp
     out: list[Candidate] = []
     runs = functools.cache(lambda **kw: rules.stack_runs(ctx.stack, **kw) is None)  # asked per (mbs, sp, …) loop
     runs_ok: dict[tuple, bool] = {}  # ``stack_runs_ok`` by the class fields it reads (below)
+    overlaps_at: dict[tuple, list[bool]] = {}  # ``tp_overlaps``, memoised (below)
     short_1f1b: list[tuple[int, int, int, MeshplanError]] = []  # (pp, dp, -m, why) of 1F1B classes dropped for m < pp
     tps = [pins.tp] if pins.tp is not None else tp_options(ctx, options.allow_tp_across_nodes)
     for tp, pp, cp, cp_comms in degrees(ctx, pins, tps, n, with_cp):
@@ -169,7 +170,10 @@ def _enumerate(ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp
                         # the ZeRO group spans dp × cp (FSDP shards over the CP ranks too: torchtitan's dp_shard_cp)
                         zs = [pins.zero_stage] if pins.zero_stage is not None else zero_stages(ctx, dp * cp)
                         zs = [z for z in zs if runs(zero_stage=z, pp=pp)]
-                        overlaps = tp_overlaps(ctx, pins, mbs, tp, sp, rc, cp)
+                        at = (mbs, tp, sp, rc, cp)  # what ``tp_overlaps`` reads of the class (asked per pp, schedule)
+                        overlaps = overlaps_at.get(at)
+                        if overlaps is None:
+                            overlaps = overlaps_at[at] = tp_overlaps(ctx, pins, mbs, tp, sp, rc, cp)
                         pairs = expert_options(ctx, pins, tp, dp, sp)
                         if not pairs:
                             continue
