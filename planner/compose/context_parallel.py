@@ -127,7 +127,7 @@ def class_terms(ctx: Context, c: Candidate) -> SharedTerms:
     )
     s = ctx.cp_terms.get(key)
     if s is None:
-        base = plain_class_terms(cp_view(ctx, c.cp), replace(c, dp=c.dp * c.cp, cp=1))
+        base = plain_class_terms(cp_view(ctx, c.cp), c.variant(dp=c.dp * c.cp, cp=1))
         f, b = cp_exposed(ctx, c)
         more_f, more_b = Affine(0, ns(f)), Affine(0, ns(b))
         bwd = base.bwd.plus(more_b)

@@ -74,6 +74,13 @@ class Candidate:
     def describe(self) -> str:
         return config.describe(self)
 
+    def variant(self, **changes: object) -> Candidate:
+        """``replace(self, **changes)`` without the frozen ``__init__``, as ``family`` copies (``changes``: fields of
+        the same types, not checked)."""
+        c = object.__new__(Candidate)
+        c.__dict__.update(self.__dict__, **changes)
+        return c
+
     def family(self, pairs: Sequence[tuple[int, int]]) -> list[Candidate]:
         """The class at each (ep, etp) of ``pairs``, its other fields this one's: the search enumerates 21,036 of
         them on DeepSeek-V3, so the copies are made without the frozen ``__init__`` (one ``object.__setattr__`` a

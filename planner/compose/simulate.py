@@ -22,6 +22,7 @@ when ``m == p``; needs ``m % p == 0``). Chunk ``c`` lives on rank ``c % p``.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -122,7 +123,7 @@ def simulate(
 
 def _run(
     schedule: str, pp: int, v: int, m: int, fwd: list[int], bwd: list[int], lag: list[int], record: bool
-) -> tuple[list[int], list[int], list[int], list[tuple[int, str, int, int, int, int]], tuple[int, ...]]:
+) -> tuple[list[int], Sequence[int], Sequence[int], list[tuple[int, str, int, int, int, int]], tuple[int, ...]]:
     """Every operation's end, binding predecessor and the boundary whose lag that edge carries (op ids as
     in ``Step``), the timeline when ``record``, and each rank's last op (-1: none). An operation starts
     when its rank's previous one has ended and its data (plus the lag, when the boundary joins two ranks)
@@ -141,6 +142,18 @@ def _run(
     _ORDERS.move_to_end(shape)
     steps, last = _ORDERS[shape]
     end = [0] * (2 * mc + 1)  # end[-1] = 0: the start of a rank's first operation
+    if not record:  # the ends alone; the binding predecessors of the ops a critical path asks (``_Bindings``)
+        for op, _, prev, dep, _, key in steps:
+            start = end[prev]
+            if dep >= 0:
+                g = gap[key]
+                ready = end[dep] + g if g > 0 else end[dep]
+                if ready >= start:
+                    start = ready
+            end[op] = start + dur[key]
+        end.pop()
+        bindings = _Bindings(shape, steps, end, gap)
+        return end, bindings.pred, bindings.lag, [], last
     pred = [-1] * (2 * mc)  # binding predecessor id
     pred_lag = [-1] * (2 * mc)  # boundary whose lag the binding edge carries
     out: list[tuple[int, str, int, int, int, int]] = []
@@ -164,6 +177,49 @@ def _run(
             out.append((r, "F" if op < mc else "B", (op % mc) // chunks, op % chunks, start, finish))
     end.pop()
     return end, pred, pred_lag, out, last
+
+
+#: A replayed shape's steps by op id (``_Bindings``), for the shapes in ``_ORDERS``.
+_BY_OP: dict[tuple[str, int, int, int], list[Step]] = {}
+
+
+class _Bindings:
+    """The binding predecessor and the boundary of its lag (``_run``'s ``pred``, ``pred_lag``) of the operations
+    asked — a critical path's — by ``_run``'s rule from the ends, rather than of all of them during the replay
+    (``pred[op]``, ``lag[op]``)."""
+
+    def __init__(self, shape: tuple[str, int, int, int], steps: tuple[Step, ...], end: list[int], gap: list[int]):
+        by_op = _BY_OP.get(shape)
+        if by_op is None:
+            if len(_BY_OP) > ORDERS_KEPT:
+                _BY_OP.clear()
+            by_op = _BY_OP[shape] = sorted(steps)  # op ids 0 … 2·m·chunks − 1, each once
+        self.by_op, self.end, self.gap = by_op, end, gap
+        self.pred, self.lag = _Bound(self, 0), _Bound(self, 1)
+
+    def bind(self, op: int) -> tuple[int, int]:
+        _, _, prev, dep, boundary, key = self.by_op[op]
+        end = self.end
+        if dep >= 0:
+            start = end[prev] if prev >= 0 else 0
+            g = self.gap[key]
+            ready = end[dep] + g if g > 0 else end[dep]
+            if ready >= start:
+                return dep, boundary if g >= 0 else -1
+        return prev, -1
+
+
+class _Bound(Sequence[int]):
+    """One of ``_Bindings``' two columns, indexed by op id."""
+
+    def __init__(self, b: _Bindings, col: int):
+        self.b, self.col = b, col
+
+    def __getitem__(self, op):
+        return self.b.bind(op)[self.col]
+
+    def __len__(self) -> int:
+        return len(self.b.by_op)
 
 
 def _first_run(
@@ -237,7 +293,9 @@ def _first_run(
     return end, pred, pred_lag, out, tuple(last)
 
 
-def _backtrack(node: int, mc: int, chunks: int, pred: list[int], pred_lag: list[int]) -> tuple[list[Op], list[int]]:
+def _backtrack(
+    node: int, mc: int, chunks: int, pred: Sequence[int], pred_lag: Sequence[int]
+) -> tuple[list[Op], list[int]]:
     """The critical path ending at op ``node``: its binding predecessors back to the first operation."""
     path: list[Op] = []
     lags: list[int] = []

@@ -25,6 +25,7 @@ from planner.compose.context_parallel import cp_view
 from planner.compose.cost import Candidate, Context
 from planner.compose.layer_group import moe_floor
 from planner.search.bounds import cut_bound, floor_bound, lean_bound, quick_bound, quick_may_fit
+from planner.search.lean import LeanWeights
 from planner.search.space import forced_cut, simplicity
 from planner.specs import ParallelPins
 
@@ -76,7 +77,11 @@ def moe_families(ctx: Context) -> bool:
 
 
 def family_floor(
-    ctx: Context, members: list[Candidate], floors: dict[tuple, int | None], loads: dict[tuple, int]
+    ctx: Context,
+    members: list[Candidate],
+    floors: dict[tuple, int | None],
+    loads: dict[tuple, int],
+    weights: dict[tuple, LeanWeights] | None = None,
 ) -> int:
     """The least ``lean_bound(floor=True)`` (memoised in ``floors`` by ``lean_key``) of classes that differ only in
     ZeRO stage, CP exchange and (ep, etp): the member's whose MoE block floor F + B (``moe_floor``) is the least —
@@ -94,7 +99,7 @@ def family_floor(
     k = lean_key(best)
     fb = floors.get(k)
     if fb is None:
-        fb = lean_bound(ctx, best, loads, True)
+        fb = lean_bound(ctx, best, loads, True, weights)
         floors[k] = fb
     return fb
 
@@ -105,6 +110,7 @@ class Frontier:
         self._quick: dict[tuple, int] = {}
         self._lean: dict[tuple, int] = {}
         self._loads: dict[tuple, int] = {}  # ``lean_bound``'s busiest-rank loads, shared by dp and the schedule
+        self._weights: dict[tuple, LeanWeights] = {}  # ``lean_bound``'s layer weights, shared by pp, dp, the schedule
         # ``floor_bound``'s (CP) or ``lean_bound(floor=True)``'s (MoE), by ``lean_key``
         floors: dict[tuple, int | None] = {}
         layer_floors: dict[tuple, tuple[int, int] | None] = {}  # ``floor_bound``'s memo
@@ -125,7 +131,11 @@ class Frontier:
                 first = min(orders)
                 self._families[first[-1]] = orders
                 heap.append(
-                    QueueItem(family_floor(ctx, [o[-1] for o in orders], floors, self._loads), first, Key.FAMILY)
+                    QueueItem(
+                        family_floor(ctx, [o[-1] for o in orders], floors, self._loads, self._weights),
+                        first,
+                        Key.FAMILY,
+                    )
                 )
             heapq.heapify(heap)
             return
@@ -134,7 +144,7 @@ class Frontier:
             if moe:
                 fb = floors.get(k)
                 if fb is None:
-                    fb = floors[k] = lean_bound(ctx, c, self._loads, True)
+                    fb = floors[k] = lean_bound(ctx, c, self._loads, True, self._weights)
                 heap.append(QueueItem(fb, simplicity(c), floor_tag))
                 continue
             b = lean.get(k)
@@ -147,7 +157,7 @@ class Frontier:
                     heap.append(QueueItem(fb, simplicity(c), floor_tag))
                     continue
             if b is None:
-                b = lean[k] = lean_bound(ctx, c, self._loads)
+                b = lean[k] = lean_bound(ctx, c, self._loads, weights=self._weights)
             heap.append(QueueItem(b, simplicity(c), lean_tag))
         heapq.heapify(heap)
 
@@ -156,7 +166,7 @@ class Frontier:
         k = lean_key(c)
         b = self._floors.get(k)
         if b is None:
-            b = lean_bound(self.ctx, c, self._loads, True)
+            b = lean_bound(self.ctx, c, self._loads, True, self._weights)
             self._floors[k] = b
         return b
 
@@ -169,7 +179,7 @@ class Frontier:
         k = lean_key(c)
         b = self._lean.get(k)
         if b is None:
-            b = self._lean[k] = lean_bound(self.ctx, c, self._loads)
+            b = self._lean[k] = lean_bound(self.ctx, c, self._loads, weights=self._weights)
         return b
 
     def quick(self, c: Candidate) -> int:
@@ -249,7 +259,8 @@ class Frontier:
     def by_quick_bound(self, keep: Callable[[Candidate], bool]) -> Iterator[QueueItem]:
         """The classes ``keep`` accepts in the order of their quick bound (then simplicity), lazily: what
         ``search.probe`` visits (the queue itself is left as it is)."""
-        heap = [item for item in self.heap if keep(item.cand)]  # ``keep`` reads no field a family's members differ in
+        # ``order[-1]``: the class (``QueueItem.cand``); ``keep`` reads no field a family's members differ in
+        heap = [item for item in self.heap if keep(item.order[-1])]
         heapq.heapify(heap)
         while heap:
             item = heapq.heappop(heap)

@@ -6,12 +6,13 @@ any cut of a class may fit (``may_fit``, ``quick_may_fit``) and whether one does
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
+from planner.compose.affine import total
 from planner.compose.context import Context
 from planner.compose.context_parallel import memory_class_terms
 from planner.compose.cost import Candidate, ClassCosts, Live, live_vectors_cached, num_microbatches
-from planner.compose.memory import rank_activations, rank_buffers, rank_memory, rank_states
+from planner.compose.memory import rank_buffers, rank_memory, rank_states
 from planner.compose.terms import SharedTerms
 
 
@@ -20,12 +21,14 @@ def layer_caps(s: SharedTerms, c: Candidate, live: Live, num_layers: int, usable
     at each activation peak, every chunk of the rank keeps at least ``kmin`` copies."""
     zero = [0] * c.chunks
     moe = s.moe_prefix[-1] if s.moe_prefix is not None else 0  # a model of two block kinds: its MoE layers
+    fixed, per_chunk = _empty_cut(s, c, zero)
     for r in range(c.pp):
         own = range(r, c.chunks, c.pp)
-        base = usable - rank_states(s, c, zero, r, zero) - rank_buffers(s, c, r)
+        states, buffers = fixed(r)
+        base = usable - states - buffers
         cap = num_layers
         for vec in live[r]:
-            room = base - rank_activations(s, c, zero, vec, zero)
+            room = base - total([x * per_chunk(ch) for ch, x in vec])  # ``rank_activations`` at the empty cut
             kmin = min([k for _, k in vec]) if len(vec) == len(own) else 0  # a chunk of the rank not alive: 0
             per = s.states.layer + kmin * s.acts.layer
             if moe:  # the lighter kind's layers at most all of them, the heavier ones within the room
@@ -39,6 +42,34 @@ def layer_caps(s: SharedTerms, c: Candidate, live: Live, num_layers: int, usable
         yield cap
 
 
+def _empty_cut(
+    s: SharedTerms, c: Candidate, zero: list[int]
+) -> tuple[Callable[[int], tuple[int, int]], Callable[[int], int]]:
+    """``rank_states`` and ``rank_buffers`` of rank r and one copy of chunk ch's activations
+    (``rank_activations``' term) at the empty cut ``zero``, by the same functions, memoised by what they read
+    there: whether r is the first or the last rank, whether ch is the first or the last chunk (``layer_caps`` asks
+    them of every rank of every class it screens)."""
+    ranks: dict[tuple[bool, bool], tuple[int, int]] = {}
+    chunks: dict[tuple[bool, bool], int] = {}
+    last_rank, last_chunk, acts = c.pp - 1, c.chunks - 1, s.acts
+
+    def fixed(r: int) -> tuple[int, int]:
+        k = (r == 0, r == last_rank)
+        hit = ranks.get(k)
+        if hit is None:
+            hit = ranks[k] = (rank_states(s, c, zero, r, zero), rank_buffers(s, c, r))
+        return hit
+
+    def per_chunk(ch: int) -> int:
+        k = (ch == 0, ch == last_chunk)
+        hit = chunks.get(k)
+        if hit is None:
+            hit = chunks[k] = acts.at(0, ch == 0, ch == last_chunk, 0)
+        return hit
+
+    return fixed, per_chunk
+
+
 def kinds_fit(s: SharedTerms, c: Candidate, live: Live, num_layers: int, usable: int) -> bool:
     """A model of two block kinds: whether the ranks' memories can hold each kind's layers, every rank at most
     ``room // per-layer bytes`` of a kind at each activation peak (its other layers only take more room): False only
@@ -48,12 +79,14 @@ def kinds_fit(s: SharedTerms, c: Candidate, live: Live, num_layers: int, usable:
     zero = [0] * c.chunks
     need = {False: num_layers - s.moe_prefix[-1], True: s.moe_prefix[-1]}  # dense, MoE
     held = dict.fromkeys(need, 0)
+    fixed, per_chunk = _empty_cut(s, c, zero)
     for r in range(c.pp):
         own = range(r, c.chunks, c.pp)
-        base = usable - rank_states(s, c, zero, r, zero) - rank_buffers(s, c, r)
+        states, buffers = fixed(r)
+        base = usable - states - buffers
         caps = dict.fromkeys(need, num_layers)
         for vec in live[r]:
-            room = base - rank_activations(s, c, zero, vec, zero)
+            room = base - total([x * per_chunk(ch) for ch, x in vec])  # ``rank_activations`` at the empty cut
             kmin = min([k for _, k in vec]) if len(vec) == len(own) else 0
             dense = s.states.layer + kmin * s.acts.layer
             for moe, per in ((False, dense), (True, dense + s.states.moe + kmin * s.acts.moe)):

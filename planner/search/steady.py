@@ -37,7 +37,7 @@ def steady_load(n: int, base: int, a: Sequence[int], c: Sequence[int], caps: Seq
             x = (t - base - ck) // ak
             if x < least:
                 return -1
-            total += min(cap, x)
+            total += x if x < cap else cap  # min(cap, x)
         return total
 
     lo = base + max(ck + least * ak for ak, ck in zip(a, c))  # every rank at its least layers
