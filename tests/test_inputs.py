@@ -215,8 +215,10 @@ def test_profile_file_prices_the_layers_with_its_times(tmp_path: Path):
     with_profile = run("estimate", "--model", "tiny-gpt", *SMALL, "--profile", str(f), "--json")
     assert with_profile.returncode == 0, with_profile.stderr
     plan = json.loads(with_profile.stdout)
-    # 4 micro-batches × (8 blocks + embedding + head) × (1 ms fwd + 2 ms bwd): the profile's own times
-    assert plan["estimate"]["breakdown"]["compute_s"] == pytest.approx(4 * 10 * 3e-3, rel=1e-6)
+    # 4 micro-batches × (8 blocks + embedding + head) × (1 ms fwd + 2 ms bwd): the profile's own times, + the
+    # gradient-accumulation pass (cost model 37: not a profiled layer time; tens of µs on tiny-gpt)
+    layers = 4 * 10 * 3e-3
+    assert 0 < plan["estimate"]["breakdown"]["compute_s"] - layers < 1e-4
     assert plan["inputs"]["profile"]["device"] == "NVIDIA H100 80GB HBM3"
 
 
