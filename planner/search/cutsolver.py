@@ -52,10 +52,6 @@ WIDE_AFTER: int | None = 3
 #: per (p, m); both grow as p³): deeper ones keep the windows of ≤ ``chains.WINDOW`` stages.
 WIDE_MAX_STAGES = 64
 PRESOLVE_CHUNKS = 16  # CP-SAT presolve from this many chunks on (measured on the wide benchmark)
-#: ... and from this many on for a model of two block kinds (its MoE layer variables, ``kinds.moe_layer_vars``: the
-#: search without presolve branches far more; DeepSeek-V3 on 2,048 H100, its PP8 class: 1,375 → 178 branches,
-#: 0.08 → 0.03 s CPU, the same optimum; bench/bench_plan.py).
-PRESOLVE_MIXED_CHUNKS = 8
 #: Models of fewer chunks are solved by one CP-SAT worker unless ``options.num_workers`` is given
 #: explicitly: the lazy loop's models are small, and a portfolio of 2 workers cost ~1.3× the CPU and
 #: no less wall time on the wide benchmark (OPT-175B's three PP31 classes: 0.40–0.44 s CPU, 0.49–0.78 s
@@ -274,7 +270,7 @@ def solve_class(
     # Presolve costs tens of ms per solve and buys nothing on small models, but on deep pipelines it
     # pays many times over (OPT-175B on 992 A100, pp = 31, m = 128: 30 solves in 1.5 s CPU with it,
     # 8.2 s without; bench/bench_plan_wide.py). Either way the solve is exact.
-    solver.parameters.cp_model_presolve = C >= (PRESOLVE_CHUNKS if cm.k is None else PRESOLVE_MIXED_CHUNKS)
+    solver.parameters.cp_model_presolve = C >= PRESOLVE_CHUNKS
     best: tuple[list[int], Evaluation] | None = (hint, hint_ev) if hint_ev is not None and hint_ev.fits else None
     bound = 0
     while True:
