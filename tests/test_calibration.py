@@ -19,6 +19,7 @@ from planner.specs import Calibration, CalibrationRun, PlanRequest, Residuals, R
 from planner.specs.catalog import get_gpu
 from planner.specs.errors import MeshplanError
 from runtime.report import build_report
+from tests.bench_support import bench_module
 from tests.host_support import CPU
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -309,14 +310,7 @@ def test_calibrate_bad_input_exits_2_naming_the_field_and_the_fix(tmp_path, muta
 
 
 def _bench():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_calibration", ROOT / "bench" / "bench_calibration.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses resolve their annotations through it
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("bench_calibration")
 
 
 @pytest.mark.slow

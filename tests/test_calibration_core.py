@@ -18,6 +18,7 @@ from planner.pricing.residuals import builtin_residuals, generation
 from planner.specs import Calibration, GpuSpec, PeakTflops, PlanRequest, Residuals
 from planner.specs.errors import MeshplanError
 from planner.workload.ops import kernel_counts
+from tests.bench_support import bench_module
 
 CPU = GpuSpec(
     id="cpu",
@@ -443,18 +444,7 @@ def test_the_exact_search_stays_exact_with_residuals(seed):
 
 
 def _fit_script():
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    sys.path.insert(0, str(root / "bench"))
-    spec = importlib.util.spec_from_file_location("fit_residuals", root / "bench" / "fit_residuals.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["fit_residuals"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_module("fit_residuals")
 
 
 def test_the_shipped_table_is_what_the_script_fits_and_its_cv_leaves_groups_out():

@@ -5,17 +5,13 @@ prices differently from the same request without it)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("cost_oracle", ROOT / "bench" / "cost_oracle.py")
-assert _spec is not None and _spec.loader is not None
-oracle = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(oracle)
+from tests.bench_support import ROOT, bench_module
+
+oracle = bench_module("cost_oracle")
 
 REQUESTS = dict(oracle.requests())
 

@@ -5,23 +5,17 @@ the shared source file. These guard the measuring instrument, not the cost model
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
 from planner.answer import accounting as A
 from planner.specs.catalog import get_model
+from tests.bench_support import ROOT, bench_module
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("bench_fidelity", ROOT / "bench" / "bench_fidelity.py")
-assert _spec is not None and _spec.loader is not None
-bench = importlib.util.module_from_spec(_spec)
-sys.modules["bench_fidelity"] = bench  # dataclasses look their module up there
-_spec.loader.exec_module(bench)
+bench = bench_module("bench_fidelity")
 
 DATA = bench.load()
 RUNS = {r["id"]: r for r in DATA["runs"]}

@@ -5,21 +5,13 @@ torchtitan's 2024-04 A100 tables ran on AWS P4de (4 × 100 Gb/s EFA per node, 8 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 from planner.answer.calibrate import predict_step_time
 from planner.specs import Residuals
+from tests.bench_support import bench_module
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("bench_fidelity", ROOT / "bench" / "bench_fidelity.py")
-assert _spec is not None and _spec.loader is not None
-bench = importlib.util.module_from_spec(_spec)
-sys.modules["bench_fidelity"] = bench  # dataclasses look their module up there
-_spec.loader.exec_module(bench)
+bench = bench_module("bench_fidelity")
 DATA = bench.load()
 RUNS = {r["id"]: r for r in DATA["runs"]}
 

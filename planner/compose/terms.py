@@ -39,6 +39,7 @@ from planner.pricing.gpu import hbm_time, optimizer_step_times
 from planner.pricing.grad_add import grad_add_seconds
 from planner.pricing.host import (
     fsdp_hook_times,
+    hooks_measured,
     host_slowdown,
     host_step_dispatch,
     prefetch_overlaps,
@@ -252,7 +253,7 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = Fals
     # --- the gradient-accumulation pass on the compute stream: each micro-batch's backward, the first's less and the
     # buffer's zeroing once per step (``accumulation.add_bytes``, ``pricing.grad_add``; a GPU: a host's is measured)
     add = add_bytes(ctx.stack.grad_add, ctx.stack.grad_accumulation, zero_stage, sched, tr.precision, e, ge, dp)
-    acc_each, acc_once = grad_add_seconds(ctx, kind, mbs, tp, lg.params, add if prefetch_overlaps(ctx) else NO_ADD, pe)
+    acc_each, acc_once = grad_add_seconds(ctx, kind, mbs, tp, lg.params, NO_ADD if hooks_measured(ctx) else add, pe)
     bwd = bwd.plus(Affine(0, *map(ns, acc_each)))
 
     # --- a host device's FSDP2 hooks per micro-batch (``collectives.fsdp_hook_times``; none on a GPU)
@@ -348,7 +349,7 @@ def fsdp2_copies(
     backward gather's, the reduce-scatter's copy-in — zero where the collective does not run in every micro-batch,
     on engines other than FSDP2's, at ZeRO-0 (``replicate``: not ``fully_shard``'s units) and on a host."""
     zero = [0.0, 0.0, 0.0]
-    if ctx.stack.grad_accumulation not in FSDP2_ENGINES or zero_stage == 0 or not prefetch_overlaps(ctx):
+    if ctx.stack.grad_accumulation not in FSDP2_ENGINES or zero_stage == 0 or hooks_measured(ctx):
         return zero, zero, zero
     e = ctx.elt
     b = [fsdp2_copy_bytes(ctx.stack.grad_accumulation, g, e, p, e, grad_elt) for g, p in zip(gathered, params)]

@@ -88,6 +88,13 @@ def dtensor_linear_dispatch(ctx: Device, linears: int, recompute: str) -> tuple[
     return cs * linears * hd.tp_linear_fwd_us * 1e-6, cs * linears * (hd.tp_linear_bwd_us + again) * 1e-6
 
 
+def hooks_measured(ctx: Device) -> bool:
+    """Whether the work around each block's compute — FSDP2's copy-out/copy-in, the gradient-accumulation pass — is
+    inside the device's measured per-block hooks (a host: ``HostDispatch``, ``fsdp_hook_times``) rather than priced
+    kernel by kernel (a GPU)."""
+    return host_dispatch(ctx) is not None
+
+
 def prefetch_overlaps(ctx: Device) -> bool:
     """Whether ZeRO-3's per-layer gathers and reduce-scatters run beside the layer's compute (a GPU: prefetched
     on a side stream) or add to it (a host: FSDP2 calls gloo's collectives synchronously, the processor waits)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from planner.specs.common import MAX_HIDDEN, MAX_SEQ_LEN, MAX_VOCAB, Activation, Family, Norm, Spec
 from planner.specs.config import MAX_LAYERS
@@ -41,6 +41,9 @@ class MoeSpec(Spec):
     (from 0) is when i ≥ ``first_dense_layers`` and (i − first_dense_layers + 1) is a multiple of
     ``moe_layer_freq`` (1: every layer after the dense ones; 2: every other layer, as Llama 4 Maverick's
     ``interleave_moe_layer_step``); the other layers keep the dense MLP of ``ffn_hidden_size``."""
+
+    # never assigned to once built (``workload.ops.linears`` memoises by the model)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
     num_experts: int = Field(ge=1, le=65_536, description="Routed experts per MoE layer.")
     top_k: int = Field(ge=1, le=1024, description="Routed experts each token visits.")
@@ -179,6 +182,9 @@ class MlaSpec(Spec):
     ``kv_lora_rank`` shared by all heads, plus a decoupled RoPE key of ``qk_rope_head_dim``; each head's query
     and key are qk_nope_head_dim + qk_rope_head_dim wide, its value ``v_head_dim``."""
 
+    # never assigned to once built (``workload.ops.linears`` memoises by the model)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
     q_lora_rank: int | None = Field(default=None, ge=1, le=MAX_HIDDEN, description="Query bottleneck; null: none.")
     kv_lora_rank: int = Field(ge=1, le=MAX_HIDDEN, description="Key/value latent width.")
     qk_rope_head_dim: int = Field(ge=0, le=4096, description="Per-head rotary part of queries and keys.")
@@ -192,6 +198,9 @@ class MlaSpec(Spec):
 
 class ModelSpec(Spec):
     """A decoder-only transformer (GPT or Llama family), dense or a mixture of experts (``moe``)."""
+
+    # never assigned to once built (``workload.ops.linears`` memoises by the model)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
     name: str = Field(min_length=1, max_length=128, description="Model id, e.g. 'llama3-70b'.")
     family: Family = Field(

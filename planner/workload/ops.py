@@ -82,8 +82,7 @@ _LINEARS_MODELS = 16  # models remembered at most (then forgotten all at once)
 
 
 def linears(model: ModelSpec, kind: str, tp: int) -> tuple[Linear, ...]:
-    """``model_linears``, memoised per model (a ``ModelSpec`` is not changed once built: the specs are copied with
-    ``model_copy``, never assigned to)."""
+    """``model_linears``, memoised per model (a ``ModelSpec`` is frozen: changed copies are new objects)."""
     entry = _LINEARS.get(id(model))
     if entry is None or entry[0]() is not model:
         if len(_LINEARS) >= _LINEARS_MODELS:
