@@ -117,6 +117,35 @@ def random_instance(seed: int) -> Context:
     return Context(model=model, gpu=GpuSpec.model_validate(gpu.model_dump()), cluster=cluster, training=training)
 
 
+FP8 = [  # FP8 mixtures on the megatron stack (grouped experts in FP8, their per-expert casts and padding, the dense
+    # MLP's FP8 GEMMs and casts taken away) and on torchtitan (16-bit grouped experts)
+    ("qwen3-30b-a3b", 2, 512, "megatron", "current"),
+    ("qwen3-30b-a3b", 2, 512, "megatron", "delayed"),
+    ("gpt-oss-120b", 8, 512, "megatron", "current"),
+    ("deepseek-v3", 32, 1024, "megatron", "delayed"),
+    ("qwen3-30b-a3b", 2, 512, "torchtitan", "rowwise"),
+]
+
+
+@pytest.mark.parametrize(("model", "nodes", "gbs", "stack", "recipe"), FP8)
+def test_floor_is_below_the_layer_group_under_fp8(model, nodes, gbs, stack, recipe) -> None:
+    req = PlanRequest.model_validate(
+        {
+            "model": model,
+            "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": nodes, "gpus_per_node": 8},
+            "training": {
+                "global_batch_size": gbs,
+                "seq_len": 4096,
+                "stack": stack,
+                "precision": "fp8",
+                "fp8_recipe": recipe,
+            },
+        }
+    )
+    ctx = context(req)
+    assert check_floors(ctx, req.parallel, req.options) > 10
+
+
 @pytest.mark.parametrize("seed", range(24))
 def test_floor_is_below_the_layer_group_on_random_instances(seed: int) -> None:
     ctx = random_instance(seed)

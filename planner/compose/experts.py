@@ -14,8 +14,8 @@ from typing import NamedTuple
 from planner.compose.context import Context
 from planner.compose.memory import state_bytes
 from planner.pricing.collectives import Groups, comm_seconds, per_kind_seconds
-from planner.pricing.expert_parallel import _gemms, expert_seconds
-from planner.pricing.gpu import HBM_EFFICIENCY, hbm_efficiency, hbm_time
+from planner.pricing.expert_parallel import _gemms, dense_cast_seconds, expert_seconds, fp8_flags
+from planner.pricing.gpu import HBM_EFFICIENCY, fp8_gemm_efficiency, hbm_efficiency, hbm_time
 from planner.pricing.host import runs_on_host
 from planner.pricing.layer_times import LayerTimes
 from planner.specs import ActivationBytes
@@ -123,14 +123,17 @@ def expert_floor(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, etp:
     f = moe.expert_ffn_hidden_size // etp
     fs = moe.shared_experts * moe.shared_ffn // tp if moe.shared_experts else 0
     host = runs_on_host(ctx)
-    rate = ctx.peak * (1.0 if host else ctx.gemm_efficiency)
+    moe_fp8, dense_fp8 = fp8_flags(ctx, w)  # the grouped experts' precision: moe_fp8[1]
+    grouped_fp8 = len(moe_fp8) > 1 and moe_fp8[1] and not host
+    rate = ctx.fp8_peak * fp8_gemm_efficiency(ctx) if grouped_fp8 else ctx.peak * (1.0 if host else ctx.gemm_efficiency)
     bw = ctx.gpu.hbm_bandwidth_GBps * 1e9 * (1.0 if host else max(eff for _, eff in HBM_EFFICIENCY))
-    rf, rb = _gemms(ctx, w.gemms[:1] + w.gemms[3:])  # the router and the shared experts
-    df, db = _gemms(ctx, w.dense_gemms)
+    rf, rb = _gemms(ctx, w.gemms[:1] + w.gemms[3:], moe_fp8[:1] + moe_fp8[3:])  # the router and the shared experts
+    df, db = _gemms(ctx, w.dense_gemms, dense_fp8)
     mem = glu * (rows * f + full * fs) + 4.0 * rows * h * elt + 3.0 * T * E * 4
+    cast_f, cast_b = dense_cast_seconds(ctx, full, tp)  # taken away exactly; the MoE MLP's own casts are ≥ 0
     mem_s = mem / bw - hbm_time(ctx, w.dense_mem_bytes)
-    fwd = r.compute_scale * (rf - df) + r.memory_scale * mem_s
-    bwd = r.compute_scale * (rb - db) + r.memory_scale * 2 * mem_s + (fwd if recompute == "full" else 0.0)
+    fwd = r.compute_scale * (rf - df) + r.memory_scale * (mem_s - cast_f)
+    bwd = r.compute_scale * (rb - db) + r.memory_scale * (2 * mem_s - cast_b) + (fwd if recompute == "full" else 0.0)
     g = Groups(tp, 1, "intra_node", 1)
     tp_f = comm_seconds(ctx, w.tp_fwd, g) - comm_seconds(ctx, w.dense_tp_fwd, g)
     tp_b = comm_seconds(ctx, w.tp_bwd, g) - comm_seconds(ctx, w.dense_tp_bwd, g)
@@ -140,7 +143,7 @@ def expert_floor(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, etp:
         r.compute_scale,
         recompute == "full",
         6.0 * rows * f * h / rate,  # w1, w3, w2 forward; the backward's two GEMMs each as many FLOPs
-        3.0 * h * f * elt / bw,
+        3.0 * h * f * (1 if grouped_fp8 else elt) / bw,  # FP8 weights: 1 byte (``gpu.gemm_time``)
         sent * h * elt,
         (2, 4 if recompute == "full" else 2),
     )

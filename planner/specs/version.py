@@ -155,4 +155,11 @@ from __future__ import annotations
 #:    ``workload.activations.te_block_saved_terms``; TE v2.9 layernorm_linear.py / linear.py): the norm outputs the QKV
 #:    and fc1 GEMMs read and fc2's input at 1 byte, the proj's input a 1-byte copy beside the 16-bit attention output.
 #:    Memory only; other stacks and precisions unchanged.
-COST_MODEL_VERSION = 40
+#: 41: FP8 in a MoE block (``pricing.expert_parallel.fp8_flags`` / ``fp8_cast_seconds``, ``workload.fp8.
+#:    grouped_cast_ops``): the dense MLP a MoE MLP replaces is taken away at the precision the block priced it (FP8
+#:    GEMMs and their casts; was 16-bit GEMMs, no casts), shared experts in FP8 with their casts; on the megatron stack
+#:    the grouped experts run TE's FP8 ``GroupedLinear`` (core_v0.15 experts.py:837-840, 881-887, 977-978; TE v2.9
+#:    grouped_linear.py, cast.cpp:103-150, quantizer.cpp:497-536, fp8_padding.py:113-139): FP8 GEMMs, every expert's
+#:    slice of both linears' inputs and output gradients quantized (current scaling: amax, scale and cast kernels per
+#:    expert), the rows padded to 16 and unpadded. 16-bit runs unchanged.
+COST_MODEL_VERSION = 41

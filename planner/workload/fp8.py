@@ -60,12 +60,17 @@ def cast_ops(ctx: Inputs, kind: str, mbs: int, tp: int) -> tuple[tuple[MemOp, ..
     recipes, second casts for rowwise/MXFP8; torchao rowwise's scaling of both backward GEMMs' outputs after the
     GEMM (``RecipeFacts.rescale_bytes``: each linear's input gradient, T × k, and weight gradient, n × k). Kernels:
     an amax pass and a cast each (one fused kernel under ``compiled`` kernels or without an amax pass)."""
-    recipe = ctx.fp8_recipe
     lins = [lin for lin in fp8_linears(ctx, kind, tp) if lin.fp8]
+    return linear_cast_ops(ctx, lins, mbs * ctx.training.seq_len)
+
+
+def linear_cast_ops(ctx: Inputs, lins: list[Linear], tokens: int) -> tuple[tuple[MemOp, ...], tuple[MemOp, ...]]:
+    """``cast_ops`` of the FP8 linears ``lins`` over ``tokens`` rows (a MoE block's dense MLP to take away and its
+    shared experts: ``grouped_cast_ops``' callers)."""
+    recipe = ctx.fp8_recipe
     if recipe is None or not lins:
         return (), ()
     r = RECIPES[recipe]
-    tokens = mbs * ctx.training.seq_len
     a = r.amax_bytes + r.cast_bytes
     per_cast = 1 if r.amax_bytes == 0 or ctx.stack.kernels == "compiled" else 2
     inputs = sum(tokens * lin.k for lin in lins if SHARED_INPUT.get(lin.name) not in {x.name for x in lins})
@@ -117,3 +122,41 @@ def fp8_state_bytes(ctx: Inputs, tp: int) -> int:
     lins = [lin for lin in fp8_linears(ctx, "transformer_block", tp) if lin.fp8]
     cached = 2 * sum(lin.n * lin.k for lin in lins) if r.weight_cached else 0
     return cached + r.scale_state_bytes * len(lins)
+
+
+def grouped_cast_ops(
+    ctx: Inputs, rows: int, local: int, h: int, f: int, elt: int, padded: bool
+) -> tuple[tuple[MemOp, ...], tuple[MemOp, ...]]:
+    """(forward, backward) memory-bound ops FP8 adds to Megatron-core's grouped experts (``TEGroupedMLP``, the
+    megatron stack's ``Stack.moe_dispatch``) per micro-batch: ``local`` experts of ``rows`` rows each, fc1 h → 2f
+    (w1 and w3 in one GEMM), fc2 f → h (f per expert-TP rank). Sources: Megatron-core core_v0.15 (commit 0d8e0714,
+    the Megatron-Bridge v0.2.0 submodule) ``moe/experts.py:837-840, 881-887, 977-978``; Transformer Engine v2.9
+    ``pytorch/module/grouped_linear.py:93-127, 313-327``, ``pytorch/csrc/extensions/cast.cpp:103-150`` (multi-tensor
+    quantize) and ``pytorch/csrc/quantizer.cpp:497-536`` (current scaling), ``pytorch/module/fp8_padding.py:113-139``.
+
+    * each expert's slice of the two GroupedLinears' inputs (forward: rows × h into fc1, rows × f into fc2) and of
+      their output gradients (backward: rows × h out of fc2, rows × 2f out of fc1) is quantized by
+      ``tex.split_quantize`` with both usages (rowwise for the GEMM, columnwise for the weight gradient): an amax
+      pass where the recipe has one (``RecipeFacts.amax_bytes``), the cast (``cast_bytes``) and the columnwise copy
+      the same kernel writes (1 byte); the FP8 weights are cast on a step's first micro-batch only
+      (``is_first_microbatch`` caching, as ``RecipeFacts.weight_cached``). Kernels: delayed scaling quantizes all the
+      experts' slices in one fused ``nvte_multi_cast_transpose``; current scaling runs amax, scale and cast for
+      every expert (3 kernels each); the others one quantize kernel an expert;
+    * ``padded``: each expert's rows are padded to a multiple of 16 (32 for MXFP8) for the FP8 GEMMs
+      (``Fp8Padding`` before fc1 — the hidden rows and the probabilities — and ``Fp8Unpadding`` after fc2; skipped
+      only when every expert's count is already a multiple, which routed counts are not): each a read + write of
+      the rows (probabilities fp32), one kernel each, and their gradients the same backward."""
+    recipe = ctx.fp8_recipe
+    if recipe is None:
+        return (), ()
+    r = RECIPES[recipe]
+    per = r.amax_bytes + r.cast_bytes + 1.0
+    k = 1 if recipe == "delayed" else local * (3 if r.amax_bytes else 1)
+    n = rows * local
+    fwd = [MemOp("fp8_grouped_fc1_input", per * n * h, k), MemOp("fp8_grouped_fc2_input", per * n * f, k)]
+    bwd = [MemOp("fp8_grouped_fc2_grad", per * n * h, k), MemOp("fp8_grouped_fc1_grad", per * n * 2 * f, k)]
+    if padded:
+        pad = MemOp("fp8_grouped_padding", 2.0 * n * (2 * h * elt + 4), 3)
+        fwd.append(pad)
+        bwd.append(pad)
+    return tuple(fwd), tuple(bwd)
