@@ -155,4 +155,11 @@ from __future__ import annotations
 #:    ``workload.activations.te_block_saved_terms``; TE v2.9 layernorm_linear.py / linear.py): the norm outputs the QKV
 #:    and fc1 GEMMs read and fc2's input at 1 byte, the proj's input a 1-byte copy beside the 16-bit attention output.
 #:    Memory only; other stacks and precisions unchanged.
-COST_MODEL_VERSION = 40
+#: 41: torchtitan's TP collectives as its 2025-06 code issues them: under FP8 tensorwise the block's sequence-parallel
+#:    all-gathers move FP8 (1 byte) and their casts run on the local shard before the gather (torchao
+#:    ``Float8ColwiseParallel``/``Float8RowwiseParallel``/``PrepareFloat8ModuleInput`` at 6243040, torchtitan
+#:    ``apply_tp`` at 820504e; ``workload.fp8.fp8_tp_gather``), blocking and async-TP alike; under op-level selective
+#:    checkpointing the backward reruns the forward's two all-gathers (``_save_list`` keeps reduce-scatters, not
+#:    all-gathers; ``workload.collectives.rerun_sp_gathers``). The (torchtitan, hopper) residual refitted 1.157 →
+#:    1.178, (torchtitan, *) 1.143 → 1.159. Other stacks unchanged.
+COST_MODEL_VERSION = 41
