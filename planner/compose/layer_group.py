@@ -22,7 +22,8 @@ from planner.pricing.expert_parallel import all_to_all_seconds
 from planner.pricing.host import dtensor_linear_dispatch, host_dispatch
 from planner.pricing.layer_times import LayerTimes, layer_times
 from planner.pricing.tp_overlap import overlap_delta
-from planner.workload.collectives import issuing, tp_comms
+from planner.workload.collectives import issuing, rerun_sp_gathers, tp_comms
+from planner.workload.fp8 import fp8_tp_gather
 from planner.workload.ops import MOE_BLOCK, block_linears
 
 if TYPE_CHECKING:
@@ -87,7 +88,9 @@ def _dense_parts(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo:
 
     # --- tensor-parallel communication (blocking, on the compute stream): what the stack issues, priced here
     act = mbs * seq * model.hidden_size * ctx.elt  # one residual-stream tensor
-    comms = tp_comms(model, issuing(ctx.stack), act, tp, sp, recompute, mbs * seq)
+    gather = mbs * seq * model.hidden_size if fp8_tp_gather(ctx, tp, sp) else act  # FP8 SP all-gathers: 1 byte
+    rerun = rerun_sp_gathers(ctx.stack, recompute)
+    comms = tp_comms(model, issuing(ctx.stack), act, tp, sp, recompute, mbs * seq, gather, rerun)
     g = Groups(tp, 1, "intra_node", 1)  # the TP group alone
     (blk_tp_f, emb_tp_f, head_tp_f), (blk_tp_b, emb_tp_b, head_tp_b) = (
         per_kind_seconds(ctx, comms.fwd, g),
@@ -98,7 +101,7 @@ def _dense_parts(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo:
         blk_tp_f, blk_tp_b = blk_tp_f + more_f, blk_tp_b + more_b
     f_more = b_more = 0.0  # overlapped TP (``pricing.tp_overlap``): the block's pairs pipelined, GEMMs slowed
     if tpo and ctx.stack.tp_overlap is not None:
-        d = overlap_delta(ctx, ctx.stack.tp_overlap, mbs, tp, recompute, act, OVERLAP_SLOWDOWN)
+        d = overlap_delta(ctx, ctx.stack.tp_overlap, mbs, tp, recompute, act, OVERLAP_SLOWDOWN, gather)
         blk_tp_f, blk_tp_b = blk_tp_f + d.fwd_tp, blk_tp_b + d.bwd_tp
         f_more, b_more = d.fwd - d.fwd_tp, d.bwd - d.bwd_tp
     return DenseParts(

@@ -155,10 +155,10 @@ def ops_time(ctx: Device, ops: tuple[MemOp, ...]) -> float:
     return sum(hbm_time(ctx, op.nbytes / op.kernels) * op.kernels for op in ops if op.kernels)
 
 
-def cast_times(ctx: Device, kind: str, mbs: int, tp: int) -> tuple[float, float, int, int]:
+def cast_times(ctx: Device, kind: str, mbs: int, tp: int, sp: bool = False) -> tuple[float, float, int, int]:
     """(forward s, backward s, forward kernels, backward kernels) of a layer's FP8 casts, transposes and amax
     reductions (``planner.workload.fp8.cast_ops``); zero without FP8."""
-    f, b = cast_ops(ctx, kind, mbs, tp)
+    f, b = cast_ops(ctx, kind, mbs, tp, sp)
     return ops_time(ctx, f), ops_time(ctx, b), sum(op.kernels for op in f), sum(op.kernels for op in b)
 
 

@@ -66,7 +66,7 @@ def analytic_parts(
     cs, ms = r.compute_scale, r.memory_scale
     kf, kb = kernel_counts(ctx, kind, tp)
     # FP8 training: the casts, transposes and amax reductions around the FP8 GEMMs (memory-bound, × memory residual)
-    cf, cb, ckf, ckb = cast_times(ctx, kind, mbs, tp)
+    cf, cb, ckf, ckb = cast_times(ctx, kind, mbs, tp, sp)
     elem_f, elem_b, kf, kb = elem + cf, 2 * elem + cb, kf + ckf, kb + ckb
     # + a host device's measured dispatch per op (``host.host_layer_dispatch``; zero on a GPU), × the
     # compute residual: on a host the same processor dispatches and computes

@@ -75,20 +75,29 @@ def pair_seconds(
 
 
 def overlap_delta(
-    ctx: Device, kind: str, mbs: int, tp: int, recompute: str, act: float, slowdown: float
+    ctx: Device,
+    kind: str,
+    mbs: int,
+    tp: int,
+    recompute: str,
+    act: float,
+    slowdown: float,
+    gather: float | None = None,
 ) -> OverlapDelta:
     """The change of a dense block's forward and backward (compute + blocking TP) per micro-batch when the
-    stack's overlap ``kind`` pipelines its SP collectives (``act``: one residual-stream tensor's bytes)."""
+    stack's overlap ``kind`` pipelines its SP collectives (``act``: one residual-stream tensor's bytes; ``gather``:
+    an all-gather's where it moves FP8, ``collectives.tp_comms``)."""
     model = ctx.model
     if tp == 1 or model.moe is not None or model.mla is not None:
         return NO_DELTA
     tokens = mbs * ctx.training.seq_len
-    blocking = tp_collective(ctx, "reduce_scatter", act, tp)
     d = {False: [0.0, 0.0], True: [0.0, 0.0]}  # bwd → [time, exposed TP]
     for pair in overlap_pairs(kind, tp):
+        nbytes = gather if pair.op == "all_gather" and gather is not None else act
+        blocking = tp_collective(ctx, "reduce_scatter", nbytes, tp)
         gemm = _gemm_seconds(ctx, pair, tokens, tp)
         chunk = gemm / pair.chunks  # a 1/n-row chunk of the GEMM (TE fuses QKV and FC1: still SM-filling)
-        both = pair_seconds(ctx, pair, gemm, chunk, act, tp, slowdown)
+        both = pair_seconds(ctx, pair, gemm, chunk, nbytes, tp, slowdown)
         d[pair.bwd][0] += both - (gemm + blocking)
         d[pair.bwd][1] += max(0.0, both - gemm) - blocking
     fwd, fwd_tp = d[False]

@@ -162,4 +162,11 @@ from __future__ import annotations
 #:    grouped_linear.py, cast.cpp:103-150, quantizer.cpp:497-536, fp8_padding.py:113-139): FP8 GEMMs, every expert's
 #:    slice of both linears' inputs and output gradients quantized (current scaling: amax, scale and cast kernels per
 #:    expert), the rows padded to 16 and unpadded. 16-bit runs unchanged.
-COST_MODEL_VERSION = 41
+#: 42: torchtitan's TP collectives as its 2025-06 code issues them: under FP8 tensorwise the block's sequence-parallel
+#:    all-gathers move FP8 (1 byte) and their casts run on the local shard before the gather (torchao
+#:    ``Float8ColwiseParallel``/``Float8RowwiseParallel``/``PrepareFloat8ModuleInput`` at 6243040, torchtitan
+#:    ``apply_tp`` at 820504e; ``workload.fp8.fp8_tp_gather``), blocking and async-TP alike; under op-level selective
+#:    checkpointing the backward reruns the forward's two all-gathers (``_save_list`` keeps reduce-scatters, not
+#:    all-gathers; ``workload.collectives.rerun_sp_gathers``). The (torchtitan, hopper) residual refitted 1.157 →
+#:    1.178, (torchtitan, *) 1.143 → 1.159. Other stacks unchanged.
+COST_MODEL_VERSION = 42

@@ -119,19 +119,33 @@ class TpComms:
     bwd: tuple[Comms, Comms, Comms]
 
 
-def _pair(act: float, sp: bool, n: int) -> Comms:
+def _pair(act: float, sp: bool, n: int, gather: float | None = None) -> Comms:
     """``n`` Megatron TP exchanges of the residual stream: all-reduces, or with SP an all-gather and a
-    reduce-scatter each."""
+    reduce-scatter each (``gather``: the all-gathers' bytes where they differ from ``act``)."""
+    if sp and gather is not None and gather != act:
+        return (Collective("tp", "reduce_scatter", act, n), Collective("tp", "reduce_scatter", gather, n))
     if sp:
         return (Collective("tp", "reduce_scatter", act, 2 * n),)  # an all-gather costs a reduce-scatter's time
     return (Collective("tp", "all_reduce", act, n),)
 
 
 def tp_comms(
-    model: ModelSpec, issuing: Issuing, act: float, tp: int, sp: bool, recompute: str, mbs_seq: int
+    model: ModelSpec,
+    issuing: Issuing,
+    act: float,
+    tp: int,
+    sp: bool,
+    recompute: str,
+    mbs_seq: int,
+    gather: float | None = None,
+    rerun_gathers: bool = False,
 ) -> TpComms:
     """The TP collectives of a block, the embedding and the LM head per micro-batch, ``act`` the bytes of one
-    residual-stream tensor; none with ``tp = 1``."""
+    residual-stream tensor; none with ``tp = 1``. ``gather``: the bytes of each of a block's sequence-parallel
+    all-gathers (its inputs' in forward, its row-parallel outputs' gradients in backward) where they are not
+    ``act`` (FP8 all-gathers: ``planner.workload.fp8.fp8_tp_gather``); the embedding's and the LM head's stay
+    ``act``. ``rerun_gathers``: the backward reruns the forward's two all-gathers (torchtitan's op-level selective
+    checkpointing, ``rerun_sp_gathers``)."""
     if tp == 1:
         return TpComms(((), (), ()), ((), (), ()))
     full = recompute == "full"
@@ -140,15 +154,17 @@ def tp_comms(
     emb_b: Comms
     head_f: Comms
     head_b: Comms
-    blk_f = _pair(act, sp, 2)
+    blk_f = _pair(act, sp, 2, gather)
     if issuing.tp == "per_linear":
         blk_b = per_linear_grads(model, act)
-        if sp:
-            blk_b += (Collective("tp", "all_gather", act, 2),)  # the row-parallel outputs' gradients
+        if sp:  # the row-parallel outputs' gradients
+            blk_b += (Collective("tp", "all_gather", act if gather is None else gather, 2),)
         if full:
             blk_b += blk_f
     else:
-        blk_b = _pair(act, sp, 4 if full else 2)
+        blk_b = _pair(act, sp, 4 if full else 2, gather)
+    if rerun_gathers and sp and not full:
+        blk_b += (Collective("tp", "reduce_scatter", act if gather is None else gather, 2),)  # an all-gather's time
     rs, ag = Collective("tp", "reduce_scatter", act), Collective("tp", "all_gather", act)
     if model.vocab_size % tp == 0:  # vocab-parallel embedding and LM head
         emb_f, emb_b = ((rs,), (ag,)) if sp else ((Collective("tp", "all_reduce", act),), ())
@@ -159,6 +175,18 @@ def tp_comms(
         emb_f = emb_b = ()
         head_f, head_b = ((ag,), (rs,)) if sp else ((), ())
     return TpComms((blk_f, emb_f, head_f), (blk_b, emb_b, head_b))
+
+
+def rerun_sp_gathers(stack: Stack, recompute: str) -> bool:
+    """Whether a block's backward reruns its two forward sequence-parallel all-gathers: torchtitan's op-level
+    selective checkpointing (``Stack.activations == "titan"``, ``selective_ac = "op"``) keeps the outputs of the ops
+    in its ``_save_list`` alone (torchtitan ``models/llama3/parallelize_llama.py`` at 820504e:
+    ``aten.mm``, the SDPA kernels, ``_c10d_functional.reduce_scatter_tensor``, ``aten.max``), so the gathered norm
+    outputs, which the column-parallel linears' weight-gradient mms read, are recomputed: norm, then
+    ``_c10d_functional.all_gather_into_tensor`` again (PREFER_RECOMPUTE, which torch.compile's partitioner treats as
+    MUST_RECOMPUTE: ``torch/_functorch/partitioners.py`` ``must_recompute``). The memory side already drops them
+    (``activations.titan_sac_op_terms``)."""
+    return recompute == "selective" and stack.activations == "titan" and stack.selective_ac == "op"
 
 
 #: The row-parallel linears of a block (``ops.linears``' names): every other TP-sharded linear is column-parallel.

@@ -51,7 +51,9 @@ def fp8_gemm_shapes(ctx: Inputs, kind: str, tokens: int, tp: int) -> list[tuple[
     return [(m, n, k, c, f) for m, n, k, c, f in out.values()]
 
 
-def cast_ops(ctx: Inputs, kind: str, mbs: int, tp: int) -> tuple[tuple[MemOp, ...], tuple[MemOp, ...]]:
+def cast_ops(
+    ctx: Inputs, kind: str, mbs: int, tp: int, sp: bool = False
+) -> tuple[tuple[MemOp, ...], tuple[MemOp, ...]]:
     """(forward, backward) memory-bound ops of the FP8 casts of one layer per micro-batch (T tokens; bytes per
     element of the 16-bit tensor cast: ``planner.specs.fp8.RecipeFacts``). Forward: each distinct input (T × k)
     and, unless the recipe caches FP8 weights across micro-batches, each weight (n × k), at amax + cast bytes.
@@ -59,28 +61,38 @@ def cast_ops(ctx: Inputs, kind: str, mbs: int, tp: int) -> tuple[tuple[MemOp, ..
     GEMMs need — FP8 transposes (read 1, write 1) of the inputs, output gradients and weights for one-orientation
     recipes, second casts for rowwise/MXFP8; torchao rowwise's scaling of both backward GEMMs' outputs after the
     GEMM (``RecipeFacts.rescale_bytes``: each linear's input gradient, T × k, and weight gradient, n × k). Kernels:
-    an amax pass and a cast each (one fused kernel under ``compiled`` kernels or without an amax pass)."""
+    an amax pass and a cast each (one fused kernel under ``compiled`` kernels or without an amax pass). Where the
+    TP all-gathers run in FP8 (``fp8_tp_gather``) the casts of the gathered inputs and of the row-parallel output
+    gradients run on the local shard, T/tp rows; the transposes take the gathered FP8 tensors."""
     lins = [lin for lin in fp8_linears(ctx, kind, tp) if lin.fp8]
-    return linear_cast_ops(ctx, lins, mbs * ctx.training.seq_len)
+    tokens = mbs * ctx.training.seq_len
+    return linear_cast_ops(ctx, lins, tokens, tokens // tp if fp8_tp_gather(ctx, tp, sp) else tokens)
 
 
-def linear_cast_ops(ctx: Inputs, lins: list[Linear], tokens: int) -> tuple[tuple[MemOp, ...], tuple[MemOp, ...]]:
+def linear_cast_ops(
+    ctx: Inputs, lins: list[Linear], tokens: int, local: int | None = None
+) -> tuple[tuple[MemOp, ...], tuple[MemOp, ...]]:
     """``cast_ops`` of the FP8 linears ``lins`` over ``tokens`` rows (a MoE block's dense MLP to take away and its
-    shared experts: ``grouped_cast_ops``' callers)."""
+    shared experts: ``grouped_cast_ops``' callers); ``local``: the rows of a cast made before an FP8 TP all-gather
+    (``fp8_tp_gather``; None: ``tokens``)."""
     recipe = ctx.fp8_recipe
     if recipe is None or not lins:
         return (), ()
     r = RECIPES[recipe]
+    local = tokens if local is None else local
     a = r.amax_bytes + r.cast_bytes
     per_cast = 1 if r.amax_bytes == 0 or ctx.stack.kernels == "compiled" else 2
-    inputs = sum(tokens * lin.k for lin in lins if SHARED_INPUT.get(lin.name) not in {x.name for x in lins})
-    n_inputs = sum(1 for lin in lins if SHARED_INPUT.get(lin.name) not in {x.name for x in lins})
+    own = [lin for lin in lins if SHARED_INPUT.get(lin.name) not in {x.name for x in lins}]  # distinct inputs
+    inputs = sum(tokens * lin.k for lin in own)
+    n_inputs = len(own)
     grads = sum(tokens * lin.n for lin in lins)
     weights = sum(lin.n * lin.k for lin in lins)
-    fwd = [MemOp("fp8_cast_input", a * inputs, per_cast * n_inputs)]
+    cast_in = sum((local if lin.name in TP_GATHERED_INPUTS else tokens) * lin.k for lin in own)
+    cast_grad = sum((local if lin.name in TP_GATHERED_GRADS else tokens) * lin.n for lin in lins)
+    fwd = [MemOp("fp8_cast_input", a * cast_in, per_cast * n_inputs)]
     if not r.weight_cached:
         fwd.append(MemOp("fp8_cast_weight", a * weights, per_cast * len(lins)))
-    bwd = [MemOp("fp8_cast_grad", a * grads, per_cast * len(lins))]
+    bwd = [MemOp("fp8_cast_grad", a * cast_grad, per_cast * len(lins))]
     if r.orientations == 1:  # FP8 transposes of the saved input, the output gradient and the weight
         bwd.append(MemOp("fp8_transpose", 2.0 * (inputs + grads), n_inputs + len(lins)))
         if not r.weight_cached:
@@ -99,6 +111,28 @@ def fp8_all_gather(ctx: Inputs) -> bool:
     """Whether the stack all-gathers FSDP-sharded weights in FP8 under this recipe (torchtitan tensorwise:
     ``enable_fsdp_float8_all_gather``; ``Stack.fp8_all_gather``)."""
     return ctx.fp8_recipe is not None and ctx.fp8_recipe in ctx.stack.fp8_all_gather
+
+
+#: The column-parallel linears whose input is the sequence-parallel all-gather of a block (one gather each group),
+#: and the row-parallel linears whose output gradient is all-gathered in backward (``collectives.ROW_PARALLEL``).
+TP_GATHERED_INPUTS = ("wq", "wk", "wv", "w1", "w3")
+TP_GATHERED_GRADS = ("wo", "w2")
+
+
+def fp8_tp_gather(ctx: Inputs, tp: int, sp: bool) -> bool:
+    """Whether the block's sequence-parallel all-gathers move FP8 (1 byte an element) and their casts run on the
+    local shard, before the gather. torchtitan at 820504e (the 2025-06 async-TP benchmark's commit,
+    ``models/llama3/parallelize_llama.py`` ``apply_tp``: ``enable_float8_tensorwise_tp`` = float8 converter and a
+    recipe other than rowwise) swaps in torchao's ``Float8ColwiseParallel`` / ``Float8RowwiseParallel`` /
+    ``PrepareFloat8ModuleInput`` (torchao ``float8/float8_tensor_parallel.py`` at 6243040): the attention's and the
+    FFN's sequence-sharded input is cast to FP8 (``hp_tensor_to_float8_dynamic``) and then redistributed Shard(1) →
+    Replicate, and each row-parallel output gets ``NoopFwToFloat8BwDynamic`` after its reduce-scatter, so in
+    backward its gradient is cast on the shard and all-gathered in FP8; the reduce-scatters stay 16-bit. Rowwise
+    keeps plain ``ColwiseParallel``/``RowwiseParallel`` ("float8 all-gather with TP is only supported for
+    tensorwise"). The same recipes as the stack's FP8 FSDP all-gather (``Stack.fp8_all_gather``). Dense models only:
+    torchtitan's MoE models go through their own ``parallelize`` (llama4 / deepseek_v3), and a MoE block's dense MLP
+    is taken away at 16-bit TP bytes (``pricing.expert_parallel``), so their gathers stay 16-bit here."""
+    return tp > 1 and sp and ctx.model.moe is None and fp8_all_gather(ctx)
 
 
 def gathered_params(ctx: Inputs, params: tuple[int, int, int], tp: int) -> tuple[int, int, int]:
