@@ -140,7 +140,8 @@ def fsdp2_copy_bytes(
     before freeing the gradients — the gradients read in their dtype and written in the reduce dtype (torch 2.13.0's
     ``foreach_reduce`` runs that copy on the compute stream itself). The gather's
     copy-in (of the 1/dp shard, on its own stream) and the reduce-scatter's view-out (1/dp) are left out: sharded.
-    FSDP1 (``fsdp1_reduce_bytes``) gathers into its flat parameter itself (no copy-out) but copies its gradient."""
+    FSDP1 (``fsdp1_reduce_bytes``, ``dp`` for its pre-divide) gathers into its flat parameter (no copy-out) but passes
+    over its gradient."""
     if mode in FSDP1_ENGINES:
         return CopyBytes(copy_out=0, reduce_copy_in=fsdp1_reduce_bytes(params, grad_elt, reduce_elt, dp))
     if mode not in FSDP2_ENGINES:
