@@ -511,7 +511,12 @@ def stack_of(row: dict[str, Any]) -> str | dict[str, Any]:
         # without no_sync: Composer 0.16.4–0.17.2 (the llm-foundry pins of the tables) applies no_sync only to a
         # DistributedDataParallel model (composer/trainer/dist_strategy.py ddp_sync_context), so every micro-batch
         # gathers and reduce-scatters (planner.workload.accumulation "fsdp1")
-        return {"base": "meshplan", "loss": "fused", "flash_kernel": "triton", "grad_accumulation": "fsdp1"}
+        # gradient reduction in the dtype of the table's "MP Mode" (composer/trainer/mosaic_fsdp_utils.py
+        # get_mixed_precision, v0.16.4:87-94, v0.17.2:94-101): DEFAULT reduce_dtype=float32, PURE the parameters' bf16
+        pure = "PURE" in row.get("precision_as_published", "")
+        # and its two train metrics over the logits after every micro-batch (planner.workload.ops.metric_bytes)
+        mpt = {"base": "meshplan", "loss": "fused", "flash_kernel": "triton", "grad_accumulation": "fsdp1"}
+        return mpt | {"train_metrics": 2} | ({"reduce_dtype": "param"} if pure else {})
     return row["stack"] if row["stack"] in ("megatron", "torchtitan", "deepspeed") else "meshplan"
 
 

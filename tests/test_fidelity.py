@@ -527,19 +527,27 @@ def test_llm_foundry_runs_are_priced_with_their_fused_loss_and_fit():
     """llm-foundry's MPT rows run flash-attn's fused cross-entropy over the 16-bit logits (its default ``loss_fn``) under
     PyTorch FSDP1 without no_sync (Composer's ``ddp_sync_context``: ``grad_accumulation: fsdp1``): priced so, every
     one of them fits its GPU, as it did when measured (with three fp32 copies of the logits 37 of the 78 were called
-    out of memory). Their attention is FlashAttention in Triton (the sweeps' ``attn_impl``)."""
+    out of memory). Their attention is FlashAttention in Triton (the sweeps' ``attn_impl``); Composer computes their two
+    train metrics over the logits after every micro-batch (cost model 41) and reduces gradients in the table's "MP
+    Mode" dtype: fp32 under DEFAULT, the parameters' bf16 under PURE (``get_mixed_precision``)."""
     both = bench.load_all()
     mpt = [row for row in ADDED["runs"] if row["source_group"] == "mpt-llm-foundry"]
     assert len(mpt) == 78
+    pure = 0
     for row in mpt:
+        mode = row["precision_as_published"].split("MP Mode ")[1].rstrip(")")
+        assert mode in ("DEFAULT", "PURE")
+        pure += mode == "PURE"
         assert bench.stack_of(row) == {
             "base": "meshplan",
             "loss": "fused",
             "flash_kernel": "triton",
             "grad_accumulation": "fsdp1",
-        }
+            "train_metrics": 2,
+        } | ({"reduce_dtype": "param"} if mode == "PURE" else {})
         r = bench.evaluate(row, both["gpus"])
         assert r.fits, (r.id, r.peak_memory_gib)
+    assert pure == 41  # the A100 tables (41 rows); the 37 H100 rows run DEFAULT
 
 
 @pytest.mark.parametrize("speedup, listed", [(1.2, True), (1.15, False), (0.97, False)])

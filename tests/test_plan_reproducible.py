@@ -176,6 +176,7 @@ FINGERPRINTS = {
     40: "511832e8b52ff59c",  # 40 (TE's FP8 saved inputs): no reference trains in FP8 on megatron; tests/test_fp8.py
     41: "511832e8b52ff59c",  # 41 (FP8 in a MoE block): no reference trains a MoE model in FP8; tests/test_moe_fp8.py
     42: "511832e8b52ff59c",  # 42 (torchtitan's FP8 / rerun SP all-gathers): no reference; tests/test_fp8_tp_gather.py
+    43: "511832e8b52ff59c",  # 43 (FSDP1 gradient passes): no reference runs the fsdp1 engine; tests/test_fsdp2_copies.py
 }
 
 

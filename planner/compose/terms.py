@@ -44,7 +44,7 @@ from planner.pricing.host import (
     host_step_dispatch,
     prefetch_overlaps,
 )
-from planner.workload.accumulation import FSDP2_ENGINES, NO_ADD, DpSchedule, add_bytes, dp_schedule, fsdp2_copy_bytes
+from planner.workload.accumulation import FSDP_ENGINES, NO_ADD, DpSchedule, add_bytes, dp_schedule, fsdp2_copy_bytes
 from planner.workload.collectives import (
     NO_REDUCTIONS,
     Op,
@@ -57,6 +57,7 @@ from planner.workload.collectives import (
     tied_embedding_sync,
 )
 from planner.workload.fp8 import fp8_state_bytes, gathered_params
+from planner.workload.ops import metric_bytes
 from planner.workload.zero2_reduce import module_params
 
 if TYPE_CHECKING:
@@ -240,7 +241,7 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = Fals
         join = (lambda w, t: overlapped(w, t, slow)) if prefetch_overlaps(ctx) and not owner else (lambda w, t: w + t)
         # + FSDP2's copies on the compute stream around them (``accumulation.fsdp2_copy_bytes``; a GPU: a host's are
         # in its measured hooks)
-        out_f, out_b, into = fsdp2_copies(ctx, sched, zero_stage, gathered, lg.params, ge)
+        out_f, out_b, into = fsdp2_copies(ctx, sched, zero_stage, gathered, lg.params, ge, dp)
         fwd = Affine(0, *(ns(join(w + c, t)) for w, c, t in zip(lg.work_f, out_f, gather)))
         bwd = Affine(
             0, *(ns(join(w + c + r, t + u)) for w, c, r, t, u in zip(lg.work_b, out_b, into, gather_b, scatter))
@@ -255,6 +256,8 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = Fals
     add = add_bytes(ctx.stack.grad_add, ctx.stack.grad_accumulation, zero_stage, sched, tr.precision, e, ge, dp)
     acc_each, acc_once = grad_add_seconds(ctx, kind, mbs, tp, lg.params, NO_ADD if hooks_measured(ctx) else add, pe)
     bwd = bwd.plus(Affine(0, *map(ns, acc_each)))
+    # + the trainer's metrics over the logits after each micro-batch's backward (``ops.metric_bytes``: Composer's)
+    bwd = bwd.plus(Affine(0, 0, 0, ns(sum(hbm_time(ctx, b) for b in metric_bytes(ctx, mbs, tp)))))
 
     # --- a host device's FSDP2 hooks per micro-batch (``collectives.fsdp_hook_times``; none on a GPU)
     hooks = fsdp_hook_times(ctx, dp)
@@ -343,16 +346,17 @@ def fsdp2_copies(
     gathered: tuple[int, int, int],
     params: tuple[int, int, int],
     grad_elt: int,
+    dp: int,
 ) -> tuple[list[float], list[float], list[float]]:
     """Seconds per micro-batch of each layer kind's (block, embedding, LM head) FSDP2 copies on the compute stream
     (``accumulation.fsdp2_copy_bytes`` at the achieved HBM bandwidth of each copy): the forward gather's copy-out, the
-    backward gather's, the reduce-scatter's copy-in — zero where the collective does not run in every micro-batch,
-    on engines other than FSDP2's, at ZeRO-0 (``replicate``: not ``fully_shard``'s units) and on a host."""
+    backward gather's, the reduce-scatter's copy-in (FSDP1: its gradient passes) — zero where the collective does not
+    run in every micro-batch, on engines other than FSDP's, at ZeRO-0 (not ``fully_shard``'s units) and on a host."""
     zero = [0.0, 0.0, 0.0]
-    if ctx.stack.grad_accumulation not in FSDP2_ENGINES or zero_stage == 0 or hooks_measured(ctx):
+    if ctx.stack.grad_accumulation not in FSDP_ENGINES or zero_stage == 0 or hooks_measured(ctx):
         return zero, zero, zero
     e = ctx.elt
-    b = [fsdp2_copy_bytes(ctx.stack.grad_accumulation, g, e, p, e, grad_elt) for g, p in zip(gathered, params)]
+    b = [fsdp2_copy_bytes(ctx.stack.grad_accumulation, g, e, p, e, grad_elt, dp) for g, p in zip(gathered, params)]
     out = [hbm_time(ctx, x.copy_out) for x in b]
     return (
         out if sched.gather_fwd else zero,

@@ -79,6 +79,21 @@ class StackOverride(Spec):
         )
     )
 
+    reduce_dtype: Literal["param", "fp32", "fp32_bf16"] | None = Field(
+        default=None,
+        description="The dtype of its data-parallel gradient reduction: param (the training precision, e.g. FSDP "
+        "MixedPrecision reduce_dtype=bf16: Composer's PURE), fp32 (reduce_dtype=float32: Composer's DEFAULT, "
+        "torchtitan) or fp32_bf16.",
+    )
+
+    train_metrics: int | None = Field(
+        default=None,
+        ge=0,
+        le=16,
+        description="Cross-entropy metrics its trainer computes over the logits after every micro-batch's backward, "
+        "under autocast in fp32 (Composer's train metrics: llm-foundry's MPT has 2).",
+    )
+
     @field_validator("selective_ac", mode="before")
     @classmethod
     def _selective_ac(cls, v: object) -> object:

@@ -13,9 +13,7 @@ with pipeline parallelism; ``data_parallel`` names its modes), ``schedules``, ``
 naming the stack, the field and what the stack offers (``planner.specs.stack_rules``). An inline stack
 (``StackOverride``) inherits them from its base: overriding kernels does not change what the software runs.
 ``meshplan`` is exactly what ``runtime/`` runs (``runtime/parallelize.py`` ``apply_dp``/``apply_recompute``,
-``runtime/job.py`` schedules, ``validate.py``).
-
-Sources per preset are in ``source`` and ``runs_source`` (and docs/planner.md, "Training stacks").
+``runtime/job.py`` schedules, ``validate.py``). Sources: ``source``, ``runs_source``, docs/planner.md "Training stacks".
 """
 
 from __future__ import annotations
@@ -39,7 +37,7 @@ LossKind = Literal["fp32_logits", "upcast", "fused"]
 
 #: The fields an inline stack may override (all but ``id``, ``title`` and ``source``).
 OVERRIDABLE: tuple[str, ...] = ("attention", "flash_kernel", "dropout", "activations", "kernels", "overlap_grad_reduce")
-OVERRIDABLE += ("selective_ac", "norm_kernel", "loss", "nccl", "grad_accumulation")
+OVERRIDABLE += ("selective_ac", "norm_kernel", "loss", "nccl", "grad_accumulation", "reduce_dtype", "train_metrics")
 
 
 class Stack(BaseModel):
@@ -91,6 +89,7 @@ class Stack(BaseModel):
     #: per micro-batch or once per step: its gathers and gradient reductions (``workload.accumulation.dp_schedule``)
     grad_accumulation: GradAccumulation = "megatron"
     grad_add: GradAdd = "autograd"  # the per-micro-batch gradient add (``workload.accumulation.add_bytes``)
+    train_metrics: int = 0  # cross-entropy metrics over the logits per micro-batch (``workload.ops.metric_bytes``)
     # ---- what the stack runs (issue 27 §1): the search enumerates only these; a pin outside is an error
     version: str = Field(description="The release of the software this preset describes.")
     #: ZeRO stages (``parallel.zero_stage``) it runs without pipeline parallelism.

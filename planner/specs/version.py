@@ -169,4 +169,11 @@ from __future__ import annotations
 #:    checkpointing the backward reruns the forward's two all-gathers (``_save_list`` keeps reduce-scatters, not
 #:    all-gathers; ``workload.collectives.rerun_sp_gathers``). The (torchtitan, hopper) residual refitted 1.157 →
 #:    1.178, (torchtitan, *) 1.143 → 1.159. Other stacks unchanged.
-COST_MODEL_VERSION = 42
+#: 43: FSDP1's passes over each unit's unsharded gradient where it reduces per micro-batch (``fsdp1``/``fsdp1_no_sync``
+#:    engines, ``workload.accumulation.fsdp1_reduce_bytes``; torch FSDP1 ``_flat_param.py`` split views,
+#:    ``_runtime_utils.py`` ``_post_backward_hook``/``_reduce_grad``): autograd's split-backward cat into the flat
+#:    gradient, the cast to an fp32 reduce dtype, the in-place pre-divide, on the compute timeline; ``reduce_dtype``
+#:    overridable on a stack (Composer's PURE: bf16); a trainer's metrics over the logits after every micro-batch's
+#:    backward (``Stack.train_metrics``, ``workload.ops.metric_bytes``: Composer's two cross-entropy train metrics of
+#:    llm-foundry's MPT, an fp32 cast and log_softmax each under autocast). Only llm-foundry's MPT rows move.
+COST_MODEL_VERSION = 43

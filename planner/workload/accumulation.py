@@ -127,7 +127,7 @@ class CopyBytes:
 
 
 def fsdp2_copy_bytes(
-    mode: GradAccumulation, gathered: int, gather_elt: int, params: int, grad_elt: int, reduce_elt: int
+    mode: GradAccumulation, gathered: int, gather_elt: int, params: int, grad_elt: int, reduce_elt: int, dp: int = 2
 ) -> CopyBytes:
     """The bytes FSDP2 copies on the compute stream for one unit of ``params`` parameters (``gathered`` of them as
     16-bit-equivalent elements of ``gather_elt`` bytes on the all-gather's wire; gradients of ``grad_elt`` bytes
@@ -139,10 +139,55 @@ def fsdp2_copy_bytes(
     gradients' ``view(world_size, -1)`` into the ``reduce_dtype`` buffer) and the compute stream waits on its event
     before freeing the gradients — the gradients read in their dtype and written in the reduce dtype (torch 2.13.0's
     ``foreach_reduce`` runs that copy on the compute stream itself). The gather's
-    copy-in (of the 1/dp shard, on its own stream) and the reduce-scatter's view-out (1/dp) are left out: sharded."""
+    copy-in (of the 1/dp shard, on its own stream) and the reduce-scatter's view-out (1/dp) are left out: sharded.
+    FSDP1 (``fsdp1_reduce_bytes``, ``dp`` for its pre-divide) gathers into its flat parameter (no copy-out) but passes
+    over its gradient."""
+    if mode in FSDP1_ENGINES:
+        return CopyBytes(copy_out=0, reduce_copy_in=fsdp1_reduce_bytes(params, grad_elt, reduce_elt, dp))
     if mode not in FSDP2_ENGINES:
         return CopyBytes(0, 0)
     return CopyBytes(copy_out=2 * gathered * gather_elt, reduce_copy_in=params * (grad_elt + reduce_elt))
+
+
+#: Engines that run FSDP1's ``FullyShardedDataParallel`` (flat parameters): their gradient passes (``fsdp1_reduce_bytes``).
+FSDP1_ENGINES: tuple[GradAccumulation, ...] = ("fsdp1", "fsdp1_no_sync")
+#: Every FSDP engine: copies or gradient passes around its collectives on the compute stream (``compose.terms``).
+FSDP_ENGINES = FSDP2_ENGINES + FSDP1_ENGINES
+
+
+def predivide_factor(dp: int) -> int:
+    """FSDP1's gradient pre-division factor for ``dp`` ranks: torch ``DefaultState._get_gradient_predivide_factor``
+    (``distributed/algorithms/_comm_hooks/default_hooks.py``: double while dp divides and dp / factor > factor)."""
+    factor = 1
+    while dp % factor == 0 and dp / factor > factor:
+        factor *= 2
+    return factor
+
+
+def fsdp1_reduce_bytes(params: int, grad_elt: int, reduce_elt: int, dp: int) -> int:
+    """HBM bytes (read + written) of FSDP1's passes over one unit's unsharded gradient of ``params`` elements in each
+    backward that reduces it (docs/planner.md, "FSDP1's gradient passes"; torch 2.13.0 as installed, the same calls in
+    the 2.0/2.1 FSDP1 that Composer 0.16-0.17 drove):
+
+    * autograd's ``SplitWithSizesBackward`` — the module parameters are ``torch.split`` views of the flat parameter
+      (``_flat_param.py:1901,1925`` ``_get_unflat_views_*``; in forward ``_use_unsharded_views(as_params=False)``,
+      ``_flat_param.py:1521``), so their gradients reach it through ``split_with_sizes_backward``, an ``at::cat`` into
+      a new flat gradient on the compute stream: read and write ``grad_elt`` per element;
+    * ``_post_backward_hook`` (``_runtime_utils.py:764``): ``flat_param.grad.to(handle._reduce_dtype)`` where the
+      reduce dtype differs (MixedPrecision ``param_dtype=bf16, reduce_dtype=fp32``, Composer's "DEFAULT"): read
+      ``grad_elt``, write ``reduce_elt``;
+    * ``_reduce_grad`` (``_runtime_utils.py:852``): ``_div_if_needed(padded_unsharded_grad, predivide)`` — an in-place
+      ``div_`` of the whole unsharded gradient in the reduce dtype before the reduce-scatter, whenever the pre-divide
+      factor (``predivide_factor``) exceeds 1, i.e. for every dp >= 2: read and write ``reduce_elt``.
+
+    No ``F.pad`` copy: with ``use_orig_params`` (Composer's default) the flat parameter is padded to a multiple of the
+    world size "to avoid a copy for the post-backward reduce-scatter" (``_flat_param.py:760-762``). The cast and the
+    division run on FSDP1's post-backward stream, between the next layer's backward kernels on the same SMs, so they are
+    priced on the compute timeline like FSDP2's copy-in."""
+    cat = 2 * grad_elt
+    cast = grad_elt + reduce_elt if reduce_elt != grad_elt else 0
+    div = 2 * reduce_elt if predivide_factor(dp) > 1 else 0
+    return params * (cat + cast + div)
 
 
 @dataclass(frozen=True, slots=True)

@@ -360,3 +360,23 @@ def kernel_counts(ctx: Inputs, kind: str, tp: int) -> tuple[int, int]:
     att_f, att_b = attention_kernels(ctx) if kind == "transformer_block" else (0, 0)
     elem = sum(op.kernels for op in memory_ops(ctx, kind, 1, tp, False))
     return gemms + att_f + elem, 2 * gemms + att_b + 2 * elem
+
+
+def metric_bytes(ctx: Inputs, mbs: int, tp: int) -> tuple[float, ...]:
+    """HBM bytes of each kernel of the trainer's metrics over one micro-batch's logits (``Stack.train_metrics``),
+    after its backward, forward-only. Composer (v0.14.1 ``trainer.py:2347``, v0.16.4 ``:2473-2475``, v0.17.2
+    ``:2488``) runs ``_eval_train_metrics`` after every micro-batch's backward, under ``torch.no_grad()`` and the
+    run's precision context (``torch.autocast`` for ``amp_bf16``: v0.16.4 ``:2162-2175``), and llm-foundry's MPT
+    keeps ``LanguageCrossEntropy`` and ``LanguagePerplexity`` as train metrics (``modeling_mpt.py:698-700`` at
+    b2a43a147, ``:955-957`` at 5e85bd62d; ``mosaic_gpt.py:487-489`` at 300cc5c58), each of whose ``update`` is a
+    ``torch.nn.CrossEntropyLoss(reduction='sum')`` over the whole [tokens, vocab] logits (composer
+    ``metrics/nlp.py:100,121``). ``cross_entropy`` is on autocast's fp32 list, so each metric casts the 16-bit logits
+    to a new fp32 tensor (read e, write 4; autocast caches casts of leaf weights only) and runs ``log_softmax`` in
+    fp32 (read 4, write 4); ``nll_loss``'s gather of one value per token is left out."""
+    n = ctx.stack.train_metrics
+    if n == 0:
+        return ()
+    logits = mbs * ctx.training.seq_len * _local_vocab(ctx.model, tp)
+    e = ctx.elt
+    per_metric = ((logits * (e + 4.0),) if e != 4 else ()) + (logits * 8.0,)
+    return per_metric * n
