@@ -174,6 +174,7 @@ FINGERPRINTS = {
     38: "511832e8b52ff59c",  # 38 (torchtitan's built-in residual rows refitted): no reference request on torchtitan
     39: "511832e8b52ff59c",  # 39 (megatron's built-in residual rows): no reference request on megatron
     40: "511832e8b52ff59c",  # 40 (TE's FP8 saved inputs): no reference trains in FP8 on megatron; tests/test_fp8.py
+    41: "511832e8b52ff59c",  # 41 (DeepSpeed's TP-partitioned pipeline sends): no reference on deepspeed; tests/test_deepspeed_pipe_partition.py
 }
 
 

@@ -155,4 +155,10 @@ from __future__ import annotations
 #:    ``workload.activations.te_block_saved_terms``; TE v2.9 layernorm_linear.py / linear.py): the norm outputs the QKV
 #:    and fc1 GEMMs read and fc2's input at 1 byte, the proj's input a 1-byte copy beside the 16-bit attention output.
 #:    Memory only; other stacks and precisions unchanged.
-COST_MODEL_VERSION = 40
+#: 41: DeepSpeed's pipeline sends partitioned over TP (``Stack.p2p_scatter_gather`` on the ``deepspeed`` preset): with
+#:    tp > 1 PipelineEngine sends each rank's 1/tp of an activation and of its gradient (``PartitionedTensor``) and the
+#:    receiver all-gathers it over the TP group (``pipe_partitioned`` / ``grad_partitioned`` default True, DeepSpeed
+#:    38327e07f6 runtime/config.py:467-468, runtime/pipe/engine.py:144-145, 719-727, 743-757, 826-845, 1062-1075; since
+#:    v0.5.4, e2fdd254e "Big science related changes"): was each rank sending the whole tensor. ``deepspeed-2021``
+#:    (v0.5.0: activations partitioned, gradients whole) unchanged.
+COST_MODEL_VERSION = 41
