@@ -69,8 +69,9 @@ def test_what_v25_runs(field: str, value: object, fact: str) -> None:
 def test_which_presets_scatter() -> None:
     """Megatron-core core_v0.16.1 parses --no-scatter-gather-tensors-in-pipeline but its p2p_communication.py never
     reads it; v2.0 predates it (72e4230bb5, 2021-02-16). megatron-2021 sets the field, and megatron-2022, whose
-    52e636888c still scatters without SP (tests/test_megatron_2022.py)."""
-    assert [s.id for s in STACKS.values() if s.p2p_scatter_gather] == ["megatron-2021", "megatron-2022"]
+    52e636888c still scatters without SP (tests/test_megatron_2022.py); DeepSpeed's PipelineEngine partitions its
+    sends over TP (cost model 41, tests/test_deepspeed_pipe_partition.py)."""
+    assert [s.id for s in STACKS.values() if s.p2p_scatter_gather] == ["deepspeed", "megatron-2021", "megatron-2022"]
 
 
 # ---- the scatter-gather lag = hand formula ----------------------------------------------------------------------

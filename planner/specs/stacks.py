@@ -366,10 +366,10 @@ STACKS: dict[str, Stack] = {
             zero3_fetch="module",
             zero3_reduce_bucket=500_000_000,
             grad_accumulation="deepspeed",
-            # PipelineEngine's send/recv block both ends: dist.broadcast in a 2-rank group with async_op forced False
-            # (deepspeed/runtime/pipe/p2p.py at v0.5.0, f28432441b), dist.send/recv with "Doesn't support async_op
-            # true" (the same file at edaa72212, 2026)
+            # PipelineEngine's sends block both ends (pipe/p2p.py: v0.5.0 2-rank dist.broadcast, later send/recv) and,
+            # tp > 1, carry 1/tp of each activation and gradient, all-gathered on arrival (docs/planner.md, PP)
             p2p_blocking=("1f1b",),
+            p2p_scatter_gather=True,
             source="DeepSpeed config docs: zero_optimization.overlap_comm defaults to false",
             version="DeepSpeed 0.19.8",
             zero_stages=(0, 1, 2, 3),

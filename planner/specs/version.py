@@ -176,4 +176,10 @@ from __future__ import annotations
 #:    overridable on a stack (Composer's PURE: bf16); a trainer's metrics over the logits after every micro-batch's
 #:    backward (``Stack.train_metrics``, ``workload.ops.metric_bytes``: Composer's two cross-entropy train metrics of
 #:    llm-foundry's MPT, an fp32 cast and log_softmax each under autocast). Only llm-foundry's MPT rows move.
-COST_MODEL_VERSION = 43
+#: 44: DeepSpeed's pipeline sends partitioned over TP (``Stack.p2p_scatter_gather`` on the ``deepspeed`` preset): with
+#:    tp > 1 PipelineEngine sends each rank's 1/tp of an activation and of its gradient (``PartitionedTensor``) and the
+#:    receiver all-gathers it over the TP group (``pipe_partitioned`` / ``grad_partitioned`` default True, DeepSpeed
+#:    38327e07f6 runtime/config.py:467-468, runtime/pipe/engine.py:144-145, 719-727, 743-757, 826-845, 1062-1075; since
+#:    v0.5.4, e2fdd254e "Big science related changes"): was each rank sending the whole tensor. ``deepspeed-2021``
+#:    (v0.5.0: activations partitioned, gradients whole) unchanged.
+COST_MODEL_VERSION = 44
