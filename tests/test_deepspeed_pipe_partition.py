@@ -12,27 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from planner.answer.request import complete_pins, context
-from planner.compose.cost import boundary_lags, class_costs
-from planner.specs import PlanRequest
 from planner.specs.stacks import STACKS
-
-H, S = 4096, 2048  # gpt3-6.7b's hidden size; the sequence
-
-
-def _lags(stack: str, nodes: int, precision: str, **pins) -> tuple:
-    req = PlanRequest.model_validate(
-        {
-            "model": "gpt3-6.7b",
-            "cluster": {"gpu": "a100-sxm4-80gb", "num_nodes": nodes, "gpus_per_node": 8},
-            "training": {"global_batch_size": 512, "seq_len": S, "stack": stack, "precision": precision},
-            "parallel": {"micro_batch_size": 1, "zero_stage": 1, "recompute": "full", **pins},
-        }
-    )
-    ctx = context(req)
-    cand, _ = complete_pins(ctx, req)
-    return ctx, cand, class_costs(ctx, cand)
-
+from tests.p2p_support import assert_scattered_sends, assert_whole_sends
 
 #: (preset, partitions its sends over TP, the code fact)
 PRESETS = [
@@ -59,21 +40,11 @@ LAG_CASES = [
 def test_a_partitioned_send_is_act_over_tp_plus_the_all_gather(pins: dict, nodes: int, link: str, precision: str):
     """Each boundary on ``deepspeed``: send(act / tp) + all_gather(act, tp) with act = s·b·h 16-bit bytes, blocking
     both ends (cost model 28); ``deepspeed-2021`` sends act whole over the same link."""
-    ctx, cand, cc = _lags("deepspeed", nodes, precision, **pins)
-    tp, b = pins["tp"], pins.get("micro_batch_size", 1)
-    act = S * b * H * 2
-    hand = ctx.comm.time("send_recv", act / tp, 2, link) + ctx.comm.time("all_gather", act, tp, "intra_node", tp)
-    sends = boundary_lags(ctx, cand, cc.shared.p2p_bytes)
-    assert len(sends) == cand.chunks - 1 and all(abs(t - hand * 1e9) <= 1 for t in sends), (sends, hand)
-    assert cc.lag == [0] * len(sends) and cc.f_extra_pp == sends + [0] and cc.b_extra_pp == [0] + sends
+    assert_scattered_sends("deepspeed", nodes, link, precision, zero_stage=1, recompute="full", **pins)
     if precision == "fp16":  # v0.5.0 has no bf16
-        ctx0, cand0, cc0 = _lags("deepspeed-2021", nodes, precision, **pins)
-        whole = ctx0.comm.time("send_recv", act, 2, link)
-        assert all(abs(t - whole * 1e9) <= 1 for t in boundary_lags(ctx0, cand0, cc0.shared.p2p_bytes))
+        assert_whole_sends("deepspeed-2021", nodes, link, precision, zero_stage=1, recompute="full", **pins)
 
 
 def test_one_tp_rank_sends_whole() -> None:
     """tp = 1: no TP group to partition over (``is_model_parallel`` False): the send of act alone."""
-    ctx, cand, cc = _lags("deepspeed", 4, "bf16", tp=1, pp=4, dp=8)
-    one = ctx.comm.time("send_recv", S * H * 2, 2, "inter_node")
-    assert all(abs(t - one * 1e9) <= 1 for t in boundary_lags(ctx, cand, cc.shared.p2p_bytes))
+    assert_whole_sends("deepspeed", 4, "inter_node", "bf16", zero_stage=1, recompute="full", tp=1, pp=4, dp=8)

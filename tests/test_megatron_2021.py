@@ -20,6 +20,7 @@ from planner.compose.cost import boundary_lags, class_costs
 from planner.specs import PlanRequest
 from planner.specs.errors import MeshplanError
 from planner.specs.stacks import STACKS
+from tests.p2p_support import assert_scattered_sends, assert_whole_sends
 
 H, S = 4096, 2048  # gpt3-6.7b's hidden size; the sequence
 
@@ -99,17 +100,9 @@ def test_a_scattered_send_is_act_over_tp_on_each_link_plus_the_all_gather(pins: 
     """Each boundary: the send of act / tp (act = s·b·h fp16 bytes) over the boundary's link + the all-gather of act
     over the tp ranks of a node (NVLink), on the sending action (v2.5 blocks both ends, both schedules); megatron-2020
     sends act whole over the same link."""
-    ctx, cand, cc = _lags("megatron-2021", nodes, **pins)
-    tp, b = pins["tp"], pins.get("micro_batch_size", 1)
-    act = S * b * H * 2
-    hand = ctx.comm.time("send_recv", act / tp, 2, link) + ctx.comm.time("all_gather", act, tp, "intra_node", tp)
-    sends = boundary_lags(ctx, cand, cc.shared.p2p_bytes)
-    assert len(sends) == cand.chunks - 1 and all(abs(t - hand * 1e9) <= 1 for t in sends), (sends, hand)
-    assert cc.lag == [0] * len(sends) and cc.f_extra_pp == sends + [0] and cc.b_extra_pp == [0] + sends
-    if cand.virtual_stages == 1:  # v2.0 runs no interleaving
-        ctx0, cand0, cc0 = _lags("megatron-2020", nodes, **pins)
-        whole = ctx0.comm.time("send_recv", act, 2, link)
-        assert all(abs(t - whole * 1e9) <= 1 for t in boundary_lags(ctx0, cand0, cc0.shared.p2p_bytes))
+    assert_scattered_sends("megatron-2021", nodes, link, "fp16", **pins)
+    if pins.get("virtual_stages", 1) == 1:  # v2.0 runs no interleaving
+        assert_whole_sends("megatron-2020", nodes, link, "fp16", **pins)
 
 
 def test_no_scatter_with_one_tp_rank_or_with_sequence_parallelism() -> None:
