@@ -177,6 +177,7 @@ FINGERPRINTS = {
     41: "511832e8b52ff59c",  # 41 (FP8 in a MoE block): no reference trains a MoE model in FP8; tests/test_moe_fp8.py
     42: "511832e8b52ff59c",  # 42 (torchtitan's FP8 / rerun SP all-gathers): no reference; tests/test_fp8_tp_gather.py
     43: "511832e8b52ff59c",  # 43 (FSDP1 gradient passes): no reference runs the fsdp1 engine; tests/test_fsdp2_copies.py
+    44: "511832e8b52ff59c",  # 44 (torchtitan CP as torch runs it): no reference on torchtitan CP; tests/test_torch_ring_cp.py
 }
 
 

@@ -176,4 +176,11 @@ from __future__ import annotations
 #:    overridable on a stack (Composer's PURE: bf16); a trainer's metrics over the logits after every micro-batch's
 #:    backward (``Stack.train_metrics``, ``workload.ops.metric_bytes``: Composer's two cross-entropy train metrics of
 #:    llm-foundry's MPT, an fp32 cast and log_softmax each under autocast). Only llm-foundry's MPT rows move.
-COST_MODEL_VERSION = 43
+#: 44: torchtitan's context parallelism as torch's experimental ``context_parallel`` runs it (``all_gather``; torch
+#:    ``distributed/tensor/experimental/_attention.py`` of late 2024: ``_AllGatherRotater``, ``_SDPAMerger``,
+#:    ``_templated_ring_attention_backward``; ``workload.context_parallel.torch_ring_passes``): K and V gathered at the
+#:    query heads (torchtitan's ``repeat_kv`` before SDPA), one all-gather of cat(K, V) beside the first block (forward
+#:    and backward), dK/dV passed along a ring in fp32 after every block (the last exposed), no reduce-scatter; the
+#:    merge of each block's output in fp32 and the fp32 dQ/dK/dV accumulation as memory-bound passes. (torchtitan, *)
+#:    residuals refitted. Other stacks and torchtitan without CP unchanged.
+COST_MODEL_VERSION = 44
