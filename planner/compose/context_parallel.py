@@ -16,6 +16,9 @@ group over dp × cp, and the CP exchange's exposed time added to every block (``
   blocking (the attention needs their result: TE ``AttnFuncWithCPAndKVAllGather``, ``…QKVOA2A``), exposed
   whole. On a host (gloo, the bundled runtime's synchronous ring) nothing overlaps. Under recomputation the
   attention's forward exchange runs again in backward where the attention is recomputed.
+* **torchtitan** (``torch_ring``): torch's experimental ``context_parallel`` — its one all-gather runs beside the first
+  block and its fp32 dK/dV ring beside the next blocks (``workload.context_parallel.cp_block_comms``), and its merge
+  and fp32 accumulation passes (``torch_ring_passes``) add to every block (``ring_pass_seconds``).
 """
 
 from __future__ import annotations
@@ -38,9 +41,9 @@ from planner.compose.terms import (
 from planner.compose.terms import class_terms as plain_class_terms
 from planner.pricing.collectives import Groups, comm_seconds
 from planner.pricing.context_parallel import CpGroup
-from planner.pricing.gpu import attention_time
+from planner.pricing.gpu import attention_time, hbm_efficiency
 from planner.pricing.host import prefetch_overlaps
-from planner.workload.context_parallel import cp_block_comms
+from planner.workload.context_parallel import FP32, cp_block_comms, q_bytes, torch_ring_passes
 
 if TYPE_CHECKING:
     from planner.compose.cost import Candidate
@@ -80,11 +83,38 @@ def cp_exposed(ctx: Context, c: Candidate) -> tuple[float, float]:
     return hit
 
 
+def torch_ring(ctx: Context) -> bool:
+    """Whether the stack runs torch's experimental ``context_parallel`` (torchtitan: its activations are the
+    ``titan`` formula; ``workload.context_parallel``)."""
+    return ctx.stack.activations == "titan"
+
+
+def ring_pass_seconds(ctx: Context, c: Candidate) -> tuple[float, float]:
+    """(forward, backward) seconds of torch's ring-attention merge and accumulation passes per block and micro-batch
+    (``workload.context_parallel.torch_ring_passes``; zero for other stacks), each pass at the achieved HBM rate of one
+    fp32 tensor of a rank's queries, × the memory residual."""
+    if not torch_ring(ctx):
+        return 0.0, 0.0
+    view = cp_view(ctx, c.cp)
+    n = q_bytes(ctx.model, c.micro_batch_size, view.training.seq_len, c.tp, 1)
+    f, b = torch_ring_passes(n, c.cp, ctx.elt, ctx.stack.kernels == "compiled")
+    rate = ctx.gpu.hbm_bandwidth_GBps * 1e9 * hbm_efficiency(FP32 * n) / ctx.residuals.memory_scale
+    return f / rate, b / rate
+
+
 def _cp_exposed(ctx: Context, c: Candidate) -> tuple[float, float]:
     view = cp_view(ctx, c.cp)
     grp = CpGroup.of(ctx, c.tp, c.cp, c.cp_comm)
     comms = cp_block_comms(
-        ctx.model, c.cp, c.cp_comm, c.micro_batch_size, view.training.seq_len, c.tp, ctx.elt, grp.inner
+        ctx.model,
+        c.cp,
+        c.cp_comm,
+        c.micro_batch_size,
+        view.training.seq_len,
+        c.tp,
+        ctx.elt,
+        grp.inner,
+        torch_ring(ctx),
     )
     g = Groups(c.tp, 1, "intra_node", 1, grp)
     cs = ctx.residuals.compute_scale
@@ -103,7 +133,8 @@ def _cp_exposed(ctx: Context, c: Candidate) -> tuple[float, float]:
             exposed = overlapped(block, step, OVERLAP_SLOWDOWN) - block if prefetch_overlaps(ctx) else step
             t += steps * exposed
         out.append(t)
-    f, b = out
+    pf, pb = ring_pass_seconds(ctx, c)
+    f, b = out[0] + pf, out[1] + pb
     return f, b + rerun_share(ctx, c.recompute) * f
 
 

@@ -182,4 +182,11 @@ from __future__ import annotations
 #:    38327e07f6 runtime/config.py:467-468, runtime/pipe/engine.py:144-145, 719-727, 743-757, 826-845, 1062-1075; since
 #:    v0.5.4, e2fdd254e "Big science related changes"): was each rank sending the whole tensor. ``deepspeed-2021``
 #:    (v0.5.0: activations partitioned, gradients whole) unchanged.
-COST_MODEL_VERSION = 44
+#: 45: torchtitan's context parallelism as torch's experimental ``context_parallel`` runs it (``all_gather``; torch
+#:    ``distributed/tensor/experimental/_attention.py`` of late 2024: ``_AllGatherRotater``, ``_SDPAMerger``,
+#:    ``_templated_ring_attention_backward``; ``workload.context_parallel.torch_ring_passes``): K and V gathered at the
+#:    query heads (torchtitan's ``repeat_kv`` before SDPA), one all-gather of cat(K, V) beside the first block (forward
+#:    and backward), dK/dV passed along a ring in fp32 after every block (the last exposed), no reduce-scatter; the
+#:    merge of each block's output in fp32 and the fp32 dQ/dK/dV accumulation as memory-bound passes. (torchtitan, *)
+#:    residuals refitted. Other stacks and torchtitan without CP unchanged.
+COST_MODEL_VERSION = 45
