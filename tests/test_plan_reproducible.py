@@ -178,6 +178,7 @@ FINGERPRINTS = {
     42: "511832e8b52ff59c",  # 42 (torchtitan's FP8 / rerun SP all-gathers): no reference; tests/test_fp8_tp_gather.py
     43: "511832e8b52ff59c",  # 43 (FSDP1 gradient passes): no reference runs the fsdp1 engine; tests/test_fsdp2_copies.py
     44: "511832e8b52ff59c",  # 44 (DeepSpeed's TP-partitioned pipeline sends): no reference on deepspeed; tests/test_deepspeed_pipe_partition.py
+    45: "511832e8b52ff59c",  # 45 (torchtitan's residual rows refitted with its 405B PP rows): no reference on torchtitan
 }
 
 
