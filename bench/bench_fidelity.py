@@ -287,10 +287,83 @@ def bridge_row(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: torchtitan source groups whose pipelined rows carry the run's local batch as ``batch.micro`` (the per-DP-rank
+#: ``training.batch_size`` of the benchmark's tables), with the torchtitan commit they ran. At 9dec370 (the
+#: llama3_h100_202412 runs; pytorch/torchtitan at 9dec370ad):
+#: * micro-batches: ``n_microbatches = experimental.pipeline_parallel_microbatches``, None (config_manager.py:341-352,
+#:   "The default value will be the number of pipeline stages") → ``pipeline_parallel_degree``
+#:   (parallelisms/pipelining_utils.py:79-81); the schedule's ``step(input_ids)`` splits the whole local batch
+#:   (train.py:282-292) into those chunks, so micro = local batch / pp. The benchmark states no microbatch count.
+#: * stages: without ``pipeline_parallel_split_points`` (default [], config_manager.py:302-305) the cut is
+#:   ``generate_split_points`` (pipelining_utils.py:18-57): 1 stage per rank for a PipelineScheduleSingle (1F1B), 2 for
+#:   a PipelineScheduleMulti (Interleaved1F1B), layers // stages each, the first and last stage base, the remainder one
+#:   each to the middle stages in order (``titan_split_layers``); stage s on rank s % pp (pipeline_llama.py:108,
+#:   ``stage_ids_this_rank`` style "loop", pipelining_utils.py:102-111), the embedding on stage 0, norm and output on
+#:   the last (pipeline_llama.py:77-92).
+#: * FSDP: with PP on, every block and the root are ``fully_shard``-ed with ``reshard_after_forward=False``
+#:   (parallelisms/parallelize_llama.py:325-339, "For PP, do not reshard after forward to avoid per-microbatch
+#:   all-gathers"): parameters kept unsharded from forward to backward, the planner's ZeRO-2 on the torchtitan stack.
+TITAN_PP_GROUPS = {"torchtitan-2412-h100": "9dec370"}
+#: Stages per pipeline rank ``generate_split_points`` gives each schedule class (pipelining_utils.py:22-27).
+TITAN_STAGES_PER_RANK = {"gpipe": 1, "1f1b": 1, "interleaved-1f1b": 2}
+
+
+def titan_split_layers(num_layers: int, stages: int) -> list[int]:
+    """The transformer layers of each stage under torchtitan's ``generate_split_points`` (pipelining_utils.py:37-52 at
+    9dec370): split points after ``base`` layers, then ``base + 1`` while the remainder lasts, then ``base``; the last
+    stage takes what is left."""
+    base, extra = divmod(num_layers, stages)
+    cuts, at = [], 0
+    for i in range(stages - 1):
+        step = base if i == 0 or extra == 0 else base + 1
+        if i and extra:
+            extra -= 1
+        at += step
+        cuts.append(at)
+    bounds = [0, *cuts, num_layers]
+    return [b - a for a, b in zip(bounds, bounds[1:])]
+
+
+def titan_pp_row(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with its torchtitan pipeline as the run's commit built it (``TITAN_PP_GROUPS``): the local batch split
+    into pp micro-batches, the stages per rank and layer cut of ``generate_split_points``, FSDP without resharding
+    after forward (ZeRO-2); each in ``assumed``. Other rows, and local batches pp does not divide, unchanged."""
+    par, b = row["parallel"], row["batch"]
+    pp, sched = par.get("pp") or 1, par.get("schedule")
+    commit = TITAN_PP_GROUPS.get(row["source_group"])
+    if row["stack"] != "torchtitan" or commit is None or pp <= 1 or sched not in TITAN_STAGES_PER_RANK:
+        return row
+    local = b["micro"]
+    if local is None or local % pp or (par.get("virtual_stages") or 1) > 1:
+        return row
+    v = TITAN_STAGES_PER_RANK[sched]
+    layers = titan_split_layers(row["model"]["layers"], pp * v)
+    where = f"pytorch/torchtitan {commit}"
+    par = {**par, "virtual_stages": v, "stage_layers": layers}
+    assumed = [
+        f"batch.micro: {local // pp}, the local batch {local} split into pp = {pp} micro-batches ({where} "
+        "pipelining_utils.py:79-81: pipeline_parallel_microbatches unset → pipeline_parallel_degree; not stated)",
+        f"parallel.stage_layers: {layers} ({v} stage(s) per rank; {where} pipelining_utils.py:18-57 "
+        "generate_split_points, no split points set)",
+    ]
+    if par["zero_stage"] == 3:
+        par["zero_stage"] = 2
+        assumed.append(
+            f"parallel.zero_stage: 2 ({where} parallelize_llama.py:325-339: with PP, fully_shard(..., "
+            "reshard_after_forward=False))"
+        )
+    return {
+        **row,
+        "parallel": par,
+        "batch": {**b, "micro": local // pp},
+        "assumed": list(row["assumed"]) + assumed,
+    }
+
+
 def moe_row(row: dict[str, Any]) -> dict[str, Any]:
     """``row`` with the assumptions of ``MOE_CATALOG`` applied (an expert-parallel row it names; else unchanged),
-    after ``bridge_row``'s."""
-    row = bridge_row(row)
+    after ``bridge_row``'s and ``titan_pp_row``'s."""
+    row = titan_pp_row(bridge_row(row))
     par = row["parallel"]
     catalog = MOE_CATALOG.get(row["model_name"])
     if (par.get("ep") or 1) <= 1 or row["model"] is not None or catalog is None or row["stack"] != "megatron":
@@ -556,6 +629,7 @@ def request(row: dict[str, Any], gpus: dict[str, Any]) -> PlanRequest:
             micro_batch_size=b["micro"],
             schedule=par["schedule"],
             virtual_stages=par["virtual_stages"] if (par["virtual_stages"] or 1) > 1 else None,
+            stage_layers=par.get("stage_layers"),
             recompute="selective" if par["recompute"] == "selective-layer" else par["recompute"],
             sequence_parallel=bool(par["sequence_parallel"]) and par["tp"] > 1,
             zero_stage=par["zero_stage"],

@@ -179,6 +179,7 @@ FINGERPRINTS = {
     43: "511832e8b52ff59c",  # 43 (FSDP1 gradient passes): no reference runs the fsdp1 engine; tests/test_fsdp2_copies.py
     44: "511832e8b52ff59c",  # 44 (DeepSpeed's TP-partitioned pipeline sends): no reference on deepspeed; tests/test_deepspeed_pipe_partition.py
     45: "511832e8b52ff59c",  # 45 (torchtitan CP as torch runs it): no reference on torchtitan CP; tests/test_torch_ring_cp.py
+    46: "511832e8b52ff59c",  # 46 (torchtitan's residual rows refitted with its 405B PP rows): no reference on torchtitan
 }
 
 

@@ -189,4 +189,9 @@ from __future__ import annotations
 #:    and backward), dK/dV passed along a ring in fp32 after every block (the last exposed), no reduce-scatter; the
 #:    merge of each block's output in fp32 and the fp32 dQ/dK/dV accumulation as memory-bound passes. (torchtitan, *)
 #:    residuals refitted. Other stacks and torchtitan without CP unchanged.
-COST_MODEL_VERSION = 45
+#: 46: the built-in residual rows refitted (``bench/fit_residuals.py``) with torchtitan's six 405B / 512 H100 pipelined
+#:    rows of its 2024-12 benchmark now expressed (``bench/bench_fidelity.py`` ``titan_pp_row``: the local batch split
+#:    into pp micro-batches, ``generate_split_points``' stages and cut, FSDP not resharded after forward under PP, as
+#:    pytorch/torchtitan 9dec370 builds them): (torchtitan, hopper) 1.171 → 1.178, (torchtitan, *)
+#:    1.153 → 1.162. No formula changed.
+COST_MODEL_VERSION = 46
