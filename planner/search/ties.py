@@ -21,7 +21,9 @@ from planner.search.cutsolver import ClassResult, Status
 from planner.search.space import plan_key
 
 #: Simulation steps the walk may spend (each evaluation simulates ~2·m·C operations): past it, the least cut among
-#: those walked so far (deterministic, not canonical). The same budget as a lazy round's neighbours.
+#: those walked so far (deterministic, not canonical). The same budget as a lazy round's neighbours. A class whose
+#: budget does not cover the 2(C − 1) moves of its cut is not walked (deep pipelines: PP16 at m = 120 on, whose
+#: sets hold thousands of cuts; walking a few cost 0.1–0.25 s on the large family and settled nothing).
 TIE_BUDGET = 100_000
 
 
@@ -30,6 +32,8 @@ def canonical(cc: ClassCosts, cut: list[int], ev: Evaluation) -> tuple[list[int]
     by one-layer moves between adjacent chunks through fitting cuts of that step time. ``cut`` must be optimal."""
     C = cc.chunks
     evaluations = TIE_BUDGET // max(1, 2 * cc.m * C)
+    if evaluations < 2 * (C - 1):  # not even the cut's own moves: a deep pipeline's set of thousands, left as found
+        return cut, ev
     seen: dict[tuple[int, ...], Evaluation] = {tuple(cut): ev}
     ties = [tuple(cut)]
     todo = [tuple(cut)]
