@@ -52,6 +52,12 @@ WIDE_AFTER: int | None = 3
 #: per (p, m); both grow as p³): deeper ones keep the windows of ≤ ``chains.WINDOW`` stages.
 WIDE_MAX_STAGES = 64
 PRESOLVE_CHUNKS = 16  # CP-SAT presolve from this many chunks on (measured on the wide benchmark)
+#: A model solved without presolve gets this much deterministic time (CP-SAT's own work units, the same on every
+#: machine and load); past it the solve starts over with presolve, which proves such models in a few hundred
+#: branches (Llama 3 405B at 8,192 tokens, its PP8 class: 17,197 branches and det 0.0625 (0.45 s CPU) without, 386
+#: branches and det 0.0008 (0.012 s) with). 7x the longest other such solve on the wide benchmark (det 0.0007)
+#: but for DeepSeek-V3's PP8 class (det 0.023, 1,375 branches; 181 with presolve).
+PRESOLVE_AFTER_DET = 0.005
 #: Models of fewer chunks are solved by one CP-SAT worker unless ``options.num_workers`` is given
 #: explicitly: the lazy loop's models are small, and a portfolio of 2 workers cost ~1.3× the CPU and
 #: no less wall time on the wide benchmark (OPT-175B's three PP31 classes: 0.40–0.44 s CPU, 0.49–0.78 s
@@ -172,6 +178,26 @@ def cut_model(cc: ClassCosts) -> CutModel:
     return cm
 
 
+def solve(model: cp_model.CpModel, num_workers: int, presolve: bool, deadline: float) -> tuple:
+    """CP-SAT's status on ``model`` and the solver that holds its solution. Presolve costs tens of ms per
+    solve and buys nothing on most small models, but on deep pipelines it pays many times over (OPT-175B on
+    992 A100, pp = 31, m = 128: 30 solves in 1.5 s CPU with it, 8.2 s without; bench/bench_plan_wide.py).
+    Without it, a search that runs past ``PRESOLVE_AFTER_DET`` starts over with presolve. Every way the solve is
+    exact, and the budget is deterministic; which of several cuts of the optimal step time a plan answers
+    does not depend on the search (``ties.canonical_plans``)."""
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = num_workers
+    solver.parameters.cp_model_presolve = presolve
+    solver.parameters.max_time_in_seconds = max(deadline - time.perf_counter(), 1e-3)
+    if presolve:
+        return solver.solve(model), solver
+    solver.parameters.max_deterministic_time = PRESOLVE_AFTER_DET
+    st = solver.solve(model)
+    if st in (cp_model.OPTIMAL, cp_model.INFEASIBLE) or solver.deterministic_time < PRESOLVE_AFTER_DET:
+        return st, solver  # solved, or out of wall time
+    return solve(model, num_workers, True, deadline)
+
+
 def better(a: Evaluation, b: Evaluation | None) -> bool:
     """Whether cut evaluation ``a`` ranks before ``b`` within a class (step time, then peak memory)."""
     return b is None or (a.objective_ns, a.peak_memory_bytes) < (b.objective_ns, b.peak_memory_bytes)
@@ -265,12 +291,7 @@ def solve_class(
         add(priced(cc, list(pool)))
         learn(seeds)
         separate(hint, 0)  # the window chains longest at the hint: what the first round would add
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = workers(options, C)
-    # Presolve costs tens of ms per solve and buys nothing on small models, but on deep pipelines it
-    # pays many times over (OPT-175B on 992 A100, pp = 31, m = 128: 30 solves in 1.5 s CPU with it,
-    # 8.2 s without; bench/bench_plan_wide.py). Either way the solve is exact.
-    solver.parameters.cp_model_presolve = C >= PRESOLVE_CHUNKS
+    presolve = C >= PRESOLVE_CHUNKS
     best: tuple[list[int], Evaluation] | None = (hint, hint_ev) if hint_ev is not None and hint_ev.fits else None
     bound = 0
     while True:
@@ -278,11 +299,10 @@ def solve_class(
         left = deadline - time.perf_counter()
         if left <= 0:
             break
-        solver.parameters.max_time_in_seconds = left
         model.clear_hints()
         for x, h in zip(n, best[0] if best else hint):
             model.add_hint(x, h)
-        st = solver.solve(model)
+        st, solver = solve(model, workers(options, C), presolve, deadline)
         if st == cp_model.INFEASIBLE:  # no cut reaches the cutoff
             if best is not None and cutoff is not None and best[1].objective_ns <= cutoff:
                 return result(Status.OPTIMAL, best[0], best[1], best[1].objective_ns)

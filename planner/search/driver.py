@@ -8,9 +8,8 @@ solved best bound first until the next bound exceeds the k-th best plan's step t
 bound equals it may still tie it and rank first on memory: ``space.plan_key``). Every solved class
 is OPTIMAL, every skipped one is proven slower, so the answer is proven optimal for the modeled space.
 
-Interleaved classes enumerated without a pinned schedule have one cut only, Megatron-LM's uniform
-split (``space.forced_cut``), and one-stage classes have one cut (``one_cut``): they are
-memory-screened at that cut and simulated, no CP-SAT.
+Interleaved classes enumerated without a pinned schedule have one cut only, Megatron-LM's uniform split
+(``space.forced_cut``), and one-stage classes have one cut (``one_cut``): memory-screened there and simulated.
 
 Expert-like configurations (``expert_seeds``, Megatron-LM's recipe) are simulated first: real plans
 of classes the search visits anyway, so they change no proven answer, but they prune from the start
@@ -24,12 +23,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from itertools import chain
 
-from planner.compose.cost import Candidate, Context, class_costs, evaluate
+from planner.compose.cost import Candidate, ClassCosts, Context, class_costs, evaluate
 from planner.search.bounds import fits_at, fitting_bound, may_fit, quick_may_fit
 from planner.search.cutsolver import ClassResult, Status, greedy_cut, solve_class
 from planner.search.frontier import Frontier, Key, QueueItem
 from planner.search.scope import unsearched
 from planner.search.space import enumerate_candidates, forced_cut, min_memory, plan_key
+from planner.search.ties import canonical_plans
 from planner.specs import ParallelPins, SearchOptions
 from planner.specs.layout import even_stage_layers
 
@@ -88,6 +88,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     costed = pruned_memory = solved = simulated = solves = 0
     costs: dict[Candidate, tuple] = {}  # classes costed and re-keyed by their exact bound (``fitting_bound``)
     learned: dict[tuple, dict] = {}  # critical paths shared by classes of one dependency graph (``chains.dag_key``)
+    solved_cuts: dict[Candidate, tuple[ClassCosts, ClassResult]] = {}
     blocked: tuple[Candidate, int] | None = None
     all_proven = True
     open_bound: int | None = None  # smallest bound among classes left unproven (time limit)
@@ -157,8 +158,10 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         if res.status != Status.OPTIMAL and (kth is None or res.bound <= kth):
             leave_open(res.bound)
         admit(found, res, top_k)
+        solved_cuts[cand] = (cc, res)  # a free cut's ties are answered canonically (``ties.canonical_plans``)
     if not found and not all_proven:
         found = fallback(ctx, chain(unsolved, rest), top_k, pins)
+    found = canonical_plans(found, solved_cuts)
     wall = time.perf_counter() - t0
     notes = [
         (
