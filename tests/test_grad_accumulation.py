@@ -35,7 +35,7 @@ COUNTS = [
     ("fsdp2", 0, False, 4, 0, 4, False),
     ("fsdp2", 2, False, 4, 4, 4, False),
     ("fsdp2", 3, False, 4, 8, 4, False),
-    ("fsdp2", 2, True, 4, 1, 1, False),
+    ("fsdp2", 2, True, 4, 1, 1, True),  # ZeRO-2's gradients whole too (cost model 47)
     ("fsdp2", 3, True, 4, 8, 1, True),
     # the bundled runtime: set_requires_gradient_sync(False) until the last mb below ZeRO-3, resharded after backward
     ("fsdp2_deferred", 0, False, 4, 0, 1, False),
@@ -77,13 +77,14 @@ def _request(stack, *, pp: int = 1, zero: int = 3, gbs: int = 64, nodes: int = 2
 
 def test_a_deferred_zero3_reduction_keeps_whole_fp32_gradients() -> None:
     """FSDP2 under a pipeline schedule (torchtitan, pp > 1) accumulates ZeRO-3 gradients unsharded in fp32 until the
-    last backward: per GPU the gradients are the stage's parameters × 4 bytes — dp times the sharded fp32 weights
-    (4/dp bytes each) — where without a pipeline they are sharded like the weights."""
+    last backward: per GPU the gradients are the stage's parameters × 4 bytes — 2·dp times torchtitan's sharded
+    16-bit weights (``master`` layout: 2/dp bytes each) — where without a pipeline they are sharded like the weights
+    (cost model 47: the fp32 reduce dtype, ``accumulation.accumulated_grad_bytes``; was 2 bytes)."""
     plain = estimate_plan(_request("torchtitan", pp=1)).estimate.memory_per_stage[0]
     assert plain.gradients_gib == pytest.approx(plain.weights_gib, rel=1e-6)
     piped = estimate_plan(_request("torchtitan", pp=2)).estimate.memory_per_stage[0]
     dp = 8  # 16 GPUs / pp 2
-    assert piped.gradients_gib == pytest.approx(dp * piped.weights_gib, rel=1e-6)
+    assert piped.gradients_gib == pytest.approx(2 * dp * piped.weights_gib, rel=1e-6)
 
 
 def test_fsdp1_pays_a_reduce_scatter_per_micro_batch() -> None:

@@ -113,7 +113,7 @@ def fsdp2_mixed_precision(layout: str, precision: str) -> bool:
 
 @lru_cache(maxsize=256)
 def state_bytes(
-    precision: str, optimizer: str, zero_stage: int, dp: int, layout: str = "master", whole_grads: bool = False
+    precision: str, optimizer: str, zero_stage: int, dp: int, layout: str = "master", whole_grads: int = 0
 ) -> StateBytes:
     """Bytes per parameter of weights, gradients and optimizer states on one GPU, sharded by dp per ZeRO
     stage, as the stack holds them (``Stack.param_layout``):
@@ -129,8 +129,9 @@ def state_bytes(
       ``runtime.job.defer_gradient_sync``; sharded at ZeRO-3), the optimizer's moments only (``OPTIMIZER_STATE_BYTES`` of fp32 training). Measured for ZeRO-0 on an H200: 18 bytes
       per parameter (docs/validation.md "On a GPU").
 
-    ``whole_grads``: ZeRO-3 gradients accumulated unsharded across the step's micro-batches before one reduction
-    (``workload.accumulation.DpSchedule.whole_grads``: FSDP2 under a pipeline schedule, in its fp32 reduce dtype)."""
+    ``whole_grads``: bytes per parameter of ZeRO-2/3 gradients accumulated unsharded across the step's micro-batches
+    before one reduction (``workload.accumulation.DpSchedule.whole_grads``, e.g. FSDP2 under a pipeline schedule, in
+    its fp32 reduce dtype: ``accumulated_grad_bytes``); 0 where the stage's gradients stay sharded."""
     d = dp
     if fsdp2_mixed_precision(layout, precision):
         k = OPTIMIZER_STATE_BYTES[(optimizer, False)]
@@ -138,11 +139,11 @@ def state_bytes(
             return StateBytes(4 + 2, 4, k)
         if zero_stage < 3:  # the gradients accumulate whole until the step's reduce-scatter (runtime.job)
             return StateBytes(4 / d + 2, 4, k / d)
-        return StateBytes(4 / d, 4 if whole_grads else 4 / d, k / d)
+        return StateBytes(4 / d, whole_grads or 4 / d, k / d)
     e = BYTES_PER_ELEMENT[precision]
     k = OPTIMIZER_STATE_BYTES[(optimizer, precision != "fp32")]
     out = StateBytes(*{0: (e, e, k), 1: (e, e, k / d), 2: (e, e / d, k / d), 3: (e / d, e / d, k / d)}[zero_stage])
-    return out._replace(gradients=e) if whole_grads and zero_stage == 3 else out
+    return out._replace(gradients=whole_grads) if whole_grads and zero_stage >= 2 else out
 
 
 class MemoryTerms(NamedTuple, Generic[Count]):

@@ -37,13 +37,7 @@ from planner.pricing.collectives import (
 )
 from planner.pricing.gpu import hbm_time, optimizer_step_times
 from planner.pricing.grad_add import grad_add_seconds
-from planner.pricing.host import (
-    fsdp_hook_times,
-    hooks_measured,
-    host_slowdown,
-    host_step_dispatch,
-    prefetch_overlaps,
-)
+from planner.pricing.host import fsdp_hook_times, hooks_measured, host_slowdown, host_step_dispatch, prefetch_overlaps
 from planner.workload.accumulation import FSDP_ENGINES, NO_ADD, DpSchedule, add_bytes, dp_schedule, fsdp2_copy_bytes
 from planner.workload.collectives import (
     NO_REDUCTIONS,
@@ -206,10 +200,12 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = Fals
 
     # --- memory (bytes per GPU); the DP collectives per micro-batch or per step (``workload.accumulation``)
     sched = dp_schedule(ctx.stack.grad_accumulation, zero_stage, pipelined)
-    per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp, ctx.stack.param_layout, sched.whole_grads)
+    ge = grad_bytes(ctx.stack, tr.precision, e)  # gradients on the wire (fp32 where the stack reduces in fp32)
+    whole = sched.whole_grad_bytes(ctx.stack.grad_accumulation, e, ge)  # gradients accumulated unsharded
+    per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp, ctx.stack.param_layout, whole)
     per = per_param.total
     pe = lg.expert_params  # a MoE block's routed experts: states sharded, gradients synced over expert-DP
-    per_e = expert_state_bytes(ctx, zero_stage, tp, dp, ep, etp) if pe else per
+    per_e = expert_state_bytes(ctx, zero_stage, tp, dp, ep, etp, whole) if pe else per
     # + FP8 training's cached FP8 weights and scaling state per block (``workload.fp8.fp8_state_bytes``)
     states = Affine(
         0,
@@ -225,7 +221,6 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = Fals
     # side stream, a layer costs the longer of its compute + TP comm (slowed under them: ``overlapped``) and its
     # collectives — or their sum where the device runs them synchronously (``host.prefetch_overlaps``)
     how, g, slow = issuing(ctx.stack), Groups.of(ctx, tp, dp), OVERLAP_SLOWDOWN
-    ge = grad_bytes(ctx.stack, tr.precision, e)  # gradients on the wire (fp32 where the stack reduces in fp32)
     reduce_op: Op = "all_reduce" if zero_stage == 0 else "reduce_scatter"
 
     fwd, bwd, fwd_z3, bwd_z3 = lg.fwd, lg.bwd, NOTHING, NOTHING

@@ -194,4 +194,13 @@ from __future__ import annotations
 #:    into pp micro-batches, ``generate_split_points``' stages and cut, FSDP not resharded after forward under PP, as
 #:    pytorch/torchtitan 9dec370 builds them): (torchtitan, hopper) 1.171 → 1.178, (torchtitan, *)
 #:    1.153 → 1.162. No formula changed.
-COST_MODEL_VERSION = 46
+#: 47: FSDP2 under ``torch.distributed.pipelining`` holds the stage's gradients unsharded in its reduce dtype across
+#:    the step's micro-batches (``workload.accumulation.accumulated_grad_bytes``, ``DpSchedule.whole_grads``,
+#:    ``compose.memory.state_bytes``): the stage turns gradient sync off on every backward but the last (torch 2.13.0
+#:    ``pipelining/stage.py:844-847``, ``perform_reduce_grad`` :1164-1190; the 2024 form
+#:    ``set_requires_gradient_sync(last_backward)`` the same) and FSDP2's ``post_backward`` upcasts each unsharded
+#:    ``.grad`` to the reduce dtype and accumulates it (``_fsdp_param_group.py:605-611``, ``_fsdp_param.py:802-819``):
+#:    4 bytes per parameter of the stage with torchtitan's fp32 reduce dtype, at ZeRO-2 (torchtitan's default under PP)
+#:    as at ZeRO-3 (was: ZeRO-2 sharded 2/dp; ZeRO-3 whole at 2 bytes). Memory only (the per-micro-batch
+#:    reduce-scatters were already priced as one per step); the bundled runtime's ``fsdp2`` layout unchanged.
+COST_MODEL_VERSION = 47

@@ -32,9 +32,11 @@ docs/planner.md, "Gradient accumulation"):
 
 Under a ``torch.distributed.pipelining`` schedule (pp > 1 on ``"fsdp2"`` and ``"fsdp2_deferred"``) the stage sets
 ``set_requires_gradient_sync(False)`` and ``set_reshard_after_backward(False)`` on every backward but the last
-(``PipelineStage.backward_maybe_with_nosync``, ``perform_reduce_grad``): one reduction per step, ZeRO-1/2 parameters
-gathered once and kept, and ZeRO-3 gradients accumulated unsharded (in the reduce dtype) until the last backward — the
-memory a deferred ZeRO-3 reduction costs (``DpSchedule.whole_grads``).
+(``PipelineStage.backward_maybe_with_nosync``, ``perform_reduce_grad``; torch 2.13.0 ``pipelining/stage.py:844-847``,
+``:1164-1190``; the 2024 form ``set_requires_gradient_sync(last_backward)`` the same): one reduction per step, ZeRO-1/2
+parameters gathered once and kept, and the gradients of a sharded-gradient stage (ZeRO-2 and ZeRO-3) accumulated
+unsharded until the last backward — the memory a deferred ZeRO-2/3 reduction costs (``DpSchedule.whole_grads``), in
+FSDP2's reduce dtype (``accumulated_grad_bytes``).
 """
 
 from __future__ import annotations
@@ -55,8 +57,13 @@ class DpSchedule:
     gather_bwd: bool
     #: gradients reduced in every micro-batch's backward (else once, after the last micro-batch)
     reduce_each: bool
-    #: gradients accumulated unsharded across the micro-batches of a sharded-gradient stage (ZeRO-3 reduced once)
+    #: gradients accumulated unsharded across the micro-batches of a sharded-gradient stage (ZeRO-3 reduced once;
+    #: ZeRO-2 too under a pipeline schedule)
     whole_grads: bool = False
+
+    def whole_grad_bytes(self, mode: GradAccumulation, elt: int, reduce_elt: int) -> int:
+        """Bytes per parameter of the gradients held whole (``accumulated_grad_bytes``); 0 where they are not."""
+        return accumulated_grad_bytes(mode, elt, reduce_elt) if self.whole_grads else 0
 
 
 #: Per engine, ZeRO stage: (gather_fwd, gather_bwd, reduce_each) without a pipeline schedule (module docstring).
@@ -89,9 +96,25 @@ _PIPELINED: dict[int, tuple[bool, bool, bool]] = {
 
 def dp_schedule(mode: GradAccumulation, zero_stage: int, pipelined: bool) -> DpSchedule:
     """When the DP collectives of ``zero_stage`` run on an engine of ``mode`` (``pipelined``: pp × virtual stages > 1)."""
-    table = _PIPELINED if pipelined and mode in ("fsdp2", "fsdp2_deferred") else _PLAIN[mode]
-    fwd, bwd, each = table[zero_stage]
-    return DpSchedule(fwd, bwd, each, whole_grads=zero_stage == 3 and not each)
+    piped = pipelined and mode in ("fsdp2", "fsdp2_deferred")
+    fwd, bwd, each = (_PIPELINED if piped else _PLAIN[mode])[zero_stage]
+    # ZeRO-2 too under a pipeline: FSDP2's post_backward skips the reduce-scatter and keeps the unsharded gradient
+    # whatever the resharding (torch 2.13.0 _fsdp_param_group.py:607-612); the stage defers it even at m = 1
+    return DpSchedule(fwd, bwd, each, whole_grads=not each and (zero_stage == 3 or (piped and zero_stage == 2)))
+
+
+def accumulated_grad_bytes(mode: GradAccumulation, elt: int, reduce_elt: int) -> int:
+    """Bytes per parameter of the unsharded gradient an engine of ``mode`` accumulates across the micro-batches while
+    its reduction is deferred (``DpSchedule.whole_grads``), with ``elt``-byte gradients reduced in ``reduce_elt``.
+
+    * FSDP2 (``"fsdp2"``, ``"fsdp2_deferred"``): in the reduce dtype. With gradient sync off, ``FSDPParamGroup.
+      post_backward`` calls ``to_accumulated_grad_if_needed`` on every parameter, which replaces the unsharded
+      16-bit ``.grad`` by ``unsharded_accumulated_grad = grad.to(reduce_dtype)``; the next micro-batches add into it
+      (``accumulate_unsharded_grad_if_needed``: ``unsharded_accumulated_grad += grad``) until the backward that
+      reduce-scatters it (torch 2.13.0 ``distributed/fsdp/_fully_shard/_fsdp_param_group.py:606-611, 620-625``,
+      ``_fsdp_param.py:802-819``): 4 bytes under ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=float32)``;
+    * other engines (FSDP1 under ``no_sync``): in the unsharded parameter's dtype, ``elt``."""
+    return reduce_elt if mode in FSDP2_ENGINES else elt
 
 
 @dataclass(frozen=True, slots=True)
