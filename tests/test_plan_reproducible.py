@@ -180,6 +180,7 @@ FINGERPRINTS = {
     44: "511832e8b52ff59c",  # 44 (DeepSpeed's TP-partitioned pipeline sends): no reference on deepspeed; tests/test_deepspeed_pipe_partition.py
     45: "511832e8b52ff59c",  # 45 (torchtitan CP as torch runs it): no reference on torchtitan CP; tests/test_torch_ring_cp.py
     46: "511832e8b52ff59c",  # 46 (torchtitan's residual rows refitted with its 405B PP rows): no reference on torchtitan
+    47: "3c7598aba8e3939f",  # 47 (H100/H200 GEMMs by XLA's measured sm_90 table): tests/test_gemm_table.py
 }
 
 

@@ -194,4 +194,10 @@ from __future__ import annotations
 #:    into pp micro-batches, ``generate_split_points``' stages and cut, FSDP not resharded after forward under PP, as
 #:    pytorch/torchtitan 9dec370 builds them): (torchtitan, hopper) 1.171 → 1.178, (torchtitan, *)
 #:    1.153 → 1.162. No formula changed.
-COST_MODEL_VERSION = 46
+#: 47: GEMM time by shape on sm_90 (H100, H200) from XLA's measured table (openxla/xla
+#:    ``xla/service/gpu/model/matmul_interpolator_data.h`` default perf table, key ``sm_90``, ``bf16xbf16->bf16``,
+#:    read at ROCm/xla ea2c45f2ca; ``pricing.gemm_table``): a 16-bit GEMM runs at the lower of the tile-schedule bound
+#:    (ceiling × ``wave_efficiency``) and the measured fraction of peak, interpolated in log M, N, K; K past the grid by a
+#:    fixed-plus-linear tile time, M/N past it at the same M·N with the larger side at 4,096. Small-K and narrow
+#:    (high-TP) GEMMs slow down; other GPUs and FP8 GEMMs unchanged. Residuals refitted.
+COST_MODEL_VERSION = 47
