@@ -9,6 +9,7 @@ import math
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from planner.pricing.gemm_table import table_efficiency
 from planner.pricing.host import host_slowdown, runs_on_host
 from planner.workload.analytic import FLASH_BWD_RATIO
 from planner.workload.fp8 import cast_ops, fp8_gemm_shapes
@@ -134,9 +135,26 @@ def _gemm_time(ctx: Device, m: int, n: int, k: int, count: int, batched: bool, f
         eff, calls = wave_efficiency(m, n, sms), count
     if runs_on_host(ctx):  # the host's rate is an achieved matmul rate (host_spec), not tensor-core tiles
         eff = 1.0 / ctx.gemm_efficiency
+    rate = ctx.gemm_efficiency * eff
+    if measured_table(ctx):  # the lower of the two bounds: tile schedule on the ceiling, and the measured shape
+        rate = min(rate, table_efficiency(m * count if batched else m, n, k))
     fl = 2.0 * m * n * k * count
     by = (m * k + k * n + m * n) * ctx.elt * count
-    return max(fl / (ctx.peak * ctx.gemm_efficiency * eff), calls * hbm_time(ctx, by / calls))
+    return max(fl / (ctx.peak * rate), calls * hbm_time(ctx, by / calls))
+
+
+#: GPUs priced by XLA's measured sm_90 table (``planner.pricing.gemm_table``): H100 and H200 share the sm_90 die,
+#: SMs and tensor clocks (catalog); the table's rates are fractions of the H100 SXM peak, scaled by the part's own.
+MEASURED_TABLE_GPUS = ("h100", "h200")
+
+
+def measured_table(ctx: Device) -> bool:
+    """Whether a 16-bit GEMM on this device is priced by the measured sm_90 table (not on a host stand-in)."""
+    return (
+        ctx.gpu.id.lower().startswith(MEASURED_TABLE_GPUS)
+        and ctx.compute_precision in ("bf16", "fp16")
+        and not runs_on_host(ctx)
+    )
 
 
 def linear_times(ctx: Device, kind: str, tokens: int, tp: int) -> tuple[float, float, float]:

@@ -203,4 +203,10 @@ from __future__ import annotations
 #:    4 bytes per parameter of the stage with torchtitan's fp32 reduce dtype, at ZeRO-2 (torchtitan's default under PP)
 #:    as at ZeRO-3 (was: ZeRO-2 sharded 2/dp; ZeRO-3 whole at 2 bytes). Memory only (the per-micro-batch
 #:    reduce-scatters were already priced as one per step); the bundled runtime's ``fsdp2`` layout unchanged.
-COST_MODEL_VERSION = 47
+#: 48: GEMM time by shape on sm_90 (H100, H200) from XLA's measured table (openxla/xla
+#:    ``xla/service/gpu/model/matmul_interpolator_data.h`` default perf table, key ``sm_90``, ``bf16xbf16->bf16``,
+#:    read at ROCm/xla ea2c45f2ca; ``pricing.gemm_table``): a 16-bit GEMM runs at the lower of the tile-schedule bound
+#:    (ceiling × ``wave_efficiency``) and the measured fraction of peak, interpolated in log M, N, K; K past the grid by a
+#:    fixed-plus-linear tile time, M/N past it at the same M·N with the larger side at 4,096. Small-K and narrow
+#:    (high-TP) GEMMs slow down; other GPUs and FP8 GEMMs unchanged. Residuals refitted.
+COST_MODEL_VERSION = 48
