@@ -231,17 +231,18 @@ BRIDGE_RECIPES: dict[str, dict[str, Any]] = {
     # :79-83, :124-127 at v0.4.2) and the override makes it selective (scripts/performance/utils/overrides.py:148-150 at
     # v0.4.2; :141-143 at v0.3.0): the two RMSNorms and the experts' SwiGLU are recomputed in backward
     # (Megatron-core core_v0.16.0 transformer_layer.py:382-383, moe/experts.py:589-590). Not a mode the planner has
-    # (selective = core attention): priced as no recompute. Effect: memory overstated by the norms' outputs and the
-    # activation outputs (2·h + k·f_e values = 2·2880 + 4·2880 = 17280 bf16 per token and layer: 0.14 GB per layer at
-    # 4096 tokens, 9 layers a stage, up to 4 micro-batches in flight ≈ 5 GB), time understated by their recompute
-    # (elementwise, memory-bound: well under 1 % of the step). At 25.11 (v0.2.0) the same list had no effect: that
+    # (selective = core attention): priced as no recompute. Effect: memory overstated by the norms' outputs, the
+    # activation outputs and (cost model 49) the clamped input the activation saves (2·h + k·3·f_e values = 2·2880 +
+    # 4·8640 = 40320 bf16 per token and layer: 0.33 GB per layer at 4096 tokens, 9 layers a stage, up to 4
+    # micro-batches in flight ≈ 12 GB), time understated by their recompute (the eager clamp, the activation and the
+    # norms, memory-bound: ≈ 2 % of the step). At 25.11 (v0.2.0) the same list had no effect: that
     # override set no granularity (utils/helpers.py:178-179) and the recipe sets none, so recompute was off.
     "mbridge_26.04.01_GPT_64gpu_BF16": {
         "parallel": {"recompute": "none"},
         "assumed": [
             "parallel.recompute: none, approximating the recipe's selective ['layernorm', 'moe_act'] (Megatron-Bridge "
-            "v0.4.2 gpt_oss_workload_base_configs.py:79-83, utils/overrides.py:148-150): memory overstated ≈ 5 GB, "
-            "time understated by the norms' and SwiGLU's recompute (< 1 %)"
+            "v0.4.2 gpt_oss_workload_base_configs.py:79-83, utils/overrides.py:148-150): memory overstated ≈ 12 GB, "
+            "time understated by the norms', the clamp's and SwiGLU's recompute (≈ 2 %)"
         ],
     },
     "mbridge_25.11_GPT_64gpu_BF16": {

@@ -66,13 +66,15 @@ def test_megatron_dispatch_against_hand_formulas(name, mbs, seq, tp, sp, ep, etp
     bias = 6.0 * rows_all * h * elt if moe.expert_bias else 0.0
     assert meg.mem_bytes - gen.mem_bytes == pytest.approx(sort, rel=1e-12)
     assert gen.bias_bytes == (0.0, 0.0) and meg.bias_bytes == pytest.approx((bias, bias), rel=1e-12)
-    # saved per routed row: generic β(2h + 3f), Megatron β(h + 3f); the dense TE MLP 3·f (SwiGLU), generic 4·f
-    assert gen.saved - meg.saved == pytest.approx(elt * routed * h, rel=1e-12)
+    # saved per routed row: generic β(2h + 3f), Megatron β(h + 3f); the dense TE MLP 3·f (SwiGLU), generic 4·f;
+    # gpt-oss's clamps also keep fc1's output beside the cat's result (2f·β a row; cost model 49)
+    clamp = 2 * f * elt if moe.swiglu_limit is not None else 0
+    assert gen.saved - meg.saved == pytest.approx(routed * (elt * h - clamp), rel=1e-12)
     assert not moe.shared_experts  # these models have none: the router's fp32 scores are the rest
-    assert meg.saved == pytest.approx(elt * routed * (h + 3 * f) + 4.0 * T * E, rel=1e-12)
+    assert meg.saved == pytest.approx(routed * (elt * (h + 3 * f) + clamp) + 4.0 * T * E, rel=1e-12)
     # under FP8 TE's GroupedLinear saves fc1's and fc2's inputs quantized, columnwise only: 1 byte an element
     q8 = expert_work(m, mbs, seq, tp, sp, ep, etp, elt, recompute, 6.0, "megatron", "te", True)
-    assert q8.saved == pytest.approx(routed * ((h + f) * 1 + 2 * f * elt) + 4.0 * T * E, rel=1e-12)
+    assert q8.saved == pytest.approx(routed * ((h + f) * 1 + 2 * f * elt + clamp) + 4.0 * T * E, rel=1e-12)
     assert expert_work(m, mbs, seq, tp, sp, ep, etp, elt, recompute, 6.0, "generic", "zoo", True).saved == gen.saved
     fd = m.ffn_hidden_size // tp
     assert gen.dense_saved == 4.0 * full * fd * elt and meg.dense_saved == 3.0 * full * fd * elt

@@ -122,6 +122,8 @@ def expert_seconds(ctx: Device, w: ExpertWork, tp: int, ep: int, recompute: str)
     df, db = _gemms(ctx, w.dense_gemms, dense_fp8)
     mem = hbm_time(ctx, w.mem_bytes) - hbm_time(ctx, w.dense_mem_bytes)
     bias_f, bias_b = (hbm_time(ctx, x) if x else 0.0 for x in w.bias_bytes)  # Megatron's per-expert fc2 bias
+    bias_f += ops_time(ctx, w.clamp_ops[0])  # ... and its eager clamp of a clamped SwiGLU (gpt-oss)
+    bias_b += ops_time(ctx, w.clamp_ops[1])
     cast_f, cast_b = fp8_cast_seconds(ctx, w, tp)
     fwd = r.compute_scale * (mf - df) + r.memory_scale * (mem + bias_f + cast_f)
     bwd = r.compute_scale * (mb - db) + r.memory_scale * (2 * mem + bias_b + cast_b)

@@ -34,11 +34,12 @@ HBM_EFFICIENCY = ((100e6, 0.90), (10e6, 0.75), (1e6, 0.60), (0.0, 0.30))
 
 #: FlashAttention-2 forward+backward, causal, BF16, TFLOP/s by sequence length (batch·seq = 16k,
 #: hidden 2048), with FlashAttention's causal FLOP count (half the square): Dao-AILab/flash-attention
-#: ``assets/flash2_a100_fwd_bwd_benchmark.png`` (head dim 64 and 128) and
-#: ``assets/flash2_h100_fwd_bwd_benchmark.png`` (head dim 128), by GPU family and head dim.
+#: ``assets/flash2_a100_fwd_bwd_benchmark.png`` and ``assets/flash2_h100_fwd_bwd_benchmark.png`` (panels (c)
+#: "with causal mask, head dimension 64" and (d) "... 128"; read at 0251105a), by GPU family and head dim.
 FLASH_CAUSAL_TFLOPS: dict[tuple[str, int], tuple[tuple[int, float], ...]] = {
     ("a100", 64): ((512, 88), (1024, 119), (2048, 140), (4096, 156), (8192, 165), (16384, 171)),
     ("a100", 128): ((512, 99), (1024, 133), (2048, 155), (4096, 173), (8192, 182), (16384, 189)),
+    ("h100", 64): ((512, 141), (1024, 192), (2048, 232), (4096, 257), (8192, 273), (16384, 284)),
     ("h100", 128): ((512, 163), (1024, 221), (2048, 265), (4096, 294), (8192, 308), (16384, 328)),
 }
 

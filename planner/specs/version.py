@@ -209,4 +209,12 @@ from __future__ import annotations
 #:    (ceiling × ``wave_efficiency``) and the measured fraction of peak, interpolated in log M, N, K; K past the grid by a
 #:    fixed-plus-linear tile time, M/N past it at the same M·N with the larger side at 4,096. Small-K and narrow
 #:    (high-TP) GEMMs slow down; other GPUs and FP8 GEMMs unchanged. Residuals refitted.
-COST_MODEL_VERSION = 48
+#: 49: gpt-oss as Megatron-core runs it (issue 23): the experts' clamped SwiGLU (``MoeSpec.swiglu_limit``) is clamped
+#:    outside the fused activation on the megatron stack (``workload.expert_parallel.clamp_ops``: Megatron-LM
+#:    ``fused_bias_geglu.py:424-431`` ``weighted_bias_quick_geglu_impl`` at every commit Megatron-Bridge v0.2.0–v0.4.2
+#:    pins): the eager chunk, two clamps and cat over fc1's output (8·f·β a routed row forward, 11·f·β + 8·f backward
+#:    from PyTorch's ``clamp_backward``/``split_backward``) at achieved HBM bandwidth, and fc1's output saved beside
+#:    the cat's (+2·f·β a row); FlashAttention-2's H100 head-dim-64 causal rates (``gpu.FLASH_CAUSAL_TFLOPS``
+#:    ``("h100", 64)``: panel (c) of flash-attention's ``assets/flash2_h100_fwd_bwd_benchmark.png``; head dim 64 on
+#:    H100/H200 was priced at the head-dim-128 rates). Residuals refitted: unchanged (no fitted row has either).
+COST_MODEL_VERSION = 49

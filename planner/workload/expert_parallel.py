@@ -56,7 +56,21 @@ Megatron-core's alltoall dispatcher (``dispatch="megatron"``: ``Stack.moe_dispat
   broadcast to the expert's [rows, h], written; then read with t and the sum written) and a ``torch.cat`` of
   the results (read + written): 6 passes of the T_in·k·h·β rows forward; backward the product's gradients
   grad·p (for b) and grad·b (for p), each written and reduced (``cat``'s and the sum's gradients are views):
-  6 passes again.
+  6 passes again;
+* a clamped SwiGLU (``MoeSpec.swiglu_limit``, gpt-oss: Megatron-Bridge's ``activation_func_clamp_value`` 7.0 with
+  ``quick_gelu`` and ``bias_activation_fusion``, v0.2.0–v0.3.1 models/gpt_oss/gpt_oss_provider.py:79-84, v0.4.0
+  gpt_oss_bridge.py:73-84) is clamped outside the fused activation: ``weighted_bias_quick_geglu_impl``
+  (megatron/core/fusions/fused_bias_geglu.py:410-441, the same at every Megatron-LM commit Megatron-Bridge
+  v0.2.0–v0.4.2 pins: 0d8e0714, b0cc2706, 55ac7082, d7288711, 2edffadb) runs in eager PyTorch
+  ``input.chunk(2, -1)``, ``x_glu.clamp(max=limit)``, ``x_linear.clamp(-limit, limit)`` and ``torch.cat`` before
+  the compiled ``WeightedQuickGeGLUFunction`` (``clamp_ops``). Forward: each clamp reads and writes f, the cat reads
+  and writes 2f (8·f·β a row, 3 kernels). Backward (PyTorch ``FunctionsManual.cpp`` ``clamp_backward`` and
+  ``cat_tensors_backward``; ``split_backward`` for the chunk; read at pytorch/pytorch 002ca6715b): the cat's
+  gradients are views; the gate's ``where(self <= max, grad, 0)`` (a 1-byte mask written, then read with the
+  gradient), the up half's ``where((self >= min).logical_and_(self <= max), grad, 0)`` (two masks, their in-place
+  and, the where) and the chunk's gradient ``cat`` of the two halves (2f read and written): 11·f·β + 8·f bytes a
+  row, 7 kernels. The clamps save their input (fc1's output, kept beside the cat's result the activation saves):
+  2·f·β more saved a row.
 
 Padded to capacity (``MoeSpec.pad_to_capacity``; Megatron-core core_v0.16.1 ``--moe-pad-expert-input-to-capacity``):
 the T·k assignments above become C·E rows per rank, C = ⌈T·k/E × cf⌉ (``expert_capacity``), in every term — the
@@ -71,6 +85,7 @@ from dataclasses import dataclass, replace
 
 from planner.specs import ModelSpec
 from planner.workload.collectives import Collective, Comms
+from planner.workload.ops import MemOp
 
 #: (M, N, K, count): ``count`` GEMMs of M × N × K.
 Gemm = tuple[int, int, int, int]
@@ -109,6 +124,31 @@ class ExpertWork:
     #: (forward, backward) HBM bytes of Megatron's per-expert output bias (``TEGroupedMLP._apply_bias``), apart
     #: from ``mem_bytes`` (whose backward moves twice the forward's): each way its own count
     bias_bytes: tuple[float, float] = (0.0, 0.0)
+    #: (forward, backward) memory-bound ops of Megatron's clamp of a clamped SwiGLU outside its fused activation
+    #: (``clamp_ops``; gpt-oss), apart from ``mem_bytes`` as ``bias_bytes`` is
+    clamp_ops: tuple[tuple[MemOp, ...], tuple[MemOp, ...]] = ((), ())
+
+
+def clamp_ops(rows: float, f: int, elt: int) -> tuple[tuple[MemOp, ...], tuple[MemOp, ...]]:
+    """(forward, backward) ops of Megatron-core's eager clamp of ``rows`` routed rows of fc1's output [rows, 2f]
+    before its fused quick-GEGLU (module docstring; fused_bias_geglu.py:424-431 at 0d8e0714…2edffadb): forward the
+    gate's and the up half's ``clamp`` (f read + f written each) and the ``cat`` (2f read + 2f written); backward
+    ``clamp_backward``'s masks (1 byte an element) and ``where``s and the chunk's gradient ``cat``."""
+    r, b = float(rows), float(elt)
+    fwd = (
+        MemOp("clamp_gate", r * 2 * f * b, 1),
+        MemOp("clamp_up", r * 2 * f * b, 1),
+        MemOp("clamp_cat", r * 4 * f * b, 1),
+    )
+    bwd = (
+        MemOp("gate_le_mask", r * f * (b + 1), 1),  # self <= max: read self, write a bool
+        MemOp("gate_where", r * f * (1 + 2 * b), 1),  # where(mask, grad, 0): read mask + grad, write
+        MemOp("up_ge_le_masks", 2 * r * f * (b + 1), 2),  # self >= min, self <= max
+        MemOp("up_and", r * 3 * f, 1),  # logical_and_ in place: read two bools, write one
+        MemOp("up_where", r * f * (1 + 2 * b), 1),
+        MemOp("chunk_grad_cat", r * 4 * f * b, 1),  # split_backward: cat of the halves' gradients
+    )
+    return fwd, bwd
 
 
 def expert_work(
@@ -181,9 +221,10 @@ def expert_work(
     bias = 6.0 * rows * local * h * elt if megatron and moe.expert_bias else 0.0
     # per routed row: Megatron fc1's input, fc1's output, the activation's (module docstring), the GEMMs' inputs at
     # 1 byte under FP8; else also a combine copy
+    clamped = megatron and moe.swiglu_limit is not None  # gpt-oss: the eager clamp before the fused activation
     if megatron:
         q = 1.0 if fp8 else float(elt)  # fc1's and fc2's inputs as GroupedLinear saves them
-        per_row = q * (h + f) + elt * 2 * f
+        per_row = q * (h + f) + elt * 2 * f * (2 if clamped else 1)  # + fc1's output, which the clamps save
     else:
         per_row = elt * (2 * h + 3 * f)
     saved = routed * per_row + 4.0 * full * fs * elt + 4.0 * T * E
@@ -207,6 +248,7 @@ def expert_work(
         flops=float(sum(2.0 * m * n * kk * c for m, n, kk, c in gemms)),
         dense_flops=float(sum(2.0 * m * n * kk * c for m, n, kk, c in dense)),
         bias_bytes=(bias, bias),
+        clamp_ops=clamp_ops(rows * local, f, elt) if clamped else ((), ()),
     )
 
 
