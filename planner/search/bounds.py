@@ -15,6 +15,7 @@ from planner.compose.context_parallel import class_terms
 from planner.compose.cost import Candidate, ClassCosts, boundary_lags, num_microbatches
 from planner.compose.step_end import end_terms, rank_end
 from planner.compose.terms import SharedTerms
+from planner.search.interleaved import interleaved_bound
 from planner.search.lean import (  # noqa: F401 (the layer-time bounds, re-exported where they were)
     busiest_rank_load,
     floor_bound,
@@ -274,14 +275,17 @@ def class_bound(cc: ClassCosts) -> int:
     return pipe_bound(cc.shared, cc.cand, cc.m, cc.num_layers, sum(cc.lag))
 
 
-def fitting_bound(cc: ClassCosts) -> int:
+def fitting_bound(cc: ClassCosts, searched: bool = True) -> int:
     """A lower bound of the objective over the stage cuts of the class that fit (what the search
     ranks), ≥ ``class_bound``: the busiest rank's load within what each rank's memory holds
-    (``capped_load``), its rank chains (``chain_bound``) and 1F1B's steady-state chains in whole layers
-    (``steady.steady_bound``). When no cut fits (``may_fit`` False) it is ``class_bound``."""
+    (``capped_load``), its rank chains (``chain_bound``), 1F1B's steady-state chains in whole layers
+    (``steady.steady_bound``) and interleaved 1F1B's fill and drain chains (``interleaved.interleaved_bound``,
+    only when ``searched``: a class with one allowed cut is simulated there, and its cut bound is already close).
+    When no cut fits (``may_fit`` False) it is ``class_bound``."""
     caps = tuple(layer_caps(cc.shared, cc.cand, cc.live, cc.num_layers, cc.usable_bytes))
     pipe = pipe_bound(cc.shared, cc.cand, cc.m, cc.num_layers, sum(cc.lag), caps)
-    return max(pipe, chain_bound(cc, list(caps)), steady_bound(cc, caps))  # ``steady``: 1F1B's in whole layers
+    more = interleaved_bound(cc, list(caps)) if searched and cc.cand.virtual_stages > 1 else 0
+    return max(pipe, chain_bound(cc, list(caps)), steady_bound(cc, caps), more)
 
 
 def quick_bound(ctx: Context, c: Candidate) -> int:
