@@ -209,4 +209,10 @@ from __future__ import annotations
 #:    (ceiling × ``wave_efficiency``) and the measured fraction of peak, interpolated in log M, N, K; K past the grid by a
 #:    fixed-plus-linear tile time, M/N past it at the same M·N with the larger side at 4,096. Small-K and narrow
 #:    (high-TP) GEMMs slow down; other GPUs and FP8 GEMMs unchanged. Residuals refitted.
-COST_MODEL_VERSION = 48
+#: 49: an FP8 GEMM on sm_90 (H100, H200) takes at least the measured time of the 16-bit GEMM of half its depth
+#:    (``pricing.gpu.fp8_table_seconds``): Hopper's FP8 warpgroup MMA covers k32 where the 16-bit one covers k16 in
+#:    the same instruction (PTX ISA ``wgmma.mma_async`` shapes), an FP8 K step loads the bytes of half as deep a 16-bit
+#:    one and the epilogue writes the same 16-bit output, so M×N×K in FP8 is the tile work of M×N×(K/2) in 16 bits,
+#:    priced by cost model 48's table. Was: the FP8 ceiling × waves at any shape. Large GEMMs unchanged (the ceiling
+#:    binds); small-K FP8 GEMMs (TP-sharded ``wo``/``w2``, narrow layers' data gradients) slow down. Residuals refitted.
+COST_MODEL_VERSION = 49
