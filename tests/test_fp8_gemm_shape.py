@@ -85,5 +85,11 @@ def test_other_gpus_keep_the_ceiling():
 def test_fp8_never_slower_than_16bit_at_the_same_shape():
     # the half-depth 16-bit GEMM does no more tile work than the full-depth one (both by the same table)
     ctx = ctx_of("h100-sxm5-80gb")
-    for m, n, k in [(98304, 128, 4096), (98304, 4096, 512), (98304, 4096, 128), (16384, 14336, 4096), (8192, 1024, 300)]:
+    for m, n, k in [
+        (98304, 128, 4096),
+        (98304, 4096, 512),
+        (98304, 4096, 128),
+        (16384, 14336, 4096),
+        (8192, 1024, 300),
+    ]:
         assert gemm_time(ctx, m, n, k, fp8=True) <= gemm_time(ctx, m, n, k) * (1 + 1e-9)
