@@ -184,6 +184,7 @@ FINGERPRINTS = {
     48: "3c7598aba8e3939f",  # 48 (H100/H200 GEMMs by XLA's measured sm_90 table): tests/test_gemm_table.py
     49: "3c7598aba8e3939f",  # 49 (gpt-oss's eager clamp; FA2 H100 head dim 64): no reference MoE or head dim 64 on H100;
     # tests/test_gpt_oss_megatron.py
+    50: "3c7598aba8e3939f",  # 50 (sm_90 FP8 GEMMs no faster than the half-depth 16-bit GEMM): no FP8 reference; tests/test_fp8_gemm_shape.py
 }
 
 

@@ -87,7 +87,7 @@ def _interp(m: float, n: float, k: float) -> float:
 
 
 @lru_cache(maxsize=65536)
-def table_efficiency(m: int, n: int, k: int) -> float:
+def table_efficiency(m: float, n: float, k: float) -> float:
     """Achieved fraction of the BF16 peak of one M×N×K GEMM on an sm_90 GPU by the measured table. Inside the
     grid: interpolated (``_interp``). M or N above 4,096: the same number of output tiles (M·N) looked up with the
     larger side at 4,096 and the smaller one widened to match, up to 4,096 (the table is close to a function of

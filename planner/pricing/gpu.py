@@ -128,7 +128,10 @@ def _gemm_time(ctx: Device, m: int, n: int, k: int, count: int, batched: bool, f
         fl = 2.0 * m * n * k * count
         by = (m * k + k * n + 2 * m * n) * count
         eff = wave_efficiency(m, n, ctx.sm_count)
-        return max(fl / (ctx.fp8_peak * fp8_gemm_efficiency(ctx) * eff), count * hbm_time(ctx, by / count))
+        t = fl / (ctx.fp8_peak * fp8_gemm_efficiency(ctx) * eff)
+        if measured_fp8_table(ctx):  # no faster than the 16-bit GEMM of half the depth (``fp8_table_seconds``)
+            t = max(t, fp8_table_seconds(ctx, m, n, k, count))
+        return max(t, count * hbm_time(ctx, by / count))
     sms = ctx.sm_count
     if batched:
         eff, calls = wave_efficiency(m, n, sms, count), 1
@@ -156,6 +159,26 @@ def measured_table(ctx: Device) -> bool:
         and ctx.compute_precision in ("bf16", "fp16")
         and not runs_on_host(ctx)
     )
+
+
+def measured_fp8_table(ctx: Device) -> bool:
+    """Whether an FP8 GEMM on this device is bounded by the measured sm_90 table (``fp8_table_seconds``)."""
+    return ctx.gpu.id.lower().startswith(MEASURED_TABLE_GPUS) and not runs_on_host(ctx)
+
+
+def fp8_table_seconds(ctx: Device, m: int, n: int, k: int, count: int = 1) -> float:
+    """Seconds of ``count`` M×N×K FP8 GEMMs as the 16-bit GEMM of depth K/2 on the same tiles (sm_90).
+
+    On Hopper an FP8 warpgroup MMA covers twice the depth of a 16-bit one in the same instruction (PTX ISA
+    ``wgmma.mma_async`` shapes: ``.bf16``/``.f16`` m64nNk16, ``.e4m3``/``.e5m2`` m64nNk32; the dense FP8 peak is
+    twice the 16-bit one on the H100 datasheet), a K step of FP8 operands loads the bytes of half as deep a 16-bit
+    step, and the epilogue writes the same 16-bit M×N output: an M×N×K FP8 GEMM does the tile work of an
+    M×N×(K/2) 16-bit one. So it takes at least that GEMM's measured time (``gemm_table.table_efficiency`` at
+    K/2, on the part's 16-bit peak): 2·M·N·(K/2) ÷ (peak × efficiency). At large shapes the FP8 ceiling
+    (``FP8_GEMM_EFFICIENCY``, below twice the 16-bit fraction) is the slower bound and this one does not bind;
+    at small K (TP-sharded ``wo``/``w2`` inputs, backward data gradients of narrow layers) the fixed per-tile
+    prologue and epilogue, not the halved K loop, set the time."""
+    return 2.0 * m * n * (k / 2.0) * count / (ctx.peak * table_efficiency(m, n, k / 2.0))
 
 
 def linear_times(ctx: Device, kind: str, tokens: int, tp: int) -> tuple[float, float, float]:

@@ -217,4 +217,10 @@ from __future__ import annotations
 #:    the cat's (+2·f·β a row); FlashAttention-2's H100 head-dim-64 causal rates (``gpu.FLASH_CAUSAL_TFLOPS``
 #:    ``("h100", 64)``: panel (c) of flash-attention's ``assets/flash2_h100_fwd_bwd_benchmark.png``; head dim 64 on
 #:    H100/H200 was priced at the head-dim-128 rates). Residuals refitted: unchanged (no fitted row has either).
-COST_MODEL_VERSION = 49
+#: 50: an FP8 GEMM on sm_90 (H100, H200) takes at least the measured time of the 16-bit GEMM of half its depth
+#:    (``pricing.gpu.fp8_table_seconds``): Hopper's FP8 warpgroup MMA covers k32 where the 16-bit one covers k16 in
+#:    the same instruction (PTX ISA ``wgmma.mma_async`` shapes), an FP8 K step loads the bytes of half as deep a 16-bit
+#:    one and the epilogue writes the same 16-bit output, so M×N×K in FP8 is the tile work of M×N×(K/2) in 16 bits,
+#:    priced by cost model 48's table. Was: the FP8 ceiling × waves at any shape. Large GEMMs unchanged (the ceiling
+#:    binds); small-K FP8 GEMMs (TP-sharded ``wo``/``w2``, narrow layers' data gradients) slow down. Residuals refitted.
+COST_MODEL_VERSION = 50
