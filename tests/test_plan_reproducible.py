@@ -182,6 +182,7 @@ FINGERPRINTS = {
     46: "511832e8b52ff59c",  # 46 (torchtitan's residual rows refitted with its 405B PP rows): no reference on torchtitan
     47: "511832e8b52ff59c",  # 47 (FSDP2 under PP: whole fp32 gradients): no reference on torchtitan; meshplan already held them
     48: "3c7598aba8e3939f",  # 48 (H100/H200 GEMMs by XLA's measured sm_90 table): tests/test_gemm_table.py
+    49: "3c7598aba8e3939f",  # 49 (whole gradients from a chunk's first backward on): no reference has them
 }
 
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Generic, NamedTuple
 
-from planner.compose.affine import Count, moe_counts, total
+from planner.compose.affine import NOTHING, Count, moe_counts, total
 from planner.pricing.device import (  # noqa: F401 (re-exported: the memory a device keeps from tensors)
     DEFAULT_MEMORY_HEADROOM,
     FIXED_RESERVE_BYTES,
@@ -147,16 +147,35 @@ def state_bytes(
 
 
 class MemoryTerms(NamedTuple, Generic[Count]):
-    """Tensor bytes of one pipeline rank: ``states + activations[i] + buffers`` at its i-th peak."""
+    """Tensor bytes of one pipeline rank: ``states − pending[i] + activations[i] + buffers`` at its i-th peak."""
 
     states: Count
     activations: list[Count]  # per activation peak of the rank's schedule
     buffers: int
+    #: per peak, the gradients of ``states`` not yet allocated there (``pending_grads``)
+    pending: list[Count | int]
 
 
 def peaks(t: MemoryTerms[Count]) -> list[Count]:
     """The rank's tensor bytes at each activation peak."""
-    return [t.states + a + t.buffers for a in t.activations]
+    return [t.states - g + a + t.buffers for a, g in zip(t.activations, t.pending)]
+
+
+def pending_grads(
+    s: SharedTerms, c: Candidate, n: Sequence[Count], r: int, done: tuple[int, ...] | None, k: Sequence[Count] | None
+) -> Count | int:
+    """The gradients of rank r's chunks whose first backward has not run at a peak (``done``: the chunks whose has,
+    ``grad_peaks.live_and_done``; None: every chunk's, the gradients held throughout): ``SharedTerms.grads`` of each
+    such chunk, the embedding's with chunk 0, the LM head's with the last (``rank_states``' own split)."""
+    if done is None or s.grads == NOTHING:
+        return 0
+    last = c.chunks - 1
+    left = [ch for ch in range(r, c.chunks, c.pp) if ch not in done]
+    if not left:
+        return 0
+    return total(
+        [s.grads.at(n[ch], ch == 0, ch == last and s.own_head(c), k[ch] if k is not None else 0) for ch in left]
+    )
 
 
 def chunk_moe(s: SharedTerms, n: Sequence[Count], k: Sequence[Count] | None) -> Sequence[Count] | None:
@@ -205,12 +224,17 @@ def memory_terms(
     r: int,
     live: tuple[tuple[tuple[int, int], ...], ...],
     k: Sequence[Count] | None = None,
+    done: tuple[tuple[int, ...], ...] | None = None,
 ) -> MemoryTerms[Count]:
     """Rank r of class ``c`` at the cut ``n``; ``live``: the rank's activation peaks
-    (``cost.live_vectors_cached``); ``k``: each chunk's MoE layers (``chunk_moe``)."""
+    (``cost.live_vectors_cached``); ``k``: each chunk's MoE layers (``chunk_moe``); ``done``: per peak, the chunks
+    whose gradients exist there (``ClassCosts.done``; None: all, at every peak)."""
     k = chunk_moe(s, n, k)
     return MemoryTerms(
-        rank_states(s, c, n, r, k), [rank_activations(s, c, n, vec, k) for vec in live], rank_buffers(s, c, r)
+        rank_states(s, c, n, r, k),
+        [rank_activations(s, c, n, vec, k) for vec in live],
+        rank_buffers(s, c, r),
+        [0 for _ in live] if done is None else [pending_grads(s, c, n, r, d, k) for d in done],
     )
 
 
@@ -218,23 +242,26 @@ def rank_memory(cc: ClassCosts, n: Sequence[int], r: int, k: Sequence[int] | Non
     """Peak tensor bytes of rank r (what must fit in ``usable_bytes``)."""
     s, c = cc.shared, cc.cand  # = max(peaks(memory_terms(...))), without building the terms
     k = chunk_moe(s, n, k)
-    return (
-        rank_states(s, c, n, r, k)
-        + max([rank_activations(s, c, n, vec, k) for vec in cc.live[r]])
-        + rank_buffers(s, c, r)
-    )
+    if cc.done is None:
+        top = max([rank_activations(s, c, n, vec, k) for vec in cc.live[r]])
+    else:
+        at = zip(cc.live[r], cc.done[r])
+        top = max([rank_activations(s, c, n, vec, k) - pending_grads(s, c, n, r, d, k) for vec, d in at])
+    return rank_states(s, c, n, r, k) + top + rank_buffers(s, c, r)
 
 
 def stage_memory(cc: ClassCosts, n: list[int], r: int) -> StageMemory:
-    t = memory_terms(cc.shared, cc.cand, n, r, cc.live[r])
-    tensors = max(peaks(t))
+    t = memory_terms(cc.shared, cc.cand, n, r, cc.live[r], done=None if cc.done is None else cc.done[r])
+    at = peaks(t)
+    tensors = max(at)
+    i = at.index(tensors)  # the peak reported: its activations, the gradients held there
     per = cc.shared.state_bytes  # the states split in the ratio of their bytes per parameter
     s = per.total
     return StageMemory(
         weights_gib=t.states * per.weights / s / GIB if s else 0.0,
-        gradients_gib=t.states * per.gradients / s / GIB if s else 0.0,
+        gradients_gib=(t.states * per.gradients / s - t.pending[i]) / GIB if s else 0.0,
         optimizer_gib=t.states * per.optimizer / s / GIB if s else 0.0,
-        activations_gib=max(t.activations) / GIB,
+        activations_gib=t.activations[i] / GIB,
         buffers_gib=t.buffers / GIB,
         reserve_gib=reserve_bytes(tensors) / GIB,
         total_gib=with_reserve_gib(tensors),

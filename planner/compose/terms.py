@@ -101,6 +101,9 @@ class SharedTerms:
     #: the context-parallel exchange's exposed part of ``fwd``/``bwd`` (``compose.context_parallel``; for the breakdown)
     fwd_cp: Affine = Affine()
     bwd_cp: Affine = Affine()
+    #: bytes of ``states``' gradients that exist only from the chunk's first backward of the step (``DpSchedule.whole_grads``:
+    #: accumulated unsharded, ``memory.pending_grads``); NOTHING where the gradients are held throughout
+    grads: Affine = Affine()
     #: ns the first and the last pipeline rank spend at the step's end on the tied embeddings' all-reduce between
     #: them where the stack issues it (``workload.collectives.tied_embedding_sync``; pp > 1 only)
     tied_sync: int = 0
@@ -214,8 +217,10 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = Fals
         math.ceil(p_head * per),
     )
     z3_tmp = zero3_buffer_bytes(ctx.stack, p_blk, e) if zero_stage == 3 and dp > 1 else 0  # gathered layers, grads
+    gb = per_param.gradients if whole else 0  # the accumulated gradients, from each chunk's first backward on
+    grads = Affine(0, *(math.floor(p * gb) for p in (p_blk, p_emb, p_head))) if gb else NOTHING
     if memory_only:
-        return memory_terms_of(ctx, lg, states, per_param, z3_tmp, tp, sp)
+        return replace(memory_terms_of(ctx, lg, states, per_param, z3_tmp, tp, sp), grads=grads)
 
     # --- DP collectives per micro-batch (``workload.accumulation``: ZeRO-3's gathers, FSDP's per-micro-batch ones): on a
     # side stream, a layer costs the longer of its compute + TP comm (slowed under them: ``overlapped``) and its
@@ -331,6 +336,7 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = Fals
         flops_emb=lg.flops[1],
         flops_head=lg.flops[2],
         tied_sync=ns(comm_seconds(ctx, tied, g)),
+        grads=grads,
     )
 
 

@@ -279,7 +279,7 @@ def fitting_bound(cc: ClassCosts) -> int:
     ranks), ≥ ``class_bound``: the busiest rank's load within what each rank's memory holds
     (``capped_load``), its rank chains (``chain_bound``) and 1F1B's steady-state chains in whole layers
     (``steady.steady_bound``). When no cut fits (``may_fit`` False) it is ``class_bound``."""
-    caps = tuple(layer_caps(cc.shared, cc.cand, cc.live, cc.num_layers, cc.usable_bytes))
+    caps = tuple(layer_caps(cc.shared, cc.cand, cc.live, cc.num_layers, cc.usable_bytes, cc.done))
     pipe = pipe_bound(cc.shared, cc.cand, cc.m, cc.num_layers, sum(cc.lag), caps)
     return max(pipe, chain_bound(cc, list(caps)), steady_bound(cc, caps))  # ``steady``: 1F1B's in whole layers
 

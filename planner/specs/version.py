@@ -209,4 +209,11 @@ from __future__ import annotations
 #:    (ceiling × ``wave_efficiency``) and the measured fraction of peak, interpolated in log M, N, K; K past the grid by a
 #:    fixed-plus-linear tile time, M/N past it at the same M·N with the larger side at 4,096. Small-K and narrow
 #:    (high-TP) GEMMs slow down; other GPUs and FP8 GEMMs unchanged. Residuals refitted.
-COST_MODEL_VERSION = 48
+#: 49: whole gradients (``DpSchedule.whole_grads``: FSDP2 under ``torch.distributed.pipelining``, FSDP1 under
+#:    ``no_sync``) counted at a peak only once their chunk's first backward of the step has run (FSDP2's
+#:    ``to_accumulated_grad_if_needed`` creates them, torch 2.13.0 ``_fsdp_param_group.py:606-611``,
+#:    ``_fsdp_param.py:802-819``; ``compose.grad_peaks``, ``memory.pending_grads``): each rank priced at its order's
+#:    activation peaks and the states right after each chunk's first backward, with the gradients of the chunks done
+#:    there (was: every rank's gradients at every peak). Memory screens kept lower bounds. Torchtitan's pipelined rows
+#:    and plans with whole gradients move; other stacks unchanged.
+COST_MODEL_VERSION = 49
