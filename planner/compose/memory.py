@@ -113,7 +113,13 @@ def fsdp2_mixed_precision(layout: str, precision: str) -> bool:
 
 @lru_cache(maxsize=256)
 def state_bytes(
-    precision: str, optimizer: str, zero_stage: int, dp: int, layout: str = "master", whole_grads: int = 0
+    precision: str,
+    optimizer: str,
+    zero_stage: int,
+    dp: int,
+    layout: str = "master",
+    whole_grads: int = 0,
+    main_grads: int = 0,
 ) -> StateBytes:
     """Bytes per parameter of weights, gradients and optimizer states on one GPU, sharded by dp per ZeRO
     stage, as the stack holds them (``Stack.param_layout``):
@@ -131,7 +137,16 @@ def state_bytes(
 
     ``whole_grads``: bytes per parameter of ZeRO-2/3 gradients accumulated unsharded across the step's micro-batches
     before one reduction (``workload.accumulation.DpSchedule.whole_grads``, e.g. FSDP2 under a pipeline schedule, in
-    its fp32 reduce dtype: ``accumulated_grad_bytes``); 0 where the stage's gradients stay sharded."""
+    its fp32 reduce dtype: ``accumulated_grad_bytes``); 0 where the stage's gradients stay sharded.
+
+    ``main_grads``: bytes per parameter of a Megatron DDP ``main_grad`` buffer (a stack whose ``grad_add`` hooks add
+    into it, cost model 49): the contiguous gradient buffer every parameter's gradient lives in, in the dtype the
+    stack reduces in (``collectives.grad_bytes``) — fp32 under bf16, which forces ``accumulate_allreduce_grads_in_fp32``
+    (Megatron-LM core_v0.16.1 ``megatron/training/arguments.py:711-724``, ``training.py:1295``
+    ``grad_reduce_in_fp32``, ``megatron/core/distributed/distributed_data_parallel.py:147`` ``grad_dtype =
+    torch.float if grad_reduce_in_fp32``; v2.5 ``arguments.py:139-155``) — and never sharded: the distributed
+    optimizer reduce-scatters into the same whole buffer (``docs/user-guide/features/dist_optimizer.md``: bf16
+    parameters, fp32 gradients 18 bytes, distributed 6 + 12/d). 0: gradients in the training precision."""
     d = dp
     if fsdp2_mixed_precision(layout, precision):
         k = OPTIMIZER_STATE_BYTES[(optimizer, False)]
@@ -142,7 +157,8 @@ def state_bytes(
         return StateBytes(4 / d, whole_grads or 4 / d, k / d)
     e = BYTES_PER_ELEMENT[precision]
     k = OPTIMIZER_STATE_BYTES[(optimizer, precision != "fp32")]
-    out = StateBytes(*{0: (e, e, k), 1: (e, e, k / d), 2: (e, e / d, k / d), 3: (e / d, e / d, k / d)}[zero_stage])
+    g = main_grads if main_grads and zero_stage <= 1 else e
+    out = StateBytes(*{0: (e, g, k), 1: (e, g, k / d), 2: (e, e / d, k / d), 3: (e / d, e / d, k / d)}[zero_stage])
     return out._replace(gradients=whole_grads) if whole_grads and zero_stage >= 2 else out
 
 

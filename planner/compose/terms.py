@@ -101,8 +101,7 @@ class SharedTerms:
     #: the context-parallel exchange's exposed part of ``fwd``/``bwd`` (``compose.context_parallel``; for the breakdown)
     fwd_cp: Affine = Affine()
     bwd_cp: Affine = Affine()
-    #: bytes of ``states``' gradients that exist only from the chunk's first backward of the step (``DpSchedule.whole_grads``:
-    #: accumulated unsharded, ``memory.pending_grads``); NOTHING where the gradients are held throughout
+    #: ``states``' gradients that exist only from their chunk's first backward on (``memory.pending_grads``), or NOTHING
     grads: Affine = Affine()
     #: ns the first and the last pipeline rank spend at the step's end on the tied embeddings' all-reduce between
     #: them where the stack issues it (``workload.collectives.tied_embedding_sync``; pp > 1 only)
@@ -205,10 +204,11 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = Fals
     sched = dp_schedule(ctx.stack.grad_accumulation, zero_stage, pipelined)
     ge = grad_bytes(ctx.stack, tr.precision, e)  # gradients on the wire (fp32 where the stack reduces in fp32)
     whole = sched.whole_grad_bytes(ctx.stack.grad_accumulation, e, ge)  # gradients accumulated unsharded
-    per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp, ctx.stack.param_layout, whole)
+    main = ge if ctx.stack.grad_add != "autograd" else 0  # Megatron's main_grad buffer (``memory.state_bytes``)
+    per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp, ctx.stack.param_layout, whole, main)
     per = per_param.total
     pe = lg.expert_params  # a MoE block's routed experts: states sharded, gradients synced over expert-DP
-    per_e = expert_state_bytes(ctx, zero_stage, tp, dp, ep, etp, whole) if pe else per
+    per_e = expert_state_bytes(ctx, zero_stage, tp, dp, ep, etp, whole, main) if pe else per
     # + FP8 training's cached FP8 weights and scaling state per block (``workload.fp8.fp8_state_bytes``)
     states = Affine(
         0,

@@ -215,5 +215,9 @@ from __future__ import annotations
 #:    ``_fsdp_param.py:802-819``; ``compose.grad_peaks``, ``memory.pending_grads``): each rank priced at its order's
 #:    activation peaks and the states right after each chunk's first backward, with the gradients of the chunks done
 #:    there (was: every rank's gradients at every peak). Memory screens kept lower bounds. Torchtitan's pipelined rows
-#:    and plans with whole gradients move; other stacks unchanged.
+#:    and plans with whole gradients move. And Megatron's gradients in its ``main_grad`` buffer (stacks whose
+#:    ``grad_add`` hooks add into it: ``memory.state_bytes(main_grads)``), in the dtype it reduces in — fp32 under bf16
+#:    (core_v0.16.1 ``training/arguments.py:711-724``, ``core/distributed/distributed_data_parallel.py:147``) — and
+#:    whole under the distributed optimizer (its ``dist_optimizer.md``: 18 bytes per parameter, 6 + 12/d distributed;
+#:    was 16 and 4 + 12/d).
 COST_MODEL_VERSION = 49
