@@ -93,6 +93,12 @@ def zero3_buffer_bytes(stack: Stack, block_params: int, elt: int) -> int:
     return 2 * block_params * 2 * elt
 
 
+def main_grad_bytes(stack: Stack, grad_elt: int) -> int:
+    """Bytes per parameter of the stack's Megatron ``main_grad`` buffer (``state_bytes(main_grads)``): the dtype it
+    reduces in (``grad_elt``) where its ``grad_add`` hooks add into one, else 0."""
+    return grad_elt if stack.grad_add != "autograd" else 0
+
+
 class StateBytes(NamedTuple):
     """Bytes per parameter on one GPU, by kind, under a ZeRO stage."""
 

@@ -26,7 +26,7 @@ from planner.compose.layer_group import (  # noqa: F401 (re-exported: their home
     ns,
     overlapped,
 )
-from planner.compose.memory import StateBytes, optimizer_step_bytes, state_bytes, zero3_buffer_bytes
+from planner.compose.memory import StateBytes, main_grad_bytes, optimizer_step_bytes, state_bytes, zero3_buffer_bytes
 from planner.compose.zero3_sequence import block_seconds
 from planner.pricing.collectives import (
     Groups,
@@ -204,7 +204,7 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = Fals
     sched = dp_schedule(ctx.stack.grad_accumulation, zero_stage, pipelined)
     ge = grad_bytes(ctx.stack, tr.precision, e)  # gradients on the wire (fp32 where the stack reduces in fp32)
     whole = sched.whole_grad_bytes(ctx.stack.grad_accumulation, e, ge)  # gradients accumulated unsharded
-    main = ge if ctx.stack.grad_add != "autograd" else 0  # Megatron's main_grad buffer (``memory.state_bytes``)
+    main = main_grad_bytes(ctx.stack, ge)  # Megatron's main_grad buffer (``memory.state_bytes``)
     per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp, ctx.stack.param_layout, whole, main)
     per = per_param.total
     pe = lg.expert_params  # a MoE block's routed experts: states sharded, gradients synced over expert-DP
