@@ -53,6 +53,10 @@ def per_layer(
     """The least bytes a dense and a MoE layer of rank ``own``'s chunks cost at a peak ``vec`` (a chunk not in
     ``vec``: no copies alive): its states, less its gradients where its chunk's are not there yet (``d``), and its
     activations × the copies alive of its chunk."""
+    if d is None:  # every chunk's gradients there: the least-copied chunk's layer (a chunk not alive: 0)
+        k = min([x for _, x in vec]) if len(vec) == len(own) else 0
+        dense = s.states.layer + k * s.acts.layer
+        return dense, dense + s.states.moe + k * s.acts.moe
     copies = dict(vec)
     g = s.grads
     dense, heavy = [], []
