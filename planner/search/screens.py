@@ -55,8 +55,8 @@ def per_layer(
     activations × the copies alive of its chunk."""
     if d is None:  # every chunk's gradients there: the least-copied chunk's layer (a chunk not alive: 0)
         k = min([x for _, x in vec]) if len(vec) == len(own) else 0
-        dense = s.states.layer + k * s.acts.layer
-        return dense, dense + s.states.moe + k * s.acts.moe
+        one = s.states.layer + k * s.acts.layer
+        return one, one + s.states.moe + k * s.acts.moe
     copies = dict(vec)
     g = s.grads
     dense, heavy = [], []
