@@ -36,7 +36,8 @@ def _plan(model: str | dict, stack: str = "megatron", **parallel):
     ],
 )
 def test_expert_memory_is_the_experts_counted_by_hand(parallel: dict) -> None:
-    """(Megatron and torchtitan both keep 16-bit weights and gradients beside fp32 master states: ``"master"``.)"""
+    """(Megatron and torchtitan both keep 16-bit weights beside fp32 master states: ``"master"``; Megatron's gradients
+    in its fp32 main_grad buffer.)"""
     plan = _plan("mixtral-8x7b", **parallel)
     m = get_model("mixtral-8x7b")
     assert m.moe is not None
@@ -52,6 +53,10 @@ def test_expert_memory_is_the_experts_counted_by_hand(parallel: dict) -> None:
         # FSDP2 under torch.distributed.pipelining keeps every micro-batch's gradients whole, accumulated in its fp32
         # reduce dtype, until the last backward (cost model 47: torch 2.13 pipelining/stage.py:844-847,
         # _fsdp_param.py:802-819)
+        grad_b = 4
+    if parallel.get("stack", "megatron") == "megatron":
+        # Megatron DDP's main_grad buffer: fp32 under bf16 (accumulate_allreduce_grads_in_fp32), whole under the
+        # distributed optimizer (cost model 51: core_v0.16.1 distributed_data_parallel.py:147, dist_optimizer.md)
         grad_b = 4
     opt_b = 12 / (edp if z >= 1 else 1)
     for stage, layers in zip(plan.estimate.memory_per_stage, p.stage_layers):  # one chunk per rank here

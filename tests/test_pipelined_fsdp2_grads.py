@@ -86,7 +86,7 @@ GRADIENTS = [
     ("torchtitan", 1, 3, 2 * WHOLE / 16),
     ("meshplan", 2, 3, 4 * RANK0_OF_2),  # the bundled runtime runs the same torch pipelining + FSDP2
     ("meshplan", 2, 2, 4 * RANK0_OF_2),  # fsdp2 layout: whole fp32 below ZeRO-3 (unchanged)
-    ("megatron", 2, 1, 2 * RANK0_OF_2),  # no FSDP2: gradients as the master layout prices them (unchanged)
+    ("megatron", 2, 1, 4 * RANK0_OF_2),  # no FSDP2: Megatron's whole fp32 main_grad buffer under bf16 (cost model 51)
 ]
 
 

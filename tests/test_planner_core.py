@@ -10,7 +10,8 @@ from test_planner_exact import random_instance
 from test_planner_interleaved import interleaved_instance
 
 from planner import estimate_plan, plan
-from planner.compose.cost import Context, class_costs, evaluate, live_vectors_cached
+from planner.compose.affine import NOTHING
+from planner.compose.cost import Context, class_costs, class_peaks, evaluate
 from planner.compose.memory import (
     FIXED_RESERVE_BYTES,
     FRAGMENTATION,
@@ -92,11 +93,14 @@ def test_memory_breakdown_screens_and_end_terms_agree(kind: str, seed: int) -> N
                 assert sm.total_gib == pytest.approx(
                     (tensors * (1 + FRAGMENTATION) + FIXED_RESERVE_BYTES) / GIB, rel=1e-12
                 )
-                assert tensors == max(peaks(memory_terms(cc.shared, cand, n, r, cc.live[r]))) == ev.memory_bytes[r]
+                done = None if cc.done is None else cc.done[r]  # the chunks whose gradients exist at each peak
+                terms = memory_terms(cc.shared, cand, n, r, cc.live[r], done=done)
+                assert tensors == max(peaks(terms)) == ev.memory_bytes[r]
         if cand.virtual_stages == 1:
-            live = live_vectors_cached(cand.schedule, cand.pp, 1, cc.m)
-            assert list(layer_caps(cc.shared, cand, live, cc.num_layers, cc.usable_bytes)) == list(
-                layer_caps(cc.shared, cand, cc.live, cc.num_layers, cc.usable_bytes)
+            live, done = class_peaks(cc.shared, cand, cc.m)
+            assert (done is None) == (cc.shared.grads == NOTHING)
+            assert list(layer_caps(cc.shared, cand, live, cc.num_layers, cc.usable_bytes, done)) == list(
+                layer_caps(cc.shared, cand, cc.live, cc.num_layers, cc.usable_bytes, cc.done)
             )
             assert quick_may_fit(ctx, cand) == may_fit(cc)
 

@@ -119,8 +119,8 @@ def mixed_terms(ctx: Context, key: SharedKey, prefix: tuple[int, ...], memory_on
     return merged(dense, kind_terms(ctx, key, MOE_BLOCK), prefix)
 
 
-#: The ``Affine`` memory terms of ``SharedTerms`` (model states and saved activations per layer).
-MEMORY_FIELDS = ("states", "acts")
+#: The ``Affine`` memory terms of ``SharedTerms`` (model states, saved activations, gradients held from a backward on).
+MEMORY_FIELDS = ("states", "acts", "grads")
 
 
 _AFFINE_FIELDS: dict[type, tuple[str, ...]] = {}

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from itertools import pairwise
 
-from planner.compose.affine import Affine, moe_counts
+from planner.compose.affine import NOTHING, Affine, moe_counts
 from planner.compose.context import Context
 from planner.compose.context_parallel import class_terms
+from planner.compose.grad_peaks import Done, live_and_done
 from planner.compose.memory import rank_memory
 from planner.compose.simulate import SimResult, chunk_ranks, rank_orders, simulate
 from planner.compose.step_end import EndTerms, end_terms, rank_end
@@ -154,6 +155,9 @@ class ClassCosts:
     b_moe_cp: int = 0
     f_moe_ep: int = 0
     b_moe_ep: int = 0
+    #: per rank, aligned with ``live``: the chunks whose gradients exist at each peak (``grad_peaks.live_and_done``);
+    #: None where the gradients are held throughout (``SharedTerms.grads`` NOTHING)
+    done: Done | None = None
 
     @property
     def moe_prefix(self) -> tuple[int, ...] | None:
@@ -211,6 +215,14 @@ def live_vectors_cached(schedule: str, pp: int, v: int, m: int) -> Live:
         keep = [p for p in dicts if not any(q != p and all(q.get(c, 0) >= k for c, k in p.items()) for q in dicts)]
         out.append(tuple(tuple(sorted(p.items())) for p in keep))
     return tuple(out)
+
+
+def class_peaks(s: SharedTerms, c: Candidate, m: int) -> tuple[Live, Done | None]:
+    """The class's activation peaks and, where its gradients exist only from a chunk's first backward on
+    (``SharedTerms.grads``), the chunks done at each (``grad_peaks.live_and_done``)."""
+    if s.grads == NOTHING:
+        return live_vectors_cached(c.schedule, c.pp, c.virtual_stages, m), None
+    return live_and_done(c.schedule, c.pp, c.virtual_stages, m)
 
 
 def live_vectors(schedule: str, pp: int, v: int, m: int) -> list[list[dict[int, int]]]:
@@ -278,6 +290,7 @@ def _class_costs(ctx: Context, c: Candidate) -> ClassCosts:
         f_pp, b_pp, lag = lag + [0], [0] + lag, [0] * len(lag)
     f_extra = [a + b for a, b in zip(extras(s.fwd), f_pp)]
     b_extra = [a + b for a, b in zip(extras(s.bwd), b_pp)]
+    live, done = class_peaks(s, c, m)
 
     return ClassCosts(
         cand=c,
@@ -300,7 +313,8 @@ def _class_costs(ctx: Context, c: Candidate) -> ClassCosts:
         b_layer_z3=s.bwd_z3.layer,
         f_extra_z3=extras(s.fwd_z3),
         b_extra_z3=extras(s.bwd_z3),
-        live=live_vectors_cached(c.schedule, c.pp, c.virtual_stages, m),
+        live=live,
+        done=done,
         usable_bytes=ctx.usable_bytes,
         flops_layer=s.flops_layer,
         flops_extra=per_chunk((s.flops_emb, s.flops_head)),

@@ -149,11 +149,13 @@ def expert_floor(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, etp:
     )
 
 
-def expert_state_bytes(ctx: Context, zero_stage: int, tp: int, dp: int, ep: int, etp: int, whole: int = 0) -> float:
+def expert_state_bytes(
+    ctx: Context, zero_stage: int, tp: int, dp: int, ep: int, etp: int, whole: int = 0, main: int = 0
+) -> float:
     """Bytes per routed-expert parameter: ZeRO shards them over the expert-data-parallel ranks; ``whole``: the
-    gradients' bytes where they accumulate unsharded (``memory.state_bytes``)."""
+    gradients' bytes where they accumulate unsharded, ``main``: in Megatron's main_grad buffer (``memory.state_bytes``)."""
     tr, edp = ctx.training, expert_dp(tp, dp, ep, etp)
-    return state_bytes(tr.precision, tr.optimizer, zero_stage, edp, ctx.stack.param_layout, whole).total
+    return state_bytes(tr.precision, tr.optimizer, zero_stage, edp, ctx.stack.param_layout, whole, main).total
 
 
 def dp_seconds(

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Generic, NamedTuple
 
-from planner.compose.affine import Count, moe_counts, total
+from planner.compose.affine import NOTHING, Count, moe_counts, total
 from planner.pricing.device import (  # noqa: F401 (re-exported: the memory a device keeps from tensors)
     DEFAULT_MEMORY_HEADROOM,
     FIXED_RESERVE_BYTES,
@@ -93,6 +93,12 @@ def zero3_buffer_bytes(stack: Stack, block_params: int, elt: int) -> int:
     return 2 * block_params * 2 * elt
 
 
+def main_grad_bytes(stack: Stack, grad_elt: int) -> int:
+    """Bytes per parameter of the stack's Megatron ``main_grad`` buffer (``state_bytes(main_grads)``): the dtype it
+    reduces in (``grad_elt``) where its ``grad_add`` hooks add into one, else 0."""
+    return grad_elt if stack.grad_add != "autograd" else 0
+
+
 class StateBytes(NamedTuple):
     """Bytes per parameter on one GPU, by kind, under a ZeRO stage."""
 
@@ -113,7 +119,13 @@ def fsdp2_mixed_precision(layout: str, precision: str) -> bool:
 
 @lru_cache(maxsize=256)
 def state_bytes(
-    precision: str, optimizer: str, zero_stage: int, dp: int, layout: str = "master", whole_grads: int = 0
+    precision: str,
+    optimizer: str,
+    zero_stage: int,
+    dp: int,
+    layout: str = "master",
+    whole_grads: int = 0,
+    main_grads: int = 0,
 ) -> StateBytes:
     """Bytes per parameter of weights, gradients and optimizer states on one GPU, sharded by dp per ZeRO
     stage, as the stack holds them (``Stack.param_layout``):
@@ -131,7 +143,16 @@ def state_bytes(
 
     ``whole_grads``: bytes per parameter of ZeRO-2/3 gradients accumulated unsharded across the step's micro-batches
     before one reduction (``workload.accumulation.DpSchedule.whole_grads``, e.g. FSDP2 under a pipeline schedule, in
-    its fp32 reduce dtype: ``accumulated_grad_bytes``); 0 where the stage's gradients stay sharded."""
+    its fp32 reduce dtype: ``accumulated_grad_bytes``); 0 where the stage's gradients stay sharded.
+
+    ``main_grads``: bytes per parameter of a Megatron DDP ``main_grad`` buffer (a stack whose ``grad_add`` hooks add
+    into it, cost model 51): the contiguous gradient buffer every parameter's gradient lives in, in the dtype the
+    stack reduces in (``collectives.grad_bytes``) — fp32 under bf16, which forces ``accumulate_allreduce_grads_in_fp32``
+    (Megatron-LM core_v0.16.1 ``megatron/training/arguments.py:711-724``, ``training.py:1295``
+    ``grad_reduce_in_fp32``, ``megatron/core/distributed/distributed_data_parallel.py:147`` ``grad_dtype =
+    torch.float if grad_reduce_in_fp32``; v2.5 ``arguments.py:139-155``) — and never sharded: the distributed
+    optimizer reduce-scatters into the same whole buffer (``docs/user-guide/features/dist_optimizer.md``: bf16
+    parameters, fp32 gradients 18 bytes, distributed 6 + 12/d). 0: gradients in the training precision."""
     d = dp
     if fsdp2_mixed_precision(layout, precision):
         k = OPTIMIZER_STATE_BYTES[(optimizer, False)]
@@ -142,21 +163,41 @@ def state_bytes(
         return StateBytes(4 / d, whole_grads or 4 / d, k / d)
     e = BYTES_PER_ELEMENT[precision]
     k = OPTIMIZER_STATE_BYTES[(optimizer, precision != "fp32")]
-    out = StateBytes(*{0: (e, e, k), 1: (e, e, k / d), 2: (e, e / d, k / d), 3: (e / d, e / d, k / d)}[zero_stage])
+    g = main_grads if main_grads and zero_stage <= 1 else e
+    out = StateBytes(*{0: (e, g, k), 1: (e, g, k / d), 2: (e, e / d, k / d), 3: (e / d, e / d, k / d)}[zero_stage])
     return out._replace(gradients=whole_grads) if whole_grads and zero_stage >= 2 else out
 
 
 class MemoryTerms(NamedTuple, Generic[Count]):
-    """Tensor bytes of one pipeline rank: ``states + activations[i] + buffers`` at its i-th peak."""
+    """Tensor bytes of one pipeline rank: ``states − pending[i] + activations[i] + buffers`` at its i-th peak."""
 
     states: Count
     activations: list[Count]  # per activation peak of the rank's schedule
     buffers: int
+    #: per peak, the gradients of ``states`` not yet allocated there (``pending_grads``)
+    pending: list[Count | int]
 
 
 def peaks(t: MemoryTerms[Count]) -> list[Count]:
     """The rank's tensor bytes at each activation peak."""
-    return [t.states + a + t.buffers for a in t.activations]
+    return [t.states - g + a + t.buffers for a, g in zip(t.activations, t.pending)]
+
+
+def pending_grads(
+    s: SharedTerms, c: Candidate, n: Sequence[Count], r: int, done: tuple[int, ...] | None, k: Sequence[Count] | None
+) -> Count | int:
+    """The gradients of rank r's chunks whose first backward has not run at a peak (``done``: the chunks whose has,
+    ``grad_peaks.live_and_done``; None: every chunk's, the gradients held throughout): ``SharedTerms.grads`` of each
+    such chunk, the embedding's with chunk 0, the LM head's with the last (``rank_states``' own split)."""
+    if done is None or s.grads == NOTHING:
+        return 0
+    last = c.chunks - 1
+    left = [ch for ch in range(r, c.chunks, c.pp) if ch not in done]
+    if not left:
+        return 0
+    return total(
+        [s.grads.at(n[ch], ch == 0, ch == last and s.own_head(c), k[ch] if k is not None else 0) for ch in left]
+    )
 
 
 def chunk_moe(s: SharedTerms, n: Sequence[Count], k: Sequence[Count] | None) -> Sequence[Count] | None:
@@ -205,12 +246,17 @@ def memory_terms(
     r: int,
     live: tuple[tuple[tuple[int, int], ...], ...],
     k: Sequence[Count] | None = None,
+    done: tuple[tuple[int, ...], ...] | None = None,
 ) -> MemoryTerms[Count]:
     """Rank r of class ``c`` at the cut ``n``; ``live``: the rank's activation peaks
-    (``cost.live_vectors_cached``); ``k``: each chunk's MoE layers (``chunk_moe``)."""
+    (``cost.live_vectors_cached``); ``k``: each chunk's MoE layers (``chunk_moe``); ``done``: per peak, the chunks
+    whose gradients exist there (``ClassCosts.done``; None: all, at every peak)."""
     k = chunk_moe(s, n, k)
     return MemoryTerms(
-        rank_states(s, c, n, r, k), [rank_activations(s, c, n, vec, k) for vec in live], rank_buffers(s, c, r)
+        rank_states(s, c, n, r, k),
+        [rank_activations(s, c, n, vec, k) for vec in live],
+        rank_buffers(s, c, r),
+        [0 for _ in live] if done is None else [pending_grads(s, c, n, r, d, k) for d in done],
     )
 
 
@@ -218,23 +264,26 @@ def rank_memory(cc: ClassCosts, n: Sequence[int], r: int, k: Sequence[int] | Non
     """Peak tensor bytes of rank r (what must fit in ``usable_bytes``)."""
     s, c = cc.shared, cc.cand  # = max(peaks(memory_terms(...))), without building the terms
     k = chunk_moe(s, n, k)
-    return (
-        rank_states(s, c, n, r, k)
-        + max([rank_activations(s, c, n, vec, k) for vec in cc.live[r]])
-        + rank_buffers(s, c, r)
-    )
+    if cc.done is None:
+        top = max([rank_activations(s, c, n, vec, k) for vec in cc.live[r]])
+    else:
+        at = zip(cc.live[r], cc.done[r])
+        top = max([rank_activations(s, c, n, vec, k) - pending_grads(s, c, n, r, d, k) for vec, d in at])
+    return rank_states(s, c, n, r, k) + top + rank_buffers(s, c, r)
 
 
 def stage_memory(cc: ClassCosts, n: list[int], r: int) -> StageMemory:
-    t = memory_terms(cc.shared, cc.cand, n, r, cc.live[r])
-    tensors = max(peaks(t))
+    t = memory_terms(cc.shared, cc.cand, n, r, cc.live[r], done=None if cc.done is None else cc.done[r])
+    at = peaks(t)
+    tensors = max(at)
+    i = at.index(tensors)  # the peak reported: its activations, the gradients held there
     per = cc.shared.state_bytes  # the states split in the ratio of their bytes per parameter
     s = per.total
     return StageMemory(
         weights_gib=t.states * per.weights / s / GIB if s else 0.0,
-        gradients_gib=t.states * per.gradients / s / GIB if s else 0.0,
+        gradients_gib=(t.states * per.gradients / s - t.pending[i]) / GIB if s else 0.0,
         optimizer_gib=t.states * per.optimizer / s / GIB if s else 0.0,
-        activations_gib=max(t.activations) / GIB,
+        activations_gib=t.activations[i] / GIB,
         buffers_gib=t.buffers / GIB,
         reserve_gib=reserve_bytes(tensors) / GIB,
         total_gib=with_reserve_gib(tensors),

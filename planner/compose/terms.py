@@ -26,7 +26,7 @@ from planner.compose.layer_group import (  # noqa: F401 (re-exported: their home
     ns,
     overlapped,
 )
-from planner.compose.memory import StateBytes, optimizer_step_bytes, state_bytes, zero3_buffer_bytes
+from planner.compose.memory import StateBytes, main_grad_bytes, optimizer_step_bytes, state_bytes, zero3_buffer_bytes
 from planner.compose.zero3_sequence import block_seconds
 from planner.pricing.collectives import (
     Groups,
@@ -101,6 +101,8 @@ class SharedTerms:
     #: the context-parallel exchange's exposed part of ``fwd``/``bwd`` (``compose.context_parallel``; for the breakdown)
     fwd_cp: Affine = Affine()
     bwd_cp: Affine = Affine()
+    #: ``states``' gradients that exist only from their chunk's first backward on (``memory.pending_grads``), or NOTHING
+    grads: Affine = Affine()
     #: ns the first and the last pipeline rank spend at the step's end on the tied embeddings' all-reduce between
     #: them where the stack issues it (``workload.collectives.tied_embedding_sync``; pp > 1 only)
     tied_sync: int = 0
@@ -202,10 +204,11 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = Fals
     sched = dp_schedule(ctx.stack.grad_accumulation, zero_stage, pipelined)
     ge = grad_bytes(ctx.stack, tr.precision, e)  # gradients on the wire (fp32 where the stack reduces in fp32)
     whole = sched.whole_grad_bytes(ctx.stack.grad_accumulation, e, ge)  # gradients accumulated unsharded
-    per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp, ctx.stack.param_layout, whole)
+    main = main_grad_bytes(ctx.stack, ge)  # Megatron's main_grad buffer (``memory.state_bytes``)
+    per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp, ctx.stack.param_layout, whole, main)
     per = per_param.total
     pe = lg.expert_params  # a MoE block's routed experts: states sharded, gradients synced over expert-DP
-    per_e = expert_state_bytes(ctx, zero_stage, tp, dp, ep, etp, whole) if pe else per
+    per_e = expert_state_bytes(ctx, zero_stage, tp, dp, ep, etp, whole, main) if pe else per
     # + FP8 training's cached FP8 weights and scaling state per block (``workload.fp8.fp8_state_bytes``)
     states = Affine(
         0,
@@ -214,8 +217,10 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = Fals
         math.ceil(p_head * per),
     )
     z3_tmp = zero3_buffer_bytes(ctx.stack, p_blk, e) if zero_stage == 3 and dp > 1 else 0  # gathered layers, grads
+    gb = per_param.gradients if whole else 0  # the accumulated gradients, from each chunk's first backward on
+    grads = Affine(0, *(math.floor(p * gb) for p in (p_blk, p_emb, p_head))) if gb else NOTHING
     if memory_only:
-        return memory_terms_of(ctx, lg, states, per_param, z3_tmp, tp, sp)
+        return replace(memory_terms_of(ctx, lg, states, per_param, z3_tmp, tp, sp), grads=grads)
 
     # --- DP collectives per micro-batch (``workload.accumulation``: ZeRO-3's gathers, FSDP's per-micro-batch ones): on a
     # side stream, a layer costs the longer of its compute + TP comm (slowed under them: ``overlapped``) and its
@@ -331,6 +336,7 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = Fals
         flops_emb=lg.flops[1],
         flops_head=lg.flops[2],
         tied_sync=ns(comm_seconds(ctx, tied, g)),
+        grads=grads,
     )
 
 

@@ -282,7 +282,7 @@ def fitting_bound(cc: ClassCosts, searched: bool = True) -> int:
     (``steady.steady_bound``) and interleaved 1F1B's fill and drain chains (``interleaved.interleaved_bound``,
     only when ``searched``: a class with one allowed cut is simulated there, and its cut bound is already close).
     When no cut fits (``may_fit`` False) it is ``class_bound``."""
-    caps = tuple(layer_caps(cc.shared, cc.cand, cc.live, cc.num_layers, cc.usable_bytes))
+    caps = tuple(layer_caps(cc.shared, cc.cand, cc.live, cc.num_layers, cc.usable_bytes, cc.done))
     pipe = pipe_bound(cc.shared, cc.cand, cc.m, cc.num_layers, sum(cc.lag), caps)
     more = interleaved_bound(cc, list(caps)) if searched and cc.cand.virtual_stages > 1 else 0
     return max(pipe, chain_bound(cc, list(caps)), steady_bound(cc, caps), more)

@@ -160,7 +160,8 @@ def cut_model(cc: ClassCosts) -> CutModel:
     for r in range(c.pp):
         for part in end_parts(end_terms(s, c, n, r, cm.k)):
             model.add(cm.end >= part)
-        for peak in peaks(memory_terms(s, c, n, r, cc.live[r], cm.k)):  # memory at every activation peak
+        done = None if cc.done is None else cc.done[r]  # the chunks whose gradients exist at each peak
+        for peak in peaks(memory_terms(s, c, n, r, cc.live[r], cm.k, done)):  # memory at every activation peak
             model.add(peak <= cc.usable_bytes)
     if c.schedule == "gpipe":  # its exact closed form (simulate.gpipe_makespan)
         mf = model.new_int_var(0, horizon, "max_f")

@@ -11,14 +11,18 @@ from collections.abc import Callable, Iterable, Iterator
 from planner.compose.affine import total
 from planner.compose.context import Context
 from planner.compose.context_parallel import memory_class_terms
-from planner.compose.cost import Candidate, ClassCosts, Live, live_vectors_cached, num_microbatches
-from planner.compose.memory import rank_buffers, rank_memory, rank_states
+from planner.compose.cost import Candidate, ClassCosts, Live, class_peaks, live_vectors_cached, num_microbatches
+from planner.compose.grad_peaks import Done
+from planner.compose.memory import chunk_moe, pending_grads, rank_buffers, rank_memory, rank_states
 from planner.compose.terms import SharedTerms
 
 
-def layer_caps(s: SharedTerms, c: Candidate, live: Live, num_layers: int, usable: int) -> Iterator[int]:
-    """Per rank, an upper bound of the layers its memory can hold (exact for one chunk per rank):
-    at each activation peak, every chunk of the rank keeps at least ``kmin`` copies."""
+def layer_caps(
+    s: SharedTerms, c: Candidate, live: Live, num_layers: int, usable: int, done: Done | None = None
+) -> Iterator[int]:
+    """Per rank, an upper bound of the layers its memory can hold (exact for one chunk per rank): at each
+    activation peak, a layer costs at least the least of its rank's chunks' (``per_layer``); ``done``: the chunks
+    whose gradients exist at each peak (``ClassCosts.done``)."""
     zero = [0] * c.chunks
     moe = s.moe_prefix[-1] if s.moe_prefix is not None else 0  # a model of two block kinds: its MoE layers
     fixed, per_chunk = _empty_cut(s, c, zero)
@@ -27,12 +31,13 @@ def layer_caps(s: SharedTerms, c: Candidate, live: Live, num_layers: int, usable
         states, buffers = fixed(r)
         base = usable - states - buffers
         cap = num_layers
-        for vec in live[r]:
+        for i, vec in enumerate(live[r]):
+            d = None if done is None else done[r][i]
             room = base - total([x * per_chunk(ch) for ch, x in vec])  # ``rank_activations`` at the empty cut
-            kmin = min([k for _, k in vec]) if len(vec) == len(own) else 0  # a chunk of the rank not alive: 0
-            per = s.states.layer + kmin * s.acts.layer
+            if d is not None:  # the embedding's and the LM head's gradients not yet there
+                room += pending_grads(s, c, zero, r, d, zero)
+            per, heavy = per_layer(s, own, vec, d)
             if moe:  # the lighter kind's layers at most all of them, the heavier ones within the room
-                heavy = per + s.states.moe + kmin * s.acts.moe
                 light, many = (per, num_layers - moe) if per <= heavy else (heavy, moe)
                 if room >= 0 and light > 0:
                     cap = min(cap, room // light, many + room // heavy)
@@ -40,6 +45,27 @@ def layer_caps(s: SharedTerms, c: Candidate, live: Live, num_layers: int, usable
                 per = light
             cap = min(cap, -1 if room < 0 else (room // per if per > 0 else num_layers))
         yield cap
+
+
+def per_layer(
+    s: SharedTerms, own: range, vec: tuple[tuple[int, int], ...], d: tuple[int, ...] | None
+) -> tuple[int, int]:
+    """The least bytes a dense and a MoE layer of rank ``own``'s chunks cost at a peak ``vec`` (a chunk not in
+    ``vec``: no copies alive): its states, less its gradients where its chunk's are not there yet (``d``), and its
+    activations × the copies alive of its chunk."""
+    if d is None:  # every chunk's gradients there: the least-copied chunk's layer (a chunk not alive: 0)
+        k = min([x for _, x in vec]) if len(vec) == len(own) else 0
+        one = s.states.layer + k * s.acts.layer
+        return one, one + s.states.moe + k * s.acts.moe
+    copies = dict(vec)
+    g = s.grads
+    dense, heavy = [], []
+    for ch in own:
+        x, pend = copies.get(ch, 0), d is not None and ch not in d
+        a = s.states.layer - (g.layer if pend else 0) + x * s.acts.layer
+        dense.append(a)
+        heavy.append(a + s.states.moe - (g.moe if pend else 0) + x * s.acts.moe)
+    return min(dense), min(heavy)
 
 
 def _empty_cut(
@@ -70,7 +96,7 @@ def _empty_cut(
     return fixed, per_chunk
 
 
-def kinds_fit(s: SharedTerms, c: Candidate, live: Live, num_layers: int, usable: int) -> bool:
+def kinds_fit(s: SharedTerms, c: Candidate, live: Live, num_layers: int, usable: int, done: Done | None = None) -> bool:
     """A model of two block kinds: whether the ranks' memories can hold each kind's layers, every rank at most
     ``room // per-layer bytes`` of a kind at each activation peak (its other layers only take more room): False only
     when no cut fits. True for a model of one kind."""
@@ -85,11 +111,13 @@ def kinds_fit(s: SharedTerms, c: Candidate, live: Live, num_layers: int, usable:
         states, buffers = fixed(r)
         base = usable - states - buffers
         caps = dict.fromkeys(need, num_layers)
-        for vec in live[r]:
+        for i, vec in enumerate(live[r]):
+            d = None if done is None else done[r][i]
             room = base - total([x * per_chunk(ch) for ch, x in vec])  # ``rank_activations`` at the empty cut
-            kmin = min([k for _, k in vec]) if len(vec) == len(own) else 0
-            dense = s.states.layer + kmin * s.acts.layer
-            for moe, per in ((False, dense), (True, dense + s.states.moe + kmin * s.acts.moe)):
+            if d is not None:
+                room += pending_grads(s, c, zero, r, d, zero)
+            dense, heavy = per_layer(s, own, vec, d)
+            for moe, per in ((False, dense), (True, heavy)):
                 caps[moe] = min(caps[moe], -1 if room < 0 else (room // per if per > 0 else num_layers))
         for moe in need:
             held[moe] += max(0, caps[moe])
@@ -109,8 +137,8 @@ def caps_fit(caps: Iterable[int], v: int, num_layers: int) -> bool:
 def may_fit(cc: ClassCosts) -> bool:
     """False only when no cut of the class fits (``layer_caps``, ``kinds_fit``)."""
     s, c, L = cc.shared, cc.cand, cc.num_layers
-    return caps_fit(layer_caps(s, c, cc.live, L, cc.usable_bytes), c.virtual_stages, L) and kinds_fit(
-        s, c, cc.live, L, cc.usable_bytes
+    return caps_fit(layer_caps(s, c, cc.live, L, cc.usable_bytes, cc.done), c.virtual_stages, L) and kinds_fit(
+        s, c, cc.live, L, cc.usable_bytes, cc.done
     )
 
 
@@ -147,17 +175,19 @@ def quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None = None) -> b
 def _quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None) -> bool:
     s, m, usable = memory_class_terms(ctx, c), num_microbatches(ctx, c), ctx.usable_bytes  # no time priced
     if cut is None:
-        live, L = live_vectors_cached(c.schedule, c.pp, 1, m), ctx.model.num_layers
-        return caps_fit(layer_caps(s, c, live, L, usable), 1, L) and kinds_fit(s, c, live, L, usable)
+        (live, done), L = class_peaks(s, c, m), ctx.model.num_layers
+        return caps_fit(layer_caps(s, c, live, L, usable, done), 1, L) and kinds_fit(s, c, live, L, usable, done)
+    k = chunk_moe(s, cut, None)
     for r in range(c.pp):
         copies = (
             interleaved_peak_copies(c.pp, c.virtual_stages, m, r)
             if c.virtual_stages > 1
             else live_vectors_cached(c.schedule, c.pp, 1, m)[r][0][0][1]
         )  # its one peak: ((r, copies),)
-        if (
-            rank_states(s, c, cut, r) + copies * min(cut[r :: c.pp]) * s.acts.least_layer + rank_buffers(s, c, r)
-            > usable
-        ):
+        # the rank's gradients that exist only from a backward on left out: its first peak of most copies may precede
+        # every backward (``memory.pending_grads``)
+        grads = pending_grads(s, c, cut, r, (), k)
+        least = copies * min(cut[r :: c.pp]) * s.acts.least_layer
+        if rank_states(s, c, cut, r) - grads + least + rank_buffers(s, c, r) > usable:
             return False
     return True

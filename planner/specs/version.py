@@ -223,4 +223,15 @@ from __future__ import annotations
 #:    one and the epilogue writes the same 16-bit output, so M×N×K in FP8 is the tile work of M×N×(K/2) in 16 bits,
 #:    priced by cost model 48's table. Was: the FP8 ceiling × waves at any shape. Large GEMMs unchanged (the ceiling
 #:    binds); small-K FP8 GEMMs (TP-sharded ``wo``/``w2``, narrow layers' data gradients) slow down. Residuals refitted.
-COST_MODEL_VERSION = 50
+#: 51: whole gradients (``DpSchedule.whole_grads``: FSDP2 under ``torch.distributed.pipelining``, FSDP1 under
+#:    ``no_sync``) counted at a peak only once their chunk's first backward of the step has run (FSDP2's
+#:    ``to_accumulated_grad_if_needed`` creates them, torch 2.13.0 ``_fsdp_param_group.py:606-611``,
+#:    ``_fsdp_param.py:802-819``; ``compose.grad_peaks``, ``memory.pending_grads``): each rank priced at its order's
+#:    activation peaks and the states right after each chunk's first backward, with the gradients of the chunks done
+#:    there (was: every rank's gradients at every peak). Memory screens kept lower bounds. Torchtitan's pipelined rows
+#:    and plans with whole gradients move. And Megatron's gradients in its ``main_grad`` buffer (stacks whose
+#:    ``grad_add`` hooks add into it: ``memory.state_bytes(main_grads)``), in the dtype it reduces in — fp32 under bf16
+#:    (core_v0.16.1 ``training/arguments.py:711-724``, ``core/distributed/distributed_data_parallel.py:147``) — and
+#:    whole under the distributed optimizer (its ``dist_optimizer.md``: 18 bytes per parameter, 6 + 12/d distributed;
+#:    was 16 and 4 + 12/d).
+COST_MODEL_VERSION = 51
