@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.fidelity_mlperf import mlperf_row  # noqa: E402
 from bench.fidelity_mlperf import stack as mlperf_stack  # noqa: E402
+from bench.fidelity_nemo import nemo_row  # noqa: E402
 from planner.answer import accounting  # noqa: E402
 from planner.answer.calibrate import predict_step_time  # noqa: E402
 from planner.api import estimate_plan  # noqa: E402
@@ -365,8 +366,8 @@ def titan_pp_row(row: dict[str, Any]) -> dict[str, Any]:
 
 def moe_row(row: dict[str, Any]) -> dict[str, Any]:
     """``row`` with the assumptions of ``MOE_CATALOG`` applied (an expert-parallel row it names; else unchanged),
-    after ``bridge_row``'s and ``titan_pp_row``'s."""
-    row = titan_pp_row(bridge_row(mlperf_row(row)))
+    after ``bridge_row``'s, ``titan_pp_row``'s, ``fidelity_nemo.nemo_row``'s and ``fidelity_mlperf.mlperf_row``'s."""
+    row = titan_pp_row(bridge_row(nemo_row(mlperf_row(row))))
     par = row["parallel"]
     catalog = MOE_CATALOG.get(row["model_name"])
     if (par.get("ep") or 1) <= 1 or row["model"] is not None or catalog is None or row["stack"] != "megatron":
@@ -477,9 +478,9 @@ def model_spec(row: dict[str, Any]) -> ModelSpec:
         num_kv_heads=mod["kv_heads"],
         ffn_hidden_size=mod["ffn"],
         vocab_size=mod["vocab"],
-        activation="swiglu" if llama else "gelu",
+        activation=mod.get("activation") or ("swiglu" if llama else "gelu"),
         norm="rmsnorm" if llama else "layernorm",
-        tie_embeddings=not llama,  # Megatron GPT shares input and output embeddings; Llama does not
+        tie_embeddings=mod.get("tie_embeddings", not llama),  # Megatron GPT ties them; Llama, Nemotron do not
         max_seq_len=max(row["seq_len"], 1),
     )
 
@@ -558,6 +559,8 @@ def stack_of(row: dict[str, Any]) -> str | dict[str, Any]:
     if (mlperf := mlperf_stack(row)) is not None:  # bench/fidelity_mlperf.py
         return mlperf
     era = {"nccl": "2.10"} if row["source_group"] in NCCL_210_GROUPS else {}
+    if row.get("stack_over") and row["stack"] == "megatron":  # what the run's config sets (``fidelity_nemo``)
+        return {"base": "megatron", **row["stack_over"]}
     if row["source_group"] in BRIDGE_GROUPS and row["stack"] == "megatron":
         # every Megatron-Bridge recipe of the archive's rows overlaps the DP gradient reduce with backward
         # (NVIDIA-NeMo/Megatron-Bridge ddp.overlap_grad_reduce=True: v0.1.0rc3 recipes/llama/llama3_70b.py:181, v0.2.0
