@@ -46,6 +46,9 @@ class QueueItem(NamedTuple):
     bound: int  # a valid lower bound of its objective
     order: tuple  # ``simplicity``: ties are visited simplest first (it ends with the candidate: unique)
     key: Key
+    #: a FAMILY item: its first group of members still folded in it (``family_chain``; (bound, order, key) are unique
+    #: in a queue, so this is never compared)
+    rest: int = 0
 
     @property
     def cand(self) -> Candidate:
@@ -76,6 +79,27 @@ def moe_families(ctx: Context) -> bool:
     return not block_sequence(ctx)[0][-1].endswith(WINDOW)
 
 
+def family_chain(ctx: Context, orders: list[tuple]) -> list[list[tuple]]:
+    """The ``simplicity`` orders of a family's members (classes that differ only in ZeRO stage, CP exchange and
+    (ep, etp)) grouped by their MoE block floor F + B (``moe_floor``), least first: ``lean_bound(floor=True)`` reads
+    the pair through that sum alone and ``lean_pipe`` is non-decreasing in it (the MoE layers' weight; every layer's
+    on a model of MoE blocks alone), so the groups' floor keys are non-decreasing along the chain and a group's
+    members share one. ``tests/test_expert_floor.py`` checks both on every family."""
+    c0 = orders[0][-1]
+    view = cp_view(ctx, c0.cp)
+    at = (c0.micro_batch_size, c0.tp, c0.sequence_parallel, c0.recompute, c0.tp_comm_overlap)
+    weights: dict[tuple[int, int], int] = {}
+    groups: dict[int, list[tuple]] = {}
+    for o in orders:
+        c = o[-1]
+        pair = (c.ep, c.etp)
+        w = weights.get(pair)
+        if w is None:
+            w = weights[pair] = sum(moe_floor(view, *at, *pair))
+        groups.setdefault(w, []).append(o)
+    return [groups[w] for w in sorted(groups)]
+
+
 def family_floor(
     ctx: Context,
     members: list[Candidate],
@@ -83,19 +107,9 @@ def family_floor(
     loads: dict[tuple, int],
     weights: dict[tuple, LeanWeights] | None = None,
 ) -> int:
-    """The least ``lean_bound(floor=True)`` (memoised in ``floors`` by ``lean_key``) of classes that differ only in
-    ZeRO stage, CP exchange and (ep, etp): the member's whose MoE block floor F + B (``moe_floor``) is the least —
-    the floor key reads the pair through that sum alone, and ``lean_pipe`` is non-decreasing in it (the MoE layers'
-    weight; every layer's on a model of MoE blocks alone). ``tests/test_expert_floor.py`` checks it is the minimum."""
-    c0, best, seen = members[0], members[0], set()
-    view, least = cp_view(ctx, c0.cp), None
-    at = (c0.micro_batch_size, c0.tp, c0.sequence_parallel, c0.recompute, c0.tp_comm_overlap)
-    for c in members:
-        if (c.ep, c.etp) not in seen:
-            seen.add((c.ep, c.etp))
-            w = sum(moe_floor(view, *at, c.ep, c.etp))
-            if least is None or w < least:
-                least, best = w, c
+    """The least ``lean_bound(floor=True)`` (memoised in ``floors`` by ``lean_key``) of a family's members: its first
+    group's (``family_chain``). ``tests/test_expert_floor.py`` checks it is the minimum."""
+    best = family_chain(ctx, [(c,) for c in members])[0][0][-1]
     k = lean_key(best)
     fb = floors.get(k)
     if fb is None:
@@ -120,7 +134,9 @@ class Frontier:
         moe = has_moe_blocks(ctx)
         self.heap: list[QueueItem] = []
         self._floors = floors
-        self._families: dict[Candidate, list[tuple]] = {}  # a FAMILY's members' ``simplicity``, by its first member
+        # a FAMILY item's chain of member groups (``family_chain``) and, per group, the least order from it on: by the
+        # class each of those orders ends with (an item's ``cand``)
+        self._families: dict[Candidate, tuple[list[list[tuple]], list[tuple]]] = {}
         heap, lean, lean_tag, floor_tag = self.heap, self._lean, Key.LEAN, Key.FLOOR
         if moe and moe_families(ctx):  # one item per family at its least floor key (``family_floor``)
             groups: dict[tuple, list[tuple]] = {}
@@ -128,15 +144,13 @@ class Frontier:
                 k = lean_key(c)
                 groups.setdefault(k[:-2], []).append(simplicity(c))
             for orders in groups.values():
-                first = min(orders)
-                self._families[first[-1]] = orders
-                heap.append(
-                    QueueItem(
-                        family_floor(ctx, [o[-1] for o in orders], floors, self._loads, self._weights),
-                        first,
-                        Key.FAMILY,
-                    )
-                )
+                chain = family_chain(ctx, orders)
+                mins = [min(g) for g in chain]
+                for i in range(len(mins) - 2, -1, -1):
+                    mins[i] = min(mins[i], mins[i + 1])
+                for m in mins:
+                    self._families[m[-1]] = (chain, mins)
+                heap.append(QueueItem(self.floor(chain[0][0][-1]), mins[0], Key.FAMILY))
             heapq.heapify(heap)
             return
         for c in cands:
@@ -171,8 +185,16 @@ class Frontier:
         return b
 
     def members(self, item: QueueItem) -> list[QueueItem]:
-        """A FAMILY item's classes at their floor keys (each ≥ the family's)."""
-        return [QueueItem(self.floor(o[-1]), o, Key.FLOOR) for o in self._families[item.cand]]
+        """A FAMILY item unfolded: the classes of its first group (``family_chain``) at their floor keys, the family's,
+        and the rest of the chain as one FAMILY item at the next group's floor key (≥ it: the chain's keys do not
+        fall) and the least order of its members (≤ each): every class leaves the queue as it would queued at its own
+        floor key, and the groups never reached are never keyed."""
+        chain, mins = self._families[item.cand]
+        i = item.rest
+        out = [QueueItem(self.floor(o[-1]), o, Key.FLOOR) for o in chain[i]]
+        if i + 1 < len(chain):
+            out.append(QueueItem(self.floor(chain[i + 1][0][-1]), mins[i + 1], Key.FAMILY, i + 1))
+        return out
 
     def lean(self, c: Candidate) -> int:
         """``lean_bound``, memoised by ``lean_key``."""
