@@ -181,9 +181,9 @@ def check_families(ctx: Context, pins: ParallelPins, options: SearchOptions) -> 
         spread += len(set(floors)) > 1
         # ``family_chain``: every member once, a group's members at one floor key, the groups' keys non-decreasing
         # (the frontier unfolds a family group by group, the rest keyed at the next group's floor)
-        chain = family_chain(ctx, [(c,) for c in members])
-        assert sorted(o[-1] for g in chain for o in g) == sorted(members)
-        group_floors = [{lean_bound(ctx, o[-1], floor=True) for o in g} for g in chain]
+        chain = family_chain(ctx, members)
+        assert sorted(c for g in chain for c in g) == sorted(members)
+        group_floors = [{lean_bound(ctx, c, floor=True) for c in g} for g in chain]
         assert all(len(f) == 1 for f in group_floors), members[0]
         firsts = [min(f) for f in group_floors]
         assert firsts == sorted(firsts), members[0]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterator
 from enum import IntEnum
+from operator import attrgetter
 from typing import NamedTuple
 
 from planner.compose.blocks import WINDOW, block_sequence, has_moe_blocks
@@ -79,25 +80,41 @@ def moe_families(ctx: Context) -> bool:
     return not block_sequence(ctx)[0][-1].endswith(WINDOW)
 
 
-def family_chain(ctx: Context, orders: list[tuple]) -> list[list[tuple]]:
-    """The ``simplicity`` orders of a family's members (classes that differ only in ZeRO stage, CP exchange and
-    (ep, etp)) grouped by their MoE block floor F + B (``moe_floor``), least first: ``lean_bound(floor=True)`` reads
+def family_chain(ctx: Context, members: list[Candidate]) -> list[list[Candidate]]:
+    """A family's members (classes that differ only in ZeRO stage, CP exchange and (ep, etp)) grouped by their MoE block floor F + B (``moe_floor``), least first: ``lean_bound(floor=True)`` reads
     the pair through that sum alone and ``lean_pipe`` is non-decreasing in it (the MoE layers' weight; every layer's
     on a model of MoE blocks alone), so the groups' floor keys are non-decreasing along the chain and a group's
     members share one. ``tests/test_expert_floor.py`` checks both on every family."""
-    c0 = orders[0][-1]
+    c0 = members[0]
     view = cp_view(ctx, c0.cp)
     at = (c0.micro_batch_size, c0.tp, c0.sequence_parallel, c0.recompute, c0.tp_comm_overlap)
     weights: dict[tuple[int, int], int] = {}
-    groups: dict[int, list[tuple]] = {}
-    for o in orders:
-        c = o[-1]
+    groups: dict[int, list[Candidate]] = {}
+    for c in members:
         pair = (c.ep, c.etp)
         w = weights.get(pair)
         if w is None:
             w = weights[pair] = sum(moe_floor(view, *at, *pair))
-        groups.setdefault(w, []).append(o)
+        groups.setdefault(w, []).append(c)
     return [groups[w] for w in sorted(groups)]
+
+
+#: The fields a family's members differ in, in ``simplicity``'s order of them: the least member's order is the least
+#: ``simplicity`` of the family (its other fields are one class's).
+IN_FAMILY = attrgetter("zero_stage", "ep", "etp", "cp_comm")
+#: ``lean_key`` less (ep, etp): a family's key.
+FAMILY_KEY = attrgetter(
+    "micro_batch_size",
+    "tp",
+    "sequence_parallel",
+    "recompute",
+    "pp",
+    "schedule",
+    "virtual_stages",
+    "dp",
+    "cp",
+    "tp_comm_overlap",
+)
 
 
 def family_floor(
@@ -109,7 +126,7 @@ def family_floor(
 ) -> int:
     """The least ``lean_bound(floor=True)`` (memoised in ``floors`` by ``lean_key``) of a family's members: its first
     group's (``family_chain``). ``tests/test_expert_floor.py`` checks it is the minimum."""
-    best = family_chain(ctx, [(c,) for c in members])[0][0][-1]
+    best = family_chain(ctx, members)[0][0]
     k = lean_key(best)
     fb = floors.get(k)
     if fb is None:
@@ -136,21 +153,21 @@ class Frontier:
         self._floors = floors
         # a FAMILY item's chain of member groups (``family_chain``) and, per group, the least order from it on: by the
         # class each of those orders ends with (an item's ``cand``)
-        self._families: dict[Candidate, tuple[list[list[tuple]], list[tuple]]] = {}
+        self._families: dict[Candidate, tuple[list[list[Candidate]], list[tuple]]] = {}
         heap, lean, lean_tag, floor_tag = self.heap, self._lean, Key.LEAN, Key.FLOOR
         if moe and moe_families(ctx):  # one item per family at its least floor key (``family_floor``)
-            groups: dict[tuple, list[tuple]] = {}
+            groups: dict[tuple, list[Candidate]] = {}
             for c in cands:
-                k = lean_key(c)
-                groups.setdefault(k[:-2], []).append(simplicity(c))
-            for orders in groups.values():
-                chain = family_chain(ctx, orders)
-                mins = [min(g) for g in chain]
-                for i in range(len(mins) - 2, -1, -1):
-                    mins[i] = min(mins[i], mins[i + 1])
-                for m in mins:
-                    self._families[m[-1]] = (chain, mins)
-                heap.append(QueueItem(self.floor(chain[0][0][-1]), mins[0], Key.FAMILY))
+                groups.setdefault(FAMILY_KEY(c), []).append(c)
+            for members in groups.values():
+                chain = family_chain(ctx, members)
+                least = [min(g, key=IN_FAMILY) for g in chain]  # the least ``simplicity`` of each group and after it
+                for i in range(len(least) - 2, -1, -1):
+                    least[i] = min(least[i], least[i + 1], key=IN_FAMILY)
+                mins = [simplicity(c) for c in least]
+                for c in least:
+                    self._families[c] = (chain, mins)
+                heap.append(QueueItem(self.floor(chain[0][0]), mins[0], Key.FAMILY))
             heapq.heapify(heap)
             return
         for c in cands:
@@ -191,9 +208,9 @@ class Frontier:
         floor key, and the groups never reached are never keyed."""
         chain, mins = self._families[item.cand]
         i = item.rest
-        out = [QueueItem(self.floor(o[-1]), o, Key.FLOOR) for o in chain[i]]
+        out = [QueueItem(self.floor(c), simplicity(c), Key.FLOOR) for c in chain[i]]
         if i + 1 < len(chain):
-            out.append(QueueItem(self.floor(chain[i + 1][0][-1]), mins[i + 1], Key.FAMILY, i + 1))
+            out.append(QueueItem(self.floor(chain[i + 1][0]), mins[i + 1], Key.FAMILY, i + 1))
         return out
 
     def lean(self, c: Candidate) -> int:
