@@ -22,17 +22,22 @@ def layer_caps(s: SharedTerms, c: Candidate, live: Live, num_layers: int, usable
     zero = [0] * c.chunks
     moe = s.moe_prefix[-1] if s.moe_prefix is not None else 0  # a model of two block kinds: its MoE layers
     fixed, per_chunk = _empty_cut(s, c, zero)
+    v = c.virtual_stages  # the chunks of each rank (``range(r, chunks, pp)``)
+    s_layer, a_layer, s_moe, a_moe = s.states.layer, s.acts.layer, s.states.moe, s.acts.moe
     for r in range(c.pp):
-        own = range(r, c.chunks, c.pp)
         states, buffers = fixed(r)
         base = usable - states - buffers
         cap = num_layers
         for vec in live[r]:
-            room = base - total([x * per_chunk(ch) for ch, x in vec])  # ``rank_activations`` at the empty cut
-            kmin = min([k for _, k in vec]) if len(vec) == len(own) else 0  # a chunk of the rank not alive: 0
-            per = s.states.layer + kmin * s.acts.layer
+            if len(vec) == 1:  # one chunk alive (every peak of one chunk per rank): as below, written out
+                ((ch, x),) = vec
+                room, kmin = base - x * per_chunk(ch), x if v == 1 else 0
+            else:
+                room = base - sum([x * per_chunk(ch) for ch, x in vec])  # ``rank_activations`` at the empty cut
+                kmin = min([k for _, k in vec]) if len(vec) == v else 0  # a chunk of the rank not alive: 0
+            per = s_layer + kmin * a_layer
             if moe:  # the lighter kind's layers at most all of them, the heavier ones within the room
-                heavy = per + s.states.moe + kmin * s.acts.moe
+                heavy = per + s_moe + kmin * a_moe
                 light, many = (per, num_layers - moe) if per <= heavy else (heavy, moe)
                 if room >= 0 and light > 0:
                     cap = min(cap, room // light, many + room // heavy)
