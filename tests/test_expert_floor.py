@@ -165,9 +165,10 @@ def test_random_instances_have_experts_spread_and_shared() -> None:
 
 def check_families(ctx: Context, pins: ParallelPins, options: SearchOptions) -> int:
     """``frontier.family_floor`` of every family (classes that differ only in ZeRO stage, CP exchange and (ep, etp))
-    equals the least ``lean_bound(floor=True)`` of its members; the families whose members' floors differ (where
+    equals the least ``lean_bound(floor=True)`` of its members, and ``frontier.family_chain`` orders its members in
+    groups of one floor key each, the keys non-decreasing; the number of families whose members' floors differ (where
     a family key above that least one would pass a member's place in the queue)."""
-    from planner.search.frontier import family_floor, lean_key
+    from planner.search.frontier import family_chain, family_floor, lean_key
 
     cands = enumerate_candidates(ctx, pins, options)
     families: dict[tuple, list] = {}
@@ -178,6 +179,14 @@ def check_families(ctx: Context, pins: ParallelPins, options: SearchOptions) -> 
         floors = [lean_bound(ctx, c, floor=True) for c in members]
         assert family_floor(ctx, members, {}, {}) == min(floors), members[0]
         spread += len(set(floors)) > 1
+        # ``family_chain``: every member once, a group's members at one floor key, the groups' keys non-decreasing
+        # (the frontier unfolds a family group by group, the rest keyed at the next group's floor)
+        chain = family_chain(ctx, members)
+        assert sorted(c for g in chain for c in g) == sorted(members)
+        group_floors = [{lean_bound(ctx, c, floor=True) for c in g} for g in chain]
+        assert all(len(f) == 1 for f in group_floors), members[0]
+        firsts = [min(f) for f in group_floors]
+        assert firsts == sorted(firsts), members[0]
     return spread
 
 

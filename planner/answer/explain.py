@@ -200,7 +200,10 @@ def _price_all(ctx, request: PlanRequest, plan: Plan) -> dict[str, list[_Priced]
                 continue
             try:
                 out[setting].append(_Priced(ctx, request, setting, d, plan))
-            except MeshplanError:
+            except MeshplanError as e:  # a rule rules the variant out
+                # its traceback's frames hold the context (and the frame that raised it, the error: a cycle): dropped
+                # now, the context is freed with the plan rather than by the cyclic collector (``api.gc_paused``)
+                e.__traceback__ = None
                 continue
     return out
 

@@ -95,7 +95,7 @@ def mixed_terms(ctx: Context, key: SharedKey, prefix: tuple[int, ...], memory_on
     """The terms of a model of dense and MoE blocks (``terms.shared_terms``' key): each kind's (``terms.kind_terms``)
     ``merged``. The dense kind's do not depend on the experts' layout but for the model's parameters per rank (its
     DP buckets): shared by the (ep, etp) pairs with as many."""
-    from planner.compose.terms import kind_terms, layer_group
+    from planner.compose.terms import kind_memory, kind_terms, layer_group
 
     if block_sequence(ctx)[0][1].endswith(WINDOW):
         return window_terms(ctx, key, memory_only)
@@ -106,8 +106,20 @@ def mixed_terms(ctx: Context, key: SharedKey, prefix: tuple[int, ...], memory_on
         dense = ctx.dense_terms.get(mem_key)
         if dense is None:
             dense = ctx.dense_terms[mem_key] = kind_terms(ctx, key, "transformer_block", True)
-        # the memory terms joined (what ``search.screens`` reads), the times left unjoined: never read
-        return merged(dense, kind_terms(ctx, key, MOE_BLOCK, True), prefix, MEMORY_FIELDS)
+        # the memory terms joined (what ``search.screens`` reads), the times left unjoined: never read. ``merged`` of
+        # the MoE kind's ``kind_terms(memory_only=True)``, from its memory part alone (``terms.kind_memory``: the
+        # same values, without building that kind's terms; every time and FLOP term NOTHING or 0 in both)
+        moe = kind_memory(ctx, key, MOE_BLOCK)
+        return fast_replace(
+            dense,
+            states=joined(dense.states, moe.states),
+            acts=joined(dense.acts, moe.lg.acts),
+            grads=joined(dense.grads, moe.grads),
+            recompute_tmp=max(dense.recompute_tmp, moe.lg.recompute_tmp),
+            z3_tmp=max(dense.z3_tmp, moe.z3_tmp),
+            moe_prefix=prefix,
+            flops_moe=0.0,
+        )
     lg = layer_group(ctx, *at, "transformer_block")
     params = sum(layer_group(ctx, *at, k).params[0] * n for k, n in block_counts(ctx).items())
     # the parameters per rank reach the dense kind's terms only as its DP gradient bucket (``kind_terms``): keyed by
@@ -143,11 +155,11 @@ def merged(
     ``moe``; the per-layer buffers (one rematerialised or ZeRO-3-gathered layer) are the larger kind's. ``names``:
     the ``Affine`` fields joined (default all)."""
     two: dict[str, Any] = {
-        name: Affine(a.const, a.layer, a.emb, a.head, b.layer - a.layer)
+        name: joined(a, b)
         for name in (names if names is not None else affine_fields(dense))
         if isinstance(a := getattr(dense, name), Affine) and isinstance(b := getattr(moe, name), Affine)
     }
-    return replace(
+    return fast_replace(
         dense,
         **two,
         recompute_tmp=max(dense.recompute_tmp, moe.recompute_tmp),
@@ -155,3 +167,26 @@ def merged(
         moe_prefix=prefix,
         flops_moe=moe.flops_layer - dense.flops_layer,
     )
+
+
+def joined(dense: Affine, moe: Affine) -> Affine:
+    """``merged``'s join of one term: the dense kind's constant and extras, its layer coefficient as ``layer`` and
+    what a MoE layer adds as ``moe``."""
+    return Affine(dense.const, dense.layer, dense.emb, dense.head, moe.layer - dense.layer)
+
+
+_SETTERS: dict[type, tuple[tuple[str, Any], ...]] = {}
+
+
+def fast_replace(terms: SharedTerms, **changes: Any) -> SharedTerms:
+    """``dataclasses.replace(terms, **changes)`` of ``SharedTerms`` (frozen, slotted, every field in ``__init__``, no
+    ``__post_init__``) without its generated ``__init__`` and field checks: each slot set once through its
+    descriptor (the memory screens join ~2,000 such terms per MoE request; ``replace`` is twice as slow)."""
+    cls = type(terms)
+    setters = _SETTERS.get(cls)
+    if setters is None:
+        setters = _SETTERS[cls] = tuple((f.name, getattr(cls, f.name).__set__) for f in fields(terms))
+    out = object.__new__(cls)
+    for name, put in setters:
+        put(out, changes[name] if name in changes else getattr(terms, name))
+    return out

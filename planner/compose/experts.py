@@ -172,7 +172,26 @@ def dp_seconds(
     """Seconds of a data-parallel collective ``op`` over each layer kind's parameters (ZeRO-3's per-layer gathers
     and reduce-scatters with ``bucket`` None, else the step's sync in buckets of ``bucket`` parameters): over the
     dp group ``g``, but a MoE block's ``experts`` routed-expert parameters over the expert-data-parallel group
-    (``degrees``: tp, dp, ep, etp; its ranks etp · ep apart)."""
+    (``degrees``: tp, dp, ep, etp; its ranks etp · ep apart). Memoised on the context by its arguments
+    (``Context.dp_seconds``: a MoE model's shared keys of one (tp, dp, ep, etp) repeat them)."""
+    key = (how, op, params, nbytes, bucket, g, experts, degrees)
+    hit = ctx.dp_seconds.get(key)
+    if hit is None:
+        hit = ctx.dp_seconds[key] = _dp_seconds(ctx, how, op, params, nbytes, bucket, g, experts, degrees)
+    return hit
+
+
+def _dp_seconds(
+    ctx: Context,
+    how: Issuing,
+    op: Op,
+    params: tuple[int, int, int],
+    nbytes: float,
+    bucket: int | None,
+    g: Groups,
+    experts: int,
+    degrees: tuple[int, int, int, int],
+) -> tuple[float, float, float]:
     blk, emb, head = params
     dense = (blk - experts, emb, head)
     # ZeRO-3's fetches as the stack issues them (per layer, or per module: ``zero3_comms``); the step's sync bucketed

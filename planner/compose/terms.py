@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from planner.compose.affine import NOTHING, Affine, scaled
 from planner.compose.blocks import block_counts, block_sequence, mixed_terms
 from planner.compose.context import Context, SharedKey
 from planner.compose.experts import dp_seconds, expert_state_bytes, expert_step_seconds
+from planner.compose.fsdp2_copies import fsdp2_copies
 from planner.compose.layer_group import (  # noqa: F401 (re-exported: their home before issue 26)
     NS,
     OVERLAP_SLOWDOWN,
@@ -38,7 +39,7 @@ from planner.pricing.collectives import (
 from planner.pricing.gpu import hbm_time, optimizer_step_times
 from planner.pricing.grad_add import grad_add_seconds
 from planner.pricing.host import fsdp_hook_times, hooks_measured, host_slowdown, host_step_dispatch, prefetch_overlaps
-from planner.workload.accumulation import FSDP_ENGINES, NO_ADD, DpSchedule, add_bytes, dp_schedule, fsdp2_copy_bytes
+from planner.workload.accumulation import NO_ADD, DpSchedule, add_bytes, dp_schedule
 from planner.workload.collectives import (
     NO_REDUCTIONS,
     Op,
@@ -190,17 +191,26 @@ def class_terms(ctx: Context, c: Candidate) -> SharedTerms:
     return piped
 
 
-def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = False) -> SharedTerms:
-    """The terms of a model whose every block is of ``kind``, with the real model's parameter count (the DP
-    buckets): ``blocks.merged`` joins the two kinds of a mixed model. ``memory_only``: the memory terms alone
-    (``memory_class_terms``), every time term NOTHING."""
+class KindMemory(NamedTuple):
+    """``kind_memory``: the layer group, the DP schedule, the gradient bytes on the wire, the state bytes per
+    parameter, the model states (bytes), the ZeRO-3 buffers and the gradients held from a chunk's first backward on."""
+
+    lg: LayerGroup
+    sched: DpSchedule
+    ge: int
+    per_param: StateBytes
+    states: Affine
+    z3_tmp: int
+    grads: Affine
+
+
+def kind_memory(ctx: Context, key: SharedKey, kind: str) -> KindMemory:
+    """``kind_terms``' memory part (bytes per GPU), which ``blocks.mixed_terms`` joins without the rest."""
     mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp, pipelined = key
-    at = (mbs, tp, sp, recompute, tpo, ep, etp)
-    lg = layer_group(ctx, *at, kind)
+    lg = layer_group(ctx, mbs, tp, sp, recompute, tpo, ep, etp, kind)
     tr, e = ctx.training, ctx.elt
     p_blk, p_emb, p_head = lg.params
-
-    # --- memory (bytes per GPU); the DP collectives per micro-batch or per step (``workload.accumulation``)
+    # the DP collectives per micro-batch or per step (``workload.accumulation``)
     sched = dp_schedule(ctx.stack.grad_accumulation, zero_stage, pipelined)
     ge = grad_bytes(ctx.stack, tr.precision, e)  # gradients on the wire (fp32 where the stack reduces in fp32)
     whole = sched.whole_grad_bytes(ctx.stack.grad_accumulation, e, ge)  # gradients accumulated unsharded
@@ -219,6 +229,19 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = Fals
     z3_tmp = zero3_buffer_bytes(ctx.stack, p_blk, e) if zero_stage == 3 and dp > 1 else 0  # gathered layers, grads
     gb = per_param.gradients if whole else 0  # the accumulated gradients, from each chunk's first backward on
     grads = Affine(0, *(math.floor(p * gb) for p in (p_blk, p_emb, p_head))) if gb else NOTHING
+    return KindMemory(lg, sched, ge, per_param, states, z3_tmp, grads)
+
+
+def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = False) -> SharedTerms:
+    """The terms of a model whose every block is of ``kind``, with the real model's parameter count (the DP
+    buckets): ``blocks.merged`` joins the two kinds of a mixed model. ``memory_only``: the memory terms alone
+    (``memory_class_terms``), every time term NOTHING."""
+    mbs, tp, sp, recompute, zero_stage, dp, tpo, ep, etp, pipelined = key
+    at = (mbs, tp, sp, recompute, tpo, ep, etp)
+    lg, sched, ge, per_param, states, z3_tmp, grads = kind_memory(ctx, key, kind)
+    tr, e = ctx.training, ctx.elt
+    p_blk, p_emb, p_head = lg.params
+    pe = lg.expert_params
     if memory_only:
         return replace(memory_terms_of(ctx, lg, states, per_param, z3_tmp, tp, sp), grads=grads)
 
@@ -337,32 +360,6 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = Fals
         flops_head=lg.flops[2],
         tied_sync=ns(comm_seconds(ctx, tied, g)),
         grads=grads,
-    )
-
-
-def fsdp2_copies(
-    ctx: Context,
-    sched: DpSchedule,
-    zero_stage: int,
-    gathered: tuple[int, int, int],
-    params: tuple[int, int, int],
-    grad_elt: int,
-    dp: int,
-) -> tuple[list[float], list[float], list[float]]:
-    """Seconds per micro-batch of each layer kind's (block, embedding, LM head) FSDP2 copies on the compute stream
-    (``accumulation.fsdp2_copy_bytes`` at the achieved HBM bandwidth of each copy): the forward gather's copy-out, the
-    backward gather's, the reduce-scatter's copy-in (FSDP1: its gradient passes) — zero where the collective does not
-    run in every micro-batch, on engines other than FSDP's, at ZeRO-0 (not ``fully_shard``'s units) and on a host."""
-    zero = [0.0, 0.0, 0.0]
-    if ctx.stack.grad_accumulation not in FSDP_ENGINES or zero_stage == 0 or hooks_measured(ctx):
-        return zero, zero, zero
-    e = ctx.elt
-    b = [fsdp2_copy_bytes(ctx.stack.grad_accumulation, g, e, p, e, grad_elt, dp) for g, p in zip(gathered, params)]
-    out = [hbm_time(ctx, x.copy_out) for x in b]
-    return (
-        out if sched.gather_fwd else zero,
-        out if sched.gather_bwd else zero,
-        [hbm_time(ctx, x.reduce_copy_in) for x in b] if sched.reduce_each else zero,
     )
 
 

@@ -82,6 +82,10 @@ class Device(Inputs):
     gemm_cache: dict[tuple[int, int, int, int, bool, bool], float] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    #: ``grad_add.grad_add_seconds`` by its arguments (every shared key of a MoE model asks it of the same layers)
+    grad_add_cache: dict[tuple, tuple[tuple[float, ...], tuple[float, ...]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @cached_property
     def comm(self) -> comm_mod.CommModel:

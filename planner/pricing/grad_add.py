@@ -52,7 +52,19 @@ def grad_add_seconds(
     (the fused linears' weights instead through their GEMMs: ``fused_wgrad_seconds``), and per step ``add.step``
     (zeroing the buffer). The first micro-batch is priced as the others: a rank's per-micro-batch terms have no
     first-micro-batch slot (the shared terms do not know m), so where it moves less (``add.first``: autograd keeps
-    the first gradient) a step of m micro-batches is overstated by (each − first)/(m·each) of its pass."""
+    the first gradient) a step of m micro-batches is overstated by (each − first)/(m·each) of its pass. Memoised on
+    the device by its arguments (``Device.grad_add_cache``: a MoE model's shared keys repeat them), a new list each."""
+    key = (kind, mbs, tp, params, add, expert_params)
+    hit = ctx.grad_add_cache.get(key)
+    if hit is None:
+        each, once = _grad_add_seconds(ctx, kind, mbs, tp, params, add, expert_params)
+        hit = ctx.grad_add_cache[key] = (tuple(each), tuple(once))
+    return list(hit[0]), list(hit[1])
+
+
+def _grad_add_seconds(
+    ctx: Device, kind: str, mbs: int, tp: int, params: tuple[int, int, int], add: AddBytes, expert_params: int
+) -> tuple[list[float], list[float]]:
     tokens = mbs * ctx.training.seq_len
     each, once = [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]
     if not (add.each or add.first or add.step):

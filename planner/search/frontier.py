@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterator
 from enum import IntEnum
+from operator import attrgetter
 from typing import NamedTuple
 
 from planner.compose.blocks import WINDOW, block_sequence, has_moe_blocks
@@ -46,6 +47,9 @@ class QueueItem(NamedTuple):
     bound: int  # a valid lower bound of its objective
     order: tuple  # ``simplicity``: ties are visited simplest first (it ends with the candidate: unique)
     key: Key
+    #: a FAMILY item: its first group of members still folded in it (``family_chain``; (bound, order, key) are unique
+    #: in a queue, so this is never compared)
+    rest: int = 0
 
     @property
     def cand(self) -> Candidate:
@@ -76,6 +80,43 @@ def moe_families(ctx: Context) -> bool:
     return not block_sequence(ctx)[0][-1].endswith(WINDOW)
 
 
+def family_chain(ctx: Context, members: list[Candidate]) -> list[list[Candidate]]:
+    """A family's members (classes that differ only in ZeRO stage, CP exchange and (ep, etp)) grouped by their MoE block floor F + B (``moe_floor``), least first: ``lean_bound(floor=True)`` reads
+    the pair through that sum alone and ``lean_pipe`` is non-decreasing in it (the MoE layers' weight; every layer's
+    on a model of MoE blocks alone), so the groups' floor keys are non-decreasing along the chain and a group's
+    members share one. ``tests/test_expert_floor.py`` checks both on every family."""
+    c0 = members[0]
+    view = cp_view(ctx, c0.cp)
+    at = (c0.micro_batch_size, c0.tp, c0.sequence_parallel, c0.recompute, c0.tp_comm_overlap)
+    weights: dict[tuple[int, int], int] = {}
+    groups: dict[int, list[Candidate]] = {}
+    for c in members:
+        pair = (c.ep, c.etp)
+        w = weights.get(pair)
+        if w is None:
+            w = weights[pair] = sum(moe_floor(view, *at, *pair))
+        groups.setdefault(w, []).append(c)
+    return [groups[w] for w in sorted(groups)]
+
+
+#: The fields a family's members differ in, in ``simplicity``'s order of them: the least member's order is the least
+#: ``simplicity`` of the family (its other fields are one class's).
+IN_FAMILY = attrgetter("zero_stage", "ep", "etp", "cp_comm")
+#: ``lean_key`` less (ep, etp): a family's key.
+FAMILY_KEY = attrgetter(
+    "micro_batch_size",
+    "tp",
+    "sequence_parallel",
+    "recompute",
+    "pp",
+    "schedule",
+    "virtual_stages",
+    "dp",
+    "cp",
+    "tp_comm_overlap",
+)
+
+
 def family_floor(
     ctx: Context,
     members: list[Candidate],
@@ -83,19 +124,9 @@ def family_floor(
     loads: dict[tuple, int],
     weights: dict[tuple, LeanWeights] | None = None,
 ) -> int:
-    """The least ``lean_bound(floor=True)`` (memoised in ``floors`` by ``lean_key``) of classes that differ only in
-    ZeRO stage, CP exchange and (ep, etp): the member's whose MoE block floor F + B (``moe_floor``) is the least —
-    the floor key reads the pair through that sum alone, and ``lean_pipe`` is non-decreasing in it (the MoE layers'
-    weight; every layer's on a model of MoE blocks alone). ``tests/test_expert_floor.py`` checks it is the minimum."""
-    c0, best, seen = members[0], members[0], set()
-    view, least = cp_view(ctx, c0.cp), None
-    at = (c0.micro_batch_size, c0.tp, c0.sequence_parallel, c0.recompute, c0.tp_comm_overlap)
-    for c in members:
-        if (c.ep, c.etp) not in seen:
-            seen.add((c.ep, c.etp))
-            w = sum(moe_floor(view, *at, c.ep, c.etp))
-            if least is None or w < least:
-                least, best = w, c
+    """The least ``lean_bound(floor=True)`` (memoised in ``floors`` by ``lean_key``) of a family's members: its first
+    group's (``family_chain``). ``tests/test_expert_floor.py`` checks it is the minimum."""
+    best = family_chain(ctx, members)[0][0]
     k = lean_key(best)
     fb = floors.get(k)
     if fb is None:
@@ -120,23 +151,23 @@ class Frontier:
         moe = has_moe_blocks(ctx)
         self.heap: list[QueueItem] = []
         self._floors = floors
-        self._families: dict[Candidate, list[tuple]] = {}  # a FAMILY's members' ``simplicity``, by its first member
+        # a FAMILY item's chain of member groups (``family_chain``) and, per group, the least order from it on: by the
+        # class each of those orders ends with (an item's ``cand``)
+        self._families: dict[Candidate, tuple[list[list[Candidate]], list[tuple]]] = {}
         heap, lean, lean_tag, floor_tag = self.heap, self._lean, Key.LEAN, Key.FLOOR
         if moe and moe_families(ctx):  # one item per family at its least floor key (``family_floor``)
-            groups: dict[tuple, list[tuple]] = {}
+            groups: dict[tuple, list[Candidate]] = {}
             for c in cands:
-                k = lean_key(c)
-                groups.setdefault(k[:-2], []).append(simplicity(c))
-            for orders in groups.values():
-                first = min(orders)
-                self._families[first[-1]] = orders
-                heap.append(
-                    QueueItem(
-                        family_floor(ctx, [o[-1] for o in orders], floors, self._loads, self._weights),
-                        first,
-                        Key.FAMILY,
-                    )
-                )
+                groups.setdefault(FAMILY_KEY(c), []).append(c)
+            for members in groups.values():
+                chain = family_chain(ctx, members)
+                least = [min(g, key=IN_FAMILY) for g in chain]  # the least ``simplicity`` of each group and after it
+                for i in range(len(least) - 2, -1, -1):
+                    least[i] = min(least[i], least[i + 1], key=IN_FAMILY)
+                mins = [simplicity(c) for c in least]
+                for c in least:
+                    self._families[c] = (chain, mins)
+                heap.append(QueueItem(self.floor(chain[0][0]), mins[0], Key.FAMILY))
             heapq.heapify(heap)
             return
         for c in cands:
@@ -171,8 +202,16 @@ class Frontier:
         return b
 
     def members(self, item: QueueItem) -> list[QueueItem]:
-        """A FAMILY item's classes at their floor keys (each ≥ the family's)."""
-        return [QueueItem(self.floor(o[-1]), o, Key.FLOOR) for o in self._families[item.cand]]
+        """A FAMILY item unfolded: the classes of its first group (``family_chain``) at their floor keys, the family's,
+        and the rest of the chain as one FAMILY item at the next group's floor key (≥ it: the chain's keys do not
+        fall) and the least order of its members (≤ each): every class leaves the queue as it would queued at its own
+        floor key, and the groups never reached are never keyed."""
+        chain, mins = self._families[item.cand]
+        i = item.rest
+        out = [QueueItem(self.floor(c), simplicity(c), Key.FLOOR) for c in chain[i]]
+        if i + 1 < len(chain):
+            out.append(QueueItem(self.floor(chain[i + 1][0]), mins[i + 1], Key.FAMILY, i + 1))
+        return out
 
     def lean(self, c: Candidate) -> int:
         """``lean_bound``, memoised by ``lean_key``."""
