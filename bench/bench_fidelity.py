@@ -44,6 +44,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.fidelity_mlperf import mlperf_row  # noqa: E402
+from bench.fidelity_mlperf import stack as mlperf_stack  # noqa: E402
 from planner.answer import accounting  # noqa: E402
 from planner.answer.calibrate import predict_step_time  # noqa: E402
 from planner.api import estimate_plan  # noqa: E402
@@ -364,7 +366,7 @@ def titan_pp_row(row: dict[str, Any]) -> dict[str, Any]:
 def moe_row(row: dict[str, Any]) -> dict[str, Any]:
     """``row`` with the assumptions of ``MOE_CATALOG`` applied (an expert-parallel row it names; else unchanged),
     after ``bridge_row``'s and ``titan_pp_row``'s."""
-    row = titan_pp_row(bridge_row(row))
+    row = titan_pp_row(bridge_row(mlperf_row(row)))
     par = row["parallel"]
     catalog = MOE_CATALOG.get(row["model_name"])
     if (par.get("ep") or 1) <= 1 or row["model"] is not None or catalog is None or row["stack"] != "megatron":
@@ -553,6 +555,8 @@ def stack_of(row: dict[str, Any]) -> str | dict[str, Any]:
     only, NCCL's 2.10 tuner), the 2020 README rows with their eager kernels; other 2021 runs with their era's NCCL
     tuner (``NCCL_210_GROUPS``); torchtitan runs with the kernels and selective AC of their published configs
     (``TITAN_*``)."""
+    if (mlperf := mlperf_stack(row)) is not None:  # bench/fidelity_mlperf.py
+        return mlperf
     era = {"nccl": "2.10"} if row["source_group"] in NCCL_210_GROUPS else {}
     if row["source_group"] in BRIDGE_GROUPS and row["stack"] == "megatron":
         # every Megatron-Bridge recipe of the archive's rows overlaps the DP gradient reduce with backward
@@ -699,6 +703,7 @@ class Result:
 
 
 def evaluate(row: dict[str, Any], gpus: dict[str, Any]) -> Result:
+    row = mlperf_row(row)  # the MLPerf rows' training-only figure (bench/fidelity_mlperf.py)
     req = request(row, gpus)
     plan = estimate_plan(req)
     est = plan.estimate
