@@ -185,6 +185,7 @@ FINGERPRINTS = {
     49: "3c7598aba8e3939f",  # 49 (gpt-oss's eager clamp; FA2 H100 head dim 64): no reference MoE or head dim 64 on H100;
     # tests/test_gpt_oss_megatron.py
     50: "3c7598aba8e3939f",  # 50 (sm_90 FP8 GEMMs no faster than the half-depth 16-bit GEMM): no FP8 reference; tests/test_fp8_gemm_shape.py
+    51: "3c7598aba8e3939f",  # 51 (interleaved DP sync/param all-gather chunk by chunk): no interleaved megatron reference
 }
 
 

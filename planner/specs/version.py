@@ -223,4 +223,13 @@ from __future__ import annotations
 #:    one and the epilogue writes the same 16-bit output, so M×N×K in FP8 is the tile work of M×N×(K/2) in 16 bits,
 #:    priced by cost model 48's table. Was: the FP8 ceiling × waves at any shape. Large GEMMs unchanged (the ceiling
 #:    binds); small-K FP8 GEMMs (TP-sharded ``wo``/``w2``, narrow layers' data gradients) slow down. Residuals refitted.
-COST_MODEL_VERSION = 50
+#: 51: interleaved 1F1B on a megatron preset that overlaps the DP sync chunk by chunk (``compose.step_end``): (1) with
+#:    ``overlap_grad_reduce`` each model chunk's gradient sync is launched after the chunk's last backward
+#:    (NVIDIA/Megatron-LM df72712 megatron/core/pipeline_parallel/schedules.py:534-544, :619-628, :917-926), so a rank's
+#:    sync hides under the backward after its first chunk's launch, all but its chunk 0's (``chunk_sync_terms``); was:
+#:    the whole sync against the rank's last chunk backward. (2) New overridable ``Stack.overlap_param_gather``
+#:    (off in the presets, as Megatron-LM's ``--overlap-param-gather``): the ZeRO-1/2 parameter all-gather chunk by
+#:    chunk under the next step's forwards (:510-513, :552-563; NeMo r1.20 ``sync_overlap_parameters`` → apex
+#:    ``overlap_param_sync``), only chunk 0's holding the first forward (``param_gather_parts``); was: all exposed.
+#:    MLPerf v3.1 GPT-3 175B (PP 8 × VP 12, both on): exposed DP sync 0.29 → 0.08 s a step. Residuals refitted.
+COST_MODEL_VERSION = 51
