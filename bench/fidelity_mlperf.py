@@ -127,7 +127,7 @@ COMMON = {
         "parallel.zero_stage: 1 (config_common.sh:8 USE_DIST_OPTIMIZER=True → run_and_time.sh:116-117 "
         "optim=distributed_fused_adam: apex DistributedFusedAdam, optimizer state and fp32 master weights sharded "
         "over DP); stack.overlap_grad_reduce: true (conf/optim/distributed_fused_adam.yaml:3-4 overlap_grad_sync "
-        "and overlap_param_sync True, bucket_cap_mb 100); gradients reduce-scattered in bf16 (:6 grad_sync_dtype: "
+        "and overlap_param_sync True, bucket_cap_mb 100; stack.overlap_param_gather: true, cost model 52); gradients reduce-scattered in bf16 (:6 grad_sync_dtype: "
         "bf16; the preset's fp8 gradients travel in 2 bytes too)",
         "precision: fp8, training.fp8_recipe: delayed (config_fp8.sh:2-6 FP8, FP8_HYBRID, FP8_AMAX_HISTORY=1024, "
         "FP8_AMAX_ALGO=max: TE DelayedScaling, HYBRID format; bf16 trainer precision, custom.yaml:12)",
@@ -221,4 +221,4 @@ def stack(row: dict[str, Any]) -> dict[str, Any] | None:
     overlap_param_sync, conf/optim/distributed_fused_adam.yaml:3-4 in both rounds)."""
     if row["source_group"] not in GROUPS or row["stack"] != "megatron":
         return None
-    return {"base": "megatron", "overlap_grad_reduce": True}
+    return {"base": "megatron", "overlap_grad_reduce": True, "overlap_param_gather": True}

@@ -169,6 +169,7 @@ def class_terms(ctx: Context, c: Candidate) -> SharedTerms:
             fwd_cp=more_f,
             bwd_cp=more_b,
             hidden_bwd=scaled(bwd, 1 - OVERLAP_SLOWDOWN) if base.overlap_grad_reduce else NOTHING,
+            hidden_fwd=scaled(base.fwd.plus(more_f), 1 - OVERLAP_SLOWDOWN) if base.hidden_fwd != NOTHING else NOTHING,
         )
     return s
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Generic, NamedTuple
 
-from planner.compose.affine import Count, moe_counts, total
+from planner.compose.affine import NOTHING, Count, moe_counts, total
 
 if TYPE_CHECKING:
     from planner.compose.cost import Candidate
@@ -19,21 +19,38 @@ class EndTerms(NamedTuple, Generic[Count]):
     the stack overlaps it (``Stack.overlap_grad_reduce``; else ``overlap`` and ``slowed`` are 0), then the
     optimizer step, then the ZeRO-1/2 parameter all-gather. Overlapped compute runs σ slower over the time
     it shares with the sync (``OVERLAP_SLOWDOWN``), so the sync costs max(0, sync − b) + σ·min(sync, b)
-    = max(σ·sync, sync − (1 − σ)·b): ``overlap`` = (1 − σ)·b and ``slowed`` = σ·sync."""
+    = max(σ·sync, sync − (1 − σ)·b): ``overlap`` = (1 − σ)·b and ``slowed`` = σ·sync.
+
+    Interleaved 1F1B where the stack syncs chunk by chunk (``SharedTerms.chunk_grad_sync``: Megatron-core's
+    ``grad_sync_func``, ``chunk_sync_terms``): ``overlap`` is (1 − σ)· the backward the rank runs after its first chunk's
+    sync is launched, and ``last`` = (1 − σ)· the sync of its chunk 0, which is launched after the rank's last
+    backward and hides under nothing: the sync then costs max(σ·sync + last, sync − overlap)."""
 
     sync: Count
     overlap: Count
     optimizer: Count
     post: Count
     slowed: Count = 0  # type: ignore[assignment]
+    last: Count = 0  # type: ignore[assignment]
+    near: Count = 0  # type: ignore[assignment]  # chunks 0 and 1's sync less the backward after chunk 1's launch
+    posts: tuple[Count, ...] = ()  # the all-gather's exposed part is their max where it overlaps (else ``post``)
+
+
+def _near(t: EndTerms[Count]) -> list[Count]:
+    return [] if isinstance(t.near, int) and t.near == 0 else [t.near]
+
+
+def _grad_parts(t: EndTerms[Count]) -> list[Count]:
+    if isinstance(t.sync, int) and t.sync == 0:  # nothing to sync
+        return [0]
+    return [t.slowed + t.last, t.sync - t.overlap] + _near(t)
 
 
 def end_parts(t: EndTerms[Count]) -> list[Count]:
-    """The rank's end term is the max of these: ``max(slowed, sync − overlap) + optimizer + post``."""
-    done = t.optimizer + t.post
-    if isinstance(t.sync, int) and t.sync == 0:  # nothing to sync
-        return [done]
-    return [done + t.slowed, t.sync - t.overlap + done]
+    """The rank's end term is the max of these: ``max(slowed + last, sync − overlap[, near]) + optimizer +
+    max(posts)`` (``post`` where the all-gather is not overlapped)."""
+    posts = list(t.posts) or [t.post]
+    return [t.optimizer + g + p for g in _grad_parts(t) for p in posts]
 
 
 def end_terms(
@@ -49,13 +66,55 @@ def end_terms(
     if k is None and s.moe_prefix is not None:
         k = moe_counts(s.moe_prefix, n)  # type: ignore[arg-type,assignment]  # ints: a cut being evaluated
     moe, own = (total(k[r :: c.pp]), k[r]) if k is not None else (0, 0)
+    hidden: Count = s.hidden_bwd.at(n[r], r == 0, r == c.chunks - 1, own)
+    last: Count = 0  # type: ignore[assignment]
+    near: Count = 0  # type: ignore[assignment]
+    interleaved = c.virtual_stages > 1 and c.schedule == "interleaved-1f1b"
+    if s.chunk_grad_sync and interleaved:
+        hidden, last, near = chunk_sync_terms(s, c, n, r, k, emb, head)
+    posts = param_gather_parts(s, c, n, r, k, emb, head) if interleaved and s.hidden_fwd != NOTHING else ()
     return EndTerms(
         s.sync.at(layers, emb, head, moe),
-        s.hidden_bwd.at(n[r], r == 0, r == c.chunks - 1, own),
+        hidden,
         s.opt.at(layers, emb, head, moe) + tied,
         s.post.at(layers, emb, head, moe),
         s.sync_slowdown.at(layers, emb, head, moe),
+        last,
+        near,
+        posts,
     )
+
+
+def chunk_sync_terms(
+    s: SharedTerms, c: Candidate, n: Sequence[Count], r: int, k: Sequence[Count] | None, emb: bool, head: bool
+) -> tuple[Count, Count, Count]:
+    """(overlap, last, near) of rank r under interleaved 1F1B with the gradient sync launched chunk by chunk.
+
+    Megatron-core (NVIDIA/Megatron-LM df72712, the MLPerf v3.1 GPT-3 submission's; the same at d98e8a64dd
+    schedules.py:1446-1451): megatron/core/pipeline_parallel/schedules.py:619-628 launches ``grad_sync_func`` for the
+    chunk whose last micro-batch backward was ``microbatch_id − pipeline_parallel_rank`` (:534-544: the last of
+    each chunk's pp backward slots in the last group of pp·v), and :917-926 the chunks never reached (rank r's
+    chunk 0 for r > 0) after the rank's last backward; NeMo r1.20 (bd0b818) megatron_gpt_model.py:419-443 puts each
+    virtual stage's layers in one bucket of apex's DistributedFusedAdam, the embedding and the sequence-parallel
+    norms (overlap disabled, :385-412) in the last one. Rank r's chunk j (its (j+1)-th) is launched j·pp − r
+    backward slots before its last backward ends, so on one stream the syncs end at
+    max over j of (Σ_{i ≤ j} sync_i − B_j), B_j = pp·Σ_{i < j} b_i − r·b_{j−1} the backward after chunk j's launch
+    (B_0 = 0), taken at j = v − 1 (the whole sync: ``overlap`` = (1 − σ)·B_{v−1}), j = 1 (``near``: sync_0 + sync_1 −
+    (1 − σ)·B_1) and j = 0 (chunk 0's sync, with the embedding and head, against nothing: ``last``) — exact for
+    equal chunks, where the terms between are linear in j; the compute under the rest is slowed by σ
+    (``slowed``)."""
+    ks: Sequence[Count] = k if k is not None else [0] * len(n)  # type: ignore[list-item]
+    chunks = list(range(r, c.chunks, c.pp))  # the rank's chunks, 0-th first
+
+    def hid(ch: int) -> Count:
+        return s.hidden_bwd.at(n[ch], ch == 0, ch == c.chunks - 1, ks[ch])
+
+    overlap = c.pp * total([hid(ch) for ch in chunks[:-1]]) - r * hid(chunks[-2])
+    own, one = ks[r], chunks[1]
+    last = s.sync.at(n[r], emb, head, own) - s.sync_slowdown.at(n[r], emb, head, own)
+    first_two = s.sync.at(n[r], emb, head, own) + s.sync.at(n[one], False, False, ks[one])
+    near = first_two - (c.pp - r) * hid(r)
+    return overlap, last, near
 
 
 def rank_end(t: EndTerms[int]) -> int:
@@ -65,4 +124,34 @@ def rank_end(t: EndTerms[int]) -> int:
 def exposed_sync(t: EndTerms[int]) -> int:
     """The DP sync on the critical path (the sync beyond its overlap or the slowdown of the compute under
     it, and the ZeRO all-gather)."""
-    return max(t.slowed, t.sync - t.overlap) + t.post
+    return max(_grad_parts(t)) + max(list(t.posts) or [t.post])
+
+
+def param_gather_parts(
+    s: SharedTerms, c: Candidate, n: Sequence[Count], r: int, k: Sequence[Count] | None, emb: bool, head: bool
+) -> tuple[Count, Count, Count]:
+    """The candidates for the exposed ZeRO-1/2 parameter all-gather of rank r under interleaved 1F1B where the stack
+    all-gathers chunk by chunk under the next step's forwards (``Stack.overlap_param_gather``; the step's all-gather
+    is priced at its end, the same time on the critical path).
+
+    Megatron-core df72712 megatron/core/pipeline_parallel/schedules.py:510-513 launches ``param_sync_func`` for
+    chunks 0 and 1 before the first forward and :552-563 chunk j ≥ 2's at the forward slot ``(j − 1)·pp − r``, pp + r
+    slots before its first forward (the same at d98e8a64dd :1342); NeMo r1.20 (bd0b818) megatron_base_model.py:351-353
+    ``sync_overlap_parameters`` → apex DistributedFusedAdam ``_try_start_bucket_param_sync`` (``overlap_param_sync``:
+    the submission's conf/optim/distributed_fused_adam.yaml:4). Chunk 0's gather (with the embedding and head, NeMo's
+    last bucket: megatron_gpt_model.py:439-443) holds the first forward; chunk j's must be in by its first forward,
+    pp·Σ_{i<j} f_i after the start: as for the gradient sync (``chunk_sync_terms``) the stall is
+    max over j of (Σ_{i ≤ j} gather_i − (1 − σ)·pp·Σ_{i<j} f_i) taken at j = 0 (with σ· the overlapped rest), 1, v − 1."""
+    ks: Sequence[Count] = k if k is not None else [0] * len(n)  # type: ignore[list-item]
+    chunks = list(range(r, c.chunks, c.pp))
+    moe, own, one = total([ks[ch] for ch in chunks]), ks[r], chunks[1]
+    layers = total([n[ch] for ch in chunks])
+
+    def hid(ch: int) -> Count:
+        return s.hidden_fwd.at(n[ch], ch == 0, ch == c.chunks - 1, ks[ch])
+
+    whole, first = s.post.at(layers, emb, head, moe), s.post.at(n[r], emb, head, own)
+    slowed = s.post_slowdown.at(layers, emb, head, moe) - s.post_slowdown.at(n[r], emb, head, own)
+    near = first + s.post.at(n[one], False, False, ks[one]) - c.pp * hid(r)
+    far = whole - c.pp * total([hid(ch) for ch in chunks[:-1]])
+    return first + slowed, near, far

@@ -2,10 +2,9 @@
 sequence parallelism, recomputation, ZeRO stage, dp, TP overlap, ep, etp) — ``shared_terms``, computed once
 each; the one formula of a pipeline rank's end-of-step term built from them is ``step_end.end_terms``.
 
-Every term is ``affine.Affine``: a constant, a coefficient per transformer layer, and the extras of the
-embedding and the LM head, so a chunk's or a rank's value is affine in its layer count. The same
-functions take a cut (ints: ``cost.evaluate``, the bounds) or CP-SAT variables (the cut solver's
-model): one formula, whatever consumes it. Times are integer nanoseconds, memory integer bytes.
+Every term is ``affine.Affine`` (a constant, a coefficient per layer, the embedding's and LM head's extras): affine in
+a chunk's or rank's layer count. The same functions take a cut (ints: ``cost.evaluate``, the bounds) or CP-SAT
+variables (the cut solver's model): one formula, whatever consumes it. Times are integer ns, memory integer bytes.
 """
 
 from __future__ import annotations
@@ -104,13 +103,15 @@ class SharedTerms:
     bwd_cp: Affine = Affine()
     #: ``states``' gradients that exist only from their chunk's first backward on (``memory.pending_grads``), or NOTHING
     grads: Affine = Affine()
-    #: ns the first and the last pipeline rank spend at the step's end on the tied embeddings' all-reduce between
-    #: them where the stack issues it (``workload.collectives.tied_embedding_sync``; pp > 1 only)
+    #: ns the first and last pipeline ranks spend on their tied embeddings' all-reduce (``tied_embedding_sync``; pp > 1)
     tied_sync: int = 0
-    #: a model of two block kinds (``block_sequence``): MoE layers among the first i layers, and the FLOPs a MoE
-    #: layer adds to a dense one (every ``Affine`` above then has its ``moe`` coefficient); None for one kind
+    #: two block kinds (``block_sequence``): MoE layers in the first i layers, the FLOPs a MoE layer adds; else None
     moe_prefix: tuple[int, ...] | None = None
     flops_moe: float = 0.0
+    chunk_grad_sync: bool = False  # DP sync chunk by chunk under interleaved 1F1B (``step_end.chunk_sync_terms``)
+    #: ``Stack.overlap_param_gather``: (1 − σ)·fwd and σ·post (``step_end.param_gather_parts``); else NOTHING
+    hidden_fwd: Affine = Affine()
+    post_slowdown: Affine = Affine()
 
     def own_head(self, c: Candidate) -> bool:
         """Whether the LM head has parameters of its own (tied to the embedding on a single chunk)."""
@@ -192,8 +193,7 @@ def class_terms(ctx: Context, c: Candidate) -> SharedTerms:
 
 
 class KindMemory(NamedTuple):
-    """``kind_memory``: the layer group, the DP schedule, the gradient bytes on the wire, the state bytes per
-    parameter, the model states (bytes), the ZeRO-3 buffers and the gradients held from a chunk's first backward on."""
+    """``kind_memory``: layer group, DP schedule, wire gradient bytes, state bytes, states, ZeRO-3 buffers, gradients."""
 
     lg: LayerGroup
     sched: DpSchedule
@@ -360,6 +360,9 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = Fals
         flops_head=lg.flops[2],
         tied_sync=ns(comm_seconds(ctx, tied, g)),
         grads=grads,
+        chunk_grad_sync=ctx.stack.overlap_grad_reduce and how.finalize_grads == "megatron",
+        hidden_fwd=scaled(fwd, 1 - slow) if ctx.stack.overlap_param_gather else NOTHING,
+        post_slowdown=scaled(post, slow) if ctx.stack.overlap_param_gather else NOTHING,
     )
 
 

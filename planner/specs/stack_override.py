@@ -49,6 +49,10 @@ class StackOverride(Spec):
     overlap_grad_reduce: bool | None = Field(
         default=None, description="Whether the DP gradient reduction overlaps the last backward."
     )
+    overlap_param_gather: bool | None = Field(
+        default=None,
+        description="Whether ZeRO-1/2's parameter all-gather overlaps the next step's forwards (interleaved 1F1B).",
+    )
     norm_kernel: Literal["eager", "fused"] | None = Field(
         default=None, description="Norm kernels alone (eager or fused); unset: as kernels."
     )

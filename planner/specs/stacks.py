@@ -38,6 +38,7 @@ LossKind = Literal["fp32_logits", "upcast", "fused"]
 #: The fields an inline stack may override (all but ``id``, ``title`` and ``source``).
 OVERRIDABLE: tuple[str, ...] = ("attention", "flash_kernel", "dropout", "activations", "kernels", "overlap_grad_reduce")
 OVERRIDABLE += ("selective_ac", "norm_kernel", "loss", "nccl", "grad_accumulation", "reduce_dtype", "train_metrics")
+OVERRIDABLE += ("overlap_param_gather",)
 
 
 class Stack(BaseModel):
@@ -53,6 +54,7 @@ class Stack(BaseModel):
     activations: ActivationFormula
     kernels: Kernels
     overlap_grad_reduce: bool
+    overlap_param_gather: bool = False  # ZeRO-1/2's all-gather under the next forwards (``compose.step_end``)
     source: str
     selective_ac: SelectiveAc = "op"
     norm_kernel: NormKernel | None = None
@@ -96,9 +98,7 @@ class Stack(BaseModel):
     zero_stages: tuple[int, ...] = Field(description="ZeRO stages (parallel.zero_stage) it runs with pp = 1.")
     #: ZeRO stages it runs with pp > 1 (a subset of ``zero_stages``).
     pipeline_zero_stages: tuple[int, ...] = Field(description="ZeRO stages it runs with pp > 1.")
-    #: What each ZeRO stage is in this stack (its data-parallel modes, named as it names them).
     data_parallel: str = Field(description="What each ZeRO stage is in this stack.")
-    #: Pipeline schedules it runs (``planner.specs.config.SCHEDULES`` ids).
     schedules: tuple[Schedule, ...] = Field(description="Pipeline schedules it runs (GET /v1/catalog/schedules ids).")
     sequence_parallel: bool = Field(description="Whether it runs sequence parallelism (with tp > 1).")
     #: Recompute granularities it runs (``parallel.recompute``).
