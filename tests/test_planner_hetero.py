@@ -223,7 +223,7 @@ def test_the_kinds_screen_rules_out_classes_the_layer_caps_let_through() -> None
         ctx, pins = mixed_instance(seed, sequence)
         for cand in enumerate_candidates(ctx, pins, SearchOptions()):
             cc = class_costs(ctx, cand)
-            args = (cc.shared, cand, cc.live, cc.num_layers, cc.usable_bytes)
+            args = (cc.shared, cand, cc.live, cc.num_layers, cc.usable_bytes, cc.done)  # as the search passes them
             if caps_fit(layer_caps(*args), cand.virtual_stages, cc.num_layers) and not kinds_fit(*args):
                 assert not any(evaluate(cc, n).fits for n in compositions(cc.num_layers, cc.chunks))
                 dropped += 1

@@ -58,7 +58,7 @@ def _check(ctx, pins) -> tuple[int, int]:
         for usable in peaks[:: max(1, len(peaks) // 4)]:
             cc = replace(base, usable_bytes=usable)
             fit = [e.objective_ns for e in (evaluate(cc, n) for n in cuts) if e.fits]
-            caps = tuple(layer_caps(cc.shared, cand, cc.live, cc.num_layers, cc.usable_bytes))
+            caps = tuple(layer_caps(cc.shared, cand, cc.live, cc.num_layers, cc.usable_bytes, cc.done))
             steady = steady_bound(cc, caps)
             assert steady <= min(fit), (cand, usable, steady, min(fit))
             assert fitting_bound(cc) <= min(fit)
