@@ -26,6 +26,18 @@ def _plan(model: str | dict, stack: str = "megatron", **parallel):
     )
 
 
+def _parts(stage) -> float:
+    """A stage's itemised memory, summed."""
+    return (
+        stage.weights_gib
+        + stage.gradients_gib
+        + stage.optimizer_gib
+        + stage.activations_gib
+        + stage.buffers_gib
+        + stage.reserve_gib
+    )
+
+
 @pytest.mark.parametrize(
     "parallel",
     [
@@ -65,14 +77,7 @@ def test_expert_memory_is_the_experts_counted_by_hand(parallel: dict) -> None:
         assert stage.expert_gradients_gib == pytest.approx(n * grad_b / GIB, rel=1e-9)
         assert stage.expert_optimizer_gib == pytest.approx(n * opt_b / GIB, rel=1e-9)
         assert stage.expert_weights_gib < stage.weights_gib and stage.expert_optimizer_gib < stage.optimizer_gib
-        parts = (
-            stage.weights_gib
-            + stage.gradients_gib
-            + stage.optimizer_gib
-            + stage.activations_gib
-            + stage.buffers_gib
-            + stage.reserve_gib
-        )
+        parts = _parts(stage)
         assert parts == pytest.approx(stage.total_gib, rel=1e-9)
 
 
@@ -256,13 +261,6 @@ def test_expert_breakdown_holds_the_gradients_the_memory_model_priced(schedule, 
         )
         assert stage.gradients_gib == pytest.approx(held / GIB, rel=1e-9, abs=1e-12)
         assert stage.gradients_gib >= stage.expert_gradients_gib
-        parts = (
-            stage.weights_gib
-            + stage.gradients_gib
-            + stage.optimizer_gib
-            + stage.activations_gib
-            + stage.buffers_gib
-            + stage.reserve_gib
-        )
+        parts = _parts(stage)
         assert parts == pytest.approx(stage.total_gib, rel=1e-12)
         assert stage.total_gib == pytest.approx(with_reserve_gib(rank_memory(cc, n, r)), rel=1e-12)
