@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,19 +37,35 @@ def estimate(request: PlanRequest | dict) -> Estimate:
 # Planning
 
 
+class _GcPause:
+    """The depth of ``gc_paused`` across threads (the service plans concurrent requests in threads, and the collector
+    is process-wide): the first to enter disables the collector, the last to leave re-enables it, and only if it ran
+    when the first entered; the lock keeps the check and the change of depth one step."""
+
+    lock = threading.Lock()
+    depth = 0
+    resume = False
+
+
 @contextmanager
 def gc_paused() -> Iterator[None]:
     """Python's cyclic garbage collector paused while planning, resumed after if it ran before: reference counting
     frees the millions of short-lived tuples the search makes, and the collector's passes over the live caches (tens
     of thousands of terms, classes and queue items) were ~20 % of the CPU of DeepSeek-V3 on 2,048 GPUs (~0.25 of
-    ~1.3 s); the few cycles a plan leaves (~57,000 objects, ~1 MB there) are collected once it runs again."""
-    enabled = gc.isenabled()
-    gc.disable()
+    ~1.3 s); the few cycles a plan leaves (~57,000 objects, ~1 MB there) are collected once it runs again. Nested and
+    concurrent (threads) pauses share one pause (``_GcPause``): it ends when the last of them does."""
+    with _GcPause.lock:
+        if _GcPause.depth == 0:
+            _GcPause.resume = gc.isenabled()
+            gc.disable()
+        _GcPause.depth += 1
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        with _GcPause.lock:
+            _GcPause.depth -= 1
+            if _GcPause.depth == 0 and _GcPause.resume:
+                gc.enable()
 
 
 def plan(request: PlanRequest | dict) -> PlanResponse:

@@ -26,6 +26,18 @@ def _plan(model: str | dict, stack: str = "megatron", **parallel):
     )
 
 
+def _parts(stage) -> float:
+    """A stage's itemised memory, summed."""
+    return (
+        stage.weights_gib
+        + stage.gradients_gib
+        + stage.optimizer_gib
+        + stage.activations_gib
+        + stage.buffers_gib
+        + stage.reserve_gib
+    )
+
+
 @pytest.mark.parametrize(
     "parallel",
     [
@@ -65,14 +77,7 @@ def test_expert_memory_is_the_experts_counted_by_hand(parallel: dict) -> None:
         assert stage.expert_gradients_gib == pytest.approx(n * grad_b / GIB, rel=1e-9)
         assert stage.expert_optimizer_gib == pytest.approx(n * opt_b / GIB, rel=1e-9)
         assert stage.expert_weights_gib < stage.weights_gib and stage.expert_optimizer_gib < stage.optimizer_gib
-        parts = (
-            stage.weights_gib
-            + stage.gradients_gib
-            + stage.optimizer_gib
-            + stage.activations_gib
-            + stage.buffers_gib
-            + stage.reserve_gib
-        )
+        parts = _parts(stage)
         assert parts == pytest.approx(stage.total_gib, rel=1e-9)
 
 
@@ -205,3 +210,57 @@ def test_gpt_oss_megatron_export_warns_that_its_clamped_swiglu_is_not_set() -> N
 
     assert any("clamped SwiGLU" in w and "7" in w for w in warnings("gpt-oss-20b"))
     assert not any("clamped SwiGLU" in w for w in warnings("olmoe-1b-7b"))
+
+
+#: torchtitan, FSDP2 (ZeRO-3) under a pipeline: whole fp32 gradients, each chunk's from its first backward on (cost
+#: model 51). (schedule, v, global batch → m = batch / 8, seq, per rank: the chunks whose backward has run at its
+#: highest peak). By hand: 1F1B, m = 2, rank 0's peak is its two warm-up forwards (no gradient) against rank 1's
+#: steady state; m = 32 both hold theirs; interleaved v = 4, m = 2 at seq 3072, rank 1's highest peak is right after
+#: the first backward of its last chunk (7: one activation copy of 4 layers fewer, that chunk's gradients more).
+WHOLE_GRADS = [
+    ("1f1b", 1, 16, 4096, [(), (1,)]),
+    ("1f1b", 1, 256, 4096, [(0,), (1,)]),
+    ("interleaved-1f1b", 4, 16, 3072, [(), (7,)]),
+]
+
+
+@pytest.mark.parametrize(("schedule", "v", "batch", "seq", "done"), WHOLE_GRADS)
+def test_expert_breakdown_holds_the_gradients_the_memory_model_priced(schedule, v, batch, seq, done) -> None:
+    """The itemised stage sums to the peak the memory constraint priced (``memory.rank_memory``), its gradients are
+    those of the chunks done at that peak (``memory.pending_grads``' complement), and the experts' among them are
+    the done chunks' experts counted by hand in fp32 (4 B, whole over expert-DP 1)."""
+    from planner.answer.request import complete_pins, context, parse_request
+    from planner.compose.cost import class_costs
+    from planner.compose.memory import pending_grads, rank_memory, reported_peak, with_reserve_gib
+
+    parallel = {"tp": 1, "pp": 2, "dp": 8, "ep": 8, "etp": 1, "zero_stage": 3, "micro_batch_size": 1}
+    parallel |= {"schedule": schedule, **({"virtual_stages": v} if v > 1 else {})}
+    request = {
+        "model": "mixtral-8x7b",
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 2, "gpus_per_node": 8},
+        "training": {"global_batch_size": batch, "seq_len": seq, "stack": "torchtitan"},
+        "parallel": parallel,
+    }
+    plan = estimate_plan(request)
+    req = parse_request(request)
+    ctx = context(req)
+    cand, n = complete_pins(ctx, req)
+    cc = class_costs(ctx, cand)
+    assert cc.done is not None and n == [32 // (2 * v)] * (2 * v)
+    m = get_model("mixtral-8x7b")
+    assert m.moe is not None
+    per_layer = (m.moe.num_experts // 8) * 3 * m.hidden_size * m.moe.expert_ffn_hidden_size  # one expert a GPU
+    for r, stage in enumerate(plan.estimate.memory_per_stage):
+        assert reported_peak(cc, n, r)[2] == done[r]  # the hand's peak is the one reported
+        layers = sum(n[ch] for ch in done[r])  # every Mixtral layer is MoE
+        assert stage.expert_gradients_gib == pytest.approx(per_layer * layers * 4 / GIB, rel=1e-9)
+        assert stage.expert_weights_gib == pytest.approx(per_layer * (32 // 2) * 2 / GIB, rel=1e-9)
+        assert stage.expert_optimizer_gib == pytest.approx(per_layer * (32 // 2) * 12 / GIB, rel=1e-9)
+        held = pending_grads(cc.shared, cc.cand, n, r, (), None) - pending_grads(
+            cc.shared, cc.cand, n, r, done[r], None
+        )
+        assert stage.gradients_gib == pytest.approx(held / GIB, rel=1e-9, abs=1e-12)
+        assert stage.gradients_gib >= stage.expert_gradients_gib
+        parts = _parts(stage)
+        assert parts == pytest.approx(stage.total_gib, rel=1e-12)
+        assert stage.total_gib == pytest.approx(with_reserve_gib(rank_memory(cc, n, r)), rel=1e-12)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from planner.compose.memory import GIB, main_grad_bytes, state_bytes
+from planner.compose.memory import GIB, main_grad_bytes, reported_peak, state_bytes
 from planner.specs import MoeSpec, ParallelConfig, StageMemory
 from planner.workload.accumulation import dp_schedule
 from planner.workload.collectives import grad_bytes
@@ -31,7 +31,9 @@ def expert_memory(ctx: Context, cc: ClassCosts, n: list[int], stages: list[Stage
     """``stages`` with the routed experts' weights, gradients and optimizer states itemised (``expert_*_gib``) and
     the model states split in the ratio of each part's own bytes per parameter: the experts' are sharded over the
     expert-data-parallel ranks (tp · dp / (ep · etp)) by ZeRO, the rest over dp (``compose.terms``: the same bytes
-    the memory constraint counts; the total is unchanged). Dense models: unchanged."""
+    the memory constraint counts; the total is unchanged). Gradients that do not exist yet at the reported peak
+    (``memory.pending_grads``: whole gradients before their chunk's first backward, cost model 51) are taken from the
+    part they belong to: the experts' of the chunks not done, the rest from the dense part. Dense models: unchanged."""
     model, c, tr = ctx.model, cc.cand, ctx.training
     if model.moe is None:
         return stages
@@ -43,15 +45,21 @@ def expert_memory(ctx: Context, cc: ClassCosts, n: list[int], stages: list[Stage
     per_e = state_bytes(tr.precision, tr.optimizer, c.zero_stage, edp, ctx.stack.param_layout, whole, main)
     per = state_bytes(tr.precision, tr.optimizer, c.zero_stage, c.dp, ctx.stack.param_layout, whole, main)
     starts = [sum(n[:ch]) for ch in range(len(n))]
+
+    def moe_layers(chunks: list[int]) -> int:
+        return sum(model.is_moe_layer(i) for ch in chunks for i in range(starts[ch], starts[ch] + n[ch]))
+
     out = []
     for r, st in enumerate(stages):
-        moe_layers = sum(
-            model.is_moe_layer(i) for ch in cc.rank_chunks(r) for i in range(starts[ch], starts[ch] + n[ch])
-        )
-        params = per_layer.expert_params * moe_layers
-        expert = [params * b / GIB for b in per_e[:3]]
-        dense = st.weights_gib + st.gradients_gib + st.optimizer_gib - sum(expert)
-        split = [dense * b / per.total + e for b, e in zip(per[:3], expert)] if per.total else expert
+        t, i, done = reported_peak(cc, n, r)
+        pending = t.pending[i] / GIB  # the gradients the reported peak lacks (all parts)
+        waiting = [] if done is None else [ch for ch in cc.rank_chunks(r) if ch not in done]
+        params = per_layer.expert_params * moe_layers(cc.rank_chunks(r))
+        expert = [params * b / GIB for b in per_e[:3]]  # every expert gradient held
+        dense = st.weights_gib + st.gradients_gib + st.optimizer_gib + pending - sum(expert)  # held or not
+        split = [dense * b / per.total + e for b, e in zip(per[:3], expert)] if per.total else list(expert)
+        split[1] -= pending
+        expert[1] -= per_layer.expert_params * moe_layers(waiting) * per_e.gradients / GIB
         out.append(
             st.model_copy(
                 update={

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cached_property
 from itertools import pairwise
 
 from planner.compose.affine import NOTHING, Affine, moe_counts
 from planner.compose.context import Context
 from planner.compose.context_parallel import class_terms
-from planner.compose.grad_peaks import Done, live_and_done
+from planner.compose.grad_peaks import Done, live_and_done, schedule_peaks
 from planner.compose.memory import rank_memory
-from planner.compose.simulate import SimResult, chunk_ranks, rank_orders, simulate
+from planner.compose.simulate import SimResult, chunk_ranks, simulate
 from planner.compose.step_end import EndTerms, end_terms, rank_end
 from planner.compose.terms import SharedTerms, ns
 from planner.pricing.collectives import p2p, tp_collective
@@ -185,36 +185,9 @@ class ClassCosts:
 Live = tuple[tuple[tuple[tuple[int, int], ...], ...], ...]
 
 
-@lru_cache(maxsize=4096)
 def live_vectors_cached(schedule: str, pp: int, v: int, m: int) -> Live:
-    if v == 1:  # closed forms: GPipe keeps all m, 1F1B keeps min(p - i, m) on rank i
-        return tuple(((((i, m if schedule == "gpipe" else min(pp - i, m)),),)) for i in range(pp))
-    out = []
-    for r, ops in enumerate(rank_orders(schedule, pp, v, m)):
-        alive = [0] * v  # copies alive of the rank's chunks r, r + pp, … (local index c // pp)
-        seen: tuple[int, ...] = ()  # local indices of the chunks forwarded so far, sorted
-        # each peak as the sorted (chunk, copies) of the chunks seen, memoised by the counts (the steady
-        # state repeats a few of them m·v times)
-        as_items: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, int], ...]] = {}
-        peaks: set[tuple[tuple[int, int], ...]] = set()
-        for idx, (kind, _, c) in enumerate(ops):
-            k = c // pp
-            if kind == "F":
-                if k not in seen:
-                    seen = tuple(sorted((*seen, k)))
-                alive[k] += 1
-                if idx + 1 == len(ops) or ops[idx + 1][0] == "B":  # a local maximum
-                    key = (seen, tuple(alive))
-                    items = as_items.get(key)
-                    if items is None:
-                        items = as_items[key] = tuple((x * pp + r, alive[x]) for x in seen)
-                    peaks.add(items)
-            else:
-                alive[k] -= 1
-        dicts = [dict(p) for p in peaks]
-        keep = [p for p in dicts if not any(q != p and all(q.get(c, 0) >= k for c, k in p.items()) for q in dicts)]
-        out.append(tuple(tuple(sorted(p.items())) for p in keep))
-    return tuple(out)
+    """Per rank, the activation peaks of its order (``grad_peaks.schedule_peaks``, memoised there)."""
+    return schedule_peaks(schedule, pp, v, m, False)[0]
 
 
 def class_peaks(s: SharedTerms, c: Candidate, m: int) -> tuple[Live, Done | None]:

@@ -18,6 +18,7 @@ from planner.pricing.expert_parallel import _gemms, dense_cast_seconds, expert_s
 from planner.pricing.gpu import HBM_EFFICIENCY, fp8_gemm_efficiency, hbm_efficiency, hbm_time
 from planner.pricing.host import runs_on_host
 from planner.pricing.layer_times import LayerTimes
+from planner.pricing.memo import memo_on
 from planner.specs import ActivationBytes
 from planner.workload.collectives import Collective, Issuing, Op, dp_layer_comms, zero3_comms
 from planner.workload.expert_parallel import expert_dp, expert_work, routed_rows
@@ -158,6 +159,7 @@ def expert_state_bytes(
     return state_bytes(tr.precision, tr.optimizer, zero_stage, edp, ctx.stack.param_layout, whole, main).total
 
 
+@memo_on("dp_seconds")
 def dp_seconds(
     ctx: Context,
     how: Issuing,
@@ -173,25 +175,7 @@ def dp_seconds(
     and reduce-scatters with ``bucket`` None, else the step's sync in buckets of ``bucket`` parameters): over the
     dp group ``g``, but a MoE block's ``experts`` routed-expert parameters over the expert-data-parallel group
     (``degrees``: tp, dp, ep, etp; its ranks etp · ep apart). Memoised on the context by its arguments
-    (``Context.dp_seconds``: a MoE model's shared keys of one (tp, dp, ep, etp) repeat them)."""
-    key = (how, op, params, nbytes, bucket, g, experts, degrees)
-    hit = ctx.dp_seconds.get(key)
-    if hit is None:
-        hit = ctx.dp_seconds[key] = _dp_seconds(ctx, how, op, params, nbytes, bucket, g, experts, degrees)
-    return hit
-
-
-def _dp_seconds(
-    ctx: Context,
-    how: Issuing,
-    op: Op,
-    params: tuple[int, int, int],
-    nbytes: float,
-    bucket: int | None,
-    g: Groups,
-    experts: int,
-    degrees: tuple[int, int, int, int],
-) -> tuple[float, float, float]:
+    (``Context.dp_seconds``: a MoE model's shared keys of one (tp, dp, ep, etp) repeat them; ``memo.memo_on``)."""
     blk, emb, head = params
     dense = (blk - experts, emb, head)
     # ZeRO-3's fetches as the stack issues them (per layer, or per module: ``zero3_comms``); the step's sync bucketed

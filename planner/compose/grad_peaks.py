@@ -8,11 +8,11 @@ previous step is gone by then (torchtitan's ``optimizers.zero_grad()``: ``set_to
 the schedule's order that precedes a chunk's first backward (interleaved 1F1B's and GPipe's warm-up, 1F1B's first
 forward on rank i with m ≤ pp − i) holds none of that chunk's gradients.
 
-``live_and_done`` walks every rank's order (``simulate.rank_orders``) and keeps, besides the activation peaks
-(after a forward followed by a backward or at the end, as ``cost.live_vectors_cached``), the state right after each
-chunk's first backward (its gradient just allocated, one activation copy fewer): each as the (chunk, copies alive)
-pairs of the chunks seen so far and the chunks whose backward has run; those another one dominates (as many copies
-of every chunk, every chunk it has done done) dropped. ``memory.pending_grads`` prices what a peak lacks."""
+``schedule_peaks`` walks every rank's order (``simulate.rank_orders``) once for both: the activation peaks (after a
+forward followed by a backward or at the end; ``cost.live_vectors_cached``) and, where asked (``grads``), also the
+state right after each chunk's first backward (its gradient just allocated, one activation copy fewer), each peak
+then with the chunks whose backward has run (``live_and_done``); those another one dominates (as many copies of
+every chunk, every chunk it has done done) dropped. ``memory.pending_grads`` prices what a peak lacks."""
 
 from __future__ import annotations
 
@@ -27,18 +27,34 @@ if TYPE_CHECKING:
 #: Per rank, aligned with its peaks in ``Live``: the chunks whose first backward of the step has run at the peak.
 Done = tuple[tuple[tuple[int, ...], ...], ...]
 
-Peak = tuple[tuple[tuple[int, int], ...], tuple[int, ...]]
+Items = tuple[tuple[int, int], ...]  # a peak's (chunk, copies alive) pairs, by chunk
+Peak = tuple[Items, tuple[int, ...]]
 
 
-@lru_cache(maxsize=1024)
 def live_and_done(schedule: str, pp: int, v: int, m: int) -> tuple[Live, Done]:
     """Per rank, its non-dominated peaks (``Live``) and the chunks done at each (``Done``), from its order."""
+    live, done = schedule_peaks(schedule, pp, v, m, True)
+    assert done is not None
+    return live, done
+
+
+@lru_cache(maxsize=4096)
+def schedule_peaks(schedule: str, pp: int, v: int, m: int, grads: bool) -> tuple[Live, Done | None]:
+    """Per rank, its non-dominated activation peaks and, with ``grads``, the chunks done at each (sorted), else None
+    (the activation peaks alone, in the order ``cost.live_vectors_cached`` has always had: the set's)."""
+    if v == 1 and not grads:  # closed forms: GPipe keeps all m, 1F1B keeps min(p - i, m) on rank i
+        return tuple(((((i, m if schedule == "gpipe" else min(pp - i, m)),),)) for i in range(pp)), None
     lives, dones = [], []
     for r, ops in enumerate(rank_orders(schedule, pp, v, m)):
-        alive = [0] * v  # by local chunk index c // pp
-        seen: tuple[int, ...] = ()
-        done: tuple[int, ...] = ()
-        peaks: set[Peak] = set()
+        alive = [0] * v  # copies alive of the rank's chunks r, r + pp, … (local index c // pp)
+        seen: tuple[int, ...] = ()  # local indices of the chunks forwarded so far, sorted
+        done: tuple[int, ...] = ()  # ... whose backward has run (with ``grads``)
+        done_ids: tuple[int, ...] = ()  # the same as chunk ids
+        # each peak as the sorted (chunk, copies) of the chunks seen, memoised by the counts (the steady
+        # state repeats a few of them m·v times)
+        as_items: dict[tuple[tuple[int, ...], tuple[int, ...]], Items] = {}
+        acts: set[Items] = set()  # the peaks without ``grads``
+        with_done: set[Peak] = set()  # ... with
         for idx, (kind, _, c) in enumerate(ops):
             k = c // pp
             if kind == "F":
@@ -46,22 +62,35 @@ def live_and_done(schedule: str, pp: int, v: int, m: int) -> tuple[Live, Done]:
                     seen = tuple(sorted((*seen, k)))
                 alive[k] += 1
                 if idx + 1 == len(ops) or ops[idx + 1][0] == "B":  # a local maximum of the activations
-                    peaks.add(_peak(pp, r, alive, seen, done))
+                    items = _items(as_items, pp, r, alive, seen)
+                    if grads:
+                        with_done.add((items, done_ids))
+                    else:
+                        acts.add(items)
             else:
                 alive[k] -= 1
-                if k not in done:  # the chunk's gradient allocated
+                if grads and k not in done:  # the chunk's gradient allocated
                     done = tuple(sorted((*done, k)))
-                    peaks.add(_peak(pp, r, alive, seen, done))
+                    done_ids = tuple(x * pp + r for x in done)
+                    with_done.add((_items(as_items, pp, r, alive, seen), done_ids))
+        peaks = list(with_done) if grads else [(p, ()) for p in acts]
         keep = [p for p in peaks if not any(q != p and _dominates(q, p) for q in peaks)]
-        keep.sort()
+        if grads:
+            keep.sort()
         lives.append(tuple(p[0] for p in keep))
         dones.append(tuple(p[1] for p in keep))
-    return tuple(lives), tuple(dones)
+    return tuple(lives), tuple(dones) if grads else None
 
 
-def _peak(pp: int, r: int, alive: list[int], seen: tuple[int, ...], done: tuple[int, ...]) -> Peak:
-    """Rank r's state: the copies alive of the chunks seen, the chunks done (local indices → chunk ids)."""
-    return tuple((x * pp + r, alive[x]) for x in seen), tuple(x * pp + r for x in done)
+def _items(
+    memo: dict[tuple[tuple[int, ...], tuple[int, ...]], Items], pp: int, r: int, alive: list[int], seen: tuple[int, ...]
+) -> Items:
+    """Rank r's copies alive of the chunks seen (local indices → chunk ids), memoised by the counts."""
+    key = (seen, tuple(alive))
+    items = memo.get(key)
+    if items is None:
+        items = memo[key] = tuple((x * pp + r, alive[x]) for x in seen)
+    return items
 
 
 def _dominates(q: Peak, p: Peak) -> bool:

@@ -272,11 +272,18 @@ def rank_memory(cc: ClassCosts, n: Sequence[int], r: int, k: Sequence[int] | Non
     return rank_states(s, c, n, r, k) + top + rank_buffers(s, c, r)
 
 
-def stage_memory(cc: ClassCosts, n: list[int], r: int) -> StageMemory:
+def reported_peak(cc: ClassCosts, n: Sequence[int], r: int) -> tuple[MemoryTerms[int], int, tuple[int, ...] | None]:
+    """Rank r's memory terms, the index of the peak ``stage_memory`` reports (the first of the highest) and the
+    chunks whose gradients exist there (None: all of them)."""
     t = memory_terms(cc.shared, cc.cand, n, r, cc.live[r], done=None if cc.done is None else cc.done[r])
     at = peaks(t)
-    tensors = max(at)
-    i = at.index(tensors)  # the peak reported: its activations, the gradients held there
+    i = at.index(max(at))
+    return t, i, None if cc.done is None else cc.done[r][i]
+
+
+def stage_memory(cc: ClassCosts, n: list[int], r: int) -> StageMemory:
+    t, i, _ = reported_peak(cc, n, r)  # the peak reported: its activations, the gradients held there
+    tensors = peaks(t)[i]
     per = cc.shared.state_bytes  # the states split in the ratio of their bytes per parameter
     s = per.total
     return StageMemory(

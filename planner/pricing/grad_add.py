@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from planner.pricing.device import Device
 from planner.pricing.gpu import gemm_time, hbm_time
+from planner.pricing.memo import memo_on
 from planner.workload.accumulation import AddBytes
 from planner.workload.fp8 import fp8_linears
 from planner.workload.ops import param_tensors
@@ -43,9 +44,10 @@ def fused_wgrad_seconds(
     return extra, round(weights)
 
 
+@memo_on("grad_add_cache")
 def grad_add_seconds(
     ctx: Device, kind: str, mbs: int, tp: int, params: tuple[int, int, int], add: AddBytes, expert_params: int = 0
-) -> tuple[list[float], list[float]]:
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """(seconds in every micro-batch's backward, seconds once per step) of the block of ``kind``, the embedding and
     the LM head with ``params`` local parameters each (``expert_params`` of the block's: its routed experts) —
     ``add.each`` bytes per parameter in one kernel per tensor
@@ -53,22 +55,11 @@ def grad_add_seconds(
     (zeroing the buffer). The first micro-batch is priced as the others: a rank's per-micro-batch terms have no
     first-micro-batch slot (the shared terms do not know m), so where it moves less (``add.first``: autograd keeps
     the first gradient) a step of m micro-batches is overstated by (each − first)/(m·each) of its pass. Memoised on
-    the device by its arguments (``Device.grad_add_cache``: a MoE model's shared keys repeat them), a new list each."""
-    key = (kind, mbs, tp, params, add, expert_params)
-    hit = ctx.grad_add_cache.get(key)
-    if hit is None:
-        each, once = _grad_add_seconds(ctx, kind, mbs, tp, params, add, expert_params)
-        hit = ctx.grad_add_cache[key] = (tuple(each), tuple(once))
-    return list(hit[0]), list(hit[1])
-
-
-def _grad_add_seconds(
-    ctx: Device, kind: str, mbs: int, tp: int, params: tuple[int, int, int], add: AddBytes, expert_params: int
-) -> tuple[list[float], list[float]]:
+    the device by its arguments (``Device.grad_add_cache``: a MoE model's shared keys repeat them; ``memo.memo_on``)."""
     tokens = mbs * ctx.training.seq_len
     each, once = [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]
     if not (add.each or add.first or add.step):
-        return each, once
+        return tuple(each), tuple(once)
     for i, k in enumerate((kind, *KINDS)):
         pe = expert_params if i == 0 else 0
         gemm, fused = fused_wgrad_seconds(ctx, k, tokens, tp, add.fused_c, pe) if add.fused_c else (0.0, 0)
@@ -76,4 +67,4 @@ def _grad_add_seconds(
         per = max(0, params[i] - fused) / n  # elements per tensor kernel (the hooked ones)
         each[i] = gemm + n * hbm_time(ctx, per * add.each)
         once[i] = hbm_time(ctx, params[i] * add.step)
-    return each, once
+    return tuple(each), tuple(once)
