@@ -24,8 +24,9 @@ Architectures: the launcher configs (layers, hidden, ffn, heads, query groups) w
 (examples/nlp/language_modeling/conf/megatron_gpt_config.yaml at r2.0.0rc1: gelu, layernorm, biases, learned
 positions, tied embeddings for the GPT3 configs that set none of these); the Nemotron sizes also in NeMo v2.1.0
 nemo/collections/llm/gpt/model/nemotron.py:79-122. Vocabularies are the tokenizers' (GPT2BPETokenizer 50257; Llama 2
-sentencepiece 32000; Llama 3 128256; Nemotron's 256k sentencepiece, 256000), unpadded as in the planner's catalog
-(Megatron pads to 128·TP: < 0.5 % of any row's FLOPs). Every architecture reproduces the table's own arithmetic:
+sentencepiece 32000; Llama 3 128256; Nemotron's 256k sentencepiece, 256000), padded as the run pads them
+(``padded_vocab``: make_vocab_size_divisible_by 128 × TP, NeMo r2.0.0rc1 megatron_base_model.py:582-598, so that the
+embedding and the LM head split over TP; GPT3's 50257 is 50432 at TP 2, 50688 at TP 4). Every architecture reproduces the table's own arithmetic:
 Model TFLOP/s ÷ tokens/s equals Megatron's model FLOPs per token of the filled shape within 0.15 % on all 24 rows
 (tests/test_fidelity_nemo.py).
 
@@ -66,7 +67,8 @@ _NEMOTRON = (
 #: ``recompute``: ``activations_checkpoint_granularity`` (null: none; Llama 2's ``method: block`` with
 #: ``num_layers: 0`` recomputes nothing either); ``dropout``: ``hidden_dropout`` / ``attention_dropout`` (0.1 in the
 #: GPT3 configs, 0.0 elsewhere); every config runs ``optim.name: distributed_fused_adam`` with
-#: ``overlap_grad_sync: true`` (line ``opt``).
+#: ``overlap_grad_sync: true`` (line ``opt``); ``grads``: its ``optim.grad_sync_dtype`` (the dtype of apex's gradient
+#: buffer and reduce-scatter, ``GRAD_SYNC``); ``optim_dtype``: ``optim.dtype`` where a config sets it (``OPTIM_DTYPE``).
 NEMO_CONFIGS: dict[str, dict[str, Any]] = {
     "GPT3-5B": {
         "file": "gpt3/5b.yaml",
@@ -77,6 +79,7 @@ NEMO_CONFIGS: dict[str, dict[str, Any]] = {
         "recompute": ("none", 93),
         "ub": (False, 149),
         "dropout": (True, "74-75"),
+        "grads": "bf16",
         "opt": "170-172",
     },
     "GPT3-20B": {
@@ -88,6 +91,7 @@ NEMO_CONFIGS: dict[str, dict[str, Any]] = {
         "recompute": ("none", 93),
         "ub": (True, 149),
         "dropout": (True, "74-75"),
+        "grads": "bf16",
         "opt": "171-173",
     },
     "GPT3-175B": {
@@ -99,6 +103,7 @@ NEMO_CONFIGS: dict[str, dict[str, Any]] = {
         "recompute": ("none", 99),
         "ub": (False, 149),
         "dropout": (True, "74-75"),
+        "grads": "bf16",
         "opt": "171-173",
         "mapping": "the config's VP 12 (line 64) is 6 in the table; launcher 24.09 (35e43939) 175b.yaml:64 has VP 6 "
         "with the same SP, recompute and ub settings",
@@ -112,6 +117,7 @@ NEMO_CONFIGS: dict[str, dict[str, Any]] = {
         "recompute": ("none", 121),
         "ub": (False, 138),
         "dropout": (False, "71-73"),
+        "grads": "bf16",
         "opt": "150-157",
     },
     "LLAMA2-13B": {
@@ -123,6 +129,7 @@ NEMO_CONFIGS: dict[str, dict[str, Any]] = {
         "recompute": ("none", 121),
         "ub": (False, 136),
         "dropout": (False, "71-73"),
+        "grads": "bf16",
         "opt": "150-157",
     },
     "LLAMA2-70B": {
@@ -135,6 +142,7 @@ NEMO_CONFIGS: dict[str, dict[str, Any]] = {
         "recompute": ("none", 121),
         "ub": (True, 136),
         "dropout": (False, "71-73"),
+        "grads": "bf16",
         "opt": "151-158",
     },
     "Nemotron-8B": {
@@ -146,6 +154,7 @@ NEMO_CONFIGS: dict[str, dict[str, Any]] = {
         "recompute": ("none", 125),
         "ub": (True, 158),
         "dropout": (False, "73-75"),
+        "grads": "fp32",
         "opt": "171-173",
     },
     "Nemotron-22B": {
@@ -157,6 +166,7 @@ NEMO_CONFIGS: dict[str, dict[str, Any]] = {
         "recompute": ("none", 125),
         "ub": (True, 158),
         "dropout": (False, "73-75"),
+        "grads": "fp32",
         "opt": "173-176",
     },
     "Nemotron-340B": {
@@ -168,6 +178,8 @@ NEMO_CONFIGS: dict[str, dict[str, Any]] = {
         "recompute": ("selective", 122),
         "ub": (False, 156),
         "dropout": (False, "71-73"),
+        "grads": "bf16",
+        "optim_dtype": ("bf16", "161-162"),
         "opt": "159-163",
         "mapping": "the config's PP 12 / VP 8 (lines 61-62) are PP 8 / VP 12 in the table; launcher 24.12 "
         "nemotron_340b.yaml:60-62 has TP 8, PP 8, VP 12 with the same selective recompute (:122) and SP (:127); its "
@@ -182,6 +194,7 @@ NEMO_CONFIGS: dict[str, dict[str, Any]] = {
         "recompute": ("none", 120),
         "ub": (False, 136),
         "dropout": (False, "73-75"),
+        "grads": "bf16",
         "opt": "147-154",
     },
     "LLAMA3-70B": {
@@ -193,6 +206,7 @@ NEMO_CONFIGS: dict[str, dict[str, Any]] = {
         "recompute": ("none", 120),
         "ub": (True, 136),
         "dropout": (False, "73-75"),
+        "grads": "bf16",
         "opt": "149-156",
         "mapping": "the config's VP 10 (line 62) is 5 in the table; launcher 24.09 (35e43939) llama3_70b.yaml:62 has "
         "VP 5 with the same SP, recompute and ub settings",
@@ -200,10 +214,44 @@ NEMO_CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
+#: Where each config's gradient-sync dtype comes from. apex ``DistributedFusedAdam`` (810ffae
+#: ``contrib/optimizers/distributed_fused_adam.py:574-575``) defaults ``grad_sync_dtype`` to ``dtype`` (fp32: NeMo
+#: r2.0.0rc1 ``megatron_base_model.py:785``), and NeMo's ``main_grad`` is a view of that buffer
+#: (``nemo/core/optim/distributed_adam.py:487-494``). The launcher's H100 FP8 scripts of the performance table
+#: (``examples/README.md:45-60`` "Benchmark performance numbers (pretraining)", "on DGXH100, with FP8") add
+#: ``+training.model.optim.grad_sync_dtype=bf16`` for every GPT3 and Llama model (``examples/training/gpt/h100/
+#: {5b,20b,40b}_fp8_*.sh``, ``175b_fp8_16node.sh``, ``examples/training/llama/h100/llama{2_7b,2_13b,2_70b,3_8b,
+#: 3_70b}_fp8.sh``) and not for Nemotron 8B / 22B (``examples/training/nemotron/h100/nemotron_{8b,22b}_fp8.sh``; their
+#: yaml sets none: fp32); ``nemotron_340b.yaml:161`` sets bf16 itself.
+GRAD_SYNC = {
+    "bf16": "optim.grad_sync_dtype bf16 (launcher 24.07 FP8 example scripts' +training.model.optim.grad_sync_dtype="
+    "bf16, or the config's own line): apex's contiguous gradient buffer and its reduce-scatter in bf16",
+    "fp32": "optim.grad_sync_dtype unset: apex DistributedFusedAdam's default, its dtype fp32 (the FP8 example "
+    "script sets none): gradients accumulated and reduce-scattered in fp32",
+}
+#: ``optim.dtype: bf16`` (Nemotron-340B): Adam's moments in bf16 and, that being the model's dtype under
+#: ``megatron_amp_O2``, no master copy (NeMo r2.0.0rc1 ``megatron_base_model.py:796-806`` ``store_params=False``;
+#: ``planner.compose.memory.param_dtype_state_bytes``).
+OPTIM_DTYPE = "Adam's moments in bf16, no fp32 master weights (NeMo r2.0.0rc1 megatron_base_model.py:784-806)"
+
+
+#: ``make_vocab_size_divisible_by`` of every config (e.g. gpt3/20b.yaml:79, nemotron/nemotron_340b.yaml:80).
+VOCAB_DIVISIBLE_BY = 128
+
+
+def padded_vocab(vocab: int, tp: int) -> int:
+    """The vocabulary the run builds: NeMo r2.0.0rc1 ``megatron_base_model.py:588-598`` ``_vocab_size_with_padding``
+    rounds the tokenizer's up to a multiple of ``make_vocab_size_divisible_by`` × TP (so the vocab-parallel embedding
+    and LM head split evenly over TP: an odd 50257 would otherwise stay whole on every TP rank in the planner)."""
+    multiple = VOCAB_DIVISIBLE_BY * tp
+    return -(-vocab // multiple) * multiple
+
+
 def nemo_fill(row: dict[str, Any]) -> dict[str, Any] | None:
     """What the NeMo 24.07 configs fix for ``row`` (a row of ``NEMO_GROUPS``): ``model`` (unless the row states
-    one), ``parallel`` settings, ``cluster`` (the 24.12 page's rows), ``stack_over`` (the megatron preset's overridden
-    fields: ``overlap_grad_reduce``, ``dropout``), ``fp8_recipe`` and the
+    one), ``parallel`` settings, ``cluster`` (the 24.12 page's rows), ``stack_over`` (the ``nemo-2407`` preset as
+    ``base`` and its overridden fields: ``overlap_grad_reduce``, ``dropout``, ``reduce_dtype``, ``optimizer_dtype``),
+    ``fp8_recipe`` and the
     ``assumed`` lines citing each; None for other rows."""
     if row["source_group"] not in NEMO_GROUPS or row["model_name"] not in NEMO_CONFIGS:
         return None
@@ -216,17 +264,26 @@ def nemo_fill(row: dict[str, Any]) -> dict[str, Any] | None:
     dropout, drop_lines = cfg["dropout"]
     fill: dict[str, Any] = {
         "parallel": {"recompute": recompute, "zero_stage": 1, "sequence_parallel": sp, "tp_comm_overlap": ub},
-        "stack_over": {"overlap_grad_reduce": True, "dropout": dropout},
+        "stack_over": {
+            "base": "nemo-2407",
+            "overlap_grad_reduce": True,
+            "dropout": dropout,
+            "reduce_dtype": "param" if cfg["grads"] == "bf16" else "fp32",
+        },
         "fp8_recipe": "delayed",
         "assumed": [f"recipe: {where} (the table's mapping, GBS and MBS kept)"],
     }
     if cfg.get("mapping"):
         fill["assumed"].append(f"recipe mapping: {cfg['mapping']}")
     if row["model"] is None:
-        fill["model"] = {**cfg["model"], "vocab": cfg["vocab"]}
+        fill["model"] = {**cfg["model"], "vocab": padded_vocab(cfg["vocab"], tp)}
         if row["model_name"].startswith("Nemotron"):
             fill["model"]["tie_embeddings"] = False
         fill["assumed"].append(f"model: {where}:{cfg['arch']}")
+        fill["assumed"].append(
+            f"model.vocab: {fill['model']['vocab']} ({cfg['vocab']} padded to a multiple of 128 × TP {tp}: "
+            f"{cfg['file']} make_vocab_size_divisible_by 128; NeMo r2.0.0rc1 megatron_base_model.py:588-598)"
+        )
     fill["assumed"] += [
         f"parallel.recompute: {recompute} ({cfg['file']}:{rc_line} activations_checkpoint_granularity)",
         f"parallel.sequence_parallel: {str(sp).lower()} ({cfg['file']}:{sp_line})"
@@ -238,7 +295,14 @@ def nemo_fill(row: dict[str, Any]) -> dict[str, Any] | None:
         f"stack.dropout: {str(dropout).lower()} ({cfg['file']}:{drop_lines} hidden/attention dropout "
         + ("0.1: Megatron-core's bias-dropout-add and TE flash attention's dropout)" if dropout else "0.0)"),
         FP8,
+        "stack: nemo-2407 (NeMo r2.0.0rc1, apex DistributedFusedAdam: planner/specs/stack_nemo.py); "
+        "stack.reduce_dtype: " + ("param" if cfg["grads"] == "bf16" else "fp32") + f" ({GRAD_SYNC[cfg['grads']]})",
     ]
+    if cfg.get("optim_dtype"):
+        fill["stack_over"]["optimizer_dtype"] = "param"
+        fill["assumed"].append(
+            f"stack.optimizer_dtype: param ({cfg['file']}:{cfg['optim_dtype'][1]} optim.dtype bf16: {OPTIM_DTYPE})"
+        )
     if row["source_group"] == "nemo-2412":
         fill["cluster"] = {"gpu_model": "NVIDIA H100 (DGX-H100)", "gpu": "h100-sxm5-80gb", "gpus_per_node": 8}
         fill["assumed"].append(f"cluster: DGX-H100, 8 GPUs a node; software: NeMo 24.07 container ({TABLE_2412})")

@@ -187,6 +187,8 @@ FINGERPRINTS = {
     50: "3c7598aba8e3939f",  # 50 (sm_90 FP8 GEMMs no faster than the half-depth 16-bit GEMM): no FP8 reference; tests/test_fp8_gemm_shape.py
     51: "3c7598aba8e3939f",  # 51 (whole gradients from a chunk's first backward on): no reference has them
     52: "3c7598aba8e3939f",  # 52 (interleaved DP sync/param all-gather chunk by chunk): no interleaved megatron reference
+    53: "3c7598aba8e3939f",  # 53 (optimizer_dtype "param", nemo-2407; TE's FP8 SP all-gathers): no FP8 megatron or
+    # nemo-2407 reference; tests/test_nemo_optimizer.py
 }
 
 

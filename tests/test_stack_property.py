@@ -82,7 +82,7 @@ ATTENTION_VARIANTS = [
 
 
 #: The stack whose export targets an era preset's plans go to (megatron-2020 has its own: Megatron-LM v2.0 flags).
-ERA_TARGET_STACK = {"deepspeed-2021": "deepspeed"}
+ERA_TARGET_STACK = {"deepspeed-2021": "deepspeed", "nemo-2407": "megatron"}  # NeMo 24.07: Megatron-core's flags
 
 
 def random_request(rng: random.Random, stack: str) -> dict:

@@ -94,6 +94,7 @@ def test_preset_ids_and_default():
         "megatron-2021",
         "megatron-2022",
         "deepspeed-2021",
+        "nemo-2407",
     }
     with pytest.raises(ValueError):
         TrainingSpec(global_batch_size=1, seq_len=8, stack="nope")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from planner.compose.memory import GIB, main_grad_bytes, reported_peak, state_bytes
+from planner.compose.memory import GIB, main_grad_bytes, reported_peak, stack_states
 from planner.specs import MoeSpec, ParallelConfig, StageMemory
 from planner.workload.accumulation import dp_schedule
 from planner.workload.collectives import grad_bytes
@@ -42,8 +42,8 @@ def expert_memory(ctx: Context, cc: ClassCosts, n: list[int], stages: list[Stage
     sched = dp_schedule(ctx.stack.grad_accumulation, c.zero_stage, c.pp * c.virtual_stages > 1)
     ge = grad_bytes(ctx.stack, tr.precision, ctx.elt)
     whole, main = sched.whole_grad_bytes(ctx.stack.grad_accumulation, ctx.elt, ge), main_grad_bytes(ctx.stack, ge)
-    per_e = state_bytes(tr.precision, tr.optimizer, c.zero_stage, edp, ctx.stack.param_layout, whole, main)
-    per = state_bytes(tr.precision, tr.optimizer, c.zero_stage, c.dp, ctx.stack.param_layout, whole, main)
+    per_e = stack_states(ctx.stack, tr, c.zero_stage, edp, whole, main)
+    per = stack_states(ctx.stack, tr, c.zero_stage, c.dp, whole, main)
     starts = [sum(n[:ch]) for ch in range(len(n))]
 
     def moe_layers(chunks: list[int]) -> int:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from planner.compose.context import Context
-from planner.compose.memory import state_bytes
+from planner.compose.memory import stack_states
 from planner.pricing.collectives import Groups, comm_seconds, per_kind_seconds
 from planner.pricing.expert_parallel import _gemms, dense_cast_seconds, expert_seconds, fp8_flags
 from planner.pricing.gpu import HBM_EFFICIENCY, fp8_gemm_efficiency, hbm_efficiency, hbm_time
@@ -156,7 +156,7 @@ def expert_state_bytes(
     """Bytes per routed-expert parameter: ZeRO shards them over the expert-data-parallel ranks; ``whole``: the
     gradients' bytes where they accumulate unsharded, ``main``: in Megatron's main_grad buffer (``memory.state_bytes``)."""
     tr, edp = ctx.training, expert_dp(tp, dp, ep, etp)
-    return state_bytes(tr.precision, tr.optimizer, zero_stage, edp, ctx.stack.param_layout, whole, main).total
+    return stack_states(ctx.stack, tr, zero_stage, edp, whole, main).total
 
 
 @memo_on("dp_seconds")

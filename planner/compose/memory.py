@@ -37,6 +37,7 @@ from planner.specs.stacks import Stack
 if TYPE_CHECKING:
     from planner.compose.cost import Candidate, ClassCosts
     from planner.compose.terms import SharedTerms
+    from planner.specs import TrainingSpec
 
 #: Bytes of optimizer state per parameter beyond weights and gradients (ZeRO paper's K), by
 #: (optimizer, mixed precision).
@@ -54,9 +55,35 @@ OPTIMIZER_EXTRA_BYTES = 4
 LOSS_SCALE_BYTES = 8
 
 
-def optimizer_step_bytes(optimizer: str, precision: str) -> int:
-    """HBM bytes per parameter the optimizer step moves: the update, the gradient-norm pass, fp16's unscale."""
+def optimizer_step_bytes(optimizer: str, precision: str, optimizer_dtype: str = "fp32", grad_elt: int = 4) -> int:
+    """HBM bytes per parameter the optimizer step moves: the update, the gradient-norm pass, fp16's unscale.
+
+    ``optimizer_dtype="param"`` under mixed precision (``param_dtype_state_bytes``): the update reads the gradient
+    (``grad_elt``, the dtype it was reduced in) and reads and writes the 16-bit parameter and each moment (apex
+    ``DistributedFusedAdam`` with ``store_params=False`` updates the parameter shard in place: Adam 2 + 2·(2 + 2 + 2)
+    = 14 bytes in bf16, against 28 with fp32 states and master weights); the norm pass reads the gradient once more."""
+    if optimizer_dtype == "param" and precision != "fp32":
+        e = BYTES_PER_ELEMENT[precision]
+        update = grad_elt + 2 * e * (1 + MOMENTS[optimizer])
+        return update + grad_elt + (2 * grad_elt if precision == "fp16" else 0)
     return OPTIMIZER_STEP_BYTES[optimizer] + OPTIMIZER_EXTRA_BYTES + (LOSS_SCALE_BYTES if precision == "fp16" else 0)
+
+
+#: Optimizer moments per parameter (Adam: exp_avg and exp_avg_sq; SGD: the momentum buffer).
+MOMENTS = {"adam": 2, "sgd": 1}
+
+
+def param_dtype_state_bytes(optimizer: str, e: int, grad_elt: int) -> int:
+    """K (bytes per parameter, sharded by ZeRO-1) of an optimizer whose states are in the parameters' 16-bit dtype
+    (``Stack.optimizer_dtype="param"``): NeMo r2.0.0rc1 (579983fb) ``megatron_base_model.py:784-806`` passes
+    ``optim.dtype`` to apex's ``DistributedFusedAdam`` and, that dtype being the model's (bf16 under
+    ``megatron_amp_O2``), sets ``store_params=False``: no master copy. apex 810ffae (NeMo r2.0.0rc1 Dockerfile.ci:38)
+    ``contrib/optimizers/distributed_fused_adam.py:440-465`` allocates each bucket's local shard of ``exp_avg`` and
+    ``exp_avg_sq`` in that dtype, and ``:1806-1870`` keeps the reduce-scattered gradient shard (``grads_shard``, in
+    the gradient-sync dtype) until the step. So K = moments × e + the gradient shard: Adam in bf16 with bf16
+    gradients 2·2 + 2 = 6 (fp32 states keep 12: 2-byte ``param_remainders`` + 4 + 4 + the 2-byte shard, the same
+    12 as fp32 master weights and moments)."""
+    return MOMENTS[optimizer] * e + grad_elt
 
 
 def loss_buffer_bytes(stack: Stack, tokens: int, vocab_local: int, elt: int = 2) -> int:
@@ -126,6 +153,7 @@ def state_bytes(
     layout: str = "master",
     whole_grads: int = 0,
     main_grads: int = 0,
+    optimizer_dtype: str = "fp32",
 ) -> StateBytes:
     """Bytes per parameter of weights, gradients and optimizer states on one GPU, sharded by dp per ZeRO
     stage, as the stack holds them (``Stack.param_layout``):
@@ -152,7 +180,10 @@ def state_bytes(
     ``grad_reduce_in_fp32``, ``megatron/core/distributed/distributed_data_parallel.py:147`` ``grad_dtype =
     torch.float if grad_reduce_in_fp32``; v2.5 ``arguments.py:139-155``) — and never sharded: the distributed
     optimizer reduce-scatters into the same whole buffer (``docs/user-guide/features/dist_optimizer.md``: bf16
-    parameters, fp32 gradients 18 bytes, distributed 6 + 12/d). 0: gradients in the training precision."""
+    parameters, fp32 gradients 18 bytes, distributed 6 + 12/d). 0: gradients in the training precision.
+
+    ``optimizer_dtype``: ``Stack.optimizer_dtype``; "param" under mixed precision prices K by
+    ``param_dtype_state_bytes`` (16-bit moments, no master weights)."""
     d = dp
     if fsdp2_mixed_precision(layout, precision):
         k = OPTIMIZER_STATE_BYTES[(optimizer, False)]
@@ -163,9 +194,17 @@ def state_bytes(
         return StateBytes(4 / d, whole_grads or 4 / d, k / d)
     e = BYTES_PER_ELEMENT[precision]
     k = OPTIMIZER_STATE_BYTES[(optimizer, precision != "fp32")]
+    if optimizer_dtype == "param" and precision != "fp32":
+        k = param_dtype_state_bytes(optimizer, e, main_grads or e)
     g = main_grads if main_grads and zero_stage <= 1 else e
     out = StateBytes(*{0: (e, g, k), 1: (e, g, k / d), 2: (e, e / d, k / d), 3: (e / d, e / d, k / d)}[zero_stage])
     return out._replace(gradients=whole_grads) if whole_grads and zero_stage >= 2 else out
+
+
+def stack_states(stack: Stack, training: TrainingSpec, zero_stage: int, dp: int, whole: int, main: int) -> StateBytes:
+    """``state_bytes`` of a request's training under its stack (layout and optimizer dtype the stack's)."""
+    p, opt = training.precision, training.optimizer
+    return state_bytes(p, opt, zero_stage, dp, stack.param_layout, whole, main, stack.optimizer_dtype)
 
 
 class MemoryTerms(NamedTuple, Generic[Count]):

@@ -26,7 +26,7 @@ from planner.compose.layer_group import (  # noqa: F401 (re-exported: their home
     ns,
     overlapped,
 )
-from planner.compose.memory import StateBytes, main_grad_bytes, optimizer_step_bytes, state_bytes, zero3_buffer_bytes
+from planner.compose.memory import StateBytes, main_grad_bytes, optimizer_step_bytes, stack_states, zero3_buffer_bytes
 from planner.compose.zero3_sequence import block_seconds
 from planner.pricing.collectives import (
     Groups,
@@ -215,7 +215,7 @@ def kind_memory(ctx: Context, key: SharedKey, kind: str) -> KindMemory:
     ge = grad_bytes(ctx.stack, tr.precision, e)  # gradients on the wire (fp32 where the stack reduces in fp32)
     whole = sched.whole_grad_bytes(ctx.stack.grad_accumulation, e, ge)  # gradients accumulated unsharded
     main = main_grad_bytes(ctx.stack, ge)  # Megatron's main_grad buffer (``memory.state_bytes``)
-    per_param = state_bytes(tr.precision, tr.optimizer, zero_stage, dp, ctx.stack.param_layout, whole, main)
+    per_param = stack_states(ctx.stack, tr, zero_stage, dp, whole, main)
     per = per_param.total
     pe = lg.expert_params  # a MoE block's routed experts: states sharded, gradients synced over expert-DP
     per_e = expert_state_bytes(ctx, zero_stage, tp, dp, ep, etp, whole, main) if pe else per
@@ -310,7 +310,7 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = Fals
     sync, post = collective(sync_op), collective(None if sched.gather_fwd else post_op)
     # optimizer step: memory-bound multi-tensor kernels over the (sharded) states at achieved HBM bandwidth
     shard = dp if zero_stage >= 1 else 1
-    upd = optimizer_step_bytes(tr.optimizer, tr.precision)
+    upd = optimizer_step_bytes(tr.optimizer, tr.precision, ctx.stack.optimizer_dtype, ge)
     step = optimizer_step_times(ctx, (p_blk - pe, p_emb, p_head), shard, upd)
     step[0] += expert_step_seconds(ctx, pe, zero_stage, (tp, dp, ep, etp), upd)
 

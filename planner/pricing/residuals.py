@@ -39,8 +39,10 @@ def stack_preset(stack_id: str) -> str:
 #: to its residual row is left to v2.5's too; what v2.5 adds (interleaving, scatter-gather sends) is priced. Megatron-LM
 #: of 2022 (``megatron-2022``, 52e636888c) still runs those kernels and GEMMs (``CoreAttention``: baddbmm, fused
 #: scale-mask-softmax, bmm; bias-GeLU, bias-dropout-add) and local DDP: the rows are a compute scale, and its compute
-#: kernels are v2.0's; what it adds (SP, selective recompute, the distributed optimizer) is priced.
-RESIDUAL_LINEAGE = {"megatron-2021": "megatron-2020", "megatron-2022": "megatron-2020"}
+#: kernels are v2.0's; what it adds (SP, selective recompute, the distributed optimizer) is priced. NeMo 24.07
+#: (``nemo-2407``) runs the megatron preset's Megatron-core transformer and TE layers (planner/specs/stack_nemo.py):
+#: megatron's rows; its apex optimizer's states are priced.
+RESIDUAL_LINEAGE = {"megatron-2021": "megatron-2020", "megatron-2022": "megatron-2020", "nemo-2407": "megatron"}
 
 
 def residual_preset(stack_id: str) -> str:

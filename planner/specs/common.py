@@ -25,6 +25,10 @@ Optimizer = Literal["adam", "sgd"]
 GradAccumulation = Literal["megatron", "deepspeed", "fsdp1", "fsdp1_no_sync", "fsdp2", "fsdp2_deferred"]
 #: how a stack adds each micro-batch's weight gradients into the step's (``workload.accumulation.add_bytes``)
 GradAdd = Literal["autograd", "main_grad_if_bf16", "main_grad_fused"]
+#: Adam's states under mixed precision (``compose.memory.state_bytes``, ``optimizer_step_bytes``): "fp32" (fp32 moments
+#: and master weights, K = 12); "param" (moments in the parameters' 16-bit dtype, no master copy: NeMo's apex
+#: ``DistributedFusedAdam`` with ``optim.dtype`` = the model's dtype, ``planner.specs.stack_nemo``)
+OptimizerDtype = Literal["fp32", "param"]
 LayerKind = Literal["embedding", "transformer_block", "lm_head"]
 
 #: Bytes of a tensor element of the training precision; FP8 training keeps BF16 tensors (its FP8 GEMM

@@ -279,4 +279,8 @@ DEEPSPEED_2021 = Stack(
     "runtime/engine.py (fp16 / fp32 only: no bf16 before v0.5.5), no deepspeed/sequence (Ulysses: 2023)",
 )
 
-ERA_STACKS: dict[str, Stack] = {s.id: s for s in (MEGATRON_2020, MEGATRON_2021, MEGATRON_2022, DEEPSPEED_2021)}
+from planner.specs.stack_nemo import NEMO_2407  # noqa: E402  # NeMo 24.07: the megatron preset with apex's optimizer
+
+ERA_STACKS: dict[str, Stack] = {
+    s.id: s for s in (MEGATRON_2020, MEGATRON_2021, MEGATRON_2022, DEEPSPEED_2021, NEMO_2407)
+}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from planner.specs.common import Spec
 
@@ -21,6 +21,7 @@ StackId = Literal[
     "megatron-2021",
     "megatron-2022",
     "deepspeed-2021",
+    "nemo-2407",
 ]
 
 
@@ -52,6 +53,12 @@ class StackOverride(Spec):
     overlap_param_gather: bool | None = Field(
         default=None,
         description="Whether ZeRO-1/2's parameter all-gather overlaps the next step's forwards (interleaved 1F1B).",
+    )
+    optimizer_dtype: Literal["fp32", "param"] | None = Field(
+        default=None,
+        description="Adam's states under mixed precision: fp32 (fp32 moments and master weights) or param (moments in "
+        "the parameters' 16-bit dtype, no master copy: NeMo 24.07's apex DistributedFusedAdam with optim.dtype bf16); "
+        "only one its base preset runs (optimizer_dtypes).",
     )
     norm_kernel: Literal["eager", "fused"] | None = Field(
         default=None, description="Norm kernels alone (eager or fused); unset: as kernels."
@@ -97,6 +104,18 @@ class StackOverride(Spec):
         description="Cross-entropy metrics its trainer computes over the logits after every micro-batch's backward, "
         "under autocast in fp32 (Composer's train metrics: llm-foundry's MPT has 2).",
     )
+
+    @model_validator(mode="after")
+    def _optimizer_dtype(self) -> StackOverride:
+        from planner.specs.stacks import STACKS
+
+        offered = STACKS[self.base].optimizer_dtypes
+        if self.optimizer_dtype is not None and self.optimizer_dtype not in offered:
+            raise ValueError(
+                f"optimizer_dtype {self.optimizer_dtype!r} is not run by the {self.base!r} preset (it runs "
+                f"{', '.join(offered)}): base it on a preset that runs it (nemo-2407 runs fp32 and param)"
+            )
+        return self
 
     @field_validator("selective_ac", mode="before")
     @classmethod

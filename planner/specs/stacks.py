@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from planner.specs.common import Fp8Recipe, GradAccumulation, GradAdd
+from planner.specs.common import Fp8Recipe, GradAccumulation, GradAdd, OptimizerDtype
 from planner.specs.config import RUNNABLE_CP_COMMS, RUNNABLE_SCHEDULES, CpComm, Recompute, Schedule
 
 Attention = Literal["flash", "unfused"]
@@ -34,11 +34,10 @@ NormKernel = Literal["eager", "fused"]
 ReduceDtype = Literal["param", "fp32", "fp32_bf16"]
 ParamLayout = Literal["master", "fsdp2"]
 LossKind = Literal["fp32_logits", "upcast", "fused"]
-
 #: The fields an inline stack may override (all but ``id``, ``title`` and ``source``).
 OVERRIDABLE: tuple[str, ...] = ("attention", "flash_kernel", "dropout", "activations", "kernels", "overlap_grad_reduce")
 OVERRIDABLE += ("selective_ac", "norm_kernel", "loss", "nccl", "grad_accumulation", "reduce_dtype", "train_metrics")
-OVERRIDABLE += ("overlap_param_gather",)
+OVERRIDABLE += ("overlap_param_gather", "optimizer_dtype")
 
 
 class Stack(BaseModel):
@@ -92,6 +91,7 @@ class Stack(BaseModel):
     grad_accumulation: GradAccumulation = "megatron"
     grad_add: GradAdd = "autograd"  # the per-micro-batch gradient add (``workload.accumulation.add_bytes``)
     train_metrics: int = 0  # cross-entropy metrics over the logits per micro-batch (``workload.ops.metric_bytes``)
+    optimizer_dtype: OptimizerDtype = "fp32"  # Adam's states (``specs.common.OptimizerDtype``, ``optimizer_dtypes``)
     # ---- what the stack runs (issue 27 §1): the search enumerates only these; a pin outside is an error
     version: str = Field(description="The release of the software this preset describes.")
     #: ZeRO stages (``parallel.zero_stage``) it runs without pipeline parallelism.
@@ -122,15 +122,14 @@ class Stack(BaseModel):
     window_kernel: bool = Field(default=True, description="Whether its attention skips blocks outside a window.")
     #: FP8 recipes it runs (``training.fp8_recipe`` with precision ``fp8``; the first is its default; empty:
     #: no FP8) and those whose FSDP weight all-gather it runs in FP8 (``planner.specs.fp8``).
-    #: Training precisions it runs besides FP8 (``training.precision``; FP8 is ``fp8_recipes``), e.g. no fp16
-    #: without a loss scaler (``planner.specs.stack_rules.precision_error``).
+    #: Precisions it runs besides FP8 (``fp8_recipes``): no fp16 without a loss scaler (``stack_rules.precision_error``).
     precisions: tuple[Literal["bf16", "fp16", "fp32"], ...] = Field(
         default=("bf16", "fp16", "fp32"), description="Training precisions it runs besides FP8 (training.precision)."
     )
     fp8_recipes: tuple[Fp8Recipe, ...] = ()
     fp8_all_gather: tuple[Fp8Recipe, ...] = ()
-    #: How it overlaps TP collectives with the GEMMs (``parallel.tp_comm_overlap``): Transformer Engine's
-    #: userbuffers (``--tp-comm-overlap``), torchtitan's async TP (``enable_async_tensor_parallel``); None: not.
+    fp8_sp_gather: tuple[Fp8Recipe, ...] = ()  # SP all-gathers in FP8 (``workload.fp8.fp8_tp_gather``)
+    #: TP overlap (``parallel.tp_comm_overlap``): TE userbuffers (--tp-comm-overlap), torchtitan's async TP; None: not.
     tp_overlap: Literal["userbuffers", "async_tp"] | None = None
     #: Mixture-of-experts models (a MoE block), expert parallelism (parallel.ep > 1) and the expert tensor
     #: parallelism (parallel.etp: "one" = 1, "tp" = tp) it runs (``planner.specs.ep_rules.stack_runs_moe``).
@@ -144,7 +143,8 @@ class Stack(BaseModel):
     moe_dispatch: Literal["generic", "megatron"] = Field(
         default="generic", description="Its MoE token dispatcher's copies and saved tensors (generic, megatron)."
     )
-    #: Model parts it does not build (``ModelSpec`` fields, dotted): refused at planning (``request.check_priced``).
+    optimizer_dtypes: tuple[OptimizerDtype, ...] = Field(default=("fp32",), description="Its optimizer_dtype values.")
+    #: Model parts it does not build (``ModelSpec`` fields, dotted): refused at planning (``request.check_priced``)
     unbuilt: tuple[str, ...] = Field(default=(), description="Model parts (ModelSpec fields) it does not build.")
     runs_source: str = Field(description="Where the capabilities come from (files at the version).")
 
@@ -281,6 +281,7 @@ STACKS: dict[str, Stack] = {
             # --fp8-format hybrid --fp8-recipe delayed (default) | tensorwise (TE Float8CurrentScaling) | mxfp8
             # | blockwise (megatron/training/arguments.py); FP8 parameters (--fp8-param-gather) are opt-in
             fp8_recipes=("delayed", "current", "mxfp8"),
+            fp8_sp_gather=("delayed", "current", "mxfp8"),  # TE v2.9 gathers quantized (planner.workload.fp8)
             tp_overlap="userbuffers",  # --tp-comm-overlap (needs --sequence-parallel: arguments.py)
             moe=True,
             expert_parallel=True,

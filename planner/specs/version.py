@@ -243,4 +243,17 @@ from __future__ import annotations
 #:    chunk under the next step's forwards (:510-513, :552-563; NeMo r1.20 ``sync_overlap_parameters`` → apex
 #:    ``overlap_param_sync``), only chunk 0's holding the first forward (``param_gather_parts``); was: all exposed.
 #:    MLPerf v3.1 GPT-3 175B (PP 8 × VP 12, both on): exposed DP sync 0.29 → 0.08 s a step. Residuals refitted.
-COST_MODEL_VERSION = 52
+#: 53: (1) new overridable ``Stack.optimizer_dtype`` ("fp32" | "param"; offered per preset in ``optimizer_dtypes``):
+#:    "param" = Adam's moments in the parameters' 16-bit dtype and no master copy, as NeMo r2.0.0rc1's apex
+#:    ``DistributedFusedAdam`` holds them with ``optim.dtype`` = the model's (``megatron_base_model.py:784-806``
+#:    ``store_params=False``; apex 810ffae ``distributed_fused_adam.py:440-465``), plus apex's reduce-scattered gradient
+#:    shard (``:1806-1870``): K = 2e + the gradient dtype (``memory.param_dtype_state_bytes``; bf16: 6 against 12) and
+#:    an optimizer step of 14 + 2 HBM bytes a parameter (was 28 + 4). Run by the new ``nemo-2407`` preset (NeMo 24.07:
+#:    the megatron preset on Megatron-core 338af514 / TE 7d576ed2, DelayedScaling only, ring CP only;
+#:    ``planner.specs.stack_nemo``), not by ``megatron`` (core_v0.16.1's precision-aware optimizer keeps main params).
+#:    (2) New ``Stack.fp8_sp_gather``: Transformer Engine's sequence-parallel all-gathers run in FP8 under its FP8
+#:    recipes (the norm output quantized before the gather, the row-parallel output gradient cast on the shard: TE
+#:    7d576ed2 ``layernorm_linear.py:125-154``, ``base.py:632-652``; v2.9 ``layernorm_linear.py:246-265``,
+#:    ``base.py:1162-1192``), 1 byte an element (``workload.fp8.fp8_tp_gather``); the reduce-scatters stay bf16. Set on
+#:    ``megatron`` and ``nemo-2407``; was: 2 bytes (torchtitan tensorwise alone had it). FP8 megatron plans with SP move.
+COST_MODEL_VERSION = 53

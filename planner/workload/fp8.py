@@ -121,18 +121,28 @@ TP_GATHERED_GRADS = ("wo", "w2")
 
 def fp8_tp_gather(ctx: Inputs, tp: int, sp: bool) -> bool:
     """Whether the block's sequence-parallel all-gathers move FP8 (1 byte an element) and their casts run on the
-    local shard, before the gather. torchtitan at 820504e (the 2025-06 async-TP benchmark's commit,
-    ``models/llama3/parallelize_llama.py`` ``apply_tp``: ``enable_float8_tensorwise_tp`` = float8 converter and a
-    recipe other than rowwise) swaps in torchao's ``Float8ColwiseParallel`` / ``Float8RowwiseParallel`` /
-    ``PrepareFloat8ModuleInput`` (torchao ``float8/float8_tensor_parallel.py`` at 6243040): the attention's and the
-    FFN's sequence-sharded input is cast to FP8 (``hp_tensor_to_float8_dynamic``) and then redistributed Shard(1) →
-    Replicate, and each row-parallel output gets ``NoopFwToFloat8BwDynamic`` after its reduce-scatter, so in
-    backward its gradient is cast on the shard and all-gathered in FP8; the reduce-scatters stay 16-bit. Rowwise
-    keeps plain ``ColwiseParallel``/``RowwiseParallel`` ("float8 all-gather with TP is only supported for
-    tensorwise"). The same recipes as the stack's FP8 FSDP all-gather (``Stack.fp8_all_gather``). Dense models only:
-    torchtitan's MoE models go through their own ``parallelize`` (llama4 / deepseek_v3), and a MoE block's dense MLP
-    is taken away at 16-bit TP bytes (``pricing.expert_parallel``), so their gathers stay 16-bit here."""
-    return tp > 1 and sp and ctx.model.moe is None and fp8_all_gather(ctx)
+    local shard, before the gather; the reduce-scatters stay 16-bit. Dense models only: a MoE block's dense MLP is
+    taken away at 16-bit TP bytes (``pricing.expert_parallel``), so their gathers stay 16-bit here.
+
+    * torchtitan at 820504e (the 2025-06 async-TP benchmark's commit, ``models/llama3/parallelize_llama.py``
+      ``apply_tp``: ``enable_float8_tensorwise_tp`` = float8 converter and a recipe other than rowwise) swaps in
+      torchao's ``Float8ColwiseParallel`` / ``Float8RowwiseParallel`` / ``PrepareFloat8ModuleInput`` (torchao
+      ``float8/float8_tensor_parallel.py`` at 6243040): the attention's and the FFN's sequence-sharded input is cast
+      to FP8 (``hp_tensor_to_float8_dynamic``) and then redistributed Shard(1) → Replicate, and each row-parallel
+      output gets ``NoopFwToFloat8BwDynamic`` after its reduce-scatter, so in backward its gradient is cast on the
+      shard and all-gathered in FP8. Rowwise keeps plain ``ColwiseParallel``/``RowwiseParallel`` ("float8
+      all-gather with TP is only supported for tensorwise"): the recipes of its FP8 FSDP all-gather
+      (``Stack.fp8_all_gather``);
+    * Transformer Engine (``Stack.fp8_sp_gather``): ``LayerNormLinear`` writes its norm output in FP8 and
+      all-gathers that (TE 7d576ed2, NeMo 24.07's, ``pytorch/module/layernorm_linear.py:125-126, 152-154``: a
+      ``torch.uint8`` ``ln_out``, then ``gather_along_first_dim``; v2.9 ``layernorm_linear.py:246-265``:
+      ``gather_along_first_dim(ln_out, tp_group, quantizer=input_quantizer)``), and the backward of a row-parallel
+      ``Linear`` casts its output gradient to FP8 on the shard before the all-gather (7d576ed2
+      ``pytorch/module/base.py:632-652`` ``grad_output_preprocess``; v2.9 ``base.py:1162-1192``), the userbuffers
+      path too (its FP8 buffers). MXFP8's per-32 scales (1/32 byte) are not counted."""
+    if tp == 1 or not sp or ctx.model.moe is not None or ctx.fp8_recipe is None:
+        return False
+    return fp8_all_gather(ctx) or ctx.fp8_recipe in ctx.stack.fp8_sp_gather
 
 
 def gathered_params(ctx: Inputs, params: tuple[int, int, int], tp: int) -> tuple[int, int, int]:
