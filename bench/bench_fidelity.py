@@ -116,7 +116,25 @@ def load_all(paths: tuple[Path, ...] | list[Path] = DATA_FILES) -> dict[str, Any
 #: (Megatron-Bridge's performance tables): the catalog entry (its HF config; issue 23). For these Megatron rows
 #: an unstated schedule with pp > 1 and no virtual stages is Megatron-core's only one (1F1B), and an unstated
 #: recomputation is none (the perf recipes' default): both recorded in the row's ``assumed``.
-MOE_CATALOG = {"GPT OSS 120B": "gpt-oss-120b", "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_30B_a3B (tokendrop)": None}
+MOE_CATALOG = {
+    "GPT OSS 120B": "gpt-oss-120b",
+    "Qwen3_30B_a3B": "qwen3-30b-a3b",
+    "Qwen3_30B_a3B (tokendrop)": "qwen3-30b-a3b",
+}
+#: Catalog MoE models as a row's recipe ran them when that differs from the catalog's dropless entry: the
+#: ``MoeSpec`` fields set, and why. The 25.09 "(tokendrop)" rows ran Megatron-Bridge v0.1.0rc3, whose perf script
+#: applies token drop to every Qwen3 30B-A3B run (scripts/performance/run_script.py:96-102
+#: ``recipe.model = apply_moe_token_drop(recipe.model)``, no flag) with its defaults capacity factor 1.0 and
+#: padding to capacity (src/megatron/bridge/training/utils/moe_token_drop.py:18-22, :54-55): Megatron-core's
+#: ``moe_expert_capacity_factor=1.0``, ``moe_pad_expert_input_to_capacity=True``.
+MOE_OVERRIDES: dict[str, tuple[dict[str, Any], str]] = {
+    "Qwen3_30B_a3B (tokendrop)": (
+        {"capacity_factor": 1.0, "pad_to_capacity": True},
+        "model.moe: capacity_factor 1.0, pad_to_capacity (Megatron-Bridge v0.1.0rc3 scripts/performance/"
+        "run_script.py:96-102 applies apply_moe_token_drop to every Qwen3 30B-A3B run; its defaults, "
+        "src/megatron/bridge/training/utils/moe_token_drop.py:18-22, :54-55)",
+    )
+}
 #: Rows whose published micro-batch contradicts the row's own arithmetic, with the recipe's value and why. The 25.11
 #: DGX-H100 GPT OSS 120B row prints MBS 4, GA 2 at GBS 512 on 64 GPUs with PP 4 (DP 16: 16 × 4 × 2 = 128, not 512),
 #: the MBS and GA of the DGX-B200 row above it (DP 64: 64 × 4 × 2 = 512); the H100 recipe of that release runs MBS 1
@@ -257,6 +275,41 @@ BRIDGE_RECIPES: dict[str, dict[str, Any]] = {
             "modules only under recompute_granularity 'selective' (core_v0.16.0 transformer_layer.py:382)"
         ],
     },
+    # Qwen3 30B-A3B on 16 H100, 25.11 (v0.2.0): scripts/performance/configs/qwen3/qwen3_llm_pretrain.py:231-249 with
+    # set_qwen3_common_configs (:33-47: no recompute, router fusion, force-balanced dropless routing) and the
+    # provider's alltoall dispatcher, grouped GEMM and permute fusion (src/megatron/bridge/models/qwen/
+    # qwen_provider.py:394-396); the H100 FP8 preset sets no flex dispatcher (workload_base_configs.py:233-239).
+    "mbridge_25.11_Qwen3_30B_a3B_16gpu_FP8-CS": {
+        "parallel": {"recompute": "none"},
+        "assumed": [
+            "recipe: NeMo 25.11 ships Megatron-Bridge v0.2.0: scripts/performance/configs/qwen3/qwen3_llm_pretrain.py"
+            ":231-249 (qwen3_30b_a3b_h100_config), :33-47 (recompute None, moe_router_fusion, "
+            "moe_router_force_load_balancing: dropless); src/megatron/bridge/models/qwen/qwen_provider.py:394-396 "
+            "(moe_grouped_gemm, alltoall dispatcher, moe_permute_fusion); no flex dispatcher on H100 "
+            "(workload_base_configs.py:233-239)",
+            "parallel.recompute: none (qwen3_llm_pretrain.py:36-38)",
+            "not priced: the preset's moe_a2a_overlap (workload_base_configs.py:238; utils/helpers.py:182-186 "
+            "overlap_moe_expert_parallel_comm, delay_wgrad_compute), the all-to-alls priced on the compute stream; "
+            "the table's MBS 2 / VP 24 (kept) are the v0.1.0rc3 perf matrix's fp8_cs mapping, not the v0.2.0 "
+            "preset's MBS 1 / VP 12",
+        ],
+    },
+    # Qwen3 30B-A3B on 16 H100, 25.09 (v0.1.0rc3): the table's mapping (GBS 512, MBS 2, PP 2, VP 24, EP 8) is the
+    # perf matrix's h100 num_gpus_16 entry, whose MBS 2 is set for fp8_cs only (bf16: MBS 1): the matrix key is
+    # f"{compute_dtype}_{fp8_recipe}" (scripts/performance/utils/helpers.py:147-148), so the run was FP8 with
+    # current scaling. Recomputation none (the yaml's null granularity overrides the recipe's full/uniform/1).
+    # The 25.11 FP8-CS row runs the same mapping dropless: the pair isolates what token drop changes (issue 23).
+    "mbridge_25.09_Qwen3_30B_a3B_16gpu_prec-unstated": {
+        "precision": "fp8",
+        "fp8_recipe": "current",
+        "parallel": {"recompute": "none"},
+        "assumed": [
+            "precision: fp8, current scaling (Megatron-Bridge v0.1.0rc3 scripts/performance/configs/qwen3/"
+            "qwen3_30b_a3b_llm_pretrain.yaml:55-73: the h100 num_gpus_16 mapping of the table, MBS 2 only under "
+            "fp8_cs, bf16 MBS 1; utils/helpers.py:147-148 picks the entry by compute dtype and FP8 recipe)",
+            "parallel.recompute: none (qwen3_30b_a3b_llm_pretrain.yaml:19-21 null granularity, method, layers)",
+        ],
+    },
 }
 #: Megatron-Bridge rows the model cannot express as their recipe ran them, and why.
 _FSDP = (
@@ -393,7 +446,11 @@ def moe_row(row: dict[str, Any]) -> dict[str, Any]:
         micro, why = MICRO_FIXES[row["id"]]
         batch = {**batch, "micro": micro}
         assumed.append(why)
-    return {**row, "model": {"catalog": catalog}, "parallel": par, "batch": batch, "assumed": assumed}
+    model: dict[str, Any] = {"catalog": catalog}
+    if row["model_name"] in MOE_OVERRIDES:
+        model["moe"], why = MOE_OVERRIDES[row["model_name"]]
+        assumed.append(why)
+    return {**row, "model": model, "parallel": par, "batch": batch, "assumed": assumed}
 
 
 def reasons_not_expressible(row: dict[str, Any]) -> list[str]:
@@ -467,7 +524,10 @@ def fp8_recipe(row: dict[str, Any]) -> str | None:
 def model_spec(row: dict[str, Any]) -> ModelSpec:
     mod = row["model"]
     if "catalog" in mod:
-        return get_model(mod["catalog"])
+        spec = get_model(mod["catalog"])
+        if mod.get("moe") and spec.moe is not None:  # the recipe's MoE settings (``MOE_OVERRIDES``)
+            spec = spec.model_copy(update={"moe": spec.moe.model_copy(update=mod["moe"])})
+        return spec
     llama = mod["family"] == "llama"
     return ModelSpec(
         name=row["id"][:128],

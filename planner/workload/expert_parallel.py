@@ -38,7 +38,11 @@ Megatron-core's alltoall dispatcher (``dispatch="megatron"``: ``Stack.moe_dispat
   (``_maybe_dtoh_and_synchronize``, token_dispatcher.py:862-901: copied at ``before_permutation_1``, waited on at
   ``before_ep_alltoall`` with ep > 1 dropless) is not priced: the host launches the first permutation between the
   copy and the wait, so the device idles only if that permutation (T·k·h·β read and written: ≈ 75 µs on the
-  26.04.01 gpt-oss row, 0.2 ms on the Qwen3-30B-A3B one) ends before the woken host launches the all-to-all (a few µs: ``gpu.GPU_LAUNCH_US``);
+  26.04.01 gpt-oss row, 0.2 ms on the Qwen3-30B-A3B one) ends before the woken host launches the all-to-all (a few µs: ``gpu.GPU_LAUNCH_US``).
+  What the dropless path costs beyond this is not priced and not known: on 16 H100 the same Qwen3-30B-A3B mapping
+  (GBS 512, MBS 2, PP 2, VP 24, EP 8, FP8 current scaling) ran 10494 tok/s/GPU padded to capacity (Megatron-Bridge
+  25.09; no counts, no sync) and 5275 dropless (25.11), where this model prices the two within 5 % (10598, 10132);
+  the 25.11 run also differs in container and, by its preset, in ``overlap_moe_expert_parallel_comm`` (issue 23);
 * the routing probabilities ride into the experts and are applied in the fused weighted activation
   (``experts.py`` ``TEGroupedMLP.forward``: ``weighted_bias_swiglu_impl`` / ``weighted_bias_quick_geglu_impl`` at
   experts.py:692/699, the Megatron-Bridge recipes' ``bias_activation_fusion``), and the combine's ``unpermute``
