@@ -1,7 +1,6 @@
 """Planning time of `planner.plan` on realistic requests: the model, cluster and batch of every published
-training run the planner can express (`bench/data/plan_cases.json`, built from the team's collection
-of published runs, each row with its source URL), nothing pinned, top_k 3, plus the instances of
-`bench/bench_plan.py`.
+training run `bench/bench_fidelity.py` expresses (its data files and its mapping of each row, with the row's
+stack and precision), nothing pinned, top_k 3, plus the instances of `bench/bench_plan.py`.
 
     python bench/bench_plan_wide.py                # every case, CPU time of one plan() each
     python bench/bench_plan_wide.py --repeat 3     # min CPU time of 3 runs (a shared machine)
@@ -37,8 +36,8 @@ from bench_plan import INSTANCES, STACK, TRAINING  # noqa: E402
 
 from planner.api import plan  # noqa: E402
 from planner.specs import PlanRequest  # noqa: E402
+from planner.specs.errors import MeshplanError  # noqa: E402
 
-DATA = Path(__file__).resolve().parent / "data" / "plan_cases.json"
 TARGETS = {"median": 0.3, "worst": 1.0}
 
 
@@ -127,6 +126,35 @@ def large_cases() -> list[tuple[str, dict]]:
     ]
 
 
+def published_cases() -> tuple[list[tuple[str, dict]], dict[str, list[str]]]:
+    """(id, request) of every published run `bench/bench_fidelity.py` expresses (its data files, its mapping of
+    each row's model, cluster, batch, precision and stack), with the parallel layout and search options left free
+    as its free-plan column plans them; and the runs it cannot express, with why. Runs with identical planning
+    inputs are timed once (the first id)."""
+    import bench_fidelity as bf
+
+    data = bf.load_all()
+    out: list[tuple[str, dict]] = []
+    seen: set[str] = set()
+    skipped: dict[str, list[str]] = {}
+    for row in data["runs"]:
+        why = bf.reasons_not_expressible(row)
+        if why:
+            skipped[row["id"]] = why
+            continue
+        try:
+            req = bf.request(row, data["gpus"])
+        except MeshplanError as exc:
+            skipped[row["id"]] = [f"the planner rejects it: {exc.field}: {exc.message}"]
+            continue
+        body = req.model_dump(mode="json", exclude={"parallel", "options", "top_k"})
+        key = json.dumps(body, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            out.append((row["id"], body))
+    return out, skipped
+
+
 def cases() -> list[tuple[str, dict]]:
     """(id, request) of every case: the bench_plan instances, then the published runs."""
     out = []
@@ -146,28 +174,7 @@ def cases() -> list[tuple[str, dict]]:
                 },
             )
         )
-    for row in json.loads(DATA.read_text())["cases"]:
-        out.append(
-            (
-                row["id"],
-                {
-                    "model": row["model"],
-                    "cluster": {
-                        "gpu": row["gpu"],
-                        "num_nodes": row["num_nodes"],
-                        "gpus_per_node": row["gpus_per_node"],
-                    },
-                    "training": {
-                        "global_batch_size": row["global_batch_size"],
-                        "seq_len": row["seq_len"],
-                        # the default stack (the bundled runtime) trains in bf16 / fp32 (Stack.precisions): an fp16
-                        # run is planned in bf16 (the same peak rate, bytes and states; this bench times the search)
-                        "precision": "bf16" if row["precision"] == "fp16" else row["precision"],
-                    },
-                },
-            )
-        )
-    return out + large_cases()
+    return out + published_cases()[0] + large_cases()
 
 
 def quantile(xs: list[float], q: float) -> float:
@@ -240,11 +247,11 @@ def main() -> None:
         f"median ≤ {TARGETS['median']} s {'met' if med <= TARGETS['median'] else 'NOT met'}; "
         f"worst ≤ {TARGETS['worst']} s {'met' if worst <= TARGETS['worst'] else 'NOT met'}"
     )
-    excluded = json.loads(DATA.read_text())["excluded"]
     if not args.k:
-        print(f"\n{len(excluded)} published runs the planner cannot express:")
-        for e in excluded:
-            print(f"  {e['id'][:46]:46s} {e['why']}")
+        skipped = published_cases()[1]
+        print(f"\n{len(skipped)} published runs the planner cannot express:")
+        for rid, why in skipped.items():
+            print(f"  {rid[:46]:46s} {'; '.join(why)}")
 
 
 if __name__ == "__main__":
