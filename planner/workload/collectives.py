@@ -32,6 +32,7 @@ from typing import Literal
 
 from planner.specs import ModelSpec
 from planner.specs.stacks import Stack
+from planner.specs.vocab import local_vocab, vocab_parallel
 from planner.workload.ops import block_linears, linears
 
 Axis = Literal["tp", "dp", "pp", "cp", "ep"]
@@ -166,7 +167,7 @@ def tp_comms(
     if rerun_gathers and sp and not full:
         blk_b += (Collective("tp", "reduce_scatter", act if gather is None else gather, 2),)  # an all-gather's time
     rs, ag = Collective("tp", "reduce_scatter", act), Collective("tp", "all_gather", act)
-    if model.vocab_size % tp == 0:  # vocab-parallel embedding and LM head
+    if vocab_parallel(model, tp) or tp == 1:  # vocab-parallel embedding and LM head (``planner.specs.vocab``)
         emb_f, emb_b = ((rs,), (ag,)) if sp else ((Collective("tp", "all_reduce", act),), ())
         head_f, head_b = ((ag,), (rs,)) if sp else ((), (Collective("tp", "all_reduce", act),))
         # the vocab-parallel cross-entropy's max, sum and target logit per token (fp32)
@@ -326,5 +327,5 @@ def tied_embedding_sync(model: ModelSpec, grad_elt: int, tp: int) -> Comms:
     ``"pp"``, two ranks — at the end of both ranks' step."""
     if not model.tie_embeddings:
         return ()
-    vocab = model.vocab_size // tp if model.vocab_size % tp == 0 else model.vocab_size
+    vocab = local_vocab(model, tp)  # the stack's padded vocabulary (``planner.specs.vocab``)
     return (Collective("pp", "all_reduce", vocab * model.hidden_size * grad_elt),)
