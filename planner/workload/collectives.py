@@ -252,8 +252,16 @@ def grad_bucket(stack: Stack, dp: int, total: int) -> int:
 def grad_bytes(stack: Stack, precision: str, elt: int) -> int:
     """Bytes per gradient element on the wire of the DP gradient collectives: fp32 where the stack reduces in fp32
     (FSDP2's ``MixedPrecisionPolicy(reduce_dtype=torch.float32)``: torchtitan, the bundled runtime; Megatron-core
-    under bf16, ``accumulate_allreduce_grads_in_fp32``), else the training dtype's ``elt``."""
-    if stack.reduce_dtype == "fp32" or (stack.reduce_dtype == "fp32_bf16" and precision == "bf16"):
+    under bf16, ``accumulate_allreduce_grads_in_fp32``), else the training dtype's ``elt``.
+
+    FP8 is bf16 mixed precision (``--bf16 --fp8-format``: the parameters and main grads of a bf16 run, only the
+    linears' GEMM operands in FP8), so Megatron-core keeps fp32 main grads there too: core_v0.16.1
+    ``megatron/training/arguments.py:711-724`` sets ``accumulate_allreduce_grads_in_fp32`` under ``--bf16`` unless
+    ``--grad-reduce-in-bf16``, ``training.py:1295`` passes it as the DDP's ``grad_reduce_in_fp32``
+    (``megatron/core/distributed/distributed_data_parallel_config.py:11``); Megatron-Bridge's FP8 mixed-precision
+    recipes keep its default ``grad_reduce_in_fp32: True`` (``src/megatron/bridge/training/mixed_precision.py:47`` at
+    067f987). A run with ``--grad-reduce-in-bf16`` is ``reduce_dtype: param`` (cost model 55)."""
+    if stack.reduce_dtype == "fp32" or (stack.reduce_dtype == "fp32_bf16" and precision in ("bf16", "fp8")):
         return 4
     return elt
 
