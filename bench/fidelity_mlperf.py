@@ -128,7 +128,7 @@ COMMON = {
         "optim=distributed_fused_adam: apex DistributedFusedAdam, optimizer state and fp32 master weights sharded "
         "over DP); stack.overlap_grad_reduce: true (conf/optim/distributed_fused_adam.yaml:3-4 overlap_grad_sync "
         "and overlap_param_sync True, bucket_cap_mb 100; stack.overlap_param_gather: true, cost model 52); gradients reduce-scattered in bf16 (:6 grad_sync_dtype: "
-        "bf16; the preset's fp8 gradients travel in 2 bytes too)",
+        "bf16: stack.reduce_dtype param, the grad buffer and its reduce-scatter in 2 bytes)",
         "precision: fp8, training.fp8_recipe: delayed (config_fp8.sh:2-6 FP8, FP8_HYBRID, FP8_AMAX_HISTORY=1024, "
         "FP8_AMAX_ALGO=max: TE DelayedScaling, HYBRID format; bf16 trainer precision, custom.yaml:12)",
         "model: GPT-3 175B as the row states, tied input/output embeddings (unified_checkpointing.py:156-158 "
@@ -143,7 +143,8 @@ COMMON = {
         "(TP_COMM_OVERLAP=True; config_common.sh:37-44 atomic-GEMM reduce-scatter and multicast AG/RS overlap)",
         "parallel.zero_stage: 1 (config_common.sh:8 USE_DIST_OPTIMIZER=True → run_and_time.sh:116-117 "
         "distributed_fused_adam); stack.overlap_grad_reduce: true (conf/optim/distributed_fused_adam.yaml "
-        "overlap_grad_sync/overlap_param_sync True, grad_sync_dtype bf16; config_common.sh:69 BUCKET_CAP_MB=200)",
+        "overlap_grad_sync/overlap_param_sync True, grad_sync_dtype bf16: stack.reduce_dtype param; config_common.sh:69 "
+        "BUCKET_CAP_MB=200)",
         "precision: fp8, training.fp8_recipe: delayed (config_fp8.sh:2-6: HYBRID, amax history 1024, max)",
         "NOT PRICED: FP8 parameters (config_common.sh:74 FP8_PARAMS=True → custom.yaml:81 fp8_params): the "
         "distributed optimizer all-gathers 1-byte parameters, the preset 2-byte ones (the DP all-gather is "
@@ -218,7 +219,9 @@ def mlperf_row(row: dict[str, Any]) -> dict[str, Any]:
 def stack(row: dict[str, Any]) -> dict[str, Any] | None:
     """The stack an MLPerf row runs (``None``: not an MLPerf row): the megatron preset with the DP gradient
     reduce-scatter and the parameter all-gather overlapped (apex DistributedFusedAdam overlap_grad_sync /
-    overlap_param_sync, conf/optim/distributed_fused_adam.yaml:3-4 in both rounds)."""
+    overlap_param_sync, conf/optim/distributed_fused_adam.yaml:3-4 in both rounds) and its gradients accumulated and
+    reduce-scattered in bf16 (``reduce_dtype: param``: the same file's grad_sync_dtype bf16, apex's contiguous grad
+    buffer in that dtype), where the preset keeps Megatron-core's fp32 main grads under FP8 (cost model 54)."""
     if row["source_group"] not in GROUPS or row["stack"] != "megatron":
         return None
-    return {"base": "megatron", "overlap_grad_reduce": True, "overlap_param_gather": True}
+    return {"base": "megatron", "overlap_grad_reduce": True, "overlap_param_gather": True, "reduce_dtype": "param"}

@@ -242,7 +242,8 @@ VOCAB_DIVISIBLE_BY = 128
 def padded_vocab(vocab: int, tp: int) -> int:
     """The vocabulary the run builds: NeMo r2.0.0rc1 ``megatron_base_model.py:588-598`` ``_vocab_size_with_padding``
     rounds the tokenizer's up to a multiple of ``make_vocab_size_divisible_by`` × TP (so the vocab-parallel embedding
-    and LM head split evenly over TP: an odd 50257 would otherwise stay whole on every TP rank in the planner)."""
+    and LM head split evenly over TP). Since cost model 54 the planner pads on the Megatron-family presets itself
+    (``planner.specs.vocab``); the rows keep stating the padded size, which padding leaves as it is."""
     multiple = VOCAB_DIVISIBLE_BY * tp
     return -(-vocab // multiple) * multiple
 

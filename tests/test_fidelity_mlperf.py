@@ -121,7 +121,9 @@ def test_requests_as_the_submissions_ran(run_id, pp, vp, micro):
     assert pins == (4, pp, vp, micro, "none", 1)
     assert p.sequence_parallel and p.tp_comm_overlap and p.schedule == "interleaved-1f1b"
     assert (req.training.precision, req.training.fp8_recipe) == ("fp8", "delayed")
-    assert bench.stack_of(row) == {"base": "megatron", "overlap_grad_reduce": True, "overlap_param_gather": True}
+    # apex DistributedFusedAdam's overlap_grad_sync / overlap_param_sync and grad_sync_dtype bf16 (cost model 54)
+    over = {"base": "megatron", "overlap_grad_reduce": True, "overlap_param_gather": True, "reduce_dtype": "param"}
+    assert bench.stack_of(row) == over
     assert 96 % (pp * vp) == 0  # whole layers per chunk
     assert estimate_plan(req).estimate.fits
 

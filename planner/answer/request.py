@@ -16,6 +16,7 @@ from planner.specs.layout import even_stage_layers
 from planner.specs.stack_rules import precision_error, unbuilt_parts
 from planner.specs.stacks import STACKS, Stack
 from planner.specs.stacks import resolve as resolve_stack
+from planner.specs.vocab import with_padding
 
 #: Defaults of ``estimate`` for fields the request leaves out (``planner.specs.config.FIELDS``; dp, virtual_stages
 #: and stage_layers are derived, see ``complete_pins``).
@@ -61,7 +62,7 @@ def context(request: PlanRequest) -> Context:
     if request.calibration is not None:
         check_calibration(request.calibration, gpu.id, stack.id)
     return Context(
-        model=model,
+        model=with_padding(model, stack),  # the vocabulary as the stack builds it (``planner.specs.vocab``)
         gpu=gpu,
         cluster=request.cluster,
         training=request.training,

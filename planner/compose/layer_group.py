@@ -22,6 +22,7 @@ from planner.pricing.expert_parallel import all_to_all_seconds
 from planner.pricing.host import dtensor_linear_dispatch, host_dispatch
 from planner.pricing.layer_times import LayerTimes, layer_times
 from planner.pricing.tp_overlap import overlap_delta
+from planner.specs.vocab import local_vocab
 from planner.workload.collectives import issuing, rerun_sp_gathers, tp_comms
 from planner.workload.fp8 import fp8_tp_gather
 from planner.workload.ops import MOE_BLOCK, block_linears
@@ -173,7 +174,7 @@ def _layer_group(ctx: Context, key: GroupKey) -> LayerGroup:
     blk, emb, head, lp_blk, lp_emb, lp_head, act = d.blk, d.emb, d.head, d.lp_blk, d.lp_emb, d.lp_head, d.act
     (blk_tp_f, emb_tp_f, head_tp_f), (blk_tp_b, emb_tp_b, head_tp_b) = d.tp_f, d.tp_b
     f_more, b_more = d.f_more, d.b_more
-    vocab_local = model.vocab_size // tp if model.vocab_size % tp == 0 else model.vocab_size
+    vocab_local = local_vocab(model, tp)  # the stack's padded vocabulary (``planner.specs.vocab``)
     saved = lp_blk.saved_activation_bytes
     p_blk, x = lp_blk.param_count, None
     if kind == MOE_BLOCK:  # a MoE block: its MLP in place of the dense one (``compose.experts``)

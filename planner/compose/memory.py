@@ -73,17 +73,34 @@ def optimizer_step_bytes(optimizer: str, precision: str, optimizer_dtype: str = 
 MOMENTS = {"adam": 2, "sgd": 1}
 
 
-def param_dtype_state_bytes(optimizer: str, e: int, grad_elt: int) -> int:
+def param_dtype_state_bytes(optimizer: str, e: int) -> int:
     """K (bytes per parameter, sharded by ZeRO-1) of an optimizer whose states are in the parameters' 16-bit dtype
     (``Stack.optimizer_dtype="param"``): NeMo r2.0.0rc1 (579983fb) ``megatron_base_model.py:784-806`` passes
     ``optim.dtype`` to apex's ``DistributedFusedAdam`` and, that dtype being the model's (bf16 under
     ``megatron_amp_O2``), sets ``store_params=False``: no master copy. apex 810ffae (NeMo r2.0.0rc1 Dockerfile.ci:38)
     ``contrib/optimizers/distributed_fused_adam.py:440-465`` allocates each bucket's local shard of ``exp_avg`` and
-    ``exp_avg_sq`` in that dtype, and ``:1806-1870`` keeps the reduce-scattered gradient shard (``grads_shard``, in
-    the gradient-sync dtype) until the step. So K = moments × e + the gradient shard: Adam in bf16 with bf16
-    gradients 2·2 + 2 = 6 (fp32 states keep 12: 2-byte ``param_remainders`` + 4 + 4 + the 2-byte shard, the same
-    12 as fp32 master weights and moments)."""
-    return MOMENTS[optimizer] * e + grad_elt
+    ``exp_avg_sq`` in that dtype: K = moments × e (Adam in bf16: 4, against 12).
+
+    Not in K (cost model 54; 53 added it): apex's reduce-scattered gradient shard. ``_start_bucket_grad_sync``
+    (``:1806-1818``) allocates it (``sync_grads_shard``, bucket size / DP elements in the grad buffer's dtype, i.e.
+    ``grad_sync_dtype``, not fp32 unless that is), ``_finish_bucket_grad_sync`` (``:1862-1872``) keeps it as
+    ``grads_shard`` for the step, and ``zero_grad`` (``:1461-1465``, ``self._grads_buckets.clear()``) drops it: NeMo
+    calls ``zero_grad`` at the top of ``training_step`` (``megatron_gpt_model.py:804``), before the first forward, and
+    syncs the buckets in the last micro-batch's backward only (``no_sync`` otherwise). So it lives from the last
+    backward to the optimizer step, not at the activation peaks this memory model prices (the step's states alone,
+    activations gone, stay below them)."""
+    return MOMENTS[optimizer] * e
+
+
+#: apex ``store_param_remainders`` (``Stack.optimizer_dtype="remainders"``): the low 16 bits of each fp32 master
+#: weight in an int16 shard beside the bf16 parameter (apex 810ffae ``distributed_fused_adam.py:446-452``, required
+#: with fp32 ``dtype`` and bf16 ``param_sync_dtype``: ``:645-660``), chosen by NeMo r2.0.0rc1 for optim.dtype fp32 over
+#: bf16 parameters (``megatron_base_model.py:800-802``): K = 2 + 4 × moments (Adam: 10, against 12 with fp32 masters).
+REMAINDER_BYTES = 2
+
+
+def remainder_state_bytes(optimizer: str) -> int:
+    return REMAINDER_BYTES + 4 * MOMENTS[optimizer]
 
 
 def loss_buffer_bytes(stack: Stack, tokens: int, vocab_local: int, elt: int = 2) -> int:
@@ -183,7 +200,8 @@ def state_bytes(
     parameters, fp32 gradients 18 bytes, distributed 6 + 12/d). 0: gradients in the training precision.
 
     ``optimizer_dtype``: ``Stack.optimizer_dtype``; "param" under mixed precision prices K by
-    ``param_dtype_state_bytes`` (16-bit moments, no master weights)."""
+    ``param_dtype_state_bytes`` (16-bit moments, no master weights), "remainders" under bf16 by
+    ``remainder_state_bytes`` (fp32 moments, 16-bit remainders instead of fp32 master weights)."""
     d = dp
     if fsdp2_mixed_precision(layout, precision):
         k = OPTIMIZER_STATE_BYTES[(optimizer, False)]
@@ -195,7 +213,9 @@ def state_bytes(
     e = BYTES_PER_ELEMENT[precision]
     k = OPTIMIZER_STATE_BYTES[(optimizer, precision != "fp32")]
     if optimizer_dtype == "param" and precision != "fp32":
-        k = param_dtype_state_bytes(optimizer, e, main_grads or e)
+        k = param_dtype_state_bytes(optimizer, e)
+    elif optimizer_dtype == "remainders" and precision in ("bf16", "fp8") and zero_stage >= 1:
+        k = remainder_state_bytes(optimizer)  # apex DistributedFusedAdam (ZeRO-1 on nemo-2407; ZeRO-0: fused_adam)
     g = main_grads if main_grads and zero_stage <= 1 else e
     out = StateBytes(*{0: (e, g, k), 1: (e, g, k / d), 2: (e, e / d, k / d), 3: (e / d, e / d, k / d)}[zero_stage])
     return out._replace(gradients=whole_grads) if whole_grads and zero_stage >= 2 else out

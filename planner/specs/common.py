@@ -27,8 +27,10 @@ GradAccumulation = Literal["megatron", "deepspeed", "fsdp1", "fsdp1_no_sync", "f
 GradAdd = Literal["autograd", "main_grad_if_bf16", "main_grad_fused"]
 #: Adam's states under mixed precision (``compose.memory.state_bytes``, ``optimizer_step_bytes``): "fp32" (fp32 moments
 #: and master weights, K = 12); "param" (moments in the parameters' 16-bit dtype, no master copy: NeMo's apex
-#: ``DistributedFusedAdam`` with ``optim.dtype`` = the model's dtype, ``planner.specs.stack_nemo``)
-OptimizerDtype = Literal["fp32", "param"]
+#: ``DistributedFusedAdam`` with ``optim.dtype`` = the model's dtype, ``planner.specs.stack_nemo``); "remainders" (fp32
+#: moments, the bf16 parameter and its 16-bit remainder instead of an fp32 master copy, K = 2 + 4 × moments: apex with
+#: ``store_param_remainders``, NeMo's choice for optim.dtype fp32 over bf16 parameters; cost model 54)
+OptimizerDtype = Literal["fp32", "param", "remainders"]
 LayerKind = Literal["embedding", "transformer_block", "lm_head"]
 
 #: Bytes of a tensor element of the training precision; FP8 training keeps BF16 tensors (its FP8 GEMM

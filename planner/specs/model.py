@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from planner.specs.common import MAX_HIDDEN, MAX_SEQ_LEN, MAX_VOCAB, Activation, Family, Norm, Spec
 from planner.specs.config import MAX_LAYERS
@@ -201,6 +201,9 @@ class ModelSpec(Spec):
 
     # never assigned to once built (``workload.ops.linears`` memoises by the model)
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    #: the stack's vocabulary padding multiple (``planner.specs.vocab``), set on the request's copy only
+    _vocab_multiple: int = PrivateAttr(default=0)
 
     name: str = Field(min_length=1, max_length=128, description="Model id, e.g. 'llama3-70b'.")
     family: Family = Field(

@@ -8,8 +8,9 @@ residual rows: ``pricing.residuals.RESIDUAL_LINEAGE``) except where that release
 * the optimizer is apex's ``DistributedFusedAdam`` (NeMo ``nemo/core/optim/distributed_adam.py``
   ``MegatronDistributedFusedAdam``), not Megatron-core's distributed optimizer: its state dtype is ``optim.dtype``
   (NeMo ``megatron_base_model.py:784-806``: fp32 by default, with ``store_param_remainders`` under bf16 parameters;
-  ``store_params=False`` where ``optim.dtype`` is the model's bf16). So it runs ``optimizer_dtype`` "fp32" and
-  "param" (``compose.memory.param_dtype_state_bytes``; launcher 24.07 ``nemotron/nemotron_340b.yaml:161-162``
+  ``store_params=False`` where ``optim.dtype`` is the model's bf16). So it runs ``optimizer_dtype`` "remainders"
+  (its default, cost model 54: ``compose.memory.remainder_state_bytes``), "fp32" (``store_params``: fp8_params or
+  fp16) and "param" (``compose.memory.param_dtype_state_bytes``; launcher 24.07 ``nemotron/nemotron_340b.yaml:161-162``
   sets ``grad_sync_dtype: bf16``, ``dtype: bf16``). Megatron-core core_v0.16.1's precision-aware optimizer
   (``--exp-avg-dtype``, ``--main-params-dtype fp32|fp16``: ``megatron/training/arguments.py:2840-2848``) always
   keeps main parameters, so the ``megatron`` preset does not run "param";
@@ -42,7 +43,10 @@ NEMO_2407 = Stack(
         cp_comms=("p2p",),
         cp_window_comms=(),
         fp8_recipes=("delayed",),
-        optimizer_dtypes=("fp32", "param"),
+        # optim.dtype fp32 over bf16 parameters: store_param_remainders (megatron_base_model.py:800-802), the default;
+        # fp32 master weights with fp8_params or fp16 (:796-804); optim.dtype bf16: "param"
+        optimizer_dtype="remainders",
+        optimizer_dtypes=("remainders", "fp32", "param"),
         runs_source="NVIDIA/NeMo r2.0.0rc1 (579983fb): megatron_base_model.py:775-806 (optim.dtype, grad_sync_dtype, "
         "store_params), megatron_gpt_model.py:195-207 (fp8: DelayedScaling only); Megatron-core 338af514 and TE "
         "7d576ed2 (no cp_comm_type: ring attention only); NeMo-Framework-Launcher 24.07 (8325688d) "

@@ -54,10 +54,11 @@ class StackOverride(Spec):
         default=None,
         description="Whether ZeRO-1/2's parameter all-gather overlaps the next step's forwards (interleaved 1F1B).",
     )
-    optimizer_dtype: Literal["fp32", "param"] | None = Field(
+    optimizer_dtype: Literal["fp32", "param", "remainders"] | None = Field(
         default=None,
-        description="Adam's states under mixed precision: fp32 (fp32 moments and master weights) or param (moments in "
-        "the parameters' 16-bit dtype, no master copy: NeMo 24.07's apex DistributedFusedAdam with optim.dtype bf16); "
+        description="Adam's states under mixed precision: fp32 (fp32 moments and master weights), param (moments in "
+        "the parameters' 16-bit dtype, no master copy: NeMo 24.07's apex DistributedFusedAdam with optim.dtype bf16) "
+        "or remainders (fp32 moments, bf16 parameters with 16-bit remainders: apex store_param_remainders); "
         "only one its base preset runs (optimizer_dtypes).",
     )
     norm_kernel: Literal["eager", "fused"] | None = Field(
@@ -113,7 +114,7 @@ class StackOverride(Spec):
         if self.optimizer_dtype is not None and self.optimizer_dtype not in offered:
             raise ValueError(
                 f"optimizer_dtype {self.optimizer_dtype!r} is not run by the {self.base!r} preset (it runs "
-                f"{', '.join(offered)}): base it on a preset that runs it (nemo-2407 runs fp32 and param)"
+                f"{', '.join(offered)}): base it on a preset that runs it (nemo-2407 runs remainders, fp32 and param)"
             )
         return self
 

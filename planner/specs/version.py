@@ -256,4 +256,17 @@ from __future__ import annotations
 #:    7d576ed2 ``layernorm_linear.py:125-154``, ``base.py:632-652``; v2.9 ``layernorm_linear.py:246-265``,
 #:    ``base.py:1162-1192``), 1 byte an element (``workload.fp8.fp8_tp_gather``); the reduce-scatters stay bf16. Set on
 #:    ``megatron`` and ``nemo-2407``; was: 2 bytes (torchtitan tensorwise alone had it). FP8 megatron plans with SP move.
-COST_MODEL_VERSION = 53
+#: 54: (1) Megatron-family presets (``megatron``, ``megatron-2020/2021/2022``, ``nemo-2407``) build the vocabulary
+#:    padded to a multiple of 128 × TP, split over TP (Megatron-LM core_v0.16.1 ``megatron/training/tokenizer/
+#:    tokenizer.py:117-130`` ``_vocab_size_with_padding``, ``arguments.py:1678``; NeMo r2.0.0rc1
+#:    ``megatron_base_model.py:582-598``): embedding and LM head FLOPs, weights, states, logits and the tied embedding's
+#:    all-reduce of V_pad / t rows (``planner.specs.vocab``); was: V / t when t divides V, else V on every TP rank.
+#:    (2) FP8 (bf16 mixed precision) on ``reduce_dtype="fp32_bf16"`` keeps fp32 main grads and reduces them in fp32
+#:    (core_v0.16.1 ``arguments.py:711-724``, ``training.py:1295``), as bf16 does; was: 2 bytes. The MLPerf rows
+#:    (apex grad_sync_dtype bf16) say ``reduce_dtype: param``. (3) apex ``DistributedFusedAdam``: new
+#:    ``optimizer_dtype="remainders"`` (the ``nemo-2407`` default: fp32 moments + 16-bit remainders of the bf16
+#:    parameters, K = 10 for Adam, apex 810ffae ``distributed_fused_adam.py:446-452``, NeMo ``megatron_base_model.py:
+#:    800-802``; was 12); the reduce-scattered gradient shard leaves K ("param": 2e, was 2e + the gradient dtype): it
+#:    lives from the last backward to the step (``:1806-1872``, freed by ``zero_grad`` ``:1461-1465`` at the top of
+#:    NeMo's ``training_step``, ``megatron_gpt_model.py:804``), not at an activation peak.
+COST_MODEL_VERSION = 54

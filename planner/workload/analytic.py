@@ -94,6 +94,8 @@ from planner.specs import (
 )
 from planner.specs.errors import MeshplanError
 from planner.specs.stacks import Stack
+from planner.specs.vocab import local_vocab as local_vocab  # re-exported (activations, tests)
+from planner.specs.vocab import vocab_parallel as vocab_parallel
 from planner.workload.activations import LAYER_KINDS, output_activation_bytes, saved_activation_bytes
 from planner.workload.activations import LSE_BYTES as LSE_BYTES  # re-exported: the formulas' old home
 from planner.workload.activations import block_saved_terms as block_saved_terms
@@ -125,14 +127,8 @@ def tp_degrees(model: ModelSpec, max_tp: int) -> list[int]:
     return [t for t in range(1, max_tp + 1) if rules.tp_divides_model(model, t) is None]
 
 
-def vocab_parallel(model: ModelSpec, tp: int) -> bool:
-    """Embedding and LM head are vocabulary-parallel when t divides V (else replicated), as in
-    ``planner.specs.layout.tp_plan``."""
-    return tp > 1 and model.vocab_size % tp == 0
-
-
-def local_vocab(model: ModelSpec, tp: int) -> int:
-    return model.vocab_size // tp if vocab_parallel(model, tp) else model.vocab_size
+# ``vocab_parallel(model, tp)``, ``local_vocab(model, tp)``: the embedding's and LM head's rows on a TP rank, the stack's
+# padded vocabulary split over TP on Megatron-family stacks, else V / t when t divides V, else V (``planner.specs.vocab``)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -164,7 +160,7 @@ def num_parameters(model: ModelSpec) -> int:
         blocks = sum(params(model, kind) for kind in block_kinds(model))
     total = embedding_params(model) + blocks + lm_head_params(model)
     if model.tie_embeddings:
-        total -= model.vocab_size * model.hidden_size
+        total -= local_vocab(model, 1) * model.hidden_size
     return total
 
 
@@ -177,7 +173,7 @@ def num_active_parameters(model: ModelSpec) -> int:
     blocks = sum(active_params(model, kind) for kind in block_kinds(model))
     total = embedding_params(model) + blocks + lm_head_params(model)
     if model.tie_embeddings:
-        total -= model.vocab_size * model.hidden_size
+        total -= local_vocab(model, 1) * model.hidden_size
     return total
 
 

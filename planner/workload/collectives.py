@@ -32,6 +32,7 @@ from typing import Literal
 
 from planner.specs import ModelSpec
 from planner.specs.stacks import Stack
+from planner.specs.vocab import local_vocab, vocab_parallel
 from planner.workload.ops import block_linears, linears
 
 Axis = Literal["tp", "dp", "pp", "cp", "ep"]
@@ -166,7 +167,7 @@ def tp_comms(
     if rerun_gathers and sp and not full:
         blk_b += (Collective("tp", "reduce_scatter", act if gather is None else gather, 2),)  # an all-gather's time
     rs, ag = Collective("tp", "reduce_scatter", act), Collective("tp", "all_gather", act)
-    if model.vocab_size % tp == 0:  # vocab-parallel embedding and LM head
+    if vocab_parallel(model, tp) or tp == 1:  # vocab-parallel embedding and LM head (``planner.specs.vocab``)
         emb_f, emb_b = ((rs,), (ag,)) if sp else ((Collective("tp", "all_reduce", act),), ())
         head_f, head_b = ((ag,), (rs,)) if sp else ((), (Collective("tp", "all_reduce", act),))
         # the vocab-parallel cross-entropy's max, sum and target logit per token (fp32)
@@ -251,8 +252,16 @@ def grad_bucket(stack: Stack, dp: int, total: int) -> int:
 def grad_bytes(stack: Stack, precision: str, elt: int) -> int:
     """Bytes per gradient element on the wire of the DP gradient collectives: fp32 where the stack reduces in fp32
     (FSDP2's ``MixedPrecisionPolicy(reduce_dtype=torch.float32)``: torchtitan, the bundled runtime; Megatron-core
-    under bf16, ``accumulate_allreduce_grads_in_fp32``), else the training dtype's ``elt``."""
-    if stack.reduce_dtype == "fp32" or (stack.reduce_dtype == "fp32_bf16" and precision == "bf16"):
+    under bf16, ``accumulate_allreduce_grads_in_fp32``), else the training dtype's ``elt``.
+
+    FP8 is bf16 mixed precision (``--bf16 --fp8-format``: the parameters and main grads of a bf16 run, only the
+    linears' GEMM operands in FP8), so Megatron-core keeps fp32 main grads there too: core_v0.16.1
+    ``megatron/training/arguments.py:711-724`` sets ``accumulate_allreduce_grads_in_fp32`` under ``--bf16`` unless
+    ``--grad-reduce-in-bf16``, ``training.py:1295`` passes it as the DDP's ``grad_reduce_in_fp32``
+    (``megatron/core/distributed/distributed_data_parallel_config.py:11``); Megatron-Bridge's FP8 mixed-precision
+    recipes keep its default ``grad_reduce_in_fp32: True`` (``src/megatron/bridge/training/mixed_precision.py:47`` at
+    067f987). A run with ``--grad-reduce-in-bf16`` is ``reduce_dtype: param`` (cost model 54)."""
+    if stack.reduce_dtype == "fp32" or (stack.reduce_dtype == "fp32_bf16" and precision in ("bf16", "fp8")):
         return 4
     return elt
 
@@ -326,5 +335,5 @@ def tied_embedding_sync(model: ModelSpec, grad_elt: int, tp: int) -> Comms:
     ``"pp"``, two ranks — at the end of both ranks' step."""
     if not model.tie_embeddings:
         return ()
-    vocab = model.vocab_size // tp if model.vocab_size % tp == 0 else model.vocab_size
+    vocab = local_vocab(model, tp)  # the stack's padded vocabulary (``planner.specs.vocab``)
     return (Collective("pp", "all_reduce", vocab * model.hidden_size * grad_elt),)

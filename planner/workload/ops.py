@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from planner.specs import ModelSpec
+from planner.specs.vocab import local_vocab
 
 if TYPE_CHECKING:
     from planner.workload.inputs import Inputs
@@ -71,8 +72,7 @@ def block_kinds(model: ModelSpec) -> tuple[str, ...]:
     return tuple(MOE_BLOCK if model.is_moe_layer(i) else "transformer_block" for i in range(model.num_layers))
 
 
-def _local_vocab(model: ModelSpec, tp: int) -> int:
-    return model.vocab_size // tp if model.vocab_size % tp == 0 else model.vocab_size
+_local_vocab = local_vocab  # the stack's padded vocabulary over TP (``planner.specs.vocab``)
 
 
 #: ``linears`` by model (its id, with a weak reference to tell a new model at a reused id), then (kind, tp): the
@@ -150,7 +150,7 @@ def other_params(model: ModelSpec, kind: str, tp: int) -> tuple[int, ...]:
     if kind == "lm_head":
         return norm
     if kind == "embedding":
-        vocab = model.vocab_size // tp if tp > 1 and model.vocab_size % tp == 0 else model.vocab_size
+        vocab = local_vocab(model, tp)
         return (vocab * h, model.max_seq_len * h) if model.family == "gpt" else (vocab * h,)
     return ()
 
