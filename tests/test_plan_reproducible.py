@@ -189,6 +189,8 @@ FINGERPRINTS = {
     52: "3c7598aba8e3939f",  # 52 (interleaved DP sync/param all-gather chunk by chunk): no interleaved megatron reference
     53: "3c7598aba8e3939f",  # 53 (optimizer_dtype "param", nemo-2407; TE's FP8 SP all-gathers): no FP8 megatron or
     # nemo-2407 reference; tests/test_nemo_optimizer.py
+    56: "3c7598aba8e3939f",  # 56 (torch's ring-attention buffers in memory): no reference on torchtitan CP;
+    # tests/test_torch_ring_memory.py
 }
 
 

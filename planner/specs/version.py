@@ -256,4 +256,14 @@ from __future__ import annotations
 #:    7d576ed2 ``layernorm_linear.py:125-154``, ``base.py:632-652``; v2.9 ``layernorm_linear.py:246-265``,
 #:    ``base.py:1162-1192``), 1 byte an element (``workload.fp8.fp8_tp_gather``); the reduce-scatters stay bf16. Set on
 #:    ``megatron`` and ``nemo-2407``; was: 2 bytes (torchtitan tensorwise alone had it). FP8 megatron plans with SP move.
-COST_MODEL_VERSION = 53
+#: 56: torch's experimental ring attention's buffers in memory (torchtitan CP, ``torch_ring`` stacks, all-gather
+#:    rotation: torchtitan 9dec370's default, ``config_manager.py:364-377``): inside one attention backward
+#:    (``_templated_ring_attention_backward``, torch ``distributed/tensor/experimental/_attention.py``) a rank holds the
+#:    all-gathered cat(K, V) of every CP rank (``_AllGatherRotater``), contiguous K and V, fp32 dQ/dK/dV accumulators
+#:    and the fp32 dK/dV being sent and received, and the block's 16-bit gradients: cp·2n·β + 5n·β + 28n bytes for n
+#:    elements of the rank's queries (``workload.context_parallel.torch_ring_buffer_bytes``), counted as a buffer
+#:    (``SharedTerms.cp_tmp``) against the loss's tensors, never with them (``memory.rank_buffers``: the larger of
+#:    the two; the loss's live outside the blocks). Was: nothing. Memory only; no time changes. torchtitan 2024-12
+#:    Table 6 (Llama 3.1 405B, 32 K tokens a CP rank): cp 2/4/8 predicted 67.3 → 70.3/70.9/71.9 GiB (published
+#:    75.9/77.1/84.9); the 8B CP rows peak at the loss and stay.
+COST_MODEL_VERSION = 56
