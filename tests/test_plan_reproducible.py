@@ -191,6 +191,8 @@ FINGERPRINTS = {
     # nemo-2407 reference; tests/test_nemo_optimizer.py
     54: "3c7598aba8e3939f",  # 54 (Megatron's padded vocabulary, fp32 FP8 main grads, apex remainders): no reference on a
     # Megatron-family preset; tests/test_megatron_vocab_grads.py
+    55: "3c7598aba8e3939f",  # 55 (torch's ring-attention buffers in memory): no reference on torchtitan CP;
+    # tests/test_torch_ring_memory.py
 }
 
 

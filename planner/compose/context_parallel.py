@@ -43,7 +43,13 @@ from planner.pricing.collectives import Groups, comm_seconds
 from planner.pricing.context_parallel import CpGroup
 from planner.pricing.gpu import attention_time, hbm_efficiency
 from planner.pricing.host import prefetch_overlaps
-from planner.workload.context_parallel import FP32, cp_block_comms, q_bytes, torch_ring_passes
+from planner.workload.context_parallel import (
+    FP32,
+    cp_block_comms,
+    q_bytes,
+    torch_ring_buffer_bytes,
+    torch_ring_passes,
+)
 
 if TYPE_CHECKING:
     from planner.compose.cost import Candidate
@@ -168,6 +174,7 @@ def class_terms(ctx: Context, c: Candidate) -> SharedTerms:
             bwd=bwd,
             fwd_cp=more_f,
             bwd_cp=more_b,
+            cp_tmp=ring_buffer_bytes(ctx, c),
             hidden_bwd=scaled(bwd, 1 - OVERLAP_SLOWDOWN) if base.overlap_grad_reduce else NOTHING,
             hidden_fwd=scaled(base.fwd.plus(more_f), 1 - OVERLAP_SLOWDOWN) if base.hidden_fwd != NOTHING else NOTHING,
         )
@@ -178,5 +185,15 @@ def memory_class_terms(ctx: Context, c: Candidate) -> SharedTerms:
     """``class_terms``' memory terms (states, activations, buffers: the same values; with cp > 1 those of the cp = 1
     class at dp·cp in the local view, which the exchange leaves as they are) without pricing any time: never read
     its times (``terms.memory_terms``). What the memory screens before costing read (``search.screens``)."""
-    view, dp = (cp_view(ctx, c.cp), c.dp * c.cp) if c.cp > 1 else (ctx, c.dp)
-    return memory_terms(view, shared_key(c, dp))
+    if c.cp == 1:
+        return memory_terms(ctx, shared_key(c, c.dp))
+    return replace(memory_terms(cp_view(ctx, c.cp), shared_key(c, c.dp * c.cp)), cp_tmp=ring_buffer_bytes(ctx, c))
+
+
+def ring_buffer_bytes(ctx: Context, c: Candidate) -> int:
+    """Bytes torch's ring attention holds inside one attention call (``torch_ring`` stacks on the all-gather
+    rotation; ``workload.context_parallel.torch_ring_buffer_bytes``), 0 for other stacks and exchanges."""
+    if c.cp == 1 or not torch_ring(ctx) or c.cp_comm != "all_gather":
+        return 0
+    seq = cp_view(ctx, c.cp).training.seq_len
+    return torch_ring_buffer_bytes(ctx.model, c.micro_batch_size, seq, c.tp, c.cp, ctx.elt)

@@ -278,8 +278,12 @@ def rank_states(s: SharedTerms, c: Candidate, n: Sequence[Count], r: int, k: Seq
 
 def rank_buffers(s: SharedTerms, c: Candidate, r: int) -> int:
     """Buffers that do not scale with the cut: one rematerialised layer, two ZeRO-3-gathered layers,
-    p2p send/recv, and the fp32 logits on the LM head's rank (pp − 1)."""
-    return s.recompute_tmp + s.z3_tmp + (2 * s.p2p_bytes if c.pp > 1 else 0) + (s.logits_fp32 if r == c.pp - 1 else 0)
+    p2p send/recv, and the larger of the loss's tensors on the LM head's rank (pp − 1) and torch's ring-attention
+    buffers (``cp_tmp``, ``workload.context_parallel.torch_ring_buffer_bytes``): those live inside one attention
+    call of a block, the loss's from the loss's forward through the LM head's backward (torchtitan 9dec370 train.py
+    computes the loss, ``del pred``, then ``loss.backward()``), so the two are never held at once."""
+    loss = s.logits_fp32 if r == c.pp - 1 else 0
+    return s.recompute_tmp + s.z3_tmp + (2 * s.p2p_bytes if c.pp > 1 else 0) + max(loss, s.cp_tmp)
 
 
 def rank_activations(

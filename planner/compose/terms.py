@@ -98,9 +98,9 @@ class SharedTerms:
     flops_layer: float  # model FLOPs (fwd+bwd incl. recompute) per micro-batch, per GPU
     flops_emb: float
     flops_head: float
-    #: the context-parallel exchange's exposed part of ``fwd``/``bwd`` (``compose.context_parallel``; for the breakdown)
-    fwd_cp: Affine = Affine()
+    fwd_cp: Affine = Affine()  # the CP exchange's exposed part of fwd/bwd (``compose.context_parallel``; breakdown)
     bwd_cp: Affine = Affine()
+    cp_tmp: int = 0  # bytes torch's ring attention holds in one attention call (``memory.rank_buffers``)
     #: ``states``' gradients that exist only from their chunk's first backward on (``memory.pending_grads``), or NOTHING
     grads: Affine = Affine()
     #: ns the first and last pipeline ranks spend on their tied embeddings' all-reduce (``tied_embedding_sync``; pp > 1)

@@ -269,4 +269,14 @@ from __future__ import annotations
 #:    800-802``; was 12); the reduce-scattered gradient shard leaves K ("param": 2e, was 2e + the gradient dtype): it
 #:    lives from the last backward to the step (``:1806-1872``, freed by ``zero_grad`` ``:1461-1465`` at the top of
 #:    NeMo's ``training_step``, ``megatron_gpt_model.py:804``), not at an activation peak.
-COST_MODEL_VERSION = 54
+#: 55: torch's experimental ring attention's buffers in memory (torchtitan CP, ``torch_ring`` stacks, all-gather
+#:    rotation: torchtitan 9dec370's default, ``config_manager.py:364-377``): inside one attention backward
+#:    (``_templated_ring_attention_backward``, torch ``distributed/tensor/experimental/_attention.py``) a rank holds the
+#:    all-gathered cat(K, V) of every CP rank (``_AllGatherRotater``), contiguous K and V, fp32 dQ/dK/dV accumulators
+#:    and the fp32 dK/dV being sent and received, and the block's 16-bit gradients: cp·2n·β + 5n·β + 28n bytes for n
+#:    elements of the rank's queries (``workload.context_parallel.torch_ring_buffer_bytes``), counted as a buffer
+#:    (``SharedTerms.cp_tmp``) against the loss's tensors, never with them (``memory.rank_buffers``: the larger of
+#:    the two; the loss's live outside the blocks). Was: nothing. Memory only; no time changes. torchtitan 2024-12
+#:    Table 6 (Llama 3.1 405B, 32 K tokens a CP rank): cp 2/4/8 predicted 67.3 → 70.3/70.9/71.9 GiB (published
+#:    75.9/77.1/84.9); the 8B CP rows peak at the loss and stay.
+COST_MODEL_VERSION = 55

@@ -85,6 +85,30 @@ def torch_ring_passes(q_elems: float, cp: int, elt: int, fused: bool) -> tuple[f
     return fwd, bwd
 
 
+def torch_ring_buffer_bytes(model: ModelSpec, mbs: int, local_seq: int, tp: int, cp: int, elt: int) -> int:
+    """Bytes torch's ring attention (``torch_ring``, all-gather rotation) holds inside one attention backward beyond
+    the tensors autograd saved, at its peak (a block after the first), with n = ``q_bytes`` elements (one rank's
+    queries, the size of its repeated K or V), β = ``elt``, fp32 = 4 (torch ``distributed/tensor/experimental/
+    _attention.py``, ``_templated_ring_attention_backward``; read at pytorch 0123248a, the copy at hand: torch
+    1963fc8 of the 2024-12 tables is not mirrored, its functions named as in ``torch_ring_passes``' reading):
+
+    * the all-gathered cat(K, V) of every CP rank (``_AllGatherRotater``: ``_aggregated_buffer``, kept for the whole
+      loop, each block reading its chunk): cp · 2n·β — ``kv_bytes(repeated=True)`` × cp (torchtitan 9dec370's
+      ``--experimental.context_parallel_rotate_method`` defaults to ``allgather``, config_manager.py:364-377);
+    * ``key.contiguous()``, ``value.contiguous()`` (the saved K and V are transposed views): 2n·β;
+    * the fp32 accumulators (``convert_to_f32``): dQ (``zeros_like(query, dtype=float32)``), dK and dV as received
+      from the previous rank or re-concatenated by ``_partial_update``, ``torch.cat`` of dK and dV for the send and
+      the ``permute_tensor`` (all-to-all) buffer it lands in on the next rank: 4n + 8n + 8n + 8n;
+    * the block's dQ, dK, dV from the flash backward in β (``grad_query_``…, alive until the next block's): 3n·β.
+
+    The forward (recomputed under full recomputation) holds less: the same gathered buffer and contiguous copies,
+    the fp32 merged output and one block's fp32 output and merge temporaries. Zero when cp = 1."""
+    if cp == 1:
+        return 0
+    n = q_bytes(model, mbs, local_seq, tp, 1)
+    return int(cp * kv_bytes(model, mbs, local_seq, tp, elt, repeated=True) + 5 * n * elt + 28 * n)
+
+
 @dataclass(frozen=True, slots=True)
 class CpComms:
     """A block's CP collectives per micro-batch. ``ring`` are the ring's send/recv steps (overlapped with the
