@@ -88,9 +88,9 @@ def test_expert_seconds_fp8_terms_by_hand(recipe: str) -> None:
     rows = T * k * 8 // E
     w = expert_work(m, 2, 4096, 1, False, 8, 1, e, "none", 3.0 * e, "megatron", "te", True)
 
-    def gemm3(mm, n, kk, c, q):  # forward, backward (data + weight gradients)
-        return gemm_time(ctx, mm, n, kk, c, fp8=q), gemm_time(ctx, mm, kk, n, c, fp8=q) + gemm_time(
-            ctx, kk, n, mm, c, fp8=q
+    def gemm3(mm, n, kk, c, q):  # forward, backward (data + weight gradients: split accumulator, cost model 56)
+        return gemm_time(ctx, mm, n, kk, c, fp8=q), gemm_time(ctx, mm, kk, n, c, fp8=q, backward=True) + gemm_time(
+            ctx, kk, n, mm, c, fp8=q, backward=True
         )
 
     parts = [gemm3(T, E, h, 1, False), gemm3(rows, f, h, 2 * local, True), gemm3(rows, h, f, local, True)]

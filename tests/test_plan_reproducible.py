@@ -193,6 +193,8 @@ FINGERPRINTS = {
     # Megatron-family preset; tests/test_megatron_vocab_grads.py
     55: "3c7598aba8e3939f",  # 55 (torch's ring-attention buffers in memory): no reference on torchtitan CP;
     # tests/test_torch_ring_memory.py
+    56: "3c7598aba8e3939f",  # 56 (backward FP8 GEMMs' split accumulator on sm_90): no FP8 reference;
+    # tests/test_fp8_split_accum.py
 }
 
 

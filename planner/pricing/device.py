@@ -77,9 +77,9 @@ class Device(Inputs):
     ratio_cache: dict[str, tuple[float, float, int] | None] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
-    #: GEMM seconds by (m, n, k, count, batched, fp8) (``gpu.gemm_time``: a MoE model's search prices the same
-    #: expert shapes for many layouts)
-    gemm_cache: dict[tuple[int, int, int, int, bool, bool], float] = field(
+    #: GEMM seconds by (m, n, k, count, batched, fp8, split accumulator) (``gpu.gemm_time``: a MoE model's search
+    #: prices the same expert shapes for many layouts)
+    gemm_cache: dict[tuple[int, int, int, int, bool, bool, bool], float] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
     #: ``grad_add.grad_add_seconds`` by its arguments (every shared key of a MoE model asks it of the same layers)

@@ -68,7 +68,7 @@ def _gemms(ctx: Device, gemms: tuple[Gemm, ...], fp8: tuple[bool, ...] = ()) -> 
     for i, (m, n, k, c) in enumerate(gemms):
         q = i < len(fp8) and fp8[i]
         f += gemm_time(ctx, m, n, k, c, fp8=q)
-        b += gemm_time(ctx, m, k, n, c, fp8=q) + gemm_time(ctx, k, n, m, c, fp8=q)
+        b += gemm_time(ctx, m, k, n, c, fp8=q, backward=True) + gemm_time(ctx, k, n, m, c, fp8=q, backward=True)
     return f, b
 
 

@@ -9,6 +9,7 @@ import math
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from planner.pricing.fp8_accum import split_accum_slowdown
 from planner.pricing.gemm_table import table_efficiency
 from planner.pricing.host import host_slowdown, runs_on_host
 from planner.workload.analytic import FLASH_BWD_RATIO
@@ -111,26 +112,38 @@ def fp8_gemm_efficiency(ctx: Device) -> float:
     return next((eff for fam, eff in FP8_GEMM_EFFICIENCY.items() if gid.startswith(fam)), DEFAULT_FP8_GEMM_EFFICIENCY)
 
 
-def gemm_time(ctx: Device, m: int, n: int, k: int, count: int = 1, batched: bool = False, fp8: bool = False) -> float:
+def gemm_time(
+    ctx: Device,
+    m: int,
+    n: int,
+    k: int,
+    count: int = 1,
+    batched: bool = False,
+    fp8: bool = False,
+    backward: bool = False,
+) -> float:
     """Seconds of ``count`` M×N×K GEMMs (one batched kernel when ``batched``): the larger of their FLOPs at
     the large-GEMM ceiling × the wave/tile efficiency, and their operand and result bytes at achieved HBM.
-    ``fp8``: FP8 operands (1 byte each) and a 16-bit result, at the FP8 peak × ``FP8_GEMM_EFFICIENCY``. Memoised
-    on the device (``Device.gemm_cache``)."""
-    key = (m, n, k, count, batched, fp8)
+    ``fp8``: FP8 operands (1 byte each) and a 16-bit result, at the FP8 peak × ``FP8_GEMM_EFFICIENCY``;
+    ``backward``: a backward (input- or weight-gradient) FP8 GEMM, whose split accumulator slows its compute on
+    sm_90 (``planner.pricing.fp8_accum``). Memoised on the device (``Device.gemm_cache``)."""
+    key = (m, n, k, count, batched, fp8, fp8 and backward)
     t = ctx.gemm_cache.get(key)
     if t is None:
-        t = ctx.gemm_cache[key] = _gemm_time(ctx, m, n, k, count, batched, fp8)
+        t = ctx.gemm_cache[key] = _gemm_time(ctx, m, n, k, count, batched, fp8, backward)
     return t
 
 
-def _gemm_time(ctx: Device, m: int, n: int, k: int, count: int, batched: bool, fp8: bool) -> float:
+def _gemm_time(ctx: Device, m: int, n: int, k: int, count: int, batched: bool, fp8: bool, backward: bool) -> float:
     if fp8 and not runs_on_host(ctx):
         fl = 2.0 * m * n * k * count
         by = (m * k + k * n + 2 * m * n) * count
         eff = wave_efficiency(m, n, ctx.sm_count)
         t = fl / (ctx.fp8_peak * fp8_gemm_efficiency(ctx) * eff)
-        if measured_fp8_table(ctx):  # no faster than the 16-bit GEMM of half the depth (``fp8_table_seconds``)
+        sm90 = measured_fp8_table(ctx)
+        if sm90:  # no faster than the 16-bit GEMM of half the depth (``fp8_table_seconds``)
             t = max(t, fp8_table_seconds(ctx, m, n, k, count))
+        t *= split_accum_slowdown(sm90, backward)  # the backward GEMMs' split accumulator (``fp8_accum``)
         return max(t, count * hbm_time(ctx, by / count))
     sms = ctx.sm_count
     if batched:
@@ -187,7 +200,7 @@ def linear_times(ctx: Device, kind: str, tokens: int, tp: int) -> tuple[float, f
     f = b = flops = 0.0
     for m, n, k, c, fp8 in fp8_gemm_shapes(ctx, kind, tokens, tp):  # ``fp8``: the linear runs in FP8
         f += gemm_time(ctx, m, n, k, c, fp8=fp8)
-        b += gemm_time(ctx, m, k, n, c, fp8=fp8) + gemm_time(ctx, k, n, m, c, fp8=fp8)
+        b += gemm_time(ctx, m, k, n, c, fp8=fp8, backward=True) + gemm_time(ctx, k, n, m, c, fp8=fp8, backward=True)
         flops += 2.0 * m * n * k * c
     return f, b, flops
 

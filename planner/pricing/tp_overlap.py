@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from planner.pricing.collectives import tp_collective
 from planner.pricing.comm import tp_link
 from planner.pricing.device import Device
+from planner.pricing.fp8_accum import SPLIT_ACCUM_PHASES
 from planner.pricing.gpu import gemm_time
 from planner.workload.tp_overlap import OverlapPair, overlap_pairs, pair_linears
 
@@ -51,7 +52,7 @@ def _gemm_seconds(ctx: Device, pair: OverlapPair, tokens: int, tp: int) -> float
         m, n, k = {"fwd": (tokens, lin.n, lin.k), "dgrad": (tokens, lin.k, lin.n), "wgrad": (lin.k, lin.n, tokens)}[
             pair.phase
         ]
-        t += gemm_time(ctx, m, n, k, fp8=fp8)
+        t += gemm_time(ctx, m, n, k, fp8=fp8, backward=pair.phase in SPLIT_ACCUM_PHASES)
     return ctx.residuals.compute_scale * t
 
 

@@ -279,4 +279,11 @@ from __future__ import annotations
 #:    the two; the loss's live outside the blocks). Was: nothing. Memory only; no time changes. torchtitan 2024-12
 #:    Table 6 (Llama 3.1 405B, 32 K tokens a CP rank): cp 2/4/8 predicted 67.3 → 70.3/70.9/71.9 GiB (published
 #:    75.9/77.1/84.9); the 8B CP rows peak at the loss and stay.
-COST_MODEL_VERSION = 55
+#: 56: the split accumulator of the backward FP8 GEMMs on sm_90 (``pricing.fp8_accum``): torchao and Transformer
+#:    Engine run the forward FP8 GEMM with fast accumulation and the input- and weight-gradient GEMMs with the split
+#:    accumulator (torchao ``float8/config.py:110, 174`` at 6243040; TE ``pytorch/module/base.py:56-58`` at v2.9),
+#:    measured 1.1×–1.2× slower (pytorch/ao issue 2377, H100): the backward FP8 GEMMs' compute time × 1.15 on
+#:    H100/H200. Was: all three FP8 GEMMs at the fast rate. Physics-only errors (+ = priced faster): MLPerf v3.1
+#:    GPT-3 175B +24.6…+26.6 % → +16.6…+20.0 %; torchtitan async-TP 70B tensorwise +9.4/+4.2 → +5.6/+0.3 %,
+#:    rowwise +21.8/+30.5 → +18.3/+26.4 %; NeMo 24.07/24.12 and Megatron-Bridge FP8 rows down 4–7 points.
+COST_MODEL_VERSION = 56
