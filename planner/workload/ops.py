@@ -72,9 +72,6 @@ def block_kinds(model: ModelSpec) -> tuple[str, ...]:
     return tuple(MOE_BLOCK if model.is_moe_layer(i) else "transformer_block" for i in range(model.num_layers))
 
 
-_local_vocab = local_vocab  # the stack's padded vocabulary over TP (``planner.specs.vocab``)
-
-
 #: ``linears`` by model (its id, with a weak reference to tell a new model at a reused id), then (kind, tp): the
 #: search asks it thousands of times per request for a handful of answers (DeepSeek-V3 on 2,048 H100: 8,442 calls).
 _LINEARS: dict[int, tuple[weakref.ref[ModelSpec], dict[tuple[str, int], tuple[Linear, ...]]]] = {}
@@ -102,7 +99,7 @@ def model_linears(model: ModelSpec, kind: str, tp: int) -> tuple[Linear, ...]:
     (``model.mla``) or of a ``moe_block`` takes its attention or its MLP from ``planner.workload.moe``."""
     h = model.hidden_size
     if kind == "lm_head":
-        return (Linear("output", _local_vocab(model, tp), h, 0, "output", 0, sharded=False),)
+        return (Linear("output", local_vocab(model, tp), h, 0, "output", 0, sharded=False),)
     if kind == MOE_BLOCK or (kind == "transformer_block" and model.mla is not None):
         from planner.workload.moe import block_linears_of
 
@@ -308,7 +305,7 @@ def memory_ops(ctx: Inputs, kind: str, mbs: int, tp: int, sp: bool) -> tuple[Mem
     if kind == "embedding":
         return (MemOp("gather", 2.0 * stream * h * e, 1),)
     if kind == "lm_head":
-        vocab = _local_vocab(m, tp)
+        vocab = local_vocab(m, tp)
         if st.loss == "fused":  # one kernel reading the 16-bit logits (its backward writes their gradient)
             return (MemOp("norm", norm * stream * h, k_norm), MemOp("cross_entropy", 1.0 * tokens * vocab * e, 1))
         return (MemOp("norm", norm * stream * h, k_norm), MemOp("cross_entropy", 3.0 * tokens * vocab * 4, 3))
@@ -376,7 +373,7 @@ def metric_bytes(ctx: Inputs, mbs: int, tp: int) -> tuple[float, ...]:
     n = ctx.stack.train_metrics
     if n == 0:
         return ()
-    logits = mbs * ctx.training.seq_len * _local_vocab(ctx.model, tp)
+    logits = mbs * ctx.training.seq_len * local_vocab(ctx.model, tp)
     e = ctx.elt
     per_metric = ((logits * (e + 4.0),) if e != 4 else ()) + (logits * 8.0,)
     return per_metric * n
