@@ -279,6 +279,14 @@ BRIDGE_RECIPES: dict[str, dict[str, Any]] = {
     # set_qwen3_common_configs (:33-47: no recompute, router fusion, force-balanced dropless routing) and the
     # provider's alltoall dispatcher, grouped GEMM and permute fusion (src/megatron/bridge/models/qwen/
     # qwen_provider.py:394-396); the H100 FP8 preset sets no flex dispatcher (workload_base_configs.py:233-239).
+    # Measured 1.99x slower than its 25.09 token-drop twin below, the same GPU work (tests/test_fidelity_qwen_tokendrop
+    # .py): NVIDIA tracks it as a regression of the dropless recipe (NVIDIA-NeMo/Megatron-Bridge issue #1998, "2X slower
+    # performance in QWEN3 30B on H100 and B200 with the dropless schedule compared to the token-drop schedule ... the
+    # perf in 25.11 is 2X slower than 25.09"), fixed for 26.02.01 (r0.3.1) by a recipe change, not a kernel (PR #2477:
+    # flex dispatcher with HybridEP, moe_a2a_overlap off, EP 16 / PP 1; v0.3.1 qwen3_workload_base_configs.py:408-415),
+    # 9058 tok/s/GPU. That run still waits on the host for each MoE layer's counts (HybridEP without
+    # num_permuted_tokens blocks: Megatron-core 55ac7082 token_dispatcher.py:985-987, fused_a2a.py:365-367), so the
+    # dropless device-to-host wait alone is not the 2x; docs/validation.md (issue 23) has the evidence.
     "mbridge_25.11_Qwen3_30B_a3B_16gpu_FP8-CS": {
         "parallel": {"recompute": "none"},
         "assumed": [
@@ -289,7 +297,10 @@ BRIDGE_RECIPES: dict[str, dict[str, Any]] = {
             "(workload_base_configs.py:233-239)",
             "parallel.recompute: none (qwen3_llm_pretrain.py:36-38)",
             "not priced: the preset's moe_a2a_overlap (workload_base_configs.py:238; utils/helpers.py:182-186 "
-            "overlap_moe_expert_parallel_comm, delay_wgrad_compute), the all-to-alls priced on the compute stream; "
+            "overlap_moe_expert_parallel_comm, delay_wgrad_compute), the all-to-alls priced on the compute stream "
+            "(not a bound: Megatron-Bridge PR #1760 disabled it on Qwen3-235B B200 'due to CPU overhead', 17.2 → "
+            "16.0 s BF16), nor the host's Python/launch time it and the dropless wait expose (Megatron-Bridge issue "
+            "#1998: this run 2x its token-drop twin); "
             "the table's MBS 2 / VP 24 (kept) are the v0.1.0rc3 perf matrix's fp8_cs mapping, not the v0.2.0 "
             "preset's MBS 1 / VP 12",
         ],

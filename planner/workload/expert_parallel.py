@@ -42,7 +42,10 @@ Megatron-core's alltoall dispatcher (``dispatch="megatron"``: ``Stack.moe_dispat
   What the dropless path costs beyond this is not priced and not known: on 16 H100 the same Qwen3-30B-A3B mapping
   (GBS 512, MBS 2, PP 2, VP 24, EP 8, FP8 current scaling) ran 10494 tok/s/GPU padded to capacity (Megatron-Bridge
   25.09; no counts, no sync) and 5275 dropless (25.11), where this model prices the two within 5 % (10598, 10132);
-  the 25.11 run also differs in container and, by its preset, in ``overlap_moe_expert_parallel_comm`` (issue 23);
+  the 25.11 run also differs in container and, by its preset, in ``overlap_moe_expert_parallel_comm`` (issue 23).
+  NVIDIA tracks that 2× as a regression of the 25.11 recipe (Megatron-Bridge issue #1998), fixed by a recipe change
+  (PR #2477: HybridEP, no EP overlap) whose dropless dispatch still waits for the counts each layer (core 55ac7082
+  fused_a2a.py:365-367) at 9058 tok/s/GPU: the wait alone is not the 2×; unpriced host time is the likely rest (docs/validation.md);
 * the routing probabilities ride into the experts and are applied in the fused weighted activation
   (``experts.py`` ``TEGroupedMLP.forward``: ``weighted_bias_swiglu_impl`` / ``weighted_bias_quick_geglu_impl`` at
   experts.py:692/699, the Megatron-Bridge recipes' ``bias_activation_fusion``), and the combine's ``unpermute``
