@@ -327,6 +327,12 @@ _FSDP = (
     "Megatron-FSDP (use_megatron_fsdp: the table's FSDP 8), a data-parallel engine the megatron preset does not price"
 )
 BRIDGE_NOT_EXPRESSIBLE = {
+    "mbridge_25.11_Qwen3_30B_a3B_16gpu_FP8-CS": [
+        "EP all-to-all overlap with delayed weight gradients on the dropless alltoall dispatcher (Megatron-Bridge v0.2.0 "
+        "workload_base_configs.py:238, utils/helpers.py:182-186), a schedule the planner does not price and whose CPU "
+        "overhead (PR #1760) the dropless wait exposes: NVIDIA tracks this run as a 2x regression against its 25.09 "
+        "token-drop twin (issue #1998), fixed by recipe (PR #2477); docs/validation.md (issue 23)",
+    ],
     "mbridge_25.11_LLAMA3_8B_8gpu_FP8-CS": [
         _FSDP,
         "full recompute of 5 of the 32 layers (recompute_method block, recompute_num_layers 5: Megatron-Bridge v0.2.0 "
