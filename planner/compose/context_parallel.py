@@ -19,6 +19,13 @@ group over dp × cp, and the CP exchange's exposed time added to every block (``
 * **torchtitan** (``torch_ring``): torch's experimental ``context_parallel`` — its one all-gather runs beside the first
   block and its fp32 dK/dV ring beside the next blocks (``workload.context_parallel.cp_block_comms``), and its merge
   and fp32 accumulation passes (``torch_ring_passes``) add to every block (``ring_pass_seconds``).
+  Compiled (``waits_at_issue``), none of those collectives overlaps: the ring's functional collectives
+  (``ft_c.all_gather_tensor``, ``ft_c.permute_tensor``) return ``wait_tensor(result)`` at once when traced
+  (torch ``distributed/_functional_collectives.py`` ``_maybe_wrap_tensor``: "wait_tensor() op is immediately called"
+  under torch.compile, "Compiled tracing currently relies on the compiler to perform this optimization"), and Inductor
+  moves a wait only with ``reorder_for_compute_comm_overlap``, False by default (``torch/_inductor/config.py``) and
+  not set by torchtitan 9dec370 (its only Inductor setting is async TP's ``_micro_pipeline_tp``), whose
+  ``apply_compile`` compiles each block whole (``fullgraph=True``, parallelize_llama.py:297-306), the ring with it.
 """
 
 from __future__ import annotations
@@ -95,6 +102,12 @@ def torch_ring(ctx: Context) -> bool:
     return ctx.stack.activations == "titan"
 
 
+def waits_at_issue(ctx: Context) -> bool:
+    """Whether torch's ring attention waits for each of its collectives where it issues it: under torch.compile
+    (``kernels`` "compiled") on a ``torch_ring`` stack (module docstring), so its all-gather and dK/dV sends run exposed."""
+    return torch_ring(ctx) and ctx.stack.kernels == "compiled"
+
+
 def ring_pass_seconds(ctx: Context, c: Candidate) -> tuple[float, float]:
     """(forward, backward) seconds of torch's ring-attention merge and accumulation passes per block and micro-batch
     (``workload.context_parallel.torch_ring_passes``; zero for other stacks), each pass at the achieved HBM rate of one
@@ -136,7 +149,8 @@ def _cp_exposed(ctx: Context, c: Candidate) -> tuple[float, float]:
             steps = sum(x.count for x in ring)
             step = comm_seconds(view, ring, g) / steps
             block = att / r
-            exposed = overlapped(block, step, OVERLAP_SLOWDOWN) - block if prefetch_overlaps(ctx) else step
+            overlaps = prefetch_overlaps(ctx) and not waits_at_issue(ctx)
+            exposed = overlapped(block, step, OVERLAP_SLOWDOWN) - block if overlaps else step
             t += steps * exposed
         out.append(t)
     pf, pb = ring_pass_seconds(ctx, c)
