@@ -1,4 +1,4 @@
-"""torchtitan's compiled ring attention waits for each collective where it issues it (cost model 58): traced, torch's
+"""torchtitan's compiled ring attention waits for each collective where it issues it (cost model 57): traced, torch's
 functional collectives return ``wait_tensor(result)`` at once (``_functional_collectives._maybe_wrap_tensor``) and
 Inductor leaves the wait there (``reorder_for_compute_comm_overlap`` False), so the all-gather of cat(K, V) and every
 fp32 dK/dV send run exposed; eager, the ``AsyncCollectiveTensor`` waits at first use and they run beside the blocks.

@@ -286,7 +286,7 @@ from __future__ import annotations
 #:    H100/H200. Was: all three FP8 GEMMs at the fast rate. Physics-only errors (+ = priced faster): MLPerf v3.1
 #:    GPT-3 175B +24.6…+26.6 % → +16.6…+20.0 %; torchtitan async-TP 70B tensorwise +9.4/+4.2 → +5.6/+0.3 %,
 #:    rowwise +21.8/+30.5 → +18.3/+26.4 %; NeMo 24.07/24.12 and Megatron-Bridge FP8 rows down 4–7 points.
-#: 58: torchtitan's compiled ring attention waits for each of its collectives where it issues it
+#: 57: torchtitan's compiled ring attention waits for each of its collectives where it issues it
 #:    (``compose.context_parallel.waits_at_issue``): traced by torch.compile (torchtitan 9dec370 compiles each block
 #:    whole, ``fullgraph=True``), torch's functional collectives return ``wait_tensor(result)`` at once (torch
 #:    ``distributed/_functional_collectives.py`` ``_maybe_wrap_tensor``) and Inductor moves a wait only with
@@ -295,4 +295,4 @@ from __future__ import annotations
 #:    overlapped as in eager (``AsyncCollectiveTensor`` waits at first use). Physics-only errors (+ = priced faster):
 #:    torchtitan 2024-12 Table 6 (405B, CP across nodes) cp 2/4/8 +14.5/+11.1/+20.8 % → +6.5/−2.9/+4.7 %; Table 2
 #:    (8B, one node) cp 2/4/8 −7.3/+23.0/+27.8 % → −8.6/+20.2/+24.3 %.
-COST_MODEL_VERSION = 58
+COST_MODEL_VERSION = 57
