@@ -61,6 +61,31 @@ def test_megatron_recompute_accounting_reproduces_published_tflops(run_id, publi
     assert tflops == pytest.approx(published_tflops, rel=0.005)
 
 
+MTNLG_ROWS = {"mtnlg_530b_2240gpu": 126.0, "mtnlg_530b_2800gpu": 121.0, "mtnlg_530b_3360gpu": 113.0}
+
+
+@pytest.mark.parametrize("run_id, published_tflops", sorted(MTNLG_ROWS.items()))
+def test_mtnlg_tflops_count_the_recompute(run_id, published_tflops):
+    """MT-NLG (arXiv 2201.11990 §2.4: 60.1 / 50.2 / 44.4 s per iteration, 126 / 121 / 113 TFLOP/s per GPU): the
+    published figures are the count with recompute (the row's ``megatron-recompute`` accounting), not the 3/4 of it
+    without — which at 280 servers is PaLM's 30.2 % MFU for MT-NLG (arXiv 2204.02311, at 65.43K tokens/s)."""
+    row = next(r for r in ADDED["runs"] if r["id"] == run_id)
+    assert row["measured"]["tflops_accounting"] == "megatron-recompute"
+    B, s, n, t = row["batch"]["global"], row["seq_len"], row["cluster"]["num_gpus"], row["measured"]["iteration_time_s"]
+    L, h, V = row["model"]["layers"], row["model"]["hidden"], row["model"]["vocab"]
+    recompute = 96 * B * s * L * h**2 * (1 + s / (6 * h) + V / (16 * L * h))  # written out by hand
+    model_only = 72 * B * s * L * h**2 * (1 + s / (6 * h) + V / (12 * L * h))
+    assert A.megatron_flops(sequences=B, seq_len=s, recompute=True, **_megatron_dims(row)) == pytest.approx(recompute)
+    assert recompute / t / n / 1e12 == pytest.approx(published_tflops, rel=0.005)
+    assert model_only / t / n / 1e12 == pytest.approx(0.75 * published_tflops, rel=0.01)
+    if n == 2240:
+        assert B * s / t == pytest.approx(65.43e3, rel=1e-3)  # PaLM's tokens/s for MT-NLG
+        assert model_only / t / n / 312e12 == pytest.approx(0.302, abs=0.0005)
+    # §2.1.1: per-block checkpoints of the whole batch "approximately 16.9 terabytes", of one sequence 8.8 GB
+    assert B * L * s * h * 2 / 1e12 == pytest.approx(16.9, abs=0.05)
+    assert L * s * h * 2 / 1e9 == pytest.approx(8.8, abs=0.05)
+
+
 def test_megatron_model_flops_gpt_is_72_form():
     # GPT-3 175B, one 2048-token sequence: 72·B·s·L·h²·(1 + s/6h + V/12hL) (no recomputation).
     B, s, L, h, V = 1, 2048, 96, 12288, 51200
