@@ -195,6 +195,8 @@ FINGERPRINTS = {
     # tests/test_torch_ring_memory.py
     56: "3c7598aba8e3939f",  # 56 (backward FP8 GEMMs' split accumulator on sm_90): no FP8 reference;
     # tests/test_fp8_split_accum.py
+    59: "3c7598aba8e3939f",  # 59 (TP-overlap GEMM chunks at their own shapes): no reference overlaps TP;
+    # tests/test_tp_overlap.py::test_chunks_priced_at_their_shape
 }
 
 

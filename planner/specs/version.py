@@ -286,4 +286,14 @@ from __future__ import annotations
 #:    H100/H200. Was: all three FP8 GEMMs at the fast rate. Physics-only errors (+ = priced faster): MLPerf v3.1
 #:    GPT-3 175B +24.6…+26.6 % → +16.6…+20.0 %; torchtitan async-TP 70B tensorwise +9.4/+4.2 → +5.6/+0.3 %,
 #:    rowwise +21.8/+30.5 → +18.3/+26.4 %; NeMo 24.07/24.12 and Megatron-Bridge FP8 rows down 4–7 points.
-COST_MODEL_VERSION = 56
+#: 59: Transformer Engine userbuffers' GEMM chunks priced at their own shapes (``pricing.tp_overlap.chunk_seconds``):
+#:    TE runs each chunk of an overlapped pair as its own GEMM — ring exchange one of tokens/tp rows per step
+#:    (``comm_gemm_overlap.h`` ``split_overlap_ag``, TE 09ba842 :865-883, the MLPerf v3.1 GPT-3 pin; its fused QKV and
+#:    FC1 weights one GEMM), the pipeline method one of 1/num_splits of the output columns (``split_overlap_rs``
+#:    :327-331) — each priced by ``gpu.gemm_time`` at that shape (its tiles' waves, the sm_90 table); was: the whole
+#:    GEMM ÷ n, "no wave quantization of chunks". GPT-3 175B at TP 4, micro-batch 1: the QKV chunk 512 × 9216 × 12288
+#:    fills 3 waves of 132 SMs at 0.73 (the whole GEMM 9 at 0.97). The chunks' slowness is compute in the breakdown.
+#:    torchtitan's async TP unchanged (its per-weight shard mms of GQA K/V want split-K, not priced). Physics-only
+#:    errors (+ = priced faster): MLPerf v3.1 GPT-3 175B +16.6…+20.0 % → +13.9…+17.8 %, v4.0 +3.4/+13.7/+13.9 % →
+#:    +2.0/+12.2/+12.4 %; NeMo 24.07/24.12 Llama 2/3 70B (userbuffers on) 1.1–1.3 points down.
+COST_MODEL_VERSION = 59
