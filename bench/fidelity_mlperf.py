@@ -130,7 +130,18 @@ COMMON = {
         "and overlap_param_sync True, bucket_cap_mb 100; stack.overlap_param_gather: true, cost model 52); gradients reduce-scattered in bf16 (:6 grad_sync_dtype: "
         "bf16: stack.reduce_dtype param, the grad buffer and its reduce-scatter in 2 bytes)",
         "precision: fp8, training.fp8_recipe: delayed (config_fp8.sh:2-6 FP8, FP8_HYBRID, FP8_AMAX_HISTORY=1024, "
-        "FP8_AMAX_ALGO=max: TE DelayedScaling, HYBRID format; bf16 trainer precision, custom.yaml:12)",
+        "FP8_AMAX_ALGO=max: TE DelayedScaling, HYBRID format; bf16 trainer precision, custom.yaml:12); amax reduced "
+        "over TP only, asynchronously (config_common.sh:49-50 NVTE_DP_AMAX_REDUCE_INTERVAL=0, "
+        "NVTE_ASYNC_AMAX_REDUCTION=1; TE 09ba842 fp8.py:329-341)",
+        "attention: flash-attn 2.0.8 (Dockerfile:95-96), which TE 09ba842 DotProductAttention prefers when both it "
+        "and cuDNN's fused attention are eligible (attention.py:1747: flash-attn checked first): the preset's "
+        "FlashAttention-2 rates (planner.pricing.gpu.FLASH_CAUSAL_TFLOPS) are this kernel's",
+        "TP overlap per GEMM (conf/tp_overlap/h100tp4pp8mbs1.yaml): ring exchange for qkv_fprop, fc1_fprop, "
+        "proj_dgrad, fc2_dgrad (aggregate 1: two shards a GEMM, priced as one), pipeline (4 splits) for proj_fprop "
+        "(24 comm SMs, set_sm_margin 1: the GEMM on 108 SMs; atomic GEMM, config_common.sh:39) and fc2_fprop (4 SMs), "
+        "bulk for qkv/fc1 dgrad+wgrad; no multicast (config_common.sh:42 UB_SKIPMC=1). Priced as the userbuffers "
+        "defaults (planner.workload.tp_overlap; chunk GEMMs at their own shapes, cost model 58); the SM margins are "
+        "not priced",
         "model: GPT-3 175B as the row states, tied input/output embeddings (unified_checkpointing.py:156-158 "
         "'word_embeddings_for_head' reuses language_model.embedding.word_embeddings.weight), layernorm1p "
         "(custom.yaml:74, LayerNorm with a shifted weight: priced as LayerNorm), no dropout (custom.yaml:71-72)",
@@ -146,6 +157,15 @@ COMMON = {
         "overlap_grad_sync/overlap_param_sync True, grad_sync_dtype bf16: stack.reduce_dtype param; config_common.sh:69 "
         "BUCKET_CAP_MB=200)",
         "precision: fp8, training.fp8_recipe: delayed (config_fp8.sh:2-6: HYBRID, amax history 1024, max)",
+        "NOT PRICED: cuDNN fused attention. TE v1.6rc1 DotProductAttention picks FusedAttention (cuDNN "
+        "F16_arbitrary_seqlen) over flash-attn on sm90 (attention.py:2912-2917 'Select FusedAttention on sm90'); the "
+        "preset prices FlashAttention-2's rates, so this round's attention is priced slower than it ran (TE's own "
+        "notebook measures cuDNN 1.4–1.6× flash-attn fwd+bwd on H100, docs/examples/attention/attention.ipynb, with "
+        "later cuDNN 9.3 / flash-attn 2.4.2)",
+        "TP overlap per GEMM (conf/tp_overlap/h100tp4mbs{1,2}.yaml): ring exchange for the all-gathers and for "
+        "fc2_fprop's reduce-scatter (FC2_FPROP_METHOD default ring_exchange), pipeline + atomic GEMM for proj_fprop, "
+        "bulk for qkv/fc1 dgrad+wgrad, multicast AG/RS (config_common.sh:42-44 MC_TP_OVERLAP_AG/RS); priced as the "
+        "userbuffers defaults (fc2_fprop as a 4-split pipeline)",
         "NOT PRICED: FP8 parameters (config_common.sh:74 FP8_PARAMS=True → custom.yaml:81 fp8_params): the "
         "distributed optimizer all-gathers 1-byte parameters, the preset 2-byte ones (the DP all-gather is "
         "overstated, mostly hidden under overlap_param_sync)",

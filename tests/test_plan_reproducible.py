@@ -197,6 +197,8 @@ FINGERPRINTS = {
     # tests/test_fp8_split_accum.py
     57: "3c7598aba8e3939f",  # 57 (torchtitan's compiled ring attention waits for its collectives at issue): no
     # reference on torchtitan CP; tests/test_torch_ring_compiled.py
+    58: "3c7598aba8e3939f",  # 58 (TP-overlap GEMM chunks at their own shapes): no reference overlaps TP;
+    # tests/test_tp_overlap.py::test_chunks_priced_at_their_shape
 }
 
 

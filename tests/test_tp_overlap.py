@@ -115,3 +115,37 @@ def test_exports():
     with pytest.raises(MeshplanError) as e:
         export(estimate_plan(body(**PINS, tp_comm_overlap=True)), "deepspeed", opts)
     assert e.value.field == "plan.parallel.tp_comm_overlap"
+
+
+def test_chunks_priced_at_their_shape():
+    """Cost model 58: each chunk of a ring (tokens/tp rows) or TE pipeline pair (1/4 of the output columns) is its
+    own GEMM, priced at its shape. Hand count on GPT-3 175B at TP 4, micro-batch 1, FP8 on an H100 (132 SMs,
+    128×128 tiles): TE's fused QKV ring chunk is 512 × 9216 × 12288, ⌈512/128⌉·⌈9216/128⌉ = 288 tiles in 3 waves
+    of 132 (288/396 busy) where the whole 2048-row GEMM's 1,152 tiles run in 9 waves (1152/1188): the 4 chunks take
+    (1152/1188)/(288/396) = 4/3 of the whole GEMM, the FP8 ceiling binding at both shapes."""
+    from planner.pricing.gpu import gemm_time
+    from planner.pricing.tp_overlap import _gemm_seconds, chunk_seconds
+
+    req = {
+        "model": "gpt3-175b",
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 4, "gpus_per_node": 8},
+        "training": {"global_batch_size": 64, "seq_len": 2048, "precision": "fp8", "stack": "megatron"},
+        "parallel": {"tp": 4, "pp": 8, "sequence_parallel": True, "tp_comm_overlap": True},
+    }
+    ctx = context(parse_request(req))
+    ub = {(p.gemms, p.phase): p for p in overlap_pairs("userbuffers", 4)}
+    qkv = ub[(("wq", "wk", "wv"), "fwd")]
+    whole, chunk = _gemm_seconds(ctx, qkv, 2048, 4), chunk_seconds(ctx, qkv, 2048, 4)
+    waves_whole, waves_chunk = 1152 / (9 * 132), 288 / (3 * 132)
+    assert 4 * chunk / whole == pytest.approx(waves_whole / waves_chunk, rel=1e-9)
+    k = ctx.residuals.compute_scale  # the layer's own GEMMs carry the compute residual; so do the pair's
+    assert chunk == pytest.approx(k * gemm_time(ctx, 512, 9216, 12288, fp8=True), rel=1e-12)  # one fused GEMM
+    # the TE pipeline pair (proj → reduce-scatter) splits the output columns: 2048 × 3072 × 3072 a chunk (16·24 = 384
+    # tiles in 3 waves, as the whole GEMM's 1,536 in 12: no wave loss; the measured table's narrower-N rate binds)
+    proj = ub[(("wo",), "fwd")]
+    assert proj.split == "cols" and proj.chunks == 4
+    assert chunk_seconds(ctx, proj, 2048, 4) == pytest.approx(k * gemm_time(ctx, 2048, 3072, 3072, fp8=True), rel=1e-12)
+    assert 4 * chunk_seconds(ctx, proj, 2048, 4) >= _gemm_seconds(ctx, proj, 2048, 4)
+    # and the pair's overlapped time runs its n chunks: ring (n − 1)·max(g, c) + g ≥ n·g
+    act = 2048 * 12288 * 2
+    assert pair_seconds(ctx, qkv, whole, chunk, act, 4, OVERLAP_SLOWDOWN) >= 4 * chunk

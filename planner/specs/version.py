@@ -295,4 +295,14 @@ from __future__ import annotations
 #:    overlapped as in eager (``AsyncCollectiveTensor`` waits at first use). Physics-only errors (+ = priced faster):
 #:    torchtitan 2024-12 Table 6 (405B, CP across nodes) cp 2/4/8 +14.5/+11.1/+20.8 % → +6.5/−2.9/+4.7 %; Table 2
 #:    (8B, one node) cp 2/4/8 −7.3/+23.0/+27.8 % → −8.6/+20.2/+24.3 %.
-COST_MODEL_VERSION = 57
+#: 58: Transformer Engine userbuffers' GEMM chunks priced at their own shapes (``pricing.tp_overlap.chunk_seconds``):
+#:    TE runs each chunk of an overlapped pair as its own GEMM — ring exchange one of tokens/tp rows per step
+#:    (``comm_gemm_overlap.h`` ``split_overlap_ag``, TE 09ba842 :865-883, the MLPerf v3.1 GPT-3 pin; its fused QKV and
+#:    FC1 weights one GEMM), the pipeline method one of 1/num_splits of the output columns (``split_overlap_rs``
+#:    :327-331) — each priced by ``gpu.gemm_time`` at that shape (its tiles' waves, the sm_90 table); was: the whole
+#:    GEMM ÷ n, "no wave quantization of chunks". GPT-3 175B at TP 4, micro-batch 1: the QKV chunk 512 × 9216 × 12288
+#:    fills 3 waves of 132 SMs at 0.73 (the whole GEMM 9 at 0.97). The chunks' slowness is compute in the breakdown.
+#:    torchtitan's async TP unchanged (its per-weight shard mms of GQA K/V want split-K, not priced). Physics-only
+#:    errors (+ = priced faster): MLPerf v3.1 GPT-3 175B +16.6…+20.0 % → +13.9…+17.8 %, v4.0 +3.4/+13.7/+13.9 % →
+#:    +2.0/+12.2/+12.4 %; NeMo 24.07/24.12 Llama 2/3 70B (userbuffers on) 1.1–1.3 points down.
+COST_MODEL_VERSION = 58

@@ -10,9 +10,11 @@ and a reduce-scatter of the column-parallel input gradients (``tp_comms``: 4 + 4
 * ``"userbuffers"`` — Transformer Engine's userbuffers under Megatron's ``--tp-comm-overlap`` (NVIDIA/TransformerEngine
   ``transformer_engine/pytorch/module/base.py`` ``initialize_ub`` at 0004dbd0, the default methods): ``ring_exchange``
   for ``qkv_fprop``, ``fc1_fprop``, ``proj_dgrad``, ``fc2_dgrad`` (the all-gather split into tp point-to-point
-  steps, each shard's GEMM chunk run as it arrives, the local shard first); ``pipeline`` for ``proj_fprop``,
-  ``fc2_fprop`` (the GEMM split into ``num_splits = 4`` chunks, each chunk's reduce-scatter run under the next
-  chunk's GEMM); ``bulk`` for ``qkv_dgrad``/``qkv_wgrad``, ``fc1_dgrad``/``fc1_wgrad`` (the input gradient's
+  steps, each shard's GEMM chunk run as it arrives, the local shard first: one GEMM of tokens/tp rows per step,
+  ``comm_gemm_overlap.h`` ``split_overlap_ag``, TE 09ba842 :865-883); ``pipeline`` for ``proj_fprop``,
+  ``fc2_fprop`` (the GEMM split into ``num_splits = 4`` chunks of its output columns — ``split_overlap_rs``
+  :327-331, ``m_chunk = m / _num_splits`` of the weight's rows, the output ``{n, m_chunk}`` reduce-scattered
+  strided — each chunk's reduce-scatter run under the next chunk's GEMM); ``bulk`` for ``qkv_dgrad``/``qkv_wgrad``, ``fc1_dgrad``/``fc1_wgrad`` (the input gradient's
   reduce-scatter run whole beside the weight-gradient GEMM, which does not depend on it). All 8 overlap; the
   embedding's and the LM head's collectives (Megatron-core's own ``VocabParallelEmbedding`` and output
   ``ColumnParallelLinear``, not TE modules) stay blocking.
@@ -36,6 +38,8 @@ from planner.specs import ModelSpec
 from planner.workload.ops import Linear, dense_block_linears
 
 Method = Literal["ring", "pipeline", "bulk"]
+#: How a pair's GEMM is cut into its chunks: by the token rows (one TP shard each) or by the output columns.
+Split = Literal["rows", "cols"]
 Phase = Literal["fwd", "dgrad", "wgrad"]
 
 #: Transformer Engine's pipeline method's default GEMM splits (``initialize_ub`` ``add_ub(num_splits=4)``).
@@ -46,7 +50,8 @@ UB_PIPELINE_SPLITS = 4
 class OverlapPair:
     """One SP collective (``op`` of the residual stream) pipelined with the GEMMs of ``gemms`` (linear names,
     the ``phase`` GEMM of each) in forward or backward (``bwd``), by ``method`` in ``chunks`` pieces (ring and
-    pipeline; bulk runs whole)."""
+    pipeline; bulk runs whole), each chunk one GEMM of 1/chunks of the token rows or of the output columns
+    (``split``)."""
 
     op: Literal["all_gather", "reduce_scatter"]
     gemms: tuple[str, ...]
@@ -54,6 +59,10 @@ class OverlapPair:
     method: Method
     bwd: bool
     chunks: int
+    split: Split = "rows"
+    #: the pair's linears run as one GEMM of their summed output columns (TE's fused QKV ``linear_qkv`` and gated
+    #: ``linear_fc1`` weights); False: one GEMM each (torchtitan's separate wq/wk/wv, w1/w3 modules)
+    fused: bool = False
 
 
 def overlap_pairs(kind: str, tp: int) -> tuple[OverlapPair, ...]:
@@ -61,10 +70,10 @@ def overlap_pairs(kind: str, tp: int) -> tuple[OverlapPair, ...]:
     qkv, fc1 = ("wq", "wk", "wv"), ("w1", "w3")
     if kind == "userbuffers":
         return (
-            OverlapPair("all_gather", qkv, "fwd", "ring", False, tp),
-            OverlapPair("reduce_scatter", ("wo",), "fwd", "pipeline", False, UB_PIPELINE_SPLITS),
-            OverlapPair("all_gather", fc1, "fwd", "ring", False, tp),
-            OverlapPair("reduce_scatter", ("w2",), "fwd", "pipeline", False, UB_PIPELINE_SPLITS),
+            OverlapPair("all_gather", qkv, "fwd", "ring", False, tp, fused=True),
+            OverlapPair("reduce_scatter", ("wo",), "fwd", "pipeline", False, UB_PIPELINE_SPLITS, "cols"),
+            OverlapPair("all_gather", fc1, "fwd", "ring", False, tp, fused=True),
+            OverlapPair("reduce_scatter", ("w2",), "fwd", "pipeline", False, UB_PIPELINE_SPLITS, "cols"),
             OverlapPair("all_gather", ("wo",), "dgrad", "ring", True, tp),
             OverlapPair("all_gather", ("w2",), "dgrad", "ring", True, tp),
             OverlapPair("reduce_scatter", qkv, "wgrad", "bulk", True, 1),
