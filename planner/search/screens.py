@@ -161,9 +161,7 @@ def quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None = None) -> b
     interleaved's uniform split): False only when that cut cannot fit — every rank's states and
     buffers plus its peak chunk copies (``interleaved_peak_copies``) × the smallest chunk's layer
     activations, the embedding/LM-head activations left out (a lower bound of ``rank_memory``).
-    Interleaved without a cut: True (unknown: cost it)."""
-    if c.virtual_stages > 1 and cut is None:
-        return True
+    Without a cut: ``may_fit``'s screen (every rank's v chunks, the L layers within the ranks' ``layer_caps``)."""
     if cut is None:  # asked twice of a class (the frontier before its quick bound, the search): memoised
         hit = ctx.may_fit.get(c)
         if hit is None:
@@ -176,7 +174,8 @@ def _quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None) -> bool:
     s, m, usable = memory_class_terms(ctx, c), num_microbatches(ctx, c), ctx.usable_bytes  # no time priced
     if cut is None:
         (live, done), L = class_peaks(s, c, m), ctx.model.num_layers
-        return caps_fit(layer_caps(s, c, live, L, usable, done), 1, L) and kinds_fit(s, c, live, L, usable, done)
+        caps = layer_caps(s, c, live, L, usable, done)
+        return caps_fit(caps, c.virtual_stages, L) and kinds_fit(s, c, live, L, usable, done)
     k = chunk_moe(s, cut, None)
     for r in range(c.pp):
         copies = (

@@ -132,14 +132,11 @@ def _enumerate(ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp
                     if rules.interleaving_needs_pipeline(pp, 2) or rules.interleaved_microbatches_priced(s, pp, m):
                         continue
                     vs = [pins.virtual_stages] if pins.virtual_stages is not None else range(2, MAX_VIRTUAL_STAGES + 1)
-                    # Unpinned: Megatron's virtual pipeline needs uniform chunks (L divisible by pp·v).
-                    uniform = pins.schedule is None
+                    # pinned or not, the same v (a stack that splits evenly only keeps L % (pp·v) = 0 below)
                     scheds += [
                         (s, v)
                         for v in vs
-                        if rules.virtual_stages_fit(s, v) is None
-                        and rules.pp_fits_layers(pp, v, L) is None
-                        and (not uniform or L % (pp * v) == 0)
+                        if rules.virtual_stages_fit(s, v) is None and rules.pp_fits_layers(pp, v, L) is None
                     ]
                 elif pins.virtual_stages in (None, 1):
                     if pp == 1 and s != "1f1b" and pins.schedule is None:
@@ -261,9 +258,6 @@ def forced_cut(ctx: Context, pins: ParallelPins, c: Candidate) -> list[int] | No
         return list(pins.stage_layers)
     if ctx.stack.even_stages and c.chunks > 1:  # a stack that splits evenly only (``Stack.even_stages``)
         return [ctx.model.num_layers // c.chunks] * c.chunks
-    if pins.schedule is None and c.virtual_stages > 1:
-        L = ctx.model.num_layers
-        return [L // c.chunks] * c.chunks if L % c.chunks == 0 else even_stage_layers(L, c.chunks)
     return None
 
 
