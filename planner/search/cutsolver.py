@@ -238,7 +238,7 @@ def solve_class(
     also adds the window chains (``chains.window_counts``) longest at the solution (``SEPARATE``).
     ``budget``: [the CP-SAT deterministic time its solves may spend], spent in place (``uneven.budget``: the
     interleaved classes of a free schedule share one), its first cut the better of the even split and the greedy
-    one; past it, the best cut found, FEASIBLE with the bound proven."""
+    one; past it, the best cut found, FEASIBLE with the bound proven (spent before: the even split alone)."""
     t0 = time.perf_counter()
     deadline = deadline if deadline is not None else t0 + options.time_limit_s
     c, C, L = cc.cand, cc.chunks, cc.num_layers
@@ -252,6 +252,9 @@ def solve_class(
         return result(Status.OPTIMAL if ev.fits else Status.INFEASIBLE, fixed, ev, ev.objective_ns)
     if C > L or not may_fit(cc):
         return result(Status.INFEASIBLE)
+    if budget is not None and budget[0] <= 0:  # its budget spent: the even split, unproven
+        ev = evaluate(cc, even_stage_layers(L, C))
+        return result(Status.FEASIBLE, even_stage_layers(L, C), ev) if ev.fits else result(Status.UNKNOWN)
 
     cm = cut_model(cc)
     model, n, M = cm.model, cm.n, cm.makespan
