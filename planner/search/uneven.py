@@ -42,6 +42,6 @@ def note(unproven: list[ClassResult], found: list[ClassResult], top_k: int) -> s
         f"; a cut of theirs is at most {(best - low) / best:.1%} faster than the answer" if best and low < best else ""
     )
     return (
-        f"uneven stage cuts of {len(left)} interleaved class{'es' if len(left) > 1 else ''} past the search's budget "
-        f"per class (uneven.BUDGET: each ranks its best cut found{gap})"
+        f"uneven stage cuts of {len(left)} interleaved class{'es' if len(left) > 1 else ''} left unproven by the search's "
+        f"CP-SAT budget (uneven.BUDGET; each ranks its best cut found{gap})"
     )
