@@ -97,6 +97,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     unsolved: list[QueueItem] = []  # classes the time limit cut short without a plan
     past_budget: list[ClassResult] = []  # interleaved classes of a free schedule left unproven (``uneven``)
     left = [BUDGET]  # their CP-SAT budget, spent in place
+    duals: dict[tuple, object] = {}  # the interleaved bound's last LP weights, by chain family
     deadline = t0 + options.time_limit_s
 
     def leave_open(b: int) -> None:
@@ -131,7 +132,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         else:
             cc = class_costs(ctx, cand)
             costed += 1
-            lb = fitting_bound(cc, fixed is None, kth)  # ranked plans fit: a bound over the fitting cuts
+            lb = fitting_bound(cc, fixed is None, kth, duals)  # ranked plans fit: a bound over the fitting cuts
             # Memory screen before any simulation: exact for a forced uniform cut, a bound otherwise.
             if pins.stage_layers is None and not (may_fit(cc) if fixed is None else fits_at(cc, fixed)):
                 pruned_memory += 1
