@@ -245,11 +245,11 @@ class Frontier:
 
     def _quick_item(self, item: QueueItem) -> QueueItem:
         c = item.cand
-        one_cut = c.virtual_stages > 1 and forced_cut(self.ctx, self.pins, c) is not None
-        if self.pins.stage_layers is None and not one_cut and c.pp > 1 and not quick_may_fit(self.ctx, c):
+        if self.pins.stage_layers is None and c.virtual_stages == 1 and c.pp > 1 and not quick_may_fit(self.ctx, c):
             # memory rules out every cut (the search's own screen of such a class, from its memory terms alone):
             # settled at its lean bound, the search drops it, and its times are never priced
             return item._replace(key=Key.SETTLED)
+        one_cut = c.virtual_stages > 1 and forced_cut(self.ctx, self.pins, c) is not None
         return QueueItem(max(item.bound, self.quick(c)), item.order, Key.QUICK if one_cut else Key.SETTLED)
 
     def pop(self) -> QueueItem | None:
