@@ -133,7 +133,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
             cc = class_costs(ctx, cand)
             costed += 1
             lb = fitting_bound(cc, fixed is None, kth, duals)  # ranked plans fit: a bound over the fitting cuts
-            # Memory screen before any simulation: exact for a forced uniform cut, a bound otherwise.
+            # Memory screen before any simulation: exact for a forced cut, a bound otherwise.
             if pins.stage_layers is None and not (may_fit(cc) if fixed is None else fits_at(cc, fixed)):
                 pruned_memory += 1
                 block(cand, lb)
@@ -226,7 +226,7 @@ def one_cut(ctx: Context, pins: ParallelPins, c: Candidate) -> list[int] | None:
 def probe(
     ctx: Context, pins: ParallelPins, queue: Frontier, found: list[ClassResult], top_k: int, deadline: float
 ) -> set[Candidate]:
-    """Simulate the one-cut classes (interleaved's uniform split, one stage) with the best quick bounds
+    """Simulate the one-cut classes (one stage, an even-only stack's split) with the best quick bounds
     that pass the memory screens, at most ``PROBES``, and rank their plans into ``found``: a class with
     one cut is solved exactly by one simulation, so an early good plan costs little and prunes the CP-SAT
     classes queued before it (exactness unchanged: each is the class's optimum, OPTIMAL, and the search
@@ -293,7 +293,7 @@ def expert_seeds(ctx: Context, pins: ParallelPins, cands: list[Candidate], max_e
     selective recomputation (full when selective fits nowhere, then none), micro-batch 1 (the smallest),
     1F1B, and PP from 1 up until the recipe fits at the even split an expert would type; at that PP
     also the other micro-batch sizes and interleaved where the layers split evenly. Each at the better
-    of the even split and a balanced cut (interleaved: its uniform split). At most ``max_evals``
+    of the even split and a balanced cut (its forced cut where it has one). At most ``max_evals``
     classes are simulated. Returns those that fit (every one a plan of a class the search visits)."""
     if not cands:
         return []

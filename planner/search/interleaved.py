@@ -226,11 +226,13 @@ def _lp_weights(a: np.ndarray, b: np.ndarray, caps: list[int], p: int, L: int) -
             for x in n[r::p]:
                 cap.SetCoefficient(x, 1.0)
     rows = []
-    for k in range(K):  # T − a_k·n ≥ b_k
-        row = solver.Constraint(float(b[k]), inf)
+    for k in range(K):  # T − a_k·n ≥ b_k, as T − (a_k − μ)·n ≥ b_k + μ·L (Σ n = L; μ: a_k's most frequent value)
+        vals, counts = np.unique(a[k], return_counts=True)
+        mu = float(vals[np.argmax(counts)])
+        row = solver.Constraint(float(b[k]) + mu * L, inf)
         row.SetCoefficient(T, 1.0)
-        for c in np.flatnonzero(a[k]).tolist():
-            row.SetCoefficient(n[c], -float(a[k, c]))
+        for c in np.flatnonzero(a[k] != mu).tolist():
+            row.SetCoefficient(n[c], mu - float(a[k, c]))
         rows.append(row)
     solver.Minimize(T)
     if solver.Solve() != pywraplp.Solver.OPTIMAL:

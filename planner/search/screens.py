@@ -158,7 +158,7 @@ def interleaved_peak_copies(p: int, v: int, m: int, i: int) -> int:
 def quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None = None) -> bool:
     """``may_fit`` without building the class. One chunk per rank: the same function (closed-form
     activation copies: GPipe m, 1F1B min(p − i, m)). With ``cut`` (a class's one allowed cut, e.g.
-    interleaved's uniform split): False only when that cut cannot fit — every rank's states and
+    an even-only stack's split): False only when that cut cannot fit — every rank's states and
     buffers plus its peak chunk copies (``interleaved_peak_copies``) × the smallest chunk's layer
     activations, the embedding/LM-head activations left out (a lower bound of ``rank_memory``).
     Without a cut: ``may_fit``'s screen (every rank's v chunks, the L layers within the ranks' ``layer_caps``), for

@@ -21,10 +21,9 @@ from planner.specs.stacks import STACKS
 
 #: Schedules the planner models (``planner.specs.config.SCHEDULES``: zero-bubble schedules are runtime-only).
 SEARCHED_SCHEDULES = PRICED_SCHEDULES
-#: Schedules searched when ``parallel.schedule`` is not pinned. Interleaved 1F1B is then searched as
-#: Megatron-LM supports it: uniform chunks (num_layers divisible by pp·v, the even cut only), each
-#: such class simulated at that one cut. Pinning ``schedule=interleaved-1f1b`` (or ``stage_layers``)
-#: searches its free cuts with CP-SAT instead (docs/planner.md).
+#: Schedules searched when ``parallel.schedule`` is not pinned. Interleaved 1F1B is then searched over the space a
+#: pinned ``schedule=interleaved-1f1b`` searches (issue 26): every v up to ``MAX_VIRTUAL_STAGES`` and every cut the
+#: stack runs (``Stack.even_stages``: the even split only), its cuts solved within a budget (``uneven``).
 DEFAULT_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
 RECOMPUTE = ("none", "selective", "full")
 #: Largest number of virtual stages searched when not pinned (Megatron uses 2–8 in practice).
@@ -251,9 +250,8 @@ def zero_stages(ctx: Context, dp: int) -> list[int]:
 
 def forced_cut(ctx: Context, pins: ParallelPins, c: Candidate) -> list[int] | None:
     """The one cut a class is evaluated at, or None when its cut is searched: the pinned
-    ``stage_layers``; the even split on a stack that runs no other (``Stack.even_stages``); else, for interleaved
-    classes enumerated without a pinned schedule, the even split (Megatron-LM's virtual pipeline requires every
-    chunk to hold num_layers / (pp·v) layers)."""
+    ``stage_layers``; the even split on a stack that runs no other (``Stack.even_stages``). Interleaved classes of a
+    free schedule have their cut searched too (issue 26; ``uneven``)."""
     if pins.stage_layers is not None:
         return list(pins.stage_layers)
     if ctx.stack.even_stages and c.chunks > 1:  # a stack that splits evenly only (``Stack.even_stages``)
