@@ -3,11 +3,11 @@
 pp, dp and micro-batch searched): the best plan of a search with ``parallel.schedule: interleaved-1f1b`` pinned
 (uneven cuts searched with CP-SAT) against the free answer, under the same cost model.
 
-Left free, interleaved classes are still priced at their uniform split only (``space.forced_cut``), so a pin can beat
-the free answer: on seed 11 it does (86.12 ms pinned, 95.29 ms free, 1F1B). Today's guarantee, checked on every
-seed: whenever a pin beats the free answer, that answer's ``scope:`` note names the pin (it never claims more than
-was proven). The strict table (no pin beats the free answer) is ``xfail(strict=True)`` where it fails today, so the
-search that closes issue 26 turns it into a pass and must drop the mark."""
+Left free, interleaved classes are searched over every v and every cut too (``planner.search.uneven``), within a
+CP-SAT budget: a class the budget leaves unproven ranks its best cut found and the answer's ``scope:`` note names
+the pin that searches it. Checked on every seed: no pin beats the free answer (seed 11 did while free interleaved
+classes were priced at their uniform split only: 86.12 ms pinned, 95.29 ms free, 1F1B), and whenever one would,
+that answer's ``scope:`` note names the pin (it never claims more than was proven)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,6 @@ from planner.search import search
 from planner.specs import SearchOptions
 
 SEEDS = range(24)
-#: seeds where a pinned interleaved search beats the free answer today (the uniform-split policy)
-BEATEN = {11}
 
 
 def free_and_pinned(seed: int) -> tuple[int | None, int | None, list[str]]:
@@ -44,15 +42,7 @@ def test_a_pin_that_beats_the_free_answer_is_named(seed: int) -> None:
         assert scope and "parallel.schedule: interleaved-1f1b" in scope[0], notes
 
 
-@pytest.mark.parametrize(
-    "seed",
-    [
-        pytest.param(s, marks=pytest.mark.xfail(strict=True, reason="issue 26: free interleaved at its uniform split"))
-        if s in BEATEN
-        else s
-        for s in SEEDS
-    ],
-)
+@pytest.mark.parametrize("seed", SEEDS)
 def test_no_pinned_schedule_beats_the_free_answer(seed: int) -> None:
     free, pinned, _ = free_and_pinned(seed)
     assert not beats(pinned, free), (seed, free, pinned)

@@ -1,5 +1,5 @@
-"""Interleaved 1F1B searched by default, as Megatron-LM supports it: uniform chunks (num_layers
-divisible by pp·v), the even cut only. The search returns the brute-force optimum of that space on
+"""Interleaved 1F1B searched by default over every v and every cut, as a pinned schedule searches it (issue 26;
+``planner.search.uneven``). The search returns the brute-force optimum of that space (every cut of every class) on
 seeded instances where interleaving wins; the memory screens never drop a class that fits."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from planner.compose.cost import (
 )
 from planner.compose.memory import rank_memory
 from planner.search import search
-from planner.search.bounds import interleaved_peak_copies, quick_may_fit
-from planner.search.bruteforce import brute_force
+from planner.search.bounds import fits_at, interleaved_peak_copies, may_fit, quick_may_fit
+from planner.search.bruteforce import brute_force, compositions
 from planner.search.space import enumerate_candidates, forced_cut
 from planner.specs import (
     ClusterSpec,
@@ -28,6 +28,7 @@ from planner.specs import (
     TrainingSpec,
 )
 from planner.specs.catalog import get_gpu
+from planner.specs.layout import even_stage_layers
 
 SEEDS = range(24)
 
@@ -81,8 +82,7 @@ def test_search_matches_brute_force_with_interleaved(seed: int) -> None:
     assert got.status == "OPTIMAL" and got.objective_ns == got.bound_ns == ref[0][0]
     assert [r.evaluation.objective_ns for r in got.results] == [t[0] for t in ref[:3]]
     for r in got.results:
-        if r.cand.virtual_stages > 1:  # uniform chunks, as Megatron-LM requires
-            assert len(set(r.stage_layers)) == 1 and len(r.stage_layers) == r.cand.pp * r.cand.virtual_stages
+        assert len(r.stage_layers) == r.cand.pp * r.cand.virtual_stages
         ev = evaluate(class_costs(ctx, r.cand), r.stage_layers)
         assert ev.fits and ev.objective_ns == r.evaluation.objective_ns
 
@@ -99,16 +99,19 @@ def test_interleaving_wins_on_some_instances() -> None:
 
 
 @pytest.mark.parametrize("seed", range(0, 24, 2))
-def test_uniform_memory_screen_is_valid(seed: int) -> None:
-    """The pre-costing screen of an even-cut interleaved class never drops a class whose cut fits."""
+def test_memory_screens_are_valid(seed: int) -> None:
+    """The pre-costing screens of an interleaved class never drop a class with a fitting cut: at the even cut, and
+    over every cut (``quick_may_fit`` without a cut: ``may_fit``'s screen, from the memory terms alone)."""
     ctx, pins = interleaved_instance(seed)
     for cand in enumerate_candidates(ctx, pins, SearchOptions()):
-        cut = forced_cut(ctx, pins, cand)
-        if cut is None:
+        if cand.virtual_stages == 1:
             continue
         cc = class_costs(ctx, cand)
+        cut = even_stage_layers(cc.num_layers, cc.chunks)
         fits = max(rank_memory(cc, cut, r) for r in range(cand.pp)) <= cc.usable_bytes
         assert quick_may_fit(ctx, cand, cut) or not fits
+        any_fits = any(fits_at(cc, n) for n in compositions(cc.num_layers, cc.chunks))
+        assert (may_fit(cc) or not quick_may_fit(ctx, cand)) and (quick_may_fit(ctx, cand) or not any_fits)
 
 
 @pytest.mark.parametrize(
@@ -144,29 +147,32 @@ def _ctx(layers: int) -> Context:
 
 
 @pytest.mark.parametrize(
-    "pins,uniform_only",
+    "pins,stack,uniform_only",
     [
-        (ParallelPins(), True),
-        (ParallelPins(virtual_stages=3), True),
-        (ParallelPins(schedule="interleaved-1f1b"), False),
+        (ParallelPins(), "meshplan", False),
+        (ParallelPins(virtual_stages=5), "meshplan", False),  # pp·v = 10 ∤ 12
+        (ParallelPins(schedule="interleaved-1f1b"), "meshplan", False),
+        (ParallelPins(), "megatron-2021", True),  # interleaves, but splits evenly only (``Stack.even_stages``)
     ],
 )
-def test_enumeration_of_interleaved_classes(pins: ParallelPins, uniform_only: bool) -> None:
-    """Unpinned schedule: interleaved only where pp·v divides the layers, cut forced to the even
-    split; pinned: every v with pp·v ≤ layers, the cut searched (CP-SAT)."""
+def test_enumeration_of_interleaved_classes(pins: ParallelPins, stack: str, uniform_only: bool) -> None:
+    """Pinned schedule or not, every v with pp·v ≤ layers, the cut searched (CP-SAT; issue 26); on a stack that
+    splits evenly only, interleaved only where pp·v divides the layers, the cut forced to the even split."""
     ctx = _ctx(12)
+    ctx = Context(
+        model=ctx.model, gpu=ctx.gpu, cluster=ctx.cluster, training=ctx.training.model_copy(update={"stack": stack})
+    )
     il = [c for c in enumerate_candidates(ctx, pins, SearchOptions()) if c.virtual_stages > 1]
     assert il
     assert all(c.micro_batch_size * c.dp * c.pp <= 16 and (16 // (c.dp * c.micro_batch_size)) % c.pp == 0 for c in il)
     divides = {12 % c.chunks == 0 for c in il}
+    if pins.virtual_stages is not None:
+        assert {c.virtual_stages for c in il} == {pins.virtual_stages}
     if uniform_only:
         assert divides == {True}
         assert all(forced_cut(ctx, pins, c) == [12 // c.chunks] * c.chunks for c in il)
-        if pins.virtual_stages is not None:
-            assert {c.virtual_stages for c in il} == {pins.virtual_stages}
     else:
-        assert divides == {True, False}
-        assert all(forced_cut(ctx, pins, c) is None for c in il)
+        assert False in divides and all(forced_cut(ctx, pins, c) is None for c in il)
 
 
 @pytest.mark.parametrize("seed", [*range(1, 24, 2), *(100 + s for s in range(16))])
@@ -185,6 +191,8 @@ def test_cut_bound_is_valid(seed: int) -> None:
         ctx, pins = interleaved_instance(seed)
     for cand in enumerate_candidates(ctx, pins, SearchOptions()):
         cut = forced_cut(ctx, pins, cand)
+        if cut is None and cand.virtual_stages > 1:  # an interleaved class's cut is searched: its even split
+            cut = even_stage_layers(ctx.model.num_layers, cand.chunks)
         if cut is None:
             continue
         ev = evaluate(class_costs(ctx, cand), cut)

@@ -275,17 +275,21 @@ def class_bound(cc: ClassCosts) -> int:
     return pipe_bound(cc.shared, cc.cand, cc.m, cc.num_layers, sum(cc.lag))
 
 
-def fitting_bound(cc: ClassCosts, searched: bool = True) -> int:
+def fitting_bound(cc: ClassCosts, searched: bool = True, enough: int | None = None, duals: dict | None = None) -> int:
     """A lower bound of the objective over the stage cuts of the class that fit (what the search
     ranks), ≥ ``class_bound``: the busiest rank's load within what each rank's memory holds
     (``capped_load``), its rank chains (``chain_bound``), 1F1B's steady-state chains in whole layers
     (``steady.steady_bound``) and interleaved 1F1B's fill and drain chains (``interleaved.interleaved_bound``,
     only when ``searched``: a class with one allowed cut is simulated there, and its cut bound is already close).
-    When no cut fits (``may_fit`` False) it is ``class_bound``."""
+    When no cut fits (``may_fit`` False) it is ``class_bound``. ``enough``: the interleaved bound is left out when the
+    others already exceed it, and its LP when its rank bound does (the k-th best plan's step time: ruled out either
+    way); ``duals``: the search's last LP weights (``interleaved_bound``)."""
     caps = tuple(layer_caps(cc.shared, cc.cand, cc.live, cc.num_layers, cc.usable_bytes, cc.done))
     pipe = pipe_bound(cc.shared, cc.cand, cc.m, cc.num_layers, sum(cc.lag), caps)
-    more = interleaved_bound(cc, list(caps)) if searched and cc.cand.virtual_stages > 1 else 0
-    return max(pipe, chain_bound(cc, list(caps)), steady_bound(cc, caps), more)
+    cheap = max(pipe, chain_bound(cc, list(caps)), steady_bound(cc, caps))
+    if not searched or cc.cand.virtual_stages == 1 or (enough is not None and cheap > enough):
+        return cheap
+    return max(cheap, interleaved_bound(cc, list(caps), enough, duals))
 
 
 def quick_bound(ctx: Context, c: Candidate) -> int:

@@ -1,6 +1,5 @@
 """A slow, exact reference: every configuration class and every stage cut it allows (all of them, but
-the pinned ``stage_layers`` or, for interleaved 1F1B with the schedule unpinned, Megatron-LM's uniform
-split: ``space.forced_cut``), scored by the simulation, and ranked by the search's own order
+the pinned ``stage_layers`` or the even split of a stack that runs no other: ``space.forced_cut``), scored by the simulation, and ranked by the search's own order
 (``space.plan_key``: step time, then peak memory, then the simpler configuration).
 
 Used by the tests to check that the CP-SAT search returns the same optimum on small instances.
@@ -45,7 +44,7 @@ def brute_force(ctx: Context, pins: ParallelPins, options: SearchOptions | None 
     scored = 0
     for cand in enumerate_candidates(ctx, pins, options):
         cc = class_costs(ctx, cand)
-        fixed = forced_cut(ctx, pins, cand)  # pinned stage_layers, or interleaved's uniform split when unpinned
+        fixed = forced_cut(ctx, pins, cand)  # pinned stage_layers, or an even-only stack's split
         cuts = [fixed] if fixed is not None else compositions(cc.num_layers, cc.chunks)
         top: Scored | None = None
         for n in cuts:

@@ -15,6 +15,7 @@ The model has one integer variable per chunk (its layer count) and
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
@@ -32,6 +33,7 @@ from planner.search.chains import Counts, as_arrays, dag_key, initial_counts, pa
 from planner.search.hints import critical_counts, greedy_cut, local_search
 from planner.search.kinds import as_chains, moe_layer_vars, sparse
 from planner.specs import SearchOptions
+from planner.specs.layout import even_stage_layers
 
 # Each lazy round adds the critical paths of the solution's one-layer neighbours too (fewer rounds):
 # all 2(C − 1) of them while that costs ≤ NEIGHBOUR_BUDGET simulation steps, else only the moves off
@@ -179,7 +181,9 @@ def cut_model(cc: ClassCosts) -> CutModel:
     return cm
 
 
-def solve(model: cp_model.CpModel, num_workers: int, presolve: bool, deadline: float) -> tuple:
+def solve(
+    model: cp_model.CpModel, num_workers: int, presolve: bool, deadline: float, det: float | None = None
+) -> tuple:
     """CP-SAT's status on ``model`` and the solver that holds its solution. Presolve costs tens of ms per
     solve and buys nothing on most small models, but on deep pipelines it pays many times over (OPT-175B on
     992 A100, pp = 31, m = 128: 30 solves in 1.5 s CPU with it, 8.2 s without; bench/bench_plan_wide.py).
@@ -190,13 +194,25 @@ def solve(model: cp_model.CpModel, num_workers: int, presolve: bool, deadline: f
     solver.parameters.num_workers = num_workers
     solver.parameters.cp_model_presolve = presolve
     solver.parameters.max_time_in_seconds = max(deadline - time.perf_counter(), 1e-3)
+    if det is not None:  # a budgeted class (``solve_class``): the deterministic time left to it
+        solver.parameters.max_deterministic_time = det
     if presolve:
         return solver.solve(model), solver
-    solver.parameters.max_deterministic_time = PRESOLVE_AFTER_DET
+    solver.parameters.max_deterministic_time = min(PRESOLVE_AFTER_DET, det if det is not None else PRESOLVE_AFTER_DET)
     st = solver.solve(model)
     if st in (cp_model.OPTIMAL, cp_model.INFEASIBLE) or solver.deterministic_time < PRESOLVE_AFTER_DET:
-        return st, solver  # solved, or out of wall time
-    return solve(model, num_workers, True, deadline)
+        return st, solver  # solved, or out of wall time (or of its budget)
+    return solve(model, num_workers, True, deadline, None if det is None else det - solver.deterministic_time)
+
+
+def cut_rank(cc: ClassCosts) -> Callable[[list[int]], tuple]:
+    """A class's cuts ranked as ``better`` ranks them (a cut that does not fit last)."""
+
+    def key(n: list[int]) -> tuple:
+        ev = evaluate(cc, n)
+        return not ev.fits, ev.objective_ns, ev.peak_memory_bytes
+
+    return key
 
 
 def better(a: Evaluation, b: Evaluation | None) -> bool:
@@ -211,6 +227,7 @@ def solve_class(
     incumbent: int | None = None,
     deadline: float | None = None,
     learned: dict[tuple, dict[Counts, None]] | None = None,
+    budget: list[float] | None = None,
 ) -> ClassResult:
     """The class's best cut (``fixed``: that cut only). ``incumbent``: the k-th best step time so far;
     a class that cannot reach it is PRUNED (ties are solved: they may rank first on memory).
@@ -218,7 +235,10 @@ def solve_class(
     (``chains.dag_key``: schedule, pp, v, m); this solve starts from those of its graph, priced with
     its own costs, and adds its own (each is a path of that graph: a valid lower bound of the makespan
     of every class that has it, whatever its costs). For 1F1B classes with one chunk per rank each round
-    also adds the window chains (``chains.window_counts``) longest at the solution (``SEPARATE``)."""
+    also adds the window chains (``chains.window_counts``) longest at the solution (``SEPARATE``).
+    ``budget``: [the CP-SAT deterministic time its solves may spend], spent in place (``uneven.budget``: the
+    interleaved classes of a free schedule share one), its first cut the better of the even split and the greedy
+    one; past it, the best cut found, FEASIBLE with the bound proven (spent before: the even split alone)."""
     t0 = time.perf_counter()
     deadline = deadline if deadline is not None else t0 + options.time_limit_s
     c, C, L = cc.cand, cc.chunks, cc.num_layers
@@ -232,10 +252,17 @@ def solve_class(
         return result(Status.OPTIMAL if ev.fits else Status.INFEASIBLE, fixed, ev, ev.objective_ns)
     if C > L or not may_fit(cc):
         return result(Status.INFEASIBLE)
+    if budget is not None and budget[0] <= 0:  # its budget spent: the even split, unproven
+        ev = evaluate(cc, even_stage_layers(L, C))
+        return result(Status.FEASIBLE, even_stage_layers(L, C), ev) if ev.fits else result(Status.UNKNOWN)
 
     cm = cut_model(cc)
     model, n, M = cm.model, cm.n, cm.makespan
-    if c.virtual_stages > 1 and incumbent is None:  # no plan yet: a good one early prunes the rest
+    if budget is not None:  # a budgeted class: never worse than its even split
+        hint = min((even_stage_layers(L, C), greedy_cut(cc)), key=cut_rank(cc))
+        hint_ev = evaluate(cc, hint)
+        seeds = [critical_counts(cc, hint_ev)]
+    elif c.virtual_stages > 1 and incumbent is None:  # no plan yet: a good one early prunes the rest
         hint, hint_ev, seeds = local_search(cc, greedy_cut(cc), deadline=deadline)
     elif incumbent is not None:  # the first solve may prune the class: simulate nothing before it
         hint, hint_ev, seeds = greedy_cut(cc), None, []
@@ -303,7 +330,11 @@ def solve_class(
         model.clear_hints()
         for x, h in zip(n, best[0] if best else hint):
             model.add_hint(x, h)
-        st, solver = solve(model, workers(options, C), presolve, deadline)
+        if budget is not None and budget[0] <= 0:
+            break
+        st, solver = solve(model, workers(options, C), presolve, deadline, budget[0] if budget else None)
+        if budget is not None:
+            budget[0] -= solver.deterministic_time
         if st == cp_model.INFEASIBLE:  # no cut reaches the cutoff
             if best is not None and cutoff is not None and best[1].objective_ns <= cutoff:
                 return result(Status.OPTIMAL, best[0], best[1], best[1].objective_ns)

@@ -8,8 +8,8 @@ solved best bound first until the next bound exceeds the k-th best plan's step t
 bound equals it may still tie it and rank first on memory: ``space.plan_key``). Every solved class
 is OPTIMAL, every skipped one is proven slower, so the answer is proven optimal for the modeled space.
 
-Interleaved classes enumerated without a pinned schedule have one cut only, Megatron-LM's uniform split
-(``space.forced_cut``), and one-stage classes have one cut (``one_cut``): memory-screened there and simulated.
+Interleaved classes of a free schedule are solved within a budget each (``uneven``; a pinned schedule: the time
+limit only), and one-stage classes have one cut (``one_cut``): memory-screened there and simulated.
 
 Expert-like configurations (``expert_seeds``, Megatron-LM's recipe) are simulated first: real plans
 of classes the search visits anyway, so they change no proven answer, but they prune from the start
@@ -27,9 +27,10 @@ from planner.compose.cost import Candidate, ClassCosts, Context, class_costs, ev
 from planner.search.bounds import fits_at, fitting_bound, may_fit, quick_may_fit
 from planner.search.cutsolver import ClassResult, Status, greedy_cut, solve_class
 from planner.search.frontier import Frontier, Key, QueueItem
-from planner.search.scope import unsearched
+from planner.search.scope import time_limit_note, unsearched
 from planner.search.space import enumerate_candidates, forced_cut, min_memory, plan_key
 from planner.search.ties import canonical_plans
+from planner.search.uneven import BUDGET, budget, note
 from planner.specs import ParallelPins, SearchOptions
 from planner.specs.layout import even_stage_layers
 
@@ -94,6 +95,9 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     open_bound: int | None = None  # smallest bound among classes left unproven (time limit)
     rest: Iterable[QueueItem] = ()  # classes not reached before the time limit (lazily, by bound)
     unsolved: list[QueueItem] = []  # classes the time limit cut short without a plan
+    past_budget: list[ClassResult] = []  # interleaved classes of a free schedule left unproven (``uneven``)
+    left = [BUDGET]  # their CP-SAT budget, spent in place
+    duals: dict[tuple, object] = {}  # the interleaved bound's last LP weights, by chain family
     deadline = t0 + options.time_limit_s
 
     def leave_open(b: int) -> None:
@@ -128,8 +132,8 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         else:
             cc = class_costs(ctx, cand)
             costed += 1
-            lb = fitting_bound(cc, fixed is None)  # ranked plans fit: a bound over the fitting cuts
-            # Memory screen before any simulation: exact for a forced uniform cut, a bound otherwise.
+            lb = fitting_bound(cc, fixed is None, kth, duals)  # ranked plans fit: a bound over the fitting cuts
+            # Memory screen before any simulation: exact for a forced cut, a bound otherwise.
             if pins.stage_layers is None and not (may_fit(cc) if fixed is None else fits_at(cc, fixed)):
                 pruned_memory += 1
                 block(cand, lb)
@@ -140,7 +144,9 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
                 continue
         if kth is not None and lb > kth:
             continue
-        res = solve_class(cc, options, fixed=fixed, incumbent=kth, deadline=deadline, learned=learned)
+        b = budget(pins, fixed, cand, left)
+        res = solve_class(cc, options, fixed=fixed, incumbent=kth, deadline=deadline, learned=learned, budget=b)
+        cut_short = b is None or time.perf_counter() >= deadline  # else the budget: named, not left open
         if fixed is None:
             solved += 1
         else:
@@ -149,14 +155,16 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         if res.status == Status.PRUNED:
             continue
         if res.evaluation is None or not res.evaluation.fits:
-            if res.status != Status.INFEASIBLE:
+            if res.status != Status.INFEASIBLE and not cut_short:  # named, with its bound (``uneven.note``)
+                past_budget.append(replace(res, bound=max(res.bound, lb)))
+            elif res.status != Status.INFEASIBLE:
                 leave_open(lb)
                 unsolved.append(QueueItem(lb, item.order, Key.SETTLED))
             else:
                 block(cand, lb)
             continue
         if res.status != Status.OPTIMAL and (kth is None or res.bound <= kth):
-            leave_open(res.bound)
+            past_budget.append(replace(res, bound=max(res.bound, lb))) if not cut_short else leave_open(res.bound)
         admit(found, res, top_k)
         solved_cuts[cand] = (cc, res)  # a free cut's ties are answered canonically (``ties.canonical_plans``)
     if not found and not all_proven:
@@ -167,11 +175,12 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         (
             f"{len(cands)} configuration classes (every stage cut of each), {costed} costed (the rest bounded out), "
             f"{pruned_memory} ruled out by memory bounds, {solved} solved with CP-SAT ({solves} solves), "
-            f"{simulated + len(probed)} simulated at their one allowed cut (pinned, one stage, or interleaved's uniform split), "
+            f"{simulated + len(probed)} simulated at their one allowed cut (pinned, one stage, or an even-only stack's), "
             f"{len(seeded)} expert-like configurations evaluated first (their plans are a floor for the answer)"
         )
     ] + profile_notes
-    scope = unsearched(ctx, pins, cands)  # what an OPTIMAL answer's proof does not cover (policies a pin reaches)
+    # what an OPTIMAL answer's proof does not cover (policies a pin reaches)
+    scope = unsearched(ctx, pins, cands, note(past_budget, found, top_k))
     notes += [scope] if scope else []
     top = found[0].evaluation if found else None
     if top is None:
@@ -205,18 +214,6 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     )
 
 
-def time_limit_note(options: SearchOptions, best: int, bound: int) -> str:
-    """What a user reads when the time limit ended the search: not proven, by how much at most, what helps."""
-    gap = (best - bound) / best if best else 0.0
-    return (
-        f"NOT PROVEN OPTIMAL: the time limit (options.time_limit_s = {options.time_limit_s:g} s) ended the search; "
-        f"the best plan is at most {gap:.1%} slower than the best possible (step {best / 1e9:.4g} s, lower bound "
-        f"{bound / 1e9:.4g} s); it is never worse than the expert-like configurations evaluated first. To prove it: "
-        "raise options.time_limit_s (--time-limit-s), or pin settings you already know (tp, pp, schedule) to "
-        "shrink the search"
-    )
-
-
 def one_cut(ctx: Context, pins: ParallelPins, c: Candidate) -> list[int] | None:
     """``space.forced_cut``, and the one cut of a one-stage class (all layers in its one chunk: nothing to
     solve, so it is simulated at that cut rather than handed to CP-SAT — the same answer)."""
@@ -229,7 +226,7 @@ def one_cut(ctx: Context, pins: ParallelPins, c: Candidate) -> list[int] | None:
 def probe(
     ctx: Context, pins: ParallelPins, queue: Frontier, found: list[ClassResult], top_k: int, deadline: float
 ) -> set[Candidate]:
-    """Simulate the one-cut classes (interleaved's uniform split, one stage) with the best quick bounds
+    """Simulate the one-cut classes (one stage, an even-only stack's split) with the best quick bounds
     that pass the memory screens, at most ``PROBES``, and rank their plans into ``found``: a class with
     one cut is solved exactly by one simulation, so an early good plan costs little and prunes the CP-SAT
     classes queued before it (exactness unchanged: each is the class's optimum, OPTIMAL, and the search
@@ -246,7 +243,7 @@ def probe(
     # then, when it found no plan, the one-stage classes under full recomputation alone (``PROBE_SCAN_LEAN``): the
     # leanest one-stage plans, which the first scan may not reach when a long sequence rules out the faster ones by memory
     scans = (
-        (lambda c: c.chunks == 1 or (pins.schedule is None and c.virtual_stages > 1), PROBE_SCAN),
+        (lambda c: c.chunks == 1 or (ctx.stack.even_stages and c.virtual_stages > 1), PROBE_SCAN),
         (lambda c: c.chunks == 1 and c.recompute == "full", PROBE_SCAN_LEAN),
     )
     for n, (keep, limit) in enumerate(scans):
@@ -296,7 +293,7 @@ def expert_seeds(ctx: Context, pins: ParallelPins, cands: list[Candidate], max_e
     selective recomputation (full when selective fits nowhere, then none), micro-batch 1 (the smallest),
     1F1B, and PP from 1 up until the recipe fits at the even split an expert would type; at that PP
     also the other micro-batch sizes and interleaved where the layers split evenly. Each at the better
-    of the even split and a balanced cut (interleaved: its uniform split). At most ``max_evals``
+    of the even split and a balanced cut (its forced cut where it has one). At most ``max_evals``
     classes are simulated. Returns those that fit (every one a plan of a class the search visits)."""
     if not cands:
         return []

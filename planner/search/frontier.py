@@ -6,7 +6,7 @@ pp, schedule, v, dp), shared by the ZeRO stages; a mixture of experts' class one
 ``terms.shared_terms``: ZeRO, the end of step) when it reaches the front — unless the memory screen the search
 applies to it anyway (``screens.quick_may_fit``, from its memory terms alone) rules it out first: then it leaves
 at its lean bound and its times are never priced (DeepSeek-V3 on 2,048 GPUs: 258 of 2,092 shared terms priced), and a class with one allowed
-cut (interleaved's uniform split) once more by ``bounds.cut_bound``; the search may push a costed class
+cut (an even-only stack's split) once more by ``bounds.cut_bound``; the search may push a costed class
 back by its exact ``bounds.fitting_bound``. Every key is a valid lower bound of the class's objective
 and never falls, so classes leave the queue in the order of their tightest bound: only the classes that
 get near the front pay for the tighter ones (GPT-3 175B on 1,024 A100: 12,960 classes, ~2,500 quick

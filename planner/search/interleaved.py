@@ -60,7 +60,7 @@ def interleaved_counts(p: int, v: int, m: int) -> tuple[Counts, ...]:
     return _family(p, v, m)[0]
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=256)
 def _family(p: int, v: int, m: int) -> tuple[tuple[Counts, ...], tuple[int, ...]]:
     """``interleaved_counts`` and the rank each chain runs through."""
     C = p * v
@@ -106,10 +106,16 @@ def _least(a: list[float], caps: list[int], p: int, L: int) -> float | None:
     return total if left == 0 else None
 
 
-def interleaved_bound(cc: ClassCosts, caps: list[int] | None = None) -> int:
+def interleaved_bound(
+    cc: ClassCosts, caps: list[int] | None = None, enough: int | None = None, duals: dict | None = None
+) -> int:
     """A lower bound of the class's objective over every cut (``caps``: over the cuts that respect each rank's
     layer cap): the larger of ``rank_bound`` and the re-checked LP, plus the end of step's rank average; 0 when it
-    is not interleaved or no cut respects the caps. A model of two block kinds: every layer at the lighter kind."""
+    is not interleaved or no cut respects the caps. A model of two block kinds: every layer at the lighter kind.
+    ``enough``: the LP is left out when ``rank_bound``'s already exceeds it (the search's k-th best plan), or when
+    the dual weights of the last LP of the same chains (``duals``, by (p, v, m): a search's classes that differ in
+    ZeRO stage, overlap, … weigh their chains alike), re-checked exactly for this class, do: any weights on the
+    simplex give a valid bound (``_least``)."""
     c, s = cc.cand, cc.shared
     p, v, L, C = c.pp, c.virtual_stages, cc.num_layers, cc.chunks
     if v == 1 or p == 1 or C > L:
@@ -127,16 +133,29 @@ def interleaved_bound(cc: ClassCosts, caps: list[int] | None = None) -> int:
     whole = rank_bound(a_rows, b_rows, ranks, caps, p, L)
     if whole is None:
         return 0
-    pipe = whole
-    lam = _lp_weights(a_rows, b_rows, caps, p, L)
-    least = _least((lam @ a_rows).tolist(), caps, p, L) if lam is not None else None
-    if lam is not None and least is not None:
-        pipe = max(pipe, float(lam @ b_rows) + least)
     head = s.own_head(c)
     ends = L * (s.opt.layer + s.post.layer) + K * (s.opt.moe + s.post.moe) + s.opt.emb + s.post.emb
     ends += (s.opt.head + s.post.head) if head else 0
-    # the re-check is in floating point: a relative margin far above its rounding (1e-9 of a ~10 s step: 10 ns)
-    return int(math.floor(pipe * (1 - 1e-9) + ends / p + s.opt.const + s.post.const))
+
+    def bound(pipe: float) -> int:
+        # the re-check is in floating point: a relative margin far above its rounding (1e-9 of a ~10 s step: 10 ns)
+        return int(math.floor(pipe * (1 - 1e-9) + ends / p + s.opt.const + s.post.const))
+
+    pipe = whole
+    if enough is not None and bound(pipe) > enough:
+        return bound(pipe)
+    key = (p, v, cc.m)
+    if enough is not None and duals is not None and key in duals:
+        least = _least((duals[key] @ a_rows).tolist(), caps, p, L)
+        if least is not None and bound(float(duals[key] @ b_rows) + least) > enough:
+            return bound(max(pipe, float(duals[key] @ b_rows) + least))
+    lam = _lp_weights(a_rows, b_rows, caps, p, L)
+    if duals is not None and lam is not None:
+        duals[key] = lam
+    least = _least((lam @ a_rows).tolist(), caps, p, L) if lam is not None else None
+    if lam is not None and least is not None:
+        pipe = max(pipe, float(lam @ b_rows) + least)
+    return bound(pipe)
 
 
 def rank_bound(a: np.ndarray, b: np.ndarray, ranks: tuple[int, ...], caps: list[int], p: int, L: int) -> float | None:
@@ -207,11 +226,13 @@ def _lp_weights(a: np.ndarray, b: np.ndarray, caps: list[int], p: int, L: int) -
             for x in n[r::p]:
                 cap.SetCoefficient(x, 1.0)
     rows = []
-    for k in range(K):  # T − a_k·n ≥ b_k
-        row = solver.Constraint(float(b[k]), inf)
+    for k in range(K):  # T − a_k·n ≥ b_k, as T − (a_k − μ)·n ≥ b_k + μ·L (Σ n = L; μ: a_k's most frequent value)
+        vals, counts = np.unique(a[k], return_counts=True)
+        mu = float(vals[np.argmax(counts)])
+        row = solver.Constraint(float(b[k]) + mu * L, inf)
         row.SetCoefficient(T, 1.0)
-        for c in np.flatnonzero(a[k]).tolist():
-            row.SetCoefficient(n[c], -float(a[k, c]))
+        for c in np.flatnonzero(a[k] != mu).tolist():
+            row.SetCoefficient(n[c], mu - float(a[k, c]))
         rows.append(row)
     solver.Minimize(T)
     if solver.Solve() != pywraplp.Solver.OPTIMAL:

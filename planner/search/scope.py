@@ -2,20 +2,21 @@
 
 Two policies, not bounds, keep the search fast on requests of more than ``cp_degrees.CP_FULL_GPUS`` GPUs: context
 parallelism below ``cp_degrees.CP_MIN_SEQ`` tokens only when no class without it fits, and not below
-``cp_degrees.CP_MIN_LOCAL_SEQ`` tokens per CP rank (``cp_degrees.cp_options``); and an
-interleaved schedule left free is priced at its uniform split only (``driver.probe``), while a pinned one searches
-its uneven cuts. A plan proven OPTIMAL is the best of the space searched; this names what that space leaves out and
-the pin that reaches it, so the answer never claims more than was proven."""
+``cp_degrees.CP_MIN_LOCAL_SEQ`` tokens per CP rank (``cp_degrees.cp_options``). And an interleaved class of a free
+schedule is solved within a budget (``uneven``): one the budget leaves unproven is named, while a pinned schedule
+searches its uneven cuts to the time limit. A plan proven OPTIMAL is the best of the space searched; this names what
+that space leaves out and the pin that reaches it, so the answer never claims more than was proven."""
 
 from __future__ import annotations
 
 from planner.compose.cost import Candidate, Context
 from planner.search.cp_degrees import CP_MIN_LOCAL_SEQ, CP_MIN_SEQ, cp_policies
-from planner.specs import ParallelPins
+from planner.specs import ParallelPins, SearchOptions
 
 
-def unsearched(ctx: Context, pins: ParallelPins, cands: list[Candidate]) -> str | None:
-    """One note naming what the search left out by policy (None when it left out nothing a pin reaches)."""
+def unsearched(ctx: Context, pins: ParallelPins, cands: list[Candidate], past_budget: str | None = None) -> str | None:
+    """One note naming what the search left out by policy (None when it left out nothing a pin reaches);
+    ``past_budget``: ``uneven.note``, the interleaved classes of a free schedule left unproven."""
     parts: list[str] = []
     pins_to: list[str] = []
     st, seq, n = ctx.stack, ctx.training.seq_len, ctx.num_gpus
@@ -30,14 +31,8 @@ def unsearched(ctx: Context, pins: ParallelPins, cands: list[Candidate]) -> str 
             parts.append(
                 f"cp degrees above {seq // CP_MIN_LOCAL_SEQ} (fewer than {CP_MIN_LOCAL_SEQ:,} tokens per CP rank)"
             )
-    # a stack that splits evenly only (``Stack.even_stages``: Megatron-LM v2.0, v2.5) runs no uneven cut at all
-    if (
-        pins.schedule is None
-        and pins.stage_layers is None
-        and not st.even_stages
-        and any(c.virtual_stages > 1 for c in cands)
-    ):
-        parts.append("uneven stage cuts of interleaved schedules (priced at their uniform split)")
+    if past_budget is not None:  # interleaved classes of a free schedule the search's budget left unproven
+        parts.append(past_budget)
         pins_to.append("parallel.schedule: interleaved-1f1b")
     if not parts:
         return None
@@ -45,4 +40,16 @@ def unsearched(ctx: Context, pins: ParallelPins, cands: list[Candidate]) -> str 
         "scope: the search, and an OPTIMAL proof, cover every configuration but, by policy, "
         + "; ".join(parts)
         + f". Pin {' or '.join(pins_to)} to search them"
+    )
+
+
+def time_limit_note(options: SearchOptions, best: int, bound: int) -> str:
+    """What a user reads when the time limit ended the search: not proven, by how much at most, what helps."""
+    gap = (best - bound) / best if best else 0.0
+    return (
+        f"NOT PROVEN OPTIMAL: the time limit (options.time_limit_s = {options.time_limit_s:g} s) ended the search; "
+        f"the best plan is at most {gap:.1%} slower than the best possible (step {best / 1e9:.4g} s, lower bound "
+        f"{bound / 1e9:.4g} s); it is never worse than the expert-like configurations evaluated first. To prove it: "
+        "raise options.time_limit_s (--time-limit-s), or pin settings you already know (tp, pp, schedule) to "
+        "shrink the search"
     )

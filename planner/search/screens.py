@@ -158,12 +158,12 @@ def interleaved_peak_copies(p: int, v: int, m: int, i: int) -> int:
 def quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None = None) -> bool:
     """``may_fit`` without building the class. One chunk per rank: the same function (closed-form
     activation copies: GPipe m, 1F1B min(p − i, m)). With ``cut`` (a class's one allowed cut, e.g.
-    interleaved's uniform split): False only when that cut cannot fit — every rank's states and
+    an even-only stack's split): False only when that cut cannot fit — every rank's states and
     buffers plus its peak chunk copies (``interleaved_peak_copies``) × the smallest chunk's layer
     activations, the embedding/LM-head activations left out (a lower bound of ``rank_memory``).
-    Interleaved without a cut: True (unknown: cost it)."""
-    if c.virtual_stages > 1 and cut is None:
-        return True
+    Without a cut: ``may_fit``'s screen (every rank's v chunks, the L layers within the ranks' ``layer_caps``), for
+    an interleaved model of one block kind after this one at one layer per chunk (a lower bound of every cut's:
+    each term grows with the layers)."""
     if cut is None:  # asked twice of a class (the frontier before its quick bound, the search): memoised
         hit = ctx.may_fit.get(c)
         if hit is None:
@@ -175,8 +175,11 @@ def quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None = None) -> b
 def _quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None) -> bool:
     s, m, usable = memory_class_terms(ctx, c), num_microbatches(ctx, c), ctx.usable_bytes  # no time priced
     if cut is None:
+        if c.virtual_stages > 1 and s.moe_prefix is None and not _quick_may_fit(ctx, c, [1] * c.chunks):
+            return False  # not even one layer per chunk fits (one block kind: every cut needs more memory)
         (live, done), L = class_peaks(s, c, m), ctx.model.num_layers
-        return caps_fit(layer_caps(s, c, live, L, usable, done), 1, L) and kinds_fit(s, c, live, L, usable, done)
+        caps = layer_caps(s, c, live, L, usable, done)
+        return caps_fit(caps, c.virtual_stages, L) and kinds_fit(s, c, live, L, usable, done)
     k = chunk_moe(s, cut, None)
     for r in range(c.pp):
         copies = (

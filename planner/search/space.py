@@ -21,10 +21,9 @@ from planner.specs.stacks import STACKS
 
 #: Schedules the planner models (``planner.specs.config.SCHEDULES``: zero-bubble schedules are runtime-only).
 SEARCHED_SCHEDULES = PRICED_SCHEDULES
-#: Schedules searched when ``parallel.schedule`` is not pinned. Interleaved 1F1B is then searched as
-#: Megatron-LM supports it: uniform chunks (num_layers divisible by pp·v, the even cut only), each
-#: such class simulated at that one cut. Pinning ``schedule=interleaved-1f1b`` (or ``stage_layers``)
-#: searches its free cuts with CP-SAT instead (docs/planner.md).
+#: Schedules searched when ``parallel.schedule`` is not pinned. Interleaved 1F1B is then searched over the space a
+#: pinned ``schedule=interleaved-1f1b`` searches (issue 26): every v up to ``MAX_VIRTUAL_STAGES`` and every cut the
+#: stack runs (``Stack.even_stages``: the even split only), its cuts solved within a budget (``uneven``).
 DEFAULT_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
 RECOMPUTE = ("none", "selective", "full")
 #: Largest number of virtual stages searched when not pinned (Megatron uses 2–8 in practice).
@@ -132,14 +131,11 @@ def _enumerate(ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp
                     if rules.interleaving_needs_pipeline(pp, 2) or rules.interleaved_microbatches_priced(s, pp, m):
                         continue
                     vs = [pins.virtual_stages] if pins.virtual_stages is not None else range(2, MAX_VIRTUAL_STAGES + 1)
-                    # Unpinned: Megatron's virtual pipeline needs uniform chunks (L divisible by pp·v).
-                    uniform = pins.schedule is None
+                    # pinned or not, the same v (a stack that splits evenly only keeps L % (pp·v) = 0 below)
                     scheds += [
                         (s, v)
                         for v in vs
-                        if rules.virtual_stages_fit(s, v) is None
-                        and rules.pp_fits_layers(pp, v, L) is None
-                        and (not uniform or L % (pp * v) == 0)
+                        if rules.virtual_stages_fit(s, v) is None and rules.pp_fits_layers(pp, v, L) is None
                     ]
                 elif pins.virtual_stages in (None, 1):
                     if pp == 1 and s != "1f1b" and pins.schedule is None:
@@ -254,16 +250,12 @@ def zero_stages(ctx: Context, dp: int) -> list[int]:
 
 def forced_cut(ctx: Context, pins: ParallelPins, c: Candidate) -> list[int] | None:
     """The one cut a class is evaluated at, or None when its cut is searched: the pinned
-    ``stage_layers``; the even split on a stack that runs no other (``Stack.even_stages``); else, for interleaved
-    classes enumerated without a pinned schedule, the even split (Megatron-LM's virtual pipeline requires every
-    chunk to hold num_layers / (pp·v) layers)."""
+    ``stage_layers``; the even split on a stack that runs no other (``Stack.even_stages``). Interleaved classes of a
+    free schedule have their cut searched too (issue 26; ``uneven``)."""
     if pins.stage_layers is not None:
         return list(pins.stage_layers)
     if ctx.stack.even_stages and c.chunks > 1:  # a stack that splits evenly only (``Stack.even_stages``)
         return [ctx.model.num_layers // c.chunks] * c.chunks
-    if pins.schedule is None and c.virtual_stages > 1:
-        L = ctx.model.num_layers
-        return [L // c.chunks] * c.chunks if L % c.chunks == 0 else even_stage_layers(L, c.chunks)
     return None
 
 

@@ -1,0 +1,47 @@
+"""Interleaved classes of a free schedule, searched over their uneven cuts within a budget (issue 26).
+
+Left free, an interleaved-1F1B class is searched over every stage cut, as a pinned ``parallel.schedule:
+interleaved-1f1b`` searches it (``space.enumerate_candidates``: every v up to ``space.MAX_VIRTUAL_STAGES``, not only
+those of uniform chunks), so no pin reaches a plan the free search does not. Most are ruled out before any solve: by
+memory (``screens.quick_may_fit``) and by their valid lower bound over every cut (``interleaved.interleaved_bound``
+in ``bounds.fitting_bound``) against the k-th best plan. Each one left is started at the better of its even split
+and a hill-climb (``hints.local_search``) and solved with CP-SAT for at most ``BUDGET`` of its deterministic time
+(the same on every machine and load: the answer does not move with them). A class the budget leaves unproven ranks
+its best cut found; the answer's ``scope:`` note then names it and how far below the answer its bound lies
+(``note``), and pinning the schedule searches it without the budget (``options.time_limit_s`` only).
+"""
+
+from __future__ import annotations
+
+from planner.compose.cost import Candidate
+from planner.search.cutsolver import ClassResult
+from planner.specs import ParallelPins
+
+#: CP-SAT deterministic time (its own work units) the interleaved classes of a free schedule may spend in all,
+#: best bound first.
+BUDGET = 0.1
+
+
+def budget(pins: ParallelPins, fixed: list[int] | None, c: Candidate, left: list[float]) -> list[float] | None:
+    """The CP-SAT budget of a class's solve: ``left``, the request's budget left (``BUDGET`` at first, spent in place
+    by ``cutsolver.solve_class``), for an interleaved class of a free schedule whose cut is searched; None (the time
+    limit only) for every other."""
+    return left if pins.schedule is None and fixed is None and c.virtual_stages > 1 else None
+
+
+def note(unproven: list[ClassResult], found: list[ClassResult], top_k: int) -> str | None:
+    """What the ``scope:`` note says of the interleaved classes the budget left unproven (None: none that could
+    still rank among the ``top_k`` plans ``found``, i.e. whose bound is at most the k-th best plan's step time)."""
+    kth = found[top_k - 1].evaluation if len(found) >= top_k else None
+    best = found[0].evaluation.objective_ns if found and found[0].evaluation else None
+    left = [r for r in unproven if kth is None or r.bound <= kth.objective_ns]
+    if not left:
+        return None
+    low = min(r.bound for r in left)
+    gap = (
+        f"; a cut of theirs is at most {(best - low) / best:.1%} faster than the answer" if best and low < best else ""
+    )
+    return (
+        f"uneven stage cuts of {len(left)} interleaved class{'es' if len(left) > 1 else ''} left unproven by the search's "
+        f"CP-SAT budget (uneven.BUDGET; each ranks its best cut found{gap})"
+    )
