@@ -199,6 +199,8 @@ FINGERPRINTS = {
     # reference on torchtitan CP; tests/test_torch_ring_compiled.py
     58: "3c7598aba8e3939f",  # 58 (TP-overlap GEMM chunks at their own shapes): no reference overlaps TP;
     # tests/test_tp_overlap.py::test_chunks_priced_at_their_shape
+    59: "3c7598aba8e3939f",  # 59 (free interleaved classes searched over every v and uneven cut): search only;
+    # tests/test_interleaved_free_vs_pinned.py
 }
 
 

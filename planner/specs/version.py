@@ -305,4 +305,9 @@ from __future__ import annotations
 #:    torchtitan's async TP unchanged (its per-weight shard mms of GQA K/V want split-K, not priced). Physics-only
 #:    errors (+ = priced faster): MLPerf v3.1 GPT-3 175B +16.6…+20.0 % → +13.9…+17.8 %, v4.0 +3.4/+13.7/+13.9 % →
 #:    +2.0/+12.2/+12.4 %; NeMo 24.07/24.12 Llama 2/3 70B (userbuffers on) 1.1–1.3 points down.
-COST_MODEL_VERSION = 58
+#: 59: left free, interleaved-1F1B classes are searched over every v with pp·v ≤ L and every uneven cut, as a
+#:    pinned schedule searches them (issue 26; ``search.uneven``: a shared deterministic CP-SAT budget, the classes it
+#:    leaves unproven ranked at their best cut found and named in the ``scope:`` note with their bound's gap). No
+#:    price changes, but another plan may win (was: interleaved only at Megatron's uniform split, L divisible by pp·v;
+#:    Llama 3 405B on 16,384 H100, gbs 2,048: 12.365 → 8.713 s).
+COST_MODEL_VERSION = 59
