@@ -197,6 +197,8 @@ FINGERPRINTS = {
     # tests/test_fp8_split_accum.py
     57: "3c7598aba8e3939f",  # 57 (torchtitan's compiled ring attention waits for its collectives at issue): no
     # reference on torchtitan CP; tests/test_torch_ring_compiled.py
+    58: "3c7598aba8e3939f",  # 58 (torchtitan's SP layout copies): no reference on torchtitan TP with b > 1;
+    # tests/test_sp_copies.py
 }
 
 
