@@ -1,6 +1,7 @@
 """torchtitan's sequence-parallel layout copies (``workload.sp_copies``, cost model 58): each all-gather along the
 sequence (b > 1) is followed, and each reduce-scatter along it preceded, by a cat that reads and writes the whole
-tensor once; async TP's fused pairs copy nothing. Checked against a hand count of the copies and their HBM time."""
+tensor once; async TP's fused pairs instead copy their local shards and sum their partials. Checked against a hand
+count of the passes and their HBM time."""
 
 from __future__ import annotations
 
@@ -31,9 +32,16 @@ def test_counts_by_hand():
     # vanilla TP, op-level SAC: forward 2 AG + 2 RS; backward 2 RS + 2 AG + the 2 rerun AGs
     f, b = sp_copy_bytes(titan, 12, 8, True, "selective", ACT, ACT, False)
     assert (sum(f), sum(b)) == (4 * c, 6 * c) and len(f) == 4 and len(b) == 6
-    # async TP fuses the 4 forward pairs and the 2 backward AGs: the 2 backward RS and the 2 rerun AGs remain
+    # async TP fuses the 4 forward pairs and the 2 backward AGs: no layout copy for those, but each fused AG copies
+    # its local shard twice (2 x 2 x ACT/8) and each fused RS sums the 8 partials (read ACT, write ACT/8); the
+    # 2 backward RS and the 2 rerun AGs keep their layout copies
     f, b = sp_copy_bytes(titan, 12, 8, True, "selective", ACT, ACT, True)
-    assert (f, sum(b)) == ((), 4 * c)
+    shard_copies, partial_sum = 2 * (2 * ACT / 8), ACT + ACT / 8
+    assert sum(f) == pytest.approx(2 * shard_copies + 2 * partial_sum) and len(f) == 6
+    assert sum(b) == pytest.approx(2 * shard_copies + 4 * c) and len(b) == 8
+    # b = 1: the fused passes alone
+    f1, b1 = sp_copy_bytes(titan, 1, 8, True, "selective", ACT, ACT, True)
+    assert sum(f1) == pytest.approx(sum(f)) and sum(b1) == pytest.approx(2 * shard_copies)
     # full recomputation reruns the forward's copies; no recomputation, none rerun
     assert sum(sp_copy_bytes(titan, 12, 8, True, "full", ACT, ACT, False)[1]) == 8 * c
     assert sum(sp_copy_bytes(titan, 12, 8, True, "none", ACT, ACT, False)[1]) == 4 * c

@@ -295,17 +295,18 @@ from __future__ import annotations
 #:    overlapped as in eager (``AsyncCollectiveTensor`` waits at first use). Physics-only errors (+ = priced faster):
 #:    torchtitan 2024-12 Table 6 (405B, CP across nodes) cp 2/4/8 +14.5/+11.1/+20.8 % → +6.5/−2.9/+4.7 %; Table 2
 #:    (8B, one node) cp 2/4/8 −7.3/+23.0/+27.8 % → −8.6/+20.2/+24.3 %.
-#: 58: the layout copies around torchtitan's sequence-parallel collectives (``workload.sp_copies``): the residual
+#: 58: the memory passes around torchtitan's sequence-parallel collectives (``workload.sp_copies``): the residual
 #:    stream is ``[b, s, h]`` sharded on dim 1 (``Shard(1)``, torchtitan ``models/llama3/parallelize_llama.py`` at
 #:    820504e) and NCCL gathers/scatters dim 0, so torch's functional collectives copy the whole tensor once per
 #:    collective (``all_gather_tensor``: ``torch.cat(torch.chunk(res, group_size, dim=0), dim=gather_dim)``, a view
 #:    only when b = 1 via ``_maybe_view_chunk_cat``; ``reduce_scatter_tensor``: ``torch.cat(torch.chunk(self,
 #:    group_size, dim=scatter_dim))``): per dense block and micro-batch with b > 1, 4 copies forward and 4 backward
 #:    (+ the 2 rerun all-gathers' under op-level SAC, + the forward's under full AC), read + write at the achieved
-#:    HBM rate; async TP's fused pairs copy nothing (``_fused_all_gather_matmul_impl`` consumes shards in place).
-#:    Was: nothing. Physics-only errors (+ = priced faster), torchtitan async-TP benchmark 2025-06: 8B bf16
-#:    vanilla/async +11.7/+10.4 → +2.0/+6.1 %, float8 tensorwise +21.0/+16.0 → +11.6/+11.8 %, rowwise
-#:    +30.8/+30.5 → +19.5/+25.5 %; 70B bf16 +4.6/+8.2 → −2.5/+6.7 %, tensorwise +5.6/+0.3 → −1.8/−1.5 %, rowwise
-#:    +18.3/+26.4 → +9.2/+24.5 %; torchtitan 2024-12 Table 4 (70B 2D) +3.1/+8.0 → −4.1/+6.0 %; 2408 405B
-#:    +7.6/−4.4/−2.3 → +3.2/−8.7/−3.4 %; torchtitan rows' physics MAPE 9.9 → 8.3 %. Other stacks unchanged.
+#:    HBM rate. Async TP's fused pairs copy no layout but copy their local shard twice (all-gather) or sum the tp
+#:    partials in one kernel (reduce-scatter; torch ``distributed/_symmetric_memory/__init__.py``). Was: nothing.
+#:    Physics-only errors (+ = priced faster), torchtitan async-TP benchmark 2025-06: 8B bf16 vanilla/async
+#:    +11.7/+10.4 → +2.0/+3.9 %, float8 tensorwise +21.0/+16.0 → +11.6/+9.6 %, rowwise +30.8/+30.5 → +19.5/+23.0 %;
+#:    70B bf16 +4.6/+8.2 → −2.5/+4.1 %, tensorwise +5.6/+0.3 → −1.8/−4.1 %, rowwise +18.3/+26.4 → +9.2/+21.1 %;
+#:    torchtitan 2024-12 Table 4 (70B 2D / async TP) +3.1/+8.0 → −4.1/+3.2 %; 2408 405B none/Float8/Float8+async
+#:    +7.6/−4.4/−2.3 → +3.2/−8.7/−5.0 %; torchtitan rows' physics MAPE 9.9 → 7.9 %. Other stacks unchanged.
 COST_MODEL_VERSION = 58
