@@ -19,6 +19,7 @@ from planner.compose.experts import expert_floor, with_experts
 from planner.compose.memory import loss_buffer_bytes
 from planner.pricing.collectives import Groups, per_kind_seconds
 from planner.pricing.expert_parallel import all_to_all_seconds
+from planner.pricing.gpu import hbm_time
 from planner.pricing.host import dtensor_linear_dispatch, host_dispatch
 from planner.pricing.layer_times import LayerTimes, layer_times
 from planner.pricing.tp_overlap import overlap_delta
@@ -26,6 +27,7 @@ from planner.specs.vocab import local_vocab
 from planner.workload.collectives import issuing, rerun_sp_gathers, tp_comms
 from planner.workload.fp8 import fp8_tp_gather
 from planner.workload.ops import MOE_BLOCK, block_linears
+from planner.workload.sp_copies import sp_copy_bytes
 
 if TYPE_CHECKING:
     from planner.specs import LayerProfile
@@ -64,7 +66,7 @@ class DenseParts(NamedTuple):
     act: int
     tp_f: tuple[float, float, float]  # block, embedding, LM head: blocking TP seconds
     tp_b: tuple[float, float, float]
-    f_more: float  # overlapped TP's GEMM slowdown beyond its TP part
+    f_more: float  # overlapped TP's GEMM slowdown beyond its TP part, + SP layout copies (``workload.sp_copies``)
     b_more: float
 
 
@@ -105,6 +107,11 @@ def _dense_parts(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo:
         d = overlap_delta(ctx, ctx.stack.tp_overlap, mbs, tp, recompute, act, OVERLAP_SLOWDOWN, gather)
         blk_tp_f, blk_tp_b = blk_tp_f + d.fwd_tp, blk_tp_b + d.bwd_tp
         f_more, b_more = d.fwd - d.fwd_tp, d.bwd - d.bwd_tp
+    if model.moe is None and model.mla is None:  # torchtitan's SP layout copies (``workload.sp_copies``), HBM-bound
+        copies = sp_copy_bytes(ctx.stack, mbs, tp, sp, recompute, act, gather, tpo)
+        ms = ctx.residuals.memory_scale
+        f_more += ms * sum(hbm_time(ctx, b) for b in copies[0])
+        b_more += ms * sum(hbm_time(ctx, b) for b in copies[1])
     return DenseParts(
         blk,
         emb,

@@ -310,4 +310,18 @@ from __future__ import annotations
 #:    leaves unproven ranked at their best cut found and named in the ``scope:`` note with their bound's gap). No
 #:    price changes, but another plan may win (was: interleaved only at Megatron's uniform split, L divisible by pp·v;
 #:    Llama 3 405B on 16,384 H100, gbs 2,048: 12.365 → 8.713 s).
-COST_MODEL_VERSION = 59
+#: 60: the memory passes around torchtitan's sequence-parallel collectives (``workload.sp_copies``): the residual
+#:    stream is ``[b, s, h]`` sharded on dim 1 (``Shard(1)``, torchtitan ``models/llama3/parallelize_llama.py`` at
+#:    820504e) and NCCL gathers/scatters dim 0, so torch's functional collectives copy the whole tensor once per
+#:    collective (``all_gather_tensor``: ``torch.cat(torch.chunk(res, group_size, dim=0), dim=gather_dim)``, a view
+#:    only when b = 1 via ``_maybe_view_chunk_cat``; ``reduce_scatter_tensor``: ``torch.cat(torch.chunk(self,
+#:    group_size, dim=scatter_dim))``): per dense block and micro-batch with b > 1, 4 copies forward and 4 backward
+#:    (+ the 2 rerun all-gathers' under op-level SAC, + the forward's under full AC), read + write at the achieved
+#:    HBM rate. Async TP's fused pairs copy no layout but copy their local shard twice (all-gather) or sum the tp
+#:    partials in one kernel (reduce-scatter; torch ``distributed/_symmetric_memory/__init__.py``). Was: nothing.
+#:    Physics-only errors (+ = priced faster), torchtitan async-TP benchmark 2025-06: 8B bf16 vanilla/async
+#:    +11.7/+10.4 → +2.0/+3.9 %, float8 tensorwise +21.0/+16.0 → +11.6/+9.6 %, rowwise +30.8/+30.5 → +19.5/+23.0 %;
+#:    70B bf16 +4.6/+8.2 → −2.5/+4.1 %, tensorwise +5.6/+0.3 → −1.8/−4.1 %, rowwise +18.3/+26.4 → +9.2/+21.1 %;
+#:    torchtitan 2024-12 Table 4 (70B 2D / async TP) +3.1/+8.0 → −4.1/+3.2 %; 2408 405B none/Float8/Float8+async
+#:    +7.6/−4.4/−2.3 → +3.2/−8.7/−5.0 %; torchtitan rows' physics MAPE 9.9 → 7.9 %. Other stacks unchanged.
+COST_MODEL_VERSION = 60
