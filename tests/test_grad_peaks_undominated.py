@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from planner.compose.grad_peaks import Peak, _dominates, schedule_peaks, undominated
+from planner.compose.peak_walk import rank_arrays, vector_states, walk_states
 from planner.compose.simulate import rank_orders
 
 SHAPES = [
@@ -40,3 +41,13 @@ def test_schedule_peaks_against_pairwise(shape: tuple[str, int, int, int]) -> No
         keep = sorted(p for p in peaks if not any(q != p and _dominates(q, p) for q in peaks))
         assert list(zip(live[r], done[r])) == keep
         assert undominated(peaks, pp, v) == [not any(q != p and _dominates(q, p) for q in peaks) for p in peaks]
+
+
+@pytest.mark.parametrize("shape", [*SHAPES, ("interleaved-1f1b", 4, 5, 64), ("1f1b", 8, 1, 200)])
+def test_rank_arrays_and_both_walks(shape: tuple[str, int, int, int]) -> None:
+    """``peak_walk.rank_arrays`` is ``rank_orders`` op by op; its loop and its numpy walk give the same states."""
+    schedule, pp, v, m = shape
+    for r, ops in enumerate(rank_orders(schedule, pp, v, m)):
+        fwd, chunks = rank_arrays(schedule, pp, v, m, r)
+        assert list(zip(fwd.tolist(), chunks.tolist())) == [(k == "F", c // pp) for k, _, c in ops]
+        assert walk_states(schedule, pp, v, m, r) == vector_states(schedule, pp, v, m, r)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from planner.compose.simulate import rank_orders
+from planner.compose.peak_walk import rank_states
 
 if TYPE_CHECKING:
     from planner.compose.cost import Live
@@ -53,30 +53,10 @@ def schedule_peaks(schedule: str, pp: int, v: int, m: int, grads: bool) -> tuple
 def _both_peaks(schedule: str, pp: int, v: int, m: int) -> tuple[tuple[Live, None], tuple[Live, Done]]:
     """``schedule_peaks`` without and with ``grads`` from one walk of the orders (both are asked of most shapes)."""
     lives, dones, acts_out = [], [], []
-    for r, ops in enumerate(rank_orders(schedule, pp, v, m)):
-        alive = [0] * v  # copies alive of the rank's chunks r, r + pp, … (local index c // pp)
-        seen: tuple[int, ...] = ()  # local indices of the chunks forwarded so far, sorted
-        done: tuple[int, ...] = ()  # ... whose backward has run
+    for r in range(pp):
         # each distinct peak by (seen, copies, done), in order of first occurrence (the steady state repeats a few
-        # of them m·v times); made (chunk, copies) items once each below
-        acts: dict[tuple[tuple[int, ...], tuple[int, ...]], None] = {}  # the peaks without the chunks done
-        with_done: dict[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]], None] = {}
-        last = len(ops) - 1
-        for idx, (kind, _, c) in enumerate(ops):
-            k = c // pp
-            if kind == "F":
-                if k not in seen:
-                    seen = tuple(sorted((*seen, k)))
-                alive[k] += 1
-                if idx == last or ops[idx + 1][0] == "B":  # a local maximum of the activations
-                    counts = tuple(alive)
-                    acts[(seen, counts)] = None
-                    with_done[(seen, counts, done)] = None
-            else:
-                alive[k] -= 1
-                if k not in done:  # the chunk's gradient allocated
-                    done = tuple(sorted((*done, k)))
-                    with_done[(seen, tuple(alive), done)] = None
+        # of them m·v times: ``peak_walk.rank_states``); made (chunk, copies) items once each below
+        with_done, acts = rank_states(schedule, pp, v, m, r)
         # the same sets, built in the same order, as the walk that made (chunk, copies) items at each peak had
         as_items: dict[tuple[tuple[int, ...], tuple[int, ...]], Items] = {}
         act_set = {_items(as_items, pp, r, counts, sn) for sn, counts in acts}
