@@ -92,8 +92,9 @@ def vector_states(schedule: str, pp: int, v: int, m: int, i: int) -> tuple[State
     rows = np.concatenate([seen, alive, done], axis=1).astype(np.int64)
     with_done = _distinct(rows, np.flatnonzero(peak | first_b))
     acts = _distinct(rows[:, : 2 * v], np.flatnonzero(peak))
-    states = [(_ones(r[:v]), tuple(r[v : 2 * v].tolist()), _ones(r[2 * v :])) for r in with_done]
-    return states, [(_ones(r[:v]), tuple(r[v:].tolist())) for r in acts]
+    w = 2 * v
+    states = [(_ones(r, 0, v), tuple(r[v:w]), _ones(r, w, v)) for r in with_done.tolist()]
+    return states, [(_ones(r, 0, v), tuple(r[v:w])) for r in acts.tolist()]
 
 
 def _distinct(rows: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -112,5 +113,6 @@ def _distinct(rows: np.ndarray, at: np.ndarray) -> np.ndarray:
     return rows[at[np.sort(first)]]
 
 
-def _ones(flags: np.ndarray) -> tuple[int, ...]:
-    return tuple(np.flatnonzero(flags).tolist())
+def _ones(row: list[int], start: int, v: int) -> tuple[int, ...]:
+    """The local chunk indices whose flag is set in ``row[start : start + v]``."""
+    return tuple(j for j in range(v) if row[start + j])
