@@ -8,11 +8,12 @@ previous step is gone by then (torchtitan's ``optimizers.zero_grad()``: ``set_to
 the schedule's order that precedes a chunk's first backward (interleaved 1F1B's and GPipe's warm-up, 1F1B's first
 forward on rank i with m ≤ pp − i) holds none of that chunk's gradients.
 
-``schedule_peaks`` walks every rank's order (``simulate.rank_orders``) once for both: the activation peaks (after a
-forward followed by a backward or at the end; ``cost.live_vectors_cached``) and, where asked (``grads``), also the
-state right after each chunk's first backward (its gradient just allocated, one activation copy fewer), each peak
-then with the chunks whose backward has run (``live_and_done``); those another one dominates (as many copies of
-every chunk, every chunk it has done done) dropped. ``memory.pending_grads`` prices what a peak lacks."""
+``schedule_peaks`` walks every rank's order (``simulate.rank_orders``, as arrays: ``peak_walk``) once for both: the
+activation peaks (after a forward followed by a backward or at the end; ``cost.live_vectors_cached``) and, where
+asked (``grads``), also the state right after each chunk's first backward (its gradient just allocated, one
+activation copy fewer), each peak then with the chunks whose backward has run (``live_and_done``); those another one
+dominates (as many copies of every chunk, every chunk it has done done) dropped. ``memory.pending_grads`` prices
+what a peak lacks."""
 
 from __future__ import annotations
 
