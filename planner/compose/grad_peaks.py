@@ -8,18 +8,21 @@ previous step is gone by then (torchtitan's ``optimizers.zero_grad()``: ``set_to
 the schedule's order that precedes a chunk's first backward (interleaved 1F1B's and GPipe's warm-up, 1F1B's first
 forward on rank i with m ≤ pp − i) holds none of that chunk's gradients.
 
-``schedule_peaks`` walks every rank's order (``simulate.rank_orders``) once for both: the activation peaks (after a
-forward followed by a backward or at the end; ``cost.live_vectors_cached``) and, where asked (``grads``), also the
-state right after each chunk's first backward (its gradient just allocated, one activation copy fewer), each peak
-then with the chunks whose backward has run (``live_and_done``); those another one dominates (as many copies of
-every chunk, every chunk it has done done) dropped. ``memory.pending_grads`` prices what a peak lacks."""
+``schedule_peaks`` walks every rank's order (``simulate.rank_orders``, as arrays: ``peak_walk``) once for both: the
+activation peaks (after a forward followed by a backward or at the end; ``cost.live_vectors_cached``) and, where
+asked (``grads``), also the state right after each chunk's first backward (its gradient just allocated, one
+activation copy fewer), each peak then with the chunks whose backward has run (``live_and_done``); those another one
+dominates (as many copies of every chunk, every chunk it has done done) dropped. ``memory.pending_grads`` prices
+what a peak lacks."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from planner.compose.simulate import rank_orders
+import numpy as np
+
+from planner.compose.peak_walk import rank_states
 
 if TYPE_CHECKING:
     from planner.compose.cost import Live
@@ -44,49 +47,42 @@ def schedule_peaks(schedule: str, pp: int, v: int, m: int, grads: bool) -> tuple
     (the activation peaks alone, in the order ``cost.live_vectors_cached`` has always had: the set's)."""
     if v == 1 and not grads:  # closed forms: GPipe keeps all m, 1F1B keeps min(p - i, m) on rank i
         return tuple(((((i, m if schedule == "gpipe" else min(pp - i, m)),),)) for i in range(pp)), None
-    lives, dones = [], []
-    for r, ops in enumerate(rank_orders(schedule, pp, v, m)):
-        alive = [0] * v  # copies alive of the rank's chunks r, r + pp, … (local index c // pp)
-        seen: tuple[int, ...] = ()  # local indices of the chunks forwarded so far, sorted
-        done: tuple[int, ...] = ()  # ... whose backward has run (with ``grads``)
-        done_ids: tuple[int, ...] = ()  # the same as chunk ids
-        # each peak as the sorted (chunk, copies) of the chunks seen, memoised by the counts (the steady
-        # state repeats a few of them m·v times)
+    return _both_peaks(schedule, pp, v, m)[1 if grads else 0]
+
+
+@lru_cache(maxsize=4096)
+def _both_peaks(schedule: str, pp: int, v: int, m: int) -> tuple[tuple[Live, None], tuple[Live, Done]]:
+    """``schedule_peaks`` without and with ``grads`` from one walk of the orders (both are asked of most shapes)."""
+    lives, dones, acts_out = [], [], []
+    for r in range(pp):
+        # each distinct peak by (seen, copies, done), in order of first occurrence (the steady state repeats a few
+        # of them m·v times: ``peak_walk.rank_states``); made (chunk, copies) items once each below
+        with_done, acts = rank_states(schedule, pp, v, m, r)
+        # the same sets, built in the same order, as the walk that made (chunk, copies) items at each peak had
         as_items: dict[tuple[tuple[int, ...], tuple[int, ...]], Items] = {}
-        acts: set[Items] = set()  # the peaks without ``grads``
-        with_done: set[Peak] = set()  # ... with
-        for idx, (kind, _, c) in enumerate(ops):
-            k = c // pp
-            if kind == "F":
-                if k not in seen:
-                    seen = tuple(sorted((*seen, k)))
-                alive[k] += 1
-                if idx + 1 == len(ops) or ops[idx + 1][0] == "B":  # a local maximum of the activations
-                    items = _items(as_items, pp, r, alive, seen)
-                    if grads:
-                        with_done.add((items, done_ids))
-                    else:
-                        acts.add(items)
-            else:
-                alive[k] -= 1
-                if grads and k not in done:  # the chunk's gradient allocated
-                    done = tuple(sorted((*done, k)))
-                    done_ids = tuple(x * pp + r for x in done)
-                    with_done.add((_items(as_items, pp, r, alive, seen), done_ids))
-        peaks = list(with_done) if grads else [(p, ()) for p in acts]
-        keep = [p for p in peaks if not any(q != p and _dominates(q, p) for q in peaks)]
-        if grads:
-            keep.sort()
+        act_set = {_items(as_items, pp, r, counts, sn) for sn, counts in acts}
+        peak_set = {
+            (_items(as_items, pp, r, counts, sn), tuple(x * pp + r for x in dn)) for sn, counts, dn in with_done
+        }
+        plain: list[Peak] = [(p, ()) for p in act_set]
+        keep = [p for p, ok in zip(plain, undominated(plain, pp, v)) if ok]
+        acts_out.append(tuple(p[0] for p in keep))
+        peaks = list(peak_set)
+        keep = sorted(p for p, ok in zip(peaks, undominated(peaks, pp, v)) if ok)
         lives.append(tuple(p[0] for p in keep))
         dones.append(tuple(p[1] for p in keep))
-    return tuple(lives), tuple(dones) if grads else None
+    return (tuple(acts_out), None), (tuple(lives), tuple(dones))
 
 
 def _items(
-    memo: dict[tuple[tuple[int, ...], tuple[int, ...]], Items], pp: int, r: int, alive: list[int], seen: tuple[int, ...]
+    memo: dict[tuple[tuple[int, ...], tuple[int, ...]], Items],
+    pp: int,
+    r: int,
+    alive: tuple[int, ...],
+    seen: tuple[int, ...],
 ) -> Items:
     """Rank r's copies alive of the chunks seen (local indices → chunk ids), memoised by the counts."""
-    key = (seen, tuple(alive))
+    key = (seen, alive)
     items = memo.get(key)
     if items is None:
         items = memo[key] = tuple((x * pp + r, alive[x]) for x in seen)
@@ -97,3 +93,26 @@ def _dominates(q: Peak, p: Peak) -> bool:
     """Whether q needs at least p's memory: as many copies of every chunk, and every chunk done at p done at q."""
     copies = dict(q[0])
     return all(copies.get(c, 0) >= k for c, k in p[0]) and set(p[1]) <= set(q[1])
+
+
+def undominated(peaks: list[Peak], pp: int, v: int) -> list[bool]:
+    """Per peak, whether no other one dominates it (``_dominates``), all pairs at once: each peak as its copies of
+    the rank's v chunks (local index chunk // pp) and its chunks done as a bit mask."""
+    n = len(peaks)
+    if n <= 1 or v > 62:
+        return [not any(q != p and _dominates(q, p) for q in peaks) for p in peaks]
+    vecs = np.zeros((n, v), dtype=np.int64)
+    masks = np.zeros(n, dtype=np.int64)
+    for i, (items, done) in enumerate(peaks):
+        for c, k in items:
+            vecs[i, c // pp] = k
+        masks[i] = sum(1 << (c // pp) for c in done)
+    keep = np.ones(n, dtype=bool)
+    step = max(1, 4_000_000 // (n * v))  # the peaks p checked at once (q × p × v booleans)
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        dom = (vecs[:, None, :] >= vecs[None, lo:hi, :]).all(axis=2)  # [q, p]: as many copies of every chunk
+        dom &= (masks[None, lo:hi] & ~masks[:, None]) == 0  # every chunk done at p done at q
+        dom[np.arange(lo, hi), np.arange(hi - lo)] = False  # q ≠ p (the peaks are distinct)
+        keep[lo:hi] = ~dom.any(axis=0)
+    return keep.tolist()

@@ -15,6 +15,7 @@ from planner.compose.cost import Candidate, ClassCosts, Live, class_peaks, live_
 from planner.compose.grad_peaks import Done
 from planner.compose.memory import chunk_moe, pending_grads, rank_buffers, rank_memory, rank_states
 from planner.compose.terms import SharedTerms
+from planner.search.prescreen import heaviest
 
 
 def layer_caps(
@@ -178,6 +179,10 @@ def _quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None) -> bool:
         if c.virtual_stages > 1 and s.moe_prefix is None and not _quick_may_fit(ctx, c, [1] * c.chunks):
             return False  # not even one layer per chunk fits (one block kind: every cut needs more memory)
         (live, done), L = class_peaks(s, c, m), ctx.model.num_layers
+        if len(live[0]) > 1:  # first at each rank's heaviest peak alone (``prescreen``: rules out no more)
+            top, top_done = heaviest(live, done, (c.schedule, c.pp, c.virtual_stages, m, done is None))
+            if not caps_fit(layer_caps(s, c, top, L, usable, top_done), c.virtual_stages, L):
+                return False
         caps = layer_caps(s, c, live, L, usable, done)
         return caps_fit(caps, c.virtual_stages, L) and kinds_fit(s, c, live, L, usable, done)
     k = chunk_moe(s, cut, None)

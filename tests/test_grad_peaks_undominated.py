@@ -1,0 +1,53 @@
+"""``grad_peaks.undominated`` (the vectorised dominance filter of ``schedule_peaks``) against the pairwise
+definition (``_dominates`` over every other peak), and ``schedule_peaks`` against a plain walk of the orders."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.compose.grad_peaks import Peak, _dominates, schedule_peaks, undominated
+from planner.compose.peak_walk import rank_arrays, vector_states, walk_states
+from planner.compose.simulate import rank_orders
+
+SHAPES = [
+    (s, pp, v, m)
+    for s, vs in (("gpipe", (1,)), ("1f1b", (1,)), ("interleaved-1f1b", (2, 3, 4, 7)))
+    for pp in (1, 2, 3, 4, 8)
+    for v in vs
+    for m in (1, 3, 8, 16, 24)
+    if s != "interleaved-1f1b" or m % pp == 0
+]
+
+
+def _walk(schedule: str, pp: int, v: int, m: int, r: int) -> list[Peak]:
+    """Rank r's peaks with the chunks done at each, by a plain walk (every local maximum, every first backward)."""
+    ops, alive, done, out = rank_orders(schedule, pp, v, m)[r], {}, set(), []
+    for i, (kind, _, c) in enumerate(ops):
+        alive[c] = alive.get(c, 0) + (1 if kind == "F" else -1)
+        first_b = kind == "B" and c not in done
+        done |= {c} if kind == "B" else set()
+        if (kind == "F" and (i + 1 == len(ops) or ops[i + 1][0] == "B")) or first_b:
+            out.append((tuple(sorted(alive.items())), tuple(sorted(done))))
+    return sorted(set(out))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_schedule_peaks_against_pairwise(shape: tuple[str, int, int, int]) -> None:
+    schedule, pp, v, m = shape
+    live, done = schedule_peaks(schedule, pp, v, m, True)
+    assert done is not None
+    for r in range(pp):
+        peaks = _walk(schedule, pp, v, m, r)
+        keep = sorted(p for p in peaks if not any(q != p and _dominates(q, p) for q in peaks))
+        assert list(zip(live[r], done[r])) == keep
+        assert undominated(peaks, pp, v) == [not any(q != p and _dominates(q, p) for q in peaks) for p in peaks]
+
+
+@pytest.mark.parametrize("shape", [*SHAPES, ("interleaved-1f1b", 4, 5, 64), ("1f1b", 8, 1, 200)])
+def test_rank_arrays_and_both_walks(shape: tuple[str, int, int, int]) -> None:
+    """``peak_walk.rank_arrays`` is ``rank_orders`` op by op; its loop and its numpy walk give the same states."""
+    schedule, pp, v, m = shape
+    for r, ops in enumerate(rank_orders(schedule, pp, v, m)):
+        fwd, chunks = rank_arrays(schedule, pp, v, m, r)
+        assert list(zip(fwd.tolist(), chunks.tolist())) == [(k == "F", c // pp) for k, _, c in ops]
+        assert walk_states(schedule, pp, v, m, r) == vector_states(schedule, pp, v, m, r)
