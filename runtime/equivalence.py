@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from planner.specs import Plan
 from runtime.data import SyntheticTokens
+from runtime.finish import finish_ranks
 from runtime.job import Job, TrainConfig
 from runtime.testing import reference, reference_key
 
@@ -152,8 +153,7 @@ def main(argv: list[str] | None = None) -> None:
             os._exit(1)
         if rank == 0:
             Path(args.out).write_text(json.dumps(results, indent=1))
-    dist.barrier()
-    dist.destroy_process_group()
+    finish_ranks()  # every rank meets, then leaves without the gloo teardown (runtime.finish)
 
 
 if __name__ == "__main__":

@@ -608,12 +608,15 @@ def step_collectives(job, inputs, targets) -> dict[str, int]:
 
 def _on_ranks(measure, *args) -> None:
     """A torchrun entry point: ``measure(*args)`` on every rank of a gloo group (one thread per rank); rank 0
-    prints the dict it returns as JSON. The ranks meet in a barrier before the group is destroyed: a rank that
-    tears it down while its partner still completes the pipeline schedule's last send/recv aborts ("terminate
-    called without an active exception"; ``--c10d-collectives`` on 2 ranks: 6 of 26 runs without the barrier,
-    0 of 28 with it)."""
+    prints the dict it returns as JSON. The ranks then meet in a barrier and leave without tearing the group
+    down (``runtime.finish``): a rank that tears it down while its partner still completes the pipeline
+    schedule's last send/recv aborts ("terminate called without an active exception"; ``--c10d-collectives`` on
+    2 ranks: 6 of 26 runs without the barrier, 0 of 28 with it), and even after the barrier the teardown
+    aborted once in CI (stop 38, ``--tp-collectives``)."""
     import torch
     import torch.distributed as dist
+
+    from runtime.finish import finish_ranks
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -621,8 +624,8 @@ def _on_ranks(measure, *args) -> None:
         got = measure(*args)
         if dist.get_rank() == 0:
             print(json.dumps(got), flush=True)
-        dist.barrier()
-    finally:
+        finish_ranks()
+    finally:  # only a failing measurement gets here
         dist.destroy_process_group()
 
 

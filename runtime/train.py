@@ -256,6 +256,7 @@ def run(plan, args) -> None:
 
     from runtime import checkpoint
     from runtime.data import SyntheticTokens, TokenFile
+    from runtime.finish import finish_ranks
     from runtime.job import Job, TrainConfig
     from runtime.report import build_report, job_step_times, summary
 
@@ -336,8 +337,8 @@ def run(plan, args) -> None:
             if args.report:
                 Path(args.report).write_text(json.dumps(report.model_dump(mode="json"), indent=1))
             print(summary(report), flush=True)
-        dist.barrier()
-    finally:
+        finish_ranks()  # every rank meets, then leaves without the gloo teardown (runtime.finish)
+    finally:  # only a failing run gets here
         dist.destroy_process_group()
 
 
