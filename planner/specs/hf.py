@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from planner.specs.errors import FieldValueError
 from planner.specs.model import ModelSpec
+from planner.specs.rope import yarn_attention_factor
 
 DENSE = ("llama", "mistral", "qwen2", "qwen3")
 MOE = ("qwen3_moe", "mixtral", "deepseek_v3", "gpt_oss", "olmoe")
@@ -309,8 +310,6 @@ def _gpt_oss(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def _yarn_factor(cfg: dict[str, Any]) -> float:
     """YaRN's attention factor from ``rope_scaling`` (``specs.rope.yarn_attention_factor``); 1 without YaRN."""
-    from planner.specs.rope import yarn_attention_factor
-
     rs = cfg.get("rope_scaling") or {}
     if rs.get("rope_type", rs.get("type")) != "yarn":
         return 1.0
