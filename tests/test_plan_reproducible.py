@@ -203,6 +203,7 @@ FINGERPRINTS = {
     # tests/test_interleaved_free_vs_pinned.py
     60: "3c7598aba8e3939f",  # 60 (torchtitan's SP layout copies): no reference on torchtitan TP with b > 1;
     # tests/test_sp_copies.py
+    61: "3c7598aba8e3939f",  # 61 (YaRN RoPE unfused on Megatron-core): no reference has YaRN; tests/test_yarn_rope.py
 }
 
 

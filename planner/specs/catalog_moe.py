@@ -10,6 +10,7 @@ module (14B, outside its published 671B) and routed scale."""
 from __future__ import annotations
 
 from planner.specs.model import MlaSpec, ModelSpec, MoeSpec, llama_like
+from planner.specs.rope import yarn_attention_factor
 
 
 def _moe(
@@ -55,6 +56,7 @@ def _gpt_oss(name: str, layers: int, experts: int) -> ModelSpec:
         attention_sinks=True,
         sliding_window=128,
         window_layer_freq=2,
+        rope_attention_factor=yarn_attention_factor(32.0),  # rope_scaling: yarn, factor 32, no mscale pair
     )
 
 

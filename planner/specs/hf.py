@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from planner.specs.errors import FieldValueError
 from planner.specs.model import ModelSpec
+from planner.specs.rope import yarn_attention_factor
 
 DENSE = ("llama", "mistral", "qwen2", "qwen3")
 MOE = ("qwen3_moe", "mixtral", "deepseek_v3", "gpt_oss", "olmoe")
@@ -304,7 +305,15 @@ def _gpt_oss(cfg: dict[str, Any]) -> dict[str, Any]:
         expert_bias=True,
         swiglu_limit=float(cfg.get("swiglu_limit", 7.0)),  # GptOssExperts.limit (its alpha 1.702 is fixed)
     )
-    return {"moe": experts, "attention_sinks": True}
+    return {"moe": experts, "attention_sinks": True, "rope_attention_factor": _yarn_factor(cfg)}
+
+
+def _yarn_factor(cfg: dict[str, Any]) -> float:
+    """YaRN's attention factor from ``rope_scaling`` (``specs.rope.yarn_attention_factor``); 1 without YaRN."""
+    rs = cfg.get("rope_scaling") or {}
+    if rs.get("rope_type", rs.get("type")) != "yarn":
+        return 1.0
+    return yarn_attention_factor(float(rs.get("factor", 1.0)), rs.get("mscale"), rs.get("mscale_all_dim"))
 
 
 def _deepseek_v3(cfg: dict[str, Any]) -> dict[str, Any]:

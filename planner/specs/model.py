@@ -31,6 +31,7 @@ _EXTRAS: dict[str, Any] = {
     "sliding_window": None,
     "window_first_layer": 0,
     "window_layer_freq": 1,
+    "rope_attention_factor": 1.0,
 }
 
 
@@ -261,6 +262,13 @@ class ModelSpec(Spec):
         le=MAX_LAYERS,
         description="Every n-th layer from window_first_layer has the window (gpt-oss: 2, layers 0, 2, 4, …); "
         "1: all of them.",
+    )
+    rope_attention_factor: float = Field(
+        default=1.0,
+        ge=1.0,
+        le=10.0,
+        description="YaRN's attention factor on RoPE's cos and sin (gpt-oss: factor 32, 1 + 0.1·ln 32; "
+        "workload.rope); 1: plain RoPE, or YaRN whose mscale equals mscale_all_dim (DeepSeek-V3).",
     )
     mla: MlaSpec | None = Field(default=None, description="Multi-head latent attention (DeepSeek-V3); null: MHA/GQA.")
     moe: MoeSpec | None = Field(default=None, description="Mixture-of-experts MLPs; null: a dense model.")

@@ -324,4 +324,11 @@ from __future__ import annotations
 #:    70B bf16 +4.6/+8.2 → −2.5/+4.1 %, tensorwise +5.6/+0.3 → −1.8/−4.1 %, rowwise +18.3/+26.4 → +9.2/+21.1 %;
 #:    torchtitan 2024-12 Table 4 (70B 2D / async TP) +3.1/+8.0 → −4.1/+3.2 %; 2408 405B none/Float8/Float8+async
 #:    +7.6/−4.4/−2.3 → +3.2/−8.7/−5.0 %; torchtitan rows' physics MAPE 9.9 → 7.9 %. Other stacks unchanged.
-COST_MODEL_VERSION = 60
+#: 61: YaRN RoPE as Megatron-core runs it (issue 23; ``workload.rope``; new ``ModelSpec.rope_attention_factor``, read
+#:    from a gpt_oss config's ``rope_scaling``, gpt-oss: 1 + 0.1·ln 32): an attention factor ≠ 1 leaves TE's fused
+#:    RoPE for the eager ``_apply_rotary_pos_emb_bshd`` (Megatron-LM ``rope_utils.py:92-126, 279-284`` at 0d8e0714,
+#:    the same at every commit Megatron-Bridge v0.2.0–v0.4.2 pins): 12β an element of q and k forward in 6 kernels a
+#:    tensor plus the fp32 cos/sin tables (was: the fused 2β, one kernel), on stacks with Megatron's MoE dispatch.
+#:    Physics-only errors (+ = priced faster), Megatron-Bridge GPT OSS 120B DGX-H100: 25.11 +22.8 → +19.0 %, 26.02
+#:    +24.0 → +20.1 %, 26.02.01 +24.2 → +20.3 %, 26.04 +27.9 → +23.9 %, 26.04.01 +27.6 → +23.6 %. Others unchanged.
+COST_MODEL_VERSION = 61

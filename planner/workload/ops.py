@@ -326,7 +326,10 @@ def memory_ops(ctx: Inputs, kind: str, mbs: int, tp: int, sp: bool) -> tuple[Mem
 
         ops += mla_memory_ops(m, tokens, tp, e, (norm, rope), (k_norm, k_rope), st.mla_pad_v)
     elif m.family == "llama":
-        ops.append(MemOp("rope", rope * tokens * heads * m.head_dim // tp, 2 * k_rope))
+        from planner.workload.rope import megatron_rope_op, runs_megatron_rope  # YaRN on Megatron-core: unfused
+
+        plain = MemOp("rope", rope * tokens * heads * m.head_dim // tp, 2 * k_rope)
+        ops.append(megatron_rope_op(ctx, tokens, tp) if runs_megatron_rope(ctx) else plain)
     if st.activations == "titan" and m.num_kv_heads < m.num_attention_heads:
         ops.append(MemOp("repeat_kv", 2 * tokens * heads * m.head_dim // tp * e, 2))
     if st.dropout:
