@@ -84,3 +84,23 @@ def test_other_stacks_keep_their_rope() -> None:
     with_factor = _rope(_ctx(m, "torchtitan"), 1, 1)
     without = _rope(_ctx(m.model_copy(update={"rope_attention_factor": 1.0}), "torchtitan"), 1, 1)
     assert with_factor == without
+
+
+@pytest.mark.parametrize(("name", "warned"), [("gpt-oss-20b", True), ("qwen3-30b-a3b", False)])
+def test_megatron_export_warns_of_yarn(name: str, warned: bool) -> None:
+    """Megatron-LM's flags have no YaRN for standard attention: the export of a YaRN model runs plain RoPE and says
+    so (a different function, faster than priced); a model without the factor exports without the warning."""
+    import planner
+    from api.exporters import ExportOptions, export
+
+    est = planner.estimate_plan(
+        {
+            "model": name,
+            "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 1, "gpus_per_node": 8},
+            "training": {"global_batch_size": 64, "seq_len": 4096, "stack": "megatron"},
+            "parallel": {"tp": 1, "pp": 1, "dp": 8, "ep": 8, "etp": 1, "micro_batch_size": 1, "zero_stage": 1},
+        }
+    )
+    out = export(est, "megatron", ExportOptions())
+    assert "--position-embedding-type rope" in " ".join(out.content.split())
+    assert any("YaRN" in w for w in out.warnings) is warned

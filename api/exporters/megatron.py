@@ -356,6 +356,14 @@ def attention_args(plan: Plan, notes: Notes) -> list[str]:
         )
     if m.attention_sinks:
         args += ["--softmax-type", "learnable"]
+    if m.rope_attention_factor != 1.0 and m.mla is None:
+        notes.warn(
+            f"the model's RoPE is YaRN-scaled (attention factor {m.rope_attention_factor:.4f}, gpt-oss); Megatron-LM's "
+            "--position-embedding-type offers learned_absolute, rope, mrope, relative and none, with no YaRN for "
+            "standard attention, so this job runs plain fused RoPE: a different function, and a little faster than "
+            "the plan priced (Megatron-core's unfused YaRN path, planner/workload/rope.py). Megatron-Bridge's gpt-oss "
+            "recipe builds YaRN"
+        )
     return args + window_args(plan)
 
 
