@@ -1,26 +1,24 @@
 """A cheaper first pass of ``screens.quick_may_fit``'s memory screen of a class without a cut: ``screens.layer_caps``
 at each rank's one peak of most activation copies only. A rank's cap is the least over its peaks, so over a subset
 of them it is at least as large, and ``caps_fit`` only fails more with smaller caps: when this pass rules a class
-out, the full screen does too (the answer is the same; most classes the screen reaches are ruled out here).
+out, the full screen does too (the answer is the same; most classes the screen reaches are ruled out here). The
+heaviest peaks are memoised on the request's ``Context`` (``Context.top_peaks``): nothing is kept between requests.
 """
 
 from __future__ import annotations
 
+from planner.compose.context import Context
 from planner.compose.cost import Live
 from planner.compose.grad_peaks import Done
 
-_TOP: dict[tuple, tuple[Live, Done | None]] = {}
-TOP_KEPT = 4096
 
-
-def heaviest(live: Live, done: Done | None, key: tuple) -> tuple[Live, Done | None]:
-    """Per rank, its one peak of most copies alive (the first such), with its chunks done: memoised by ``key``, what
-    ``cost.class_peaks`` reads (schedule, pp, v, m, whether the chunks done count)."""
-    hit = _TOP.get(key)
+def heaviest(ctx: Context, live: Live, done: Done | None, key: tuple) -> tuple[Live, Done | None]:
+    """Per rank, its one peak of most copies alive (the first such), with its chunks done: memoised in
+    ``ctx.top_peaks`` by ``key``, what ``cost.class_peaks`` reads (schedule, pp, v, m, whether the chunks done count)."""
+    memo = ctx.top_peaks
+    hit = memo.get(key)
     if hit is None:
-        if len(_TOP) >= TOP_KEPT:
-            _TOP.clear()
         picks = [max(range(len(peaks)), key=lambda i, p=peaks: sum(x for _, x in p[i])) for peaks in live]  # type: ignore[misc]
         top = tuple((live[r][i],) for r, i in enumerate(picks))
-        hit = _TOP[key] = (top, None if done is None else tuple((done[r][i],) for r, i in enumerate(picks)))
+        hit = memo[key] = (top, None if done is None else tuple((done[r][i],) for r, i in enumerate(picks)))
     return hit

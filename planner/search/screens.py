@@ -180,7 +180,7 @@ def _quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None) -> bool:
             return False  # not even one layer per chunk fits (one block kind: every cut needs more memory)
         (live, done), L = class_peaks(s, c, m), ctx.model.num_layers
         if len(live[0]) > 1:  # first at each rank's heaviest peak alone (``prescreen``: rules out no more)
-            top, top_done = heaviest(live, done, (c.schedule, c.pp, c.virtual_stages, m, done is None))
+            top, top_done = heaviest(ctx, live, done, (c.schedule, c.pp, c.virtual_stages, m, done is None))
             if not caps_fit(layer_caps(s, c, top, L, usable, top_done), c.virtual_stages, L):
                 return False
         caps = layer_caps(s, c, live, L, usable, done)
