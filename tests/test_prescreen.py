@@ -57,3 +57,45 @@ def test_heaviest_peaks_live_on_the_request_context() -> None:
     assert ctx.top_peaks  # type: ignore[attr-defined]
     assert not ctx_of()[0].top_peaks  # type: ignore[attr-defined]
     assert not [k for k, v in vars(prescreen).items() if isinstance(v, dict) and not k.startswith("__")]
+
+
+SUMMED = [
+    *REQUESTS,
+    ("deepseek-v3", "h100-sxm5-80gb", 32, 8, 1920, 4096, {"stack": "megatron"}),  # dense + MoE layers
+    ("gpt3-175b", "a100-sxm4-80gb", 8, 8, 512, 2048, {}),
+]
+
+
+@pytest.mark.parametrize("spec", SUMMED, ids=lambda s: s[0])
+def test_summed_caps_are_layer_caps(spec: tuple) -> None:
+    """``screens.summed_caps`` (from ``prescreen.peak_sums``) gives ``layer_caps``' caps, rank by rank, at every peak
+    set and at the heaviest peaks alone, on every class without chunks done."""
+    from planner.compose.context_parallel import memory_class_terms
+    from planner.compose.cost import class_peaks, num_microbatches
+    from planner.search.prescreen import heaviest, peak_sums
+
+    model, gpu, nodes, gpn, gbs, seq, extra = spec
+    req = PlanRequest.model_validate(
+        {
+            "model": model,
+            "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
+            "training": {"global_batch_size": gbs, "seq_len": seq, **extra},
+        }
+    )
+    ctx = context(req)
+    checked = 0
+    for c in enumerate_candidates(ctx, req.parallel, req.options)[::7]:
+        s, m = memory_class_terms(ctx, c), num_microbatches(ctx, c)
+        live, done = class_peaks(s, c, m)
+        if done is not None:
+            continue
+        key = (c.schedule, c.pp, c.virtual_stages, m, True)
+        L = ctx.model.num_layers
+        for u in (ctx.usable_bytes, ctx.usable_bytes // 3, 4 * ctx.usable_bytes):
+            want = list(screens.layer_caps(s, c, live, L, u))
+            assert list(screens.summed_caps(s, c, peak_sums(ctx, live, c.chunks, key), L, u)) == want
+            top, _ = heaviest(ctx, live, None, key)
+            want = list(screens.layer_caps(s, c, top, L, u))
+            assert list(screens.summed_caps(s, c, peak_sums(ctx, top, c.chunks, ("top", *key)), L, u)) == want
+        checked += 1
+    assert checked > 50

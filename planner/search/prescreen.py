@@ -3,6 +3,8 @@ at each rank's one peak of most activation copies only. A rank's cap is the leas
 of them it is at least as large, and ``caps_fit`` only fails more with smaller caps: when this pass rules a class
 out, the full screen does too (the answer is the same; most classes the screen reaches are ruled out here). The
 heaviest peaks are memoised on the request's ``Context`` (``Context.top_peaks``): nothing is kept between requests.
+
+``peak_sums``: the peaks as the four numbers ``screens.summed_caps`` reads of each (no chunk's gradients pending).
 """
 
 from __future__ import annotations
@@ -10,6 +12,10 @@ from __future__ import annotations
 from planner.compose.context import Context
 from planner.compose.cost import Live
 from planner.compose.grad_peaks import Done
+
+#: Per rank, per peak: (copies alive in all, of chunk 0, of the last chunk, the least of the rank's chunks' or 0 when
+#: one of them has none alive)
+Sums = tuple[tuple[tuple[int, int, int, int], ...], ...]
 
 
 def heaviest(ctx: Context, live: Live, done: Done | None, key: tuple) -> tuple[Live, Done | None]:
@@ -21,4 +27,27 @@ def heaviest(ctx: Context, live: Live, done: Done | None, key: tuple) -> tuple[L
         picks = [max(range(len(peaks)), key=lambda i, p=peaks: sum(x for _, x in p[i])) for peaks in live]  # type: ignore[misc]
         top = tuple((live[r][i],) for r, i in enumerate(picks))
         hit = memo[key] = (top, None if done is None else tuple((done[r][i],) for r, i in enumerate(picks)))
+    return hit
+
+
+def peak_sums(ctx: Context, live: Live, chunks: int, key: tuple) -> Sums:
+    """``Sums`` of ``live`` (``chunks`` chunks, v = chunks / ranks per rank), memoised in ``ctx.top_peaks`` by
+    ``("sums", *key)`` (``key``: what determines ``live``)."""
+    memo = ctx.top_peaks
+    k = ("sums", *key)
+    hit = memo.get(k)
+    if hit is None:
+        v, last = chunks // len(live), chunks - 1
+        hit = memo[k] = tuple(
+            tuple(
+                (
+                    sum(x for _, x in vec),
+                    sum(x for ch, x in vec if ch == 0),
+                    sum(x for ch, x in vec if ch == last),
+                    min([x for _, x in vec]) if len(vec) == v else 0,
+                )
+                for vec in peaks
+            )
+            for peaks in live
+        )
     return hit

@@ -15,7 +15,7 @@ from planner.compose.cost import Candidate, ClassCosts, Live, class_peaks, live_
 from planner.compose.grad_peaks import Done
 from planner.compose.memory import chunk_moe, pending_grads, rank_buffers, rank_memory, rank_states
 from planner.compose.terms import SharedTerms
-from planner.search.prescreen import heaviest
+from planner.search.prescreen import Sums, heaviest, peak_sums
 
 
 def layer_caps(
@@ -39,6 +39,34 @@ def layer_caps(
                 room += pending_grads(s, c, zero, r, d, zero)
             per, heavy = per_layer(s, own, vec, d)
             if moe:  # the lighter kind's layers at most all of them, the heavier ones within the room
+                light, many = (per, num_layers - moe) if per <= heavy else (heavy, moe)
+                if room >= 0 and light > 0:
+                    cap = min(cap, room // light, many + room // heavy)
+                    continue
+                per = light
+            cap = min(cap, -1 if room < 0 else (room // per if per > 0 else num_layers))
+        yield cap
+
+
+def summed_caps(s: SharedTerms, c: Candidate, sums: Sums, num_layers: int, usable: int) -> Iterator[int]:
+    """``layer_caps`` without chunks done (every chunk's gradients there), from each peak's ``prescreen.Sums``: a
+    chunk's copy at the empty cut is ``acts.at(0, first, last)`` = const + emb·[chunk 0] + head·[the last chunk], so
+    the peak's activations are const·Σx + emb·x₀ + head·x_last, and ``per_layer``'s least copies k its ``Sums``' (the
+    same integers; ``tests/test_prescreen.py`` checks the caps against ``layer_caps`` class by class)."""
+    zero = [0] * c.chunks
+    moe = s.moe_prefix[-1] if s.moe_prefix is not None else 0
+    fixed, _ = _empty_cut(s, c, zero)
+    a, sl, sm = s.acts, s.states.layer, s.states.moe
+    ac, ae, ah, al, am = a.const, a.emb, a.head, a.layer, a.moe
+    for r in range(c.pp):
+        states, buffers = fixed(r)
+        base = usable - states - buffers
+        cap = num_layers
+        for sx, x0, xl, k in sums[r]:
+            room = base - (ac * sx + ae * x0 + ah * xl)
+            per = sl + k * al
+            if moe:
+                heavy = per + sm + k * am
                 light, many = (per, num_layers - moe) if per <= heavy else (heavy, moe)
                 if room >= 0 and light > 0:
                     cap = min(cap, room // light, many + room // heavy)
@@ -179,11 +207,19 @@ def _quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None) -> bool:
         if c.virtual_stages > 1 and s.moe_prefix is None and not _quick_may_fit(ctx, c, [1] * c.chunks):
             return False  # not even one layer per chunk fits (one block kind: every cut needs more memory)
         (live, done), L = class_peaks(s, c, m), ctx.model.num_layers
+        key = (c.schedule, c.pp, c.virtual_stages, m, done is None)
         if len(live[0]) > 1:  # first at each rank's heaviest peak alone (``prescreen``: rules out no more)
-            top, top_done = heaviest(ctx, live, done, (c.schedule, c.pp, c.virtual_stages, m, done is None))
-            if not caps_fit(layer_caps(s, c, top, L, usable, top_done), c.virtual_stages, L):
+            top, top_done = heaviest(ctx, live, done, key)
+            if top_done is None:
+                top_caps = summed_caps(s, c, peak_sums(ctx, top, c.chunks, ("top", *key)), L, usable)
+            else:
+                top_caps = layer_caps(s, c, top, L, usable, top_done)
+            if not caps_fit(top_caps, c.virtual_stages, L):
                 return False
-        caps = layer_caps(s, c, live, L, usable, done)
+        if done is None:
+            caps = summed_caps(s, c, peak_sums(ctx, live, c.chunks, key), L, usable)
+        else:
+            caps = layer_caps(s, c, live, L, usable, done)
         return caps_fit(caps, c.virtual_stages, L) and kinds_fit(s, c, live, L, usable, done)
     k = chunk_moe(s, cut, None)
     for r in range(c.pp):
