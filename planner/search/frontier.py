@@ -80,15 +80,16 @@ def moe_families(ctx: Context) -> bool:
     return not block_sequence(ctx)[0][-1].endswith(WINDOW)
 
 
-def family_chain(ctx: Context, members: list[Candidate]) -> list[list[Candidate]]:
+def family_chain(ctx: Context, members: list[Candidate], memo: dict | None = None) -> list[list[Candidate]]:
     """A family's members (classes that differ only in ZeRO stage, CP exchange and (ep, etp)) grouped by their MoE block floor F + B (``moe_floor``), least first: ``lean_bound(floor=True)`` reads
     the pair through that sum alone and ``lean_pipe`` is non-decreasing in it (the MoE layers' weight; every layer's
     on a model of MoE blocks alone), so the groups' floor keys are non-decreasing along the chain and a group's
-    members share one. ``tests/test_expert_floor.py`` checks both on every family."""
+    members share one. ``tests/test_expert_floor.py`` checks both on every family. ``memo``: the weights by (cp, mbs,
+    tp, SP, recompute, TP overlap) and the pair (shared by the families of other pp, schedules, v, dp)."""
     c0 = members[0]
     view = cp_view(ctx, c0.cp)
     at = (c0.micro_batch_size, c0.tp, c0.sequence_parallel, c0.recompute, c0.tp_comm_overlap)
-    weights: dict[tuple[int, int], int] = {}
+    weights: dict[tuple[int, int], int] = memo.setdefault((c0.cp, *at), {}) if memo is not None else {}
     groups: dict[int, list[Candidate]] = {}
     for c in members:
         pair = (c.ep, c.etp)
@@ -159,8 +160,9 @@ class Frontier:
             groups: dict[tuple, list[Candidate]] = {}
             for c in cands:
                 groups.setdefault(FAMILY_KEY(c), []).append(c)
+            pair_weights: dict[tuple, dict] = {}
             for members in groups.values():
-                chain = family_chain(ctx, members)
+                chain = family_chain(ctx, members, pair_weights)
                 least = [min(g, key=IN_FAMILY) for g in chain]  # the least ``simplicity`` of each group and after it
                 for i in range(len(least) - 2, -1, -1):
                     least[i] = min(least[i], least[i + 1], key=IN_FAMILY)
