@@ -99,3 +99,57 @@ def test_summed_caps_are_layer_caps(spec: tuple) -> None:
             assert list(screens.summed_caps(s, c, peak_sums(ctx, top, c.chunks, ("top", *key)), L, u)) == want
         checked += 1
     assert checked > 50
+
+
+DONE = [
+    (
+        "llama3-70b",
+        "h100-sxm5-80gb",
+        8,
+        8,
+        1024,
+        8192,
+        {"precision": "fp8", "fp8_recipe": "tensorwise", "stack": "torchtitan"},
+    ),
+    ("llama3-8b", "h100-sxm5-80gb", 1, 8, 256, 8192, {"stack": "torchtitan"}),
+    ("llama3-8b", "h100-sxm5-80gb", 2, 8, 512, 4096, {"stack": "torchtitan"}),
+    ("llama4-maverick", "h100-sxm5-80gb", 8, 8, 512, 4096, {"stack": "torchtitan"}),  # dense + MoE layers
+]
+
+
+@pytest.mark.parametrize("spec", DONE, ids=lambda s: f"{s[0]}-{s[4]}")
+def test_summed_done_caps_are_layer_caps(spec: tuple) -> None:
+    """``screens.summed_done_caps`` (from ``prescreen.done_sums``) gives ``layer_caps``' caps on every class whose
+    gradients exist only from a chunk's first backward (torchtitan's FSDP2), at every peak set and the heaviest."""
+    from planner.compose.context_parallel import memory_class_terms
+    from planner.compose.cost import class_peaks, num_microbatches
+    from planner.search.prescreen import done_sums, heaviest
+
+    model, gpu, nodes, gpn, gbs, seq, extra = spec
+    extra = {k: v for k, v in extra.items() if v is not None}
+    req = PlanRequest.model_validate(
+        {
+            "model": model,
+            "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
+            "training": {"global_batch_size": gbs, "seq_len": seq, **extra},
+        }
+    )
+    ctx = context(req)
+    checked = 0
+    for c in enumerate_candidates(ctx, req.parallel, req.options)[::5]:
+        s, m = memory_class_terms(ctx, c), num_microbatches(ctx, c)
+        live, done = class_peaks(s, c, m)
+        if done is None:
+            continue
+        key = (c.schedule, c.pp, c.virtual_stages, m, False)
+        L = ctx.model.num_layers
+        for u in (ctx.usable_bytes, ctx.usable_bytes // 3, 4 * ctx.usable_bytes):
+            want = list(screens.layer_caps(s, c, live, L, u, done))
+            assert list(screens.summed_done_caps(s, c, done_sums(ctx, live, done, c.chunks, key), L, u)) == want
+            top, top_done = heaviest(ctx, live, done, key)
+            assert top_done is not None
+            want = list(screens.layer_caps(s, c, top, L, u, top_done))
+            got = screens.summed_done_caps(s, c, done_sums(ctx, top, top_done, c.chunks, ("top", *key)), L, u)
+            assert list(got) == want
+        checked += 1
+    assert checked > 50

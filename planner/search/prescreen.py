@@ -4,7 +4,7 @@ of them it is at least as large, and ``caps_fit`` only fails more with smaller c
 out, the full screen does too (the answer is the same; most classes the screen reaches are ruled out here). The
 heaviest peaks are memoised on the request's ``Context`` (``Context.top_peaks``): nothing is kept between requests.
 
-``peak_sums``: the peaks as the four numbers ``screens.summed_caps`` reads of each (no chunk's gradients pending).
+``peak_sums``: the peaks as the numbers ``screens.summed_caps`` reads of each.
 """
 
 from __future__ import annotations
@@ -16,6 +16,10 @@ from planner.compose.grad_peaks import Done
 #: Per rank, per peak: (copies alive in all, of chunk 0, of the last chunk, the least of the rank's chunks' or 0 when
 #: one of them has none alive)
 Sums = tuple[tuple[tuple[int, int, int, int], ...], ...]
+#: With chunks done: per rank, per peak, the above's first three, the rank's chunks not done (how many, whether
+#: chunk 0 and whether the last is one of them) and, for the rank's chunks not done and done (where any), the least and
+#: the most copies alive: (pending, least, most)
+DoneSums = tuple[tuple[tuple[int, int, int, int, bool, bool, tuple[tuple[bool, int, int], ...]], ...], ...]
 
 
 def heaviest(ctx: Context, live: Live, done: Done | None, key: tuple) -> tuple[Live, Done | None]:
@@ -50,4 +54,39 @@ def peak_sums(ctx: Context, live: Live, chunks: int, key: tuple) -> Sums:
             )
             for peaks in live
         )
+    return hit
+
+
+def done_sums(ctx: Context, live: Live, done: Done, chunks: int, key: tuple) -> DoneSums:
+    """``DoneSums`` of ``live`` with its chunks done, memoised in ``ctx.top_peaks`` by ``("done", *key)``."""
+    memo = ctx.top_peaks
+    k = ("done", *key)
+    hit = memo.get(k)
+    if hit is None:
+        pp, last = len(live), chunks - 1
+        out = []
+        for r, peaks in enumerate(live):
+            own = range(r, chunks, pp)
+            rows = []
+            for vec, d in zip(peaks, done[r]):
+                copies = dict(vec)
+                left = [ch for ch in own if ch not in d]
+                groups = []
+                for pend in (True, False):
+                    xs = [copies.get(ch, 0) for ch in own if (ch not in d) == pend]
+                    if xs:
+                        groups.append((pend, min(xs), max(xs)))
+                rows.append(
+                    (
+                        sum(x for _, x in vec),
+                        copies.get(0, 0),
+                        copies.get(last, 0),
+                        len(left),
+                        0 in left,
+                        last in left,
+                        tuple(groups),
+                    )
+                )
+            out.append(tuple(rows))
+        hit = memo[k] = tuple(out)
     return hit

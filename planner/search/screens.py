@@ -15,7 +15,7 @@ from planner.compose.cost import Candidate, ClassCosts, Live, class_peaks, live_
 from planner.compose.grad_peaks import Done
 from planner.compose.memory import chunk_moe, pending_grads, rank_buffers, rank_memory, rank_states
 from planner.compose.terms import SharedTerms
-from planner.search.prescreen import Sums, heaviest, peak_sums
+from planner.search.prescreen import DoneSums, Sums, done_sums, heaviest, peak_sums
 
 
 def layer_caps(
@@ -67,6 +67,44 @@ def summed_caps(s: SharedTerms, c: Candidate, sums: Sums, num_layers: int, usabl
             per = sl + k * al
             if moe:
                 heavy = per + sm + k * am
+                light, many = (per, num_layers - moe) if per <= heavy else (heavy, moe)
+                if room >= 0 and light > 0:
+                    cap = min(cap, room // light, many + room // heavy)
+                    continue
+                per = light
+            cap = min(cap, -1 if room < 0 else (room // per if per > 0 else num_layers))
+        yield cap
+
+
+def summed_done_caps(s: SharedTerms, c: Candidate, sums: DoneSums, num_layers: int, usable: int) -> Iterator[int]:
+    """``layer_caps`` with chunks done, from each peak's ``prescreen.DoneSums``: ``summed_caps``' activations, the
+    pending gradients at the empty cut (``memory.pending_grads``: grads.at(0, chunk 0, the last chunk with a head of
+    its own) of each chunk not done) and ``per_layer``'s least over the chunks not done and over the done ones, each
+    term affine in a chunk's copies x: at the least x or the most, by the sign of its coefficient."""
+    zero = [0] * c.chunks
+    moe = s.moe_prefix[-1] if s.moe_prefix is not None else 0
+    fixed, _ = _empty_cut(s, c, zero)
+    a, g, sl, sm = s.acts, s.grads, s.states.layer, s.states.moe
+    ac, ae, ah, al, am = a.const, a.emb, a.head, a.layer, a.moe
+    gh = g.head if s.own_head(c) else 0
+    for r in range(c.pp):
+        states, buffers = fixed(r)
+        base = usable - states - buffers
+        cap = num_layers
+        for sx, x0, xl, nleft, left0, left_last, groups in sums[r]:
+            room = base - (ac * sx + ae * x0 + ah * xl)
+            if nleft:
+                room += g.const * nleft + (g.emb if left0 else 0) + (gh if left_last else 0)
+            dense = heavy = None
+            for pend, lo, hi in groups:
+                d0 = sl - (g.layer if pend else 0)
+                dv = d0 + (al * lo if al >= 0 else al * hi)
+                hv = d0 + sm - (g.moe if pend else 0) + ((al + am) * lo if al + am >= 0 else (al + am) * hi)
+                dense = dv if dense is None else min(dense, dv)
+                heavy = hv if heavy is None else min(heavy, hv)
+            assert dense is not None and heavy is not None
+            per = dense
+            if moe:
                 light, many = (per, num_layers - moe) if per <= heavy else (heavy, moe)
                 if room >= 0 and light > 0:
                     cap = min(cap, room // light, many + room // heavy)
@@ -213,13 +251,13 @@ def _quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None) -> bool:
             if top_done is None:
                 top_caps = summed_caps(s, c, peak_sums(ctx, top, c.chunks, ("top", *key)), L, usable)
             else:
-                top_caps = layer_caps(s, c, top, L, usable, top_done)
+                top_caps = summed_done_caps(s, c, done_sums(ctx, top, top_done, c.chunks, ("top", *key)), L, usable)
             if not caps_fit(top_caps, c.virtual_stages, L):
                 return False
         if done is None:
             caps = summed_caps(s, c, peak_sums(ctx, live, c.chunks, key), L, usable)
         else:
-            caps = layer_caps(s, c, live, L, usable, done)
+            caps = summed_done_caps(s, c, done_sums(ctx, live, done, c.chunks, key), L, usable)
         return caps_fit(caps, c.virtual_stages, L) and kinds_fit(s, c, live, L, usable, done)
     k = chunk_moe(s, cut, None)
     for r in range(c.pp):
