@@ -153,3 +153,25 @@ def test_summed_done_caps_are_layer_caps(spec: tuple) -> None:
             assert list(got) == want
         checked += 1
     assert checked > 50
+
+
+@pytest.mark.parametrize("spec", [*SUMMED[:3], *DONE[::2]], ids=lambda s: f"{s[0]}-{s[4]}")
+def test_class_caps_are_layer_caps(spec: tuple) -> None:
+    """``screens.class_caps`` (a shape's ``prescreen.shape_sums``) gives ``layer_caps`` of the class's own peaks, on
+    costed classes (``ClassCosts``) with and without chunks done."""
+    from planner.compose.cost import class_costs
+
+    model, gpu, nodes, gpn, gbs, seq, extra = spec
+    req = PlanRequest.model_validate(
+        {
+            "model": model,
+            "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
+            "training": {"global_batch_size": gbs, "seq_len": seq, **extra},
+        }
+    )
+    ctx = context(req)
+    cands = enumerate_candidates(ctx, req.parallel, req.options)
+    for c in cands[:: max(1, len(cands) // 40)]:
+        cc = class_costs(ctx, c)
+        want = list(screens.layer_caps(cc.shared, c, cc.live, cc.num_layers, cc.usable_bytes, cc.done))
+        assert list(screens.class_caps(cc)) == want

@@ -4,14 +4,17 @@ of them it is at least as large, and ``caps_fit`` only fails more with smaller c
 out, the full screen does too (the answer is the same; most classes the screen reaches are ruled out here). The
 heaviest peaks are memoised on the request's ``Context`` (``Context.top_peaks``): nothing is kept between requests.
 
-``peak_sums``: the peaks as the numbers ``screens.summed_caps`` reads of each.
+``peak_sums``, ``done_sums``, ``shape_sums``: the peaks as the numbers ``screens.summed_caps`` and
+``screens.summed_done_caps`` read of each (a shape's, memoised with its peaks; the heaviest ones', on the ``Context``).
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from planner.compose.context import Context
-from planner.compose.cost import Live
-from planner.compose.grad_peaks import Done
+from planner.compose.cost import Live, live_vectors_cached
+from planner.compose.grad_peaks import Done, live_and_done
 
 #: Per rank, per peak: (copies alive in all, of chunk 0, of the last chunk, the least of the rank's chunks' or 0 when
 #: one of them has none alive)
@@ -41,19 +44,7 @@ def peak_sums(ctx: Context, live: Live, chunks: int, key: tuple) -> Sums:
     k = ("sums", *key)
     hit = memo.get(k)
     if hit is None:
-        v, last = chunks // len(live), chunks - 1
-        hit = memo[k] = tuple(
-            tuple(
-                (
-                    sum(x for _, x in vec),
-                    sum(x for ch, x in vec if ch == 0),
-                    sum(x for ch, x in vec if ch == last),
-                    min([x for _, x in vec]) if len(vec) == v else 0,
-                )
-                for vec in peaks
-            )
-            for peaks in live
-        )
+        hit = memo[k] = sums_of(live, chunks)
     return hit
 
 
@@ -63,30 +54,62 @@ def done_sums(ctx: Context, live: Live, done: Done, chunks: int, key: tuple) -> 
     k = ("done", *key)
     hit = memo.get(k)
     if hit is None:
-        pp, last = len(live), chunks - 1
-        out = []
-        for r, peaks in enumerate(live):
-            own = range(r, chunks, pp)
-            rows = []
-            for vec, d in zip(peaks, done[r]):
-                copies = dict(vec)
-                left = [ch for ch in own if ch not in d]
-                groups = []
-                for pend in (True, False):
-                    xs = [copies.get(ch, 0) for ch in own if (ch not in d) == pend]
-                    if xs:
-                        groups.append((pend, min(xs), max(xs)))
-                rows.append(
-                    (
-                        sum(x for _, x in vec),
-                        copies.get(0, 0),
-                        copies.get(last, 0),
-                        len(left),
-                        0 in left,
-                        last in left,
-                        tuple(groups),
-                    )
-                )
-            out.append(tuple(rows))
-        hit = memo[k] = tuple(out)
+        hit = memo[k] = done_sums_of(live, done, chunks)
     return hit
+
+
+@lru_cache(maxsize=4096)
+def shape_sums(schedule: str, pp: int, v: int, m: int, grads: bool) -> Sums | DoneSums:
+    """The ``Sums`` (``DoneSums`` with ``grads``) of a schedule shape's peaks (``cost.class_peaks``: its
+    ``grad_peaks.schedule_peaks``), memoised as those are."""
+    if not grads:
+        return sums_of(live_vectors_cached(schedule, pp, v, m), pp * v)
+    live, done = live_and_done(schedule, pp, v, m)
+    return done_sums_of(live, done, pp * v)
+
+
+def sums_of(live: Live, chunks: int) -> Sums:
+    """``Sums`` of ``live``."""
+    v, last = chunks // len(live), chunks - 1
+    return tuple(
+        tuple(
+            (
+                sum(x for _, x in vec),
+                sum(x for ch, x in vec if ch == 0),
+                sum(x for ch, x in vec if ch == last),
+                min([x for _, x in vec]) if len(vec) == v else 0,
+            )
+            for vec in peaks
+        )
+        for peaks in live
+    )
+
+
+def done_sums_of(live: Live, done: Done, chunks: int) -> DoneSums:
+    """``DoneSums`` of ``live`` with its chunks done."""
+    pp, last = len(live), chunks - 1
+    out = []
+    for r, peaks in enumerate(live):
+        own = range(r, chunks, pp)
+        rows = []
+        for vec, d in zip(peaks, done[r]):
+            copies = dict(vec)
+            left = [ch for ch in own if ch not in d]
+            groups = []
+            for pend in (True, False):
+                xs = [copies.get(ch, 0) for ch in own if (ch not in d) == pend]
+                if xs:
+                    groups.append((pend, min(xs), max(xs)))
+            rows.append(
+                (
+                    sum(x for _, x in vec),
+                    copies.get(0, 0),
+                    copies.get(last, 0),
+                    len(left),
+                    0 in left,
+                    last in left,
+                    tuple(groups),
+                )
+            )
+        out.append(tuple(rows))
+    return tuple(out)

@@ -15,7 +15,7 @@ from planner.compose.cost import Candidate, ClassCosts, Live, class_peaks, live_
 from planner.compose.grad_peaks import Done
 from planner.compose.memory import chunk_moe, pending_grads, rank_buffers, rank_memory, rank_states
 from planner.compose.terms import SharedTerms
-from planner.search.prescreen import DoneSums, Sums, done_sums, heaviest, peak_sums
+from planner.search.prescreen import DoneSums, Sums, done_sums, heaviest, peak_sums, shape_sums
 
 
 def layer_caps(
@@ -114,6 +114,21 @@ def summed_done_caps(s: SharedTerms, c: Candidate, sums: DoneSums, num_layers: i
         yield cap
 
 
+def shape_caps(s: SharedTerms, c: Candidate, m: int, grads: bool, num_layers: int, usable: int) -> Iterator[int]:
+    """``layer_caps`` at every peak of the class's schedule shape (``cost.class_peaks``: ``grads``, its chunks done
+    count), from the shape's ``prescreen.shape_sums``."""
+    sums = shape_sums(c.schedule, c.pp, c.virtual_stages, m, grads)
+    if grads:
+        return summed_done_caps(s, c, sums, num_layers, usable)  # type: ignore[arg-type]
+    return summed_caps(s, c, sums, num_layers, usable)  # type: ignore[arg-type]
+
+
+def class_caps(cc: ClassCosts) -> Iterator[int]:
+    """``layer_caps`` of a class's own peaks (``ClassCosts.live``, ``done``: ``cost.class_peaks``'), by
+    ``shape_caps``."""
+    return shape_caps(cc.shared, cc.cand, cc.m, cc.done is not None, cc.num_layers, cc.usable_bytes)
+
+
 def per_layer(
     s: SharedTerms, own: range, vec: tuple[tuple[int, int], ...], d: tuple[int, ...] | None
 ) -> tuple[int, int]:
@@ -204,9 +219,7 @@ def caps_fit(caps: Iterable[int], v: int, num_layers: int) -> bool:
 def may_fit(cc: ClassCosts) -> bool:
     """False only when no cut of the class fits (``layer_caps``, ``kinds_fit``)."""
     s, c, L = cc.shared, cc.cand, cc.num_layers
-    return caps_fit(layer_caps(s, c, cc.live, L, cc.usable_bytes, cc.done), c.virtual_stages, L) and kinds_fit(
-        s, c, cc.live, L, cc.usable_bytes, cc.done
-    )
+    return caps_fit(class_caps(cc), c.virtual_stages, L) and kinds_fit(s, c, cc.live, L, cc.usable_bytes, cc.done)
 
 
 def fits_at(cc: ClassCosts, n: list[int]) -> bool:
@@ -254,10 +267,7 @@ def _quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None) -> bool:
                 top_caps = summed_done_caps(s, c, done_sums(ctx, top, top_done, c.chunks, ("top", *key)), L, usable)
             if not caps_fit(top_caps, c.virtual_stages, L):
                 return False
-        if done is None:
-            caps = summed_caps(s, c, peak_sums(ctx, live, c.chunks, key), L, usable)
-        else:
-            caps = summed_done_caps(s, c, done_sums(ctx, live, done, c.chunks, key), L, usable)
+        caps = shape_caps(s, c, m, done is not None, L, usable)
         return caps_fit(caps, c.virtual_stages, L) and kinds_fit(s, c, live, L, usable, done)
     k = chunk_moe(s, cut, None)
     for r in range(c.pp):
