@@ -154,7 +154,8 @@ class Frontier:
         self._floors = floors
         # a FAMILY item's chain of member groups (``family_chain``) and, per group, the least order from it on: by the
         # class each of those orders ends with (an item's ``cand``)
-        self._families: dict[Candidate, tuple[list[list[Candidate]], list[tuple]]] = {}
+        # (by the class's id: the classes are kept alive by the chains, and an item's ``cand`` is that very object)
+        self._families: dict[int, tuple[list[list[Candidate]], list[tuple]]] = {}
         heap, lean, lean_tag, floor_tag = self.heap, self._lean, Key.LEAN, Key.FLOOR
         if moe and moe_families(ctx):  # one item per family at its least floor key (``family_floor``)
             groups: dict[tuple, list[Candidate]] = {}
@@ -168,7 +169,7 @@ class Frontier:
                     least[i] = min(least[i], least[i + 1], key=IN_FAMILY)
                 mins = [simplicity(c) for c in least]
                 for c in least:
-                    self._families[c] = (chain, mins)
+                    self._families[id(c)] = (chain, mins)
                 heap.append(QueueItem(self.floor(chain[0][0]), mins[0], Key.FAMILY))
             heapq.heapify(heap)
             return
@@ -208,7 +209,7 @@ class Frontier:
         and the rest of the chain as one FAMILY item at the next group's floor key (≥ it: the chain's keys do not
         fall) and the least order of its members (≤ each): every class leaves the queue as it would queued at its own
         floor key, and the groups never reached are never keyed."""
-        chain, mins = self._families[item.cand]
+        chain, mins = self._families[id(item.cand)]
         i = item.rest
         out = [QueueItem(self.floor(c), simplicity(c), Key.FLOOR) for c in chain[i]]
         if i + 1 < len(chain):
