@@ -56,22 +56,21 @@ class QueueItem(NamedTuple):
         return self.order[-1]
 
 
-def lean_key(c: Candidate) -> tuple:
-    """The fields ``lean_bound`` reads: its memo's key."""
-    return (
-        c.micro_batch_size,
-        c.tp,
-        c.sequence_parallel,
-        c.recompute,
-        c.pp,
-        c.schedule,
-        c.virtual_stages,
-        c.dp,
-        c.cp,
-        c.tp_comm_overlap,
-        c.ep,
-        c.etp,
-    )
+#: The fields ``lean_bound`` reads, as a tuple: its memo's key (an ``attrgetter``: asked of every class popped).
+lean_key: Callable[[Candidate], tuple] = attrgetter(
+    "micro_batch_size",
+    "tp",
+    "sequence_parallel",
+    "recompute",
+    "pp",
+    "schedule",
+    "virtual_stages",
+    "dp",
+    "cp",
+    "tp_comm_overlap",
+    "ep",
+    "etp",
+)
 
 
 def moe_families(ctx: Context) -> bool:
@@ -134,6 +133,23 @@ def family_floor(
         fb = lean_bound(ctx, best, loads, True, weights)
         floors[k] = fb
     return fb
+
+
+#: ``Frontier.quick``'s memo key (with the schedule where v = 1)
+QUICK_KEY = attrgetter(
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "cp_comm",
+    "micro_batch_size",
+    "recompute",
+    "sequence_parallel",
+    "zero_stage",
+    "tp_comm_overlap",
+    "ep",
+    "etp",
+)
 
 
 class Frontier:
@@ -226,20 +242,7 @@ class Frontier:
 
     def quick(self, c: Candidate) -> int:
         """``quick_bound``, memoised (the interleaved one does not depend on v: shared)."""
-        k: tuple = (
-            c.tp,
-            c.pp,
-            c.dp,
-            c.cp,
-            c.cp_comm,
-            c.micro_batch_size,
-            c.recompute,
-            c.sequence_parallel,
-            c.zero_stage,
-            c.tp_comm_overlap,
-            c.ep,
-            c.etp,
-        )
+        k: tuple = QUICK_KEY(c)
         if c.virtual_stages == 1:
             k = (*k, c.schedule)
         if k not in self._quick:

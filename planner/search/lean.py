@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 
 from planner.compose.blocks import WINDOW, block_sequence
 from planner.compose.context import Context
@@ -63,6 +64,11 @@ def kinds_load(
     return load
 
 
+_WEIGHTS_KEY = attrgetter(
+    "micro_batch_size", "tp", "sequence_parallel", "recompute", "tp_comm_overlap", "ep", "etp", "cp"
+)
+
+
 def lean_bound(
     ctx: Context,
     c: Candidate,
@@ -76,7 +82,7 @@ def lean_bound(
     block's times at ``layer_group.moe_floor`` (≤ its own at every ep), so its (ep, etp) pair is not priced.
     ``weights``: a memo of ``lean_weights`` (the frontier's: DeepSeek-V3 on 2,048 GPUs asks 10k classes' bounds
     of a few hundred layer weights)."""
-    key = (c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.tp_comm_overlap, c.ep, c.etp, c.cp, floor)
+    key = (*_WEIGHTS_KEY(c), floor)
     hit = weights.get(key) if weights is not None else None
     if hit is None:
         hit = lean_weights(ctx, c, floor)
