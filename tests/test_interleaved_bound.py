@@ -130,3 +130,19 @@ def test_bound_never_exceeds_the_best_cut(i: int) -> None:
     # close to the best cut on some class (a bound 25 % higher would be invalid there; 3 % with 8–16 micro-batches)
     assert any(f * (1.03 if i >= 8 else 1.25) > b for f, _, b, _ in rows)
     assert any(e > b for _, _, b, e in rows)  # the uniform split is slower than the best cut on some class
+
+
+def test_most_frequent_is_np_unique_mode() -> None:
+    """``interleaved.most_frequent`` (the LP rows' common coefficient) is ``np.unique``'s value at the first argmax of
+    its counts, ties included."""
+    import random
+
+    import numpy as np
+
+    from planner.search.interleaved import most_frequent
+
+    rng = random.Random(3)
+    for _ in range(2000):
+        row = [float(rng.choice([0, 1, 2, 5, 7, -3, 2.5, 1e9])) for _ in range(rng.randint(1, 40))]
+        vals, counts = np.unique(np.array(row), return_counts=True)
+        assert most_frequent(row) == float(vals[np.argmax(counts)])

@@ -34,6 +34,7 @@ checks it against every cut of small instances.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from functools import lru_cache
 
 import numpy as np
@@ -209,6 +210,14 @@ def rank_bound(a: np.ndarray, b: np.ndarray, ranks: tuple[int, ...], caps: list[
     return lo_t
 
 
+def most_frequent(row: list[float]) -> float:
+    """The most frequent value of ``row``, the least of those on a tie (``np.unique``'s sorted values at the first
+    ``argmax`` of their counts: the same value, without its sort)."""
+    counts = Counter(row)
+    top = max(counts.values())
+    return min(x for x, n in counts.items() if n == top)
+
+
 def _lp_weights(a: np.ndarray, b: np.ndarray, caps: list[int], p: int, L: int) -> np.ndarray | None:
     """The LP min T s.t. T ≥ a_k·n + b_k (every chain), n_c ≥ 1, Σ n = L, Σ_{c on rank r} n_c ≤ caps[r]: its
     chains' dual weights (≥ 0, Σ = 1), or None when GLOP finds no optimum."""
@@ -227,8 +236,7 @@ def _lp_weights(a: np.ndarray, b: np.ndarray, caps: list[int], p: int, L: int) -
                 cap.SetCoefficient(x, 1.0)
     rows = []
     for k in range(K):  # T − a_k·n ≥ b_k, as T − (a_k − μ)·n ≥ b_k + μ·L (Σ n = L; μ: a_k's most frequent value)
-        vals, counts = np.unique(a[k], return_counts=True)
-        mu = float(vals[np.argmax(counts)])
+        mu = most_frequent(a[k].tolist())
         row = solver.Constraint(float(b[k]) + mu * L, inf)
         row.SetCoefficient(T, 1.0)
         for c in np.flatnonzero(a[k] != mu).tolist():
