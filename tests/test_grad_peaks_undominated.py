@@ -57,8 +57,8 @@ def test_rank_arrays_and_both_walks(shape: tuple[str, int, int, int]) -> None:
 @pytest.mark.parametrize("pp", [1, 2, 3, 4, 5, 8])
 def test_periodic_m_keeps_the_peaks(schedule: str, pp: int) -> None:
     """``schedule_peaks`` walks ``periodic_m``'s fewer micro-batches: the same peaks, chunks done and order as a walk
-    of all m (``_both_peaks`` itself, unmemoised), on every m up to well past the reduction's threshold."""
-    walk = _both_peaks.__wrapped__
+    of all m (``_both_peaks``, unmemoised), on every m up to well past the reduction's threshold."""
+    walk = _both_peaks
     for v in (1,) if schedule == "1f1b" else (1, 2, 3, 5, 8):
         reduced = 0
         for m in range(pp if schedule != "1f1b" else 1, 4 * (2 * v + 3) * pp + 1, pp if schedule != "1f1b" else 1):
@@ -78,6 +78,4 @@ def test_periodic_m_on_the_search_shapes(shape: tuple[str, int, int, int]) -> No
     """As above on shapes the bench's searches walk (Llama 3 70B on 64 H100, DeepSeek-V3 on 2,048)."""
     schedule, pp, v, m = shape
     assert periodic_m(schedule, pp, v, m) < m
-    assert _both_peaks.__wrapped__(schedule, pp, v, m) == _both_peaks.__wrapped__(
-        schedule, pp, v, periodic_m(schedule, pp, v, m)
-    )
+    assert _both_peaks(schedule, pp, v, m) == _both_peaks(schedule, pp, v, periodic_m(schedule, pp, v, m))

@@ -102,6 +102,8 @@ class Candidate:
         them on DeepSeek-V3, so the copies are made without the frozen ``__init__`` (one ``object.__setattr__`` a
         field) — equal, hashed and ordered as ``replace(self, ep=ep, etp=etp)`` (``tests/test_planner_core.py``)."""
         new, fields_ = object.__new__, self.__dict__
+        if "_hash" in fields_:  # its kept hash is not the copies'
+            fields_ = {k: x for k, x in fields_.items() if k != "_hash"}
         out = []
         for ep, etp in pairs:
             if ep == self.ep and etp == self.etp:
@@ -109,7 +111,6 @@ class Candidate:
                 continue
             c = new(Candidate)
             c.__dict__.update(fields_, ep=ep, etp=etp)
-            c.__dict__.pop("_hash", None)
             out.append(c)
         return out
 
