@@ -178,19 +178,24 @@ def rank_bound(a: np.ndarray, b: np.ndarray, ranks: tuple[int, ...], caps: list[
         # chain ≥ Σ_own a·n + Σ_off a·1 + lo·(L − N_r − (C − v)) ≥ (min own − lo)·N_r + const
         lines[r].append((float(own.min()) - lo, float(b[i]) + float(off.sum()) + lo * (L - (C - v))))
 
+    # each rank's lines by the sign of their slope (``feasible`` reads them so, in their order), and its flat ones'
+    # highest constant
+    rising = [[(s_, c_) for s_, c_ in lines[r] if s_ > 0] for r in range(p)]
+    falling = [[(s_, c_) for s_, c_ in lines[r] if s_ < 0] for r in range(p)]
+    flat = [max((c_ for s_, c_ in lines[r] if s_ == 0), default=-math.inf) for r in range(p)]
+
     def feasible(T: float) -> bool:
         """Whether some N (v ≤ N_r ≤ caps[r], Σ N_r = L) keeps every chain's bound ≤ T (each rank an interval;
         a hair permissive in rounding: the bound only falls)."""
         least = most = 0
         for r in range(p):
+            if flat[r] > T:
+                return False
             lo_n, hi_n = v, caps[r]
-            for slope, const in lines[r]:
-                if slope > 0:
-                    hi_n = min(hi_n, math.floor((T - const) / slope + 1e-9))
-                elif slope < 0:
-                    lo_n = max(lo_n, math.ceil((T - const) / slope - 1e-9))
-                elif const > T:
-                    return False
+            for slope, const in rising[r]:
+                hi_n = min(hi_n, math.floor((T - const) / slope + 1e-9))
+            for slope, const in falling[r]:
+                lo_n = max(lo_n, math.ceil((T - const) / slope - 1e-9))
             if lo_n > hi_n:
                 return False
             least, most = least + lo_n, most + hi_n
