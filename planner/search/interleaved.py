@@ -241,11 +241,14 @@ def _lp_weights(a: np.ndarray, b: np.ndarray, caps: list[int], p: int, L: int) -
                 cap.SetCoefficient(x, 1.0)
     rows = []
     for k in range(K):  # T − a_k·n ≥ b_k, as T − (a_k − μ)·n ≥ b_k + μ·L (Σ n = L; μ: a_k's most frequent value)
-        mu = most_frequent(a[k].tolist())
+        vals = a[k].tolist()
+        mu = most_frequent(vals)
         row = solver.Constraint(float(b[k]) + mu * L, inf)
         row.SetCoefficient(T, 1.0)
-        for c in np.flatnonzero(a[k] != mu).tolist():
-            row.SetCoefficient(n[c], mu - float(a[k, c]))
+        put = row.SetCoefficient
+        for x, val in zip(n, vals):
+            if val != mu:
+                put(x, mu - val)
         rows.append(row)
     solver.Minimize(T)
     if solver.Solve() != pywraplp.Solver.OPTIMAL:
