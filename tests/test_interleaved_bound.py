@@ -130,3 +130,87 @@ def test_bound_never_exceeds_the_best_cut(i: int) -> None:
     # close to the best cut on some class (a bound 25 % higher would be invalid there; 3 % with 8–16 micro-batches)
     assert any(f * (1.03 if i >= 8 else 1.25) > b for f, _, b, _ in rows)
     assert any(e > b for _, _, b, e in rows)  # the uniform split is slower than the best cut on some class
+
+
+def test_most_frequent_is_np_unique_mode() -> None:
+    """``interleaved.most_frequent`` (the LP rows' common coefficient) is ``np.unique``'s value at the first argmax of
+    its counts, ties included."""
+    import random
+
+    import numpy as np
+
+    from planner.search.interleaved import most_frequent
+
+    rng = random.Random(3)
+    for _ in range(2000):
+        row = [float(rng.choice([0, 1, 2, 5, 7, -3, 2.5, 1e9])) for _ in range(rng.randint(1, 40))]
+        vals, counts = np.unique(np.array(row), return_counts=True)
+        assert most_frequent(row) == float(vals[np.argmax(counts)])
+
+
+def _rank_bound_reference(a, b, ranks, caps, p, L):  # type: ignore[no-untyped-def]
+    """``rank_bound`` as first written (every line's slope sign tested in ``feasible``'s loop)."""
+    import math
+
+    import numpy as np
+
+    K, C = a.shape
+    v = C // p
+    if any(cap < v for cap in caps) or sum(caps) < L:
+        return None
+    lines: list[list[tuple[float, float]]] = [[] for _ in range(p)]
+    for i in range(K):
+        r = ranks[i]
+        own, off = a[i, r::p], np.delete(a[i], np.arange(r, C, p))
+        lo = float(off.min()) if off.size else 0.0
+        lines[r].append((float(own.min()) - lo, float(b[i]) + float(off.sum()) + lo * (L - (C - v))))
+
+    def feasible(T: float) -> bool:
+        least = most = 0
+        for r in range(p):
+            lo_n, hi_n = v, caps[r]
+            for slope, const in lines[r]:
+                if slope > 0:
+                    hi_n = min(hi_n, math.floor((T - const) / slope + 1e-9))
+                elif slope < 0:
+                    lo_n = max(lo_n, math.ceil((T - const) / slope - 1e-9))
+                elif const > T:
+                    return False
+            if lo_n > hi_n:
+                return False
+            least, most = least + lo_n, most + hi_n
+        return least <= L <= most
+
+    def top(r: int, n: int) -> float:
+        return max(slope * n + const for slope, const in lines[r])
+
+    lo_t, hi_t = 0.0, max(max(top(r, v), top(r, caps[r])) for r in range(p))
+    if feasible(lo_t):
+        return lo_t
+    for _ in range(200):
+        if hi_t - lo_t <= 1e-12 * hi_t:
+            break
+        mid = (lo_t + hi_t) / 2
+        lo_t, hi_t = (lo_t, mid) if feasible(mid) else (mid, hi_t)
+    return lo_t
+
+
+def test_rank_bound_as_first_written() -> None:
+    """``rank_bound`` (its lines grouped by slope sign once) returns the same float as the first version, on random
+    chains with rising, falling and flat lines."""
+    import random
+
+    import numpy as np
+
+    from planner.search.interleaved import rank_bound
+
+    rng = random.Random(5)
+    for _ in range(300):
+        p, v = rng.choice([2, 3, 4, 8]), rng.choice([1, 2, 3])
+        C, L = p * v, rng.randint(p * v, 4 * p * v)
+        K = rng.randint(p, 4 * p)
+        a = np.array([[float(rng.choice([0, 1, 2, 3, 7, 50])) for _ in range(C)] for _ in range(K)])
+        b = np.array([float(rng.randint(-100, 1000)) for _ in range(K)])
+        ranks = tuple(list(range(p)) + [rng.randrange(p) for _ in range(K - p)])  # every rank's chains
+        caps = [rng.randint(v - 1 if rng.random() < 0.05 else v, L) for _ in range(p)]
+        assert rank_bound(a, b, ranks, caps, p, L) == _rank_bound_reference(a, b, ranks, caps, p, L)

@@ -286,3 +286,20 @@ def test_a_candidate_family_is_the_class_at_each_expert_pair() -> None:
     assert (c.ep, c.etp) == (1, 1) and fam[3] != c and {*fam} == {*ref}
     with pytest.raises(AttributeError):
         fam[1].ep = 4  # type: ignore[misc]  # still frozen
+
+
+def test_a_candidate_keeps_the_dataclass_hash() -> None:
+    """``Candidate.__hash__`` keeps its first hash: the dataclass's (its fields in order, as a tuple), also for the
+    copies ``variant`` and ``family`` make of a class already hashed (each its own), and not pickled."""
+    import pickle
+    from dataclasses import fields, replace
+
+    from planner.compose.cost import Candidate
+
+    c = Candidate(2, 4, 16, 1, "1f1b", 1, "full", True, 1, True, cp=2, cp_comm="all_gather", ep=1, etp=1)
+    assert hash(c) == hash(tuple(getattr(c, f.name) for f in fields(c))) == hash(c)
+    v, fam = c.variant(zero_stage=3, tp_comm_overlap=False), c.family([(1, 1), (4, 2)])
+    assert hash(v) == hash(replace(c, zero_stage=3, tp_comm_overlap=False)) != hash(c)
+    assert [hash(x) for x in fam] == [hash(replace(c, ep=ep, etp=etp)) for ep, etp in [(1, 1), (4, 2)]]
+    back = pickle.loads(pickle.dumps(v))
+    assert back == v and "_hash" not in back.__dict__ and hash(back) == hash(v)

@@ -30,7 +30,148 @@ def test_prescreen_same_verdict(spec: tuple, monkeypatch: pytest.MonkeyPatch) ->
     ctx = context(req)
     cands = [c for c in enumerate_candidates(ctx, req.parallel, req.options) if c.pp > 1][::3]
     with_pre = [screens._quick_may_fit(ctx, c, None) for c in cands]
-    monkeypatch.setattr(screens, "heaviest", lambda live, done, key: (live, done))  # the full screen twice
+    monkeypatch.setattr(screens, "heaviest", lambda ctx, live, done, key: (live, done))  # the full screen twice
     without = [screens._quick_may_fit(ctx, c, None) for c in cands]
     assert with_pre == without
     assert 0 < sum(with_pre) < len(cands)  # both verdicts occur
+
+
+def test_heaviest_peaks_live_on_the_request_context() -> None:
+    """The heaviest peaks are memoised on the request's ``Context`` (``top_peaks``), not in the process: a new
+    request's context starts empty, and the module keeps no cache of its own."""
+    import planner.search.prescreen as prescreen
+
+    def ctx_of() -> object:
+        req = PlanRequest.model_validate(
+            {
+                "model": "llama3-70b",
+                "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 8, "gpus_per_node": 8},
+                "training": {"global_batch_size": 1024, "seq_len": 8192},
+            }
+        )
+        return context(req), req
+
+    ctx, req = ctx_of()
+    for c in [c for c in enumerate_candidates(ctx, req.parallel, req.options) if c.virtual_stages > 1][:200]:
+        screens.quick_may_fit(ctx, c)
+    assert ctx.top_peaks  # type: ignore[attr-defined]
+    assert not ctx_of()[0].top_peaks  # type: ignore[attr-defined]
+    assert not [k for k, v in vars(prescreen).items() if isinstance(v, dict) and not k.startswith("__")]
+
+
+SUMMED = [
+    *REQUESTS,
+    ("deepseek-v3", "h100-sxm5-80gb", 32, 8, 1920, 4096, {"stack": "megatron"}),  # dense + MoE layers
+    ("gpt3-175b", "a100-sxm4-80gb", 8, 8, 512, 2048, {}),
+]
+
+
+@pytest.mark.parametrize("spec", SUMMED, ids=lambda s: s[0])
+def test_summed_caps_are_layer_caps(spec: tuple) -> None:
+    """``screens.summed_caps`` (from ``prescreen.peak_sums``) gives ``layer_caps``' caps, rank by rank, at every peak
+    set and at the heaviest peaks alone, on every class without chunks done."""
+    from planner.compose.context_parallel import memory_class_terms
+    from planner.compose.cost import class_peaks, num_microbatches
+    from planner.search.prescreen import heaviest, peak_sums
+
+    model, gpu, nodes, gpn, gbs, seq, extra = spec
+    req = PlanRequest.model_validate(
+        {
+            "model": model,
+            "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
+            "training": {"global_batch_size": gbs, "seq_len": seq, **extra},
+        }
+    )
+    ctx = context(req)
+    checked = 0
+    for c in enumerate_candidates(ctx, req.parallel, req.options)[::7]:
+        s, m = memory_class_terms(ctx, c), num_microbatches(ctx, c)
+        live, done = class_peaks(s, c, m)
+        if done is not None:
+            continue
+        key = (c.schedule, c.pp, c.virtual_stages, m, True)
+        L = ctx.model.num_layers
+        for u in (ctx.usable_bytes, ctx.usable_bytes // 3, 4 * ctx.usable_bytes):
+            want = list(screens.layer_caps(s, c, live, L, u))
+            assert list(screens.summed_caps(s, c, peak_sums(ctx, live, c.chunks, key), L, u)) == want
+            top, _ = heaviest(ctx, live, None, key)
+            want = list(screens.layer_caps(s, c, top, L, u))
+            assert list(screens.summed_caps(s, c, peak_sums(ctx, top, c.chunks, ("top", *key)), L, u)) == want
+        checked += 1
+    assert checked > 50
+
+
+DONE = [
+    (
+        "llama3-70b",
+        "h100-sxm5-80gb",
+        8,
+        8,
+        1024,
+        8192,
+        {"precision": "fp8", "fp8_recipe": "tensorwise", "stack": "torchtitan"},
+    ),
+    ("llama3-8b", "h100-sxm5-80gb", 1, 8, 256, 8192, {"stack": "torchtitan"}),
+    ("llama3-8b", "h100-sxm5-80gb", 2, 8, 512, 4096, {"stack": "torchtitan"}),
+    ("llama4-maverick", "h100-sxm5-80gb", 8, 8, 512, 4096, {"stack": "torchtitan"}),  # dense + MoE layers
+]
+
+
+@pytest.mark.parametrize("spec", DONE, ids=lambda s: f"{s[0]}-{s[4]}")
+def test_summed_done_caps_are_layer_caps(spec: tuple) -> None:
+    """``screens.summed_done_caps`` (from ``prescreen.done_sums``) gives ``layer_caps``' caps on every class whose
+    gradients exist only from a chunk's first backward (torchtitan's FSDP2), at every peak set and the heaviest."""
+    from planner.compose.context_parallel import memory_class_terms
+    from planner.compose.cost import class_peaks, num_microbatches
+    from planner.search.prescreen import done_sums, heaviest
+
+    model, gpu, nodes, gpn, gbs, seq, extra = spec
+    extra = {k: v for k, v in extra.items() if v is not None}
+    req = PlanRequest.model_validate(
+        {
+            "model": model,
+            "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
+            "training": {"global_batch_size": gbs, "seq_len": seq, **extra},
+        }
+    )
+    ctx = context(req)
+    checked = 0
+    for c in enumerate_candidates(ctx, req.parallel, req.options)[::5]:
+        s, m = memory_class_terms(ctx, c), num_microbatches(ctx, c)
+        live, done = class_peaks(s, c, m)
+        if done is None:
+            continue
+        key = (c.schedule, c.pp, c.virtual_stages, m, False)
+        L = ctx.model.num_layers
+        for u in (ctx.usable_bytes, ctx.usable_bytes // 3, 4 * ctx.usable_bytes):
+            want = list(screens.layer_caps(s, c, live, L, u, done))
+            assert list(screens.summed_done_caps(s, c, done_sums(ctx, live, done, c.chunks, key), L, u)) == want
+            top, top_done = heaviest(ctx, live, done, key)
+            assert top_done is not None
+            want = list(screens.layer_caps(s, c, top, L, u, top_done))
+            got = screens.summed_done_caps(s, c, done_sums(ctx, top, top_done, c.chunks, ("top", *key)), L, u)
+            assert list(got) == want
+        checked += 1
+    assert checked > 50
+
+
+@pytest.mark.parametrize("spec", [*SUMMED[:3], *DONE[::2]], ids=lambda s: f"{s[0]}-{s[4]}")
+def test_class_caps_are_layer_caps(spec: tuple) -> None:
+    """``screens.class_caps`` (a shape's ``prescreen.shape_sums``) gives ``layer_caps`` of the class's own peaks, on
+    costed classes (``ClassCosts``) with and without chunks done."""
+    from planner.compose.cost import class_costs
+
+    model, gpu, nodes, gpn, gbs, seq, extra = spec
+    req = PlanRequest.model_validate(
+        {
+            "model": model,
+            "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
+            "training": {"global_batch_size": gbs, "seq_len": seq, **extra},
+        }
+    )
+    ctx = context(req)
+    cands = enumerate_candidates(ctx, req.parallel, req.options)
+    for c in cands[:: max(1, len(cands) // 40)]:
+        cc = class_costs(ctx, c)
+        want = list(screens.layer_caps(cc.shared, c, cc.live, cc.num_layers, cc.usable_bytes, cc.done))
+        assert list(screens.class_caps(cc)) == want

@@ -59,6 +59,9 @@ class Context(Device):
     #: model's parameters per rank (``blocks.dense_terms``); the (ep, etp) pairs searched (``options.expert_options``)
     dense_terms: dict[tuple, SharedTerms] = _cache()
     expert_pairs: dict[tuple, list[tuple[int, int]]] = _cache()
+    #: ``search.prescreen.heaviest``: per rank, its heaviest activation peak (and its chunks done), by the schedule's
+    #: shape and whether the chunks done count
+    top_peaks: dict[tuple, tuple] = _cache()
     #: ``experts.dp_seconds`` by its arguments
     dp_seconds: dict[tuple, tuple[float, float, float]] = _cache()
     #: the model's block kinds and, for two, its MoE prefix counts (``terms.block_sequence``)

@@ -13,9 +13,10 @@ functions: times in nanoseconds, memory in bytes. Per-layer compute is ``planner
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from itertools import pairwise
+from operator import attrgetter
 
 from planner.compose.affine import NOTHING, Affine, moe_counts
 from planner.compose.context import Context
@@ -68,6 +69,19 @@ class Candidate:
     ep: int = field(default=1, kw_only=True)
     etp: int = field(default=1, kw_only=True)
 
+    def __hash__(self) -> int:
+        """The dataclass's hash (of the fields in order), kept after the first ask: the search hashes each class many
+        times (its memos, sets and queues). ``variant`` and ``family`` drop it from their copies."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(_FIELDS(self))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        """Pickled without the kept hash (a string's hash differs between processes)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     @property
     def chunks(self) -> int:
         return self.pp * self.virtual_stages
@@ -80,6 +94,7 @@ class Candidate:
         the same types, not checked)."""
         c = object.__new__(Candidate)
         c.__dict__.update(self.__dict__, **changes)
+        c.__dict__.pop("_hash", None)
         return c
 
     def family(self, pairs: Sequence[tuple[int, int]]) -> list[Candidate]:
@@ -87,6 +102,8 @@ class Candidate:
         them on DeepSeek-V3, so the copies are made without the frozen ``__init__`` (one ``object.__setattr__`` a
         field) — equal, hashed and ordered as ``replace(self, ep=ep, etp=etp)`` (``tests/test_planner_core.py``)."""
         new, fields_ = object.__new__, self.__dict__
+        if "_hash" in fields_:  # its kept hash is not the copies'
+            fields_ = {k: x for k, x in fields_.items() if k != "_hash"}
         out = []
         for ep, etp in pairs:
             if ep == self.ep and etp == self.etp:
@@ -99,6 +116,8 @@ class Candidate:
 
 
 config.check_fields(Candidate, class_only=True)
+#: ``Candidate``'s fields in order, as a tuple: what its dataclass ``__hash__`` would hash
+_FIELDS = attrgetter(*(f.name for f in fields(Candidate)))
 
 
 @dataclass

@@ -47,31 +47,62 @@ def schedule_peaks(schedule: str, pp: int, v: int, m: int, grads: bool) -> tuple
     (the activation peaks alone, in the order ``cost.live_vectors_cached`` has always had: the set's)."""
     if v == 1 and not grads:  # closed forms: GPipe keeps all m, 1F1B keeps min(p - i, m) on rank i
         return tuple(((((i, m if schedule == "gpipe" else min(pp - i, m)),),)) for i in range(pp)), None
-    return _both_peaks(schedule, pp, v, m)[1 if grads else 0]
+    return _peaks(schedule, pp, v, periodic_m(schedule, pp, v, m), grads)
+
+
+def periodic_m(schedule: str, pp: int, v: int, m: int) -> int:
+    """The fewest micro-batches m' ≡ m (mod pp), m' ≤ m, whose (1F1B or interleaved 1F1B) orders have the same peaks as
+    m's, in the same order of first occurrence (``_both_peaks`` of m' is m's: the walk costs O(m'·v) rather than
+    O(m·v), and the shapes of one (pp, v) share it). Rank i's order is a warm-up of w_i forwards (independent of m once
+    m ≥ 2·pp), s_i = m·v − w_i steady (F, B) pairs, then backwards only. Forward and backward n run local chunk
+    (n // pp) mod v (``rank_arrays``; 1F1B: always 0), so with P = pp·v every chunk gains pp forwards and pp backwards
+    per P ops of each: the copies alive at steady peak k (after F(w_i + k)) repeat with period P, every chunk is seen
+    from the first steady peak on (w_i ≥ (v − 1)·pp) and done once B((v − 1)·pp) has run, the last first backward.
+    The peaks and first backwards of steps k < K = (v − 1)·pp + 1 are the same for m and m', the ones from K on repeat
+    those of [K, K + P), and the warm-up and the backwards after the steady pairs add none (no forward followed by a
+    backward, no first backward). So m' keeps s_i ≥ K + P on every rank (the least at i = 0) and m' ≥ 2·pp.
+    ``tests/test_grad_peaks_undominated.py`` checks ``_both_peaks`` of both on every shape up to pp = 8, v = 8."""
+    if schedule == "gpipe":  # its peaks grow with m
+        return m
+    warm = pp - 1 if schedule == "1f1b" else 2 * (pp - 1) + (v - 1) * pp  # rank 0's warm-up, the longest
+    least = max(2 * pp, -(-((2 * v - 1) * pp + 1 + warm) // v))
+    return m if m <= least else m - (m - least) // pp * pp
 
 
 @lru_cache(maxsize=4096)
-def _both_peaks(schedule: str, pp: int, v: int, m: int) -> tuple[tuple[Live, None], tuple[Live, Done]]:
-    """``schedule_peaks`` without and with ``grads`` from one walk of the orders (both are asked of most shapes)."""
-    lives, dones, acts_out = [], [], []
-    for r in range(pp):
+def _walks(schedule: str, pp: int, v: int, m: int) -> tuple:
+    """Every rank's distinct states (``peak_walk.rank_states``): one walk of the orders for both variants."""
+    return tuple(rank_states(schedule, pp, v, m, r) for r in range(pp))
+
+
+@lru_cache(maxsize=4096)
+def _peaks(schedule: str, pp: int, v: int, m: int, grads: bool) -> tuple[Live, Done | None]:
+    """``schedule_peaks`` of a shape (m already ``periodic_m``'s), each variant built only when asked (a stack whose
+    gradients are held throughout never asks the chunks done)."""
+    lives, dones = [], []
+    for r, (with_done, acts) in enumerate(_walks(schedule, pp, v, m)):
         # each distinct peak by (seen, copies, done), in order of first occurrence (the steady state repeats a few
-        # of them m·v times: ``peak_walk.rank_states``); made (chunk, copies) items once each below
-        with_done, acts = rank_states(schedule, pp, v, m, r)
-        # the same sets, built in the same order, as the walk that made (chunk, copies) items at each peak had
+        # of them m·v times: ``peak_walk.rank_states``); made (chunk, copies) items once each below, the same sets
+        # built in the same order as the walk that made (chunk, copies) items at each peak had
         as_items: dict[tuple[tuple[int, ...], tuple[int, ...]], Items] = {}
-        act_set = {_items(as_items, pp, r, counts, sn) for sn, counts in acts}
+        if not grads:
+            act_set = {_items(as_items, pp, r, counts, sn) for sn, counts in acts}
+            plain: list[Peak] = [(p, ()) for p in act_set]
+            lives.append(tuple(p[0] for p, ok in zip(plain, undominated(plain, pp, v)) if ok))
+            continue
         peak_set = {
             (_items(as_items, pp, r, counts, sn), tuple(x * pp + r for x in dn)) for sn, counts, dn in with_done
         }
-        plain: list[Peak] = [(p, ()) for p in act_set]
-        keep = [p for p, ok in zip(plain, undominated(plain, pp, v)) if ok]
-        acts_out.append(tuple(p[0] for p in keep))
         peaks = list(peak_set)
         keep = sorted(p for p, ok in zip(peaks, undominated(peaks, pp, v)) if ok)
         lives.append(tuple(p[0] for p in keep))
         dones.append(tuple(p[1] for p in keep))
-    return (tuple(acts_out), None), (tuple(lives), tuple(dones))
+    return tuple(lives), (tuple(dones) if grads else None)
+
+
+def _both_peaks(schedule: str, pp: int, v: int, m: int) -> tuple[tuple[Live, Done | None], tuple[Live, Done | None]]:
+    """``schedule_peaks`` without and with ``grads`` of the shape itself (no ``periodic_m``), unmemoised (tests)."""
+    return _peaks.__wrapped__(schedule, pp, v, m, False), _peaks.__wrapped__(schedule, pp, v, m, True)
 
 
 def _items(

@@ -327,11 +327,18 @@ def rank_memory(cc: ClassCosts, n: Sequence[int], r: int, k: Sequence[int] | Non
     """Peak tensor bytes of rank r (what must fit in ``usable_bytes``)."""
     s, c = cc.shared, cc.cand  # = max(peaks(memory_terms(...))), without building the terms
     k = chunk_moe(s, n, k)
+    # ``rank_activations`` of each peak from one copy of each of the rank's chunks (priced once, not per peak)
+    last, acts = c.chunks - 1, s.acts
+    one = {ch: acts.at(n[ch], ch == 0, ch == last, k[ch] if k is not None else 0) for ch in range(r, c.chunks, c.pp)}
     if cc.done is None:
-        top = max([rank_activations(s, c, n, vec, k) for vec in cc.live[r]])
+        top = max([sum([x * one[ch] for ch, x in vec]) for vec in cc.live[r]])
     else:
+        pend: dict[tuple[int, ...], int] = {}  # ``pending_grads`` by the chunks done
+        for d in cc.done[r]:
+            if d not in pend:
+                pend[d] = pending_grads(s, c, n, r, d, k)
         at = zip(cc.live[r], cc.done[r])
-        top = max([rank_activations(s, c, n, vec, k) - pending_grads(s, c, n, r, d, k) for vec, d in at])
+        top = max([sum([x * one[ch] for ch, x in vec]) - pend[d] for vec, d in at])
     return rank_states(s, c, n, r, k) + top + rank_buffers(s, c, r)
 
 

@@ -299,11 +299,13 @@ def _backtrack(
     """The critical path ending at op ``node``: its binding predecessors back to the first operation."""
     path: list[Op] = []
     lags: list[int] = []
+    # a replay's bindings: one ``_Bindings.bind`` per operation for both columns (three lookups of ``_Bound``)
+    bind = pred.b.bind if isinstance(pred, _Bound) else lambda op: (pred[op], pred_lag[op])
     while node >= 0:
         path.append(("F" if node < mc else "B", (node % mc) // chunks, node % chunks))
-        if pred_lag[node] >= 0:
-            lags.append(pred_lag[node])
-        node = pred[node]
+        node, lag = bind(node)
+        if lag >= 0:
+            lags.append(lag)
     path.reverse()
     return path, lags
 

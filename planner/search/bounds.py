@@ -25,6 +25,7 @@ from planner.search.lean import (  # noqa: F401 (the layer-time bounds, re-expor
 )
 from planner.search.screens import (  # noqa: F401 (the memory screens, re-exported where they were)
     caps_fit,
+    class_caps,
     fits_at,
     interleaved_peak_copies,
     layer_caps,
@@ -284,7 +285,7 @@ def fitting_bound(cc: ClassCosts, searched: bool = True, enough: int | None = No
     When no cut fits (``may_fit`` False) it is ``class_bound``. ``enough``: the interleaved bound is left out when the
     others already exceed it, and its LP when its rank bound does (the k-th best plan's step time: ruled out either
     way); ``duals``: the search's last LP weights (``interleaved_bound``)."""
-    caps = tuple(layer_caps(cc.shared, cc.cand, cc.live, cc.num_layers, cc.usable_bytes, cc.done))
+    caps = tuple(class_caps(cc))  # ``layer_caps`` of its peaks
     pipe = pipe_bound(cc.shared, cc.cand, cc.m, cc.num_layers, sum(cc.lag), caps)
     cheap = max(pipe, chain_bound(cc, list(caps)), steady_bound(cc, caps))
     if not searched or cc.cand.virtual_stages == 1 or (enough is not None and cheap > enough):

@@ -317,7 +317,7 @@ def expert_seeds(ctx: Context, pins: ParallelPins, cands: list[Candidate], max_e
             return False
         evals += 1
         tries = [fixed] if fixed is not None else [even_stage_layers(cc.num_layers, c.chunks), greedy_cut(cc)]
-        evs = [(evaluate(cc, n), n) for n in tries]
+        evs = [(evaluate(cc, n), n) for n in tries[: 1 if tries[-1] == tries[0] else 2]]  # greedy = even: once
         ev, n = min(evs, key=lambda e: (not e[0].fits, e[0].objective_ns, e[0].peak_memory_bytes))
         if ev.fits:
             out.append(ClassResult(c, n, ev, Status.FEASIBLE, 0, 0, 0.0))

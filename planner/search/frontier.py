@@ -56,22 +56,21 @@ class QueueItem(NamedTuple):
         return self.order[-1]
 
 
-def lean_key(c: Candidate) -> tuple:
-    """The fields ``lean_bound`` reads: its memo's key."""
-    return (
-        c.micro_batch_size,
-        c.tp,
-        c.sequence_parallel,
-        c.recompute,
-        c.pp,
-        c.schedule,
-        c.virtual_stages,
-        c.dp,
-        c.cp,
-        c.tp_comm_overlap,
-        c.ep,
-        c.etp,
-    )
+#: The fields ``lean_bound`` reads, as a tuple: its memo's key (an ``attrgetter``: asked of every class popped).
+lean_key: Callable[[Candidate], tuple] = attrgetter(
+    "micro_batch_size",
+    "tp",
+    "sequence_parallel",
+    "recompute",
+    "pp",
+    "schedule",
+    "virtual_stages",
+    "dp",
+    "cp",
+    "tp_comm_overlap",
+    "ep",
+    "etp",
+)
 
 
 def moe_families(ctx: Context) -> bool:
@@ -80,15 +79,16 @@ def moe_families(ctx: Context) -> bool:
     return not block_sequence(ctx)[0][-1].endswith(WINDOW)
 
 
-def family_chain(ctx: Context, members: list[Candidate]) -> list[list[Candidate]]:
+def family_chain(ctx: Context, members: list[Candidate], memo: dict | None = None) -> list[list[Candidate]]:
     """A family's members (classes that differ only in ZeRO stage, CP exchange and (ep, etp)) grouped by their MoE block floor F + B (``moe_floor``), least first: ``lean_bound(floor=True)`` reads
     the pair through that sum alone and ``lean_pipe`` is non-decreasing in it (the MoE layers' weight; every layer's
     on a model of MoE blocks alone), so the groups' floor keys are non-decreasing along the chain and a group's
-    members share one. ``tests/test_expert_floor.py`` checks both on every family."""
+    members share one. ``tests/test_expert_floor.py`` checks both on every family. ``memo``: the weights by (cp, mbs,
+    tp, SP, recompute, TP overlap) and the pair (shared by the families of other pp, schedules, v, dp)."""
     c0 = members[0]
     view = cp_view(ctx, c0.cp)
     at = (c0.micro_batch_size, c0.tp, c0.sequence_parallel, c0.recompute, c0.tp_comm_overlap)
-    weights: dict[tuple[int, int], int] = {}
+    weights: dict[tuple[int, int], int] = memo.setdefault((c0.cp, *at), {}) if memo is not None else {}
     groups: dict[int, list[Candidate]] = {}
     for c in members:
         pair = (c.ep, c.etp)
@@ -135,6 +135,23 @@ def family_floor(
     return fb
 
 
+#: ``Frontier.quick``'s memo key (with the schedule where v = 1)
+QUICK_KEY = attrgetter(
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "cp_comm",
+    "micro_batch_size",
+    "recompute",
+    "sequence_parallel",
+    "zero_stage",
+    "tp_comm_overlap",
+    "ep",
+    "etp",
+)
+
+
 class Frontier:
     def __init__(self, ctx: Context, pins: ParallelPins, cands: list[Candidate]):
         self.ctx, self.pins = ctx, pins
@@ -153,20 +170,22 @@ class Frontier:
         self._floors = floors
         # a FAMILY item's chain of member groups (``family_chain``) and, per group, the least order from it on: by the
         # class each of those orders ends with (an item's ``cand``)
-        self._families: dict[Candidate, tuple[list[list[Candidate]], list[tuple]]] = {}
+        # (by the class's id: the classes are kept alive by the chains, and an item's ``cand`` is that very object)
+        self._families: dict[int, tuple[list[list[Candidate]], list[tuple]]] = {}
         heap, lean, lean_tag, floor_tag = self.heap, self._lean, Key.LEAN, Key.FLOOR
         if moe and moe_families(ctx):  # one item per family at its least floor key (``family_floor``)
             groups: dict[tuple, list[Candidate]] = {}
             for c in cands:
                 groups.setdefault(FAMILY_KEY(c), []).append(c)
+            pair_weights: dict[tuple, dict] = {}
             for members in groups.values():
-                chain = family_chain(ctx, members)
+                chain = family_chain(ctx, members, pair_weights)
                 least = [min(g, key=IN_FAMILY) for g in chain]  # the least ``simplicity`` of each group and after it
                 for i in range(len(least) - 2, -1, -1):
                     least[i] = min(least[i], least[i + 1], key=IN_FAMILY)
                 mins = [simplicity(c) for c in least]
                 for c in least:
-                    self._families[c] = (chain, mins)
+                    self._families[id(c)] = (chain, mins)
                 heap.append(QueueItem(self.floor(chain[0][0]), mins[0], Key.FAMILY))
             heapq.heapify(heap)
             return
@@ -206,7 +225,7 @@ class Frontier:
         and the rest of the chain as one FAMILY item at the next group's floor key (≥ it: the chain's keys do not
         fall) and the least order of its members (≤ each): every class leaves the queue as it would queued at its own
         floor key, and the groups never reached are never keyed."""
-        chain, mins = self._families[item.cand]
+        chain, mins = self._families[id(item.cand)]
         i = item.rest
         out = [QueueItem(self.floor(c), simplicity(c), Key.FLOOR) for c in chain[i]]
         if i + 1 < len(chain):
@@ -223,20 +242,7 @@ class Frontier:
 
     def quick(self, c: Candidate) -> int:
         """``quick_bound``, memoised (the interleaved one does not depend on v: shared)."""
-        k: tuple = (
-            c.tp,
-            c.pp,
-            c.dp,
-            c.cp,
-            c.cp_comm,
-            c.micro_batch_size,
-            c.recompute,
-            c.sequence_parallel,
-            c.zero_stage,
-            c.tp_comm_overlap,
-            c.ep,
-            c.etp,
-        )
+        k: tuple = QUICK_KEY(c)
         if c.virtual_stages == 1:
             k = (*k, c.schedule)
         if k not in self._quick:

@@ -34,6 +34,7 @@ checks it against every cut of small instances.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from functools import lru_cache
 
 import numpy as np
@@ -177,19 +178,24 @@ def rank_bound(a: np.ndarray, b: np.ndarray, ranks: tuple[int, ...], caps: list[
         # chain ≥ Σ_own a·n + Σ_off a·1 + lo·(L − N_r − (C − v)) ≥ (min own − lo)·N_r + const
         lines[r].append((float(own.min()) - lo, float(b[i]) + float(off.sum()) + lo * (L - (C - v))))
 
+    # each rank's lines by the sign of their slope (``feasible`` reads them so, in their order), and its flat ones'
+    # highest constant
+    rising = [[(s_, c_) for s_, c_ in lines[r] if s_ > 0] for r in range(p)]
+    falling = [[(s_, c_) for s_, c_ in lines[r] if s_ < 0] for r in range(p)]
+    flat = [max((c_ for s_, c_ in lines[r] if s_ == 0), default=-math.inf) for r in range(p)]
+
     def feasible(T: float) -> bool:
         """Whether some N (v ≤ N_r ≤ caps[r], Σ N_r = L) keeps every chain's bound ≤ T (each rank an interval;
         a hair permissive in rounding: the bound only falls)."""
         least = most = 0
         for r in range(p):
+            if flat[r] > T:
+                return False
             lo_n, hi_n = v, caps[r]
-            for slope, const in lines[r]:
-                if slope > 0:
-                    hi_n = min(hi_n, math.floor((T - const) / slope + 1e-9))
-                elif slope < 0:
-                    lo_n = max(lo_n, math.ceil((T - const) / slope - 1e-9))
-                elif const > T:
-                    return False
+            for slope, const in rising[r]:
+                hi_n = min(hi_n, math.floor((T - const) / slope + 1e-9))
+            for slope, const in falling[r]:
+                lo_n = max(lo_n, math.ceil((T - const) / slope - 1e-9))
             if lo_n > hi_n:
                 return False
             least, most = least + lo_n, most + hi_n
@@ -207,6 +213,14 @@ def rank_bound(a: np.ndarray, b: np.ndarray, ranks: tuple[int, ...], caps: list[
         mid = (lo_t + hi_t) / 2
         lo_t, hi_t = (lo_t, mid) if feasible(mid) else (mid, hi_t)
     return lo_t
+
+
+def most_frequent(row: list[float]) -> float:
+    """The most frequent value of ``row``, the least of those on a tie (``np.unique``'s sorted values at the first
+    ``argmax`` of their counts: the same value, without its sort)."""
+    counts = Counter(row)
+    top = max(counts.values())
+    return min(x for x, n in counts.items() if n == top)
 
 
 def _lp_weights(a: np.ndarray, b: np.ndarray, caps: list[int], p: int, L: int) -> np.ndarray | None:
@@ -227,12 +241,14 @@ def _lp_weights(a: np.ndarray, b: np.ndarray, caps: list[int], p: int, L: int) -
                 cap.SetCoefficient(x, 1.0)
     rows = []
     for k in range(K):  # T − a_k·n ≥ b_k, as T − (a_k − μ)·n ≥ b_k + μ·L (Σ n = L; μ: a_k's most frequent value)
-        vals, counts = np.unique(a[k], return_counts=True)
-        mu = float(vals[np.argmax(counts)])
+        vals = a[k].tolist()
+        mu = most_frequent(vals)
         row = solver.Constraint(float(b[k]) + mu * L, inf)
         row.SetCoefficient(T, 1.0)
-        for c in np.flatnonzero(a[k] != mu).tolist():
-            row.SetCoefficient(n[c], mu - float(a[k, c]))
+        put = row.SetCoefficient
+        for x, val in zip(n, vals):
+            if val != mu:
+                put(x, mu - val)
         rows.append(row)
     solver.Minimize(T)
     if solver.Solve() != pywraplp.Solver.OPTIMAL:

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 
 from planner.compose.blocks import WINDOW, block_sequence
 from planner.compose.context import Context
@@ -40,18 +41,32 @@ def busiest_rank_load(L: int, p: int, w: int, e_first: int, e_last: int, least: 
     return t
 
 
-def kinds_load(L: int, K: int, p: int, w: int, wm: int, e_first: int, e_last: int, least: int = 1) -> int:
+def kinds_load(
+    L: int, K: int, p: int, w: int, wm: int, e_first: int, e_last: int, least: int = 1, memo: dict | None = None
+) -> int:
     """``busiest_rank_load`` of a layer sequence whose K layers weigh ``wm`` and the L − K others ``w`` (a model of
     dense and MoE blocks; K = 0: one kind, ``busiest_rank_load`` itself): every layer at the lighter weight, and,
-    the weights ≥ 0, each kind's layers alone (a rank's load only drops without the other kind's layers)."""
+    the weights ≥ 0, each kind's layers alone (a rank's load only drops without the other kind's layers). ``memo``:
+    each kind's load alone by its arguments (they read neither ``least`` nor the other kind: shared by v)."""
     if K == 0:
         return busiest_rank_load(L, p, w, e_first, e_last, least)
     light = min(w, wm)
     load = busiest_rank_load(L, p, light, e_first, e_last, least)
     if light >= 0:
-        load = max(load, busiest_rank_load(K, p, wm, e_first, e_last, 0))
-        load = max(load, busiest_rank_load(L - K, p, w, e_first, e_last, 0))
+        for n, x in ((K, wm), (L - K, w)):
+            k = ("kind", n, p, x, e_first, e_last)
+            alone = memo.get(k) if memo is not None else None
+            if alone is None:
+                alone = busiest_rank_load(n, p, x, e_first, e_last, 0)
+                if memo is not None:
+                    memo[k] = alone
+            load = max(load, alone)
     return load
+
+
+_WEIGHTS_KEY = attrgetter(
+    "micro_batch_size", "tp", "sequence_parallel", "recompute", "tp_comm_overlap", "ep", "etp", "cp"
+)
 
 
 def lean_bound(
@@ -67,7 +82,7 @@ def lean_bound(
     block's times at ``layer_group.moe_floor`` (≤ its own at every ep), so its (ep, etp) pair is not priced.
     ``weights``: a memo of ``lean_weights`` (the frontier's: DeepSeek-V3 on 2,048 GPUs asks 10k classes' bounds
     of a few hundred layer weights)."""
-    key = (c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.tp_comm_overlap, c.ep, c.etp, c.cp, floor)
+    key = (*_WEIGHTS_KEY(c), floor)
     hit = weights.get(key) if weights is not None else None
     if hit is None:
         hit = lean_weights(ctx, c, floor)
@@ -128,7 +143,7 @@ def lean_pipe(
     else:
         lk = (at, p, v)
         hit = loads.get(lk)
-        load = loads[lk] = hit if hit is not None else kinds_load(L, K, p, w, wm, emb, head, v)
+        load = loads[lk] = hit if hit is not None else kinds_load(L, K, p, w, wm, emb, head, v, loads)
     w = min(w, wm)
     if v == 1:
         pipe = total / (1.0 - (1.0 - 1.0 / m) ** p)

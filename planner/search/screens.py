@@ -15,7 +15,7 @@ from planner.compose.cost import Candidate, ClassCosts, Live, class_peaks, live_
 from planner.compose.grad_peaks import Done
 from planner.compose.memory import chunk_moe, pending_grads, rank_buffers, rank_memory, rank_states
 from planner.compose.terms import SharedTerms
-from planner.search.prescreen import heaviest
+from planner.search.prescreen import DoneSums, Sums, done_sums, heaviest, peak_sums, shape_sums
 
 
 def layer_caps(
@@ -46,6 +46,87 @@ def layer_caps(
                 per = light
             cap = min(cap, -1 if room < 0 else (room // per if per > 0 else num_layers))
         yield cap
+
+
+def summed_caps(s: SharedTerms, c: Candidate, sums: Sums, num_layers: int, usable: int) -> Iterator[int]:
+    """``layer_caps`` without chunks done (every chunk's gradients there), from each peak's ``prescreen.Sums``: a
+    chunk's copy at the empty cut is ``acts.at(0, first, last)`` = const + emb·[chunk 0] + head·[the last chunk], so
+    the peak's activations are const·Σx + emb·x₀ + head·x_last, and ``per_layer``'s least copies k its ``Sums``' (the
+    same integers; ``tests/test_prescreen.py`` checks the caps against ``layer_caps`` class by class)."""
+    zero = [0] * c.chunks
+    moe = s.moe_prefix[-1] if s.moe_prefix is not None else 0
+    fixed, _ = _empty_cut(s, c, zero)
+    a, sl, sm = s.acts, s.states.layer, s.states.moe
+    ac, ae, ah, al, am = a.const, a.emb, a.head, a.layer, a.moe
+    for r in range(c.pp):
+        states, buffers = fixed(r)
+        base = usable - states - buffers
+        cap = num_layers
+        for sx, x0, xl, k in sums[r]:
+            room = base - (ac * sx + ae * x0 + ah * xl)
+            per = sl + k * al
+            if moe:
+                heavy = per + sm + k * am
+                light, many = (per, num_layers - moe) if per <= heavy else (heavy, moe)
+                if room >= 0 and light > 0:
+                    cap = min(cap, room // light, many + room // heavy)
+                    continue
+                per = light
+            cap = min(cap, -1 if room < 0 else (room // per if per > 0 else num_layers))
+        yield cap
+
+
+def summed_done_caps(s: SharedTerms, c: Candidate, sums: DoneSums, num_layers: int, usable: int) -> Iterator[int]:
+    """``layer_caps`` with chunks done, from each peak's ``prescreen.DoneSums``: ``summed_caps``' activations, the
+    pending gradients at the empty cut (``memory.pending_grads``: grads.at(0, chunk 0, the last chunk with a head of
+    its own) of each chunk not done) and ``per_layer``'s least over the chunks not done and over the done ones, each
+    term affine in a chunk's copies x: at the least x or the most, by the sign of its coefficient."""
+    zero = [0] * c.chunks
+    moe = s.moe_prefix[-1] if s.moe_prefix is not None else 0
+    fixed, _ = _empty_cut(s, c, zero)
+    a, g, sl, sm = s.acts, s.grads, s.states.layer, s.states.moe
+    ac, ae, ah, al, am = a.const, a.emb, a.head, a.layer, a.moe
+    gh = g.head if s.own_head(c) else 0
+    for r in range(c.pp):
+        states, buffers = fixed(r)
+        base = usable - states - buffers
+        cap = num_layers
+        for sx, x0, xl, nleft, left0, left_last, groups in sums[r]:
+            room = base - (ac * sx + ae * x0 + ah * xl)
+            if nleft:
+                room += g.const * nleft + (g.emb if left0 else 0) + (gh if left_last else 0)
+            dense = heavy = None
+            for pend, lo, hi in groups:
+                d0 = sl - (g.layer if pend else 0)
+                dv = d0 + (al * lo if al >= 0 else al * hi)
+                hv = d0 + sm - (g.moe if pend else 0) + ((al + am) * lo if al + am >= 0 else (al + am) * hi)
+                dense = dv if dense is None else min(dense, dv)
+                heavy = hv if heavy is None else min(heavy, hv)
+            assert dense is not None and heavy is not None
+            per = dense
+            if moe:
+                light, many = (per, num_layers - moe) if per <= heavy else (heavy, moe)
+                if room >= 0 and light > 0:
+                    cap = min(cap, room // light, many + room // heavy)
+                    continue
+                per = light
+            cap = min(cap, -1 if room < 0 else (room // per if per > 0 else num_layers))
+        yield cap
+
+
+def shape_caps(s: SharedTerms, c: Candidate, m: int, grads: bool, num_layers: int, usable: int) -> Iterator[int]:
+    """``layer_caps`` at every peak of the class's schedule shape (``cost.class_peaks``: ``grads``, its chunks done
+    count), from the shape's ``prescreen.shape_sums``."""
+    sums = shape_sums(c.schedule, c.pp, c.virtual_stages, m, grads)
+    if grads:
+        return summed_done_caps(s, c, sums, num_layers, usable)  # type: ignore[arg-type]
+    return summed_caps(s, c, sums, num_layers, usable)  # type: ignore[arg-type]
+
+
+def class_caps(cc: ClassCosts) -> Iterator[int]:
+    """``layer_caps`` of a class's own peaks (``ClassCosts.live``, ``done``: ``cost.class_peaks``'), by
+    ``shape_caps``."""
+    return shape_caps(cc.shared, cc.cand, cc.m, cc.done is not None, cc.num_layers, cc.usable_bytes)
 
 
 def per_layer(
@@ -138,9 +219,7 @@ def caps_fit(caps: Iterable[int], v: int, num_layers: int) -> bool:
 def may_fit(cc: ClassCosts) -> bool:
     """False only when no cut of the class fits (``layer_caps``, ``kinds_fit``)."""
     s, c, L = cc.shared, cc.cand, cc.num_layers
-    return caps_fit(layer_caps(s, c, cc.live, L, cc.usable_bytes, cc.done), c.virtual_stages, L) and kinds_fit(
-        s, c, cc.live, L, cc.usable_bytes, cc.done
-    )
+    return caps_fit(class_caps(cc), c.virtual_stages, L) and kinds_fit(s, c, cc.live, L, cc.usable_bytes, cc.done)
 
 
 def fits_at(cc: ClassCosts, n: list[int]) -> bool:
@@ -179,11 +258,16 @@ def _quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None) -> bool:
         if c.virtual_stages > 1 and s.moe_prefix is None and not _quick_may_fit(ctx, c, [1] * c.chunks):
             return False  # not even one layer per chunk fits (one block kind: every cut needs more memory)
         (live, done), L = class_peaks(s, c, m), ctx.model.num_layers
+        key = (c.schedule, c.pp, c.virtual_stages, m, done is None)
         if len(live[0]) > 1:  # first at each rank's heaviest peak alone (``prescreen``: rules out no more)
-            top, top_done = heaviest(live, done, (c.schedule, c.pp, c.virtual_stages, m, done is None))
-            if not caps_fit(layer_caps(s, c, top, L, usable, top_done), c.virtual_stages, L):
+            top, top_done = heaviest(ctx, live, done, key)
+            if top_done is None:
+                top_caps = summed_caps(s, c, peak_sums(ctx, top, c.chunks, ("top", *key)), L, usable)
+            else:
+                top_caps = summed_done_caps(s, c, done_sums(ctx, top, top_done, c.chunks, ("top", *key)), L, usable)
+            if not caps_fit(top_caps, c.virtual_stages, L):
                 return False
-        caps = layer_caps(s, c, live, L, usable, done)
+        caps = shape_caps(s, c, m, done is not None, L, usable)
         return caps_fit(caps, c.virtual_stages, L) and kinds_fit(s, c, live, L, usable, done)
     k = chunk_moe(s, cut, None)
     for r in range(c.pp):

@@ -32,11 +32,15 @@ def _converted(lin: Linear) -> bool:
 
 def fp8_linears(ctx: Inputs, kind: str, tp: int) -> tuple[Linear, ...]:
     """The layer's linears (``ops.linears``) with ``fp8`` set on those whose GEMMs run in FP8 under the request's
-    recipe (none unless ``training.precision`` is fp8)."""
-    lins = linears(ctx.model, kind, tp)
-    if ctx.fp8_recipe is None or kind not in FP8_KINDS:
-        return lins
-    return tuple(replace(lin, fp8=True) if _converted(lin) else lin for lin in lins)
+    recipe (none unless ``training.precision`` is fp8). Memoised on ``ctx`` (``Inputs.fp8_cache``)."""
+    key = ("linears", kind, tp)
+    hit = ctx.fp8_cache.get(key)
+    if hit is None:
+        lins = linears(ctx.model, kind, tp)
+        if ctx.fp8_recipe is not None and kind in FP8_KINDS:
+            lins = tuple(replace(lin, fp8=True) if _converted(lin) else lin for lin in lins)
+        hit = ctx.fp8_cache[key] = lins
+    return hit  # type: ignore[return-value]
 
 
 def fp8_gemm_shapes(ctx: Inputs, kind: str, tokens: int, tp: int) -> list[tuple[int, int, int, int, bool]]:
@@ -162,10 +166,14 @@ def fp8_state_bytes(ctx: Inputs, tp: int) -> int:
     recipe = ctx.fp8_recipe
     if recipe is None:
         return 0
-    r = RECIPES[recipe]
-    lins = [lin for lin in fp8_linears(ctx, "transformer_block", tp) if lin.fp8]
-    cached = 2 * sum(lin.n * lin.k for lin in lins) if r.weight_cached else 0
-    return cached + r.scale_state_bytes * len(lins)
+    key = ("state", tp)
+    hit = ctx.fp8_cache.get(key)
+    if hit is None:
+        r = RECIPES[recipe]
+        lins = [lin for lin in fp8_linears(ctx, "transformer_block", tp) if lin.fp8]
+        cached = 2 * sum(lin.n * lin.k for lin in lins) if r.weight_cached else 0
+        hit = ctx.fp8_cache[key] = cached + r.scale_state_bytes * len(lins)
+    return hit  # type: ignore[return-value]
 
 
 def grouped_cast_ops(

@@ -52,6 +52,8 @@ class Inputs:
     #: The layers found so far (``layer``) and which points the profile covers (``covers``).
     layer_cache: dict[LayerKey, LayerProfile] = field(default_factory=dict, init=False, repr=False, compare=False)
     covers_cache: dict[tuple[int, int, bool], bool] = field(default_factory=dict, init=False, repr=False, compare=False)
+    #: ``workload.fp8``'s linears and FP8 state bytes of a layer kind at a TP degree (pure functions of those)
+    fp8_cache: dict[tuple, object] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def num_gpus(self) -> int:
