@@ -175,7 +175,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         (
             f"{len(cands)} configuration classes (every stage cut of each), {costed} costed (the rest bounded out), "
             f"{pruned_memory} ruled out by memory bounds, {solved} solved with CP-SAT ({solves} solves), "
-            f"{simulated + len(probed)} simulated at their one allowed cut (pinned, one stage, or an even-only stack's), "
+            f"{simulated + len(probed)} simulated at their one allowed cut (pinned, one stage, one layer a chunk, or an even-only stack's), "
             f"{len(seeded)} expert-like configurations evaluated first (their plans are a floor for the answer)"
         )
     ] + profile_notes

@@ -250,12 +250,15 @@ def zero_stages(ctx: Context, dp: int) -> list[int]:
 
 def forced_cut(ctx: Context, pins: ParallelPins, c: Candidate) -> list[int] | None:
     """The one cut a class is evaluated at, or None when its cut is searched: the pinned
-    ``stage_layers``; the even split on a stack that runs no other (``Stack.even_stages``). Interleaved classes of a
-    free schedule have their cut searched too (issue 26; ``uneven``)."""
+    ``stage_layers``; the even split on a stack that runs no other (``Stack.even_stages``); one layer a chunk where
+    there are as many chunks as layers (the only cut: Mixtral 8x22B's 56 layers on PP8 × v7, MLPerf GPT-3's 96 on
+    PP8 × v12). Interleaved classes of a free schedule have their cut searched too (issue 26; ``uneven``)."""
     if pins.stage_layers is not None:
         return list(pins.stage_layers)
     if ctx.stack.even_stages and c.chunks > 1:  # a stack that splits evenly only (``Stack.even_stages``)
         return [ctx.model.num_layers // c.chunks] * c.chunks
+    if c.chunks == ctx.model.num_layers:  # n_c >= 1 and sum n_c = L: every chunk one layer
+        return [1] * c.chunks
     return None
 
 
