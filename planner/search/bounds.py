@@ -13,7 +13,7 @@ from planner.compose.affine import moe_counts
 from planner.compose.context import Context
 from planner.compose.context_parallel import class_terms
 from planner.compose.cost import Candidate, ClassCosts, boundary_lags, num_microbatches
-from planner.compose.step_end import end_terms, rank_end
+from planner.compose.step_end import end_floor, end_terms, rank_end
 from planner.compose.terms import SharedTerms
 from planner.search.interleaved import interleaved_bound
 from planner.search.lean import (  # noqa: F401 (the layer-time bounds, re-exported where they were)
@@ -120,9 +120,7 @@ def pipe_bound(
     """``_pipe_bound`` of a class from its shared terms and the sum of its pipeline lags."""
     L, K = num_layers, s.moe_prefix[-1] if s.moe_prefix is not None else 0
     fe, be, fh, bh = s.fwd.emb, s.bwd.emb, s.fwd.head, s.bwd.head
-    head = s.own_head(c)
-    ends = L * (s.opt.layer + s.post.layer) + s.opt.emb + s.post.emb + ((s.opt.head + s.post.head) if head else 0)
-    ends += K * (s.opt.moe + s.post.moe)
+    ends, end_const = end_floor(s, c, L, K)
     first = fe + be + ((fh + bh) if c.chunks == 1 else 0)
     firsts = (fe, be, fh, bh) if c.chunks > 1 else (fe + fh, be + bh, 0, 0)
     return _pipe_bound(
@@ -138,7 +136,7 @@ def pipe_bound(
         firsts,
         lag_sum,
         ends,
-        s.opt.const + s.post.const,
+        end_const,
         caps,
         (K, s.fwd.moe, s.bwd.moe),
     )
@@ -264,10 +262,8 @@ def chain_bound(cc: ClassCosts, caps: list[int]) -> int:
     load = rank_chain_load(cc.num_layers, cc.m, w, extras, [2 * x for x in cc.lag] + [0], caps, steady=steady)
     if load is None:
         return 0
-    head = s.own_head(c)
-    ends = cc.num_layers * (s.opt.layer + s.post.layer) + K * (s.opt.moe + s.post.moe) + s.opt.emb + s.post.emb
-    ends += (s.opt.head + s.post.head) if head else 0
-    return int(math.floor(load + ends / c.pp + s.opt.const + s.post.const))
+    ends, end_const = end_floor(s, c, cc.num_layers, K)
+    return int(math.floor(load + ends / c.pp + end_const))
 
 
 def class_bound(cc: ClassCosts) -> int:

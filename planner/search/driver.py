@@ -28,7 +28,7 @@ from planner.search.bounds import fits_at, fitting_bound, may_fit, quick_may_fit
 from planner.search.cutsolver import ClassResult, Status, greedy_cut, solve_class
 from planner.search.frontier import Frontier, Key, QueueItem
 from planner.search.scope import time_limit_note, unsearched
-from planner.search.space import enumerate_candidates, forced_cut, min_memory, plan_key
+from planner.search.space import MAX_VIRTUAL_STAGES, enumerate_candidates, forced_cut, min_memory, plan_key
 from planner.search.ties import canonical_plans
 from planner.search.uneven import BUDGET, budget, note
 from planner.specs import ParallelPins, SearchOptions
@@ -175,7 +175,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         (
             f"{len(cands)} configuration classes (every stage cut of each), {costed} costed (the rest bounded out), "
             f"{pruned_memory} ruled out by memory bounds, {solved} solved with CP-SAT ({solves} solves), "
-            f"{simulated + len(probed)} simulated at their one allowed cut (pinned, one stage, or an even-only stack's), "
+            f"{simulated + len(probed)} simulated at their one allowed cut (pinned, one stage, one layer a chunk, or an even-only stack's), "
             f"{len(seeded)} expert-like configurations evaluated first (their plans are a floor for the answer)"
         )
     ] + profile_notes
@@ -292,7 +292,7 @@ def expert_seeds(ctx: Context, pins: ParallelPins, cands: list[Candidate], max_e
     degree within a node, sequence parallelism, the distributed optimizer (ZeRO-1) when dp > 1,
     selective recomputation (full when selective fits nowhere, then none), micro-batch 1 (the smallest),
     1F1B, and PP from 1 up until the recipe fits at the even split an expert would type; at that PP
-    also the other micro-batch sizes and interleaved where the layers split evenly. Each at the better
+    also the other micro-batch sizes and interleaved (v ≤ ``space.MAX_VIRTUAL_STAGES``). Each at the better
     of the even split and a balanced cut (its forced cut where it has one). At most ``max_evals``
     classes are simulated. Returns those that fit (every one a plan of a class the search visits)."""
     if not cands:
@@ -329,8 +329,9 @@ def expert_seeds(ctx: Context, pins: ParallelPins, cands: list[Candidate], max_e
             at = [c for c in level if c.pp == pp]
             zero = 1 if any(c.zero_stage == 1 for c in at) else min(c.zero_stage for c in at)
             # 1F1B first, then interleaved; each from the smallest micro-batch size up
+            deep = MAX_VIRTUAL_STAGES
             order = sorted(
-                (c for c in at if c.zero_stage == zero and c.schedule != "gpipe"),
+                (c for c in at if c.zero_stage == zero and c.schedule != "gpipe" and c.virtual_stages <= deep),
                 key=lambda c: (c.virtual_stages, c.micro_batch_size),
             )
             if not order or evals >= max_evals or not seed(order[0]):

@@ -42,6 +42,7 @@ from ortools.linear_solver import pywraplp
 
 from planner.compose.cost import ClassCosts
 from planner.compose.simulate import Op, rank_orders
+from planner.compose.step_end import end_floor
 from planner.search.chains import Counts, as_arrays, path_counts, price
 
 
@@ -134,13 +135,11 @@ def interleaved_bound(
     whole = rank_bound(a_rows, b_rows, ranks, caps, p, L)
     if whole is None:
         return 0
-    head = s.own_head(c)
-    ends = L * (s.opt.layer + s.post.layer) + K * (s.opt.moe + s.post.moe) + s.opt.emb + s.post.emb
-    ends += (s.opt.head + s.post.head) if head else 0
+    ends, end_const = end_floor(s, c, L, K)
 
     def bound(pipe: float) -> int:
         # the re-check is in floating point: a relative margin far above its rounding (1e-9 of a ~10 s step: 10 ns)
-        return int(math.floor(pipe * (1 - 1e-9) + ends / p + s.opt.const + s.post.const))
+        return int(math.floor(pipe * (1 - 1e-9) + ends / p + end_const))
 
     pipe = whole
     if enough is not None and bound(pipe) > enough:

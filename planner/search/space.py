@@ -22,12 +22,25 @@ from planner.specs.stacks import STACKS
 #: Schedules the planner models (``planner.specs.config.SCHEDULES``: zero-bubble schedules are runtime-only).
 SEARCHED_SCHEDULES = PRICED_SCHEDULES
 #: Schedules searched when ``parallel.schedule`` is not pinned. Interleaved 1F1B is then searched over the space a
-#: pinned ``schedule=interleaved-1f1b`` searches (issue 26): every v up to ``MAX_VIRTUAL_STAGES`` and every cut the
-#: stack runs (``Stack.even_stages``: the even split only), its cuts solved within a budget (``uneven``).
+#: pinned ``schedule=interleaved-1f1b`` searches (issue 26): every v the stack runs (``virtual_stage_options``) and
+#: every cut it runs (``Stack.even_stages``: the even split only), its cuts solved within a budget (``uneven``).
 DEFAULT_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
 RECOMPUTE = ("none", "selective", "full")
-#: Largest number of virtual stages searched when not pinned (Megatron uses 2–8 in practice).
+#: Most virtual stages searched when not pinned, but for a layer a chunk (``virtual_stage_options``).
 MAX_VIRTUAL_STAGES = 8
+
+
+def virtual_stage_options(pp: int, num_layers: int) -> list[int]:
+    """The virtual stages searched when ``parallel.virtual_stages`` is not pinned: 2 … ``MAX_VIRTUAL_STAGES``, and the
+    finest interleaving, a layer a chunk (v = L/pp where pp divides the L layers; Megatron-LM
+    ``--num-layers-per-virtual-pipeline-stage 1``), which NVIDIA ran for MLPerf v3.1 GPT-3 175B (96 layers on PP8 ×
+    v12). Megatron-LM bounds v by the layers alone (core_v0.16.1 megatron/training/arguments.py:502-556: ``--num-
+    virtual-stages-per-pipeline-rank`` any v, ``--pipeline-model-parallel-layout`` any layers per stage): the v
+    between ``MAX_VIRTUAL_STAGES`` and L/pp are reached by a pin only (searching them all costs 1.3–2.8× the planning
+    time of bench_plan's cases: Llama 3 70B on 64 H100 0.63 → 1.74 s CPU, DeepSeek-V3 on 2,048 1.18 → 1.84 s). What
+    the stack does not run (``Stack.even_stages``, ``interleaved_min_pp``) is left out by ``stack_rules``."""
+    finest = num_layers // pp if num_layers % pp == 0 and num_layers // pp > MAX_VIRTUAL_STAGES else None
+    return [*range(2, min(num_layers // pp, MAX_VIRTUAL_STAGES) + 1), *([finest] if finest else [])]
 
 
 def tp_options(ctx: Context, allow_across: bool) -> list[int]:
@@ -130,7 +143,7 @@ def _enumerate(ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp
                 if s in MULTI_STAGE_SCHEDULES:
                     if rules.interleaving_needs_pipeline(pp, 2) or rules.interleaved_microbatches_priced(s, pp, m):
                         continue
-                    vs = [pins.virtual_stages] if pins.virtual_stages is not None else range(2, MAX_VIRTUAL_STAGES + 1)
+                    vs = [pins.virtual_stages] if pins.virtual_stages is not None else virtual_stage_options(pp, L)
                     # pinned or not, the same v (a stack that splits evenly only keeps L % (pp·v) = 0 below)
                     scheds += [
                         (s, v)
@@ -250,12 +263,15 @@ def zero_stages(ctx: Context, dp: int) -> list[int]:
 
 def forced_cut(ctx: Context, pins: ParallelPins, c: Candidate) -> list[int] | None:
     """The one cut a class is evaluated at, or None when its cut is searched: the pinned
-    ``stage_layers``; the even split on a stack that runs no other (``Stack.even_stages``). Interleaved classes of a
-    free schedule have their cut searched too (issue 26; ``uneven``)."""
+    ``stage_layers``; the even split on a stack that runs no other (``Stack.even_stages``); one layer a chunk where
+    there are as many chunks as layers (the only cut: Mixtral 8x22B's 56 layers on PP8 × v7, MLPerf GPT-3's 96 on
+    PP8 × v12). Interleaved classes of a free schedule have their cut searched too (issue 26; ``uneven``)."""
     if pins.stage_layers is not None:
         return list(pins.stage_layers)
     if ctx.stack.even_stages and c.chunks > 1:  # a stack that splits evenly only (``Stack.even_stages``)
         return [ctx.model.num_layers // c.chunks] * c.chunks
+    if c.chunks == ctx.model.num_layers:  # n_c >= 1 and sum n_c = L: every chunk one layer
+        return [1] * c.chunks
     return None
 
 

@@ -23,6 +23,7 @@ import math
 from collections.abc import Sequence
 
 from planner.compose.cost import ClassCosts
+from planner.compose.step_end import end_floor
 
 
 def steady_load(n: int, base: int, a: Sequence[int], c: Sequence[int], caps: Sequence[int], least: int) -> int | None:
@@ -78,7 +79,5 @@ def steady_bound(cc: ClassCosts, caps: Sequence[int]) -> int:
             load = max(load, t)
     if load == 0:
         return 0
-    head = s.own_head(c)
-    ends = L * (s.opt.layer + s.post.layer) + K * (s.opt.moe + s.post.moe) + s.opt.emb + s.post.emb
-    ends += (s.opt.head + s.post.head) if head else 0
-    return int(math.floor(load + ends / p + s.opt.const + s.post.const))
+    ends, end_const = end_floor(s, c, L, K)
+    return int(math.floor(load + ends / p + end_const))

@@ -1,7 +1,7 @@
 """Interleaved classes of a free schedule, searched over their uneven cuts within a budget (issue 26).
 
 Left free, an interleaved-1F1B class is searched over every stage cut, as a pinned ``parallel.schedule:
-interleaved-1f1b`` searches it (``space.enumerate_candidates``: every v up to ``space.MAX_VIRTUAL_STAGES``, not only
+interleaved-1f1b`` searches it (``space.enumerate_candidates``: every v of ``space.virtual_stage_options``, not only
 those of uniform chunks), so no pin reaches a plan the free search does not. Most are ruled out before any solve: by
 memory (``screens.quick_may_fit``) and by their valid lower bound over every cut (``interleaved.interleaved_bound``
 in ``bounds.fitting_bound``) against the k-th best plan. Each one left is started at the better of its even split
