@@ -36,7 +36,13 @@ def request(
     "req, says, not_says",
     [
         (request(), ["context parallelism"], ["interleaved"]),
-        (request(cp=1), [], ["context parallelism", "cp degrees", "interleaved"]),
+        # 32 layers: pp 2 searches v 2…8 and 16 (a layer a chunk); v 9…15 a pin reaches (``space.virtual_stage_options``)
+        (
+            request(cp=1),
+            ["interleaving deeper than 8 virtual stages other than a layer a chunk (pp 2: v 9…15)"],
+            ["context parallelism", "cp degrees", "interleaved"],
+        ),
+        (request(cp=1, virtual_stages=4), [], ["context parallelism", "cp degrees", "interleav"]),
         (request(schedule="1f1b"), ["context parallelism"], ["interleaved"]),
         (
             request(seq=16384, nodes=4),
@@ -44,8 +50,16 @@ def request(
             ["context parallelism ("],
         ),
         # 16 GPUs (``CP_FULL_GPUS``): every CP degree is searched, at any length
-        (request(nodes=2), [], ["context parallelism", "cp degrees", "interleaved"]),
-        (request(seq=16384, nodes=2), [], ["context parallelism", "cp degrees"]),
+        (
+            request(nodes=2),
+            ["interleaving deeper than 8 virtual stages other than a layer a chunk (pp 2: v 9…15)"],
+            ["context parallelism", "cp degrees", "interleaved"],
+        ),
+        (
+            request(seq=16384, nodes=2),
+            ["interleaving deeper than 8 virtual stages other than a layer a chunk (pp 2: v 9…15)"],
+            ["context parallelism", "cp degrees"],
+        ),
         (
             request(seq=2048, stack="megatron-2020", model="gpt3-1.3b"),
             [],
@@ -89,3 +103,9 @@ def test_the_cli_prints_the_note_beside_an_optimal_answer() -> None:
         and "scope: the search, and an OPTIMAL proof" in out.stdout
         and "Pin parallel.cp" in out.stdout
     )
+
+
+def test_a_pin_reaches_the_virtual_stages_the_note_names() -> None:
+    """v = 12 on pp 2 (of 32 layers), named by the free answer's note, is planned when pinned."""
+    r = planner.plan(request(cp=1, pp=2, schedule="interleaved-1f1b", virtual_stages=12))
+    assert r.plans and r.plans[0].parallel.virtual_stages == 12, r.solver.notes

@@ -4,13 +4,16 @@ Two policies, not bounds, keep the search fast on requests of more than ``cp_deg
 parallelism below ``cp_degrees.CP_MIN_SEQ`` tokens only when no class without it fits, and not below
 ``cp_degrees.CP_MIN_LOCAL_SEQ`` tokens per CP rank (``cp_degrees.cp_options``). And an interleaved class of a free
 schedule is solved within a budget (``uneven``): one the budget leaves unproven is named, while a pinned schedule
-searches its uneven cuts to the time limit. A plan proven OPTIMAL is the best of the space searched; this names what
-that space leaves out and the pin that reaches it, so the answer never claims more than was proven."""
+searches its uneven cuts to the time limit. Free interleaving goes to ``space.MAX_VIRTUAL_STAGES`` and a layer a
+chunk (``space.virtual_stage_options``); the v between them are pinned with ``parallel.virtual_stages``. A plan proven
+OPTIMAL is the best of the space searched; this names what that space leaves out and the pin that reaches it, so the
+answer never claims more than was proven."""
 
 from __future__ import annotations
 
 from planner.compose.cost import Candidate, Context
 from planner.search.cp_degrees import CP_MIN_LOCAL_SEQ, CP_MIN_SEQ, cp_policies
+from planner.search.space import MAX_VIRTUAL_STAGES, virtual_stage_options
 from planner.specs import ParallelPins, SearchOptions
 
 
@@ -31,6 +34,12 @@ def unsearched(ctx: Context, pins: ParallelPins, cands: list[Candidate], past_bu
             parts.append(
                 f"cp degrees above {seq // CP_MIN_LOCAL_SEQ} (fewer than {CP_MIN_LOCAL_SEQ:,} tokens per CP rank)"
             )
+    deep = unsearched_virtual_stages(ctx, pins, cands)
+    if deep:
+        parts.append(
+            f"interleaving deeper than {MAX_VIRTUAL_STAGES} virtual stages other than a layer a chunk ({deep})"
+        )
+        pins_to.append("parallel.virtual_stages")
     if past_budget is not None:  # interleaved classes of a free schedule the search's budget left unproven
         parts.append(past_budget)
         pins_to.append("parallel.schedule: interleaved-1f1b")
@@ -41,6 +50,21 @@ def unsearched(ctx: Context, pins: ParallelPins, cands: list[Candidate], past_bu
         + "; ".join(parts)
         + f". Pin {' or '.join(pins_to)} to search them"
     )
+
+
+def unsearched_virtual_stages(ctx: Context, pins: ParallelPins, cands: list[Candidate]) -> str:
+    """The pipeline degrees of the interleaved classes searched whose v between ``MAX_VIRTUAL_STAGES`` and L/pp a
+    pin reaches but ``space.virtual_stage_options`` leaves out ("" when none): "pp 4: v 9…23 but 24", say."""
+    if pins.virtual_stages is not None:
+        return ""
+    L, even, out = ctx.model.num_layers, ctx.stack.even_stages, []
+    for pp in sorted({c.pp for c in cands if c.virtual_stages > 1}):
+        runs = [v for v in range(MAX_VIRTUAL_STAGES + 1, L // pp + 1) if not even or L % (pp * v) == 0]
+        left = [v for v in runs if v not in virtual_stage_options(pp, L)]
+        if left:
+            span = left[-1] - left[0] + 1 == len(left) > 2
+            out.append(f"pp {pp}: v " + (f"{left[0]}…{left[-1]}" if span else ", ".join(map(str, left))))
+    return "; ".join(out)
 
 
 def time_limit_note(options: SearchOptions, best: int, bound: int) -> str:
