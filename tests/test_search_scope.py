@@ -39,7 +39,7 @@ def request(
         # 32 layers: pp 2 searches v 2…8 and 16 (a layer a chunk); v 9…15 a pin reaches (``space.virtual_stage_options``)
         (
             request(cp=1),
-            ["interleaving deeper than 8 virtual stages other than a layer a chunk (pp 2: v 9…15)"],
+            ["interleaving deeper than 8 virtual stages other than a layer a chunk (pp 2: v 9-15)"],
             ["context parallelism", "cp degrees", "interleaved"],
         ),
         (request(cp=1, virtual_stages=4), [], ["context parallelism", "cp degrees", "interleav"]),
@@ -52,12 +52,12 @@ def request(
         # 16 GPUs (``CP_FULL_GPUS``): every CP degree is searched, at any length
         (
             request(nodes=2),
-            ["interleaving deeper than 8 virtual stages other than a layer a chunk (pp 2: v 9…15)"],
+            ["interleaving deeper than 8 virtual stages other than a layer a chunk (pp 2: v 9-15)"],
             ["context parallelism", "cp degrees", "interleaved"],
         ),
         (
             request(seq=16384, nodes=2),
-            ["interleaving deeper than 8 virtual stages other than a layer a chunk (pp 2: v 9…15)"],
+            ["interleaving deeper than 8 virtual stages other than a layer a chunk (pp 2: v 9-15)"],
             ["context parallelism", "cp degrees"],
         ),
         (

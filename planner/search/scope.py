@@ -54,7 +54,7 @@ def unsearched(ctx: Context, pins: ParallelPins, cands: list[Candidate], past_bu
 
 def unsearched_virtual_stages(ctx: Context, pins: ParallelPins, cands: list[Candidate]) -> str:
     """The pipeline degrees of the interleaved classes searched whose v between ``MAX_VIRTUAL_STAGES`` and L/pp a
-    pin reaches but ``space.virtual_stage_options`` leaves out ("" when none): "pp 4: v 9…23 but 24", say."""
+    pin reaches but ``space.virtual_stage_options`` leaves out ("" when none): "pp 2: v 9-15", say."""
     if pins.virtual_stages is not None:
         return ""
     L, even, out = ctx.model.num_layers, ctx.stack.even_stages, []
@@ -63,7 +63,7 @@ def unsearched_virtual_stages(ctx: Context, pins: ParallelPins, cands: list[Cand
         left = [v for v in runs if v not in virtual_stage_options(pp, L)]
         if left:
             span = left[-1] - left[0] + 1 == len(left) > 2
-            out.append(f"pp {pp}: v " + (f"{left[0]}…{left[-1]}" if span else ", ".join(map(str, left))))
+            out.append(f"pp {pp}: v " + (f"{left[0]}-{left[-1]}" if span else ", ".join(map(str, left))))
     return "; ".join(out)
 
 
