@@ -135,7 +135,7 @@ def family_floor(
     return fb
 
 
-#: ``Frontier.quick``'s memo key (with the schedule where v = 1)
+#: ``Frontier.quick``'s memo key (with the schedule and v: ``Frontier.quick``)
 QUICK_KEY = attrgetter(
     "tp",
     "pp",
