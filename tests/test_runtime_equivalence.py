@@ -233,7 +233,10 @@ def _launch(world: int, plans: dict, references: Path, tmp: Path, table: list | 
     proc = torchrun(world, args, tmp, 540)
     results = json.loads(out.read_text()) if out.exists() else {}
     errors = "".join(p.read_text() for p in sorted(tmp.glob("results.json.rank*.error")))
-    return {"results": results, "returncode": proc.returncode, "log": (errors or proc.stderr[-4000:])}
+    # Both: a rank killed from outside (a signal, the OOM killer) leaves no error file of its own, only the others'
+    # "Connection reset by peer"; torchrun's stderr names the rank and its exit signal.
+    launcher_tail = f"\n--- torchrun stderr (last 3000 characters) ---\n{proc.stderr[-3000:]}"
+    return {"results": results, "returncode": proc.returncode, "log": errors + launcher_tail}
 
 
 def launcher(tmp_path_factory, plans: dict, table: list | None = None):
