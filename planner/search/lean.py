@@ -77,9 +77,9 @@ def lean_bound(
     floor: bool = False,
     weights: dict[tuple, LeanWeights] | None = None,
 ) -> int:
-    """≤ ``quick_bound``, from the layer times alone (``terms.layer_group``, not per ZeRO stage and dp): the chain
-    and busiest-rank terms of ``_pipe_bound`` that only grow with the layer times (no ZeRO-3 gathers, end of step or
-    p2p lags). ``loads``: a memo of the busiest rank's load (it reads neither dp nor the schedule). ``floor``: a MoE
+    """≤ ``quick_bound``, from the layer times alone (``terms.layer_group``, not per ZeRO stage and dp; a CP class's with
+    its least exchange, ``exchange_floor``): the chain and busiest-rank terms of ``_pipe_bound`` that only grow with
+    the layer times (no ZeRO-3 gathers, end of step or p2p lags). ``loads``: a memo of the busiest rank's load (it reads neither dp nor the schedule). ``floor``: a MoE
     block's times at ``layer_group.moe_floor`` (≤ its own at every ep), so its (ep, etp) pair is not priced.
     ``weights``: a memo of ``lean_weights`` (the frontier's: DeepSeek-V3 on 2,048 GPUs asks 10k classes' bounds
     of a few hundred layer weights)."""
