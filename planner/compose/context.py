@@ -53,6 +53,8 @@ class Context(Device):
     #: The context-parallel views (``context_parallel.cp_view``), by cp, and the CP classes' terms.
     views: dict[int, Context] = _cache()
     cp_terms: dict[tuple, SharedTerms] = _cache()
+    #: the CP classes' memory terms (``context_parallel.memory_class_terms``), by their shared key at dp·cp, cp, exchange
+    cp_memory: dict[tuple, SharedTerms] = _cache()
     #: (mbs, tp, cp, cp_comm, recompute) -> the exchange's exposed (forward, backward) seconds per block
     cp_exposed: dict[tuple[int, int, int, str, str], tuple[float, float]] = _cache()
     #: a mixed model's dense-kind terms (independent of ep and etp), by their shared key less those and the

@@ -201,7 +201,12 @@ def memory_class_terms(ctx: Context, c: Candidate) -> SharedTerms:
     its times (``terms.memory_terms``). What the memory screens before costing read (``search.screens``)."""
     if c.cp == 1:
         return memory_terms(ctx, shared_key(c, c.dp))
-    return replace(memory_terms(cp_view(ctx, c.cp), shared_key(c, c.dp * c.cp)), cp_tmp=ring_buffer_bytes(ctx, c))
+    key = (*shared_key(c, c.dp * c.cp), c.cp, c.cp_comm)  # every field it reads (``ring_buffer_bytes``: mbs, tp too)
+    s = ctx.cp_memory.get(key)
+    if s is None:
+        s = memory_terms(cp_view(ctx, c.cp), key[:-2])
+        s = ctx.cp_memory[key] = replace(s, cp_tmp=ring_buffer_bytes(ctx, c))
+    return s
 
 
 def ring_buffer_bytes(ctx: Context, c: Candidate) -> int:

@@ -11,11 +11,12 @@ from operator import attrgetter
 
 from planner.compose.blocks import WINDOW, block_sequence
 from planner.compose.context import Context
-from planner.compose.context_parallel import cp_view
+from planner.compose.context_parallel import cp_exposed, cp_view
 from planner.compose.cost import Candidate, num_microbatches
 from planner.compose.floors import layer_floor
-from planner.compose.layer_group import moe_floor
+from planner.compose.layer_group import moe_floor, ns
 from planner.compose.terms import layer_group
+from planner.specs import rules
 
 
 def busiest_rank_load(L: int, p: int, w: int, e_first: int, e_last: int, least: int = 1) -> int:
@@ -76,9 +77,9 @@ def lean_bound(
     floor: bool = False,
     weights: dict[tuple, LeanWeights] | None = None,
 ) -> int:
-    """≤ ``quick_bound``, from the layer times alone (``terms.layer_group``, not per ZeRO stage and dp): the chain
-    and busiest-rank terms of ``_pipe_bound`` that only grow with the layer times (no ZeRO-3 gathers, end of step or
-    p2p lags). ``loads``: a memo of the busiest rank's load (it reads neither dp nor the schedule). ``floor``: a MoE
+    """≤ ``quick_bound``, from the layer times alone (``terms.layer_group``, not per ZeRO stage and dp; a CP class's with
+    its least exchange, ``exchange_floor``): the chain and busiest-rank terms of ``_pipe_bound`` that only grow with
+    the layer times (no ZeRO-3 gathers, end of step or p2p lags). ``loads``: a memo of the busiest rank's load (it reads neither dp nor the schedule). ``floor``: a MoE
     block's times at ``layer_group.moe_floor`` (≤ its own at every ep), so its (ep, etp) pair is not priced.
     ``weights``: a memo of ``lean_weights`` (the frontier's: DeepSeek-V3 on 2,048 GPUs asks 10k classes' bounds
     of a few hundred layer weights)."""
@@ -115,7 +116,22 @@ def lean_weights(ctx: Context, c: Candidate, floor: bool) -> LeanWeights:
             moe_w = heavy.fwd.layer + heavy.bwd.layer
     f, b = lg.fwd, lg.bwd
     K, wm = (0, w) if prefix is None else (prefix[-1], moe_w)  # a model of two block kinds: its MoE layers, weight
-    return w, wm, K, f.emb + b.emb, f.head + b.head, at
+    e = exchange_floor(ctx, c)  # every layer's (either kind's) CP exchange, at the class's cheapest one
+    return w + e, wm + e, K, f.emb + b.emb, f.head + b.head, at
+
+
+def exchange_floor(ctx: Context, c: Candidate) -> int:
+    """The least F + B per layer and micro-batch the CP exchange adds to a CP class (``context_parallel.class_terms``
+    adds ``ns`` of ``cp_exposed``'s forward and backward to every layer's), over the exchanges a class at (mbs, tp, cp,
+    recompute) may use (the stack's ``cp_comms`` whose head split fits: ``cp_degrees.cp_options``; a pinned one is one
+    of them, ``stack_rules``): a function of the fields ``lean_weights``' memo reads, so shared by every class that
+    shares its weights whatever its exchange. 0 without CP. ``tests/test_lean_exchange.py`` checks it."""
+    if c.cp == 1:
+        return 0
+    comms: list[str] = [x for x in ctx.stack.cp_comms if rules.cp_splits_heads(ctx.model, c.tp, c.cp, x) is None]
+    if c.cp_comm not in comms:  # not a class the search enumerates: its own exchange alone (still a bound of it)
+        comms = [c.cp_comm]
+    return min(ns(f) + ns(b) for f, b in (cp_exposed(ctx, c.variant(cp_comm=x)) for x in comms))
 
 
 def floor_bound(ctx: Context, c: Candidate, memo: dict[tuple, tuple[int, int] | None] | None = None) -> int | None:
