@@ -135,7 +135,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         else:
             cc = class_costs(ctx, cand)
             costed += 1
-            lb = fitting_bound(cc, fixed is None, kth, duals)  # ranked plans fit: a bound over the fitting cuts
+            lb = fitting_bound(cc, fixed is None, kth - up if kth is not None and up else kth, duals)  # fitting cuts
             # Memory screen before any simulation: exact for a forced cut, a bound otherwise.
             if pins.stage_layers is None and not (may_fit(cc) if fixed is None else fits_at(cc, fixed)):
                 pruned_memory += 1
