@@ -4,6 +4,7 @@ the bounds) or CP-SAT variables (the cut solver's model)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Generic, NamedTuple
 
@@ -178,3 +179,40 @@ def end_floor(s: SharedTerms, c: Candidate, num_layers: int, moe_layers: int = 0
     least = min(d.layer, d.layer + d.moe)  # chunk r's layers (n_r ≥ 1 of them, Σ_r n_r ≤ L) each add at least this
     ends += p * least if least >= 0 else L * least
     return ends, o.const + w.const + d.const
+
+
+def grad_floor(s: SharedTerms, c: Candidate, num_layers: int, moe_layers: int = 0) -> tuple[int, int]:
+    """(sum, const): Σ over the ranks of each rank's exposed gradient sync (``_grad_parts``' max) is ≥ sum + pp·const at
+    every cut — the part ``end_floor`` takes as 0. Without the overlap (``hidden_bwd`` NOTHING) the part ``sync −
+    overlap`` is the whole sync of the rank's N_r layers; with it, the part ``slowed + last`` is σ· the sync of its N_r
+    layers (``sync_slowdown``) plus, where the sync runs chunk by chunk (``chunk_sync_terms``), (1 − σ)· that of chunk r
+    (n_r ≥ 1 layers, with the embedding on rank 0 and the LM head on rank pp − 1): summed over the ranks,
+    ``sync_slowdown`` of every layer and (sync − sync_slowdown) of one layer per rank at least. (0, 0) where a
+    coefficient of the sync is negative (a rank's sync could then be 0, whose exposed part ``_grad_parts`` takes as 0)."""
+    L, K, p, y = num_layers, moe_layers, c.pp, s.sync
+    if min(y.const, y.layer, y.layer + y.moe, y.emb, y.head) < 0:
+        return 0, 0
+    head = s.own_head(c)
+
+    def whole(a: Affine) -> int:  # Σ_r of a at rank r's layers (Σ_r N_r = L, Σ_r K_r = K), its constant apart
+        return L * a.layer + K * a.moe + a.emb + (a.head if head else 0)
+
+    if s.hidden_bwd == NOTHING:
+        return whole(y), y.const
+    w = s.sync_slowdown
+    if not (s.chunk_grad_sync and c.virtual_stages > 1 and c.schedule == "interleaved-1f1b"):
+        return whole(w), w.const
+    d = Affine(*(a - b for a, b in zip(y, w)))
+    least = min(d.layer, d.layer + d.moe)  # chunk r's layers (n_r ≥ 1 of them, Σ_r n_r ≤ L) each add at least this
+    more = d.emb + (d.head if head else 0) + (p * least if least >= 0 else L * least)
+    return whole(w) + more, w.const + d.const
+
+
+def sync_lift(s: SharedTerms, c: Candidate, num_layers: int, moe_layers: int = 0) -> int:
+    """What every cut's slowest rank's end of step is above ``end_floor``'s ``ends / pp + const`` at least, ns (floored):
+    the rank average of the gradient sync's least (``grad_floor``) and of the tied embeddings' all-reduce on the first
+    and last ranks (``end_terms`` adds it to their optimizer step; ``end_floor`` leaves both out). A bound built as
+    something + ``end_floor`` plus this is still a bound (``search.lift``)."""
+    grads, const = grad_floor(s, c, num_layers, moe_layers)
+    tied = 2 * s.tied_sync if c.pp > 1 else 0
+    return int(math.floor((grads + tied) / c.pp + const))

@@ -27,6 +27,7 @@ from planner.compose.cost import Candidate, ClassCosts, Context, class_costs, ev
 from planner.search.bounds import fits_at, fitting_bound, may_fit, quick_may_fit
 from planner.search.cutsolver import ClassResult, Status, greedy_cut, solve_class
 from planner.search.frontier import Frontier, Key, QueueItem
+from planner.search.lift import lifted
 from planner.search.scope import time_limit_note, unsearched
 from planner.search.space import MAX_VIRTUAL_STAGES, enumerate_candidates, forced_cut, min_memory, plan_key
 from planner.search.ties import canonical_plans
@@ -127,12 +128,14 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
             pruned_memory += 1
             block(cand, item.bound)
             continue
+        if kth is not None and (up := lifted(ctx, pins, fixed, cand, left)) and queue.quick(cand) + up > kth:
+            continue  # ruled out by its bound + the gradient sync's least (``lift``)
         if cand in costs:
             cc, lb = costs.pop(cand)  # re-keyed by its exact bound and back at the front
         else:
             cc = class_costs(ctx, cand)
             costed += 1
-            lb = fitting_bound(cc, fixed is None, kth, duals)  # ranked plans fit: a bound over the fitting cuts
+            lb = fitting_bound(cc, fixed is None, kth - up if kth is not None and up else kth, duals)  # fitting cuts
             # Memory screen before any simulation: exact for a forced cut, a bound otherwise.
             if pins.stage_layers is None and not (may_fit(cc) if fixed is None else fits_at(cc, fixed)):
                 pruned_memory += 1
@@ -142,7 +145,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
                 costs[cand] = (cc, lb)
                 queue.push(item._replace(bound=lb))
                 continue
-        if kth is not None and lb > kth:
+        if kth is not None and (lb > kth or (up and lb + up > kth)):
             continue
         b = budget(pins, fixed, cand, left)
         res = solve_class(cc, options, fixed=fixed, incumbent=kth, deadline=deadline, learned=learned, budget=b)

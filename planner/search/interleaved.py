@@ -92,6 +92,16 @@ def _family(p: int, v: int, m: int) -> tuple[tuple[Counts, ...], tuple[int, ...]
     return tuple(out), tuple(out.values())
 
 
+@lru_cache(maxsize=256)
+def _arrays(p: int, v: int, m: int) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], tuple[int, ...]]:
+    """``_family``'s chains as count matrices (``chains.as_arrays``, read only), once per (p, v, m)."""
+    counts, ranks = _family(p, v, m)
+    family = as_arrays(counts)
+    for x in family:
+        x.flags.writeable = False
+    return family, ranks
+
+
 def _least(a: list[float], caps: list[int], p: int, L: int) -> float | None:
     """min Σ a_c·n_c over real n_c ≥ 1 with Σ n_c = L and each rank's chunks within its cap: every chunk at one
     layer, the rest greedily to the cheapest chunks whose rank has room (exact: a rank's room is shared by its
@@ -123,8 +133,7 @@ def interleaved_bound(
     if v == 1 or p == 1 or C > L:
         return 0
     caps = list(caps) if caps is not None else [L] * p
-    counts, ranks = _family(p, v, cc.m)
-    family = as_arrays(counts)
+    family, ranks = _arrays(p, v, cc.m)
     coef, const = price(cc, family)
     K = s.moe_prefix[-1] if s.moe_prefix is not None else 0
     if K:  # a model of two block kinds: every layer at the lighter kind's times, the K MoE layers' extra at its least
@@ -170,12 +179,20 @@ def rank_bound(a: np.ndarray, b: np.ndarray, ranks: tuple[int, ...], caps: list[
     if any(cap < v for cap in caps) or sum(caps) < L:
         return None
     lines: list[list[tuple[float, float]]] = [[] for _ in range(p)]
-    for i in range(K):
-        r = ranks[i]
-        own, off = a[i, r::p], np.delete(a[i], np.arange(r, C, p))
-        lo = float(off.min()) if off.size else 0.0
-        # chain ≥ Σ_own a·n + Σ_off a·1 + lo·(L − N_r − (C − v)) ≥ (min own − lo)·N_r + const
-        lines[r].append((float(own.min()) - lo, float(b[i]) + float(off.sum()) + lo * (L - (C - v))))
+    rank_of = np.asarray(ranks)
+    for r in range(p):  # rank r's chains at once (each row as the chain-by-chain loop of ``tests`` prices it)
+        rows = np.flatnonzero(rank_of == r)
+        if not rows.size:
+            continue
+        mine = np.zeros(C, dtype=bool)
+        mine[r::p] = True
+        own, off = a[rows][:, mine], a[rows][:, ~mine]
+        lo = off.min(axis=1) if off.shape[1] else np.zeros(rows.size)
+        # chain ≥ Σ_own a·n + Σ_off a·1 + lo·(L − N_r − (C − v)) ≥ (min own − lo)·N_r + const (each row summed alone:
+        # numpy's 1-D sum, the same float as the chain-by-chain loop's)
+        total = np.array([row.sum() for row in off]) if off.shape[1] else np.zeros(rows.size)
+        slope, const = own.min(axis=1) - lo, b[rows] + total + lo * (L - (C - v))
+        lines[r] = list(zip(slope.tolist(), const.tolist()))
 
     # each rank's lines by the sign of their slope (``feasible`` reads them so, in their order), and its flat ones'
     # highest constant
