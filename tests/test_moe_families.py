@@ -1,0 +1,134 @@
+"""A mixture of experts' families as the enumeration hands them to the queue (``search.families``, issues 23 and 26),
+checked against what they replace, on the catalog's mixtures of experts on the bench clusters and on seeded random
+instances:
+
+- ``space.enumerate_classes``' families hold every class of ``enumerate_candidates`` once, each family's classes
+  differing only in ZeRO stage, CP exchange and (ep, etp);
+- ``families.chain`` equals ``frontier.family_chain`` of the family's classes grouped by ``frontier.FAMILY_KEY`` (the
+  same groups, members in the same order), and its least members equal ``min(…, key=IN_FAMILY)`` of each group and
+  every later one;
+- the queue built from the families pops the same classes with the same settled bounds in the same order as the queue
+  that regroups the classes;
+- the queue's memory screen of a MoE class before its quick bound (``Frontier._quick_item``: at the class's one cut,
+  else every cut's) leaves the classes that pass the search's own screen (``driver.one_cut``, ``quick_may_fit``) in the
+  same order with the same settled bounds as the queue that prices the quick bound first.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.answer.request import context
+from planner.compose.context import Context
+from planner.search import frontier
+from planner.search.bounds import quick_may_fit
+from planner.search.driver import one_cut
+from planner.search.families import chain
+from planner.search.space import enumerate_candidates, enumerate_classes
+from planner.specs import ParallelPins, PlanRequest, SearchOptions
+from tests.test_expert_floor import random_instance
+
+CASES = [  # bench_plan's mixtures of experts and bench_plan_wide's, on their clusters
+    ("deepseek-v3", "h100-sxm5-80gb", 256, 8, 15360, 4096, "megatron"),
+    ("mixtral-8x22b", "h100-sxm5-80gb", 16, 8, 256, 4096, "megatron"),
+    ("qwen3-30b-a3b", "h100-sxm5-80gb", 2, 8, 512, 4096, "megatron"),
+    ("qwen3-30b-a3b", "h100-sxm5-80gb", 4, 8, 512, 4096, "torchtitan"),
+    ("gpt-oss-120b", "h100-sxm5-80gb", 8, 8, 512, 4096, "megatron"),
+    ("mixtral-8x7b", "h100-sxm5-80gb", 8, 8, 64, 32768, "megatron"),  # long context: cp > 1, its CP exchanges
+]
+
+
+def request(model, gpu, nodes, gpn, gbs, seq, stack) -> PlanRequest:
+    return PlanRequest.model_validate(
+        {
+            "model": model,
+            "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
+            "training": {"global_batch_size": gbs, "seq_len": seq, "stack": stack},
+        }
+    )
+
+
+def check_families(ctx: Context, pins: ParallelPins, options: SearchOptions) -> int:
+    """The families against the regrouped classes; the number of families."""
+    cands, families = enumerate_classes(ctx, pins, options)
+    assert cands == enumerate_candidates(ctx, pins, options)
+    flat = [c for _, rows in families for row in rows for c in row]
+    assert sorted(flat) == sorted(cands) and len(set(map(id, flat))) == len(cands)
+    grouped: dict[tuple, list] = {}
+    for c in cands:
+        grouped.setdefault(frontier.FAMILY_KEY(c), []).append(c)
+    assert len(grouped) == len(families)
+    memo: dict = {}
+    for family in families:
+        pairs, rows = family
+        assert all([(c.ep, c.etp) for c in row] == pairs for row in rows)
+        members = grouped[frontier.FAMILY_KEY(rows[0][0])]
+        assert sorted(c for row in rows for c in row) == sorted(members)
+        got, least = chain(ctx, family, memo)
+        want = frontier.family_chain(ctx, members)
+        assert [got[i] for i in range(len(got))] == want
+        assert [got.first(i) for i in range(len(got))] == [g[0] for g in want]
+        assert least == [min((c for g in want[i:] for c in g), key=frontier.IN_FAMILY) for i in range(len(want))]
+    return len(families)
+
+
+@pytest.mark.parametrize(("model", "gpu", "nodes", "gpn", "gbs", "seq", "stack"), CASES)
+def test_families_are_the_regrouped_classes_on_the_catalog(model, gpu, nodes, gpn, gbs, seq, stack) -> None:
+    req = request(model, gpu, nodes, gpn, gbs, seq, stack)
+    assert check_families(context(req), req.parallel, req.options) > 10
+
+
+def test_families_are_the_regrouped_classes_on_random_instances() -> None:
+    assert sum(check_families(random_instance(seed), ParallelPins(), SearchOptions()) for seed in range(24)) > 100
+
+
+def popped(ctx: Context, pins: ParallelPins, q: frontier.Frontier, n: int) -> list[tuple]:
+    out = []
+    while len(out) < n and (item := q.pop()) is not None:
+        out.append((item.bound, item.cand))
+    return out
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[1], CASES[2]])
+def test_the_queue_from_families_pops_as_the_regrouping_one(case) -> None:
+    req = request(*case)
+    ctx = context(req)
+    cands, families = enumerate_classes(ctx, req.parallel, req.options)
+    with_families = popped(ctx, req.parallel, frontier.Frontier(ctx, req.parallel, cands, families), 3000)
+    ctx = context(req)
+    regrouped = popped(
+        ctx,
+        req.parallel,
+        frontier.Frontier(ctx, req.parallel, enumerate_candidates(ctx, req.parallel, req.options)),
+        3000,
+    )
+    assert len(with_families) == min(3000, len(cands))
+    assert with_families == regrouped
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_memory_screen_first_keeps_the_classes_that_fit_in_order(case, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the search keeps of the queue (the classes its own memory screen passes) is the same with the screen before
+    the quick bound and after it; the screen rules out classes the quick-bound-first queue priced (the test checks)."""
+    req = request(*case)
+    pins = req.parallel
+
+    def kept(screen_first: bool, n: int = 40) -> tuple[list[tuple], int]:
+        """The first ``n`` classes the search keeps, and how many it rules out by memory before them."""
+        ctx = context(req)
+        cands, families = enumerate_classes(ctx, pins, req.options)
+        q = frontier.Frontier(ctx, pins, cands, families)
+        assert q._moe
+        q._moe = screen_first
+        out, ruled = [], 0
+        while len(out) < n and (item := q.pop()) is not None:
+            if quick_may_fit(ctx, item.cand, one_cut(ctx, pins, item.cand)):
+                out.append((item.bound, item.cand))
+            else:
+                ruled += 1
+        return out, ruled
+
+    first, ruled_first = kept(True)
+    after, ruled_after = kept(False)
+    assert first and first == after
+    assert ruled_first > 0
