@@ -132,3 +132,34 @@ def test_the_memory_screen_first_keeps_the_classes_that_fit_in_order(case, monke
     after, ruled_after = kept(False)
     assert first and first == after
     assert ruled_first > 0
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_probe_order_screened_first_keeps_the_classes_that_fit_in_order(case) -> None:
+    """``Frontier.by_quick_bound`` (what ``driver.probe`` visits) with a MoE class's memory screen before its quick
+    bound: the one-cut classes that pass the probe's own screen come in the same order with the same bounds as when
+    every class is priced first (the probe skips the rest; only where they fall in its scan moves)."""
+    req = request(*case)
+    pins = req.parallel
+
+    def one_cut_only(c) -> bool:
+        return c.chunks == 1 or (context(req).stack.even_stages and c.virtual_stages > 1)
+
+    def kept(screen_first: bool, n: int = 40) -> tuple[list[tuple], int]:
+        ctx = context(req)
+        cands, families = enumerate_classes(ctx, pins, req.options)
+        q = frontier.Frontier(ctx, pins, cands, families)
+        q._moe = screen_first
+        out, ruled = [], 0
+        for item in q.by_quick_bound(one_cut_only):
+            if len(out) >= n:
+                break
+            if quick_may_fit(ctx, item.cand, one_cut(ctx, pins, item.cand)):
+                out.append((item.bound, item.cand))
+            else:
+                ruled += 1
+        return out, ruled
+
+    first, _ = kept(True)
+    after, _ = kept(False)
+    assert first == after

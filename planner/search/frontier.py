@@ -341,6 +341,8 @@ class Frontier:
                     heapq.heappush(heap, member)
             elif item.key == Key.FLOOR:  # its lean bound first (the layers only), then its quick bound
                 heapq.heappush(heap, item._replace(bound=max(item.bound, self.lean(item.cand)), key=Key.LEAN))
+            elif item.key == Key.LEAN and self._moe:  # memory screened first (``_quick_item``): the probe skips
+                heapq.heappush(heap, self._quick_item(item))  # what it rules out, and its times are never priced
             elif item.key == Key.LEAN:
                 heapq.heappush(heap, item._replace(bound=max(item.bound, self.quick(item.cand)), key=Key.SETTLED))
             else:
