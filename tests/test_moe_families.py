@@ -163,3 +163,28 @@ def test_the_probe_order_screened_first_keeps_the_classes_that_fit_in_order(case
     first, _ = kept(True)
     after, _ = kept(False)
     assert first == after
+
+
+def test_a_windowed_moe_floor_is_its_lean_bound() -> None:
+    """MoE blocks windowed and full (gpt-oss): ``lean_bound(floor=True)`` is ``lean_bound`` on every class, so the queue
+    enters such a class at its lean bound (``Frontier``'s ``exact_floor``), not at that floor re-keyed by the same
+    value; and it pops the same classes with the same bounds in the same order as queued at the floor."""
+    from planner.search.bounds import lean_bound
+
+    req = request(*CASES[4])
+    ctx = context(req)
+    cands = enumerate_candidates(ctx, req.parallel, req.options)
+    assert not frontier.moe_families(ctx)
+    for c in cands[::7]:
+        assert lean_bound(ctx, c, floor=True) == lean_bound(ctx, c), c
+    q = frontier.Frontier(ctx, req.parallel, cands)
+    assert {item.key for item in q.heap} == {frontier.Key.LEAN}
+    entered = popped(ctx, req.parallel, q, 1500)
+
+    ctx = context(req)
+    floors = frontier.Frontier(ctx, req.parallel, [])  # queued at the floor, as before: the same pops
+    floors.heap = [
+        frontier.QueueItem(lean_bound(ctx, c, floor=True), frontier.simplicity(c), frontier.Key.FLOOR) for c in cands
+    ]
+    frontier.heapq.heapify(floors.heap)
+    assert popped(ctx, req.parallel, floors, 1500) == entered

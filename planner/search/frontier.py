@@ -178,6 +178,10 @@ class Frontier:
         # (by the class's id: the classes are kept alive by the chains, and an item's ``cand`` is that very object)
         self._families: dict[int, tuple[Chain, list[tuple]]] = {}
         heap, lean, lean_tag, floor_tag = self.heap, self._lean, Key.LEAN, Key.FLOOR
+        # MoE blocks windowed and full (gpt-oss): ``lean_bound(floor=True)`` prices the layers exactly, as ``lean_bound``
+        # (``lean.lean_weights``), so a class enters at its lean bound, not at that floor then re-keyed by the same
+        # value (gpt-oss 120B on 64 H100: 8,558 lean bounds priced twice)
+        exact_floor = moe and block_sequence(ctx)[0][-1].endswith(WINDOW)
         if moe and moe_families(ctx):  # one item per family at its least floor key (``family_floor``)
             for chain, least in self._chains(cands, families):
                 mins = [simplicity(c) for c in least]
@@ -188,13 +192,15 @@ class Frontier:
             return
         for c in cands:
             k = lean_key(c)
-            if moe:
+            if moe and not exact_floor:
                 fb = floors.get(k)
                 if fb is None:
                     fb = floors[k] = lean_bound(ctx, c, self._loads, True, self._weights)
                 heap.append(QueueItem(fb, simplicity(c), floor_tag))
                 continue
             b = lean.get(k)
+            if b is None and exact_floor:  # ``lean_bound`` itself (its ``floor``: the same terms), entered as such
+                b = lean[k] = lean_bound(ctx, c, self._loads, weights=self._weights)
             # a CP class: keyed by its FLOP floor, its layers (a view per cp) priced when it nears the front; classes
             # without CP share their layer groups across pp, dp and schedules, and the floor's extra re-keying cost
             # more than it saved there (Llama 3 70B on 64 H100: 231 -> 141 layer groups, 0.29 -> 0.38-0.42 s CPU)
