@@ -188,3 +188,25 @@ def test_a_windowed_moe_floor_is_its_lean_bound() -> None:
     ]
     frontier.heapq.heapify(floors.heap)
     assert popped(ctx, req.parallel, floors, 1500) == entered
+
+
+@pytest.mark.parametrize("case", [CASES[4], ("gpt-oss-120b", "h100-sxm5-80gb", 8, 8, 64, 65536, "megatron")])
+def test_the_window_view_prices_the_experts_alike(case) -> None:
+    """``experts.expert_terms`` is shared between a context and its window view (``blocks.window_view``) where it
+    has no profile: the view's own terms, priced afresh, equal the context's at every point the search prices (a
+    long context: CP views and their window views too)."""
+    from planner.compose.blocks import window_view
+    from planner.compose.context_parallel import cp_view
+    from planner.compose.experts import expert_terms
+
+    req = request(*case)
+    ctx = context(req)
+    assert ctx.profile is None and window_view(ctx).expert_terms is ctx.expert_terms
+    points = {
+        (c.cp, c.micro_batch_size, c.tp, c.sequence_parallel, c.recompute, c.ep, c.etp)
+        for c in enumerate_candidates(ctx, req.parallel, req.options)
+    }
+    assert len(points) > 50
+    for cp, *point in sorted(points):
+        view = cp_view(ctx, cp)
+        assert expert_terms.__wrapped__(view, *point) == expert_terms.__wrapped__(window_view(view), *point), point
