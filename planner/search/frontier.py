@@ -159,7 +159,6 @@ class Frontier:
     def __init__(self, ctx: Context, pins: ParallelPins, cands: list[Candidate], families: list[Family] | None = None):
         """``families``: ``cands`` as ``space.enumerate_classes`` grouped them (``families.chain``), when it is they."""
         self.ctx, self.pins = ctx, pins
-        self._whole = [ctx.model.num_layers]  # a one-stage class's one cut (``driver.one_cut``)
         self._quick: dict[tuple, int] = {}
         self._lean: dict[tuple, int] = {}
         self._loads: dict[tuple, int] = {}  # ``lean_bound``'s busiest-rank loads, shared by dp and the schedule
@@ -279,11 +278,8 @@ class Frontier:
         # memory rules out; elsewhere most classes at the front fit: Llama 3 405B at 131K tokens 1.8 -> 2.5 s CPU)
         spread = c.virtual_stages == 1 and c.pp > 1
         cut = None if spread else forced_cut(self.ctx, self.pins, c)
-        if (
-            self.pins.stage_layers is None
-            and (spread or self._moe)
-            and not quick_may_fit(self.ctx, c, cut if c.chunks > 1 else self._whole)
-        ):
+        at = cut if c.chunks > 1 else [self.ctx.model.num_layers]  # ``driver.one_cut``
+        if self.pins.stage_layers is None and (spread or self._moe) and not quick_may_fit(self.ctx, c, at):
             # memory rules out every cut (the search's own screen of such a class, from its memory terms alone; at its
             # one cut, the very screen the search applies): settled at its lean bound, the search drops it, and its
             # times are never priced
