@@ -44,6 +44,8 @@ def window_view(ctx: Context) -> Context:
     if view is None:
         model = ctx.model.model_copy(update={"window_first_layer": 0, "window_layer_freq": 1})
         view = ctx.window = replace(ctx, model=model, profile=None, layer_fn=None)
+        if ctx.profile is None and ctx.layer_fn is None:  # priced alike: the routed experts read no window
+            view.expert_terms = ctx.expert_terms  # (``tests/test_moe_families.py`` checks them against the view's own)
     return view
 
 

@@ -10,7 +10,7 @@ from planner.pricing.device import Device
 
 if TYPE_CHECKING:
     from planner.compose.cost import Candidate, ClassCosts
-    from planner.compose.experts import ExpertFloor
+    from planner.compose.experts import ExpertFloor, ExpertTerms
     from planner.compose.layer_group import DenseParts, LayerGroup
     from planner.compose.terms import SharedTerms
 
@@ -41,6 +41,8 @@ class Context(Device):
     moe_floors: dict[tuple[int, int, bool, str, bool, int, int], tuple[int, int]] = _cache()
     expert_floors: dict[tuple[int, int, bool, str, int], ExpertFloor] = _cache()
     a2a_floors: dict[tuple[int, int, bool, int], float] = _cache()  # its all-to-all's seconds, by (mbs, tp, sp, ep)
+    #: ``experts.expert_terms`` by (mbs, tp, sp, recompute, ep, etp) (shared with the window view: ``blocks.window_view``)
+    expert_terms: dict[tuple, ExpertTerms] = _cache()
     shared: dict[SharedKey, SharedTerms] = _cache()
     #: ``shared``'s memory terms alone, for keys not priced whole (``terms.memory_terms``)
     shared_memory: dict[SharedKey, SharedTerms] = _cache()

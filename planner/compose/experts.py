@@ -43,7 +43,11 @@ class ExpertTerms:
     flops_bwd: float
 
 
+@memo_on("expert_terms")
 def expert_terms(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, ep: int, etp: int) -> ExpertTerms:
+    """A MoE block's routed experts at (mbs, tp, sp, recompute, ep, etp), memoised on the context
+    (``Context.expert_terms``, shared with its window view where that prices alike: ``blocks.window_view``): the
+    block's layer groups of either TP overlap and either kind, windowed or full, read the same terms."""
     glu = op_bytes(ctx)[1]  # the SwiGLU product's bytes per element under the stack's kernels, as the dense MLP's
     st = ctx.stack
     fp8 = ctx.fp8_recipe is not None

@@ -29,7 +29,7 @@ from planner.search.cutsolver import ClassResult, Status, greedy_cut, solve_clas
 from planner.search.frontier import Frontier, Key, QueueItem
 from planner.search.lift import lifted
 from planner.search.scope import time_limit_note, unsearched
-from planner.search.space import MAX_VIRTUAL_STAGES, enumerate_candidates, forced_cut, min_memory, plan_key
+from planner.search.space import MAX_VIRTUAL_STAGES, enumerate_classes, forced_cut, min_memory, plan_key
 from planner.search.ties import canonical_plans
 from planner.search.uneven import BUDGET, budget, note
 from planner.specs import ParallelPins, SearchOptions
@@ -68,14 +68,14 @@ def result_key(r: ClassResult) -> tuple:
 
 def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int = 3) -> SearchResult:
     t0 = time.perf_counter()
-    cands = enumerate_candidates(ctx, pins, options)
-    cands, profile_notes = restrict_to_profile(ctx, cands)
+    every, families = enumerate_classes(ctx, pins, options)
+    cands, profile_notes = restrict_to_profile(ctx, every)
     # Best-first on valid lower bounds (``frontier``: lean, then quick, then a one-cut class's cut bound,
     # each computed when the class nears the front): a class is costed (ClassCosts, memory screen, exact
     # bound) only when its bound can still reach the k-th best plan, pushed back when its exact bound is
     # larger, and solved only when that can reach it too. The first class whose bound exceeds it ends the
     # search: every later one is bounded out.
-    queue = Frontier(ctx, pins, cands)
+    queue = Frontier(ctx, pins, cands, families if cands is every else None)
     # Expert-like configurations (``expert_seeds``), evaluated at a balanced cut before the search: real
     # plans of classes the search visits anyway, so the answer is never worse than them even when the
     # time limit ends the search early, and their step times prune from the start. A seed stands for

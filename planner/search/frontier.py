@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterator
 from enum import IntEnum
+from itertools import accumulate
 from operator import attrgetter
 from typing import NamedTuple
 
@@ -26,6 +27,8 @@ from planner.compose.context_parallel import cp_view
 from planner.compose.cost import Candidate, Context
 from planner.compose.layer_group import moe_floor
 from planner.search.bounds import cut_bound, floor_bound, lean_bound, quick_bound, quick_may_fit
+from planner.search.families import Chain, Family
+from planner.search.families import chain as family_groups
 from planner.search.lean import LeanWeights
 from planner.search.space import forced_cut, simplicity
 from planner.specs import ParallelPins
@@ -153,7 +156,8 @@ QUICK_KEY = attrgetter(
 
 
 class Frontier:
-    def __init__(self, ctx: Context, pins: ParallelPins, cands: list[Candidate]):
+    def __init__(self, ctx: Context, pins: ParallelPins, cands: list[Candidate], families: list[Family] | None = None):
+        """``families``: ``cands`` as ``space.enumerate_classes`` grouped them (``families.chain``), when it is they."""
         self.ctx, self.pins = ctx, pins
         self._quick: dict[tuple, int] = {}
         self._lean: dict[tuple, int] = {}
@@ -165,39 +169,37 @@ class Frontier:
         # A mixture of experts enters at its floor key (``lean_bound(floor=True)``: the MoE blocks' times at every ep's
         # floor), re-keyed by its lean bound when it reaches the front: only the (ep, etp) pairs of the classes near
         # the front are priced (DeepSeek-V3 on 2,048 GPUs: 2,466 layer groups → 290). Every key a bound ≤ the next.
-        moe = has_moe_blocks(ctx)
+        self._moe = moe = has_moe_blocks(ctx)
         self.heap: list[QueueItem] = []
         self._floors = floors
         # a FAMILY item's chain of member groups (``family_chain``) and, per group, the least order from it on: by the
         # class each of those orders ends with (an item's ``cand``)
         # (by the class's id: the classes are kept alive by the chains, and an item's ``cand`` is that very object)
-        self._families: dict[int, tuple[list[list[Candidate]], list[tuple]]] = {}
+        self._families: dict[int, tuple[Chain, list[tuple]]] = {}
         heap, lean, lean_tag, floor_tag = self.heap, self._lean, Key.LEAN, Key.FLOOR
+        # MoE blocks windowed and full (gpt-oss): ``lean_bound(floor=True)`` prices the layers exactly, as ``lean_bound``
+        # (``lean.lean_weights``), so a class enters at its lean bound, not at that floor then re-keyed by the same
+        # value (gpt-oss 120B on 64 H100: 8,558 lean bounds priced twice)
+        exact_floor = moe and block_sequence(ctx)[0][-1].endswith(WINDOW)
         if moe and moe_families(ctx):  # one item per family at its least floor key (``family_floor``)
-            groups: dict[tuple, list[Candidate]] = {}
-            for c in cands:
-                groups.setdefault(FAMILY_KEY(c), []).append(c)
-            pair_weights: dict[tuple, dict] = {}
-            for members in groups.values():
-                chain = family_chain(ctx, members, pair_weights)
-                least = [min(g, key=IN_FAMILY) for g in chain]  # the least ``simplicity`` of each group and after it
-                for i in range(len(least) - 2, -1, -1):
-                    least[i] = min(least[i], least[i + 1], key=IN_FAMILY)
+            for chain, least in self._chains(cands, families):
                 mins = [simplicity(c) for c in least]
                 for c in least:
                     self._families[id(c)] = (chain, mins)
-                heap.append(QueueItem(self.floor(chain[0][0]), mins[0], Key.FAMILY))
+                heap.append(QueueItem(self.floor(chain.first(0)), mins[0], Key.FAMILY))
             heapq.heapify(heap)
             return
         for c in cands:
             k = lean_key(c)
-            if moe:
+            if moe and not exact_floor:
                 fb = floors.get(k)
                 if fb is None:
                     fb = floors[k] = lean_bound(ctx, c, self._loads, True, self._weights)
                 heap.append(QueueItem(fb, simplicity(c), floor_tag))
                 continue
             b = lean.get(k)
+            if b is None and exact_floor:  # ``lean_bound`` itself (its ``floor``: the same terms), entered as such
+                b = lean[k] = lean_bound(ctx, c, self._loads, weights=self._weights)
             # a CP class: keyed by its FLOP floor, its layers (a view per cp) priced when it nears the front; classes
             # without CP share their layer groups across pp, dp and schedules, and the floor's extra re-keying cost
             # more than it saved there (Llama 3 70B on 64 H100: 231 -> 141 layer groups, 0.29 -> 0.38-0.42 s CPU)
@@ -210,6 +212,25 @@ class Frontier:
                 b = lean[k] = lean_bound(ctx, c, self._loads, weights=self._weights)
             heap.append(QueueItem(b, simplicity(c), lean_tag))
         heapq.heapify(heap)
+
+    def _chains(self, cands: list[Candidate], families: list[Family] | None) -> Iterator[tuple[Chain, list[Candidate]]]:
+        """Each family's ``family_chain`` and the least member (``IN_FAMILY``: the least ``simplicity``) of each
+        group and after it: from the enumeration's families (``families.chain``), else grouping ``cands``."""
+        memo: dict = {}
+        if families is not None:
+            yield from (family_groups(self.ctx, f, memo) for f in families)
+            return
+        groups: dict[tuple, list[Candidate]] = {}
+        for c in cands:
+            groups.setdefault(FAMILY_KEY(c), []).append(c)
+        for members in groups.values():
+            chain = family_chain(self.ctx, members, memo)
+            least = [min(g, key=IN_FAMILY) for g in chain]
+            for i in range(len(least) - 2, -1, -1):
+                least[i] = min(least[i], least[i + 1], key=IN_FAMILY)
+            flat = [c for g in chain for c in g]
+            ends = list(accumulate(len(g) for g in chain))
+            yield Chain([flat], [list(range(e - len(g), e)) for g, e in zip(chain, ends, strict=True)]), least
 
     def floor(self, c: Candidate) -> int:
         """``lean_bound(floor=True)``, memoised by ``lean_key``."""
@@ -227,9 +248,10 @@ class Frontier:
         floor key, and the groups never reached are never keyed."""
         chain, mins = self._families[id(item.cand)]
         i = item.rest
-        out = [QueueItem(self.floor(c), simplicity(c), Key.FLOOR) for c in chain[i]]
+        fb = self.floor(chain.first(i))  # the group's members share it (``family_chain``)
+        out = [QueueItem(fb, simplicity(c), Key.FLOOR) for c in chain[i]]
         if i + 1 < len(chain):
-            out.append(QueueItem(self.floor(chain[i + 1][0]), mins[i + 1], Key.FAMILY, i + 1))
+            out.append(QueueItem(self.floor(chain.first(i + 1)), mins[i + 1], Key.FAMILY, i + 1))
         return out
 
     def lean(self, c: Candidate) -> int:
@@ -251,11 +273,18 @@ class Frontier:
 
     def _quick_item(self, item: QueueItem) -> QueueItem:
         c = item.cand
-        if self.pins.stage_layers is None and c.virtual_stages == 1 and c.pp > 1 and not quick_may_fit(self.ctx, c):
-            # memory rules out every cut (the search's own screen of such a class, from its memory terms alone):
-            # settled at its lean bound, the search drops it, and its times are never priced
+        # one chunk per rank: every cut's screen (memoised); else, on a mixture of experts, the class's one cut where it
+        # has one (``driver.one_cut``), else every cut's (DeepSeek-V3 on 2,048 GPUs: 4,146 quick bounds of classes
+        # memory rules out; elsewhere most classes at the front fit: Llama 3 405B at 131K tokens 1.8 -> 2.5 s CPU)
+        spread = c.virtual_stages == 1 and c.pp > 1
+        cut = None if spread else forced_cut(self.ctx, self.pins, c)
+        at = cut if c.chunks > 1 else [self.ctx.model.num_layers]  # ``driver.one_cut``
+        if self.pins.stage_layers is None and (spread or self._moe) and not quick_may_fit(self.ctx, c, at):
+            # memory rules out every cut (the search's own screen of such a class, from its memory terms alone; at its
+            # one cut, the very screen the search applies): settled at its lean bound, the search drops it, and its
+            # times are never priced
             return item._replace(key=Key.SETTLED)
-        one_cut = c.virtual_stages > 1 and forced_cut(self.ctx, self.pins, c) is not None
+        one_cut = c.virtual_stages > 1 and cut is not None
         return QueueItem(max(item.bound, self.quick(c)), item.order, Key.QUICK if one_cut else Key.SETTLED)
 
     def pop(self) -> QueueItem | None:
@@ -314,6 +343,8 @@ class Frontier:
                     heapq.heappush(heap, member)
             elif item.key == Key.FLOOR:  # its lean bound first (the layers only), then its quick bound
                 heapq.heappush(heap, item._replace(bound=max(item.bound, self.lean(item.cand)), key=Key.LEAN))
+            elif item.key == Key.LEAN and self._moe:  # memory screened first (``_quick_item``): the probe skips
+                heapq.heappush(heap, self._quick_item(item))  # what it rules out, and its times are never priced
             elif item.key == Key.LEAN:
                 heapq.heappush(heap, item._replace(bound=max(item.bound, self.quick(item.cand)), key=Key.SETTLED))
             else:

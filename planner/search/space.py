@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from planner.compose.cost import Candidate, ClassCosts, Context, Evaluation, class_costs
 from planner.compose.memory import fsdp2_mixed_precision, rank_memory, with_reserve_gib
 from planner.search.cp_degrees import CP_MIN_SEQ, cp_options, cp_policies, divisors
+from planner.search.families import Family
 from planner.search.options import expert_options, tp_overlaps
 from planner.specs import MULTI_STAGE_SCHEDULES, ParallelPins, SearchOptions, rules
 from planner.specs.config import PRICED_SCHEDULES
@@ -110,18 +111,26 @@ def enumerate_candidates(ctx: Context, pins: ParallelPins, options: SearchOption
     """Every class allowed by the pins (stage cuts are searched per class). Context parallelism (unpinned) below
     ``CP_MIN_SEQ`` tokens only when classes without it exist and none fits, on requests of more than
     ``cp_degrees.CP_FULL_GPUS`` GPUs (``cp_policies``)."""
+    return enumerate_classes(ctx, pins, options)[0]
+
+
+def enumerate_classes(ctx: Context, pins: ParallelPins, options: SearchOptions) -> tuple[list[Candidate], list[Family]]:
+    """``enumerate_candidates``, and the classes as families (``families.Family``, every class in one: the queue's)."""
     validate_pins(ctx, pins, options)
     if pins.cp is None and ctx.training.seq_len < CP_MIN_SEQ and cp_policies(ctx):
         plain = _enumerate(ctx, pins, options, with_cp=False)
-        if cp1_fits(ctx, pins, plain) is not False:
+        if cp1_fits(ctx, pins, plain[0]) is not False:
             return plain
     return _enumerate(ctx, pins, options, with_cp=True)
 
 
-def _enumerate(ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp: bool) -> list[Candidate]:
+def _enumerate(
+    ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp: bool
+) -> tuple[list[Candidate], list[Family]]:
     n, L = ctx.num_gpus, ctx.model.num_layers
     gbs, seq = ctx.training.global_batch_size, ctx.training.seq_len
     out: list[Candidate] = []
+    families: list[Family] = []
     runs = functools.cache(lambda **kw: rules.stack_runs(ctx.stack, **kw) is None)  # asked per (mbs, sp, …) loop
     runs_ok: dict[tuple, bool] = {}  # ``stack_runs_ok`` by the class fields it reads (below)
     overlaps_at: dict[tuple, list[bool]] = {}  # ``tp_overlaps``, memoised (below)
@@ -190,6 +199,7 @@ def _enumerate(ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp
                         # one class built by ``__init__``, its ZeRO / CP-exchange / overlap siblings copied from it
                         # (``Candidate.variant``: 21k classes on Llama 3 405B at 131K tokens)
                         base = Candidate(tp, pp, dp, mbs, s, v, rc, sp, 0, False, cp=cp, ep=ep, etp=etp)
+                        rows: dict[bool, list[list[Candidate]]] = {o: [] for o in overlaps}  # a family per overlap
                         for z in zs:
                             for cm in cp_comms:
                                 for o in overlaps:
@@ -202,11 +212,13 @@ def _enumerate(ctx: Context, pins: ParallelPins, options: SearchOptions, with_cp
                                     if ok is None:
                                         ok = runs_ok[ok_key] = rules.stack_runs_ok(ctx.stack, ctx.model, c)
                                     if ok:
-                                        out += c.family(pairs)
+                                        rows[o].append(row := c.family(pairs))
+                                        out += row
+                        families += [(pairs, r) for r in rows.values() if r]
     if not out and short_1f1b and pins.schedule == "1f1b":
         why = min(short_1f1b, key=lambda x: x[:3])[3]
         raise why if pins.micro_batch_size is not None else rules.with_field(why, "parallel.schedule")
-    return out
+    return out, families
 
 
 def cp1_fits(ctx: Context, pins: ParallelPins, cands: list[Candidate]) -> bool | None:
