@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from planner.compose.grad_peaks import Peak, _both_peaks, _dominates, periodic_m, schedule_peaks, undominated
-from planner.compose.peak_walk import rank_arrays, vector_states, walk_states
+from planner.compose.peak_walk import all_rank_states, rank_arrays, vector_states, walk_states
 from planner.compose.simulate import rank_orders
 
 SHAPES = [
@@ -51,6 +51,30 @@ def test_rank_arrays_and_both_walks(shape: tuple[str, int, int, int]) -> None:
         fwd, chunks = rank_arrays(schedule, pp, v, m, r)
         assert list(zip(fwd.tolist(), chunks.tolist())) == [(k == "F", c // pp) for k, _, c in ops]
         assert walk_states(schedule, pp, v, m, r) == vector_states(schedule, pp, v, m, r)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        *SHAPES,
+        ("interleaved-1f1b", 4, 5, 64),
+        ("interleaved-1f1b", 16, 4, 48),
+        ("interleaved-1f1b", 16, 7, 16),
+        ("interleaved-1f1b", 32, 3, 96),
+        ("interleaved-1f1b", 8, 8, 8),
+        ("interleaved-1f1b", 2, 8, 16),  # 256 ops: the first numpy walk
+        ("interleaved-1f1b", 8, 2, 64),
+        ("interleaved-1f1b", 32, 8, 64),  # codes past 62 bits: the row-wise unique
+        ("1f1b", 8, 1, 200),
+        ("1f1b", 64, 1, 128),
+        ("gpipe", 4, 1, 200),
+    ],
+)
+def test_all_ranks_walk(shape: tuple[str, int, int, int]) -> None:
+    """``peak_walk.all_rank_states`` (every rank's numpy walk at once) is the loop's, rank by rank: the same states
+    in the same order."""
+    schedule, pp, v, m = shape
+    assert all_rank_states(schedule, pp, v, m) == tuple(walk_states(schedule, pp, v, m, r) for r in range(pp))
 
 
 @pytest.mark.parametrize("schedule", ["1f1b", "interleaved-1f1b"])

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from planner.compose.peak_walk import rank_states
+from planner.compose.peak_walk import all_rank_states
 
 if TYPE_CHECKING:
     from planner.compose.cost import Live
@@ -71,8 +71,9 @@ def periodic_m(schedule: str, pp: int, v: int, m: int) -> int:
 
 @lru_cache(maxsize=4096)
 def _walks(schedule: str, pp: int, v: int, m: int) -> tuple:
-    """Every rank's distinct states (``peak_walk.rank_states``): one walk of the orders for both variants."""
-    return tuple(rank_states(schedule, pp, v, m, r) for r in range(pp))
+    """Every rank's distinct states (``peak_walk.rank_states``): one walk of the orders for both variants, of all
+    ranks at once (``peak_walk.all_rank_states``)."""
+    return all_rank_states(schedule, pp, v, m)
 
 
 @lru_cache(maxsize=4096)

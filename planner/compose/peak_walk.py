@@ -116,3 +116,68 @@ def _distinct(rows: np.ndarray, at: np.ndarray) -> np.ndarray:
 def _ones(row: list[int], start: int, v: int) -> tuple[int, ...]:
     """The local chunk indices whose flag is set in ``row[start : start + v]``."""
     return tuple(j for j in range(v) if row[start + j])
+
+
+def all_rank_states(schedule: str, pp: int, v: int, m: int) -> tuple:
+    """``rank_states`` of every rank, the numpy walk of all ranks at once (the ranks' orders are of one length,
+    2·m·v): each rank's cumulative sums as ``vector_states``' and its distinct states by one ``np.unique`` over
+    (rank, state) codes, in order of rank, then of first occurrence; the chunk sets made once per distinct set
+    (bit mask) — the same states in the same order (``tests/test_grad_peaks_undominated.py`` checks it against
+    ``walk_states`` rank by rank)."""
+    if 2 * m * v < VECTOR_OPS:
+        return tuple(walk_states(schedule, pp, v, m, r) for r in range(pp))
+    arrays = [rank_arrays(schedule, pp, v, m, r) for r in range(pp)]
+    fwd = np.stack([f for f, _ in arrays])
+    chunks = np.stack([c for _, c in arrays])
+    n = fwd.shape[1]
+    hot = np.zeros((pp, n, v), dtype=np.int64)
+    hot[np.arange(pp)[:, None], np.arange(n)[None, :], chunks] = np.where(fwd, 1, -1)
+    alive = np.cumsum(hot, axis=1).reshape(pp * n, v)
+    seen = np.maximum.accumulate(hot > 0, axis=1)
+    done = np.maximum.accumulate(hot < 0, axis=1)
+    peak = fwd & np.concatenate([~fwd[:, 1:], np.ones((pp, 1), dtype=bool)], axis=1)
+    first_b = np.zeros((pp, n), dtype=bool)  # a chunk's first backward: where its done flag turns on
+    first_b[:, 0] = done[:, 0].any(axis=1)
+    first_b[:, 1:] = (done[:, 1:] & ~done[:, :-1]).any(axis=2)
+    bits = 1 << np.arange(v, dtype=np.int64)
+    seen_mask, done_mask = seen.reshape(pp * n, v) @ bits, done.reshape(pp * n, v) @ bits
+    sets: dict[int, tuple[int, ...]] = {}
+
+    def as_sets(masks: np.ndarray) -> list[tuple[int, ...]]:
+        out = masks.tolist()
+        for x in set(out) - sets.keys():
+            sets[x] = tuple(j for j in range(v) if x >> j & 1)
+        return list(map(sets.__getitem__, out))
+
+    with_done: list[list] = [[] for _ in range(pp)]
+    acts: list[list] = [[] for _ in range(pp)]
+    for flags, cols, into in (
+        (peak | first_b, (seen_mask, alive, done_mask), with_done),
+        (peak, (seen_mask, alive), acts),
+    ):
+        at = np.flatnonzero(flags.ravel())
+        keep = _first_by_rank(np.column_stack([c[at] for c in cols]), at, n)
+        parts = [as_sets(seen_mask[keep]), list(map(tuple, alive[keep].tolist()))]
+        if len(cols) == 3:
+            parts.append(as_sets(done_mask[keep]))
+        ends = np.searchsorted(keep // n, np.arange(1, pp + 1)).tolist()
+        states = list(zip(*parts))
+        for r in range(pp):
+            into[r] = states[ends[r - 1] if r else 0 : ends[r]]
+    return tuple(zip(with_done, acts))
+
+
+def _first_by_rank(sub: np.ndarray, at: np.ndarray, n: int) -> np.ndarray:
+    """Of the rows ``sub`` (those of ops ``at``, rank r's ops r·n … (r + 1)·n − 1), the ops of each rank's distinct
+    rows at their first occurrence, in order."""
+    if len(at) == 0:
+        return at
+    radix, size = [], 1  # each (rank, row) as one integer in a mixed radix (exact: no collision)
+    for hi in (sub.max(axis=0) + 1).tolist():
+        radix.append(size)
+        size *= hi
+    if size * (int(at[-1]) // n + 1) < 1 << 62:
+        _, first = np.unique(sub @ np.array(radix, dtype=np.int64) + (at // n) * size, return_index=True)
+    else:
+        _, first = np.unique(np.column_stack([at // n, sub]), axis=0, return_index=True)
+    return at[np.sort(first)]

@@ -41,20 +41,9 @@ import numpy as np
 from ortools.linear_solver import pywraplp
 
 from planner.compose.cost import ClassCosts
-from planner.compose.simulate import Op, rank_orders
+from planner.compose.peak_walk import rank_arrays
 from planner.compose.step_end import end_floor
-from planner.search.chains import Counts, as_arrays, path_counts, price
-
-
-def _lags(path: list[Op], p: int) -> list[int]:
-    """The boundaries the data edges of ``path`` cross between ranks (consecutive operations on the same rank are
-    rank-order edges: no lag)."""
-    out = []
-    for (k1, j1, c1), (k2, j2, c2) in zip(path, path[1:]):
-        if c1 % p != c2 % p:
-            assert j1 == j2 and abs(c1 - c2) == 1 and k1 == k2, (path, c1, c2)
-            out.append(min(c1, c2))
-    return out
+from planner.search.chains import Counts, as_arrays, price
 
 
 def interleaved_counts(p: int, v: int, m: int) -> tuple[Counts, ...]:
@@ -64,31 +53,48 @@ def interleaved_counts(p: int, v: int, m: int) -> tuple[Counts, ...]:
 
 @lru_cache(maxsize=256)
 def _family(p: int, v: int, m: int) -> tuple[tuple[Counts, ...], tuple[int, ...]]:
-    """``interleaved_counts`` and the rank each chain runs through."""
+    """``interleaved_counts`` and the rank each chain runs through, in the order of rank, entry (``first``,
+    ``steady``), exit (``last``, ``drain``), each counts once. Per chain: its rank's segment counted per chunk from
+    the rank's order as arrays (``peak_walk.rank_arrays``), the head and tail in closed form. Rank k's order starts
+    with F(0, k) and ends with B(m − 1, k); its first backward is B(0, last) and its last forward F(m − 1, last)
+    (``simulate.rank_orders``: fwd(k, ·) and bwd(k, ·) at index 0 and total − 1). Two operations of one rank never
+    cross ranks, so a chain's crossings are its head's and tail's, with their junctions: every boundary crosses
+    ranks when p > 1, none when p = 1. ``tests/test_interleaved_family.py`` checks it against the path-by-path
+    walk on a table of shapes."""
     C = p * v
-    orders = rank_orders("interleaved-1f1b", p, v, m)
     out: dict[Counts, int] = {}
+    chunk, none, every = np.arange(C), np.zeros(C, np.int64), np.ones(C, np.int64)
     for k in range(p):
-        ops = orders[k]
+        fwd, local = rank_arrays("interleaved-1f1b", p, v, m, k)
+        n = len(fwd)
+        key = np.where(fwd, local, v + local)  # F of local chunk l: l; B: v + l
         last = C - p + k  # rank k's last chunk
-        pos = {op: i for i, op in enumerate(ops)}
+        first_b = int(np.argmin(fwd))  # B(0, last): the first backward
+        last_f = n - 1 - int(np.argmax(fwd[::-1]))  # F(m − 1, last): the last forward
+        after, before = (chunk > last).astype(np.int64), (chunk < k).astype(np.int64)
+        # (head's forwards, backwards and crossings, where rank k's segment starts): F(0) up to chunk k − 1; F(0)
+        # through every chunk and B(0) back down to chunk last + 1
         entries = [
-            ([("F", 0, c) for c in range(k)], 0),
-            ([("F", 0, c) for c in range(C)] + [("B", 0, c) for c in range(C - 1, last, -1)], pos[("B", 0, last)]),
+            (before, none, list(range(k)), 0),
+            (every, after, list(range(C - 1)) + list(range(last, C - 1)), first_b),
         ]
+        # (where rank k's segment stops, tail's forwards, backwards and crossings): B(m − 1) from chunk k − 1 down to
+        # 0; F(m − 1) from chunk last + 1 on and B(m − 1) back through every chunk
         exits = [
-            (len(ops), [("B", m - 1, c) for c in range(k - 1, -1, -1)]),
-            (
-                pos[("F", m - 1, last)] + 1,
-                [("F", m - 1, c) for c in range(last + 1, C)] + [("B", m - 1, c) for c in range(C - 1, -1, -1)],
-            ),
+            (n, none, before, list(range(k))),
+            (last_f + 1, after, every, list(range(last, C - 1)) + list(range(C - 1))),
         ]
-        for head, start in entries:
-            for stop, tail in exits:
+        for hf, hb, hl, start in entries:
+            for stop, tf, tb, tl in exits:
                 if stop <= start:
                     continue
-                path = head + list(ops[start:stop]) + tail
-                out.setdefault(path_counts(C, path, _lags(path, p)), k)
+                seg = np.bincount(key[start:stop], minlength=2 * v)
+                fc, bc = hf + tf, hb + tb
+                fc[k::p] += seg[:v]
+                bc[k::p] += seg[v:]
+                lc = np.bincount(np.array(hl + tl, np.int64), minlength=C - 1) if p > 1 else np.zeros(C - 1, np.int64)
+                counts = (tuple(fc.tolist()), tuple(bc.tolist()), tuple(lc.tolist()))
+                out.setdefault(counts, k)
     return tuple(out), tuple(out.values())
 
 
