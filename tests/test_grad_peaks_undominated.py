@@ -65,6 +65,9 @@ def test_rank_arrays_and_both_walks(shape: tuple[str, int, int, int]) -> None:
         ("interleaved-1f1b", 2, 8, 16),  # 256 ops: the first numpy walk
         ("interleaved-1f1b", 8, 2, 64),
         ("interleaved-1f1b", 32, 8, 64),  # codes past 62 bits: the row-wise unique
+        ("interleaved-1f1b", 2, 61, 4),  # the widest bit mask
+        ("interleaved-1f1b", 2, 62, 4),  # past it: rank by rank (v = 63 broke the bit masks: 126 layers, pp 2)
+        ("interleaved-1f1b", 2, 63, 4),
         ("1f1b", 8, 1, 200),
         ("1f1b", 64, 1, 128),
         ("gpipe", 4, 1, 200),

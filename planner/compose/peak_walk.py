@@ -39,6 +39,11 @@ def rank_arrays(schedule: str, pp: int, v: int, m: int, i: int) -> tuple[np.ndar
 #: a rank's order this long or longer is walked with numpy (shorter: a plain loop, cheaper there)
 VECTOR_OPS = 256
 
+#: The most chunks ``all_rank_states`` codes as one int64 bit mask: the mask's range (2^v) must stay below 2^62
+#: for ``_first_by_rank``'s mixed radix; finer interleavings (v = L/pp reaches 63 on a 126-layer model at pp 2)
+#: walk rank by rank (``vector_states``, boolean columns).
+MASK_BITS = 61
+
 
 def rank_states(schedule: str, pp: int, v: int, m: int, i: int) -> tuple[States, list[tuple[tuple[int, ...], ...]]]:
     """Rank i's distinct states at its activation peaks (a forward followed by a backward or at the end) and right
@@ -126,6 +131,8 @@ def all_rank_states(schedule: str, pp: int, v: int, m: int) -> tuple:
     ``walk_states`` rank by rank)."""
     if 2 * m * v < VECTOR_OPS:
         return tuple(walk_states(schedule, pp, v, m, r) for r in range(pp))
+    if v > MASK_BITS:  # a chunk set as an int64 bit mask (and its range + 1) needs v ≤ 61 bits
+        return tuple(vector_states(schedule, pp, v, m, r) for r in range(pp))
     arrays = [rank_arrays(schedule, pp, v, m, r) for r in range(pp)]
     fwd = np.stack([f for f, _ in arrays])
     chunks = np.stack([c for _, c in arrays])
