@@ -15,7 +15,6 @@ The model has one integer variable per chunk (its layer count) and
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
@@ -32,6 +31,7 @@ from planner.search.bounds import may_fit
 from planner.search.chains import Counts, as_arrays, dag_key, initial_counts, path_counts, price
 from planner.search.hints import critical_counts, greedy_cut, local_search
 from planner.search.kinds import as_chains, moe_layer_vars, sparse
+from planner.search.oneround import one_round
 from planner.specs import SearchOptions
 from planner.specs.layout import even_stage_layers
 
@@ -205,14 +205,15 @@ def solve(
     return solve(model, num_workers, True, deadline, None if det is None else det - solver.deterministic_time)
 
 
-def cut_rank(cc: ClassCosts) -> Callable[[list[int]], tuple]:
-    """A class's cuts ranked as ``better`` ranks them (a cut that does not fit last)."""
-
-    def key(n: list[int]) -> tuple:
-        ev = evaluate(cc, n)
-        return not ev.fits, ev.objective_ns, ev.peak_memory_bytes
-
-    return key
+def best_of(cc: ClassCosts, cuts: tuple[list[int], ...]) -> tuple[list[int], Evaluation]:
+    """The first of ``cuts`` ranked best as ``better`` ranks them (a cut that does not fit last), with its evaluation:
+    each distinct cut simulated once."""
+    evs: dict[tuple[int, ...], Evaluation] = {}
+    for n in cuts:
+        if tuple(n) not in evs:
+            evs[tuple(n)] = evaluate(cc, n)
+    n = min(cuts, key=lambda n: (not evs[tuple(n)].fits, evs[tuple(n)].objective_ns, evs[tuple(n)].peak_memory_bytes))
+    return n, evs[tuple(n)]
 
 
 def better(a: Evaluation, b: Evaluation | None) -> bool:
@@ -237,7 +238,8 @@ def solve_class(
     of every class that has it, whatever its costs). For 1F1B classes with one chunk per rank each round
     also adds the window chains (``chains.window_counts``) longest at the solution (``SEPARATE``).
     ``budget``: [the CP-SAT deterministic time its solves may spend], spent in place (``uneven.budget``: the
-    interleaved classes of a free schedule share one), its first cut the better of the even split and the greedy
+    interleaved classes of a free schedule share one; a first solve that proves the model INFEASIBLE spends none,
+    so ``oneround`` may rule the class out before it), its first cut the better of the even split and the greedy
     one; past it, the best cut found, FEASIBLE with the bound proven (spent before: the even split alone)."""
     t0 = time.perf_counter()
     deadline = deadline if deadline is not None else t0 + options.time_limit_s
@@ -256,12 +258,11 @@ def solve_class(
         ev = evaluate(cc, even_stage_layers(L, C))
         return result(Status.FEASIBLE, even_stage_layers(L, C), ev) if ev.fits else result(Status.UNKNOWN)
 
-    cm = cut_model(cc)
-    model, n, M = cm.model, cm.n, cm.makespan
     if budget is not None:  # a budgeted class: never worse than its even split
-        hint = min((even_stage_layers(L, C), greedy_cut(cc)), key=cut_rank(cc))
-        hint_ev = evaluate(cc, hint)
+        hint, hint_ev = best_of(cc, (even_stage_layers(L, C), greedy_cut(cc)))
         seeds = [critical_counts(cc, hint_ev)]
+        if incumbent is not None and (out := one_round(cc, incumbent, learned, seeds)):
+            return result(Status.PRUNED, bound=out)  # its first model proven INFEASIBLE before the solve
     elif c.virtual_stages > 1 and incumbent is None:  # no plan yet: a good one early prunes the rest
         hint, hint_ev, seeds = local_search(cc, greedy_cut(cc), deadline=deadline)
     elif incumbent is not None:  # the first solve may prune the class: simulate nothing before it
@@ -270,6 +271,8 @@ def solve_class(
         hint = greedy_cut(cc)
         hint_ev = evaluate(cc, hint)
         seeds = [critical_counts(cc, hint_ev)]
+    cm = cut_model(cc)
+    model, n, M = cm.model, cm.n, cm.makespan
     # Cutoffs (valid): the class optimum is no worse than its hint (then than the best cut simulated);
     # a class slower than the k-th best plan found so far is of no interest. Both shrink CP-SAT's
     # domains a lot.
@@ -333,8 +336,8 @@ def solve_class(
         if budget is not None and budget[0] <= 0:
             break
         st, solver = solve(model, workers(options, C), presolve, deadline, budget[0] if budget else None)
-        if budget is not None:
-            budget[0] -= solver.deterministic_time
+        if budget is not None and not (iterations == 1 and st == cp_model.INFEASIBLE):
+            budget[0] -= solver.deterministic_time  # a first model proven infeasible spends none (``oneround``)
         if st == cp_model.INFEASIBLE:  # no cut reaches the cutoff
             if best is not None and cutoff is not None and best[1].objective_ns <= cutoff:
                 return result(Status.OPTIMAL, best[0], best[1], best[1].objective_ns)
