@@ -145,14 +145,13 @@ def _run(
     o = _ORDERS[shape]
     end = [0] * (2 * mc + 1)  # end[-1] = 0: the start of a rank's first operation
     if not record:  # the ends alone; the binding predecessors of the ops a critical path asks (``_Bindings``)
+        # end = max(rank free, data ready) + duration, as max(end[prev] + dur, end[dep] + max(gap, 0) + dur): an op
+        # without data dependency (dep -1) reads end[-1] = 0 with a gap of -1 (chunk 0's F), never later than its rank
+        late = [d + (g if g > 0 else 0) for d, g in zip(dur, gap)]
         for op, prev, dep, key in zip(o.ops, o.prev, o.dep, o.key):
-            start = end[prev]
-            if dep >= 0:
-                g = gap[key]
-                ready = end[dep] + g if g > 0 else end[dep]
-                if ready >= start:
-                    start = ready
-            end[op] = start + dur[key]
+            x = end[prev] + dur[key]
+            y = end[dep] + late[key]
+            end[op] = x if x >= y else y
         end.pop()
         bindings = _Bindings(o, end, gap)
         return end, bindings.pred, bindings.lag, [], o.last
