@@ -195,6 +195,12 @@ class ClassCosts:
         return self.ranks[r]
 
     @cached_property
+    def evaluations(self) -> dict[tuple[int, ...], Evaluation]:
+        """``evaluate``'s results (without timeline) by cut: the search and the answer's explanation ask some cuts of
+        a class again (read only)."""
+        return {}
+
+    @cached_property
     def ranks(self) -> list[list[int]]:
         """Per pipeline rank, its chunks (rank r holds chunks r, r + pp, r + 2·pp, …)."""
         return [list(range(r, self.chunks, self.cand.pp)) for r in range(self.cand.pp)]
@@ -364,7 +370,17 @@ def rank_end_terms(cc: ClassCosts, n: Sequence[int], r: int, k: Sequence[int] | 
 
 
 def evaluate(cc: ClassCosts, n: Sequence[int], record: bool = False) -> Evaluation:
-    """The exact objective of class + cut: simulated makespan + the slowest rank's end of step."""
+    """The exact objective of class + cut: simulated makespan + the slowest rank's end of step (memoised by cut
+    without ``record``: ``ClassCosts.evaluations``)."""
+    if record:
+        return _evaluate(cc, n, True)
+    hit = cc.evaluations.get(key := tuple(n))
+    if hit is None:
+        hit = cc.evaluations[key] = _evaluate(cc, n, False)
+    return hit
+
+
+def _evaluate(cc: ClassCosts, n: Sequence[int], record: bool) -> Evaluation:
     k = cc.moe_counts(n)
     fwd, bwd = chunk_times(cc, n, k)
     c = cc.cand

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from planner.compose.sim_order import Order, first_order
+
 Op = tuple[str, int, int]  # (kind "F"/"B", micro-batch, chunk)
 
 
@@ -71,12 +73,9 @@ def rank_orders(schedule: str, pp: int, v: int, m: int) -> list[list[Op]]:
     raise ValueError(f"schedule {schedule!r} is not simulated")
 
 
-#: (op id, rank, previous op on the rank or -1, data dependency or -1, boundary its lag crosses or -1, key
-#: kind·chunks + c of its duration and lag); op id = ((kind·m) + j)·chunks + c, kind 0 = F, 1 = B.
-Step = tuple[int, int, int, int, int, int]
-#: The operation order of recently simulated schedule shapes (``_first_run``), replayed by ``_run``: each
-#: ~1 MB at pp = 8, m = 512.
-_ORDERS: OrderedDict[tuple[str, int, int, int], tuple[tuple[Step, ...], tuple[int, ...]]] = OrderedDict()
+#: The operation order of recently simulated schedule shapes (``sim_order.Order``, found by ``first_order``),
+#: replayed by ``_run``; op id = ((kind·m) + j)·chunks + c, kind 0 = F, 1 = B.
+_ORDERS: OrderedDict[tuple[str, int, int, int], Order] = OrderedDict()
 ORDERS_KEPT = 32
 
 
@@ -125,10 +124,10 @@ def _run(
     schedule: str, pp: int, v: int, m: int, fwd: list[int], bwd: list[int], lag: list[int], record: bool
 ) -> tuple[list[int], Sequence[int], Sequence[int], list[tuple[int, str, int, int, int, int]], tuple[int, ...]]:
     """Every operation's end, binding predecessor and the boundary whose lag that edge carries (op ids as
-    in ``Step``), the timeline when ``record``, and each rank's last op (-1: none). An operation starts
+    in ``_ORDERS``), the timeline when ``record``, and each rank's last op (-1: none). An operation starts
     when its rank's previous one has ended and its data (plus the lag, when the boundary joins two ranks)
     has arrived. A shape simulated before replays its recorded order (``_ORDERS``: one pass, no waiting
-    checks); a new one runs the ranks' orders round-robin (``_first_run``) and records it."""
+    checks); a new one first finds its order (``sim_order.first_order``: the ranks' orders round-robin)."""
     chunks = pp * v
     where = chunk_ranks(pp, v)
     mc = m * chunks
@@ -137,28 +136,30 @@ def _run(
     gap = [lag[c - 1] if c > 0 and where[c - 1] != where[c] else -1 for c in range(chunks)]
     gap += [lag[c] if c < chunks - 1 and where[c + 1] != where[c] else -1 for c in range(chunks)]
     shape = (schedule, pp, v, m)
-    if shape not in _ORDERS:
-        return _first_run(shape, dur, gap, record)
-    _ORDERS.move_to_end(shape)
-    steps, last = _ORDERS[shape]
+    if shape in _ORDERS:
+        _ORDERS.move_to_end(shape)
+    else:  # a new shape: its order (``sim_order.first_order``), then replayed as any other
+        _ORDERS[shape] = first_order(shape)
+        if len(_ORDERS) > ORDERS_KEPT:
+            _ORDERS.popitem(last=False)
+    o = _ORDERS[shape]
     end = [0] * (2 * mc + 1)  # end[-1] = 0: the start of a rank's first operation
     if not record:  # the ends alone; the binding predecessors of the ops a critical path asks (``_Bindings``)
-        for op, _, prev, dep, _, key in steps:
-            start = end[prev]
-            if dep >= 0:
-                g = gap[key]
-                ready = end[dep] + g if g > 0 else end[dep]
-                if ready >= start:
-                    start = ready
-            end[op] = start + dur[key]
+        # end = max(rank free, data ready) + duration, as max(end[prev] + dur, end[dep] + max(gap, 0) + dur): an op
+        # without data dependency (dep -1) reads end[-1] = 0 with a gap of -1 (chunk 0's F), never later than its rank
+        late = [d + (g if g > 0 else 0) for d, g in zip(dur, gap)]
+        for op, prev, dep, key in zip(o.ops, o.prev, o.dep, o.key):
+            x = end[prev] + dur[key]
+            y = end[dep] + late[key]
+            end[op] = x if x >= y else y
         end.pop()
-        bindings = _Bindings(shape, steps, end, gap)
-        return end, bindings.pred, bindings.lag, [], last
+        bindings = _Bindings(o, end, gap)
+        return end, bindings.pred, bindings.lag, [], o.last
     pred = [-1] * (2 * mc)  # binding predecessor id
     pred_lag = [-1] * (2 * mc)  # boundary whose lag the binding edge carries
     out: list[tuple[int, str, int, int, int, int]] = []
-    for op, r, prev, dep, boundary, key in steps:
-        # the same rule as ``_first_run``'s (inline in both: this loop runs ~10⁵ times per plan)
+    for op, prev, dep, key in zip(o.ops, o.prev, o.dep, o.key):
+        # the same rule as the record=False loop's (inline in both: this loop runs ~10⁵ times per plan)
         start = end[prev]
         if dep >= 0:
             g = gap[key]
@@ -167,20 +168,15 @@ def _run(
                 start = ready
                 pred[op] = dep
                 if g >= 0:
-                    pred_lag[op] = boundary
+                    pred_lag[op] = o.bnd_of[op]
             else:
                 pred[op] = prev
         else:
             pred[op] = prev
         finish = end[op] = start + dur[key]
-        if record:
-            out.append((r, "F" if op < mc else "B", (op % mc) // chunks, op % chunks, start, finish))
+        out.append((o.rank_of[op], "F" if op < mc else "B", (op % mc) // chunks, op % chunks, start, finish))
     end.pop()
-    return end, pred, pred_lag, out, last
-
-
-#: A replayed shape's steps by op id (``_Bindings``), for the shapes in ``_ORDERS``.
-_BY_OP: dict[tuple[str, int, int, int], list[Step]] = {}
+    return end, pred, pred_lag, out, o.last
 
 
 class _Bindings:
@@ -188,24 +184,19 @@ class _Bindings:
     asked — a critical path's — by ``_run``'s rule from the ends, rather than of all of them during the replay
     (``pred[op]``, ``lag[op]``)."""
 
-    def __init__(self, shape: tuple[str, int, int, int], steps: tuple[Step, ...], end: list[int], gap: list[int]):
-        by_op = _BY_OP.get(shape)
-        if by_op is None:
-            if len(_BY_OP) > ORDERS_KEPT:
-                _BY_OP.clear()
-            by_op = _BY_OP[shape] = sorted(steps)  # op ids 0 … 2·m·chunks − 1, each once
-        self.by_op, self.end, self.gap = by_op, end, gap
+    def __init__(self, o: Order, end: list[int], gap: list[int]):
+        self.o, self.end, self.gap = o, end, gap
         self.pred, self.lag = _Bound(self, 0), _Bound(self, 1)
 
     def bind(self, op: int) -> tuple[int, int]:
-        _, _, prev, dep, boundary, key = self.by_op[op]
-        end = self.end
+        o, end = self.o, self.end
+        prev, dep = o.prev_of[op], o.dep_of[op]
         if dep >= 0:
             start = end[prev] if prev >= 0 else 0
-            g = self.gap[key]
+            g = self.gap[o.key_of[op]]
             ready = end[dep] + g if g > 0 else end[dep]
             if ready >= start:
-                return dep, boundary if g >= 0 else -1
+                return dep, o.bnd_of[op] if g >= 0 else -1
         return prev, -1
 
 
@@ -219,78 +210,7 @@ class _Bound(Sequence[int]):
         return self.b.bind(op)[self.col]
 
     def __len__(self) -> int:
-        return len(self.b.by_op)
-
-
-def _first_run(
-    shape: tuple[str, int, int, int], dur: list[int], gap: list[int], record: bool
-) -> tuple[list[int], list[int], list[int], list[tuple[int, str, int, int, int, int]], tuple[int, ...]]:
-    """``_run`` of a shape not simulated before: the ranks' orders visited in sweeps up and down the ranks,
-    each rank running until it waits for data; the order it ran them in is recorded in ``_ORDERS`` (it
-    depends on the schedule only, not on durations; any order that respects the dependencies gives the
-    same times)."""
-    schedule, pp, v, m = shape
-    chunks = pp * v
-    mc = m * chunks
-    coded = [
-        [((0 if k == "F" else 1) * m + j) * chunks + c for k, j, c in order]
-        for order in rank_orders(schedule, pp, v, m)
-    ]
-    end = [-1] * (2 * mc) + [0]  # -1: not run yet; end[-1] = 0: the start of a rank's first operation
-    pred = [-1] * (2 * mc)
-    pred_lag = [-1] * (2 * mc)
-    out: list[tuple[int, str, int, int, int, int]] = []
-    pos = [0] * pp
-    last = [-1] * pp
-    steps: list[Step] = []
-    up, down = range(pp), range(pp - 1, -1, -1)
-    sweep = 0
-    while len(steps) < 2 * mc:
-        progressed = False
-        sweep += 1
-        for r in up if sweep % 2 else down:  # forwards flow up the ranks, backwards down: sweep both ways
-            ops = coded[r]
-            p_ = pos[r]
-            prev = last[r]
-            while p_ < len(ops):
-                op = ops[p_]
-                c = op % chunks
-                if op < mc:
-                    dep, boundary = (op - 1, c - 1) if c > 0 else (-1, -1)
-                else:
-                    dep, boundary = (op + 1, c) if c < chunks - 1 else (op - mc, -1)
-                key = (op // mc) * chunks + c
-                start = end[prev]
-                if dep >= 0:
-                    if end[dep] < 0:
-                        break  # its data is not there yet: the next rank
-                    g = gap[key]
-                    ready = end[dep] + g if g > 0 else end[dep]
-                    if ready >= start:
-                        start = ready
-                        pred[op] = dep
-                        if g >= 0:
-                            pred_lag[op] = boundary
-                    else:
-                        pred[op] = prev
-                else:
-                    pred[op] = prev
-                finish = end[op] = start + dur[key]
-                if record:
-                    out.append((r, "F" if op < mc else "B", (op % mc) // chunks, c, start, finish))
-                steps.append((op, r, prev, dep, boundary, key))
-                prev = op
-                p_ += 1
-                progressed = True
-            pos[r] = p_
-            last[r] = prev
-        if not progressed:
-            raise RuntimeError(f"schedule {schedule!r} deadlocked (pp={pp}, v={v}, m={m})")
-    _ORDERS[shape] = (tuple(steps), tuple(last))
-    if len(_ORDERS) > ORDERS_KEPT:
-        _ORDERS.popitem(last=False)
-    end.pop()
-    return end, pred, pred_lag, out, tuple(last)
+        return len(self.b.o.ops)
 
 
 def _backtrack(

@@ -1,0 +1,124 @@
+"""``sim_order.first_order`` (a new shape's execution order, found without times, then replayed by ``simulate._run``)
+against the simulation that sweeps the ranks while timing them (the planner's earlier ``_first_run``, kept here as the
+reference): the same order of steps, ends, binding predecessors, timeline and critical path, on a table of schedule
+shapes — small and large m, m == pp, v up to 4 — with uneven per-chunk times and lags."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from planner.compose import simulate as sim
+from planner.compose.sim_order import coded_orders, first_order
+
+
+def sweep_reference(schedule, pp, v, m, fwd, bwd, lag):
+    """Sweep the ranks' orders (``simulate.rank_orders``) up and down, each rank running while its data is there,
+    timing each operation as it runs: (steps, last, end, pred, pred_lag, timeline)."""
+    chunks = pp * v
+    mc = m * chunks
+    where = sim.chunk_ranks(pp, v)
+    dur = list(fwd) + list(bwd)
+    gap = [lag[c - 1] if c > 0 and where[c - 1] != where[c] else -1 for c in range(chunks)]
+    gap += [lag[c] if c < chunks - 1 and where[c + 1] != where[c] else -1 for c in range(chunks)]
+    coded = [
+        [((0 if k == "F" else 1) * m + j) * chunks + c for k, j, c in o] for o in sim.rank_orders(schedule, pp, v, m)
+    ]
+    end = [-1] * (2 * mc) + [0]
+    pred, pred_lag = [-1] * (2 * mc), [-1] * (2 * mc)
+    out, steps = [], []
+    pos, last = [0] * pp, [-1] * pp
+    sweep = 0
+    while len(steps) < 2 * mc:
+        sweep += 1
+        progressed = False
+        for r in range(pp) if sweep % 2 else range(pp - 1, -1, -1):
+            ops, p_, prev = coded[r], pos[r], last[r]
+            while p_ < len(ops):
+                op = ops[p_]
+                c = op % chunks
+                if op < mc:
+                    dep, boundary = (op - 1, c - 1) if c > 0 else (-1, -1)
+                else:
+                    dep, boundary = (op + 1, c) if c < chunks - 1 else (op - mc, -1)
+                key = (op // mc) * chunks + c
+                start = end[prev]
+                if dep >= 0:
+                    if end[dep] < 0:
+                        break
+                    g = gap[key]
+                    ready = end[dep] + g if g > 0 else end[dep]
+                    if ready >= start:
+                        start, pred[op] = ready, dep
+                        if g >= 0:
+                            pred_lag[op] = boundary
+                    else:
+                        pred[op] = prev
+                else:
+                    pred[op] = prev
+                end[op] = start + dur[key]
+                out.append((r, "F" if op < mc else "B", (op % mc) // chunks, c, start, end[op]))
+                steps.append((op, r, prev, dep, boundary, key))
+                prev, p_ = op, p_ + 1
+                progressed = True
+            pos[r], last[r] = p_, prev
+        assert progressed
+    end.pop()
+    return tuple(steps), tuple(last), end, pred, pred_lag, out
+
+
+SHAPES = [
+    ("gpipe", 1, 1, 1),
+    ("gpipe", 4, 1, 6),
+    ("1f1b", 1, 1, 3),
+    ("1f1b", 2, 1, 1),
+    ("1f1b", 4, 1, 3),
+    ("1f1b", 4, 1, 16),
+    ("1f1b", 8, 1, 40),
+    ("interleaved-1f1b", 2, 2, 2),
+    ("interleaved-1f1b", 2, 3, 4),
+    ("interleaved-1f1b", 4, 2, 4),
+    ("interleaved-1f1b", 4, 2, 8),
+    ("interleaved-1f1b", 4, 3, 12),
+    ("interleaved-1f1b", 4, 4, 32),
+    ("interleaved-1f1b", 8, 2, 16),
+    ("interleaved-1f1b", 8, 4, 64),
+    ("interleaved-1f1b", 32, 2, 64),
+    ("interleaved-1f1b", 32, 4, 256),
+]
+
+
+@pytest.mark.parametrize("schedule,pp,v,m", SHAPES)
+def test_coded_orders_are_rank_orders(schedule, pp, v, m):
+    chunks = pp * v
+    want = [
+        [((0 if k == "F" else 1) * m + j) * chunks + c for k, j, c in o] for o in sim.rank_orders(schedule, pp, v, m)
+    ]
+    assert coded_orders(schedule, pp, v, m) == want
+
+
+@pytest.mark.parametrize("schedule,pp,v,m", SHAPES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_first_order_replay_is_the_sweeping_simulation(schedule, pp, v, m, seed):
+    rnd = random.Random(seed * 1000 + pp * 100 + v * 10 + m)
+    chunks = pp * v
+    fwd = [rnd.randint(1, 50) for _ in range(chunks)]  # uneven per-chunk (so per-rank) times
+    bwd = [rnd.randint(1, 100) for _ in range(chunks)]
+    lag = [rnd.choice([0, 0, 3, 17]) for _ in range(chunks - 1)]
+    steps, last, end, pred, pred_lag, out = sweep_reference(schedule, pp, v, m, fwd, bwd, lag)
+    o = first_order((schedule, pp, v, m))
+    assert o.last == last
+    assert list(zip(o.ops, o.prev, o.dep, o.key)) == [(op, prev, dep, key) for op, _, prev, dep, _, key in steps]
+    for op, r, prev, dep, boundary, key in steps:  # the same by op id
+        assert (o.rank_of[op], o.prev_of[op], o.dep_of[op], o.bnd_of[op], o.key_of[op]) == (r, prev, dep, boundary, key)
+    shape = (schedule, pp, v, m)
+    sim._ORDERS.pop(shape, None)
+    for record in (True, False, True, False):  # a new shape, then replays
+        res = sim.simulate(schedule, pp, v, m, fwd, bwd, lag, record=record)
+        assert res.makespan == max(end)
+        assert res.rank_finish == [end[op] if op >= 0 else 0 for op in last]
+        assert res.ops == (out if record else [])
+        path, lags = sim._backtrack(end.index(max(end)), m * chunks, chunks, pred, pred_lag)
+        if not (not record and schedule == "1f1b" and m >= 2 * (pp + sim.probe_rounds(pp))):
+            assert (res.critical_path, res.critical_lags) == (path, lags)
