@@ -90,7 +90,27 @@ def window_terms(ctx: Context, key: SharedKey, memory_only: bool = False) -> Sha
     (full, windowed), prefix = block_sequence(ctx)
     assert prefix is not None  # block_sequence gives mixed windows two kinds
     names = MEMORY_FIELDS if memory_only else None
-    return merged(kind_terms(ctx, key, full, memory_only), kind_terms(ctx, key, windowed, memory_only), prefix, names)
+    terms = kind_terms(ctx, key, full, memory_only)
+    alike = memory_only and same_memory(ctx, key, full, windowed)  # the windowed kind's memory terms: the full one's
+    return merged(terms, terms if alike else kind_terms(ctx, key, windowed, memory_only), prefix, names)
+
+
+def same_memory(ctx: Context, key: SharedKey, full: str, windowed: str) -> bool:
+    """Whether the windowed kind's memory terms (``terms.kind_terms(memory_only=True)``: what ``merged`` reads of it,
+    ``MEMORY_FIELDS``, ``recompute_tmp``, ``z3_tmp``) are the full kind's: they read the context's stack, training and
+    precision, alike in the window view (it changes the model's window fields alone, which no memory term reads:
+    ``Inputs.attention_window`` and ``attention_share`` price FLOPs and the attention's time), and of the kind's
+    ``LayerGroup`` its parameters, routed experts' parameters, saved activations and rematerialised buffer, compared
+    here (priced already: the search's lean bounds price both kinds). Not with a measured profile (the view is
+    analytic). ``tests/test_window_memory.py`` checks the terms on a table of models and layouts."""
+    if ctx.profile is not None or ctx.layer_fn is not None:
+        return False
+    from planner.compose.terms import layer_group
+
+    mbs, tp, sp, recompute, _, _, tpo, ep, etp, _ = key
+    a = layer_group(ctx, mbs, tp, sp, recompute, tpo, ep, etp, full)
+    b = layer_group(ctx, mbs, tp, sp, recompute, tpo, ep, etp, windowed)
+    return (a.params, a.expert_params, a.acts, a.recompute_tmp) == (b.params, b.expert_params, b.acts, b.recompute_tmp)
 
 
 def mixed_terms(ctx: Context, key: SharedKey, prefix: tuple[int, ...], memory_only: bool = False) -> SharedTerms:

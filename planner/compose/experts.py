@@ -213,8 +213,11 @@ def with_experts(
     point: tuple[int, int, bool, str, int, int],
 ) -> tuple[LayerTimes, ActivationBytes, int, float, float, ExpertTerms]:
     """A dense block's times, saved bytes, parameters and TP seconds made a MoE block's at ``point`` (mbs, tp,
-    sp, recompute, ep, etp): its compute, TP and all-to-all seconds, FLOPs, parameters, saved activations."""
-    x = expert_terms(ctx, *point)
+    sp, recompute, ep, etp): its compute, TP and all-to-all seconds, FLOPs, parameters, saved activations. The
+    experts' terms read the recomputation only as whether it is full (``expert_work``, ``expert_seconds``): the
+    other two share one (``tests/test_window_memory.py`` checks them alike)."""
+    mbs, tp, sp, recompute, ep, etp = point
+    x = expert_terms(ctx, mbs, tp, sp, recompute if recompute == "full" else "none", ep, etp)
     blk = replace(
         blk,
         fwd=blk.fwd + x.fwd - x.tp_fwd,
