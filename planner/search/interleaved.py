@@ -245,14 +245,10 @@ def most_frequent(row: list[float]) -> float:
     return min(x for x, n in counts.items() if n == top)
 
 
-def _lp_weights(a: np.ndarray, b: np.ndarray, caps: list[int], p: int, L: int) -> np.ndarray | None:
-    """The LP min T s.t. T ≥ a_k·n + b_k (every chain), n_c ≥ 1, Σ n = L, Σ_{c on rank r} n_c ≤ caps[r]: its
-    chains' dual weights (≥ 0, Σ = 1), or None when GLOP finds no optimum."""
-    solver = pywraplp.Solver.CreateSolver("GLOP")
-    K, C = a.shape
+def lp_cut(solver: pywraplp.Solver, C: int, L: int, caps: list[int], p: int) -> list[pywraplp.Variable]:
+    """A cut's layer counts as LP variables: n_c ≥ 1, Σ n = L, Σ_{c on rank r} n_c ≤ caps[r] (chunk c on rank c mod p)."""
     inf = solver.infinity()
     n = [solver.NumVar(1.0, float(L), f"n{c}") for c in range(C)]
-    T = solver.NumVar(-inf, inf, "T")
     total = solver.Constraint(float(L), float(L))
     for x in n:
         total.SetCoefficient(x, 1.0)
@@ -261,6 +257,17 @@ def _lp_weights(a: np.ndarray, b: np.ndarray, caps: list[int], p: int, L: int) -
             cap = solver.Constraint(-inf, float(caps[r]))
             for x in n[r::p]:
                 cap.SetCoefficient(x, 1.0)
+    return n
+
+
+def _lp_weights(a: np.ndarray, b: np.ndarray, caps: list[int], p: int, L: int) -> np.ndarray | None:
+    """The LP min T s.t. T ≥ a_k·n + b_k (every chain), n_c ≥ 1, Σ n = L, Σ_{c on rank r} n_c ≤ caps[r]: its
+    chains' dual weights (≥ 0, Σ = 1), or None when GLOP finds no optimum."""
+    solver = pywraplp.Solver.CreateSolver("GLOP")
+    K, C = a.shape
+    inf = solver.infinity()
+    n = lp_cut(solver, C, L, caps, p)
+    T = solver.NumVar(-inf, inf, "T")
     rows = []
     for k in range(K):  # T − a_k·n ≥ b_k, as T − (a_k − μ)·n ≥ b_k + μ·L (Σ n = L; μ: a_k's most frequent value)
         vals = a[k].tolist()

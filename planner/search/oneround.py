@@ -28,7 +28,7 @@ from ortools.sat.python import cp_model
 from planner.compose.cost import ClassCosts
 from planner.compose.step_end import end_parts, end_terms
 from planner.search.chains import Counts, as_arrays, dag_key, initial_counts, price
-from planner.search.interleaved import _least
+from planner.search.interleaved import _least, lp_cut
 from planner.search.screens import class_caps
 
 #: The LP's dual weights are scaled to integers summing to this, per block of rows (any non-negative weights are valid).
@@ -78,16 +78,8 @@ def rules_out(cc: ClassCosts, chains: Sequence[Row], incumbent: int) -> bool:
     caps = [min(L, x) for x in class_caps(cc)]
     lp = pywraplp.Solver.CreateSolver("GLOP")
     inf = lp.infinity()
-    n = [lp.NumVar(1.0, float(L), f"n{j}") for j in range(C)]
+    n = lp_cut(lp, C, L, caps, p)
     M, D = lp.NumVar(-inf, inf, "M"), lp.NumVar(-inf, inf, "D")
-    total = lp.Constraint(float(L), float(L))
-    for x in n:
-        total.SetCoefficient(x, 1.0)
-    for r in range(p):
-        if caps[r] < L:
-            cap = lp.Constraint(-inf, float(caps[r]))
-            for x in n[r::p]:
-                cap.SetCoefficient(x, 1.0)
 
     def bound(var: pywraplp.Variable, rows: Sequence[Row]) -> list[pywraplp.Constraint]:
         out = []
