@@ -39,9 +39,9 @@ def rank_arrays(schedule: str, pp: int, v: int, m: int, i: int) -> tuple[np.ndar
 #: a rank's order this long or longer is walked with numpy (shorter: a plain loop, cheaper there)
 VECTOR_OPS = 256
 
-#: The most chunks ``all_rank_states`` codes as one int64 bit mask: the mask's range (2^v) must stay below 2^62
-#: for ``_first_by_rank``'s mixed radix; finer interleavings (v = L/pp reaches 63 on a 126-layer model at pp 2)
-#: walk rank by rank (``vector_states``, boolean columns).
+#: The most chunks ``all_rank_states`` codes as one int64 bit mask: the mask and its range (2^v, ``_first_rows``'
+#: mixed radix reads max + 1) must stay within int64; finer interleavings (v = L/pp reaches 63 on a 126-layer model at
+#: pp 2) walk rank by rank (``vector_states``, boolean columns).
 MASK_BITS = 61
 
 
@@ -106,7 +106,11 @@ def _distinct(rows: np.ndarray, at: np.ndarray) -> np.ndarray:
     """The distinct rows among ``rows[at]``, in order of first occurrence."""
     if len(at) == 0:
         return rows[:0]
-    sub = rows[at]
+    return rows[at[_first_rows(rows[at])]]
+
+
+def _first_rows(sub: np.ndarray) -> np.ndarray:
+    """The indices of ``sub``'s distinct rows (non-negative integers) at their first occurrence, ascending."""
     radix, size = [], 1  # each row as one integer in the mixed radix of its columns' ranges (exact: no collision)
     for hi in (sub.max(axis=0) + 1).tolist():
         radix.append(size)
@@ -115,7 +119,7 @@ def _distinct(rows: np.ndarray, at: np.ndarray) -> np.ndarray:
         _, first = np.unique(sub @ np.array(radix, dtype=np.int64), return_index=True)
     else:
         _, first = np.unique(sub, axis=0, return_index=True)
-    return rows[at[np.sort(first)]]
+    return np.sort(first)
 
 
 def _ones(row: list[int], start: int, v: int) -> tuple[int, ...]:
@@ -179,12 +183,4 @@ def _first_by_rank(sub: np.ndarray, at: np.ndarray, n: int) -> np.ndarray:
     rows at their first occurrence, in order."""
     if len(at) == 0:
         return at
-    radix, size = [], 1  # each (rank, row) as one integer in a mixed radix (exact: no collision)
-    for hi in (sub.max(axis=0) + 1).tolist():
-        radix.append(size)
-        size *= hi
-    if size * (int(at[-1]) // n + 1) < 1 << 62:
-        _, first = np.unique(sub @ np.array(radix, dtype=np.int64) + (at // n) * size, return_index=True)
-    else:
-        _, first = np.unique(np.column_stack([at // n, sub]), axis=0, return_index=True)
-    return at[np.sort(first)]
+    return at[_first_rows(np.column_stack([sub, at // n]))]  # (row, rank): distinct per rank

@@ -168,17 +168,32 @@ def end_floor(s: SharedTerms, c: Candidate, num_layers: int, moe_layers: int = 0
     the rest, ``post(n_r) + post_slowdown(N_r) − post_slowdown(n_r)`` (N_r its layers, n_r ≥ 1 those of chunk r):
     summed over the ranks, ``post_slowdown`` of every layer and (post − post_slowdown) of one layer per rank at least
     — not the whole ``post`` (MLPerf v3.1 GPT-3 175B, TP4 PP8 v12: 146 ms per rank against 41 ms exposed)."""
-    L, K, p = num_layers, moe_layers, c.pp
     head = s.own_head(c)
     o, g = s.opt, s.post
-    ends = L * o.layer + K * o.moe + o.emb + (o.head if head else 0)
+    ends = _over_ranks(o, num_layers, moe_layers, head)
     if not (c.virtual_stages > 1 and c.schedule == "interleaved-1f1b" and s.hidden_fwd != NOTHING):
-        return ends + L * g.layer + K * g.moe + g.emb + (g.head if head else 0), o.const + g.const
-    w, d = s.post_slowdown, Affine(*(a - b for a, b in zip(g, s.post_slowdown)))
-    ends += L * w.layer + K * w.moe + w.emb + (w.head if head else 0) + d.emb + (d.head if head else 0)
+        return ends + _over_ranks(g, num_layers, moe_layers, head), o.const + g.const
+    part, const = _slowed_and_one_chunk(g, s.post_slowdown, c.pp, num_layers, moe_layers, head)
+    return ends + part, o.const + const
+
+
+def _over_ranks(a: Affine, num_layers: int, moe_layers: int, head: bool) -> int:
+    """Σ over the ranks of ``a`` at rank r's layers (Σ_r N_r = L, Σ_r K_r = K MoE layers), its constant apart."""
+    return num_layers * a.layer + moe_layers * a.moe + a.emb + (a.head if head else 0)
+
+
+def _slowed_and_one_chunk(
+    whole: Affine, slowed: Affine, p: int, num_layers: int, moe_layers: int, head: bool
+) -> tuple[int, int]:
+    """(sum, const): Σ over the ranks of ``slowed`` at rank r's N_r layers plus (``whole`` − ``slowed``) at chunk r's
+    n_r ≥ 1 (the embedding on rank 0, the LM head on rank pp − 1) is ≥ sum + pp·const at every cut: what of a
+    collective that hides under the next (previous) chunks stays exposed at least (σ of all of it, and chunk r's whole,
+    ``end_floor``'s all-gather and ``grad_floor``'s sync)."""
+    L = num_layers
+    d = Affine(*(a - b for a, b in zip(whole, slowed)))
     least = min(d.layer, d.layer + d.moe)  # chunk r's layers (n_r ≥ 1 of them, Σ_r n_r ≤ L) each add at least this
-    ends += p * least if least >= 0 else L * least
-    return ends, o.const + w.const + d.const
+    part = _over_ranks(slowed, L, moe_layers, head) + d.emb + (d.head if head else 0)
+    return part + (p * least if least >= 0 else L * least), slowed.const + d.const
 
 
 def grad_floor(s: SharedTerms, c: Candidate, num_layers: int, moe_layers: int = 0) -> tuple[int, int]:
@@ -189,23 +204,16 @@ def grad_floor(s: SharedTerms, c: Candidate, num_layers: int, moe_layers: int = 
     (n_r ≥ 1 layers, with the embedding on rank 0 and the LM head on rank pp − 1): summed over the ranks,
     ``sync_slowdown`` of every layer and (sync − sync_slowdown) of one layer per rank at least. (0, 0) where a
     coefficient of the sync is negative (a rank's sync could then be 0, whose exposed part ``_grad_parts`` takes as 0)."""
-    L, K, p, y = num_layers, moe_layers, c.pp, s.sync
+    y = s.sync
     if min(y.const, y.layer, y.layer + y.moe, y.emb, y.head) < 0:
         return 0, 0
     head = s.own_head(c)
-
-    def whole(a: Affine) -> int:  # Σ_r of a at rank r's layers (Σ_r N_r = L, Σ_r K_r = K), its constant apart
-        return L * a.layer + K * a.moe + a.emb + (a.head if head else 0)
-
     if s.hidden_bwd == NOTHING:
-        return whole(y), y.const
+        return _over_ranks(y, num_layers, moe_layers, head), y.const
     w = s.sync_slowdown
     if not (s.chunk_grad_sync and c.virtual_stages > 1 and c.schedule == "interleaved-1f1b"):
-        return whole(w), w.const
-    d = Affine(*(a - b for a, b in zip(y, w)))
-    least = min(d.layer, d.layer + d.moe)  # chunk r's layers (n_r ≥ 1 of them, Σ_r n_r ≤ L) each add at least this
-    more = d.emb + (d.head if head else 0) + (p * least if least >= 0 else L * least)
-    return whole(w) + more, w.const + d.const
+        return _over_ranks(w, num_layers, moe_layers, head), w.const
+    return _slowed_and_one_chunk(y, w, c.pp, num_layers, moe_layers, head)
 
 
 def sync_lift(s: SharedTerms, c: Candidate, num_layers: int, moe_layers: int = 0) -> int:
