@@ -106,3 +106,19 @@ def test_periodic_m_on_the_search_shapes(shape: tuple[str, int, int, int]) -> No
     schedule, pp, v, m = shape
     assert periodic_m(schedule, pp, v, m) < m
     assert _both_peaks(schedule, pp, v, m) == _both_peaks(schedule, pp, v, periodic_m(schedule, pp, v, m))
+
+
+@pytest.mark.parametrize(
+    "shape", [("interleaved-1f1b", 2, 63, 2), ("interleaved-1f1b", 2, 63, 6), ("interleaved-1f1b", 2, 64, 4)]
+)
+def test_wide_undominated_against_pairwise(shape: tuple[str, int, int, int]) -> None:
+    """v > 62 (the chunks done as boolean rows, not an int64 mask; torchtitan's 405B CP rows at pp 2, v 63): the
+    filter and ``schedule_peaks`` against the pairwise definition on every rank's peaks."""
+    schedule, pp, v, m = shape
+    live, done = schedule_peaks(schedule, pp, v, m, True)
+    assert done is not None
+    for r in range(pp):
+        peaks = _walk(schedule, pp, v, m, r)
+        pairwise = [not any(q != p and _dominates(q, p) for q in peaks) for p in peaks]
+        assert undominated(peaks, pp, v) == pairwise
+        assert list(zip(live[r], done[r])) == sorted(p for p, ok in zip(peaks, pairwise) if ok)

@@ -175,3 +175,82 @@ def test_class_caps_are_layer_caps(spec: tuple) -> None:
         cc = class_costs(ctx, c)
         want = list(screens.layer_caps(cc.shared, c, cc.live, cc.num_layers, cc.usable_bytes, cc.done))
         assert list(screens.class_caps(cc)) == want
+
+
+WARM_SHAPES = [(pp, v, m) for pp in (1, 2, 3, 4, 8) for v in (2, 3, 4, 7) for m in (pp, 2 * pp, 3 * pp, 8 * pp)]
+
+
+@pytest.mark.parametrize("shape", WARM_SHAPES)
+def test_warm_peak_is_a_walk_state(shape: tuple[int, int, int]) -> None:
+    """``prescreen.warm_peaks``' closed form is a state of every rank's walk (``peak_walk.walk_states``): an
+    activation peak (seen, copies) and, with no chunk done, a peak of the walk with its chunks done. So its caps are
+    at least the full screen's (it is one of the peaks, or dominated by one)."""
+    from planner.compose.peak_walk import walk_states
+    from planner.search.prescreen import warm_peaks
+
+    pp, v, m = shape
+    live, done = warm_peaks(pp, v, m)
+    for r in range(pp):
+        with_done, acts = walk_states("interleaved-1f1b", pp, v, m, r)
+        ((vec,),), ((d,),) = (live[r],), (done[r],)
+        assert d == ()
+        counts = [0] * v
+        for ch, x in vec:
+            assert ch % pp == r and x > 0
+            counts[ch // pp] = x
+        seen = tuple(j for j in range(v) if counts[j])
+        assert (seen, tuple(counts)) in acts
+        assert (seen, tuple(counts), ()) in with_done
+        assert sum(counts) == screens.interleaved_peak_copies(pp, v, m, r)
+
+
+WARM_REQUESTS = [
+    ("llama3-405b", "h100-sxm5-80gb", 2048, 8, 128, 131072, {}),  # CP classes, memory binds
+    ("llama3-70b", "h100-sxm5-80gb", 8, 8, 1024, 8192, {}),
+    ("llama3-405b", "h100-sxm5-80gb", 64, 8, 64, 32768, {"stack": "torchtitan"}),  # chunks done; torch's ring
+]
+
+
+def _ctx_cands(spec: tuple) -> tuple:
+    model, gpu, nodes, gpn, gbs, seq, extra = spec
+    req = PlanRequest.model_validate(
+        {
+            "model": model,
+            "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
+            "training": {"global_batch_size": gbs, "seq_len": seq, **extra},
+        }
+    )
+    ctx = context(req)
+    return ctx, enumerate_candidates(ctx, req.parallel, req.options)
+
+
+@pytest.mark.parametrize("spec", WARM_REQUESTS, ids=lambda s: s[0])
+def test_warm_prescreen_same_verdict(spec: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``screens.warm_rules_out`` (the first pass at the warm-up peaks) leaves every interleaved class's verdict as
+    the screen without it gives, and rules some out."""
+    ctx, cands = _ctx_cands(spec)
+    cands = [c for c in cands if c.virtual_stages > 1][::5]
+    with_warm = [screens._quick_may_fit(ctx, c, None) for c in cands]
+    ruled = sum(screens.warm_rules_out(screens.memory_class_terms(ctx, c), c, *_m_l_u(ctx, c)) for c in cands)
+    monkeypatch.setattr(screens, "warm_rules_out", lambda *a: False)
+    without = [screens._quick_may_fit(ctx, c, None) for c in cands]
+    assert with_warm == without
+    assert ruled > 0 or all(with_warm)
+
+
+def _m_l_u(ctx: object, c: object) -> tuple[int, int, int]:
+    from planner.compose.cost import num_microbatches
+
+    return num_microbatches(ctx, c), ctx.model.num_layers, ctx.usable_bytes  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("spec", WARM_REQUESTS, ids=lambda s: s[0])
+def test_screen_shared_across_cp_exchanges(spec: tuple) -> None:
+    """``quick_may_fit``'s memo by ``screens.screen_key`` (the CP exchanges of a class holding the same bytes share a
+    verdict) answers each class as its own screen does."""
+    ctx, cands = _ctx_cands(spec)
+    cands = [c for c in cands if c.pp > 1][::3]
+    shared = [screens.quick_may_fit(ctx, c) for c in cands]
+    assert shared == [screens._quick_may_fit(ctx, c, None) for c in cands]
+    if spec is WARM_REQUESTS[0]:  # Megatron's exchanges hold no bytes of their own: p2p and all-gather share
+        assert len({screens.screen_key(ctx, c) for c in cands}) < len(cands)

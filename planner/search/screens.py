@@ -7,6 +7,8 @@ any cut of a class may fit (``may_fit``, ``quick_may_fit``) and whether one does
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import fields
+from operator import attrgetter
 
 from planner.compose.affine import total
 from planner.compose.context import Context
@@ -14,8 +16,8 @@ from planner.compose.context_parallel import memory_class_terms
 from planner.compose.cost import Candidate, ClassCosts, Live, class_peaks, live_vectors_cached, num_microbatches
 from planner.compose.grad_peaks import Done
 from planner.compose.memory import chunk_moe, pending_grads, rank_buffers, rank_memory, rank_states
-from planner.compose.terms import SharedTerms
-from planner.search.prescreen import DoneSums, Sums, done_sums, heaviest, peak_sums, shape_sums
+from planner.compose.terms import NOTHING, SharedTerms
+from planner.search.prescreen import DoneSums, Sums, done_sums, heaviest, peak_sums, shape_sums, warm_sums
 
 
 def layer_caps(
@@ -245,11 +247,38 @@ def quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None = None) -> b
     an interleaved model of one block kind after this one at one layer per chunk (a lower bound of every cut's:
     each term grows with the layers)."""
     if cut is None:  # asked twice of a class (the frontier before its quick bound, the search): memoised
-        hit = ctx.may_fit.get(c)
+        k = screen_key(ctx, c)
+        hit = ctx.may_fit.get(k)
         if hit is None:
-            hit = ctx.may_fit[c] = _quick_may_fit(ctx, c, None)
+            hit = ctx.may_fit[k] = _quick_may_fit(ctx, c, None)
         return hit
     return _quick_may_fit(ctx, c, cut)
+
+
+#: Every field of a class but its CP exchange (``Candidate``'s, as ``cost._FIELDS`` has them)
+NOT_CP_COMM = attrgetter(*(f.name for f in fields(Candidate) if f.name != "cp_comm"))
+
+
+def screen_key(ctx: Context, c: Candidate) -> tuple:
+    """``quick_may_fit``'s memo key without a cut: the class's fields but its CP exchange, and the bytes that exchange
+    holds (``memory_class_terms``' ``cp_tmp``, the one term of it the exchange changes; no screen reads ``cp_comm``
+    otherwise), so the exchanges of one class share one screen where they hold the same (Llama 3 405B at 131K tokens:
+    5,990 screens of 3,600 such keys). ``tests/test_prescreen.py`` checks each verdict against the class's own."""
+    return (*NOT_CP_COMM(c), memory_class_terms(ctx, c).cp_tmp if c.cp > 1 else 0)
+
+
+def warm_rules_out(s: SharedTerms, c: Candidate, m: int, num_layers: int, usable: int) -> bool:
+    """Whether an interleaved class's ``layer_caps`` at each rank's warm-up peak alone (``prescreen.warm_sums``) fail
+    ``caps_fit``: then the full screen's do too (``prescreen``'s docstring)."""
+    if c.virtual_stages == 1 or c.schedule != "interleaved-1f1b" or m % c.pp:
+        return False
+    grads = s.grads != NOTHING  # ``cost.class_peaks``: the chunks done count
+    sums = warm_sums(c.pp, c.virtual_stages, m, grads)
+    if grads:
+        caps = summed_done_caps(s, c, sums, num_layers, usable)  # type: ignore[arg-type]
+    else:
+        caps = summed_caps(s, c, sums, num_layers, usable)  # type: ignore[arg-type]
+    return not caps_fit(caps, c.virtual_stages, num_layers)
 
 
 def _quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None) -> bool:
@@ -257,6 +286,8 @@ def _quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None) -> bool:
     if cut is None:
         if c.virtual_stages > 1 and s.moe_prefix is None and not _quick_may_fit(ctx, c, [1] * c.chunks):
             return False  # not even one layer per chunk fits (one block kind: every cut needs more memory)
+        if warm_rules_out(s, c, m, ctx.model.num_layers, usable):
+            return False  # at each rank's warm-up peak alone (``prescreen.warm_sums``: its peaks never walked)
         (live, done), L = class_peaks(s, c, m), ctx.model.num_layers
         key = (c.schedule, c.pp, c.virtual_stages, m, done is None)
         if len(live[0]) > 1:  # first at each rank's heaviest peak alone (``prescreen``: rules out no more)
