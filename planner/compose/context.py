@@ -50,9 +50,9 @@ class Context(Device):
     piped: dict[SharedKey, SharedTerms] = _cache()
     lags: dict[LagKey, list[int]] = _cache()
     classes: dict[Candidate, ClassCosts] = _cache()
-    #: ``search.screens.quick_may_fit`` of a class without a cut (the frontier and the search both ask it), by
-    #: ``screens.screen_key`` (its CP exchange only through the bytes it holds)
-    may_fit: dict[tuple, bool] = _cache()
+    #: ``search.screens.quick_may_fit`` of a class without a cut (the frontier and the search both ask it), by the
+    #: class and by ``screens.screen_key`` (its CP exchange only through the bytes it holds)
+    may_fit: dict[Candidate | tuple, bool] = _cache()
     #: The context-parallel views (``context_parallel.cp_view``), by cp, and the CP classes' terms.
     views: dict[int, Context] = _cache()
     cp_terms: dict[tuple, SharedTerms] = _cache()

@@ -247,10 +247,13 @@ def quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None = None) -> b
     an interleaved model of one block kind after this one at one layer per chunk (a lower bound of every cut's:
     each term grows with the layers)."""
     if cut is None:  # asked twice of a class (the frontier before its quick bound, the search): memoised
-        k = screen_key(ctx, c)
-        hit = ctx.may_fit.get(k)
+        hit = ctx.may_fit.get(c)  # by the class itself (its hash kept), then by what the screen reads
         if hit is None:
-            hit = ctx.may_fit[k] = _quick_may_fit(ctx, c, None)
+            k = screen_key(ctx, c)
+            hit = ctx.may_fit.get(k)
+            if hit is None:
+                hit = ctx.may_fit[k] = _quick_may_fit(ctx, c, None)
+            ctx.may_fit[c] = hit
         return hit
     return _quick_may_fit(ctx, c, cut)
 
