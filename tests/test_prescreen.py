@@ -254,3 +254,23 @@ def test_screen_shared_across_cp_exchanges(spec: tuple) -> None:
     assert shared == [screens._quick_may_fit(ctx, c, None) for c in cands]
     if spec is WARM_REQUESTS[0]:  # Megatron's exchanges hold no bytes of their own: p2p and all-gather share
         assert len({screens.screen_key(ctx, c) for c in cands}) < len(cands)
+
+
+@pytest.mark.parametrize("spec", WARM_REQUESTS, ids=lambda s: s[0])
+def test_one_layer_a_chunk_at_four_ranks(spec: tuple) -> None:
+    """``screens.cut_fits`` at the cut of one layer a chunk checked at ranks 0, 1, pp − 2, pp − 1 (``ONES``) gives
+    every rank's verdict, on every interleaved class of one block kind (the former loop over all ranks)."""
+    ctx, cands = _ctx_cands(spec)
+    seen = set()
+    both = 0
+    for c in cands:
+        s = screens.memory_class_terms(ctx, c)
+        m, _, usable = _m_l_u(ctx, c)
+        if c.virtual_stages == 1 or s.moe_prefix is not None:
+            continue
+        ones = [1] * c.chunks
+        four = screens.cut_fits(s, c, m, usable, ones, screens.ONES)
+        assert four == screens.cut_fits(s, c, m, usable, ones)
+        seen.add(four)
+        both += c.pp > 4
+    assert seen == {True, False} and both > 0

@@ -287,7 +287,7 @@ def warm_rules_out(s: SharedTerms, c: Candidate, m: int, num_layers: int, usable
 def _quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None) -> bool:
     s, m, usable = memory_class_terms(ctx, c), num_microbatches(ctx, c), ctx.usable_bytes  # no time priced
     if cut is None:
-        if c.virtual_stages > 1 and s.moe_prefix is None and not _quick_may_fit(ctx, c, [1] * c.chunks):
+        if c.virtual_stages > 1 and s.moe_prefix is None and not cut_fits(s, c, m, usable, [1] * c.chunks, ONES):
             return False  # not even one layer per chunk fits (one block kind: every cut needs more memory)
         if warm_rules_out(s, c, m, ctx.model.num_layers, usable):
             return False  # at each rank's warm-up peak alone (``prescreen.warm_sums``: its peaks never walked)
@@ -303,8 +303,24 @@ def _quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None) -> bool:
                 return False
         caps = shape_caps(s, c, m, done is not None, L, usable)
         return caps_fit(caps, c.virtual_stages, L) and kinds_fit(s, c, live, L, usable, done)
+    return cut_fits(s, c, m, usable, cut)
+
+
+#: ``cut_fits``' ranks at the cut of one layer a chunk: the first, the second, the last but one and the last
+ONES = (0, 1, -2, -1)
+
+
+def cut_fits(
+    s: SharedTerms, c: Candidate, m: int, usable: int, cut: list[int], ranks: tuple[int, ...] | None = None
+) -> bool:
+    """``quick_may_fit`` at a cut: every rank's lower bound of ``rank_memory`` within ``usable``. ``ranks``: only
+    those (negative: from the last), for the cut of one layer a chunk of an interleaved class of one block kind
+    (``ONES``): there every rank between the first and the last has the same states, pending gradients and buffers
+    (they read only whether the rank is the first or the last, and its chunks' layers: v each), and its peak copies
+    (``interleaved_peak_copies``) do not grow with r, so its bound, linear in them, is largest at rank 1 or pp − 2.
+    ``tests/test_prescreen.py`` checks it against every rank's."""
     k = chunk_moe(s, cut, None)
-    for r in range(c.pp):
+    for r in range(c.pp) if ranks is None else sorted({x % c.pp for x in ranks}):
         copies = (
             interleaved_peak_copies(c.pp, c.virtual_stages, m, r)
             if c.virtual_stages > 1
