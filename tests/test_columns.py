@@ -22,7 +22,7 @@ from planner.compose.cost import class_costs, evaluate
 from planner.compose.simulate import rank_orders, simulate
 from planner.search.bruteforce import compositions
 from planner.search.chains import as_arrays
-from planner.search.columns import _least, applies, column_bound, column_counts
+from planner.search.columns import _least, applies, column_bound, column_counts, rules_out
 from planner.search.interleaved import interleaved_bound
 from planner.search.screens import class_caps
 from planner.search.space import enumerate_candidates
@@ -119,3 +119,24 @@ def test_bound_never_exceeds_the_best_cut() -> None:
     assert len(rows) >= 10, len(rows)
     assert sum(low > old for low, old, _ in rows) * 2 > len(rows)  # tighter than the single-rank chains on most
     assert any(low * 1.02 > best for low, _, best in rows)  # close to the best cut on some
+
+
+def test_rules_out_is_the_bound_above_the_incumbent() -> None:
+    """``rules_out``'s shortcuts (the floor, the even split) answer as ``column_bound`` > incumbent does, at the
+    bound, one either side and far either side, on every m = p class of the small instances."""
+    pins = ParallelPins(schedule="interleaved-1f1b", tp=1, recompute="none", sequence_parallel=False)
+    asked = ruled = 0
+    for ctx in small_instances():
+        for cand in enumerate_candidates(ctx, pins, SearchOptions()):
+            if cand.chunks > ctx.model.num_layers:
+                continue
+            cc = class_costs(ctx, cand)
+            low = column_bound(cc)
+            if low is None:
+                assert not rules_out(cc, 1)
+                continue
+            for inc in (low // 2, low - 1000, low - 1, low, low + 1, low + 1000, 2 * low):
+                assert rules_out(cc, inc) == (low > inc), (cand, inc, low)
+                asked += 1
+                ruled += low > inc
+    assert asked >= 50 and 0 < ruled < asked, (asked, ruled)

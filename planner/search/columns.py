@@ -25,10 +25,13 @@ cut of small instances.
 
 from __future__ import annotations
 
+import numpy as np
+
 from planner.compose.cost import ClassCosts
 from planner.compose.step_end import end_floor, sync_lift
 from planner.search.chains import Counts
 from planner.search.screens import class_caps
+from planner.specs.layout import even_stage_layers
 
 
 def applies(cc: ClassCosts) -> bool:
@@ -55,36 +58,44 @@ def _least(f: int, b: int, fe: list[int], be: list[int], caps: list[int], p: int
     """min over the cuts (n_c ≥ 1, Σ n = L, Σ of rank r's chunks ≤ caps[r]) of max_c (f·n_c + fe_c) +
     max_c (b·n_c + be_c), None when no cut respects the caps. Both maxima take values f·x + fe_c and b·x + be_c
     (x whole); a pair (tf, tb) is reached by a cut iff every chunk holds u_c = min(⌊(tf − fe_c)/f⌋, ⌊(tb − be_c)/b⌋)
-    ≥ 1 layers and Σ_r min(caps[r], Σ_{c on r} u_c) ≥ L; the least feasible tb falls as tf rises (two pointers)."""
+    ≥ 1 layers and Σ_r min(caps[r], Σ_{c on r} u_c) ≥ L (a chunk holds at most L − C + 1); the least reachable tb
+    falls as tf rises (two pointers, from the least tf reachable at all)."""
     C = len(fe)
     if f <= 0 or b <= 0 or any(cap < C // p for cap in caps):
         return None
+    fe_a, be_a, cap_a = np.array(fe, dtype=np.int64), np.array(be, dtype=np.int64), np.array(caps, dtype=np.int64)
 
     def ok(tf: int, tb: int) -> bool:
-        total = 0
-        for r in range(p):
-            room = 0
-            for c in range(r, C, p):
-                u = min((tf - fe[c]) // f, (tb - be[c]) // b)
-                if u < 1:
-                    return False
-                room += u
-            total += min(caps[r], room)
-        return total >= L
+        u = np.minimum((tf - fe_a) // f, (tb - be_a) // b)
+        return bool(u.min() >= 1) and int(np.minimum(cap_a, u.reshape(-1, p).sum(axis=0)).sum()) >= L
 
-    low_f, low_b = max(f + e for e in fe), max(b + e for e in be)
-    tfs = sorted(t for t in {f * x + e for e in set(fe) for x in range(1, L + 1)} if t >= low_f)
-    tbs = sorted(t for t in {b * x + e for e in set(be) for x in range(1, L + 1)} if t >= low_b)
-    best, j = None, len(tbs) - 1
-    for tf in tfs:
+    top = L - C + 1  # the most layers a chunk holds
+    low_f, low_b = f + int(fe_a.max()), b + int(be_a.max())
+    tfs = np.unique((f * np.arange(1, top + 1)[:, None] + np.unique(fe_a)[None, :]).ravel())
+    tbs = np.unique((b * np.arange(1, top + 1)[:, None] + np.unique(be_a)[None, :]).ravel())
+    tfs, tbs = tfs[tfs >= low_f].tolist(), tbs[tbs >= low_b].tolist()
+    j = len(tbs) - 1
+    lo, hi = 0, len(tfs)  # the first tf reachable at all (with the largest tb), by binary search
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(tfs[mid], tbs[j]) else (mid + 1, hi)
+    best = None
+    for tf in tfs[lo:]:
         if best is not None and tf + low_b >= best:
             break
-        if not ok(tf, tbs[j]):
-            continue  # before the first reachable pair only (reachability is monotone in tf and in tb)
-        while j > 0 and ok(tf, tbs[j - 1]):
+        while j > 0 and ok(tf, tbs[j - 1]):  # the least tb reachable with tf (it falls as tf rises)
             j -= 1
         best = tf + tbs[j] if best is None else min(best, tf + tbs[j])
     return best
+
+
+def _parts(cc: ClassCosts, caps: list[int] | None) -> tuple[int, int, list[int]]:
+    """(one micro-batch's path P, the end of step's floor and the sync's least, the caps within L)."""
+    c, s, L, C = cc.cand, cc.shared, cc.num_layers, cc.chunks
+    one = (cc.f_layer + cc.b_layer) * L + sum(cc.f_extra) + sum(cc.b_extra) + 2 * sum(cc.lag[: C - 1])
+    ends, end_const = end_floor(s, c, L, 0)
+    rest = ends // c.pp + end_const + sync_lift(s, c, L, 0)
+    return one, rest, [min(L, x) for x in (caps if caps is not None else class_caps(cc))]
 
 
 def column_bound(cc: ClassCosts, caps: list[int] | None = None) -> int | None:
@@ -93,12 +104,28 @@ def column_bound(cc: ClassCosts, caps: list[int] | None = None) -> int | None:
     do not apply (``applies``) or no cut respects the caps."""
     if not applies(cc):
         return None
-    c, s, L, C = cc.cand, cc.shared, cc.num_layers, cc.chunks
-    caps = [min(L, x) for x in (caps if caps is not None else class_caps(cc))]
-    most = _least(cc.f_layer, cc.b_layer, list(cc.f_extra), list(cc.b_extra), caps, c.pp, L)
-    if most is None:
-        return None
-    one = (cc.f_layer + cc.b_layer) * L + sum(cc.f_extra) + sum(cc.b_extra) + 2 * sum(cc.lag[: C - 1])
-    pipe = one + (cc.m - 1) * most
-    ends, end_const = end_floor(s, c, L, 0)
-    return pipe + ends // c.pp + end_const + sync_lift(s, c, L, 0)
+    one, rest, caps = _parts(cc, caps)
+    most = _least(cc.f_layer, cc.b_layer, list(cc.f_extra), list(cc.b_extra), caps, cc.cand.pp, cc.num_layers)
+    return None if most is None else one + (cc.m - 1) * most + rest
+
+
+def rules_out(cc: ClassCosts, incumbent: int) -> bool:
+    """Whether ``column_bound`` exceeds ``incumbent`` (False where it is None), settled first where it can be without
+    the least: the bound at its floor max_c (f + fe_c) + max_c (b + be_c) already above, or the even split's
+    max F + max B (an upper bound of the least, when within the caps) not."""
+    if not applies(cc):
+        return False
+    one, rest, caps = _parts(cc, None)
+    p, L, C, f, b = cc.cand.pp, cc.num_layers, cc.chunks, cc.f_layer, cc.b_layer
+    if f <= 0 or b <= 0 or any(cap < C // p for cap in caps) or sum(caps) < L:
+        return False  # no cut within the caps (``_least`` None): left as it was
+    top = (incumbent - one - rest) // (cc.m - 1)  # the bound exceeds the incumbent iff the least exceeds this
+    if max(cc.f_extra) + f + max(cc.b_extra) + b > top:
+        return True
+    even = even_stage_layers(L, C)
+    if all(sum(even[r::p]) <= caps[r] for r in range(p)):
+        at_even = max(f * n + e for n, e in zip(even, cc.f_extra)) + max(b * n + e for n, e in zip(even, cc.b_extra))
+        if at_even <= top:
+            return False
+    most = _least(f, b, list(cc.f_extra), list(cc.b_extra), caps, p, L)
+    return most is not None and most > top
