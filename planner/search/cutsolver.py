@@ -26,7 +26,7 @@ from planner.compose.cost import Candidate, ClassCosts, Evaluation, evaluate
 from planner.compose.memory import memory_terms, peaks
 from planner.compose.simulate import Op
 from planner.compose.step_end import end_parts, end_terms
-from planner.search import chains
+from planner.search import chains, columns
 from planner.search.bounds import may_fit
 from planner.search.chains import Counts, as_arrays, dag_key, initial_counts, path_counts, price
 from planner.search.hints import critical_counts, greedy_cut, local_search
@@ -254,7 +254,9 @@ def solve_class(
         return result(Status.OPTIMAL if ev.fits else Status.INFEASIBLE, fixed, ev, ev.objective_ns)
     if C > L or not may_fit(cc):
         return result(Status.INFEASIBLE)
-    if budget is not None and budget[0] <= 0:  # its budget spent: the even split, unproven
+    if budget is not None and budget[0] <= 0:  # its budget spent: the even split, unproven (or ruled out: ``columns``)
+        if incumbent is not None and columns.rules_out(cc, incumbent):
+            return result(Status.PRUNED, bound=incumbent)
         ev = evaluate(cc, even_stage_layers(L, C))
         return result(Status.FEASIBLE, even_stage_layers(L, C), ev) if ev.fits else result(Status.UNKNOWN)
 

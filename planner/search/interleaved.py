@@ -38,12 +38,13 @@ from collections import Counter
 from functools import lru_cache
 
 import numpy as np
-from ortools.linear_solver import pywraplp
 
 from planner.compose.cost import ClassCosts
 from planner.compose.peak_walk import rank_arrays
 from planner.compose.step_end import end_floor
 from planner.search.chains import Counts, as_arrays, price
+from planner.search.lp_proto import add_row, cut_lp, solve_duals
+from planner.search.replay import bisect, breakpoints
 
 
 def interleaved_counts(p: int, v: int, m: int) -> tuple[Counts, ...]:
@@ -178,27 +179,29 @@ def rank_bound(a: np.ndarray, b: np.ndarray, ranks: tuple[int, ...], caps: list[
     (chain i of rank ``ranks[i]``: a_i·n + b_i), each bounded below by an affine function of its rank's N_r alone
     (its coefficient on r's chunks at their least; the other chunks one layer each and the L − N_r − (C − v)
     layers left at the least of their coefficients). Exact in whole layers per rank, where the LP is not (a
-    32-layer model on 4 ranks has a rank of 9 layers), by bisection on the makespan. None when no cut respects
+    32-layer model on 4 ranks has a rank of 9 layers), by bisection on the makespan (``replay``). None when no cut respects
     the caps."""
     K, C = a.shape
     v = C // p
     if any(cap < v for cap in caps) or sum(caps) < L:
         return None
-    lines: list[list[tuple[float, float]]] = [[] for _ in range(p)]
-    rank_of = np.asarray(ranks)
-    for r in range(p):  # rank r's chains at once (each row as the chain-by-chain loop of ``tests`` prices it)
-        rows = np.flatnonzero(rank_of == r)
-        if not rows.size:
-            continue
-        mine = np.zeros(C, dtype=bool)
-        mine[r::p] = True
-        own, off = a[rows][:, mine], a[rows][:, ~mine]
-        lo = off.min(axis=1) if off.shape[1] else np.zeros(rows.size)
-        # chain ≥ Σ_own a·n + Σ_off a·1 + lo·(L − N_r − (C − v)) ≥ (min own − lo)·N_r + const (each row summed alone:
-        # numpy's 1-D sum, the same float as the chain-by-chain loop's)
-        total = np.array([row.sum() for row in off]) if off.shape[1] else np.zeros(rows.size)
-        slope, const = own.min(axis=1) - lo, b[rows] + total + lo * (L - (C - v))
-        lines[r] = list(zip(slope.tolist(), const.tolist()))
+    lines = _lines(a, b, ranks, p, L)
+    if lines is None:  # not whole numbers (nor within 2^52): row by row, as the chain-by-chain loop prices them
+        lines = [[] for _ in range(p)]
+        rank_of = np.asarray(ranks)
+        for r in range(p):
+            rows = np.flatnonzero(rank_of == r)
+            if not rows.size:
+                continue
+            mine = np.zeros(C, dtype=bool)
+            mine[r::p] = True
+            own, off = a[rows][:, mine], a[rows][:, ~mine]
+            lo = off.min(axis=1) if off.shape[1] else np.zeros(rows.size)
+            # chain ≥ Σ_own a·n + Σ_off a·1 + lo·(L − N_r − (C − v)) ≥ (min own − lo)·N_r + const (each row summed
+            # alone: numpy's 1-D sum, the same float as the chain-by-chain loop's)
+            total = np.array([row.sum() for row in off]) if off.shape[1] else np.zeros(rows.size)
+            slope, const = own.min(axis=1) - lo, b[rows] + total + lo * (L - (C - v))
+            lines[r] = list(zip(slope.tolist(), const.tolist()))
 
     # each rank's lines by the sign of their slope (``feasible`` reads them so, in their order), and its flat ones'
     # highest constant
@@ -213,11 +216,12 @@ def rank_bound(a: np.ndarray, b: np.ndarray, ranks: tuple[int, ...], caps: list[
         for r in range(p):
             if flat[r] > T:
                 return False
-            lo_n, hi_n = v, caps[r]
-            for slope, const in rising[r]:
-                hi_n = min(hi_n, math.floor((T - const) / slope + 1e-9))
-            for slope, const in falling[r]:
-                lo_n = max(lo_n, math.ceil((T - const) / slope - 1e-9))
+            # min over lines of floor(x + 1e-9) is floor(min x + 1e-9) (each step monotone); max and ceil alike
+            lo_n, hi_n, up, down = v, caps[r], rising[r], falling[r]
+            if up:
+                hi_n = min(hi_n, math.floor(min([(T - const) / slope for slope, const in up]) + 1e-9))
+            if down:
+                lo_n = max(lo_n, math.ceil(max([(T - const) / slope for slope, const in down]) - 1e-9))
             if lo_n > hi_n:
                 return False
             least, most = least + lo_n, most + hi_n
@@ -226,15 +230,32 @@ def rank_bound(a: np.ndarray, b: np.ndarray, ranks: tuple[int, ...], caps: list[
     def top(r: int, n: int) -> float:
         return max(slope * n + const for slope, const in lines[r])
 
-    lo_t, hi_t = 0.0, max(max(top(r, v), top(r, caps[r])) for r in range(p))  # hi: every N feasible (convex)
-    if feasible(lo_t):
-        return lo_t
-    for _ in range(200):  # feasibility is monotone in T: bisection to a relative 1e-12
-        if hi_t - lo_t <= 1e-12 * hi_t:
-            break
-        mid = (lo_t + hi_t) / 2
-        lo_t, hi_t = (lo_t, mid) if feasible(mid) else (mid, hi_t)
-    return lo_t
+    hi_t = max(max(top(r, v), top(r, caps[r])) for r in range(p))  # hi: every N feasible (convex)
+    # from 0: bisection to a relative 1e-12, feasible asked only where its threshold does not settle it (``replay``)
+    return bisect(feasible, hi_t, breakpoints(lines, caps, v))
+
+
+def _lines(a: np.ndarray, b: np.ndarray, ranks: tuple[int, ...], p: int, L: int) -> list | None:
+    """``rank_bound``'s lines (slope, const) per rank, every chain at once: None unless p > 1 and every entry of
+    ``a`` and ``b`` is a whole number with every sum below 2^52 (the search's chains: integer ns), where the sums and
+    products are exact in any order, so each is the very float of the row-by-row loop."""
+    K, C = a.shape
+    v = C // p
+    if p == 1 or K == 0:
+        return None
+    big = float(np.abs(a).max()) * (L + C) + float(np.abs(b).max())
+    if not big < 2.0**52 or not (np.array_equal(a, np.floor(a)) and np.array_equal(b, np.floor(b))):
+        return None
+    rank_of = np.asarray(ranks)
+    own = a.reshape(K, v, p)[np.arange(K), :, rank_of]  # row i's chunks on its rank (chunk c on rank c mod p)
+    on_rank = (np.arange(C) % p)[None, :] == rank_of[:, None]
+    lo = np.where(on_rank, np.inf, a).min(axis=1)
+    total = a.sum(axis=1) - own.sum(axis=1)
+    slope, const = own.min(axis=1) - lo, b + total + lo * (L - (C - v))
+    lines: list[list[tuple[float, float]]] = [[] for _ in range(p)]
+    for r, s_, c_ in zip(ranks, slope.tolist(), const.tolist()):
+        lines[r].append((s_, c_))
+    return lines
 
 
 def most_frequent(row: list[float]) -> float:
@@ -245,43 +266,20 @@ def most_frequent(row: list[float]) -> float:
     return min(x for x, n in counts.items() if n == top)
 
 
-def lp_cut(solver: pywraplp.Solver, C: int, L: int, caps: list[int], p: int) -> list[pywraplp.Variable]:
-    """A cut's layer counts as LP variables: n_c ≥ 1, Σ n = L, Σ_{c on rank r} n_c ≤ caps[r] (chunk c on rank c mod p)."""
-    inf = solver.infinity()
-    n = [solver.NumVar(1.0, float(L), f"n{c}") for c in range(C)]
-    total = solver.Constraint(float(L), float(L))
-    for x in n:
-        total.SetCoefficient(x, 1.0)
-    for r in range(p):
-        if caps[r] < L:
-            cap = solver.Constraint(-inf, float(caps[r]))
-            for x in n[r::p]:
-                cap.SetCoefficient(x, 1.0)
-    return n
-
-
 def _lp_weights(a: np.ndarray, b: np.ndarray, caps: list[int], p: int, L: int) -> np.ndarray | None:
     """The LP min T s.t. T ≥ a_k·n + b_k (every chain), n_c ≥ 1, Σ n = L, Σ_{c on rank r} n_c ≤ caps[r]: its
-    chains' dual weights (≥ 0, Σ = 1), or None when GLOP finds no optimum."""
-    solver = pywraplp.Solver.CreateSolver("GLOP")
+    chains' dual weights (≥ 0, Σ = 1), or None when GLOP finds no optimum. Written as one proto (``lp_proto``)."""
     K, C = a.shape
-    inf = solver.infinity()
-    n = lp_cut(solver, C, L, caps, p)
-    T = solver.NumVar(-inf, inf, "T")
-    rows = []
+    pr = cut_lp(C, L, caps, p, ["T"])
+    first = len(pr.constraint)
     for k in range(K):  # T − a_k·n ≥ b_k, as T − (a_k − μ)·n ≥ b_k + μ·L (Σ n = L; μ: a_k's most frequent value)
         vals = a[k].tolist()
         mu = most_frequent(vals)
-        row = solver.Constraint(float(b[k]) + mu * L, inf)
-        row.SetCoefficient(T, 1.0)
-        put = row.SetCoefficient
-        for x, val in zip(n, vals):
-            if val != mu:
-                put(x, mu - val)
-        rows.append(row)
-    solver.Minimize(T)
-    if solver.Solve() != pywraplp.Solver.OPTIMAL:
+        index = [c for c, val in enumerate(vals) if val != mu]
+        add_row(pr, float(b[k]) + mu * L, C, index, [mu - vals[c] for c in index])
+    duals = solve_duals(pr, first)
+    if duals is None:
         return None
-    lam = np.array([max(0.0, r.dual_value()) for r in rows])
+    lam = np.array([max(0.0, d) for d in duals])
     total = lam.sum()
     return lam / total if total > 0 else None

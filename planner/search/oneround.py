@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
 from planner.compose.cost import ClassCosts
 from planner.compose.step_end import end_parts, end_terms
 from planner.search.chains import Counts, as_arrays, dag_key, initial_counts, price
-from planner.search.interleaved import _least, lp_cut
+from planner.search.interleaved import _least
+from planner.search.lp_proto import add_row, cut_lp, solve_duals
 from planner.search.screens import class_caps
 
 #: The LP's dual weights are scaled to integers summing to this, per block of rows (any non-negative weights are valid).
@@ -57,15 +57,28 @@ def end_rows(cc: ClassCosts) -> list[Row] | None:
     return rows
 
 
-def _weights(rows: list[pywraplp.Constraint]) -> list[int] | None:
+def _weights(duals: list[float]) -> list[int] | None:
     """The rows' dual values (≥ 0) as integers summing to ``SCALE``."""
-    lam = [max(0.0, r.dual_value()) for r in rows]
+    lam = [max(0.0, x) for x in duals]
     total = sum(lam)
     if total <= 0:
         return None
     w = [int(x / total * SCALE) for x in lam]
     w[max(range(len(w)), key=w.__getitem__)] += SCALE - sum(w)
     return w
+
+
+def lp_duals(C: int, L: int, caps: list[int], p: int, chains: Sequence[Row], ends: Sequence[Row]) -> list[float] | None:
+    """The LP min M + D s.t. M ≥ each chain, D ≥ each end row, over the capped real cuts: the rows' dual values
+    (chains', then the end rows'), or None when GLOP finds no optimum. One proto (``lp_proto``); each row set as
+    ``var − coef·n ≥ const``, its variable first, then the chunks of a non-zero coefficient."""
+    pr = cut_lp(C, L, caps, p, ["M", "D"])
+    first = len(pr.constraint)
+    for var, rows in ((C, chains), (C + 1, ends)):
+        for coef, const in rows:
+            index = [j for j, a in enumerate(coef) if a]
+            add_row(pr, float(const), var, index, [-float(coef[j]) for j in index])
+    return solve_duals(pr, first)
 
 
 def rules_out(cc: ClassCosts, chains: Sequence[Row], incumbent: int) -> bool:
@@ -76,26 +89,10 @@ def rules_out(cc: ClassCosts, chains: Sequence[Row], incumbent: int) -> bool:
     if cc.moe_prefix is not None or not chains or not ends or C > L:
         return False  # a model of two block kinds (its rows have MoE terms): left to CP-SAT
     caps = [min(L, x) for x in class_caps(cc)]
-    lp = pywraplp.Solver.CreateSolver("GLOP")
-    inf = lp.infinity()
-    n = lp_cut(lp, C, L, caps, p)
-    M, D = lp.NumVar(-inf, inf, "M"), lp.NumVar(-inf, inf, "D")
-
-    def bound(var: pywraplp.Variable, rows: Sequence[Row]) -> list[pywraplp.Constraint]:
-        out = []
-        for coef, const in rows:  # var − coef·n ≥ const
-            row = lp.Constraint(float(const), inf)
-            row.SetCoefficient(var, 1.0)
-            for x, a in zip(n, coef):
-                if a:
-                    row.SetCoefficient(x, -float(a))
-            out.append(row)
-        return out
-
-    on_m, on_d = bound(M, chains), bound(D, ends)
-    lp.Minimize(M + D)
-    if lp.Solve() != pywraplp.Solver.OPTIMAL:
+    duals = lp_duals(C, L, caps, p, chains, ends)
+    if duals is None:
         return False
+    on_m, on_d = duals[: len(chains)], duals[len(chains) :]
     lam, mu = _weights(on_m), _weights(on_d)
     if lam is None or mu is None:
         return False
