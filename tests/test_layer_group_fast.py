@@ -240,3 +240,53 @@ def test_layer_times_price_the_analytic_parts_once(case, monkeypatch: pytest.Mon
     monkeypatch.setattr(lt, "parts", each_time)
     assert every(context(req)) == now
     assert len(now) > 300
+
+
+def former_pop(self):
+    """``Frontier.pop`` as it was: every re-keyed item pushed, then the queue's least popped."""
+    from planner.search.bounds import cut_bound, quick_may_fit
+    from planner.search.space import forced_cut
+
+    heap = self.heap
+    K = frontier.Key
+    while heap:
+        item = frontier.heapq.heappop(heap)
+        if item.key == K.SETTLED:
+            return item
+        if item.key == K.FAMILY:
+            for member in self.members(item):
+                frontier.heapq.heappush(heap, member)
+            continue
+        if item.key == K.FLOOR:
+            frontier.heapq.heappush(heap, frontier.QueueItem(max(item.bound, self.lean(item.cand)), item.order, K.LEAN))
+            continue
+        if item.key == K.LEAN:
+            frontier.heapq.heappush(heap, self._quick_item(item))
+            continue
+        cut = forced_cut(self.ctx, self.pins, item.cand)
+        assert cut is not None
+        if self.pins.stage_layers is None and not quick_may_fit(self.ctx, item.cand, cut):
+            return item._replace(key=K.SETTLED)
+        b = max(item.bound, cut_bound(self.ctx, item.cand, cut))
+        frontier.heapq.heappush(heap, frontier.QueueItem(b, item.order, K.SETTLED))
+    return None
+
+
+@pytest.mark.parametrize("case", CASES[:2] + CASES[4:])
+def test_the_queue_pops_as_with_push_then_pop(case, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Frontier.pop`` with ``heappushpop`` pops the same items, in the same order, as pushing every re-keyed item
+    and popping the least, to the queue's end (every class, the re-keyed one-cut classes among them)."""
+    req = request(*case)
+
+    def run() -> list:
+        ctx = context(req)
+        q = frontier.Frontier(ctx, req.parallel, enumerate_candidates(ctx, req.parallel, req.options))
+        out = []
+        while (item := q.pop()) is not None:
+            out.append(item)
+        return out
+
+    now = run()
+    monkeypatch.setattr(frontier.Frontier, "pop", former_pop)
+    assert run() == now
+    assert len(now) == len(enumerate_candidates(context(req), req.parallel, req.options))

@@ -296,29 +296,33 @@ class Frontier:
         return QueueItem(max(item.bound, self.quick(c)), item.order, _QUICK if one_cut else _SETTLED)
 
     def pop(self) -> QueueItem | None:
-        """The class with the smallest bound, its bound settled; None when the queue is empty."""
+        """The class with the smallest bound, its bound settled; None when the queue is empty. An item re-keyed goes
+        back with ``heappushpop`` (the push and the next pop in one: the same item comes next, fewer heap moves)."""
         heap = self.heap
-        while heap:
-            item = heapq.heappop(heap)
+        if not heap:
+            return None
+        push, pushpop = heapq.heappush, heapq.heappushpop
+        item = heapq.heappop(heap)
+        while True:
             key = item.key
             if key == _SETTLED:
                 return item
             if key == _FAMILY:
-                for member in self.members(item):
-                    heapq.heappush(heap, member)
-                continue
-            if key == _FLOOR:
-                heapq.heappush(heap, QueueItem(max(item.bound, self.lean(item.order[-1])), item.order, _LEAN))
-                continue
-            if key == _LEAN:
-                heapq.heappush(heap, self._quick_item(item))
-                continue
-            cut = forced_cut(self.ctx, self.pins, item.cand)
-            assert cut is not None
-            if self.pins.stage_layers is None and not quick_may_fit(self.ctx, item.cand, cut):
-                return item._replace(key=_SETTLED)  # memory rules it out (the loop says so): no need to re-key
-            heapq.heappush(heap, QueueItem(max(item.bound, cut_bound(self.ctx, item.cand, cut)), item.order, _SETTLED))
-        return None
+                *first, last = self.members(item)
+                for member in first:
+                    push(heap, member)
+                item = pushpop(heap, last)
+            elif key == _FLOOR:
+                item = pushpop(heap, QueueItem(max(item.bound, self.lean(item.order[-1])), item.order, _LEAN))
+            elif key == _LEAN:
+                item = pushpop(heap, self._quick_item(item))
+            else:
+                cut = forced_cut(self.ctx, self.pins, item.cand)
+                assert cut is not None
+                if self.pins.stage_layers is None and not quick_may_fit(self.ctx, item.cand, cut):
+                    return item._replace(key=_SETTLED)  # memory rules it out (the loop says so): no need to re-key
+                b = max(item.bound, cut_bound(self.ctx, item.cand, cut))
+                item = pushpop(heap, QueueItem(b, item.order, _SETTLED))
 
     def push(self, item: QueueItem) -> None:
         heapq.heappush(self.heap, item)
