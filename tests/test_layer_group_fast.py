@@ -290,3 +290,24 @@ def test_the_queue_pops_as_with_push_then_pop(case, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(frontier.Frontier, "pop", former_pop)
     assert run() == now
     assert len(now) == len(enumerate_candidates(context(req), req.parallel, req.options))
+
+
+@pytest.mark.parametrize("case", [CASES[1], CASES[2]])
+def test_a_window_view_shares_the_contexts_dense_parts_but_the_block(case) -> None:
+    """``layer_group.window_parts`` (the context's ``DenseParts`` with the view's block times and profile) equals the
+    window view's own ``DenseParts`` priced afresh, at every (cp, mbs, tp, SP, recompute, TP overlap) of gpt-oss's
+    classes (CP views at 64K tokens); and a layer group of the windowed kind is priced from it."""
+    from planner.compose.layer_group import _dense_parts, window_parts
+
+    req = request(*case)
+    ctx, fresh = context(req), context(req)
+    n = 0
+    for cp, mbs, tp, sp, rec, tpo, ep, etp in sorted(points(ctx, req)):
+        view, other = cp_view(ctx, cp), window_view(cp_view(fresh, cp))
+        point = (mbs, tp, sp, rec, tpo)
+        assert window_parts(view, window_view(view), point) == _dense_parts(other, *point), (cp, point)
+        kind = block_sequence(ctx)[0][1]
+        assert layer_group(view, *point, ep, etp, kind) == former_layer_group(other, (*point, ep, etp, MOE_BLOCK))
+        assert window_view(view).dense_parts[point] == _dense_parts(other, *point)
+        n += 1
+    assert n > 500

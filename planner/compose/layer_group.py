@@ -130,6 +130,19 @@ def _dense_parts(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo:
     )
 
 
+def window_parts(ctx: Context, view: Context, point: tuple[int, int, bool, str, bool]) -> DenseParts:
+    """``DenseParts`` of the window view ``view`` of an analytic ``ctx`` (``blocks.window_view``) at ``point``: the
+    context's own with the block's layer times and profile the view's. The view changes the model's window fields
+    alone, which only the attention reads (``Inputs.attention_window``, ``attention_share``: the block's FLOPs and
+    time), not the embedding, the LM head, the TP communication, the overlap or the loss buffer
+    (``tests/test_layer_group_fast.py`` checks them against the view's own at every point of gpt-oss's classes)."""
+    mbs, tp, sp, recompute, _ = point
+    return dense_parts(ctx, *point)._replace(
+        blk=layer_times(view, "transformer_block", mbs, tp, sp, recompute),
+        lp_blk=view.layer("transformer_block", mbs, tp, sp),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class LayerGroup:
     """Per micro-batch, one GPU, for one (micro-batch size, tp, sequence parallelism, recomputation):
@@ -167,7 +180,11 @@ def layer_group(
     """``kind``: the block kind priced (``blocks.block_sequence``); by default the model's first (its only one)."""
     kind = kind or block_sequence(ctx)[0][0]
     if kind.endswith(WINDOW):  # a windowed block of a model of windowed and full ones: priced in its view
-        return layer_group(window_view(ctx), mbs, tp, sp, recompute, tpo, ep, etp, kind.removesuffix(WINDOW))
+        view = window_view(ctx)
+        point = (mbs, tp, sp, recompute, tpo)
+        if point not in view.dense_parts and ctx.profile is None and ctx.layer_fn is None:
+            view.dense_parts[point] = window_parts(ctx, view, point)
+        return layer_group(view, mbs, tp, sp, recompute, tpo, ep, etp, kind.removesuffix(WINDOW))
     if kind != MOE_BLOCK:  # a dense block does not depend on the experts' layout
         ep = etp = 1
     key = (mbs, tp, sp, recompute, tpo, ep, etp, kind)
