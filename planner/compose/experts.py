@@ -8,7 +8,7 @@ and optimizer step over that group (``expert_step``)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from planner.compose.context import Context
@@ -211,21 +211,23 @@ def with_experts(
     tp_f: float,
     tp_b: float,
     point: tuple[int, int, bool, str, int, int],
-) -> tuple[LayerTimes, ActivationBytes, int, float, float, ExpertTerms]:
+) -> tuple[float, float, float, float, int, int, int, float, float, ExpertTerms]:
     """A dense block's times, saved bytes, parameters and TP seconds made a MoE block's at ``point`` (mbs, tp,
-    sp, recompute, ep, etp): its compute, TP and all-to-all seconds, FLOPs, parameters, saved activations. The
-    experts' terms read the recomputation only as whether it is full (``expert_work``, ``expert_seconds``): the
-    other two share one (``tests/test_window_memory.py`` checks them alike)."""
+    sp, recompute, ep, etp): its forward and backward seconds and FLOPs, saved bytes with recompute none and
+    selective (full keeps the dense block's), parameters, TP and all-to-all seconds. The experts' terms read the
+    recomputation only as whether it is full (``expert_work``, ``expert_seconds``): the other two share one
+    (``tests/test_window_memory.py`` checks them alike)."""
     mbs, tp, sp, recompute, ep, etp = point
     x = expert_terms(ctx, mbs, tp, sp, recompute if recompute == "full" else "none", ep, etp)
-    blk = replace(
-        blk,
-        fwd=blk.fwd + x.fwd - x.tp_fwd,
-        bwd=blk.bwd + x.bwd - x.tp_bwd,
-        flops_fwd=blk.flops_fwd + x.flops_fwd,
-        flops_bwd=blk.flops_bwd + x.flops_bwd,
+    return (
+        blk.fwd + x.fwd - x.tp_fwd,
+        blk.bwd + x.bwd - x.tp_bwd,
+        blk.flops_fwd + x.flops_fwd,
+        blk.flops_bwd + x.flops_bwd,
+        int(saved.none + x.saved_none),
+        int(saved.selective + x.saved),
+        params + x.params,
+        tp_f + x.tp_fwd,
+        tp_b + x.tp_bwd,
+        x,
     )
-    saved = saved.model_copy(
-        update={"none": int(saved.none + x.saved_none), "selective": int(saved.selective + x.saved)}
-    )
-    return blk, saved, params + x.params, tp_f + x.tp_fwd, tp_b + x.tp_bwd, x

@@ -68,6 +68,7 @@ class DenseParts(NamedTuple):
     tp_b: tuple[float, float, float]
     f_more: float  # overlapped TP's GEMM slowdown beyond its TP part, + SP layout copies (``workload.sp_copies``)
     b_more: float
+    logits_fp32: int  # ``LayerGroup.logits_fp32`` (it reads (mbs, tp) alone)
 
 
 def dense_parts(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo: bool) -> DenseParts:
@@ -112,6 +113,7 @@ def _dense_parts(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo:
         ms = ctx.residuals.memory_scale
         f_more += ms * sum(hbm_time(ctx, b) for b in copies[0])
         b_more += ms * sum(hbm_time(ctx, b) for b in copies[1])
+    vocab_local = local_vocab(model, tp)  # the stack's padded vocabulary (``planner.specs.vocab``)
     return DenseParts(
         blk,
         emb,
@@ -124,6 +126,20 @@ def _dense_parts(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo:
         (blk_tp_b, emb_tp_b, head_tp_b),
         f_more,
         b_more,
+        loss_buffer_bytes(ctx.stack, mbs * seq, vocab_local, ctx.elt),  # the loss's tensors (stack's)
+    )
+
+
+def window_parts(ctx: Context, view: Context, point: tuple[int, int, bool, str, bool]) -> DenseParts:
+    """``DenseParts`` of the window view ``view`` of an analytic ``ctx`` (``blocks.window_view``) at ``point``: the
+    context's own with the block's layer times and profile the view's. The view changes the model's window fields
+    alone, which only the attention reads (``Inputs.attention_window``, ``attention_share``: the block's FLOPs and
+    time), not the embedding, the LM head, the TP communication, the overlap or the loss buffer
+    (``tests/test_layer_group_fast.py`` checks them against the view's own at every point of gpt-oss's classes)."""
+    mbs, tp, sp, recompute, _ = point
+    return dense_parts(ctx, *point)._replace(
+        blk=layer_times(view, "transformer_block", mbs, tp, sp, recompute),
+        lp_blk=view.layer("transformer_block", mbs, tp, sp),
     )
 
 
@@ -164,7 +180,11 @@ def layer_group(
     """``kind``: the block kind priced (``blocks.block_sequence``); by default the model's first (its only one)."""
     kind = kind or block_sequence(ctx)[0][0]
     if kind.endswith(WINDOW):  # a windowed block of a model of windowed and full ones: priced in its view
-        return layer_group(window_view(ctx), mbs, tp, sp, recompute, tpo, ep, etp, kind.removesuffix(WINDOW))
+        view = window_view(ctx)
+        point = (mbs, tp, sp, recompute, tpo)
+        if point not in view.dense_parts and ctx.profile is None and ctx.layer_fn is None:
+            view.dense_parts[point] = window_parts(ctx, view, point)
+        return layer_group(view, mbs, tp, sp, recompute, tpo, ep, etp, kind.removesuffix(WINDOW))
     if kind != MOE_BLOCK:  # a dense block does not depend on the experts' layout
         ep = etp = 1
     key = (mbs, tp, sp, recompute, tpo, ep, etp, kind)
@@ -176,37 +196,37 @@ def layer_group(
 
 def _layer_group(ctx: Context, key: GroupKey) -> LayerGroup:
     mbs, tp, sp, recompute, tpo, ep, etp, kind = key
-    model, seq = ctx.model, ctx.training.seq_len
     d = dense_parts(ctx, mbs, tp, sp, recompute, tpo)
-    blk, emb, head, lp_blk, lp_emb, lp_head, act = d.blk, d.emb, d.head, d.lp_blk, d.lp_emb, d.lp_head, d.act
+    blk, emb, head, lp_blk, lp_emb, lp_head = d.blk, d.emb, d.head, d.lp_blk, d.lp_emb, d.lp_head
     (blk_tp_f, emb_tp_f, head_tp_f), (blk_tp_b, emb_tp_b, head_tp_b) = d.tp_f, d.tp_b
-    f_more, b_more = d.f_more, d.b_more
-    vocab_local = local_vocab(model, tp)  # the stack's padded vocabulary (``planner.specs.vocab``)
     saved = lp_blk.saved_activation_bytes
+    s_none, s_sel, s_full = saved.none, saved.selective, saved.full
     p_blk, x = lp_blk.param_count, None
+    bf, bb, flops_f, flops_b = blk.fwd, blk.bwd, blk.flops_fwd, blk.flops_bwd
     if kind == MOE_BLOCK:  # a MoE block: its MLP in place of the dense one (``compose.experts``)
-        blk, saved, p_blk, blk_tp_f, blk_tp_b, x = with_experts(
+        bf, bb, flops_f, flops_b, s_none, s_sel, p_blk, blk_tp_f, blk_tp_b, x = with_experts(
             ctx, blk, saved, p_blk, blk_tp_f, blk_tp_b, (mbs, tp, sp, recompute, ep, etp)
         )
-    work_f = (blk.fwd + f_more + blk_tp_f, emb.fwd + emb_tp_f, head.fwd + head_tp_f)
-    work_b = (blk.bwd + b_more + blk_tp_b, emb.bwd + emb_tp_b, head.bwd + head_tp_b)
+    work_f = (bf + d.f_more + blk_tp_f, emb.fwd + emb_tp_f, head.fwd + head_tp_f)
+    work_b = (bb + d.b_more + blk_tp_b, emb.bwd + emb_tp_b, head.bwd + head_tp_b)
+    # the saved bytes per recompute mode (``ActivationBytes.for_mode``) and the rematerialised buffer
+    at_mode = {"none": int(s_none), "selective": int(s_sel), "full": int(s_full)}[recompute]
+    tmp = {"none": 0, "selective": max(0, s_none - s_sel), "full": s_none}[recompute]
     return LayerGroup(
         work_f=work_f,
         work_b=work_b,
-        fwd=Affine(0, *map(ns, work_f)),
-        bwd=Affine(0, *map(ns, work_b)),
-        fwd_tp=Affine(0, ns(blk_tp_f), ns(emb_tp_f), ns(head_tp_f)),
-        bwd_tp=Affine(0, ns(blk_tp_b), ns(emb_tp_b), ns(head_tp_b)),
+        fwd=Affine(0, round(work_f[0] * NS), round(work_f[1] * NS), round(work_f[2] * NS)),
+        bwd=Affine(0, round(work_b[0] * NS), round(work_b[1] * NS), round(work_b[2] * NS)),
+        fwd_tp=Affine(0, round(blk_tp_f * NS), round(emb_tp_f * NS), round(head_tp_f * NS)),
+        bwd_tp=Affine(0, round(blk_tp_b * NS), round(emb_tp_b * NS), round(head_tp_b * NS)),
         params=(p_blk, lp_emb.param_count, lp_head.param_count),
-        act=act,
-        recompute_tmp={"none": 0, "selective": max(0, saved.none - saved.selective), "full": saved.none}[recompute],
-        logits_fp32=loss_buffer_bytes(ctx.stack, mbs * seq, vocab_local, ctx.elt),  # the loss's tensors (stack's)
-        acts=Affine(
-            0, int(saved.for_mode(recompute)), lp_emb.saved_activation_bytes.none, lp_head.saved_activation_bytes.none
-        ),
-        flops=(blk.flops_fwd + blk.flops_bwd, emb.flops_fwd + emb.flops_bwd, head.flops_fwd + head.flops_bwd),
-        fwd_ep=Affine(0, ns(x.a2a_fwd)) if x else Affine(),
-        bwd_ep=Affine(0, ns(x.a2a_bwd)) if x else Affine(),
+        act=d.act,
+        recompute_tmp=tmp,
+        logits_fp32=d.logits_fp32,
+        acts=Affine(0, at_mode, lp_emb.saved_activation_bytes.none, lp_head.saved_activation_bytes.none),
+        flops=(flops_f + flops_b, emb.flops_fwd + emb.flops_bwd, head.flops_fwd + head.flops_bwd),
+        fwd_ep=Affine(0, round(x.a2a_fwd * NS)) if x else Affine(),
+        bwd_ep=Affine(0, round(x.a2a_bwd * NS)) if x else Affine(),
         expert_params=x.expert_params if x else 0,
     )
 
@@ -226,7 +246,7 @@ def moe_floor(
         part = ctx.expert_floors.get((mbs, tp, sp, recompute, etp))
         if part is None:
             part = ctx.expert_floors[(mbs, tp, sp, recompute, etp)] = expert_floor(ctx, mbs, tp, sp, recompute, etp)
-        dense = layer_group(ctx, mbs, tp, sp, recompute, tpo, kind="transformer_block")
+        d = dense_parts(ctx, mbs, tp, sp, recompute, tpo)  # the dense block's ``work_f[0]``, ``work_b[0]``
         moe = ctx.model.moe
         assert moe is not None
         a2a_key = (mbs, tp, sp, ep)  # its bytes read (mbs, tp, sp)
@@ -234,8 +254,8 @@ def moe_floor(
         if a2a is None:
             a2a = ctx.a2a_floors[a2a_key] = all_to_all_seconds(ctx, part.dispatched, ep, tp)
         g = part.scale * part.grouped(moe.num_experts, ep)
-        f = dense.work_f[0] + part.fwd + g + part.a2a_counts[0] * a2a
-        b = dense.work_b[0] + part.bwd + (3 if part.rerun else 2) * g + part.a2a_counts[1] * a2a
+        f = d.blk.fwd + d.f_more + d.tp_f[0] + part.fwd + g + part.a2a_counts[0] * a2a
+        b = d.blk.bwd + d.b_more + d.tp_b[0] + part.bwd + (3 if part.rerun else 2) * g + part.a2a_counts[1] * a2a
         low = -(2**62)  # no floor (a negative residual)
         fl = ctx.moe_floors[key] = (
             math.floor(f * NS) - 2 if math.isfinite(f) else low,

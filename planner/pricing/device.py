@@ -71,6 +71,11 @@ class Device(Inputs):
     """The request's inputs with the device's figures derived from them, and the layer times priced so far."""
 
     times_cache: dict[TimesKey, LayerTimes] = field(default_factory=dict, init=False, repr=False, compare=False)
+    #: ``layer_times.analytic_parts`` of the layer's profile at (kind, micro-batch size, tp, sequence parallel): a
+    #: block's recompute modes and selective recomputation's share read the same (``layer_times.parts``)
+    parts_cache: dict[tuple[str, int, int, bool], tuple[float, float, float, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
     #: Selective recomputation's share of a block's forward, by (micro-batch size, tp, sequence parallel).
     sac_cache: dict[tuple[int, int, bool], float] = field(default_factory=dict, init=False, repr=False, compare=False)
     #: The profile's measured ÷ analytic time ratio, by layer kind (``time_ratio``).

@@ -76,6 +76,20 @@ def analytic_parts(
     return fwd, bwd, cs * af, cs * ab
 
 
+def parts(
+    ctx: Device, kind: str, mbs: int, tp: int, sp: bool
+) -> tuple[LayerProfile, tuple[float, float, float, float]]:
+    """The layer's profile (``Inputs.layer``) and its ``analytic_parts``, memoised on the context (``parts_cache``):
+    they read no recomputation, so a block's three modes and selective recomputation's share price them once
+    (``tests/test_layer_group_fast.py`` checks the layer times against pricing them each time)."""
+    lp = ctx.layer(kind, mbs, tp, sp)
+    key = (kind, mbs, tp, sp)
+    hit = ctx.parts_cache.get(key)
+    if hit is None:
+        hit = ctx.parts_cache[key] = analytic_parts(ctx, lp, kind, mbs, tp, sp)
+    return lp, hit
+
+
 def analytic_time(ctx: Device, lp: LayerProfile, kind: str, mbs: int, tp: int, sp: bool) -> tuple[float, float]:
     """Forward and backward seconds of ``lp`` by the per-op model (``analytic_parts``)."""
     f, b, _, _ = analytic_parts(ctx, lp, kind, mbs, tp, sp)
@@ -99,8 +113,7 @@ def selective_share(ctx: Device, mbs: int, tp: int, sp: bool, att_share: float) 
     key = (mbs, tp, sp)
     hit = ctx.sac_cache.get(key)
     if hit is None:
-        lp = ctx.layer("transformer_block", mbs, tp, sp)
-        f, _, _, _ = analytic_parts(ctx, lp, "transformer_block", mbs, tp, sp)
+        f = parts(ctx, "transformer_block", mbs, tp, sp)[1][0]
         tokens = mbs * ctx.training.seq_len
         even = 0.0
         for lin in rerun_linears(ctx.model, tp):  # the even mm calls (``ops.rerun_linears``)
@@ -125,7 +138,7 @@ def _layer_times(ctx: Device, kind: str, mbs: int, tp: int, sp: bool, recompute:
             else 0.0
         )
     else:
-        fwd, bwd, af, _ = analytic_parts(ctx, lp, kind, mbs, tp, sp)
+        fwd, bwd, af, _ = parts(ctx, kind, mbs, tp, sp)[1]
         att_share = af / fwd if fwd > 0 else 0.0
         ratio = ctx.time_ratio(kind) if ctx.profile is not None and not ctx.covers(mbs, tp, sp) else None
         if ratio is not None:  # a point the profile lacks: scaled to the profile's hardware (``Context.gap_note``)
