@@ -9,7 +9,7 @@ here (``ns``)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 from planner.compose.affine import Affine
@@ -17,6 +17,7 @@ from planner.compose.blocks import WINDOW, block_sequence, window_view
 from planner.compose.context import Context, GroupKey
 from planner.compose.experts import expert_floor, with_experts
 from planner.compose.memory import loss_buffer_bytes
+from planner.compose.recompute_modules import MODULES, module_recompute
 from planner.pricing.collectives import Groups, per_kind_seconds
 from planner.pricing.expert_parallel import all_to_all_seconds
 from planner.pricing.gpu import hbm_time
@@ -188,6 +189,11 @@ def _layer_group(ctx: Context, key: GroupKey) -> LayerGroup:
         blk, saved, p_blk, blk_tp_f, blk_tp_b, x = with_experts(
             ctx, blk, saved, p_blk, blk_tp_f, blk_tp_b, (mbs, tp, sp, recompute, ep, etp)
         )
+    kept, tmp = saved.for_mode(recompute) if recompute != MODULES else saved.none, 0
+    if recompute == MODULES:  # Megatron's --recompute-modules layernorm moe_act (``compose.recompute_modules``)
+        mr = module_recompute(ctx, mbs, tp, sp, ep, etp, kind == MOE_BLOCK)
+        kept, tmp = max(0, int(saved.none - mr.saved_less)), int(mr.saved_less)
+        blk = replace(blk, bwd=blk.bwd + mr.bwd_more)
     work_f = (blk.fwd + f_more + blk_tp_f, emb.fwd + emb_tp_f, head.fwd + head_tp_f)
     work_b = (blk.bwd + b_more + blk_tp_b, emb.bwd + emb_tp_b, head.bwd + head_tp_b)
     return LayerGroup(
@@ -199,11 +205,11 @@ def _layer_group(ctx: Context, key: GroupKey) -> LayerGroup:
         bwd_tp=Affine(0, ns(blk_tp_b), ns(emb_tp_b), ns(head_tp_b)),
         params=(p_blk, lp_emb.param_count, lp_head.param_count),
         act=act,
-        recompute_tmp={"none": 0, "selective": max(0, saved.none - saved.selective), "full": saved.none}[recompute],
-        logits_fp32=loss_buffer_bytes(ctx.stack, mbs * seq, vocab_local, ctx.elt),  # the loss's tensors (stack's)
-        acts=Affine(
-            0, int(saved.for_mode(recompute)), lp_emb.saved_activation_bytes.none, lp_head.saved_activation_bytes.none
+        recompute_tmp={"none": 0, "selective": max(0, saved.none - saved.selective), "full": saved.none}.get(
+            recompute, tmp
         ),
+        logits_fp32=loss_buffer_bytes(ctx.stack, mbs * seq, vocab_local, ctx.elt),  # the loss's tensors (stack's)
+        acts=Affine(0, int(kept), lp_emb.saved_activation_bytes.none, lp_head.saved_activation_bytes.none),
         flops=(blk.flops_fwd + blk.flops_bwd, emb.flops_fwd + emb.flops_bwd, head.flops_fwd + head.flops_bwd),
         fwd_ep=Affine(0, ns(x.a2a_fwd)) if x else Affine(),
         bwd_ep=Affine(0, ns(x.a2a_bwd)) if x else Affine(),
