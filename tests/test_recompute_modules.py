@@ -217,3 +217,18 @@ def test_exports() -> None:
         assert err.value.field == "plan.parallel.recompute", fmt
     none = export(_plan("none"), "megatron", ExportOptions()).content
     assert "--recompute-modules" not in none and "--recompute-granularity" not in none
+
+
+@pytest.mark.parametrize("name", ["gpt-oss-120b", "deepseek-v3"])
+def test_moe_floor_stays_below(name: str) -> None:
+    """The search's MoE floor under the mode (the dense parts and the experts' floor shared with none's: they read
+    the recomputation only as full or selective) stays at or below the block's priced layer group."""
+    from planner.compose.layer_group import moe_floor
+
+    ctx = _ctx(name)
+    for tp, sp, ep, etp in [(1, False, 8, 1), (2, True, 4, 1), (2, True, 8, 2)]:
+        f, b = moe_floor(ctx, 1, tp, sp, MODULES, False, ep, etp)
+        lg = layer_group(ctx, 1, tp, sp, MODULES, False, ep, etp, MOE_BLOCK)
+        assert f <= lg.fwd.layer and b <= lg.bwd.layer
+        none = layer_group(ctx, 1, tp, sp, "none", False, ep, etp, MOE_BLOCK)
+        assert (f, b) <= (lg.fwd.layer, lg.bwd.layer) and lg.bwd.layer > none.bwd.layer

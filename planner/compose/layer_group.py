@@ -178,7 +178,8 @@ def layer_group(
 def _layer_group(ctx: Context, key: GroupKey) -> LayerGroup:
     mbs, tp, sp, recompute, tpo, ep, etp, kind = key
     model, seq = ctx.model, ctx.training.seq_len
-    d = dense_parts(ctx, mbs, tp, sp, recompute, tpo)
+    # the dense op list reads the recomputation only as full or selective: layernorm+moe_act's is none's (shared)
+    d = dense_parts(ctx, mbs, tp, sp, "none" if recompute == MODULES else recompute, tpo)
     blk, emb, head, lp_blk, lp_emb, lp_head, act = d.blk, d.emb, d.head, d.lp_blk, d.lp_emb, d.lp_head, d.act
     (blk_tp_f, emb_tp_f, head_tp_f), (blk_tp_b, emb_tp_b, head_tp_b) = d.tp_f, d.tp_b
     f_more, b_more = d.f_more, d.b_more
@@ -229,9 +230,10 @@ def moe_floor(
     key = (mbs, tp, sp, recompute, tpo, ep, etp)
     fl = ctx.moe_floors.get(key)
     if fl is None:
-        part = ctx.expert_floors.get((mbs, tp, sp, recompute, etp))
+        rc = "none" if recompute == MODULES else recompute  # the experts' floor reads only full (as none's)
+        part = ctx.expert_floors.get((mbs, tp, sp, rc, etp))
         if part is None:
-            part = ctx.expert_floors[(mbs, tp, sp, recompute, etp)] = expert_floor(ctx, mbs, tp, sp, recompute, etp)
+            part = ctx.expert_floors[(mbs, tp, sp, rc, etp)] = expert_floor(ctx, mbs, tp, sp, rc, etp)
         dense = layer_group(ctx, mbs, tp, sp, recompute, tpo, kind="transformer_block")
         moe = ctx.model.moe
         assert moe is not None
