@@ -232,3 +232,24 @@ def test_moe_floor_stays_below(name: str) -> None:
         assert f <= lg.fwd.layer and b <= lg.bwd.layer
         none = layer_group(ctx, 1, tp, sp, "none", False, ep, etp, MOE_BLOCK)
         assert (f, b) <= (lg.fwd.layer, lg.bwd.layer) and lg.bwd.layer > none.bwd.layer
+
+
+def test_rest_accepts_and_refuses(tmp_path) -> None:
+    """POST /v1/estimates takes the mode through the request schema (pydantic ``Recompute``) on the megatron stack,
+    and answers a stack without it with a 4xx naming parallel.recompute."""
+    from fastapi.testclient import TestClient
+
+    from tests.api_support import make_app
+
+    with TestClient(make_app(tmp_path), raise_server_exceptions=False) as client:
+        body = _req("gpt-oss-20b")
+        body["parallel"]["recompute"] = MODULES
+        r = client.post("/v1/estimates", json=body)
+        assert r.status_code == 200, r.text
+        assert r.json()["parallel"]["recompute"] == MODULES
+        body["training"]["stack"] = "nemo-2407"  # Megatron-core 338af514: no --recompute-modules
+        r = client.post("/v1/estimates", json=body)
+        assert 400 <= r.status_code < 500 and "parallel.recompute" in r.text, r.text
+        body["parallel"]["recompute"] = "layernorm"  # not a value of the schema
+        r = client.post("/v1/estimates", json=body)
+        assert r.status_code == 422 and "parallel.recompute" in r.text, r.text
