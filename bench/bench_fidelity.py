@@ -250,20 +250,18 @@ BRIDGE_RECIPES: dict[str, dict[str, Any]] = {
     # GPT OSS 120B on H100 from 26.02 (v0.3.0) on: GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1/V2 set
     # recompute_modules=["layernorm", "moe_act"] (scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py
     # :79-83, :124-127 at v0.4.2) and the override makes it selective (scripts/performance/utils/overrides.py:148-150 at
-    # v0.4.2; :141-143 at v0.3.0): the two RMSNorms and the experts' SwiGLU are recomputed in backward
-    # (Megatron-core core_v0.16.0 transformer_layer.py:382-383, moe/experts.py:589-590). Not a mode the planner has
-    # (selective = core attention): priced as no recompute. Effect: memory overstated by the norms' outputs, the
-    # activation outputs and (cost model 49) the clamped input the activation saves (2·h + k·3·f_e values = 2·2880 +
-    # 4·8640 = 40320 bf16 per token and layer: 0.33 GB per layer at 4096 tokens, 9 layers a stage, up to 4
-    # micro-batches in flight ≈ 12 GB), time understated by their recompute (the eager clamp, the activation and the
-    # norms, memory-bound: ≈ 2 % of the step). At 25.11 (v0.2.0) the same list had no effect: that
-    # override set no granularity (utils/helpers.py:178-179) and the recipe sets none, so recompute was off.
+    # v0.4.2; :141-143 at v0.3.0): Megatron-core's output-discarding checkpoints of the MoE layers' pre-MLP norm and
+    # the experts' activation (core_v0.16.1 transformer_layer.py:382-438, moe/experts.py:588-591, :738-750), priced as
+    # the planner's recompute "layernorm+moe_act" (cost model 62: planner.compose.recompute_modules; the input norm is
+    # fused into linear_qkv, gpt_layer_specs.py:279, so only the pre-MLP one). At 25.11 (v0.2.0) the same list had no
+    # effect: that override set no granularity (utils/helpers.py:178-179) and the recipe sets none, so recompute was off.
     "mbridge_26.04.01_GPT_64gpu_BF16": {
-        "parallel": {"recompute": "none"},
+        "parallel": {"recompute": "layernorm+moe_act"},
         "assumed": [
-            "parallel.recompute: none, approximating the recipe's selective ['layernorm', 'moe_act'] (Megatron-Bridge "
-            "v0.4.2 gpt_oss_workload_base_configs.py:79-83, utils/overrides.py:148-150): memory overstated ≈ 12 GB, "
-            "time understated by the norms', the clamp's and SwiGLU's recompute (≈ 2 %)"
+            "parallel.recompute: layernorm+moe_act, the recipe's selective ['layernorm', 'moe_act'] (Megatron-Bridge "
+            "v0.4.2 gpt_oss_workload_base_configs.py:79-83, utils/overrides.py:148-150): the MoE layers' pre-MLP norm "
+            "and the experts' activation discarded and rerun in backward (Megatron-core core_v0.16.1 "
+            "transformer_layer.py:382-438, moe/experts.py:588-591, :738-750; planner.compose.recompute_modules)"
         ],
     },
     "mbridge_25.11_GPT_64gpu_BF16": {

@@ -650,13 +650,17 @@ def test_bridge_release_maps_to_the_tag_its_container_ships(release, tag):
     assert bench.BRIDGE_TAGS[release] == tag
 
 
-def test_bridge_archive_gpt_oss_rows_state_the_recompute_approximation():
-    """GPT OSS 120B on H100 from 26.02 on recomputes ['layernorm', 'moe_act'] (selective): priced as none, the
-    approximation and its effect stated; at 25.11 the same list had no granularity, so none is what ran."""
+def test_bridge_gpt_oss_rows_run_the_recipes_recompute_modules():
+    """GPT OSS 120B on H100 from 26.02 on recomputes ['layernorm', 'moe_act'] (selective): priced as the planner's
+    recompute "layernorm+moe_act" (cost model 62), the recipe and Megatron-core's lines stated; at 25.11 the same list
+    had no granularity, so none is what ran."""
     rows = [r for r in ADDED["runs"] if r["source_group"] == "megatron-bridge-archive"]
     assert {r["id"] for r in rows} == {f"mbridge_{v}_GPT_64gpu_BF16" for v in ("26.04", "26.02.01", "26.02")}
     for row in [*rows, RUNS["mbridge_26.04.01_GPT_64gpu_BF16"]]:
         assumed = " ".join(bench.moe_row(row)["assumed"])
-        assert "approximating the recipe's selective ['layernorm', 'moe_act']" in assumed, row["id"]
-        assert bench.request(row, {**DATA["gpus"], **ADDED["gpus"]}).parallel.recompute == "none"
-    assert "no granularity" in " ".join(bench.moe_row(RUNS["mbridge_25.11_GPT_64gpu_BF16"])["assumed"])
+        assert "parallel.recompute: layernorm+moe_act, the recipe's selective ['layernorm', 'moe_act']" in assumed
+        assert "approximating" not in assumed, row["id"]
+        assert bench.request(row, {**DATA["gpus"], **ADDED["gpus"]}).parallel.recompute == "layernorm+moe_act"
+    old = RUNS["mbridge_25.11_GPT_64gpu_BF16"]
+    assert "no granularity" in " ".join(bench.moe_row(old)["assumed"])
+    assert bench.request(old, DATA["gpus"]).parallel.recompute == "none"

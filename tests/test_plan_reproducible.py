@@ -204,6 +204,8 @@ FINGERPRINTS = {
     60: "3c7598aba8e3939f",  # 60 (torchtitan's SP layout copies): no reference on torchtitan TP with b > 1;
     # tests/test_sp_copies.py
     61: "3c7598aba8e3939f",  # 61 (YaRN RoPE unfused on Megatron-core): no reference has YaRN; tests/test_yarn_rope.py
+    62: "3c7598aba8e3939f",  # 62 (recompute layernorm+moe_act): no reference is a MoE or MLA model on megatron;
+    # tests/test_recompute_modules.py
 }
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 
+from planner.compose.recompute_modules import MEGATRON_MODULES, MODULES
 from planner.specs import Plan
 from planner.specs.errors import MeshplanError
 
@@ -69,6 +70,13 @@ def deepspeed_config(plan: Plan, notes: Notes) -> dict:
             f"DeepSpeed cannot run pipeline parallelism (pp={p.pp}) with ZeRO-{p.zero_stage}: PipelineEngine asserts "
             "'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism'",
             "re-plan with zero_stage pinned to 0 or 1 (or pp=1), or export to megatron or torchtitan",
+        )
+    if p.recompute == MODULES:
+        raise MeshplanError(
+            "plan.parallel.recompute",
+            f"DeepSpeed has no recomputation by module: {MODULES!r} is Megatron-core's --recompute-modules "
+            f"{' '.join(MEGATRON_MODULES)} (output-discarding checkpoints of the norms and the MoE activation)",
+            "re-plan with parallel.recompute none, selective or full, or export to megatron",
         )
     if plan.model.moe is not None:
         raise MeshplanError(

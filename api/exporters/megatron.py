@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import shlex
 
+from planner.compose.recompute_modules import MEGATRON_MODULES, MODULES
 from planner.specs import Plan
 from planner.specs.errors import MeshplanError
 from planner.specs.fp8 import recipe_of
@@ -166,6 +167,8 @@ def megatron_args(plan: Plan, notes: Notes) -> list[str]:
         args += ["--recompute-granularity", "selective"]
     elif p.recompute == "full":
         args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    elif p.recompute == MODULES:
+        args += recompute_modules_args(plan)
     if p.zero_stage in (1, 2):
         args.append("--use-distributed-optimizer")
         if p.zero_stage == 2:
@@ -197,6 +200,21 @@ def megatron_args(plan: Plan, notes: Notes) -> list[str]:
 #: same per-tensor current scaling as torchao's tensorwise). ``--fp8-format hybrid``: E4M3 forward, E5M2
 #: gradients; MXFP8 is E4M3 throughout (TE ``MXFP8BlockScaling``).
 MEGATRON_FP8 = {"delayed": "delayed", "current": "tensorwise", "tensorwise": "tensorwise", "mxfp8": "mxfp8"}
+
+
+def recompute_modules_args(plan: Plan) -> list[str]:
+    """``--recompute-granularity selective --recompute-modules layernorm moe_act`` (Megatron-LM core_v0.16.1
+    megatron/training/arguments.py; ``planner.compose.recompute_modules``). Megatron-core refuses both modules under
+    delayed FP8 scaling (transformer_config.py:1241-1247, "Delayed scaling does not support moe_act and layernorm
+    recompute for fp8"): refused here the same way."""
+    if plan.training.precision == "fp8" and recipe_of(plan.training, resolve_stack(plan.training.stack)) == "delayed":
+        raise MeshplanError(
+            "plan.parallel.recompute",
+            f"Megatron-core refuses --recompute-modules {' '.join(MEGATRON_MODULES)} with delayed FP8 scaling "
+            "(transformer_config.py: 'Delayed scaling does not support moe_act and layernorm recompute for fp8')",
+            "re-plan with training.fp8_recipe current or mxfp8, or another parallel.recompute",
+        )
+    return ["--recompute-granularity", "selective", "--recompute-modules", *MEGATRON_MODULES]
 
 
 def fp8_args(plan: Plan, notes: Notes) -> list[str]:

@@ -71,9 +71,12 @@ def check(plan: Plan, era: Era) -> None:
     if p.sequence_parallel and not st.sequence_parallel:
         raise era.refuse("parallel.sequence_parallel", "has no sequence parallelism")
     if p.recompute not in st.recompute:
-        raise era.refuse(
-            "parallel.recompute", f"recomputes whole layers only (--checkpoint-activations), not {p.recompute!r}"
+        runs = (
+            "whole layers only (--checkpoint-activations)"
+            if st.recompute == ("none", "full")
+            else "by --recompute-granularity only (no --recompute-modules: Megatron-core 3b141a24, 2025-04-05)"
         )
+        raise era.refuse("parallel.recompute", f"recomputes {runs}, not {p.recompute!r}")
     if p.pp > 1 and p.schedule not in st.schedules:
         names = " and ".join(_SCHEDULE_NAMES[s] for s in st.schedules)
         raise era.refuse("parallel.schedule", f"runs {names} only, not {p.schedule}")

@@ -6,6 +6,7 @@ nothing is lost; ``runtime.validate`` refuses what it does not run (e.g. a mixtu
 
 from __future__ import annotations
 
+from planner.compose.recompute_modules import MEGATRON_MODULES, MODULES
 from planner.specs import Plan
 from planner.specs.errors import MeshplanError
 from planner.specs.stack_rules import precision_error, unbuilt_parts
@@ -66,6 +67,13 @@ def check_buildable(plan: Plan) -> None:
             f"meshplan's runtime does not train in {plan.training.precision}: it trains in "
             f"{', '.join(STACKS['meshplan'].precisions)}",
             "re-plan in bf16 (training.precision), or export to megatron or deepspeed, which train in fp16",
+        )
+    if plan.parallel.recompute == MODULES:  # runtime/parallelize.py apply_recompute: none, selective, full
+        raise MeshplanError(
+            "plan.parallel.recompute",
+            f"meshplan's runtime has no recomputation by module ({MODULES!r}: Megatron-core's --recompute-modules "
+            f"{' '.join(MEGATRON_MODULES)})",
+            "re-plan with parallel.recompute none, selective or full, or export to megatron",
         )
     if plan.model.moe is not None and plan.parallel.etp != 1:
         p = plan.parallel

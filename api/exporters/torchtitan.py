@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import tomli_w
 
+from planner.compose.recompute_modules import MEGATRON_MODULES, MODULES
 from planner.specs import Plan
 from planner.specs.errors import MeshplanError
 from planner.specs.fp8 import recipe_of
@@ -170,6 +171,13 @@ def expert_parallel(plan: Plan, notes: Notes, release: str, par: dict) -> dict:
 def common_settings(plan: Plan, notes: Notes, release: str) -> tuple[dict, dict, str]:
     """(parallelism, training, activation-checkpoint mode) for either release."""
     p, t = plan.parallel, plan.training
+    if p.recompute == MODULES:
+        raise MeshplanError(
+            "plan.parallel.recompute",
+            f"torchtitan has no recomputation by module: {MODULES!r} is Megatron-core's --recompute-modules "
+            f"{' '.join(MEGATRON_MODULES)} (output-discarding checkpoints of the norms and the MoE activation)",
+            "re-plan with parallel.recompute none, selective or full, or export to megatron",
+        )
     par: dict = {"tensor_parallel_degree": p.tp}
     if release == "0.3.0" and p.tp > 1:
         par["enable_sequence_parallel"] = p.sequence_parallel

@@ -6,6 +6,7 @@ from __future__ import annotations
 from planner.answer.residual_notes import check_calibration
 from planner.compose.context import Context
 from planner.compose.cost import Candidate
+from planner.compose.recompute_modules import modules_fp8_error
 from planner.search.space import validate_pins
 from planner.specs import ModelSpec, ParallelPins, Plan, PlanRequest, SearchOptions, rules
 from planner.specs.catalog import GPUS, get_gpu, get_model
@@ -226,6 +227,7 @@ def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[i
     rules.check(rules.tp_overlap_needs_sp(cand.tp_comm_overlap, tp, sp))
     rules.check(rules.expert_parallel_rules(ctx.stack, ctx.model, cand))
     rules.check(rules.stack_runs_config(ctx.stack, ctx.model, cand))  # what the training stack runs (issue 27)
+    rules.check(modules_fp8_error(ctx, cand.recompute))  # --recompute-modules under delayed FP8
     if pins.stage_layers is not None:
         rules.check(rules.stage_layers_count(pins.stage_layers, pp, v))
     n = list(pins.stage_layers) if pins.stage_layers is not None else even_stage_layers(L, pp * v)

@@ -9,7 +9,7 @@ here (``ns``)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 from planner.compose.affine import Affine
@@ -17,6 +17,8 @@ from planner.compose.blocks import WINDOW, block_sequence, window_view
 from planner.compose.context import Context, GroupKey
 from planner.compose.experts import expert_floor, with_experts
 from planner.compose.memory import loss_buffer_bytes
+from planner.compose.recompute_modules import MODULES, module_recompute
+from planner.compose.recompute_modules import MODULES, module_recompute
 from planner.pricing.collectives import Groups, per_kind_seconds
 from planner.pricing.expert_parallel import all_to_all_seconds
 from planner.pricing.gpu import hbm_time
@@ -181,7 +183,7 @@ def layer_group(
     kind = kind or block_sequence(ctx)[0][0]
     if kind.endswith(WINDOW):  # a windowed block of a model of windowed and full ones: priced in its view
         view = window_view(ctx)
-        point = (mbs, tp, sp, recompute, tpo)
+        point = (mbs, tp, sp, "none" if recompute == MODULES else recompute, tpo)  # as ``_layer_group`` reads it
         if point not in view.dense_parts and ctx.profile is None and ctx.layer_fn is None:
             view.dense_parts[point] = window_parts(ctx, view, point)
         return layer_group(view, mbs, tp, sp, recompute, tpo, ep, etp, kind.removesuffix(WINDOW))
@@ -196,7 +198,8 @@ def layer_group(
 
 def _layer_group(ctx: Context, key: GroupKey) -> LayerGroup:
     mbs, tp, sp, recompute, tpo, ep, etp, kind = key
-    d = dense_parts(ctx, mbs, tp, sp, recompute, tpo)
+    # the dense op list reads the recomputation only as full or selective: layernorm+moe_act's is none's (shared)
+    d = dense_parts(ctx, mbs, tp, sp, "none" if recompute == MODULES else recompute, tpo)
     blk, emb, head, lp_blk, lp_emb, lp_head = d.blk, d.emb, d.head, d.lp_blk, d.lp_emb, d.lp_head
     (blk_tp_f, emb_tp_f, head_tp_f), (blk_tp_b, emb_tp_b, head_tp_b) = d.tp_f, d.tp_b
     saved = lp_blk.saved_activation_bytes
@@ -207,11 +210,16 @@ def _layer_group(ctx: Context, key: GroupKey) -> LayerGroup:
         bf, bb, flops_f, flops_b, s_none, s_sel, p_blk, blk_tp_f, blk_tp_b, x = with_experts(
             ctx, blk, saved, p_blk, blk_tp_f, blk_tp_b, (mbs, tp, sp, recompute, ep, etp)
         )
+    tmp = 0
+    if recompute == MODULES:  # Megatron's --recompute-modules layernorm moe_act (``compose.recompute_modules``)
+        mr = module_recompute(ctx, mbs, tp, sp, ep, etp, kind == MOE_BLOCK)
+        at_mode, tmp = max(0, int(s_none - mr.saved_less)), int(mr.saved_less)
+        bb += mr.bwd_more
+    else:  # the saved bytes per recompute mode (``ActivationBytes.for_mode``) and the rematerialised buffer
+        at_mode = {"none": int(s_none), "selective": int(s_sel), "full": int(s_full)}[recompute]
+        tmp = {"none": 0, "selective": max(0, s_none - s_sel), "full": s_none}[recompute]
     work_f = (bf + d.f_more + blk_tp_f, emb.fwd + emb_tp_f, head.fwd + head_tp_f)
     work_b = (bb + d.b_more + blk_tp_b, emb.bwd + emb_tp_b, head.bwd + head_tp_b)
-    # the saved bytes per recompute mode (``ActivationBytes.for_mode``) and the rematerialised buffer
-    at_mode = {"none": int(s_none), "selective": int(s_sel), "full": int(s_full)}[recompute]
-    tmp = {"none": 0, "selective": max(0, s_none - s_sel), "full": s_none}[recompute]
     return LayerGroup(
         work_f=work_f,
         work_b=work_b,
@@ -243,10 +251,11 @@ def moe_floor(
     key = (mbs, tp, sp, recompute, tpo, ep, etp)
     fl = ctx.moe_floors.get(key)
     if fl is None:
-        part = ctx.expert_floors.get((mbs, tp, sp, recompute, etp))
+        rc = "none" if recompute == MODULES else recompute  # the experts' floor reads only full (as none's)
+        part = ctx.expert_floors.get((mbs, tp, sp, rc, etp))
         if part is None:
-            part = ctx.expert_floors[(mbs, tp, sp, recompute, etp)] = expert_floor(ctx, mbs, tp, sp, recompute, etp)
-        d = dense_parts(ctx, mbs, tp, sp, recompute, tpo)  # the dense block's ``work_f[0]``, ``work_b[0]``
+            part = ctx.expert_floors[(mbs, tp, sp, rc, etp)] = expert_floor(ctx, mbs, tp, sp, rc, etp)
+        d = dense_parts(ctx, mbs, tp, sp, rc, tpo)  # the dense block's ``work_f[0]``, ``work_b[0]``
         moe = ctx.model.moe
         assert moe is not None
         a2a_key = (mbs, tp, sp, ep)  # its bytes read (mbs, tp, sp)

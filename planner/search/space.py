@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 from planner.compose.cost import Candidate, ClassCosts, Context, Evaluation, class_costs
 from planner.compose.memory import fsdp2_mixed_precision, rank_memory, with_reserve_gib
+from planner.compose.recompute_modules import MODULES, modules_fp8_error, searched_recompute
 from planner.search.cp_degrees import CP_MIN_SEQ, cp_options, cp_policies, divisors
 from planner.search.families import Family
 from planner.search.options import expert_options, tp_overlaps
@@ -89,6 +90,7 @@ def validate_pins(ctx: Context, pins: ParallelPins, options: SearchOptions) -> N
         rules.tp_overlap_needs_sp(pins.tp_comm_overlap, pins.tp, pins.sequence_parallel),
         rules.stack_runs_config(ctx.stack, m, pins),  # what the request's training stack runs (issue 27)
         rules.expert_parallel_rules(ctx.stack, m, pins),  # ep, etp (issue 23)
+        modules_fp8_error(ctx, pins.recompute),  # --recompute-modules under delayed FP8
     )
     if pins.pp is None and pins.tp is not None and pins.dp is not None:  # pp follows from tp and dp
         pp = n // (pins.tp * pins.dp)
@@ -172,7 +174,7 @@ def _enumerate(
             for s, v in scheds:
                 if pins.stage_layers is not None and len(pins.stage_layers) != pp * v:
                     continue
-                for rc in [pins.recompute] if pins.recompute is not None else RECOMPUTE:
+                for rc in [pins.recompute] if pins.recompute is not None else searched_recompute(ctx, RECOMPUTE):
                     sps = (
                         [pins.sequence_parallel]
                         if pins.sequence_parallel is not None
@@ -319,7 +321,7 @@ def explain_no_candidate(ctx: Context, pins: ParallelPins, allow_tp_across: bool
 
 #: ``simplicity``'s ranks of the recomputation modes and schedules (their order in ``RECOMPUTE`` and
 #: ``SEARCHED_SCHEDULES``; 1F1B first of all)
-_RECOMPUTE_RANK = {r: i for i, r in enumerate(RECOMPUTE)}
+_RECOMPUTE_RANK = {r: i for i, r in enumerate((*RECOMPUTE, MODULES))}
 _SCHEDULE_RANK = {s: (i if s != "1f1b" else -1) for i, s in enumerate(SEARCHED_SCHEDULES)}
 
 

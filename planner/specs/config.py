@@ -117,7 +117,10 @@ if any(s.runnable != (s.torch_class is not None) for s in SCHEDULES):
 #: Schedules that place several model chunks (virtual stages) on each pipeline rank.
 MULTI_STAGE_SCHEDULES: frozenset[str] = frozenset(s.id for s in SCHEDULES if s.needs_virtual_stages)
 
-Recompute = Literal["none", "selective", "full"]
+#: ``layernorm+moe_act``: Megatron-core's ``--recompute-granularity selective --recompute-modules layernorm moe_act``
+#: (output-discarding checkpoints of the separate norms and the MoE experts' activation: ``compose.recompute_modules``);
+#: ``selective`` is Megatron's default module list, the core attention.
+Recompute = Literal["none", "selective", "full", "layernorm+moe_act"]
 
 # --------------------------------------------------------------------------------------------
 # Context parallelism (issue 24)
@@ -238,7 +241,14 @@ FIELDS: tuple[ConfigField, ...] = (
         ge=1,
         le=64,
     ),
-    ConfigField("recompute", Recompute, "Activation recomputation.", "none"),
+    ConfigField(
+        "recompute",
+        Recompute,
+        "Activation recomputation: none; selective (the core attention); full (whole layers); layernorm+moe_act "
+        "(Megatron-core's --recompute-modules layernorm moe_act: the separate norms' and the MoE experts' "
+        "activation outputs discarded and rerun in backward).",
+        "none",
+    ),
     ConfigField("sequence_parallel", bool, "Sequence parallelism (needs tp > 1).", False),
     ConfigField("zero_stage", int, "ZeRO stage over the data-parallel group.", 0, ge=0, le=3),
     ConfigField(

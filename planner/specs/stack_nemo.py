@@ -42,6 +42,8 @@ NEMO_2407 = Stack(
         "parameters all-gathered)",
         cp_comms=("p2p",),
         cp_window_comms=(),
+        # no --recompute-modules: Megatron-core 338af514 (2024-07-23) predates it (3b141a24, 2025-04-05: core_v0.13.0)
+        recompute=("none", "selective", "full"),
         fp8_recipes=("delayed",),
         # optim.dtype fp32 over bf16 parameters: store_param_remainders (megatron_base_model.py:800-802), the default;
         # fp32 master weights with fp8_params or fp16 (:796-804); optim.dtype bf16: "param"

@@ -274,7 +274,7 @@ STACKS: dict[str, Stack] = {
             "preset does not price",
             schedules=("1f1b", "interleaved-1f1b"),
             sequence_parallel=True,
-            recompute=("none", "selective", "full"),
+            recompute=("none", "selective", "full", "layernorm+moe_act"),  # --recompute-modules: core 3b141a24
             pp_with_tied_embeddings=True,
             cp_comms=("p2p", "all_gather", "a2a", "a2a+p2p"),
             cp_window_comms=("all_gather", "a2a"),  # TE attn_forward_func_with_cp: the ring refuses a window

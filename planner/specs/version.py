@@ -331,4 +331,15 @@ from __future__ import annotations
 #:    tensor plus the fp32 cos/sin tables (was: the fused 2β, one kernel), on stacks with Megatron's MoE dispatch.
 #:    Physics-only errors (+ = priced faster), Megatron-Bridge GPT OSS 120B DGX-H100: 25.11 +22.8 → +19.0 %, 26.02
 #:    +24.0 → +20.1 %, 26.02.01 +24.2 → +20.3 %, 26.04 +27.9 → +23.9 %, 26.04.01 +27.6 → +23.6 %. Others unchanged.
-COST_MODEL_VERSION = 61
+#: 62: Megatron-core's selective recomputation by module, a new ``parallel.recompute`` value ``layernorm+moe_act``
+#:    (``--recompute-granularity selective --recompute-modules layernorm moe_act``; ``compose.recompute_modules``,
+#:    read at core_v0.16.1: ``CheckpointWithoutOutput`` tensor_parallel/random.py:621-742, transformer_layer.py:382-438,
+#:    gpt_layer_specs.py:248/265/279/291, moe/experts.py:588-591, 738-750): a MoE block stops saving its pre-MLP
+#:    norm's output, fc2's input and (gpt-oss's clamp) the clamps' copy of fc1's output, an MLA block its input norm's
+#:    output; backward reruns those norms and the experts' activation (+ clamp) as memory-bound kernels. Offered by the
+#:    megatron preset only (--recompute-modules since Megatron-core 3b141a24, core_v0.13.0; not nemo-2407's 338af514),
+#:    searched on MoE / MLA models, refused under delayed FP8 as Megatron-core does. Existing modes unchanged. The
+#:    Megatron-Bridge 26.x GPT OSS 120B DGX-H100 rows now priced with it (were: none): peak 74.6 → 64.1 GiB, step
+#:    11.90 → 12.17 s; physics-only errors (+ = priced faster) 26.02 +20.1 → +17.4 %, 26.02.01 +20.3 → +17.5 %,
+#:    26.04 +23.9 → +21.1 %, 26.04.01 +23.6 → +20.8 %; 25.11 (no granularity: none) unchanged.
+COST_MODEL_VERSION = 62

@@ -16,7 +16,7 @@ export const KNOBS = {
   ep: { label: "expert parallel (ep)", number: true, moe: true },
   micro_batch_size: { label: "micro-batch size", number: true },
   schedule: { label: "pipeline schedule", fromCatalog: true },
-  recompute: { label: "recompute", options: ["none", "selective", "full"] },
+  recompute: { label: "recompute", options: ["none", "selective", "full", "layernorm+moe_act"] },
   zero_stage: { label: "ZeRO stage", options: [0, 1, 2, 3], number: true },
 };
 
