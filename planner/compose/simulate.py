@@ -7,7 +7,8 @@ one model chunk). An operation starts when its rank is free and its data depende
 * ``B(mb, c)`` needs ``B(mb, c+1)`` plus the lag of boundary ``c → c+1`` (the last chunk's backward
   needs its own forward).
 
-A shape simulated before replays the order its ranks ran in (``_ORDERS``): one pass, no waiting checks. A long 1F1B pipeline is simulated exactly from a short one once its steady state is
+A shape simulated before replays a recorded order of its operations (``_ORDERS``; ``sim_order``): one pass, no
+waiting checks. A long 1F1B pipeline is simulated exactly from a short one once its steady state is
 periodic (``periodic_1f1b``: Llama 3 70B's 512 micro-batches from 28–30).
 
 Sends are asynchronous (a lag, not rank time). Times are integers (the planner uses nanoseconds) so
@@ -26,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from planner.compose.sim_order import Order, first_order
+from planner.compose.sim_order import Order, fast_order, first_order, op_links
 
 Op = tuple[str, int, int]  # (kind "F"/"B", micro-batch, chunk)
 
@@ -73,9 +74,10 @@ def rank_orders(schedule: str, pp: int, v: int, m: int) -> list[list[Op]]:
     raise ValueError(f"schedule {schedule!r} is not simulated")
 
 
-#: The operation order of recently simulated schedule shapes (``sim_order.Order``, found by ``first_order``),
-#: replayed by ``_run``; op id = ((kind·m) + j)·chunks + c, kind 0 = F, 1 = B.
-_ORDERS: OrderedDict[tuple[str, int, int, int], Order] = OrderedDict()
+#: The operation order of recently simulated schedule shapes, by (schedule, pp, v, m, record), replayed by ``_run``:
+#: ``sim_order.fast_order`` without the timeline, ``sim_order.first_order`` (the sweeps', the timeline's order) with
+#: it; op id = ((kind·m) + j)·chunks + c, kind 0 = F, 1 = B.
+_ORDERS: OrderedDict[tuple[str, int, int, int, bool], Order] = OrderedDict()
 ORDERS_KEPT = 32
 
 
@@ -127,7 +129,8 @@ def _run(
     in ``_ORDERS``), the timeline when ``record``, and each rank's last op (-1: none). An operation starts
     when its rank's previous one has ended and its data (plus the lag, when the boundary joins two ranks)
     has arrived. A shape simulated before replays its recorded order (``_ORDERS``: one pass, no waiting
-    checks); a new one first finds its order (``sim_order.first_order``: the ranks' orders round-robin)."""
+    checks); a new one first finds its order (``sim_order``: any order with each op after its rank's previous one
+    and its data gives the same ends; the timeline lists them in the sweeps' order, ``first_order``)."""
     chunks = pp * v
     where = chunk_ranks(pp, v)
     mc = m * chunks
@@ -135,11 +138,11 @@ def _run(
     dur = list(fwd) + list(bwd)
     gap = [lag[c - 1] if c > 0 and where[c - 1] != where[c] else -1 for c in range(chunks)]
     gap += [lag[c] if c < chunks - 1 and where[c + 1] != where[c] else -1 for c in range(chunks)]
-    shape = (schedule, pp, v, m)
+    shape = (schedule, pp, v, m, record)
     if shape in _ORDERS:
         _ORDERS.move_to_end(shape)
-    else:  # a new shape: its order (``sim_order.first_order``), then replayed as any other
-        _ORDERS[shape] = first_order(shape)
+    else:  # a new shape: its order (``sim_order``), then replayed as any other
+        _ORDERS[shape] = (first_order if record else fast_order)(shape[:4])
         if len(_ORDERS) > ORDERS_KEPT:
             _ORDERS.popitem(last=False)
     o = _ORDERS[shape]
@@ -153,7 +156,7 @@ def _run(
             y = end[dep] + late[key]
             end[op] = x if x >= y else y
         end.pop()
-        bindings = _Bindings(o, end, gap)
+        bindings = _Bindings(o, end, gap, m, chunks)
         return end, bindings.pred, bindings.lag, [], o.last
     pred = [-1] * (2 * mc)  # binding predecessor id
     pred_lag = [-1] * (2 * mc)  # boundary whose lag the binding edge carries
@@ -167,14 +170,15 @@ def _run(
             if ready >= start:
                 start = ready
                 pred[op] = dep
-                if g >= 0:
-                    pred_lag[op] = o.bnd_of[op]
+                if g >= 0:  # a boundary between ranks: c − 1 → c (F) or c → c + 1 (B), ``op_links``
+                    pred_lag[op] = op % chunks - 1 if op < mc else op % chunks
             else:
                 pred[op] = prev
         else:
             pred[op] = prev
         finish = end[op] = start + dur[key]
-        out.append((o.rank_of[op], "F" if op < mc else "B", (op % mc) // chunks, op % chunks, start, finish))
+        c = op % chunks
+        out.append((c % pp, "F" if op < mc else "B", (op % mc) // chunks, c, start, finish))
     end.pop()
     return end, pred, pred_lag, out, o.last
 
@@ -184,19 +188,20 @@ class _Bindings:
     asked — a critical path's — by ``_run``'s rule from the ends, rather than of all of them during the replay
     (``pred[op]``, ``lag[op]``)."""
 
-    def __init__(self, o: Order, end: list[int], gap: list[int]):
-        self.o, self.end, self.gap = o, end, gap
+    def __init__(self, o: Order, end: list[int], gap: list[int], m: int, chunks: int):
+        self.o, self.end, self.gap, self.m, self.chunks = o, end, gap, m, chunks
         self.pred, self.lag = _Bound(self, 0), _Bound(self, 1)
 
     def bind(self, op: int) -> tuple[int, int]:
-        o, end = self.o, self.end
-        prev, dep = o.prev_of[op], o.dep_of[op]
+        end = self.end
+        prev = self.o.prev_of[op]
+        dep, bnd, key = op_links(op, self.m, self.chunks)
         if dep >= 0:
             start = end[prev] if prev >= 0 else 0
-            g = self.gap[o.key_of[op]]
+            g = self.gap[key]
             ready = end[dep] + g if g > 0 else end[dep]
             if ready >= start:
-                return dep, o.bnd_of[op] if g >= 0 else -1
+                return dep, bnd if g >= 0 else -1
         return prev, -1
 
 
