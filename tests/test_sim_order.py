@@ -179,3 +179,35 @@ def test_topological_check_and_fallback(monkeypatch):
         assert not topological(order[swap], prev[swap], dep[swap])
     monkeypatch.setattr(sim_order, "topological", lambda *a: False)
     assert fast_order(shape) == first_order(shape)
+
+
+def test_recent_results_are_those_of_their_inputs() -> None:
+    """``simulate._SIMS``: a repeated call without the timeline returns the earlier result (the same object) only for
+    the very same inputs; any one duration or lag changed is simulated afresh, as without the memo."""
+    schedule, pp, v, m = "interleaved-1f1b", 4, 2, 8
+    rnd = random.Random(7)
+    fwd = [rnd.randint(1, 50) for _ in range(pp * v)]
+    bwd = [rnd.randint(1, 100) for _ in range(pp * v)]
+    lag = [rnd.choice([0, 3, 17]) for _ in range(pp * v - 1)]
+
+    def fresh(f, b, g):  # type: ignore[no-untyped-def]
+        sim._SIMS.clear()
+        return sim.simulate(schedule, pp, v, m, f, b, g, record=False)
+
+    first = fresh(fwd, bwd, lag)
+    assert sim.simulate(schedule, pp, v, m, list(fwd), list(bwd), list(lag), record=False) is first
+    for which in range(3):
+        for i in range(len((fwd, bwd, lag)[which])):
+            args = [list(fwd), list(bwd), list(lag)]
+            args[which][i] += 5
+            sim._SIMS.clear()
+            sim.simulate(schedule, pp, v, m, fwd, bwd, lag, record=False)  # the original in the memo
+            got = sim.simulate(schedule, pp, v, m, *args, record=False)
+            assert got is not sim._SIMS[(schedule, pp, v, m, *fwd, *bwd, *lag)]
+            want = fresh(*args)
+            assert (got.makespan, got.rank_finish, got.critical_path, got.critical_lags) == (
+                want.makespan,
+                want.rank_finish,
+                want.critical_path,
+                want.critical_lags,
+            )

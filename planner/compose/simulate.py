@@ -105,12 +105,35 @@ def simulate(
 ) -> SimResult:
     """Simulate one step. ``fwd``/``bwd``: duration of one micro-batch on each chunk (``pp*v``
     entries); ``lag``: p2p delay of each chunk boundary (``pp*v - 1`` entries, default 0).
-    ``record=False`` skips the per-operation timeline (the critical path is always kept), and lets a
-    long 1F1B pipeline be extrapolated from a shorter one once it is periodic (``periodic_1f1b``)."""
+    ``record=False`` skips the per-operation timeline (the critical path is always kept), lets a
+    long 1F1B pipeline be extrapolated from a shorter one once it is periodic (``periodic_1f1b``), and returns a
+    recent result of the same inputs (``_SIMS``: the same object, read only)."""
     chunks = pp * v
     if len(fwd) != chunks or len(bwd) != chunks:
         raise ValueError("fwd and bwd need one duration per chunk")
     lag = list(lag) if lag is not None else [0] * (chunks - 1)
+    if record:
+        return _simulate(schedule, pp, v, m, fwd, bwd, lag, True)
+    key = (schedule, pp, v, m, *fwd, *bwd, *lag)
+    res = _SIMS.get(key)
+    if res is None:
+        res = _SIMS[key] = _simulate(schedule, pp, v, m, fwd, bwd, lag, False)
+        if len(_SIMS) > SIMS_KEPT:
+            _SIMS.popitem(last=False)
+    else:
+        _SIMS.move_to_end(key)
+    return res
+
+
+#: Recent results without the timeline, by their inputs (the schedule shape and every duration and lag: a class and
+#: its ZeRO or optimizer variants share the pipeline's times); shared, read only.
+_SIMS: OrderedDict[tuple, SimResult] = OrderedDict()
+SIMS_KEPT = 16
+
+
+def _simulate(
+    schedule: str, pp: int, v: int, m: int, fwd: list[int], bwd: list[int], lag: list[int], record: bool
+) -> SimResult:
     if not record and schedule == "1f1b" and v == 1 and m >= 2 * (pp + probe_rounds(pp)) and min(fwd + bwd) > 0:
         res = periodic_1f1b(pp, m, fwd, bwd, lag)
         if res is not None:
@@ -118,7 +141,7 @@ def simulate(
     end, pred, pred_lag, out, last = _run(schedule, pp, v, m, fwd, bwd, lag, record)
     free = [end[op] if op >= 0 else 0 for op in last]
     makespan = max(end)
-    path, lags = _backtrack(end.index(makespan), m * chunks, chunks, pred, pred_lag)
+    path, lags = _backtrack(end.index(makespan), m * pp * v, pp * v, pred, pred_lag)
     return SimResult(makespan=makespan, ops=out, rank_finish=free, critical_path=path, critical_lags=lags)
 
 
