@@ -78,7 +78,10 @@ def old_best(priced, want_fit: bool, faster_than_ns: float | None = None):  # ty
         e = v.estimate
         if faster_than_ns is not None and e.step_time_s * 1e9 >= faster_than_ns:
             continue
-        if best is None or (e.step_time_s, e.peak_memory_gib) < (best.estimate.step_time_s, best.estimate.peak_memory_gib):
+        if best is None or (e.step_time_s, e.peak_memory_gib) < (
+            best.estimate.step_time_s,
+            best.estimate.peak_memory_gib,
+        ):
             best = v
     return best
 
@@ -86,7 +89,9 @@ def old_best(priced, want_fit: bool, faster_than_ns: float | None = None):  # ty
 def gpt_1t() -> dict:
     from bench_support import bench_module
 
-    return dict(next(body for cid, body in bench_module("bench_plan_wide").cases() if cid == "large: gpt-1t 3072 A100 megatron"))
+    return dict(
+        next(body for cid, body in bench_module("bench_plan_wide").cases() if cid == "large: gpt-1t 3072 A100 megatron")
+    )
 
 
 def small(model: str, nodes: int, stack: str) -> dict:
@@ -99,7 +104,12 @@ def small(model: str, nodes: int, stack: str) -> dict:
 
 @pytest.mark.parametrize(
     "body",
-    [small("llama3-8b", 2, "megatron"), small("llama3-70b", 8, "deepspeed"), small("llama3-70b", 8, "torchtitan"), "gpt-1t"],
+    [
+        small("llama3-8b", 2, "megatron"),
+        small("llama3-70b", 8, "deepspeed"),
+        small("llama3-70b", 8, "torchtitan"),
+        "gpt-1t",
+    ],
     ids=["8b-megatron", "70b-deepspeed", "70b-torchtitan", "gpt-1t"],
 )
 def test_best_is_the_former_selection(body, monkeypatch) -> None:  # type: ignore[no-untyped-def]
