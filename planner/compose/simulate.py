@@ -247,11 +247,35 @@ def _backtrack(
     """The critical path ending at op ``node``: its binding predecessors back to the first operation."""
     path: list[Op] = []
     lags: list[int] = []
-    # a replay's bindings: one ``_Bindings.bind`` per operation for both columns (three lookups of ``_Bound``)
-    bind = pred.b.bind if isinstance(pred, _Bound) else lambda op: (pred[op], pred_lag[op])
+    if isinstance(pred, _Bound):  # a replay's bindings: ``_Bindings.bind`` inline (a path of thousands of ops)
+        b = pred.b
+        end, gap, prev_of, last = b.end, b.gap, b.o.prev_of, chunks - 1
+        while node >= 0:
+            c = node % chunks
+            forward = node < mc
+            path.append(("F" if forward else "B", (node % mc) // chunks, c))
+            prev = prev_of[node]
+            # ``op_links``: F(j, c) needs F(j, c − 1) (chunk 0: nothing); B(j, c) needs B(j, c + 1) (the last
+            # chunk: its own F, no boundary)
+            if forward:
+                dep, bnd, key = (node - 1, c - 1, c) if c else (-1, -1, 0)
+            else:
+                dep, bnd, key = (node + 1, c, chunks + c) if c < last else (node - mc, -1, chunks + c)
+            if dep >= 0:
+                start = end[prev] if prev >= 0 else 0
+                g = gap[key]
+                ready = end[dep] + g if g > 0 else end[dep]
+                if ready >= start:
+                    if g >= 0:
+                        lags.append(bnd)
+                    node = dep
+                    continue
+            node = prev
+        path.reverse()
+        return path, lags
     while node >= 0:
         path.append(("F" if node < mc else "B", (node % mc) // chunks, node % chunks))
-        node, lag = bind(node)
+        node, lag = pred[node], pred_lag[node]
         if lag >= 0:
             lags.append(lag)
     path.reverse()
@@ -328,10 +352,12 @@ def _period(pp: int, ms: int, end: list[int]) -> tuple[int, int, int] | None:
     xs: list[list[int]] = []
     for k in range(ms - pp + 1):  # round k's ends: F(k + p − 1 − r) and B(k) on every rank r
         xs.append([end[(k + pp - 1 - r) * C + r] for r in range(pp)] + [end[mcs + k * C + r] for r in range(pp)])
+        x = xs[k]
         for c in range(1, min(MAX_PERIOD, k) + 1):
-            d = {a - b for a, b in zip(xs[k], xs[k - c])}
-            if len(d) == 1:
-                return k, c, d.pop()
+            y = xs[k - c]
+            d = x[0] - y[0]  # one difference on every rank (stops at the first other one)
+            if all(a - b == d for a, b in zip(x, y)):
+                return k, c, d
     return None
 
 
