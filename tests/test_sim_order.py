@@ -211,3 +211,22 @@ def test_recent_results_are_those_of_their_inputs() -> None:
                 want.critical_path,
                 want.critical_lags,
             )
+
+
+def test_recent_tolerates_entries_another_thread_drops() -> None:
+    """``simulate._recent`` (``_ORDERS``, ``_SIMS``): an entry dropped between the look-up and the reordering (another
+    thread's eviction) is no error; the cache keeps at most ``kept`` entries, the least recently used dropped."""
+    from collections import OrderedDict
+
+    class Dropping(OrderedDict):
+        def get(self, key, default=None):  # type: ignore[no-untyped-def]
+            hit = super().get(key, default)
+            self.pop(key, None)  # gone before ``_recent`` reorders it
+            return hit
+
+    c = Dropping({(1,): "a"})
+    assert sim._recent(c, (1,), 4, lambda: "new") == "a"
+    lru: OrderedDict = OrderedDict()
+    for k in (1, 2, 1, 3):
+        sim._recent(lru, (k,), 2, lambda k=k: k)
+    assert list(lru) == [(1,), (3,)]

@@ -23,9 +23,10 @@ when ``m == p``; needs ``m % p == 0``). Chunk ``c`` lives on rank ``c % p``.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from planner.compose.sim_order import Order, fast_order, first_order, op_links
 
@@ -115,14 +116,26 @@ def simulate(
     if record:
         return _simulate(schedule, pp, v, m, fwd, bwd, lag, True)
     key = (schedule, pp, v, m, *fwd, *bwd, *lag)
-    res = _SIMS.get(key)
-    if res is None:
-        res = _SIMS[key] = _simulate(schedule, pp, v, m, fwd, bwd, lag, False)
-        if len(_SIMS) > SIMS_KEPT:
-            _SIMS.popitem(last=False)
+    return _recent(_SIMS, key, SIMS_KEPT, lambda: _simulate(schedule, pp, v, m, fwd, bwd, lag, False))
+
+
+def _recent(cache: OrderedDict, key: tuple, kept: int, make: Callable[[], Any]) -> Any:
+    """``cache[key]``, made by ``make`` when absent, the least recently used dropped beyond ``kept``. The service
+    plans in threads: an entry another thread drops between two steps here is no error (made again when next asked)."""
+    hit = cache.get(key)
+    if hit is None:
+        hit = cache[key] = make()
+        while len(cache) > kept:
+            try:
+                cache.popitem(last=False)
+            except KeyError:
+                break
     else:
-        _SIMS.move_to_end(key)
-    return res
+        try:
+            cache.move_to_end(key)
+        except KeyError:
+            pass
+    return hit
 
 
 #: Recent results without the timeline, by their inputs (the schedule shape and every duration and lag: a class and
@@ -161,14 +174,8 @@ def _run(
     dur = list(fwd) + list(bwd)
     gap = [lag[c - 1] if c > 0 and where[c - 1] != where[c] else -1 for c in range(chunks)]
     gap += [lag[c] if c < chunks - 1 and where[c + 1] != where[c] else -1 for c in range(chunks)]
-    shape = (schedule, pp, v, m, record)
-    if shape in _ORDERS:
-        _ORDERS.move_to_end(shape)
-    else:  # a new shape: its order (``sim_order``), then replayed as any other
-        _ORDERS[shape] = (first_order if record else fast_order)(shape[:4])
-        if len(_ORDERS) > ORDERS_KEPT:
-            _ORDERS.popitem(last=False)
-    o = _ORDERS[shape]
+    shape = (schedule, pp, v, m)  # a new shape: its order (``sim_order``), then replayed as any other
+    o: Order = _recent(_ORDERS, (*shape, record), ORDERS_KEPT, lambda: (first_order if record else fast_order)(shape))
     end = [0] * (2 * mc + 1)  # end[-1] = 0: the start of a rank's first operation
     if not record:  # the ends alone; the binding predecessors of the ops a critical path asks (``_Bindings``)
         # end = max(rank free, data ready) + duration, as max(end[prev] + dur, end[dep] + max(gap, 0) + dur): an op
