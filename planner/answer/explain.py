@@ -5,8 +5,8 @@ Every figure cited here is the planner's own estimate of a concrete configuratio
 of it gives the same numbers): a variant of plan 1 with one setting changed (dp follows tp·pp; SP off at
 tp 1; ZeRO 0 at dp 1; one stage → 1F1B), at the plan's stage cut when pp and v are unchanged, else an
 even cut. The work is bounded: at most a few dozen variants, each costed (cached class costs) and
-memory-checked without simulation; a variant is simulated only while its lower bound (``class_bound``)
-can still beat what it is compared with.
+memory-checked without simulation; a variant is simulated only while its lower bounds (its class's
+``class_bound``, its cut's ``variants.cut_floor``) can still beat what it is compared with.
 """
 
 from __future__ import annotations
@@ -16,12 +16,11 @@ from typing import Literal, get_args
 
 from planner.answer.experts import expert_note
 from planner.answer.residual_notes import describe_residuals
-from planner.compose.memory import rank_memory
-from planner.search.bounds import class_bound
-from planner.specs import Alternative, Explanation, ParallelPins, Plan, PlanRequest, RuledOut
+from planner.answer.variants import Priced, Setting
+from planner.answer.variants import best as _best
+from planner.specs import Alternative, Explanation, Plan, PlanRequest, RuledOut
 from planner.specs.config import describe
 from planner.specs.errors import MeshplanError
-from planner.specs.layout import even_stage_layers
 
 _PARTS = {
     "compute_s": "compute",
@@ -46,10 +45,7 @@ _SHORT = {
     "ep_comm_s": "EP all-to-all",
 }
 
-#: The settings a reader questions, in the order they are explained.
-Setting = Literal[
-    "tp", "cp", "pp", "micro_batch_size", "schedule", "recompute", "sequence_parallel", "zero_stage", "ep", "etp"
-]
+#: The settings a reader questions, in the order they are explained (``variants.Setting``).
 SETTINGS: tuple[Setting, ...] = get_args(Setting)
 _CLASS = (
     "tp",
@@ -149,46 +145,8 @@ def _variants(ctx, plan: Plan, setting: str) -> Iterator[dict]:
         yield d
 
 
-class _Priced:
-    """One variant, costed and memory-checked; simulated on demand (``exact``)."""
-
-    def __init__(self, ctx, request: PlanRequest, setting: Setting, d: dict, plan: Plan):
-        from planner.answer.request import complete_pins
-        from planner.compose.cost import class_costs
-
-        same_cut = (d["pp"], d["virtual_stages"]) == (plan.parallel.pp, plan.parallel.virtual_stages)
-        n = (
-            list(plan.parallel.stage_layers)
-            if same_cut
-            else even_stage_layers(ctx.model.num_layers, d["pp"] * d["virtual_stages"])
-        )
-        req = request.model_copy(update={"parallel": ParallelPins(**d, stage_layers=n)})
-        self.cand, self.n = complete_pins(ctx, req)  # MeshplanError: a rule rules it out
-        self.ctx, self.setting, self.d = ctx, setting, d
-        self.cut: Literal["plan", "even"] = "plan" if same_cut else "even"
-        self.cc = class_costs(ctx, self.cand)
-        self.peak_bytes = max(rank_memory(self.cc, self.n, r) for r in range(self.cand.pp))
-        self.fits = self.peak_bytes <= self.cc.usable_bytes  # = bounds.fits_at, = evaluate's fits
-        self.bound = class_bound(self.cc)
-        self._estimate = None
-
-    @property
-    def estimate(self):
-        if self._estimate is None:
-            from planner.answer.estimate import build_estimate
-            from planner.compose.cost import evaluate
-
-            self._estimate = build_estimate(self.ctx, self.cc, self.n, evaluate(self.cc, self.n))
-        return self._estimate
-
-    def parallel(self):
-        from planner.answer.estimate import parallel_config
-
-        return parallel_config(self.cand, self.n)
-
-
-def _price_all(ctx, request: PlanRequest, plan: Plan) -> dict[str, list[_Priced]]:
-    out: dict[str, list[_Priced]] = {}
+def _price_all(ctx, request: PlanRequest, plan: Plan) -> dict[str, list[Priced]]:
+    out: dict[str, list[Priced]] = {}
     # with a profile, only the points it measured (as the search), unless the plan itself is extrapolated
     covered_only = ctx.profile is not None and ctx.covers(
         plan.parallel.micro_batch_size, plan.parallel.tp, plan.parallel.sequence_parallel
@@ -199,32 +157,13 @@ def _price_all(ctx, request: PlanRequest, plan: Plan) -> dict[str, list[_Priced]
             if covered_only and not ctx.covers(d["micro_batch_size"], d["tp"], d["sequence_parallel"]):
                 continue
             try:
-                out[setting].append(_Priced(ctx, request, setting, d, plan))
+                out[setting].append(Priced(ctx, request, setting, d, plan))
             except MeshplanError as e:  # a rule rules the variant out
                 # its traceback's frames hold the context (and the frame that raised it, the error: a cycle): dropped
                 # now, the context is freed with the plan rather than by the cyclic collector (``api.gc_paused``)
                 e.__traceback__ = None
                 continue
     return out
-
-
-def _best(priced: list[_Priced], want_fit: bool, faster_than_ns: float | None = None) -> _Priced | None:
-    """The fastest variant (then least memory) with ``fits == want_fit``; simulated in bound order, only
-    while a bound can still beat the best so far (and ``faster_than_ns``, when given)."""
-    best = None
-    for v in sorted((v for v in priced if v.fits == want_fit), key=lambda v: v.bound):
-        limit = best.estimate.step_time_s * 1e9 if best is not None else faster_than_ns
-        if limit is not None and v.bound > limit:
-            break
-        e = v.estimate
-        if faster_than_ns is not None and e.step_time_s * 1e9 >= faster_than_ns:
-            continue
-        if best is None or (e.step_time_s, e.peak_memory_gib) < (
-            best.estimate.step_time_s,
-            best.estimate.peak_memory_gib,
-        ):
-            best = v
-    return best
 
 
 def _pct(rel: float) -> str:
@@ -257,7 +196,7 @@ def _show(setting: str, value) -> str:
     return str(value)
 
 
-def alternative(v: _Priced, plan: Plan) -> Alternative:
+def alternative(v: Priced, plan: Plan) -> Alternative:
     e, ref = v.estimate, plan.estimate
     mine = _show(v.setting, _value(v.setting, {k: getattr(plan.parallel, k) for k in _CLASS}))
     text = f"{_show(v.setting, _value(v.setting, v.d))} instead of {mine}: {_delta_text(e, ref)}"

@@ -1,33 +1,48 @@
-"""The execution order of a schedule shape not simulated before (``simulate._run``'s ``_ORDERS``): the ranks'
-operation orders visited in sweeps up and down the ranks, each rank running until it waits for data (an operation
-whose data dependency has not run yet). The order depends on the schedule only, not on durations, so it is found
-without times — one pass of "has its dependency run" checks — and the times come from ``_run``'s replay of it
-(the same rule on the same order: the same ends, bindings and timeline as simulating while sweeping).
+"""The execution order of a schedule shape not simulated before (``simulate._run``'s ``_ORDERS``). ``simulate._run``'s
+replay computes each operation's end from its rank's previous operation and its data dependency alone, so any order
+that puts every operation after those two (a topological order) gives the same ends, bindings and critical path; the
+order depends on the schedule only, not on durations, so it is found without times. Two orders:
 
-Op ids as in ``simulate``: op id = ((kind·m) + j)·chunks + c, kind 0 = F, 1 = B."""
+* ``first_order``: the ranks' operation orders visited in sweeps up and down the ranks, each rank running until it
+  waits for data (an operation whose data dependency has not run yet) — one pass of "has its dependency run" checks.
+  The timeline (``record``) lists the operations in this order.
+* ``fast_order``: by position in the rank's order, forwards by rank upward, then backwards by rank downward — numpy,
+  no per-operation Python (``rank_grid``); checked on every edge, the sweeps' order where the check fails. The
+  replays without a timeline use it.
+
+Op ids as in ``simulate``: op id = ((kind·m) + j)·chunks + c, kind 0 = F, 1 = B; its data dependency, the boundary
+its lag crosses and its (kind, chunk) key follow from the id (``op_links``), its rank is c mod pp."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
+
 
 class Order(NamedTuple):
     """A shape's operations in execution order (``ops``) with, aligned, each one's previous operation on its rank
     (``prev``, -1: none), its data dependency (``dep``, -1: none) and its (kind, chunk) key kind·chunks + c
-    (``key``): what the replay reads; the same by op id (``*_of``, and the boundary whose lag its data crosses,
-    ``bnd_of``, -1: none, and its rank, ``rank_of``): what a critical path's bindings and the timeline read; and
-    each rank's last op (-1: none)."""
+    (``key``): what the replay reads; each op's previous operation by op id (``prev_of``): what a critical path's
+    bindings read (its dependency, boundary and key: ``op_links``); and each rank's last op (-1: none)."""
 
     ops: list[int]
     prev: list[int]
     dep: list[int]
     key: list[int]
     prev_of: list[int]
-    dep_of: list[int]
-    key_of: list[int]
-    bnd_of: list[int]
-    rank_of: list[int]
     last: tuple[int, ...]
+
+
+def op_links(op: int, m: int, chunks: int) -> tuple[int, int, int]:
+    """(data dependency, boundary its lag crosses, (kind, chunk) key) of op id ``op``: F(j, c) needs F(j, c − 1)
+    across boundary c − 1 (chunk 0: nothing), B(j, c) needs B(j, c + 1) across boundary c (the last chunk: its own
+    F(j, c), no boundary)."""
+    mc = m * chunks
+    c = op % chunks
+    if op < mc:
+        return (op - 1, c - 1, c) if c else (-1, -1, 0)
+    return (op + 1, c, chunks + c) if c < chunks - 1 else (op - mc, -1, chunks + c)
 
 
 def coded_orders(schedule: str, pp: int, v: int, m: int) -> list[list[int]]:
@@ -65,7 +80,7 @@ def first_order(shape: tuple[str, int, int, int]) -> Order:
     mc = m * chunks
     coded = coded_orders(schedule, pp, v, m)
     n_ops = 2 * mc
-    # per op id: its data dependency (-1: none), the boundary its lag crosses, its (kind, chunk) key
+    # per op id: its data dependency (-1: none) and its (kind, chunk) key (``op_links``)
     cs = list(range(chunks))
     f_dep = [-1] + [c - 1 for c in cs[1:]]
     b_dep = [c + 1 for c in cs[:-1]] + [-1]
@@ -76,20 +91,14 @@ def first_order(shape: tuple[str, int, int, int]) -> Order:
     for j in range(m):
         base = mc + j * chunks
         dep += [base + d if d >= 0 else base - mc + chunks - 1 for d in b_dep]
-    f_bnd = [c - 1 for c in cs]
-    b_bnd = [c if c < chunks - 1 else -1 for c in cs]
-    bnd = f_bnd * m + b_bnd * m
     key = cs * m + [chunks + c for c in cs] * m
     done = bytearray(n_ops)
     pos = [0] * pp
     order: list[int] = []
-    rank_of = [0] * n_ops
     prev_of = [-1] * n_ops
-    for r, ops in enumerate(coded):
-        for p_, op in enumerate(ops):
-            rank_of[op] = r
-            if p_:
-                prev_of[op] = ops[p_ - 1]
+    for ops in coded:
+        for p_ in range(1, len(ops)):
+            prev_of[ops[p_]] = ops[p_ - 1]
     up, down = range(pp), range(pp - 1, -1, -1)
     sweep = 0
     while len(order) < n_ops:
@@ -118,9 +127,81 @@ def first_order(shape: tuple[str, int, int, int]) -> Order:
         [dep[op] for op in order],
         [key[op] for op in order],
         prev_of,
-        dep,
-        key,
-        bnd,
-        rank_of,
         tuple(ops[-1] if ops else -1 for ops in coded),
     )
+
+
+#: below this many operations a new shape's order is the sweeps' (``first_order``): numpy's fixed costs exceed them
+FAST_FROM = 2048
+
+
+def rank_grid(schedule: str, pp: int, v: int, m: int) -> np.ndarray:
+    """``coded_orders`` as one (pp, 2·m·v) array: rank i runs its first ``warm`` forwards, then forwards and
+    backwards alternately, then its remaining backwards — GPipe: warm = m; 1F1B: min(p − i − 1, m); interleaved
+    1F1B: ``coded_orders``' formula (rank i's ops are rank 0's + i)."""
+    chunks = pp * v
+    mc = m * chunks
+    if schedule == "interleaved-1f1b" and m % pp == 0:
+        total = m * v
+        k = np.arange(total)
+        mb = (k // (pp * v)) * pp + k % pp
+        f0 = mb * chunks + ((k // pp) % v) * pp
+        b0 = mc + mb * chunks + (v - 1 - (k // pp) % v) * pp
+        warm = [total if m == pp else min(2 * (pp - i - 1) + (v - 1) * pp, total) for i in range(pp)]
+    elif schedule in ("gpipe", "1f1b") and v == 1:
+        total = m
+        f0 = np.arange(m) * chunks
+        b0 = mc + f0
+        warm = [m if schedule == "gpipe" else min(pp - i - 1, m) for i in range(pp)]
+    else:
+        return np.array(coded_orders(schedule, pp, v, m), dtype=np.int64).reshape(pp, 2 * m * v)
+    grid = np.empty((pp, 2 * total), dtype=np.int64)
+    for i, w in enumerate(warm):
+        row = grid[i]
+        row[:w] = f0[:w]
+        row[w : 2 * total - w : 2] = f0[w:]
+        row[w + 1 : 2 * total - w : 2] = b0[: total - w]
+        row[2 * total - w :] = b0[total - w :]
+        row += i
+    return grid
+
+
+def fast_order(shape: tuple[str, int, int, int]) -> Order:
+    """Shape (schedule, pp, v, m)'s operations in a topological order from a formula: by position in the rank's
+    order; at one position forwards by rank upward, then backwards by rank downward (a forward's data comes from
+    the rank below, at that position or earlier; a backward's from the rank above). Every edge is checked (each op
+    after its rank's previous op and its data dependency); where one fails, the sweeps' order (``first_order``).
+    ``tests/test_sim_order.py`` checks the replay against the sweeping simulation."""
+    schedule, pp, v, m = shape
+    chunks = pp * v
+    mc = m * chunks
+    n_ops = 2 * mc
+    if n_ops < FAST_FROM:
+        return first_order(shape)
+    grid = rank_grid(schedule, pp, v, m)
+    ids = np.arange(n_ops)
+    c = ids % chunks
+    is_b = ids >= mc
+    dep = np.where(is_b, np.where(c < chunks - 1, ids + 1, ids - mc), np.where(c > 0, ids - 1, -1))  # ``op_links``
+    key = np.where(is_b, chunks + c, c)
+    prev_of = np.full(n_ops, -1, dtype=np.int64)
+    prev_of[grid[:, 1:]] = grid[:, :-1]
+    ranks = np.arange(pp)[:, None]
+    rows = np.argsort(np.where(grid >= mc, 2 * pp - 1 - ranks, ranks), axis=0, kind="stable")
+    order = grid[rows, np.arange(grid.shape[1])].T.reshape(-1)
+    prev, dep_ = prev_of[order], dep[order]
+    if not topological(order, prev, dep_):
+        return first_order(shape)
+    return Order(
+        order.tolist(), prev.tolist(), dep_.tolist(), key[order].tolist(), prev_of.tolist(), tuple(grid[:, -1].tolist())
+    )
+
+
+def topological(order: np.ndarray, prev: np.ndarray, dep: np.ndarray) -> bool:
+    """Whether every op of ``order`` (all op ids 0 … n − 1 once) comes after its rank's previous op and its data
+    dependency (``prev``, ``dep``: aligned with ``order``, -1: none)."""
+    n = len(order)
+    at = np.empty(n + 1, dtype=np.int64)  # each op's place in ``order``; at[-1] = -1: "none" comes first
+    at[order] = np.arange(n)
+    at[-1] = -1
+    return bool((at[prev] < at[order]).all() and (at[dep] < at[order]).all())

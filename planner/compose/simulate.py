@@ -7,7 +7,8 @@ one model chunk). An operation starts when its rank is free and its data depende
 * ``B(mb, c)`` needs ``B(mb, c+1)`` plus the lag of boundary ``c → c+1`` (the last chunk's backward
   needs its own forward).
 
-A shape simulated before replays the order its ranks ran in (``_ORDERS``): one pass, no waiting checks. A long 1F1B pipeline is simulated exactly from a short one once its steady state is
+A shape simulated before replays a recorded order of its operations (``_ORDERS``; ``sim_order``): one pass, no
+waiting checks. A long 1F1B pipeline is simulated exactly from a short one once its steady state is
 periodic (``periodic_1f1b``: Llama 3 70B's 512 micro-batches from 28–30).
 
 Sends are asynchronous (a lag, not rank time). Times are integers (the planner uses nanoseconds) so
@@ -22,11 +23,12 @@ when ``m == p``; needs ``m % p == 0``). Chunk ``c`` lives on rank ``c % p``.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
-from planner.compose.sim_order import Order, first_order
+from planner.compose.sim_order import Order, fast_order, first_order, op_links
 
 Op = tuple[str, int, int]  # (kind "F"/"B", micro-batch, chunk)
 
@@ -73,9 +75,10 @@ def rank_orders(schedule: str, pp: int, v: int, m: int) -> list[list[Op]]:
     raise ValueError(f"schedule {schedule!r} is not simulated")
 
 
-#: The operation order of recently simulated schedule shapes (``sim_order.Order``, found by ``first_order``),
-#: replayed by ``_run``; op id = ((kind·m) + j)·chunks + c, kind 0 = F, 1 = B.
-_ORDERS: OrderedDict[tuple[str, int, int, int], Order] = OrderedDict()
+#: The operation order of recently simulated schedule shapes, by (schedule, pp, v, m, record), replayed by ``_run``:
+#: ``sim_order.fast_order`` without the timeline, ``sim_order.first_order`` (the sweeps', the timeline's order) with
+#: it; op id = ((kind·m) + j)·chunks + c, kind 0 = F, 1 = B.
+_ORDERS: OrderedDict[tuple[str, int, int, int, bool], Order] = OrderedDict()
 ORDERS_KEPT = 32
 
 
@@ -103,12 +106,47 @@ def simulate(
 ) -> SimResult:
     """Simulate one step. ``fwd``/``bwd``: duration of one micro-batch on each chunk (``pp*v``
     entries); ``lag``: p2p delay of each chunk boundary (``pp*v - 1`` entries, default 0).
-    ``record=False`` skips the per-operation timeline (the critical path is always kept), and lets a
-    long 1F1B pipeline be extrapolated from a shorter one once it is periodic (``periodic_1f1b``)."""
+    ``record=False`` skips the per-operation timeline (the critical path is always kept), lets a
+    long 1F1B pipeline be extrapolated from a shorter one once it is periodic (``periodic_1f1b``), and returns a
+    recent result of the same inputs (``_SIMS``: the same object, read only)."""
     chunks = pp * v
     if len(fwd) != chunks or len(bwd) != chunks:
         raise ValueError("fwd and bwd need one duration per chunk")
     lag = list(lag) if lag is not None else [0] * (chunks - 1)
+    if record:
+        return _simulate(schedule, pp, v, m, fwd, bwd, lag, True)
+    key = (schedule, pp, v, m, *fwd, *bwd, *lag)
+    return _recent(_SIMS, key, SIMS_KEPT, lambda: _simulate(schedule, pp, v, m, fwd, bwd, lag, False))
+
+
+def _recent(cache: OrderedDict, key: tuple, kept: int, make: Callable[[], Any]) -> Any:
+    """``cache[key]``, made by ``make`` when absent, the least recently used dropped beyond ``kept``. The service
+    plans in threads: an entry another thread drops between two steps here is no error (made again when next asked)."""
+    hit = cache.get(key)
+    if hit is None:
+        hit = cache[key] = make()
+        while len(cache) > kept:
+            try:
+                cache.popitem(last=False)
+            except KeyError:
+                break
+    else:
+        try:
+            cache.move_to_end(key)
+        except KeyError:
+            pass
+    return hit
+
+
+#: Recent results without the timeline, by their inputs (the schedule shape and every duration and lag: a class and
+#: its ZeRO or optimizer variants share the pipeline's times); shared, read only.
+_SIMS: OrderedDict[tuple, SimResult] = OrderedDict()
+SIMS_KEPT = 16
+
+
+def _simulate(
+    schedule: str, pp: int, v: int, m: int, fwd: list[int], bwd: list[int], lag: list[int], record: bool
+) -> SimResult:
     if not record and schedule == "1f1b" and v == 1 and m >= 2 * (pp + probe_rounds(pp)) and min(fwd + bwd) > 0:
         res = periodic_1f1b(pp, m, fwd, bwd, lag)
         if res is not None:
@@ -116,7 +154,7 @@ def simulate(
     end, pred, pred_lag, out, last = _run(schedule, pp, v, m, fwd, bwd, lag, record)
     free = [end[op] if op >= 0 else 0 for op in last]
     makespan = max(end)
-    path, lags = _backtrack(end.index(makespan), m * chunks, chunks, pred, pred_lag)
+    path, lags = _backtrack(end.index(makespan), m * pp * v, pp * v, pred, pred_lag)
     return SimResult(makespan=makespan, ops=out, rank_finish=free, critical_path=path, critical_lags=lags)
 
 
@@ -127,7 +165,8 @@ def _run(
     in ``_ORDERS``), the timeline when ``record``, and each rank's last op (-1: none). An operation starts
     when its rank's previous one has ended and its data (plus the lag, when the boundary joins two ranks)
     has arrived. A shape simulated before replays its recorded order (``_ORDERS``: one pass, no waiting
-    checks); a new one first finds its order (``sim_order.first_order``: the ranks' orders round-robin)."""
+    checks); a new one first finds its order (``sim_order``: any order with each op after its rank's previous one
+    and its data gives the same ends; the timeline lists them in the sweeps' order, ``first_order``)."""
     chunks = pp * v
     where = chunk_ranks(pp, v)
     mc = m * chunks
@@ -135,14 +174,8 @@ def _run(
     dur = list(fwd) + list(bwd)
     gap = [lag[c - 1] if c > 0 and where[c - 1] != where[c] else -1 for c in range(chunks)]
     gap += [lag[c] if c < chunks - 1 and where[c + 1] != where[c] else -1 for c in range(chunks)]
-    shape = (schedule, pp, v, m)
-    if shape in _ORDERS:
-        _ORDERS.move_to_end(shape)
-    else:  # a new shape: its order (``sim_order.first_order``), then replayed as any other
-        _ORDERS[shape] = first_order(shape)
-        if len(_ORDERS) > ORDERS_KEPT:
-            _ORDERS.popitem(last=False)
-    o = _ORDERS[shape]
+    shape = (schedule, pp, v, m)  # a new shape: its order (``sim_order``), then replayed as any other
+    o: Order = _recent(_ORDERS, (*shape, record), ORDERS_KEPT, lambda: (first_order if record else fast_order)(shape))
     end = [0] * (2 * mc + 1)  # end[-1] = 0: the start of a rank's first operation
     if not record:  # the ends alone; the binding predecessors of the ops a critical path asks (``_Bindings``)
         # end = max(rank free, data ready) + duration, as max(end[prev] + dur, end[dep] + max(gap, 0) + dur): an op
@@ -153,7 +186,7 @@ def _run(
             y = end[dep] + late[key]
             end[op] = x if x >= y else y
         end.pop()
-        bindings = _Bindings(o, end, gap)
+        bindings = _Bindings(o, end, gap, m, chunks)
         return end, bindings.pred, bindings.lag, [], o.last
     pred = [-1] * (2 * mc)  # binding predecessor id
     pred_lag = [-1] * (2 * mc)  # boundary whose lag the binding edge carries
@@ -167,14 +200,15 @@ def _run(
             if ready >= start:
                 start = ready
                 pred[op] = dep
-                if g >= 0:
-                    pred_lag[op] = o.bnd_of[op]
+                if g >= 0:  # a boundary between ranks: c − 1 → c (F) or c → c + 1 (B), ``op_links``
+                    pred_lag[op] = op % chunks - 1 if op < mc else op % chunks
             else:
                 pred[op] = prev
         else:
             pred[op] = prev
         finish = end[op] = start + dur[key]
-        out.append((o.rank_of[op], "F" if op < mc else "B", (op % mc) // chunks, op % chunks, start, finish))
+        c = op % chunks
+        out.append((c % pp, "F" if op < mc else "B", (op % mc) // chunks, c, start, finish))
     end.pop()
     return end, pred, pred_lag, out, o.last
 
@@ -184,19 +218,20 @@ class _Bindings:
     asked — a critical path's — by ``_run``'s rule from the ends, rather than of all of them during the replay
     (``pred[op]``, ``lag[op]``)."""
 
-    def __init__(self, o: Order, end: list[int], gap: list[int]):
-        self.o, self.end, self.gap = o, end, gap
+    def __init__(self, o: Order, end: list[int], gap: list[int], m: int, chunks: int):
+        self.o, self.end, self.gap, self.m, self.chunks = o, end, gap, m, chunks
         self.pred, self.lag = _Bound(self, 0), _Bound(self, 1)
 
     def bind(self, op: int) -> tuple[int, int]:
-        o, end = self.o, self.end
-        prev, dep = o.prev_of[op], o.dep_of[op]
+        end = self.end
+        prev = self.o.prev_of[op]
+        dep, bnd, key = op_links(op, self.m, self.chunks)
         if dep >= 0:
             start = end[prev] if prev >= 0 else 0
-            g = self.gap[o.key_of[op]]
+            g = self.gap[key]
             ready = end[dep] + g if g > 0 else end[dep]
             if ready >= start:
-                return dep, o.bnd_of[op] if g >= 0 else -1
+                return dep, bnd if g >= 0 else -1
         return prev, -1
 
 
@@ -219,11 +254,35 @@ def _backtrack(
     """The critical path ending at op ``node``: its binding predecessors back to the first operation."""
     path: list[Op] = []
     lags: list[int] = []
-    # a replay's bindings: one ``_Bindings.bind`` per operation for both columns (three lookups of ``_Bound``)
-    bind = pred.b.bind if isinstance(pred, _Bound) else lambda op: (pred[op], pred_lag[op])
+    if isinstance(pred, _Bound):  # a replay's bindings: ``_Bindings.bind`` inline (a path of thousands of ops)
+        b = pred.b
+        end, gap, prev_of, last = b.end, b.gap, b.o.prev_of, chunks - 1
+        while node >= 0:
+            c = node % chunks
+            forward = node < mc
+            path.append(("F" if forward else "B", (node % mc) // chunks, c))
+            prev = prev_of[node]
+            # ``op_links``: F(j, c) needs F(j, c − 1) (chunk 0: nothing); B(j, c) needs B(j, c + 1) (the last
+            # chunk: its own F, no boundary)
+            if forward:
+                dep, bnd, key = (node - 1, c - 1, c) if c else (-1, -1, 0)
+            else:
+                dep, bnd, key = (node + 1, c, chunks + c) if c < last else (node - mc, -1, chunks + c)
+            if dep >= 0:
+                start = end[prev] if prev >= 0 else 0
+                g = gap[key]
+                ready = end[dep] + g if g > 0 else end[dep]
+                if ready >= start:
+                    if g >= 0:
+                        lags.append(bnd)
+                    node = dep
+                    continue
+            node = prev
+        path.reverse()
+        return path, lags
     while node >= 0:
         path.append(("F" if node < mc else "B", (node % mc) // chunks, node % chunks))
-        node, lag = bind(node)
+        node, lag = pred[node], pred_lag[node]
         if lag >= 0:
             lags.append(lag)
     path.reverse()
@@ -300,10 +359,12 @@ def _period(pp: int, ms: int, end: list[int]) -> tuple[int, int, int] | None:
     xs: list[list[int]] = []
     for k in range(ms - pp + 1):  # round k's ends: F(k + p − 1 − r) and B(k) on every rank r
         xs.append([end[(k + pp - 1 - r) * C + r] for r in range(pp)] + [end[mcs + k * C + r] for r in range(pp)])
+        x = xs[k]
         for c in range(1, min(MAX_PERIOD, k) + 1):
-            d = {a - b for a, b in zip(xs[k], xs[k - c])}
-            if len(d) == 1:
-                return k, c, d.pop()
+            y = xs[k - c]
+            d = x[0] - y[0]  # one difference on every rank (stops at the first other one)
+            if all(a - b == d for a, b in zip(x, y)):
+                return k, c, d
     return None
 
 
