@@ -27,6 +27,7 @@ from planner.compose.context_parallel import cp_view
 from planner.compose.experts import expert_floor, expert_terms
 from planner.compose.layer_group import NS, LayerGroup, dense_parts, layer_group, moe_floor, ns
 from planner.compose.memory import loss_buffer_bytes
+from planner.compose.recompute_modules import MODULES, module_recompute
 from planner.pricing.expert_parallel import all_to_all_seconds
 from planner.search import frontier
 from planner.search.space import enumerate_candidates, enumerate_classes
@@ -63,10 +64,11 @@ def request(model, gpu, nodes, gpn, gbs, seq, training) -> PlanRequest:
 
 
 def former_layer_group(ctx: Context, key: tuple) -> LayerGroup:
-    """``layer_group._layer_group`` as it was (with ``experts.with_experts`` as it was, inline)."""
+    """``layer_group._layer_group`` as it was (with ``experts.with_experts`` as it was, inline; Megatron's
+    ``layernorm+moe_act`` as ``compose.recompute_modules`` added it)."""
     mbs, tp, sp, recompute, tpo, ep, etp, kind = key
     model, seq = ctx.model, ctx.training.seq_len
-    d = dense_parts(ctx, mbs, tp, sp, recompute, tpo)
+    d = dense_parts(ctx, mbs, tp, sp, "none" if recompute == MODULES else recompute, tpo)
     blk, emb, head, lp_blk, lp_emb, lp_head, act = d.blk, d.emb, d.head, d.lp_blk, d.lp_emb, d.lp_head, d.act
     (blk_tp_f, emb_tp_f, head_tp_f), (blk_tp_b, emb_tp_b, head_tp_b) = d.tp_f, d.tp_b
     f_more, b_more = d.f_more, d.b_more
@@ -86,6 +88,11 @@ def former_layer_group(ctx: Context, key: tuple) -> LayerGroup:
             update={"none": int(saved.none + x.saved_none), "selective": int(saved.selective + x.saved)}
         )
         p_blk, blk_tp_f, blk_tp_b = p_blk + x.params, blk_tp_f + x.tp_fwd, blk_tp_b + x.tp_bwd
+    kept, tmp = (saved.for_mode(recompute), None) if recompute != MODULES else (saved.none, 0)
+    if recompute == MODULES:
+        mr = module_recompute(ctx, mbs, tp, sp, ep, etp, kind == MOE_BLOCK)
+        kept, tmp = max(0, int(saved.none - mr.saved_less)), int(mr.saved_less)
+        blk = replace(blk, bwd=blk.bwd + mr.bwd_more)
     work_f = (blk.fwd + f_more + blk_tp_f, emb.fwd + emb_tp_f, head.fwd + head_tp_f)
     work_b = (blk.bwd + b_more + blk_tp_b, emb.bwd + emb_tp_b, head.bwd + head_tp_b)
     return LayerGroup(
@@ -97,11 +104,11 @@ def former_layer_group(ctx: Context, key: tuple) -> LayerGroup:
         bwd_tp=Affine(0, ns(blk_tp_b), ns(emb_tp_b), ns(head_tp_b)),
         params=(p_blk, lp_emb.param_count, lp_head.param_count),
         act=act,
-        recompute_tmp={"none": 0, "selective": max(0, saved.none - saved.selective), "full": saved.none}[recompute],
-        logits_fp32=loss_buffer_bytes(ctx.stack, mbs * seq, vocab_local, ctx.elt),
-        acts=Affine(
-            0, int(saved.for_mode(recompute)), lp_emb.saved_activation_bytes.none, lp_head.saved_activation_bytes.none
+        recompute_tmp={"none": 0, "selective": max(0, saved.none - saved.selective), "full": saved.none}.get(
+            recompute, tmp
         ),
+        logits_fp32=loss_buffer_bytes(ctx.stack, mbs * seq, vocab_local, ctx.elt),
+        acts=Affine(0, int(kept), lp_emb.saved_activation_bytes.none, lp_head.saved_activation_bytes.none),
         flops=(blk.flops_fwd + blk.flops_bwd, emb.flops_fwd + emb.flops_bwd, head.flops_fwd + head.flops_bwd),
         fwd_ep=Affine(0, ns(x.a2a_fwd)) if x else Affine(),
         bwd_ep=Affine(0, ns(x.a2a_bwd)) if x else Affine(),
@@ -305,9 +312,10 @@ def test_a_window_view_shares_the_contexts_dense_parts_but_the_block(case) -> No
     for cp, mbs, tp, sp, rec, tpo, ep, etp in sorted(points(ctx, req)):
         view, other = cp_view(ctx, cp), window_view(cp_view(fresh, cp))
         point = (mbs, tp, sp, rec, tpo)
-        assert window_parts(view, window_view(view), point) == _dense_parts(other, *point), (cp, point)
+        dense = (mbs, tp, sp, "none" if rec == MODULES else rec, tpo)  # the dense op list's (``_layer_group``)
+        assert window_parts(view, window_view(view), dense) == _dense_parts(other, *dense), (cp, point)
         kind = block_sequence(ctx)[0][1]
         assert layer_group(view, *point, ep, etp, kind) == former_layer_group(other, (*point, ep, etp, MOE_BLOCK))
-        assert window_view(view).dense_parts[point] == _dense_parts(other, *point)
+        assert window_view(view).dense_parts[dense] == _dense_parts(other, *dense)
         n += 1
     assert n > 500

@@ -9,7 +9,7 @@ here (``ns``)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from planner.compose.affine import Affine
@@ -17,7 +17,6 @@ from planner.compose.blocks import WINDOW, block_sequence, window_view
 from planner.compose.context import Context, GroupKey
 from planner.compose.experts import expert_floor, with_experts
 from planner.compose.memory import loss_buffer_bytes
-from planner.compose.recompute_modules import MODULES, module_recompute
 from planner.compose.recompute_modules import MODULES, module_recompute
 from planner.pricing.collectives import Groups, per_kind_seconds
 from planner.pricing.expert_parallel import all_to_all_seconds
@@ -264,7 +263,16 @@ def moe_floor(
             a2a = ctx.a2a_floors[a2a_key] = all_to_all_seconds(ctx, part.dispatched, ep, tp)
         g = part.scale * part.grouped(moe.num_experts, ep)
         f = d.blk.fwd + d.f_more + d.tp_f[0] + part.fwd + g + part.a2a_counts[0] * a2a
-        b = d.blk.bwd + d.b_more + d.tp_b[0] + part.bwd + (3 if part.rerun else 2) * g + part.a2a_counts[1] * a2a
+        rerun = module_recompute(ctx, mbs, tp, sp, 1, 1, False).bwd_more if recompute == MODULES else 0.0  # dense's
+        b = (
+            d.blk.bwd
+            + rerun
+            + d.b_more
+            + d.tp_b[0]
+            + part.bwd
+            + (3 if part.rerun else 2) * g
+            + part.a2a_counts[1] * a2a
+        )
         low = -(2**62)  # no floor (a negative residual)
         fl = ctx.moe_floors[key] = (
             math.floor(f * NS) - 2 if math.isfinite(f) else low,
