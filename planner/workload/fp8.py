@@ -149,6 +149,18 @@ def fp8_tp_gather(ctx: Inputs, tp: int, sp: bool) -> bool:
     return fp8_all_gather(ctx) or ctx.fp8_recipe in ctx.stack.fp8_sp_gather
 
 
+def fp8_cast_after_gather(ctx: Inputs, tp: int, sp: bool) -> bool:
+    """Whether the block's FP8 linears cast their inputs after a 16-bit SP all-gather (an FP8 recipe whose
+    all-gathers do not move FP8: ``fp8_tp_gather`` false), so that the gathered tensor feeds the cast, not the
+    matmul: async TP's all-gather → matmul pattern does not fuse them (``workload.tp_overlap``). torchtitan rowwise:
+    plain ``ColwiseParallel`` redistributes the bf16 input, then torchao's ``Float8Linear`` casts it
+    (``float8_linear.py:87-97`` at 6243040, ``hp_tensor_to_float8_dynamic`` along dim -1), and in backward the
+    bf16 output gradient all-gathered before wo / w2 is cast the same way (``:144-154``)."""
+    if tp == 1 or not sp or ctx.fp8_recipe is None:
+        return False
+    return not fp8_tp_gather(ctx, tp, sp)
+
+
 def gathered_params(ctx: Inputs, params: tuple[int, int, int], tp: int) -> tuple[int, int, int]:
     """(block, embedding, LM head) parameters as 16-bit-equivalent elements an FSDP weight all-gather moves: with
     FP8 all-gather a block's FP8 linears travel at 1 byte a weight, half a 16-bit element (their biases and
