@@ -204,6 +204,8 @@ FINGERPRINTS = {
     60: "3c7598aba8e3939f",  # 60 (torchtitan's SP layout copies): no reference on torchtitan TP with b > 1;
     # tests/test_sp_copies.py
     61: "3c7598aba8e3939f",  # 61 (YaRN RoPE unfused on Megatron-core): no reference has YaRN; tests/test_yarn_rope.py
+    64: "3c7598aba8e3939f",  # 64 (torchtitan rowwise async TP's unfused all-gathers, op-SAC's rerun FP8 casts): no
+    # reference runs FP8 on torchtitan; tests/test_fp8_rowwise_titan.py
 }
 
 

@@ -331,4 +331,15 @@ from __future__ import annotations
 #:    tensor plus the fp32 cos/sin tables (was: the fused 2β, one kernel), on stacks with Megatron's MoE dispatch.
 #:    Physics-only errors (+ = priced faster), Megatron-Bridge GPT OSS 120B DGX-H100: 25.11 +22.8 → +19.0 %, 26.02
 #:    +24.0 → +20.1 %, 26.02.01 +24.2 → +20.3 %, 26.04 +27.9 → +23.9 %, 26.04.01 +27.6 → +23.6 %. Others unchanged.
-COST_MODEL_VERSION = 61
+#: 64: torchtitan's rowwise FP8 as its 2025-06 code runs it (issues 24, 27). (a) Async TP fuses no all-gather whose
+#:    gathered 16-bit tensor feeds an FP8 cast (``workload.fp8.fp8_cast_after_gather``, ``workload.tp_overlap``):
+#:    Inductor's ``micro_pipeline_tp`` ``_find_consumer_matmuls`` takes only an mm / ``_scaled_mm`` (or reshape → mm →
+#:    reshape) that reads the gathered tensor itself, and rowwise's plain ``ColwiseParallel`` gathers bf16 and casts
+#:    after (torchao ``float8_linear.py:87-97, 144-154`` at 6243040); pytorch/pytorch issue 149990: the matmul →
+#:    reduce-scatters fuse, the all-gather → matmuls do not. Under rowwise the 2 forward reduce-scatter pairs stay,
+#:    the 2 forward and 2 backward all-gathers run blocking with their layout copies (was: all 6 pairs fused).
+#:    (b) torchtitan's op-level SAC reruns the FP8 casts of the mms it recomputes (wk, wo, w3; ``fp8.sac_rerun_cast_ops``,
+#:    in ``layer_times.selective_share``): amax + cast under rowwise (``aten.amax``, not in ``_save_list``), the cast
+#:    alone under tensorwise (``aten.max`` kept; torchao ``float8_utils.py:64-69``; torchtitan
+#:    ``parallelize_llama.py:218-227`` at 820504e). Was: the rerun priced the even mms and the norms, not their casts.
+COST_MODEL_VERSION = 64
