@@ -342,4 +342,7 @@ from __future__ import annotations
 #:    in ``layer_times.selective_share``): amax + cast under rowwise (``aten.amax``, not in ``_save_list``), the cast
 #:    alone under tensorwise (``aten.max`` kept; torchao ``float8_utils.py:64-69``; torchtitan
 #:    ``parallelize_llama.py:218-227`` at 820504e). Was: the rerun priced the even mms and the norms, not their casts.
+#:    Errors with the shipped residuals (+ = priced faster), 2025-06 async-TP benchmark: 8B rowwise vanilla/async
+#:    +16.0/+19.5 → +13.4/+9.6 %, 70B rowwise async +16.5 → +5.9 % (vanilla, full AC, unchanged +5.3 %), 8B
+#:    tensorwise +7.4/+5.5 → +7.1/+5.1 %; torchao README 8B rowwise/tensorwise +7.7/+2.6 → +6.5/+1.7 %.
 COST_MODEL_VERSION = 64
