@@ -26,7 +26,7 @@ from planner.pricing.layer_times import LayerTimes, layer_times
 from planner.pricing.tp_overlap import overlap_delta
 from planner.specs.vocab import local_vocab
 from planner.workload.collectives import issuing, rerun_sp_gathers, tp_comms
-from planner.workload.fp8 import fp8_tp_gather
+from planner.workload.fp8 import fp8_cast_after_gather, fp8_tp_gather
 from planner.workload.ops import MOE_BLOCK, block_linears
 from planner.workload.sp_copies import sp_copy_bytes
 
@@ -105,12 +105,13 @@ def _dense_parts(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo:
         more_f, more_b = dtensor_linear_dispatch(ctx, block_linears(model), recompute)  # (none on a GPU)
         blk_tp_f, blk_tp_b = blk_tp_f + more_f, blk_tp_b + more_b
     f_more = b_more = 0.0  # overlapped TP (``pricing.tp_overlap``): the block's pairs pipelined, GEMMs slowed
+    cast_after = fp8_cast_after_gather(ctx, tp, sp)  # async TP fuses no 16-bit all-gather that feeds an FP8 cast
     if tpo and ctx.stack.tp_overlap is not None:
-        d = overlap_delta(ctx, ctx.stack.tp_overlap, mbs, tp, recompute, act, OVERLAP_SLOWDOWN, gather)
+        d = overlap_delta(ctx, ctx.stack.tp_overlap, mbs, tp, recompute, act, OVERLAP_SLOWDOWN, gather, cast_after)
         blk_tp_f, blk_tp_b = blk_tp_f + d.fwd_tp, blk_tp_b + d.bwd_tp
         f_more, b_more = d.fwd - d.fwd_tp, d.bwd - d.bwd_tp
     if model.moe is None and model.mla is None:  # torchtitan's SP layout copies (``workload.sp_copies``), HBM-bound
-        copies = sp_copy_bytes(ctx.stack, mbs, tp, sp, recompute, act, gather, tpo)
+        copies = sp_copy_bytes(ctx.stack, mbs, tp, sp, recompute, act, gather, tpo, cast_after)
         ms = ctx.residuals.memory_scale
         f_more += ms * sum(hbm_time(ctx, b) for b in copies[0])
         b_more += ms * sum(hbm_time(ctx, b) for b in copies[1])

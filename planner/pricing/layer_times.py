@@ -14,10 +14,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from planner.pricing.gpu import attention_time, cast_times, elementwise_time, gemm_time, linear_times, with_launches
+from planner.pricing.gpu import (
+    attention_time,
+    cast_times,
+    elementwise_time,
+    gemm_time,
+    linear_times,
+    ops_time,
+    with_launches,
+)
 from planner.pricing.host import host_layer_dispatch
 from planner.specs import LayerProfile
 from planner.workload.analytic import FLASH_BWD_RATIO
+from planner.workload.fp8 import sac_rerun_cast_ops
 from planner.workload.ops import attention_core_flops, kernel_counts, rerun_linears
 
 if TYPE_CHECKING:
@@ -102,7 +111,8 @@ def selective_share(ctx: Device, mbs: int, tp: int, sp: bool, att_share: float) 
     * torchtitan activations (``Stack.activations == "titan"``), op-level policy (``selective_ac = "op"``):
       every op whose output the policy does not keep (``activations.titan_sac_op_terms``) — the even
       ``aten.mm`` calls (wk, wo, w3; a GELU MLP's fc2) and all memory-bound ops (norms, RoPE, K/V repeat,
-      silu, products, residual adds); not the flash attention nor the odd mms;
+      silu, products, residual adds) and, under FP8, the even mms' operand casts (``fp8.sac_rerun_cast_ops``);
+      not the flash attention nor the odd mms;
     * torchtitan per-layer (``selective_ac = k``): every k-th block's whole forward, 1/k on average;
     * other stacks (Megatron's selective recompute): the attention core's forward (``att_share``)."""
     st = ctx.stack
@@ -119,7 +129,10 @@ def selective_share(ctx: Device, mbs: int, tp: int, sp: bool, att_share: float) 
         for lin in rerun_linears(ctx.model, tp):  # the even mm calls (``ops.rerun_linears``)
             even += gemm_time(ctx, tokens, lin.n, lin.k, fp8=ctx.fp8_recipe is not None)
         r = ctx.residuals  # the same residuals as the forward it is a share of
-        rerun = r.compute_scale * even + r.memory_scale * elementwise_time(ctx, "transformer_block", mbs, tp, sp)
+        rerun = r.compute_scale * even + r.memory_scale * (
+            elementwise_time(ctx, "transformer_block", mbs, tp, sp)
+            + ops_time(ctx, sac_rerun_cast_ops(ctx, mbs, tp, sp))
+        )  # + the even mms' FP8 operand casts (``fp8.sac_rerun_cast_ops``)
         hit = ctx.sac_cache[key] = min(1.0, rerun / f) if f > 0 else 0.0
     return float(hit)
 

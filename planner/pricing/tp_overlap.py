@@ -109,16 +109,18 @@ def overlap_delta(
     act: float,
     slowdown: float,
     gather: float | None = None,
+    cast_after_gather: bool = False,
 ) -> OverlapDelta:
     """The change of a dense block's forward and backward (compute + blocking TP) per micro-batch when the
     stack's overlap ``kind`` pipelines its SP collectives (``act``: one residual-stream tensor's bytes; ``gather``:
-    an all-gather's where it moves FP8, ``collectives.tp_comms``)."""
+    an all-gather's where it moves FP8, ``collectives.tp_comms``; ``cast_after_gather``: an FP8 cast between each
+    all-gather and its matmul, ``workload.fp8.fp8_cast_after_gather``: no all-gather pair under async TP)."""
     model = ctx.model
     if tp == 1 or model.moe is not None or model.mla is not None:
         return NO_DELTA
     tokens = mbs * ctx.training.seq_len
     d = {False: [0.0, 0.0], True: [0.0, 0.0]}  # bwd → [time, exposed TP]
-    for pair in overlap_pairs(kind, tp):
+    for pair in overlap_pairs(kind, tp, cast_after_gather):
         nbytes = gather if pair.op == "all_gather" and gather is not None else act
         blocking = tp_collective(ctx, "reduce_scatter", nbytes, tp)
         gemm = _gemm_seconds(ctx, pair, tokens, tp)

@@ -342,4 +342,18 @@ from __future__ import annotations
 #:    Megatron-Bridge 26.x GPT OSS 120B DGX-H100 rows now priced with it (were: none): peak 74.6 → 64.1 GiB, step
 #:    11.90 → 12.17 s; physics-only errors (+ = priced faster) 26.02 +20.1 → +17.4 %, 26.02.01 +20.3 → +17.5 %,
 #:    26.04 +23.9 → +21.1 %, 26.04.01 +23.6 → +20.8 %; 25.11 (no granularity: none) unchanged.
-COST_MODEL_VERSION = 62
+#: 64: torchtitan's rowwise FP8 as its 2025-06 code runs it (issues 24, 27). (a) Async TP fuses no all-gather whose
+#:    gathered 16-bit tensor feeds an FP8 cast (``workload.fp8.fp8_cast_after_gather``, ``workload.tp_overlap``):
+#:    Inductor's ``micro_pipeline_tp`` ``_find_consumer_matmuls`` takes only an mm / ``_scaled_mm`` (or reshape → mm →
+#:    reshape) that reads the gathered tensor itself, and rowwise's plain ``ColwiseParallel`` gathers bf16 and casts
+#:    after (torchao ``float8_linear.py:87-97, 144-154`` at 6243040); pytorch/pytorch issue 149990: the matmul →
+#:    reduce-scatters fuse, the all-gather → matmuls do not. Under rowwise the 2 forward reduce-scatter pairs stay,
+#:    the 2 forward and 2 backward all-gathers run blocking with their layout copies (was: all 6 pairs fused).
+#:    (b) torchtitan's op-level SAC reruns the FP8 casts of the mms it recomputes (wk, wo, w3; ``fp8.sac_rerun_cast_ops``,
+#:    in ``layer_times.selective_share``): amax + cast under rowwise (``aten.amax``, not in ``_save_list``), the cast
+#:    alone under tensorwise (``aten.max`` kept; torchao ``float8_utils.py:64-69``; torchtitan
+#:    ``parallelize_llama.py:218-227`` at 820504e). Was: the rerun priced the even mms and the norms, not their casts.
+#:    Errors with the shipped residuals (+ = priced faster), 2025-06 async-TP benchmark: 8B rowwise vanilla/async
+#:    +16.0/+19.5 → +13.4/+9.6 %, 70B rowwise async +16.5 → +5.9 % (vanilla, full AC, unchanged +5.3 %), 8B
+#:    tensorwise +7.4/+5.5 → +7.1/+5.1 %; torchao README 8B rowwise/tensorwise +7.7/+2.6 → +6.5/+1.7 %.
+COST_MODEL_VERSION = 64

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from planner.specs.fp8 import RECIPES
-from planner.workload.ops import MOE_BLOCK, Linear, MemOp, linears
+from planner.workload.ops import MOE_BLOCK, Linear, MemOp, linears, rerun_linears
 
 if TYPE_CHECKING:
     from planner.workload.inputs import Inputs
@@ -111,6 +111,38 @@ def linear_cast_ops(
     return tuple(fwd), tuple(bwd)
 
 
+#: Recipes whose amax op torchtitan's op-level selective checkpointing keeps: torchao's tensorwise amax is
+#: ``torch.max(torch.abs(x))`` (``aten.max.default``, in ``_save_list``), the axiswise one ``torch.amax(..., dim)``
+#: (``aten.amax.default``, not kept) — torchao ``float8/float8_utils.py:64-69`` at 6243040; torchtitan
+#: ``models/llama3/parallelize_llama.py:218-227`` at 820504e.
+SAC_SAVED_AMAX = ("tensorwise",)
+
+
+def sac_rerun_cast_ops(ctx: Inputs, mbs: int, tp: int, sp: bool = False) -> tuple[MemOp, ...]:
+    """The forward FP8 casts torchtitan's op-level selective checkpointing reruns in backward, per micro-batch: those
+    of the linears whose ``aten.mm`` it recomputes (``ops.rerun_linears``: wk, wo, w3). Its policy keeps only the
+    ``_save_list`` ops (``aten.mm`` every other call, the SDPA kernels, ``reduce_scatter_tensor``, ``aten.max``) and
+    marks the rest PREFER_RECOMPUTE (torchtitan ``parallelize_llama.py:218-268`` at 820504e), so an even mm's FP8
+    operands — its input's cast and its weight's, each an amax and a cast (torchao ``hp_tensor_to_float8_dynamic``
+    in ``matmul_with_hp_or_float8_args.forward``, ``float8_linear.py:87-114`` at 6243040) — are computed again to
+    rerun it; the backward's own casts are ``cast_ops``' (torchao recasts the saved 16-bit input and weight). Where
+    the amax op is kept (``SAC_SAVED_AMAX``) the rerun is the cast alone (``RecipeFacts.cast_bytes``, one kernel
+    each). The odd mms' casts are not rerun: their outputs are kept and their backward reads the 16-bit tensors."""
+    recipe = ctx.fp8_recipe
+    if recipe is None:
+        return ()
+    even = {lin.name for lin in rerun_linears(ctx.model, tp)}
+    lins = [lin for lin in fp8_linears(ctx, "transformer_block", tp) if lin.fp8 and lin.name in even]
+    tokens = mbs * ctx.training.seq_len
+    fwd, _ = linear_cast_ops(ctx, lins, tokens, tokens // tp if fp8_tp_gather(ctx, tp, sp) else tokens)
+    if recipe not in SAC_SAVED_AMAX:
+        return fwd
+    r = RECIPES[recipe]
+    share = r.cast_bytes / (r.amax_bytes + r.cast_bytes)
+    per_cast = 1 if ctx.stack.kernels == "compiled" else 2  # ``linear_cast_ops``' kernels per cast, amax and cast
+    return tuple(MemOp(op.name, op.nbytes * share, op.kernels // per_cast) for op in fwd)
+
+
 def fp8_all_gather(ctx: Inputs) -> bool:
     """Whether the stack all-gathers FSDP-sharded weights in FP8 under this recipe (torchtitan tensorwise:
     ``enable_fsdp_float8_all_gather``; ``Stack.fp8_all_gather``)."""
@@ -147,6 +179,18 @@ def fp8_tp_gather(ctx: Inputs, tp: int, sp: bool) -> bool:
     if tp == 1 or not sp or ctx.model.moe is not None or ctx.fp8_recipe is None:
         return False
     return fp8_all_gather(ctx) or ctx.fp8_recipe in ctx.stack.fp8_sp_gather
+
+
+def fp8_cast_after_gather(ctx: Inputs, tp: int, sp: bool) -> bool:
+    """Whether the block's FP8 linears cast their inputs after a 16-bit SP all-gather (an FP8 recipe whose
+    all-gathers do not move FP8: ``fp8_tp_gather`` false), so that the gathered tensor feeds the cast, not the
+    matmul: async TP's all-gather → matmul pattern does not fuse them (``workload.tp_overlap``). torchtitan rowwise:
+    plain ``ColwiseParallel`` redistributes the bf16 input, then torchao's ``Float8Linear`` casts it
+    (``float8_linear.py:87-97`` at 6243040, ``hp_tensor_to_float8_dynamic`` along dim -1), and in backward the
+    bf16 output gradient all-gathered before wo / w2 is cast the same way (``:144-154``)."""
+    if tp == 1 or not sp or ctx.fp8_recipe is None:
+        return False
+    return not fp8_tp_gather(ctx, tp, sp)
 
 
 def gathered_params(ctx: Inputs, params: tuple[int, int, int], tp: int) -> tuple[int, int, int]:

@@ -55,13 +55,22 @@ BWD = (2, 2)
 
 
 def sp_copy_bytes(
-    stack: Stack, mbs: int, tp: int, sp: bool, recompute: str, act: float, gather: float, overlap: bool
+    stack: Stack,
+    mbs: int,
+    tp: int,
+    sp: bool,
+    recompute: str,
+    act: float,
+    gather: float,
+    overlap: bool,
+    cast_after_gather: bool = False,
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """The HBM bytes of each memory pass (one kernel each) a dense block runs per micro-batch around its
     sequence-parallel collectives (module docstring), forward and backward: a layout copy reads and writes the whole
     (unsharded) tensor, 2 × ``gather`` bytes for an all-gather's (FP8 all-gathers move 1-byte elements), 2 × ``act``
     for a reduce-scatter's (only with b = ``mbs`` > 1); an async-TP pair's passes as the module docstring counts them.
-    None outside torchtitan's plan (``Stack.activations == "titan"``) or without SP or TP."""
+    None outside torchtitan's plan (``Stack.activations == "titan"``) or without SP or TP. ``cast_after_gather``: the
+    all-gathers feed an FP8 cast, not the matmul, and stay unfused under async TP (``overlap_pairs``)."""
     if stack.activations != "titan" or not sp or tp == 1:
         return (), ()
     copies = mbs > 1  # b = 1: the all-gather's cat is a view; the reduce-scatter's left out (module docstring)
@@ -69,7 +78,7 @@ def sp_copy_bytes(
     rs = {False: FWD[1] * copies, True: BWD[1] * copies}
     fused: dict[bool, tuple[float, ...]] = {False: (), True: ()}
     if overlap and stack.tp_overlap == "async_tp":
-        for pair in overlap_pairs("async_tp", tp):
+        for pair in overlap_pairs("async_tp", tp, cast_after_gather):
             if pair.op == "all_gather":
                 ag[pair.bwd] -= copies
                 fused[pair.bwd] += (2.0 * gather / tp,) * 2  # the local shard into the p2p buffer and into ag_out

@@ -26,7 +26,16 @@ and a reduce-scatter of the column-parallel input gradients (``tp_comms``: 4 + 4
   memory. Forward: all 4 (one all-gather feeds wq, wk, wv; one w1 (+ w3)). Backward: the all-gathered output
   gradients feed the wo / w2 data-gradient mms (2 overlap); the column-parallel input gradient is a sum of mms
   (wq + wk + wv, w1 + w3) before its reduce-scatter, which the matmul → reduce-scatter pattern does not match:
-  those 2 stay blocking. Only the compiled blocks: the embedding and the LM head stay blocking.
+  those 2 stay blocking. Only the compiled blocks: the embedding and the LM head stay blocking. Under an FP8
+  recipe whose SP all-gathers move 16-bit data (``fp8_cast_after_gather``: torchao rowwise, whose plain
+  ``ColwiseParallel`` gathers the norm output and the output gradient in bf16 and casts after the gather) no
+  all-gather pair fuses: ``_find_consumer_matmuls`` takes only an ``aten.mm`` / ``aten._scaled_mm`` (or reshape →
+  mm → reshape) that reads the gathered tensor itself, and here the gathered tensor's users are the cast's
+  amax and scaling ops (torch ``_inductor/fx_passes/micro_pipeline_tp.py``, the same before and after pytorch PR
+  149247 of 2025-03; pytorch/pytorch issue 149990, "all-gather-matmuls not fusing properly when rowwise scales are
+  used": the matmul → reduce-scatters fuse, the all-gather → matmuls do not). The 2 forward reduce-scatter pairs
+  (``_scaled_mm`` → reshape → reduce-scatter, ``fused_scaled_matmul_reduce_scatter``) stay; the 4 all-gathers
+  run blocking. Tensorwise casts before its FP8 all-gather (``Float8ColwiseParallel``): its pairs all fuse.
 """
 
 from __future__ import annotations
@@ -65,8 +74,10 @@ class OverlapPair:
     fused: bool = False
 
 
-def overlap_pairs(kind: str, tp: int) -> tuple[OverlapPair, ...]:
-    """The pairs of a dense block that the stack's overlap ``kind`` (``Stack.tp_overlap``) pipelines at ``tp``."""
+def overlap_pairs(kind: str, tp: int, fp8_cast_after_gather: bool = False) -> tuple[OverlapPair, ...]:
+    """The pairs of a dense block that the stack's overlap ``kind`` (``Stack.tp_overlap``) pipelines at ``tp``;
+    ``fp8_cast_after_gather``: an FP8 cast sits between each 16-bit all-gather and its matmul, which async TP's
+    pattern does not fuse (module docstring)."""
     qkv, fc1 = ("wq", "wk", "wv"), ("w1", "w3")
     if kind == "userbuffers":
         return (
@@ -80,7 +91,7 @@ def overlap_pairs(kind: str, tp: int) -> tuple[OverlapPair, ...]:
             OverlapPair("reduce_scatter", fc1, "wgrad", "bulk", True, 1),
         )
     if kind == "async_tp":
-        return (
+        pairs = (
             OverlapPair("all_gather", qkv, "fwd", "ring", False, tp),
             OverlapPair("reduce_scatter", ("wo",), "fwd", "pipeline", False, tp),
             OverlapPair("all_gather", fc1, "fwd", "ring", False, tp),
@@ -88,6 +99,7 @@ def overlap_pairs(kind: str, tp: int) -> tuple[OverlapPair, ...]:
             OverlapPair("all_gather", ("wo",), "dgrad", "ring", True, tp),
             OverlapPair("all_gather", ("w2",), "dgrad", "ring", True, tp),
         )
+        return tuple(p for p in pairs if p.op != "all_gather") if fp8_cast_after_gather else pairs
     raise ValueError(f"no TP overlap {kind!r}")
 
 
