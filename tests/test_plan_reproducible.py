@@ -204,6 +204,8 @@ FINGERPRINTS = {
     60: "3c7598aba8e3939f",  # 60 (torchtitan's SP layout copies): no reference on torchtitan TP with b > 1;
     # tests/test_sp_copies.py
     61: "3c7598aba8e3939f",  # 61 (YaRN RoPE unfused on Megatron-core): no reference has YaRN; tests/test_yarn_rope.py
+    63: "3c7598aba8e3939f",  # 63 (CP blocks at the full-square flash rate, causal past 16K): no reference runs CP or
+    # s > 16K; tests/test_cp_attention_rates.py
 }
 
 

@@ -331,4 +331,14 @@ from __future__ import annotations
 #:    tensor plus the fp32 cos/sin tables (was: the fused 2β, one kernel), on stacks with Megatron's MoE dispatch.
 #:    Physics-only errors (+ = priced faster), Megatron-Bridge GPT OSS 120B DGX-H100: 25.11 +22.8 → +19.0 %, 26.02
 #:    +24.0 → +20.1 %, 26.02.01 +24.2 → +20.3 %, 26.04 +27.9 → +23.9 %, 26.04.01 +27.6 → +23.6 %. Others unchanged.
-COST_MODEL_VERSION = 61
+#: 63: the attention core under context parallelism at the kernels it runs (issues 24/27; ``pricing.gpu.attention_time``,
+#:    ``cp_block_ratio``): after the local causal square, each of the cp − 1 load-balanced blocks is a 2c × c or c × 2c
+#:    rectangle with no mask (torch ``_templated_ring_attention``/``_is_causal_behavior``: ``NOT_IS_CAUSAL``; TE
+#:    ``AttnFuncWithCPAndKVP2P``: half the KV or half the queries), priced at FlashAttention-2's full-square rate of side
+#:    c = s/2cp (``FLASH_FULL_TFLOPS``: panels (a)/(b) of flash-attention's ``flash2_{a100,h100}_fwd_bwd_benchmark.png``)
+#:    — was the causal rate of the local square; the causal rate beyond the figures' 16K grows as its masked diagonal
+#:    shrinks (``causal_tail``: 1/R = 1/F + (1/C₀ − 1/F)·16K/L) — was clamped at 16K's; compiled torch ring attention
+#:    drops the cat(K, V) the all-gather rotater never reads (``torch_ring_passes``: one, was cp − 1, each way).
+#:    Physics-only errors (+ = priced faster), torchtitan 2024-12 Table 2 (8B) cp 1/2/4/8 +4.1/−8.6/+20.2/+24.3 →
+#:    +5.1/−7.0/+22.8/+27.3 %, Table 6 (405B) +4.5/+5.5/−3.4/+4.4 → +5.1/+6.7/−2.0/+6.2 %.
+COST_MODEL_VERSION = 63
