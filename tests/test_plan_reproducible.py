@@ -206,6 +206,8 @@ FINGERPRINTS = {
     61: "3c7598aba8e3939f",  # 61 (YaRN RoPE unfused on Megatron-core): no reference has YaRN; tests/test_yarn_rope.py
     62: "3c7598aba8e3939f",  # 62 (recompute layernorm+moe_act): no reference is a MoE or MLA model on megatron;
     # tests/test_recompute_modules.py
+    63: "3c7598aba8e3939f",  # 63 (CP blocks at the full-square flash rate, causal past 16K): no reference runs CP or
+    # s > 16K; tests/test_cp_attention_rates.py
     64: "3c7598aba8e3939f",  # 64 (torchtitan rowwise async TP's unfused all-gathers, op-SAC's rerun FP8 casts): no
     # reference runs FP8 on torchtitan; tests/test_fp8_rowwise_titan.py
 }

@@ -47,13 +47,14 @@ def test_torch_all_gather_and_fp32_dkv_ring(cp):
 def hand_passes(cp: int, fused: bool) -> tuple[int, int]:
     """Bytes per element n of one rank's queries, β = 2, fp32 = 4, counted line by line from torch's _attention.py."""
     fwd = 2 * (2 + 2)  # key.contiguous(), value.contiguous(): read + write bf16
-    fwd += (cp - 1) * (4 + 4)  # torch.cat([key.flatten(), value.flatten()]) before each send but the last
+    cats = 1 if fused else cp - 1  # compiled: the cats the all-gather rotater never reads are dead code (Inductor)
+    fwd += cats * (4 + 4)  # torch.cat([key.flatten(), value.flatten()]) before each send but the last
     fwd += 2 + 4  # the first block's out.to(float32)
     merge = (4 + 2 + 4) if fused else (2 + 4) + (8 + 4) + (4 + 4) + (8 + 4)  # cast; out − out_b; × sigmoid; out − ·
     fwd += (cp - 1) * merge
     fwd += 4 + 2  # results(): out.to(bf16)
     bwd = 3 * 4  # zeros_like(query/key/value, dtype=float32)
-    bwd += 2 * (2 + 2) + (cp - 1) * (4 + 4)  # contiguous K, V; cat before each send but the last
+    bwd += 2 * (2 + 2) + cats * (4 + 4)  # contiguous K, V; cat before each send but the last
     bwd += cp * (3 * (4 + 2 + 4) + (8 + 8))  # dQ, dK, dV += block grads (fp32 += bf16); cat(dK, dV) fp32 to send
     bwd += (cp - 1) * 2 * (4 + 4)  # _partial_update's torch.cat of dK and dV after the first block
     bwd += (4 + 2) + (8 + 4)  # grad_query.to(bf16), the received dK/dV .to(bf16)

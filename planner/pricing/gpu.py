@@ -62,6 +62,23 @@ FLASH_TRITON_CAUSAL_TFLOPS: dict[tuple[str, int], tuple[tuple[int, float], ...]]
 FLASH_TABLES = {"fa2": FLASH_CAUSAL_TFLOPS, "triton": FLASH_TRITON_CAUSAL_TFLOPS}
 
 
+#: FlashAttention-2 forward+backward WITHOUT the causal mask, same figures and axes (panels (a) "without causal mask,
+#: head dimension 64" and (b) "... 128"; the whole square counted). Each query block visits every key block and none
+#: is masked, so it runs faster than the causal kernel, whose diagonal blocks are computed whole and masked
+#: (``flash_fwd_kernel.h``: ``n_masking_steps``): 338 against 328 at 16K on H100, 294 against 221 at 1K. The A100
+#: head-dim-128 labels at 512 and 1K and the head-dim-64 one at 1K are hidden by the legend: not listed (``flash_rate``
+#: interpolates, and never prices a full square below the causal rate).
+FLASH_FULL_TFLOPS: dict[tuple[str, int], tuple[tuple[int, float], ...]] = {
+    ("a100", 64): ((512, 132), (2048, 162), (4096, 171), (8192, 175), (16384, 176)),
+    ("a100", 128): ((2048, 187), (4096, 196), (8192, 201), (16384, 203)),
+    ("h100", 64): ((512, 215), (1024, 254), (2048, 274), (4096, 288), (8192, 294), (16384, 296)),
+    ("h100", 128): ((512, 248), (1024, 294), (2048, 320), (4096, 326), (8192, 335), (16384, 338)),
+}
+
+#: The full-square tables by the stack's ``flash_kernel`` (the Triton kernel has none published: causal only).
+FLASH_FULL_TABLES = {"fa2": FLASH_FULL_TFLOPS}
+
+
 #: H200 has H100's SMs and clocks (catalog): it uses H100's attention rates.
 FLASH_FAMILY = {"a100": "a100", "h100": "h100", "h200": "h100"}
 
@@ -224,33 +241,73 @@ def elementwise_time(ctx: Device, kind: str, mbs: int, tp: int, sp: bool) -> flo
     return nbytes / (ctx.gpu.hbm_bandwidth_GBps * 1e9 * hbm_efficiency(2 * stream * ctx.model.hidden_size * ctx.elt))
 
 
-def flash_rate(ctx: Device, head_dim: int, seq: int) -> float | None:
-    """The stack's flash kernel's causal fwd+bwd TFLOP/s (FA's causal count; ``FLASH_TABLES``) on this GPU,
-    interpolated in log(seq) and clamped to the table; None when no published table covers the GPU."""
+def flash_rate(ctx: Device, head_dim: int, seq: int, causal: bool = True) -> float | None:
+    """The stack's flash kernel's fwd+bwd TFLOP/s on this GPU (``FLASH_TABLES``, FA's causal count; ``causal`` False:
+    a full square of side ``seq``, ``FLASH_FULL_TABLES``, never below the causal rate), interpolated in log(seq); None
+    when no published table covers the GPU (or, full, the kernel). Below a table: proportionally slower (shorter
+    kernels). Above it, a full square stays at the table's last rate and a causal one gains as its diagonal shrinks:
+    a causal square of side L is full key blocks at the full rate plus L/128 masked diagonal blocks
+    (``flash_fwd_kernel.h`` ``n_masking_steps``), so 1/R_causal(L) − 1/R_full(L) falls as 1/L (``causal_tail``)."""
     fam = FLASH_FAMILY.get(ctx.gpu.id.lower()[:4])
     if fam is None or ctx.training.precision == "fp32":
         return None
     tables = FLASH_TABLES[ctx.stack.flash_kernel]
+    full = FLASH_FULL_TABLES.get(ctx.stack.flash_kernel, {})
     dims = sorted(d for f, d in tables if f == fam)
     d = next((x for x in dims if x >= head_dim), dims[-1])
-    table = tables[(fam, d)]
     clock = ctx.gpu.peak_flops("bf16") / 1e12 / FLASH_REFERENCE_PEAK[fam]
+    rate = _table_rate(tables[(fam, d)], seq)
+    if (fam, d) not in full:
+        return clock * rate if causal else None
+    if causal:
+        return clock * causal_tail(tables[(fam, d)], full[(fam, d)], seq)
+    return clock * max(rate, _table_rate(full[(fam, d)], seq))
+
+
+def _table_rate(table: tuple[tuple[int, float], ...], seq: int) -> float:
     if seq <= table[0][0]:
-        return clock * table[0][1] * seq / table[0][0]  # below the table: shorter kernels, proportionally slower
+        return table[0][1] * seq / table[0][0]  # below the table: shorter kernels, proportionally slower
     for (s0, r0), (s1, r1) in zip(table, table[1:]):
         if seq <= s1:
             w = math.log(seq / s0) / math.log(s1 / s0)
-            return clock * (r0 + w * (r1 - r0))
-    return clock * table[-1][1]
+            return r0 + w * (r1 - r0)
+    return table[-1][1]
+
+
+def causal_tail(causal: tuple[tuple[int, float], ...], full: tuple[tuple[int, float], ...], seq: int) -> float:
+    """The causal rate at ``seq``: the table's inside it; beyond its last length L₀ the diagonal's share of the
+    time shrinks as L₀/seq: 1/R = 1/F + (1/C₀ − 1/F)·L₀/seq (C₀, F: the causal and full rates at L₀)."""
+    l0, c0 = causal[-1]
+    if seq <= l0:
+        return _table_rate(causal, seq)
+    f = _table_rate(full, l0)
+    return 1.0 / (1.0 / f + (1.0 / c0 - 1.0 / f) * l0 / seq)
 
 
 def attention_time(ctx: Device, mbs: int, tp: int) -> tuple[float, float]:
-    """``local_attention_time`` × ``ctx.cp``: under context parallelism (a view whose seq_len is each rank's
-    s / cp tokens) a rank's queries attend over all s keys, causal and load-balanced (rank i holds chunks i and
-    2·cp − 1 − i), so it does 1/cp of the whole square: cp blocks of the local one, each at the local length's
-    kernel rate (Megatron/TE ``context_parallel.py``: one flash call per KV block)."""
+    """The attention core under context parallelism (a view whose seq_len is each rank's s / cp tokens): a rank's
+    queries attend over all s keys, causal and load-balanced (rank i holds chunks i and 2·cp − 1 − i of c = s / 2cp
+    tokens), 1/cp of the whole square in cp kernel calls (Megatron/TE ``context_parallel.py``, torch
+    ``_templated_ring_attention``: one flash call per KV block). The first is the local causal square
+    (``local_attention_time``); each of the other cp − 1 is a 2c × c or c × 2c rectangle with no mask (torch
+    ``_is_causal_behavior``: ``NOT_IS_CAUSAL`` for every block after the first under load balancing; TE
+    ``AttnFuncWithCPAndKVP2P``: ``causal=False`` on half the KV or half the queries), as many FLOPs as the local
+    square's causal half at the full-square rate of side c (``flash_rate(causal=False)``; its shorter loop):
+    ``cp_block_ratio``. Unfused attention, windows and GPUs without a full-square table: cp local squares."""
     f, b = local_attention_time(ctx, mbs, tp)
-    return f * ctx.cp, b * ctx.cp
+    k = 1.0 + (ctx.cp - 1) * cp_block_ratio(ctx) if ctx.cp > 1 else 1.0
+    return f * k, b * k
+
+
+def cp_block_ratio(ctx: Device) -> float:
+    """Seconds of one unmasked CP block ÷ the local causal square's (``attention_time``): R_causal(s/cp) ÷
+    R_full(s/2cp); 1 where the local square is not priced by a flash table."""
+    m, seq = ctx.model, ctx.training.seq_len
+    if ctx.stack.attention != "flash" or ctx.attention_window is not None or seq < 2:
+        return 1.0
+    d = m.mla.qk_head_dim if m.mla is not None else m.head_dim
+    causal, full = flash_rate(ctx, d, seq), flash_rate(ctx, d, seq // 2, causal=False)
+    return 1.0 if causal is None or full is None else causal / full
 
 
 def local_attention_time(ctx: Device, mbs: int, tp: int) -> tuple[float, float]:

@@ -342,6 +342,16 @@ from __future__ import annotations
 #:    Megatron-Bridge 26.x GPT OSS 120B DGX-H100 rows now priced with it (were: none): peak 74.6 → 64.1 GiB, step
 #:    11.90 → 12.17 s; physics-only errors (+ = priced faster) 26.02 +20.1 → +17.4 %, 26.02.01 +20.3 → +17.5 %,
 #:    26.04 +23.9 → +21.1 %, 26.04.01 +23.6 → +20.8 %; 25.11 (no granularity: none) unchanged.
+#: 63: the attention core under context parallelism at the kernels it runs (issues 24/27; ``pricing.gpu.attention_time``,
+#:    ``cp_block_ratio``): after the local causal square, each of the cp − 1 load-balanced blocks is a 2c × c or c × 2c
+#:    rectangle with no mask (torch ``_templated_ring_attention``/``_is_causal_behavior``: ``NOT_IS_CAUSAL``; TE
+#:    ``AttnFuncWithCPAndKVP2P``: half the KV or half the queries), priced at FlashAttention-2's full-square rate of side
+#:    c = s/2cp (``FLASH_FULL_TFLOPS``: panels (a)/(b) of flash-attention's ``flash2_{a100,h100}_fwd_bwd_benchmark.png``)
+#:    — was the causal rate of the local square; the causal rate beyond the figures' 16K grows as its masked diagonal
+#:    shrinks (``causal_tail``: 1/R = 1/F + (1/C₀ − 1/F)·16K/L) — was clamped at 16K's; compiled torch ring attention
+#:    drops the cat(K, V) the all-gather rotater never reads (``torch_ring_passes``: one, was cp − 1, each way).
+#:    Physics-only errors (+ = priced faster), torchtitan 2024-12 Table 2 (8B) cp 1/2/4/8 +4.1/−8.6/+20.2/+24.3 →
+#:    +5.1/−7.0/+22.8/+27.3 %, Table 6 (405B) +4.5/+5.5/−3.4/+4.4 → +5.1/+6.7/−2.0/+6.2 %.
 #: 64: torchtitan's rowwise FP8 as its 2025-06 code runs it (issues 24, 27). (a) Async TP fuses no all-gather whose
 #:    gathered 16-bit tensor feeds an FP8 cast (``workload.fp8.fp8_cast_after_gather``, ``workload.tp_overlap``):
 #:    Inductor's ``micro_pipeline_tp`` ``_find_consumer_matmuls`` takes only an mm / ``_scaled_mm`` (or reshape → mm →

@@ -70,7 +70,10 @@ def torch_ring_passes(q_elems: float, cp: int, elt: int, fused: bool) -> tuple[f
       last (cp − 1 × 4n·β); each block's output cast to fp32 (``_SDPAMerger.step``: n·β + 4n) and merged into the
       running output (``_merge_one``: ``out − sigmoid(lse_b − lse)·(out − out_b)``, eager three passes over fp32 n:
       32n); a compiled block (Inductor fuses a chain of pointwise ops into one kernel) casts and merges in one pass
-      (read 4n + n·β, write 4n); the result cast back (4n + n·β);
+      (read 4n + n·β, write 4n); the result cast back (4n + n·β). Compiled, only the first cat(K, V) runs: the
+      all-gather rotater reads its argument once (``_AllGatherRotater.exchange_buffers``: ``if
+      self._aggregated_buffer is None``), so the later cats have no user in the traced graph and Inductor drops them
+      (``torch/_inductor/scheduler.py`` ``dead_node_elimination``); the same in backward for the K/V cat;
     * backward (``_templated_ring_attention_backward``): three zero-filled fp32 accumulators (12n); K and V made
       contiguous (4n·β) and concatenated before every send but the last (cp − 1 × 4n·β); per block dQ, dK, dV added
       into fp32 (each read 4n + n·β, write 4n); after the first block dK and dV go into their first half and are
@@ -78,9 +81,10 @@ def torch_ring_passes(q_elems: float, cp: int, elt: int, fused: bool) -> tuple[f
       received dK/dV cast back (4n + n·β, 8n + 2n·β)."""
     n, b, f = q_elems, elt, FP32
     merge = (f * n + n * b + f * n) if fused else (n * b + f * n + 8 * f * n)
-    fwd = 4 * n * b + (cp - 1) * 4 * n * b + (n * b + f * n) + (cp - 1) * merge + (f * n + n * b)
+    cats = min(1, cp - 1) if fused else cp - 1  # cat(K, V) for the rotater: compiled, the unread ones are dropped
+    fwd = 4 * n * b + cats * 4 * n * b + (n * b + f * n) + (cp - 1) * merge + (f * n + n * b)
     add = 2 * f * n + n * b
-    bwd = 3 * f * n + 4 * n * b + (cp - 1) * 4 * n * b + cp * (3 * add + 4 * f * n) + (cp - 1) * 2 * 2 * f * n
+    bwd = 3 * f * n + 4 * n * b + cats * 4 * n * b + cp * (3 * add + 4 * f * n) + (cp - 1) * 2 * 2 * f * n
     bwd += (f * n + n * b) + (2 * f * n + 2 * n * b)
     return fwd, bwd
 
