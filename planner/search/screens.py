@@ -17,6 +17,7 @@ from planner.compose.cost import Candidate, ClassCosts, Live, class_peaks, live_
 from planner.compose.grad_peaks import Done
 from planner.compose.memory import chunk_moe, pending_grads, rank_buffers, rank_memory, rank_states
 from planner.compose.terms import NOTHING, SharedTerms
+from planner.search.bare_screen import bare_may_fit
 from planner.search.prescreen import DoneSums, Sums, done_sums, heaviest, peak_sums, shape_sums, warm_sums
 
 
@@ -246,13 +247,14 @@ def quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None = None) -> b
     Without a cut: ``may_fit``'s screen (every rank's v chunks, the L layers within the ranks' ``layer_caps``), for
     an interleaved model of one block kind after this one at one layer per chunk (a lower bound of every cut's:
     each term grows with the layers)."""
-    if cut is None:  # asked twice of a class (the frontier before its quick bound, the search): memoised
+    if cut is None:  # asked twice of a class (the frontier before its quick bound, the search): memoised; first the
+        # screen of its states alone, shared by its recompute modes (``bare_screen``: most classes ruled out)
         hit = ctx.may_fit.get(c)  # by the class itself (its hash kept), then by what the screen reads
         if hit is None:
             k = screen_key(ctx, c)
             hit = ctx.may_fit.get(k)
             if hit is None:
-                hit = ctx.may_fit[k] = _quick_may_fit(ctx, c, None)
+                hit = ctx.may_fit[k] = bare_may_fit(ctx, c, k) and _quick_may_fit(ctx, c, None)
             ctx.may_fit[c] = hit
         return hit
     return _quick_may_fit(ctx, c, cut)
