@@ -224,7 +224,7 @@ def test_the_megatron_2020_and_megatron_presets_price_as_before() -> None:
         floats = {k: float(f"{v:.9g}") for k, v in e.breakdown.model_dump().items() if isinstance(v, float)}
         vals.append([float(f"{e.step_time_s:.9g}"), floats])
     assert (
-        hashlib.sha256(json.dumps(vals, sort_keys=True).encode()).hexdigest()[:16] == "d849cc000ac80ecf"
+        hashlib.sha256(json.dumps(vals, sort_keys=True).encode()).hexdigest()[:16] == "71c555827ba8eece"
     )  # megatron's residual refitted with the MLPerf and NeMo rows (1.016 -> 1.117 -> 1.171 -> 1.091; cost models 50-56); the padded vocabulary (cost model 54)
 
 
