@@ -17,7 +17,7 @@ from planner.compose.blocks import WINDOW, block_sequence, window_view
 from planner.compose.context import Context, GroupKey
 from planner.compose.experts import expert_floor, with_experts
 from planner.compose.memory import loss_buffer_bytes
-from planner.compose.recompute_modules import MODULES, module_recompute
+from planner.compose.recompute_modules import MODULES, module_recompute, op_list_mode
 from planner.pricing.collectives import Groups, per_kind_seconds
 from planner.pricing.expert_parallel import all_to_all_seconds
 from planner.pricing.gpu import hbm_time
@@ -183,7 +183,7 @@ def layer_group(
     kind = kind or block_sequence(ctx)[0][0]
     if kind.endswith(WINDOW):  # a windowed block of a model of windowed and full ones: priced in its view
         view = window_view(ctx)
-        point = (mbs, tp, sp, "none" if recompute == MODULES else recompute, tpo)  # as ``_layer_group`` reads it
+        point = (mbs, tp, sp, op_list_mode(recompute), tpo)  # as ``_layer_group`` reads it
         if point not in view.dense_parts and ctx.profile is None and ctx.layer_fn is None:
             view.dense_parts[point] = window_parts(ctx, view, point)
         return layer_group(view, mbs, tp, sp, recompute, tpo, ep, etp, kind.removesuffix(WINDOW))
@@ -199,7 +199,7 @@ def layer_group(
 def _layer_group(ctx: Context, key: GroupKey) -> LayerGroup:
     mbs, tp, sp, recompute, tpo, ep, etp, kind = key
     # the dense op list reads the recomputation only as full or selective: layernorm+moe_act's is none's (shared)
-    d = dense_parts(ctx, mbs, tp, sp, "none" if recompute == MODULES else recompute, tpo)
+    d = dense_parts(ctx, mbs, tp, sp, op_list_mode(recompute), tpo)
     blk, emb, head, lp_blk, lp_emb, lp_head = d.blk, d.emb, d.head, d.lp_blk, d.lp_emb, d.lp_head
     (blk_tp_f, emb_tp_f, head_tp_f), (blk_tp_b, emb_tp_b, head_tp_b) = d.tp_f, d.tp_b
     saved = lp_blk.saved_activation_bytes
@@ -251,7 +251,7 @@ def moe_floor(
     key = (mbs, tp, sp, recompute, tpo, ep, etp)
     fl = ctx.moe_floors.get(key)
     if fl is None:
-        rc = "none" if recompute == MODULES else recompute  # the experts' floor reads only full (as none's)
+        rc = op_list_mode(recompute)  # the experts' floor reads only full
         part = ctx.expert_floors.get((mbs, tp, sp, rc, etp))
         if part is None:
             part = ctx.expert_floors[(mbs, tp, sp, rc, etp)] = expert_floor(ctx, mbs, tp, sp, rc, etp)

@@ -55,6 +55,12 @@ class ModuleRecompute(NamedTuple):
     act_bytes: float  # of ``saved_less``: the experts' activation tensors
 
 
+def op_list_mode(recompute: str) -> str:
+    """The recompute mode a block's dense op list and the experts' floor read: ``MODULES`` reruns only what
+    ``module_recompute`` adds, on top of ``none``'s op list."""
+    return "none" if recompute == MODULES else recompute
+
+
 def module_recompute(ctx: Context, mbs: int, tp: int, sp: bool, ep: int, etp: int, moe: bool) -> ModuleRecompute:
     """``ModuleRecompute`` of one block (a MoE block with ``moe``) at (mbs, tp, sp, ep, etp) (module docstring)."""
     model, seq, elt = ctx.model, ctx.training.seq_len, ctx.elt
