@@ -9,6 +9,10 @@ pyproject.toml ``[dependency-groups]``): torchtitan 0.3.0's ``ConfigManager`` an
 Kubeflow clients' models. The launch lines go to torch's own ``torchrun`` parser here. Each check runs
 once per file for all plans; the tests below compare what the target read back with the plan.
 
+A target that cannot run a plan gets no file: its exporter must refuse the plan, naming the field (``refusal``:
+what a case declares, ``Case.refuses``, and the targets' known limits), and the test asserts that refusal while
+the case's other exports, and every other case's, still go to the targets' own code.
+
 Without the consumer environments these tests skip, saying how to install them; with
 ``MESHPLAN_REQUIRE_CONSUMERS=1`` (set by .ci/run, which installs them) a missing one fails instead.
 """
@@ -24,17 +28,18 @@ import sys
 import tomllib
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
-from api.exporters import ExportOptions, export
+from api.exporters import FORMATS, ExportOptions, export
 from api.exporters.base import geometry, rank_layer_counts
 from api.exporters.torchtitan import TT_SCHEDULES
 from planner.api import estimate_plan
 from planner.api import plan as search_plans
 from planner.specs import Plan
 from planner.specs.errors import MeshplanError
+from planner.specs.stacks import STACKS
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKS = ROOT / "tests" / "consumers"
@@ -54,6 +59,21 @@ VENVS = {
 H100 = "h100-sxm5-80gb"
 
 
+class Case(NamedTuple):
+    """How a plan is made (``plan_of``: "estimate", "plan", or a change to an estimated plan) and its request."""
+
+    how: str
+    request: dict
+    #: export format → the plan field its exporter must refuse the plan on (the target cannot run it): that target
+    #: gets no file of it and the tests assert the refusal (``refusal``)
+    refuses: dict[str, str] = {}  # never mutated: ``_refused`` makes a new one
+
+
+def _refused(case: Case, field: str, *formats: str) -> Case:
+    """``case``, declaring that its exports to ``formats`` are refused, naming ``field``."""
+    return case._replace(refuses={**case.refuses, **dict.fromkeys(formats, field)})
+
+
 def _request(
     model: str | dict, nodes: int, gbs: int, seq: int, precision: str = "bf16", stack: str = "meshplan", **pins: Any
 ) -> dict:
@@ -65,25 +85,25 @@ def _request(
     }
 
 
-def _pinned(model: str | dict, nodes: int, gbs: int, seq: int, **kw: Any) -> tuple[str, dict]:
-    return "estimate", _request(model, nodes, gbs, seq, **kw)
+def _pinned(model: str | dict, nodes: int, gbs: int, seq: int, **kw: Any) -> Case:
+    return Case("estimate", _request(model, nodes, gbs, seq, **kw))
 
 
-def _zero_bubble(schedule: str, model: str, nodes: int, gbs: int, seq: int, **kw: Any) -> tuple[str, dict]:
+def _zero_bubble(schedule: str, model: str, nodes: int, gbs: int, seq: int, **kw: Any) -> Case:
     """The planner does not price zero-bubble schedules (the runtime runs them from a hand-written
     plan): the planner's interleaved 1F1B plan with the schedule changed."""
-    return f"schedule={schedule}", _request(model, nodes, gbs, seq, schedule="interleaved-1f1b", **kw)
+    return Case(f"schedule={schedule}", _request(model, nodes, gbs, seq, schedule="interleaved-1f1b", **kw))
 
 
-def _with_model(model: str, base: tuple[str, dict], **parallel: Any) -> tuple[str, dict]:
+def _with_model(model: str, base: Case, **parallel: Any) -> Case:
     """The planner refuses to price mixed dense/MoE layer sequences (DeepSeek-V3) for now: a priced MoE plan with the
     model swapped in (and ``parallel`` changed: the layer split), as a hand-written plan file would be."""
-    return f"model={model}|{json.dumps(parallel)}", base[1]
+    return Case(f"model={model}|{json.dumps(parallel)}", base.request)
 
 
-def _searched(model: str, nodes: int, gbs: int, seq: int, **pins: Any) -> tuple[str, dict]:
+def _searched(model: str, nodes: int, gbs: int, seq: int, **pins: Any) -> Case:
     req = _request(model, nodes, gbs, seq, **pins)
-    return "plan", req | {"top_k": 1, "options": {"time_limit_s": 5, "num_workers": 1}}
+    return Case("plan", req | {"top_k": 1, "options": {"time_limit_s": 5, "num_workers": 1}})
 
 
 _8B, _70B, _Q3 = "llama3-8b", "llama3-70b", "qwen3-30b-a3b"
@@ -101,7 +121,7 @@ _SP = {"sequence_parallel": True}
 #: name → how the plan is made. Dense and sharded data parallelism (ZeRO 0–3), recompute none /
 #: selective / full, pp 1–4, even and uneven stage cuts, every schedule, bf16 and fp16.
 # fmt: off
-CASES: dict[str, tuple[str, dict]] = {
+CASES: dict[str, Case] = {
     "dense-tp2-dp4": _pinned(
         _8B, 1, 64, 4096, tp=2, pp=1, dp=4, micro_batch_size=2, zero_stage=0, recompute="none", **_SP
     ),
@@ -157,18 +177,24 @@ CASES: dict[str, tuple[str, dict]] = {
         _pinned(_Q3, 8, 512, 4096, stack="megatron", tp=1, pp=1, dp=64, ep=64, etp=1, micro_batch_size=1, zero_stage=1, recompute="full"),
         stage_layers=[61],
     ),
+    # Megatron-core's recomputation by module (--recompute-granularity selective --recompute-modules layernorm
+    # moe_act): megatron-core reads both modules; torchtitan and DeepSpeed have no such mode and refuse the plan
+    "moe-mixtral-pp4-layernorm-moe-act": _refused(
+        _pinned("mixtral-8x7b", 4, 256, 4096, stack="megatron", tp=2, pp=4, dp=4, ep=4, etp=1, micro_batch_size=1, schedule="1f1b", zero_stage=1, recompute="layernorm+moe_act", **_SP),
+        "plan.parallel.recompute", "torchtitan", "torchtitan-toml", "deepspeed",
+    ),
 }
 MOE_CASES = [c for c in CASES if c.startswith("moe-")]
 #: the launchers start meshplan's runtime, which has no MoE block yet: they refuse MoE plans without --command
 #: (tests/test_expert_parallel.py), so only the dense plans are launched here; nor fp16 plans: the runtime trains in
 #: bf16 / fp32 only (Stack.precisions; tests/test_exporters.py holds the refusal)
-LAUNCHED = [c for c in CASES if c not in MOE_CASES and CASES[c][1]["training"]["precision"] != "fp16"]
+LAUNCHED = [c for c in CASES if c not in MOE_CASES and CASES[c].request["training"]["precision"] != "fp16"]
 # fmt: on
 
 
 @cache
 def plan_of(case: str) -> Plan:
-    how, request = CASES[case]
+    how, request, _ = CASES[case]
     if how == "plan":
         return search_plans(request).plans[0]
     plan = estimate_plan(request)
@@ -188,16 +214,49 @@ def options(case: str) -> ExportOptions:
     return ExportOptions(job_name=f"mp-{case}", image="ghcr.io/example/train:1")
 
 
-def deepspeed_refusal(plan: Plan) -> tuple[str, str] | None:
-    """Why DeepSpeed cannot run the plan at all (the exporter refuses it, naming the field): ``PipelineEngine`` asserts
-    "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism" (AutoTP runs every ZeRO stage since
-    DeepSpeed 0.19.4: ``runtime/engine.py``); DeepSpeed-MoE is model code the export does not write."""
+class Refusal(NamedTuple):
+    field: str  # the plan field the error names
+    words: tuple[str, ...]  # what its message and fix say
+
+
+def _offer(stack: str) -> str:
+    """What a training stack recomputes (``Stack.recompute``), as a sentence lists it: "none, selective or full"."""
+    modes = STACKS[stack].recompute
+    return f"{', '.join(modes[:-1])} or {modes[-1]}" if len(modes) > 1 else modes[0]
+
+
+def refusal(case: str, fmt: str) -> Refusal | None:
+    """Why the ``fmt`` target cannot run the case's plan (its exporter refuses it, naming the field), or None: what the
+    case declares (``Case.refuses``: a recomputation by module names the target, its training stack and what that
+    stack recomputes instead, ``Stack.recompute``, and the way out, megatron), else the targets' known limits on any
+    plan (searched ones too): DeepSpeed's ``PipelineEngine`` asserts "ZeRO-2 and ZeRO-3 are incompatible with
+    pipeline parallelism" (AutoTP runs every ZeRO stage since DeepSpeed 0.19.4: ``runtime/engine.py``) and
+    DeepSpeed-MoE is model code the export does not write; torchtitan 0.3.0 removed expert tensor parallelism."""
+    plan, declared = plan_of(case), CASES[case].refuses.get(fmt)
+    if declared == "plan.parallel.recompute":
+        stack = FORMATS[fmt].stack
+        target = {"deepspeed": "DeepSpeed", "torchtitan": "torchtitan 0.3.0", "torchtitan-toml": "torchtitan 0.2.2"}
+        offer = _offer(stack)
+        said = (target[fmt], repr(plan.parallel.recompute), f"the {stack!r} training stack recomputes {offer}")
+        return Refusal(declared, (*said, f"re-plan with parallel.recompute {offer}", "export to megatron"))
+    if declared is not None:
+        return Refusal(declared, ())
     p = plan.parallel
-    if plan.model.moe is not None:
-        return "DeepSpeed-MoE", "plan.model.moe"
-    if p.pp > 1 and p.zero_stage >= 2:
-        return "incompatible with pipeline", "plan.parallel.zero_stage"
+    if fmt == "deepspeed" and plan.model.moe is not None:
+        return Refusal("plan.model.moe", ("DeepSpeed-MoE",))
+    if fmt == "deepspeed" and p.pp > 1 and p.zero_stage >= 2:
+        return Refusal("plan.parallel.zero_stage", ("incompatible with pipeline",))
+    if fmt == "torchtitan" and p.etp > 1:
+        return Refusal("plan.parallel.etp", ())
     return None
+
+
+def assert_refused(case: str, fmt: str, why: Refusal) -> None:
+    with pytest.raises(MeshplanError) as err:
+        export(plan_of(case), fmt, options(case))
+    assert err.value.field == why.field, str(err.value)
+    for words in why.words:
+        assert words in str(err.value), (words, str(err.value))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -210,35 +269,42 @@ def _pins(group: str) -> dict[str, str]:
     return dict(r.split("==") for r in reqs)
 
 
+#: check → the export formats it reads.
+CHECK_FORMATS = {
+    "torchtitan_recipe": ("torchtitan",),
+    "torchtitan_toml": ("torchtitan-toml",),
+    "deepspeed_config": ("deepspeed",),
+    "megatron_core": ("megatron",),
+    "kubernetes_models": ("kubeflow-pytorchjob", "kubeflow-trainjob"),
+}
+
+
 def _items(check: str, workdir: Path) -> list[dict]:
+    """The exports the check reads: every case's, but those its format refuses (``refusal``: asserted by the tests)."""
     items = []
     for case in CASES if check != "kubernetes_models" else LAUNCHED:
         plan, opts = plan_of(case), options(case)
         world = plan.parallel.num_gpus
-        if check == "torchtitan_recipe":
-            if plan.parallel.etp > 1:  # torchtitan 0.3.0 removed expert tensor parallelism: refused (tested below)
+        for fmt in CHECK_FORMATS[check]:
+            if refusal(case, fmt) is not None:
                 continue
-            result = export(plan, "torchtitan", opts)
-            (workdir / result.filename).write_text(result.content)
-            module, config = re.search(r"--module (\S+) --config (\S+)", result.content).groups()
-            items.append({"id": case, "dir": str(workdir), "module": module, "config": config, "world_size": world})
-        elif check == "torchtitan_toml":
-            path = workdir / f"{case}.toml"
-            path.write_text(export(plan, "torchtitan-toml", opts).content)
-            items.append({"id": case, "path": str(path), "world_size": world})
-        elif check == "deepspeed_config":
-            if deepspeed_refusal(plan) is None:
-                path = workdir / f"{case}.json"
-                path.write_text(export(plan, "deepspeed", opts).content)
+            result = export(plan, fmt, opts)
+            if check == "torchtitan_recipe":
+                (workdir / result.filename).write_text(result.content)
+                module, config = re.search(r"--module (\S+) --config (\S+)", result.content).groups()
+                items.append({"id": case, "dir": str(workdir), "module": module, "config": config, "world_size": world})
+                continue
+            names = {"torchtitan-toml": f"{case}.toml", "deepspeed": f"{case}.json", "megatron": f"{case}-megatron.sh"}
+            path = workdir / names.get(fmt, f"{case}-{fmt}.yaml")
+            path.write_text(result.content)
+            if check == "torchtitan_toml":
+                items.append({"id": case, "path": str(path), "world_size": world})
+            elif check == "deepspeed_config":
                 items.append({"id": case, "path": str(path), "dp": plan.parallel.dp})
-        elif check == "megatron_core":
-            path = workdir / f"{case}-megatron.sh"
-            path.write_text(export(plan, "megatron", opts).content)
-            items.append({"id": case, "path": str(path), "world_size": world})
-        else:
-            for fmt, kind in (("kubeflow-pytorchjob", "PyTorchJob"), ("kubeflow-trainjob", "TrainJob")):
-                path = workdir / f"{case}-{fmt}.yaml"
-                path.write_text(export(plan, fmt, opts).content)
+            elif check == "megatron_core":
+                items.append({"id": case, "path": str(path), "world_size": world})
+            else:
+                kind = {"kubeflow-pytorchjob": "PyTorchJob", "kubeflow-trainjob": "TrainJob"}[fmt]
                 items.append({"id": f"{case}/{fmt}", "path": str(path), "kind": kind})
     return items
 
@@ -349,10 +415,8 @@ def _check_torchtitan(plan: Plan, facts: dict[str, Any], head: str) -> None:
 def test_torchtitan_recipe_is_accepted_by_torchtitan_0_3(case, tmp_path_factory):
     """torchtitan 0.3.0's ConfigManager.parse_args(["--module", M, "--config", F]) accepts the recipe."""
     plan = plan_of(case)
-    if plan.parallel.etp > 1:  # torchtitan 0.3.0 has no expert tensor parallelism: refused, naming the field
-        with pytest.raises(MeshplanError) as err:
-            export(plan, "torchtitan", options(case))
-        assert err.value.field == "plan.parallel.etp"
+    if (why := refusal(case, "torchtitan")) is not None:  # what torchtitan 0.3.0 cannot run, refused naming the field
+        assert_refused(case, "torchtitan", why)
         return
     facts = accepted(consumer("torchtitan_recipe", tmp_path_factory), case)
     _check_torchtitan(plan, facts, "lm_head")
@@ -366,6 +430,9 @@ def test_torchtitan_recipe_is_accepted_by_torchtitan_0_3(case, tmp_path_factory)
 def test_torchtitan_toml_is_accepted_by_torchtitan_0_2(case, tmp_path_factory):
     """torchtitan 0.2.2's ConfigManager.parse_args(["--job.config_file", PATH]) accepts the TOML."""
     plan = plan_of(case)
+    if (why := refusal(case, "torchtitan-toml")) is not None:
+        assert_refused(case, "torchtitan-toml", why)
+        return
     facts = accepted(consumer("torchtitan_toml", tmp_path_factory), case)
     _check_torchtitan(plan, facts, "output")
     assert facts["activation_checkpoint"] == plan.parallel.recompute
@@ -379,11 +446,8 @@ def test_torchtitan_toml_is_accepted_by_torchtitan_0_2(case, tmp_path_factory):
 def test_deepspeed_config_is_accepted_by_deepspeed(case, tmp_path_factory):
     plan = plan_of(case)
     p = plan.parallel
-    refusal = deepspeed_refusal(plan)
-    if refusal is not None:  # meshplan refuses what DeepSpeed cannot run, naming the field
-        with pytest.raises(MeshplanError, match=refusal[0]) as err:
-            export(plan, "deepspeed", options(case))
-        assert err.value.field == refusal[1]
+    if (why := refusal(case, "deepspeed")) is not None:  # meshplan refuses what DeepSpeed cannot run, naming the field
+        assert_refused(case, "deepspeed", why)
         return
     facts = accepted(consumer("deepspeed_config", tmp_path_factory), case)
     assert facts["world_size"] == p.dp
@@ -411,6 +475,9 @@ def test_deepspeed_config_is_accepted_by_deepspeed(case, tmp_path_factory):
 def test_megatron_args_are_accepted_by_megatron_core(case, tmp_path_factory):
     plan = plan_of(case)
     p = plan.parallel
+    if (why := refusal(case, "megatron")) is not None:
+        assert_refused(case, "megatron", why)
+        return
     facts = accepted(consumer("megatron_core", tmp_path_factory), case)
     assert (facts["tp"], facts["pp"], facts["dp"]) == (p.tp, p.pp, p.dp)
     assert facts["num_layers"] == plan.model.num_layers
@@ -420,7 +487,17 @@ def test_megatron_args_are_accepted_by_megatron_core(case, tmp_path_factory):
     else:
         assert (facts["virtual_stages"], facts["chunk_layers"]) == (p.virtual_stages, p.stage_layers)
     assert facts["sequence_parallel"] == p.sequence_parallel
-    assert facts["recompute_granularity"] == (None if p.recompute == "none" else p.recompute)
+    # Megatron's granularity and, selective, the modules it recomputes (TransformerConfig.recompute_modules): the core
+    # attention by default; by module (layernorm+moe_act) the norms and the experts' activation
+    granularity, modules = {
+        "none": (None, None),
+        "selective": ("selective", ["core_attn"]),
+        "full": ("full", None),
+        "layernorm+moe_act": ("selective", ["layernorm", "moe_act"]),
+    }[p.recompute]
+    assert facts["recompute_granularity"] == granularity
+    if modules is not None:
+        assert facts["recompute_modules"] == modules
     assert facts["recompute_method"] == ("uniform" if p.recompute == "full" else None)
     assert facts["use_distributed_optimizer"] == (p.zero_stage in (1, 2))
     assert facts["data_parallel_sharding_strategy"] == ("optim_grads_params" if p.zero_stage == 3 else "no_shard")
@@ -465,6 +542,9 @@ def test_megatron_args_are_accepted_by_megatron_core(case, tmp_path_factory):
 @pytest.mark.parametrize("case,fmt", [(c, f) for c in LAUNCHED for f in ("kubeflow-pytorchjob", "kubeflow-trainjob")])
 def test_kubeflow_exports_are_accepted_by_the_kubernetes_models(case, fmt, tmp_path_factory):
     plan = plan_of(case)
+    if (why := refusal(case, fmt)) is not None:
+        assert_refused(case, fmt, why)
+        return
     geom = geometry(plan, options(case))
     facts = accepted(consumer("kubernetes_models", tmp_path_factory), f"{case}/{fmt}")
     assert facts["configmap"] == f"mp-{case}-plan"

@@ -204,19 +204,99 @@ def _plan(recompute: str):
 
 
 def test_exports() -> None:
-    """Megatron-LM gets ``--recompute-granularity selective --recompute-modules layernorm moe_act``; torchtitan,
-    DeepSpeed and the bundled runtime have no recomputation by module and refuse it naming the field."""
+    """Megatron-LM gets ``--recompute-granularity selective --recompute-modules layernorm moe_act`` (the refusals:
+    ``test_export_refused``); without the mode neither flag."""
     plan = _plan(MODULES)
     text = export(plan, "megatron", ExportOptions()).content
     words = text.replace("\\\n", " ").split()
     i = words.index("--recompute-granularity")
     assert words[i : i + 5] == ["--recompute-granularity", "selective", "--recompute-modules", "layernorm", "moe_act"]
-    for fmt in ("torchtitan", "deepspeed", "meshplan"):
-        with pytest.raises(MeshplanError) as err:
-            export(plan, fmt, ExportOptions())
-        assert err.value.field == "plan.parallel.recompute", fmt
     none = export(_plan("none"), "megatron", ExportOptions()).content
     assert "--recompute-modules" not in none and "--recompute-granularity" not in none
+
+
+#: A Mixtral plan priced for the megatron stack with the mode (the consumer case ``moe-mixtral-pp4-layernorm-moe-act``
+#: of tests/test_consumers.py), every parallel setting pinned.
+_MIXTRAL = {
+    "model": "mixtral-8x7b",
+    "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 4, "gpus_per_node": 8},
+    "training": {"global_batch_size": 256, "seq_len": 4096, "stack": "megatron"},
+    "parallel": {
+        **{"tp": 2, "pp": 4, "dp": 4, "ep": 4, "etp": 1, "micro_batch_size": 1, "schedule": "1f1b"},
+        **{"zero_stage": 1, "recompute": MODULES, "sequence_parallel": True},
+    },
+}
+_NONE_SELECTIVE_FULL = "none, selective or full"
+#: export format → what its refusal of the mode says besides the field: the target, and what the training stack it runs
+#: recomputes instead — torchtitan's ActivationCheckpoint modes none / selective / full; DeepSpeed's
+#: activation_checkpointing of whole layers (selective exports with a warning: the model must wrap its attention core
+#: itself, so the deepspeed stack prices none or full); meshplan's runtime/parallelize.py apply_recompute; the launchers
+#: start meshplan's runtime (their fix adds --command). Megatron-LM 2022 refuses it in its own words.
+REFUSALS = [
+    ("torchtitan", ["torchtitan 0.3.0 has no recomputation by module", f"'torchtitan' training stack recomputes {_NONE_SELECTIVE_FULL}", f"re-plan with parallel.recompute {_NONE_SELECTIVE_FULL}, or export to megatron"]),
+    ("torchtitan-toml", ["torchtitan 0.2.2 has no recomputation by module", f"'torchtitan' training stack recomputes {_NONE_SELECTIVE_FULL}"]),
+    ("deepspeed", ["DeepSpeed has no recomputation by module", "'deepspeed' training stack recomputes none or full", "re-plan with parallel.recompute none or full, or export to megatron"]),
+    ("meshplan", ["meshplan's runtime has no recomputation by module", f"'meshplan' training stack recomputes {_NONE_SELECTIVE_FULL}"]),
+    ("slurm", ["meshplan's runtime has no recomputation by module", "or give --command to start your own program"]),
+    ("kubeflow-trainjob", ["meshplan's runtime has no recomputation by module", "or give --command"]),
+    ("megatron-2022", ["Megatron-LM 52e636888c (2022) recomputes by --recompute-granularity only", "not 'layernorm+moe_act'"]),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    """The plan stored by the service (POST /v1/plans), its client, and the response saved for the CLI."""
+    import json
+
+    from fastapi.testclient import TestClient
+
+    from tests.api_support import make_app
+
+    body = {**_MIXTRAL, "top_k": 1, "options": {"time_limit_s": 10, "num_workers": 1}}
+    tmp = tmp_path_factory.mktemp("store")
+    with TestClient(make_app(tmp), raise_server_exceptions=False) as client:
+        r = client.post("/v1/plans", json=body)
+        assert r.status_code in (200, 201), r.text
+        assert r.json()["response"]["plans"][0]["parallel"]["recompute"] == MODULES
+        path = tmp / "plan.json"
+        path.write_text(json.dumps(r.json()["response"]))
+        yield client, r.json()["id"], path
+
+
+@pytest.mark.parametrize(("fmt", "says"), REFUSALS, ids=[fmt for fmt, _ in REFUSALS])
+def test_export_refused(fmt: str, says: list[str], stored) -> None:
+    """Each target without recomputation by module refuses the plan naming plan.parallel.recompute, the target, the
+    stack it runs and what that stack offers: the library (``MeshplanError``), the service (422 problem, the error's
+    field) and the CLI (exit 2, the message on stderr, no traceback) alike."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    client, plan_id, path = stored
+    with pytest.raises(MeshplanError) as err:
+        export(estimate_plan(_MIXTRAL), fmt, ExportOptions())
+    assert err.value.field == "plan.parallel.recompute"
+    r = client.get(f"/v1/plans/{plan_id}/export/{fmt}")
+    assert r.status_code == 422, r.text
+    assert [e["field"] for e in r.json()["errors"]] == ["plan.parallel.recompute"], r.text
+    root = Path(__file__).resolve().parents[1]
+    cli = subprocess.run(
+        [sys.executable, "-m", "api.cli", "export", "--plan", str(path), "--format", fmt],
+        capture_output=True, text=True, cwd=root, timeout=120,
+    )  # fmt: skip
+    flat = " ".join(cli.stderr.split())
+    assert cli.returncode == 2 and "plan.parallel.recompute" in flat and "Traceback" not in flat, cli.stderr
+    for words in says:
+        assert words in str(err.value) and words in r.json()["detail"] and words in flat, (words, flat)
+    assert cli.stdout == ""
+
+
+def test_megatron_export_of_the_stored_plan(stored) -> None:
+    """The service and the CLI export the same plan to megatron: the two recompute flags."""
+    client, plan_id, _ = stored
+    r = client.get(f"/v1/plans/{plan_id}/export/megatron")
+    assert r.status_code == 200 and "--recompute-granularity selective" in r.text, r.text[:500]
+    assert "--recompute-modules layernorm moe_act" in " ".join(r.text.replace("\\\n", " ").split())
 
 
 @pytest.mark.parametrize("name", ["gpt-oss-120b", "deepseek-v3"])

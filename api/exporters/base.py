@@ -16,9 +16,11 @@ from typing import ClassVar
 
 from pydantic import BaseModel, Field
 
+from planner.compose.recompute_modules import MEGATRON_MODULES, MODULES
 from planner.specs import Plan, rules
 from planner.specs.errors import MeshplanError
 from planner.specs.layout import mesh_layout, stage_ranks
+from planner.specs.stacks import STACKS
 
 from .options import ExportOptions
 
@@ -124,6 +126,23 @@ def stack_warning(plan: Plan, exporter: Exporter, options: ExportOptions) -> str
         f"the plan was priced for the training stack '{priced}' but the {exporter.id} export runs '{runs}': "
         f"its step time, memory and choice of configuration assume {priced}'s kernels, activation memory and "
         f'overlap; re-plan with --stack {runs} (training.stack: "{runs}") to price it for the stack that runs it'
+    )
+
+
+def refuse_recompute_modules(plan: Plan, stack: str, target: str) -> None:
+    """A plan recomputing by module (``layernorm+moe_act``: Megatron-core's ``--recompute-modules``) exported to
+    ``target``, which has no recomputation by module, is refused naming the field, the training stack that target
+    runs and what that stack recomputes (``Stack.recompute``, the same table that prices a re-plan for it)."""
+    if plan.parallel.recompute != MODULES:
+        return
+    modes = [m for m in STACKS[stack].recompute if m != MODULES]
+    offer = " or ".join([", ".join(modes[:-1]), modes[-1]] if len(modes) > 1 else modes)
+    raise MeshplanError(
+        "plan.parallel.recompute",
+        f"{target} has no recomputation by module: {MODULES!r} is Megatron-core's --recompute-modules "
+        f"{' '.join(MEGATRON_MODULES)} (output-discarding checkpoints of the norms and the MoE activation); "
+        f"the {stack!r} training stack recomputes {offer}",
+        f"re-plan with parallel.recompute {offer}, or export to megatron",
     )
 
 

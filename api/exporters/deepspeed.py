@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import json
 
-from planner.compose.recompute_modules import MEGATRON_MODULES, MODULES
 from planner.specs import Plan
 from planner.specs.errors import MeshplanError
 
-from .base import Exporter, Notes, geometry, header_lines, plan_stack, rank_layer_counts
+from .base import Exporter, Notes, geometry, header_lines, plan_stack, rank_layer_counts, refuse_recompute_modules
 
 DEEPSPEED_VERSION = "DeepSpeed 0.19.8 (runtime/pipe/engine.py, runtime/config.py)"
 
@@ -71,13 +70,7 @@ def deepspeed_config(plan: Plan, notes: Notes) -> dict:
             "'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism'",
             "re-plan with zero_stage pinned to 0 or 1 (or pp=1), or export to megatron or torchtitan",
         )
-    if p.recompute == MODULES:
-        raise MeshplanError(
-            "plan.parallel.recompute",
-            f"DeepSpeed has no recomputation by module: {MODULES!r} is Megatron-core's --recompute-modules "
-            f"{' '.join(MEGATRON_MODULES)} (output-discarding checkpoints of the norms and the MoE activation)",
-            "re-plan with parallel.recompute none, selective or full, or export to megatron",
-        )
+    refuse_recompute_modules(plan, "deepspeed", "DeepSpeed")
     if plan.model.moe is not None:
         raise MeshplanError(
             "plan.model.moe",

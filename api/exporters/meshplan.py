@@ -6,13 +6,12 @@ nothing is lost; ``runtime.validate`` refuses what it does not run (e.g. a mixtu
 
 from __future__ import annotations
 
-from planner.compose.recompute_modules import MEGATRON_MODULES, MODULES
 from planner.specs import Plan
 from planner.specs.errors import MeshplanError
 from planner.specs.stack_rules import precision_error, unbuilt_parts
 from planner.specs.stacks import STACKS
 
-from .base import Exporter, Notes, comment_block, geometry, header_lines
+from .base import Exporter, Notes, comment_block, geometry, header_lines, refuse_recompute_modules
 from .torchrun import rdzv_endpoint, shell_join
 
 
@@ -68,13 +67,7 @@ def check_buildable(plan: Plan) -> None:
             f"{', '.join(STACKS['meshplan'].precisions)}",
             "re-plan in bf16 (training.precision), or export to megatron or deepspeed, which train in fp16",
         )
-    if plan.parallel.recompute == MODULES:  # runtime/parallelize.py apply_recompute: none, selective, full
-        raise MeshplanError(
-            "plan.parallel.recompute",
-            f"meshplan's runtime has no recomputation by module ({MODULES!r}: Megatron-core's --recompute-modules "
-            f"{' '.join(MEGATRON_MODULES)})",
-            "re-plan with parallel.recompute none, selective or full, or export to megatron",
-        )
+    refuse_recompute_modules(plan, "meshplan", "meshplan's runtime")  # runtime/parallelize.py apply_recompute
     if plan.model.moe is not None and plan.parallel.etp != 1:
         p = plan.parallel
         raise MeshplanError(

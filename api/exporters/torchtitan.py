@@ -30,13 +30,21 @@ from __future__ import annotations
 
 import tomli_w
 
-from planner.compose.recompute_modules import MEGATRON_MODULES, MODULES
 from planner.specs import Plan
 from planner.specs.errors import MeshplanError
 from planner.specs.fp8 import recipe_of
 from planner.specs.stacks import resolve as resolve_stack
 
-from .base import Exporter, Notes, chunk_layer_ranges, comment_block, geometry, header_lines, safe_identifier
+from .base import (
+    Exporter,
+    Notes,
+    chunk_layer_ranges,
+    comment_block,
+    geometry,
+    header_lines,
+    refuse_recompute_modules,
+    safe_identifier,
+)
 from .torchrun import rdzv_endpoint
 
 TT_SCHEDULES = {
@@ -171,13 +179,7 @@ def expert_parallel(plan: Plan, notes: Notes, release: str, par: dict) -> dict:
 def common_settings(plan: Plan, notes: Notes, release: str) -> tuple[dict, dict, str]:
     """(parallelism, training, activation-checkpoint mode) for either release."""
     p, t = plan.parallel, plan.training
-    if p.recompute == MODULES:
-        raise MeshplanError(
-            "plan.parallel.recompute",
-            f"torchtitan has no recomputation by module: {MODULES!r} is Megatron-core's --recompute-modules "
-            f"{' '.join(MEGATRON_MODULES)} (output-discarding checkpoints of the norms and the MoE activation)",
-            "re-plan with parallel.recompute none, selective or full, or export to megatron",
-        )
+    refuse_recompute_modules(plan, "torchtitan", f"torchtitan {release}")
     par: dict = {"tensor_parallel_degree": p.tp}
     if release == "0.3.0" and p.tp > 1:
         par["enable_sequence_parallel"] = p.sequence_parallel

@@ -2,8 +2,10 @@
 Megatron-LM's own argument parser (``megatron/training/arguments.py``) needs Python ≥ 3.12, so the
 array is sourced with bash as a user does, and each flag becomes the megatron-core field that
 Megatron-LM's ``core_transformer_config_from_args`` fills from it (``FLAGS``, ``SWITCHES``; a flag in
-neither fails the check, so a new flag must be mapped here). Then megatron-core's own code validates:
-``TransformerConfig.__post_init__`` (degrees, heads, sequence parallelism, recompute, virtual stages,
+neither fails the check, so a new flag must be mapped here). A flag Megatron-LM builds from a list-typed
+``TransformerConfig`` field takes every word up to the next flag, as its parser reads it (``nargs``:
+``--recompute-modules layernorm moe_act``). Then megatron-core's own code validates:
+``TransformerConfig.__post_init__`` (degrees, heads, sequence parallelism, recompute and its modules, virtual stages,
 uneven first/last stages, ``PipelineParallelLayerLayout``), ``DistributedDataParallelConfig``,
 ``OptimizerConfig``, ``ConstantNumMicroBatchesCalculator`` (the global batch splits into micro-batches ×
 data-parallel size), and the layers each (pipeline rank, virtual stage) builds
@@ -11,8 +13,11 @@ data-parallel size), and the layers each (pipeline rank, virtual stage) builds
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
+import types
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -63,6 +68,7 @@ FLAGS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "--recompute-granularity": ("tc", "recompute_granularity", str),
     "--recompute-method": ("tc", "recompute_method", str),
     "--recompute-num-layers": ("tc", "recompute_num_layers", int),
+    "--recompute-modules": ("tc", "recompute_modules", str),  # several values: ``nargs``
     "--normalization": ("tc", "normalization", str),
     "--data-parallel-sharding-strategy": ("ddp", "data_parallel_sharding_strategy", str),
     "--optimizer": ("opt", "optimizer", str),
@@ -120,6 +126,38 @@ SWITCHES: dict[str, list[tuple[str, str, Any]]] = {
 }
 
 
+#: argparse's test for a word that is a value although it starts with "-" (a parser with no option that looks like a
+#: negative number, as Megatron-LM's: ``argparse.ArgumentParser._negative_number_matcher``)
+_NEGATIVE = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
+def nargs(kind: str, name: str) -> str | None:
+    """How many words the flag of field ``name`` takes, as Megatron-LM core_v0.16.1 builds it: its
+    ``_add_network_size_args`` makes a flag of each ``TransformerConfig`` field (arguments.py:1621,
+    ``ArgumentGroupFactory``), and a field typed ``list[X]`` or ``Optional[list[X]]`` gets ``nargs="+"``
+    (argument_utils.py:112-122) — ``recompute_modules: Optional[List[str]]`` (transformer_config.py:411) gives
+    ``--recompute-modules`` one or more values. (core_v0.13-0.15, and the Megatron-LM main@000c4ac2 the export names,
+    declare it by hand, arguments.py:2091 ``nargs='*'``: the same words for the export's non-empty list.) Read here
+    from the installed megatron-core's own field types, so a field turned into a list is read as one."""
+    if kind != "tc":
+        return None
+    hint = _TC_HINTS.get(name)
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 2 and args[1] is type(None):
+        hint = args[0]
+    return "+" if typing.get_origin(hint) is list else None
+
+
+def _field_hints() -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(TransformerConfig)
+    except Exception:  # a name megatron-core only imports for type checking: the field's own annotation
+        return {f.name: f.type for f in dataclasses.fields(TransformerConfig)}
+
+
+_TC_HINTS = _field_hints()
+
+
 def megatron_args(path: str) -> list[str]:
     """The array as a user's script sees it after ``source``."""
     out = subprocess.run(
@@ -138,8 +176,17 @@ def configs(args: list[str]) -> dict[str, dict[str, Any]]:
         flag = args[i]
         if flag in FLAGS:
             kind, name, typ = FLAGS[flag]
-            cfg[kind][name] = typ(args[i + 1])
-            i += 2
+            if nargs(kind, name) == "+":  # argparse: the words up to the next one that looks like a flag
+                end = i + 1
+                while end < len(args) and not (args[end].startswith("-") and not _NEGATIVE.match(args[end])):
+                    end += 1
+                if end == i + 1:
+                    raise ValueError(f"argument {flag}: expected at least one argument")  # argparse's own words
+                cfg[kind][name] = [typ(word) for word in args[i + 1 : end]]
+                i = end
+            else:
+                cfg[kind][name] = typ(args[i + 1])
+                i += 2
         elif flag in SWITCHES:
             for kind, name, value in SWITCHES[flag]:
                 cfg[kind][name] = value
@@ -191,6 +238,7 @@ def check(item: dict[str, Any]) -> dict[str, Any]:
         "sequence_parallel": tc.sequence_parallel,
         "recompute_granularity": tc.recompute_granularity,
         "recompute_method": tc.recompute_method,
+        "recompute_modules": tc.recompute_modules,  # ["core_attn"] where none is given (__post_init__)
         "params_dtype": str(tc.params_dtype),
         "use_distributed_optimizer": ddp.use_distributed_optimizer,
         "data_parallel_sharding_strategy": ddp.data_parallel_sharding_strategy,
