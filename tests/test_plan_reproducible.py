@@ -210,6 +210,8 @@ FINGERPRINTS = {
     # s > 16K; tests/test_cp_attention_rates.py
     64: "3c7598aba8e3939f",  # 64 (torchtitan rowwise async TP's unfused all-gathers, op-SAC's rerun FP8 casts): no
     # reference runs FP8 on torchtitan; tests/test_fp8_rowwise_titan.py
+    65: "3c7598aba8e3939f",  # 65 (Composer's per-batch train-metric sync): no reference has train metrics;
+    # tests/test_metric_sync.py
 }
 
 

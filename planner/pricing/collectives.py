@@ -20,6 +20,7 @@ from planner.pricing.comm import dp_group_in_node, dp_ranks_per_node, tp_link
 from planner.pricing.context_parallel import CpGroup, cp_collective
 from planner.pricing.device import Device
 from planner.pricing.host import host_dispatch
+from planner.pricing.metric_sync import metric_sync_seconds
 from planner.workload.collectives import Collective, Comms, StepReductions
 from planner.workload.zero2_reduce import owner_reduces
 
@@ -143,7 +144,8 @@ def per_kind_seconds(ctx: Device, comms: tuple[Comms, Comms, Comms], g: Groups) 
 
 def step_reduction_seconds(ctx: Device, r: StepReductions, g: Groups) -> tuple[list[float], float]:
     """(per layer kind, once per rank) seconds of the reductions at the end of a step; a coalesced all-reduce whose
-    bytes grow with the rank's blocks is priced affinely: its base once, each block its bytes' increment."""
+    bytes grow with the rank's blocks is priced affinely: its base once, each block its bytes' increment. Once per
+    step also: a Composer trainer's sync of its train metrics over all ranks (``metric_sync.metric_sync_seconds``)."""
     per_kind = list(per_kind_seconds(ctx, r.per_kind, g))
     once = 0.0
     if r.coalesced is not None:
@@ -151,7 +153,7 @@ def step_reduction_seconds(ctx: Device, r: StepReductions, g: Groups) -> tuple[l
         first = tp_collective(ctx, "all_reduce", base, g.tp)
         once += first
         per_kind[0] += tp_collective(ctx, "all_reduce", base + per_block, g.tp) - first
-    once += comm_seconds(ctx, r.once, g)
+    once += comm_seconds(ctx, r.once, g) + metric_sync_seconds(ctx)
     return per_kind, once
 
 

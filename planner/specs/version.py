@@ -366,4 +366,10 @@ from __future__ import annotations
 #:    Errors with the shipped residuals (+ = priced faster), 2025-06 async-TP benchmark: 8B rowwise vanilla/async
 #:    +16.0/+19.5 → +13.4/+9.6 %, 70B rowwise async +16.5 → +5.9 % (vanilla, full AC, unchanged +5.3 %), 8B
 #:    tensorwise +7.4/+5.5 → +7.1/+5.1 %; torchao README 8B rowwise/tensorwise +7.7/+2.6 → +6.5/+1.7 %.
-COST_MODEL_VERSION = 64
+#: 65: a Composer trainer's per-batch sync of its train metrics over all ranks (``pricing.metric_sync``; issue 27 §2):
+#:    Composer v0.16.4/v0.17.2 ``_train_loop`` calls ``metric.compute()`` of each train metric after every batch, and
+#:    torchmetrics 1.0.3 gathers every state over the WORLD group (a barrier, world-size ``zeros_like`` fills, a list
+#:    all-gather whose post hook copies each rank's slice out): per state a 1-byte all-reduce, 2 × world launches and
+#:    the ring all-gather, exposed (the device is idle between batches). 2 metrics × 2 scalar states on llm-foundry's
+#:    MPT: 0.4 ms at 8 GPUs, 4.3 ms at 128, 16.7 ms at 512. Only ``train_metrics`` stacks (the MPT rows) move.
+COST_MODEL_VERSION = 65
