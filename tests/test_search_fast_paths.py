@@ -114,3 +114,43 @@ def test_screen_at_a_cut_memoised_is_the_screen(model: str, nodes: int, training
         assert quick_may_fit(ctx, c, cut) == want == quick_may_fit(ctx, c, list(cut))
         checked += 1
     assert checked > 20
+
+
+def _former_members(self, item):
+    """``Frontier.members`` before its members were keyed by their lean bound at once: at the family's floor key."""
+    from planner.search.frontier import _FAMILY, _FLOOR, QueueItem, simplicity
+
+    entry = self._families[id(item.order[-1])]
+    chain, least = entry
+    i, fb = item.rest, item.bound
+    out = [QueueItem(fb, simplicity(c), _FLOOR) for c in chain[i]]
+    if i + 1 < len(chain):
+        nxt = least[i + 1]
+        self._families[id(nxt)] = entry
+        out.append(QueueItem(self.floor(chain.first(i + 1)), simplicity(nxt), _FAMILY, i + 1))
+    return out
+
+
+@pytest.mark.parametrize("model, nodes, training", CASES[2:])
+def test_members_at_their_lean_keys_leave_in_the_former_order(
+    model: str, nodes: int, training: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A MoE queue popped with its family members keyed by their lean bound at once leaves its classes in the very
+    order (bound, order, key) the former members at their floor keys did: the first 3,000 pops, and what
+    ``remaining`` then lists (its first 3,000)."""
+    from itertools import islice
+
+    from planner.search.frontier import Frontier
+    from planner.search.space import enumerate_classes
+
+    req = _request(model, nodes, training)
+    ctx = context(req)
+    cands, families = enumerate_classes(ctx, req.parallel, req.options)
+    new = Frontier(ctx, req.parallel, cands, families)
+    got = [new.pop() for _ in range(3000)]
+    rest = list(islice(new.remaining(), 3000))
+    monkeypatch.setattr(Frontier, "members", _former_members)
+    old = Frontier(ctx, req.parallel, cands, families)
+    want = [old.pop() for _ in range(3000)]
+    assert got == want and any(x is not None for x in got)
+    assert rest == list(islice(old.remaining(), 3000))
