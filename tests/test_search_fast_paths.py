@@ -9,7 +9,7 @@ import pytest
 from planner.answer.request import context
 from planner.search.seed_pool import seed_pool
 from planner.search.space import enumerate_candidates
-from planner.specs import PlanRequest
+from planner.specs import ParallelPins, PlanRequest
 
 CASES = [
     ("llama3-70b", 8, {}),
@@ -154,3 +154,18 @@ def test_members_at_their_lean_keys_leave_in_the_former_order(
     want = [old.pop() for _ in range(3000)]
     assert got == want and any(x is not None for x in got)
     assert rest == list(islice(old.remaining(), 3000))
+
+
+@pytest.mark.parametrize("model, nodes, training", CASES)
+def test_scope_from_families_is_the_scope_from_classes(model: str, nodes: int, training: dict) -> None:
+    """``scope.unsearched`` read from one class a family: the note it writes from every class."""
+    from planner.search.scope import unsearched
+    from planner.search.space import enumerate_classes
+
+    for pins in ({}, {"schedule": "1f1b"}, {"virtual_stages": 2}):
+        req = _request(model, nodes, training).model_copy(update={"parallel": ParallelPins(**pins)})
+        ctx = context(req)
+        cands, families = enumerate_classes(ctx, req.parallel, req.options)
+        for budget in (None, "some interleaved classes"):
+            want = unsearched(ctx, req.parallel, cands, budget)
+            assert unsearched(ctx, req.parallel, cands, budget, families) == want

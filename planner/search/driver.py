@@ -184,7 +184,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         )
     ] + profile_notes
     # what an OPTIMAL answer's proof does not cover (policies a pin reaches)
-    scope = unsearched(ctx, pins, cands, note(past_budget, found, top_k))
+    scope = unsearched(ctx, pins, cands, note(past_budget, found, top_k), families if cands is every else None)
     notes += [scope] if scope else []
     top = found[0].evaluation if found else None
     if top is None:
