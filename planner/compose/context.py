@@ -51,7 +51,7 @@ class Context(Device):
     lags: dict[LagKey, list[int]] = _cache()
     classes: dict[Candidate, ClassCosts] = _cache()
     #: ``search.screens.quick_may_fit`` of a class without a cut (the frontier and the search both ask it), by the
-    #: class and by ``screens.screen_key`` (its CP exchange only through the bytes it holds)
+    #: class and by ``screens.screen_key`` (its CP exchange only through the bytes it holds); at a cut by (class, cut)
     may_fit: dict[Candidate | tuple, bool] = _cache()
     #: The context-parallel views (``context_parallel.cp_view``), by cp, and the CP classes' terms.
     views: dict[int, Context] = _cache()

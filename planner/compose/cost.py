@@ -92,16 +92,18 @@ class Candidate:
     def variant(self, **changes: object) -> Candidate:
         """``replace(self, **changes)`` without the frozen ``__init__``, as ``family`` copies (``changes``: fields of
         the same types, not checked)."""
+        d = self.__dict__.copy()  # a dict's copy: ~3× faster than ``update`` of an empty instance dict
+        d.update(changes)
+        d.pop("_hash", None)
         c = object.__new__(Candidate)
-        c.__dict__.update(self.__dict__, **changes)
-        c.__dict__.pop("_hash", None)
+        _SET(c, "__dict__", d)
         return c
 
     def family(self, pairs: Sequence[tuple[int, int]]) -> list[Candidate]:
         """The class at each (ep, etp) of ``pairs``, its other fields this one's: the search enumerates 21,036 of
         them on DeepSeek-V3, so the copies are made without the frozen ``__init__`` (one ``object.__setattr__`` a
         field) — equal, hashed and ordered as ``replace(self, ep=ep, etp=etp)`` (``tests/test_planner_core.py``)."""
-        new, fields_ = object.__new__, self.__dict__
+        new, set_, fields_ = object.__new__, _SET, self.__dict__
         if "_hash" in fields_:  # its kept hash is not the copies'
             fields_ = {k: x for k, x in fields_.items() if k != "_hash"}
         out = []
@@ -109,12 +111,16 @@ class Candidate:
             if ep == self.ep and etp == self.etp:
                 out.append(self)  # a dense model's one pair: the class itself
                 continue
+            d = fields_.copy()  # the fields in their order, as ``update`` of an empty instance dict, ~3× faster
+            d["ep"], d["etp"] = ep, etp
             c = new(Candidate)
-            c.__dict__.update(fields_, ep=ep, etp=etp)
+            set_(c, "__dict__", d)
             out.append(c)
         return out
 
 
+#: ``object.__setattr__``: a copy's ``__dict__`` set past the frozen ``__setattr__`` (``Candidate.variant``, ``family``)
+_SET = object.__setattr__
 config.check_fields(Candidate, class_only=True)
 #: ``Candidate``'s fields in order, as a tuple: what its dataclass ``__hash__`` would hash
 _FIELDS = attrgetter(*(f.name for f in fields(Candidate)))

@@ -29,6 +29,7 @@ from planner.search.cutsolver import ClassResult, Status, greedy_cut, solve_clas
 from planner.search.frontier import Frontier, Key, QueueItem
 from planner.search.lift import lifted
 from planner.search.scope import time_limit_note, unsearched
+from planner.search.seed_pool import seed_pool
 from planner.search.space import MAX_VIRTUAL_STAGES, enumerate_classes, forced_cut, min_memory, plan_key
 from planner.search.ties import canonical_plans
 from planner.search.uneven import BUDGET, budget, note
@@ -183,7 +184,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         )
     ] + profile_notes
     # what an OPTIMAL answer's proof does not cover (policies a pin reaches)
-    scope = unsearched(ctx, pins, cands, note(past_budget, found, top_k))
+    scope = unsearched(ctx, pins, cands, note(past_budget, found, top_k), families if cands is every else None)
     notes += [scope] if scope else []
     top = found[0].evaluation if found else None
     if top is None:
@@ -245,9 +246,10 @@ def probe(
     # ``one_cut(ctx, pins, c) is not None`` (no pinned cut here) without building the cut, asked of every queued class;
     # then, when it found no plan, the one-stage classes under full recomputation alone (``PROBE_SCAN_LEAN``): the
     # leanest one-stage plans, which the first scan may not reach when a long sequence rules out the faster ones by memory
+    even = ctx.stack.even_stages  # read once, and one chunk as pp = v = 1: ``keep`` is asked of every queued class
     scans = (
-        (lambda c: c.chunks == 1 or (ctx.stack.even_stages and c.virtual_stages > 1), PROBE_SCAN),
-        (lambda c: c.chunks == 1 and c.recompute == "full", PROBE_SCAN_LEAN),
+        (lambda c: c.pp == c.virtual_stages == 1 or (even and c.virtual_stages > 1), PROBE_SCAN),
+        (lambda c: c.pp == c.virtual_stages == 1 and c.recompute == "full", PROBE_SCAN_LEAN),
     )
     for n, (keep, limit) in enumerate(scans):
         if n and done:
@@ -300,12 +302,7 @@ def expert_seeds(ctx: Context, pins: ParallelPins, cands: list[Candidate], max_e
     classes are simulated. Returns those that fit (every one a plan of a class the search visits)."""
     if not cands:
         return []
-    gpn = ctx.cluster.gpus_per_node
-    tps = {c.tp for c in cands}
-    tp = max((t for t in tps if t <= gpn), default=min(tps))
-    pool = [c for c in cands if c.tp == tp]
-    sp = any(c.sequence_parallel for c in pool)
-    pool = [c for c in pool if c.sequence_parallel == sp]
+    pool = seed_pool(cands, ctx.cluster.gpus_per_node)  # by (recompute, pp)
     out: list[ClassResult] = []
     evals = 0
 
@@ -327,9 +324,8 @@ def expert_seeds(ctx: Context, pins: ParallelPins, cands: list[Candidate], max_e
         return evs[0][0].fits
 
     for recompute in ("selective", "full", "none"):
-        level = [c for c in pool if c.recompute == recompute]
-        for pp in sorted({c.pp for c in level}):
-            at = [c for c in level if c.pp == pp]
+        for pp in sorted(p for r, p in pool if r == recompute):
+            at = pool[recompute, pp]
             zero = 1 if any(c.zero_stage == 1 for c in at) else min(c.zero_stage for c in at)
             # 1F1B first, then interleaved; each from the smallest micro-batch size up
             deep = MAX_VIRTUAL_STAGES
