@@ -109,9 +109,7 @@ def _peaks(schedule: str, pp: int, v: int, m: int, grads: bool) -> tuple[Live, D
     return tuple(lives), (tuple(dones) if grads else None)
 
 
-def _rows_ok(
-    counts: list[tuple[int, ...]], done: list[tuple[int, ...]] | None, v: int, wide: bool
-) -> list[bool]:
+def _rows_ok(counts: list[tuple[int, ...]], done: list[tuple[int, ...]] | None, v: int, wide: bool) -> list[bool]:
     """``rows_undominated`` of peaks given as their copies of each local chunk and their local chunks done (None: none)."""
     n = len(counts)
     if n <= 1:
