@@ -115,6 +115,7 @@ def _rows_ok(counts: list[tuple[int, ...]], done: list[tuple[int, ...]] | None, 
     if n <= 1:
         return [True] * n
     vecs = np.array(counts, dtype=np.int64).reshape(n, v)
+    masks: np.ndarray
     if wide:
         masks = np.zeros((n, v), dtype=bool)
         for i, d in enumerate(done or ()):
