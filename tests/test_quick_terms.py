@@ -42,3 +42,26 @@ def test_quick_bound_is_class_terms_pipe_bound(spec: tuple) -> None:
     # and on the context where the class's own terms were built first (the search costs some classes first)
     for c in cands[:200]:
         assert quick_bound(slow, c) == pipe_bound(class_terms(slow, c), c, num_microbatches(slow, c), L, 0)
+
+
+def test_frontier_quick_memo_is_by_class() -> None:
+    """``Frontier.quick``'s memo, keyed by the class itself (every field, as the former tuple of ``QUICK_KEY`` with the
+    schedule and v): its values are ``quick_bound``'s, an equal class built apart hits the entry, distinct classes have
+    their own."""
+    from planner.search.frontier import Frontier
+
+    model, gpu, nodes, gpn, gbs, seq, extra, _ = REQUESTS[2]
+    req = PlanRequest.model_validate(
+        {
+            "model": model,
+            "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
+            "training": {"global_batch_size": gbs, "seq_len": seq, **extra},
+        }
+    )
+    ctx = context(req)
+    cands = enumerate_candidates(ctx, req.parallel, req.options)
+    queue = Frontier(ctx, req.parallel, cands)
+    for c in cands[::5]:
+        assert queue.quick(c) == quick_bound(context(req), c)
+        assert queue.quick(c.variant()) == queue.quick(c)  # an equal copy (its own object, no kept hash)
+    assert len(queue._quick) == len(cands[::5])
