@@ -169,3 +169,22 @@ def test_row_filter_is_the_former_filter(shape: tuple[str, int, int, int]) -> No
     schedule, pp, v, m = shape
     for grads in (False, True):
         assert _peaks.__wrapped__(schedule, pp, v, m, grads) == _former_peaks(schedule, pp, v, m, grads)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_packed_rows_are_the_chunk_by_chunk_comparison(seed: int) -> None:
+    """``rows_undominated``'s packed copies (one int64 a peak, a guard bit a chunk) against the chunk-by-chunk
+    comparison, on random rows: copies up to 2^k − 1 for widths that fit and that do not (the fallback), ties and
+    duplicates included, with and without chunks done."""
+    import numpy as np
+
+    from planner.compose.grad_peaks import rows_undominated
+
+    rng = np.random.default_rng(seed)
+    for v in (1, 2, 3, 5, 7, 8, 12):
+        for top in (1, 3, 40, 255, 1000):
+            n = int(rng.integers(1, 60))
+            vecs = rng.integers(0, top + 1, size=(n, v)).astype(np.int64)
+            vecs[rng.integers(0, n, size=n // 3)] = vecs[rng.integers(0, n, size=n // 3)]  # some equal rows
+            masks = rng.integers(0, 1 << v, size=n).astype(np.int64) if seed % 2 else np.zeros(n, dtype=np.int64)
+            assert rows_undominated(vecs, masks, False) == rows_undominated(vecs, masks, False, pack=False)

@@ -175,11 +175,27 @@ def undominated(peaks: list[Peak], pp: int, v: int) -> list[bool]:
     return rows_undominated(vecs, masks, wide)
 
 
-def rows_undominated(vecs: np.ndarray, masks: np.ndarray, wide: bool) -> list[bool]:
+def rows_undominated(vecs: np.ndarray, masks: np.ndarray, wide: bool, pack: bool = True) -> list[bool]:
     """``undominated`` of peaks as rows: ``vecs`` [peak, local chunk] their copies alive, ``masks`` their local chunks
-    done (an int64 bit mask per peak, or with ``wide`` a boolean row)."""
+    done (an int64 bit mask per peak, or with ``wide`` a boolean row). ``pack``: the copies packed in one int64 a peak
+    where they fit (one comparison a pair of peaks rather than one a chunk; ``tests/test_grad_peaks_undominated.py``
+    checks it against the chunk-by-chunk comparison)."""
     n, v = vecs.shape
     keep = np.ones(n, dtype=bool)
+    bits = int(vecs.max()).bit_length() + 1 if n and v else 1  # a chunk's copies and a guard bit above them
+    if pack and not wide and v * bits <= 62 and int(vecs.min()) >= 0:
+        # every peak's copies in one int64, ``bits`` a chunk: q has at least p's copies of every chunk iff each
+        # chunk's guard bit survives (q | guard) − p (a chunk's field stays ≥ 0 there: no borrow from the next)
+        packed = (vecs << (np.arange(v, dtype=np.int64) * bits)).sum(axis=1)
+        guard = sum(1 << (j * bits + bits - 1) for j in range(v))
+        step = max(1, 4_000_000 // n)
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            dom = (((packed[:, None] | guard) - packed[None, lo:hi]) & guard) == guard
+            dom &= (masks[None, lo:hi] & ~masks[:, None]) == 0
+            dom[np.arange(lo, hi), np.arange(hi - lo)] = False
+            keep[lo:hi] = ~dom.any(axis=0)
+        return keep.tolist()
     step = max(1, 4_000_000 // (n * v))  # the peaks p checked at once (q × p × v booleans)
     for lo in range(0, n, step):
         hi = min(n, lo + step)
