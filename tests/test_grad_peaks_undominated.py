@@ -122,3 +122,69 @@ def test_wide_undominated_against_pairwise(shape: tuple[str, int, int, int]) -> 
         pairwise = [not any(q != p and _dominates(q, p) for q in peaks) for p in peaks]
         assert undominated(peaks, pp, v) == pairwise
         assert list(zip(live[r], done[r])) == sorted(p for p, ok in zip(peaks, pairwise) if ok)
+
+
+def _former_peaks(schedule: str, pp: int, v: int, m: int, grads: bool) -> tuple:
+    """``grad_peaks._peaks`` as it was before it filtered the walk's states as rows (every peak made items first, then
+    ``undominated`` over them): what the row filter must reproduce, order included."""
+    from planner.compose.grad_peaks import _items, _walks
+
+    lives, dones = [], []
+    for r, (with_done, acts) in enumerate(_walks(schedule, pp, v, m)):
+        as_items: dict = {}
+        if not grads:
+            act_set = {_items(as_items, pp, r, counts, sn) for sn, counts in acts}
+            plain = [(p, ()) for p in act_set]
+            lives.append(tuple(p[0] for p, ok in zip(plain, undominated(plain, pp, v)) if ok))
+            continue
+        peak_set = {
+            (_items(as_items, pp, r, counts, sn), tuple(x * pp + r for x in dn)) for sn, counts, dn in with_done
+        }
+        peaks = list(peak_set)
+        keep = sorted(p for p, ok in zip(peaks, undominated(peaks, pp, v)) if ok)
+        lives.append(tuple(p[0] for p in keep))
+        dones.append(tuple(p[1] for p in keep))
+    return tuple(lives), (tuple(dones) if grads else None)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        *SHAPES,
+        ("interleaved-1f1b", 16, 7, 32),
+        ("interleaved-1f1b", 16, 6, 48),
+        ("interleaved-1f1b", 32, 3, 64),
+        ("interleaved-1f1b", 32, 3, 96),
+        ("interleaved-1f1b", 8, 8, 16),
+        ("interleaved-1f1b", 2, 63, 6),  # the chunks done as boolean rows
+        ("1f1b", 64, 1, 128),
+        ("gpipe", 4, 1, 24),
+    ],
+)
+def test_row_filter_is_the_former_filter(shape: tuple[str, int, int, int]) -> None:
+    """``_peaks`` (the dominance filter over the walk's states as rows, items made only of the peaks kept where the
+    order is sorted) gives the former code's peaks, chunks done and order, both variants."""
+    from planner.compose.grad_peaks import _peaks
+
+    schedule, pp, v, m = shape
+    for grads in (False, True):
+        assert _peaks.__wrapped__(schedule, pp, v, m, grads) == _former_peaks(schedule, pp, v, m, grads)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_packed_rows_are_the_chunk_by_chunk_comparison(seed: int) -> None:
+    """``rows_undominated``'s packed copies (one int64 a peak, a guard bit a chunk) against the chunk-by-chunk
+    comparison, on random rows: copies up to 2^k − 1 for widths that fit and that do not (the fallback), ties and
+    duplicates included, with and without chunks done."""
+    import numpy as np
+
+    from planner.compose.grad_peaks import rows_undominated
+
+    rng = np.random.default_rng(seed)
+    for v in (1, 2, 3, 5, 7, 8, 12):
+        for top in (1, 3, 40, 255, 1000):
+            n = int(rng.integers(1, 60))
+            vecs = rng.integers(0, top + 1, size=(n, v)).astype(np.int64)
+            vecs[rng.integers(0, n, size=n // 3)] = vecs[rng.integers(0, n, size=n // 3)]  # some equal rows
+            masks = rng.integers(0, 1 << v, size=n).astype(np.int64) if seed % 2 else np.zeros(n, dtype=np.int64)
+            assert rows_undominated(vecs, masks, False) == rows_undominated(vecs, masks, False, pack=False)

@@ -76,6 +76,10 @@ SHAPES = [
     (16, 2, 256),
     (32, 3, 128),
     (7, 2, 49),
+    (16, 6, 32),  # shapes of Llama 3 405B at 131K tokens on 16,384 H100 (the all-ranks-at-once counts)
+    (32, 2, 64),
+    (64, 2, 128),
+    (2, 63, 4),
 ]
 
 

@@ -252,6 +252,9 @@ def test_screen_shared_across_cp_exchanges(spec: tuple) -> None:
     cands = [c for c in cands if c.pp > 1][::3]
     shared = [screens.quick_may_fit(ctx, c) for c in cands]
     assert shared == [screens._quick_may_fit(ctx, c, None) for c in cands]
+    # the key's bytes (``ring_buffer_bytes``) are the ones the class's memory terms hold (the key as it was built)
+    former = [(*screens.NOT_CP_COMM(c), screens.memory_class_terms(ctx, c).cp_tmp if c.cp > 1 else 0) for c in cands]
+    assert [screens.screen_key(ctx, c) for c in cands] == former
     if spec is WARM_REQUESTS[0]:  # Megatron's exchanges hold no bytes of their own: p2p and all-gather share
         assert len({screens.screen_key(ctx, c) for c in cands}) < len(cands)
 

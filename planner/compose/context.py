@@ -56,6 +56,8 @@ class Context(Device):
     #: The context-parallel views (``context_parallel.cp_view``), by cp, and the CP classes' terms.
     views: dict[int, Context] = _cache()
     cp_terms: dict[tuple, SharedTerms] = _cache()
+    #: ``context_parallel.quick_terms``: a CP class's terms without its exchange and the ns the exchange adds a layer
+    cp_quick: dict[tuple, tuple[SharedTerms, int, int]] = _cache()
     #: the CP classes' memory terms (``context_parallel.memory_class_terms``), by their shared key at dp·cp, cp, exchange
     cp_memory: dict[tuple, SharedTerms] = _cache()
     #: (mbs, tp, cp, cp_comm, recompute) -> the exchange's exposed (forward, backward) seconds per block

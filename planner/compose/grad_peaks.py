@@ -79,26 +79,53 @@ def _walks(schedule: str, pp: int, v: int, m: int) -> tuple:
 @lru_cache(maxsize=4096)
 def _peaks(schedule: str, pp: int, v: int, m: int, grads: bool) -> tuple[Live, Done | None]:
     """``schedule_peaks`` of a shape (m already ``periodic_m``'s), each variant built only when asked (a stack whose
-    gradients are held throughout never asks the chunks done)."""
+    gradients are held throughout never asks the chunks done). The walk's states are distinct and a peak's (chunk,
+    copies) items are its (seen, copies) one to one (a chunk not seen has no copy alive), so the dominance filter reads
+    each state's copies and chunks done as they are (``rows_undominated``) and only the peaks it keeps are made items
+    (the grads variant; the other's set of every peak's items keeps the order it has always had) — the same peaks in
+    the same order as ``undominated`` over every peak's items (``tests/test_grad_peaks_undominated.py``)."""
     lives, dones = [], []
+    wide = v > 62
     for r, (with_done, acts) in enumerate(_walks(schedule, pp, v, m)):
         # each distinct peak by (seen, copies, done), in order of first occurrence (the steady state repeats a few
         # of them m·v times: ``peak_walk.rank_states``); made (chunk, copies) items once each below, the same sets
         # built in the same order as the walk that made (chunk, copies) items at each peak had
         as_items: dict[tuple[tuple[int, ...], tuple[int, ...]], Items] = {}
         if not grads:
-            act_set = {_items(as_items, pp, r, counts, sn) for sn, counts in acts}
-            plain: list[Peak] = [(p, ()) for p in act_set]
-            lives.append(tuple(p[0] for p, ok in zip(plain, undominated(plain, pp, v)) if ok))
+            act_set = {_items(as_items, pp, r, counts, sn) for sn, counts in acts}  # (its order: a set's)
+            copies = {items: alive for (_, alive), items in as_items.items()}
+            order = list(act_set)
+            ok = _rows_ok([copies[p] for p in order], None, v, wide)
+            lives.append(tuple(p for p, k in zip(order, ok) if k))
             continue
-        peak_set = {
-            (_items(as_items, pp, r, counts, sn), tuple(x * pp + r for x in dn)) for sn, counts, dn in with_done
-        }
-        peaks = list(peak_set)
-        keep = sorted(p for p, ok in zip(peaks, undominated(peaks, pp, v)) if ok)
+        ok = _rows_ok([counts for _, counts, _ in with_done], [dn for _, _, dn in with_done], v, wide)
+        keep = sorted(
+            (_items(as_items, pp, r, counts, sn), tuple(x * pp + r for x in dn))
+            for (sn, counts, dn), k in zip(with_done, ok)
+            if k
+        )
         lives.append(tuple(p[0] for p in keep))
         dones.append(tuple(p[1] for p in keep))
     return tuple(lives), (tuple(dones) if grads else None)
+
+
+def _rows_ok(counts: list[tuple[int, ...]], done: list[tuple[int, ...]] | None, v: int, wide: bool) -> list[bool]:
+    """``rows_undominated`` of peaks given as their copies of each local chunk and their local chunks done (None: none)."""
+    n = len(counts)
+    if n <= 1:
+        return [True] * n
+    vecs = np.array(counts, dtype=np.int64).reshape(n, v)
+    masks: np.ndarray
+    if wide:
+        masks = np.zeros((n, v), dtype=bool)
+        for i, d in enumerate(done or ()):
+            masks[i, list(d)] = True
+    else:
+        bits: dict[tuple[int, ...], int] = {}
+        masks = np.zeros(n, dtype=np.int64)
+        if done is not None:
+            masks[:] = [bits[d] if d in bits else bits.setdefault(d, sum(1 << x for x in d)) for d in done]
+    return rows_undominated(vecs, masks, wide)
 
 
 def _both_peaks(schedule: str, pp: int, v: int, m: int) -> tuple[tuple[Live, Done | None], tuple[Live, Done | None]]:
@@ -145,7 +172,30 @@ def undominated(peaks: list[Peak], pp: int, v: int) -> list[bool]:
             masks[i, [c // pp for c in done]] = True
         else:
             masks[i] = sum(1 << (c // pp) for c in done)
+    return rows_undominated(vecs, masks, wide)
+
+
+def rows_undominated(vecs: np.ndarray, masks: np.ndarray, wide: bool, pack: bool = True) -> list[bool]:
+    """``undominated`` of peaks as rows: ``vecs`` [peak, local chunk] their copies alive, ``masks`` their local chunks
+    done (an int64 bit mask per peak, or with ``wide`` a boolean row). ``pack``: the copies packed in one int64 a peak
+    where they fit (one comparison a pair of peaks rather than one a chunk; ``tests/test_grad_peaks_undominated.py``
+    checks it against the chunk-by-chunk comparison)."""
+    n, v = vecs.shape
     keep = np.ones(n, dtype=bool)
+    bits = int(vecs.max()).bit_length() + 1 if n and v else 1  # a chunk's copies and a guard bit above them
+    if pack and not wide and v * bits <= 62 and int(vecs.min()) >= 0:
+        # every peak's copies in one int64, ``bits`` a chunk: q has at least p's copies of every chunk iff each
+        # chunk's guard bit survives (q | guard) − p (a chunk's field stays ≥ 0 there: no borrow from the next)
+        packed = (vecs << (np.arange(v, dtype=np.int64) * bits)).sum(axis=1)
+        guard = sum(1 << (j * bits + bits - 1) for j in range(v))
+        step = max(1, 4_000_000 // n)
+        for lo in range(0, n, step):
+            hi = min(n, lo + step)
+            dom = (((packed[:, None] | guard) - packed[None, lo:hi]) & guard) == guard
+            dom &= (masks[None, lo:hi] & ~masks[:, None]) == 0
+            dom[np.arange(lo, hi), np.arange(hi - lo)] = False
+            keep[lo:hi] = ~dom.any(axis=0)
+        return keep.tolist()
     step = max(1, 4_000_000 // (n * v))  # the peaks p checked at once (q × p × v booleans)
     for lo in range(0, n, step):
         hi = min(n, lo + step)

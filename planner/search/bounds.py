@@ -11,7 +11,7 @@ import math
 
 from planner.compose.affine import moe_counts
 from planner.compose.context import Context
-from planner.compose.context_parallel import class_terms
+from planner.compose.context_parallel import class_terms, quick_terms
 from planner.compose.cost import Candidate, ClassCosts, boundary_lags, num_microbatches
 from planner.compose.step_end import end_floor, end_terms, rank_end
 from planner.compose.terms import SharedTerms
@@ -115,9 +115,16 @@ def _pipe_bound(
 
 
 def pipe_bound(
-    s: SharedTerms, c: Candidate, m: int, num_layers: int, lag_sum: int, caps: tuple[int, ...] | None = None
+    s: SharedTerms,
+    c: Candidate,
+    m: int,
+    num_layers: int,
+    lag_sum: int,
+    caps: tuple[int, ...] | None = None,
+    more: tuple[int, int] = (0, 0),
 ) -> int:
-    """``_pipe_bound`` of a class from its shared terms and the sum of its pipeline lags."""
+    """``_pipe_bound`` of a class from its shared terms and the sum of its pipeline lags; ``more``: ns added to a
+    layer's forward and backward (``context_parallel.quick_terms``)."""
     L, K = num_layers, s.moe_prefix[-1] if s.moe_prefix is not None else 0
     fe, be, fh, bh = s.fwd.emb, s.bwd.emb, s.fwd.head, s.bwd.head
     ends, end_const = end_floor(s, c, L, K)
@@ -129,8 +136,8 @@ def pipe_bound(
         c.pp,
         c.virtual_stages,
         L,
-        s.fwd.layer,
-        s.bwd.layer,
+        s.fwd.layer + more[0],
+        s.bwd.layer + more[1],
         fe + be + fh + bh,
         first,
         firsts,
@@ -292,7 +299,8 @@ def fitting_bound(cc: ClassCosts, searched: bool = True, enough: int | None = No
 def quick_bound(ctx: Context, c: Candidate) -> int:
     """``class_bound`` without building the class (no pipeline lags): ≤ ``class_bound``, from the
     terms shared by every class with the same (mbs, tp, sp, recompute, ZeRO, dp); microseconds."""
-    return pipe_bound(class_terms(ctx, c), c, num_microbatches(ctx, c), ctx.model.num_layers, 0)
+    s, nf, nb = quick_terms(ctx, c)  # ``class_terms``' as ``pipe_bound`` reads them, not built for a CP class
+    return pipe_bound(s, c, num_microbatches(ctx, c), ctx.model.num_layers, 0, more=(nf, nb))
 
 
 def cut_bound(ctx: Context, c: Candidate, cut: list[int]) -> int:

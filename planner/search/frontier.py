@@ -150,28 +150,11 @@ def family_floor(
     return fb
 
 
-#: ``Frontier.quick``'s memo key (with the schedule and v: ``Frontier.quick``)
-QUICK_KEY = attrgetter(
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "cp_comm",
-    "micro_batch_size",
-    "recompute",
-    "sequence_parallel",
-    "zero_stage",
-    "tp_comm_overlap",
-    "ep",
-    "etp",
-)
-
-
 class Frontier:
     def __init__(self, ctx: Context, pins: ParallelPins, cands: list[Candidate], families: list[Family] | None = None):
         """``families``: ``cands`` as ``space.enumerate_classes`` grouped them (``families.chain``), when it is they."""
         self.ctx, self.pins = ctx, pins
-        self._quick: dict[tuple, int] = {}
+        self._quick: dict[Candidate, int] = {}
         self._lean: dict[tuple, int] = {}
         self._loads: dict[tuple, int] = {}  # ``lean_bound``'s busiest-rank loads, shared by dp and the schedule
         self._weights: dict[tuple, LeanWeights] = {}  # ``lean_bound``'s layer weights, shared by pp, dp, the schedule
@@ -284,11 +267,12 @@ class Frontier:
     def quick(self, c: Candidate) -> int:
         """``quick_bound``, memoised by its class's shared terms and schedule. The interleaved one is keyed by v too:
         it is higher where v leaves one layer a chunk (Llama 3 8B on PP4: 31.44 s at v = 8, 28.52 s at v = 2…7), so a
-        value shared across v would be valid only if the smaller v always asked first."""
-        k: tuple = (*QUICK_KEY(c), c.schedule, c.virtual_stages)
-        if k not in self._quick:
-            self._quick[k] = quick_bound(self.ctx, c)
-        return self._quick[k]
+        value shared across v would be valid only if the smaller v always asked first. Those fields are every field of
+        the class: keyed by the class itself (its hash kept), not a tuple of them built each ask."""
+        b = self._quick.get(c)
+        if b is None:
+            b = self._quick[c] = quick_bound(self.ctx, c)
+        return b
 
     def _quick_item(self, item: QueueItem) -> QueueItem:
         c = item.cand

@@ -56,46 +56,53 @@ def interleaved_counts(p: int, v: int, m: int) -> tuple[Counts, ...]:
 def _family(p: int, v: int, m: int) -> tuple[tuple[Counts, ...], tuple[int, ...]]:
     """``interleaved_counts`` and the rank each chain runs through, in the order of rank, entry (``first``,
     ``steady``), exit (``last``, ``drain``), each counts once. Per chain: its rank's segment counted per chunk from
-    the rank's order as arrays (``peak_walk.rank_arrays``), the head and tail in closed form. Rank k's order starts
+    the rank's order as arrays (``peak_walk.rank_arrays``; every rank's four at once, as differences of prefix
+    counts), the head and tail in closed form. Rank k's order starts
     with F(0, k) and ends with B(m − 1, k); its first backward is B(0, last) and its last forward F(m − 1, last)
     (``simulate.rank_orders``: fwd(k, ·) and bwd(k, ·) at index 0 and total − 1). Two operations of one rank never
     cross ranks, so a chain's crossings are its head's and tail's, with their junctions: every boundary crosses
     ranks when p > 1, none when p = 1. ``tests/test_interleaved_family.py`` checks it against the path-by-path
     walk on a table of shapes."""
     C = p * v
+    arrays = [rank_arrays("interleaved-1f1b", p, v, m, k) for k in range(p)]
+    fwd, local = np.stack([f for f, _ in arrays]), np.stack([x for _, x in arrays])
+    n, ks = fwd.shape[1], np.arange(p)
+    # every rank's segment counts at once: prefix counts of its ops by key (F of local chunk l: l; B: v + l), a
+    # segment [start, stop) their difference (= the bincount of the ops in it)
+    hot = np.zeros((p, n + 1, 2 * v), np.int64)
+    hot[ks[:, None], np.arange(1, n + 1)[None, :], np.where(fwd, local, v + local)] = 1
+    prefix = np.cumsum(hot, axis=1)
+    first_b = np.argmin(fwd, axis=1)  # B(0, last): the first backward
+    last_f = n - 1 - np.argmax(fwd[:, ::-1], axis=1)  # F(m − 1, last): the last forward
+    last = C - p + ks  # rank k's last chunk
+    chunk = np.arange(C)
+    after, before = (chunk > last[:, None]).astype(np.int64), (chunk < ks[:, None]).astype(np.int64)
+    none, every = np.zeros_like(after), np.ones_like(after)
+    # entries (``first``, ``steady``): head's forwards, backwards, where rank k's segment starts; exits (``last``,
+    # ``drain``): where it stops, tail's forwards, backwards — [rank, entry or exit, chunk]
+    hf, hb, start = np.stack([before, every], 1), np.stack([none, after], 1), np.stack([0 * ks, first_b], 1)
+    tf, tb, stop = np.stack([none, after], 1), np.stack([before, every], 1), np.stack([0 * ks + n, last_f + 1], 1)
+    seg = prefix[ks[:, None, None], stop[:, None, :]] - prefix[ks[:, None, None], start[:, :, None]]  # [k, e, x, key]
+    fc, bc = hf[:, :, None, :] + tf[:, None, :, :], hb[:, :, None, :] + tb[:, None, :, :]  # [k, e, x, chunk]
+    fc.reshape(p, 2, 2, v, p)[ks, :, :, :, ks] += seg[..., :v]  # rank k's chunks k, k + p, …
+    bc.reshape(p, 2, 2, v, p)[ks, :, :, :, ks] += seg[..., v:]
+    # crossings: the heads' F(0) up to chunk k − 1 (boundaries < k) and every boundary plus those from rank k's last
+    # chunk on; the tails' B(m − 1) below k, and those from the last chunk on plus every boundary
+    if p > 1:
+        bound = np.arange(C - 1)
+        below, past = (bound < ks[:, None]).astype(np.int64), (bound >= last[:, None]).astype(np.int64)
+        heads, tails = np.stack([below, 1 + past], 1), np.stack([below, past + 1], 1)
+        lc = heads[:, :, None, :] + tails[:, None, :, :]
+    else:
+        lc = np.zeros((p, 2, 2, C - 1), np.int64)
     out: dict[Counts, int] = {}
-    chunk, none, every = np.arange(C), np.zeros(C, np.int64), np.ones(C, np.int64)
-    for k in range(p):
-        fwd, local = rank_arrays("interleaved-1f1b", p, v, m, k)
-        n = len(fwd)
-        key = np.where(fwd, local, v + local)  # F of local chunk l: l; B: v + l
-        last = C - p + k  # rank k's last chunk
-        first_b = int(np.argmin(fwd))  # B(0, last): the first backward
-        last_f = n - 1 - int(np.argmax(fwd[::-1]))  # F(m − 1, last): the last forward
-        after, before = (chunk > last).astype(np.int64), (chunk < k).astype(np.int64)
-        # (head's forwards, backwards and crossings, where rank k's segment starts): F(0) up to chunk k − 1; F(0)
-        # through every chunk and B(0) back down to chunk last + 1
-        entries = [
-            (before, none, list(range(k)), 0),
-            (every, after, list(range(C - 1)) + list(range(last, C - 1)), first_b),
-        ]
-        # (where rank k's segment stops, tail's forwards, backwards and crossings): B(m − 1) from chunk k − 1 down to
-        # 0; F(m − 1) from chunk last + 1 on and B(m − 1) back through every chunk
-        exits = [
-            (n, none, before, list(range(k))),
-            (last_f + 1, after, every, list(range(last, C - 1)) + list(range(C - 1))),
-        ]
-        for hf, hb, hl, start in entries:
-            for stop, tf, tb, tl in exits:
-                if stop <= start:
+    starts, stops = start.tolist(), stop.tolist()
+    for k, (fk, bk, lk) in enumerate(zip(fc.tolist(), bc.tolist(), lc.tolist())):
+        for e in range(2):
+            for x in range(2):
+                if stops[k][x] <= starts[k][e]:
                     continue
-                seg = np.bincount(key[start:stop], minlength=2 * v)
-                fc, bc = hf + tf, hb + tb
-                fc[k::p] += seg[:v]
-                bc[k::p] += seg[v:]
-                lc = np.bincount(np.array(hl + tl, np.int64), minlength=C - 1) if p > 1 else np.zeros(C - 1, np.int64)
-                counts = (tuple(fc.tolist()), tuple(bc.tolist()), tuple(lc.tolist()))
-                out.setdefault(counts, k)
+                out.setdefault((tuple(fk[e][x]), tuple(bk[e][x]), tuple(lk[e][x])), k)
     return tuple(out), tuple(out.values())
 
 

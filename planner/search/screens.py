@@ -12,7 +12,7 @@ from operator import attrgetter
 
 from planner.compose.affine import total
 from planner.compose.context import Context
-from planner.compose.context_parallel import memory_class_terms
+from planner.compose.context_parallel import memory_class_terms, ring_buffer_bytes
 from planner.compose.cost import Candidate, ClassCosts, Live, class_peaks, live_vectors_cached, num_microbatches
 from planner.compose.grad_peaks import Done
 from planner.compose.memory import chunk_moe, pending_grads, rank_buffers, rank_memory, rank_states
@@ -274,8 +274,9 @@ def screen_key(ctx: Context, c: Candidate) -> tuple:
     """``quick_may_fit``'s memo key without a cut: the class's fields but its CP exchange, and the bytes that exchange
     holds (``memory_class_terms``' ``cp_tmp``, the one term of it the exchange changes; no screen reads ``cp_comm``
     otherwise), so the exchanges of one class share one screen where they hold the same (Llama 3 405B at 131K tokens:
-    5,990 screens of 3,600 such keys). ``tests/test_prescreen.py`` checks each verdict against the class's own."""
-    return (*NOT_CP_COMM(c), memory_class_terms(ctx, c).cp_tmp if c.cp > 1 else 0)
+    5,990 screens of 3,600 such keys). ``tests/test_prescreen.py`` checks each verdict against the class's own. The bytes
+    as ``memory_class_terms`` sets them (``ring_buffer_bytes``; 0 without CP), without its terms."""
+    return (*NOT_CP_COMM(c), ring_buffer_bytes(ctx, c))
 
 
 def warm_rules_out(s: SharedTerms, c: Candidate, m: int, num_layers: int, usable: int) -> bool:
