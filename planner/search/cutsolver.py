@@ -26,7 +26,7 @@ from planner.compose.cost import Candidate, ClassCosts, Evaluation, evaluate
 from planner.compose.memory import memory_terms, peaks
 from planner.compose.simulate import Op
 from planner.compose.step_end import end_parts, end_terms
-from planner.search import chains, columns
+from planner.search import chains, columns, portfolio
 from planner.search.bounds import may_fit
 from planner.search.chains import Counts, as_arrays, dag_key, initial_counts, path_counts, price
 from planner.search.hints import critical_counts, greedy_cut, local_search
@@ -182,14 +182,18 @@ def cut_model(cc: ClassCosts) -> CutModel:
 
 
 def solve(
-    model: cp_model.CpModel, num_workers: int, presolve: bool, deadline: float, det: float | None = None
+    model: cp_model.CpModel,
+    num_workers: int,
+    presolve: bool,
+    deadline: float,
+    det: float | None = None,
+    budget: list[float] | None = None,
 ) -> tuple:
-    """CP-SAT's status on ``model`` and the solver that holds its solution. Presolve costs tens of ms per
-    solve and buys nothing on most small models, but on deep pipelines it pays many times over (OPT-175B on
-    992 A100, pp = 31, m = 128: 30 solves in 1.5 s CPU with it, 8.2 s without; bench/bench_plan_wide.py).
-    Without it, a search that runs past ``PRESOLVE_AFTER_DET`` starts over with presolve. Every way the solve is
-    exact, and the budget is deterministic; which of several cuts of the optimal step time a plan answers
-    does not depend on the search (``ties.canonical_plans``)."""
+    """CP-SAT's status on ``model`` and the solver that holds its solution. Presolve costs tens of ms per solve and buys
+    nothing on most small models, but on deep pipelines it pays many times over (OPT-175B on 992 A100, pp = 31, m = 128:
+    30 solves in 1.5 s CPU with it, 8.2 s without). Without it, a search past ``PRESOLVE_AFTER_DET`` starts over with
+    presolve (``portfolio`` first for a small model of ``solve_class``'s ``budget``). Every way exact, the budget
+    deterministic; the cut of the optimal step time a plan answers does not depend on it (``ties.canonical_plans``)."""
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = num_workers
     solver.parameters.cp_model_presolve = presolve
@@ -202,7 +206,10 @@ def solve(
     st = solver.solve(model)
     if st in (cp_model.OPTIMAL, cp_model.INFEASIBLE) or solver.deterministic_time < PRESOLVE_AFTER_DET:
         return st, solver  # solved, or out of wall time (or of its budget)
-    return solve(model, num_workers, True, deadline, None if det is None else det - solver.deterministic_time)
+    left = None if det is None else det - solver.deterministic_time
+    if num_workers == 1 and left is not None and (out := portfolio.try_portfolio(model, deadline, budget, left)):
+        return out  # a small budgeted model proven by a run ``portfolio`` adds
+    return solve(model, num_workers, True, deadline, left)
 
 
 def best_of(cc: ClassCosts, cuts: tuple[list[int], ...]) -> tuple[list[int], Evaluation]:
@@ -337,7 +344,7 @@ def solve_class(
             model.add_hint(x, h)
         if budget is not None and budget[0] <= 0:
             break
-        st, solver = solve(model, workers(options, C), presolve, deadline, budget[0] if budget else None)
+        st, solver = solve(model, workers(options, C), presolve, deadline, budget[0] if budget else None, budget)
         if budget is not None and not (iterations == 1 and st == cp_model.INFEASIBLE):
             budget[0] -= solver.deterministic_time  # a first model proven infeasible spends none (``oneround``)
         if st == cp_model.INFEASIBLE:  # no cut reaches the cutoff

@@ -1,0 +1,68 @@
+"""A small budgeted cut model the default search does not prove quickly, tried with CP-SAT's portfolio search (issue 26).
+
+The interleaved classes of a free schedule share a CP-SAT budget in deterministic time (``uneven.BUDGET``;
+``cutsolver.solve_class``). A solve the default single-worker search does not prove within
+``cutsolver.PRESOLVE_AFTER_DET`` (without presolve) used to run on with presolve on the budget left, and some such
+models spend all of it unproven, a few at a high CPU cost per deterministic unit (nemo2407 Nemotron-8B, TP1 PP2 v4,
+m 8, 8 chunks of 32 layers: det 0.094 FEASIBLE, ~0.95 s CPU). CP-SAT's ``search_branching = PORTFOLIO_SEARCH`` with
+one worker cycles through its search heuristics at each restart (OR-Tools ``sat_parameters.proto``,
+``SearchBranching``) and proves that model OPTIMAL in det 0.018 (0.05 s CPU). So for a model of at most
+``MAX_CHUNKS`` chunks such a solve (``try_portfolio``) first runs the default search with presolve capped at
+``DEFAULT_DET`` — the run it made before, cut short, so a model it proves is proven as before with the same solution
+(deterministic, one worker) — then the portfolio search capped at ``PORTFOLIO_DET``. A run that proves the model is
+charged to the shared budget as any solve; one that proves nothing is paid from a budget of its own (``SIDE`` per
+request), and then the default search runs on with presolve on the shared budget left, as before. With the side
+budget spent, every solve is as before. Every way the solve is exact; one worker and deterministic limits: the same
+request runs the same solves.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ortools.sat.python import cp_model
+
+#: The portfolio search's deterministic time (CP-SAT work units) per solve, and in all per request (``SIDE``: the
+#: second entry of the budget list ``uneven.budget`` hands out, apart from the classes' shared ``uneven.BUDGET``).
+#: Measured on the 121 models of the wide benchmark that reach it (each solved alone, one worker): proven within
+#: 0.03 / 0.06 / 0.1: 95 / 104 / 107 (92 / 88 / 92 within 0.03 with presolve, with FIXED_SEARCH, with
+#: PORTFOLIO_WITH_QUICK_RESTART_SEARCH). SIDE 0.2 proves more classes but costs more CPU (Nemotron-8B 0.70 → 1.31 s,
+#: load 3; the classes it proves run more rounds).
+PORTFOLIO_DET = 0.06
+#: The default search's run with presolve that comes first (as before, cut short).
+DEFAULT_DET = 0.003
+SIDE = 0.1
+#: Models of at most this many chunks only.
+MAX_CHUNKS = 8
+
+
+def cp_solver(deadline: float, det: float, presolve: bool, branching: Any = None) -> cp_model.CpSolver:
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.cp_model_presolve = presolve
+    if branching is not None:
+        solver.parameters.search_branching = branching
+    solver.parameters.max_time_in_seconds = max(deadline - time.perf_counter(), 1e-3)
+    solver.parameters.max_deterministic_time = det
+    return solver
+
+
+def try_portfolio(model: cp_model.CpModel, deadline: float, budget: list[float] | None, det: float) -> tuple | None:
+    """The budgeted single-worker solve of ``model`` after the default search without presolve did not prove it within
+    ``cutsolver.PRESOLVE_AFTER_DET`` (``det``: the shared budget ``budget[0]`` left after that run): the default search with presolve capped at
+    ``DEFAULT_DET`` (what the solve ran before, cut short: a model it proves is proven as before, charged as before),
+    then CP-SAT's portfolio search capped at ``PORTFOLIO_DET``, both within the request's ``budget[1]`` left, which
+    they spend. (status, solver) where either proves the model OPTIMAL or INFEASIBLE; else None, and the default
+    search runs on with presolve on the shared budget, as before."""
+    if sum(v.name[:1] == "n" for v in model.proto.variables) > MAX_CHUNKS:  # ``cutsolver.cut_model``'s n0, n1, …
+        return None
+    for cap, presolve, branching in ((DEFAULT_DET, True, None), (PORTFOLIO_DET, False, cp_model.PORTFOLIO_SEARCH)):
+        if budget is None or len(budget) < 2 or budget[1] <= 0:
+            return None
+        solver = cp_solver(deadline, min(cap, budget[1], det), presolve, branching)
+        st = solver.solve(model)
+        if st in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
+            return st, solver  # charged to the shared budget by the caller, as any solve
+        budget[1] -= solver.deterministic_time  # a run that proves nothing: paid from the side budget
+    return None

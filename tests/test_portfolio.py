@@ -1,0 +1,99 @@
+"""A budgeted cut model's solve (``planner.search.portfolio``, issue 26): on random small models of the cut model's
+shape (layer counts summing to L, a makespan above affine chains, an end of step above affine parts, a memory row,
+a cutoff), ``portfolio.try_portfolio`` and ``cutsolver.solve`` with a budget give the optimum a brute force over every cut
+gives (or prove none fits), and the same request runs the same solves."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+
+import pytest
+from ortools.sat.python import cp_model
+
+from planner.search import cutsolver, portfolio
+
+
+def instance(seed: int) -> tuple[cp_model.CpModel, list[cp_model.IntVar], dict]:
+    rng = random.Random(seed)
+    C = rng.randint(2, 5)
+    L = rng.randint(C, 14)
+    chains = [([rng.randint(0, 10**6) for _ in range(C)], rng.randint(0, 10**7)) for _ in range(rng.randint(1, 6))]
+    ends = [([rng.randint(0, 10**5) for _ in range(C)], rng.randint(0, 10**6)) for _ in range(rng.randint(1, 3))]
+    mem = [rng.randint(1, 100) for _ in range(C)]
+    usable = rng.randint(L, 100 * L)
+    data = {"C": C, "L": L, "chains": chains, "ends": ends, "mem": mem, "usable": usable}
+    model = cp_model.CpModel()
+    n = [model.new_int_var(1, L - C + 1, f"n{c}") for c in range(C)]
+    model.add(sum(n) == L)
+    M, D = model.new_int_var(0, 1 << 50, "M"), model.new_int_var(0, 1 << 50, "D")
+    for coef, const in chains:
+        model.add(M >= sum(a * x for a, x in zip(coef, n)) + const)
+    for coef, const in ends:
+        model.add(D >= sum(a * x for a, x in zip(coef, n)) + const)
+    model.add(sum(g * x for g, x in zip(mem, n)) <= usable)
+    if rng.random() < 0.3:  # a cutoff, as ``solve_class`` adds
+        data["cutoff"] = rng.randint(0, 10**7 * 3)
+        model.add(M + D <= data["cutoff"])
+    model.minimize(M + D)
+    return model, n, data
+
+
+def brute_force(data: dict) -> int | None:
+    """The least M + D over every cut (None: no cut fits)."""
+    C, L, best = data["C"], data["L"], None
+    for cut in itertools.product(range(1, L - C + 2), repeat=C):
+        if sum(cut) != L or sum(g * x for g, x in zip(data["mem"], cut)) > data["usable"]:
+            continue
+        val = max(sum(a * x for a, x in zip(co, cut)) + k for co, k in data["chains"])
+        val += max(sum(a * x for a, x in zip(co, cut)) + k for co, k in data["ends"])
+        if val <= data.get("cutoff", val) and (best is None or val < best):
+            best = val
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_portfolio_search_and_a_budgeted_solve_agree_with_brute_force(seed: int) -> None:
+    model, n, data = instance(seed)
+    want = brute_force(data)
+    deadline = time.perf_counter() + 60
+    side = [10.0, 10.0]  # the shared budget and the portfolio search's own, ample
+    pf = portfolio.try_portfolio(model, deadline, side, side[0])
+    assert pf is not None  # proven, OPTIMAL or INFEASIBLE, on models this small
+    assert 0 <= 10.0 - side[1] <= portfolio.DEFAULT_DET + 1e-3  # only a run that proves nothing is paid from its own
+    alone = portfolio.cp_solver(deadline, 10.0, False, cp_model.PORTFOLIO_SEARCH)  # its second run, on its own
+    budget = [10.0, 10.0]
+    runs = [pf, (alone.solve(model), alone), cutsolver.solve(model, 1, False, deadline, budget[0], budget)]
+    for st, solver in runs:
+        if want is None:
+            assert st == cp_model.INFEASIBLE
+            continue
+        assert st == cp_model.OPTIMAL
+        assert solver.best_objective_bound == want
+        cut = [solver.value(x) for x in n]
+        assert sum(cut) == data["L"] and min(cut) >= 1
+
+
+def test_no_portfolio_search_without_its_budget() -> None:
+    """With its budget spent (or a budget list of the shared entry only) the solve is the default search's, as before;
+    the same request, the same solve."""
+    model, _n, _data = instance(5)
+    assert portfolio.try_portfolio(model, time.perf_counter() + 60, [0.1, 0.0], 0.1) is None
+    assert portfolio.try_portfolio(model, time.perf_counter() + 60, [0.1], 0.1) is None
+    runs = []
+    for _ in range(2):
+        side = [0.1, 10.0]
+        out = portfolio.try_portfolio(model, time.perf_counter() + 60, side, 0.1)
+        assert out is not None
+        runs.append((out[0], out[1].best_objective_bound, side[1]))
+    assert runs[0] == runs[1]
+
+
+def test_only_small_models() -> None:
+    """A model of more than ``MAX_CHUNKS`` chunks (``cutsolver.cut_model``'s n0, n1, …) runs the default search only."""
+    model = cp_model.CpModel()
+    n = [model.new_int_var(1, 20, f"n{c}") for c in range(portfolio.MAX_CHUNKS + 1)]
+    model.add(sum(n) == 20)
+    model.minimize(n[0])
+    assert portfolio.try_portfolio(model, time.perf_counter() + 60, [0.1, 0.1], 0.1) is None
