@@ -103,7 +103,7 @@ def remainder_state_bytes(optimizer: str) -> int:
     return REMAINDER_BYTES + 4 * MOMENTS[optimizer]
 
 
-def loss_buffer_bytes(stack: Stack, tokens: int, vocab_local: int, elt: int = 2) -> int:
+def loss_buffer_bytes(stack: Stack, tokens: int, vocab_local: int, elt: int = 2, tp: int = 1) -> int:
     """Bytes the loss holds at its peak on the LM head's rank, beyond the saved activations.
 
     * ``loss="upcast"`` (torchtitan, train.py at 9dec370: ``cross_entropy(pred.flatten(0, 1).float(),
@@ -117,8 +117,17 @@ def loss_buffer_bytes(stack: Stack, tokens: int, vocab_local: int, elt: int = 2)
     * ``loss="fused"`` (flash-attn's Triton ``cross_entropy``, llm-foundry's default ``fused_crossentropy``:
       llmfoundry/models/mpt/modeling_mpt.py at 4952183): the loss reads the 16-bit logits, keeps them and one fp32
       log-sum-exp per row, and its backward writes a 16-bit gradient: 2 × ``elt`` bytes per logit;
+    * ``loss="loss_parallel"`` (torchtitan: "upcast" run under ``loss_parallel()`` whenever tp > 1, 9dec370
+      ``parallelisms/parallel_dims.py`` ``loss_parallel_enabled``, ``train.py`` ``train_context``; the LM head's
+      ``ColwiseParallel(output_layouts=Shard(-1))``, ``parallelize_llama.py:138-142``): DTensor's handlers replace
+      aten's fused kernels (torch 2.6.0 ``distributed/tensor/parallel/loss.py``, the same at 2.13.0): the backward
+      ``_nll_loss_and_log_softmax_backward`` (:364-411) holds the saved log-softmax output x, ``grad_input =
+      zeros_like(x)``, and the two temporaries of ``(grad_input + torch.exp(x)) * grad_output`` at once: four fp32
+      [T, V/t] tensors, 16 bytes per logit (its forward ``_log_softmax``, :127-151, holds the bf16 logits, the fp32
+      copy, ``shifted`` and ``exp(shifted)`` or the result: 14). With tp = 1: "upcast";
     * other stacks: the fp32 logits of the loss (one [T, V/t] fp32 tensor)."""
-    per_logit = {"upcast": 12, "fused": 2 * elt}.get(stack.loss, 4)
+    kind = "upcast" if stack.loss == "loss_parallel" and tp == 1 else stack.loss
+    per_logit = {"upcast": 12, "loss_parallel": 16, "fused": 2 * elt}.get(kind, 4)
     return tokens * vocab_local * per_logit
 
 

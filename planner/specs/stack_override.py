@@ -70,10 +70,11 @@ class StackOverride(Spec):
         "'op' (op-level policy) or k (every k-th block fully recomputed).",
     )
 
-    loss: Literal["fp32_logits", "upcast", "fused"] | None = Field(
+    loss: Literal["fp32_logits", "upcast", "fused", "loss_parallel"] | None = Field(
         default=None,
         description="What the loss holds: fp32_logits (one fp32 copy), upcast (cross_entropy of logits.float(): "
-        "three fp32 tensors at its backward) or fused (a fused cross-entropy kernel over the 16-bit logits).",
+        "three fp32 tensors at its backward), fused (a fused cross-entropy kernel over the 16-bit logits) or "
+        "loss_parallel (upcast; with tp > 1 through DTensor's loss_parallel: four fp32 tensors at its backward).",
     )
     nccl: Literal["2.10", "2.23"] | None = Field(
         default=None,

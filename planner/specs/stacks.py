@@ -33,7 +33,7 @@ Kernels = Literal["eager", "fused", "compiled"]
 NormKernel = Literal["eager", "fused"]
 ReduceDtype = Literal["param", "fp32", "fp32_bf16"]
 ParamLayout = Literal["master", "fsdp2"]
-LossKind = Literal["fp32_logits", "upcast", "fused"]
+LossKind = Literal["fp32_logits", "upcast", "fused", "loss_parallel"]
 #: The fields an inline stack may override (all but ``id``, ``title`` and ``source``).
 OVERRIDABLE: tuple[str, ...] = ("attention", "flash_kernel", "dropout", "activations", "kernels", "overlap_grad_reduce")
 OVERRIDABLE += ("selective_ac", "norm_kernel", "loss", "nccl", "grad_accumulation", "reduce_dtype", "train_metrics")
@@ -309,7 +309,7 @@ STACKS: dict[str, Stack] = {
             kernels="eager",
             overlap_grad_reduce=True,
             reduce_dtype="fp32",
-            loss="upcast",
+            loss="loss_parallel",  # upcast; with tp > 1 DTensor's loss_parallel (disable_loss_parallel False)
             grad_accumulation="fsdp2",  # train.py's accumulation loop keeps gradient sync on (v0.1.0–v0.2.2)
             source="pytorch/torchtitan torchtitan/models/llama/model.py, models/norms.py (composite RMSNorm, complex "
             "RoPE in fp32, repeat_kv before SDPA flash, no dropout) and parallelisms/parallelize_llama.py "

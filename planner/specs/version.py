@@ -366,4 +366,11 @@ from __future__ import annotations
 #:    Errors with the shipped residuals (+ = priced faster), 2025-06 async-TP benchmark: 8B rowwise vanilla/async
 #:    +16.0/+19.5 → +13.4/+9.6 %, 70B rowwise async +16.5 → +5.9 % (vanilla, full AC, unchanged +5.3 %), 8B
 #:    tensorwise +7.4/+5.5 → +7.1/+5.1 %; torchao README 8B rowwise/tensorwise +7.7/+2.6 → +6.5/+1.7 %.
-COST_MODEL_VERSION = 64
+#: 66: torchtitan's cross-entropy under TP as DTensor's ``loss_parallel`` runs it (``Stack.loss = "loss_parallel"``,
+#:    ``memory.loss_buffer_bytes``): torch 2.6.0 ``distributed/tensor/parallel/loss.py:364-411`` (the same at 2.13.0
+#:    :470-518) holds the saved log-softmax output, ``zeros_like`` of it and the two temporaries of
+#:    ``(grad_input + exp(x)) * grad_output`` in its backward: 16 bytes per [T, V/t] logit (was 12, aten's fused
+#:    kernels' three fp32 tensors; unchanged with tp = 1). Memory only: torchtitan 2412 Llama 3.1 70B 2D 71.9 GiB
+#:    published, 63.8 → 72.0 predicted (−11.3 → +0.1 %), 2D + async TP 67.6: −5.6 → +6.5 %, 405B interleaved 72.7:
+#:    −5.9 → −3.1 % (its LM head's rank); no step time moves.
+COST_MODEL_VERSION = 66
