@@ -211,7 +211,7 @@ FINGERPRINTS = {
     64: "3c7598aba8e3939f",  # 64 (torchtitan rowwise async TP's unfused all-gathers, op-SAC's rerun FP8 casts): no
     # reference runs FP8 on torchtitan; tests/test_fp8_rowwise_titan.py
     66: "3c7598aba8e3939f",  # 66 (torchtitan's loss_parallel cross-entropy, 16 bytes a logit): memory only, no
-    # reference plans torchtitan with tp > 1; tests/test_loss_parallel_memory.py
+    # reference plans torchtitan with tp > 1; tests/test_titan_loss_pp_memory.py
 }
 
 

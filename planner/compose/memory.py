@@ -8,7 +8,8 @@
 * activations: saved bytes per layer (from the profile or ``planner.workload.analytic``) × copies alive at
   each of the schedule's activation peaks (1F1B: rank i holds min(pp − i, m); GPipe: m; interleaved:
   counted from the Megatron order), plus the embedding's and the LM head's;
-* buffers: the loss's tensors on the last rank (``loss_buffer_bytes``), p2p send/recv buffers, one
+* buffers: the loss's tensors on the last rank (``loss_buffer_bytes``), p2p send/recv buffers (and what the pipeline
+  runtime keeps of every micro-batch, ``compose.pp_kept``), one
   layer's rematerialised activations under recomputation, ZeRO-3's gathered layers and gradient
   buffers (``zero3_buffer_bytes``);
 * reserve: 1 GiB (CUDA context, NCCL and cuBLAS workspaces) + 5 % of the above (allocator
@@ -319,15 +320,17 @@ def memory_terms(
     live: tuple[tuple[tuple[int, int], ...], ...],
     k: Sequence[Count] | None = None,
     done: tuple[tuple[int, ...], ...] | None = None,
+    kept: int = 0,
 ) -> MemoryTerms[Count]:
     """Rank r of class ``c`` at the cut ``n``; ``live``: the rank's activation peaks
     (``cost.live_vectors_cached``); ``k``: each chunk's MoE layers (``chunk_moe``); ``done``: per peak, the chunks
-    whose gradients exist there (``ClassCosts.done``; None: all, at every peak)."""
+    whose gradients exist there (``ClassCosts.done``; None: all, at every peak); ``kept``: the rank's
+    ``ClassCosts.kept`` (``kept_bytes``), in its buffers."""
     k = chunk_moe(s, n, k)
     return MemoryTerms(
         rank_states(s, c, n, r, k),
         [rank_activations(s, c, n, vec, k) for vec in live],
-        rank_buffers(s, c, r),
+        rank_buffers(s, c, r) + kept,
         [0 for _ in live] if done is None else [pending_grads(s, c, n, r, d, k) for d in done],
     )
 
@@ -348,13 +351,19 @@ def rank_memory(cc: ClassCosts, n: Sequence[int], r: int, k: Sequence[int] | Non
                 pend[d] = pending_grads(s, c, n, r, d, k)
         at = zip(cc.live[r], cc.done[r])
         top = max([sum([x * one[ch] for ch, x in vec]) - pend[d] for vec, d in at])
-    return rank_states(s, c, n, r, k) + top + rank_buffers(s, c, r)
+    return rank_states(s, c, n, r, k) + top + rank_buffers(s, c, r) + kept_bytes(cc, r)
+
+
+def kept_bytes(cc: ClassCosts, r: int) -> int:
+    """What the pipeline runtime keeps of every micro-batch on rank r (``compose.pp_kept``; 0 where it keeps none)."""
+    return cc.kept[r] if cc.kept else 0
 
 
 def reported_peak(cc: ClassCosts, n: Sequence[int], r: int) -> tuple[MemoryTerms[int], int, tuple[int, ...] | None]:
     """Rank r's memory terms, the index of the peak ``stage_memory`` reports (the first of the highest) and the
     chunks whose gradients exist there (None: all of them)."""
-    t = memory_terms(cc.shared, cc.cand, n, r, cc.live[r], done=None if cc.done is None else cc.done[r])
+    done = None if cc.done is None else cc.done[r]
+    t = memory_terms(cc.shared, cc.cand, n, r, cc.live[r], done=done, kept=kept_bytes(cc, r))
     at = peaks(t)
     i = at.index(max(at))
     return t, i, None if cc.done is None else cc.done[r][i]

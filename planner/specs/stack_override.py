@@ -64,6 +64,12 @@ class StackOverride(Spec):
     norm_kernel: Literal["eager", "fused"] | None = Field(
         default=None, description="Norm kernels alone (eager or fused); unset: as kernels."
     )
+    pp_kept_outputs: bool | None = Field(
+        default=None,
+        description="Whether the pipeline runtime keeps every micro-batch's stage output (the logits on the last "
+        "stage) and a gradient receive buffer per micro-batch until the step ends (torch.distributed.pipelining "
+        "before pytorch#153383, torchtitan before return_outputs=False).",
+    )
     selective_ac: Literal["op"] | int | None = Field(
         default=None,
         description="What recompute 'selective' means with titan activations (torchtitan's selective_ac_option): "

@@ -37,7 +37,7 @@ LossKind = Literal["fp32_logits", "upcast", "fused", "loss_parallel"]
 #: The fields an inline stack may override (all but ``id``, ``title`` and ``source``).
 OVERRIDABLE: tuple[str, ...] = ("attention", "flash_kernel", "dropout", "activations", "kernels", "overlap_grad_reduce")
 OVERRIDABLE += ("selective_ac", "norm_kernel", "loss", "nccl", "grad_accumulation", "reduce_dtype", "train_metrics")
-OVERRIDABLE += ("overlap_param_gather", "optimizer_dtype")
+OVERRIDABLE += ("overlap_param_gather", "optimizer_dtype", "pp_kept_outputs")
 
 
 class Stack(BaseModel):
@@ -62,8 +62,8 @@ class Stack(BaseModel):
     reduce_dtype: ReduceDtype = "param"
     #: where the fp32 master weights live under mixed precision (``memory.state_bytes``)
     param_layout: ParamLayout = "master"
-    #: what the loss holds at its backward (``memory.loss_buffer_bytes``)
-    loss: LossKind = "fp32_logits"
+    loss: LossKind = "fp32_logits"  # what the loss holds at its backward (``memory.loss_buffer_bytes``)
+    pp_kept_outputs: bool = False  # pipelining keeps each micro-batch's outputs to the step's end (``compose.pp_kept``)
     tp_collectives: Literal["megatron", "per_linear"] = "megatron"
     dp_collectives: Literal["buckets", "modules"] = "buckets"
     step_reductions: bool = False

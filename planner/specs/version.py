@@ -372,5 +372,10 @@ from __future__ import annotations
 #:    ``(grad_input + exp(x)) * grad_output`` in its backward: 16 bytes per [T, V/t] logit (was 12, aten's fused
 #:    kernels' three fp32 tensors; unchanged with tp = 1). Memory only: torchtitan 2412 Llama 3.1 70B 2D 71.9 GiB
 #:    published, 63.8 → 72.0 predicted (−11.3 → +0.1 %), 2D + async TP 67.6: −5.6 → +6.5 %, 405B interleaved 72.7:
-#:    −5.9 → −3.1 % (its LM head's rank); no step time moves.
+#:    −5.9 → −3.1 % (its LM head's rank); no step time moves. And ``Stack.pp_kept_outputs`` (``compose.pp_kept``, off in
+#:    every preset; bench sets it on the 2024-12 torchtitan PP rows): torch.distributed.pipelining before
+#:    pytorch#153383 keeps every micro-batch's stage output (the logits on the last stage) and one gradient receive
+#:    buffer per micro-batch (torch 2.6.0 ``stage.py:703``, :293-302, :1462-1480): 405B 1F1B −18.4 → −13.7 %, Table 6
+#:    CP 1/2/4/8 −10.6/−7.3/−8.1/−15.3 → −5.5/−4.6/−5.4/−12.8 %, interleaved −3.1 → +11.1 % (the planner's interleaved
+#:    order is Megatron's, all forwards first at m = pp; torch's warms up fewer: docs/planner.md).
 COST_MODEL_VERSION = 66
