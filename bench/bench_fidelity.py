@@ -657,6 +657,10 @@ def stack_of(row: dict[str, Any]) -> str | dict[str, Any]:
             over["norm_kernel"] = "fused"
         if row["parallel"]["recompute"] == "selective-layer":
             over["selective_ac"] = TITAN_SELECTIVE_LAYER_K
+        if row["source_group"] in TITAN_PP_GROUPS and (row["parallel"].get("pp") or 1) > 1:
+            # 9dec370 train.py:285-292 calls pp_schedule.step() of torch 1963fc8 (2024-12), before pytorch#153383
+            # and torchtitan's return_outputs=False: every micro-batch's outputs kept to the step's end (pp_kept)
+            over["pp_kept_outputs"] = True
         return {"base": "torchtitan", **over} if over else "torchtitan"
     if row["stack"] == "composer-fsdp":
         # llm-foundry's MPT: eager PyTorch under FSDP (the bundled runtime's pattern) with its default loss, flash-attn's

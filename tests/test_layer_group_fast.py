@@ -107,7 +107,7 @@ def former_layer_group(ctx: Context, key: tuple) -> LayerGroup:
         recompute_tmp={"none": 0, "selective": max(0, saved.none - saved.selective), "full": saved.none}.get(
             recompute, tmp
         ),
-        logits_fp32=loss_buffer_bytes(ctx.stack, mbs * seq, vocab_local, ctx.elt),
+        logits_fp32=loss_buffer_bytes(ctx.stack, mbs * seq, vocab_local, ctx.elt, tp),
         acts=Affine(0, int(kept), lp_emb.saved_activation_bytes.none, lp_head.saved_activation_bytes.none),
         flops=(blk.flops_fwd + blk.flops_bwd, emb.flops_fwd + emb.flops_bwd, head.flops_fwd + head.flops_bwd),
         fwd_ep=Affine(0, ns(x.a2a_fwd)) if x else Affine(),

@@ -212,6 +212,8 @@ FINGERPRINTS = {
     # reference runs FP8 on torchtitan; tests/test_fp8_rowwise_titan.py
     65: "3c7598aba8e3939f",  # 65 (Composer's per-batch train-metric sync): no reference has train metrics;
     # tests/test_metric_sync.py
+    66: "3c7598aba8e3939f",  # 66 (torchtitan's loss_parallel cross-entropy, 16 bytes a logit): memory only, no
+    # reference plans torchtitan with tp > 1; tests/test_titan_loss_pp_memory.py
 }
 
 

@@ -23,6 +23,7 @@ from planner.compose.context import Context
 from planner.compose.context_parallel import class_terms
 from planner.compose.grad_peaks import Done, live_and_done, schedule_peaks
 from planner.compose.memory import rank_memory
+from planner.compose.pp_kept import kept_outputs
 from planner.compose.simulate import SimResult, chunk_ranks, simulate
 from planner.compose.step_end import EndTerms, end_terms, rank_end
 from planner.compose.terms import SharedTerms, ns
@@ -183,6 +184,7 @@ class ClassCosts:
     #: per rank, aligned with ``live``: the chunks whose gradients exist at each peak (``grad_peaks.live_and_done``);
     #: None where the gradients are held throughout (``SharedTerms.grads`` NOTHING)
     done: Done | None = None
+    kept: tuple[int, ...] = ()  # per rank, what the pipeline runtime keeps of every micro-batch (``pp_kept``)
 
     @property
     def moe_prefix(self) -> tuple[int, ...] | None:
@@ -336,6 +338,7 @@ def _class_costs(ctx: Context, c: Candidate) -> ClassCosts:
         b_moe_cp=s.bwd_cp.moe,
         f_moe_ep=s.fwd_ep.moe,
         b_moe_ep=s.bwd_ep.moe,
+        kept=kept_outputs(ctx, c, s, m),
     )
 
 

@@ -128,7 +128,7 @@ def _dense_parts(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, tpo:
         (blk_tp_b, emb_tp_b, head_tp_b),
         f_more,
         b_more,
-        loss_buffer_bytes(ctx.stack, mbs * seq, vocab_local, ctx.elt),  # the loss's tensors (stack's)
+        loss_buffer_bytes(ctx.stack, mbs * seq, vocab_local, ctx.elt, tp),  # the loss's tensors (stack's)
     )
 
 

@@ -8,7 +8,8 @@
 * activations: saved bytes per layer (from the profile or ``planner.workload.analytic``) × copies alive at
   each of the schedule's activation peaks (1F1B: rank i holds min(pp − i, m); GPipe: m; interleaved:
   counted from the Megatron order), plus the embedding's and the LM head's;
-* buffers: the loss's tensors on the last rank (``loss_buffer_bytes``), p2p send/recv buffers, one
+* buffers: the loss's tensors on the last rank (``loss_buffer_bytes``), p2p send/recv buffers (and what the pipeline
+  runtime keeps of every micro-batch, ``compose.pp_kept``), one
   layer's rematerialised activations under recomputation, ZeRO-3's gathered layers and gradient
   buffers (``zero3_buffer_bytes``);
 * reserve: 1 GiB (CUDA context, NCCL and cuBLAS workspaces) + 5 % of the above (allocator
@@ -103,7 +104,7 @@ def remainder_state_bytes(optimizer: str) -> int:
     return REMAINDER_BYTES + 4 * MOMENTS[optimizer]
 
 
-def loss_buffer_bytes(stack: Stack, tokens: int, vocab_local: int, elt: int = 2) -> int:
+def loss_buffer_bytes(stack: Stack, tokens: int, vocab_local: int, elt: int = 2, tp: int = 1) -> int:
     """Bytes the loss holds at its peak on the LM head's rank, beyond the saved activations.
 
     * ``loss="upcast"`` (torchtitan, train.py at 9dec370: ``cross_entropy(pred.flatten(0, 1).float(),
@@ -117,8 +118,17 @@ def loss_buffer_bytes(stack: Stack, tokens: int, vocab_local: int, elt: int = 2)
     * ``loss="fused"`` (flash-attn's Triton ``cross_entropy``, llm-foundry's default ``fused_crossentropy``:
       llmfoundry/models/mpt/modeling_mpt.py at 4952183): the loss reads the 16-bit logits, keeps them and one fp32
       log-sum-exp per row, and its backward writes a 16-bit gradient: 2 × ``elt`` bytes per logit;
+    * ``loss="loss_parallel"`` (torchtitan: "upcast" run under ``loss_parallel()`` whenever tp > 1, 9dec370
+      ``parallelisms/parallel_dims.py`` ``loss_parallel_enabled``, ``train.py`` ``train_context``; the LM head's
+      ``ColwiseParallel(output_layouts=Shard(-1))``, ``parallelize_llama.py:138-142``): DTensor's handlers replace
+      aten's fused kernels (torch 2.6.0 ``distributed/tensor/parallel/loss.py``, the same at 2.13.0): the backward
+      ``_nll_loss_and_log_softmax_backward`` (:364-411) holds the saved log-softmax output x, ``grad_input =
+      zeros_like(x)``, and the two temporaries of ``(grad_input + torch.exp(x)) * grad_output`` at once: four fp32
+      [T, V/t] tensors, 16 bytes per logit (its forward ``_log_softmax``, :127-151, holds the bf16 logits, the fp32
+      copy, ``shifted`` and ``exp(shifted)`` or the result: 14). With tp = 1: "upcast";
     * other stacks: the fp32 logits of the loss (one [T, V/t] fp32 tensor)."""
-    per_logit = {"upcast": 12, "fused": 2 * elt}.get(stack.loss, 4)
+    kind = "upcast" if stack.loss == "loss_parallel" and tp == 1 else stack.loss
+    per_logit = {"upcast": 12, "loss_parallel": 16, "fused": 2 * elt}.get(kind, 4)
     return tokens * vocab_local * per_logit
 
 
@@ -310,15 +320,17 @@ def memory_terms(
     live: tuple[tuple[tuple[int, int], ...], ...],
     k: Sequence[Count] | None = None,
     done: tuple[tuple[int, ...], ...] | None = None,
+    kept: int = 0,
 ) -> MemoryTerms[Count]:
     """Rank r of class ``c`` at the cut ``n``; ``live``: the rank's activation peaks
     (``cost.live_vectors_cached``); ``k``: each chunk's MoE layers (``chunk_moe``); ``done``: per peak, the chunks
-    whose gradients exist there (``ClassCosts.done``; None: all, at every peak)."""
+    whose gradients exist there (``ClassCosts.done``; None: all, at every peak); ``kept``: the rank's
+    ``ClassCosts.kept`` (``kept_bytes``), in its buffers."""
     k = chunk_moe(s, n, k)
     return MemoryTerms(
         rank_states(s, c, n, r, k),
         [rank_activations(s, c, n, vec, k) for vec in live],
-        rank_buffers(s, c, r),
+        rank_buffers(s, c, r) + kept,
         [0 for _ in live] if done is None else [pending_grads(s, c, n, r, d, k) for d in done],
     )
 
@@ -339,13 +351,19 @@ def rank_memory(cc: ClassCosts, n: Sequence[int], r: int, k: Sequence[int] | Non
                 pend[d] = pending_grads(s, c, n, r, d, k)
         at = zip(cc.live[r], cc.done[r])
         top = max([sum([x * one[ch] for ch, x in vec]) - pend[d] for vec, d in at])
-    return rank_states(s, c, n, r, k) + top + rank_buffers(s, c, r)
+    return rank_states(s, c, n, r, k) + top + rank_buffers(s, c, r) + kept_bytes(cc, r)
+
+
+def kept_bytes(cc: ClassCosts, r: int) -> int:
+    """What the pipeline runtime keeps of every micro-batch on rank r (``compose.pp_kept``; 0 where it keeps none)."""
+    return cc.kept[r] if cc.kept else 0
 
 
 def reported_peak(cc: ClassCosts, n: Sequence[int], r: int) -> tuple[MemoryTerms[int], int, tuple[int, ...] | None]:
     """Rank r's memory terms, the index of the peak ``stage_memory`` reports (the first of the highest) and the
     chunks whose gradients exist there (None: all of them)."""
-    t = memory_terms(cc.shared, cc.cand, n, r, cc.live[r], done=None if cc.done is None else cc.done[r])
+    done = None if cc.done is None else cc.done[r]
+    t = memory_terms(cc.shared, cc.cand, n, r, cc.live[r], done=done, kept=kept_bytes(cc, r))
     at = peaks(t)
     i = at.index(max(at))
     return t, i, None if cc.done is None else cc.done[r][i]

@@ -23,7 +23,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from planner.compose.cost import Candidate, ClassCosts, Evaluation, evaluate
-from planner.compose.memory import memory_terms, peaks
+from planner.compose.memory import kept_bytes, memory_terms, peaks
 from planner.compose.simulate import Op
 from planner.compose.step_end import end_parts, end_terms
 from planner.search import chains, columns, portfolio
@@ -163,7 +163,7 @@ def cut_model(cc: ClassCosts) -> CutModel:
         for part in end_parts(end_terms(s, c, n, r, cm.k)):
             model.add(cm.end >= part)
         done = None if cc.done is None else cc.done[r]  # the chunks whose gradients exist at each peak
-        for peak in peaks(memory_terms(s, c, n, r, cc.live[r], cm.k, done)):  # memory at every activation peak
+        for peak in peaks(memory_terms(s, c, n, r, cc.live[r], cm.k, done, kept_bytes(cc, r))):  # at every peak
             model.add(peak <= cc.usable_bytes)
     if c.schedule == "gpipe":  # its exact closed form (simulate.gpipe_makespan)
         mf = model.new_int_var(0, horizon, "max_f")

@@ -64,16 +64,23 @@ class StackOverride(Spec):
     norm_kernel: Literal["eager", "fused"] | None = Field(
         default=None, description="Norm kernels alone (eager or fused); unset: as kernels."
     )
+    pp_kept_outputs: bool | None = Field(
+        default=None,
+        description="Whether the pipeline runtime keeps every micro-batch's stage output (the logits on the last "
+        "stage) and a gradient receive buffer per micro-batch until the step ends (torch.distributed.pipelining "
+        "before pytorch#153383, torchtitan before return_outputs=False).",
+    )
     selective_ac: Literal["op"] | int | None = Field(
         default=None,
         description="What recompute 'selective' means with titan activations (torchtitan's selective_ac_option): "
         "'op' (op-level policy) or k (every k-th block fully recomputed).",
     )
 
-    loss: Literal["fp32_logits", "upcast", "fused"] | None = Field(
+    loss: Literal["fp32_logits", "upcast", "fused", "loss_parallel"] | None = Field(
         default=None,
         description="What the loss holds: fp32_logits (one fp32 copy), upcast (cross_entropy of logits.float(): "
-        "three fp32 tensors at its backward) or fused (a fused cross-entropy kernel over the 16-bit logits).",
+        "three fp32 tensors at its backward), fused (a fused cross-entropy kernel over the 16-bit logits) or "
+        "loss_parallel (upcast; with tp > 1 through DTensor's loss_parallel: four fp32 tensors at its backward).",
     )
     nccl: Literal["2.10", "2.23"] | None = Field(
         default=None,

@@ -33,11 +33,11 @@ Kernels = Literal["eager", "fused", "compiled"]
 NormKernel = Literal["eager", "fused"]
 ReduceDtype = Literal["param", "fp32", "fp32_bf16"]
 ParamLayout = Literal["master", "fsdp2"]
-LossKind = Literal["fp32_logits", "upcast", "fused"]
+LossKind = Literal["fp32_logits", "upcast", "fused", "loss_parallel"]
 #: The fields an inline stack may override (all but ``id``, ``title`` and ``source``).
 OVERRIDABLE: tuple[str, ...] = ("attention", "flash_kernel", "dropout", "activations", "kernels", "overlap_grad_reduce")
 OVERRIDABLE += ("selective_ac", "norm_kernel", "loss", "nccl", "grad_accumulation", "reduce_dtype", "train_metrics")
-OVERRIDABLE += ("overlap_param_gather", "optimizer_dtype")
+OVERRIDABLE += ("overlap_param_gather", "optimizer_dtype", "pp_kept_outputs")
 
 
 class Stack(BaseModel):
@@ -62,8 +62,8 @@ class Stack(BaseModel):
     reduce_dtype: ReduceDtype = "param"
     #: where the fp32 master weights live under mixed precision (``memory.state_bytes``)
     param_layout: ParamLayout = "master"
-    #: what the loss holds at its backward (``memory.loss_buffer_bytes``)
-    loss: LossKind = "fp32_logits"
+    loss: LossKind = "fp32_logits"  # what the loss holds at its backward (``memory.loss_buffer_bytes``)
+    pp_kept_outputs: bool = False  # pipelining keeps each micro-batch's outputs to the step's end (``compose.pp_kept``)
     tp_collectives: Literal["megatron", "per_linear"] = "megatron"
     dp_collectives: Literal["buckets", "modules"] = "buckets"
     step_reductions: bool = False
@@ -309,7 +309,7 @@ STACKS: dict[str, Stack] = {
             kernels="eager",
             overlap_grad_reduce=True,
             reduce_dtype="fp32",
-            loss="upcast",
+            loss="loss_parallel",  # upcast; with tp > 1 DTensor's loss_parallel (disable_loss_parallel False)
             grad_accumulation="fsdp2",  # train.py's accumulation loop keeps gradient sync on (v0.1.0–v0.2.2)
             source="pytorch/torchtitan torchtitan/models/llama/model.py, models/norms.py (composite RMSNorm, complex "
             "RoPE in fp32, repeat_kv before SDPA flash, no dropout) and parallelisms/parallelize_llama.py "

@@ -372,4 +372,16 @@ from __future__ import annotations
 #:    all-gather whose post hook copies each rank's slice out): per state a 1-byte all-reduce, 2 × world launches and
 #:    the ring all-gather, exposed (the device is idle between batches). 2 metrics × 2 scalar states on llm-foundry's
 #:    MPT: 0.4 ms at 8 GPUs, 4.3 ms at 128, 16.7 ms at 512. Only ``train_metrics`` stacks (the MPT rows) move.
-COST_MODEL_VERSION = 65
+#: 66: torchtitan's cross-entropy under TP as DTensor's ``loss_parallel`` runs it (``Stack.loss = "loss_parallel"``,
+#:    ``memory.loss_buffer_bytes``): torch 2.6.0 ``distributed/tensor/parallel/loss.py:364-411`` (the same at 2.13.0
+#:    :470-518) holds the saved log-softmax output, ``zeros_like`` of it and the two temporaries of
+#:    ``(grad_input + exp(x)) * grad_output`` in its backward: 16 bytes per [T, V/t] logit (was 12, aten's fused
+#:    kernels' three fp32 tensors; unchanged with tp = 1). Memory only: torchtitan 2412 Llama 3.1 70B 2D 71.9 GiB
+#:    published, 63.8 → 72.0 predicted (−11.3 → +0.1 %), 2D + async TP 67.6: −5.6 → +6.5 %, 405B interleaved 72.7:
+#:    −5.9 → −3.1 % (its LM head's rank); no step time moves. And ``Stack.pp_kept_outputs`` (``compose.pp_kept``, off in
+#:    every preset; bench sets it on the 2024-12 torchtitan PP rows): torch.distributed.pipelining before
+#:    pytorch#153383 keeps every micro-batch's stage output (the logits on the last stage) and one gradient receive
+#:    buffer per micro-batch (torch 2.6.0 ``stage.py:703``, :293-302, :1462-1480): 405B 1F1B −18.4 → −13.7 %, Table 6
+#:    CP 1/2/4/8 −10.6/−7.3/−8.1/−15.3 → −5.5/−4.6/−5.4/−12.8 %, interleaved −3.1 → +11.1 % (the planner's interleaved
+#:    order is Megatron's, all forwards first at m = pp; torch's warms up fewer: docs/planner.md).
+COST_MODEL_VERSION = 66
