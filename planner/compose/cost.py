@@ -93,8 +93,7 @@ class Candidate:
     def variant(self, **changes: object) -> Candidate:
         """``replace(self, **changes)`` without the frozen ``__init__``, as ``family`` copies (``changes``: fields of
         the same types, not checked)."""
-        d = self.__dict__.copy()  # a dict's copy: ~3× faster than ``update`` of an empty instance dict
-        d.update(changes)
+        d = self.__dict__ | changes  # a dict's copy: ~3× faster than ``update`` of an empty instance dict
         d.pop("_hash", None)
         c = object.__new__(Candidate)
         _SET(c, "__dict__", d)
