@@ -183,21 +183,8 @@ def class_terms(ctx: Context, c: Candidate) -> SharedTerms:
 
 
 def cp_key(c: Candidate) -> tuple:
-    """The fields ``class_terms`` reads of a CP class: its memo's key."""
-    return (
-        c.micro_batch_size,
-        c.tp,
-        c.sequence_parallel,
-        c.recompute,
-        c.zero_stage,
-        c.dp,
-        c.cp,
-        c.cp_comm,
-        c.chunks > 1,
-        c.tp_comm_overlap,
-        c.ep,
-        c.etp,
-    )
+    """The fields ``class_terms`` reads of a CP class, its memo's key: ``terms.shared_key``'s and the exchange's."""
+    return (*shared_key(c), c.cp, c.cp_comm)
 
 
 def cp_base(ctx: Context, c: Candidate) -> SharedTerms:
