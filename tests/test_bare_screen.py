@@ -19,7 +19,7 @@ from planner.compose.recompute_modules import MODULES
 from planner.compose.terms import SharedTerms
 from planner.search.bare_screen import bare_fit
 from planner.search.space import enumerate_candidates
-from planner.specs import PlanRequest
+from tests.plan_support import search_request
 
 REQUESTS = [
     ("deepseek-v3", "h100-sxm5-80gb", 256, 8, 15360, 4096, {"stack": "megatron"}, 13),
@@ -49,13 +49,7 @@ def read(s: SharedTerms) -> tuple:
 @pytest.mark.parametrize("spec", REQUESTS, ids=lambda s: s[0])
 def test_bare_screen(spec: tuple) -> None:
     model, gpu, nodes, gpn, gbs, seq, extra, step = spec
-    req = PlanRequest.model_validate(
-        {
-            "model": model,
-            "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
-            "training": {"global_batch_size": gbs, "seq_len": seq, **extra},
-        }
-    )
+    req = search_request(model, gpu, nodes, gpn, gbs, seq, extra)
     ctx = context(req)
     cands = enumerate_candidates(ctx, req.parallel, req.options)
     modes = sorted({c.recompute for c in cands})

@@ -34,6 +34,7 @@ from planner.search.space import enumerate_candidates, enumerate_classes
 from planner.specs import PlanRequest
 from planner.specs.vocab import local_vocab
 from planner.workload.ops import MOE_BLOCK
+from tests.plan_support import search_request
 
 CASES = [  # the cases of issue 23/24/26's speed list, on their clusters
     ("deepseek-v3", "h100-sxm5-80gb", 256, 8, 15360, 4096, {"stack": "megatron"}),
@@ -51,16 +52,6 @@ CASES = [  # the cases of issue 23/24/26's speed list, on their clusters
         {"precision": "fp8", "fp8_recipe": "tensorwise", "stack": "torchtitan"},
     ),
 ]
-
-
-def request(model, gpu, nodes, gpn, gbs, seq, training) -> PlanRequest:
-    return PlanRequest.model_validate(
-        {
-            "model": model,
-            "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
-            "training": {"global_batch_size": gbs, "seq_len": seq, **training},
-        }
-    )
 
 
 def former_layer_group(ctx: Context, key: tuple) -> LayerGroup:
@@ -142,7 +133,7 @@ def points(ctx: Context, req: PlanRequest) -> set[tuple]:
 
 @pytest.mark.parametrize("case", CASES)
 def test_layer_groups_and_moe_floors_as_before(case) -> None:
-    req = request(*case)
+    req = search_request(*case)
     ctx, fresh = context(req), context(req)  # the former code on a context of its own
     kinds = block_sequence(ctx)[0]
     seen = moe = 0
@@ -187,7 +178,7 @@ def test_a_family_item_is_keyed_by_its_first_groups_floor(case, monkeypatch: pyt
     """Every FAMILY item the queue unfolds (the search's pops and the probe's scan) has the floor key of its group's
     first member as its bound (what ``members`` now reads instead of pricing it again), and the queue's probe scan
     and pops are those of the former ``members``."""
-    req = request(*case)
+    req = search_request(*case)
     members = frontier.Frontier.members
     checked = []
 
@@ -225,7 +216,7 @@ def test_layer_times_price_the_analytic_parts_once(case, monkeypatch: pytest.Mon
     the request's classes in every view (CP, window; torchtitan's op-level selective share on the FP8 case)."""
     from planner.pricing import layer_times as lt
 
-    req = request(*case)
+    req = search_request(*case)
 
     def every(ctx: Context) -> dict[tuple, object]:
         out = {}
@@ -283,7 +274,7 @@ def former_pop(self):
 def test_the_queue_pops_as_with_push_then_pop(case, monkeypatch: pytest.MonkeyPatch) -> None:
     """``Frontier.pop`` with ``heappushpop`` pops the same items, in the same order, as pushing every re-keyed item
     and popping the least, to the queue's end (every class, the re-keyed one-cut classes among them)."""
-    req = request(*case)
+    req = search_request(*case)
 
     def run() -> list:
         ctx = context(req)
@@ -306,7 +297,7 @@ def test_a_window_view_shares_the_contexts_dense_parts_but_the_block(case) -> No
     classes (CP views at 64K tokens); and a layer group of the windowed kind is priced from it."""
     from planner.compose.layer_group import _dense_parts, window_parts
 
-    req = request(*case)
+    req = search_request(*case)
     ctx, fresh = context(req), context(req)
     n = 0
     for cp, mbs, tp, sp, rec, tpo, ep, etp in sorted(points(ctx, req)):

@@ -9,6 +9,7 @@ import planner.search.screens as screens
 from planner.answer.request import context
 from planner.search.space import enumerate_candidates
 from planner.specs import PlanRequest
+from tests.plan_support import search_request
 
 REQUESTS = [
     ("llama3-70b", "h100-sxm5-80gb", 8, 8, 1024, 8192, {}),
@@ -20,13 +21,7 @@ REQUESTS = [
 @pytest.mark.parametrize("spec", REQUESTS, ids=lambda s: s[0])
 def test_prescreen_same_verdict(spec: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
     model, gpu, nodes, gpn, gbs, seq, extra = spec
-    req = PlanRequest.model_validate(
-        {
-            "model": model,
-            "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
-            "training": {"global_batch_size": gbs, "seq_len": seq, **extra},
-        }
-    )
+    req = search_request(model, gpu, nodes, gpn, gbs, seq, extra)
     ctx = context(req)
     cands = [c for c in enumerate_candidates(ctx, req.parallel, req.options) if c.pp > 1][::3]
     with_pre = [screens._quick_may_fit(ctx, c, None) for c in cands]
@@ -75,13 +70,7 @@ def test_summed_caps_are_layer_caps(spec: tuple) -> None:
     from planner.search.prescreen import heaviest, peak_sums
 
     model, gpu, nodes, gpn, gbs, seq, extra = spec
-    req = PlanRequest.model_validate(
-        {
-            "model": model,
-            "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
-            "training": {"global_batch_size": gbs, "seq_len": seq, **extra},
-        }
-    )
+    req = search_request(model, gpu, nodes, gpn, gbs, seq, extra)
     ctx = context(req)
     checked = 0
     for c in enumerate_candidates(ctx, req.parallel, req.options)[::7]:
@@ -127,13 +116,7 @@ def test_summed_done_caps_are_layer_caps(spec: tuple) -> None:
 
     model, gpu, nodes, gpn, gbs, seq, extra = spec
     extra = {k: v for k, v in extra.items() if v is not None}
-    req = PlanRequest.model_validate(
-        {
-            "model": model,
-            "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
-            "training": {"global_batch_size": gbs, "seq_len": seq, **extra},
-        }
-    )
+    req = search_request(model, gpu, nodes, gpn, gbs, seq, extra)
     ctx = context(req)
     checked = 0
     for c in enumerate_candidates(ctx, req.parallel, req.options)[::5]:
@@ -162,13 +145,7 @@ def test_class_caps_are_layer_caps(spec: tuple) -> None:
     from planner.compose.cost import class_costs
 
     model, gpu, nodes, gpn, gbs, seq, extra = spec
-    req = PlanRequest.model_validate(
-        {
-            "model": model,
-            "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
-            "training": {"global_batch_size": gbs, "seq_len": seq, **extra},
-        }
-    )
+    req = search_request(model, gpu, nodes, gpn, gbs, seq, extra)
     ctx = context(req)
     cands = enumerate_candidates(ctx, req.parallel, req.options)
     for c in cands[:: max(1, len(cands) // 40)]:
@@ -213,13 +190,7 @@ WARM_REQUESTS = [
 
 def _ctx_cands(spec: tuple) -> tuple:
     model, gpu, nodes, gpn, gbs, seq, extra = spec
-    req = PlanRequest.model_validate(
-        {
-            "model": model,
-            "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
-            "training": {"global_batch_size": gbs, "seq_len": seq, **extra},
-        }
-    )
+    req = search_request(model, gpu, nodes, gpn, gbs, seq, extra)
     ctx = context(req)
     return ctx, enumerate_candidates(ctx, req.parallel, req.options)
 

@@ -11,7 +11,7 @@ from planner.compose.context_parallel import class_terms
 from planner.compose.cost import num_microbatches
 from planner.search.bounds import pipe_bound, quick_bound
 from planner.search.space import enumerate_candidates
-from planner.specs import PlanRequest
+from tests.plan_support import search_request
 
 REQUESTS = [
     # (model, gpu, nodes, gpus per node, gbs, seq, training extras, every k-th class)
@@ -25,13 +25,7 @@ REQUESTS = [
 @pytest.mark.parametrize("spec", REQUESTS)
 def test_quick_bound_is_class_terms_pipe_bound(spec: tuple) -> None:
     model, gpu, nodes, gpn, gbs, seq, extra, every = spec
-    req = PlanRequest.model_validate(
-        {
-            "model": model,
-            "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
-            "training": {"global_batch_size": gbs, "seq_len": seq, **extra},
-        }
-    )
+    req = search_request(model, gpu, nodes, gpn, gbs, seq, extra)
     fast, slow = context(req), context(req)  # each on its own context: nothing shared between the two ways
     cands = enumerate_candidates(fast, req.parallel, req.options)[::every]
     assert sum(c.cp > 1 for c in cands) > 20
@@ -51,13 +45,7 @@ def test_frontier_quick_memo_is_by_class() -> None:
     from planner.search.frontier import Frontier
 
     model, gpu, nodes, gpn, gbs, seq, extra, _ = REQUESTS[2]
-    req = PlanRequest.model_validate(
-        {
-            "model": model,
-            "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
-            "training": {"global_batch_size": gbs, "seq_len": seq, **extra},
-        }
-    )
+    req = search_request(model, gpu, nodes, gpn, gbs, seq, extra)
     ctx = context(req)
     cands = enumerate_candidates(ctx, req.parallel, req.options)
     queue = Frontier(ctx, req.parallel, cands)
