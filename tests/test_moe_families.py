@@ -26,6 +26,7 @@ from planner.search.driver import one_cut
 from planner.search.families import chain
 from planner.search.space import enumerate_candidates, enumerate_classes
 from planner.specs import ParallelPins, PlanRequest, SearchOptions
+from tests.plan_support import search_request
 from tests.test_expert_floor import random_instance
 
 CASES = [  # bench_plan's mixtures of experts and bench_plan_wide's, on their clusters
@@ -39,13 +40,7 @@ CASES = [  # bench_plan's mixtures of experts and bench_plan_wide's, on their cl
 
 
 def request(model, gpu, nodes, gpn, gbs, seq, stack) -> PlanRequest:
-    return PlanRequest.model_validate(
-        {
-            "model": model,
-            "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
-            "training": {"global_batch_size": gbs, "seq_len": seq, "stack": stack},
-        }
-    )
+    return search_request(model, gpu, nodes, gpn, gbs, seq, {"stack": stack})
 
 
 def check_families(ctx: Context, pins: ParallelPins, options: SearchOptions) -> int:

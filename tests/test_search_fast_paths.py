@@ -10,6 +10,7 @@ from planner.answer.request import context
 from planner.search.seed_pool import seed_pool
 from planner.search.space import enumerate_candidates
 from planner.specs import ParallelPins, PlanRequest
+from tests.plan_support import search_request
 
 CASES = [
     ("llama3-70b", 8, {}),
@@ -20,13 +21,7 @@ CASES = [
 
 
 def _request(model: str, nodes: int, training: dict) -> PlanRequest:
-    return PlanRequest.model_validate(
-        {
-            "model": model,
-            "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": nodes, "gpus_per_node": 8},
-            "training": {"global_batch_size": 256, "seq_len": 4096, **training},
-        }
-    )
+    return search_request(model, "h100-sxm5-80gb", nodes, 8, 256, 4096, training)
 
 
 def former_pool(cands, gpn):

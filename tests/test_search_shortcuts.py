@@ -22,6 +22,7 @@ from planner.search.bounds import layer_caps, lean_bound
 from planner.search.screens import kinds_fit
 from planner.search.space import enumerate_candidates, simplicity
 from planner.specs import ParallelPins, PlanRequest, SearchOptions
+from tests.plan_support import search_request
 
 #: (model, gpu, nodes, gpus per node, global batch, sequence, stack or None): bench_plan's two slowest requests, a
 #: dense one and a model of two block kinds
@@ -33,10 +34,7 @@ REQUESTS = [
 
 
 def _request(model: str, gpu: str, nodes: int, gpn: int, gbs: int, seq: int, stack: str | None) -> PlanRequest:
-    training = {"global_batch_size": gbs, "seq_len": seq, **({"stack": stack} if stack else {})}
-    return PlanRequest.model_validate(
-        {"model": model, "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn}, "training": training}
-    )
+    return search_request(model, gpu, nodes, gpn, gbs, seq, {"stack": stack} if stack else None)
 
 
 def _sample(cands: list[Candidate], k: int, seed: int) -> list[Candidate]:

@@ -15,6 +15,7 @@ from planner.compose.context_parallel import cp_view
 from planner.compose.terms import kind_terms, shared_key
 from planner.search.space import enumerate_candidates
 from planner.specs import ParallelPins, PlanRequest, SearchOptions
+from tests.plan_support import search_request
 
 CASES = [
     ("gpt-oss-120b", "h100-sxm5-80gb", 8, 8, 512, 4096, "megatron"),
@@ -25,13 +26,7 @@ CASES = [
 
 
 def request(model, gpu, nodes, gpn, gbs, seq, stack) -> PlanRequest:
-    return PlanRequest.model_validate(
-        {
-            "model": model,
-            "cluster": {"gpu": gpu, "num_nodes": nodes, "gpus_per_node": gpn},
-            "training": {"global_batch_size": gbs, "seq_len": seq, "stack": stack},
-        }
-    )
+    return search_request(model, gpu, nodes, gpn, gbs, seq, {"stack": stack})
 
 
 @pytest.mark.parametrize("case", CASES)
