@@ -214,6 +214,8 @@ FINGERPRINTS = {
     # tests/test_metric_sync.py
     66: "3c7598aba8e3939f",  # 66 (torchtitan's loss_parallel cross-entropy, 16 bytes a logit): memory only, no
     # reference plans torchtitan with tp > 1; tests/test_titan_loss_pp_memory.py
+    67: "3c7598aba8e3939f",  # 67 (torch.distributed.pipelining's interleaved warm-up, torchtitan): memory only, no
+    # reference plans torchtitan interleaved; tests/test_pp_order.py
 }
 
 

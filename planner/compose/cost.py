@@ -1,13 +1,12 @@
 """The cost model of one configuration class: its integer coefficients (``ClassCosts``) and the exact
 objective of a complete configuration (class + stage cut, ``evaluate``).
 
-A *class* (``Candidate``) fixes everything but the stage cut: tp, pp, dp, micro-batch size,
-schedule, virtual stages, recomputation, sequence parallelism and ZeRO stage. Given the class,
-every quantity the objective needs is an integer affine function of the layer counts ``n_c`` of
-the chunks, built by one function each from the class's ``terms.SharedTerms``: chunk times
-(``chunk_times``), a rank's end of step (``step_end.end_terms``) and its memory (``memory.memory_terms``).
-The simulation (``evaluate``), the brute force, the bounds and the CP-SAT model consume those very
-functions: times in nanoseconds, memory in bytes. Per-layer compute is ``planner.pricing.layer_times``.
+A *class* (``Candidate``) fixes everything but the stage cut: tp, pp, dp, micro-batch size, schedule, virtual stages,
+recomputation, sequence parallelism and ZeRO stage. Given the class, every quantity the objective needs is an integer
+affine function of the layer counts ``n_c`` of the chunks, built by one function each from the class's
+``terms.SharedTerms``: chunk times (``chunk_times``), a rank's end of step (``step_end.end_terms``) and its memory
+(``memory.memory_terms``). The simulation (``evaluate``), the brute force, the bounds and the CP-SAT model consume those
+very functions: times in nanoseconds, memory in bytes. Per-layer compute is ``planner.pricing.layer_times``.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from planner.compose.context_parallel import class_terms
 from planner.compose.grad_peaks import Done, live_and_done, schedule_peaks
 from planner.compose.memory import rank_memory
 from planner.compose.pp_kept import kept_outputs
+from planner.compose.pp_order import peak_schedule
 from planner.compose.simulate import SimResult, chunk_ranks, simulate
 from planner.compose.step_end import EndTerms, end_terms, rank_end
 from planner.compose.terms import SharedTerms, ns
@@ -223,11 +223,11 @@ def live_vectors_cached(schedule: str, pp: int, v: int, m: int) -> Live:
 
 
 def class_peaks(s: SharedTerms, c: Candidate, m: int) -> tuple[Live, Done | None]:
-    """The class's activation peaks and, where its gradients exist only from a chunk's first backward on
-    (``SharedTerms.grads``), the chunks done at each (``grad_peaks.live_and_done``)."""
+    """The activation peaks of the class's order as its stack runs it (``pp_order.peak_schedule``) and, where its
+    gradients exist only from a chunk's first backward on (``SharedTerms.grads``), the chunks done at each."""
     if s.grads == NOTHING:
-        return live_vectors_cached(c.schedule, c.pp, c.virtual_stages, m), None
-    return live_and_done(c.schedule, c.pp, c.virtual_stages, m)
+        return live_vectors_cached(peak_schedule(s, c), c.pp, c.virtual_stages, m), None
+    return live_and_done(peak_schedule(s, c), c.pp, c.virtual_stages, m)
 
 
 def live_vectors(schedule: str, pp: int, v: int, m: int) -> list[list[dict[int, int]]]:

@@ -8,23 +8,26 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.compose.pp_order import CAPPED, INTERLEAVED, interleaved_warmup
+
 #: ``rank_states``' distinct states: (seen, copies alive, done) by local chunk index, in order of first occurrence
 States = list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
 
 
 def rank_arrays(schedule: str, pp: int, v: int, m: int, i: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rank i's order as (is a forward, local chunk index c // pp) per op, as ``simulate.rank_orders`` has it."""
+    """Rank i's order as (is a forward, local chunk index c // pp) per op, as ``simulate.rank_orders`` has it
+    (``pp_order.CAPPED``: interleaved 1F1B without Megatron-LM's all-forwards rule at m = pp)."""
     if schedule == "gpipe":
         return np.repeat(np.array([True, False]), m), np.zeros(2 * m, dtype=np.int64)
     if schedule == "1f1b":
         warm = min(pp - i - 1, m)
         fwd = np.concatenate([np.ones(warm, bool), np.tile([True, False], m - warm), np.zeros(warm, bool)])
         return fwd, np.zeros(2 * m, dtype=np.int64)
-    if schedule == "interleaved-1f1b":
+    if schedule in INTERLEAVED:
         if m % pp:
             raise ValueError(f"interleaved 1F1B needs the number of micro-batches ({m}) divisible by pp ({pp})")
         total = m * v
-        warm = total if m == pp else min(2 * (pp - i - 1) + (v - 1) * pp, total)
+        warm = interleaved_warmup(pp, v, m, i, schedule != CAPPED)  # ``pp_order``
         k = np.arange(total)
         f_chunk, b_chunk = (k // pp) % v, v - 1 - (k // pp) % v
         steady = total - warm

@@ -65,8 +65,7 @@ class SharedTerms:
     #: ns per micro-batch of a chunk: compute + blocking TP comm (+ ZeRO-3 gathers beyond it)
     fwd: Affine
     bwd: Affine  # including recomputation
-    #: the TP-communication part of ``fwd``/``bwd`` (for the breakdown)
-    fwd_tp: Affine
+    fwd_tp: Affine  # the TP-communication part of ``fwd``/``bwd`` (for the breakdown)
     bwd_tp: Affine
     #: the ZeRO-3 part of ``fwd``/``bwd``: its per-layer parameter gathers (and gradient reduce-scatters)
     #: beyond the layer's compute + TP comm, i.e. the exposed data-parallel communication (for the breakdown)
@@ -74,11 +73,9 @@ class SharedTerms:
     bwd_z3: Affine
     fwd_ep: Affine  # the EP all-to-all part of ``fwd``/``bwd`` (for the breakdown; MoE blocks)
     bwd_ep: Affine
-    #: bytes: model states of the rank's parameters; saved activations per live micro-batch copy
-    states: Affine
+    states: Affine  # bytes: model states of the rank's parameters; saved activations per live micro-batch copy
     acts: Affine
-    #: ns at the end of the step: DP gradient sync, optimizer step, ZeRO-1/2 parameter all-gather
-    sync: Affine
+    sync: Affine  # ns at the end of the step: DP gradient sync, optimizer step, ZeRO-1/2 parameter all-gather
     opt: Affine
     post: Affine
     state_bytes: StateBytes  # per parameter, by kind
@@ -112,6 +109,7 @@ class SharedTerms:
     #: ``Stack.overlap_param_gather``: (1 − σ)·fwd and σ·post (``step_end.param_gather_parts``); else NOTHING
     hidden_fwd: Affine = Affine()
     post_slowdown: Affine = Affine()
+    all_warmup: bool = True  # ``Stack.interleaved_all_warmup``: the memory peaks' interleaved order (``pp_order``)
 
     def own_head(self, c: Candidate) -> bool:
         """Whether the LM head has parameters of its own (tied to the embedding on a single chunk)."""
@@ -363,6 +361,7 @@ def kind_terms(ctx: Context, key: SharedKey, kind: str, memory_only: bool = Fals
         chunk_grad_sync=ctx.stack.overlap_grad_reduce and how.finalize_grads == "megatron",
         hidden_fwd=scaled(fwd, 1 - slow) if ctx.stack.overlap_param_gather else NOTHING,
         post_slowdown=scaled(post, slow) if ctx.stack.overlap_param_gather else NOTHING,
+        all_warmup=ctx.stack.interleaved_all_warmup,
     )
 
 
@@ -397,4 +396,5 @@ def memory_terms_of(
         flops_layer=0.0,
         flops_emb=0.0,
         flops_head=0.0,
+        all_warmup=ctx.stack.interleaved_all_warmup,
     )

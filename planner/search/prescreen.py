@@ -21,6 +21,7 @@ from functools import lru_cache
 from planner.compose.context import Context
 from planner.compose.cost import Live, live_vectors_cached
 from planner.compose.grad_peaks import Done, live_and_done
+from planner.compose.pp_order import interleaved_warmup
 
 #: Per rank, per peak: (copies alive in all, of chunk 0, of the last chunk, the least of the rank's chunks' or 0 when
 #: one of them has none alive)
@@ -74,16 +75,17 @@ def shape_sums(schedule: str, pp: int, v: int, m: int, grads: bool) -> Sums | Do
     return done_sums_of(live, done, pp * v)
 
 
-def warm_peaks(pp: int, v: int, m: int) -> tuple[Live, Done]:
-    """Per rank i, its peak at the end of Megatron's interleaved warm-up (``screens.interleaved_peak_copies``: after
-    its first n = min(2(pp − i − 1) + (v − 1)·pp + 1, m·v) forwards, all m·v when m = pp; a backward or the end follows),
+def warm_peaks(pp: int, v: int, m: int, all_warmup: bool = True) -> tuple[Live, Done]:
+    """Per rank i, its peak at the end of the interleaved warm-up (``screens.interleaved_peak_copies``: after its
+    first n = min(2(pp − i − 1) + (v − 1)·pp + 1, m·v) forwards, all m·v when m = pp in Megatron's order, ``all_warmup``,
+    not in torch's nor Megatron-core's since 2024-11: ``compose.pp_order``; a backward or the end follows),
     as one ``Live`` peak with no chunk done: forward k runs local chunk (k // pp) mod v (``peak_walk.rank_arrays``), so
     chunk j has pp copies per full period of pp·v forwards and min(pp, rest − j·pp) of the rest.
     ``tests/test_prescreen.py`` checks it is a state of every rank's walk (``peak_walk.walk_states``)."""
     live = []
     for i in range(pp):
         total = m * v
-        warm = total if m == pp else min(2 * (pp - i - 1) + (v - 1) * pp, total)
+        warm = interleaved_warmup(pp, v, m, i, all_warmup)
         n = total if warm == total else warm + 1
         full, rest = divmod(n, pp * v)
         copies = [full * pp + min(pp, max(0, rest - j * pp)) for j in range(v)]
@@ -92,9 +94,9 @@ def warm_peaks(pp: int, v: int, m: int) -> tuple[Live, Done]:
 
 
 @lru_cache(maxsize=4096)
-def warm_sums(pp: int, v: int, m: int, grads: bool) -> Sums | DoneSums:
+def warm_sums(pp: int, v: int, m: int, grads: bool, all_warmup: bool = True) -> Sums | DoneSums:
     """The ``Sums`` (``DoneSums`` with ``grads``) of ``warm_peaks``."""
-    live, done = warm_peaks(pp, v, m)
+    live, done = warm_peaks(pp, v, m, all_warmup)
     return done_sums_of(live, done, pp * v) if grads else sums_of(live, pp * v)
 
 

@@ -16,6 +16,7 @@ from planner.compose.context_parallel import memory_class_terms, ring_buffer_byt
 from planner.compose.cost import Candidate, ClassCosts, Live, class_peaks, live_vectors_cached, num_microbatches
 from planner.compose.grad_peaks import Done
 from planner.compose.memory import chunk_moe, pending_grads, rank_buffers, rank_memory, rank_states
+from planner.compose.pp_order import interleaved_warmup, peak_schedule
 from planner.compose.terms import NOTHING, SharedTerms
 from planner.search.bare_screen import bare_may_fit
 from planner.search.prescreen import DoneSums, Sums, done_sums, heaviest, peak_sums, shape_sums, warm_sums
@@ -120,7 +121,7 @@ def summed_done_caps(s: SharedTerms, c: Candidate, sums: DoneSums, num_layers: i
 def shape_caps(s: SharedTerms, c: Candidate, m: int, grads: bool, num_layers: int, usable: int) -> Iterator[int]:
     """``layer_caps`` at every peak of the class's schedule shape (``cost.class_peaks``: ``grads``, its chunks done
     count), from the shape's ``prescreen.shape_sums``."""
-    sums = shape_sums(c.schedule, c.pp, c.virtual_stages, m, grads)
+    sums = shape_sums(peak_schedule(s, c), c.pp, c.virtual_stages, m, grads)
     if grads:
         return summed_done_caps(s, c, sums, num_layers, usable)  # type: ignore[arg-type]
     return summed_caps(s, c, sums, num_layers, usable)  # type: ignore[arg-type]
@@ -230,11 +231,12 @@ def fits_at(cc: ClassCosts, n: list[int]) -> bool:
     return max(rank_memory(cc, n, r) for r in range(cc.cand.pp)) <= cc.usable_bytes
 
 
-def interleaved_peak_copies(p: int, v: int, m: int, i: int) -> int:
-    """Chunk activations alive at rank i's peak under Megatron's interleaved order (its warm-up
-    2(p − i − 1) + (v − 1)p forwards, then one more before the first backward; all m·v when m = p)."""
+def interleaved_peak_copies(p: int, v: int, m: int, i: int, all_warmup: bool = True) -> int:
+    """Chunk activations alive at rank i's peak under the interleaved order (its warm-up
+    2(p − i − 1) + (v − 1)p forwards, then one more before the first backward; all m·v when m = p in Megatron's,
+    ``all_warmup``, not in torch's nor Megatron-core's since 2024-11: ``compose.pp_order``)."""
     total = m * v
-    warm = total if m == p else min(2 * (p - i - 1) + (v - 1) * p, total)
+    warm = interleaved_warmup(p, v, m, i, all_warmup)
     return total if warm == total else warm + 1
 
 
@@ -285,7 +287,7 @@ def warm_rules_out(s: SharedTerms, c: Candidate, m: int, num_layers: int, usable
     if c.virtual_stages == 1 or c.schedule != "interleaved-1f1b" or m % c.pp:
         return False
     grads = s.grads != NOTHING  # ``cost.class_peaks``: the chunks done count
-    sums = warm_sums(c.pp, c.virtual_stages, m, grads)
+    sums = warm_sums(c.pp, c.virtual_stages, m, grads, s.all_warmup)
     if grads:
         caps = summed_done_caps(s, c, sums, num_layers, usable)  # type: ignore[arg-type]
     else:
@@ -301,7 +303,7 @@ def _quick_may_fit(ctx: Context, c: Candidate, cut: list[int] | None) -> bool:
         if warm_rules_out(s, c, m, ctx.model.num_layers, usable):
             return False  # at each rank's warm-up peak alone (``prescreen.warm_sums``: its peaks never walked)
         (live, done), L = class_peaks(s, c, m), ctx.model.num_layers
-        key = (c.schedule, c.pp, c.virtual_stages, m, done is None)
+        key = (peak_schedule(s, c), c.pp, c.virtual_stages, m, done is None)
         if len(live[0]) > 1:  # first at each rank's heaviest peak alone (``prescreen``: rules out no more)
             top, top_done = heaviest(ctx, live, done, key)
             if top_done is None:
@@ -331,7 +333,7 @@ def cut_fits(
     k = chunk_moe(s, cut, None)
     for r in range(c.pp) if ranks is None else sorted({x % c.pp for x in ranks}):
         copies = (
-            interleaved_peak_copies(c.pp, c.virtual_stages, m, r)
+            interleaved_peak_copies(c.pp, c.virtual_stages, m, r, s.all_warmup)
             if c.virtual_stages > 1
             else live_vectors_cached(c.schedule, c.pp, 1, m)[r][0][0][1]
         )  # its one peak: ((r, copies),)

@@ -27,8 +27,7 @@ from planner.specs.config import RUNNABLE_CP_COMMS, RUNNABLE_SCHEDULES, CpComm, 
 
 Attention = Literal["flash", "unfused"]
 ActivationFormula = Literal["zoo", "te", "titan"]
-#: torchtitan's ``selective_ac_option``: "op" or k (every k-th block fully recomputed).
-SelectiveAc = Literal["op"] | int
+SelectiveAc = Literal["op"] | int  # torchtitan's ``selective_ac_option``: "op" or k (every k-th block recomputed)
 Kernels = Literal["eager", "fused", "compiled"]
 NormKernel = Literal["eager", "fused"]
 ReduceDtype = Literal["param", "fp32", "fp32_bf16"]
@@ -64,11 +63,11 @@ class Stack(BaseModel):
     param_layout: ParamLayout = "master"
     loss: LossKind = "fp32_logits"  # what the loss holds at its backward (``memory.loss_buffer_bytes``)
     pp_kept_outputs: bool = False  # pipelining keeps each micro-batch's outputs to the step's end (``compose.pp_kept``)
+    interleaved_all_warmup: bool = True  # interleaved 1F1B: every forward first when m = pp (``compose.pp_order``)
     tp_collectives: Literal["megatron", "per_linear"] = "megatron"
     dp_collectives: Literal["buckets", "modules"] = "buckets"
     step_reductions: bool = False
-    #: reductions after the DP sync as Megatron-core's ``finalize_model_grads`` issues them
-    #: (``workload.collectives.megatron_finalize``)
+    #: the reductions of Megatron-core's ``finalize_model_grads`` (``workload.collectives.megatron_finalize``)
     finalize_grads: Literal["none", "megatron"] = "none"
     #: schedules whose pipeline send/recv block both ends (``compose.cost``: on the action, not an async lag)
     p2p_blocking: tuple[Schedule, ...] = ()
@@ -311,6 +310,7 @@ STACKS: dict[str, Stack] = {
             reduce_dtype="fp32",
             loss="loss_parallel",  # upcast; with tp > 1 DTensor's loss_parallel (disable_loss_parallel False)
             grad_accumulation="fsdp2",  # train.py's accumulation loop keeps gradient sync on (v0.1.0–v0.2.2)
+            interleaved_all_warmup=False,  # torch.distributed.pipelining's ScheduleInterleaved1F1B (``pp_order``)
             source="pytorch/torchtitan torchtitan/models/llama/model.py, models/norms.py (composite RMSNorm, complex "
             "RoPE in fp32, repeat_kv before SDPA flash, no dropout) and parallelisms/parallelize_llama.py "
             "(op-level selective AC _save_list, FSDP2 reduce_dtype float32) at 9dec370; FSDP2 reduce-scatters "

@@ -384,4 +384,11 @@ from __future__ import annotations
 #:    buffer per micro-batch (torch 2.6.0 ``stage.py:703``, :293-302, :1462-1480): 405B 1F1B −18.4 → −13.7 %, Table 6
 #:    CP 1/2/4/8 −10.6/−7.3/−8.1/−15.3 → −5.5/−4.6/−5.4/−12.8 %, interleaved −3.1 → +11.1 % (the planner's interleaved
 #:    order is Megatron's, all forwards first at m = pp; torch's warms up fewer: docs/planner.md).
-COST_MODEL_VERSION = 66
+#: 67: interleaved 1F1B's warm-up as torch.distributed.pipelining runs it (``Stack.interleaved_all_warmup`` false on the
+#:    torchtitan preset; ``compose.pp_order``): torch 2.6.0 ``ScheduleInterleaved1F1B`` (``pipelining/schedules.py:1943-1956``; the
+#:    same in 2.13.0 ``_get_warmup_ops``) warms rank i up with (v − 1)·pp + 2(pp − 1 − i) forwards, capped at m·v, with no
+#:    all-forwards case at m = pp (Megatron-LM's ``all_warmup_microbatches``, which the planner's order keeps for every
+#:    other stack). Memory peaks only (``peak_walk``, ``prescreen.warm_peaks``, ``screens.interleaved_peak_copies``);
+#:    the time simulation keeps Megatron's order. torchtitan 2412 405B interleaved (pp 8, v 2, m 8): 72.7 GiB
+#:    published, 80.8 → 77.5 predicted (+11.1 → +6.6 %: its last rank holds 8 + 1 chunk micro-batches, was 16).
+COST_MODEL_VERSION = 67
