@@ -117,13 +117,38 @@ def test_no_wide_portfolio_without_its_budget() -> None:
     assert portfolio.try_portfolio(model, time.perf_counter() + 60, [0.1, 0.1, 0.0], 0.1) is None
     assert portfolio.try_portfolio(model, time.perf_counter() + 60, [0.1, 0.1], 0.1) is None
     runs = []
-    for _ in range(2):
+    for _ in range(2):  # the same model built twice (the same request): the same runs
+        model, _n, _data = instance(3)
         budget = [0.1, 0.1, 0.1]
         out = portfolio.try_portfolio(model, time.perf_counter() + 60, budget, 0.1)
         runs.append(None if out is None else (out[0], out[1].best_objective_bound, tuple(budget)))
-    assert runs[0] == runs[1]
+    assert runs[0] == runs[1] and runs[0] is not None
     big = cp_model.CpModel()
     n = [big.new_int_var(1, 20, f"n{c}") for c in range(portfolio.WIDE_CHUNKS + 1)]
     big.add(sum(n) == 20)
     big.minimize(n[0])
     assert portfolio.try_portfolio(big, time.perf_counter() + 60, [0.1, 0.1, 0.1], 0.1) is None
+
+
+def test_a_class_the_default_search_proved_runs_no_portfolio_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``portfolio.SETTLED``: once a run of the default search proves a wide model (its class's model, to which later
+    rounds add chains), its later solves run no portfolio search and pay nothing from the side budget; a small model
+    is not affected."""
+    monkeypatch.setattr(portfolio, "DEFAULT_DET", 1e-7)  # else the default search's first run proves these
+    monkeypatch.setattr(cutsolver, "PRESOLVE_AFTER_DET", 1e-7)
+    seed = next(
+        s for s in range(30) if portfolio.try_portfolio(instance(s)[0], time.perf_counter() + 60, [1.0] * 3, 1.0)
+    )
+    model, n, data = instance(seed)
+    assert model not in portfolio.SETTLED
+    portfolio.settled(model, cp_model.OPTIMAL, cp_model.CpSolver())  # as ``cutsolver.solve`` notes a model it proved
+    budget = [1.0, 1.0, 1.0]
+    assert portfolio.try_portfolio(model, time.perf_counter() + 60, budget, 1.0) is None and budget == [1.0] * 3
+    check(*cutsolver.solve(model, 1, False, time.perf_counter() + 60, 1.0, budget), n, data, brute_force(data))
+    assert budget[1:] == [1.0, 1.0]  # the default search with presolve proved it, on the shared budget
+    small = cp_model.CpModel()
+    x = [small.new_int_var(1, 20, f"n{c}") for c in range(portfolio.MAX_CHUNKS)]
+    small.add(sum(x) == 20)
+    small.minimize(x[0] - x[1])
+    portfolio.settled(small, cp_model.OPTIMAL, cp_model.CpSolver())
+    assert portfolio.try_portfolio(small, time.perf_counter() + 60, [1.0, 1.0, 1.0], 1.0) is not None

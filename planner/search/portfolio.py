@@ -24,12 +24,16 @@ every model of that size: of the 9–12-chunk models of the wide benchmark that 
 with presolve proves NeMo 24.07 Llama 3 70B's in det 0.0121 and 0.0263, the portfolio search in 0.0573 and 0.0431; a
 portfolio run of up to det 0.06 (``PORTFOLIO_DET``) charges the shared budget more and leaves a later round of that
 class unproven (first plan 10.893 → 10.912 s). A portfolio run that fails costs up to det 0.015 (one failed attempt
-of ``DEFAULT_DET`` + ``WIDE_DET`` per request), so a request whose models the default search proves pays at most that.
+of ``DEFAULT_DET`` + ``WIDE_DET`` per request), and only a class none of whose models the default search has proven
+without the portfolio search (``settled``: without presolve within ``cutsolver.PRESOLVE_AFTER_DET``, or with it within
+``DEFAULT_DET``) runs it: a class whose earlier, smaller models the default search proved runs as before (Llama 3 8B
+on 8 H100: its v3 class's fifth model, which neither search proves within these caps, 0.036 s CPU less).
 """
 
 from __future__ import annotations
 
 import time
+import weakref
 from typing import Any
 
 from ortools.sat.python import cp_model
@@ -55,6 +59,18 @@ WIDE_SIDE = DEFAULT_DET + WIDE_DET
 SIDES = (SIDE, WIDE_SIDE)
 
 
+#: Cut models of more than ``MAX_CHUNKS`` chunks that a run of the default search proved (one model per class:
+#: ``cutsolver.solve_class`` adds each round's chains to it), held weakly: their later rounds run no portfolio search.
+SETTLED: weakref.WeakSet = weakref.WeakSet()
+
+
+def settled(model: cp_model.CpModel, st: Any, solver: cp_model.CpSolver) -> tuple:
+    """``(st, solver)``: a solve's result without the portfolio search; a model it proves is noted in ``SETTLED``."""
+    if st in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
+        SETTLED.add(model)
+    return st, solver
+
+
 def cp_solver(deadline: float, det: float, presolve: bool, branching: Any = None) -> cp_model.CpSolver:
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
@@ -75,7 +91,7 @@ def try_portfolio(model: cp_model.CpModel, deadline: float, budget: list[float] 
     (status, solver) where either proves the model OPTIMAL or INFEASIBLE; else None, and the default search runs on
     with presolve on the shared budget, as before."""
     chunks = sum(v.name[:1] == "n" for v in model.proto.variables)  # ``cutsolver.cut_model``'s n0, n1, …
-    if chunks > WIDE_CHUNKS:
+    if chunks > WIDE_CHUNKS or (chunks > MAX_CHUNKS and model in SETTLED):
         return None
     side, pf_det = (1, PORTFOLIO_DET) if chunks <= MAX_CHUNKS else (2, WIDE_DET)
     for cap, presolve, branching in ((DEFAULT_DET, True, None), (pf_det, False, cp_model.PORTFOLIO_SEARCH)):
@@ -84,6 +100,6 @@ def try_portfolio(model: cp_model.CpModel, deadline: float, budget: list[float] 
         solver = cp_solver(deadline, min(cap, budget[side], det), presolve, branching)
         st = solver.solve(model)
         if st in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
-            return st, solver  # charged to the shared budget by the caller, as any solve
+            return settled(model, st, solver) if branching is None else (st, solver)  # charged as any solve
         budget[side] -= solver.deterministic_time  # a run that proves nothing: paid from its side budget
     return None
