@@ -91,7 +91,8 @@ def test_no_portfolio_search_without_its_budget() -> None:
 
 
 def test_only_small_models() -> None:
-    """A model of more than ``MAX_CHUNKS`` chunks (``cutsolver.cut_model``'s n0, n1, …) runs the default search only."""
+    """A model of more than ``MAX_CHUNKS`` chunks (``cutsolver.cut_model``'s n0, n1, …) runs the default search only
+    on a budget list without the third entry (``WIDE_SIDE``: ``tests/test_portfolio_wide.py``)."""
     model = cp_model.CpModel()
     n = [model.new_int_var(1, 20, f"n{c}") for c in range(portfolio.MAX_CHUNKS + 1)]
     model.add(sum(n) == 20)

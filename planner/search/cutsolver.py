@@ -205,7 +205,7 @@ def solve(
     solver.parameters.max_deterministic_time = min(PRESOLVE_AFTER_DET, det if det is not None else PRESOLVE_AFTER_DET)
     st = solver.solve(model)
     if st in (cp_model.OPTIMAL, cp_model.INFEASIBLE) or solver.deterministic_time < PRESOLVE_AFTER_DET:
-        return st, solver  # solved, or out of wall time (or of its budget)
+        return portfolio.settled(model, st, solver)  # solved (``portfolio``: its class notes it), or out of time/budget
     left = None if det is None else det - solver.deterministic_time
     if num_workers == 1 and left is not None and (out := portfolio.try_portfolio(model, deadline, budget, left)):
         return out  # a small budgeted model proven by a run ``portfolio`` adds

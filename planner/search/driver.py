@@ -32,7 +32,7 @@ from planner.search.scope import time_limit_note, unsearched
 from planner.search.seed_pool import seed_pool
 from planner.search.space import MAX_VIRTUAL_STAGES, enumerate_classes, forced_cut, min_memory, plan_key
 from planner.search.ties import canonical_plans
-from planner.search.uneven import BUDGET, SIDE, budget, note
+from planner.search.uneven import BUDGET, SIDES, budget, note
 from planner.specs import ParallelPins, SearchOptions
 from planner.specs.layout import even_stage_layers
 
@@ -98,7 +98,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     rest: Iterable[QueueItem] = ()  # classes not reached before the time limit (lazily, by bound)
     unsolved: list[QueueItem] = []  # classes the time limit cut short without a plan
     past_budget: list[ClassResult] = []  # interleaved classes of a free schedule left unproven (``uneven``)
-    left = [BUDGET, SIDE]  # their CP-SAT budget and the portfolio search's (``portfolio``), spent in place
+    left = [BUDGET, *SIDES]  # their CP-SAT budget and the portfolio search's (``portfolio``), spent in place
     duals: dict[tuple, object] = {}  # the interleaved bound's last LP weights, by chain family
     deadline = t0 + options.time_limit_s
 

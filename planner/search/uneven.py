@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from planner.compose.cost import Candidate
 from planner.search.cutsolver import ClassResult
-from planner.search.portfolio import SIDE
+from planner.search.portfolio import SIDES
 from planner.specs import ParallelPins
 
-__all__ = ["SIDE", "budget", "note"]
+__all__ = ["SIDES", "budget", "note"]
 
 #: CP-SAT deterministic time (its own work units) the interleaved classes of a free schedule may spend in all,
 #: best bound first.
