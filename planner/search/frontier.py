@@ -281,7 +281,12 @@ class Frontier:
         i = item.rest
         fb = item.bound  # ``floor(chain.first(i))``, the item's key: the group's members share it (``family_chain``)
         lean = self.lean
-        out = [_item(QueueItem, (max(fb, lean(c)), simplicity(c), _LEAN, 0)) for c in chain[i]]
+        group = chain[i]
+        if len(chain.idx[i]) == 1:  # one (ep, etp) pair: the members differ in ZeRO stage and CP exchange, one lean_key
+            b = max(fb, lean(group[0]))
+            out = [_item(QueueItem, (b, simplicity(c), _LEAN, 0)) for c in group]
+        else:
+            out = [_item(QueueItem, (max(fb, lean(c)), simplicity(c), _LEAN, 0)) for c in group]
         if i + 1 < len(chain):
             nxt = least[i + 1]
             self._families[id(nxt)] = entry
