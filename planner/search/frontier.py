@@ -27,6 +27,7 @@ from planner.compose.context_parallel import cp_view
 from planner.compose.cost import Candidate, Context
 from planner.compose.layer_group import moe_floor
 from planner.search.bounds import cut_bound, floor_bound, lean_bound, quick_bound, quick_may_fit
+from planner.search.dense_families import dense_families
 from planner.search.families import Chain, Family
 from planner.search.families import chain as family_groups
 from planner.search.lean import LeanWeights
@@ -183,8 +184,11 @@ class Frontier:
                 heap.append(_item(QueueItem, (self.floor(chain.first(0)), simplicity(least[0]), _FAMILY, 0)))
             heapq.heapify(heap)
             return
-        if families is not None and not moe:  # a family's classes share their first key: one item for them all
-            cands = self._dense_families(families, floors, layer_floors)
+        if families is not None and not moe:  # a family's classes share their first key: one item (``dense_families``)
+            items, cands = dense_families(ctx, families, floors, layer_floors, self.lean, lean_key)
+            for first_key, head, group in items:
+                self._families[id(head)] = (group, [head])
+                heap.append(_item(QueueItem, (first_key, simplicity(head), _FAMILY, 0)))
         for c in cands:
             k = lean_key(c)
             if moe and not exact_floor:
@@ -208,36 +212,6 @@ class Frontier:
                 b = lean[k] = lean_bound(ctx, c, self._loads, weights=self._weights)
             heap.append(_item(QueueItem, (b, simplicity(c), lean_tag, 0)))
         heapq.heapify(heap)
-
-    def _dense_families(
-        self, families: list[Family], floors: dict[tuple, int | None], layer_floors: dict[tuple, tuple[int, int] | None]
-    ) -> list[Candidate]:
-        """One FAMILY item per family of a model of one block kind (its rows: one class each, a ZeRO stage and CP
-        exchange; every other field, and so ``lean_key``, the same) at the key each member would enter at — a CP
-        class's FLOOR key (``floor_bound``), else its lean bound — and its least member's order (``IN_FAMILY``: the
-        least ``simplicity``), unfolded by ``members`` into its classes at their LEAN keys when it reaches the front:
-        what each member's own item became there (the queue leaves its classes in the order of their final keys
-        however lazily they are raised). Llama 3 405B at 131K tokens queues 6,660 items instead of 40,320. The classes
-        of a family of several (ep, etp) pairs (none on such a model), to be queued one by one as before.
-        ``tests/test_dense_families.py`` checks the pops against the class-by-class queue."""
-        ctx, heap, lean, rest = self.ctx, self.heap, self._lean, []
-        for pairs, rows in families:
-            if len(pairs) != 1:
-                rest += [c for row in rows for c in row]
-                continue
-            c0 = rows[0][0]
-            k = lean_key(c0)
-            b = None
-            if c0.cp > 1:
-                b = floors[k] if k in floors else floors.setdefault(k, floor_bound(ctx, c0, layer_floors))
-            if b is None:
-                b = lean.get(k)
-                if b is None:
-                    b = lean[k] = lean_bound(ctx, c0, self._loads, weights=self._weights)
-            least = min(rows, key=lambda row: (row[0].zero_stage, row[0].cp_comm))[0]
-            self._families[id(least)] = (Chain(rows, [[0]]), [least])
-            heap.append(_item(QueueItem, (b, simplicity(least), _FAMILY, 0)))
-        return rest
 
     def _chains(self, cands: list[Candidate], families: list[Family] | None) -> Iterator[tuple[Chain, list[Candidate]]]:
         """Each family's ``family_chain`` and the least member (``IN_FAMILY``: the least ``simplicity``) of each
@@ -293,6 +267,14 @@ class Frontier:
             out.append(_item(QueueItem, (self.floor(chain.first(i + 1)), simplicity(nxt), _FAMILY, i + 1)))
         return out
 
+    def _raised(self, item: QueueItem) -> QueueItem | None:
+        """A FAMILY item whose one group left is of one (ep, etp) pair (its members share ``lean_key``) at their lean
+        bound, where that is above its key; else None."""
+        chain, i = self._families[id(item.order[-1])][0], item.rest
+        if i + 1 < len(chain) or len(chain.idx[i]) != 1 or (b := self.lean(chain.first(i))) <= item.bound:
+            return None
+        return _item(QueueItem, (b, item.order, _FAMILY, i))
+
     def lean(self, c: Candidate) -> int:
         """``lean_bound``, memoised by ``lean_key``."""
         k = lean_key(c)
@@ -340,6 +322,9 @@ class Frontier:
             if key == _SETTLED:
                 return item
             if key == _FAMILY:
+                if (up := self._raised(item)) is not None:  # at its members' lean bound first (``dense_families``)
+                    item = pushpop(heap, up)
+                    continue
                 *first, last = self.members(item)
                 for member in first:
                     push(heap, member)
