@@ -1,10 +1,10 @@
-"""A model of one block kind queued one item a family (``frontier.Frontier._dense_families``): the classes that differ
-only in ZeRO stage and CP exchange enter as one FAMILY item at the key each would enter at (a CP class's
-``floor_bound``, else its lean bound), raised at the front to their lean bound, then unfolded into its classes at their LEAN keys. Checked against the
-class-by-class queue (``Frontier`` without the families) it replaces: the same classes popped, settled at the same
-bounds, in the same order; the probe's scan (``by_quick_bound``) and ``remaining`` the same — on Megatron CP (Llama 3
-405B at 131,072 tokens), torchtitan's CP with FP8 (its 2024-12 405B row, whose classes have no floor key), a request
-without CP, and the queue's count of items.
+"""A model of one block kind queued one item a family (``search.dense_families``): the classes that differ only in
+ZeRO stage and CP exchange enter as one FAMILY item at the key each would enter at (a CP class's ``floor_bound``, else
+its lean bound), raised at the front to their one lean bound, then unfolded into its classes at their LEAN keys.
+Checked against the class-by-class queue (``Frontier`` without the families) it replaces: the same classes popped,
+settled at the same bounds, in the same order; the probe's scan (``by_quick_bound``) and ``remaining`` the same — on
+Megatron CP (Llama 3 405B at 131,072 tokens), torchtitan's CP with FP8 (its 2024-12 405B row, whose classes have no
+floor key) and a request without CP.
 """
 
 from __future__ import annotations
