@@ -173,6 +173,7 @@ class Frontier:
         # that item is made (by the class's id: the classes are kept alive by the chains, and an item's ``cand`` is
         # that very object); the orders of the groups never reached are never built (DeepSeek-V3: 7,644 of 35,790)
         self._families: dict[int, tuple[Chain, list[Candidate]]] = {}
+        self._dense: set[int] = set()  # those of them ``dense_families`` made (by the same id), raised at the front
         heap, lean, lean_tag, floor_tag = self.heap, self._lean, _LEAN, _FLOOR
         # MoE blocks windowed and full (gpt-oss): ``lean_bound(floor=True)`` prices the layers exactly, as ``lean_bound``
         # (``lean.lean_weights``), so a class enters at its lean bound, not at that floor then re-keyed by the same
@@ -188,6 +189,7 @@ class Frontier:
             items, cands = dense_families(ctx, families, floors, layer_floors, self.lean, lean_key)
             for first_key, head, group in items:
                 self._families[id(head)] = (group, [head])
+                self._dense.add(id(head))
                 heap.append(_item(QueueItem, (first_key, simplicity(head), _FAMILY, 0)))
         for c in cands:
             k = lean_key(c)
@@ -268,12 +270,14 @@ class Frontier:
         return out
 
     def _raised(self, item: QueueItem) -> QueueItem | None:
-        """A FAMILY item whose one group left is of one (ep, etp) pair (its members share ``lean_key``) at their lean
-        bound, where that is above its key; else None."""
-        chain, i = self._families[id(item.order[-1])][0], item.rest
-        if i + 1 < len(chain) or len(chain.idx[i]) != 1 or (b := self.lean(chain.first(i))) <= item.bound:
+        """A FAMILY item of ``dense_families`` (one group of one (ep, etp) pair: its members share ``lean_key``) at
+        their lean bound, where that is above its key; else None (a MoE family's items keep their floor keys)."""
+        if id(item.order[-1]) not in self._dense:
             return None
-        return _item(QueueItem, (b, item.order, _FAMILY, i))
+        chain = self._families[id(item.order[-1])][0]
+        if (b := self.lean(chain.first(0))) <= item.bound:
+            return None
+        return _item(QueueItem, (b, item.order, _FAMILY, 0))
 
     def lean(self, c: Candidate) -> int:
         """``lean_bound``, memoised by ``lean_key``."""
