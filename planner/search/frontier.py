@@ -186,7 +186,7 @@ class Frontier:
             heapq.heapify(heap)
             return
         if families is not None and not moe:  # a family's classes share their first key: one item (``dense_families``)
-            items, cands = dense_families(ctx, families, floors, layer_floors, self.lean, lean_key)
+            items, cands = dense_families(ctx, families, floors, layer_floors, lean_key)
             for first_key, head, group in items:
                 self._families[id(head)] = (group, [head])
                 self._dense.add(id(head))
