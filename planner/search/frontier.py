@@ -27,6 +27,7 @@ from planner.compose.context_parallel import cp_view
 from planner.compose.cost import Candidate, Context
 from planner.compose.layer_group import moe_floor
 from planner.search.bounds import cut_bound, floor_bound, lean_bound, quick_bound, quick_may_fit
+from planner.search.dense_families import dense_families
 from planner.search.families import Chain, Family
 from planner.search.families import chain as family_groups
 from planner.search.lean import LeanWeights
@@ -172,6 +173,7 @@ class Frontier:
         # that item is made (by the class's id: the classes are kept alive by the chains, and an item's ``cand`` is
         # that very object); the orders of the groups never reached are never built (DeepSeek-V3: 7,644 of 35,790)
         self._families: dict[int, tuple[Chain, list[Candidate]]] = {}
+        self._dense: set[int] = set()  # those of them ``dense_families`` made (by the same id), raised at the front
         heap, lean, lean_tag, floor_tag = self.heap, self._lean, _LEAN, _FLOOR
         # MoE blocks windowed and full (gpt-oss): ``lean_bound(floor=True)`` prices the layers exactly, as ``lean_bound``
         # (``lean.lean_weights``), so a class enters at its lean bound, not at that floor then re-keyed by the same
@@ -183,6 +185,12 @@ class Frontier:
                 heap.append(_item(QueueItem, (self.floor(chain.first(0)), simplicity(least[0]), _FAMILY, 0)))
             heapq.heapify(heap)
             return
+        if families is not None and not moe:  # a family's classes share their first key: one item (``dense_families``)
+            items, cands = dense_families(ctx, families, floors, layer_floors, lean_key)
+            for first_key, head, group in items:
+                self._families[id(head)] = (group, [head])
+                self._dense.add(id(head))
+                heap.append(_item(QueueItem, (first_key, simplicity(head), _FAMILY, 0)))
         for c in cands:
             k = lean_key(c)
             if moe and not exact_floor:
@@ -249,12 +257,27 @@ class Frontier:
         i = item.rest
         fb = item.bound  # ``floor(chain.first(i))``, the item's key: the group's members share it (``family_chain``)
         lean = self.lean
-        out = [_item(QueueItem, (max(fb, lean(c)), simplicity(c), _LEAN, 0)) for c in chain[i]]
+        group = chain[i]
+        if len(chain.idx[i]) == 1:  # one (ep, etp) pair: the members differ in ZeRO stage and CP exchange, one lean_key
+            b = max(fb, lean(group[0]))
+            out = [_item(QueueItem, (b, simplicity(c), _LEAN, 0)) for c in group]
+        else:
+            out = [_item(QueueItem, (max(fb, lean(c)), simplicity(c), _LEAN, 0)) for c in group]
         if i + 1 < len(chain):
             nxt = least[i + 1]
             self._families[id(nxt)] = entry
             out.append(_item(QueueItem, (self.floor(chain.first(i + 1)), simplicity(nxt), _FAMILY, i + 1)))
         return out
+
+    def _raised(self, item: QueueItem) -> QueueItem | None:
+        """A FAMILY item of ``dense_families`` (one group of one (ep, etp) pair: its members share ``lean_key``) at
+        their lean bound, where that is above its key; else None (a MoE family's items keep their floor keys)."""
+        if id(item.order[-1]) not in self._dense:
+            return None
+        chain = self._families[id(item.order[-1])][0]
+        if (b := self.lean(chain.first(0))) <= item.bound:
+            return None
+        return _item(QueueItem, (b, item.order, _FAMILY, 0))
 
     def lean(self, c: Candidate) -> int:
         """``lean_bound``, memoised by ``lean_key``."""
@@ -303,6 +326,9 @@ class Frontier:
             if key == _SETTLED:
                 return item
             if key == _FAMILY:
+                if (up := self._raised(item)) is not None:  # at its members' lean bound first (``dense_families``)
+                    item = pushpop(heap, up)
+                    continue
                 *first, last = self.members(item)
                 for member in first:
                     push(heap, member)

@@ -200,7 +200,7 @@ def _enumerate(
                         pairs = expert_options(ctx, pins, tp, dp, sp)
                         if not pairs:
                             continue
-                        ep, etp = pairs[0]
+                        (ep, etp), alone = pairs[0], len(pairs) == 1  # alone: ``family`` is the class itself
                         # one class built by ``__init__``, its ZeRO / CP-exchange / overlap siblings copied from it
                         # (``Candidate.variant``: 21k classes on Llama 3 405B at 131K tokens)
                         base = Candidate(tp, pp, dp, mbs, s, v, rc, sp, 0, False, cp=cp, ep=ep, etp=etp)
@@ -217,7 +217,7 @@ def _enumerate(
                                     if ok is None:
                                         ok = runs_ok[ok_key] = rules.stack_runs_ok(ctx.stack, ctx.model, c)
                                     if ok:
-                                        rows[o].append(row := c.family(pairs))
+                                        rows[o].append(row := [c] if alone else c.family(pairs))
                                         out += row
                         families += [(pairs, r) for r in rows.values() if r]
     if not out and short_1f1b and pins.schedule == "1f1b":
