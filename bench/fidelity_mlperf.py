@@ -241,7 +241,13 @@ def stack(row: dict[str, Any]) -> dict[str, Any] | None:
     reduce-scatter and the parameter all-gather overlapped (apex DistributedFusedAdam overlap_grad_sync /
     overlap_param_sync, conf/optim/distributed_fused_adam.yaml:3-4 in both rounds) and its gradients accumulated and
     reduce-scattered in bf16 (``reduce_dtype: param``: the same file's grad_sync_dtype bf16, apex's contiguous grad
-    buffer in that dtype), where the preset keeps Megatron-core's fp32 main grads under FP8 (cost model 54)."""
+    buffer in that dtype), where the preset keeps Megatron-core's fp32 main grads under FP8 (cost model 54), and
+    interleaved 1F1B running every forward first when the micro-batches equal pp (``interleaved_all_warmup``, cost
+    model 68), as the Megatron-core of both rounds does where the preset's core_v0.16.1 does not: v3.1 Dockerfile:104
+    Megatron-LM df7271285d megatron/core/pipeline_parallel/schedules.py:497-499, v4.0 Dockerfile:87 core_v0.7.0.beta
+    (3c0f3ef38c) :528-530 (and v4.0 custom_callbacks.py:136-138 ``get_microbatch_schedule``, the same rule): the
+    v3.1 1280/1344-node rows (pp 8, 8 micro-batches) and v4.0 1344/1452-node rows (pp 6, 6) run it."""
     if row["source_group"] not in GROUPS or row["stack"] != "megatron":
         return None
-    return {"base": "megatron", "overlap_grad_reduce": True, "overlap_param_gather": True, "reduce_dtype": "param"}
+    over = {"overlap_grad_reduce": True, "overlap_param_gather": True, "reduce_dtype": "param"}
+    return {"base": "megatron", **over, "interleaved_all_warmup": True}

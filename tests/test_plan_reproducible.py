@@ -216,6 +216,8 @@ FINGERPRINTS = {
     # reference plans torchtitan with tp > 1; tests/test_titan_loss_pp_memory.py
     67: "3c7598aba8e3939f",  # 67 (torch.distributed.pipelining's interleaved warm-up, torchtitan): memory only, no
     # reference plans torchtitan interleaved; tests/test_pp_order.py
+    68: "3c7598aba8e3939f",  # 68 (interleaved warm-up per preset's Megatron-core: megatron capped): memory only, no
+    # reference plans interleaved 1F1B at m = pp on the megatron preset; tests/test_pp_order.py
 }
 
 

@@ -20,7 +20,7 @@ from planner.compose.pp_order import CAPPED, interleaved_warmup
 from planner.compose.simulate import rank_orders
 from planner.search.prescreen import warm_peaks
 from planner.search.screens import interleaved_peak_copies
-from planner.specs.stacks import STACKS
+from planner.specs.stacks import STACKS, resolve
 
 
 def torch_rank_ops(pp: int, v: int, m: int, rank: int) -> list[tuple[int, str, int]]:
@@ -120,9 +120,96 @@ def test_warm_peak_is_a_state_of_torchs_walk(pp, v, m):
         assert tuple(counts.get(j * pp + r, 0) for j in range(v)) in {alive for _, alive in acts}
 
 
-def test_torchtitan_preset_runs_torchs_order():
-    assert not STACKS["torchtitan"].interleaved_all_warmup
-    assert all(s.interleaved_all_warmup for k, s in STACKS.items() if k != "torchtitan")
+def megatron_v25_warmup(pp: int, v: int, m: int, rank: int) -> int:
+    """Megatron-LM v2.5 (e269e20064) megatron/schedules.py:163-178, the same at 52e636888c :288-304, core 338af514
+    megatron/core/pipeline_parallel/schedules.py:595-605, df7271285d :493-505 and core_v0.7.0.beta :524-534
+    (``num_microbatches`` there is m·v at v2.5, m in core, where ``total_num_microbatches`` = m·v)."""
+    total = m * v
+    if m == pp:
+        return total
+    warm = (pp - rank - 1) * 2
+    warm += (v - 1) * pp
+    return min(warm, total)
+
+
+def megatron_core_0161_warmup(pp: int, v: int, m: int, rank: int, group: int | None = None) -> int:
+    """Megatron-core core_v0.16.1 ``get_pp_rank_microbatches`` (pipeline_parallel/schedules.py:757-787, interleaved,
+    no MoE overlap), ``microbatch_group_size_per_vp_stage`` = pp when unset (model_parallel_config.py:447-448)."""
+    group = pp if group is None else group
+    total = m * v
+    warm = (pp - rank - 1) * 2
+    warm += (v - 1) * group
+    if warm >= total:
+        warm = total
+    return warm
+
+
+def torch_warmup(pp: int, v: int, m: int, rank: int) -> int:
+    """torch 2.6.0 ScheduleInterleaved1F1B get_rank_warmup_ops (:1926-1928, :1944-1956)."""
+    per_round = m // max(1, m // pp)
+    return min((v - 1) * per_round + 2 * ((pp - 1) - rank), m * v)
+
+
+#: each preset's interleaved 1F1B, as the code its version names runs it (cost model 68)
+PRESET_WARMUP = {
+    "megatron": megatron_core_0161_warmup,
+    "megatron-2021": megatron_v25_warmup,
+    "megatron-2022": megatron_v25_warmup,
+    "nemo-2407": megatron_v25_warmup,
+    "torchtitan": torch_warmup,
+}
+
+
+@pytest.mark.parametrize("preset", sorted(PRESET_WARMUP))
+def test_each_preset_warms_up_as_its_code(preset):
+    stack = STACKS[preset]
+    assert "interleaved-1f1b" in stack.schedules
+    for pp in (2, 3, 4, 6, 8):
+        for v in (2, 3, 5, 12):
+            for m in (pp, 2 * pp, 3 * pp, 16 * pp):
+                for rank in range(pp):
+                    got = interleaved_warmup(pp, v, m, rank, stack.interleaved_all_warmup)
+                    assert got == PRESET_WARMUP[preset](pp, v, m, rank), (pp, v, m, rank)
+
+
+@pytest.mark.parametrize(
+    "pp, v, m, rank, v25, core",
+    [
+        # hand counts: v2.5 / core 338af514: m·v at m = pp; core 0.16.1: 2(pp-1-r) + (v-1)·pp, at most m·v
+        (6, 8, 6, 5, 48, 42),  # MLPerf v4.0 1344 nodes' shape, last rank: 7·6 = 42 of 48
+        (6, 8, 6, 0, 48, 48),  # first rank: 10 + 42 = 52, capped at 48
+        (8, 12, 8, 7, 96, 88),  # MLPerf v3.1 1280 nodes: 11·8 = 88 of 96
+        (8, 12, 8, 3, 96, 96),  # 8 + 88 = 96
+        (8, 5, 128, 7, 32, 32),  # Megatron-Bridge Llama 3 70B (m ≫ pp): the versions agree
+        (4, 2, 8, 0, 10, 10),
+    ],
+)
+def test_versions_by_hand(pp, v, m, rank, v25, core):
+    assert megatron_v25_warmup(pp, v, m, rank) == v25 == interleaved_warmup(pp, v, m, rank, True)
+    assert megatron_core_0161_warmup(pp, v, m, rank) == core == interleaved_warmup(pp, v, m, rank, False)
+    assert torch_warmup(pp, v, m, rank) == core  # core 0.16.1 with the default group = torch's count
+
+
+def test_presets_without_interleaving_and_meshplan():
+    assert STACKS["megatron"].interleaved_all_warmup is False
+    assert STACKS["torchtitan"].interleaved_all_warmup is False
+    assert STACKS["meshplan"].interleaved_all_warmup is True  # unchanged in cost model 68 (a follow-up)
+    for preset in ("megatron-2020", "deepspeed", "deepspeed-2021"):
+        assert "interleaved-1f1b" not in STACKS[preset].schedules
+
+
+def test_mlperf_rows_run_all_warmup():
+    """MLPerf v3.1 (Megatron-LM df7271285d) and v4.0 (core_v0.7.0.beta) keep the m = pp rule; the Megatron-Bridge
+    rows (2025-26 code) run the megatron preset's."""
+    bench = bench_module("bench_fidelity")
+    data = bench.load_all()
+    seen = set()
+    for row in data["runs"]:
+        if row["source_group"] in ("mlperf-3.1", "mlperf-4.0", "megatron-bridge") and row["stack"] == "megatron":
+            stack = resolve(bench.stack_of(bench.mlperf_row(row)))
+            assert stack.interleaved_all_warmup is row["source_group"].startswith("mlperf")
+            seen.add(row["source_group"])
+    assert seen == {"mlperf-3.1", "mlperf-4.0", "megatron-bridge"}
 
 
 def test_405b_interleaved_row_last_rank_bytes():

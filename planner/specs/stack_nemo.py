@@ -45,6 +45,8 @@ NEMO_2407 = Stack(
         # no --recompute-modules: Megatron-core 338af514 (2024-07-23) predates it (3b141a24, 2025-04-05: core_v0.13.0)
         recompute=("none", "selective", "full"),
         fp8_recipes=("delayed",),
+        # interleaved 1F1B, m = pp: every forward first (Megatron-core 338af514 pipeline_parallel/schedules.py:599-601)
+        interleaved_all_warmup=True,
         # optim.dtype fp32 over bf16 parameters: store_param_remainders (megatron_base_model.py:800-802), the default;
         # fp32 master weights with fp8_params or fp16 (:796-804); optim.dtype bf16: "param"
         optimizer_dtype="remainders",

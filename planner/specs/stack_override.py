@@ -70,6 +70,12 @@ class StackOverride(Spec):
         "stage) and a gradient receive buffer per micro-batch until the step ends (torch.distributed.pipelining "
         "before pytorch#153383, torchtitan before return_outputs=False).",
     )
+    interleaved_all_warmup: bool | None = Field(
+        default=None,
+        description="Whether interleaved 1F1B runs every forward first when the micro-batches equal pp (Megatron-LM "
+        "v2 to Megatron-core 0.9; NeMo 24.07, MLPerf v3.1/v4.0) or warms up (v - 1)·pp + 2(pp - 1 - rank) forwards "
+        "at most (Megatron-core 0.10 on, torch.distributed.pipelining).",
+    )
     selective_ac: Literal["op"] | int | None = Field(
         default=None,
         description="What recompute 'selective' means with titan activations (torchtitan's selective_ac_option): "

@@ -36,7 +36,7 @@ LossKind = Literal["fp32_logits", "upcast", "fused", "loss_parallel"]
 #: The fields an inline stack may override (all but ``id``, ``title`` and ``source``).
 OVERRIDABLE: tuple[str, ...] = ("attention", "flash_kernel", "dropout", "activations", "kernels", "overlap_grad_reduce")
 OVERRIDABLE += ("selective_ac", "norm_kernel", "loss", "nccl", "grad_accumulation", "reduce_dtype", "train_metrics")
-OVERRIDABLE += ("overlap_param_gather", "optimizer_dtype", "pp_kept_outputs")
+OVERRIDABLE += ("overlap_param_gather", "optimizer_dtype", "pp_kept_outputs", "interleaved_all_warmup")
 
 
 class Stack(BaseModel):
@@ -63,7 +63,7 @@ class Stack(BaseModel):
     param_layout: ParamLayout = "master"
     loss: LossKind = "fp32_logits"  # what the loss holds at its backward (``memory.loss_buffer_bytes``)
     pp_kept_outputs: bool = False  # pipelining keeps each micro-batch's outputs to the step's end (``compose.pp_kept``)
-    interleaved_all_warmup: bool = True  # interleaved 1F1B: every forward first when m = pp (``compose.pp_order``)
+    interleaved_all_warmup: bool = False  # interleaved 1F1B: every forward first at m = pp (``pp_order``, per preset)
     tp_collectives: Literal["megatron", "per_linear"] = "megatron"
     dp_collectives: Literal["buckets", "modules"] = "buckets"
     step_reductions: bool = False
@@ -190,6 +190,7 @@ STACKS: dict[str, Stack] = {
             dp_collectives="modules",
             step_reductions=True,
             grad_accumulation="fsdp2_deferred",  # runtime/job.py defer_gradient_sync below ZeRO-3
+            interleaved_all_warmup=True,  # unchanged in 68; runtime/job.py runs torch's class: a follow-up (``pp_order``)
             source="runtime/parallelize.py: DP (and, on CUDA, one process too) through FSDP2 replicate/fully_shard with "
             "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): fp32 parameters and gradients, bf16 copies "
             "kept unsharded from forward to backward below ZeRO-3; runtime/job.py loss_fn: cross_entropy(logits.float()) "
@@ -310,7 +311,6 @@ STACKS: dict[str, Stack] = {
             reduce_dtype="fp32",
             loss="loss_parallel",  # upcast; with tp > 1 DTensor's loss_parallel (disable_loss_parallel False)
             grad_accumulation="fsdp2",  # train.py's accumulation loop keeps gradient sync on (v0.1.0–v0.2.2)
-            interleaved_all_warmup=False,  # torch.distributed.pipelining's ScheduleInterleaved1F1B (``pp_order``)
             source="pytorch/torchtitan torchtitan/models/llama/model.py, models/norms.py (composite RMSNorm, complex "
             "RoPE in fp32, repeat_kv before SDPA flash, no dropout) and parallelisms/parallelize_llama.py "
             "(op-level selective AC _save_list, FSDP2 reduce_dtype float32) at 9dec370; FSDP2 reduce-scatters "

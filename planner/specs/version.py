@@ -391,4 +391,8 @@ from __future__ import annotations
 #:    other stack). Memory peaks only (``peak_walk``, ``prescreen.warm_peaks``, ``screens.interleaved_peak_copies``);
 #:    the time simulation keeps Megatron's order. torchtitan 2412 405B interleaved (pp 8, v 2, m 8): 72.7 GiB
 #:    published, 80.8 → 77.5 predicted (+11.1 → +6.6 %: its last rank holds 8 + 1 chunk micro-batches, was 16).
-COST_MODEL_VERSION = 67
+#: 68: ``Stack.interleaved_all_warmup`` per preset by the Megatron-core it runs (issue 27 §1/§2; ``compose.pp_order``
+#:    cites each at file:line): false (the default) on ``megatron`` (core_v0.16.1 schedules.py:738-795: no m = pp rule
+#:    since core_r0.10.0, torch's count) and the Megatron-Bridge rows; true on megatron-2021/2022, nemo-2407 (core
+#:    338af514), the MLPerf v3.1/v4.0 rows (override field) and meshplan. Memory only; no bench_fidelity row moves.
+COST_MODEL_VERSION = 68
