@@ -157,6 +157,7 @@ PRESET_WARMUP = {
     "megatron-2022": megatron_v25_warmup,
     "nemo-2407": megatron_v25_warmup,
     "torchtitan": torch_warmup,
+    "meshplan": torch_warmup,  # runtime/job.py builds torch 2.13's ScheduleInterleaved1F1B (_get_warmup_ops: the same)
 }
 
 
@@ -193,7 +194,7 @@ def test_versions_by_hand(pp, v, m, rank, v25, core):
 def test_presets_without_interleaving_and_meshplan():
     assert STACKS["megatron"].interleaved_all_warmup is False
     assert STACKS["torchtitan"].interleaved_all_warmup is False
-    assert STACKS["meshplan"].interleaved_all_warmup is True  # unchanged in cost model 68 (a follow-up)
+    assert STACKS["meshplan"].interleaved_all_warmup is False  # the runtime's torch class
     for preset in ("megatron-2020", "deepspeed", "deepspeed-2021"):
         assert "interleaved-1f1b" not in STACKS[preset].schedules
 

@@ -8,8 +8,7 @@ forwards rank i of pp runs before its first backward, with v chunks per rank and
   338af514 ``megatron/core/pipeline_parallel/schedules.py:599-601`` (``nemo-2407``, NeMo r2.0.0rc1's pin, which the
   nemo-2407 and nemo-2412 rows ran); df7271285d :497-499 and core_v0.7.0.beta (3c0f3ef38c) :528-530 (MLPerf v3.1
   and v4.0, ``bench/fidelity_mlperf.stack``); core_r0.9.0 (1afee592e8) :664-666 is its last release. The planner's
-  time simulation (``simulate.rank_orders``, ``sim_order``) and search run this order for every stack. The
-  ``meshplan`` preset keeps it too (its price before cost model 68; its runtime runs torch's class, below).
+  time simulation (``simulate.rank_orders``, ``sim_order``) and search run this order for every stack.
 * capped (``CAPPED``, the field's default) — no all-forwards case. Megatron-core from core_r0.10.0 (7ee599a25c
   :692-698) to core_v0.16.1 (55ac708251, ``get_pp_rank_microbatches`` :738-795: 2(pp − i − 1) +
   (v − 1)·microbatch_group_size_per_vp_stage, all warm-up only when that reaches m·v, :785-787), with the group
@@ -19,7 +18,8 @@ forwards rank i of pp runs before its first backward, with v chunks per rank and
   ``torch.distributed.pipelining.ScheduleInterleaved1F1B`` (torch 2.6.0, 2236df1,
   ``distributed/pipelining/schedules.py:1943-1956`` ``get_rank_warmup_ops``: (v − 1)·microbatches_per_round +
   2(pp − 1 − i), capped at m·v, with ``microbatches_per_round = m // max(1, m // pp)`` = pp for m a multiple of pp,
-  :1926-1928; the same in torch 2.13.0's ``_get_warmup_ops``, :2872-2888), the ``torchtitan`` preset: the same
+  :1926-1928; the same in torch 2.13.0's ``_get_warmup_ops``, :2872-2888), the ``torchtitan`` preset and the
+  ``meshplan`` one (``runtime/job.py`` builds torch 2.13's class: ``config.SCHEDULES``' ``torch_class``): the same
   count. At m = pp the last rank runs (v − 1)·pp forwards, then forward/backward pairs (torch's
   ``_get_1f1b_rank_ops`` :1810-1826 appends each steady step's FORWARD before its FULL_BACKWARD; Megatron-core's
   steady loop, :1563-1566, runs the forward first too). The chunk and micro-batch of each step are Megatron's

@@ -190,7 +190,6 @@ STACKS: dict[str, Stack] = {
             dp_collectives="modules",
             step_reductions=True,
             grad_accumulation="fsdp2_deferred",  # runtime/job.py defer_gradient_sync below ZeRO-3
-            interleaved_all_warmup=True,  # unchanged in 68; runtime/job.py runs torch's class: a follow-up (``pp_order``)
             source="runtime/parallelize.py: DP (and, on CUDA, one process too) through FSDP2 replicate/fully_shard with "
             "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): fp32 parameters and gradients, bf16 copies "
             "kept unsharded from forward to backward below ZeRO-3; runtime/job.py loss_fn: cross_entropy(logits.float()) "

@@ -394,5 +394,6 @@ from __future__ import annotations
 #: 68: ``Stack.interleaved_all_warmup`` per preset by the Megatron-core it runs (issue 27 §1/§2; ``compose.pp_order``
 #:    cites each at file:line): false (the default) on ``megatron`` (core_v0.16.1 schedules.py:738-795: no m = pp rule
 #:    since core_r0.10.0, torch's count) and the Megatron-Bridge rows; true on megatron-2021/2022, nemo-2407 (core
-#:    338af514), the MLPerf v3.1/v4.0 rows (override field) and meshplan. Memory only; no bench_fidelity row moves.
+#:    338af514) and the MLPerf v3.1/v4.0 rows (override field); false on meshplan (its runtime builds torch 2.13's
+#:    ScheduleInterleaved1F1B). Memory only; no bench_fidelity row moves.
 COST_MODEL_VERSION = 68
