@@ -5,7 +5,6 @@ gives (or prove none fits), and the same request runs the same solves."""
 
 from __future__ import annotations
 
-import itertools
 import random
 import time
 
@@ -13,6 +12,7 @@ import pytest
 from ortools.sat.python import cp_model
 
 from planner.search import cutsolver, portfolio
+from tests.cut_models import brute_force, build
 
 
 def instance(seed: int) -> tuple[cp_model.CpModel, list[cp_model.IntVar], dict]:
@@ -22,35 +22,10 @@ def instance(seed: int) -> tuple[cp_model.CpModel, list[cp_model.IntVar], dict]:
     chains = [([rng.randint(0, 10**6) for _ in range(C)], rng.randint(0, 10**7)) for _ in range(rng.randint(1, 6))]
     ends = [([rng.randint(0, 10**5) for _ in range(C)], rng.randint(0, 10**6)) for _ in range(rng.randint(1, 3))]
     mem = [rng.randint(1, 100) for _ in range(C)]
-    usable = rng.randint(L, 100 * L)
-    data = {"C": C, "L": L, "chains": chains, "ends": ends, "mem": mem, "usable": usable}
-    model = cp_model.CpModel()
-    n = [model.new_int_var(1, L - C + 1, f"n{c}") for c in range(C)]
-    model.add(sum(n) == L)
-    M, D = model.new_int_var(0, 1 << 50, "M"), model.new_int_var(0, 1 << 50, "D")
-    for coef, const in chains:
-        model.add(M >= sum(a * x for a, x in zip(coef, n)) + const)
-    for coef, const in ends:
-        model.add(D >= sum(a * x for a, x in zip(coef, n)) + const)
-    model.add(sum(g * x for g, x in zip(mem, n)) <= usable)
+    data = {"C": C, "L": L, "chains": chains, "ends": ends, "mems": [mem], "usable": [rng.randint(L, 100 * L)]}
     if rng.random() < 0.3:  # a cutoff, as ``solve_class`` adds
         data["cutoff"] = rng.randint(0, 10**7 * 3)
-        model.add(M + D <= data["cutoff"])
-    model.minimize(M + D)
-    return model, n, data
-
-
-def brute_force(data: dict) -> int | None:
-    """The least M + D over every cut (None: no cut fits)."""
-    C, L, best = data["C"], data["L"], None
-    for cut in itertools.product(range(1, L - C + 2), repeat=C):
-        if sum(cut) != L or sum(g * x for g, x in zip(data["mem"], cut)) > data["usable"]:
-            continue
-        val = max(sum(a * x for a, x in zip(co, cut)) + k for co, k in data["chains"])
-        val += max(sum(a * x for a, x in zip(co, cut)) + k for co, k in data["ends"])
-        if val <= data.get("cutoff", val) and (best is None or val < best):
-            best = val
-    return best
+    return *build(data), data
 
 
 @pytest.mark.parametrize("seed", range(40))

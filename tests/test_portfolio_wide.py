@@ -6,7 +6,6 @@ budget entry only (the small models' side budget untouched); with it spent the s
 
 from __future__ import annotations
 
-import itertools
 import random
 import time
 
@@ -14,6 +13,7 @@ import pytest
 from ortools.sat.python import cp_model
 
 from planner.search import cutsolver, portfolio
+from tests.cut_models import brute_force, build
 
 
 def instance(seed: int) -> tuple[cp_model.CpModel, list[cp_model.IntVar], dict]:
@@ -27,35 +27,9 @@ def instance(seed: int) -> tuple[cp_model.CpModel, list[cp_model.IntVar], dict]:
     mems = [[rng.randint(0, 100) for _ in range(C)] for _ in range(rng.randint(1, 3))]
     usable = [sum(m) + rng.randint(0, 300) for m in mems]
     data = {"C": C, "L": L, "chains": chains, "ends": ends, "mems": mems, "usable": usable}
-    model = cp_model.CpModel()
-    n = [model.new_int_var(1, L - C + 1, f"n{c}") for c in range(C)]
-    model.add(sum(n) == L)
-    M, D = model.new_int_var(0, 1 << 50, "makespan"), model.new_int_var(0, 1 << 50, "end")
-    for coef, const in chains:
-        model.add(M >= sum(a * x for a, x in zip(coef, n)) + const)
-    for coef, const in ends:
-        model.add(D >= sum(a * x for a, x in zip(coef, n)) + const)
-    for m, u in zip(mems, usable):
-        model.add(sum(g * x for g, x in zip(m, n)) <= u)
     if rng.random() < 0.3:
         data["cutoff"] = rng.randint(10**7, 10**7 * 4)
-        model.add(M + D <= data["cutoff"])
-    model.minimize(M + D)
-    return model, n, data
-
-
-def brute_force(data: dict) -> int | None:
-    """The least M + D over every cut (None: no cut fits)."""
-    C, L, best = data["C"], data["L"], None
-    for bars in itertools.combinations(range(1, L), C - 1):  # every composition of L into C positive parts
-        cut = [b - a for a, b in zip((0, *bars), (*bars, L))]
-        if any(sum(g * x for g, x in zip(m, cut)) > u for m, u in zip(data["mems"], data["usable"])):
-            continue
-        val = max(sum(a * x for a, x in zip(co, cut)) + k for co, k in data["chains"])
-        val += max(sum(a * x for a, x in zip(co, cut)) + k for co, k in data["ends"])
-        if val <= data.get("cutoff", val) and (best is None or val < best):
-            best = val
-    return best
+    return *build(data), data
 
 
 def check(st: int, solver: cp_model.CpSolver, n: list[cp_model.IntVar], data: dict, want: int | None) -> None:
