@@ -4,8 +4,8 @@ ZeRO stage and CP exchange enter as one FAMILY item at the FLOOR key each would 
 classes at their LEAN keys.
 Checked against the class-by-class queue (``Frontier`` without the families) it replaces: the same classes popped,
 settled at the same bounds, in the same order; the probe's scan (``by_quick_bound``) and ``remaining`` the same — on
-Megatron CP (Llama 3 405B at 131,072 tokens), torchtitan's CP with FP8 (its 2024-12 405B row, whose classes have no
-floor key) and a request without CP.
+Megatron CP (Llama 3 405B at 131,072 tokens), torchtitan's CP with FP8 (its 2024-12 405B row: a FLOOR key at the FP8
+GEMM ceiling, none for its TP-overlapped classes) and a request without CP.
 """
 
 from __future__ import annotations
@@ -72,7 +72,11 @@ def test_the_family_queue_pops_as_the_class_by_class_one(case) -> None:
     if case is CASES[0]:  # CP classes with a FLOOR key: one item a family
         assert len(fam.heap) < len(one.heap) == len(cands)
         assert sum(item.key == frontier.Key.FAMILY for item in fam.heap) > len(cands) // 8
-    else:  # torchtitan's FP8 (no FLOP floor) and no CP: class by class, as before
+    elif case is CASES[1]:  # FP8 CP classes have a FLOOR key too (``floors.gemm_ceiling``), but not TP-overlapped ones
+        assert len(fam.heap) < len(one.heap) == len(cands)
+        assert any(item.key == frontier.Key.FAMILY for item in fam.heap)
+        assert any(item.cand.tp_comm_overlap for item in fam.heap if item.key != frontier.Key.FAMILY)
+    else:  # no CP: class by class, as before
         assert len(fam.heap) == len(one.heap) == len(cands)
     got, want = popped(fam, POPS), popped(one, POPS)
     assert len(got) == min(POPS, len(cands)) and got == want

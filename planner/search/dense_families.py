@@ -7,7 +7,7 @@ CP class's FLOOR key ``floor_bound``) enter as one FAMILY item at that key and t
 member's own item became there, since the queue leaves its classes in the order of their final keys however lazily
 they are raised (a raise only raises a key, and the family's key and order are ≤ each member's). Llama 3 405B at
 131K tokens queues 6,660 items instead of 40,320, and unfolds only the families whose lean bound the search reaches.
-A family without a FLOOR key (no CP, or no FLOP floor: ``floors.layer_floor``, e.g. FP8) enters class by class at its
+A family without a FLOOR key (no CP, or no FLOP floor: ``floors.layer_floor``, e.g. TP overlap) enters class by class at its
 lean bound, as before: there the family's item would defer nothing (measured: Llama 3 70B FP8 on torchtitan 1.34 →
 1.37 s CPU with it).
 ``tests/test_dense_families.py`` checks the pops, ``remaining`` and ``by_quick_bound`` against the class-by-class
