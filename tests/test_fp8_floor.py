@@ -18,11 +18,12 @@ from planner.pricing.gpu import gemm_time
 from planner.search import space
 from planner.search.bounds import floor_bound, lean_bound
 from planner.search.space import enumerate_candidates
-from planner.specs import ClusterSpec, ParallelPins, SearchOptions, TrainingSpec
+from planner.specs import ParallelPins, SearchOptions, TrainingSpec
 from planner.specs.catalog import get_gpu, get_model
 from planner.specs.errors import MeshplanError
 from planner.specs.fp8 import check_fp8
 from planner.specs.stacks import STACKS
+from tests.plan_support import random_context
 
 FP8_GPUS = ["h100-sxm5-80gb", "h200-sxm-141gb", "b200-sxm-192gb"]
 
@@ -49,13 +50,7 @@ def fp8_instance(seed: int) -> Context:
             check_fp8(training, get_gpu(gpu), STACKS[stack], {gpu: get_gpu(gpu)})
         except MeshplanError:
             continue
-        nodes, gpn = rng.choice([(1, 8), (2, 8), (4, 8), (2, 4)])
-        return Context(
-            model=model,
-            gpu=get_gpu(gpu),
-            cluster=ClusterSpec(gpu=gpu, num_nodes=nodes, gpus_per_node=gpn),
-            training=training,
-        )
+        return random_context(rng, model, gpu, training)
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -17,6 +17,7 @@ from planner.specs import ClusterSpec, GpuSpec, ModelSpec, ParallelPins, SearchO
 from planner.specs.catalog import get_gpu, get_model
 from planner.specs.stacks import STACKS
 from planner.workload.context_parallel import cp_block_comms, kv_bytes
+from tests.plan_support import random_context
 from tests.test_planner_exact import search_against_brute_force
 
 
@@ -274,13 +275,7 @@ def floor_instance(seed: int) -> Context:
         precision=rng.choice(["bf16", "bf16", "fp16"]),
         stack=stack,
     )
-    nodes, gpn = rng.choice([(1, 8), (2, 8), (4, 8), (2, 4)])
-    return Context(
-        model=model,
-        gpu=get_gpu(gpu),
-        cluster=ClusterSpec(gpu=gpu, num_nodes=nodes, gpus_per_node=gpn),
-        training=training,
-    )
+    return random_context(rng, model, gpu, training)
 
 
 @pytest.mark.parametrize("seed", range(12))
