@@ -51,7 +51,7 @@ def gemm_ceiling(ctx: Context) -> float:
 
 def layer_floor(ctx: Context, mbs: int, tp: int, sp: bool, recompute: str, cp: int) -> tuple[int, int] | None:
     """(block F + B, LM head F + B) ns per micro-batch, each ≤ ``layer_group``'s in the cp view (module docstring);
-    None where the floor does not apply (a profile, a host device, MoE blocks; ``bounds.floor_bound`` asks none under TP
+    None where the floor does not apply (a profile, a host device, MoE blocks; ``lean.floor_bound`` asks none under TP
     overlap)."""
     if ctx.profile is not None or ctx.layer_fn is not None or runs_on_host(ctx):
         return None  # measured times (or analytic ones scaled by a profile's ratio), a host's rate
