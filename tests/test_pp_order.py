@@ -92,7 +92,7 @@ def test_memory_walk_runs_torchs_order(pp, v, m):
 )
 def test_warmup_and_peak_copies_by_hand(pp, v, m, rank, torch_warm, megatron_warm, torch_copies):
     assert interleaved_warmup(pp, v, m, rank, False) == torch_warm
-    assert interleaved_warmup(pp, v, m, rank) == megatron_warm
+    assert interleaved_warmup(pp, v, m, rank, True) == megatron_warm
     assert interleaved_peak_copies(pp, v, m, rank, False) == torch_copies
     live, _ = live_and_done(CAPPED, pp, v, m)
     assert max(sum(x for _, x in peak) for peak in live[rank]) == torch_copies

@@ -166,7 +166,7 @@ def test_warm_peak_is_a_walk_state(shape: tuple[int, int, int]) -> None:
     from planner.search.prescreen import warm_peaks
 
     pp, v, m = shape
-    live, done = warm_peaks(pp, v, m)
+    live, done = warm_peaks(pp, v, m, True)
     for r in range(pp):
         with_done, acts = walk_states("interleaved-1f1b", pp, v, m, r)
         ((vec,),), ((d,),) = (live[r],), (done[r],)
@@ -178,7 +178,7 @@ def test_warm_peak_is_a_walk_state(shape: tuple[int, int, int]) -> None:
         seen = tuple(j for j in range(v) if counts[j])
         assert (seen, tuple(counts)) in acts
         assert (seen, tuple(counts), ()) in with_done
-        assert sum(counts) == screens.interleaved_peak_copies(pp, v, m, r)
+        assert sum(counts) == screens.interleaved_peak_copies(pp, v, m, r, True)
 
 
 WARM_REQUESTS = [

@@ -46,7 +46,7 @@ CAPPED = "interleaved-1f1b-capped"
 INTERLEAVED = ("interleaved-1f1b", CAPPED)
 
 
-def interleaved_warmup(pp: int, v: int, m: int, i: int, all_warmup: bool = True) -> int:
+def interleaved_warmup(pp: int, v: int, m: int, i: int, all_warmup: bool) -> int:
     """Forwards rank i runs before its first backward (module docstring); ``all_warmup``: Megatron's m = pp rule
     (v2.5 to core 0.9)."""
     total = m * v

@@ -19,6 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from planner.compose.pp_order import interleaved_warmup
+
 
 class Order(NamedTuple):
     """A shape's operations in execution order (``ops``) with, aligned, each one's previous operation on its rank
@@ -63,7 +65,7 @@ def coded_orders(schedule: str, pp: int, v: int, m: int) -> list[list[int]]:
     bb = [mc + ((k // pv) * pp + k % pp) * chunks + (v - 1 - (k // pp) % v) * pp for k in range(total)]
     out = []
     for i in range(pp):
-        warm = total if m == pp else min(2 * (pp - i - 1) + (v - 1) * pp, total)
+        warm = interleaved_warmup(pp, v, m, i, all_warmup=True)  # the time order keeps Megatron's (``pp_order``)
         f = [x + i for x in fb]
         b = [x + i for x in bb]
         mid = [0] * (2 * (total - warm))
@@ -147,7 +149,7 @@ def rank_grid(schedule: str, pp: int, v: int, m: int) -> np.ndarray:
         mb = (k // (pp * v)) * pp + k % pp
         f0 = mb * chunks + ((k // pp) % v) * pp
         b0 = mc + mb * chunks + (v - 1 - (k // pp) % v) * pp
-        warm = [total if m == pp else min(2 * (pp - i - 1) + (v - 1) * pp, total) for i in range(pp)]
+        warm = [interleaved_warmup(pp, v, m, i, all_warmup=True) for i in range(pp)]
     elif schedule in ("gpipe", "1f1b") and v == 1:
         total = m
         f0 = np.arange(m) * chunks

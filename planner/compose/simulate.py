@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from planner.compose.pp_order import interleaved_warmup
 from planner.compose.sim_order import Order, fast_order, first_order, op_links
 
 Op = tuple[str, int, int]  # (kind "F"/"B", micro-batch, chunk)
@@ -65,7 +66,7 @@ def rank_orders(schedule: str, pp: int, v: int, m: int) -> list[list[Op]]:
 
         orders = []
         for i in range(pp):
-            warm = total if m == pp else min(2 * (pp - i - 1) + (v - 1) * pp, total)
+            warm = interleaved_warmup(pp, v, m, i, all_warmup=True)  # the time order keeps Megatron's (``pp_order``)
             ops = [fwd(i, k) for k in range(warm)]
             for k in range(total - warm):
                 ops += [fwd(i, warm + k), bwd(i, k)]

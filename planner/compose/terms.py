@@ -109,7 +109,7 @@ class SharedTerms:
     #: ``Stack.overlap_param_gather``: (1 − σ)·fwd and σ·post (``step_end.param_gather_parts``); else NOTHING
     hidden_fwd: Affine = Affine()
     post_slowdown: Affine = Affine()
-    all_warmup: bool = True  # ``Stack.interleaved_all_warmup``: the memory peaks' interleaved order (``pp_order``)
+    all_warmup: bool = False  # ``Stack.interleaved_all_warmup``: the memory peaks' interleaved order (``pp_order``)
 
     def own_head(self, c: Candidate) -> bool:
         """Whether the LM head has parameters of its own (tied to the embedding on a single chunk)."""

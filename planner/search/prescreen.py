@@ -75,7 +75,7 @@ def shape_sums(schedule: str, pp: int, v: int, m: int, grads: bool) -> Sums | Do
     return done_sums_of(live, done, pp * v)
 
 
-def warm_peaks(pp: int, v: int, m: int, all_warmup: bool = True) -> tuple[Live, Done]:
+def warm_peaks(pp: int, v: int, m: int, all_warmup: bool) -> tuple[Live, Done]:
     """Per rank i, its peak at the end of the interleaved warm-up (``screens.interleaved_peak_copies``: after its
     first n = min(2(pp − i − 1) + (v − 1)·pp + 1, m·v) forwards, all m·v when m = pp in Megatron's order, ``all_warmup``,
     not in torch's nor Megatron-core's since 2024-11: ``compose.pp_order``; a backward or the end follows),
@@ -94,7 +94,7 @@ def warm_peaks(pp: int, v: int, m: int, all_warmup: bool = True) -> tuple[Live, 
 
 
 @lru_cache(maxsize=4096)
-def warm_sums(pp: int, v: int, m: int, grads: bool, all_warmup: bool = True) -> Sums | DoneSums:
+def warm_sums(pp: int, v: int, m: int, grads: bool, all_warmup: bool) -> Sums | DoneSums:
     """The ``Sums`` (``DoneSums`` with ``grads``) of ``warm_peaks``."""
     live, done = warm_peaks(pp, v, m, all_warmup)
     return done_sums_of(live, done, pp * v) if grads else sums_of(live, pp * v)

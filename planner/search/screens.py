@@ -231,7 +231,7 @@ def fits_at(cc: ClassCosts, n: list[int]) -> bool:
     return max(rank_memory(cc, n, r) for r in range(cc.cand.pp)) <= cc.usable_bytes
 
 
-def interleaved_peak_copies(p: int, v: int, m: int, i: int, all_warmup: bool = True) -> int:
+def interleaved_peak_copies(p: int, v: int, m: int, i: int, all_warmup: bool) -> int:
     """Chunk activations alive at rank i's peak under the interleaved order (its warm-up
     2(p − i − 1) + (v − 1)p forwards, then one more before the first backward; all m·v when m = p in Megatron's,
     ``all_warmup``, not in torch's nor Megatron-core's since 2024-11: ``compose.pp_order``)."""
