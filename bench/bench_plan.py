@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import planner.search.cp_degrees  # noqa: E402
 import planner.search.space  # noqa: E402
+from bench import machine_speed  # noqa: E402
 from planner.answer.request import context  # noqa: E402
 from planner.api import plan
 from planner.search.bruteforce import brute_force  # noqa: E402
@@ -77,6 +78,7 @@ def main() -> None:
         planner.search.cp_degrees.CP_FULL_GPUS = 1 << 62
     if args.no_interleaved:
         planner.search.space.DEFAULT_SCHEDULES = ("gpipe", "1f1b")
+    print(machine_speed.describe())
     print(
         f"{'instance':58s} {'plan s':>7s} {'cpu s':>6s} {'status':>8s} {'classes':>8s} {'costed':>7s} {'solved':>7s} {'sim':>4s} {'cuts':>10s} {'step s':>8s} {'MFU':>6s}  brute force"
     )

@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_plan import INSTANCES, STACK, TRAINING  # noqa: E402
 
+from bench import machine_speed  # noqa: E402
 from planner.api import plan  # noqa: E402
 from planner.specs import PlanRequest  # noqa: E402
 from planner.specs.errors import MeshplanError  # noqa: E402
@@ -245,6 +246,7 @@ def main() -> None:
         f"{optimal}/{len(cpu_times)} proven optimal, {infeasible} proven infeasible; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
         f"on {os.cpu_count()} CPUs"
     )
+    print(machine_speed.describe())
     print(
         f"targets: every case proven (OPTIMAL, or INFEASIBLE over the stack's whole space) "
         f"{'met' if optimal + infeasible == len(cpu_times) else 'NOT met'}; "
