@@ -13,9 +13,9 @@ from test_planner_interleaved import interleaved_instance
 import planner.search.driver as driver
 from planner.compose.cost import class_costs, evaluate
 from planner.search import search
-from planner.search.cutsolver import ClassResult, Status
+from planner.search.cutsolver import ClassResult, Status, solve_class
 from planner.search.space import enumerate_candidates
-from planner.search.uneven import note
+from planner.search.uneven import KEPT, Starts, note, remember, starts
 from planner.specs import SearchOptions
 from planner.specs.layout import even_stage_layers
 
@@ -64,3 +64,64 @@ def test_the_note_names_only_classes_that_could_rank() -> None:
     assert note([res(None, 130)], found, 2) is None  # its bound is above the k-th best: proven out
     text = note([res(None, 90), res(None, 110), res(None, 125)], found, 2)
     assert text is not None and "2 interleaved classes" in text and "10.0% faster" in text
+
+
+def _results(seed: int) -> list[ClassResult]:
+    """Every interleaved class of a seed's space at its even split, as the driver ranks them (fitting or not)."""
+    ctx, pins = interleaved_instance(seed)
+    out = []
+    for c in enumerate_candidates(ctx, pins, SearchOptions()):
+        if c.virtual_stages > 1:
+            cc = class_costs(ctx, c)
+            cut = even_stage_layers(cc.num_layers, cc.chunks)
+            out.append(ClassResult(c, cut, evaluate(cc, cut), Status.FEASIBLE, 0, 0, 0.0))
+    return out
+
+
+@pytest.mark.parametrize("seed", [2, 11, 14])
+def test_remember_keeps_the_fastest_fitting_cuts_of_each_shape(seed: int) -> None:
+    results = _results(seed)
+    kept: Starts = {}
+    remember(kept, *results)
+    remember(kept, *results)  # twice: a cut is kept once
+    for shape, mine in kept.items():
+        want = sorted(
+            {
+                (r.evaluation.objective_ns, tuple(r.stage_layers))
+                for r in results
+                if (r.cand.pp, r.cand.virtual_stages) == shape and r.evaluation.fits
+            }
+        )
+        uniq = list(dict.fromkeys(cut for _, cut in want))
+        assert [tuple(n) for _, n in mine] == uniq[:KEPT]
+        assert [s for s, _ in mine] == sorted(s for s, _ in mine)
+    assert all(v > 1 for _, v in kept)
+    c = results[0].cand
+    assert starts(kept, c, False) == ()  # an unbudgeted class searches every cut: no starts
+    assert starts(kept, c, True) == tuple(n for _, n in kept.get((c.pp, c.virtual_stages), []))
+
+
+@pytest.mark.parametrize("seed", [2, 4, 10])
+def test_a_budgeted_class_is_never_slower_than_its_starts(seed: int) -> None:
+    """Each interleaved class's exact optimum (its unbudgeted solve) handed to it as a start: with its budget spent
+    the class answers that cut (or one as fast); with a little budget left, a cut no slower. Some classes' even
+    split is slower than their optimum (the start is what finds it)."""
+    ctx, pins = interleaved_instance(seed)
+    opts = SearchOptions(num_workers=1)
+    tried = slower = 0
+    for c in enumerate_candidates(ctx, pins, opts):
+        if c.virtual_stages == 1:
+            continue
+        cc = class_costs(ctx, c)
+        best = solve_class(cc, opts)
+        if best.status != Status.OPTIMAL or best.evaluation is None:
+            continue
+        tried += 1
+        for budget in ([0.0], [1e-4]):
+            got = solve_class(cc, opts, budget=budget, starts=(best.stage_layers,))
+            assert got.evaluation is not None, (c, budget)
+            assert got.evaluation.objective_ns == best.evaluation.objective_ns, (c, budget)
+        spent = solve_class(cc, opts, budget=[0.0])  # without it: the even split, which may be slower
+        assert spent.evaluation is None or spent.evaluation.objective_ns >= best.evaluation.objective_ns
+        slower += spent.evaluation is None or spent.evaluation.objective_ns > best.evaluation.objective_ns
+    assert tried and slower, (tried, slower)

@@ -60,10 +60,9 @@ PRESOLVE_CHUNKS = 16  # CP-SAT presolve from this many chunks on (measured on th
 #: branches and det 0.0008 (0.012 s) with). 7x the longest other such solve on the wide benchmark (det 0.0007)
 #: but for DeepSeek-V3's PP8 class (det 0.023, 1,375 branches; 181 with presolve).
 PRESOLVE_AFTER_DET = 0.005
-#: Models of fewer chunks are solved by one CP-SAT worker unless ``options.num_workers`` is given
-#: explicitly: the lazy loop's models are small, and a portfolio of 2 workers cost ~1.3× the CPU and
-#: no less wall time on the wide benchmark (OPT-175B's three PP31 classes: 0.40–0.44 s CPU, 0.49–0.78 s
-#: wall with one worker; 0.45–0.78 s CPU, 0.72–6.9 s wall with two, on the shared 2-core machine).
+#: Models of fewer chunks get one CP-SAT worker unless ``options.num_workers`` is set: a portfolio of 2 cost ~1.3× the
+#: CPU and no less wall time on the wide benchmark (OPT-175B's three PP31 classes: 0.40–0.44 s CPU, 0.49–0.78 s wall
+#: with one worker; 0.45–0.78 s CPU, 0.72–6.9 s wall with two, on the shared 2-core machine).
 ONE_WORKER_CHUNKS = 64
 
 
@@ -236,6 +235,7 @@ def solve_class(
     deadline: float | None = None,
     learned: dict[tuple, dict[Counts, None]] | None = None,
     budget: list[float] | None = None,
+    starts: tuple[list[int], ...] = (),
 ) -> ClassResult:
     """The class's best cut (``fixed``: that cut only). ``incumbent``: the k-th best step time so far;
     a class that cannot reach it is PRUNED (ties are solved: they may rank first on memory).
@@ -247,7 +247,8 @@ def solve_class(
     ``budget``: [the CP-SAT deterministic time its solves may spend], spent in place (``uneven.budget``: the
     interleaved classes of a free schedule share one; a first solve that proves the model INFEASIBLE spends none,
     so ``oneround`` may rule the class out before it), its first cut the better of the even split and the greedy
-    one; past it, the best cut found, FEASIBLE with the bound proven (spent before: the even split alone)."""
+    one and ``starts`` (``uneven.starts``: the best cuts of classes solved before of its pipeline shape); past it, the
+    best cut found, FEASIBLE with the bound proven (spent before: the best of the even split and ``starts``)."""
     t0 = time.perf_counter()
     deadline = deadline if deadline is not None else t0 + options.time_limit_s
     c, C, L = cc.cand, cc.chunks, cc.num_layers
@@ -261,14 +262,13 @@ def solve_class(
         return result(Status.OPTIMAL if ev.fits else Status.INFEASIBLE, fixed, ev, ev.objective_ns)
     if C > L or not may_fit(cc):
         return result(Status.INFEASIBLE)
-    if budget is not None and budget[0] <= 0:  # its budget spent: the even split, unproven (or ruled out: ``columns``)
+    if budget is not None and budget[0] <= 0:  # its budget spent: the best start, unproven (or ruled out: ``columns``)
         if incumbent is not None and columns.rules_out(cc, incumbent):
             return result(Status.PRUNED, bound=incumbent)
-        ev = evaluate(cc, even_stage_layers(L, C))
-        return result(Status.FEASIBLE, even_stage_layers(L, C), ev) if ev.fits else result(Status.UNKNOWN)
-
-    if budget is not None:  # a budgeted class: never worse than its even split
-        hint, hint_ev = best_of(cc, (even_stage_layers(L, C), greedy_cut(cc)))
+        cut, ev = best_of(cc, (even_stage_layers(L, C), *starts))
+        return result(Status.FEASIBLE, cut, ev) if ev.fits else result(Status.UNKNOWN)
+    if budget is not None:  # a budgeted class: never worse than its even split and ``starts``
+        hint, hint_ev = best_of(cc, (even_stage_layers(L, C), greedy_cut(cc), *starts))
         seeds = [critical_counts(cc, hint_ev)]
         if incumbent is not None and (out := one_round(cc, incumbent, learned, seeds)):
             return result(Status.PRUNED, bound=out)  # its first model proven INFEASIBLE before the solve

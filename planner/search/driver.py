@@ -32,7 +32,7 @@ from planner.search.scope import time_limit_note, unsearched
 from planner.search.seed_pool import seed_pool
 from planner.search.space import MAX_VIRTUAL_STAGES, enumerate_classes, forced_cut, min_memory, plan_key
 from planner.search.ties import canonical_plans
-from planner.search.uneven import BUDGET, SIDES, budget, budget_note, note
+from planner.search.uneven import BUDGET, SIDES, Starts, budget, budget_note, note, remember, starts
 from planner.specs import ParallelPins, SearchOptions
 from planner.specs.layout import even_stage_layers
 
@@ -56,8 +56,7 @@ class SearchResult:
     classes_solved: int
     cp_sat_solves: int
     notes: list[str] = field(default_factory=list)
-    #: the class with the smallest memory need, when nothing fits (cand, GiB needed per GPU)
-    min_memory: tuple[Candidate, float] | None = None
+    min_memory: tuple[Candidate, float] | None = None  # when nothing fits: the leanest class (cand, GiB per GPU)
     #: the class with the best bound that memory ruled out (cand, bound ns), if any
     memory_blocked: tuple[Candidate, int] | None = None
 
@@ -77,23 +76,25 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     # larger, and solved only when that can reach it too. The first class whose bound exceeds it ends the
     # search: every later one is bounded out.
     queue = Frontier(ctx, pins, cands, families if cands is every else None)
-    # Expert-like configurations (``expert_seeds``), evaluated at a balanced cut before the search: real
-    # plans of classes the search visits anyway, so the answer is never worse than them even when the
-    # time limit ends the search early, and their step times prune from the start. A seed stands for
-    # its class until the search solves that class (``admit`` keeps one result per class).
+    # Expert-like configurations (``expert_seeds``), evaluated at a balanced cut before the search: real plans of
+    # classes the search visits anyway, so the answer is never worse than them even when the time limit ends the search
+    # early, and their step times prune from the start. A seed stands for its class until the search solves that class
+    # (``admit`` keeps one result per class); its cut is kept for budgeted classes to start from (``uneven.starts``).
     found: list[ClassResult] = expert_seeds(ctx, pins, cands)
     found.sort(key=result_key)
     seeded = {r.cand for r in found}
+    kept: Starts = {}  # the best cuts so far by pipeline shape
+    remember(kept, *found)
     del found[top_k:]
     # Then the one-cut classes with the best quick bounds (``probe``): exact, a simulation each, and
     # their step times prune the CP-SAT classes before them in the queue (Llama 3 405B: 1.6 → 0.5 s).
     probed = probe(ctx, pins, queue, found, top_k, deadline=t0 + options.time_limit_s)
     costed = pruned_memory = solved = simulated = solves = 0
+    all_proven = True
     costs: dict[Candidate, tuple] = {}  # classes costed and re-keyed by their exact bound (``fitting_bound``)
     learned: dict[tuple, dict] = {}  # critical paths shared by classes of one dependency graph (``chains.dag_key``)
     solved_cuts: dict[Candidate, tuple[ClassCosts, ClassResult]] = {}
     blocked: tuple[Candidate, int] | None = None
-    all_proven = True
     open_bound: int | None = None  # smallest bound among classes left unproven (time limit)
     rest: Iterable[QueueItem] = ()  # classes not reached before the time limit (lazily, by bound)
     unsolved: list[QueueItem] = []  # classes the time limit cut short without a plan
@@ -149,7 +150,10 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         if kth is not None and (lb > kth or (up and lb + up > kth)):
             continue
         b = budget(pins, fixed, cand, left)
-        res = solve_class(cc, options, fixed=fixed, incumbent=kth, deadline=deadline, learned=learned, budget=b)
+        at = starts(kept, cand, b is not None)
+        res = solve_class(
+            cc, options, fixed=fixed, incumbent=kth, deadline=deadline, learned=learned, budget=b, starts=at
+        )
         cut_short = b is None or time.perf_counter() >= deadline  # else the budget: named, not left open
         if fixed is None:
             solved += 1
@@ -170,6 +174,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         if res.status != Status.OPTIMAL and (kth is None or res.bound <= kth):
             past_budget.append(replace(res, bound=max(res.bound, lb))) if not cut_short else leave_open(res.bound)
         admit(found, res, top_k)
+        remember(kept, res)
         solved_cuts[cand] = (cc, res)  # a free cut's ties are answered canonically (``ties.canonical_plans``)
     if not found and not all_proven:
         found = fallback(ctx, chain(unsolved, rest), top_k, pins)
@@ -235,18 +240,16 @@ def probe(
     that pass the memory screens, at most ``PROBES``, and rank their plans into ``found``: a class with
     one cut is solved exactly by one simulation, so an early good plan costs little and prunes the CP-SAT
     classes queued before it (exactness unchanged: each is the class's optimum, OPTIMAL, and the search
-    skips it later). When that finds no plan, the same for the one-stage classes under full recomputation alone,
-    the first ``PROBE_SCAN_LEAN`` by quick bound: where a long sequence leaves the first scan's classes out of memory, the
-    leanest one-stage plans. Returns the classes simulated whose plan fits."""
+    skips it later). When that finds no plan, the same for the first ``PROBE_SCAN_LEAN`` one-stage classes under full
+    recomputation (a long sequence can rule the first scan's out by memory). Returns the classes simulated that fit."""
     if pins.stage_layers is not None:
         return set()
     kth = found[top_k - 1].evaluation.objective_ns if len(found) >= top_k else None  # type: ignore[union-attr]
     done: set[Candidate] = set()
     seen: set[Candidate] = set()  # looked at by an earlier scan
     evals = 0
-    # ``one_cut(ctx, pins, c) is not None`` (no pinned cut here) without building the cut, asked of every queued class;
-    # then, when it found no plan, the one-stage classes under full recomputation alone (``PROBE_SCAN_LEAN``): the
-    # leanest one-stage plans, which the first scan may not reach when a long sequence rules out the faster ones by memory
+    # the first scan asks ``one_cut(ctx, pins, c) is not None`` (no pinned cut here) of every queued class without
+    # building the cut; the second (``PROBE_SCAN_LEAN``) runs only when the first found no plan
     even = ctx.stack.even_stages  # read once, and one chunk as pp = v = 1: ``keep`` is asked of every queued class
     scans = (
         (lambda c: c.pp == c.virtual_stages == 1 or (even and c.virtual_stages > 1), PROBE_SCAN),
