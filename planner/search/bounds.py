@@ -15,6 +15,7 @@ from planner.compose.context_parallel import class_terms, quick_terms
 from planner.compose.cost import Candidate, ClassCosts, boundary_lags, num_microbatches
 from planner.compose.step_end import end_floor, end_terms, rank_end
 from planner.compose.terms import SharedTerms
+from planner.search.columns import column_bound
 from planner.search.interleaved import interleaved_bound
 from planner.search.lean import (  # noqa: F401 (the layer-time bounds, re-exported where they were)
     busiest_rank_load,
@@ -292,6 +293,9 @@ def fitting_bound(cc: ClassCosts, searched: bool = True, enough: int | None = No
     pipe = pipe_bound(cc.shared, cc.cand, cc.m, cc.num_layers, sum(cc.lag), caps)
     cheap = max(pipe, chain_bound(cc, list(caps)), steady_bound(cc, caps))
     if not searched or cc.cand.virtual_stages == 1 or (enough is not None and cheap > enough):
+        return cheap
+    cheap = max(cheap, column_bound(cc, list(caps), lift=False) or 0)  # m = p: GPipe's closed form (``columns``)
+    if enough is not None and cheap > enough:
         return cheap
     return max(cheap, interleaved_bound(cc, list(caps), enough, duals))
 

@@ -164,7 +164,7 @@ def cut_model(cc: ClassCosts) -> CutModel:
         done = None if cc.done is None else cc.done[r]  # the chunks whose gradients exist at each peak
         for peak in peaks(memory_terms(s, c, n, r, cc.live[r], cm.k, done, kept_bytes(cc, r))):  # at every peak
             model.add(peak <= cc.usable_bytes)
-    if c.schedule == "gpipe":  # its exact closed form (simulate.gpipe_makespan)
+    if c.schedule == "gpipe" or columns.applies(cc):  # its exact closed form (simulate.gpipe_makespan); m = p: a bound
         mf = model.new_int_var(0, horizon, "max_f")
         mb = model.new_int_var(0, horizon, "max_b")
         for ch in range(C):
