@@ -248,7 +248,7 @@ def solve_class(
     interleaved classes of a free schedule share one; a first solve that proves the model INFEASIBLE spends none,
     so ``oneround`` may rule the class out before it), its first cut the better of the even split and the greedy
     one and ``starts`` (``uneven.starts``: the best cuts of classes solved before of its pipeline shape); past it, the
-    best cut found, FEASIBLE with the bound proven (spent before: the best of the even split and ``starts``)."""
+    best cut found, FEASIBLE with the bound proven (spent before: the best of those starts, unproven)."""
     t0 = time.perf_counter()
     deadline = deadline if deadline is not None else t0 + options.time_limit_s
     c, C, L = cc.cand, cc.chunks, cc.num_layers
@@ -262,10 +262,10 @@ def solve_class(
         return result(Status.OPTIMAL if ev.fits else Status.INFEASIBLE, fixed, ev, ev.objective_ns)
     if C > L or not may_fit(cc):
         return result(Status.INFEASIBLE)
-    if budget is not None and budget[0] <= 0:  # its budget spent: the best start, unproven (or ruled out: ``columns``)
+    if budget is not None and budget[0] <= 0:  # budget spent: its best start, unproven (or ruled out: ``columns``)
         if incumbent is not None and columns.rules_out(cc, incumbent):
             return result(Status.PRUNED, bound=incumbent)
-        cut, ev = best_of(cc, (even_stage_layers(L, C), *starts))
+        cut, ev = best_of(cc, (even_stage_layers(L, C), greedy_cut(cc), *starts))
         return result(Status.FEASIBLE, cut, ev) if ev.fits else result(Status.UNKNOWN)
     if budget is not None:  # a budgeted class: never worse than its even split and ``starts``
         hint, hint_ev = best_of(cc, (even_stage_layers(L, C), greedy_cut(cc), *starts))
