@@ -67,15 +67,20 @@ def test_the_note_names_only_classes_that_could_rank() -> None:
     assert text is not None and "2 interleaved classes" in text and "10.0% faster" in text
 
 
-def _results(seed: int) -> list[ClassResult]:
-    """Every interleaved class of a seed's space at its even split, as the driver ranks them (fitting or not)."""
+def _classes(seed: int):
+    """Every interleaved class of a seed's space, with its costs."""
     ctx, pins = interleaved_instance(seed)
-    out = []
     for c in enumerate_candidates(ctx, pins, SearchOptions()):
         if c.virtual_stages > 1:
-            cc = class_costs(ctx, c)
-            cut = even_stage_layers(cc.num_layers, cc.chunks)
-            out.append(ClassResult(c, cut, evaluate(cc, cut), Status.FEASIBLE, 0, 0, 0.0))
+            yield c, class_costs(ctx, c)
+
+
+def _results(seed: int) -> list[ClassResult]:
+    """Every interleaved class of a seed's space at its even split, as the driver ranks them (fitting or not)."""
+    out = []
+    for c, cc in _classes(seed):
+        cut = even_stage_layers(cc.num_layers, cc.chunks)
+        out.append(ClassResult(c, cut, evaluate(cc, cut), Status.FEASIBLE, 0, 0, 0.0))
     return out
 
 
@@ -107,13 +112,9 @@ def test_a_budgeted_class_is_never_slower_than_its_starts(seed: int) -> None:
     """Each interleaved class's exact optimum (its unbudgeted solve) handed to it as a start: with its budget spent
     the class answers that cut (or one as fast); with a little budget left, a cut no slower. Some classes' even
     split is slower than their optimum (the start is what finds it)."""
-    ctx, pins = interleaved_instance(seed)
     opts = SearchOptions(num_workers=1)
     tried = slower = 0
-    for c in enumerate_candidates(ctx, pins, opts):
-        if c.virtual_stages == 1:
-            continue
-        cc = class_costs(ctx, c)
+    for c, cc in _classes(seed):
         best = solve_class(cc, opts)
         if best.status != Status.OPTIMAL or best.evaluation is None:
             continue
@@ -122,7 +123,7 @@ def test_a_budgeted_class_is_never_slower_than_its_starts(seed: int) -> None:
             got = solve_class(cc, opts, budget=budget, starts=(best.stage_layers,))
             assert got.evaluation is not None, (c, budget)
             assert got.evaluation.objective_ns == best.evaluation.objective_ns, (c, budget)
-        spent = solve_class(cc, opts, budget=[0.0])  # without it: the even split, which may be slower
+        spent = solve_class(cc, opts, budget=[0.0])  # without it: the even split or greedy cut, maybe slower
         assert spent.evaluation is None or spent.evaluation.objective_ns >= best.evaluation.objective_ns
         slower += spent.evaluation is None or spent.evaluation.objective_ns > best.evaluation.objective_ns
     assert tried and slower, (tried, slower)
@@ -134,13 +135,9 @@ def test_a_class_met_after_the_budget_ranks_its_greedy_cut(seed: int) -> None:
     balanced within each rank's memory) as the classes solved before the budget ran out start from: an even split
     that does not fit or is slower no longer hides the class (torchtitan Llama 3 70B on 64 A100, TP8 PP8 v3: its
     even split does not fit, its greedy cut 24.110 s beat the answer 24.610 s)."""
-    ctx, pins = interleaved_instance(seed)
     opts = SearchOptions(num_workers=1)
     tried = hidden = 0
-    for c in enumerate_candidates(ctx, pins, opts):
-        if c.virtual_stages == 1:
-            continue
-        cc = class_costs(ctx, c)
+    for c, cc in _classes(seed):
         if cc.chunks > cc.num_layers:
             continue
         greedy = evaluate(cc, greedy_cut(cc))
