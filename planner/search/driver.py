@@ -32,7 +32,7 @@ from planner.search.scope import time_limit_note, unsearched
 from planner.search.seed_pool import seed_pool
 from planner.search.space import MAX_VIRTUAL_STAGES, enumerate_classes, forced_cut, min_memory, plan_key
 from planner.search.ties import canonical_plans
-from planner.search.uneven import BUDGET, SIDES, Starts, budget, budget_note, note, remember, starts
+from planner.search.uneven import BUDGET, SIDES, Starts, budget, budget_note, note, polish, remember, starts
 from planner.specs import ParallelPins, SearchOptions
 from planner.specs.layout import even_stage_layers
 
@@ -176,6 +176,8 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         admit(found, res, top_k)
         remember(kept, res)
         solved_cuts[cand] = (cc, res)  # a free cut's ties are answered canonically (``ties.canonical_plans``)
+    for res in polish(past_budget, found, solved_cuts, top_k, deadline):  # the fastest unproven classes, hill-climbed
+        admit(found, res, top_k)
     if not found and not all_proven:
         found = fallback(ctx, chain(unsolved, rest), top_k, pins)
     found = canonical_plans(found, solved_cuts)
@@ -210,18 +212,8 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     bound = min(low, best if all_proven else min(best, open_bound if open_bound is not None else best))
     if not all_proven or low < best:
         notes.append(time_limit_note(options, best, bound) if not all_proven else budget_note(best, low))
-    return SearchResult(
-        found,
-        Status.OPTIMAL if all_proven and low >= best else Status.FEASIBLE,
-        best,
-        bound,
-        wall,
-        len(cands),
-        solved,
-        solves,
-        notes,
-        memory_blocked=blocked,
-    )
+    status = Status.OPTIMAL if all_proven and low >= best else Status.FEASIBLE
+    return SearchResult(found, status, best, bound, wall, len(cands), solved, solves, notes, memory_blocked=blocked)
 
 
 def one_cut(ctx: Context, pins: ParallelPins, c: Candidate) -> list[int] | None:
