@@ -262,13 +262,13 @@ def solve_class(
         return result(Status.OPTIMAL if ev.fits else Status.INFEASIBLE, fixed, ev, ev.objective_ns)
     if C > L or not may_fit(cc):
         return result(Status.INFEASIBLE)
-    if budget is not None and budget[0] <= 0:  # budget spent: its best start, unproven (or ruled out: ``columns``)
-        if incumbent is not None and columns.rules_out(cc, incumbent):
+    if budget is not None:  # a budgeted class: never worse than its even split, greedy cut and ``starts``
+        spent = budget[0] <= 0  # then its best start, unproven (or ruled out: ``columns``)
+        if spent and incumbent is not None and columns.rules_out(cc, incumbent):
             return result(Status.PRUNED, bound=incumbent)
-        cut, ev = best_of(cc, (even_stage_layers(L, C), greedy_cut(cc), *starts))
-        return result(Status.FEASIBLE, cut, ev) if ev.fits else result(Status.UNKNOWN)
-    if budget is not None:  # a budgeted class: never worse than its even split and ``starts``
         hint, hint_ev = best_of(cc, (even_stage_layers(L, C), greedy_cut(cc), *starts))
+        if spent:
+            return result(Status.FEASIBLE, hint, hint_ev) if hint_ev.fits else result(Status.UNKNOWN)
         seeds = [critical_counts(cc, hint_ev)]
         if incumbent is not None and (out := one_round(cc, incumbent, learned, seeds)):
             return result(Status.PRUNED, bound=out)  # its first model proven INFEASIBLE before the solve
