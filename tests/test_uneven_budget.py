@@ -14,9 +14,9 @@ import planner.search.driver as driver
 from planner.compose.cost import class_costs, evaluate
 from planner.search import search
 from planner.search.cutsolver import ClassResult, Status, solve_class
-from planner.search.hints import greedy_cut
+from planner.search.hints import greedy_cut, local_search
 from planner.search.space import enumerate_candidates
-from planner.search.uneven import KEPT, Starts, note, polish, remember, starts
+from planner.search.uneven import KEPT, POLISH_EVALS, POLISH_STEPS, Starts, note, polish, remember, starts
 from planner.specs import SearchOptions
 from planner.specs.layout import even_stage_layers
 
@@ -177,8 +177,30 @@ def test_polish_refines_the_fastest_unproven_classes(seed: int, faster: bool, mo
         ev = evaluate(cc, r.stage_layers)
         assert ev.fits and ev.objective_ns == r.evaluation.objective_ns < start[r.cand].evaluation.objective_ns
         assert r.status == Status.FEASIBLE and r.bound == start[r.cand].bound  # still unproven, its bound kept
+        evals = min(POLISH_EVALS, POLISH_STEPS // (2 * cc.m * cc.chunks))
+        for guided in (False, True):  # the better of both climbs from the class's cut
+            _, alone, _ = local_search(cc, list(start[r.cand].stage_layers), evals, guided=guided)
+            assert not alone.fits or r.evaluation.objective_ns <= alone.objective_ns
     monkeypatch.setattr(driver, "polish", lambda *a, **k: [])
     without = search(ctx, pins, opts, top_k=1)
     assert with_it.objective_ns is not None and without.objective_ns is not None
     assert with_it.objective_ns <= without.objective_ns
     assert (with_it.objective_ns < without.objective_ns) == faster
+
+
+@pytest.mark.parametrize("seed,guided_wins,natural_wins", [(3, True, False), (4, False, True), (10, True, True)])
+def test_each_climb_finds_cuts_the_other_misses(seed: int, guided_wins: bool, natural_wins: bool) -> None:
+    """``hints.local_search`` from every interleaved class's even split, 12 simulations: scanning the moves in index
+    order or off the chunks the critical path dwells on most (``guided``) ends in different local optima, each faster
+    on some class — why ``uneven.polish`` climbs both ways. Every cut returned re-simulates to its evaluation."""
+    wins = {False: 0, True: 0}
+    for _c, cc in _classes(seed):
+        if cc.chunks > cc.num_layers:
+            continue
+        start = even_stage_layers(cc.num_layers, cc.chunks)
+        ends = {g: local_search(cc, list(start), 12, guided=g)[:2] for g in (False, True)}
+        for cut, ev in ends.values():
+            assert sum(cut) == cc.num_layers and min(cut) >= 1 and evaluate(cc, cut).objective_ns == ev.objective_ns
+        if ends[False][1].fits and ends[True][1].fits and ends[False][1].objective_ns != ends[True][1].objective_ns:
+            wins[ends[True][1].objective_ns < ends[False][1].objective_ns] += 1
+    assert (wins[True] > 0, wins[False] > 0) == (guided_wins, natural_wins)

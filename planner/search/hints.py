@@ -50,10 +50,14 @@ def greedy_cut(cc: ClassCosts) -> list[int]:
 
 
 def local_search(
-    cc: ClassCosts, start: list[int], max_evals: int = 60, deadline: float | None = None
+    cc: ClassCosts, start: list[int], max_evals: int = 60, deadline: float | None = None, guided: bool = False
 ) -> tuple[list[int], Evaluation, list[Counts]]:
     """Hill-climb over single-layer moves between chunks, scored by the exact objective (simulation);
-    returns the best fitting cut found and the critical paths (as counts) of every simulated cut."""
+    returns the best fitting cut found and the critical paths (as counts) of every simulated cut. Each climb takes
+    the first move that improves, scanning sources and destinations in chunk order or, ``guided``, off the chunks
+    the critical path of the best cut dwells on most onto those it dwells on least (NeMo Llama 2 7B, PP2 v6: from
+    [1, 2, 3, …, 3, 2] the index scan spends 60 simulations before the move 11 → 1 that the guided one tries first,
+    reaching the class's optimum, 4.006 → 3.997 s). The two end in different local optima (``uneven.polish``)."""
     cuts: dict[Counts, None] = {}
 
     def score(n: list[int]) -> tuple[int, Evaluation]:
@@ -68,8 +72,13 @@ def local_search(
     improved = True
     while improved and evals < max_evals:
         improved = False
-        for a in range(cc.chunks):
-            for b in range(cc.chunks):
+        dwell = [0] * cc.chunks  # the moves off the chunks the critical path dwells on most, onto those it least does
+        if guided:
+            for _k, _j, on in best_ev.sim.critical_path:
+                dwell[on] -= 1
+        order = sorted(range(cc.chunks), key=lambda c: dwell[c])
+        for a in order:
+            for b in reversed(order) if guided else order:
                 if a == b or best_n[a] <= 1:
                     continue
                 if deadline is not None and time.perf_counter() >= deadline:
