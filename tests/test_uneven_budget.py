@@ -159,19 +159,20 @@ def test_polish_refines_the_fastest_unproven_classes(seed: int, faster: bool, mo
     ctx, pins = interleaved_instance(seed)
     opts = SearchOptions(num_workers=1)
     monkeypatch.setattr(driver, "BUDGET", 0.0)
-    seen: list[tuple[list[ClassResult], list[ClassResult], dict]] = []
+    seen: list[tuple[list[ClassResult], list[ClassResult], dict, int]] = []
 
-    def spy(unproven, found, solved, top_k, deadline=None):
-        out = polish(unproven, found, solved, top_k, deadline)
-        seen.append((list(unproven), out, solved))
+    def spy(unproven, found, solved, deadline=None):
+        out = polish(unproven, found, solved, deadline)
+        seen.append((list(unproven), out, solved, found[0].evaluation.objective_ns))
         return out
 
     monkeypatch.setattr(driver, "polish", spy)
-    with_it = search(ctx, pins, opts, top_k=1)
-    ((unproven, out, solved),) = seen
+    with_it = search(ctx, pins, opts, top_k=3)
+    ((unproven, out, solved, first),) = seen
     assert out, seed
     start = {r.cand: r for r in unproven}
     for r in out:
+        assert r.bound <= first  # a class that could beat the answer, not only a runner-up
         cc = solved[r.cand][0]
         assert r.stage_layers is not None and sum(r.stage_layers) == cc.num_layers and min(r.stage_layers) >= 1
         ev = evaluate(cc, r.stage_layers)
@@ -182,7 +183,7 @@ def test_polish_refines_the_fastest_unproven_classes(seed: int, faster: bool, mo
             _, alone, _ = local_search(cc, list(start[r.cand].stage_layers), evals, guided=guided)
             assert not alone.fits or r.evaluation.objective_ns <= alone.objective_ns
     monkeypatch.setattr(driver, "polish", lambda *a, **k: [])
-    without = search(ctx, pins, opts, top_k=1)
+    without = search(ctx, pins, opts, top_k=3)
     assert with_it.objective_ns is not None and without.objective_ns is not None
     assert with_it.objective_ns <= without.objective_ns
     assert (with_it.objective_ns < without.objective_ns) == faster

@@ -176,7 +176,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         admit(found, res, top_k)
         remember(kept, res)
         solved_cuts[cand] = (cc, res)  # a free cut's ties are answered canonically (``ties.canonical_plans``)
-    for res in polish(past_budget, found, solved_cuts, top_k, deadline):  # the fastest unproven classes, hill-climbed
+    for res in polish(past_budget, found, solved_cuts, deadline):  # the fastest unproven classes, hill-climbed
         admit(found, res, top_k)
     if not found and not all_proven:
         found = fallback(ctx, chain(unsolved, rest), top_k, pins)
