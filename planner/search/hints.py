@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections import Counter
 
 from planner.compose.cost import ClassCosts, Evaluation, evaluate
 from planner.compose.memory import rank_memory
@@ -72,11 +73,10 @@ def local_search(
     improved = True
     while improved and evals < max_evals:
         improved = False
-        dwell = [0] * cc.chunks  # the moves off the chunks the critical path dwells on most, onto those it least does
-        if guided:
-            for _k, _j, on in best_ev.sim.critical_path:
-                dwell[on] -= 1
-        order = sorted(range(cc.chunks), key=lambda c: dwell[c])
+        order = list(range(cc.chunks))
+        if guided:  # the moves off the chunks the critical path dwells on most, onto those it dwells on least
+            dwell = Counter(on for _k, _j, on in best_ev.sim.critical_path)
+            order.sort(key=lambda c: -dwell[c])
         for a in order:
             for b in reversed(order) if guided else order:
                 if a == b or best_n[a] <= 1:
