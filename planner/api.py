@@ -15,9 +15,21 @@ from planner.answer.request import complete_pins, context, parse_request
 from planner.compose.context import Context
 from planner.compose.cost import class_costs, evaluate
 from planner.search import SearchResult, search
+from planner.search.cutsolver import ClassResult
 from planner.search.space import explain_no_candidate
-from planner.specs import Estimate, Infeasibility, Plan, PlanRequest, PlanResponse, SolverInfo, SolverStatus, version
-from planner.specs.config import describe
+from planner.specs import (
+    Estimate,
+    Infeasibility,
+    ParallelPins,
+    Plan,
+    PlanRequest,
+    PlanResponse,
+    SolverInfo,
+    SolverStatus,
+    UnprovenClass,
+    version,
+)
+from planner.specs.config import CLASS_FIELDS, describe
 
 
 def estimate_plan(request: PlanRequest | dict) -> Plan:
@@ -90,6 +102,7 @@ def _plan(request: PlanRequest | dict) -> PlanResponse:
         wall_time_s=time.perf_counter() - t0,
         configurations_considered=result.classes,
         notes=result.notes,
+        unproven=[_unproven(r) for r in result.unproven],
     )
     infeasible = None
     if not plans:
@@ -104,6 +117,17 @@ def _plan(request: PlanRequest | dict) -> PlanResponse:
         plans=plans,
         solver=info,
         infeasible=infeasible,
+    )
+
+
+def _unproven(r: ClassResult) -> UnprovenClass:
+    """A class the budget left unproven below the answer, with the pins that search it alone."""
+    ev = r.evaluation if r.evaluation is not None and r.evaluation.fits else None
+    return UnprovenClass(
+        parallel=ParallelPins.model_validate({k: getattr(r.cand, k) for k in CLASS_FIELDS}),
+        lower_bound_s=r.bound / 1e9,
+        best_step_s=ev.objective_ns / 1e9 if ev is not None else None,
+        best_stage_layers=list(r.stage_layers) if ev is not None and r.stage_layers is not None else None,
     )
 
 

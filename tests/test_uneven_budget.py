@@ -45,8 +45,10 @@ def test_a_spent_budget_ranks_the_even_splits_and_names_the_rest(seed: int, monk
     if low is not None and low < free.objective_ns:  # a class the budget left could hold a faster cut: not proven
         assert free.status == "FEASIBLE" and free.bound_ns == low
         assert any(n.startswith("NOT PROVEN OPTIMAL: the CP-SAT budget") for n in free.notes), free.notes
+        below = sorted(r.bound for r in left if r.bound < free.objective_ns)  # each listed, lowest first
+        assert [r.bound for r in free.unproven] == below and {r.cand for r in free.unproven} <= {r.cand for r in left}
     else:  # every class left unproven is bounded at or above the answer: proven over the whole space
-        assert free.status == "OPTIMAL" and free.bound_ns == free.objective_ns
+        assert free.status == "OPTIMAL" and free.bound_ns == free.objective_ns and not free.unproven
     if pinned.objective_ns is not None:
         assert free.objective_ns is not None and pinned.objective_ns >= free.objective_ns or scope
 

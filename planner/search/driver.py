@@ -32,7 +32,7 @@ from planner.search.scope import time_limit_note, unsearched
 from planner.search.seed_pool import seed_pool
 from planner.search.space import MAX_VIRTUAL_STAGES, enumerate_classes, forced_cut, min_memory, plan_key
 from planner.search.ties import canonical_plans
-from planner.search.uneven import BUDGET, SIDES, Starts, budget, budget_note, note, polish, remember, starts
+from planner.search.uneven import BUDGET, SIDES, Starts, budget, budget_note, holding, note, polish, remember, starts
 from planner.specs import ParallelPins, SearchOptions
 from planner.specs.layout import even_stage_layers
 
@@ -59,6 +59,8 @@ class SearchResult:
     min_memory: tuple[Candidate, float] | None = None  # when nothing fits: the leanest class (cand, GiB per GPU)
     #: the class with the best bound that memory ruled out (cand, bound ns), if any
     memory_blocked: tuple[Candidate, int] | None = None
+    #: the classes the budget left unproven with a bound below the answer, lowest first (``uneven.holding``)
+    unproven: list[ClassResult] = field(default_factory=list)
 
 
 def result_key(r: ClassResult) -> tuple:
@@ -176,7 +178,8 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         admit(found, res, top_k)
         remember(kept, res)
         solved_cuts[cand] = (cc, res)  # a free cut's ties are answered canonically (``ties.canonical_plans``)
-    for res in polish(past_budget, found, solved_cuts, deadline):  # the fastest unproven classes, hill-climbed
+    polished = polish(past_budget, found, solved_cuts, deadline)  # the fastest unproven classes, hill-climbed
+    for res in polished:
         admit(found, res, top_k)
     if not found and not all_proven:
         found = fallback(ctx, chain(unsolved, rest), top_k, pins)
@@ -208,12 +211,15 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
             min_memory=min_memory(ctx, cands, pins) if all_proven else None,
         )
     best = top.objective_ns
-    low = min([best] + [r.bound for r in past_budget])  # a budgeted class below the answer: not proven (issue 26)
+    below = holding(past_budget, polished, best)  # budgeted classes below the answer: not proven (issue 26)
+    low = below[0].bound if below else best
     bound = min(low, best if all_proven else min(best, open_bound if open_bound is not None else best))
-    if not all_proven or low < best:
-        notes.append(time_limit_note(options, best, bound) if not all_proven else budget_note(best, low))
-    status = Status.OPTIMAL if all_proven and low >= best else Status.FEASIBLE
-    return SearchResult(found, status, best, bound, wall, len(cands), solved, solves, notes, memory_blocked=blocked)
+    if not all_proven or below:
+        notes.append(time_limit_note(options, best, bound) if not all_proven else budget_note(best, below))
+    status = Status.OPTIMAL if all_proven and not below else Status.FEASIBLE
+    return SearchResult(
+        found, status, best, bound, wall, len(cands), solved, solves, notes, memory_blocked=blocked, unproven=below
+    )
 
 
 def one_cut(ctx: Context, pins: ParallelPins, c: Candidate) -> list[int] | None:

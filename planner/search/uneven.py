@@ -24,7 +24,7 @@ from planner.search.hints import local_search
 from planner.search.portfolio import SIDES
 from planner.specs import ParallelPins
 
-__all__ = ["SIDES", "budget", "budget_note", "note", "polish", "remember", "starts"]
+__all__ = ["SIDES", "budget", "budget_note", "holding", "note", "polish", "remember", "starts"]
 
 #: CP-SAT deterministic time (its own work units) the interleaved classes of a free schedule may spend in all,
 #: best bound first.
@@ -138,15 +138,39 @@ def note(unproven: list[ClassResult], found: list[ClassResult], top_k: int) -> s
     )
 
 
-def budget_note(best: int, low: int) -> str:
-    """What a user reads when the budget left an interleaved class unproven whose lower bound ``low`` is below the
-    answer's step ``best`` (ns): the answer is not proven optimal (``driver.search`` answers FEASIBLE), by how much at
-    most, and how to prove it. A class the budget leaves unproven can hold a faster cut: Nemotron-4 340B on 128 H100
-    (NeMo 24.07, free) answered 3.377 s while its TP8 PP8 v5 class without recomputation has a cut of 3.321 s."""
+#: The classes ``budget_note`` names (``SearchResult.unproven`` holds them all).
+NAMED = 3
+
+
+def holding(unproven: list[ClassResult], polished: list[ClassResult], best: int) -> list[ClassResult]:
+    """The classes the budget left unproven whose bound is below the answer's step ``best`` (ns) — what keeps it from
+    OPTIMAL — lowest bound first, each at its ``polish``-ed cut where polish found a faster one."""
+    at = {r.cand: r for r in polished}
+    return sorted((at.get(r.cand, r) for r in unproven if r.bound < best), key=lambda r: (r.bound, r.cand.describe()))
+
+
+def budget_note(best: int, below: list[ClassResult]) -> str:
+    """What a user reads when the budget left interleaved classes unproven whose lower bounds are below the answer's
+    step ``best`` (ns; ``below``: ``holding``'s, lowest first): the answer is not proven optimal (``driver.search``
+    answers FEASIBLE), by how much at most, which classes could beat it and the pins that search one alone. A class
+    the budget leaves unproven can hold a faster cut: Nemotron-4 340B on 128 H100 (NeMo 24.07, free) answered 3.377 s
+    while its TP8 PP8 v5 class without recomputation has a cut of 3.321 s."""
+    low = below[0].bound
+
+    def named(r: ClassResult) -> str:
+        found = (
+            f"best cut found {r.evaluation.objective_ns / 1e9:.4g} s"
+            if r.evaluation and r.evaluation.fits
+            else "no fitting cut found"
+        )
+        return f"{r.cand.describe()} (lower bound {r.bound / 1e9:.4g} s, {found})"
+
+    more = f" and {len(below) - NAMED} more" if len(below) > NAMED else ""
     return (
         f"NOT PROVEN OPTIMAL: the CP-SAT budget of the interleaved classes (uneven.BUDGET) ended before their uneven "
         f"stage cuts were proven; the best plan is at most {(best - low) / best:.1%} slower than the best possible "
-        f"(step {best / 1e9:.4g} s, lower bound {low / 1e9:.4g} s). To prove it: pin parallel.schedule: "
-        "interleaved-1f1b (its classes are then searched without the budget, within options.time_limit_s), or pin "
-        "settings you already know (tp, pp, virtual_stages) to shrink the search"
+        f"(step {best / 1e9:.4g} s, lower bound {low / 1e9:.4g} s). The classes that could beat it, lowest bound first: "
+        f"{'; '.join(named(r) for r in below[:NAMED])}{more} (solver.unproven lists each with its pins). To prove it: "
+        "pin one of them (all its settings: it is then searched alone, without the budget, within "
+        "options.time_limit_s), or pin parallel.schedule: interleaved-1f1b to search them all"
     )

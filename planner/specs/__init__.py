@@ -66,8 +66,6 @@ from planner.specs.results import (
     Prediction,
     RuledOut,
     RunReport,
-    SolverInfo,
-    SolverStatus,
     StageMemory,
     TimeBreakdown,
     TPLayout,
@@ -75,6 +73,7 @@ from planner.specs.results import (
     TPStyle,
     upgrade_plan_data,
 )
+from planner.specs.solver_info import SolverInfo, SolverStatus, UnprovenClass
 
 __all__ = [
     "Calibration",
@@ -131,6 +130,7 @@ __all__ = [
     "SearchOptions",
     "SolverInfo",
     "SolverStatus",
+    "UnprovenClass",
     "Spec",
     "StageMemory",
     "TPLayout",

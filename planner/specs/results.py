@@ -11,6 +11,7 @@ from planner.specs.common import SCHEMA_VERSION, Spec
 from planner.specs.inputs import ClusterSpec, GpuSpec, ModelSpec, ParallelConfig, TrainingSpec
 from planner.specs.profiles import NetworkProfile, Profile
 from planner.specs.requests import PlanRequest
+from planner.specs.solver_info import SolverInfo
 
 # --------------------------------------------------------------------------------------------
 # Results
@@ -288,18 +289,6 @@ class Plan(Spec):
         """The plan's GPU (``cluster.gpu``, always a full spec in a Plan)."""
         assert isinstance(self.cluster.gpu, GpuSpec)
         return self.cluster.gpu
-
-
-SolverStatus = Literal["OPTIMAL", "FEASIBLE", "INFEASIBLE", "MODEL_INVALID", "UNKNOWN"]
-
-
-class SolverInfo(Spec):
-    status: SolverStatus
-    objective_value: float | None = None
-    best_objective_bound: float | None = None
-    wall_time_s: float
-    configurations_considered: int = 0
-    notes: list[str] = Field(default_factory=list)
 
 
 class Infeasibility(Spec):
