@@ -233,9 +233,12 @@ def test_counts_price_like_the_operations() -> None:
         (SearchOptions(num_workers=2), 31, 2),  # given explicitly: honoured
         (SearchOptions.model_validate({"num_workers": 4}), 8, 4),
         (SearchOptions(), 64, 2),  # large models: the option's default
+        ((SearchOptions(), True), 64, 1),  # a budgeted class: one, whatever the size ...
+        ((SearchOptions(num_workers=4), True), 8, 1),  # ... or the option (its budget is deterministic time)
     ],
 )
-def test_cp_sat_workers(options: SearchOptions, chunks: int, expected: int) -> None:
+def test_cp_sat_workers(options: SearchOptions | tuple[SearchOptions, bool], chunks: int, expected: int) -> None:
     from planner.search.cutsolver import workers
 
-    assert workers(options, chunks) == expected
+    opts, budgeted = options if isinstance(options, tuple) else (options, False)
+    assert workers(opts, chunks, budgeted) == expected

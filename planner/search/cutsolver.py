@@ -60,17 +60,17 @@ PRESOLVE_CHUNKS = 16  # CP-SAT presolve from this many chunks on (measured on th
 #: branches and det 0.0008 (0.012 s) with). 7x the longest other such solve on the wide benchmark (det 0.0007)
 #: but for DeepSeek-V3's PP8 class (det 0.023, 1,375 branches; 181 with presolve).
 PRESOLVE_AFTER_DET = 0.005
-#: Models of fewer chunks get one CP-SAT worker unless ``options.num_workers`` is set: a portfolio of 2 cost ~1.3× the
-#: CPU and no less wall time on the wide benchmark (OPT-175B's three PP31 classes: 0.40–0.44 s CPU, 0.49–0.78 s wall
-#: with one worker; 0.45–0.78 s CPU, 0.72–6.9 s wall with two, on the shared 2-core machine).
+#: Models of fewer chunks get one CP-SAT worker unless ``options.num_workers`` is set: 2 cost ~1.3× the CPU and no less
+#: wall time on the wide benchmark (OPT-175B's PP31 classes: 0.40–0.44 s CPU, 0.49–0.78 s wall with one; 0.45–0.78 s,
+#: 0.72–6.9 s with two). A budgeted class gets one always: parallel workers do not keep deterministic time (a 64-chunk
+#: model of Llama 3 405B: det 0.0007 / 0.0061 / 0.0062 in three runs), so the answer would move between runs.
 ONE_WORKER_CHUNKS = 64
 
 
-def workers(options: SearchOptions, chunks: int) -> int:
-    """CP-SAT workers for a class's model: the option when given explicitly or for large models, else 1."""
-    if "num_workers" in options.model_fields_set or chunks >= ONE_WORKER_CHUNKS:
-        return options.num_workers
-    return 1
+def workers(options: SearchOptions, chunks: int, budgeted: bool = False) -> int:
+    """CP-SAT workers for a class's model: the option when given or for large models, else (or budgeted) 1."""
+    explicit = "num_workers" in options.model_fields_set
+    return options.num_workers if not budgeted and (explicit or chunks >= ONE_WORKER_CHUNKS) else 1
 
 
 class Status(StrEnum):
@@ -331,7 +331,7 @@ def solve_class(
         add(priced(cc, list(pool)))
         learn(seeds)
         separate(hint, 0)  # the window chains longest at the hint: what the first round would add
-    presolve = C >= PRESOLVE_CHUNKS
+    presolve, nw = C >= PRESOLVE_CHUNKS, workers(options, C, budget is not None)
     best: tuple[list[int], Evaluation] | None = (hint, hint_ev) if hint_ev is not None and hint_ev.fits else None
     bound = 0
     while True:
@@ -344,7 +344,7 @@ def solve_class(
             model.add_hint(x, h)
         if budget is not None and budget[0] <= 0:
             break
-        st, solver = solve(model, workers(options, C), presolve, deadline, budget[0] if budget else None, budget)
+        st, solver = solve(model, nw, presolve, deadline, budget[0] if budget else None, budget)
         if budget is not None and not (iterations == 1 and st == cp_model.INFEASIBLE):
             budget[0] -= solver.deterministic_time  # a first model proven infeasible spends none (``oneround``)
         if st == cp_model.INFEASIBLE:  # no cut reaches the cutoff

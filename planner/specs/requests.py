@@ -24,7 +24,8 @@ class SearchOptions(Spec):
         ge=1,
         le=64,
         description="CP-SAT search workers. Unset: one for models of fewer than 64 chunks (their solves are "
-        "short: a second worker costs CPU and saves no wall time), else 2.",
+        "short: a second worker costs CPU and saves no wall time), else 2. The interleaved classes of a free schedule, "
+        "solved within a deterministic budget, always use one (parallel workers would make the answer vary by run).",
     )
     memory_headroom: float = Field(
         default=0.05,
