@@ -13,7 +13,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from planner.answer.flags import FLAG_OF, FLAGS, PLAN_ONLY, command
+from planner.answer.flags import FLAG_OF, FLAGS, PLAN_ONLY, command, pin_flags
 from planner.answer.terminal import console, show
 from planner.specs import PlanRequest
 from planner.specs.catalog import CLUSTER_PRESETS, GPUS, MODELS
@@ -195,6 +195,9 @@ def _plan(request: PlanRequest, as_json: bool) -> None:
             out.print(f"[bold yellow]{escape(note)}[/]", soft_wrap=True)
         if note.startswith("scope:"):  # what the proof does not cover, and the pin that reaches it
             out.print(escape(note), soft_wrap=True, highlight=False)
+    if s.unproven and s.status != "OPTIMAL":  # the class of the lowest bound, as flags to add to this command
+        first = f"to search the first of those classes alone, add: {pin_flags(s.unproven[0].parallel)}"
+        out.print(escape(first), soft_wrap=True, highlight=False)
     if response.infeasible is not None:
         inf = response.infeasible
         out.print(

@@ -405,3 +405,28 @@ def test_plan_table_says_which_stack_priced_it(stack: str, words: str) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert words in out.stdout
+
+
+def test_a_not_proven_plan_prints_the_flags_that_search_its_first_unproven_class(tmp_path: Path) -> None:
+    """NeMo 24.12 Llama 2 7B on 8 H100 left free (the wide benchmark's row) is FEASIBLE: the budget left classes below
+    the answer (``solver.unproven``). The table prints the flags that pin the first; added to the same command, they
+    search that one class (``uneven.budget_note``, ``flags.pin_flags``)."""
+    from bench_support import bench_module
+
+    body = dict(bench_module("bench_plan_wide").cases())["nemo2412_LLAMA2-7B_8gpu"]
+    (tmp_path / "req.json").write_text(json.dumps(body))
+    free = run("plan", "--request", str(tmp_path / "req.json"))
+    assert free.returncode == 0, free.stderr
+    lead = "to search the first of those classes alone, add: "
+    line = next(x for x in free.stdout.splitlines() if x.startswith(lead))
+    flags = line.removeprefix(lead).split()
+    assert "--schedule" in flags and "--virtual-stages" in flags
+    pinned = run("plan", "--request", str(tmp_path / "req.json"), *flags, "--top-k", "1", "--json")
+    assert pinned.returncode == 0, pinned.stderr
+    resp = PlanResponse.model_validate_json(pinned.stdout)
+    assert resp.solver.configurations_considered == 1 and not resp.solver.unproven
+    first = PlanResponse.model_validate_json(run("plan", "--request", str(tmp_path / "req.json"), "--json").stdout)
+    want = first.solver.unproven[0].parallel.model_dump()
+    assert resp.plans[0].parallel.model_dump(exclude={"stage_layers"}) == {
+        k: v for k, v in want.items() if k != "stage_layers"
+    }

@@ -18,7 +18,7 @@ from typing import Any
 import typer
 from pydantic import BaseModel
 
-from planner.specs import PlanRequest
+from planner.specs import ParallelPins, PlanRequest
 from planner.specs.hf import is_hf_config
 
 # ---------------------------------------------------------------------------------------------
@@ -210,6 +210,18 @@ def request_flags(model: type[BaseModel] = PlanRequest, prefix: str = "") -> lis
 
 FLAGS = request_flags()
 FLAG_OF = {f.path: f.name for f in FLAGS}
+
+
+def pin_flags(pins: ParallelPins) -> str:
+    """The ``meshplan plan`` flags that pin each field ``pins`` gives (e.g. a ``solver.unproven`` class's)."""
+
+    def flag(key: str, value: Any) -> str:
+        name = FLAG_OF[f"parallel.{key}"]
+        if isinstance(value, bool):
+            return name if value else f"--no-{name[2:]}"
+        return f"{name} {','.join(map(str, value)) if isinstance(value, list) else value}"
+
+    return " ".join(flag(k, v) for k, v in pins.model_dump(exclude_none=True).items())
 
 
 def _set(data: dict, path: str, value: Any, *, overwrite: bool = True) -> None:
