@@ -15,6 +15,7 @@ The model has one integer variable per chunk (its layer count) and
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
@@ -29,16 +30,15 @@ from planner.compose.step_end import end_parts, end_terms
 from planner.search import chains, columns, portfolio
 from planner.search.bounds import may_fit
 from planner.search.chains import Counts, as_arrays, dag_key, initial_counts, path_counts, price
-from planner.search.hints import critical_counts, greedy_cut, local_search
+from planner.search.hints import climbs, critical_counts, greedy_cut, local_search
 from planner.search.kinds import as_chains, moe_layer_vars, sparse
 from planner.search.oneround import one_round
 from planner.specs import SearchOptions
 from planner.specs.layout import even_stage_layers
 
-# Each lazy round adds the critical paths of the solution's one-layer neighbours too (fewer rounds):
-# all 2(C − 1) of them while that costs ≤ NEIGHBOUR_BUDGET simulation steps, else only the moves off
-# the NEIGHBOUR_CHUNKS chunks the critical path dwells on most (OPT-175B, pp = 31, m = 256: 50 → 21
-# rounds, 5.8 → 2.7 s CPU). Either way only valid chains and real evaluations are added.
+# Each lazy round adds the critical paths of the solution's one-layer neighbours too (fewer rounds): all 2(C − 1) of
+# them while that costs ≤ NEIGHBOUR_BUDGET simulation steps, else only the moves off the NEIGHBOUR_CHUNKS chunks the
+# critical path dwells on most (OPT-175B, pp = 31, m = 256: 50 → 21 rounds, 5.8 → 2.7 s CPU). Only valid chains.
 NEIGHBOUR_BUDGET = 100_000
 NEIGHBOUR_CHUNKS = 2
 #: Each lazy round also adds the window chains (``chains.window_counts``) longest at the solution, at
@@ -362,16 +362,18 @@ def solve_class(
         ev = evaluate(cc, sol)
         if better(ev, best[1] if best else None):
             best = (sol, ev)
+        if iterations == 1 and budget is None and c.virtual_stages > 1:  # it survived its first solve: climb as polish
+            cut, cev, paths = climbs(cc, (even_stage_layers(L, C), greedy_cut(cc), sol), deadline=deadline)
+            best = (cut, cev) if cev.fits and better(cev, best[1] if best else None) else best
+            learn(paths)
         if best is not None and (cutoff is None or best[1].objective_ns < cutoff):
             cutoff = best[1].objective_ns  # the class's optimum is no slower (ties kept: memory)
             model.add(M + cm.end <= cutoff)
         if st == cp_model.OPTIMAL and ev.makespan_ns <= solver.value(M):
             bound = ev.objective_ns
             break
-        if st != cp_model.OPTIMAL:
-            break
-        if incumbent is not None and bound > incumbent:
-            break  # slower than the plans already found: stop refining
+        if st != cp_model.OPTIMAL or (incumbent is not None and bound > incumbent):
+            break  # not proven, or slower than the plans already found: stop refining
         # Add the critical path of the solution and of its one-layer neighbours (fewer rounds).
         separate(sol, solver.value(M))
         new_chains = {critical_counts(cc, ev): None}
@@ -379,9 +381,7 @@ def solve_class(
         if affordable:
             moves = [m_ for b in range(C - 1) for m_ in ((b, b + 1), (b + 1, b))]
         else:  # too long to simulate them all: move a layer off the chunk the critical path dwells on most
-            dwell = [0] * C
-            for _k, _j, on in ev.sim.critical_path:
-                dwell[on] += 1
+            dwell = Counter(on for _k, _j, on in ev.sim.critical_path)
             top = sorted(range(C), key=lambda i: -dwell[i])[:NEIGHBOUR_CHUNKS]
             moves = [(h, z) for h in top for z in (h - 1, h + 1) if 0 <= z < C]
         for a, z in moves:

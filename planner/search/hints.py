@@ -94,3 +94,19 @@ def local_search(
             if improved or evals >= max_evals:
                 break
     return best_n, best_ev, list(cuts)
+
+
+def climbs(
+    cc: ClassCosts, starts: tuple[list[int], ...], max_evals: int = 60, deadline: float | None = None
+) -> tuple[list[int], Evaluation, list[Counts]]:
+    """``local_search`` twice from the best of ``starts`` (fitting first, then step time and peak memory), in chunk
+    order and guided by the critical path (each ends in local optima the other misses: ``uneven.polish``): the better
+    cut (the chunk-order climb's on a tie), its evaluation, and the critical paths of both climbs."""
+
+    def key(ev: Evaluation) -> tuple:
+        return not ev.fits, ev.objective_ns, ev.peak_memory_bytes
+
+    start = min(starts, key=lambda n: key(evaluate(cc, n)))
+    runs = [local_search(cc, list(start), max_evals, deadline, guided) for guided in (False, True)]
+    cut, ev, _ = min(runs, key=lambda r: key(r[1]))
+    return cut, ev, list(dict.fromkeys(runs[0][2] + runs[1][2]))
