@@ -128,9 +128,9 @@ def test_a_pinned_class_reaches_the_cut_the_free_search_listed_for_it() -> None:
     """bench_plan's Llama 3 405B on 16,384 H100 left free answers 8.713 s (FEASIBLE) and lists TP8 PP8 v7 below it
     (``solver.unproven``: bound 8.523 s, best cut found 9.046 s, by ``uneven.polish``'s climbs). Pinned, that class
     used to start CP-SAT from its greedy cut (an expert seed gives the search an incumbent) and stay at 9.176 s,
-    FEASIBLE, for 120 s; a class that survives its first solve now climbs as polish does, from the best of its even
-    split, greedy cut and the solve's cut (``hints.climbs``), and is proven at 9.046 s in two rounds: no faster than
-    the free answer, no slower than the cut the free search listed."""
+    FEASIBLE, for 120 s; a class its first solve leaves unproven now climbs as polish does before its second, from the
+    best of its even split, greedy cut and best cut so far (``hints.climbs``), and is proven at 9.046 s in two rounds:
+    no faster than the free answer, no slower than the cut the free search listed."""
     body = {
         "model": "llama3-405b",
         "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 2048, "gpus_per_node": 8},

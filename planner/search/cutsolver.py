@@ -336,6 +336,10 @@ def solve_class(
     bound = 0
     while True:
         iterations += 1
+        if iterations == 2 and budget is None and c.virtual_stages > 1 and best:  # unproven by its first solve: climb
+            cut, cev, paths = climbs(cc, (even_stage_layers(L, C), greedy_cut(cc), best[0]), deadline=deadline)
+            best = (cut, cev) if cev.fits and better(cev, best[1]) else best  # as ``uneven.polish`` does
+            learn(paths)
         left = deadline - time.perf_counter()
         if left <= 0:
             break
@@ -362,10 +366,6 @@ def solve_class(
         ev = evaluate(cc, sol)
         if better(ev, best[1] if best else None):
             best = (sol, ev)
-        if iterations == 1 and budget is None and c.virtual_stages > 1:  # it survived its first solve: climb as polish
-            cut, cev, paths = climbs(cc, (even_stage_layers(L, C), greedy_cut(cc), sol), deadline=deadline)
-            best = (cut, cev) if cev.fits and better(cev, best[1] if best else None) else best
-            learn(paths)
         if best is not None and (cutoff is None or best[1].objective_ns < cutoff):
             cutoff = best[1].objective_ns  # the class's optimum is no slower (ties kept: memory)
             model.add(M + cm.end <= cutoff)
