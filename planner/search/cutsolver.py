@@ -30,7 +30,7 @@ from planner.compose.step_end import end_parts, end_terms
 from planner.search import chains, columns, portfolio
 from planner.search.bounds import may_fit
 from planner.search.chains import Counts, as_arrays, dag_key, initial_counts, path_counts, price
-from planner.search.hints import climbs, critical_counts, greedy_cut, local_search
+from planner.search.hints import best_of, climbs, critical_counts, greedy_cut, local_search
 from planner.search.kinds import as_chains, moe_layer_vars, sparse
 from planner.search.oneround import one_round
 from planner.specs import SearchOptions
@@ -209,17 +209,6 @@ def solve(
     if num_workers == 1 and left is not None and (out := portfolio.try_portfolio(model, deadline, budget, left)):
         return out  # a small budgeted model proven by a run ``portfolio`` adds
     return solve(model, num_workers, True, deadline, left)
-
-
-def best_of(cc: ClassCosts, cuts: tuple[list[int], ...]) -> tuple[list[int], Evaluation]:
-    """The first of ``cuts`` ranked best as ``better`` ranks them (a cut that does not fit last), with its evaluation:
-    each distinct cut simulated once."""
-    evs: dict[tuple[int, ...], Evaluation] = {}
-    for n in cuts:
-        if tuple(n) not in evs:
-            evs[tuple(n)] = evaluate(cc, n)
-    n = min(cuts, key=lambda n: (not evs[tuple(n)].fits, evs[tuple(n)].objective_ns, evs[tuple(n)].peak_memory_bytes))
-    return n, evs[tuple(n)]
 
 
 def better(a: Evaluation, b: Evaluation | None) -> bool:

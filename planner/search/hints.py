@@ -103,10 +103,22 @@ def climbs(
     order and guided by the critical path (each ends in local optima the other misses: ``uneven.polish``): the better
     cut (the chunk-order climb's on a tie), its evaluation, and the critical paths of both climbs."""
 
-    def key(ev: Evaluation) -> tuple:
-        return not ev.fits, ev.objective_ns, ev.peak_memory_bytes
-
-    start = min(starts, key=lambda n: key(evaluate(cc, n)))
+    start, _ = best_of(cc, starts)
     runs = [local_search(cc, list(start), max_evals, deadline, guided) for guided in (False, True)]
-    cut, ev, _ = min(runs, key=lambda r: key(r[1]))
+    cut, ev, _ = min(runs, key=lambda r: rank(r[1]))
     return cut, ev, list(dict.fromkeys(runs[0][2] + runs[1][2]))
+
+
+def rank(ev: Evaluation) -> tuple:
+    """How cuts of one class rank: a cut that fits first, then step time, then peak memory."""
+    return not ev.fits, ev.objective_ns, ev.peak_memory_bytes
+
+
+def best_of(cc: ClassCosts, cuts: tuple[list[int], ...]) -> tuple[list[int], Evaluation]:
+    """The first of ``cuts`` ranked best (``rank``), with its evaluation: each distinct cut simulated once."""
+    evs: dict[tuple[int, ...], Evaluation] = {}
+    for n in cuts:
+        if tuple(n) not in evs:
+            evs[tuple(n)] = evaluate(cc, n)
+    n = min(cuts, key=lambda n: rank(evs[tuple(n)]))
+    return n, evs[tuple(n)]
