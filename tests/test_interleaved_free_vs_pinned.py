@@ -16,7 +16,7 @@ from bench_support import bench_module
 from test_planner_interleaved import interleaved_instance
 
 from planner.api import plan
-from planner.search import search
+from planner.search import search, uneven
 from planner.specs import PlanRequest, SearchOptions
 
 SEEDS = range(24)
@@ -124,18 +124,20 @@ def test_the_answer_lists_the_classes_that_keep_it_unproven_with_their_pins() ->
     assert free.objective_value <= pinned.plans[0].estimate.step_time_s
 
 
-def test_a_pinned_class_reaches_the_cut_the_free_search_listed_for_it() -> None:
-    """bench_plan's Llama 3 405B on 16,384 H100 left free answers 8.713 s (FEASIBLE) and lists TP8 PP8 v7 below it
-    (``solver.unproven``: bound 8.523 s, best cut found 9.046 s, by ``uneven.polish``'s climbs). Pinned, that class
-    used to start CP-SAT from its greedy cut (an expert seed gives the search an incumbent) and stay at 9.176 s,
-    FEASIBLE, for 120 s; a class its first solve leaves unproven now climbs as polish does before its second, from the
-    best of its even split, greedy cut and best cut so far (``hints.climbs``), and is proven at 9.046 s in two rounds:
-    no faster than the free answer, no slower than the cut the free search listed."""
+def test_a_pinned_class_reaches_the_cut_the_free_search_listed_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench_plan's Llama 3 405B on 16,384 H100 left free answers 8.713 s and, without ``uneven.settle`` (which now
+    proves it OPTIMAL: ``test_uneven_budget.py``), FEASIBLE, listing TP8 PP8 v7 below it (``solver.unproven``: bound
+    8.523 s, best cut found 9.046 s, by ``uneven.polish``'s climbs). Pinned, that class used to start CP-SAT from its
+    greedy cut (an expert seed gives the search an incumbent) and stay at 9.176 s, FEASIBLE, for 120 s; a class its
+    first solve leaves unproven now climbs as polish does before its second, from the best of its even split, greedy
+    cut and best cut so far (``hints.climbs``), and is proven at 9.046 s in two rounds: no faster than the free answer,
+    no slower than the cut the free search listed."""
     body = {
         "model": "llama3-405b",
         "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 2048, "gpus_per_node": 8},
         "training": {"global_batch_size": 2048, "seq_len": 8192},
     }
+    monkeypatch.setattr(uneven, "SETTLE_EACH", 0.0)  # the listing before settling
     free = plan(PlanRequest.model_validate(body)).solver
     assert free.status == "FEASIBLE" and free.unproven, free.notes
     first = free.unproven[0]

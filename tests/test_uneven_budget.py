@@ -7,12 +7,14 @@ hold over the whole space")."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from test_planner_interleaved import interleaved_instance
 
 import planner.search.driver as driver
 from planner.compose.cost import class_costs, evaluate
-from planner.search import search
+from planner.search import search, uneven
 from planner.search.cutsolver import ClassResult, Status, solve_class
 from planner.search.hints import greedy_cut, local_search
 from planner.search.space import enumerate_candidates
@@ -157,10 +159,12 @@ def test_a_class_met_after_the_budget_ranks_its_greedy_cut(seed: int) -> None:
 def test_polish_refines_the_fastest_unproven_classes(seed: int, faster: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the budget spent, ``uneven.polish`` hill-climbs the fastest classes left unproven: each cut it returns is
     its class's, fits, and is faster than the cut it started from, re-simulated here; the answer is never slower
-    than without it, and on seed 11 faster (a test that polished nothing would fail: every seed here polishes)."""
+    than without it, and on seed 11 faster (a test that polished nothing would fail: every seed here polishes). Without
+    settling solves (``uneven.settle``, which on seed 11 reaches that faster cut without polish too)."""
     ctx, pins = interleaved_instance(seed)
     opts = SearchOptions(num_workers=1)
     monkeypatch.setattr(driver, "BUDGET", 0.0)
+    monkeypatch.setattr(uneven, "SETTLE_EACH", 0.0)
     seen: list[tuple[list[ClassResult], list[ClassResult], dict, int]] = []
 
     def spy(unproven, found, solved, deadline=None):
@@ -236,3 +240,70 @@ def test_budgeted_solves_run_one_cp_sat_worker_and_answer_the_same_each_run(monk
     assert {w for _, w in seen} == {1}, seen
     a, b = (r.model_dump(exclude={"solver": {"wall_time_s"}}) for r in runs)
     assert a == b
+
+
+def _405b(settle_each: float, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    from planner.api import plan
+    from planner.specs import PlanRequest
+
+    monkeypatch.setattr(uneven, "SETTLE_EACH", settle_each)
+    cluster = {"gpu": "h100-sxm5-80gb", "num_nodes": 2048, "gpus_per_node": 8}
+    body = {"model": "llama3-405b", "cluster": cluster, "training": {"global_batch_size": 2048, "seq_len": 8192}}
+    return body, plan(PlanRequest.model_validate(body))
+
+
+def test_settling_proves_the_class_the_budget_left_below_the_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench_plan's Llama 3 405B on 16,384 H100 left free: the budget leaves TP8 PP8 v7 unproven with bound 8.523 s
+    below the answer's 8.713 s, so without settling the answer is FEASIBLE. Solved once more with the answer as its
+    cutoff (``uneven.settle``), that class's first model is infeasible: the answer is OPTIMAL, with the same plans.
+    Checked independently: pinned and searched alone (no budget, no incumbent), CP-SAT proves that class's optimum
+    9.046 s, above the answer. Fails without settling (SETTLE_EACH 0: FEASIBLE)."""
+    from planner.api import plan
+    from planner.specs import PlanRequest
+
+    each = uneven.SETTLE_EACH
+    body, before = _405b(0.0, monkeypatch)
+    _, after = _405b(each, monkeypatch)
+    assert before.solver.status == "FEASIBLE" and before.solver.unproven
+    assert after.solver.status == "OPTIMAL" and not after.solver.unproven, after.solver.notes
+    assert after.solver.best_objective_bound == after.solver.objective_value == before.solver.objective_value
+    assert [p.model_dump() for p in after.plans] == [p.model_dump() for p in before.plans]
+    assert not any(n.startswith("NOT PROVEN") for n in after.solver.notes)
+    for u in before.solver.unproven:  # each class settled: its own optimum, proven alone, is no faster
+        pins = u.parallel.model_dump(exclude_none=True)
+        alone = plan(
+            PlanRequest.model_validate({**body, "top_k": 1, "parallel": pins, "options": {"time_limit_s": 60}})
+        )
+        assert alone.solver.status == "OPTIMAL", alone.solver.notes
+        assert alone.plans[0].estimate.step_time_s >= after.solver.objective_value
+
+
+def test_settling_stops_at_the_first_class_it_cannot_settle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench_plan's Mixtral 8x22B on 128 H100 (Megatron): the budget spends itself on the first classes met, before
+    any plan prunes them, and leaves 24 classes below the answer (4.180 s), the lowest at 3.924 s (three without
+    recomputation, no fitting cut found). Settling, lowest bound first, proves the first four cannot beat the answer
+    and stops at the fifth (TP2 PP8 v3, recomputing layernorm and moe_act), whose solve leaves it below: the answer
+    stays FEASIBLE, with the same plans; the classes listed are the rest, each at a bound at least as high as before,
+    and the answer's bound rises to the lowest of them."""
+    from planner.api import plan
+    from planner.specs import PlanRequest
+
+    cluster = {"gpu": "h100-sxm5-80gb", "num_nodes": 16, "gpus_per_node": 8}
+    training = {"global_batch_size": 256, "seq_len": 4096, "stack": "megatron"}
+    req = PlanRequest.model_validate({"model": "mixtral-8x22b", "cluster": cluster, "training": training})
+    monkeypatch.setattr(uneven, "SETTLE_EACH", 0.0)
+    before = plan(req).solver
+    monkeypatch.undo()
+    after = plan(req).solver
+    assert before.status == after.status == "FEASIBLE" and before.objective_value == after.objective_value
+
+    def key(u):  # type: ignore[no-untyped-def]
+        return json.dumps(u.parallel.model_dump(), sort_keys=True)
+
+    was = {key(u): u for u in before.unproven}
+    now = {key(u): u for u in after.unproven}
+    assert set(now) < set(was) and len(was) - len(now) == 4, (len(was), len(now))
+    settled = sorted(set(was) - set(now), key=lambda k: was[k].lower_bound_s)
+    assert [was[k].lower_bound_s for k in settled] == [u.lower_bound_s for u in before.unproven[:4]]
+    assert all(now[k].lower_bound_s >= was[k].lower_bound_s for k in now)
+    assert after.best_objective_bound == min(u.lower_bound_s for u in after.unproven) > before.best_objective_bound

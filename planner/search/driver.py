@@ -1,19 +1,19 @@
-"""The search: best-first over the configuration classes of the space (``planner.search.space``), each ordered
-by a valid lower bound (``planner.search.bounds``) and the promising ones solved exactly
-(``planner.search.cutsolver``).
+"""The search: best-first over the configuration classes of the space (``planner.search.space``), each ordered by a
+valid lower bound (``planner.search.bounds``) and the promising ones solved exactly (``planner.search.cutsolver``).
 
-Exactness. The objective of a complete configuration is ``cost.evaluate``: the simulated pipeline
-makespan plus the slowest rank's exposed DP sync and optimizer step, all integers (ns). Classes are
-solved best bound first until the next bound exceeds the k-th best plan's step time (a class whose
-bound equals it may still tie it and rank first on memory: ``space.plan_key``). Every solved class
-is OPTIMAL, every skipped one is proven slower, so the answer is proven optimal for the modeled space.
+Exactness. The objective of a complete configuration is ``cost.evaluate``: the simulated pipeline makespan plus the
+slowest rank's exposed DP sync and optimizer step, all integers (ns). Classes are solved best bound first until the
+next bound exceeds the k-th best plan's step time (a class whose bound equals it may still tie it and rank first on
+memory: ``space.plan_key``). Every solved class is OPTIMAL, every skipped one is proven slower, so the answer is proven
+optimal for the modeled space.
 
-Interleaved classes of a free schedule are solved within a budget each (``uneven``; a pinned schedule: the time
-limit only), and one-stage classes have one cut (``one_cut``): memory-screened there and simulated.
+Interleaved classes of a free schedule are solved within a shared budget (``uneven``; a pinned schedule: the time
+limit only), then those it left below the answer once more against it (``uneven.settle``); one-stage classes have one
+cut (``one_cut``): memory-screened there and simulated.
 
-Expert-like configurations (``expert_seeds``, Megatron-LM's recipe) are simulated first: real plans
-of classes the search visits anyway, so they change no proven answer, but they prune from the start
-and the answer is never worse than them when the time limit ends the search (``time_limit_note``).
+Expert-like configurations (``expert_seeds``, Megatron-LM's recipe) are simulated first: real plans of classes the
+search visits anyway, so they change no proven answer, but they prune from the start and the answer is never worse
+than them when the time limit ends the search (``time_limit_note``).
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ from planner.search.bounds import fits_at, fitting_bound, may_fit, quick_may_fit
 from planner.search.cutsolver import ClassResult, Status, greedy_cut, solve_class
 from planner.search.frontier import Frontier, Key, QueueItem
 from planner.search.lift import lifted
+from planner.search.portfolio import SIDES
 from planner.search.scope import time_limit_note, unsearched
 from planner.search.seed_pool import seed_pool
 from planner.search.space import MAX_VIRTUAL_STAGES, enumerate_classes, forced_cut, min_memory, plan_key
 from planner.search.ties import canonical_plans
-from planner.search.uneven import BUDGET, SIDES, Starts, budget, budget_note, holding, note, polish, remember, starts
+from planner.search.uneven import BUDGET, Starts, budget, budget_note, holding, note, polish, remember, settle, starts
 from planner.specs import ParallelPins, SearchOptions
 from planner.specs.layout import even_stage_layers
 
@@ -72,11 +73,10 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     t0 = time.perf_counter()
     every, families = enumerate_classes(ctx, pins, options)
     cands, profile_notes = restrict_to_profile(ctx, every)
-    # Best-first on valid lower bounds (``frontier``: lean, then quick, then a one-cut class's cut bound,
-    # each computed when the class nears the front): a class is costed (ClassCosts, memory screen, exact
-    # bound) only when its bound can still reach the k-th best plan, pushed back when its exact bound is
-    # larger, and solved only when that can reach it too. The first class whose bound exceeds it ends the
-    # search: every later one is bounded out.
+    # Best-first on valid lower bounds (``frontier``: lean, then quick, then a one-cut class's cut bound, each computed
+    # when the class nears the front): a class is costed (ClassCosts, memory screen, exact bound) only when its bound
+    # can still reach the k-th best plan, pushed back when its exact bound is larger, and solved only when that can
+    # reach it too. The first class whose bound exceeds it ends the search: every later one is bounded out.
     queue = Frontier(ctx, pins, cands, families if cands is every else None)
     # Expert-like configurations (``expert_seeds``), evaluated at a balanced cut before the search: real plans of
     # classes the search visits anyway, so the answer is never worse than them even when the time limit ends the search
@@ -88,8 +88,8 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     kept: Starts = {}  # the best cuts so far by pipeline shape
     remember(kept, *found)
     del found[top_k:]
-    # Then the one-cut classes with the best quick bounds (``probe``): exact, a simulation each, and
-    # their step times prune the CP-SAT classes before them in the queue (Llama 3 405B: 1.6 → 0.5 s).
+    # Then the one-cut classes with the best quick bounds (``probe``): exact, a simulation each, and their step times
+    # prune the CP-SAT classes before them in the queue (Llama 3 405B: 1.6 → 0.5 s).
     probed = probe(ctx, pins, queue, found, top_k, deadline=t0 + options.time_limit_s)
     costed = pruned_memory = solved = simulated = solves = 0
     all_proven = True
@@ -179,7 +179,8 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         remember(kept, res)
         solved_cuts[cand] = (cc, res)  # a free cut's ties are answered canonically (``ties.canonical_plans``)
     polished = polish(past_budget, found, solved_cuts, deadline)  # the fastest unproven classes, hill-climbed
-    for res in polished:
+    past_budget, faster = settle(ctx, past_budget, polished, found, solved_cuts, options, learned, deadline)
+    for res in (*polished, *faster):  # ``settle``: the classes that hold the answer unproven, solved against it
         admit(found, res, top_k)
     if not found and not all_proven:
         found = fallback(ctx, chain(unsolved, rest), top_k, pins)
@@ -211,7 +212,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
             min_memory=min_memory(ctx, cands, pins) if all_proven else None,
         )
     best = top.objective_ns
-    below = holding(past_budget, polished, best)  # budgeted classes below the answer: not proven (issue 26)
+    below = holding(past_budget, best)  # budgeted classes below the answer: not proven (issue 26)
     low = below[0].bound if below else best
     bound = min(low, best if all_proven else min(best, open_bound if open_bound is not None else best))
     if not all_proven or below:
