@@ -172,10 +172,11 @@ def settle(
     if not found or found[0].evaluation is None:
         return out, []
     faster, best = [], min(r.evaluation.objective_ns for r in (found[0], *polished) if r.evaluation is not None)
-    for i in sorted(range(len(out)), key=lambda i: (out[i].bound, out[i].cand.describe())):
-        r = out[i]
+    index = {r.cand: i for i, r in enumerate(out)}
+    for r in holding(out, best):
         if r.bound >= best:
-            break  # this one and the rest cannot beat the answer
+            break  # the answer is a faster cut found here: this one and the rest cannot beat it
+        i = index[r.cand]
         cc = solved[r.cand][0] if r.cand in solved else class_costs(ctx, r.cand)
         at_cut = (r.stage_layers,) if r.stage_layers is not None else ()
         res = solve_class(
