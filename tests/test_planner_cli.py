@@ -205,10 +205,11 @@ PLAN_FLAGS = [
     "--allow-tp-across-nodes",
     "--time-limit-s",
     "--num-workers",
+    "--prove",
     "--memory-headroom",
     "--json",
 ]
-ESTIMATE_FLAGS = [f for f in PLAN_FLAGS if f not in {"--top-k", "--time-limit-s", "--num-workers"}]
+ESTIMATE_FLAGS = [f for f in PLAN_FLAGS if f not in {"--top-k", "--time-limit-s", "--num-workers", "--prove"}]
 
 
 def _surface(command: str) -> list[str]:

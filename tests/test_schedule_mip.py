@@ -12,7 +12,7 @@ from bench_support import bench_module
 from test_planner_exact import random_instance
 from test_planner_interleaved import interleaved_instance
 
-from planner.api import context, parse_request, plan
+from planner.api import context, estimate, parse_request, plan
 from planner.compose.cost import class_costs, evaluate
 from planner.search.bruteforce import compositions
 from planner.search.cutsolver import Status, solve_class
@@ -68,10 +68,14 @@ def test_the_mip_optimum_is_the_brute_force_optimum(seed: int) -> None:
         assert evaluate(cc, got.stage_layers).objective_ns == min(steps)
 
 
-def llama2_7b(parallel: dict | None = None) -> dict:
+def wide_row(case: str) -> dict:
+    return dict(bench_module("bench_plan_wide").cases())[case]
+
+
+def llama2_7b(parallel: dict) -> dict:
     """NeMo 24.12's Llama 2 7B on 8 H100 (``bench/bench_plan_wide.py``'s nemo2412 row): 32 layers, 16 micro-batches."""
-    body = dict(bench_module("bench_plan_wide").cases())["nemo2412_LLAMA2-7B_8gpu"]
-    return body if parallel is None else {**body, "top_k": 1, "parallel": parallel}
+    body = wide_row("nemo2412_LLAMA2-7B_8gpu")
+    return {**body, "top_k": 1, "parallel": parallel}
 
 
 @pytest.mark.parametrize(("v", "cuts"), [(5, 20_160_075), (6, 84_672_315)])
@@ -94,12 +98,12 @@ def test_a_pinned_class_the_brute_force_cannot_reach_is_the_mip_optimum(v: int, 
 
 
 def test_no_class_a_not_proven_answer_lists_can_beat_it() -> None:
-    """The same row left free is NOT PROVEN: its budget leaves five interleaved classes below the answer
-    (``solver.unproven``). The MIP, each class with the answer less 1 µs as its cutoff, finds no cut under it in any of
-    them: their optima are at least the answer (v6's is the answer), so every listed bound is valid and the answer is
-    the optimum of the whole space, which the planner has not yet proven (10–60 s CPU here, 2026-12-05: SCIP's path
-    moves with the order of the rows, which moves with Python's hash seed)."""
-    body = llama2_7b()
+    """Megatron-Bridge 25.09's Qwen3 30B-A3B row (16 H100) left free is NOT PROVEN: its budget leaves two interleaved
+    classes below the answer (``solver.unproven``). The MIP, each class with the answer less 1 µs as its cutoff, finds
+    no cut under it in either: their optima are at least the answer (v5's is the answer), so both listed bounds are
+    valid and the answer is the optimum of the whole space, which the search alone does not prove (0.3 s CPU here,
+    2026-12-05; NeMo's Llama 2 7B row, five classes, takes 10–60 s: SCIP's path moves from run to run)."""
+    body = wide_row("mbridge_25.09_Qwen3_30B_a3B_16gpu_prec-unstated")
     free = plan(PlanRequest.model_validate(body)).solver
     assert free.status == "FEASIBLE" and free.unproven and free.objective_value is not None
     answer_ns = round(free.objective_value * 1e9)
@@ -110,3 +114,37 @@ def test_no_class_a_not_proven_answer_lists_can_beat_it() -> None:
         got = class_optimum(class_costs(ctx, cand), time_limit_s=600, cutoff_ns=answer_ns - 1000)
         assert got.status == "INFEASIBLE", (cand.describe(), got)
         assert u.lower_bound_s * 1e9 <= answer_ns
+
+
+def test_prove_settles_an_answer_the_budget_left_unproven() -> None:
+    """``options.prove`` (``uneven.prove``) on Megatron-Bridge 25.09's Qwen3 30B-A3B row (16 H100, one block kind):
+    without it the answer is FEASIBLE, two interleaved classes listed below it; with it each is solved by the schedule
+    MIP against the answer and neither can beat it, so the same plans are OPTIMAL with nothing listed (1.5 s CPU here,
+    2026-12-05)."""
+    body = wide_row("mbridge_25.09_Qwen3_30B_a3B_16gpu_prec-unstated")
+    free = plan(PlanRequest.model_validate(body))
+    proved = plan(PlanRequest.model_validate({**body, "options": {"prove": True, "time_limit_s": 600}}))
+    assert free.solver.status == "FEASIBLE" and free.solver.unproven, free.solver.notes
+    assert any("options.prove" in n for n in free.solver.notes)  # the NOT PROVEN note says how
+    assert proved.solver.status == "OPTIMAL" and not proved.solver.unproven, proved.solver.notes
+    assert proved.solver.best_objective_bound == proved.solver.objective_value == free.solver.objective_value
+    assert [p.estimate.step_time_s for p in proved.plans] == [p.estimate.step_time_s for p in free.plans]
+    assert not any(n.startswith("NOT PROVEN") for n in proved.solver.notes)
+
+
+def test_prove_finds_the_faster_cut_the_budget_missed() -> None:
+    """NeMo 24.07's Llama 2 13B row (16 H100): the budget and polish leave its TP1 PP2 v6 class at 3.7073 s and the
+    answer at 3.7047 s (FEASIBLE); the MIP finds that class's cut [1, 2, 3, 4, …, 4, 2] at 3.7010 s, which becomes the
+    answer, and settles the other 15 classes: OPTIMAL (20 s CPU here, 2026-12-05). The plan's step is re-estimated
+    from its settings and cut (``planner.estimate``: the simulation, not the MIP)."""
+    body = wide_row("nemo2407_LLAMA2-13B_16gpu")
+    free = plan(PlanRequest.model_validate(body))
+    proved = plan(PlanRequest.model_validate({**body, "options": {"prove": True, "time_limit_s": 600}}))
+    assert free.solver.status == "FEASIBLE"
+    assert proved.solver.status == "OPTIMAL" and not proved.solver.unproven, proved.solver.notes
+    best = proved.plans[0]
+    assert best.estimate.step_time_s < free.plans[0].estimate.step_time_s - 1e-3
+    assert best.parallel.pp == 2 and best.parallel.virtual_stages == 6
+    again = estimate({**body, "parallel": best.parallel.model_dump()})
+    assert again.step_time_s == best.estimate.step_time_s == proved.solver.objective_value
+    assert free.plans[0].estimate.step_time_s in [p.estimate.step_time_s for p in proved.plans]

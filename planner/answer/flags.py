@@ -71,7 +71,7 @@ HELP = {
 #: Metavars of flags whose value is not a plain id or number.
 METAVARS = {"model": "ID|FILE", "cluster.intra_node_bandwidth": "RATE", "cluster.inter_node_bandwidth": "RATE"}
 #: Fields that only ``plan`` reads (``estimate`` prices one configuration and does not search).
-PLAN_ONLY = {"top_k", "options.time_limit_s", "options.num_workers"}
+PLAN_ONLY = {"top_k", "options.time_limit_s", "options.num_workers", "options.prove"}
 
 
 @dataclass(frozen=True)

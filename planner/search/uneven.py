@@ -16,11 +16,13 @@ the schedule searches it without the budget (``options.time_limit_s`` only).
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
-from planner.compose.cost import Candidate, ClassCosts, Context, class_costs
+from planner.compose.cost import Candidate, ClassCosts, Context, class_costs, evaluate
 from planner.search.cutsolver import ClassResult, better, solve_class
 from planner.search.hints import climbs
+from planner.search.schedule_mip import class_optimum
 from planner.specs import ParallelPins, SearchOptions
 
 __all__ = ["budget", "budget_note", "holding", "note", "polish", "remember", "settle", "starts"]
@@ -165,8 +167,9 @@ def settle(
     them: a class met with no incumbent can take it all (Mixtral 8x22B on 128 H100: TP2 PP8 v3 without recomputation,
     det 0.09 of 0.1, bound 4.623 s above the answer's 4.180 s) and leave the next ones unsolved at their loose bounds
     (3.924 s: no fitting cut found). Against the answer, most first models are infeasible at once (10–40 ms): the
-    class cannot beat it, and its bound becomes the answer's. Returns (every class, its bound raised where the solve
-    proved more; those whose solve found a faster cut, at it)."""
+    class cannot beat it, and its bound becomes the answer's. With ``options.prove`` a class that solve leaves below the
+    answer is solved by the schedule MIP within the time left (``prove``) before the pass gives up on it. Returns
+    (every class, its bound raised where the solve proved more; those whose solve found a faster cut, at it)."""
     at = {r.cand: r for r in polished}
     out = [at.get(r.cand, r) for r in unproven]
     if not found or found[0].evaluation is None:
@@ -182,6 +185,8 @@ def settle(
         res = solve_class(
             cc, options, incumbent=best, deadline=deadline, learned=learned, budget=[SETTLE_EACH], starts=at_cut
         )
+        if options.prove and res.bound < best:
+            res = prove(cc, res, best, deadline)
         ev = res.evaluation
         if ev is not None and ev.fits and (r.evaluation is None or better(ev, r.evaluation)):
             r = replace(r, stage_layers=res.stage_layers, evaluation=ev)
@@ -191,6 +196,36 @@ def settle(
         if r.bound < best:
             break  # still below the answer: it stays FEASIBLE
     return out, faster
+
+
+#: ``options.prove``: the largest schedule graph (2·m·chunks operations) ``prove`` writes, and how much faster than the
+#: answer a cut must be to count (SCIP's tolerance is a nanosecond: the proof is to this much).
+PROVE_MAX_OPS = 20_000
+PROVE_SLACK_NS = 1_000
+
+
+def prove(cc: ClassCosts, res: ClassResult, best: int, deadline: float) -> ClassResult:
+    """``options.prove``: a class the settling solve left below the answer's step ``best`` (ns), solved exactly by the
+    schedule MIP (``schedule_mip.class_optimum``: SCIP over the class's whole dependency graph) within the time left,
+    its cutoff the answer less ``PROVE_SLACK_NS``. No cut under it: the class cannot beat the answer (its bound becomes
+    the answer's). Its optimum under it: that cut, the class's bound its step (a faster answer). Left open by the time
+    limit (or a mixture of dense and MoE blocks, or a graph over ``PROVE_MAX_OPS``): the settling solve's result. The
+    cut solver's lazy chains cannot prove some of these classes for any budget, where SCIP can: the wide benchmark's
+    NeMo Llama 2 7B on 8 H100, each of its five listed classes in 1–30 s, and torchtitan Llama 3 70B on 64 A100, whose
+    TP8 PP8 v2 class has a cut 2.0 % faster than the free answer (``bench/verify_unproven.py``)."""
+    left = deadline - time.perf_counter()
+    if left <= 0 or cc.moe_prefix is not None or 2 * cc.m * cc.chunks > PROVE_MAX_OPS:
+        return res
+    got = class_optimum(cc, left, cutoff_ns=best - PROVE_SLACK_NS)
+    if got.status == "INFEASIBLE":
+        return replace(res, bound=best)
+    if got.stage_layers is None:
+        return res
+    ev = evaluate(cc, got.stage_layers)
+    if not ev.fits or ev.objective_ns >= best:
+        return res
+    bound = ev.objective_ns if got.status == "OPTIMAL" else res.bound
+    return replace(res, stage_layers=got.stage_layers, evaluation=ev, bound=bound)
 
 
 def budget_note(best: int, below: list[ClassResult]) -> str:
@@ -216,6 +251,7 @@ def budget_note(best: int, below: list[ClassResult]) -> str:
         f"those below it; the best plan is at most {(best - low) / best:.1%} slower than the best possible "
         f"(step {best / 1e9:.4g} s, lower bound {low / 1e9:.4g} s). The classes that could beat it, lowest bound first: "
         f"{'; '.join(named(r) for r in below[:NAMED])}{more} (solver.unproven lists each with its pins). To prove it: "
-        "pin one of them (all its settings: it is then searched alone, without the budget, within "
+        "set options.prove (--prove: each is solved exactly by a MIP within options.time_limit_s; raise it to "
+        "minutes), pin one of them (all its settings: it is then searched alone, without the budget, within "
         "options.time_limit_s), or pin parallel.schedule: interleaved-1f1b to search them all"
     )

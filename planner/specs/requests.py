@@ -27,6 +27,12 @@ class SearchOptions(Spec):
         "short: a second worker costs CPU and saves no wall time), else 2. The interleaved classes of a free schedule, "
         "solved within a deterministic budget, always use one (parallel workers would make the answer vary by run).",
     )
+    prove: bool = Field(
+        default=False,
+        description="Prove a NOT PROVEN answer exactly: each interleaved class the CP-SAT budget leaves below the answer "
+        "is solved over its whole schedule graph by a MIP (SCIP) within the time limit. Seconds to minutes; it ranks "
+        "the faster cuts it finds and answers OPTIMAL when no class is left below the answer.",
+    )
     memory_headroom: float = Field(
         default=0.05,
         ge=0,
