@@ -82,6 +82,7 @@ def test_solver_time_and_threads_are_capped(tmp_path):
             "time_limit_s": 2.0,
             "num_workers": 1,
             "allow_tp_across_nodes": False,
+            "prove": False,
             "memory_headroom": 0.05,
         }
         # Under the caps, the request's own values are kept.
