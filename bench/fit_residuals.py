@@ -2,17 +2,20 @@
 
 For every published run the cost model can express (``bench/bench_fidelity.py``'s mapping: its
 request, stack and measured step time), ONE residual, ``compute_scale`` (``FREE``), is fitted per
-(stack preset, GPU generation), and per stack pooled over its generations (``(stack, "*")``: the
+(stack preset, GPU generation), per stack pooled over its generations (``(stack, "*")``: the
 fallback for a stack without runs on that generation — in these runs the residual follows the stack far
-more than the generation), with
+more than the generation), and per generation pooled over the stacks (``("*", generation)``, from
+≥ ``MIN_POOLED_STACKS`` stacks: the fallback for a stack without published runs, the bundled runtime and
+DeepSpeed), with
 ``planner.answer.calibrate.fit_residuals`` on the physics-only model (identity residuals). Nothing else is fitted.
 
 Leave-one-source-group-out cross-validation (LOSGO): for each source group, the whole table is refitted
 without that group's runs and its runs are predicted with the row the planner would then use for them
-(``planner.pricing.residuals.row_key``: their (stack, generation) row, else the stack's pooled row, else
-identity). Errors are in the sources' throughput metrics, as ``bench_fidelity`` reports them: measured
+(``planner.pricing.residuals.row_key``: their (stack, generation) row, else the stack's pooled row, else the
+generation's pooled row, else identity). Errors are in the sources' throughput metrics, as ``bench_fidelity`` reports them: measured
 step ÷ predicted step − 1. ``--alternatives`` also prints the in-sample and LOSGO figures of the other
-structures considered (a generation fallback pooled over ≥ 2 or ≥ 1 stacks, none; ``comm_scale``
+structures considered (only one of the two fallbacks, a generation fallback pooled over ≥ 1 stack, none;
+``comm_scale``
 fitted too where a row has ≥ 4 runs from ≥ 2 groups), so the choice can be re-checked after the physics
 changes.
 
@@ -108,22 +111,22 @@ def free_for(runs: Sequence[Run], with_comm: bool = False) -> tuple[str, ...]:
     return FREE
 
 
-def row_keys(runs: Sequence[Run], pooled: str = "stack", min_stacks: int = MIN_POOLED_STACKS) -> dict[Key, list[Run]]:
+def row_keys(runs: Sequence[Run], pooled: str = "both", min_stacks: int = MIN_POOLED_STACKS) -> dict[Key, list[Run]]:
     """The table's rows and their runs, in a stable order: (stack, generation), and the pooled rows —
-    (stack, "*") over the generations (shipped), or ("*", generation) over the stacks (``--alternatives``;
-    only with ≥ ``min_stacks`` stacks), or none."""
+    (stack, "*") over the generations and ("*", generation) over the stacks, only with ≥ ``min_stacks`` stacks
+    (``both``, shipped), or one of them (``stack``, ``generation``: ``--alternatives``), or none."""
     rows: dict[Key, list[Run]] = {}
     for r in sorted(runs, key=lambda r: (r.key, r.id)):
         rows.setdefault(r.key, []).append(r)
-    if pooled == "generation":
+    if pooled in ("stack", "both"):
+        for r in sorted(runs, key=lambda r: (r.key[0], r.id)):
+            rows.setdefault((r.key[0], "*"), []).append(r)
+    if pooled in ("generation", "both"):
         pool: dict[Key, list[Run]] = {}
         for r in sorted(runs, key=lambda r: (r.key[1], r.id)):
             if r.key[0] != "meshplan":  # the bundled runtime ran no published run
                 pool.setdefault(("*", r.key[1]), []).append(r)
         rows.update({k: v for k, v in pool.items() if len({r.key[0] for r in v}) >= min_stacks})
-    elif pooled == "stack":
-        for r in sorted(runs, key=lambda r: (r.key[0], r.id)):
-            rows.setdefault((r.key[0], "*"), []).append(r)
     return rows
 
 
@@ -135,12 +138,13 @@ def observations(runs: Sequence[Run]) -> list[Observation]:
 class Structure:
     """How the table is built: which rows are pooled, whether ``comm_scale`` is fitted too."""
 
-    pooled: str = "stack"  # "stack", "generation" or "none"
+    pooled: str = "both"  # "both", "stack", "generation" or "none"
     with_comm: bool = False
     min_stacks: int = MIN_POOLED_STACKS  # of a ("*", generation) row
 
     def describe(self) -> str:
         fallback = {
+            "both": f"(stack, *) then (*, generation) fallback from ≥ {self.min_stacks} stacks",
             "generation": f"(*, generation) fallback from ≥ {self.min_stacks} stack{'s' if self.min_stacks > 1 else ''}",
             "stack": "(stack, *) fallback",
             "none": "no fallback",
@@ -152,7 +156,13 @@ SHIPPED = Structure()
 ALTERNATIVES = [
     Structure(p, c, k)
     for c in (False, True)
-    for p, k in (("stack", MIN_POOLED_STACKS), ("generation", MIN_POOLED_STACKS), ("generation", 1), ("none", 1))
+    for p, k in (
+        ("both", MIN_POOLED_STACKS),
+        ("stack", MIN_POOLED_STACKS),
+        ("generation", MIN_POOLED_STACKS),
+        ("generation", 1),
+        ("none", 1),
+    )
 ]
 
 
@@ -241,8 +251,9 @@ def module_text(
         '"""Built-in residual constants of the cost model per (stack preset, GPU generation), fitted on published runs.',
         "",
         "GENERATED by ``python bench/fit_residuals.py`` — do not edit by hand; re-run it after the physics changes.",
-        "``planner.pricing.residuals.builtin_residuals`` reads ``ROWS``: the (stack, generation) row, else the generation's",
-        'row pooled over the published stacks (stack ``"*"``), else identity. ``FITS`` records, per row, the runs it was',
+        "``planner.pricing.residuals.builtin_residuals`` reads ``ROWS``: the (stack, generation) row, else the stack's row",
+        'pooled over its generations (``(stack, "*")``), else the generation\'s row pooled over the published stacks',
+        '(``("*", generation)``), else identity. ``FITS`` records, per row, the runs it was',
         "fitted on, the free residuals, and the errors in the sources' throughput metrics (mean |error|) with",
         "identity residuals (physics), with the row (in-sample) and leave-one-source-group-out (LOSGO: each",
         'run predicted by the table refitted without its source group). See docs/planner.md, "Residuals".',
@@ -288,7 +299,9 @@ def write(path: Path, text: str) -> None:
 
 def report(table: dict[Key, tuple[Residuals, FitResult]], runs: Sequence[Run], fig: Figures) -> str:
     rows_by_key = row_keys(runs)
-    lines = ["Built-in residuals per (stack, GPU generation); '*' = the generation pooled over the stacks (fallback)"]
+    lines = [
+        "Built-in residuals per (stack, GPU generation); '*' = pooled over the generations or the stacks (fallbacks)"
+    ]
     lines.append(
         f"{'stack':12} {'gen':9} {'runs':>4} {'groups':>6} {'compute_scale':>13} {'comm_scale':>10} "
         f"{'physics':>8} {'in-sample':>9} {'LOSGO':>7}"

@@ -138,17 +138,23 @@ def test_a_calibration_of_the_same_hardware_and_stack_applies(gpu: str, request_
 
 
 def test_the_request_file_carries_a_calibration_through_the_cli(tmp_path: Path) -> None:
-    cal = calibration("h100-sxm5-80gb", step_overhead_s=0.5)
-    f = tmp_path / "cal.json"
-    f.write_text(cal.model_dump_json())
+    # the calibration replaces the built-in residuals (the meshplan stack's on H100: the generation's pooled row), so
+    # it is compared with an identity calibration of the same hardware: the 0.5 s step overhead is the difference
+    files = {}
+    for name, overhead in (("cal", 0.5), ("identity", 0.0)):
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_text(calibration("h100-sxm5-80gb", step_overhead_s=overhead).model_dump_json())
     args = ["estimate", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--nodes", "1", "--gpus-per-node", "8"]
     args += ["--global-batch-size", "64", "--seq-len", "4096", "--tp", "4", "--micro-batch-size", "1", "--json"]
-    plain, calibrated = cli(*args), cli(*args, "--calibration", str(f))
+    plain, calibrated = (
+        cli(*args, "--calibration", str(files["identity"])),
+        cli(*args, "--calibration", str(files["cal"])),
+    )
     assert plain.returncode == 0 and calibrated.returncode == 0, calibrated.stderr
     a, b = json.loads(plain.stdout), json.loads(calibrated.stdout)
     assert b["estimate"]["step_time_s"] >= a["estimate"]["step_time_s"] + 0.5 - 1e-9
     assert b["inputs"]["calibration"]["gpu"] == "h100-sxm5-80gb"
-    other = cli(*[("a100-sxm4-80gb" if x == "h100-sxm5-80gb" else x) for x in args], "--calibration", str(f))
+    other = cli(*[("a100-sxm4-80gb" if x == "h100-sxm5-80gb" else x) for x in args], "--calibration", str(files["cal"]))
     assert other.returncode == 2 and "--calibration (gpu)" in other.stderr and "Traceback" not in other.stderr
 
 

@@ -218,11 +218,17 @@ def test_builtin_lookup_by_stack_and_generation():
 
     assert generation("h200-sxm-141gb") == generation("h100-sxm5-80gb") == "hopper"
     assert generation("a100-sxm4-40gb") == "ampere" and generation("cpu") is None
-    # the bundled runtime ran no published run: identity, whatever the GPU and whatever the table holds
-    for gpu in ("a100-sxm4-80gb", "h100-sxm5-80gb", "b200-sxm-192gb", "cpu"):
-        assert builtin_residuals("meshplan", gpu) == Residuals()
+    # the bundled runtime and DeepSpeed ran no expressible published run: the generation's row pooled over the stacks
+    # that did, where two stacks ran on it; identity elsewhere (a CPU, Volta's one stack, Blackwell's none)
+    for stack in ("meshplan", "deepspeed"):
+        for gpu, gen in (("a100-sxm4-80gb", "ampere"), ("h100-sxm5-80gb", "hopper"), ("h200-sxm-141gb", "hopper")):
+            assert builtin_residuals(stack, gpu) == Residuals(**ROWS[("*", gen)])
+        for gpu in ("v100-sxm3-32gb", "b200-sxm-192gb", "cpu"):
+            assert builtin_residuals(stack, gpu) == Residuals()
     gpus = {"volta": "v100-sxm3-32gb", "ampere": "a100-sxm4-80gb", "hopper": "h100-sxm5-80gb"}
     for (stack, gen), row in ROWS.items():
+        if stack == "*":  # checked above, through the stacks that have no row of their own
+            continue
         if gen == "*":  # a stack's pooled row prices it on a generation it has no row for
             gen = next(g for g in ("blackwell", "hopper", "ampere", "volta") if (stack, g) not in ROWS)
             gpu = {**gpus, "blackwell": "b200-sxm-192gb"}[gen]
@@ -231,12 +237,14 @@ def test_builtin_lookup_by_stack_and_generation():
         assert builtin_residuals(stack, gpu) == Residuals(**row)
         # an inline stack on that preset uses the preset's row
         assert builtin_residuals(f"{stack}+{{attention=unfused}}", gpu) == Residuals(**row)
-    # the rule itself, on a table of my own: own row, else the stack's pooled row, else identity
-    rows = {("megatron", "ampere"): {}, ("megatron", "*"): {}, ("torchtitan", "hopper"): {}}
+    # the rule itself, on a table of my own: own row, else the stack's pooled row, else the generation's, else identity
+    rows = {("megatron", "ampere"): {}, ("megatron", "*"): {}, ("torchtitan", "hopper"): {}, ("*", "hopper"): {}}
     assert row_key(rows, "megatron", "ampere") == ("megatron", "ampere")
     assert row_key(rows, "megatron", "hopper") == ("megatron", "*")
+    assert row_key(rows, "torchtitan", "hopper") == ("torchtitan", "hopper")
     assert row_key(rows, "torchtitan", "ampere") is None
-    assert row_key(rows, "meshplan", "hopper") is None
+    assert row_key(rows, "meshplan", "hopper") == ("*", "hopper")
+    assert row_key(rows, "meshplan", "ampere") is None
     assert row_key(rows, "megatron", None) is None
 
 
@@ -385,26 +393,30 @@ def test_fit_names_a_bad_measurement():
     assert math.isfinite(predict_step_time(GPU_CONFIGS[0], Residuals()))
 
 
-def test_the_explanation_says_which_residuals_priced_the_plan():
-    from planner.pricing.residuals_builtin import ROWS
-
-    base = {"cluster": {"gpu": "a100-sxm4-80gb", "num_nodes": 1, "gpus_per_node": 8}, "top_k": 1}
-    for stack, expect in [("megatron-2020", ("megatron-2020", "ampere") in ROWS), ("meshplan", False)]:
-        training = {
-            "global_batch_size": 64,
-            "seq_len": 2048,
-            "stack": stack,
-            "precision": "fp16" if "2020" in stack else "bf16",
-        }
-        req = {**base, "model": "gpt3-1.3b", "training": training}
-        lines = [d for d in planner.plan(req).plans[0].explanation.details if "residuals" in d]
-        if expect:
-            assert len(lines) == 1 and lines[0].startswith(
-                "built-in residuals for megatron-2020 on ampere GPUs: compute_scale"
-            )
-            assert "leave-one-source-group-out error" in lines[0]
-        else:
-            assert lines == []
+@pytest.mark.parametrize(
+    "stack, gpu, says",
+    [
+        ("megatron-2020", "a100-sxm4-80gb", "built-in residuals for megatron-2020 on ampere GPUs: compute_scale"),
+        (
+            "meshplan",
+            "a100-sxm4-80gb",
+            "built-in residuals for meshplan (none of its own: pooled over the stacks with published runs) on ampere "
+            "GPUs: compute_scale",
+        ),
+        ("meshplan", "v100-sxm3-32gb", None),  # Volta: one stack's runs, no pooled row: the physics alone
+    ],
+)
+def test_the_explanation_says_which_residuals_priced_the_plan(stack, gpu, says):
+    base = {"cluster": {"gpu": gpu, "num_nodes": 1, "gpus_per_node": 8}, "top_k": 1}
+    precision = "fp16" if stack == "megatron-2020" else "bf16" if gpu.startswith("a100") else "fp32"
+    training = {"global_batch_size": 64, "seq_len": 2048, "stack": stack, "precision": precision}
+    req = {**base, "model": "gpt3-1.3b", "training": training}
+    lines = [d for d in planner.plan(req).plans[0].explanation.details if "residuals" in d]
+    if says is None:
+        assert lines == []
+    else:
+        assert len(lines) == 1 and lines[0].startswith(says), lines
+        assert "leave-one-source-group-out error" in lines[0]
 
 
 @pytest.mark.parametrize("seed", [0, 4, 9])

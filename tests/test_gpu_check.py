@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from planner.answer.calibrate import predict_step_time
 from planner.answer.request import context
 from planner.api import estimate_plan
 from planner.pricing import gpu as kernels
-from planner.specs import Calibration, ModelSpec, RunReport
+from planner.specs import Calibration, ModelSpec, Residuals, RunReport
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "bench" / "gpu" / "h200"
@@ -81,10 +82,11 @@ def test_the_calibration_predicts_the_measured_one_gpu_runs(
     h, f, v, kv = 4096, 14336, 128256, 1024
     params = 8 * (2 * h * h + 2 * h * kv + 3 * h * f + 2 * h) + v * h + (v * h + h)
     acc = 8 // mbs * params * 10 / (4800e9 * 0.90)
-    # ... and for cost model 47's measured sm_90 GEMM table (``gpu.measured_table``): priced without it here, the
-    # step is the run's; with it, no faster
+    # ... and for cost model 47's measured sm_90 GEMM table (``gpu.measured_table``) and cost model 69's built-in
+    # residuals for the meshplan stack (the generation's pooled row): priced without either here (the physics alone,
+    # as the run's own plan was), the step is the run's; with them, no faster
     monkeypatch.setattr(kernels, "measured_table", lambda ctx: False)
-    wave_only = estimate_plan(G.request("h200-sxm-141gb", MODEL, mbs=mbs)).estimate.step_time_s
+    wave_only = predict_step_time(G.request("h200-sxm-141gb", MODEL, mbs=mbs), Residuals())
     monkeypatch.undo()
     assert report.predicted_step_time_s + acc == pytest.approx(wave_only, rel=1e-4)
     assert plain >= wave_only

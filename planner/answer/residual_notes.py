@@ -31,8 +31,11 @@ def describe_residuals(ctx: Context) -> str | None:
     gens = (
         "all the GPU generations it ran on" if key is not None and key[1] == "*" else f"{generation(ctx.gpu.id)} GPUs"
     )
+    whose = key[0] if key is not None else residual_preset(ctx.stack.id)
+    if whose == "*":  # the generation's row pooled over the stacks (``residuals.row_key``)
+        whose = f"{residual_preset(ctx.stack.id)} (none of its own: pooled over the stacks with published runs)"
     return (
-        f"built-in residuals for {key[0] if key is not None else residual_preset(ctx.stack.id)} on {gens}: {changed}, "
+        f"built-in residuals for {whose} on {gens}: {changed}, "
         f"fitted on "
         f"{len(fit.get('runs', []))} published runs ({', '.join(fit.get('groups', []))}); leave-one-source-group-out "
         f"error {fit.get('losgo_mape', float('nan')):.1%} (docs/planner.md, Residuals)"

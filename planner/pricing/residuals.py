@@ -5,7 +5,11 @@
 ``planner.answer.calibrate``) for the stack's preset and the GPU's generation, else the stack's row pooled over
 the generations it ran on (``(stack, "*")``: in the published runs the residual follows the stack far more
 than the generation — Megatron 1.02 on V100 and 1.09 on A100, torchtitan 1.10 on A100 and 1.16 on
-H100 at cost model 38), else identity (``row_key``; the bundled runtime ran no published run, so it has no row).
+H100 at cost model 38), else the generation's row pooled over the stacks with published runs on it (``("*",
+generation)``, cost model 69: what every measured stack's physics misses on that GPU generation is the best prior
+for a stack without published runs of its own — the bundled runtime, DeepSpeed — and on the out-of-sample
+llm-foundry MPT (78 runs) and MT-NLG (3) rows it is 13.2 → 5.9 % and 39.4 → 30.3 %, docs/validation.md), else identity
+(``row_key``: a CPU, or a generation with fewer than two stacks' published runs).
 """
 
 from __future__ import annotations
@@ -53,11 +57,13 @@ def residual_preset(stack_id: str) -> str:
 
 def row_key(rows: Container[tuple[str, str]], stack: str, gen: str | None) -> tuple[str, str] | None:
     """The row of a residual table that prices ``stack`` (a preset id) on generation ``gen``: its own
-    (stack, generation) row, else the stack's row pooled over generations (``(stack, "*")``), else None
+    (stack, generation) row, else the stack's row pooled over generations (``(stack, "*")``), else the generation's
+    row pooled over the stacks with published runs on it (``("*", generation)``: a stack without published runs —
+    the bundled runtime, DeepSpeed — is expected to miss what the measured stacks miss on that GPU), else None
     (identity). ``bench/fit_residuals.py`` cross-validates this rule."""
     if gen is None:
         return None
-    return next((k for k in ((stack, gen), (stack, "*")) if k in rows), None)
+    return next((k for k in ((stack, gen), (stack, "*"), ("*", gen)) if k in rows), None)
 
 
 @lru_cache(maxsize=256)

@@ -1,11 +1,10 @@
 """The cost model's version: which formulas priced a plan.
 
-``COST_MODEL_VERSION`` is recorded in every Plan and PlanResponse, and the service's store keys its
-answers by it, so an answer priced by an older cost model is never served as current. Bump it in the
-same change as anything that alters a number the planner reports for the same inputs (a formula in
-``cost``, ``memory``, ``comm``, ``simulate`` or ``analytic``, a default efficiency, a reserve, a
-tie-break that picks another plan); ``tests/test_plan_reproducible.py`` holds fingerprints of
-reference estimates per version and fails when the numbers move without a bump.
+``COST_MODEL_VERSION`` is recorded in every Plan and PlanResponse, and the service's store keys its answers by it, so an
+answer priced by an older cost model is never served as current. Bump it in the same change as anything that alters a
+number the planner reports for the same inputs (a formula in ``cost``, ``memory``, ``comm``, ``simulate`` or
+``analytic``, a default efficiency, a reserve, a tie-break that picks another plan); ``tests/test_plan_reproducible.py``
+holds fingerprints of reference estimates per version and fails when the numbers move without a bump.
 """
 
 from __future__ import annotations
@@ -396,4 +395,6 @@ from __future__ import annotations
 #:    since core_r0.10.0, torch's count) and the Megatron-Bridge rows; true on megatron-2021/2022, nemo-2407 (core
 #:    338af514) and the MLPerf v3.1/v4.0 rows (override field); false on meshplan (its runtime builds torch 2.13's
 #:    ScheduleInterleaved1F1B). Memory only; no bench_fidelity row moves.
-COST_MODEL_VERSION = 68
+#: 69: a stack without published runs of its own (meshplan, deepspeed) is priced with its GPU generation's residual row
+#:    pooled over the stacks with published runs (``residuals.row_key``; docs/validation.md "Cost model 69").
+COST_MODEL_VERSION = 69
