@@ -177,11 +177,9 @@ def fit_table(runs: Sequence[Run], how: Structure = SHIPPED) -> dict[Key, tuple[
 
 
 def lookup(table: dict[Key, Any], key: Key) -> Residuals:
-    """The row the planner uses for a run (``planner.pricing.residuals.row_key``; a ("*", generation) row of the
-    ``--alternatives`` after the run's own)."""
+    """The row the planner uses for a run (``planner.pricing.residuals.row_key``: its own, the stack's pooled row,
+    the generation's pooled row, whichever of them the structure wrote)."""
     k = row_key(table, *key)
-    if k is None and ("*", key[1]) in table:
-        k = ("*", key[1])
     return table[k][0] if k is not None else Residuals()
 
 
