@@ -12,12 +12,11 @@ DeepSpeed), with
 Leave-one-source-group-out cross-validation (LOSGO): for each source group, the whole table is refitted
 without that group's runs and its runs are predicted with the row the planner would then use for them
 (``planner.pricing.residuals.row_key``: their (stack, generation) row, else the stack's pooled row, else the
-generation's pooled row, else identity). Errors are in the sources' throughput metrics, as ``bench_fidelity`` reports them: measured
-step ÷ predicted step − 1. ``--alternatives`` also prints the in-sample and LOSGO figures of the other
-structures considered (only one of the two fallbacks, a generation fallback pooled over ≥ 1 stack, none;
-``comm_scale``
-fitted too where a row has ≥ 4 runs from ≥ 2 groups), so the choice can be re-checked after the physics
-changes.
+generation's pooled row, else identity). Errors are in the sources' throughput metrics, as ``bench_fidelity``
+reports them: measured step ÷ predicted step − 1. ``--alternatives`` also prints the in-sample and LOSGO figures of
+the other structures considered (only one of the two fallbacks, a generation fallback pooled over ≥ 1 stack, none;
+``comm_scale`` fitted too where a row has ≥ 4 runs from ≥ 2 groups), so the choice can be re-checked after the
+physics changes.
 
 Run: ``python bench/fit_residuals.py`` (prints the table and the figures, and writes
 ``planner/pricing/residuals_builtin.py``; ``--dry-run`` only prints). Deterministic; seconds.
