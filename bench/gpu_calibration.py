@@ -192,19 +192,10 @@ def trace_table(ctx, model: ModelSpec, d: Path) -> None:
         "optimizer | reductions | other |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
-    seq = ctx.training.seq_len
     for f in traces:
         t = json.loads(f.read_text())
-        mbs = int(re.search(r"mbs(\d+)", f.stem).group(1))
-        n = ctx.training.global_batch_size // mbs
-        cls = dict(t["by_class_s"])
-        for name, secs, _ in t["top_kernels"]:  # record_function ranges listed on the GPU timeline (older traces)
-            if name.startswith(("FSDP::", "Optimizer.", "ProfilerStep")):
-                cls[trace_class(name)] -= secs
-        bf, bb, bflops = kernels.linear_times(ctx, "transformer_block", mbs * seq, 1)
-        hf, hb, hflops = kernels.linear_times(ctx, "lm_head", mbs * seq, 1)
-        gemm_model = n * (model.num_layers * (bf + bb) + hf + hb)
-        gemm_flops = n * 3 * (model.num_layers * bflops + hflops)
+        mbs, n, cls = trace_classes(ctx, f)
+        gemm_model, gemm_flops = step_gemms(ctx, model, mbs)
         af, ab = kernels.attention_time(ctx, mbs, 1)
         att_model = n * model.num_layers * (af + ab)
         print(
@@ -213,6 +204,25 @@ def trace_table(ctx, model: ModelSpec, d: Path) -> None:
             f"{cls['copy/cast']:.3f} | {cls['elementwise']:.3f} | {cls['optimizer']:.3f} | {cls['reduce']:.3f} | "
             f"{cls['other']:.3f} |"
         )
+
+
+def trace_classes(ctx, f: Path) -> tuple[int, int, dict[str, float]]:
+    """A stored trace's micro-batch size, its micro-batches a step, and its GPU kernel seconds by class."""
+    t = json.loads(f.read_text())
+    mbs = int(re.search(r"mbs(\d+)", f.stem).group(1))
+    cls = dict(t["by_class_s"])
+    for name, secs, _ in t["top_kernels"]:  # record_function ranges listed on the GPU timeline (older traces)
+        if name.startswith(("FSDP::", "Optimizer.", "ProfilerStep")):
+            cls[trace_class(name)] -= secs
+    return mbs, ctx.training.global_batch_size // mbs, cls
+
+
+def step_gemms(ctx, model: ModelSpec, mbs: int) -> tuple[float, float]:
+    """(model seconds, FLOPs) of one step's linear GEMMs, forward and both backward, every block and the LM head."""
+    tokens, n = mbs * ctx.training.seq_len, ctx.training.global_batch_size // mbs
+    bf, bb, bflops = kernels.linear_times(ctx, "transformer_block", tokens, 1)
+    hf, hb, hflops = kernels.linear_times(ctx, "lm_head", tokens, 1)
+    return n * (model.num_layers * (bf + bb) + hf + hb), n * 3 * (model.num_layers * bflops + hflops)
 
 
 def trace_class(name: str) -> str:

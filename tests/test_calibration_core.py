@@ -237,10 +237,11 @@ def test_builtin_lookup_by_stack_and_generation():
         assert builtin_residuals(stack, gpu) == Residuals(**row)
         # an inline stack on that preset uses the preset's row
         assert builtin_residuals(f"{stack}+{{attention=unfused}}", gpu) == Residuals(**row)
-    # the rule itself, on a table of my own: own row, else the stack's pooled row, else the generation's, else identity
+    # the rule itself, on a table of my own: own row, else the generation's pooled row, else the stack's, else identity
     rows = {("megatron", "ampere"): {}, ("megatron", "*"): {}, ("torchtitan", "hopper"): {}, ("*", "hopper"): {}}
     assert row_key(rows, "megatron", "ampere") == ("megatron", "ampere")
-    assert row_key(rows, "megatron", "hopper") == ("megatron", "*")
+    assert row_key(rows, "megatron", "hopper") == ("*", "hopper")  # the generation's before the stack's (cost model 70)
+    assert row_key(rows, "megatron", "volta") == ("megatron", "*")
     assert row_key(rows, "torchtitan", "hopper") == ("torchtitan", "hopper")
     assert row_key(rows, "torchtitan", "ampere") is None
     assert row_key(rows, "meshplan", "hopper") == ("*", "hopper")
@@ -254,14 +255,16 @@ def test_builtin_lookup_by_stack_and_generation():
         # Megatron-LM v2.5 has no published run of its own: v2.0's rows, the code it continues (RESIDUAL_LINEAGE)
         ("megatron-2021", "a100-sxm4-80gb", ("megatron-2020", "ampere")),
         ("megatron-2021", "v100-sxm3-32gb", ("megatron-2020", "volta")),
-        ("megatron-2021", "h100-sxm5-80gb", ("megatron-2020", "*")),
+        ("megatron-2021", "h100-sxm5-80gb", ("*", "hopper")),
         ("megatron-2021+{attention=flash}", "a100-sxm4-80gb", ("megatron-2020", "ampere")),
         # Megatron-LM of 2022 (52e636888c) still runs v2.0's compute kernels (CoreAttention, fused softmax, bias-GeLU)
         ("megatron-2022", "a100-sxm4-80gb", ("megatron-2020", "ampere")),
         ("megatron-2022", "v100-sxm3-32gb", ("megatron-2020", "volta")),
         # no lineage: today's Megatron-core takes its own rows (cost model 39: fitted on Megatron-Bridge's H100 runs),
-        # on a GPU generation without one the pooled row, never v2.0's (its kernels and engine are not v2.0's)
-        ("megatron", "a100-sxm4-80gb", ("megatron", "*")),
+        # on a GPU generation without one the generation's pooled row, never v2.0's (its kernels and engine are not
+        # v2.0's); on one without that either, its own pooled row
+        ("megatron", "a100-sxm4-80gb", ("*", "ampere")),
+        ("megatron", "v100-sxm3-32gb", ("megatron", "*")),
         ("megatron", "h100-sxm5-80gb", ("megatron", "hopper")),
     ],
 )

@@ -87,11 +87,11 @@ def _ctx(gpu: str):
 @pytest.mark.parametrize(
     ("m", "n", "k"), [(4096, 4096, 512), (4096, 1024, 1024), (8192, 4096, 14336), (16384, 14336, 4096)]
 )
-def test_gemm_time_is_the_lower_of_the_two_rates_on_h100(m: int, n: int, k: int):
+def test_gemm_time_is_the_lower_of_the_two_rates_at_a_steps_clock_on_h100(m: int, n: int, k: int):
     ctx = _ctx("h100-sxm5-80gb")
     wave = kernels.wave_efficiency(m, n, 132)
     rate = min(0.80 * wave, table_efficiency(m, n, k))
-    compute = 2.0 * m * n * k / (PEAK * 1e12 * rate)
+    compute = 2.0 * m * n * k / (PEAK * 1e12 * rate) * 1.062  # at a training step's clock (IN_STEP_SLOWDOWN)
     assert kernels.gemm_time(ctx, m, n, k) == pytest.approx(
         max(compute, kernels.hbm_time(ctx, (m * k + k * n + m * n) * 2))
     )

@@ -15,6 +15,7 @@ import pytest
 from planner.answer.calibrate import predict_step_time
 from planner.answer.request import context
 from planner.api import estimate_plan
+from planner.pricing import gemm_table
 from planner.pricing import gpu as kernels
 from planner.specs import Calibration, ModelSpec, Residuals, RunReport
 
@@ -94,6 +95,25 @@ def test_the_calibration_predicts_the_measured_one_gpu_runs(
     # +6.0…+9.2 % since cost model 6 prices FSDP2's fp32 states and the upcast loss (−11…−18 % before)
     peak = estimate_plan(G.request("h200-sxm-141gb", MODEL, mbs=mbs)).estimate.peak_memory_gib
     assert 0 < peak / max(report.peak_memory_gib_per_rank) - 1 < 0.10
+
+
+def test_the_in_step_gemm_slowdown_is_what_the_stored_traces_measured(monkeypatch: pytest.MonkeyPatch):
+    """``gemm_table.IN_STEP_SLOWDOWN`` is the geometric mean, over the stored profiled steps, of the linear GEMMs'
+    measured kernel seconds ÷ their price at the table's isolated rate (the constant set to 1 here)."""
+    monkeypatch.setattr(kernels, "IN_STEP_SLOWDOWN", 1.0)
+    ctx = context(G.request("h200-sxm-141gb", MODEL))
+    ratios = []
+    for f in sorted(H200.glob("trace-mbs*.json")):
+        mbs, _, cls = G.trace_classes(ctx, f)
+        ratios.append(cls["gemm"] / G.step_gemms(ctx, MODEL, mbs)[0])
+    assert len(ratios) == 2 and all(1.0 < r < 1.1 for r in ratios)  # 1.048 and 1.077
+    assert math.exp(sum(map(math.log, ratios)) / 2) == pytest.approx(gemm_table.IN_STEP_SLOWDOWN, abs=5e-4)
+    # ... and the isolated loops of the same shapes (microbench.json) ran slower still: the step is the measure
+    loops = [
+        g["seconds"] / kernels.gemm_time(ctx, g["m"], g["n"], g["k"])
+        for g in json.loads((H200 / "microbench.json").read_text())["gemms"]
+    ]
+    assert math.exp(sum(map(math.log, loops)) / len(loops)) > gemm_table.IN_STEP_SLOWDOWN
 
 
 def test_the_microbenchmark_script_runs_and_writes_what_the_calibration_reads(tmp_path: Path):

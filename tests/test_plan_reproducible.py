@@ -219,6 +219,7 @@ FINGERPRINTS = {
     68: "3c7598aba8e3939f",  # 68 (interleaved warm-up per preset's Megatron-core: megatron capped): memory only, no
     # reference plans interleaved 1F1B at m = pp on the megatron preset; tests/test_pp_order.py
     69: "e0ae370ba4213f4d",  # 69 (the meshplan stack on A100/H100 takes the generation's pooled residual row)
+    70: "25fedc07e17b4af1",  # 70 (sm_90 GEMMs at a training step's clock; hopper residuals refitted)
 }
 
 

@@ -26,6 +26,15 @@ GRID = (256, 512, 1024, 2048, 4096)
 #: taken as fractions of this, so a GPU of the family with another tensor clock scales with its own peak.
 REFERENCE_PEAK_TFLOPS = 989.4
 
+#: How much slower an sm_90 GEMM runs inside a training step than the table's isolated rate: the tensor clock a
+#: step sustains at the part's power limit. Measured on our lent H200 (700 W; ``bench/gpu/h200/trace-mbs{1,2}.json``,
+#: one Llama 3 8B-shaped step each under ``torch.profiler``, bench/gpu/check.sh): its linear GEMMs, 892.7 TFLOP a
+#: step, took 1.212 and 1.245 s of kernel time where the table prices 1.156 s (1.048 and 1.077; this is their
+#: geometric mean). The same GEMMs in back-to-back loops (``microbench.json``, 245 shapes) run 1.09-1.15 × the
+#: table: a step's memory-bound kernels between GEMMs leave the clock higher than a loop does, so the step, not the
+#: loop, is the measure. ``tests/test_gpu_check.py`` derives it again from the stored traces.
+IN_STEP_SLOWDOWN = 1.062
+
 #: Achieved TFLOP/s, index [k][m][n] flattened (k outermost, n innermost), one line per (k, m).
 # fmt: off
 SM90_BF16_TFLOPS = (

@@ -10,7 +10,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from planner.pricing.fp8_accum import split_accum_slowdown
-from planner.pricing.gemm_table import table_efficiency
+from planner.pricing.gemm_table import IN_STEP_SLOWDOWN, table_efficiency
 from planner.pricing.host import host_slowdown, runs_on_host
 from planner.workload.analytic import FLASH_BWD_RATIO
 from planner.workload.fp8 import cast_ops, fp8_gemm_shapes
@@ -158,8 +158,8 @@ def _gemm_time(ctx: Device, m: int, n: int, k: int, count: int, batched: bool, f
         eff = wave_efficiency(m, n, ctx.sm_count)
         t = fl / (ctx.fp8_peak * fp8_gemm_efficiency(ctx) * eff)
         sm90 = measured_fp8_table(ctx)
-        if sm90:  # no faster than the 16-bit GEMM of half the depth (``fp8_table_seconds``)
-            t = max(t, fp8_table_seconds(ctx, m, n, k, count))
+        if sm90:  # no faster than the 16-bit GEMM of half the depth (``fp8_table_seconds``), at a step's clock
+            t = max(t, fp8_table_seconds(ctx, m, n, k, count)) * IN_STEP_SLOWDOWN
         t *= split_accum_slowdown(sm90, backward)  # the backward GEMMs' split accumulator (``fp8_accum``)
         return max(t, count * hbm_time(ctx, by / count))
     sms = ctx.sm_count
@@ -171,7 +171,7 @@ def _gemm_time(ctx: Device, m: int, n: int, k: int, count: int, batched: bool, f
         eff = 1.0 / ctx.gemm_efficiency
     rate = ctx.gemm_efficiency * eff
     if measured_table(ctx):  # the lower of the two bounds: tile schedule on the ceiling, and the measured shape
-        rate = min(rate, table_efficiency(m * count if batched else m, n, k))
+        rate = min(rate, table_efficiency(m * count if batched else m, n, k)) / IN_STEP_SLOWDOWN
     fl = 2.0 * m * n * k * count
     by = (m * k + k * n + m * n) * ctx.elt * count
     return max(fl / (ctx.peak * rate), calls * hbm_time(ctx, by / calls))

@@ -383,13 +383,10 @@ from __future__ import annotations
 #:    buffer per micro-batch (torch 2.6.0 ``stage.py:703``, :293-302, :1462-1480): 405B 1F1B −18.4 → −13.7 %, Table 6
 #:    CP 1/2/4/8 −10.6/−7.3/−8.1/−15.3 → −5.5/−4.6/−5.4/−12.8 %, interleaved −3.1 → +11.1 % (the planner's interleaved
 #:    order is Megatron's, all forwards first at m = pp; torch's warms up fewer: docs/planner.md).
-#: 67: interleaved 1F1B's warm-up as torch.distributed.pipelining runs it (``Stack.interleaved_all_warmup`` false on the
-#:    torchtitan preset; ``compose.pp_order``): torch 2.6.0 ``ScheduleInterleaved1F1B`` (``pipelining/schedules.py:1943-1956``; the
-#:    same in 2.13.0 ``_get_warmup_ops``) warms rank i up with (v − 1)·pp + 2(pp − 1 − i) forwards, capped at m·v, with no
-#:    all-forwards case at m = pp (Megatron-LM's ``all_warmup_microbatches``, which the planner's order keeps for every
-#:    other stack). Memory peaks only (``peak_walk``, ``prescreen.warm_peaks``, ``screens.interleaved_peak_copies``);
-#:    the time simulation keeps Megatron's order. torchtitan 2412 405B interleaved (pp 8, v 2, m 8): 72.7 GiB
-#:    published, 80.8 → 77.5 predicted (+11.1 → +6.6 %: its last rank holds 8 + 1 chunk micro-batches, was 16).
+#: 67: interleaved 1F1B's warm-up as torch.distributed.pipelining runs it (``Stack.interleaved_all_warmup`` false on
+#:    torchtitan; ``compose.pp_order``): torch 2.13.0 ``_get_warmup_ops`` warms rank i up with (v − 1)·pp + 2(pp − 1 − i)
+#:    forwards, capped at m·v, no all-forwards case at m = pp. Memory peaks only; torchtitan 2412 405B interleaved (pp 8,
+#:    v 2, m 8): 72.7 GiB published, 80.8 → 77.5 predicted (+11.1 → +6.6 %).
 #: 68: ``Stack.interleaved_all_warmup`` per preset by the Megatron-core it runs (issue 27 §1/§2; ``compose.pp_order``
 #:    cites each at file:line): false (the default) on ``megatron`` (core_v0.16.1 schedules.py:738-795: no m = pp rule
 #:    since core_r0.10.0, torch's count) and the Megatron-Bridge rows; true on megatron-2021/2022, nemo-2407 (core
@@ -397,4 +394,7 @@ from __future__ import annotations
 #:    ScheduleInterleaved1F1B). Memory only; no bench_fidelity row moves.
 #: 69: a stack without published runs of its own (meshplan, deepspeed) is priced with its GPU generation's residual row
 #:    pooled over the stacks with published runs (``residuals.row_key``; docs/validation.md "Cost model 69").
-COST_MODEL_VERSION = 69
+#: 70: sm_90 GEMMs at a training step's sustained clock, 1.062 × the table's isolated time (``gemm_table.IN_STEP_SLOWDOWN``,
+#:    measured on our H200); residuals refitted (hopper 1.078 → 1.032); ``row_key`` takes the generation's pooled row
+#:    before the stack's (megatron on A100: 1.087, not its Hopper-only 1.031); docs/validation.md "Cost model 70".
+COST_MODEL_VERSION = 70
