@@ -2,17 +2,16 @@
 
 For every published run the cost model can express (``bench/bench_fidelity.py``'s mapping: its
 request, stack and measured step time), ONE residual, ``compute_scale`` (``FREE``), is fitted per
-(stack preset, GPU generation), per stack pooled over its generations (``(stack, "*")``: the
-fallback for a stack without runs on that generation — in these runs the residual follows the stack far
-more than the generation), and per generation pooled over the stacks (``("*", generation)``, from
-≥ ``MIN_POOLED_STACKS`` stacks: the fallback for a stack without published runs, the bundled runtime and
-DeepSpeed), with
+(stack preset, GPU generation), per generation pooled over the stacks (``("*", generation)``, from
+≥ ``MIN_POOLED_STACKS`` stacks: the fallback for a stack without runs on that generation — since cost model 70
+the residual follows the generation more than the stack), and per stack pooled over its generations
+(``(stack, "*")``: the fallback for a generation no two stacks ran, V100 and the bundled runtime), with
 ``planner.answer.calibrate.fit_residuals`` on the physics-only model (identity residuals). Nothing else is fitted.
 
 Leave-one-source-group-out cross-validation (LOSGO): for each source group, the whole table is refitted
 without that group's runs and its runs are predicted with the row the planner would then use for them
-(``planner.pricing.residuals.row_key``: their (stack, generation) row, else the stack's pooled row, else the
-generation's pooled row, else identity). Errors are in the sources' throughput metrics, as ``bench_fidelity``
+(``planner.pricing.residuals.row_key``: their (stack, generation) row, else the generation's pooled row, else the
+stack's pooled row, else identity). Errors are in the sources' throughput metrics, as ``bench_fidelity``
 reports them: measured step ÷ predicted step − 1. ``--alternatives`` also prints the in-sample and LOSGO figures of
 the other structures considered (only one of the two fallbacks, a generation fallback pooled over ≥ 1 stack, none;
 ``comm_scale`` fitted too where a row has ≥ 4 runs from ≥ 2 groups), so the choice can be re-checked after the

@@ -2,16 +2,16 @@
 
 ``Device.residuals`` is the request's calibration when it has one; else ``builtin_residuals``: the row of
 ``planner.pricing.residuals_builtin`` (written by ``python bench/fit_residuals.py``, fitted on published runs with
-``planner.answer.calibrate``) for the stack's preset and the GPU's generation, else the generation's row pooled over the stacks with published
-runs on it (``("*", generation)``, cost model 69: what every measured stack's physics misses on that GPU generation is
-the best prior for a stack without published runs of its own — the bundled runtime, DeepSpeed — and on the
-out-of-sample llm-foundry MPT (78 runs) and MT-NLG (3) rows it is 13.2 → 5.9 % and 39.4 → 30.3 %, docs/validation.md),
-else the stack's row pooled over the generations it ran on (``(stack, "*")``), else identity (``row_key``: a CPU, or a
-generation with fewer than two stacks' published runs). The generation's row comes before the stack's since cost
-model 70: with the Hopper GEMMs priced at a step's clock (``gemm_table.IN_STEP_SLOWDOWN``, measured on Hopper only)
-the rows follow the generation, not the stack (cost model 38 found the reverse) — megatron-2020 1.076 and torchtitan
-1.098 on Ampere, megatron 1.031 and torchtitan 1.034 on Hopper — so megatron's Hopper-only pooled row would price its
-A100 plans 5 % fast.
+``planner.answer.calibrate``) for the stack's preset and the GPU's generation, else the generation's row pooled over
+the stacks with published runs on it (``("*", generation)``, cost model 69: what every measured stack's physics misses
+on that GPU generation is the best prior for a stack without published runs of its own — the bundled runtime,
+DeepSpeed — and on the out-of-sample llm-foundry MPT (78 runs) and MT-NLG (3) rows it is 13.2 → 5.9 % and
+39.4 → 30.3 %, docs/validation.md), else the stack's row pooled over the generations it ran on (``(stack, "*")``),
+else identity (``row_key``: a CPU, or a generation with fewer than two stacks' published runs). The generation's row
+comes before the stack's since cost model 70: with the Hopper GEMMs priced at a step's clock
+(``gemm_table.IN_STEP_SLOWDOWN``, measured on Hopper only) the rows follow the generation, not the stack (cost model
+38 found the reverse) — megatron-2020 1.076 and torchtitan 1.098 on Ampere, megatron 1.031 and torchtitan 1.034 on
+Hopper — so megatron's Hopper-only pooled row would price its A100 plans 5 % fast.
 """
 
 from __future__ import annotations
