@@ -307,3 +307,58 @@ def test_settling_stops_at_the_first_class_it_cannot_settle(monkeypatch: pytest.
     assert [was[k].lower_bound_s for k in settled] == [u.lower_bound_s for u in before.unproven[:4]]
     assert all(now[k].lower_bound_s >= was[k].lower_bound_s for k in now)
     assert after.best_objective_bound == min(u.lower_bound_s for u in after.unproven) > before.best_objective_bound
+
+
+@pytest.mark.parametrize("seed", [3, 4, 10, 11])
+def test_first_round_cuts_hold_small_first_rounds_that_fit(seed: int) -> None:
+    """``hints.first_round_cuts``: for every interleaved class of a seed's space, each cut is a cut of the class (every
+    layer placed, one at least a chunk), fits its memory (re-simulated), and is the greedy cut with its first round of
+    chunks capped at k layers for some k ≤ ⌈L/C⌉, its first round within k; distinct cuts; none for a one-round
+    (1F1B) class."""
+    from planner.search.hints import first_round_cuts
+
+    seen = 0
+    for c, cc in _classes(seed):
+        cuts = first_round_cuts(cc)
+        assert len({tuple(n) for n in cuts}) == len(cuts)
+        caps = range(1, -(-cc.num_layers // cc.chunks) + 1)
+        for n in cuts:
+            assert sum(n) == cc.num_layers and min(n) >= 1 and len(n) == cc.chunks
+            assert evaluate(cc, n).fits
+            assert any(
+                n == greedy_cut(cc, [k] * c.pp + [cc.num_layers] * (cc.chunks - c.pp)) and max(n[: c.pp]) <= k
+                for k in caps
+            ), (c.describe(), n)
+        seen += len(cuts)
+    assert seen, seed
+    ctx, pins = interleaved_instance(seed)
+    one_round = [c for c in enumerate_candidates(ctx, pins, SearchOptions()) if c.virtual_stages == 1 and c.pp > 1]
+    assert all(first_round_cuts(class_costs(ctx, c)) == [] for c in one_round[:5])
+
+
+def test_polish_starts_a_class_at_its_first_round_cut_where_no_climb_reaches_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Megatron-Bridge 26.04 Llama 3 70B FP8 on 64 H100 left free (``bench/bench_plan_wide.py``'s row): the budget
+    leaves its TP4 PP8 v4 class unproven at a near-even cut (22.93 s) and the answer at 22.876 s (v10). Started at its
+    first-round cut, that class is 21.961 s: the answer (its first round 8 chunks of 2 layers, the later ones mostly 3). Without
+    the first-round cuts the answer is the old one; with them it is faster, still NOT PROVEN (its bound no higher), and
+    its plan re-priced alone (``planner.estimate``, the simulation of that cut) is the answer's step."""
+    from planner.api import estimate, plan
+    from planner.specs import PlanRequest
+    from tests.bench_support import bench_module
+
+    body = dict(bench_module("bench_plan_wide").cases())["mbridge_26.04_LLAMA3_70B_64gpu_FP8"]
+    new = plan(PlanRequest.model_validate(body))
+    monkeypatch.setattr(uneven, "first_round_cuts", lambda cc: [])
+    old = plan(PlanRequest.model_validate(body))
+    monkeypatch.undo()
+    assert old.solver.status == new.solver.status == "FEASIBLE"
+    t_old, t_new = old.plans[0].estimate.step_time_s, new.plans[0].estimate.step_time_s
+    assert t_new < 0.97 * t_old, (t_old, t_new)
+    p = new.plans[0].parallel
+    assert (p.tp, p.pp, p.virtual_stages) == (4, 8, 4)
+    assert p.stage_layers is not None and p.stage_layers[: p.pp] == [2] * p.pp  # the first round, capped
+    assert new.solver.best_objective_bound <= t_new
+    again = estimate(PlanRequest.model_validate({**body, "parallel": p.model_dump()}))
+    assert again.step_time_s == pytest.approx(t_new, rel=1e-9)
