@@ -98,13 +98,14 @@ def test_a_pinned_class_the_brute_force_cannot_reach_is_the_mip_optimum(v: int, 
 
 
 def test_no_class_a_not_proven_answer_lists_can_beat_it() -> None:
-    """torchtitan's async-TP Llama 3 8B row (bf16, 8 H100) left free is NOT PROVEN: its budget leaves eight
+    """torchtitan's Llama 3 8B FSDP row of 2024-12 (bf16, 8 H100) left free is NOT PROVEN: its budget leaves 21
     interleaved classes below the answer (``solver.unproven``, cost model 70). The MIP, each class with the answer less
     1 µs as its cutoff, finds no cut under it in any: their optima are at least the answer, so the listed bounds are
     valid and the answer is the optimum of the whole space, which the search alone does not prove (2026-12-05; at cost
-    model 69 Megatron-Bridge's Qwen3 30B-A3B row was this case, and at 70 the MIP finds a faster cut there; NeMo's
-    Llama 2 7B row, five classes, takes 10–60 s: SCIP's path moves from run to run)."""
-    body = wide_row("torchtitan_asynctp_8B_bfloat16_asyncTP")
+    model 69 Megatron-Bridge's Qwen3 30B-A3B row was this case, and at 70 the MIP finds a faster cut there; the
+    async-TP Llama 3 8B row was it until settling by satisfaction rounds (``decide``) proved it; NeMo's Llama 2 7B row,
+    five classes, takes 10–60 s: SCIP's path moves from run to run)."""
+    body = wide_row("torchtitan_2412_t2_8b_fsdp8_cp1")
     free = plan(PlanRequest.model_validate(body)).solver
     assert free.status == "FEASIBLE" and free.unproven and free.objective_value is not None
     answer_ns = round(free.objective_value * 1e9)
@@ -118,11 +119,11 @@ def test_no_class_a_not_proven_answer_lists_can_beat_it() -> None:
 
 
 def test_prove_settles_an_answer_the_budget_left_unproven() -> None:
-    """``options.prove`` (``uneven.prove``) on torchtitan's async-TP Llama 3 8B row (bf16, 8 H100): without it the
-    answer is FEASIBLE, eight interleaved classes listed below it; with it each is solved against the answer (the
+    """``options.prove`` (``uneven.prove``) on torchtitan's Llama 3 8B FSDP row of 2024-12 (bf16, 8 H100): without it
+    the answer is FEASIBLE, 21 interleaved classes listed below it; with it each is solved against the answer (the
     settling solve, then the schedule MIP) and none can beat it, so the same plans are OPTIMAL with nothing listed
-    (0.8 s CPU here, 2026-12-05, cost model 70)."""
-    body = wide_row("torchtitan_asynctp_8B_bfloat16_asyncTP")
+    (2.6 s CPU here, 2026-12-05, cost model 70)."""
+    body = wide_row("torchtitan_2412_t2_8b_fsdp8_cp1")
     free = plan(PlanRequest.model_validate(body))
     proved = plan(PlanRequest.model_validate({**body, "options": {"prove": True, "time_limit_s": 600}}))
     assert free.solver.status == "FEASIBLE" and free.solver.unproven, free.solver.notes

@@ -211,6 +211,26 @@ def solve(
     return solve(model, num_workers, True, deadline, left)
 
 
+def neighbours(cc: ClassCosts, sol: list[int], ev: Evaluation, deadline: float) -> list[tuple[list[int], Evaluation]]:
+    """The one-layer moves of ``sol`` (simulated at ``ev``) a lazy round simulates for their critical paths, each with
+    its evaluation (``NEIGHBOUR_BUDGET``), until ``deadline``."""
+    C = cc.chunks
+    if 4 * C * cc.m * C <= NEIGHBOUR_BUDGET:  # neighbour simulations cost ~2·m·C steps each
+        moves = [m_ for b in range(C - 1) for m_ in ((b, b + 1), (b + 1, b))]
+    else:  # too long to simulate them all: move a layer off the chunk the critical path dwells on most
+        dwell = Counter(on for _k, _j, on in ev.sim.critical_path)
+        top = sorted(range(C), key=lambda i: -dwell[i])[:NEIGHBOUR_CHUNKS]
+        moves = [(h, z) for h in top for z in (h - 1, h + 1) if 0 <= z < C]
+    out = []
+    for a, z in moves:
+        if sol[a] > 1 and time.perf_counter() < deadline:
+            nb = list(sol)
+            nb[a] -= 1
+            nb[z] += 1
+            out.append((nb, evaluate(cc, nb)))
+    return out
+
+
 def better(a: Evaluation, b: Evaluation | None) -> bool:
     """Whether cut evaluation ``a`` ranks before ``b`` within a class (step time, then peak memory)."""
     return b is None or (a.objective_ns, a.peak_memory_bytes) < (b.objective_ns, b.peak_memory_bytes)
@@ -366,22 +386,10 @@ def solve_class(
         # Add the critical path of the solution and of its one-layer neighbours (fewer rounds).
         separate(sol, solver.value(M))
         new_chains = {critical_counts(cc, ev): None}
-        affordable = 4 * C * cc.m * C <= NEIGHBOUR_BUDGET  # neighbour simulations cost ~2·m·C steps each
-        if affordable:
-            moves = [m_ for b in range(C - 1) for m_ in ((b, b + 1), (b + 1, b))]
-        else:  # too long to simulate them all: move a layer off the chunk the critical path dwells on most
-            dwell = Counter(on for _k, _j, on in ev.sim.critical_path)
-            top = sorted(range(C), key=lambda i: -dwell[i])[:NEIGHBOUR_CHUNKS]
-            moves = [(h, z) for h in top for z in (h - 1, h + 1) if 0 <= z < C]
-        for a, z in moves:
-            if sol[a] > 1 and time.perf_counter() < deadline:
-                nb = list(sol)
-                nb[a] -= 1
-                nb[z] += 1
-                nev = evaluate(cc, nb)
-                if nev.fits and better(nev, best[1] if best else None):
-                    best = (nb, nev)
-                new_chains[critical_counts(cc, nev)] = None
+        for nb, nev in neighbours(cc, sol, ev, deadline):
+            if nev.fits and better(nev, best[1] if best else None):
+                best = (nb, nev)
+            new_chains[critical_counts(cc, nev)] = None
         learn(list(new_chains))
     if best is None:
         return result(Status.UNKNOWN, bound=bound)
