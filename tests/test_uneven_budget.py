@@ -343,21 +343,23 @@ def test_polish_starts_a_class_at_its_first_round_cut_where_no_climb_reaches_it(
     leaves its TP4 PP8 v4 class unproven at a near-even cut (22.93 s) and the answer at 22.876 s (v10). Started at its
     first-round cut, that class is 21.961 s: the answer (its first round 8 chunks of 2 layers, the later ones mostly 3). Without
     the first-round cuts the answer is the old one; with them it is faster, still NOT PROVEN (its bound no higher), and
-    its plan re-priced alone (``planner.estimate``, the simulation of that cut) is the answer's step. Settling is off in
-    both runs (``SETTLE_EACH`` 0): its satisfaction rounds (``decide``) descend from the old answer to 22.034 s on their
-    own, and reach 21.961 s with the first-round cuts too."""
+    its plan re-priced alone (``planner.estimate``, the simulation of that cut) is the answer's step. Settling and the
+    ramp cuts are off in both runs (``SETTLE_EACH`` 0, ``ramp_cuts`` none): settling's satisfaction rounds (``decide``)
+    descend from the old answer to 22.034 s on their own, and a ramp cut polishes to 21.941 s, the answer with all
+    three on."""
     from planner.api import estimate, plan
     from planner.specs import PlanRequest
     from tests.bench_support import bench_module
 
     body = dict(bench_module("bench_plan_wide").cases())["mbridge_26.04_LLAMA3_70B_64gpu_FP8"]
     monkeypatch.setattr(uneven, "SETTLE_EACH", 0.0)
+    monkeypatch.setattr(uneven, "ramp_cuts", lambda cc: [])
     new = plan(PlanRequest.model_validate(body))
     monkeypatch.setattr(uneven, "first_round_cuts", lambda cc: [])
     old = plan(PlanRequest.model_validate(body))
     monkeypatch.undo()
-    settled = plan(PlanRequest.model_validate(body))
-    assert settled.plans[0].estimate.step_time_s == new.plans[0].estimate.step_time_s
+    every = plan(PlanRequest.model_validate(body))
+    assert every.plans[0].estimate.step_time_s < new.plans[0].estimate.step_time_s
     assert old.solver.status == new.solver.status == "FEASIBLE"
     t_old, t_new = old.plans[0].estimate.step_time_s, new.plans[0].estimate.step_time_s
     assert t_new < 0.97 * t_old, (t_old, t_new)
@@ -367,3 +369,55 @@ def test_polish_starts_a_class_at_its_first_round_cut_where_no_climb_reaches_it(
     assert new.solver.best_objective_bound <= t_new
     again = estimate(PlanRequest.model_validate({**body, "parallel": p.model_dump()}))
     assert again.step_time_s == pytest.approx(t_new, rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", [3, 4, 10, 11])
+def test_ramp_cuts_are_weighted_greedy_cuts_that_fit(seed: int) -> None:
+    """``hints.ramp_cuts``: for every interleaved class of a seed's space, each cut is a cut of the class, fits its
+    memory (re-simulated), and is the greedy cut with chunk c weighted 1 + α·(C − 1 − c)/(C − 1) for an α of
+    ``RAMPS``; distinct cuts; none for a one-round (1F1B) class. (Not every one leans late: the last chunk's head can
+    outweigh its weight, seed 10's PP2 v2 [3, 4, 4, 1].)"""
+    from planner.search.hints import RAMPS, ramp_cuts
+
+    seen = 0
+    for c, cc in _classes(seed):
+        C, cuts = cc.chunks, ramp_cuts(cc)
+        assert len({tuple(n) for n in cuts}) == len(cuts)
+        for n in cuts:
+            assert sum(n) == cc.num_layers and min(n) >= 1 and len(n) == C
+            assert evaluate(cc, n).fits
+            ramps = [greedy_cut(cc, weights=[1 + a * (C - 1 - i) / (C - 1) for i in range(C)]) for a in RAMPS]
+            assert n in ramps, (c.describe(), n)
+        seen += len(cuts)
+    assert seen, seed
+    ctx, pins = interleaved_instance(seed)
+    one_round = [c for c in enumerate_candidates(ctx, pins, SearchOptions()) if c.virtual_stages == 1 and c.pp > 1]
+    assert all(ramp_cuts(class_costs(ctx, c)) == [] for c in one_round[:5])
+
+
+def test_polish_starts_a_class_at_a_ramp_cut_and_settling_keeps_its_proofs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NeMo 24.07's Nemotron-4 340B on 128 H100 left free (``bench/bench_plan_wide.py``'s row): without the ramp cuts
+    the answer is 3.2605 s; with them polish starts a TP8 PP8 class at one and the answer is 1.2 % faster, still NOT
+    PROVEN, its plan re-priced alone (``planner.estimate``) the answer's step. torchtitan's Llama 3.1 405B row (128
+    H100) stays OPTIMAL: settling asks each class from the budget's cut, not polish's (from the ramp cut polish gives
+    its PP8 v5 class it is left unproven: FEASIBLE, checked)."""
+    from planner.api import estimate, plan
+    from planner.specs import PlanRequest
+    from tests.bench_support import bench_module
+
+    rows = dict(bench_module("bench_plan_wide").cases())
+    body = rows["nemo2407_Nemotron-340B_128gpu"]
+    new = plan(PlanRequest.model_validate(body))
+    monkeypatch.setattr(uneven, "ramp_cuts", lambda cc: [])
+    old = plan(PlanRequest.model_validate(body))
+    monkeypatch.undo()
+    assert old.solver.status == new.solver.status == "FEASIBLE"
+    t_old, t_new = old.plans[0].estimate.step_time_s, new.plans[0].estimate.step_time_s
+    assert t_new < 0.99 * t_old, (t_old, t_new)
+    p = new.plans[0].parallel
+    assert (p.tp, p.pp) == (8, 8) and p.stage_layers is not None
+    assert new.solver.best_objective_bound <= t_new
+    again = estimate(PlanRequest.model_validate({**body, "parallel": p.model_dump()}))
+    assert again.step_time_s == pytest.approx(t_new, rel=1e-9)
+    proven = plan(PlanRequest.model_validate(rows["torchtitan_2408_405b_128h100_none"])).solver
+    assert proven.status == "OPTIMAL" and not proven.unproven, proven.notes

@@ -22,7 +22,7 @@ from dataclasses import replace
 from planner.compose.cost import Candidate, ClassCosts, Context, class_costs, evaluate
 from planner.search.cutsolver import ClassResult, better
 from planner.search.decide import decide
-from planner.search.hints import best_of, climbs, first_round_cuts, rank
+from planner.search.hints import best_of, climbs, first_round_cuts, ramp_cuts, rank
 from planner.search.schedule_mip import class_optimum
 from planner.specs import ParallelPins, SearchOptions
 
@@ -89,8 +89,8 @@ def polish(
     deadline: float | None = None,
 ) -> list[ClassResult]:
     """The ``POLISHED`` fastest classes the budget left unproven (a bound at most the best plan ``found``: those that
-    could change the answer), each started at the better of its cut and its first-round cuts (``hints.first_round_cuts``)
-    and hill-climbed from each of those that is fastest so far by one-layer moves scored by the simulation
+    could change the answer), each started at the better of its cut and the best of its first-round and ramp cuts
+    (``hints.first_round_cuts``, ``hints.ramp_cuts``) and hill-climbed from each of those that is fastest so far by one-layer moves scored by the simulation
     (``hints.climbs``, within ``POLISH_EVALS`` simulations and ``POLISH_STEPS`` steps; none below ``POLISH_MIN``: then
     the start alone), twice: moves in chunk order and guided by the critical path, the better kept (each finds cuts the
     other misses: guided alone, 8 of the wide benchmark's answers faster by up to 3.3 % and 5 slower by 0.1 %): those
@@ -108,7 +108,7 @@ def polish(
             continue
         cc = solved[r.cand][0]
         own = (r.stage_layers,) if r.evaluation is not None and r.evaluation.fits and r.stage_layers is not None else ()
-        starts = [best_of(cc, cuts) for cuts in (own, tuple(first_round_cuts(cc))) if cuts]
+        starts = [best_of(cc, cuts) for cuts in (own, tuple(first_round_cuts(cc) + ramp_cuts(cc))) if cuts]
         starts = [(n, ev) for n, ev in starts if ev.fits]
         if starts:
             could.append((min(ev.objective_ns for _, ev in starts), r, cc, starts))
@@ -171,8 +171,10 @@ def settle(
     """The classes the budget left unproven, each at its ``polish``-ed cut, once the answer is known: those that hold
     it unproven (``holding``), lowest bound first, each asked once more whether a cut beats the answer (``decide``:
     satisfaction rounds, not minimising ones) within ``SETTLE_EACH`` of deterministic time, until one stays unproven
-    (then the answer is FEASIBLE whatever the rest do, and they keep their bounds). The budget spends itself on the classes met first, before any plan prunes
-    them: a class met with no incumbent can take it all (Mixtral 8x22B on 128 H100: TP2 PP8 v3 without recomputation,
+    (then the answer is FEASIBLE whatever the rest do, and they keep their bounds). Each is asked from the cut the
+    budget left it, not its polished one: ``decide`` starts from that cut's critical path, and a faster start can be a
+    worse one to prove from (torchtitan Llama 3.1 405B on 128 H100 stays unproven from the ramp cut polish gives its
+    PP8 v5 class). The budget spends itself on the classes met first, before any plan prunes them: a class met with no incumbent can take it all (Mixtral 8x22B on 128 H100: TP2 PP8 v3 without recomputation,
     det 0.09 of 0.1, bound 4.623 s above the answer's 4.180 s) and leave the next ones unsolved at their loose bounds
     (3.924 s: no fitting cut found). Against the answer, most first models are infeasible at once (10–40 ms): the
     class cannot beat it, and its bound becomes the answer's. With ``options.prove`` a class that solve leaves below the
@@ -180,6 +182,7 @@ def settle(
     (every class, its bound raised where the solve proved more; those whose solve found a faster cut, at it)."""
     at = {r.cand: r for r in polished}
     out = [at.get(r.cand, r) for r in unproven]
+    was = {r.cand: r for r in unproven}
     if not found or found[0].evaluation is None:
         return out, []
     faster, best = [], min(r.evaluation.objective_ns for r in (found[0], *polished) if r.evaluation is not None)
@@ -189,7 +192,8 @@ def settle(
             break  # the answer is a faster cut found here: this one and the rest cannot beat it
         i = index[r.cand]
         cc = solved[r.cand][0] if r.cand in solved else class_costs(ctx, r.cand)
-        at_cut = (r.stage_layers,) if r.stage_layers is not None else ()
+        start = was[r.cand].stage_layers  # the budget's cut, not polish's: see the docstring
+        at_cut = (start,) if start is not None else ()
         res = decide(cc, best, SETTLE_EACH, deadline, learned, at_cut)
         if options.prove and res.bound < best:
             res = prove(cc, res, best, deadline)
