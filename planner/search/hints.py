@@ -7,6 +7,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections import Counter
+from collections.abc import Iterable
 
 from planner.compose.cost import ClassCosts, Evaluation, evaluate
 from planner.compose.memory import rank_memory
@@ -62,12 +63,7 @@ def first_round_cuts(cc: ClassCosts) -> list[list[int]]:
     TP4 PP4 v6, [1, 1, 1, 1, 3, …, 3, 4, 4, 5, 6, 5, 6, 6, 3] (``bench/verify_unproven.py``). Only the cuts that fit
     memory; none for a class of one round."""
     pp, C, L = cc.cand.pp, cc.chunks, cc.num_layers
-    out: list[list[int]] = []
-    for k in range(1, -(-L // C) + 1) if C > pp else ():
-        n = greedy_cut(cc, [k] * pp + [L] * (C - pp))
-        if n not in out and all(rank_memory(cc, n, r) <= cc.usable_bytes for r in range(pp)):
-            out.append(n)
-    return out
+    return _fitting(cc, (greedy_cut(cc, [k] * pp + [L] * (C - pp)) for k in range(1, -(-L // C) + 1) if C > pp))
 
 
 #: The slopes α of ``ramp_cuts``: chunk 0 weighs 1.25–3 times the last.
@@ -82,9 +78,15 @@ def ramp_cuts(cc: ClassCosts) -> list[list[int]]:
     Nemotron-4 340B on 128 H100, TP8 PP8 v4, and MLPerf v3.1 GPT-3 on 512 nodes, TP4 PP8 v5, answer 1.2 % and 1.6 %
     faster from one (docs/planner.md "Ramp cuts"). Only the cuts that fit memory."""
     C = cc.chunks
+    return _fitting(
+        cc, (greedy_cut(cc, weights=[1 + a * (C - 1 - c) / (C - 1) for c in range(C)]) for a in RAMPS if C > cc.cand.pp)
+    )
+
+
+def _fitting(cc: ClassCosts, cuts: Iterable[list[int]]) -> list[list[int]]:
+    """The distinct ``cuts`` that fit every rank's memory, in order."""
     out: list[list[int]] = []
-    for a in RAMPS if C > cc.cand.pp else ():
-        n = greedy_cut(cc, weights=[1 + a * (C - 1 - c) / (C - 1) for c in range(C)])
+    for n in cuts:
         if n not in out and all(rank_memory(cc, n, r) <= cc.usable_bytes for r in range(cc.cand.pp)):
             out.append(n)
     return out

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from planner.compose.cost import Candidate, ClassCosts, Context, class_costs, evaluate
+from planner.compose.cost import Candidate, ClassCosts, Context, Evaluation, class_costs, evaluate
 from planner.search.cutsolver import ClassResult, better
 from planner.search.decide import decide
 from planner.search.hints import best_of, climbs, first_round_cuts, ramp_cuts, rank
@@ -89,8 +89,8 @@ def polish(
     deadline: float | None = None,
 ) -> list[ClassResult]:
     """The ``POLISHED`` fastest classes the budget left unproven (a bound at most the best plan ``found``: those that
-    could change the answer), each started at the better of its cut and the best of its first-round and ramp cuts
-    (``hints.first_round_cuts``, ``hints.ramp_cuts``) and hill-climbed from each of those that is fastest so far by one-layer moves scored by the simulation
+    could change the answer; ranked by the better of their own and first-round cuts, ``hints.first_round_cuts``), each
+    started at the better of its cut and the best of its first-round and ramp cuts (``hints.ramp_cuts``) and hill-climbed from each of those that is fastest so far by one-layer moves scored by the simulation
     (``hints.climbs``, within ``POLISH_EVALS`` simulations and ``POLISH_STEPS`` steps; none below ``POLISH_MIN``: then
     the start alone), twice: moves in chunk order and guided by the critical path, the better kept (each finds cuts the
     other misses: guided alone, 8 of the wide benchmark's answers faster by up to 3.3 % and 5 slower by 0.1 %): those
@@ -108,12 +108,12 @@ def polish(
             continue
         cc = solved[r.cand][0]
         own = (r.stage_layers,) if r.evaluation is not None and r.evaluation.fits and r.stage_layers is not None else ()
-        starts = [best_of(cc, cuts) for cuts in (own, tuple(first_round_cuts(cc) + ramp_cuts(cc))) if cuts]
-        starts = [(n, ev) for n, ev in starts if ev.fits]
+        starts = _starts(cc, own, first_round_cuts(cc))
         if starts:
-            could.append((min(ev.objective_ns for _, ev in starts), r, cc, starts))
+            could.append((min(ev.objective_ns for _, ev in starts), r, cc, own))
     out = []
-    for _, r, cc, starts in sorted(could, key=lambda x: x[0])[:POLISHED]:
+    for _, r, cc, own in sorted(could, key=lambda x: x[0])[:POLISHED]:
+        starts = _starts(cc, own, first_round_cuts(cc) + ramp_cuts(cc))  # ramp cuts for these only (docs/planner.md)
         evals = min(POLISH_EVALS, POLISH_STEPS // (2 * cc.m * cc.chunks))
         if evals >= POLISH_MIN:  # climbed from the class's own cut, as before, and from the first-round cut if faster
             ahead = starts[0][1].objective_ns
@@ -122,6 +122,12 @@ def polish(
         if ev.fits and (r.evaluation is None or not r.evaluation.fits or better(ev, r.evaluation)):
             out.append(replace(r, stage_layers=cut, evaluation=ev))
     return out
+
+
+def _starts(cc: ClassCosts, own: tuple[list[int], ...], more: list[list[int]]) -> list[tuple[list[int], Evaluation]]:
+    """The fitting ones of the class's ``own`` cut and the best of ``more`` (``best_of``)."""
+    starts = [best_of(cc, cuts) for cuts in (own, tuple(more)) if cuts]
+    return [(n, ev) for n, ev in starts if ev.fits]
 
 
 def note(unproven: list[ClassResult], found: list[ClassResult], top_k: int) -> str | None:
