@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-import planner.search.driver as driver
+import planner.search.uneven as uneven
 from planner import estimate, plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -35,7 +35,7 @@ MAX_ROUNDS = 8
 def test_large_deepspeed_case_is_proven_in_few_rounds(case, monkeypatch):
     _cid, body = case
     rounds: list[tuple[str, int]] = []
-    solve = driver.solve_class
+    solve = uneven.solve_class
 
     def counted(cc, options, **kw):
         res = solve(cc, options, **kw)
@@ -46,7 +46,7 @@ def test_large_deepspeed_case_is_proven_in_few_rounds(case, monkeypatch):
             )
         return res
 
-    monkeypatch.setattr(driver, "solve_class", counted)
+    monkeypatch.setattr(uneven, "solve_class", counted)
     resp = plan(dict(body, top_k=3))
     assert resp.solver.status == "OPTIMAL"
     assert resp.solver.best_objective_bound == pytest.approx(resp.solver.objective_value, abs=1e-9)

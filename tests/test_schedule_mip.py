@@ -17,7 +17,7 @@ from planner.api import context, estimate, parse_request, plan
 from planner.compose.cost import class_costs, evaluate
 from planner.search.bruteforce import compositions
 from planner.search.cutsolver import Status, solve_class
-from planner.search.decide import decide
+from planner.search.decide import decide, descend
 from planner.search.schedule_mip import MS, class_optimum, schedule_model
 from planner.search.space import enumerate_candidates
 from planner.specs import PlanRequest, SearchOptions
@@ -81,14 +81,15 @@ def llama2_7b(parallel: dict) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("v", "cuts", "solver"), [(5, 20_160_075, "solve_class"), (5, 20_160_075, "decide"), (6, 84_672_315, "decide")]
+    ("v", "cuts", "solver"),
+    [(5, 20_160_075, "solve_class"), (5, 20_160_075, "decide"), (5, 20_160_075, "descend"), (6, 84_672_315, "descend")],
 )
 def test_a_pinned_class_the_brute_force_cannot_reach_is_the_mip_optimum(v: int, cuts: int, solver: str) -> None:
     """Its PP2 classes of v = 5 and 6 (10 and 12 chunks of 32 layers: 20 and 85 million cuts) searched alone: the cut
-    model proves a cut optimal — by ``cutsolver.solve_class``'s minimising rounds, or by ``decide``'s satisfaction
-    rounds from no target (each cut found lowers it) — and SCIP, over the whole schedule graph, finds the same step.
-    v = 6 by ``decide`` only: 22 rounds and 1.6 s CPU here, where ``solve_class`` takes 361 s (its second minimising
-    CP-SAT solve; 2026-12-05, cost model 70)."""
+    model proves a cut optimal — by ``cutsolver.solve_class``'s minimising rounds, by ``decide``'s satisfaction rounds
+    from no target (each cut found lowers it), or by ``descend`` (what a pinned schedule's search runs: ``uneven.solve``)
+    — and SCIP, over the whole schedule graph, finds the same step. v = 6 by ``descend`` only: 4 rounds and 1.1 s CPU
+    here, where ``solve_class`` takes 361 s (its second minimising CP-SAT solve; 2026-12-05, cost model 70)."""
     assert sum(1 for _ in compositions(8, 3)) == 21 and math.comb(31, 2 * v - 1) == cuts  # C(L − 1, C − 1) cuts
     pins = {"tp": 1, "pp": 2, "dp": 4, "micro_batch_size": 2, "schedule": "interleaved-1f1b", "virtual_stages": v}
     req = parse_request(PlanRequest.model_validate(llama2_7b(pins | {"recompute": "none", "zero_stage": 1})))
@@ -97,8 +98,10 @@ def test_a_pinned_class_the_brute_force_cannot_reach_is_the_mip_optimum(v: int, 
     cc = class_costs(ctx, cand)
     if solver == "solve_class":
         got = solve_class(cc, SearchOptions(time_limit_s=600, num_workers=1))
-    else:
+    elif solver == "decide":
         got = decide(cc, 1 << 62, 1000.0, time.perf_counter() + 600, {})
+    else:
+        got = descend(cc, None, time.perf_counter() + 600, {})
     assert got.status == Status.OPTIMAL and got.evaluation is not None
     ref = class_optimum(cc, time_limit_s=600)
     assert ref.status == "OPTIMAL"

@@ -14,7 +14,7 @@ from test_planner_interleaved import interleaved_instance
 
 import planner.search.driver as driver
 from planner.compose.cost import class_costs, evaluate
-from planner.search import search, uneven
+from planner.search import hints, search, uneven
 from planner.search.cutsolver import ClassResult, Status, solve_class
 from planner.search.hints import greedy_cut, local_search
 from planner.search.space import enumerate_candidates
@@ -344,7 +344,7 @@ def test_polish_starts_a_class_at_its_first_round_cut_where_no_climb_reaches_it(
     first-round cut, that class is 21.961 s: the answer (its first round 8 chunks of 2 layers, the later ones mostly 3). Without
     the first-round cuts the answer is the old one; with them it is faster, still NOT PROVEN (its bound no higher), and
     its plan re-priced alone (``planner.estimate``, the simulation of that cut) is the answer's step. Settling and the
-    ramp cuts are off in both runs (``SETTLE_EACH`` 0, ``ramp_cuts`` none): settling's satisfaction rounds (``decide``)
+    ramp cuts are off in both runs (``SETTLE_EACH`` 0, ``hints.RAMPS`` none): settling's satisfaction rounds (``decide``)
     descend from the old answer to 22.034 s on their own, and a ramp cut polishes to 21.941 s, the answer with all
     three on."""
     from planner.api import estimate, plan
@@ -353,9 +353,10 @@ def test_polish_starts_a_class_at_its_first_round_cut_where_no_climb_reaches_it(
 
     body = dict(bench_module("bench_plan_wide").cases())["mbridge_26.04_LLAMA3_70B_64gpu_FP8"]
     monkeypatch.setattr(uneven, "SETTLE_EACH", 0.0)
-    monkeypatch.setattr(uneven, "ramp_cuts", lambda cc: [])
+    monkeypatch.setattr(hints, "RAMPS", ())
     new = plan(PlanRequest.model_validate(body))
-    monkeypatch.setattr(uneven, "first_round_cuts", lambda cc: [])
+    for module in (hints, uneven):  # ``hints.shaped_cuts`` and polish's ranking
+        monkeypatch.setattr(module, "first_round_cuts", lambda cc: [])
     old = plan(PlanRequest.model_validate(body))
     monkeypatch.undo()
     every = plan(PlanRequest.model_validate(body))
@@ -408,7 +409,7 @@ def test_polish_starts_a_class_at_a_ramp_cut_and_settling_keeps_its_proofs(monke
     rows = dict(bench_module("bench_plan_wide").cases())
     body = rows["nemo2407_Nemotron-340B_128gpu"]
     new = plan(PlanRequest.model_validate(body))
-    monkeypatch.setattr(uneven, "ramp_cuts", lambda cc: [])
+    monkeypatch.setattr(hints, "RAMPS", ())
     old = plan(PlanRequest.model_validate(body))
     monkeypatch.undo()
     assert old.solver.status == new.solver.status == "FEASIBLE"

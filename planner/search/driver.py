@@ -25,7 +25,7 @@ from itertools import chain
 
 from planner.compose.cost import Candidate, ClassCosts, Context, class_costs, evaluate
 from planner.search.bounds import fits_at, fitting_bound, may_fit, quick_may_fit
-from planner.search.cutsolver import ClassResult, Status, greedy_cut, solve_class
+from planner.search.cutsolver import ClassResult, Status, greedy_cut
 from planner.search.frontier import Frontier, Key, QueueItem
 from planner.search.lift import lifted
 from planner.search.portfolio import SIDES
@@ -33,7 +33,7 @@ from planner.search.scope import time_limit_note, unsearched
 from planner.search.seed_pool import seed_pool
 from planner.search.space import MAX_VIRTUAL_STAGES, enumerate_classes, forced_cut, min_memory, plan_key
 from planner.search.ties import canonical_plans
-from planner.search.uneven import BUDGET, Starts, budget, budget_note, holding, note, polish, remember, settle, starts
+from planner.search.uneven import BUDGET, Starts, budget, budget_note, holding, note, polish, remember, settle, solve
 from planner.specs import ParallelPins, SearchOptions
 from planner.specs.layout import even_stage_layers
 
@@ -152,10 +152,7 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         if kth is not None and (lb > kth or (up and lb + up > kth)):
             continue
         b = budget(pins, fixed, cand, left)
-        at = starts(kept, cand, b is not None)
-        res = solve_class(
-            cc, options, fixed=fixed, incumbent=kth, deadline=deadline, learned=learned, budget=b, starts=at
-        )
+        res = solve(cc, options, fixed, kth, deadline, learned, b, kept)
         cut_short = b is None or time.perf_counter() >= deadline  # else the budget: named, not left open
         if fixed is None:
             solved += 1

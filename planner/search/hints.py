@@ -83,6 +83,11 @@ def ramp_cuts(cc: ClassCosts) -> list[list[int]]:
     )
 
 
+def shaped_cuts(cc: ClassCosts) -> list[list[int]]:
+    """The first-round and ramp cuts of a class (``first_round_cuts``, ``ramp_cuts``): ``uneven.polish``'s starts."""
+    return first_round_cuts(cc) + ramp_cuts(cc)
+
+
 def _fitting(cc: ClassCosts, cuts: Iterable[list[int]]) -> list[list[int]]:
     """The distinct ``cuts`` that fit every rank's memory, in order."""
     out: list[list[int]] = []

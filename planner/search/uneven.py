@@ -20,9 +20,9 @@ import time
 from dataclasses import replace
 
 from planner.compose.cost import Candidate, ClassCosts, Context, Evaluation, class_costs, evaluate
-from planner.search.cutsolver import ClassResult, better
-from planner.search.decide import decide
-from planner.search.hints import best_of, climbs, first_round_cuts, ramp_cuts, rank
+from planner.search.cutsolver import ClassResult, better, solve_class
+from planner.search.decide import decide, descend
+from planner.search.hints import best_of, climbs, first_round_cuts, rank, shaped_cuts
 from planner.search.schedule_mip import class_optimum
 from planner.specs import ParallelPins, SearchOptions
 
@@ -69,6 +69,30 @@ def starts(kept: Starts, c: Candidate, budgeted: bool) -> tuple[list[int], ...]:
     return tuple(n for _, n in kept.get((c.pp, c.virtual_stages), ())) if budgeted else ()
 
 
+def solve(
+    cc: ClassCosts,
+    options: SearchOptions,
+    fixed: list[int] | None,
+    incumbent: int | None,
+    deadline: float,
+    learned: dict,
+    left: list[float] | None,
+    kept: Starts,
+) -> ClassResult:
+    """A class's search (``driver.search``): an interleaved class of a pinned schedule whose cut is searched by
+    ``decide.descend``, every other by ``cutsolver.solve_class`` (``left``: its budget, ``budget``), both from the best
+    cuts of its pipeline shape so far (``starts``; none for a one-round class). Pinned, a class ``budget_note`` names
+    is searched alone: by ``solve_class``'s minimising rounds NeMo Llama 2 7B on 8 H100, PP2 v6, took 361 s CPU;
+    ``descend`` proves it in 1.1 s (docs/planner.md "Pinned interleaved classes by satisfaction rounds")."""
+    c = cc.cand
+    if left is None and fixed is None and c.virtual_stages > 1:
+        return descend(cc, incumbent, deadline, learned, starts(kept, c, True))
+    at = starts(kept, c, left is not None)
+    return solve_class(
+        cc, options, fixed=fixed, incumbent=incumbent, deadline=deadline, learned=learned, budget=left, starts=at
+    )
+
+
 #: The budgeted classes left unproven that ``polish`` refines (the fastest first), the simulations each may spend, the
 #: simulation steps (~2·m·C a simulation) that cap them, and the fewest worth a climb: a first-improvement scan of
 #: fewer moves than that tries only the first chunk's (Llama 3 405B at 131K on 16,384 H100, m = 128 and 64 chunks:
@@ -113,7 +137,7 @@ def polish(
             could.append((min(ev.objective_ns for _, ev in starts), r, cc, own))
     out = []
     for _, r, cc, own in sorted(could, key=lambda x: x[0])[:POLISHED]:
-        starts = _starts(cc, own, first_round_cuts(cc) + ramp_cuts(cc))  # ramp cuts for these only (docs/planner.md)
+        starts = _starts(cc, own, shaped_cuts(cc))  # ramp cuts for these only (docs/planner.md)
         evals = min(POLISH_EVALS, POLISH_STEPS // (2 * cc.m * cc.chunks))
         if evals >= POLISH_MIN:  # climbed from the class's own cut, as before, and from the first-round cut if faster
             ahead = starts[0][1].objective_ns
