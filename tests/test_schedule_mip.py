@@ -133,7 +133,7 @@ def test_no_class_a_not_proven_answer_lists_can_beat_it() -> None:
 def test_prove_settles_an_answer_the_budget_left_unproven() -> None:
     """``options.prove`` (``uneven.prove``) on torchtitan's Llama 3 8B FSDP row of 2024-12 (bf16, 8 H100): without it
     the answer is FEASIBLE, 21 interleaved classes listed below it; with it each is solved against the answer (the
-    settling solve, then the schedule MIP) and none can beat it, so the same plans are OPTIMAL with nothing listed
+    settling solve, then ``decide.descend``, then the schedule MIP) and none can beat it, so the same plans are OPTIMAL with nothing listed
     (2.6 s CPU here, 2026-12-05, cost model 70)."""
     body = wide_row("torchtitan_2412_t2_8b_fsdp8_cp1")
     free = plan(PlanRequest.model_validate(body))
@@ -148,8 +148,9 @@ def test_prove_settles_an_answer_the_budget_left_unproven() -> None:
 
 def test_prove_finds_the_faster_cut_the_budget_missed() -> None:
     """NeMo 24.07's Llama 2 13B row (16 H100): the budget and polish leave its TP1 PP2 v6 class at 3.7073 s and the
-    answer at 3.7047 s (FEASIBLE); the MIP finds that class's cut [1, 2, 3, 4, …, 4, 2] at 3.7010 s, which becomes the
-    answer, and settles the other 15 classes: OPTIMAL (20 s CPU here, 2026-12-05). The plan's step is re-estimated
+    answer at 3.7047 s (FEASIBLE); ``prove`` finds that class's cut [1, 2, 3, 4, …, 4, 2] at 3.7010 s, which becomes
+    the answer, and settles the other 15 classes: OPTIMAL (20 s CPU here, 2026-12-05, by the MIP; 9.8 s at stop 55, by
+    ``decide.descend`` first). The plan's step is re-estimated
     from its settings and cut (``planner.estimate``: the simulation, not the MIP)."""
     body = wide_row("nemo2407_LLAMA2-13B_16gpu")
     free = plan(PlanRequest.model_validate(body))
