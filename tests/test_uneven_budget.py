@@ -31,6 +31,7 @@ def test_a_spent_budget_ranks_the_even_splits_and_names_the_rest(seed: int, monk
     left: list[ClassResult] = []  # the classes the budget left unproven, as the driver hands them to ``note``
     monkeypatch.setattr(driver, "note", lambda unproven, found, k: (left.extend(unproven), note(unproven, found, k))[1])
     free = search(ctx, pins, opts, top_k=1)
+    mine = list(left)  # the free search's (the pinned one below has the budget too: ``uneven.budget``)
     evens = []
     for c in enumerate_candidates(ctx, pins, opts):
         if c.virtual_stages > 1:
@@ -42,13 +43,13 @@ def test_a_spent_budget_ranks_the_even_splits_and_names_the_rest(seed: int, monk
     pinned = search(ctx, pins.model_copy(update={"schedule": "interleaved-1f1b"}), opts, top_k=1)
     scope = [n for n in free.notes if n.startswith("scope:")]  # each of these seeds has classes left unproven
     assert scope and "interleaved class" in scope[0] and "parallel.schedule: interleaved-1f1b" in scope[0]
-    low = min((r.bound for r in left), default=None)
+    low = min((r.bound for r in mine), default=None)
     assert free.objective_ns is not None
     if low is not None and low < free.objective_ns:  # a class the budget left could hold a faster cut: not proven
         assert free.status == "FEASIBLE" and free.bound_ns == low
         assert any(n.startswith("NOT PROVEN OPTIMAL: the CP-SAT budget") for n in free.notes), free.notes
-        below = sorted(r.bound for r in left if r.bound < free.objective_ns)  # each listed, lowest first
-        assert [r.bound for r in free.unproven] == below and {r.cand for r in free.unproven} <= {r.cand for r in left}
+        below = sorted(r.bound for r in mine if r.bound < free.objective_ns)  # each listed, lowest first
+        assert [r.bound for r in free.unproven] == below and {r.cand for r in free.unproven} <= {r.cand for r in mine}
     else:  # every class left unproven is bounded at or above the answer: proven over the whole space
         assert free.status == "OPTIMAL" and free.bound_ns == free.objective_ns and not free.unproven
     if pinned.objective_ns is not None:

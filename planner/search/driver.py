@@ -176,7 +176,8 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
         remember(kept, res)
         solved_cuts[cand] = (cc, res)  # a free cut's ties are answered canonically (``ties.canonical_plans``)
     polished = polish(past_budget, found, solved_cuts, deadline)  # the fastest unproven classes, hill-climbed
-    past_budget, faster = settle(ctx, past_budget, polished, found, solved_cuts, options, learned, deadline)
+    exact = options if pins.schedule is None else options.model_copy(update={"prove": True})  # ``uneven.budget``
+    past_budget, faster = settle(ctx, past_budget, polished, found, solved_cuts, exact, learned, deadline)
     for res in (*polished, *faster):  # ``settle``: the classes that hold the answer unproven, solved against it
         admit(found, res, top_k)
     if not found and not all_proven:
@@ -213,7 +214,8 @@ def search(ctx: Context, pins: ParallelPins, options: SearchOptions, top_k: int 
     low = below[0].bound if below else best
     bound = min(low, best if all_proven else min(best, open_bound if open_bound is not None else best))
     if not all_proven or below:
-        notes.append(time_limit_note(options, best, bound) if not all_proven else budget_note(best, below))
+        pinned = pins.schedule is not None
+        notes.append(time_limit_note(options, best, bound) if not all_proven else budget_note(best, below, pinned))
     status = Status.OPTIMAL if all_proven and not below else Status.FEASIBLE
     return SearchResult(
         found, status, best, bound, wall, len(cands), solved, solves, notes, memory_blocked=blocked, unproven=below

@@ -35,9 +35,12 @@ BUDGET = 0.1
 
 def budget(pins: ParallelPins, fixed: list[int] | None, c: Candidate, left: list[float]) -> list[float] | None:
     """The CP-SAT budget of a class's solve: ``left``, the request's budget left (``BUDGET`` at first, spent in place
-    by ``cutsolver.solve_class``), for an interleaved class of a free schedule whose cut is searched; None (the time
-    limit only) for every other."""
-    return left if pins.schedule is None and fixed is None and c.virtual_stages > 1 else None
+    by ``cutsolver.solve_class``), for an interleaved class whose cut is searched; None (the time limit only) for every
+    other. A pinned schedule's classes too: its search then answers as the free one does and solves the classes left
+    below the answer exactly (``driver.search`` settles with ``options.prove``), where each class solved to the deadline
+    in queue order had answered slower than the free search (MLPerf v3.1 GPT-3 on 1,024 nodes in 60 s: 1.517 s against
+    the free 1.476 s; docs/planner.md "A pinned schedule searched as the free one, then exactly")."""
+    return left if fixed is None and c.virtual_stages > 1 else None
 
 
 #: Cuts kept per pipeline shape (pp, v) for later budgeted classes of that shape to start from (``starts``).
@@ -79,15 +82,10 @@ def solve(
     left: list[float] | None,
     kept: Starts,
 ) -> ClassResult:
-    """A class's search (``driver.search``): an interleaved class of a pinned schedule whose cut is searched by
-    ``decide.descend``, every other by ``cutsolver.solve_class`` (``left``: its budget, ``budget``), both from the best
-    cuts of its pipeline shape so far (``starts``; none for a one-round class). Pinned, a class ``budget_note`` names
-    is searched alone: by ``solve_class``'s minimising rounds NeMo Llama 2 7B on 8 H100, PP2 v6, took 361 s CPU;
-    ``descend`` proves it in 1.1 s (docs/planner.md "Pinned interleaved classes by satisfaction rounds")."""
-    c = cc.cand
-    if left is None and fixed is None and c.virtual_stages > 1:
-        return descend(cc, incumbent, deadline, learned, starts(kept, c, True))
-    at = starts(kept, c, left is not None)
+    """A class's search (``driver.search``): ``cutsolver.solve_class`` within ``left``, its budget (``budget``), a
+    budgeted class from the best cuts of its pipeline shape so far (``starts``). The classes a budget leaves below the
+    answer are solved exactly afterwards where that is asked (``settle``, ``prove``: ``decide.descend``, then SCIP)."""
+    at = starts(kept, cc.cand, left is not None)
     return solve_class(
         cc, options, fixed=fixed, incumbent=incumbent, deadline=deadline, learned=learned, budget=left, starts=at
     )
@@ -281,12 +279,13 @@ def prove(cc: ClassCosts, res: ClassResult, best: int, deadline: float) -> Class
     return replace(res, stage_layers=got.stage_layers, evaluation=ev, bound=bound)
 
 
-def budget_note(best: int, below: list[ClassResult]) -> str:
+def budget_note(best: int, below: list[ClassResult], pinned: bool = False) -> str:
     """What a user reads when the budget left interleaved classes unproven whose lower bounds are below the answer's
     step ``best`` (ns; ``below``: ``holding``'s, lowest first): the answer is not proven optimal (``driver.search``
     answers FEASIBLE), by how much at most, which classes could beat it and the pins that search one alone. A class
     the budget leaves unproven can hold a faster cut: Nemotron-4 340B on 128 H100 (NeMo 24.07, free) answered 3.377 s
-    while its TP8 PP8 v5 class without recomputation has a cut of 3.321 s."""
+    while its TP8 PP8 v5 class without recomputation has a cut of 3.321 s. ``pinned``: the schedule is pinned (each
+    class below the answer was already solved exactly against it until the time limit: ``driver.search``)."""
     low = below[0].bound
 
     def named(r: ClassResult) -> str:
@@ -304,7 +303,14 @@ def budget_note(best: int, below: list[ClassResult]) -> str:
         f"those below it; the best plan is at most {(best - low) / best:.1%} slower than the best possible "
         f"(step {best / 1e9:.4g} s, lower bound {low / 1e9:.4g} s). The classes that could beat it, lowest bound first: "
         f"{'; '.join(named(r) for r in below[:NAMED])}{more} (solver.unproven lists each with its pins). To prove it: "
-        "set options.prove (--prove: each is solved exactly, by satisfaction rounds and then a MIP, within "
-        "options.time_limit_s; raise it to minutes), pin one of them (all its settings: it is then searched alone, without the budget, within "
-        "options.time_limit_s), or pin parallel.schedule: interleaved-1f1b to search them all"
+        + (
+            "raise options.time_limit_s (with the schedule pinned each class below the answer is solved exactly "
+            "against it, by satisfaction rounds and then a MIP, until the time limit), or pin one of them (all its "
+            "settings) to spend it on that class alone"
+            if pinned
+            else "set options.prove (--prove: each is solved exactly, by satisfaction rounds and then a MIP, within "
+            "options.time_limit_s; raise it to minutes), pin one of them (all its settings: it is then solved exactly "
+            "within options.time_limit_s), or pin parallel.schedule: interleaved-1f1b (each is then solved exactly, "
+            "as with options.prove)"
+        )
     )
