@@ -43,9 +43,9 @@ def decide(
     even split and the greedy cut too); ``learned``: the critical paths of its graph (``cutsolver.solve_class``).
     ``alone``: a class searched without a budget (``descend``): its rounds keep the model's objective and stop at their
     first solution, and one that the first round leaves undecided climbs as ``cutsolver.solve_class`` does before its
-    second, from the best of its cuts so far and ``uneven.polish``'s starts (first-round and ramp cuts). The objective's LP bound prunes: Llama 3 405B on 16,384 H100 pinned to TP8 PP8 v7, proven from its climbed
-    cut in 0.7 s CPU with it, 3.5 s without; in ``uneven.settle``'s det 0.01 it costs proofs (3 lost on the wide
-    benchmark) and ~15 % CPU."""
+    second, from the best of its cuts so far and ``uneven.polish``'s starts (first-round and ramp cuts). The objective's
+    LP bound prunes: Llama 3 405B on 16,384 H100 pinned to TP8 PP8 v7, proven from its climbed cut in 0.7 s CPU with it,
+    3.5 s without; in ``uneven.settle``'s det 0.01 it costs proofs (3 lost on the wide benchmark) and ~15 % CPU."""
     t0 = time.perf_counter()
     c, C, L = cc.cand, cc.chunks, cc.num_layers
     cm = cut_model(cc)
@@ -116,8 +116,8 @@ def descend(
     learned: dict | None = None,
     starts: tuple[list[int], ...] = (),
 ) -> ClassResult:
-    """The best cut of an interleaved class searched without a budget (``uneven.budget`` gives none when the schedule
-    is pinned: a class the budget note names, pinned alone), answered as ``cutsolver.solve_class`` answers it:
+    """The best cut of an interleaved class against ``incumbent``, without a CP-SAT budget (``uneven.prove``: the exact
+    pass of ``options.prove`` and of a pinned schedule's search), answered as ``cutsolver.solve_class`` answers it:
     satisfaction rounds (``decide``, ``alone``) from the ``incumbent`` (the k-th best step so far; ties are solved, they
     may rank first on memory) or from no target, until the deadline. Each cut found lowers the target, so the last
     INFEASIBLE round proves the class's optimum; with no incumbent and no fitting cut, INFEASIBLE. Pinned alone (CPU):
