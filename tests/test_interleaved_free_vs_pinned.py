@@ -12,7 +12,7 @@ that answer's ``scope:`` note names the pin (it never claims more than was prove
 from __future__ import annotations
 
 import pytest
-from bench_support import bench_module
+from bench_support import bench_module, nemo_any_cut, on_megatron
 from test_planner_interleaved import interleaved_instance
 
 from planner.api import plan
@@ -55,7 +55,7 @@ def test_no_pinned_schedule_beats_the_free_answer(seed: int) -> None:
     assert not beats(pinned, free), (seed, free, pinned)
 
 
-def test_a_class_the_budget_leaves_below_the_answer_is_not_called_optimal() -> None:
+def test_a_class_the_budget_leaves_below_the_answer_is_not_called_optimal(monkeypatch: pytest.MonkeyPatch) -> None:
     """NeMo 24.07's Nemotron-4 340B on 128 H100 left free (``bench/bench_plan_wide.py``'s nemo2407 row): the budget
     leaves 34 interleaved classes unproven, among them TP8 PP8 v5 without recomputation, whose best cut (found by
     pinning it, 2026-12-04: 3.321 s) beats the free answer (3.377 s, v5 with selective recomputation). The free answer
@@ -64,6 +64,7 @@ def test_a_class_the_budget_leaves_below_the_answer_is_not_called_optimal() -> N
     the pin finds (the same after 120 s pinned; before, it answered 3.377 s); since ``uneven.polish`` climbs guided by
     the critical path too, it is TP8 PP8 v4 without recomputation at 3.248 s, faster than the pin."""
     wide = bench_module("bench_plan_wide")
+    nemo_any_cut(monkeypatch)  # NeMo 24.07 itself splits evenly only
     body = dict(wide.cases())["nemo2407_Nemotron-340B_128gpu"]
     long = {**body, "options": {**body.get("options", {}), "time_limit_s": 600}}  # the budget ends it, not the load
     free = plan(PlanRequest.model_validate(long))
@@ -78,12 +79,13 @@ def test_a_class_the_budget_leaves_below_the_answer_is_not_called_optimal() -> N
 
 
 def test_the_free_answer_reaches_a_pinned_class_optimum_the_budget_left() -> None:
-    """NeMo 24.12's Llama 2 7B on 8 H100 left free (``bench/bench_plan_wide.py``'s nemo2412 row): the budget leaves its
+    """NeMo 24.12's Llama 2 7B on 8 H100 left free (``bench/bench_plan_wide.py``'s nemo2412 row, on the ``megatron``
+    preset: ``on_megatron``; NeMo 24.07 splits evenly only, with the same prices here): the budget leaves its
     PP2 v6 class unproven at [2, 2, 3, …, 3, 2, 2] (4.020 s); pinned, CP-SAT proves [1, 3, …, 3, 1] optimal at
     3.997 s. The free answer must reach it: ``uneven.polish``'s guided climb finds it in 120 simulations (before,
     the free answer was the v16 class at 4.000 s). Its status stays FEASIBLE, with a bound no higher."""
     wide = bench_module("bench_plan_wide")
-    body = dict(wide.cases())["nemo2412_LLAMA2-7B_8gpu"]
+    body = on_megatron(dict(wide.cases())["nemo2412_LLAMA2-7B_8gpu"])
     free = plan(PlanRequest.model_validate(body))
     pins = {"tp": 1, "pp": 2, "dp": 4, "micro_batch_size": 2, "schedule": "interleaved-1f1b", "virtual_stages": 6}
     pins |= {"recompute": "none", "zero_stage": 1}
@@ -95,12 +97,12 @@ def test_the_free_answer_reaches_a_pinned_class_optimum_the_budget_left() -> Non
 
 def test_the_answer_lists_the_classes_that_keep_it_unproven_with_their_pins() -> None:
     """``solver.unproven`` (issue 26: "say which class would settle each gap"): NeMo 24.12 Llama 2 7B on 8 H100 left
-    free is FEASIBLE; the classes the budget left below the answer are listed lowest bound first, the first one's bound
+    free (on the ``megatron`` preset: ``on_megatron``) is FEASIBLE; the classes the budget left below the answer are listed lowest bound first, the first one's bound
     is the answer's, each at a cut no faster than the answer (it ranked them), and the NOT PROVEN note names the first.
     Its ``parallel`` pins exactly that class: searched alone (one class, no budget) CP-SAT proves it (0.9 s here,
     2026-12-05), at a step no faster than the free answer and no lower than the bound the free search gave it."""
     wide = bench_module("bench_plan_wide")
-    body = dict(wide.cases())["nemo2412_LLAMA2-7B_8gpu"]
+    body = on_megatron(dict(wide.cases())["nemo2412_LLAMA2-7B_8gpu"])
     free = plan(PlanRequest.model_validate(body)).solver
     assert free.status == "FEASIBLE" and free.unproven, free.notes
     assert free.objective_value is not None and free.best_objective_bound is not None
@@ -149,12 +151,14 @@ def test_a_pinned_class_reaches_the_cut_the_free_search_listed_for_it(monkeypatc
     assert free.objective_value is not None and free.objective_value <= step <= first.best_step_s
 
 
-def test_a_pinned_schedule_answers_no_slower_than_the_free_search() -> None:
-    """NeMo 24.07's Nemotron-4 340B on 128 H100 (``bench/bench_plan_wide.py``'s row) with ``parallel.schedule`` pinned
+def test_a_pinned_schedule_answers_no_slower_than_the_free_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NeMo 24.07's Nemotron-4 340B on 128 H100 (``bench/bench_plan_wide.py``'s row; its uneven cuts allowed:
+    ``nemo_any_cut``, as NeMo 24.07 itself splits evenly only) with ``parallel.schedule`` pinned
     to the free answer's interleaved-1f1b: its classes get the free search's budget, polish and settling, then those
     below the answer are solved exactly until the time limit (``uneven.budget``), so within 5 s it answers no slower
     than the free search (before, each class solved to the deadline in queue order: 3.389 s in 60 s against 3.222 s),
     and its NOT PROVEN note does not tell the user to pin the schedule they pinned."""
+    nemo_any_cut(monkeypatch)
     body = dict(bench_module("bench_plan_wide").cases())["nemo2407_Nemotron-340B_128gpu"]
     free = plan(PlanRequest.model_validate(body))
     assert free.plans[0].parallel.schedule == "interleaved-1f1b"

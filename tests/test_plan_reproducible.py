@@ -220,6 +220,7 @@ FINGERPRINTS = {
     # reference plans interleaved 1F1B at m = pp on the megatron preset; tests/test_pp_order.py
     69: "e0ae370ba4213f4d",  # 69 (the meshplan stack on A100/H100 takes the generation's pooled residual row)
     70: "25fedc07e17b4af1",  # 70 (sm_90 GEMMs at a training step's clock; hopper residuals refitted)
+    71: "25fedc07e17b4af1",  # 71 (nemo-2407 splits evenly only: answers change, no estimate moves)
 }
 
 

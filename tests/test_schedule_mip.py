@@ -9,7 +9,7 @@ import random
 import time
 
 import pytest
-from bench_support import bench_module
+from bench_support import bench_module, on_megatron
 from test_planner_exact import random_instance
 from test_planner_interleaved import interleaved_instance
 
@@ -74,9 +74,15 @@ def wide_row(case: str) -> dict:
     return dict(bench_module("bench_plan_wide").cases())[case]
 
 
+def megatron_row(case: str) -> dict:
+    """A NeMo row of the wide benchmark on the ``megatron`` preset (``bench_support.on_megatron``): its uneven cuts."""
+    return on_megatron(wide_row(case))
+
+
 def llama2_7b(parallel: dict) -> dict:
-    """NeMo 24.12's Llama 2 7B on 8 H100 (``bench/bench_plan_wide.py``'s nemo2412 row): 32 layers, 16 micro-batches."""
-    body = wide_row("nemo2412_LLAMA2-7B_8gpu")
+    """NeMo 24.12's Llama 2 7B on 8 H100 (``bench/bench_plan_wide.py``'s nemo2412 row) on the ``megatron`` preset, which
+    runs its uneven cuts (NeMo 24.07 splits evenly only; the same prices here): 32 layers, 16 micro-batches."""
+    body = megatron_row("nemo2412_LLAMA2-7B_8gpu")
     return {**body, "top_k": 1, "parallel": parallel}
 
 
@@ -147,12 +153,12 @@ def test_prove_settles_an_answer_the_budget_left_unproven() -> None:
 
 
 def test_prove_finds_the_faster_cut_the_budget_missed() -> None:
-    """NeMo 24.07's Llama 2 13B row (16 H100): the budget and polish leave its TP1 PP2 v6 class at 3.7073 s and the
+    """NeMo 24.07's Llama 2 13B row (16 H100) on the ``megatron`` preset (``megatron_row``; the same prices): the budget and polish leave its TP1 PP2 v6 class at 3.7073 s and the
     answer at 3.7047 s (FEASIBLE); ``prove`` finds that class's cut [1, 2, 3, 4, …, 4, 2] at 3.7010 s, which becomes
     the answer, and settles the other 15 classes: OPTIMAL (20 s CPU here, 2026-12-05, by the MIP; 9.8 s at stop 55, by
     ``decide.descend`` first). The plan's step is re-estimated
     from its settings and cut (``planner.estimate``: the simulation, not the MIP)."""
-    body = wide_row("nemo2407_LLAMA2-13B_16gpu")
+    body = megatron_row("nemo2407_LLAMA2-13B_16gpu")
     free = plan(PlanRequest.model_validate(body))
     proved = plan(PlanRequest.model_validate({**body, "options": {"prove": True, "time_limit_s": 600}}))
     assert free.solver.status == "FEASIBLE"

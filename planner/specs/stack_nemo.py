@@ -19,7 +19,10 @@ residual rows: ``pricing.residuals.RESIDUAL_LINEAGE``) except where that release
   FP8 example scripts set to bf16 (``examples/training/gpt/h100/*_fp8_*.sh``, ``llama/h100/*_fp8.sh``:
   ``+training.model.optim.grad_sync_dtype=bf16``): ``reduce_dtype`` "param" in those requests;
 * FP8: TE ``DelayedScaling`` only (NeMo ``megatron_gpt_model.py:195-207``): no current-scaling or MXFP8 recipe;
-* context parallelism: the ring (p2p) only (neither Megatron-core 338af514 nor TE 7d576ed2 has ``cp_comm_type``).
+* context parallelism: the ring (p2p) only (neither Megatron-core 338af514 nor TE 7d576ed2 has ``cp_comm_type``);
+* stage cuts: the even split only (``even_stages``): Megatron-core 338af514 gives every pipeline stage
+  ``num_layers // pp`` layers and every virtual chunk ``// v`` of those (``transformer_block.py:48-79``,
+  ``transformer_layer.py:133-157``); the ``megatron`` preset's ``--pipeline-model-parallel-layout`` is 2025's.
 """
 
 from __future__ import annotations
@@ -47,6 +50,11 @@ NEMO_2407 = Stack(
         fp8_recipes=("delayed",),
         # interleaved 1F1B, m = pp: every forward first (Megatron-core 338af514 pipeline_parallel/schedules.py:599-601)
         interleaved_all_warmup=True,
+        # the even split only: Megatron-core 338af514 builds num_layers // pp (// v) layers a stage or chunk
+        # (transformer/transformer_block.py:48-79 get_num_layers_to_build, transformer_layer.py:133-157 the offsets);
+        # uneven first/last stages came with fa8bb592 (2024-09-05, core 0.9), uneven virtual stages with ef490839
+        # (2025-02-03), any layout with 77732c36 (2025-06-13)
+        even_stages=True,
         # optim.dtype fp32 over bf16 parameters: store_param_remainders (megatron_base_model.py:800-802), the default;
         # fp32 master weights with fp8_params or fp16 (:796-804); optim.dtype bf16: "param"
         optimizer_dtype="remainders",

@@ -397,4 +397,8 @@ from __future__ import annotations
 #: 70: sm_90 GEMMs at a training step's sustained clock, 1.062 × the table's isolated time (``gemm_table.IN_STEP_SLOWDOWN``,
 #:    measured on our H200); residuals refitted (hopper 1.078 → 1.032); ``row_key`` takes the generation's pooled row
 #:    before the stack's (megatron on A100: 1.087, not its Hopper-only 1.031); docs/validation.md "Cost model 70".
-COST_MODEL_VERSION = 70
+#: 71: ``nemo-2407`` splits the layers evenly only (``Stack.even_stages``; Megatron-core 338af514
+#:    ``transformer_block.py:48-79``: ``num_layers // pp // v`` a chunk; uneven stages came in fa8bb592, 2024-09): its
+#:    requests no longer answer uneven cuts that NeMo 24.07 cannot run, so answers stored under 70 are re-solved. No
+#:    price moves (the reference estimates' fingerprint is 70's).
+COST_MODEL_VERSION = 71

@@ -1,0 +1,67 @@
+"""NeMo 24.07 splits the layers evenly only (issue 27 §1: never propose what the named stack cannot run).
+
+Its Megatron-core (338af514) builds ``num_layers // pp`` layers a pipeline stage and ``// v`` of those a virtual
+chunk (``transformer_block.py:48-79`` ``get_num_layers_to_build``, ``transformer_layer.py:133-157`` the offsets);
+uneven first/last stages came in fa8bb592 (2024-09), uneven virtual stages in ef490839 (2025-02), any layout in
+77732c36 (2025-06). So the ``nemo-2407`` preset has ``Stack.even_stages``: its free plans split evenly, a pin of any
+other cut is refused naming the field, and the same request on the ``megatron`` preset (Megatron-core 0.16.1, which runs
+``--pipeline-model-parallel-layout``) may still answer an uneven cut."""
+
+from __future__ import annotations
+
+import pytest
+from bench_support import bench_module, on_megatron
+
+import planner
+from planner.api import plan
+from planner.specs import PlanRequest
+from planner.specs.errors import MeshplanError
+from planner.specs.stacks import STACKS
+
+ROWS = ["nemo2412_LLAMA2-7B_8gpu", "nemo2407_LLAMA2-13B_16gpu", "nemo2407_Nemotron-340B_128gpu"]
+
+
+def row(case: str) -> dict:
+    return dict(bench_module("bench_plan_wide").cases())[case]
+
+
+def even(stage_layers: list[int]) -> bool:
+    return len(set(stage_layers)) == 1
+
+
+def test_the_preset_splits_evenly_only() -> None:
+    assert STACKS["nemo-2407"].even_stages and not STACKS["megatron"].even_stages
+
+
+@pytest.mark.parametrize("case", ROWS)
+def test_free_plans_split_evenly(case: str) -> None:
+    """Each plan of the wide benchmark's NeMo rows left free splits evenly (the top 3, every pipeline shape), proven."""
+    resp = plan(PlanRequest.model_validate({**row(case), "top_k": 3}))
+    assert resp.solver.status == "OPTIMAL" and not resp.solver.unproven, resp.solver.notes
+    for p in resp.plans:
+        assert p.parallel.stage_layers is not None and even(p.parallel.stage_layers), p.parallel
+
+
+def test_the_megatron_preset_answers_an_uneven_cut_of_the_same_request() -> None:
+    """The same Llama 2 7B request on Megatron-core 0.16.1 answers an interleaved uneven cut (PP2 with 12 chunks of 32
+    layers), faster than NeMo 24.07's even answer: the difference is the stack's, not the request's."""
+    nemo = plan(PlanRequest.model_validate({**row(ROWS[0]), "top_k": 1}))
+    mega = plan(PlanRequest.model_validate({**on_megatron(row(ROWS[0])), "top_k": 1}))
+    cut = mega.plans[0].parallel.stage_layers
+    assert cut is not None and not even(cut)
+    assert mega.plans[0].estimate.step_time_s < nemo.plans[0].estimate.step_time_s
+
+
+@pytest.mark.parametrize(
+    ("pins", "field"),
+    [
+        ({"pp": 2, "stage_layers": [15, 17]}, "parallel.stage_layers"),
+        ({"pp": 2, "schedule": "interleaved-1f1b", "virtual_stages": 6}, "parallel.pp"),  # 32 % 12 chunks
+        ({"pp": 4, "schedule": "interleaved-1f1b", "virtual_stages": 3}, "parallel.pp"),  # 32 % 12 chunks
+    ],
+)
+def test_an_uneven_pin_is_refused_naming_the_field(pins: dict, field: str) -> None:
+    body = row(ROWS[0])
+    with pytest.raises(MeshplanError) as err:
+        planner.estimate({**body, "parallel": {"tp": 1, "micro_batch_size": 2, **pins}})
+    assert err.value.field == field and "nemo-2407" in err.value.message and "evenly" in err.value.message
