@@ -246,8 +246,12 @@ def stack(row: dict[str, Any]) -> dict[str, Any] | None:
     model 68), as the Megatron-core of both rounds does where the preset's core_v0.16.1 does not: v3.1 Dockerfile:104
     Megatron-LM df7271285d megatron/core/pipeline_parallel/schedules.py:497-499, v4.0 Dockerfile:87 core_v0.7.0.beta
     (3c0f3ef38c) :528-530 (and v4.0 custom_callbacks.py:136-138 ``get_microbatch_schedule``, the same rule): the
-    v3.1 1280/1344-node rows (pp 8, 8 micro-batches) and v4.0 1344/1452-node rows (pp 6, 6) run it."""
+    v3.1 1280/1344-node rows (pp 8, 8 micro-batches) and v4.0 1344/1452-node rows (pp 6, 6) run it. Both split the
+    layers evenly only (``even_stages``, cost model 71): v3.1's NeMo bd0b818 GPT asserts num_layers divisible by pp,
+    then by v (nemo/collections/nlp/modules/common/megatron/transformer.py:1140-1149, 1224-1228); v4.0's
+    core_v0.7.0.beta builds num_layers // pp // v layers a chunk (megatron/core/transformer/transformer_block.py:32-53;
+    uneven stages came with fa8bb592, 2024-09), where the preset's core_v0.16.1 runs any layout."""
     if row["source_group"] not in GROUPS or row["stack"] != "megatron":
         return None
     over = {"overlap_grad_reduce": True, "overlap_param_gather": True, "reduce_dtype": "param"}
-    return {"base": "megatron", **over, "interleaved_all_warmup": True}
+    return {"base": "megatron", **over, "interleaved_all_warmup": True, "even_stages": True}

@@ -1,11 +1,14 @@
-"""NeMo 24.07 splits the layers evenly only (issue 27 §1: never propose what the named stack cannot run).
+"""NeMo 24.07 and the MLPerf v3.1/v4.0 code split the layers evenly only (issue 27 §1: never propose what the named
+stack cannot run).
 
 Its Megatron-core (338af514) builds ``num_layers // pp`` layers a pipeline stage and ``// v`` of those a virtual
 chunk (``transformer_block.py:48-79`` ``get_num_layers_to_build``, ``transformer_layer.py:133-157`` the offsets);
 uneven first/last stages came in fa8bb592 (2024-09), uneven virtual stages in ef490839 (2025-02), any layout in
 77732c36 (2025-06). So the ``nemo-2407`` preset has ``Stack.even_stages``: its free plans split evenly, a pin of any
 other cut is refused naming the field, and the same request on the ``megatron`` preset (Megatron-core 0.16.1, which runs
-``--pipeline-model-parallel-layout``) may still answer an uneven cut."""
+``--pipeline-model-parallel-layout``) may still answer an uneven cut. MLPerf v3.1 (NeMo bd0b818's own GPT: it asserts
+num_layers divisible by pp, then by v) and v4.0 (core_v0.7.0.beta) are ``megatron`` requests with the
+``StackOverride.even_stages`` field on (``bench/fidelity_mlperf.stack``)."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from planner.specs.errors import MeshplanError
 from planner.specs.stacks import STACKS
 
 ROWS = ["nemo2412_LLAMA2-7B_8gpu", "nemo2407_LLAMA2-13B_16gpu", "nemo2407_Nemotron-340B_128gpu"]
+MLPERF = ["mlperf_v3.1_nvidia_gpt3_1024nodes", "mlperf_v4.0_nvidia_gpt3_1452nodes"]
 
 
 def row(case: str) -> dict:
@@ -33,9 +37,9 @@ def test_the_preset_splits_evenly_only() -> None:
     assert STACKS["nemo-2407"].even_stages and not STACKS["megatron"].even_stages
 
 
-@pytest.mark.parametrize("case", ROWS)
+@pytest.mark.parametrize("case", ROWS + MLPERF)
 def test_free_plans_split_evenly(case: str) -> None:
-    """Each plan of the wide benchmark's NeMo rows left free splits evenly (the top 3, every pipeline shape), proven."""
+    """Each plan of the wide benchmark's NeMo and MLPerf rows left free splits evenly (the top 3), proven."""
     resp = plan(PlanRequest.model_validate({**row(case), "top_k": 3}))
     assert resp.solver.status == "OPTIMAL" and not resp.solver.unproven, resp.solver.notes
     for p in resp.plans:
@@ -65,3 +69,15 @@ def test_an_uneven_pin_is_refused_naming_the_field(pins: dict, field: str) -> No
     with pytest.raises(MeshplanError) as err:
         planner.estimate({**body, "parallel": {"tp": 1, "micro_batch_size": 2, **pins}})
     assert err.value.field == field and "nemo-2407" in err.value.message and "evenly" in err.value.message
+
+
+def test_the_override_refuses_an_uneven_pin_on_megatron() -> None:
+    """``even_stages`` on an inline ``megatron`` stack (an MLPerf row's) refuses the cut the preset alone accepts."""
+    body = row(MLPERF[0])
+    pins = {"tp": 4, "pp": 8, "micro_batch_size": 1, "schedule": "interleaved-1f1b", "virtual_stages": 5}
+    with pytest.raises(MeshplanError) as err:  # 96 layers in 40 chunks
+        planner.estimate({**body, "parallel": {**body.get("parallel", {}), **pins}})
+    assert err.value.field == "parallel.pp" and "evenly" in err.value.message
+    stack = {**body["training"]["stack"], "even_stages": None}
+    free = {**body, "training": {**body["training"], "stack": stack}}
+    assert planner.estimate({**free, "parallel": {**free.get("parallel", {}), **pins}}).step_time_s > 0

@@ -76,6 +76,11 @@ class StackOverride(Spec):
         "v2 to Megatron-core 0.9; NeMo 24.07, MLPerf v3.1/v4.0) or warms up (v - 1)·pp + 2(pp - 1 - rank) forwards "
         "at most (Megatron-core 0.10 on, torch.distributed.pipelining).",
     )
+    even_stages: bool | None = Field(
+        default=None,
+        description="Whether it splits the layers evenly only (num_layers // pp // v a chunk: Megatron-core before "
+        "fa8bb592, 2024-09, so NeMo 24.07 and MLPerf v3.1/v4.0; NeMo r1.20's own GPT asserts it) or runs any cut.",
+    )
     selective_ac: Literal["op"] | int | None = Field(
         default=None,
         description="What recompute 'selective' means with titan activations (torchtitan's selective_ac_option): "

@@ -400,5 +400,6 @@ from __future__ import annotations
 #: 71: ``nemo-2407`` splits the layers evenly only (``Stack.even_stages``; Megatron-core 338af514
 #:    ``transformer_block.py:48-79``: ``num_layers // pp // v`` a chunk; uneven stages came in fa8bb592, 2024-09): its
 #:    requests no longer answer uneven cuts that NeMo 24.07 cannot run, so answers stored under 70 are re-solved. No
-#:    price moves (the reference estimates' fingerprint is 70's).
+#:    price moves (the reference estimates' fingerprint is 70's). ``StackOverride.even_stages``: the MLPerf v3.1/v4.0
+#:    rows set it (NeMo bd0b818's GPT and core_v0.7.0.beta split evenly only).
 COST_MODEL_VERSION = 71
