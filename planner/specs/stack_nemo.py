@@ -61,7 +61,8 @@ NEMO_2407 = Stack(
         optimizer_dtypes=("remainders", "fp32", "param"),
         runs_source="NVIDIA/NeMo r2.0.0rc1 (579983fb): megatron_base_model.py:775-806 (optim.dtype, grad_sync_dtype, "
         "store_params), megatron_gpt_model.py:195-207 (fp8: DelayedScaling only); Megatron-core 338af514 and TE "
-        "7d576ed2 (no cp_comm_type: ring attention only); NeMo-Framework-Launcher 24.07 (8325688d) "
+        "7d576ed2 (no cp_comm_type: ring attention only); Megatron-core 338af514 transformer/transformer_block.py:48-79 "
+        "(num_layers // pp, then // the virtual stages, layers a chunk: the even split only); NeMo-Framework-Launcher 24.07 (8325688d) "
         "launcher_scripts/conf/training/*/*.yaml (optim distributed_fused_adam) and examples/training/*/h100/*.sh",
     )
 )
