@@ -250,8 +250,11 @@ def stack(row: dict[str, Any]) -> dict[str, Any] | None:
     layers evenly only (``even_stages``, cost model 71): v3.1's NeMo bd0b818 GPT asserts num_layers divisible by pp,
     then by v (nemo/collections/nlp/modules/common/megatron/transformer.py:1140-1149, 1224-1228); v4.0's
     core_v0.7.0.beta builds num_layers // pp // v layers a chunk (megatron/core/transformer/transformer_block.py:32-53;
-    uneven stages came with fa8bb592, 2024-09), where the preset's core_v0.16.1 runs any layout."""
+    uneven stages came with fa8bb592, 2024-09), where the preset's core_v0.16.1 runs any layout. Neither interleaves on
+    two stages (``interleaved_min_pp`` 3): megatron/core/parallel_state.py raises "pipeline-model-parallel size should
+    be greater than 2 with interleaved schedule" at df7271285d (:150-153) and core_v0.7.0.beta (:446-450), until
+    3ee489d9 (2024-05-31)."""
     if row["source_group"] not in GROUPS or row["stack"] != "megatron":
         return None
     over = {"overlap_grad_reduce": True, "overlap_param_gather": True, "reduce_dtype": "param"}
-    return {"base": "megatron", **over, "interleaved_all_warmup": True, "even_stages": True}
+    return {"base": "megatron", **over, "interleaved_all_warmup": True, "even_stages": True, "interleaved_min_pp": 3}

@@ -81,3 +81,16 @@ def test_the_override_refuses_an_uneven_pin_on_megatron() -> None:
     stack = {**body["training"]["stack"], "even_stages": None}
     free = {**body, "training": {**body["training"], "stack": stack}}
     assert planner.estimate({**free, "parallel": {**free.get("parallel", {}), **pins}}).step_time_s > 0
+
+
+def test_the_mlperf_rows_do_not_interleave_on_two_stages() -> None:
+    """MLPerf v3.1/v4.0's Megatron-core refuses interleaving at pp = 2 (parallel_state.py at df7271285d :150-153 and
+    core_v0.7.0.beta :446-450, "should be greater than 2"; allowed from 3ee489d9, 2024-05): ``interleaved_min_pp`` 3 on
+    their inline stack, while the ``megatron`` preset alone prices it."""
+    body = row(MLPERF[1])
+    pins = {"tp": 8, "pp": 2, "micro_batch_size": 1, "schedule": "interleaved-1f1b", "virtual_stages": 2}
+    with pytest.raises(MeshplanError) as err:
+        planner.estimate({**body, "parallel": pins})
+    assert err.value.field == "parallel.pp" and "pp ≥ 3" in err.value.message
+    stack = {**body["training"]["stack"], "interleaved_min_pp": None}
+    assert planner.estimate({**body, "training": {**body["training"], "stack": stack}, "parallel": pins}).step_time_s

@@ -81,6 +81,12 @@ class StackOverride(Spec):
         description="Whether it splits the layers evenly only (num_layers // pp // v a chunk: Megatron-core before "
         "fa8bb592, 2024-09, so NeMo 24.07 and MLPerf v3.1/v4.0; NeMo r1.20's own GPT asserts it) or runs any cut.",
     )
+    interleaved_min_pp: int | None = Field(
+        default=None,
+        ge=2,
+        description="The fewest pipeline stages it interleaves: 3 where Megatron-core's parallel_state refuses "
+        "interleaving at pp = 2 (before 3ee489d9, 2024-05: MLPerf v3.1/v4.0), 2 after.",
+    )
     selective_ac: Literal["op"] | int | None = Field(
         default=None,
         description="What recompute 'selective' means with titan activations (torchtitan's selective_ac_option): "

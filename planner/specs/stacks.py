@@ -37,7 +37,7 @@ LossKind = Literal["fp32_logits", "upcast", "fused", "loss_parallel"]
 OVERRIDABLE: tuple[str, ...] = ("attention", "flash_kernel", "dropout", "activations", "kernels", "overlap_grad_reduce")
 OVERRIDABLE += ("selective_ac", "norm_kernel", "loss", "nccl", "grad_accumulation", "reduce_dtype", "train_metrics")
 OVERRIDABLE += ("overlap_param_gather", "optimizer_dtype", "pp_kept_outputs", "interleaved_all_warmup")
-OVERRIDABLE += ("even_stages",)
+OVERRIDABLE += ("even_stages", "interleaved_min_pp")
 
 
 class Stack(BaseModel):

@@ -401,5 +401,6 @@ from __future__ import annotations
 #:    ``transformer_block.py:48-79``: ``num_layers // pp // v`` a chunk; uneven stages came in fa8bb592, 2024-09): its
 #:    requests no longer answer uneven cuts that NeMo 24.07 cannot run, so answers stored under 70 are re-solved. No
 #:    price moves (the reference estimates' fingerprint is 70's). ``StackOverride.even_stages``: the MLPerf v3.1/v4.0
-#:    rows set it (NeMo bd0b818's GPT and core_v0.7.0.beta split evenly only).
+#:    rows set it (NeMo bd0b818's GPT and core_v0.7.0.beta split evenly only), and ``interleaved_min_pp`` 3 (their
+#:    parallel_state refuses interleaving at pp = 2).
 COST_MODEL_VERSION = 71
