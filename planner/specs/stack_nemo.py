@@ -20,6 +20,14 @@ residual rows: ``pricing.residuals.RESIDUAL_LINEAGE``) except where that release
   ``+training.model.optim.grad_sync_dtype=bf16``): ``reduce_dtype`` "param" in those requests;
 * FP8: TE ``DelayedScaling`` only (NeMo ``megatron_gpt_model.py:195-207``): no current-scaling or MXFP8 recipe;
 * context parallelism: the ring (p2p) only (neither Megatron-core 338af514 nor TE 7d576ed2 has ``cp_comm_type``);
+* mixtures of experts as that Megatron-core builds them (``etp`` = tp, ``unbuilt``): every layer MoE, a softmax
+  router without bias or groups, no shared experts (``transformer_config.py`` has no
+  ``moe_shared_expert_intermediate_size``, ``moe_layer_freq``, ``moe_router_score_function``,
+  ``moe_router_num_groups``; ``moe/router.py:65`` a bias-free linear), no biases in the grouped expert GEMMs
+  (``moe/experts.py:46-49`` asserts ``add_bias_linear`` off; ``SequentialMLP`` is not priced), no MLA
+  (``multi_latent_attention``), no attention sinks or clamped SwiGLU (gpt-oss); expert TP is the layer's TP
+  (``moe_extended_tp`` the only other mode, not priced): Mixtral, Qwen3-MoE and OLMoE build; DeepSeek-V3, gpt-oss and
+  Llama 4 do not;
 * stage cuts: the even split only (``even_stages``): Megatron-core 338af514 gives every pipeline stage
   ``num_layers // pp`` layers and every virtual chunk ``// v`` of those (``transformer_block.py:48-79``,
   ``transformer_layer.py:133-157``); the ``megatron`` preset's ``--pipeline-model-parallel-layout`` is 2025's.
@@ -55,6 +63,23 @@ NEMO_2407 = Stack(
         # uneven first/last stages came with fa8bb592 (2024-09-05, core 0.9), uneven virtual stages with ef490839
         # (2025-02-03), any layout with 77732c36 (2025-06-13)
         even_stages=True,
+        # Megatron-core 338af514's MoE (transformer_config.py, transformer/moe/): experts split over the layer's TP
+        # (moe_extended_tp the only other mode), every layer MoE, a softmax (or sinkhorn) router without bias or
+        # groups, no shared experts, no biases in grouped expert GEMMs (experts.py:46-49), no MLA, no attention
+        # sinks, no clamped SwiGLU
+        etp=("tp",),
+        unbuilt=(
+            "mla",
+            "attention_sinks",
+            "moe.shared_experts",
+            "moe.first_dense_layers",
+            "moe.moe_layer_freq!=1",
+            "moe.router=sigmoid",
+            "moe.router_groups",
+            "moe.expert_bias",
+            "moe.router_bias",
+            "moe.swiglu_limit",
+        ),
         # optim.dtype fp32 over bf16 parameters: store_param_remainders (megatron_base_model.py:800-802), the default;
         # fp32 master weights with fp8_params or fp16 (:796-804); optim.dtype bf16: "param"
         optimizer_dtype="remainders",

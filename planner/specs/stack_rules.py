@@ -217,13 +217,18 @@ def stack_runs_ok(stack: Stack, model: Any, config: Any) -> bool:
 
 
 def unbuilt_parts(stack: Stack, model: Any) -> list[str]:
-    """The parts of ``model`` ``stack`` does not build (``Stack.unbuilt``): a field it sets (``"moe"``), or a field
-    at a value (``"norm=rmsnorm"``, ``"tie_embeddings=False"``)."""
+    """The parts of ``model`` ``stack`` does not build (``Stack.unbuilt``): a field it sets (``"moe"``), a field at a
+    value (``"norm=rmsnorm"``, ``"tie_embeddings=False"``) or off one (``"moe.moe_layer_freq!=1"``)."""
     found = []
     for part in stack.unbuilt:
         path, eq, value = part.partition("=")
-        owner, _, name = path.rpartition(".")
-        got = getattr(getattr(model, owner) if owner else model, name, None)
-        if (str(got) == value) if eq else got not in (None, False):
+        differs = path.endswith("!")
+        owner, _, name = path.removesuffix("!").rpartition(".")
+        got = getattr(getattr(model, owner, None) if owner else model, name, None)
+        if not eq:
+            hit = got not in (None, False)
+        else:
+            hit = got is not None and (str(got) != value if differs else str(got) == value)
+        if hit:
             found.append(part)
     return found

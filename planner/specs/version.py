@@ -402,5 +402,6 @@ from __future__ import annotations
 #:    requests no longer answer uneven cuts that NeMo 24.07 cannot run, so answers stored under 70 are re-solved. No
 #:    price moves (the reference estimates' fingerprint is 70's). ``StackOverride.even_stages``: the MLPerf v3.1/v4.0
 #:    rows set it (NeMo bd0b818's GPT and core_v0.7.0.beta split evenly only), and ``interleaved_min_pp`` 3 (their
-#:    parallel_state refuses interleaving at pp = 2).
+#:    parallel_state refuses interleaving at pp = 2); ``nemo-2407`` builds 338af514's MoE only (``etp`` = tp, no
+#:    MLA, shared experts, sigmoid/grouped routers, … : ``Stack.unbuilt``).
 COST_MODEL_VERSION = 71

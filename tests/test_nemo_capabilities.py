@@ -1,5 +1,5 @@
-"""NeMo 24.07 and the MLPerf v3.1/v4.0 code split the layers evenly only (issue 27 §1: never propose what the named
-stack cannot run).
+"""What NeMo 24.07 and the MLPerf v3.1/v4.0 code build (issue 27 §1: never propose what the named stack cannot run):
+the even split only, no interleaving on two stages for MLPerf, and NeMo 24.07's Megatron-core MoE.
 
 Its Megatron-core (338af514) builds ``num_layers // pp`` layers a pipeline stage and ``// v`` of those a virtual
 chunk (``transformer_block.py:48-79`` ``get_num_layers_to_build``, ``transformer_layer.py:133-157`` the offsets);
@@ -94,3 +94,53 @@ def test_the_mlperf_rows_do_not_interleave_on_two_stages() -> None:
     assert err.value.field == "parallel.pp" and "pp ≥ 3" in err.value.message
     stack = {**body["training"]["stack"], "interleaved_min_pp": None}
     assert planner.estimate({**body, "training": {**body["training"], "stack": stack}, "parallel": pins}).step_time_s
+
+
+#: (model, the parts NeMo 24.07's Megatron-core 338af514 does not build; [] = it builds the model)
+MOE = [
+    ("mixtral-8x22b", []),
+    ("qwen3-30b-a3b", []),
+    ("olmoe-1b-7b", []),
+    ("deepseek-v3", ["mla", "moe.shared_experts", "moe.first_dense_layers", "moe.router=sigmoid", "moe.router_groups"]),
+    ("gpt-oss-120b", ["attention_sinks", "moe.expert_bias", "moe.router_bias", "moe.swiglu_limit"]),
+    ("llama4-maverick", ["moe.shared_experts", "moe.moe_layer_freq!=1", "moe.router=sigmoid"]),
+]
+
+
+@pytest.mark.parametrize(("model", "parts"), MOE)
+def test_nemo_builds_the_mixtures_of_experts_its_megatron_core_builds(model: str, parts: list[str]) -> None:
+    """338af514's transformer_config.py has no shared experts, MoE layer frequency, router score function or groups,
+    MLA; its router is a bias-free linear (moe/router.py:65), its grouped expert GEMMs take no bias (moe/experts.py:
+    46-49). A model with any of those is refused naming training.stack; the others plan (the megatron preset, core
+    0.16.1, builds them all)."""
+    from planner.specs.catalog import MODELS
+    from planner.specs.stack_rules import unbuilt_parts
+
+    assert unbuilt_parts(STACKS["nemo-2407"], MODELS[model]) == parts
+    assert unbuilt_parts(STACKS["megatron"], MODELS[model]) == []
+    body = {
+        "model": model,
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 16, "gpus_per_node": 8},
+        "training": {"global_batch_size": 256, "seq_len": 4096, "stack": "nemo-2407"},
+        "top_k": 1,
+    }
+    if parts:
+        with pytest.raises(MeshplanError) as err:
+            plan(PlanRequest.model_validate(body))
+        assert err.value.field == "training.stack" and "nemo-2407" in err.value.message
+    else:
+        best = plan(PlanRequest.model_validate(body)).plans[0].parallel
+        assert best.etp == best.tp  # experts split over the layer's TP (moe_extended_tp not priced)
+
+
+def test_nemo_splits_experts_over_the_layers_tp_only() -> None:
+    body = {
+        "model": "mixtral-8x22b",
+        "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 16, "gpus_per_node": 8},
+        "training": {"global_batch_size": 256, "seq_len": 4096, "stack": "nemo-2407"},
+    }
+    pins = {"tp": 2, "etp": 1, "ep": 4, "pp": 8, "micro_batch_size": 1, "sequence_parallel": True}
+    with pytest.raises(MeshplanError) as err:
+        planner.estimate({**body, "parallel": pins})
+    assert err.value.field == "parallel.etp"
+    assert planner.estimate({**body, "parallel": {**pins, "etp": 2}}).step_time_s > 0
