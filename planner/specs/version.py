@@ -13,16 +13,15 @@ from __future__ import annotations
 #: 2: equal step times rank by peak memory, then simplicity (same estimates; another plan may win).
 #: 3: memory headroom (options.memory_headroom, default 5 % of the GPU's memory: other plans may win, ``fits``
 #:    may change); ZeRO-3's exposed per-layer gathers counted as DP communication in the breakdown, not compute.
-#: 4: per-op compute (GEMM wave/tile quantization over SMs, attention by kernel, achieved HBM by size) and
-#:    training stacks (training.stack: attention kernel, dropout, activation formula, DP grad overlap).
-#: 5: collectives by nccl-tests bus bandwidth by size and NCCL's latency model, hierarchical multi-node, NVLS;
-#:    compute slowed under overlapped communication; optimizer step at achieved HBM; torchtitan's own
-#:    activations/FSDP2 buffers/loss peak, compiled kernels; the bundled runtime's lean kernels (fused
-#:    RMSNorm, GQA without repeated K/V); residual constants (built-in per stack and GPU generation, or the
-#:    request's calibration); V100.
-#: 6: the bundled runtime's (``meshplan`` stack's) states as FSDP2's mixed-precision policy holds them (fp32
-#:    parameters and gradients, bf16 copies unsharded below ZeRO-3), its loss's three fp32 logit tensors and
-#:    fp32 gradient reduction (measured on an H200); ZeRO-3 gradients reduce-scattered per micro-batch.
+#: 4: per-op compute (GEMM wave/tile quantization over SMs, attention by kernel, achieved HBM by size) and training
+#:    stacks (training.stack: attention kernel, dropout, activation formula, DP grad overlap).
+#: 5: collectives by nccl-tests bus bandwidth by size and NCCL's latency model, hierarchical multi-node, NVLS; compute
+#:    slowed under overlapped communication; optimizer step at achieved HBM; torchtitan's own activations/FSDP2
+#:    buffers/loss peak, compiled kernels; the bundled runtime's lean kernels (fused RMSNorm, GQA without repeated K/V);
+#:    residual constants (built-in per stack and GPU generation, or the request's calibration); V100.
+#: 6: the bundled runtime's (``meshplan`` stack's) states as FSDP2's mixed-precision policy holds them (fp32 parameters
+#:    and gradients, bf16 copies unsharded below ZeRO-3), its loss's three fp32 logit tensors and fp32 gradient
+#:    reduction (measured on an H200); ZeRO-3 gradients reduce-scattered per micro-batch.
 #: 7: a host's (CPU "GPU") step-end collectives as the runtime issues them: the SP norms' Partial gradients
 #:    reduced once per step (was: per tensor in the clip), the gradient clip's partial-norm all-reduce.
 #: 8: a host's pipeline-schedule actions: the run's measured host work per forward and backward of every chunk of
@@ -397,11 +396,5 @@ from __future__ import annotations
 #: 70: sm_90 GEMMs at a training step's sustained clock, 1.062 × the table's isolated time (``gemm_table.IN_STEP_SLOWDOWN``,
 #:    measured on our H200); residuals refitted (hopper 1.078 → 1.032); ``row_key`` takes the generation's pooled row
 #:    before the stack's (megatron on A100: 1.087, not its Hopper-only 1.031); docs/validation.md "Cost model 70".
-#: 71: ``nemo-2407`` splits the layers evenly only (``Stack.even_stages``; Megatron-core 338af514
-#:    ``transformer_block.py:48-79``: ``num_layers // pp // v`` a chunk; uneven stages came in fa8bb592, 2024-09): its
-#:    requests no longer answer uneven cuts that NeMo 24.07 cannot run, so answers stored under 70 are re-solved. No
-#:    price moves (the reference estimates' fingerprint is 70's). ``StackOverride.even_stages``: the MLPerf v3.1/v4.0
-#:    rows set it (NeMo bd0b818's GPT and core_v0.7.0.beta split evenly only), and ``interleaved_min_pp`` 3 (their
-#:    parallel_state refuses interleaving at pp = 2); ``nemo-2407`` builds 338af514's MoE only (``etp`` = tp, no
-#:    MLA, shared experts, sigmoid/grouped routers, … : ``Stack.unbuilt``).
+#: 71: no price moves; nemo-2407 / MLPerf answers change (even stages, 338af514 MoE): docs/planner.md, stop 56.
 COST_MODEL_VERSION = 71
