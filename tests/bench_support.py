@@ -30,10 +30,10 @@ def bench_module(name: str) -> ModuleType:
 
 
 def on_megatron(body: dict) -> dict:
-    """A NeMo 24.07 request (``training.stack`` based on ``nemo-2407``) with its stack based on ``megatron`` instead, the
-    overrides kept but apex's optimizer dtype (``optimizer_dtype``: the ``megatron`` preset's own): Megatron-core 0.16.1 runs any stage cut (``--pipeline-model-parallel-layout``), NeMo 24.07's
-    Megatron-core the even split only (``Stack.even_stages``), so this is the same request with the uneven interleaved
-    cuts the search must solve (the tests of that search used the NeMo rows before NeMo 24.07 split evenly only)."""
+    """A NeMo 24.07 request (``training.stack`` based on ``nemo-2407``) on the ``megatron`` preset, its overrides kept
+    but apex's optimizer dtype: Megatron-core 0.16.1 runs any stage cut (``--pipeline-model-parallel-layout``), NeMo
+    24.07's the even split only (``Stack.even_stages``), so this is the same request with the uneven interleaved cuts
+    the search must solve (the tests of that search used the NeMo rows before NeMo 24.07 split evenly only)."""
     training = body["training"]
     stack = training["stack"]
     assert isinstance(stack, dict) and stack["base"] == "nemo-2407", stack

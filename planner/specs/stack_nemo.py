@@ -58,15 +58,8 @@ NEMO_2407 = Stack(
         fp8_recipes=("delayed",),
         # interleaved 1F1B, m = pp: every forward first (Megatron-core 338af514 pipeline_parallel/schedules.py:599-601)
         interleaved_all_warmup=True,
-        # the even split only: Megatron-core 338af514 builds num_layers // pp (// v) layers a stage or chunk
-        # (transformer/transformer_block.py:48-79 get_num_layers_to_build, transformer_layer.py:133-157 the offsets);
-        # uneven first/last stages came with fa8bb592 (2024-09-05, core 0.9), uneven virtual stages with ef490839
-        # (2025-02-03), any layout with 77732c36 (2025-06-13)
+        # the even split and that core's MoE only: the module docstring gives the sources
         even_stages=True,
-        # Megatron-core 338af514's MoE (transformer_config.py, transformer/moe/): experts split over the layer's TP
-        # (moe_extended_tp the only other mode), every layer MoE, a softmax (or sinkhorn) router without bias or
-        # groups, no shared experts, no biases in grouped expert GEMMs (experts.py:46-49), no MLA, no attention
-        # sinks, no clamped SwiGLU
         etp=("tp",),
         unbuilt=(
             "mla",
@@ -86,8 +79,9 @@ NEMO_2407 = Stack(
         optimizer_dtypes=("remainders", "fp32", "param"),
         runs_source="NVIDIA/NeMo r2.0.0rc1 (579983fb): megatron_base_model.py:775-806 (optim.dtype, grad_sync_dtype, "
         "store_params), megatron_gpt_model.py:195-207 (fp8: DelayedScaling only); Megatron-core 338af514 and TE "
-        "7d576ed2 (no cp_comm_type: ring attention only); Megatron-core 338af514 transformer/transformer_block.py:48-79 "
-        "(num_layers // pp, then // the virtual stages, layers a chunk: the even split only); NeMo-Framework-Launcher 24.07 (8325688d) "
+        "7d576ed2 (no cp_comm_type: ring attention only); Megatron-core 338af514 "
+        "transformer/transformer_block.py:48-79 (num_layers // pp, then // the virtual stages, layers a chunk: the even "
+        "split only); NeMo-Framework-Launcher 24.07 (8325688d) "
         "launcher_scripts/conf/training/*/*.yaml (optim distributed_fused_adam) and examples/training/*/h100/*.sh",
     )
 )
