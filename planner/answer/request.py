@@ -163,6 +163,14 @@ def replay_request(plan: Plan) -> PlanRequest:
     )
 
 
+def default_zero(stack: Stack, pp: int, shard_group: int) -> int:
+    """``estimate``'s ZeRO stage: the default (ZeRO-0), or the first the stack runs where it runs no ZeRO-0 (torchtitan
+    1ea476e9 shards every data-parallel group: ZeRO-3)."""
+    runs = stack.zero_stages if pp == 1 else stack.pipeline_zero_stages
+    zero = ESTIMATE_DEFAULTS["zero_stage"]
+    return zero if zero in runs or shard_group == 1 else runs[0]
+
+
 def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[int]]:
     """The configuration ``estimate`` evaluates: the pins plus ``ESTIMATE_DEFAULTS``; dp fills the
     cluster; stage_layers default to an even split (remainder to the middle chunks)."""
@@ -186,8 +194,10 @@ def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[i
         rules.check(rules.degrees_divide(tp, pp, None, n_gpus // cp))
         dp = n_gpus // (tp * pp * cp)
     rules.check(rules.degrees_product(tp, pp, dp, n_gpus, cp=cp))
-    mbs = pins.micro_batch_size or d["micro_batch_size"]
     gbs = ctx.training.global_batch_size
+    # a stack without accumulation at pp = 1 runs one micro-batch a step (``Stack.accumulation``)
+    whole = pp == 1 and not ctx.stack.accumulation and gbs % dp == 0
+    mbs = pins.micro_batch_size or (gbs // dp if whole else d["micro_batch_size"])
     rules.check(rules.batch_divides(gbs, dp, mbs))
     m = gbs // (dp * mbs)
     rules.check(
@@ -201,7 +211,8 @@ def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[i
         raise short if pins.micro_batch_size is not None else rules.with_field(short, "parallel.schedule")
     L = ctx.model.num_layers
     rules.check(rules.pp_fits_layers(pp, v, L))
-    sp = bool((pins.sequence_parallel if pins.sequence_parallel is not None else d["sequence_parallel"]) and tp > 1)
+    sp_default = d["sequence_parallel"] or not ctx.stack.tp_without_sp  # torchtitan ≤ 9dec370: SP with every TP
+    sp = bool((pins.sequence_parallel if pins.sequence_parallel is not None else sp_default) and tp > 1)
     rules.check(
         rules.sequence_parallel_splits_seq(sp, tp, ctx.training.seq_len),
         rules.cp_splits_seq(cp, ctx.training.seq_len, tp, sp),
@@ -216,7 +227,7 @@ def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[i
         v,
         pins.recompute or d["recompute"],
         sp,
-        pins.zero_stage if pins.zero_stage is not None else d["zero_stage"],
+        pins.zero_stage if pins.zero_stage is not None else default_zero(ctx.stack, pp, dp * cp),
         bool(pins.tp_comm_overlap),
         cp=cp,
         cp_comm=cp_comm,
@@ -226,7 +237,7 @@ def complete_pins(ctx: Context, request: PlanRequest) -> tuple[Candidate, list[i
     )
     rules.check(rules.tp_overlap_needs_sp(cand.tp_comm_overlap, tp, sp))
     rules.check(rules.expert_parallel_rules(ctx.stack, ctx.model, cand))
-    rules.check(rules.stack_runs_config(ctx.stack, ctx.model, cand))  # what the training stack runs (issue 27)
+    rules.check(rules.stack_runs_config(ctx.stack, ctx.model, cand, gbs))  # what the training stack runs (issue 27)
     rules.check(modules_fp8_error(ctx, cand.recompute))  # --recompute-modules under delayed FP8
     if pins.stage_layers is not None:
         rules.check(rules.stage_layers_count(pins.stage_layers, pp, v))

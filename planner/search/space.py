@@ -1,8 +1,7 @@
-"""The search space: configuration classes (``cost.Candidate``), which ones the pins and the request's
-training stack allow (``validate_pins``, ``enumerate_candidates``: only what ``ctx.stack`` runs), the one cut a class may be forced to (``forced_cut``),
-why a request leaves no class at all (``explain_no_candidate``), and the order of plans
-(``plan_key``: step time, then peak memory, then the simpler configuration).
-"""
+"""The search space: configuration classes (``cost.Candidate``), which ones the pins and the request's training stack
+allow (``validate_pins``, ``enumerate_candidates``: only what ``ctx.stack`` runs), the one cut a class may be forced to
+(``forced_cut``), why a request leaves no class at all (``explain_no_candidate``), and the order of plans (``plan_key``:
+step time, then peak memory, then the simpler configuration)."""
 
 from __future__ import annotations
 
@@ -91,10 +90,11 @@ def validate_pins(ctx: Context, pins: ParallelPins, options: SearchOptions) -> N
         rules.sequence_parallel_needs_tp(pins.sequence_parallel, pins.tp),
         rules.sequence_parallel_splits_seq(pins.sequence_parallel, pins.tp, ctx.training.seq_len),
         rules.tp_overlap_needs_sp(pins.tp_comm_overlap, pins.tp, pins.sequence_parallel),
-        rules.stack_runs_config(ctx.stack, m, pins),  # what the request's training stack runs (issue 27)
+        rules.stack_runs_config(ctx.stack, m, pins, gbs),  # what the request's training stack runs (issue 27)
         rules.expert_parallel_rules(ctx.stack, m, pins),  # ep, etp (issue 23)
         modules_fp8_error(ctx, pins.recompute),  # --recompute-modules under delayed FP8
     )
+    rules.check(rules.whole_batch_pins(ctx.stack, pins, gbs, n))  # no accumulation at pp = 1: enough dp for the batch
     if pins.pp is None and pins.tp is not None and pins.dp is not None:  # pp follows from tp and dp
         pp = n // (pins.tp * pins.dp)
         err = rules.stack_runs(ctx.stack, zero_stage=pins.zero_stage, pp=pp, tie_embeddings=m.tie_embeddings)
@@ -152,6 +152,8 @@ def _enumerate(
             if rules.batch_divides(gbs, dp, mbs) or (cp > 1 and pins.micro_batch_size is None and mbs % cp == 0):
                 continue  # cp | mbs: dominated by cp = 1 at dp·cp and mbs / cp (``cp_options``)
             m = gbs // (dp * mbs)
+            if not runs(pp=pp, micro_batches=m, tp=tp):  # no accumulation without a pipeline; a fused norm's TP
+                continue
             scheds: list[tuple[str, int]] = []
             for s in [pins.schedule] if pins.schedule is not None else list(DEFAULT_SCHEDULES):
                 if s in MULTI_STAGE_SCHEDULES:
@@ -192,7 +194,7 @@ def _enumerate(
                             continue
                         # the ZeRO group spans dp × cp (FSDP shards over the CP ranks too: torchtitan's dp_shard_cp)
                         zs = [pins.zero_stage] if pins.zero_stage is not None else zero_stages(ctx, dp * cp)
-                        zs = [z for z in zs if runs(zero_stage=z, pp=pp)]
+                        zs = [z for z in zs if runs(zero_stage=z, pp=pp, shard_group=dp * cp)]
                         at = (mbs, tp, sp, rc, cp)  # what ``tp_overlaps`` reads of the class (asked per pp, schedule)
                         overlaps = overlaps_at.get(at)
                         if overlaps is None:
@@ -209,10 +211,9 @@ def _enumerate(
                             for cm in cp_comms:
                                 for o in overlaps:
                                     c = base.variant(zero_stage=z, cp_comm=cm, tp_comm_overlap=o)
-                                    # what the stack runs (issue 27) reads none of tp, dp, mbs, ep, etp: one check
-                                    # for the (ep, etp) pairs (``stack_rules.stack_runs_ok``'s fields), memoised
-                                    # here by the fields it reads (``runs_ok``)
-                                    ok_key = (pp, cp, s, v, rc, sp, z, cm, o)
+                                    # what the stack runs (issue 27: ``stack_runs_ok``) reads of tp and dp only tp > 1
+                                    # and dp·cp = 1, none of mbs, ep, etp: memoised by what it reads (``runs_ok``)
+                                    ok_key = (pp, cp, s, v, rc, sp, z, cm, o, tp > 1, dp * cp == 1)
                                     ok = runs_ok.get(ok_key)
                                     if ok is None:
                                         ok = runs_ok[ok_key] = rules.stack_runs_ok(ctx.stack, ctx.model, c)

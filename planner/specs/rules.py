@@ -42,6 +42,7 @@ from planner.specs.seq_rules import (  # noqa: F401 (re-exported: the sequence's
 from planner.specs.stack_rules import stack_runs as stack_runs  # what the training stack runs
 from planner.specs.stack_rules import stack_runs_config as stack_runs_config
 from planner.specs.stack_rules import stack_runs_ok as stack_runs_ok
+from planner.specs.stack_rules import whole_batch_pins as whole_batch_pins
 
 if TYPE_CHECKING:
     from planner.specs import ModelSpec

@@ -38,11 +38,45 @@ def stack_runs(
     num_layers: int | None = None,
     chunks: int | None = None,
     stage_layers: tuple[int, ...] | None = None,
+    tp: int | None = None,
+    shard_group: int | None = None,
+    micro_batches: int | None = None,
 ) -> MeshplanError | None:
     """The configuration (or the pinned part of one: None = not given) is one the request's training
     stack runs (``planner.specs.stacks.Stack``: ``schedules``, ``zero_stages``, ``pipeline_zero_stages``,
     ``sequence_parallel``, ``recompute``, ``pp_with_tied_embeddings``, ``cp_comms``, ``cp_with_attention_sinks``, ``cp_with_mla``, ``cp_window_comms``,
-    ``even_stages``, ``interleaved_min_pp``; ``chunks``: pp × virtual stages)."""
+    ``even_stages``, ``interleaved_min_pp``, ``pipeline_parallel``, ``accumulation``, ``tp_with_fused_norm``, ``tp_without_sp``; ``chunks``:
+    pp × virtual stages; ``shard_group``: dp·cp, over one rank nothing is sharded (ZeRO-0 on every stack);
+    ``micro_batches``: a step's per data-parallel rank)."""
+    if pp is not None and pp > 1 and not stack.pipeline_parallel:
+        return MeshplanError(
+            "parallel.pp",
+            f"{_stack_name(stack)} does not run pipeline parallelism (pp={pp})",
+            "pin parallel.pp to 1 or leave it unpinned" + _others(lambda s: s.pipeline_parallel, "pipelines"),
+        )
+    if micro_batches is not None and micro_batches > 1 and pp == 1 and not stack.accumulation:
+        return MeshplanError(
+            "parallel.micro_batch_size",
+            f"{_stack_name(stack)} accumulates no gradients without pipeline parallelism: a step is one micro-batch "
+            f"per data-parallel rank, not {micro_batches}",
+            "pin parallel.micro_batch_size to global_batch_size / dp, or leave it unpinned"
+            + _others(lambda s: s.accumulation, "gradient accumulation"),
+        )
+    if tp is not None and tp > 1 and stack.norm_kernel == "fused" and not stack.tp_with_fused_norm:
+        return MeshplanError(
+            "parallel.tp",
+            f"{_stack_name(stack)} does not run tensor parallelism (tp={tp}) with its fused norm kernel",
+            "pin parallel.tp to 1 or leave it unpinned, or set training.stack.norm_kernel to eager",
+        )
+    if sequence_parallel is False and tp is not None and tp > 1 and not stack.tp_without_sp:
+        return MeshplanError(
+            "parallel.sequence_parallel",
+            f"{_stack_name(stack)} runs tensor parallelism (tp={tp}) with sequence parallelism only",
+            "set parallel.sequence_parallel to true or leave it unpinned"
+            + _others(lambda s: s.tp_without_sp, "tensor parallelism without sequence parallelism"),
+        )
+    if shard_group == 1 and zero_stage == 0:
+        zero_stage = None  # one data-parallel rank shards nothing: ZeRO-0 on every stack
     if stack.even_stages and num_layers is not None and chunks is not None and num_layers % chunks:
         return MeshplanError(
             "parallel.pp",
@@ -73,21 +107,29 @@ def stack_runs(
             f"pin parallel.pp to {low} or more, or parallel.schedule to '1f1b'"
             + _others(lambda s: schedule in s.schedules and s.interleaved_min_pp <= pp, f"{schedule!r} with pp={pp}"),
         )
-    if zero_stage is not None and zero_stage not in stack.zero_stages:
+    piped = pp is not None and pp > 1
+    # with pp pinned: the stages it runs there; unpinned: either (ZeRO-2 with pp > 1 only on torchtitan ≤ 9dec370)
+    runs_zero = stack.pipeline_zero_stages if piped else stack.zero_stages
+    runs_zero = runs_zero if pp is not None else tuple(sorted({*stack.zero_stages, *stack.pipeline_zero_stages}))
+    if zero_stage is not None and zero_stage not in runs_zero:
+        offer = ", ".join(map(str, runs_zero))
+        where = f" with pipeline parallelism (pp={pp}): with pp > 1 it runs" if piped else ": it runs"
         return MeshplanError(
             "parallel.zero_stage",
-            f"{_stack_name(stack)} does not run ZeRO-{zero_stage}: it runs ZeRO {', '.join(map(str, stack.zero_stages))} "
+            f"{_stack_name(stack)} does not run ZeRO-{zero_stage}{where} ZeRO {offer or 'none'} "
             "(`meshplan stacks` says what each is)",
-            f"pin parallel.zero_stage to one of {', '.join(map(str, stack.zero_stages))} or leave it unpinned"
-            + _others(lambda s: zero_stage in s.zero_stages, f"ZeRO-{zero_stage}"),
-        )
-    if zero_stage is not None and pp is not None and pp > 1 and zero_stage not in stack.pipeline_zero_stages:
-        return MeshplanError(
-            "parallel.zero_stage",
-            f"{_stack_name(stack)} does not run ZeRO-{zero_stage} with pipeline parallelism (pp={pp}): with pp > 1 it runs ZeRO "
-            f"{', '.join(map(str, stack.pipeline_zero_stages))}",
-            f"pin parallel.zero_stage to one of {', '.join(map(str, stack.pipeline_zero_stages))}, or pp to 1"
-            + _others(lambda s: zero_stage in s.pipeline_zero_stages, f"ZeRO-{zero_stage} with pp > 1"),
+            (f"pin parallel.zero_stage to one of {offer}" if offer else "leave parallel.zero_stage unpinned")
+            + (
+                ", or pp to 1"
+                if piped and zero_stage in stack.zero_stages
+                else " or leave it unpinned"
+                if offer
+                else ""
+            )
+            + _others(
+                lambda s: zero_stage in (s.pipeline_zero_stages if piped else s.zero_stages),
+                f"ZeRO-{zero_stage}" + (" with pp > 1" if piped else ""),
+            ),
         )
     if sequence_parallel and not stack.sequence_parallel:
         return MeshplanError(
@@ -174,13 +216,24 @@ def precision_error(stack: Stack, precision: str) -> MeshplanError | None:
     )
 
 
-def stack_runs_config(stack: Stack, model: Any, config: Any) -> MeshplanError | None:
+def whole_batch_pins(stack: Stack, pins: Any, global_batch: int, gpus: int) -> MeshplanError | None:
+    """A pinned micro-batch size, dp unpinned, on a stack without accumulation at pp = 1 (``Stack.accumulation``):
+    refused when even the most data-parallel ranks (``gpus`` (÷ cp) ÷ tp) leave more than one micro-batch a step."""
+    one_stage = pins.pp == 1 or (pins.pp is None and not stack.pipeline_parallel)
+    if not one_stage or pins.micro_batch_size is None or pins.dp is not None:
+        return None
+    fewest = -(-global_batch // (gpus // (pins.tp or 1) * pins.micro_batch_size))
+    return stack_runs(stack, pp=1, micro_batches=fewest)
+
+
+def stack_runs_config(stack: Stack, model: Any, config: Any, global_batch: int | None = None) -> MeshplanError | None:
     """``stack_runs`` of a configuration (a ``ParallelConfig`` or ``Candidate``) or of the pinned part of one
-    (``ParallelPins``: an unpinned field is None and not checked)."""
-    return stack_runs(stack, **_fields(model, config))
+    (``ParallelPins``: an unpinned field is None and not checked); ``global_batch`` for its micro-batches a step."""
+    return stack_runs(stack, **_fields(model, config, global_batch))
 
 
-def _fields(model: Any, c: Any) -> dict[str, Any]:
+def _fields(model: Any, c: Any, global_batch: int | None = None) -> dict[str, Any]:
+    dp, mbs, cp = c.dp, c.micro_batch_size, getattr(c, "cp", None) or 1
     return {
         "schedule": c.schedule,
         "zero_stage": c.zero_stage,
@@ -197,6 +250,9 @@ def _fields(model: Any, c: Any) -> dict[str, Any]:
         "num_layers": model.num_layers,
         "chunks": None if c.pp is None else c.pp * (getattr(c, "virtual_stages", None) or 1),
         "stage_layers": None if getattr(c, "stage_layers", None) is None else tuple(c.stage_layers),
+        "tp": c.tp,
+        "shard_group": None if dp is None else dp * cp,
+        "micro_batches": None if None in (global_batch, dp, mbs) else global_batch // (dp * mbs),
     }
 
 

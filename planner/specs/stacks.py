@@ -5,11 +5,10 @@ A request's ``training.stack`` is a preset id (``STACKS``) or an inline ``{base:
 the cost model: the table of which field is read where is docs/planner.md, "Training stacks" (each field's comment
 below names its reader too).
 
-What a stack RUNS (issue 27 §1) is data beside what it costs: ``version`` (the release the preset
-describes), ``zero_stages`` and ``pipeline_zero_stages`` (the data-parallel sharding it runs, without and
-with pipeline parallelism; ``data_parallel`` names its modes), ``schedules``, ``sequence_parallel``,
-``recompute``, ``pp_with_tied_embeddings``, ``even_stages``, ``precisions``, ``cp_comms``, the FP8 recipes, MoE and
-``unbuilt``. The search enumerates only configurations the request's stack runs and a pin outside them is an error
+What a stack RUNS (issue 27 §1) is data beside what it costs: ``version`` (the release the preset describes),
+``zero_stages`` and ``pipeline_zero_stages`` (the data-parallel sharding it runs, without and with pipeline parallelism;
+``data_parallel`` names its modes), ``pipeline_parallel``, ``accumulation``, ``schedules``, ``sequence_parallel``,
+``recompute``, ``pp_with_tied_embeddings``, ``even_stages``, ``precisions``, ``cp_comms``, FP8, MoE and ``unbuilt``. The search enumerates only configurations the request's stack runs and a pin outside them is an error
 naming the stack, the field and what the stack offers (``planner.specs.stack_rules``). An inline stack
 (``StackOverride``) inherits them from its base: overriding kernels does not change what the software runs.
 ``meshplan`` is exactly what ``runtime/`` runs (``runtime/parallelize.py`` ``apply_dp``/``apply_recompute``,
@@ -94,20 +93,20 @@ class Stack(BaseModel):
     optimizer_dtype: OptimizerDtype = "fp32"  # Adam's states (``specs.common.OptimizerDtype``, ``optimizer_dtypes``)
     # ---- what the stack runs (issue 27 §1): the search enumerates only these; a pin outside is an error
     version: str = Field(description="The release of the software this preset describes.")
-    #: ZeRO stages (``parallel.zero_stage``) it runs without pipeline parallelism.
+    #: ZeRO stages over a data-parallel group (dp·cp) of 2 or more; one rank shards nothing: ZeRO-0 on every stack
     zero_stages: tuple[int, ...] = Field(description="ZeRO stages (parallel.zero_stage) it runs with pp = 1.")
-    #: ZeRO stages it runs with pp > 1 (a subset of ``zero_stages``).
     pipeline_zero_stages: tuple[int, ...] = Field(description="ZeRO stages it runs with pp > 1.")
     data_parallel: str = Field(description="What each ZeRO stage is in this stack.")
     schedules: tuple[Schedule, ...] = Field(description="Pipeline schedules it runs (GET /v1/catalog/schedules ids).")
     sequence_parallel: bool = Field(description="Whether it runs sequence parallelism (with tp > 1).")
-    #: Recompute granularities it runs (``parallel.recompute``).
+    tp_without_sp: bool = Field(default=True, description="Whether it runs tp > 1 without sequence parallelism.")
     recompute: tuple[Recompute, ...] = Field(description="Activation recomputation it runs (parallel.recompute).")
     pp_with_tied_embeddings: bool = Field(description="Whether it runs pp > 1 on a model with tied embeddings.")
     even_stages: bool = Field(default=False, description="Whether it splits the layers evenly only (L % (pp·v) = 0).")
-    interleaved_min_pp: int = Field(
-        default=2, description="The fewest pipeline stages it interleaves (virtual stages)."
-    )
+    interleaved_min_pp: int = Field(default=2, description="The fewest pipeline stages it interleaves (virtual pp).")
+    pipeline_parallel: bool = Field(default=True, description="Whether it runs pipeline parallelism (pp > 1).")
+    accumulation: bool = Field(default=True, description="Whether it runs several micro-batches a step at pp = 1.")
+    tp_with_fused_norm: bool = Field(default=True, description="Whether it runs tp > 1 with its fused norm kernel.")
     #: Context-parallel exchanges it runs (``parallel.cp_comm`` with cp > 1; empty: no CP).
     cp_comms: tuple[CpComm, ...] = Field(description="Context-parallel exchanges it runs (parallel.cp_comm, cp > 1).")
     #: Whether its CP exchanges run a model with attention sinks (``model.attention_sinks``, gpt-oss) / latent
