@@ -610,6 +610,10 @@ TITAN_FUSED_NORM_RUNS = (
     "torchtitan_2404_a100_llama2_13b_",
 )
 TITAN_COMPILED_GROUPS = ("torchtitan-2408-h100",)
+#: The preset of the torchtitan each source group ran (planner.specs.stack_titan: 1ea476e9, 9515a140, 9dec370); the
+#: 2025-06 groups ran 820504e (2025-06-13), after gradient accumulation (8570415c, 2025-06-05): the torchtitan preset.
+TITAN_ERAS = {"torchtitan-2404-a100": "torchtitan-2404", "torchtitan-2408-h100": "torchtitan-2408"}
+TITAN_ERAS |= {"torchtitan-2412-h100": "torchtitan-2412"}
 TITAN_SELECTIVE_LAYER_K = 2
 
 #: The inter-node network of a source group whose rows do not state it, where a source says what it ran on
@@ -658,11 +662,10 @@ def stack_of(row: dict[str, Any]) -> str | dict[str, Any]:
             over["norm_kernel"] = "fused"
         if row["parallel"]["recompute"] == "selective-layer":
             over["selective_ac"] = TITAN_SELECTIVE_LAYER_K
-        if row["source_group"] in TITAN_PP_GROUPS and (row["parallel"].get("pp") or 1) > 1:
-            # 9dec370 train.py:285-292 calls pp_schedule.step() of torch 1963fc8 (2024-12), before pytorch#153383
-            # and torchtitan's return_outputs=False: every micro-batch's outputs kept to the step's end (pp_kept)
-            over["pp_kept_outputs"] = True
-        return {"base": "torchtitan", **over} if over else "torchtitan"
+        # what the run's commit ran (planner.specs.stack_titan): 9dec370's train.py:285-292 calls pp_schedule.step() of
+        # torch 1963fc8 (2024-12), before pytorch#153383: every micro-batch's outputs kept (``pp_kept_outputs``)
+        base = TITAN_ERAS.get(row["source_group"], "torchtitan")
+        return {"base": base, **over} if over else base
     if row["stack"] == "composer-fsdp":
         # llm-foundry's MPT: eager PyTorch under FSDP (the bundled runtime's pattern) with its default loss, flash-attn's
         # fused cross-entropy over the 16-bit logits (llmfoundry/models/mpt/modeling_mpt.py at 4952183, loss_fn

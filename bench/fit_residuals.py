@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import bench_fidelity as fidelity  # noqa: E402
 
 from planner.answer.calibrate import FitResult, Observation, fit_residuals, predict_step_time  # noqa: E402
-from planner.pricing.residuals import generation, row_key, stack_preset  # noqa: E402
+from planner.pricing.residuals import generation, residual_preset, row_key  # noqa: E402
 from planner.specs import PlanRequest, Residuals  # noqa: E402
 from planner.specs.errors import MeshplanError  # noqa: E402
 from planner.specs.stacks import resolve  # noqa: E402
@@ -85,7 +85,7 @@ def expressed_runs(data: dict[str, Any]) -> list[Run]:
         gen = generation(row["cluster"]["gpu"])
         if gen is None:
             continue
-        stack = stack_preset(resolve(fidelity.stack_of(row)).id)
+        stack = residual_preset(resolve(fidelity.stack_of(row)).id)
         out.append(Run(row["id"], row["source_group"], (stack, gen), req, measured))
     return out
 

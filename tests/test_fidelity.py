@@ -307,15 +307,16 @@ def test_bf16_moe_runs_join_with_expert_parallelism(outcome):
 @pytest.mark.parametrize(
     "run_id, stack",
     [
-        # torch.compile: the torchtitan stack with compiled kernels
-        ("torchtitan_2412_t1_8b_8gpu_FSDP_torchcompile", {"base": "torchtitan", "kernels": "compiled"}),
+        # torch.compile: the stack of the run's commit (planner.specs.stack_titan) with compiled kernels; the 2025-06
+        # runs on the torchtitan preset (820504e: after gradient accumulation)
+        ("torchtitan_2412_t1_8b_8gpu_FSDP_torchcompile", {"base": "torchtitan-2412", "kernels": "compiled"}),
         ("torchtitan_asynctp_8B_bfloat16_vanillaTP", {"base": "torchtitan", "kernels": "compiled"}),
         # per-layer selective AC (torchtitan's default selective_ac_option "2"), fused_rmsnorm of its config
         (
             "torchtitan_2404_a100_8B_selective_layer",
-            {"base": "torchtitan", "norm_kernel": "fused", "selective_ac": 2},
+            {"base": "torchtitan-2404", "norm_kernel": "fused", "selective_ac": 2},
         ),
-        ("torchtitan_2412_t1_8b_8gpu_FSDP", "torchtitan"),
+        ("torchtitan_2412_t1_8b_8gpu_FSDP", "torchtitan-2412"),
     ],
 )
 def test_torchtitan_runs_are_priced_with_their_published_config(outcome, run_id, stack):

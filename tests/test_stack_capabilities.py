@@ -55,6 +55,11 @@ OUTSIDE = [
     ("megatron-2022 ZeRO-2", {"zero_stage": 2}, "gpt3-1.3b", "megatron-2022", "parallel.zero_stage", "ZeRO 0, 1", "meshplan"),
     ("megatron-2022 interleaved pp2", {"pp": 2, "schedule": "interleaved-1f1b", "virtual_stages": 2}, "gpt3-1.3b", "megatron-2022", "parallel.pp", "pp ≥ 3", "megatron"),
     ("megatron-2022 CP", {"cp": 2}, "gpt3-1.3b", "megatron-2022", "parallel.cp", "does not run context parallelism", "megatron"),
+    ("torchtitan-2404 pp2", {"pp": 2}, "llama3-8b", "torchtitan-2404", "parallel.pp", "does not run pipeline parallelism", "torchtitan-2408"),
+    ("torchtitan-2404 mbs1", {"micro_batch_size": 1}, "llama3-8b", "torchtitan-2404", "parallel.micro_batch_size", "global_batch_size / dp", "torchtitan"),
+    ("torchtitan-2412 pp1 ZeRO-2", {"pp": 1, "zero_stage": 2}, "llama3-8b", "torchtitan-2412", "parallel.zero_stage", "it runs ZeRO 3", "torchtitan"),
+    ("torchtitan-2412 TP without SP", {"tp": 2, "sequence_parallel": False}, "llama3-8b", "torchtitan-2412", "parallel.sequence_parallel", "with sequence parallelism only", "torchtitan"),
+    ("torchtitan-2404 fused norm TP", {"tp": 2, "sequence_parallel": True}, "llama3-8b", {"base": "torchtitan-2404", "norm_kernel": "fused"}, "parallel.tp", "norm_kernel to eager", {"base": "torchtitan-2408", "norm_kernel": "fused"}),
     ("inline megatron ZeRO-3", {"zero_stage": 3}, "llama3-8b", {"base": "megatron", "kernels": "eager"}, "parallel.zero_stage", "ZeRO 0, 1", {"base": "torchtitan", "kernels": "compiled"}),
 ]  # fmt: skip
 IDS = [c[0] for c in OUTSIDE]
@@ -165,27 +170,35 @@ def test_the_search_enumerates_exactly_what_the_stack_runs(stack, model):
     ctx = context(req)
     cands = enumerate_candidates(ctx, ParallelPins(), SearchOptions())
     s, tied = STACKS[stack], get_model(model).tie_embeddings
-    assert cands and all(stack_runs_config(s, ctx.model, c) is None for c in cands)
+    assert cands and all(stack_runs_config(s, ctx.model, c, 64) is None for c in cands)
     piped = [c for c in cands if c.pp > 1]
-    assert {c.zero_stage for c in cands if c.pp == 1} == set(s.zero_stages) - ({2} if stack == "meshplan" else set())
-    if tied and not s.pp_with_tied_embeddings:
+    sharded = [c for c in cands if c.pp == 1 and c.dp * c.cp > 1]  # one data-parallel rank shards nothing: ZeRO-0
+    assert {c.zero_stage for c in sharded} == set(s.zero_stages) - ({2} if stack == "meshplan" else set())
+    assert s.accumulation or all(c.dp * c.micro_batch_size == 64 for c in cands if c.pp == 1)
+    assert s.tp_without_sp or all(c.sequence_parallel for c in cands if c.tp > 1)
+    if (tied and not s.pp_with_tied_embeddings) or not s.pipeline_parallel:
         assert not piped
     else:
         assert {c.schedule for c in piped} == set(s.schedules) & set(DEFAULT_SCHEDULES)
-    assert {c.zero_stage for c in piped} <= set(s.pipeline_zero_stages)
+    assert {c.zero_stage for c in piped if c.dp * c.cp > 1} <= set(s.pipeline_zero_stages)
     assert {c.recompute for c in cands} == set(s.recompute) & set(RECOMPUTE)
     assert any(c.sequence_parallel for c in cands) == s.sequence_parallel
 
 
-def test_every_stack_runs_what_estimate_fills_in():
-    """``estimate`` fills unpinned fields with the defaults (1F1B, recompute none, ZeRO-0, no SP): every stack
-    runs them, so an unpinned estimate is never refused for its stack."""
+@pytest.mark.parametrize("stack", list(STACKS))
+def test_every_stack_runs_what_estimate_fills_in(stack):
+    """``estimate`` fills unpinned fields with the defaults (1F1B, recompute none, ZeRO-0 or the stack's first ZeRO
+    stage, no SP or SP where the stack runs TP with it only, micro-batches of 1 or one a step where it accumulates
+    none): every stack runs them, so an unpinned estimate, or one pinning only tp, is never refused for its stack."""
     from planner.specs.config import estimate_defaults
 
-    d = estimate_defaults()
-    for s in STACKS.values():
-        assert d["schedule"] in s.schedules and d["zero_stage"] in s.pipeline_zero_stages
-        assert d["recompute"] in s.recompute and set(s.pipeline_zero_stages) <= set(s.zero_stages)
+    d, s = estimate_defaults(), STACKS[stack]
+    assert d["schedule"] in s.schedules and d["recompute"] in s.recompute
+    model = "gpt3-1.3b" if unbuilt_parts(s, get_model("llama3-8b")) else "llama3-8b"
+    for pins in ({}, {"tp": 2}):
+        r = request(stack, model, **pins)
+        r["training"]["precision"] = s.precisions[0]
+        assert planner.estimate(r).step_time_s > 0
 
 
 def test_an_inline_stack_runs_what_its_base_runs():

@@ -83,6 +83,7 @@ ATTENTION_VARIANTS = [
 
 #: The stack whose export targets an era preset's plans go to (megatron-2020 has its own: Megatron-LM v2.0 flags).
 ERA_TARGET_STACK = {"deepspeed-2021": "deepspeed", "nemo-2407": "megatron"}  # NeMo 24.07: Megatron-core's flags
+ERA_TARGET_STACK |= {f"torchtitan-{era}": "torchtitan" for era in ("2404", "2408", "2412")}  # torchtitan's TOML
 
 
 def random_request(rng: random.Random, stack: str) -> dict:
@@ -112,7 +113,8 @@ def random_request(rng: random.Random, stack: str) -> dict:
             "stack": stack,
             **({"precision": STACKS[stack].precisions[0]} if "bf16" not in STACKS[stack].precisions else {}),
         },
-        "parallel": {"micro_batch_size": 1},
+        # one micro-batch a step where the stack accumulates none (torchtitan ≤ 9dec370 at pp = 1): mbs = gbs / dp
+        "parallel": {"micro_batch_size": 1} if STACKS[stack].accumulation else {},
         "top_k": 1,
         "options": {"time_limit_s": 1, "num_workers": 1},
     }

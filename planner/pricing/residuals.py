@@ -47,8 +47,10 @@ def stack_preset(stack_id: str) -> str:
 #: scale-mask-softmax, bmm; bias-GeLU, bias-dropout-add) and local DDP: the rows are a compute scale, and its compute
 #: kernels are v2.0's; what it adds (SP, selective recompute, the distributed optimizer) is priced. NeMo 24.07
 #: (``nemo-2407``) runs the megatron preset's Megatron-core transformer and TE layers (planner/specs/stack_nemo.py):
-#: megatron's rows; its apex optimizer's states are priced.
+#: megatron's rows; its apex optimizer's states are priced. torchtitan at the commits of its runs (stack_titan.py) runs
+#: the torchtitan preset's kernels and FSDP2 engine, less of its parallelism: torchtitan's rows.
 RESIDUAL_LINEAGE = {"megatron-2021": "megatron-2020", "megatron-2022": "megatron-2020", "nemo-2407": "megatron"}
+RESIDUAL_LINEAGE |= {f"torchtitan-{era}": "torchtitan" for era in ("2404", "2408", "2412")}
 
 
 def residual_preset(stack_id: str) -> str:

@@ -282,7 +282,8 @@ DEEPSPEED_2021 = Stack(
 )
 
 from planner.specs.stack_nemo import NEMO_2407  # noqa: E402  # NeMo 24.07: the megatron preset with apex's optimizer
+from planner.specs.stack_titan import TITAN_STACKS  # noqa: E402  # torchtitan at its published runs' commits
 
 ERA_STACKS: dict[str, Stack] = {
-    s.id: s for s in (MEGATRON_2020, MEGATRON_2021, MEGATRON_2022, DEEPSPEED_2021, NEMO_2407)
+    s.id: s for s in (MEGATRON_2020, MEGATRON_2021, MEGATRON_2022, DEEPSPEED_2021, NEMO_2407, *TITAN_STACKS)
 }

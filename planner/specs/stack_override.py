@@ -22,6 +22,9 @@ StackId = Literal[
     "megatron-2022",
     "deepspeed-2021",
     "nemo-2407",
+    "torchtitan-2404",
+    "torchtitan-2408",
+    "torchtitan-2412",
 ]
 
 
