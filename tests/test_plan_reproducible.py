@@ -221,6 +221,7 @@ FINGERPRINTS = {
     69: "e0ae370ba4213f4d",  # 69 (the meshplan stack on A100/H100 takes the generation's pooled residual row)
     70: "25fedc07e17b4af1",  # 70 (sm_90 GEMMs at a training step's clock; hopper residuals refitted)
     71: "25fedc07e17b4af1",  # 71 (nemo-2407 splits evenly only: answers change, no estimate moves)
+    72: "25fedc07e17b4af1",  # 72 (torchtitan's async TP under compiled kernels only: answers change, no estimate moves)
 }
 
 

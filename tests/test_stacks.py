@@ -95,6 +95,9 @@ def test_preset_ids_and_default():
         "megatron-2022",
         "deepspeed-2021",
         "nemo-2407",
+        "torchtitan-2404",
+        "torchtitan-2408",
+        "torchtitan-2412",
     }
     with pytest.raises(ValueError):
         TrainingSpec(global_batch_size=1, seq_len=8, stack="nope")

@@ -18,7 +18,7 @@ from planner.specs.errors import MeshplanError
 from planner.workload.tp_overlap import OverlapPair, overlap_pairs
 
 
-def body(stack: str = "megatron", gbs: int = 128, **parallel) -> dict:
+def body(stack: object = "megatron", gbs: int = 128, **parallel) -> dict:
     return {
         "model": "llama3-70b",
         "cluster": {"gpu": "h100-sxm5-80gb", "num_nodes": 4, "gpus_per_node": 8},
@@ -57,7 +57,7 @@ def test_pair_formula():
 def test_overlap_is_off_unless_chosen_and_hides_tp_comm():
     off = planner.estimate(body(**PINS))
     assert off == planner.estimate(body(**PINS, tp_comm_overlap=False))
-    for stack in ("megatron", "torchtitan"):
+    for stack in ("megatron", {"base": "torchtitan", "kernels": "compiled"}):  # async TP: an Inductor pass
         a = planner.estimate(body(stack, **PINS))
         b = planner.estimate(body(stack, **PINS, tp_comm_overlap=True))
         # Megatron/TE overlaps all 8 SP collectives; torchtitan's async TP the 4 forward and 2 backward all-gathers
@@ -75,6 +75,7 @@ def test_overlap_is_off_unless_chosen_and_hides_tp_comm():
     "stack,pins,field",
     [
         ("meshplan", {**PINS, "tp_comm_overlap": True}, "parallel.tp_comm_overlap"),
+        ("torchtitan", {**PINS, "tp_comm_overlap": True}, "parallel.tp_comm_overlap"),  # eager: no async TP
         ("deepspeed", {"tp": 8, "tp_comm_overlap": True}, "parallel.tp_comm_overlap"),
         (
             "megatron",
@@ -107,7 +108,7 @@ def test_exports():
     mg = export(estimate_plan(body(**PINS, tp_comm_overlap=True)), "megatron", opts).content
     assert "--tp-comm-overlap" in mg and "--sequence-parallel" in mg
     assert "--tp-comm-overlap" not in export(estimate_plan(body(**PINS)), "megatron", opts).content
-    tt = estimate_plan(body("torchtitan", **PINS, tp_comm_overlap=True))
+    tt = estimate_plan(body({"base": "torchtitan", "kernels": "compiled"}, **PINS, tp_comm_overlap=True))
     rec = export(tt, "torchtitan", opts).content
     assert "config.compile.enable_async_tensor_parallel = True" in rec and "config.compile.enable = True" in rec
     toml = export(tt, "torchtitan-toml", opts).content

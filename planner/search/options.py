@@ -47,7 +47,7 @@ def tp_overlaps(
     grows with them), both when neither is (overlap costs more than it hides in some term)."""
     if pins.tp_comm_overlap is not None:
         return [pins.tp_comm_overlap]
-    if not sp or tp == 1 or ctx.stack.tp_overlap is None:
+    if not sp or tp == 1 or not rules.overlaps_tp(ctx.stack):  # async TP in compiled blocks only
         return [False]
     view = cp_view(ctx, cp)  # the layer at the local s / cp tokens
     off, on = layer_group(view, mbs, tp, sp, recompute, False), layer_group(view, mbs, tp, sp, recompute, True)

@@ -39,6 +39,7 @@ from planner.specs.seq_rules import (  # noqa: F401 (re-exported: the sequence's
     sequence_parallel_splits_seq,
     tp_overlap_needs_sp,
 )
+from planner.specs.stack_rules import overlaps_tp as overlaps_tp
 from planner.specs.stack_rules import stack_runs as stack_runs  # what the training stack runs
 from planner.specs.stack_rules import stack_runs_config as stack_runs_config
 from planner.specs.stack_rules import stack_runs_ok as stack_runs_ok

@@ -200,7 +200,22 @@ def stack_runs(
             "set parallel.tp_comm_overlap to false or leave it unpinned"
             + _others(lambda s: s.tp_overlap is not None, "overlapped tensor parallelism"),
         )
+    if tp_comm_overlap and not overlaps_tp(stack):
+        return MeshplanError(
+            "parallel.tp_comm_overlap",
+            f"{_stack_name(stack)} overlaps tensor-parallel communication in compiled blocks only (async TP is an "
+            f"Inductor pass), and this stack's kernels are {stack.kernels}",
+            "set parallel.tp_comm_overlap to false or leave it unpinned, or set training.stack.kernels to compiled",
+        )
     return None
+
+
+def overlaps_tp(stack: Stack) -> bool:
+    """Whether the stack runs ``parallel.tp_comm_overlap``: TE's userbuffers, or torchtitan's async TP under
+    torch.compile only (Inductor's ``micro_pipeline_tp`` pass: torchtitan 9515a140 ``parallelize_llama.py:50-54`` and
+    9dec370 :54-58 "Async TP requires --training.compile", v0.2.2 ``distributed/tensor_parallel.py:22``, 0.3.0 on
+    ``distributed/compile.py`` ``_maybe_enable_async_tp`` from the compile path only)."""
+    return stack.tp_overlap == "userbuffers" or (stack.tp_overlap == "async_tp" and stack.kernels == "compiled")
 
 
 def precision_error(stack: Stack, precision: str) -> MeshplanError | None:

@@ -39,9 +39,8 @@ from __future__ import annotations
 #:    ``planner.workload.fp8``): a block's linears at the FP8 peak × a measured FP8 GEMM ceiling with FP8
 #:    operand bytes, casts/transposes/amax passes as memory-bound ops, FP8 FSDP weight all-gathers (torchtitan
 #:    tensorwise), cached FP8 weights and scaling state in memory. Every bf16/fp16 number as in 10.
-#: 12: pipeline sends that block both ends where the stack synchronises on them (``Stack.p2p_blocking``:
-#:    Megatron's non-interleaved 1F1B, ``batch_p2p_sync``) are on the sending and receiving actions, not an
-#:    asynchronous lag.
+#: 12: pipeline sends that block both ends where the stack synchronises on them (``Stack.p2p_blocking``: Megatron's
+#:    non-interleaved 1F1B, ``batch_p2p_sync``) are on the sending and receiving actions, not an asynchronous lag.
 #: 13: DP gradients on the wire in the dtype the stack reduces in (``Stack.reduce_dtype``,
 #:    ``workload.collectives.grad_bytes``): fp32 under FSDP2's ``reduce_dtype=float32`` (torchtitan, the bundled
 #:    runtime) and Megatron-core under bf16 (``accumulate_allreduce_grads_in_fp32``); was the training dtype.
@@ -397,4 +396,5 @@ from __future__ import annotations
 #:    measured on our H200); residuals refitted (hopper 1.078 → 1.032); ``row_key`` takes the generation's pooled row
 #:    before the stack's (megatron on A100: 1.087, not its Hopper-only 1.031); docs/validation.md "Cost model 70".
 #: 71: no price moves; nemo-2407 / MLPerf answers change (even stages, 338af514 MoE): docs/planner.md, stop 56.
-COST_MODEL_VERSION = 71
+#: 72: no price moves; torchtitan's async TP only under compiled kernels (``stack_rules.overlaps_tp``): answers change.
+COST_MODEL_VERSION = 72
