@@ -111,21 +111,16 @@ def stack_runs(
     # with pp pinned: the stages it runs there; unpinned: either (ZeRO-2 with pp > 1 only on torchtitan ≤ 9dec370)
     runs_zero = stack.pipeline_zero_stages if piped else stack.zero_stages
     runs_zero = runs_zero if pp is not None else tuple(sorted({*stack.zero_stages, *stack.pipeline_zero_stages}))
-    if zero_stage is not None and zero_stage not in runs_zero:
+    if zero_stage is not None and zero_stage not in runs_zero:  # (pp > 1 on a stack without pipelines: refused above)
         offer = ", ".join(map(str, runs_zero))
         where = f" with pipeline parallelism (pp={pp}): with pp > 1 it runs" if piped else ": it runs"
+        also = " or leave it unpinned"
+        if piped:  # without the pipeline it may run: pp = 1
+            also = ", or pp to 1" if zero_stage in stack.zero_stages else ""
         return MeshplanError(
             "parallel.zero_stage",
-            f"{_stack_name(stack)} does not run ZeRO-{zero_stage}{where} ZeRO {offer or 'none'} "
-            "(`meshplan stacks` says what each is)",
-            (f"pin parallel.zero_stage to one of {offer}" if offer else "leave parallel.zero_stage unpinned")
-            + (
-                ", or pp to 1"
-                if piped and zero_stage in stack.zero_stages
-                else " or leave it unpinned"
-                if offer
-                else ""
-            )
+            f"{_stack_name(stack)} does not run ZeRO-{zero_stage}{where} ZeRO {offer} (`meshplan stacks` says what each is)",
+            f"pin parallel.zero_stage to one of {offer}{also}"
             + _others(
                 lambda s: zero_stage in (s.pipeline_zero_stages if piped else s.zero_stages),
                 f"ZeRO-{zero_stage}" + (" with pp > 1" if piped else ""),
