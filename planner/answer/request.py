@@ -14,7 +14,7 @@ from planner.specs.config import SCHEDULE_INFO, estimate_defaults
 from planner.specs.errors import MeshplanError
 from planner.specs.fp8 import check_fp8
 from planner.specs.layout import even_stage_layers
-from planner.specs.stack_rules import precision_error, unbuilt_parts
+from planner.specs.stack_rules import precision_error, unbuilt_parts, zero_stages_at
 from planner.specs.stacks import STACKS, Stack
 from planner.specs.stacks import resolve as resolve_stack
 from planner.specs.vocab import with_padding
@@ -166,7 +166,7 @@ def replay_request(plan: Plan) -> PlanRequest:
 def default_zero(stack: Stack, pp: int, shard_group: int) -> int:
     """``estimate``'s ZeRO stage: the default (ZeRO-0), or the first the stack runs where it runs no ZeRO-0 (torchtitan
     1ea476e9 shards every data-parallel group: ZeRO-3)."""
-    runs = stack.zero_stages if pp == 1 else stack.pipeline_zero_stages
+    runs = zero_stages_at(stack, pp)
     zero = ESTIMATE_DEFAULTS["zero_stage"]
     return zero if zero in runs or shard_group == 1 else runs[0]
 

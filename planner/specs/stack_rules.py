@@ -108,9 +108,7 @@ def stack_runs(
             + _others(lambda s: schedule in s.schedules and s.interleaved_min_pp <= pp, f"{schedule!r} with pp={pp}"),
         )
     piped = pp is not None and pp > 1
-    # with pp pinned: the stages it runs there; unpinned: either (ZeRO-2 with pp > 1 only on torchtitan ≤ 9dec370)
-    runs_zero = stack.pipeline_zero_stages if piped else stack.zero_stages
-    runs_zero = runs_zero if pp is not None else tuple(sorted({*stack.zero_stages, *stack.pipeline_zero_stages}))
+    runs_zero = zero_stages_at(stack, pp)
     if zero_stage is not None and zero_stage not in runs_zero:  # (pp > 1 on a stack without pipelines: refused above)
         offer = ", ".join(map(str, runs_zero))
         where = f" with pipeline parallelism (pp={pp}): with pp > 1 it runs" if piped else ": it runs"
@@ -203,6 +201,14 @@ def stack_runs(
             "set parallel.tp_comm_overlap to false or leave it unpinned, or set training.stack.kernels to compiled",
         )
     return None
+
+
+def zero_stages_at(stack: Stack, pp: int | None) -> tuple[int, ...]:
+    """The ZeRO stages ``stack`` runs at ``pp``: ``pipeline_zero_stages`` with pp > 1, ``zero_stages`` at pp = 1, either
+    with pp unpinned (None; ZeRO-2 runs with pp > 1 only on torchtitan ≤ 9dec370)."""
+    if pp is None:
+        return tuple(sorted({*stack.zero_stages, *stack.pipeline_zero_stages}))
+    return stack.pipeline_zero_stages if pp > 1 else stack.zero_stages
 
 
 def overlaps_tp(stack: Stack) -> bool:

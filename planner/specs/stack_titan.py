@@ -46,15 +46,12 @@ from planner.specs.stacks import STACKS, Stack
 _LLAMA_ONLY: tuple[str, ...] = ("family=gpt", "norm=layernorm", "activation=gelu", "tie_embeddings=True", "moe")
 _LLAMA_ONLY += ("mla", "qk_norm", "qkv_bias", "attention_out_bias", "attention_sinks", "sliding_window")
 
-_SOURCE = STACKS["torchtitan"].source  # its kernels and FSDP2 engine, priced as the preset's
-
 TORCHTITAN_2404 = Stack(
     **STACKS["torchtitan"].model_dump()
     | dict(
         id="torchtitan-2404",
         title="torchtitan 1ea476e9 (2024-04: FSDP2 ZeRO-3 and TP only, no pipeline, one micro-batch a step)",
         version="torchtitan 1ea476e9 (2024-04-24)",
-        source=_SOURCE,
         zero_stages=(3,),
         pipeline_zero_stages=(),
         data_parallel="ZeRO-3 only: fully_shard on every block (resharded after forward but the last) and the root",
@@ -84,7 +81,6 @@ TORCHTITAN_2408 = Stack(
         id="torchtitan-2408",
         title="torchtitan 9515a140 (2024-08: + pipelines, async TP, FP8 FSDP gathers; no accumulation at pp = 1)",
         version="torchtitan 9515a140 (2024-08-22)",
-        zero_stages=(3,),
         pipeline_zero_stages=(2,),
         data_parallel="ZeRO-3 at pp = 1 (fully_shard resharded after forward but the last block); ZeRO-2 with pp > 1 "
         "(reshard_after_forward=False); DDP on a one-dimensional mesh only, not offered",

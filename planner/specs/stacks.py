@@ -8,8 +8,9 @@ below names its reader too).
 What a stack RUNS (issue 27 §1) is data beside what it costs: ``version`` (the release the preset describes),
 ``zero_stages`` and ``pipeline_zero_stages`` (the data-parallel sharding it runs, without and with pipeline parallelism;
 ``data_parallel`` names its modes), ``pipeline_parallel``, ``accumulation``, ``schedules``, ``sequence_parallel``,
-``recompute``, ``pp_with_tied_embeddings``, ``even_stages``, ``precisions``, ``cp_comms``, FP8, MoE and ``unbuilt``. The search enumerates only configurations the request's stack runs and a pin outside them is an error
-naming the stack, the field and what the stack offers (``planner.specs.stack_rules``). An inline stack
+``recompute``, ``pp_with_tied_embeddings``, ``even_stages``, ``precisions``, ``cp_comms``, FP8, MoE and ``unbuilt``.
+The search enumerates only configurations the request's stack runs and a pin outside them is an error naming the
+stack, the field and what the stack offers (``planner.specs.stack_rules``). An inline stack
 (``StackOverride``) inherits them from its base: overriding kernels does not change what the software runs.
 ``meshplan`` is exactly what ``runtime/`` runs (``runtime/parallelize.py`` ``apply_dp``/``apply_recompute``,
 ``runtime/job.py`` schedules, ``validate.py``). Sources: ``source``, ``runs_source``, docs/planner.md "Training stacks".
