@@ -222,6 +222,7 @@ FINGERPRINTS = {
     70: "25fedc07e17b4af1",  # 70 (sm_90 GEMMs at a training step's clock; hopper residuals refitted)
     71: "25fedc07e17b4af1",  # 71 (nemo-2407 splits evenly only: answers change, no estimate moves)
     72: "25fedc07e17b4af1",  # 72 (torchtitan's async TP under compiled kernels only: answers change, no estimate moves)
+    73: "25fedc07e17b4af1",  # 73 (small interleaved classes settled by graph_bb: answers change, no estimate moves)
 }
 
 

@@ -15,6 +15,7 @@ from test_planner_interleaved import interleaved_instance
 
 from planner.api import context, estimate, parse_request, plan
 from planner.compose.cost import class_costs, evaluate
+from planner.search import uneven
 from planner.search.bruteforce import compositions
 from planner.search.cutsolver import Status, solve_class
 from planner.search.decide import decide, descend
@@ -115,7 +116,7 @@ def test_a_pinned_class_the_brute_force_cannot_reach_is_the_mip_optimum(v: int, 
     assert evaluate(cc, ref.stage_layers).objective_ns == got.evaluation.objective_ns
 
 
-def test_no_class_a_not_proven_answer_lists_can_beat_it() -> None:
+def test_no_class_a_not_proven_answer_lists_can_beat_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """torchtitan's Llama 3 8B FSDP row of 2024-12 (bf16, 8 H100) left free is NOT PROVEN: its budget leaves 21
     interleaved classes below the answer (``solver.unproven``, cost model 70). The MIP, each class with the answer less
     1 µs as its cutoff, finds no cut under it in any: their optima are at least the answer, so the listed bounds are
@@ -123,6 +124,7 @@ def test_no_class_a_not_proven_answer_lists_can_beat_it() -> None:
     model 69 Megatron-Bridge's Qwen3 30B-A3B row was this case, and at 70 the MIP finds a faster cut there; the
     async-TP Llama 3 8B row was it until settling by satisfaction rounds (``decide``) proved it; NeMo's Llama 2 7B row,
     five classes, takes 10–60 s: SCIP's path moves from run to run)."""
+    monkeypatch.setattr(uneven, "GRAPH_WORK", 0)  # the listing before ``graph_bb`` settles it (cost model 73)
     body = wide_row("torchtitan_2412_t2_8b_fsdp8_cp1")
     free = plan(PlanRequest.model_validate(body)).solver
     assert free.status == "FEASIBLE" and free.unproven and free.objective_value is not None
@@ -136,11 +138,12 @@ def test_no_class_a_not_proven_answer_lists_can_beat_it() -> None:
         assert u.lower_bound_s * 1e9 <= answer_ns
 
 
-def test_prove_settles_an_answer_the_budget_left_unproven() -> None:
+def test_prove_settles_an_answer_the_budget_left_unproven(monkeypatch: pytest.MonkeyPatch) -> None:
     """``options.prove`` (``uneven.prove``) on torchtitan's Llama 3 8B FSDP row of 2024-12 (bf16, 8 H100): without it
     the answer is FEASIBLE, 21 interleaved classes listed below it; with it each is solved against the answer (the
     settling solve, then ``decide.descend``, then the schedule MIP) and none can beat it, so the same plans are OPTIMAL with nothing listed
     (2.6 s CPU here, 2026-12-05, cost model 70)."""
+    monkeypatch.setattr(uneven, "GRAPH_WORK", 0)  # without ``graph_bb`` (which settles it alone: test_graph_bb.py)
     body = wide_row("torchtitan_2412_t2_8b_fsdp8_cp1")
     free = plan(PlanRequest.model_validate(body))
     proved = plan(PlanRequest.model_validate({**body, "options": {"prove": True, "time_limit_s": 600}}))
@@ -152,12 +155,13 @@ def test_prove_settles_an_answer_the_budget_left_unproven() -> None:
     assert not any(n.startswith("NOT PROVEN") for n in proved.solver.notes)
 
 
-def test_prove_finds_the_faster_cut_the_budget_missed() -> None:
+def test_prove_finds_the_faster_cut_the_budget_missed(monkeypatch: pytest.MonkeyPatch) -> None:
     """NeMo 24.07's Llama 2 13B row (16 H100) on the ``megatron`` preset (``megatron_row``; the same prices): the budget and polish leave its TP1 PP2 v6 class at 3.7073 s and the
     answer at 3.7047 s (FEASIBLE); ``prove`` finds that class's cut [1, 2, 3, 4, …, 4, 2] at 3.7010 s, which becomes
     the answer, and settles the other 15 classes: OPTIMAL (20 s CPU here, 2026-12-05, by the MIP; 9.8 s at stop 55, by
     ``decide.descend`` first). The plan's step is re-estimated
     from its settings and cut (``planner.estimate``: the simulation, not the MIP)."""
+    monkeypatch.setattr(uneven, "GRAPH_WORK", 0)  # without ``graph_bb`` (which finds it alone: test_graph_bb.py)
     body = megatron_row("nemo2407_LLAMA2-13B_16gpu")
     free = plan(PlanRequest.model_validate(body))
     proved = plan(PlanRequest.model_validate({**body, "options": {"prove": True, "time_limit_s": 600}}))

@@ -166,6 +166,7 @@ def test_polish_refines_the_fastest_unproven_classes(seed: int, faster: bool, mo
     opts = SearchOptions(num_workers=1)
     monkeypatch.setattr(driver, "BUDGET", 0.0)
     monkeypatch.setattr(uneven, "SETTLE_EACH", 0.0)
+    monkeypatch.setattr(uneven, "GRAPH_WORK", 0)
     seen: list[tuple[list[ClassResult], list[ClassResult], dict, int]] = []
 
     def spy(unproven, found, solved, deadline=None):
@@ -248,6 +249,7 @@ def _405b(settle_each: float, monkeypatch: pytest.MonkeyPatch):  # type: ignore[
     from planner.specs import PlanRequest
 
     monkeypatch.setattr(uneven, "SETTLE_EACH", settle_each)
+    monkeypatch.setattr(uneven, "GRAPH_WORK", uneven.GRAPH_WORK if settle_each else 0)
     cluster = {"gpu": "h100-sxm5-80gb", "num_nodes": 2048, "gpus_per_node": 8}
     body = {"model": "llama3-405b", "cluster": cluster, "training": {"global_batch_size": 2048, "seq_len": 8192}}
     return body, plan(PlanRequest.model_validate(body))
@@ -293,6 +295,7 @@ def test_settling_stops_at_the_first_class_it_cannot_settle(monkeypatch: pytest.
     training = {"global_batch_size": 256, "seq_len": 4096, "stack": "megatron"}
     req = PlanRequest.model_validate({"model": "mixtral-8x22b", "cluster": cluster, "training": training})
     monkeypatch.setattr(uneven, "SETTLE_EACH", 0.0)
+    monkeypatch.setattr(uneven, "GRAPH_WORK", 0)
     before = plan(req).solver
     monkeypatch.undo()
     after = plan(req).solver
@@ -354,6 +357,7 @@ def test_polish_starts_a_class_at_its_first_round_cut_where_no_climb_reaches_it(
 
     body = dict(bench_module("bench_plan_wide").cases())["mbridge_26.04_LLAMA3_70B_64gpu_FP8"]
     monkeypatch.setattr(uneven, "SETTLE_EACH", 0.0)
+    monkeypatch.setattr(uneven, "GRAPH_WORK", 0)
     monkeypatch.setattr(hints, "RAMPS", ())
     new = plan(PlanRequest.model_validate(body))
     for module in (hints, uneven):  # ``hints.shaped_cuts`` and polish's ranking

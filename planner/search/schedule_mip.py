@@ -8,7 +8,8 @@ makespan of an integer cut is exactly the simulated one (``tests/test_schedule_m
 the end of step and memory are the cut solver's own rows (``step_end.end_parts``, ``memory.peaks``: the functions
 ``cost.evaluate`` uses, given linear expressions). Its optimum is the class's optimum; its dual bound is a valid lower
 bound. One variable per operation (2·m·chunks) makes it slow: a reference for tests and offline checks
-(``bench/verify_unproven.py``), not part of the search. Models of one block kind (a mixture with dense layers places
+(``bench/verify_unproven.py``) and ``options.prove``'s last step (``uneven.prove``); on small graphs its LP relaxation,
+branched on (``graph_bb``), settles classes in the search. Models of one block kind (a mixture with dense layers places
 its MoE layers by element constraints, which this model does not write).
 
 Units: milliseconds and GiB, so that SCIP's tolerances (1e-6) are a nanosecond and a KiB.

@@ -22,6 +22,7 @@ from dataclasses import replace
 from planner.compose.cost import Candidate, ClassCosts, Context, Evaluation, class_costs, evaluate
 from planner.search.cutsolver import ClassResult, Status, better, solve_class
 from planner.search.decide import decide, descend
+from planner.search.graph_bb import graph_bound
 from planner.search.hints import best_of, climbs, first_round_cuts, rank, shaped_cuts
 from planner.search.schedule_mip import class_optimum
 from planner.specs import ParallelPins, SearchOptions
@@ -184,6 +185,12 @@ def holding(unproven: list[ClassResult], best: int) -> list[ClassResult]:
 #: proven against 1, for the same CPU within run-to-run noise). With ``decide``'s satisfaction rounds, 0.03 proves no
 #: more answers than 0.01 on the wide benchmark (the same two more than the minimising solve at 0.01).
 SETTLE_EACH = 0.01
+#: The largest schedule graph (2·m·chunks operations) ``settle`` branches on first (``graph_bb``), and the LPs it
+#: may solve for a class: ``GRAPH_WORK`` // operations (GLOP: a root ~6 ms at 96 operations, ~90 ms at 1,024; a child
+#: 3–7 ms at 768). 49,152, not 16,384: Megatron-Bridge's Qwen3 30B-A3B row needs 57 LPs at 768 operations to find the
+#: cut that beats its answer (then proven OPTIMAL, 1.4 → 2.1 s CPU); 0 turns it off.
+GRAPH_MAX_OPS = 1024
+GRAPH_WORK = 49_152
 
 
 def settle(
@@ -197,8 +204,10 @@ def settle(
     deadline: float,
 ) -> tuple[list[ClassResult], list[ClassResult]]:
     """The classes the budget left unproven, each at its ``polish``-ed cut, once the answer is known: those that hold
-    it unproven (``holding``), lowest bound first, each asked once more whether a cut beats the answer (``decide``:
-    satisfaction rounds, not minimising ones) within ``SETTLE_EACH`` of deterministic time, until one stays unproven
+    it unproven (``holding``), lowest bound first, each asked once more whether a cut beats the answer — a small schedule
+    graph first by branch and bound on its LP relaxation (``graph_bb``, within ``GRAPH_WORK``: it settles the class or
+    answers its optimum), then by ``decide``'s satisfaction rounds (not minimising ones) within ``SETTLE_EACH`` of
+    deterministic time — until one stays unproven
     (then the answer is FEASIBLE whatever the rest do, and they keep their bounds). Each is asked from the cut the
     budget left it, not its polished one: ``decide`` starts from that cut's critical path, and a faster start can be a
     worse one to prove from (torchtitan Llama 3.1 405B on 128 H100 stays unproven from the ramp cut polish gives its
@@ -220,6 +229,20 @@ def settle(
             break  # the answer is a faster cut found here: this one and the rest cannot beat it
         i = index[r.cand]
         cc = solved[r.cand][0] if r.cand in solved else class_costs(ctx, r.cand)
+        ops = 2 * cc.m * cc.chunks
+        if GRAPH_WORK and ops <= GRAPH_MAX_OPS and (g := graph_bound(cc, best, GRAPH_WORK // ops)) is not None:
+            ev = evaluate(cc, g.cut) if g.cut is not None else None
+            if ev is not None and ev.fits:  # the class's optimum (to graph_bb.SLACK_NS)
+                if ev.objective_ns < best:  # faster than the answer
+                    out[i] = replace(r, stage_layers=g.cut, evaluation=ev, bound=ev.objective_ns)
+                    faster.append(out[i])
+                    best = ev.objective_ns
+                else:
+                    out[i] = replace(r, bound=best)
+                continue
+            out[i] = r = replace(r, bound=max(r.bound, min(g.bound, best)))
+            if r.bound >= best:
+                continue  # no cut beats the answer
         start = was[r.cand].stage_layers  # the budget's cut, not polish's: see the docstring
         at_cut = (start,) if start is not None else ()
         res = decide(cc, best, SETTLE_EACH, deadline, learned, at_cut)

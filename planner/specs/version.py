@@ -382,9 +382,8 @@ from __future__ import annotations
 #:    CP 1/2/4/8 −10.6/−7.3/−8.1/−15.3 → −5.5/−4.6/−5.4/−12.8 %, interleaved −3.1 → +11.1 % (the planner's interleaved
 #:    order is Megatron's, all forwards first at m = pp; torch's warms up fewer: docs/planner.md).
 #: 67: interleaved 1F1B's warm-up as torch.distributed.pipelining runs it (``Stack.interleaved_all_warmup`` false on
-#:    torchtitan; ``compose.pp_order``): torch 2.13.0 ``_get_warmup_ops`` warms rank i up with (v − 1)·pp + 2(pp − 1 − i)
-#:    forwards, capped at m·v, no all-forwards case at m = pp. Memory peaks only; torchtitan 2412 405B interleaved (pp 8,
-#:    v 2, m 8): 72.7 GiB published, 80.8 → 77.5 predicted (+11.1 → +6.6 %).
+#:    torchtitan; ``compose.pp_order``): torch 2.13.0 ``_get_warmup_ops``, (v − 1)·pp + 2(pp − 1 − i) forwards at rank i,
+#:    capped at m·v. Memory only; torchtitan 2412 405B interleaved (pp 8, v 2, m 8): 72.7 GiB, 80.8 → 77.5 predicted.
 #: 68: ``Stack.interleaved_all_warmup`` per preset by the Megatron-core it runs (issue 27 §1/§2; ``compose.pp_order``
 #:    cites each at file:line): false (the default) on ``megatron`` (core_v0.16.1 schedules.py:738-795: no m = pp rule
 #:    since core_r0.10.0, torch's count) and the Megatron-Bridge rows; true on megatron-2021/2022, nemo-2407 (core
@@ -397,4 +396,5 @@ from __future__ import annotations
 #:    before the stack's (megatron on A100: 1.087, not its Hopper-only 1.031); docs/validation.md "Cost model 70".
 #: 71: no price moves; nemo-2407 / MLPerf answers change (even stages, 338af514 MoE): docs/planner.md, stop 56.
 #: 72: no price moves; torchtitan's async TP only under compiled kernels (``stack_rules.overlaps_tp``): answers change.
-COST_MODEL_VERSION = 72
+#: 73: no price moves; small interleaved classes settled by branch and bound on their graph's LP (``graph_bb``).
+COST_MODEL_VERSION = 73

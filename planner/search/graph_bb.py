@@ -1,0 +1,103 @@
+"""A small class's stage cut solved exactly: branch and bound on the LP relaxation of its whole schedule graph
+(``schedule_mip.schedule_model`` in GLOP), for the graphs of a few hundred operations that ``uneven.settle`` meets
+(issue 26).
+
+The relaxation lets layer counts be real. It is a valid lower bound over every fitting cut (each is one of its
+solutions) and, where a rank holds a few chunks, far tighter than the chain bounds (``interleaved.interleaved_bound``),
+which see no memory-forced imbalance: torchtitan's Llama 3.1 8B on 128 H100 (2024-12, FP8), TP1 PP2 v5, bound 1.961 s
+there and 1.984 s here against an answer of 1.975 s. Where its optimum splits a layer, the node is branched on the
+first fractional sum of ``aggregates`` (each rank's layers, then each prefix of chunks, then each chunk: the coarse
+choices first), both sides re-solved, best bound first. A node whose relaxed cut is whole is the class's optimum
+(the model at a fixed cut is the simulated step: ``tests/test_schedule_mip.py``). GLOP is deterministic, and the
+nodes are counted, not timed: the same answer on every machine and load.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+from ortools.linear_solver import pywraplp
+
+from planner.compose.cost import ClassCosts
+from planner.search.schedule_mip import MS, schedule_model
+
+#: What a node's bound takes off GLOP's optimum for its tolerances (1e-6 ms relative to a step of seconds: ~ns), as
+#: ``uneven.PROVE_SLACK_NS`` does off SCIP's.
+SLACK_NS = 1_000
+#: A relaxed layer count within this of an integer counts as whole.
+WHOLE = 1e-6
+
+
+@dataclass(frozen=True)
+class GraphBound:
+    #: a valid lower bound of every fitting cut's step (ns); ≥ ``target`` when no cut beats it (``1 << 62``: none fits)
+    bound: int
+    #: the class's optimal cut when one under ``target`` was found (then ``bound`` is its step less ``SLACK_NS``)
+    cut: list[int] | None
+    #: LPs solved
+    nodes: int
+
+
+def aggregates(cc: ClassCosts) -> list[list[int]]:
+    """The chunk sets whose layer sums a node branches on, coarse first: each rank's chunks, each prefix of chunks,
+    each chunk (every cut's sums are whole, and whole chunks make a whole cut)."""
+    C, p = cc.chunks, cc.cand.pp
+    ranks = [[ch for ch in range(C) if ch % p == r] for r in range(p)] if p > 1 else []
+    return ranks + [list(range(k)) for k in range(1, C)] + [[ch] for ch in range(C)]
+
+
+def graph_bound(cc: ClassCosts, target: int, max_nodes: int) -> GraphBound | None:
+    """Is a cut of the class faster than ``target`` (ns)? Best-first branch and bound over the relaxation, at most
+    ``max_nodes`` LPs. Stops when the lowest open bound reaches ``target`` (none is: ``bound`` ≥ ``target``), when the
+    lowest open node's cut is whole (the class's optimum, under ``target``: ``cut``), or at ``max_nodes`` (the lowest
+    open bound, still valid). None: a model not written (a mixture of dense and MoE blocks) or an LP GLOP left
+    unsolved."""
+    if cc.moe_prefix is not None:
+        return None
+    solver, n = schedule_model(cc, integer=False)
+    sums = []
+    for g in aggregates(cc):
+        a = solver.NumVar(-solver.infinity(), solver.infinity(), "")
+        solver.Add(a == sum(n[ch] for ch in g))
+        sums.append(a)
+    free = (1.0, float(cc.num_layers))
+    nodes = 0
+
+    def relax(box: tuple[tuple[float, float], ...]) -> tuple[float, list[float]] | None:
+        """The node's LP optimum (ns) and its sums; inf: infeasible; None: unsolved."""
+        nonlocal nodes
+        nodes += 1
+        for a, (lo, hi) in zip(sums, box):
+            a.SetBounds(lo, hi)
+        st = solver.Solve()
+        if st == pywraplp.Solver.INFEASIBLE:
+            return math.inf, []
+        if st != pywraplp.Solver.OPTIMAL:
+            return None
+        return solver.Objective().Value() / MS - SLACK_NS, [a.solution_value() for a in sums]
+
+    root = relax((free,) * len(sums))
+    if root is None:
+        return None
+    heap = [(root[0], 0, (free,) * len(sums), root[1])]
+    count = 1
+    while heap:
+        value, _, box, x = heapq.heappop(heap)
+        if value >= target:
+            return GraphBound(1 << 62 if value == math.inf else int(value), None, nodes)
+        k = next((i for i, v in enumerate(x) if abs(v - round(v)) > WHOLE), None)
+        if k is None:  # a whole cut, the lowest open bound: the class's optimum
+            return GraphBound(int(value), [round(v) for v in x[-cc.chunks :]], nodes)
+        if nodes + 2 > max_nodes:
+            return GraphBound(int(value), None, nodes)
+        for side in ((box[k][0], math.floor(x[k])), (math.ceil(x[k]), box[k][1])):
+            child = box[:k] + (side,) + box[k + 1 :]
+            got = relax(child)
+            if got is None:
+                return GraphBound(int(value), None, nodes)
+            if got[0] < target:
+                count += 1
+                heapq.heappush(heap, (got[0], count, child, got[1]))
+    return GraphBound(target, None, nodes)
