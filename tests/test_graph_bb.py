@@ -48,7 +48,8 @@ def test_its_optimum_is_the_brute_force_optimum(seed: int, fitting: int) -> None
 @pytest.mark.parametrize("seed", [2, 3, 4])
 def test_against_a_target_it_settles_or_finds_the_faster_cut(seed: int) -> None:
     """A target just above the optimum: it returns the optimal cut (faster than the target). Just below it (by more than
-    its slack): no cut, a bound at least the target. And with 1 or 3 LPs only, a bound no higher than the optimum."""
+    its slack): no cut, a bound at least the target. And with 1 or 3 LPs only, or past its deadline (the root LP
+    only), a bound no higher than the optimum."""
     checked = 0
     for cc in classes(seed, interleaved=True):
         best = optimum(cc)
@@ -61,6 +62,8 @@ def test_against_a_target_it_settles_or_finds_the_faster_cut(seed: int) -> None:
         for nodes in (1, 3):
             few = graph_bound(cc, NO_TARGET, nodes)
             assert few is not None and few.nodes <= max(nodes, 1) and few.bound <= best
+        late = graph_bound(cc, NO_TARGET, 100_000, deadline=0.0)  # past its deadline: the root only
+        assert late is not None and late.nodes == 1 and late.bound <= best
         checked += 1
     assert checked >= 3
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import time
 from dataclasses import dataclass
 
 from ortools.linear_solver import pywraplp
@@ -48,11 +49,11 @@ def aggregates(cc: ClassCosts) -> list[list[int]]:
     return ranks + [list(range(k)) for k in range(1, C)] + [[ch] for ch in range(C)]
 
 
-def graph_bound(cc: ClassCosts, target: int, max_nodes: int) -> GraphBound | None:
+def graph_bound(cc: ClassCosts, target: int, max_nodes: int, deadline: float = math.inf) -> GraphBound | None:
     """Is a cut of the class faster than ``target`` (ns)? Best-first branch and bound over the relaxation, at most
     ``max_nodes`` LPs. Stops when the lowest open bound reaches ``target`` (none is: ``bound`` ≥ ``target``), when the
-    lowest open node's cut is whole (the class's optimum, under ``target``: ``cut``), or at ``max_nodes`` (the lowest
-    open bound, still valid). None: a model not written (a mixture of dense and MoE blocks) or an LP GLOP left
+    lowest open node's cut is whole (the class's optimum, under ``target``: ``cut``), or at ``max_nodes`` or the
+    ``deadline`` (``time.perf_counter()``; the request's time limit) with the lowest open bound, still valid. None: a model not written (a mixture of dense and MoE blocks) or an LP GLOP left
     unsolved."""
     if cc.moe_prefix is not None:
         return None
@@ -90,7 +91,7 @@ def graph_bound(cc: ClassCosts, target: int, max_nodes: int) -> GraphBound | Non
         k = next((i for i, v in enumerate(x) if abs(v - round(v)) > WHOLE), None)
         if k is None:  # a whole cut, the lowest open bound: the class's optimum
             return GraphBound(int(value), [round(v) for v in x[-cc.chunks :]], nodes)
-        if nodes + 2 > max_nodes:
+        if nodes + 2 > max_nodes or time.perf_counter() >= deadline:
             return GraphBound(int(value), None, nodes)
         for side in ((box[k][0], math.floor(x[k])), (math.ceil(x[k]), box[k][1])):
             child = box[:k] + (side,) + box[k + 1 :]

@@ -234,7 +234,7 @@ def settle(
             continue  # the answer is a faster cut found here: this one cannot beat it
         i = index[r.cand]
         cc = costs[r.cand]
-        if branched(cc) and (g := graph_bound(cc, best, GRAPH_WORK // (2 * cc.m * cc.chunks))) is not None:
+        if branched(cc) and (g := graph_bound(cc, best, GRAPH_WORK // (2 * cc.m * cc.chunks), deadline)) is not None:
             ev = evaluate(cc, g.cut) if g.cut is not None else None
             if ev is not None and ev.fits:  # the class's optimum (to graph_bb.SLACK_NS)
                 if ev.objective_ns < best:  # faster than the answer
