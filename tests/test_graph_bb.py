@@ -47,8 +47,9 @@ def test_its_optimum_is_the_brute_force_optimum(seed: int, fitting: int) -> None
 
 @pytest.mark.parametrize("seed", [2, 3, 4])
 def test_against_a_target_it_settles_or_finds_the_faster_cut(seed: int) -> None:
-    """A target just above the optimum: it returns the optimal cut (faster than the target). Just below it (by more than
-    its slack): no cut, a bound at least the target. And with 1 or 3 LPs only, or past its deadline (the root LP
+    """A target just above the optimum: it returns the optimal cut (faster than the target). At it (a tie, as when the
+    class holds the answer's own step) or just below it (by more than its slack): no cut, a bound at least the
+    target. And with 1 or 3 LPs only, or past its deadline (the root LP
     only), a bound no higher than the optimum."""
     checked = 0
     for cc in classes(seed, interleaved=True):
@@ -57,6 +58,8 @@ def test_against_a_target_it_settles_or_finds_the_faster_cut(seed: int) -> None:
             continue
         above = graph_bound(cc, best + 1, 100_000)
         assert above is not None and above.cut is not None and evaluate(cc, above.cut).objective_ns == best
+        tie = graph_bound(cc, best, 100_000)  # the optimum ties the target: no cut beats it
+        assert tie is not None and tie.cut is None and tie.bound >= best
         below = graph_bound(cc, best - 2 * SLACK_NS, 100_000)
         assert below is not None and below.cut is None and below.bound >= best - 2 * SLACK_NS
         for nodes in (1, 3):

@@ -223,6 +223,7 @@ FINGERPRINTS = {
     71: "25fedc07e17b4af1",  # 71 (nemo-2407 splits evenly only: answers change, no estimate moves)
     72: "25fedc07e17b4af1",  # 72 (torchtitan's async TP under compiled kernels only: answers change, no estimate moves)
     73: "25fedc07e17b4af1",  # 73 (small interleaved classes settled by graph_bb: answers change, no estimate moves)
+    74: "25fedc07e17b4af1",  # 74 (graph_bb: rounded incumbents, ties settle: a cut of equal step may be answered)
 }
 
 

@@ -137,7 +137,7 @@ def polish(
     out = []
     for _, r, cc, own in sorted(could, key=lambda x: x[0])[:POLISHED]:
         starts = _starts(cc, own, shaped_cuts(cc))  # ramp cuts for these only (docs/planner.md)
-        evals = min(POLISH_EVALS, POLISH_STEPS // (2 * cc.m * cc.chunks))
+        evals = min(POLISH_EVALS, POLISH_STEPS // operations(cc))
         if evals >= POLISH_MIN:  # climbed from the class's own cut, as before, and from the first-round cut if faster
             ahead = starts[0][1].objective_ns
             starts = [climbs(cc, (n,), evals, deadline)[:2] for n, ev in starts if ev.objective_ns <= ahead]
@@ -187,8 +187,9 @@ def holding(unproven: list[ClassResult], best: int) -> list[ClassResult]:
 SETTLE_EACH = 0.01
 #: The largest schedule graph (2·m·chunks operations) ``settle`` branches on first (``graph_bb``), and the LPs it
 #: may solve for a class: ``GRAPH_WORK`` // operations (GLOP: a root ~6 ms at 96 operations, ~90 ms at 1,024; a child
-#: 3–7 ms at 768). 49,152, not 16,384: Megatron-Bridge's Qwen3 30B-A3B row needs 57 LPs at 768 operations to find the
-#: cut that beats its answer (then proven OPTIMAL, 1.4 → 2.1 s CPU); 0 turns it off.
+#: 3–7 ms at 768). 49,152, not 16,384: Megatron-Bridge's Qwen3 30B-A3B row needs 13 LPs at 768 operations to find the
+#: cut that beats its answer and 25 at 640 to prove the next class (57 and 27 before rounded incumbents); 0 turns it
+#: off.
 GRAPH_MAX_OPS = 1024
 GRAPH_WORK = 49_152
 
@@ -226,15 +227,16 @@ def settle(
         return out, []
     faster, best = [], min(r.evaluation.objective_ns for r in (found[0], *polished) if r.evaluation is not None)
     index = {r.cand: i for i, r in enumerate(out)}
-    costs = {r.cand: solved[r.cand][0] if r.cand in solved else class_costs(ctx, r.cand) for r in holding(out, best)}
+    held = holding(out, best)
+    costs = {r.cand: solved[r.cand][0] if r.cand in solved else class_costs(ctx, r.cand) for r in held}
     # the classes ``graph_bb`` does not reach first (one left below ends the pass before any LP is spent), then its
     # own; lowest bound first within each (``sorted`` is stable)
-    for r in sorted(holding(out, best), key=lambda r: branched(costs[r.cand])):
+    for r in sorted(held, key=lambda r: branched(costs[r.cand])):
         if r.bound >= best:
             continue  # the answer is a faster cut found here: this one cannot beat it
         i = index[r.cand]
         cc = costs[r.cand]
-        if branched(cc) and (g := graph_bound(cc, best, GRAPH_WORK // (2 * cc.m * cc.chunks), deadline)) is not None:
+        if branched(cc) and (g := graph_bound(cc, best, GRAPH_WORK // operations(cc), deadline)) is not None:
             ev = evaluate(cc, g.cut) if g.cut is not None else None
             if ev is not None and ev.fits:  # the class's optimum (to graph_bb.SLACK_NS)
                 if ev.objective_ns < best:  # faster than the answer
@@ -266,7 +268,12 @@ def settle(
 def branched(cc: ClassCosts) -> bool:
     """Whether ``settle`` branches on the class's graph (``graph_bb``): one block kind, at most ``GRAPH_MAX_OPS``
     operations, ``GRAPH_WORK`` on."""
-    return bool(GRAPH_WORK) and cc.moe_prefix is None and 2 * cc.m * cc.chunks <= GRAPH_MAX_OPS
+    return bool(GRAPH_WORK) and cc.moe_prefix is None and operations(cc) <= GRAPH_MAX_OPS
+
+
+def operations(cc: ClassCosts) -> int:
+    """The operations of the class's schedule graph: a forward and a backward per micro-batch and chunk."""
+    return 2 * cc.m * cc.chunks
 
 
 #: ``options.prove``: the largest schedule graph (2·m·chunks operations) ``prove`` writes, and how much faster than the
@@ -289,7 +296,7 @@ def prove(cc: ClassCosts, res: ClassResult, best: int, deadline: float) -> Class
     NeMo Llama 2 7B on 8 H100, each of its five listed classes in 1–30 s, and torchtitan Llama 3 70B on 64 A100, whose
     TP8 PP8 v2 class has a cut 2.0 % faster than the free answer (``bench/verify_unproven.py``)."""
     left = deadline - time.perf_counter()
-    mip = cc.moe_prefix is None and 2 * cc.m * cc.chunks <= PROVE_MAX_OPS
+    mip = cc.moe_prefix is None and operations(cc) <= PROVE_MAX_OPS
     if left <= 0:
         return res
     cut = descend(cc, best - 1, time.perf_counter() + (left * PROVE_DESCENT if mip else left))
