@@ -122,8 +122,8 @@ def graph_bound(cc: ClassCosts, target: int, max_nodes: int, deadline: float = m
             cut = [round(v) for v in x[-cc.chunks :]]
             if evaluate(cc, cut).objective_ns < ceiling():
                 return GraphBound(int(value), cut, nodes)
-            value = ceiling() - SLACK_NS  # it ties the ceiling (GLOP a few ns under the step)
-        if value >= ceiling() - SLACK_NS:  # no cut beats the ceiling (to GLOP's tolerance)
+            # else it ties the ceiling (GLOP a few ns under the step): no cut beats it
+        if k is None or value >= ceiling() - SLACK_NS:  # no cut beats the ceiling (to GLOP's tolerance)
             if best is not None:  # the incumbent is the class's optimum
                 return GraphBound(best[0] - SLACK_NS, best[1], nodes)
             return GraphBound(1 << 62 if value == math.inf else max(target, int(value)), None, nodes)
