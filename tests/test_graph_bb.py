@@ -49,8 +49,7 @@ def test_its_optimum_is_the_brute_force_optimum(seed: int, fitting: int) -> None
 def test_against_a_target_it_settles_or_finds_the_faster_cut(seed: int) -> None:
     """A target just above the optimum: it returns the optimal cut (faster than the target). At it (a tie, as when the
     class holds the answer's own step) or just below it (by more than its slack): no cut, a bound at least the
-    target. And with 1 or 3 LPs only, or past its deadline (the root LP
-    only), a bound no higher than the optimum."""
+    target. And with 1 or 3 LPs only, or past its deadline (the root LP only), a bound no higher than the optimum."""
     checked = 0
     for cc in classes(seed, interleaved=True):
         best = optimum(cc)

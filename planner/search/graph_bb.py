@@ -57,8 +57,8 @@ def graph_bound(cc: ClassCosts, target: int, max_nodes: int, deadline: float = m
     """Is a cut of the class faster than ``target`` (ns)? Best-first branch and bound over the relaxation, at most
     ``max_nodes`` LPs. Stops when the lowest open bound reaches ``target`` (none is: ``bound`` ≥ ``target``), when the
     lowest open node's cut is whole or its bound reaches the incumbent (the class's optimum, under ``target``:
-    ``cut``), or at ``max_nodes`` or the
-    ``deadline`` (``time.perf_counter()``; the request's time limit) with the lowest open bound, still valid. None: a model not written (a mixture of dense and MoE blocks) or an LP GLOP left
+    ``cut``), or at ``max_nodes`` or the ``deadline`` (``time.perf_counter()``; the request's time limit) with the
+    lowest open bound, still valid. None: a model not written (a mixture of dense and MoE blocks) or an LP GLOP left
     unsolved."""
     if cc.moe_prefix is not None:
         return None
@@ -112,6 +112,13 @@ def graph_bound(cc: ClassCosts, target: int, max_nodes: int, deadline: float = m
         if got is not None and got[0] < ceiling():
             best = got
 
+    def closed(value: float) -> GraphBound:
+        """No open node beats the ceiling: the incumbent is the class's optimum, else no cut beats ``target``
+        (``1 << 62``: none fits at all)."""
+        if best is not None:
+            return GraphBound(best[0] - SLACK_NS, best[1], nodes)
+        return GraphBound(1 << 62 if value == math.inf else max(target, int(value)), None, nodes)
+
     offer(root[1])
     heap = [(root[0], 0, (free,) * len(sums), root[1])]
     count = 1
@@ -124,9 +131,7 @@ def graph_bound(cc: ClassCosts, target: int, max_nodes: int, deadline: float = m
                 return GraphBound(int(value), cut, nodes)
             # else it ties the ceiling (GLOP a few ns under the step): no cut beats it
         if k is None or value >= ceiling() - SLACK_NS:  # no cut beats the ceiling (to GLOP's tolerance)
-            if best is not None:  # the incumbent is the class's optimum
-                return GraphBound(best[0] - SLACK_NS, best[1], nodes)
-            return GraphBound(1 << 62 if value == math.inf else max(target, int(value)), None, nodes)
+            return closed(value)
         if nodes + 2 > max_nodes or time.perf_counter() >= deadline:
             return GraphBound(int(value), None, nodes)
         for side in ((box[k][0], math.floor(x[k])), (math.ceil(x[k]), box[k][1])):
@@ -138,6 +143,4 @@ def graph_bound(cc: ClassCosts, target: int, max_nodes: int, deadline: float = m
                 offer(got[1])
                 count += 1
                 heapq.heappush(heap, (got[0], count, child, got[1]))
-    if best is not None:
-        return GraphBound(best[0] - SLACK_NS, best[1], nodes)
-    return GraphBound(target, None, nodes)
+    return closed(target)

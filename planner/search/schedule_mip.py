@@ -64,8 +64,9 @@ def schedule_model(
             solver.Add(GIB * peak <= GIB * cc.usable_bytes)
 
     def after(later: pywraplp.Variable, earlier: pywraplp.Variable, kind: str, ch: int, lag: int | None = None) -> None:
-        """later ≥ earlier + the operation's duration (+ the boundary's lag), written as its row directly (the very
-        coefficients ``solver.Add`` would extract, ~10× faster to build: most ``graph_bb`` classes need one LP)."""
+        """later ≥ earlier + the operation's duration (+ the boundary's lag), written as its row directly: the very
+        coefficients ``solver.Add`` would extract, built faster (most ``graph_bb`` classes need one LP: the wide
+        benchmark's calls 1.83 → 1.49 s CPU, results identical)."""
         per, extra = (cc.f_layer, cc.f_extra[ch]) if kind == "F" else (cc.b_layer, cc.b_extra[ch])
         row = solver.Constraint(MS * extra if lag is None else MS * extra + MS * lag, inf)
         row.SetCoefficient(later, 1.0)

@@ -208,15 +208,15 @@ def settle(
     it unproven (``holding``), lowest bound first, each asked once more whether a cut beats the answer — a small schedule
     graph first by branch and bound on its LP relaxation (``graph_bb``, within ``GRAPH_WORK``: it settles the class or
     answers its optimum), then by ``decide``'s satisfaction rounds (not minimising ones) within ``SETTLE_EACH`` of
-    deterministic time — until one stays unproven. The classes ``graph_bb`` does not reach (``branched``) go first:
-    NeMo 24.12's GPT-3 20B on 64 H100 (``megatron``) settled 43 small classes by 1.5 s of LPs before one of
-    2,048 operations ended the pass unproven (1.2 → 2.8 s CPU)
-    (then the answer is FEASIBLE whatever the rest do, and they keep their bounds). Each is asked from the cut the
-    budget left it, not its polished one: ``decide`` starts from that cut's critical path, and a faster start can be a
-    worse one to prove from (torchtitan Llama 3.1 405B on 128 H100 stays unproven from the ramp cut polish gives its
-    PP8 v5 class). The budget spends itself on the classes met first, before any plan prunes them: a class met with no incumbent can take it all (Mixtral 8x22B on 128 H100: TP2 PP8 v3 without recomputation,
-    det 0.09 of 0.1, bound 4.623 s above the answer's 4.180 s) and leave the next ones unsolved at their loose bounds
-    (3.924 s: no fitting cut found). Against the answer, most first models are infeasible at once (10–40 ms): the
+    deterministic time — until one stays unproven (then the answer is FEASIBLE whatever the rest do, and they keep
+    their bounds). The classes ``graph_bb`` does not reach (``branched``) go first: NeMo 24.12's GPT-3 20B on 64 H100
+    (``megatron``) settled 43 small classes by 1.5 s of LPs before one of 2,048 operations ended the pass unproven
+    (1.2 → 2.8 s CPU). Each is asked from the cut the budget left it, not its polished one: ``decide`` starts from
+    that cut's critical path, and a faster start can be a worse one to prove from (torchtitan Llama 3.1 405B on 128
+    H100 stays unproven from the ramp cut polish gives its PP8 v5 class). The budget spends itself on the classes met
+    first, before any plan prunes them: a class met with no incumbent can take it all (Mixtral 8x22B on 128 H100: TP2
+    PP8 v3 without recomputation, det 0.09 of 0.1, bound 4.623 s above the answer's 4.180 s) and leave the next ones
+    unsolved at their loose bounds (3.924 s: no fitting cut found). Against the answer, most first models are infeasible at once (10–40 ms): the
     class cannot beat it, and its bound becomes the answer's. With ``options.prove`` a class that solve leaves below the
     answer is solved by the schedule MIP within the time left (``prove``) before the pass gives up on it. Returns
     (every class, its bound raised where the solve proved more; those whose solve found a faster cut, at it)."""

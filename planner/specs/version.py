@@ -389,7 +389,7 @@ from __future__ import annotations
 #:    since core_r0.10.0, torch's count) and the Megatron-Bridge rows; true on megatron-2021/2022, nemo-2407 (core
 #:    338af514) and the MLPerf v3.1/v4.0 rows (override field); false on meshplan (its runtime builds torch 2.13's
 #:    ScheduleInterleaved1F1B). Memory only; no bench_fidelity row moves.
-#: 69: a stack without published runs (meshplan, deepspeed) takes its GPU generation's pooled residual row (row_key).
+#: 69: stacks without published runs take their generation's pooled residual row (docs/validation.md "Cost model 69").
 #: 70: sm_90 GEMMs at a training step's sustained clock, 1.062 × the table's isolated time (``gemm_table.IN_STEP_SLOWDOWN``,
 #:    measured on our H200); residuals refitted (hopper 1.078 → 1.032); ``row_key`` takes the generation's pooled row
 #:    before the stack's (megatron on A100: 1.087, not its Hopper-only 1.031); docs/validation.md "Cost model 70".
