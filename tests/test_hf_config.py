@@ -51,6 +51,40 @@ def test_config_reads_as_the_catalog_model(file: str, catalog: str, differs: dic
     assert spec == MODELS[catalog].model_copy(update=differs)
 
 
+def test_kimi_k2_reads_as_deepseek_v3_with_its_own_shapes() -> None:
+    """Kimi K2 ships DeepSeek-V3's architecture (``DeepseekV3ForCausalLM``) under model_type kimi_k2: the same spec as
+    the catalog's DeepSeek-V3 but for the shapes its file changes (half the heads, 384 experts, one dense layer, no
+    router groups, its vocabulary and context)."""
+    v3 = MODELS["deepseek-v3"]
+    moe = v3.moe.model_copy(
+        update={"num_experts": 384, "first_dense_layers": 1, "router_groups": None, "router_topk_groups": None}
+    )
+    changed = {"name": "kimi-k2", "num_attention_heads": 64, "num_kv_heads": 64, "vocab_size": 163840}
+    expected = v3.model_copy(update={**changed, "max_seq_len": 131072, "moe": moe})
+    assert from_hf_config(config("kimi-k2-instruct"), name="kimi-k2") == expected
+
+
+def test_glm4_moe_reads_its_wide_grouped_query_attention_and_experts() -> None:
+    """GLM-4.7's file, key by key: 96 query heads of 128 (12,288 wide on a 5,120 model) over 8 KV heads, three dense
+    layers of 12,288, then 160 routed experts of 1,536 (8 a token) and one shared; no attention biases or QK norms in
+    this file (``attention_bias``, ``use_qk_norm`` absent: transformers' defaults, False)."""
+    spec = from_hf_config(config("glm-4.7-fp8"))
+    got = (spec.num_layers, spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads, spec.attention_head_dim)
+    assert got == (92, 5120, 96, 8, 128)
+    assert (spec.ffn_hidden_size, spec.qkv_bias, spec.qk_norm, spec.tie_embeddings) == (12288, False, None, False)
+    m = spec.moe
+    assert (m.num_experts, m.top_k, m.expert_ffn_hidden_size, m.shared_experts, m.first_dense_layers) == (
+        160,
+        8,
+        1536,
+        1,
+        3,
+    )
+    assert (m.router, m.router_groups) == ("sigmoid", None)
+    both = from_hf_config({**config("glm-4.7-fp8"), "attention_bias": True, "use_qk_norm": True})
+    assert (both.qkv_bias, both.attention_out_bias, both.qk_norm) == (True, False, "head")  # o_proj has no bias
+
+
 #: (file, total parameters, active, published): the files of models not in the catalog, counted.
 COUNTS = [
     # Qwen/Qwen3-8B model card: "Number of Parameters: 8.2B".
@@ -80,28 +114,31 @@ def independent_count(cfg: dict) -> tuple[int, int]:
     t, h, v, heads = cfg["model_type"], cfg["hidden_size"], cfg["vocab_size"], cfg["num_attention_heads"]
     kv, d = cfg.get("num_key_value_heads") or heads, cfg.get("head_dim") or h // heads
     total = active = v * h * (1 if cfg.get("tie_word_embeddings") else 2) + h  # embedding(s), final norm
+    mla = t in ("deepseek_v3", "kimi_k2")  # Kimi K2 is DeepSeek-V3's architecture
+    routed = mla or t == "glm4_moe"  # DeepSeek-V3's expert keys: first_k_dense_replace, n_shared_experts
     for layer in range(cfg["num_hidden_layers"]):
-        if t == "deepseek_v3":  # q_a, q_a_norm, q_b, kv_a (latent + rope key), kv_a_norm, kv_b, o
+        if mla:  # q_a, q_a_norm, q_b, kv_a (latent + rope key), kv_a_norm, kv_b, o
             q, lat = cfg["q_lora_rank"], cfg["kv_lora_rank"]
             rope, nope, vd = cfg["qk_rope_head_dim"], cfg["qk_nope_head_dim"], cfg["v_head_dim"]
             attn = h * q + q + q * heads * (nope + rope) + h * (lat + rope) + lat + lat * heads * (nope + vd)
             attn += heads * vd * h
         else:
             attn = 2 * h * heads * d + 2 * h * kv * d
-            if t == "qwen2":  # biases on q, k, v only
+            if t == "qwen2" or (t == "glm4_moe" and cfg.get("attention_bias")):  # biases on q, k, v only
                 attn += heads * d + 2 * kv * d
             elif cfg.get("attention_bias"):
                 attn += heads * d + 2 * kv * d + h
             attn += {"qwen3": 2 * d, "qwen3_moe": 2 * d, "olmoe": (heads + kv) * d, "gpt_oss": heads}.get(t, 0)
+            attn += 2 * d if t == "glm4_moe" and cfg.get("use_qk_norm") else 0
         dense = t in ("llama", "mistral", "qwen2", "qwen3")
-        if dense or (t == "deepseek_v3" and layer < cfg["first_k_dense_replace"]):
+        if dense or (routed and layer < cfg["first_k_dense_replace"]):
             mlp = act = 3 * h * cfg["intermediate_size"]
         else:
             e = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg["n_routed_experts"]
             inter = cfg["intermediate_size"] if t in ("mixtral", "olmoe", "gpt_oss") else cfg["moe_intermediate_size"]
             expert = 3 * h * inter + (2 * inter + h if t == "gpt_oss" else 0)  # gpt-oss: gate_up and down biases
             router = h * e + (e if t == "gpt_oss" else 0)
-            shared = 3 * h * inter * cfg.get("n_shared_experts", 0) if t == "deepseek_v3" else 0
+            shared = 3 * h * inter * cfg.get("n_shared_experts", 0) if routed else 0
             mlp, act = router + e * expert + shared, router + cfg["num_experts_per_tok"] * expert + shared
         total += attn + mlp + 2 * h
         active += attn + act + 2 * h
@@ -190,6 +227,15 @@ BAD = [
         "drop",
     ),
     ({**config("qwen2.5-7b"), "num_experts": 64}, "num_experts", "'qwen2' is a dense", "mixtral"),
+    ({**config("kimi-k2-instruct"), "moe_layer_freq": 2}, "moe_layer_freq", "'moe_layer_freq' = 2", "ModelSpec"),
+    (
+        {k: v for k, v in config("glm-4.7-fp8").items() if k != "n_routed_experts"},
+        "n_routed_experts",
+        "no 'n_routed_experts'",
+        "complete",
+    ),
+    ({**config("glm-4.7-fp8"), "num_experts_per_tok": 161}, "num_experts_per_tok", "top_k=161 exceeds", "top_k ≤"),
+    ({**config("glm-4.7-fp8"), "moe_intermediate_size": 0}, "moe_intermediate_size", "", ""),
 ]
 
 
@@ -227,6 +273,8 @@ CLUSTER = ["--gpu", "h100-sxm5-80gb", "--nodes", "1", "--gpus-per-node", "8", "-
         # the default stack builds gpt-oss: its sinks, attention biases, experts' biases and clamped SwiGLU
         ("gpt-oss-20b.json", ["--sequence-parallel"], 0, '"swiglu_limit": 7.0'),
         ("deepseek-v3.json", ["--stack", "megatron"], 0, '"kv_lora_rank": 512'),  # MLA on a stack that runs it
+        ("kimi-k2-instruct.json", ["--stack", "megatron"], 0, '"num_experts": 384'),  # DeepSeek-V3's architecture
+        ("glm-4.7-fp8.json", ["--stack", "megatron"], 0, '"attention_head_dim": 128'),  # 96 heads of 128 on 5,120
         ("../../../README.md", [], 2, "--model"),  # not a JSON document
     ],
 )
@@ -255,6 +303,8 @@ def client(tmp_path_factory):
         ({"hf_config": config("mixtral-8x22b-v0.1"), "name": "mixtral-8x22b"}, {"stack": "torchtitan"}, 200, None),
         # torchtitan has no priced latent attention (megatron and meshplan's runtime do)
         ({"hf_config": config("deepseek-v3")}, {"stack": "torchtitan"}, 422, "training.stack"),
+        ({"hf_config": config("kimi-k2-instruct")}, {"stack": "torchtitan"}, 422, "training.stack"),
+        ({"hf_config": config("glm-4.7-fp8"), "name": "glm-4.7"}, {"stack": "megatron"}, 200, None),
     ],
 )
 def test_rest_takes_hf_config(client, model: dict, training: dict, status: int, field: str | None) -> None:
@@ -272,5 +322,5 @@ def test_rest_takes_hf_config(client, model: dict, training: dict, status: int, 
     else:
         assert r.headers["content-type"].startswith("application/problem+json")
         assert r.json()["errors"][0]["field"] == field, r.json()
-        if "deepseek_v3" in str(model["hf_config"].get("model_type")):
+        if model["hf_config"].get("model_type") in ("deepseek_v3", "kimi_k2"):
             assert "model.mla" in r.json()["detail"], r.json()  # the stack refuses it for its latent attention

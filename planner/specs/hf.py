@@ -2,7 +2,8 @@
 ``{"model": {"hf_config": {...}}}`` in a request.
 
 Read per ``model_type`` (transformers' ``configuration_<type>.py`` field names): llama, mistral, qwen2, qwen3
-(dense); qwen3_moe, mixtral, deepseek_v3, gpt_oss, olmoe (mixtures of experts). Fields that do not change what
+(dense); qwen3_moe, mixtral, deepseek_v3, gpt_oss, olmoe, kimi_k2 (Kimi K2: DeepSeek-V3's architecture and keys,
+``architectures`` ``DeepseekV3ForCausalLM``, read as deepseek_v3), glm4_moe (GLM-4.5 to 4.7) (mixtures of experts). Fields that do not change what
 the planner counts are not read (token ids, RoPE scaling, dropout, initialisation, a checkpoint's
 ``quantization_config``, DeepSeek-V3's multi-token-prediction module ``num_nextn_predict_layers``). Sliding
 windows are read as transformers builds them (``_window``: ``sliding_window`` with mistral's and mixtral's every
@@ -23,8 +24,11 @@ from planner.specs.model import ModelSpec
 from planner.specs.rope import yarn_attention_factor
 
 DENSE = ("llama", "mistral", "qwen2", "qwen3")
-MOE = ("qwen3_moe", "mixtral", "deepseek_v3", "gpt_oss", "olmoe")
+MOE = ("qwen3_moe", "mixtral", "deepseek_v3", "gpt_oss", "olmoe", "kimi_k2", "glm4_moe")
 SUPPORTED = DENSE + MOE
+#: The model types that spell their experts as DeepSeek-V3 does (``n_routed_experts``, ``moe_intermediate_size``,
+#: ``n_shared_experts`` of that width, ``first_k_dense_replace``, ``n_group`` / ``topk_group``).
+ROUTED = ("deepseek_v3", "kimi_k2", "glm4_moe")
 #: config.json keys of transformers' MoE configs (experts, routing, MoE layer pattern): on a dense model_type they
 #: would be ignored by transformers and by meshplan alike, so they are refused.
 MOE_KEYS = (
@@ -127,12 +131,12 @@ def from_hf_config(cfg: dict[str, Any], name: str | None = None) -> ModelSpec:
     head_dim = cfg.get("head_dim")
     if head_dim is not None and (hidden % heads or head_dim != hidden // heads):
         spec["attention_head_dim"] = head_dim
-    if model_type == "qwen2":
-        spec["qkv_bias"] = True  # Qwen2Attention: q/k/v with bias, o without
+    if model_type == "qwen2" or (model_type == "glm4_moe" and cfg.get("attention_bias")):
+        spec["qkv_bias"] = True  # Qwen2Attention, Glm4MoeAttention: q/k/v with bias (attention_bias), o without
     elif cfg.get("attention_bias"):  # llama, mistral, qwen3(_moe), olmoe, gpt_oss: every attention projection
         spec["qkv_bias"] = spec["attention_out_bias"] = True
-    if model_type in ("qwen3", "qwen3_moe"):
-        spec["qk_norm"] = "head"
+    if model_type in ("qwen3", "qwen3_moe") or (model_type == "glm4_moe" and cfg.get("use_qk_norm")):
+        spec["qk_norm"] = "head"  # q_norm and k_norm over head_dim
     spec.update(_MOE_READERS[model_type](cfg) if model_type in _MOE_READERS else {})
     spec.update(_window(cfg, model_type))
     try:
@@ -240,11 +244,13 @@ def _refused(exc: ValidationError, model_type: str) -> FieldValueError:
     path = path.strip(".")
     key = SPEC_KEYS.get(path)
     if path == "moe.num_experts":  # every model_type names the expert count and width its own way
-        key = {"qwen3_moe": "num_experts", "olmoe": "num_experts", "deepseek_v3": "n_routed_experts"}.get(
-            model_type, "num_local_experts"
+        key = (
+            "n_routed_experts"
+            if model_type in ROUTED
+            else {"qwen3_moe": "num_experts", "olmoe": "num_experts"}.get(model_type, "num_local_experts")
         )
     elif path == "moe.expert_ffn_hidden_size":
-        key = "moe_intermediate_size" if model_type in ("qwen3_moe", "deepseek_v3") else "intermediate_size"
+        key = "moe_intermediate_size" if model_type in ("qwen3_moe", *ROUTED) else "intermediate_size"
     elif path.startswith("mla."):
         key = path.removeprefix("mla.")
     error = (err.get("ctx") or {}).get("error")
@@ -316,25 +322,40 @@ def _yarn_factor(cfg: dict[str, Any]) -> float:
     return yarn_attention_factor(float(rs.get("factor", 1.0)), rs.get("mscale"), rs.get("mscale_all_dim"))
 
 
+def _routed(cfg: dict[str, Any], scoring: str, first_dense: int) -> dict[str, Any]:
+    """The MoeSpec of DeepSeek-V3's keys; ``first_dense``: ``first_k_dense_replace`` when the file omits it (the
+    model type's default)."""
+    groups, topk_groups = cfg.get("n_group") or 1, cfg.get("topk_group") or 1
+    return dict(
+        num_experts=_get(cfg, "n_routed_experts"),
+        top_k=_get(cfg, "num_experts_per_tok"),
+        expert_ffn_hidden_size=_get(cfg, "moe_intermediate_size"),
+        shared_experts=cfg.get("n_shared_experts") or 0,
+        first_dense_layers=cfg.get("first_k_dense_replace", first_dense),
+        router=scoring,
+        router_groups=groups if groups > 1 else None,
+        router_topk_groups=topk_groups if groups > 1 else None,
+    )
+
+
+def _glm4_moe(cfg: dict[str, Any]) -> dict[str, Any]:
+    """GLM-4.5/4.6/4.7 (transformers ``Glm4MoeConfig``): grouped-query attention of ``head_dim`` (96 × 128 = 12,288
+    wide on a 5,120 model), q/k/v biases with ``attention_bias``, q/k norms with ``use_qk_norm``, and DeepSeek-V3's
+    expert layout and sigmoid router (``Glm4MoeTopkRouter``; ``first_k_dense_replace`` defaults to 1). Partial RoPE
+    (``partial_rotary_factor``) moves no FLOP or byte the planner prices; the multi-token-prediction layer
+    (``num_nextn_predict_layers``) is not read, as DeepSeek-V3's."""
+    return {"moe": _routed(cfg, "sigmoid", 1)}
+
+
 def _deepseek_v3(cfg: dict[str, Any]) -> dict[str, Any]:
     _expect(cfg, "moe_layer_freq", (1,), "every layer after the first_k_dense_replace dense ones is MoE")
-    groups, topk_groups = cfg.get("n_group") or 1, cfg.get("topk_group") or 1
     scoring = cfg.get("scoring_func", "sigmoid")
     if scoring not in ("softmax", "sigmoid"):
         raise FieldValueError(
             "hf_config.scoring_func",
             f"hf_config field 'scoring_func' = {scoring!r} is not supported; use softmax or sigmoid",
         )
-    experts = dict(
-        num_experts=_get(cfg, "n_routed_experts"),
-        top_k=_get(cfg, "num_experts_per_tok"),
-        expert_ffn_hidden_size=_get(cfg, "moe_intermediate_size"),
-        shared_experts=cfg.get("n_shared_experts") or 0,
-        first_dense_layers=cfg.get("first_k_dense_replace", 0),
-        router=scoring,
-        router_groups=groups if groups > 1 else None,
-        router_topk_groups=topk_groups if groups > 1 else None,
-    )
+    experts = _routed(cfg, scoring, 0)
     mla = dict(
         q_lora_rank=cfg.get("q_lora_rank"),
         kv_lora_rank=_get(cfg, "kv_lora_rank"),
@@ -352,4 +373,6 @@ _MOE_READERS = {
     "olmoe": _olmoe,
     "gpt_oss": _gpt_oss,
     "deepseek_v3": _deepseek_v3,
+    "kimi_k2": _deepseek_v3,  # Moonshot AI ships Kimi K2 as DeepseekV3ForCausalLM under its own model_type
+    "glm4_moe": _glm4_moe,
 }
