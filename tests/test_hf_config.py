@@ -42,6 +42,9 @@ SAME_AS_CATALOG = [
     ("deepseek-v3", "deepseek-v3", {}),  # MLA, sigmoid group-limited routing, 3 dense layers, 1 shared expert
     ("gpt-oss-20b", "gpt-oss-20b", {}),  # attention sinks, router and expert biases
     ("gpt-oss-120b", "gpt-oss-120b", {}),
+    # llama4: the text_config's decoder; head_dim 128 = 5120 / 40 is read as the default (the catalog spells it out)
+    ("llama-4-scout-17b-16e-instruct", "llama4-scout", {"attention_head_dim": None}),
+    ("llama-4-maverick-17b-128e-instruct", "llama4-maverick", {"attention_head_dim": None}),  # MoE on layers 1, 3, …
 ]
 
 
@@ -111,6 +114,7 @@ def independent_count(cfg: dict) -> tuple[int, int]:
     """Total and active parameters of a config.json, counted from its keys as transformers' modules of its
     model_type hold them (weights, biases, norms; DeepSeek-V3's routing-bias buffer is not a parameter): a count
     that shares nothing with the planner's op lists, to check them."""
+    cfg = cfg["text_config"] if cfg["model_type"] == "llama4" else cfg  # the text decoder (the vision tower apart)
     t, h, v, heads = cfg["model_type"], cfg["hidden_size"], cfg["vocab_size"], cfg["num_attention_heads"]
     kv, d = cfg.get("num_key_value_heads") or heads, cfg.get("head_dim") or h // heads
     total = active = v * h * (1 if cfg.get("tie_word_embeddings") else 2) + h  # embedding(s), final norm
@@ -131,14 +135,18 @@ def independent_count(cfg: dict) -> tuple[int, int]:
             attn += {"qwen3": 2 * d, "qwen3_moe": 2 * d, "olmoe": (heads + kv) * d, "gpt_oss": heads}.get(t, 0)
             attn += 2 * d if t == "glm4_moe" and cfg.get("use_qk_norm") else 0
         dense = t in ("llama", "mistral", "qwen2", "qwen3")
-        if dense or (routed and layer < cfg["first_k_dense_replace"]):
+        step = cfg.get("interleave_moe_layer_step", 1)  # llama4_text: MoE on layers step − 1, 2·step − 1, …
+        if t == "llama4_text" and (layer + 1) % step:
+            mlp = act = 3 * h * cfg["intermediate_size_mlp"]
+        elif dense or (routed and layer < cfg["first_k_dense_replace"]):
             mlp = act = 3 * h * cfg["intermediate_size"]
         else:
             e = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg["n_routed_experts"]
-            inter = cfg["intermediate_size"] if t in ("mixtral", "olmoe", "gpt_oss") else cfg["moe_intermediate_size"]
+            own = ("mixtral", "olmoe", "gpt_oss", "llama4_text")
+            inter = cfg["intermediate_size"] if t in own else cfg["moe_intermediate_size"]
             expert = 3 * h * inter + (2 * inter + h if t == "gpt_oss" else 0)  # gpt-oss: gate_up and down biases
             router = h * e + (e if t == "gpt_oss" else 0)
-            shared = 3 * h * inter * cfg.get("n_shared_experts", 0) if routed else 0
+            shared = 3 * h * inter * (cfg.get("n_shared_experts", 0) if routed else t == "llama4_text")
             mlp, act = router + e * expert + shared, router + cfg["num_experts_per_tok"] * expert + shared
         total += attn + mlp + 2 * h
         active += attn + act + 2 * h
@@ -183,6 +191,9 @@ def test_moe_config_counts_match_published(file: str, total: str, active: str | 
         ours = num_active_parameters(spec) - (spec.vocab_size * spec.hidden_size if no_embedding else 0)
         assert within_published(ours, active), ours
 
+
+SCOUT_TEXT = config("llama-4-scout-17b-16e-instruct")["text_config"]
+MAVERICK_TEXT = config("llama-4-maverick-17b-128e-instruct")["text_config"]
 
 #: (config.json, the key the error names, words of the message, words of the fix)
 BAD = [
@@ -236,6 +247,26 @@ BAD = [
     ),
     ({**config("glm-4.7-fp8"), "num_experts_per_tok": 161}, "num_experts_per_tok", "top_k=161 exceeds", "top_k ≤"),
     ({**config("glm-4.7-fp8"), "moe_intermediate_size": 0}, "moe_intermediate_size", "", ""),
+    # llama4: its text_config, named under it
+    ({**config("llama-4-scout-17b-16e-instruct"), "text_config": None}, "text_config", "text_config", "complete"),
+    (
+        {**config("llama-4-maverick-17b-128e-instruct"), "text_config": {**MAVERICK_TEXT, "moe_layers": [1, 2]}},
+        "text_config.moe_layers",
+        "'moe_layers' = [1, 2]",
+        "ModelSpec",
+    ),
+    (
+        {**config("llama-4-maverick-17b-128e-instruct"), "text_config": {**MAVERICK_TEXT, "hidden_act": "gelu"}},
+        "text_config.hidden_act",
+        "'hidden_act' = 'gelu'",
+        "ModelSpec",
+    ),
+    (
+        {**config("llama-4-scout-17b-16e-instruct"), "text_config": {**SCOUT_TEXT, "num_experts_per_tok": 17}},
+        "text_config.num_experts_per_tok",
+        "top_k=17 exceeds",
+        "top_k ≤",
+    ),
 ]
 
 
@@ -275,6 +306,12 @@ CLUSTER = ["--gpu", "h100-sxm5-80gb", "--nodes", "1", "--gpus-per-node", "8", "-
         ("deepseek-v3.json", ["--stack", "megatron"], 0, '"kv_lora_rank": 512'),  # MLA on a stack that runs it
         ("kimi-k2-instruct.json", ["--stack", "megatron"], 0, '"num_experts": 384'),  # DeepSeek-V3's architecture
         ("glm-4.7-fp8.json", ["--stack", "megatron"], 0, '"attention_head_dim": 128'),  # 96 heads of 128 on 5,120
+        (
+            "llama-4-maverick-17b-128e-instruct.json",
+            ["--sequence-parallel"],
+            0,
+            '"moe_layer_freq": 2',
+        ),  # MoE every other layer
         ("../../../README.md", [], 2, "--model"),  # not a JSON document
     ],
 )
@@ -305,6 +342,12 @@ def client(tmp_path_factory):
         ({"hf_config": config("deepseek-v3")}, {"stack": "torchtitan"}, 422, "training.stack"),
         ({"hf_config": config("kimi-k2-instruct")}, {"stack": "torchtitan"}, 422, "training.stack"),
         ({"hf_config": config("glm-4.7-fp8"), "name": "glm-4.7"}, {"stack": "megatron"}, 200, None),
+        (
+            {"hf_config": config("llama-4-scout-17b-16e-instruct"), "name": "llama4-scout"},
+            {"stack": "torchtitan"},
+            200,
+            None,
+        ),
     ],
 )
 def test_rest_takes_hf_config(client, model: dict, training: dict, status: int, field: str | None) -> None:

@@ -3,15 +3,17 @@
 
 Read per ``model_type`` (transformers' ``configuration_<type>.py`` field names): llama, mistral, qwen2, qwen3
 (dense); qwen3_moe, mixtral, deepseek_v3, gpt_oss, olmoe, kimi_k2 (Kimi K2: DeepSeek-V3's architecture and keys,
-``architectures`` ``DeepseekV3ForCausalLM``, read as deepseek_v3), glm4_moe (GLM-4.5 to 4.7) (mixtures of experts). Fields that do not change what
-the planner counts are not read (token ids, RoPE scaling, dropout, initialisation, a checkpoint's
-``quantization_config``, DeepSeek-V3's multi-token-prediction module ``num_nextn_predict_layers``). Sliding
-windows are read as transformers builds them (``_window``: ``sliding_window`` with mistral's and mixtral's every
-layer, qwen2/qwen3's ``use_sliding_window`` and ``max_window_layers``, gpt_oss's ``layer_types``). A field the spec cannot express (another activation, MLP biases, an irregular MoE layer pattern) and an
-unsupported ``model_type`` are errors naming the field: "what; fix", as the specs' validators write them, raised as
-``FieldValueError`` with the field's path (``hf_config.<key>``), so a request's problem names
-``model.hf_config.<key>``; so are MoE fields on a dense ``model_type`` and a value the ModelSpec refuses (top-k above
-the experts, …), named by the config.json key it came from."""
+``architectures`` ``DeepseekV3ForCausalLM``, read as deepseek_v3), glm4_moe (GLM-4.5 to 4.7), llama4 (its
+``text_config``: the text decoder; the vision tower is not planned) and llama4_text (mixtures of experts:
+``hf_moe``). Fields that do not change what the planner counts are not read (token ids, RoPE scaling, dropout,
+initialisation, a checkpoint's ``quantization_config``, DeepSeek-V3's multi-token-prediction module
+``num_nextn_predict_layers``). Sliding windows are read as transformers builds them (``_window``: ``sliding_window``
+with mistral's and mixtral's every layer, qwen2/qwen3's ``use_sliding_window`` and ``max_window_layers``, gpt_oss's
+``layer_types``). A field the spec cannot express (another activation, MLP biases, an irregular MoE layer pattern)
+and an unsupported ``model_type`` are errors naming the field: "what; fix", as the specs' validators write them,
+raised as ``FieldValueError`` with the field's path (``hf_config.<key>``; ``hf_config.text_config.<key>`` in a
+Llama 4 file), so a request's problem names ``model.hf_config.<key>``; so are MoE fields on a dense ``model_type``
+and a value the ModelSpec refuses (top-k above the experts, …), named by the config.json key it came from."""
 
 from __future__ import annotations
 
@@ -20,15 +22,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from planner.specs.errors import FieldValueError
+from planner.specs.hf_keys import expect, get
+from planner.specs.hf_moe import READERS, ROUTED, text_config
 from planner.specs.model import ModelSpec
-from planner.specs.rope import yarn_attention_factor
 
 DENSE = ("llama", "mistral", "qwen2", "qwen3")
-MOE = ("qwen3_moe", "mixtral", "deepseek_v3", "gpt_oss", "olmoe", "kimi_k2", "glm4_moe")
+MOE = ("qwen3_moe", "mixtral", "deepseek_v3", "gpt_oss", "olmoe", "kimi_k2", "glm4_moe", "llama4", "llama4_text")
 SUPPORTED = DENSE + MOE
-#: The model types that spell their experts as DeepSeek-V3 does (``n_routed_experts``, ``moe_intermediate_size``,
-#: ``n_shared_experts`` of that width, ``first_k_dense_replace``, ``n_group`` / ``topk_group``).
-ROUTED = ("deepseek_v3", "kimi_k2", "glm4_moe")
 #: config.json keys of transformers' MoE configs (experts, routing, MoE layer pattern): on a dense model_type they
 #: would be ignored by transformers and by meshplan alike, so they are refused.
 MOE_KEYS = (
@@ -67,27 +67,6 @@ def is_hf_config(data: object) -> bool:
     return isinstance(data, dict) and "family" not in data and ("model_type" in data or "architectures" in data)
 
 
-def _get(cfg: dict[str, Any], key: str, default: Any = ...) -> Any:
-    value = cfg.get(key, default)
-    if value is ...:
-        raise FieldValueError(
-            f"hf_config.{key}",
-            f"hf_config has no {key!r} (model_type {cfg.get('model_type')!r} needs it); "
-            "give the model's complete config.json",
-        )
-    return value
-
-
-def _expect(cfg: dict[str, Any], key: str, allowed: tuple[Any, ...], why: str) -> None:
-    value = cfg.get(key, allowed[0])
-    if value not in allowed:
-        raise FieldValueError(
-            f"hf_config.{key}",
-            f"hf_config field {key!r} = {value!r} is not supported ({why}); meshplan models "
-            f"{' or '.join(repr(a) for a in allowed)} here: describe the model as a ModelSpec instead",
-        )
-
-
 def _name(cfg: dict[str, Any], name: str | None) -> str:
     if name:
         return name[:128]
@@ -101,6 +80,12 @@ def from_hf_config(cfg: dict[str, Any], name: str | None = None) -> ModelSpec:
     """The ModelSpec of a Hugging Face ``config.json`` (a dict). Raises ValueError("what; fix") naming the field
     on an unsupported architecture or field; ModelSpec's own validation applies to the result."""
     model_type = cfg.get("model_type")
+    if model_type == "llama4":
+        text = text_config(cfg)
+        try:
+            return from_hf_config(text, name)
+        except FieldValueError as exc:  # named under text_config, where the key is
+            raise FieldValueError(exc.sub.replace("hf_config.", "hf_config.text_config.", 1), str(exc)) from None
     if model_type not in SUPPORTED:
         arch = cfg.get("architectures")
         raise FieldValueError(
@@ -110,25 +95,27 @@ def from_hf_config(cfg: dict[str, Any], name: str | None = None) -> ModelSpec:
         )
     if model_type in DENSE:
         _no_moe_fields(cfg, model_type)
-    _expect(cfg, "hidden_act", ("silu",), "the experts and MLPs are SwiGLU")
-    _expect(cfg, "mlp_bias", (False,), "MLP linears without biases")
-    heads = _get(cfg, "num_attention_heads")
-    hidden = _get(cfg, "hidden_size")
+    expect(cfg, "hidden_act", ("silu",), "the experts and MLPs are SwiGLU")
+    expect(cfg, "mlp_bias", (False,), "MLP linears without biases")
+    heads = get(cfg, "num_attention_heads")
+    hidden = get(cfg, "hidden_size")
     spec: dict[str, Any] = dict(
         name=_name(cfg, name),
         family="llama",
-        num_layers=_get(cfg, "num_hidden_layers"),
+        num_layers=get(cfg, "num_hidden_layers"),
         hidden_size=hidden,
         num_attention_heads=heads,
         num_kv_heads=cfg.get("num_key_value_heads") or heads,
-        ffn_hidden_size=_get(cfg, "intermediate_size"),
-        vocab_size=_get(cfg, "vocab_size"),
+        ffn_hidden_size=get(cfg, "intermediate_size"),
+        vocab_size=get(cfg, "vocab_size"),
         activation="swiglu",
         norm="rmsnorm",
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        max_seq_len=_get(cfg, "max_position_embeddings"),
+        max_seq_len=get(cfg, "max_position_embeddings"),
     )
     head_dim = cfg.get("head_dim")
+    if model_type == "llama4_text":
+        spec["ffn_hidden_size"] = get(cfg, "intermediate_size_mlp")  # the dense layers' (the experts': intermediate)
     if head_dim is not None and (hidden % heads or head_dim != hidden // heads):
         spec["attention_head_dim"] = head_dim
     if model_type == "qwen2" or (model_type == "glm4_moe" and cfg.get("attention_bias")):
@@ -137,7 +124,7 @@ def from_hf_config(cfg: dict[str, Any], name: str | None = None) -> ModelSpec:
         spec["qkv_bias"] = spec["attention_out_bias"] = True
     if model_type in ("qwen3", "qwen3_moe") or (model_type == "glm4_moe" and cfg.get("use_qk_norm")):
         spec["qk_norm"] = "head"  # q_norm and k_norm over head_dim
-    spec.update(_MOE_READERS[model_type](cfg) if model_type in _MOE_READERS else {})
+    spec.update(READERS[model_type](cfg) if model_type in READERS else {})
     spec.update(_window(cfg, model_type))
     try:
         return ModelSpec.model_validate(spec)
@@ -166,7 +153,7 @@ def _window(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
     A pattern of windowed layers other than "every n-th from layer k" is refused, naming ``hf_config.layer_types``."""
     if model_type not in WINDOW_DEFAULTS:
         return {}
-    n = _get(cfg, "num_hidden_layers")
+    n = get(cfg, "num_hidden_layers")
     window = cfg.get("sliding_window", WINDOW_DEFAULTS[model_type])
     types = cfg.get("layer_types")
     if model_type in QWEN:
@@ -257,122 +244,3 @@ def _refused(exc: ValidationError, model_type: str) -> FieldValueError:
     text = str(error) if error is not None else f"{path or 'the model'}: {err.get('msg')}"
     what, _, fix = text.partition("; ")
     return FieldValueError(f"hf_config.{key}" if key else "hf_config", f"{what}; {fix or 'correct the config.json'}")
-
-
-def _qwen3_moe(cfg: dict[str, Any]) -> dict[str, Any]:
-    n = _get(cfg, "num_hidden_layers")
-    step = cfg.get("decoder_sparse_step", 1)
-    dense = sorted(cfg.get("mlp_only_layers") or [])
-    if dense != list(range(len(dense))) or (dense and step != 1):
-        raise FieldValueError(
-            "hf_config.mlp_only_layers",
-            f"hf_config field 'mlp_only_layers' = {dense} with decoder_sparse_step {step} is not supported (dense "
-            "layers must lead: 0, 1, …, with every later layer MoE); describe the model as a ModelSpec instead",
-        )
-    if len(dense) >= n:
-        raise FieldValueError(
-            "hf_config.mlp_only_layers",
-            f"hf_config field 'mlp_only_layers' makes all {n} layers dense; use model_type 'qwen3' for a dense model",
-        )
-    moe = dict(
-        num_experts=_get(cfg, "num_experts"),
-        top_k=_get(cfg, "num_experts_per_tok"),
-        expert_ffn_hidden_size=_get(cfg, "moe_intermediate_size"),
-        first_dense_layers=len(dense),
-        moe_layer_freq=step,
-    )
-    return {"moe": moe}
-
-
-def _mixtral(cfg: dict[str, Any]) -> dict[str, Any]:
-    experts = dict(
-        num_experts=_get(cfg, "num_local_experts"),
-        top_k=_get(cfg, "num_experts_per_tok"),
-        expert_ffn_hidden_size=_get(cfg, "intermediate_size"),
-    )
-    return {"moe": experts}
-
-
-def _olmoe(cfg: dict[str, Any]) -> dict[str, Any]:
-    experts = dict(
-        num_experts=_get(cfg, "num_experts"),
-        top_k=_get(cfg, "num_experts_per_tok"),
-        expert_ffn_hidden_size=_get(cfg, "intermediate_size"),
-    )
-    return {"moe": experts, "qk_norm": "projection"}  # OlmoeAttention: q_norm(h), k_norm(kv_heads·d)
-
-
-def _gpt_oss(cfg: dict[str, Any]) -> dict[str, Any]:
-    experts = dict(
-        num_experts=_get(cfg, "num_local_experts"),
-        top_k=_get(cfg, "num_experts_per_tok"),
-        expert_ffn_hidden_size=_get(cfg, "intermediate_size"),
-        router_bias=True,  # GptOssTopKRouter and GptOssExperts carry biases
-        expert_bias=True,
-        swiglu_limit=float(cfg.get("swiglu_limit", 7.0)),  # GptOssExperts.limit (its alpha 1.702 is fixed)
-    )
-    return {"moe": experts, "attention_sinks": True, "rope_attention_factor": _yarn_factor(cfg)}
-
-
-def _yarn_factor(cfg: dict[str, Any]) -> float:
-    """YaRN's attention factor from ``rope_scaling`` (``specs.rope.yarn_attention_factor``); 1 without YaRN."""
-    rs = cfg.get("rope_scaling") or {}
-    if rs.get("rope_type", rs.get("type")) != "yarn":
-        return 1.0
-    return yarn_attention_factor(float(rs.get("factor", 1.0)), rs.get("mscale"), rs.get("mscale_all_dim"))
-
-
-def _routed(cfg: dict[str, Any], scoring: str, first_dense: int) -> dict[str, Any]:
-    """The MoeSpec of DeepSeek-V3's keys; ``first_dense``: ``first_k_dense_replace`` when the file omits it (the
-    model type's default)."""
-    groups, topk_groups = cfg.get("n_group") or 1, cfg.get("topk_group") or 1
-    return dict(
-        num_experts=_get(cfg, "n_routed_experts"),
-        top_k=_get(cfg, "num_experts_per_tok"),
-        expert_ffn_hidden_size=_get(cfg, "moe_intermediate_size"),
-        shared_experts=cfg.get("n_shared_experts") or 0,
-        first_dense_layers=cfg.get("first_k_dense_replace", first_dense),
-        router=scoring,
-        router_groups=groups if groups > 1 else None,
-        router_topk_groups=topk_groups if groups > 1 else None,
-    )
-
-
-def _glm4_moe(cfg: dict[str, Any]) -> dict[str, Any]:
-    """GLM-4.5/4.6/4.7 (transformers ``Glm4MoeConfig``): grouped-query attention of ``head_dim`` (96 × 128 = 12,288
-    wide on a 5,120 model), q/k/v biases with ``attention_bias``, q/k norms with ``use_qk_norm``, and DeepSeek-V3's
-    expert layout and sigmoid router (``Glm4MoeTopkRouter``; ``first_k_dense_replace`` defaults to 1). Partial RoPE
-    (``partial_rotary_factor``) moves no FLOP or byte the planner prices; the multi-token-prediction layer
-    (``num_nextn_predict_layers``) is not read, as DeepSeek-V3's."""
-    return {"moe": _routed(cfg, "sigmoid", 1)}
-
-
-def _deepseek_v3(cfg: dict[str, Any]) -> dict[str, Any]:
-    _expect(cfg, "moe_layer_freq", (1,), "every layer after the first_k_dense_replace dense ones is MoE")
-    scoring = cfg.get("scoring_func", "sigmoid")
-    if scoring not in ("softmax", "sigmoid"):
-        raise FieldValueError(
-            "hf_config.scoring_func",
-            f"hf_config field 'scoring_func' = {scoring!r} is not supported; use softmax or sigmoid",
-        )
-    experts = _routed(cfg, scoring, 0)
-    mla = dict(
-        q_lora_rank=cfg.get("q_lora_rank"),
-        kv_lora_rank=_get(cfg, "kv_lora_rank"),
-        qk_rope_head_dim=_get(cfg, "qk_rope_head_dim"),
-        qk_nope_head_dim=_get(cfg, "qk_nope_head_dim"),
-        v_head_dim=_get(cfg, "v_head_dim"),
-    )
-    heads = _get(cfg, "num_attention_heads")
-    return {"moe": experts, "mla": mla, "num_kv_heads": heads, "attention_head_dim": None}
-
-
-_MOE_READERS = {
-    "qwen3_moe": _qwen3_moe,
-    "mixtral": _mixtral,
-    "olmoe": _olmoe,
-    "gpt_oss": _gpt_oss,
-    "deepseek_v3": _deepseek_v3,
-    "kimi_k2": _deepseek_v3,  # Moonshot AI ships Kimi K2 as DeepseekV3ForCausalLM under its own model_type
-    "glm4_moe": _glm4_moe,
-}
