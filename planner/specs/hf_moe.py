@@ -15,6 +15,17 @@ from planner.specs.rope import yarn_attention_factor
 ROUTED = ("deepseek_v3", "kimi_k2", "glm4_moe")
 
 
+def _experts(cfg: dict[str, Any], count: str, width: str = "intermediate_size", **more: Any) -> dict[str, Any]:
+    """The MoeSpec fields every model type gives: the routed experts (``count``: the key that counts them), top-k
+    (``num_experts_per_tok``) and their width (``width``), with the type's ``more``."""
+    return dict(
+        num_experts=get(cfg, count),
+        top_k=get(cfg, "num_experts_per_tok"),
+        expert_ffn_hidden_size=get(cfg, width),
+        **more,
+    )
+
+
 def _qwen3_moe(cfg: dict[str, Any]) -> dict[str, Any]:
     n = get(cfg, "num_hidden_layers")
     step = cfg.get("decoder_sparse_step", 1)
@@ -30,10 +41,10 @@ def _qwen3_moe(cfg: dict[str, Any]) -> dict[str, Any]:
             "hf_config.mlp_only_layers",
             f"hf_config field 'mlp_only_layers' makes all {n} layers dense; use model_type 'qwen3' for a dense model",
         )
-    moe = dict(
-        num_experts=get(cfg, "num_experts"),
-        top_k=get(cfg, "num_experts_per_tok"),
-        expert_ffn_hidden_size=get(cfg, "moe_intermediate_size"),
+    moe = _experts(
+        cfg,
+        "num_experts",
+        "moe_intermediate_size",
         first_dense_layers=len(dense),
         moe_layer_freq=step,
     )
@@ -41,28 +52,20 @@ def _qwen3_moe(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def _mixtral(cfg: dict[str, Any]) -> dict[str, Any]:
-    experts = dict(
-        num_experts=get(cfg, "num_local_experts"),
-        top_k=get(cfg, "num_experts_per_tok"),
-        expert_ffn_hidden_size=get(cfg, "intermediate_size"),
-    )
-    return {"moe": experts}
+    return {"moe": _experts(cfg, "num_local_experts")}
 
 
 def _olmoe(cfg: dict[str, Any]) -> dict[str, Any]:
-    experts = dict(
-        num_experts=get(cfg, "num_experts"),
-        top_k=get(cfg, "num_experts_per_tok"),
-        expert_ffn_hidden_size=get(cfg, "intermediate_size"),
-    )
-    return {"moe": experts, "qk_norm": "projection"}  # OlmoeAttention: q_norm(h), k_norm(kv_heads·d)
+    return {
+        "moe": _experts(cfg, "num_experts"),
+        "qk_norm": "projection",
+    }  # OlmoeAttention: q_norm(h), k_norm(kv_heads·d)
 
 
 def _gpt_oss(cfg: dict[str, Any]) -> dict[str, Any]:
-    experts = dict(
-        num_experts=get(cfg, "num_local_experts"),
-        top_k=get(cfg, "num_experts_per_tok"),
-        expert_ffn_hidden_size=get(cfg, "intermediate_size"),
+    experts = _experts(
+        cfg,
+        "num_local_experts",
         router_bias=True,  # GptOssTopKRouter and GptOssExperts carry biases
         expert_bias=True,
         swiglu_limit=float(cfg.get("swiglu_limit", 7.0)),  # GptOssExperts.limit (its alpha 1.702 is fixed)
@@ -82,10 +85,10 @@ def _routed(cfg: dict[str, Any], scoring: str, first_dense: int) -> dict[str, An
     """The MoeSpec of DeepSeek-V3's keys; ``first_dense``: ``first_k_dense_replace`` when the file omits it (the
     model type's default)."""
     groups, topk_groups = cfg.get("n_group") or 1, cfg.get("topk_group") or 1
-    return dict(
-        num_experts=get(cfg, "n_routed_experts"),
-        top_k=get(cfg, "num_experts_per_tok"),
-        expert_ffn_hidden_size=get(cfg, "moe_intermediate_size"),
+    return _experts(
+        cfg,
+        "n_routed_experts",
+        "moe_intermediate_size",
         shared_experts=cfg.get("n_shared_experts") or 0,
         first_dense_layers=cfg.get("first_k_dense_replace", first_dense),
         router=scoring,
@@ -152,10 +155,9 @@ def _llama4_text(cfg: dict[str, Any]) -> dict[str, Any]:
             f"layer {step - 1}, the pattern ModelSpec's moe_layer_freq expresses; describe the model as a ModelSpec "
             "instead",
         )
-    experts = dict(
-        num_experts=get(cfg, "num_local_experts"),
-        top_k=get(cfg, "num_experts_per_tok"),
-        expert_ffn_hidden_size=get(cfg, "intermediate_size"),
+    experts = _experts(
+        cfg,
+        "num_local_experts",
         shared_experts=1,
         moe_layer_freq=step,
         router="sigmoid",
