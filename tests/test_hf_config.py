@@ -262,6 +262,12 @@ BAD = [
         "ModelSpec",
     ),
     (
+        {**config("llama-4-scout-17b-16e-instruct"), "text_config": {**SCOUT_TEXT, "intermediate_size_mlp": 0}},
+        "text_config.intermediate_size_mlp",
+        "",
+        "",
+    ),
+    (
         {**config("llama-4-scout-17b-16e-instruct"), "text_config": {**SCOUT_TEXT, "num_experts_per_tok": 17}},
         "text_config.num_experts_per_tok",
         "top_k=17 exceeds",

@@ -238,6 +238,8 @@ def _refused(exc: ValidationError, model_type: str) -> FieldValueError:
         )
     elif path == "moe.expert_ffn_hidden_size":
         key = "moe_intermediate_size" if model_type in ("qwen3_moe", *ROUTED) else "intermediate_size"
+    elif path == "ffn_hidden_size" and model_type == "llama4_text":
+        key = "intermediate_size_mlp"  # its dense layers' width (intermediate_size is the experts')
     elif path.startswith("mla."):
         key = path.removeprefix("mla.")
     error = (err.get("ctx") or {}).get("error")
