@@ -67,6 +67,15 @@ def test_kimi_k2_reads_as_deepseek_v3_with_its_own_shapes() -> None:
     assert from_hf_config(config("kimi-k2-instruct"), name="kimi-k2") == expected
 
 
+def test_kimi_k25_reads_its_text_decoder_as_kimi_k2() -> None:
+    """Kimi K2.5 (model_type kimi_k25) wraps Kimi K2's decoder in ``text_config`` (beside its vision tower, which is not
+    planned): the same spec as the Kimi K2 file but for the context the 2.5 release extends (262,144 tokens). This file
+    is NVIDIA's NVFP4 checkpoint's, so its ``quantization_config`` sits inside ``text_config``, unread."""
+    k25 = from_hf_config(config("kimi-k2.5-nvfp4"), name="kimi")
+    assert k25 == from_hf_config(config("kimi-k2-instruct"), name="kimi").model_copy(update={"max_seq_len": 262144})
+    assert from_hf_config(config("kimi-k2.5-nvfp4")).name == "hf-kimi_k25"  # the file names neither
+
+
 def test_glm4_moe_reads_its_wide_grouped_query_attention_and_experts() -> None:
     """GLM-4.7's file, key by key: 96 query heads of 128 (12,288 wide on a 5,120 model) over 8 KV heads, three dense
     layers of 12,288, then 160 routed experts of 1,536 (8 a token) and one shared; no attention biases or QK norms in
@@ -114,7 +123,7 @@ def independent_count(cfg: dict) -> tuple[int, int]:
     """Total and active parameters of a config.json, counted from its keys as transformers' modules of its
     model_type hold them (weights, biases, norms; DeepSeek-V3's routing-bias buffer is not a parameter): a count
     that shares nothing with the planner's op lists, to check them."""
-    cfg = cfg["text_config"] if cfg["model_type"] == "llama4" else cfg  # the text decoder (the vision tower apart)
+    cfg = cfg["text_config"] if cfg["model_type"] in ("llama4", "kimi_k25") else cfg  # the decoder, not the vision
     t, h, v, heads = cfg["model_type"], cfg["hidden_size"], cfg["vocab_size"], cfg["num_attention_heads"]
     kv, d = cfg.get("num_key_value_heads") or heads, cfg.get("head_dim") or h // heads
     total = active = v * h * (1 if cfg.get("tie_word_embeddings") else 2) + h  # embedding(s), final norm
@@ -247,6 +256,12 @@ BAD = [
     ),
     ({**config("glm-4.7-fp8"), "num_experts_per_tok": 161}, "num_experts_per_tok", "top_k=161 exceeds", "top_k ≤"),
     ({**config("glm-4.7-fp8"), "moe_intermediate_size": 0}, "moe_intermediate_size", "", ""),
+    (
+        {**config("kimi-k2.5-nvfp4"), "text_config": {**config("qwen3-8b")}},
+        "text_config",
+        "'kimi_k2' or 'deepseek_v3'",
+        "complete",
+    ),
     # llama4: its text_config, named under it
     ({**config("llama-4-scout-17b-16e-instruct"), "text_config": None}, "text_config", "text_config", "complete"),
     (

@@ -3,9 +3,9 @@
 
 Read per ``model_type`` (transformers' ``configuration_<type>.py`` field names): llama, mistral, qwen2, qwen3
 (dense); qwen3_moe, mixtral, deepseek_v3, gpt_oss, olmoe, kimi_k2 (Kimi K2: DeepSeek-V3's architecture and keys,
-``architectures`` ``DeepseekV3ForCausalLM``, read as deepseek_v3), glm4_moe (GLM-4.5 to 4.7), llama4 (its
-``text_config``: the text decoder; the vision tower is not planned) and llama4_text (mixtures of experts:
-``hf_moe``). Fields that do not change what the planner counts are not read (token ids, RoPE scaling, dropout,
+``architectures`` ``DeepseekV3ForCausalLM``, read as deepseek_v3; kimi_k25, Kimi K2.5, its ``text_config``), glm4_moe
+(GLM-4.5 to 4.7), llama4 (its ``text_config``: the text decoder; the vision towers are not planned) and llama4_text
+(mixtures of experts: ``hf_moe``). Fields that do not change what the planner counts are not read (token ids, RoPE scaling, dropout,
 initialisation, a checkpoint's ``quantization_config``, DeepSeek-V3's multi-token-prediction module
 ``num_nextn_predict_layers``). Sliding windows are read as transformers builds them (``_window``: ``sliding_window``
 with mistral's and mixtral's every layer, qwen2/qwen3's ``use_sliding_window`` and ``max_window_layers``, gpt_oss's
@@ -23,11 +23,22 @@ from pydantic import ValidationError
 
 from planner.specs.errors import FieldValueError
 from planner.specs.hf_keys import expect, get
-from planner.specs.hf_moe import READERS, ROUTED, text_config
+from planner.specs.hf_moe import READERS, ROUTED, WRAPPED, text_config
 from planner.specs.model import ModelSpec
 
 DENSE = ("llama", "mistral", "qwen2", "qwen3")
-MOE = ("qwen3_moe", "mixtral", "deepseek_v3", "gpt_oss", "olmoe", "kimi_k2", "glm4_moe", "llama4", "llama4_text")
+MOE = (
+    "qwen3_moe",
+    "mixtral",
+    "deepseek_v3",
+    "gpt_oss",
+    "olmoe",
+    "kimi_k2",
+    "kimi_k25",
+    "glm4_moe",
+    "llama4",
+    "llama4_text",
+)
 SUPPORTED = DENSE + MOE
 #: config.json keys of transformers' MoE configs (experts, routing, MoE layer pattern): on a dense model_type they
 #: would be ignored by transformers and by meshplan alike, so they are refused.
@@ -80,7 +91,7 @@ def from_hf_config(cfg: dict[str, Any], name: str | None = None) -> ModelSpec:
     """The ModelSpec of a Hugging Face ``config.json`` (a dict). Raises ValueError("what; fix") naming the field
     on an unsupported architecture or field; ModelSpec's own validation applies to the result."""
     model_type = cfg.get("model_type")
-    if model_type == "llama4":
+    if model_type in WRAPPED:
         text = text_config(cfg)
         try:
             return from_hf_config(text, name)

@@ -126,16 +126,24 @@ def _deepseek_v3(cfg: dict[str, Any]) -> dict[str, Any]:
     return {"moe": experts, "mla": mla, "num_kv_heads": heads, "attention_head_dim": None}
 
 
+#: Multimodal model types whose text decoder is their ``text_config`` (what the planner plans: the vision tower is
+#: not priced), and the model types that decoder may have (the first when it names none).
+WRAPPED = {"llama4": ("llama4_text",), "kimi_k25": ("kimi_k2", "deepseek_v3")}
+
+
 def text_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """A Llama 4 file's text decoder (``Llama4Config.text_config``; its ``_name_or_path`` names it)."""
-    text = cfg.get("text_config")
-    if not isinstance(text, dict) or text.get("model_type", "llama4_text") != "llama4_text":
+    """The text decoder of a ``WRAPPED`` model type's file (Llama 4's ``Llama4Config.text_config``, Kimi K2.5's
+    ``KimiK25Config.text_config``: DeepSeek-V3's architecture), named as the file is where it has no name of its own."""
+    outer, text = cfg.get("model_type"), cfg.get("text_config")
+    kinds = WRAPPED[str(outer)]
+    if not isinstance(text, dict) or text.get("model_type", kinds[0]) not in kinds:
         raise FieldValueError(
             "hf_config.text_config",
-            f"hf_config of model_type 'llama4' needs its text decoder's config as 'text_config' (model_type "
-            f"'llama4_text'), not {text!r}; give the model's complete config.json",
+            f"hf_config of model_type {outer!r} needs its text decoder's config as 'text_config' (model_type "
+            f"{' or '.join(map(repr, kinds))}), not {text!r}; give the model's complete config.json",
         )
-    return {"_name_or_path": cfg.get("_name_or_path"), **text, "model_type": "llama4_text"}
+    name = text.get("_name_or_path") or cfg.get("_name_or_path") or f"hf-{outer}"
+    return {**text, "_name_or_path": name, "model_type": text.get("model_type", kinds[0])}
 
 
 def _llama4_text(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -48,7 +48,7 @@ class PlanRequest(Spec):
     model: str | ModelSpec = Field(
         description="A catalog id (see `meshplan models`), an inline ModelSpec, or a Hugging Face config.json as "
         '{"hf_config": {...}, "name": optional id} (model_type llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, '
-        "deepseek_v3, gpt_oss, olmoe, kimi_k2, glm4_moe, llama4), read into a ModelSpec."
+        "deepseek_v3, gpt_oss, olmoe, kimi_k2, kimi_k25, glm4_moe, llama4), read into a ModelSpec."
     )
     cluster: ClusterSpec
     training: TrainingSpec

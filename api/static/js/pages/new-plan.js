@@ -364,7 +364,7 @@ export async function newPlanPage(root, { query }) {
       h(
         "div",
         { class: "custom-json", hidden: true, "data-for": "hf" },
-        field("model_hf", "Hugging Face config.json", hfJson, "Paste the file, or upload it below. Model types llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v3, gpt_oss, olmoe, kimi_k2, glm4_moe, llama4."),
+        field("model_hf", "Hugging Face config.json", hfJson, "Paste the file, or upload it below. Model types llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v3, gpt_oss, olmoe, kimi_k2, kimi_k25, glm4_moe, llama4."),
         h("div", { class: "field" }, h("label", { for: "f-model_hf_file" }, "Upload config.json"), hfFile, hfStatus),
         field("model_hf_name", "Model name (optional)", h("input", { type: "text", placeholder: "e.g. qwen3-8b" }), "How plans name the model; unset: from its model_type."),
       ),
