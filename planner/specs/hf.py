@@ -125,17 +125,15 @@ def from_hf_config(cfg: dict[str, Any], name: str | None = None) -> ModelSpec:
         max_seq_len=get(cfg, "max_position_embeddings"),
     )
     head_dim = cfg.get("head_dim")
-    if model_type == "llama4_text":
-        spec["ffn_hidden_size"] = get(cfg, "intermediate_size_mlp")  # the dense layers' (the experts': intermediate)
     if head_dim is not None and (hidden % heads or head_dim != hidden // heads):
         spec["attention_head_dim"] = head_dim
-    if model_type == "qwen2" or (model_type == "glm4_moe" and cfg.get("attention_bias")):
-        spec["qkv_bias"] = True  # Qwen2Attention, Glm4MoeAttention: q/k/v with bias (attention_bias), o without
+    if model_type == "qwen2":
+        spec["qkv_bias"] = True  # Qwen2Attention: q/k/v with bias, o without
     elif cfg.get("attention_bias"):  # llama, mistral, qwen3(_moe), olmoe, gpt_oss: every attention projection
         spec["qkv_bias"] = spec["attention_out_bias"] = True
-    if model_type in ("qwen3", "qwen3_moe") or (model_type == "glm4_moe" and cfg.get("use_qk_norm")):
-        spec["qk_norm"] = "head"  # q_norm and k_norm over head_dim
-    spec.update(READERS[model_type](cfg) if model_type in READERS else {})
+    if model_type in ("qwen3", "qwen3_moe"):
+        spec["qk_norm"] = "head"
+    spec.update(READERS[model_type](cfg) if model_type in READERS else {})  # the MoE type's own fields, last
     spec.update(_window(cfg, model_type))
     try:
         return ModelSpec.model_validate(spec)

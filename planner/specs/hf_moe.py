@@ -103,7 +103,9 @@ def _glm4_moe(cfg: dict[str, Any]) -> dict[str, Any]:
     expert layout and sigmoid router (``Glm4MoeTopkRouter``; ``first_k_dense_replace`` defaults to 1). Partial RoPE
     (``partial_rotary_factor``) moves no FLOP or byte the planner prices; the multi-token-prediction layer
     (``num_nextn_predict_layers``) is not read, as DeepSeek-V3's."""
-    return {"moe": _routed(cfg, "sigmoid", 1)}
+    bias = bool(cfg.get("attention_bias"))  # Glm4MoeAttention: q/k/v with it, o_proj never
+    out = {"moe": _routed(cfg, "sigmoid", 1), "qkv_bias": bias, "attention_out_bias": False}
+    return out | ({"qk_norm": "head"} if cfg.get("use_qk_norm") else {})  # q_norm, k_norm over head_dim
 
 
 def _deepseek_v3(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -170,7 +172,7 @@ def _llama4_text(cfg: dict[str, Any]) -> dict[str, Any]:
         moe_layer_freq=step,
         router="sigmoid",
     )
-    return {"moe": experts}
+    return {"moe": experts, "ffn_hidden_size": get(cfg, "intermediate_size_mlp")}  # the dense layers' width
 
 
 READERS = {
